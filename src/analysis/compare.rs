@@ -1,0 +1,126 @@
+//! A/B comparison of two sample sets: ratio of medians with a bootstrap CI, and a verdict.
+
+use serde::{Deserialize, Serialize};
+
+use super::statistics::{bootstrap_ratio_ci, median};
+
+/// The outcome of comparing a faster candidate against a slower one on one metric.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// The metric compared.
+    pub metric: String,
+    /// The side with the lower median.
+    pub faster: String,
+    /// The side with the higher median.
+    pub slower: String,
+    /// median(slower) / median(faster): how many times faster `faster` is.
+    pub ratio: f64,
+    /// 95% bootstrap CI of that ratio.
+    pub ci95: [f64; 2],
+    /// Whether the CI excludes 1.
+    pub significant: bool,
+    /// The sentence hvlab prints.
+    pub text: String,
+}
+
+/// Compares two sample sets of a lower-is-better metric. `unit` labels the medians.
+pub fn compare(
+    metric: &str,
+    unit: &str,
+    (name_a, a): (&str, &[f64]),
+    (name_b, b): (&str, &[f64]),
+    seed: u64,
+) -> Verdict {
+    let (ma, mb) = (median(a), median(b));
+    let ((fast, fast_s, fast_m), (slow, slow_s, slow_m)) = if ma <= mb {
+        ((name_a, a, ma), (name_b, b, mb))
+    } else {
+        ((name_b, b, mb), (name_a, a, ma))
+    };
+    let ratio = slow_m / fast_m;
+    let ci95 = bootstrap_ratio_ci(slow_s, fast_s, seed);
+    let significant = ci95[0] > 1.0 || ci95[1] < 1.0;
+    let text = if significant {
+        format!(
+            "{fast} is {ratio:.1}× faster than {slow} on {metric}: {} vs {} (95% CI of the ratio {:.1}–{:.1}×)",
+            fmt_value(fast_m, unit),
+            fmt_value(slow_m, unit),
+            ci95[0],
+            ci95[1]
+        )
+    } else {
+        format!(
+            "{fast} and {slow}: no significant difference on {metric} ({} vs {}, ratio {ratio:.2}×, 95% CI {:.2}–{:.2}×)",
+            fmt_value(fast_m, unit),
+            fmt_value(slow_m, unit),
+            ci95[0],
+            ci95[1]
+        )
+    };
+    Verdict {
+        metric: metric.to_string(),
+        faster: fast.to_string(),
+        slower: slow.to_string(),
+        ratio,
+        ci95,
+        significant,
+        text,
+    }
+}
+
+/// A value with its unit and sensible precision.
+pub fn fmt_value(v: f64, unit: &str) -> String {
+    if unit == "count" {
+        return format!("{v}");
+    }
+    let digits = if v.abs() >= 100.0 {
+        1
+    } else if v.abs() >= 1.0 {
+        2
+    } else {
+        3
+    };
+    format!("{v:.digits$} {unit}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdict_names_the_faster_side_whichever_order_it_is_given_in() {
+        let slow = [7.4, 7.6, 7.5, 7.7, 7.5, 7.6];
+        let fast = [0.10, 0.11, 0.12, 0.11, 0.10, 0.11];
+        for v in [
+            compare(
+                "ready_ms",
+                "ms",
+                ("irqchip-first", &slow),
+                ("memslots-first", &fast),
+                1,
+            ),
+            compare(
+                "ready_ms",
+                "ms",
+                ("memslots-first", &fast),
+                ("irqchip-first", &slow),
+                1,
+            ),
+        ] {
+            assert_eq!(v.faster, "memslots-first");
+            assert!(v.significant);
+            assert!(v.ratio > 60.0 && v.ratio < 80.0, "{}", v.ratio);
+            assert!(v.ci95[0] > 1.0);
+            assert!(v.text.starts_with("memslots-first is "), "{}", v.text);
+        }
+    }
+
+    #[test]
+    fn overlapping_samples_are_no_significant_difference() {
+        let a = [1.0, 1.2, 0.9, 1.1, 1.0, 1.05];
+        let b = [1.1, 0.95, 1.0, 1.15, 1.0, 0.98];
+        let v = compare("ready_ms", "ms", ("a", &a), ("b", &b), 1);
+        assert!(!v.significant, "{v:?}");
+        assert!(v.text.contains("no significant difference"));
+    }
+}

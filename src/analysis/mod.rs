@@ -1,0 +1,5 @@
+//! Statistics, stall detection and comparisons: pure functions over samples and timelines.
+
+pub mod compare;
+pub mod stall;
+pub mod statistics;

@@ -1,0 +1,272 @@
+//! Grace-period stall detection and attribution over an ioctl timeline.
+//!
+//! A *stall* is an ioctl slower than its own unstalled baseline by more than half a jiffy:
+//! nothing in KVM's construction ioctls takes that long except waiting for an SRCU grace
+//! period. It is attributed to the I/O-bus registration that started the grace period in
+//! flight: the first registration since the last point at which no grace period could be
+//! pending (the previous stall, or a memslot update that did not stall — an expedited
+//! `synchronize_srcu_expedited` finishes only after any normal grace period in flight).
+//!
+//! The same code reads hvlab's own lifecycle timelines and external VMMs' strace timelines.
+
+use std::collections::HashMap;
+
+use crate::kvm::ioctl_table::{SrcuRole, srcu_role};
+
+/// One ioctl on a timeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IoctlEvent {
+    /// KVM name.
+    pub name: String,
+    /// Start in ns from an arbitrary origin shared by the timeline.
+    pub start_ns: u64,
+    /// Duration in ns.
+    pub dur_ns: u64,
+}
+
+impl IoctlEvent {
+    /// End time.
+    pub fn end_ns(&self) -> u64 {
+        self.start_ns.saturating_add(self.dur_ns)
+    }
+}
+
+/// `KVM_RUN` durations are guest execution, not ioctl cost; they are never stalls.
+fn judged(name: &str) -> bool {
+    name != "KVM_RUN"
+}
+
+/// Unstalled cost per ioctl name: the fastest observation of that ioctl. With at least one
+/// unstalled observation this is the unstalled cost; when every observation stalled it is
+/// inflated, which can only hide a stall, never invent one.
+#[derive(Debug, Clone, Default)]
+pub struct Baselines {
+    fastest: HashMap<String, (u64, usize)>,
+    typical: u64,
+}
+
+impl Baselines {
+    /// Learns baselines from any number of timelines.
+    pub fn learn<'a>(events: impl IntoIterator<Item = &'a IoctlEvent>) -> Baselines {
+        let mut fastest: HashMap<String, (u64, usize)> = HashMap::new();
+        let mut all = Vec::new();
+        for e in events.into_iter().filter(|e| judged(&e.name)) {
+            let entry = fastest.entry(e.name.clone()).or_insert((u64::MAX, 0));
+            entry.0 = entry.0.min(e.dur_ns);
+            entry.1 += 1;
+            all.push(e.dur_ns);
+        }
+        all.sort_unstable();
+        let typical = all.get(all.len() / 2).copied().unwrap_or(0);
+        Baselines { fastest, typical }
+    }
+
+    /// The baseline of `name`. An ioctl seen once has no unstalled sibling to learn from; the
+    /// median of all ioctls stands in for it (KVM's construction ioctls all cost microseconds).
+    pub fn of(&self, name: &str) -> u64 {
+        match self.fastest.get(name) {
+            Some((fastest, count)) if *count > 1 => *fastest,
+            Some((fastest, _)) => (*fastest).min(self.typical),
+            None => self.typical,
+        }
+    }
+}
+
+/// A stalled ioctl.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stall {
+    /// Index of the stalled event in the timeline.
+    pub index: usize,
+    /// Its name.
+    pub name: String,
+    /// Its duration.
+    pub dur_ns: u64,
+    /// Duration beyond the baseline.
+    pub excess_ns: u64,
+    /// The excess in jiffies.
+    pub jiffies: f64,
+    /// The registration that started the grace period: (index, name), when one is in the window.
+    pub caused_by: Option<(usize, String)>,
+}
+
+/// How long after a registration its grace period can still be pending: generous, since
+/// SRCU's normal grace period is a few jiffies plus callback invocation.
+pub const MAX_GRACE_PERIOD_JIFFIES: u64 = 16;
+
+/// Finds the stalls of one timeline (events in issue order).
+pub fn find_stalls(events: &[IoctlEvent], baselines: &Baselines, jiffy_ns: u64) -> Vec<Stall> {
+    let threshold = jiffy_ns / 2;
+    let window = jiffy_ns.saturating_mul(MAX_GRACE_PERIOD_JIFFIES);
+    let mut pending: Option<usize> = None;
+    let mut stalls = Vec::new();
+    for (i, e) in events.iter().enumerate() {
+        if !judged(&e.name) {
+            continue;
+        }
+        // A grace period started too long ago has surely ended.
+        if let Some(p) = pending
+            && e.start_ns.saturating_sub(events[p].start_ns) > window
+        {
+            pending = None;
+        }
+        let excess = e.dur_ns.saturating_sub(baselines.of(&e.name));
+        if excess > threshold {
+            stalls.push(Stall {
+                index: i,
+                name: e.name.clone(),
+                dur_ns: e.dur_ns,
+                excess_ns: excess,
+                jiffies: excess as f64 / jiffy_ns.max(1) as f64,
+                caused_by: pending.map(|p| (p, events[p].name.clone())),
+            });
+            // The stalled call waited the grace period out.
+            pending = None;
+            continue;
+        }
+        match srcu_role(&e.name) {
+            SrcuRole::MemslotUpdate => pending = None,
+            SrcuRole::IoBusRegistration if pending.is_none() => pending = Some(i),
+            _ => {}
+        }
+    }
+    stalls
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const JIFFY: u64 = 4_000_000; // HZ=250
+
+    fn timeline(steps: &[(&str, u64)]) -> Vec<IoctlEvent> {
+        let mut t = 0;
+        steps
+            .iter()
+            .map(|(name, dur)| {
+                let e = IoctlEvent {
+                    name: (*name).into(),
+                    start_ns: t,
+                    dur_ns: *dur,
+                };
+                t += dur + 1_000;
+                e
+            })
+            .collect()
+    }
+
+    #[test]
+    fn memslot_after_irqchip_is_a_stall_caused_by_the_irqchip() {
+        let slow = timeline(&[
+            ("KVM_CREATE_VM", 200_000),
+            ("KVM_CREATE_IRQCHIP", 70_000),
+            ("KVM_CREATE_PIT2", 70_000),
+            ("KVM_SET_USER_MEMORY_REGION", 7_500_000),
+            ("KVM_CREATE_VCPU", 60_000),
+            ("KVM_RUN", 90_000),
+        ]);
+        let fast = timeline(&[
+            ("KVM_CREATE_VM", 200_000),
+            ("KVM_SET_USER_MEMORY_REGION", 40_000),
+            ("KVM_CREATE_IRQCHIP", 30_000),
+            ("KVM_CREATE_PIT2", 50_000),
+            ("KVM_CREATE_VCPU", 60_000),
+            ("KVM_RUN", 90_000),
+        ]);
+        let base = Baselines::learn(slow.iter().chain(&fast));
+        let stalls = find_stalls(&slow, &base, JIFFY);
+        assert_eq!(stalls.len(), 1);
+        let s = &stalls[0];
+        assert_eq!(
+            (s.index, s.name.as_str()),
+            (3, "KVM_SET_USER_MEMORY_REGION")
+        );
+        assert_eq!(s.caused_by, Some((1, "KVM_CREATE_IRQCHIP".into())));
+        assert_eq!(s.excess_ns, 7_460_000);
+        assert!((s.jiffies - 1.865).abs() < 1e-9);
+        assert!(find_stalls(&fast, &base, JIFFY).is_empty());
+    }
+
+    #[test]
+    fn the_first_registration_since_the_last_sync_gets_the_blame() {
+        // QEMU microvm: eight deferred ioeventfd registrations, the ninth waits.
+        let mut steps = vec![("KVM_CREATE_VM", 300_000)];
+        steps.extend(std::iter::repeat_n(("KVM_IOEVENTFD", 13_000), 8));
+        steps.push(("KVM_IOEVENTFD", 6_615_000));
+        steps.extend(std::iter::repeat_n(("KVM_IOEVENTFD", 26_000), 5));
+        let t = timeline(&steps);
+        let stalls = find_stalls(&t, &Baselines::learn(&t), JIFFY);
+        assert_eq!(stalls.len(), 1);
+        assert_eq!(stalls[0].index, 9);
+        assert_eq!(stalls[0].caused_by, Some((1, "KVM_IOEVENTFD".into())));
+    }
+
+    #[test]
+    fn an_unstalled_memslot_update_clears_the_pending_grace_period() {
+        let t = timeline(&[
+            ("KVM_CREATE_IRQCHIP", 70_000),
+            ("KVM_SET_USER_MEMORY_REGION", 40_000),
+            ("KVM_SET_USER_MEMORY_REGION", 40_000),
+            ("KVM_CREATE_VCPU", 60_000),
+            ("KVM_CREATE_VCPU", 6_000_000),
+        ]);
+        let stalls = find_stalls(&t, &Baselines::learn(&t), JIFFY);
+        assert_eq!(stalls.len(), 1);
+        assert_eq!(
+            stalls[0].caused_by, None,
+            "no registration since the last sync"
+        );
+    }
+
+    #[test]
+    fn slowness_below_half_a_jiffy_is_not_a_stall() {
+        let t = timeline(&[
+            ("KVM_IOEVENTFD", 13_000),
+            ("KVM_SET_USER_MEMORY_REGION", 40_000),
+            ("KVM_SET_USER_MEMORY_REGION", 40_000 + JIFFY / 2 - 1),
+        ]);
+        assert!(find_stalls(&t, &Baselines::learn(&t), JIFFY).is_empty());
+    }
+
+    #[test]
+    fn kvm_run_is_guest_time_never_a_stall() {
+        let t = timeline(&[
+            ("KVM_IOEVENTFD", 13_000),
+            ("KVM_RUN", 50_000_000),
+            ("KVM_RUN", 1_000),
+        ]);
+        assert!(find_stalls(&t, &Baselines::learn(&t), JIFFY).is_empty());
+    }
+
+    #[test]
+    fn registrations_older_than_the_window_are_not_blamed() {
+        let mut t = timeline(&[
+            ("KVM_CREATE_IRQCHIP", 70_000),
+            ("KVM_SET_USER_MEMORY_REGION", 40_000),
+        ]);
+        t.push(IoctlEvent {
+            name: "KVM_SET_USER_MEMORY_REGION".into(),
+            start_ns: JIFFY * (MAX_GRACE_PERIOD_JIFFIES + 5),
+            dur_ns: 6_000_000,
+        });
+        // Remove the sync in between so only the window can clear the pending registration.
+        t.remove(1);
+        let base = Baselines::learn(&t);
+        let stalls = find_stalls(&t, &base, JIFFY);
+        assert_eq!(stalls.len(), 1);
+        assert_eq!(stalls[0].caused_by, None);
+    }
+
+    #[test]
+    fn a_single_observation_is_judged_against_the_typical_ioctl() {
+        let t = timeline(&[
+            ("KVM_CREATE_VM", 300_000),
+            ("KVM_CREATE_IRQCHIP", 70_000),
+            ("KVM_SET_TSS_ADDR", 12_000),
+            ("KVM_ENABLE_CAP", 12_000),
+            ("KVM_SET_USER_MEMORY_REGION", 7_000_000),
+        ]);
+        let stalls = find_stalls(&t, &Baselines::learn(&t), JIFFY);
+        assert_eq!(stalls.len(), 1);
+        assert_eq!(stalls[0].caused_by, Some((1, "KVM_CREATE_IRQCHIP".into())));
+    }
+}

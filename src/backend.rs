@@ -1,0 +1,42 @@
+//! The one interface between scenarios and backends.
+//!
+//! A scenario builds a plan (a construction order, a touch pattern, ...), hands it to a
+//! `Backend`, and analyses what comes back; it never knows whether the numbers came from
+//! `/dev/kvm` or from the model. Each scenario adds one method here.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::kvm::host::HostInfo;
+use crate::scenario::lifecycle::{ConstructionPlan, ConstructionTrace};
+
+/// Which backend produced a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// Real guests on /dev/kvm.
+    Kvm,
+    /// The executable model of the kernel mechanisms.
+    Model,
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BackendKind::Kvm => "kvm",
+            BackendKind::Model => "model",
+        })
+    }
+}
+
+/// A source of samples.
+pub trait Backend {
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+
+    /// The host the samples describe.
+    fn host(&self) -> &HostInfo;
+
+    /// `lifecycle`: builds one VM in the plan's order and returns every ioctl's timing.
+    fn construct_vm(&mut self, plan: &ConstructionPlan) -> Result<ConstructionTrace, Error>;
+}

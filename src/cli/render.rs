@@ -1,0 +1,332 @@
+//! Terminal output: what a person reads at a glance. Every number carries its unit and its
+//! spread.
+
+use std::fmt::Write;
+
+use crate::analysis::compare::fmt_value;
+use crate::kvm::host::{HostInfo, KvmFlavour};
+use crate::kvm::trace::TraceReport;
+use crate::record::{MetricRecord, RunRecord};
+use crate::scenario::{self, ScenarioInfo};
+use crate::store::RunListing;
+
+fn yes_no(v: Option<bool>) -> &'static str {
+    match v {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "unknown",
+    }
+}
+
+/// `hvlab host`.
+pub fn host(h: &HostInfo) -> String {
+    let mut s = String::new();
+    let flavour = match h.kvm_flavour {
+        KvmFlavour::Vmx => "vmx (Intel VT-x)",
+        KvmFlavour::Svm => "svm (AMD-V)",
+        KvmFlavour::Pvm => {
+            "pvm (pagetable-based VM: shadow paging; guest CPL0 is emulated, CPL3 runs natively)"
+        }
+        KvmFlavour::Arm64 => "arm64",
+        KvmFlavour::None => "none",
+    };
+    let _ = writeln!(s, "kernel        {}", h.kernel);
+    let _ = writeln!(s, "cpu           {} ({} cores)", h.cpu, h.cores);
+    let _ = writeln!(s, "kvm           {flavour}");
+    let _ = writeln!(s, "/dev/kvm      {}", h.kvm_access);
+    let paging = match h.tdp {
+        Some(true) => "yes (EPT/NPT)",
+        Some(false) => "no (shadow paging)",
+        None => "unknown",
+    };
+    let _ = writeln!(s, "tdp           {paging}; tdp_mmu {}", yes_no(h.tdp_mmu));
+    let _ = writeln!(s, "vpmu          {}", yes_no(h.vpmu));
+    let _ = writeln!(
+        s,
+        "hz            {} (jiffy {:.1} ms; from {})",
+        h.hz,
+        h.jiffy_ns() as f64 / 1e6,
+        h.hz_source
+    );
+    let _ = writeln!(s, "thp           {}", h.thp);
+    if !h.capabilities.is_empty() {
+        let _ = writeln!(s, "capabilities");
+        for (cap, has) in &h.capabilities {
+            let _ = writeln!(s, "  {cap:<26} {}", if *has { "yes" } else { "no" });
+        }
+    }
+    let _ = writeln!(s, "scenarios");
+    for info in scenario::catalog() {
+        let backends: Vec<String> = info
+            .backends
+            .iter()
+            .map(|b| match b {
+                crate::backend::BackendKind::Kvm if !h.kvm_usable() => {
+                    "kvm (unavailable here)".to_string()
+                }
+                other => other.to_string(),
+            })
+            .collect();
+        let _ = writeln!(s, "  {:<12} {}", info.name, backends.join(", "));
+    }
+    let _ = write!(s, "hvlab         {} ({})", h.hvlab_version, h.git_rev);
+    s
+}
+
+/// `hvlab list`.
+pub fn list(catalog: &[&ScenarioInfo]) -> String {
+    let mut s = String::new();
+    for info in catalog {
+        let backends: Vec<String> = info.backends.iter().map(ToString::to_string).collect();
+        let _ = writeln!(s, "{} — {}", info.name, info.summary);
+        let _ = writeln!(s, "  backends: {}", backends.join(", "));
+        let _ = writeln!(s, "  variants:");
+        for v in info.variants {
+            let _ = writeln!(s, "    {:<20} {}", v.name, v.doc);
+        }
+        let _ = writeln!(s, "  parameters (--set key=value):");
+        for p in info.params {
+            let default = if p.default.is_empty() {
+                "unset"
+            } else {
+                p.default
+            };
+            let _ = writeln!(s, "    {:<12} {:<8} {}", p.name, default, p.doc);
+        }
+        let _ = writeln!(s, "  metrics:");
+        for m in info.metrics {
+            let _ = writeln!(s, "    {:<20} {:<6} {}", m.name, m.unit, m.doc);
+        }
+    }
+    s.trim_end().to_string()
+}
+
+fn metric_line(name: &str, m: &MetricRecord, width: usize) -> String {
+    let f = |v: f64| {
+        if m.unit == "count" {
+            format!("{v}")
+        } else {
+            fmt_value(v, "").trim_end().to_string()
+        }
+    };
+    let unit = if m.unit == "count" {
+        ""
+    } else {
+        m.unit.as_str()
+    };
+    format!(
+        "  {name:<width$}  {:>10} {unit:<5} 95% CI [{}, {}]   min {}  max {}  n={}",
+        f(m.median),
+        f(m.ci95[0]),
+        f(m.ci95[1]),
+        f(m.min),
+        f(m.max),
+        m.n
+    )
+}
+
+/// Orders metrics for reading: the headline first, then counts of findings, per-ioctl times,
+/// and KVM statistics last.
+fn metric_rank(headline: &str, name: &str) -> (u8, String) {
+    let rank = if name == headline {
+        0
+    } else if name.starts_with("ioctl.") {
+        2
+    } else if name.starts_with("kvm.") {
+        3
+    } else {
+        1
+    };
+    (rank, name.to_string())
+}
+
+/// One run, for the terminal. `verbose` adds KVM statistics.
+pub fn run(r: &RunRecord, verbose: bool) -> String {
+    let headline = scenario::find(&r.scenario).map_or("", |i| i.headline);
+    let mut s = String::new();
+    let _ = writeln!(s, "{} on {} — run {}", r.scenario, r.backend, r.run_id);
+    let h = &r.host;
+    let _ = writeln!(
+        s,
+        "host: {}, {}, {} ({}), vPMU {}, HZ={}, {} cores",
+        h.kernel,
+        h.cpu,
+        h.kvm_flavour,
+        match h.tdp {
+            Some(true) => "TDP",
+            Some(false) => "shadow paging",
+            None => "paging unknown",
+        },
+        if h.vpmu == Some(true) { "on" } else { "off" },
+        h.hz,
+        h.cores
+    );
+    let reps = r
+        .params
+        .get("reps")
+        .map_or("?".to_string(), ToString::to_string);
+    let warmup = r
+        .params
+        .get("warmup")
+        .map_or("?".to_string(), ToString::to_string);
+    let _ = writeln!(
+        s,
+        "{reps} repetitions per variant after {warmup} warm-up, variants interleaved"
+    );
+    for v in &r.variants {
+        let _ = writeln!(s);
+        if !v.is_ok() {
+            let _ = writeln!(s, "{}: {}", v.name, v.status);
+            continue;
+        }
+        let _ = writeln!(s, "{}", v.name);
+        let mut names: Vec<&String> = v.metrics.keys().collect();
+        names.sort_by_key(|n| metric_rank(headline, n));
+        let hidden = names.iter().filter(|n| n.starts_with("kvm.")).count();
+        let shown: Vec<&String> = names
+            .into_iter()
+            .filter(|n| verbose || !n.starts_with("kvm."))
+            .collect();
+        let width = shown.iter().map(|n| n.len()).max().unwrap_or(0);
+        for name in shown {
+            let _ = writeln!(s, "{}", metric_line(name, &v.metrics[name], width));
+        }
+        if !verbose && hidden > 0 {
+            let _ = writeln!(s, "  (+{hidden} KVM statistics: -v or --json shows them)");
+        }
+        for f in &v.findings {
+            let _ = writeln!(s, "  ! {}", f.message());
+        }
+    }
+    if !r.verdicts.is_empty() {
+        let _ = writeln!(s, "\nverdicts ({headline}, median with 95% bootstrap CI):");
+        for v in &r.verdicts {
+            let _ = writeln!(s, "  {}", v.text);
+        }
+    }
+    s.trim_end().to_string()
+}
+
+/// `hvlab runs`.
+pub fn runs(list: &[RunListing]) -> String {
+    if list.is_empty() {
+        return "no runs stored yet; `hvlab run lifecycle` or `hvlab suite` makes some".into();
+    }
+    let mut s = String::new();
+    let width = list.iter().map(|r| r.run_id.len()).max().unwrap_or(0);
+    for r in list {
+        let _ = writeln!(
+            s,
+            "{:<width$}  {:<10} {:<6} {:<20} {}",
+            r.run_id,
+            r.scenario,
+            r.backend,
+            format!("{} {}", r.kvm_flavour, r.kernel),
+            r.variants.join(",")
+        );
+    }
+    s.trim_end().to_string()
+}
+
+/// `hvlab trace`.
+pub fn trace(t: &TraceReport) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "traced: {}", t.command.join(" "));
+    let _ = writeln!(s, "{}; {} KVM ioctls", t.ended, t.ioctls.len());
+    match (t.first_run, t.ready_ms) {
+        (Some(i), Some(ready)) => {
+            let _ = writeln!(
+                s,
+                "first KVM_RUN after {ready:.2} ms (ioctl #{i}); {:.2} ms of that inside KVM ioctls",
+                t.pre_run_ioctl_ms
+            );
+        }
+        _ => {
+            let _ = writeln!(s, "no KVM_RUN seen");
+        }
+    }
+    let stalled: std::collections::HashMap<usize, &crate::kvm::trace::TraceStall> =
+        t.stalls.iter().map(|x| (x.index, x)).collect();
+    let _ = writeln!(
+        s,
+        "\nKVM ioctls before the first KVM_RUN (consecutive repeats folded):"
+    );
+    let pre = &t.ioctls[..t.first_run.unwrap_or(t.ioctls.len())];
+    let mut i = 0;
+    while i < pre.len() {
+        let name = pre[i].name;
+        let mut j = i;
+        while j + 1 < pre.len()
+            && pre[j + 1].name == name
+            && !stalled.contains_key(&(j + 1))
+            && !stalled.contains_key(&i)
+        {
+            j += 1;
+        }
+        let total: f64 = pre[i..=j].iter().map(|x| x.dur_ns as f64 / 1e6).sum();
+        let count = if j > i {
+            format!(" ×{}", j - i + 1)
+        } else {
+            String::new()
+        };
+        let mark = stalled.get(&i).map_or(String::new(), |st| {
+            format!(
+                "   <-- STALL {:.1} jiffies{}",
+                st.jiffies,
+                st.caused_by
+                    .as_ref()
+                    .zip(st.caused_by_index)
+                    .map_or(String::new(), |(c, ci)| format!(
+                        ", grace period started by {c} (#{ci})"
+                    ))
+            )
+        });
+        let _ = writeln!(
+            s,
+            "  #{i:<4} {:>9.3} ms  {:<30} {total:>8.3} ms{mark}",
+            pre[i].start_ns as f64 / 1e6,
+            format!("{name}{count}")
+        );
+        i = j + 1;
+    }
+    let _ = writeln!(s, "\nper ioctl (whole trace):");
+    let _ = writeln!(
+        s,
+        "  {:<30} {:>6} {:>11} {:>11} {:>11}",
+        "ioctl", "count", "total ms", "median ms", "max ms"
+    );
+    for x in &t.totals {
+        let _ = writeln!(
+            s,
+            "  {:<30} {:>6} {:>11.3} {:>11.3} {:>11.3}",
+            x.name, x.count, x.total_ms, x.median_ms, x.max_ms
+        );
+    }
+    let jiffy_ms = t.jiffy_ns as f64 / 1e6;
+    if t.stalls.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nno grace-period stalls (no ioctl exceeded its baseline by half a jiffy, {:.1} ms)",
+            jiffy_ms / 2.0
+        );
+    } else {
+        let total: f64 = t.stalls.iter().map(|x| x.duration_ms).sum();
+        let _ = writeln!(
+            s,
+            "\nstalls: {} totalling {total:.2} ms (jiffy {jiffy_ms:.1} ms)",
+            t.stalls.len()
+        );
+        for x in &t.stalls {
+            let cause = x.caused_by.as_ref().zip(x.caused_by_index).map_or(
+                "an SRCU grace period already in flight".to_string(),
+                |(c, i)| format!("the SRCU grace period started by {c} (#{i})"),
+            );
+            let _ = writeln!(
+                s,
+                "  ! {} (#{}) at {:.2} ms took {:.2} ms ({:.1} jiffies over baseline), waiting for {cause}",
+                x.ioctl, x.index, x.at_ms, x.duration_ms, x.jiffies
+            );
+        }
+    }
+    s.trim_end().to_string()
+}

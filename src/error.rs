@@ -1,0 +1,94 @@
+//! The top-level error and its exit code (DESIGN.md, "Output contract"): 2 bad input, 3 the
+//! host cannot run what was asked, 4 a measurement or storage failure. (1 is reserved for a
+//! failed verdict, which is not an error.)
+
+use crate::kvm::KvmError;
+use crate::kvm::trace::TraceError;
+use crate::store::StoreError;
+
+/// Bad input: the message names the problem and the fix.
+#[derive(Debug, thiserror::Error, displaydoc::Display)]
+pub enum InputError {
+    /// Unknown scenario `{0}`; known scenarios: {1}. `hvlab list` describes them.
+    UnknownScenario(String, String),
+    /// Unknown variant `{variant}` for scenario {scenario}; choose from: {known}.
+    UnknownVariant {
+        /// What was asked for.
+        variant: String,
+        /// The scenario.
+        scenario: String,
+        /// Its variants.
+        known: String,
+    },
+    /// Bad --set `{0}`: expected key=value, for example --set devices=8.
+    SetSyntax(String),
+    /// Unknown parameter `{key}` for scenario {scenario}; its parameters are: {known}.
+    UnknownParam {
+        /// What was given.
+        key: String,
+        /// The scenario.
+        scenario: String,
+        /// Its parameters.
+        known: String,
+    },
+    /// Bad value `{value}` for {key}: {why}.
+    BadValue {
+        /// The parameter.
+        key: String,
+        /// What was given.
+        value: String,
+        /// What is wrong and what would be right.
+        why: String,
+    },
+    /// Bad construction order: {0}.
+    BadOrder(String),
+    /// The {backend} backend cannot run scenario {scenario} yet; it runs on: {supported}.
+    BackendCannotRun {
+        /// The backend asked for.
+        backend: String,
+        /// The scenario.
+        scenario: String,
+        /// The backends that can.
+        supported: String,
+    },
+    /// No run matches `{0}`; `hvlab runs` lists the stored runs.
+    NoSuchRun(String),
+    /// `{0}` matches several runs ({1}); give more of the run id.
+    AmbiguousRun(String, String),
+    /// {0}
+    Other(String),
+}
+
+/// Everything that can stop a command.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad input.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// The KVM backend.
+    #[error(transparent)]
+    Kvm(#[from] KvmError),
+    /// The results store.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The tracer.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    /// Writing output.
+    #[error("cannot write output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+impl Error {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Input(_) => 2,
+            Error::Kvm(e) if e.is_host_limitation() => 3,
+            Error::Trace(e) if e.is_host_limitation() => 3,
+            Error::Trace(TraceError::NoCommand) => 2,
+            Error::Store(e) if e.is_bad_input() => 2,
+            _ => 4,
+        }
+    }
+}

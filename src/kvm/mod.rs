@@ -1,0 +1,153 @@
+//! The real backend: everything that talks to `/dev/kvm`.
+//!
+//! One file per KVM object or concern, in the manner of Firecracker's `vstate/`: the host probe,
+//! the timed VM builder, guest memory, the binary statistics reader, the guest payload, the KVM
+//! ioctl table, the strace-based tracer, and the scenario executors that drive them.
+
+pub mod guest;
+pub mod host;
+pub mod ioctl_table;
+pub mod lifecycle;
+pub mod memory;
+pub mod stats;
+pub mod trace;
+pub mod vm;
+
+use std::path::{Path, PathBuf};
+
+use kvm_ioctls::Kvm;
+
+/// Where hvlab looks for the KVM device; `HVLAB_KVM_DEVICE` overrides it (tests use this to
+/// exercise the missing-device path, and it helps on hosts with a renamed node).
+pub fn kvm_device_path() -> PathBuf {
+    std::env::var_os("HVLAB_KVM_DEVICE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/dev/kvm"))
+}
+
+/// Errors of the KVM backend. The doc comment of each variant is the message the user sees.
+#[derive(Debug, thiserror::Error, displaydoc::Display)]
+pub enum KvmError {
+    /// {0} does not exist: this host has no KVM. Load the module (`modprobe kvm_intel` or `modprobe kvm_amd`) or run on a host with hardware virtualization; the model backend still works (`--backend model`).
+    DeviceMissing(PathBuf),
+    /// Permission denied opening {0}: add your user to the `kvm` group (`sudo usermod -aG kvm $USER`, then log in again) or run as root.
+    PermissionDenied(PathBuf),
+    /// Cannot open {path}: {source}
+    Open {
+        /// The device node.
+        path: PathBuf,
+        /// What the kernel said.
+        source: std::io::Error,
+    },
+    /// unsupported: needs {0}, which this host's KVM does not offer
+    MissingCap(&'static str),
+    /// {op} failed: {source}
+    Ioctl {
+        /// The ioctl or step that failed, by its KVM name.
+        op: &'static str,
+        /// The errno.
+        source: kvm_ioctls::Error,
+    },
+    /// Cannot map {bytes} bytes of guest memory: {source}
+    Mmap {
+        /// Requested size.
+        bytes: usize,
+        /// The errno.
+        source: std::io::Error,
+    },
+    /// Cannot read KVM binary statistics: {0}
+    Stats(String),
+    /// The guest did not signal as expected: {0}
+    Guest(String),
+}
+
+impl KvmError {
+    /// True when the failure is the host's inability to run the request (exit code 3), as
+    /// opposed to a failure during a measurement.
+    pub fn is_host_limitation(&self) -> bool {
+        matches!(
+            self,
+            KvmError::DeviceMissing(_)
+                | KvmError::PermissionDenied(_)
+                | KvmError::Open { .. }
+                | KvmError::MissingCap(_)
+        )
+    }
+
+    /// Wraps an ioctl error with the KVM name of the operation.
+    pub fn ioctl(op: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> KvmError {
+        move |source| KvmError::Ioctl { op, source }
+    }
+}
+
+/// Opens the KVM device, turning the two common failures into messages that say what to do.
+pub fn open_kvm() -> Result<Kvm, KvmError> {
+    let path = kvm_device_path();
+    open_kvm_at(&path)
+}
+
+/// Opens the KVM device at `path`.
+pub fn open_kvm_at(path: &Path) -> Result<Kvm, KvmError> {
+    // Check existence and access ourselves first: the ioctl crate's error loses the path.
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(KvmError::DeviceMissing(path.to_path_buf()));
+        }
+        Err(source) => {
+            return Err(KvmError::Open {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+        Ok(_) => {}
+    }
+    let c_path = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
+        .map_err(|_| KvmError::Open {
+        path: path.to_path_buf(),
+        source: std::io::Error::other("the path contains a NUL byte"),
+    })?;
+    Kvm::new_with_path(&c_path).map_err(|e| {
+        if e.errno() == libc::EACCES || e.errno() == libc::EPERM {
+            KvmError::PermissionDenied(path.to_path_buf())
+        } else {
+            KvmError::Open {
+                path: path.to_path_buf(),
+                source: std::io::Error::from_raw_os_error(e.errno()),
+            }
+        }
+    })
+}
+
+/// The real backend.
+#[derive(Debug)]
+pub struct KvmBackend {
+    kvm: Kvm,
+    host: host::HostInfo,
+}
+
+impl KvmBackend {
+    /// Opens `/dev/kvm`; fails with a message that says what to do when it cannot.
+    pub fn new(host: host::HostInfo) -> Result<KvmBackend, KvmError> {
+        Ok(KvmBackend {
+            kvm: open_kvm()?,
+            host,
+        })
+    }
+}
+
+impl crate::backend::Backend for KvmBackend {
+    fn kind(&self) -> crate::backend::BackendKind {
+        crate::backend::BackendKind::Kvm
+    }
+
+    fn host(&self) -> &host::HostInfo {
+        &self.host
+    }
+
+    fn construct_vm(
+        &mut self,
+        plan: &crate::scenario::lifecycle::ConstructionPlan,
+    ) -> Result<crate::scenario::lifecycle::ConstructionTrace, crate::error::Error> {
+        Ok(lifecycle::construct(&self.kvm, plan)?)
+    }
+}

@@ -1,0 +1,225 @@
+//! The timed VM builder: every construction ioctl is a step with a start and a duration on one
+//! clock, so an ordering effect (a grace-period stall) shows up as one slow step.
+
+use std::time::{Duration, Instant};
+
+use kvm_bindings::{kvm_pit_config, kvm_userspace_memory_region};
+use kvm_ioctls::{IoEventAddress, Kvm, VcpuExit, VcpuFd, VmFd};
+use vmm_sys_util::eventfd::EventFd;
+
+use super::KvmError;
+use super::guest::{ENTRY_GPA, SIGNAL_MAGIC, SIGNAL_PORT, Watchdog};
+use super::memory::GuestMemory;
+
+/// One ioctl as the builder issued it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimedIoctl {
+    /// KVM name of the request.
+    pub name: &'static str,
+    /// Start, in ns since the builder's clock started (just before `KVM_CREATE_VM`).
+    pub start_ns: u64,
+    /// Duration in ns.
+    pub dur_ns: u64,
+}
+
+/// A VM under construction. Fields drop in declaration order: vCPUs and eventfds before the
+/// VM fd, the VM before the memory its memslots point at.
+#[derive(Debug)]
+pub struct Vm {
+    vcpus: Vec<VcpuFd>,
+    ioeventfds: Vec<EventFd>,
+    fd: VmFd,
+    memory: Vec<GuestMemory>,
+    clock: Instant,
+    log: Vec<TimedIoctl>,
+}
+
+fn ns_since(clock: Instant, t: Instant) -> u64 {
+    u64::try_from(t.duration_since(clock).as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Runs one ioctl and appends its timing to `log`, whether it succeeded or not.
+fn timed<T>(
+    log: &mut Vec<TimedIoctl>,
+    clock: Instant,
+    name: &'static str,
+    op: impl FnOnce() -> Result<T, kvm_ioctls::Error>,
+) -> Result<T, KvmError> {
+    let start = Instant::now();
+    let out = op();
+    let end = Instant::now();
+    log.push(TimedIoctl {
+        name,
+        start_ns: ns_since(clock, start),
+        dur_ns: ns_since(start, end),
+    });
+    out.map_err(KvmError::ioctl(name))
+}
+
+impl Vm {
+    /// `KVM_CREATE_VM`; the builder's clock starts just before it.
+    pub fn create(kvm: &Kvm) -> Result<Vm, KvmError> {
+        let clock = Instant::now();
+        let fd = kvm.create_vm().map_err(KvmError::ioctl("KVM_CREATE_VM"))?;
+        let end = Instant::now();
+        Ok(Vm {
+            vcpus: Vec::new(),
+            ioeventfds: Vec::new(),
+            fd,
+            memory: Vec::new(),
+            clock,
+            log: vec![TimedIoctl {
+                name: "KVM_CREATE_VM",
+                start_ns: 0,
+                dur_ns: ns_since(clock, end),
+            }],
+        })
+    }
+
+    fn timed<T>(
+        &mut self,
+        name: &'static str,
+        op: impl FnOnce(&VmFd, &mut Vec<VcpuFd>) -> Result<T, kvm_ioctls::Error>,
+    ) -> Result<T, KvmError> {
+        let (fd, vcpus) = (&self.fd, &mut self.vcpus);
+        timed(&mut self.log, self.clock, name, || op(fd, vcpus))
+    }
+
+    /// `KVM_SET_TSS_ADDR` (VMX needs three pages for real-mode emulation; other flavours accept
+    /// and ignore it).
+    pub fn set_tss_addr(&mut self, gpa: usize) -> Result<(), KvmError> {
+        self.timed("KVM_SET_TSS_ADDR", |vm, _| vm.set_tss_address(gpa))
+    }
+
+    /// `KVM_CREATE_IRQCHIP`: the PIC pair and IOAPIC, registered on the PIO and MMIO buses.
+    pub fn create_irqchip(&mut self) -> Result<(), KvmError> {
+        self.timed("KVM_CREATE_IRQCHIP", |vm, _| vm.create_irq_chip())
+    }
+
+    /// `KVM_CREATE_PIT2`: the i8254, registered on the PIO bus.
+    pub fn create_pit2(&mut self) -> Result<(), KvmError> {
+        self.timed("KVM_CREATE_PIT2", |vm, _| {
+            vm.create_pit2(kvm_pit_config::default())
+        })
+    }
+
+    /// `KVM_SET_USER_MEMORY_REGION` mapping `memory` at `gpa` in the next free slot.
+    pub fn add_memslot(&mut self, gpa: u64, memory: GuestMemory) -> Result<u32, KvmError> {
+        let slot = u32::try_from(self.memory.len())
+            .map_err(|_| KvmError::Guest("too many memslots".into()))?;
+        let region = kvm_userspace_memory_region {
+            slot,
+            guest_phys_addr: gpa,
+            memory_size: memory.len() as u64,
+            userspace_addr: memory.host_addr(),
+            flags: 0,
+        };
+        // The memory moves into `self` before the ioctl so it provably outlives the memslot.
+        self.memory.push(memory);
+        self.timed("KVM_SET_USER_MEMORY_REGION", |vm, _| {
+            // SAFETY: the region describes a live mapping owned by this Vm, which drops the VM
+            // fd (and with it the memslot) before unmapping.
+            unsafe { vm.set_user_memory_region(region) }
+        })?;
+        Ok(slot)
+    }
+
+    /// `KVM_CREATE_VCPU` with the next id; returns its index.
+    pub fn create_vcpu(&mut self) -> Result<usize, KvmError> {
+        let id = self.vcpus.len() as u64;
+        self.timed("KVM_CREATE_VCPU", |vm, vcpus| {
+            vcpus.push(vm.create_vcpu(id)?);
+            Ok(())
+        })?;
+        Ok(self.vcpus.len() - 1)
+    }
+
+    /// `KVM_IOEVENTFD` on a 4-byte MMIO doorbell with a datamatch, the way virtio-mmio VMMs
+    /// register queue notifications.
+    pub fn register_ioeventfd_mmio(&mut self, gpa: u64, datamatch: u32) -> Result<(), KvmError> {
+        let evt = EventFd::new(libc::EFD_NONBLOCK).map_err(|e| KvmError::Ioctl {
+            op: "eventfd",
+            source: kvm_ioctls::Error::new(e.raw_os_error().unwrap_or(libc::EIO)),
+        })?;
+        self.timed("KVM_IOEVENTFD", |vm, _| {
+            vm.register_ioevent(&evt, &IoEventAddress::Mmio(gpa), datamatch)
+        })?;
+        self.ioeventfds.push(evt);
+        Ok(())
+    }
+
+    /// Points vCPU `index` at the real-mode payload and runs it until the guest writes the
+    /// signal byte. A guest that exits any other way is an error carrying the exit and `rip`; one
+    /// that neither signals nor exits within `timeout` is interrupted by a watchdog.
+    pub fn run_until_signal(&mut self, index: usize, timeout: Duration) -> Result<(), KvmError> {
+        let (clock, log) = (self.clock, &mut self.log);
+        let vcpu = self
+            .vcpus
+            .get_mut(index)
+            .ok_or_else(|| KvmError::Guest(format!("no vCPU {index} to run")))?;
+        // Real mode at the payload: CS base 0, IP at the entry point.
+        let mut sregs = timed(log, clock, "KVM_GET_SREGS", || vcpu.get_sregs())?;
+        sregs.cs.base = 0;
+        sregs.cs.selector = 0;
+        timed(log, clock, "KVM_SET_SREGS", || vcpu.set_sregs(&sregs))?;
+        let mut regs = timed(log, clock, "KVM_GET_REGS", || vcpu.get_regs())?;
+        regs.rip = ENTRY_GPA;
+        regs.rflags = 0x2;
+        timed(log, clock, "KVM_SET_REGS", || vcpu.set_regs(&regs))?;
+
+        let watchdog = Watchdog::arm(timeout)?;
+        let outcome = loop {
+            let start = Instant::now();
+            let exit = vcpu.run();
+            let end = Instant::now();
+            log.push(TimedIoctl {
+                name: "KVM_RUN",
+                start_ns: ns_since(clock, start),
+                dur_ns: ns_since(start, end),
+            });
+            match exit {
+                Ok(VcpuExit::IoOut(port, data))
+                    if port == SIGNAL_PORT && data.first() == Some(&SIGNAL_MAGIC) =>
+                {
+                    break Ok(());
+                }
+                Ok(other) => break Err(format!("unexpected exit {other:?}")),
+                Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
+                    break Err(format!(
+                        "no signal within {timeout:?} (watchdog interrupted KVM_RUN)"
+                    ));
+                }
+                Err(e) => break Err(format!("KVM_RUN failed: {e}")),
+            }
+        };
+        drop(watchdog);
+        vcpu.set_kvm_immediate_exit(0);
+        outcome.map_err(|why| {
+            let rip = vcpu
+                .get_regs()
+                .map(|r| format!("{:#x}", r.rip))
+                .unwrap_or_else(|_| "?".into());
+            KvmError::Guest(format!("{why}; vCPU {index} rip={rip}"))
+        })
+    }
+
+    /// ns since the clock started.
+    pub fn elapsed_ns(&self) -> u64 {
+        ns_since(self.clock, Instant::now())
+    }
+
+    /// Every ioctl issued so far, in order.
+    pub fn log(&self) -> &[TimedIoctl] {
+        &self.log
+    }
+
+    /// The VM fd.
+    pub fn fd(&self) -> &VmFd {
+        &self.fd
+    }
+
+    /// vCPU `index`.
+    pub fn vcpu(&self, index: usize) -> Option<&VcpuFd> {
+        self.vcpus.get(index)
+    }
+}

@@ -1,0 +1,5 @@
+//! The `hvlab` command.
+
+fn main() -> std::process::ExitCode {
+    hvlab::cli::main()
+}

@@ -1,0 +1,196 @@
+//! The run record: what a run produced, in the shape of the output contract (DESIGN.md,
+//! "Output contract"). The store persists it, `--json` prints it, the report reads it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize, Serializer};
+
+use crate::analysis::compare::Verdict;
+use crate::analysis::statistics::Summary;
+use crate::kvm::host::HostInfo;
+
+/// One run: scenario × backend × variants × repetitions on one host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// `<started_at>-<scenario>-<backend>-<4 hex>`.
+    pub run_id: String,
+    /// Scenario name.
+    pub scenario: String,
+    /// `kvm` or `model`.
+    pub backend: String,
+    /// The model's cost profile, when the backend is the model.
+    pub profile: Option<String>,
+    /// Host fingerprint.
+    pub host: HostInfo,
+    /// Every parameter in effect, defaults included.
+    pub params: BTreeMap<String, serde_json::Value>,
+    /// RFC 3339, UTC.
+    pub started_at: String,
+    /// RFC 3339, UTC.
+    pub finished_at: String,
+    /// Results per variant, in the order they were asked for.
+    pub variants: Vec<VariantRecord>,
+    /// Comparisons of the variants on the scenario's headline metric.
+    #[serde(default)]
+    pub verdicts: Vec<Verdict>,
+}
+
+impl RunRecord {
+    /// The variant called `name`.
+    pub fn variant(&self, name: &str) -> Option<&VariantRecord> {
+        self.variants.iter().find(|v| v.name == name)
+    }
+}
+
+/// One variant's results.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VariantRecord {
+    /// Variant name.
+    pub name: String,
+    /// `ok`, `unsupported: …` (the host cannot run it) or `failed: …`.
+    pub status: String,
+    /// Metric name → summary and samples.
+    pub metrics: BTreeMap<String, MetricRecord>,
+    /// What the analysis found, in plain terms.
+    #[serde(default)]
+    pub findings: Vec<Finding>,
+}
+
+impl VariantRecord {
+    /// Whether the variant produced samples.
+    pub fn is_ok(&self) -> bool {
+        self.status == "ok"
+    }
+}
+
+/// One metric of one variant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricRecord {
+    /// `ms`, `ns`, `count`, ...
+    pub unit: String,
+    /// Median of the samples.
+    #[serde(serialize_with = "compact")]
+    pub median: f64,
+    /// 95% bootstrap CI of the median.
+    #[serde(serialize_with = "compact_pair")]
+    pub ci95: [f64; 2],
+    /// Smallest sample.
+    #[serde(serialize_with = "compact")]
+    pub min: f64,
+    /// Largest sample.
+    #[serde(serialize_with = "compact")]
+    pub max: f64,
+    /// Sample count.
+    pub n: usize,
+    /// Every sample, in repetition order.
+    #[serde(serialize_with = "compact_vec")]
+    pub samples: Vec<f64>,
+}
+
+impl MetricRecord {
+    /// Summarises samples of a metric.
+    pub fn new(unit: &str, samples: Vec<f64>, seed: u64) -> MetricRecord {
+        let s = Summary::of(&samples, seed);
+        MetricRecord {
+            unit: unit.to_string(),
+            median: s.median,
+            ci95: s.ci95,
+            min: s.min,
+            max: s.max,
+            n: s.n,
+            samples,
+        }
+    }
+}
+
+/// Something the analysis found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Finding {
+    /// An ioctl waited for an SRCU grace period started by an earlier registration.
+    SrcuStall {
+        /// The stalled ioctl.
+        ioctl: String,
+        /// Its position in the construction order (0-based index of the ioctl).
+        step: usize,
+        /// The registration that started the grace period, when one was found.
+        caused_by: Option<String>,
+        /// Median duration of the stalled ioctl over the repetitions where it stalled.
+        median_ms: f64,
+        /// Median excess over its unstalled baseline, in jiffies.
+        jiffies: f64,
+        /// Repetitions in which this step stalled.
+        stalled_reps: usize,
+        /// Repetitions measured.
+        reps: usize,
+        /// The sentence hvlab prints.
+        message: String,
+    },
+}
+
+impl Finding {
+    /// The sentence for people.
+    pub fn message(&self) -> &str {
+        match self {
+            Finding::SrcuStall { message, .. } => message,
+        }
+    }
+}
+
+/// Integers as integers (counts stay exact), everything else rounded to 9 significant
+/// decimals so binary noise like 0.30000000000000004 does not reach the output.
+fn compact<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if v.fract() == 0.0 && v.abs() < 9.0e15 {
+        // Exactly integral and within i64's exact range.
+        #[allow(clippy::cast_possible_truncation)]
+        return s.serialize_i64(*v as i64);
+    }
+    if !v.is_finite() {
+        return s.serialize_none();
+    }
+    let rounded = format!("{v:.9}").parse::<f64>().unwrap_or(*v);
+    s.serialize_f64(rounded)
+}
+
+fn compact_pair<S: Serializer>(v: &[f64; 2], s: S) -> Result<S::Ok, S::Error> {
+    compact_vec(&v.to_vec(), s)
+}
+
+fn compact_vec<S: Serializer>(v: &Vec<f64>, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeSeq;
+    struct Compact(f64);
+    impl Serialize for Compact {
+        fn serialize<S2: Serializer>(&self, s: S2) -> Result<S2::Ok, S2::Error> {
+            compact(&self.0, s)
+        }
+    }
+    let mut seq = s.serialize_seq(Some(v.len()))?;
+    for x in v {
+        seq.serialize_element(&Compact(*x))?;
+    }
+    seq.end()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_serialize_as_exact_integers_and_times_without_binary_noise() {
+        let m = MetricRecord::new("count", vec![65537.0, 65537.0, 65537.0], 1);
+        let j = serde_json::to_string(&m).unwrap();
+        assert!(j.contains("\"median\":65537,"), "{j}");
+        assert!(j.contains("\"samples\":[65537,65537,65537]"), "{j}");
+        let t = MetricRecord::new("ms", vec![0.1 + 0.2], 1);
+        let j = serde_json::to_string(&t).unwrap();
+        assert!(j.contains("0.3,") || j.contains("0.3]"), "{j}");
+    }
+
+    #[test]
+    fn records_round_trip_through_json() {
+        let m = MetricRecord::new("ms", vec![7.5, 7.6, 7.4], 3);
+        let back: MetricRecord = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+        assert_eq!(back.samples, m.samples);
+        assert_eq!(back.median, m.median);
+    }
+}

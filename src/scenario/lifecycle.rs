@@ -1,0 +1,676 @@
+//! `lifecycle`: VM construction order against SRCU grace periods on the I/O buses.
+//!
+//! KVM keeps each VM's I/O buses as sorted arrays read under `kvm->srcu`. Registering a device
+//! (`KVM_CREATE_IRQCHIP`'s PIC and IOAPIC, `KVM_CREATE_PIT2`, `KVM_IOEVENTFD`, ...) copies the
+//! array in `kvm_io_bus_register_dev`, publishes the copy and frees the old one after a grace
+//! period; Linux 6.18 defers that free with `call_srcu`, which returns at once but starts a
+//! *normal* grace period lasting a few jiffies. A later memslot update swaps memslots with
+//! `synchronize_srcu_expedited` (`kvm_swap_active_memslots`), which cannot complete before the
+//! normal grace period already in flight — so the order in which a VMM builds a VM decides
+//! whether it is ready in a tenth of a millisecond or after several jiffies.
+//!
+//! Each repetition builds a fresh VM in one order, timing every ioctl from `KVM_CREATE_VM` to
+//! the first guest exit. The named orders:
+//! - `irqchip-first`: create VM, irqchip, PIT, memslot, vCPUs, ioeventfds, run.
+//! - `memslots-first`: the memslot before any device registration.
+//! - `devices-after-vcpus`: memslot first, ioeventfds only once the vCPUs exist.
+//! - `qemu-order`: what QEMU's `pc` machine does. `kvm_init()` in `accel/kvm/kvm-all.c`
+//!   creates the VM, calls `kvm_arch_init()` (`target/i386/kvm/kvm.c`: `KVM_SET_TSS_ADDR`) and
+//!   `kvm_irqchip_create()`; machine init then registers the virtio/PCI ioeventfds through the
+//!   memory listener (`kvm_mem_ioeventfd_add`), the vCPU threads create their vCPUs, RAM
+//!   memslots are committed, and the PIT (`hw/i386/kvm/i8254.c`, `kvm_pit_realizefn`) comes
+//!   last. Confirmed with `hvlab trace` on QEMU 7.2 (`-M pc -smp 2`) on this kind of host.
+//! - `firecracker-order`: Firecracker's `create_vmm_and_vcpus()` (`src/vmm/src/builder.rs`)
+//!   creates the VM with `KVM_SET_TSS_ADDR` (`src/vmm/src/arch/x86_64/vm.rs`, `ArchVm::new`),
+//!   sets up the irqchip and PIT in `arch_pre_create_vcpus()` → `setup_irqchip()`, creates the
+//!   vCPUs, then `register_memory_regions()`, then attaches virtio-mmio devices (one
+//!   `KVM_IOEVENTFD` per queue).
+//!
+//! `--set order=create-vm,memslot,irqchip,...` runs a custom order as variant `custom`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use super::params::{ParamInfo, Settings};
+use super::runner::{self, Progress, RunRequest, ScenarioOutcome};
+use super::{MetricInfo, ScenarioInfo, VariantInfo};
+use crate::analysis::compare::{compare, fmt_value};
+use crate::analysis::stall::{Baselines, IoctlEvent, find_stalls};
+use crate::analysis::statistics::{median, seed_for};
+use crate::backend::{Backend, BackendKind};
+use crate::error::{Error, InputError};
+use crate::record::{Finding, MetricRecord, VariantRecord};
+
+/// The catalog entry.
+pub static INFO: ScenarioInfo = ScenarioInfo {
+    name: "lifecycle",
+    summary: "VM construction order vs SRCU grace periods: which order stalls a memslot update, by how much",
+    variants: &VARIANTS,
+    params: &PARAMS,
+    metrics: &METRICS,
+    headline: "ready_ms",
+    backends: &[BackendKind::Kvm],
+};
+
+static VARIANTS: [VariantInfo; 5] = [
+    VariantInfo {
+        name: "irqchip-first",
+        doc: "create VM, irqchip, PIT, memslot, vCPUs, ioeventfds, run",
+    },
+    VariantInfo {
+        name: "memslots-first",
+        doc: "create VM, memslot, irqchip, PIT, ioeventfds, vCPUs, run",
+    },
+    VariantInfo {
+        name: "devices-after-vcpus",
+        doc: "create VM, memslot, irqchip, PIT, vCPUs, ioeventfds, run",
+    },
+    VariantInfo {
+        name: "qemu-order",
+        doc: "QEMU pc: create VM, TSS, irqchip, ioeventfds, vCPUs, memslot, PIT, run",
+    },
+    VariantInfo {
+        name: "firecracker-order",
+        doc: "Firecracker: create VM, TSS, irqchip, PIT, vCPUs, memslot, ioeventfds, run",
+    },
+];
+
+static PARAMS: [ParamInfo; 5] = [
+    ParamInfo {
+        name: "vcpus",
+        default: "1",
+        doc: "vCPUs created (1-64); vCPU 0 runs the guest",
+    },
+    ParamInfo {
+        name: "devices",
+        default: "8",
+        doc: "ioeventfds registered (0-256), one per virtio queue doorbell",
+    },
+    ParamInfo {
+        name: "order",
+        default: "",
+        doc: "custom order, comma-separated steps: create-vm,tss,irqchip,pit,memslot,vcpus,ioeventfds,run",
+    },
+    ParamInfo {
+        name: "mem_mib",
+        default: "16",
+        doc: "guest RAM in the memslot, MiB",
+    },
+    ParamInfo {
+        name: "timeout_ms",
+        default: "2000",
+        doc: "watchdog for the first KVM_RUN, ms",
+    },
+];
+
+static METRICS: [MetricInfo; 5] = [
+    MetricInfo {
+        name: "ready_ms",
+        unit: "ms",
+        doc: "KVM_CREATE_VM to the first guest exit, per VM",
+    },
+    MetricInfo {
+        name: "ioctl.<NAME>_ms",
+        unit: "ms",
+        doc: "total time in each KVM ioctl during construction, per VM",
+    },
+    MetricInfo {
+        name: "stalls",
+        unit: "count",
+        doc: "ioctls slower than their unstalled baseline by more than half a jiffy, per VM",
+    },
+    MetricInfo {
+        name: "kvm.vm.<stat>",
+        unit: "count",
+        doc: "VM binary statistics accumulated from creation to the first exit, per VM",
+    },
+    MetricInfo {
+        name: "kvm.vcpu.<stat>",
+        unit: "count",
+        doc: "vCPU 0 binary statistics from creation to the first exit, per VM",
+    },
+];
+
+/// One construction step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Step {
+    /// `KVM_CREATE_VM`.
+    CreateVm,
+    /// `KVM_SET_TSS_ADDR`.
+    TssAddr,
+    /// `KVM_CREATE_IRQCHIP`.
+    Irqchip,
+    /// `KVM_CREATE_PIT2`.
+    Pit,
+    /// `KVM_SET_USER_MEMORY_REGION` for guest RAM.
+    Memslot,
+    /// `KVM_CREATE_VCPU` × vcpus.
+    Vcpus,
+    /// `KVM_IOEVENTFD` × devices.
+    Ioeventfds,
+    /// The first `KVM_RUN` of vCPU 0, until the guest signals.
+    Run,
+}
+
+impl Step {
+    /// Every step, in the names `--set order=` takes.
+    pub const ALL: [Step; 8] = [
+        Step::CreateVm,
+        Step::TssAddr,
+        Step::Irqchip,
+        Step::Pit,
+        Step::Memslot,
+        Step::Vcpus,
+        Step::Ioeventfds,
+        Step::Run,
+    ];
+
+    /// The name in `--set order=`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::CreateVm => "create-vm",
+            Step::TssAddr => "tss",
+            Step::Irqchip => "irqchip",
+            Step::Pit => "pit",
+            Step::Memslot => "memslot",
+            Step::Vcpus => "vcpus",
+            Step::Ioeventfds => "ioeventfds",
+            Step::Run => "run",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Step> {
+        Step::ALL.into_iter().find(|step| step.name() == s)
+    }
+}
+
+use Step::{CreateVm, Ioeventfds, Irqchip, Memslot, Pit, Run, TssAddr, Vcpus};
+
+/// The steps of a named variant.
+pub fn order_of(variant: &str) -> Option<Vec<Step>> {
+    let steps: &[Step] = match variant {
+        "irqchip-first" => &[CreateVm, Irqchip, Pit, Memslot, Vcpus, Ioeventfds, Run],
+        "memslots-first" => &[CreateVm, Memslot, Irqchip, Pit, Ioeventfds, Vcpus, Run],
+        "devices-after-vcpus" => &[CreateVm, Memslot, Irqchip, Pit, Vcpus, Ioeventfds, Run],
+        "qemu-order" => &[
+            CreateVm, TssAddr, Irqchip, Ioeventfds, Vcpus, Memslot, Pit, Run,
+        ],
+        "firecracker-order" => &[
+            CreateVm, TssAddr, Irqchip, Pit, Vcpus, Memslot, Ioeventfds, Run,
+        ],
+        _ => return None,
+    };
+    Some(steps.to_vec())
+}
+
+/// Parses `--set order=` into steps.
+pub fn parse_order(text: &str) -> Result<Vec<Step>, InputError> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            Step::parse(s).ok_or_else(|| {
+                InputError::BadOrder(format!(
+                    "unknown step `{s}`; steps are {}",
+                    Step::ALL.map(Step::name).join(", ")
+                ))
+            })
+        })
+        .collect()
+}
+
+/// One VM to build.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConstructionPlan {
+    /// Steps in order.
+    pub steps: Vec<Step>,
+    /// vCPUs to create.
+    pub vcpus: u32,
+    /// ioeventfds to register.
+    pub devices: u32,
+    /// Guest RAM bytes.
+    pub mem_bytes: usize,
+    /// Watchdog for the first run.
+    pub run_timeout: Duration,
+}
+
+impl ConstructionPlan {
+    /// Rejects orders KVM cannot execute, saying why, before any VM is built.
+    pub fn validate(&self) -> Result<(), InputError> {
+        let bad = |why: String| Err(InputError::BadOrder(why));
+        let pos = |s: Step| self.steps.iter().position(|x| *x == s);
+        if self.steps.first() != Some(&CreateVm) {
+            return bad("the order must start with create-vm".into());
+        }
+        if self.steps.last() != Some(&Run) {
+            return bad("the order must end with run".into());
+        }
+        let mut seen = BTreeSet::new();
+        for s in &self.steps {
+            if !seen.insert(*s) {
+                return bad(format!("step {} appears twice", s.name()));
+            }
+        }
+        for needed in [Memslot, Vcpus] {
+            if pos(needed).is_none() {
+                return bad(format!(
+                    "the guest cannot run without the {} step",
+                    needed.name()
+                ));
+            }
+        }
+        if let Some(pit) = pos(Pit) {
+            if pos(Irqchip).is_none_or(|irq| irq > pit) {
+                return bad("pit needs the in-kernel irqchip: put irqchip before pit".into());
+            }
+        }
+        if let (Some(irq), Some(vcpus)) = (pos(Irqchip), pos(Vcpus))
+            && irq > vcpus
+        {
+            return bad(
+                "KVM rejects KVM_CREATE_IRQCHIP once a vCPU exists: put irqchip before vcpus"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// One VM's construction as a backend observed it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConstructionTrace {
+    /// Every ioctl in issue order.
+    pub ioctls: Vec<IoctlEvent>,
+    /// `KVM_CREATE_VM` to the first guest exit, ns.
+    pub ready_ns: u64,
+    /// KVM statistics accumulated since creation: (metric name, unit, value).
+    pub kvm_stats: Vec<(String, String, i128)>,
+}
+
+/// Runs the scenario.
+pub fn run(
+    backend: &mut dyn Backend,
+    settings: &Settings,
+    request: &RunRequest,
+    progress: &dyn Progress,
+) -> Result<ScenarioOutcome, Error> {
+    let vcpus = settings.u32_in("vcpus", 1..=64)?;
+    let devices = settings.u32_in("devices", 0..=256)?;
+    let mem_mib = settings.u32_in("mem_mib", 1..=4096)?;
+    let timeout_ms = settings.u32_in("timeout_ms", 10..=60_000)?;
+    let mut chosen: Vec<(String, Vec<Step>)> = Vec::new();
+    let custom = settings.raw("order");
+    if !custom.is_empty() {
+        chosen.push(("custom".into(), parse_order(custom)?));
+    }
+    let named: Vec<String> = if request.variants.is_empty() && custom.is_empty() {
+        VARIANTS.iter().map(|v| v.name.to_string()).collect()
+    } else {
+        request.variants.clone()
+    };
+    for name in named {
+        let steps = order_of(&name).ok_or_else(|| InputError::UnknownVariant {
+            variant: name.clone(),
+            scenario: INFO.name.into(),
+            known: VARIANTS
+                .iter()
+                .map(|v| v.name)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })?;
+        chosen.push((name, steps));
+    }
+    let plans = chosen
+        .iter()
+        .map(|(_, steps)| {
+            let plan = ConstructionPlan {
+                steps: steps.clone(),
+                vcpus,
+                devices,
+                mem_bytes: mem_mib as usize * (1 << 20),
+                run_timeout: Duration::from_millis(u64::from(timeout_ms)),
+            };
+            plan.validate().map(|()| plan)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let names: Vec<String> = chosen.into_iter().map(|(n, _)| n).collect();
+    let results = runner::repeat(&names, request, progress, |vi| {
+        backend.construct_vm(&plans[vi])
+    });
+    Ok(analyse(
+        &names,
+        &results,
+        backend.host().jiffy_ns(),
+        request.seed,
+    ))
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// Turns the timelines of every variant into metrics, stall findings and verdicts. Baselines
+/// are learned across all variants: an ioctl's unstalled cost comes from the orders in which
+/// it does not stall.
+pub fn analyse(
+    names: &[String],
+    results: &[Result<Vec<ConstructionTrace>, String>],
+    jiffy_ns: u64,
+    seed: u64,
+) -> ScenarioOutcome {
+    let baselines = Baselines::learn(
+        results
+            .iter()
+            .filter_map(|r| r.as_ref().ok())
+            .flatten()
+            .flat_map(|t| &t.ioctls),
+    );
+    let variants: Vec<VariantRecord> = names
+        .iter()
+        .zip(results)
+        .map(|(name, result)| match result {
+            Err(status) => VariantRecord {
+                name: name.clone(),
+                status: status.clone(),
+                metrics: BTreeMap::new(),
+                findings: Vec::new(),
+            },
+            Ok(traces) => analyse_variant(name, traces, &baselines, jiffy_ns, seed),
+        })
+        .collect();
+    let verdicts = verdicts(&variants, seed);
+    ScenarioOutcome { variants, verdicts }
+}
+
+fn analyse_variant(
+    name: &str,
+    traces: &[ConstructionTrace],
+    baselines: &Baselines,
+    jiffy_ns: u64,
+    seed: u64,
+) -> VariantRecord {
+    let mut series: BTreeMap<String, (String, Vec<f64>)> = BTreeMap::new();
+    let mut push = |metric: String, unit: &str, rep: usize, value: f64| {
+        let entry = series
+            .entry(metric)
+            .or_insert_with(|| (unit.to_string(), Vec::new()));
+        // A metric absent from earlier repetitions (a statistic that did not move) was zero.
+        entry.1.resize(rep, 0.0);
+        entry.1.push(value);
+    };
+    // (step index, ioctl, cause) -> (durations ns, jiffies) over the reps where it stalled.
+    let mut stalled: BTreeMap<(usize, String, Option<String>), (Vec<f64>, Vec<f64>)> =
+        BTreeMap::new();
+    for (rep, trace) in traces.iter().enumerate() {
+        push("ready_ms".into(), "ms", rep, ms(trace.ready_ns));
+        let mut per_ioctl: BTreeMap<&str, u64> = BTreeMap::new();
+        for e in &trace.ioctls {
+            *per_ioctl.entry(e.name.as_str()).or_default() += e.dur_ns;
+        }
+        for (ioctl, ns) in per_ioctl {
+            push(format!("ioctl.{ioctl}_ms"), "ms", rep, ms(ns));
+        }
+        let stalls = find_stalls(&trace.ioctls, baselines, jiffy_ns);
+        push("stalls".into(), "count", rep, stalls.len() as f64);
+        for s in stalls {
+            let entry = stalled
+                .entry((s.index, s.name, s.caused_by.map(|(_, n)| n)))
+                .or_default();
+            entry.0.push(s.dur_ns as f64);
+            entry.1.push(s.jiffies);
+        }
+        for (stat, unit, value) in &trace.kvm_stats {
+            push(stat.clone(), unit, rep, *value as f64);
+        }
+    }
+    let reps = traces.len();
+    let metrics = series
+        .into_iter()
+        .map(|(metric, (unit, mut samples))| {
+            samples.resize(reps, 0.0);
+            let record = MetricRecord::new(&unit, samples, seed_for(seed, &[name, &metric]));
+            (metric, record)
+        })
+        .collect();
+    let findings = stalled
+        .into_iter()
+        .map(|((step, ioctl, caused_by), (durs, jiffies))| {
+            let median_ms = median(&durs) / 1e6;
+            let jiffies = median(&jiffies);
+            let cause = caused_by.as_deref().map_or_else(
+                || "an SRCU grace period already in flight".to_string(),
+                |c| format!("the SRCU grace period started by {c}"),
+            );
+            let baseline = ms(baselines.of(&ioctl));
+            let message = format!(
+                "{ioctl} (ioctl #{step}) waited for {cause}: {median_ms:.2} ms, {jiffies:.1} jiffies over its {baseline:.3} ms baseline, in {} of {reps} reps",
+                durs.len()
+            );
+            Finding::SrcuStall {
+                ioctl,
+                step,
+                caused_by,
+                median_ms,
+                jiffies,
+                stalled_reps: durs.len(),
+                reps,
+                message,
+            }
+        })
+        .collect();
+    VariantRecord {
+        name: name.to_string(),
+        status: "ok".into(),
+        metrics,
+        findings,
+    }
+}
+
+/// Every variant against the fastest on `ready_ms`, with the stall that explains the gap.
+fn verdicts(variants: &[VariantRecord], seed: u64) -> Vec<crate::analysis::compare::Verdict> {
+    let headline = INFO.headline;
+    let ok: Vec<&VariantRecord> = variants
+        .iter()
+        .filter(|v| v.is_ok() && v.metrics.contains_key(headline))
+        .collect();
+    let Some(fastest) = ok.iter().min_by(|a, b| {
+        a.metrics[headline]
+            .median
+            .total_cmp(&b.metrics[headline].median)
+    }) else {
+        return Vec::new();
+    };
+    ok.iter()
+        .filter(|v| v.name != fastest.name)
+        .map(|v| {
+            let mut verdict = compare(
+                headline,
+                "ms",
+                (&fastest.name, &fastest.metrics[headline].samples),
+                (&v.name, &v.metrics[headline].samples),
+                seed_for(seed, &["verdict", &fastest.name, &v.name]),
+            );
+            let slower = if verdict.faster == fastest.name { *v } else { *fastest };
+            if let Some(Finding::SrcuStall {
+                ioctl,
+                caused_by,
+                median_ms,
+                jiffies,
+                ..
+            }) = slower.findings.iter().max_by(|a, b| {
+                let key = |f: &Finding| match f {
+                    Finding::SrcuStall { median_ms, .. } => *median_ms,
+                };
+                key(a).total_cmp(&key(b))
+            }) && verdict.significant
+            {
+                let by = caused_by
+                    .as_deref()
+                    .map_or(String::new(), |c| format!(" started by {c}"));
+                verdict.text.push_str(&format!(
+                    "; cause: {ioctl} waited {} ({jiffies:.1} jiffies) for the SRCU grace period{by}",
+                    fmt_value(*median_ms, "ms")
+                ));
+            }
+            verdict
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const JIFFY: u64 = 4_000_000;
+
+    fn plan(steps: &[Step]) -> ConstructionPlan {
+        ConstructionPlan {
+            steps: steps.to_vec(),
+            vcpus: 1,
+            devices: 8,
+            mem_bytes: 1 << 24,
+            run_timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn every_named_order_is_valid() {
+        for v in &VARIANTS {
+            plan(&order_of(v.name).unwrap()).validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn orders_kvm_would_reject_are_refused_with_the_reason() {
+        let cases: [(&[Step], &str); 6] = [
+            (&[Memslot, CreateVm, Vcpus, Run], "start with create-vm"),
+            (&[CreateVm, Memslot, Run, Vcpus], "end with run"),
+            (
+                &[CreateVm, Memslot, Vcpus, Irqchip, Run],
+                "once a vCPU exists",
+            ),
+            (
+                &[CreateVm, Memslot, Pit, Irqchip, Vcpus, Run],
+                "irqchip before pit",
+            ),
+            (&[CreateVm, Vcpus, Run], "memslot"),
+            (&[CreateVm, Memslot, Memslot, Vcpus, Run], "twice"),
+        ];
+        for (steps, why) in cases {
+            let msg = plan(steps).validate().unwrap_err().to_string();
+            assert!(msg.contains(why), "{steps:?}: {msg}");
+        }
+    }
+
+    #[test]
+    fn custom_orders_parse_and_unknown_steps_list_the_known_ones() {
+        assert_eq!(
+            parse_order("create-vm, memslot,vcpus,run").unwrap(),
+            vec![CreateVm, Memslot, Vcpus, Run]
+        );
+        let msg = parse_order("create-vm,irq,run").unwrap_err().to_string();
+        assert!(msg.contains("`irq`") && msg.contains("irqchip"), "{msg}");
+    }
+
+    fn trace(steps: &[(&str, u64)]) -> ConstructionTrace {
+        let mut t = 0;
+        let ioctls: Vec<IoctlEvent> = steps
+            .iter()
+            .map(|(name, dur)| {
+                let e = IoctlEvent {
+                    name: (*name).into(),
+                    start_ns: t,
+                    dur_ns: *dur,
+                };
+                t += dur + 2_000;
+                e
+            })
+            .collect();
+        ConstructionTrace {
+            ioctls,
+            ready_ns: t,
+            kvm_stats: vec![("kvm.vcpu.io_exits".into(), "count".into(), 1)],
+        }
+    }
+
+    #[test]
+    fn analysis_finds_the_irqchip_stall_and_explains_the_verdict() {
+        let slow: Vec<_> = (0..10)
+            .map(|i| {
+                trace(&[
+                    ("KVM_CREATE_VM", 200_000),
+                    ("KVM_CREATE_IRQCHIP", 70_000),
+                    ("KVM_CREATE_PIT2", 70_000),
+                    ("KVM_SET_USER_MEMORY_REGION", 7_000_000 + i * 100_000),
+                    ("KVM_CREATE_VCPU", 60_000),
+                    ("KVM_RUN", 90_000),
+                ])
+            })
+            .collect();
+        let fast: Vec<_> = (0..10)
+            .map(|i| {
+                trace(&[
+                    ("KVM_CREATE_VM", 200_000),
+                    ("KVM_SET_USER_MEMORY_REGION", 40_000 + i * 1_000),
+                    ("KVM_CREATE_IRQCHIP", 30_000),
+                    ("KVM_CREATE_PIT2", 50_000),
+                    ("KVM_CREATE_VCPU", 60_000),
+                    ("KVM_RUN", 90_000),
+                ])
+            })
+            .collect();
+        let names = vec!["irqchip-first".to_string(), "memslots-first".to_string()];
+        let out = analyse(&names, &[Ok(slow), Ok(fast)], JIFFY, 1);
+        let slow = &out.variants[0];
+        assert_eq!(slow.metrics["stalls"].median, 1.0);
+        assert_eq!(slow.metrics["kvm.vcpu.io_exits"].samples, vec![1.0; 10]);
+        match &slow.findings[..] {
+            [
+                Finding::SrcuStall {
+                    ioctl,
+                    step,
+                    caused_by,
+                    stalled_reps,
+                    reps,
+                    ..
+                },
+            ] => {
+                assert_eq!(ioctl, "KVM_SET_USER_MEMORY_REGION");
+                assert_eq!(*step, 3);
+                assert_eq!(caused_by.as_deref(), Some("KVM_CREATE_IRQCHIP"));
+                assert_eq!((*stalled_reps, *reps), (10, 10));
+            }
+            other => panic!("unexpected findings {other:?}"),
+        }
+        assert!(out.variants[1].findings.is_empty());
+        assert_eq!(out.variants[1].metrics["stalls"].median, 0.0);
+        let v = &out.verdicts[0];
+        assert_eq!(v.faster, "memslots-first");
+        assert!(v.significant && v.ratio > 10.0);
+        assert!(
+            v.text.contains("cause: KVM_SET_USER_MEMORY_REGION"),
+            "{}",
+            v.text
+        );
+        assert!(
+            v.text.contains("started by KVM_CREATE_IRQCHIP"),
+            "{}",
+            v.text
+        );
+    }
+
+    #[test]
+    fn failed_variants_keep_their_status_and_do_not_poison_the_others() {
+        let ok = vec![trace(&[("KVM_CREATE_VM", 1), ("KVM_RUN", 1)])];
+        let names = vec!["a".to_string(), "b".to_string()];
+        let out = analyse(
+            &names,
+            &[Ok(ok), Err("unsupported: needs X".into())],
+            JIFFY,
+            1,
+        );
+        assert_eq!(out.variants[1].status, "unsupported: needs X");
+        assert!(out.variants[1].metrics.is_empty());
+        assert!(out.verdicts.is_empty());
+    }
+}

@@ -1,0 +1,106 @@
+//! Scenario definitions: parameters, variants and metrics of every experiment, and the
+//! catalog. Scenarios drive a [`Backend`](crate::backend::Backend); they do not know which one.
+
+pub mod lifecycle;
+pub mod params;
+pub mod runner;
+
+use serde::Serialize;
+
+use crate::backend::{Backend, BackendKind};
+use crate::error::{Error, InputError};
+use crate::record::RunRecord;
+use params::{ParamInfo, Settings};
+use runner::{Progress, RunRequest};
+
+/// A variant: a policy or configuration to compare.
+#[derive(Debug, Clone, Serialize)]
+pub struct VariantInfo {
+    /// Name used with --variant.
+    pub name: &'static str,
+    /// What it is.
+    pub doc: &'static str,
+}
+
+/// A metric a scenario reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct MetricInfo {
+    /// Name (dotted; a `*` stands for a family such as `ioctl.*_ms`).
+    pub name: &'static str,
+    /// Unit.
+    pub unit: &'static str,
+    /// What it measures and on what basis.
+    pub doc: &'static str,
+}
+
+/// Everything `hvlab list` shows about a scenario.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScenarioInfo {
+    /// Name.
+    pub name: &'static str,
+    /// One line.
+    pub summary: &'static str,
+    /// Variants, in default order.
+    pub variants: &'static [VariantInfo],
+    /// Parameters settable with --set.
+    pub params: &'static [ParamInfo],
+    /// Metrics.
+    pub metrics: &'static [MetricInfo],
+    /// The metric verdicts compare variants on.
+    pub headline: &'static str,
+    /// Backends that can run it.
+    pub backends: &'static [BackendKind],
+}
+
+/// Every scenario hvlab has.
+pub fn catalog() -> Vec<&'static ScenarioInfo> {
+    vec![&lifecycle::INFO]
+}
+
+/// Looks a scenario up by name.
+pub fn find(name: &str) -> Result<&'static ScenarioInfo, InputError> {
+    catalog()
+        .into_iter()
+        .find(|s| s.name == name)
+        .ok_or_else(|| {
+            InputError::UnknownScenario(
+                name.to_string(),
+                catalog()
+                    .iter()
+                    .map(|s| s.name)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            )
+        })
+}
+
+/// Runs a scenario on a backend and returns the complete record (not yet stored).
+pub fn run(
+    info: &ScenarioInfo,
+    backend: &mut dyn Backend,
+    request: &RunRequest,
+    progress: &dyn Progress,
+) -> Result<RunRecord, Error> {
+    if !info.backends.contains(&backend.kind()) {
+        return Err(InputError::BackendCannotRun {
+            backend: backend.kind().to_string(),
+            scenario: info.name.to_string(),
+            supported: info
+                .backends
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+        .into());
+    }
+    let settings = Settings::parse(info, &request.sets)?;
+    let started = runner::now_rfc3339();
+    let outcome = match info.name {
+        "lifecycle" => lifecycle::run(backend, &settings, request, progress)?,
+        other => return Err(InputError::Other(format!("scenario {other} has no runner")).into()),
+    };
+    Ok(runner::assemble(
+        info, backend, &settings, request, started, outcome,
+    ))
+}

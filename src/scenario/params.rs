@@ -1,0 +1,153 @@
+//! `--set key=value` parameters, validated against each scenario's declared parameters.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::ScenarioInfo;
+use crate::error::InputError;
+
+/// A parameter a scenario accepts.
+#[derive(Debug, Clone, Serialize)]
+pub struct ParamInfo {
+    /// Key for --set.
+    pub name: &'static str,
+    /// Default value, as it would be written on the command line (empty: unset).
+    pub default: &'static str,
+    /// What it does.
+    pub doc: &'static str,
+}
+
+/// The parameters of one run: defaults overlaid with --set values.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    scenario: &'static str,
+    values: BTreeMap<String, String>,
+}
+
+/// Splits `key=value`.
+pub fn parse_set(arg: &str) -> Result<(String, String), InputError> {
+    match arg.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
+        _ => Err(InputError::SetSyntax(arg.to_string())),
+    }
+}
+
+impl Settings {
+    /// Validates `sets` against the scenario's parameters.
+    pub fn parse(info: &ScenarioInfo, sets: &[String]) -> Result<Settings, InputError> {
+        let mut values: BTreeMap<String, String> = info
+            .params
+            .iter()
+            .map(|p| (p.name.to_string(), p.default.to_string()))
+            .collect();
+        for arg in sets {
+            let (k, v) = parse_set(arg)?;
+            if !values.contains_key(&k) {
+                return Err(InputError::UnknownParam {
+                    key: k,
+                    scenario: info.name.to_string(),
+                    known: info
+                        .params
+                        .iter()
+                        .map(|p| p.name)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                });
+            }
+            values.insert(k, v);
+        }
+        Ok(Settings {
+            scenario: info.name,
+            values,
+        })
+    }
+
+    /// The raw value (empty when unset).
+    pub fn raw(&self, key: &str) -> &str {
+        self.values.get(key).map_or("", String::as_str)
+    }
+
+    /// A whole number within `range`.
+    pub fn u32_in(
+        &self,
+        key: &str,
+        range: std::ops::RangeInclusive<u32>,
+    ) -> Result<u32, InputError> {
+        let raw = self.raw(key);
+        raw.parse::<u32>()
+            .ok()
+            .filter(|v| range.contains(v))
+            .ok_or_else(|| InputError::BadValue {
+                key: key.to_string(),
+                value: raw.to_string(),
+                why: format!(
+                    "{} takes a whole number from {} to {}",
+                    key,
+                    range.start(),
+                    range.end()
+                ),
+            })
+    }
+
+    /// Every parameter in effect, for the run record.
+    pub fn to_json(&self) -> BTreeMap<String, serde_json::Value> {
+        self.values
+            .iter()
+            .map(|(k, v)| {
+                let value = v
+                    .parse::<u64>()
+                    .map(serde_json::Value::from)
+                    .unwrap_or_else(|_| serde_json::Value::from(v.clone()));
+                (k.clone(), value)
+            })
+            .collect()
+    }
+
+    /// The scenario these settings belong to.
+    pub fn scenario(&self) -> &'static str {
+        self.scenario
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::lifecycle::INFO;
+
+    #[test]
+    fn set_needs_key_equals_value() {
+        assert_eq!(
+            parse_set("devices=8").unwrap(),
+            ("devices".into(), "8".into())
+        );
+        assert!(matches!(
+            parse_set("devices"),
+            Err(InputError::SetSyntax(_))
+        ));
+        assert!(matches!(parse_set("=8"), Err(InputError::SetSyntax(_))));
+    }
+
+    #[test]
+    fn unknown_keys_are_named_with_the_known_ones() {
+        let err = Settings::parse(&INFO, &["devcies=8".into()]).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("devcies") && msg.contains("devices"), "{msg}");
+    }
+
+    #[test]
+    fn out_of_range_numbers_say_the_range() {
+        let s = Settings::parse(&INFO, &["vcpus=0".into()]).unwrap();
+        let msg = s.u32_in("vcpus", 1..=64).unwrap_err().to_string();
+        assert!(msg.contains("from 1 to 64"), "{msg}");
+        let s = Settings::parse(&INFO, &["vcpus=two".into()]).unwrap();
+        assert!(s.u32_in("vcpus", 1..=64).is_err());
+    }
+
+    #[test]
+    fn defaults_apply_and_are_recorded() {
+        let s = Settings::parse(&INFO, &[]).unwrap();
+        assert_eq!(s.u32_in("vcpus", 1..=64).unwrap(), 1);
+        assert!(s.to_json().contains_key("devices"));
+    }
+}

@@ -1,0 +1,190 @@
+//! The measurement loop shared by every scenario: warm-up, repetitions with the variants
+//! interleaved, per-variant failure isolation, and assembly of the run record.
+
+use std::time::SystemTime;
+
+use rand::RngExt;
+
+use super::ScenarioInfo;
+use super::params::Settings;
+use crate::analysis::compare::Verdict;
+use crate::backend::Backend;
+use crate::error::Error;
+use crate::record::{RunRecord, VariantRecord};
+
+/// What the user asked for.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    /// Variants to run; empty means all.
+    pub variants: Vec<String>,
+    /// Raw `--set` arguments.
+    pub sets: Vec<String>,
+    /// Measured repetitions per variant.
+    pub reps: u32,
+    /// Discarded repetitions per variant before measuring.
+    pub warmup: u32,
+    /// Seed for every resampling and random choice in the run.
+    pub seed: u64,
+}
+
+/// "hvlab" in ASCII: the default seed, so runs are reproducible unless asked otherwise.
+pub const DEFAULT_SEED: u64 = 0x68_766c_6162;
+
+impl Default for RunRequest {
+    fn default() -> Self {
+        RunRequest {
+            variants: Vec::new(),
+            sets: Vec::new(),
+            reps: 20,
+            warmup: 2,
+            seed: DEFAULT_SEED,
+        }
+    }
+}
+
+/// Progress reporting; the CLI shows a bar on a terminal and nothing otherwise.
+pub trait Progress {
+    /// A phase of `total` steps begins.
+    fn start(&self, label: &str, total: u64);
+    /// One step done.
+    fn step(&self, detail: &str);
+    /// The phase is over.
+    fn finish(&self);
+}
+
+/// No progress output.
+#[derive(Debug, Default)]
+pub struct Silent;
+
+impl Progress for Silent {
+    fn start(&self, _: &str, _: u64) {}
+    fn step(&self, _: &str) {}
+    fn finish(&self) {}
+}
+
+/// What a scenario's runner hands back.
+#[derive(Debug, Clone)]
+pub struct ScenarioOutcome {
+    /// Per-variant results.
+    pub variants: Vec<VariantRecord>,
+    /// Comparisons on the headline metric.
+    pub verdicts: Vec<Verdict>,
+}
+
+/// The status line of a variant that could not produce samples.
+pub fn failure_status(err: &Error) -> String {
+    match err {
+        Error::Kvm(e) if e.is_host_limitation() => format!("unsupported: {e}"),
+        other => format!("failed: {other}"),
+    }
+}
+
+/// Runs `trial(variant index)` `warmup + reps` times per variant. Variants are interleaved
+/// round-robin so slow drift on a shared machine spreads over all of them instead of biasing
+/// whichever ran last. A variant whose trial fails stops there and keeps its error; the
+/// others go on.
+pub fn repeat<T>(
+    variants: &[String],
+    request: &RunRequest,
+    progress: &dyn Progress,
+    mut trial: impl FnMut(usize) -> Result<T, Error>,
+) -> Vec<Result<Vec<T>, String>> {
+    let mut out: Vec<Result<Vec<T>, String>> = variants
+        .iter()
+        .map(|_| Ok(Vec::with_capacity(request.reps as usize)))
+        .collect();
+    let rounds = request.warmup + request.reps;
+    progress.start("measuring", u64::from(rounds) * variants.len() as u64);
+    for round in 0..rounds {
+        for (vi, name) in variants.iter().enumerate() {
+            progress.step(name);
+            let Ok(samples) = &mut out[vi] else { continue };
+            match trial(vi) {
+                Ok(sample) if round >= request.warmup => samples.push(sample),
+                Ok(_) => {}
+                Err(e) => out[vi] = Err(failure_status(&e)),
+            }
+        }
+    }
+    progress.finish();
+    out
+}
+
+/// Now, as RFC 3339 UTC with second precision.
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+/// Builds the run record around a scenario's outcome.
+pub fn assemble(
+    info: &ScenarioInfo,
+    backend: &dyn Backend,
+    settings: &Settings,
+    request: &RunRequest,
+    started_at: String,
+    outcome: ScenarioOutcome,
+) -> RunRecord {
+    let suffix: u16 = rand::rng().random();
+    let mut params = settings.to_json();
+    params.insert("reps".into(), request.reps.into());
+    params.insert("warmup".into(), request.warmup.into());
+    params.insert("seed".into(), request.seed.into());
+    RunRecord {
+        run_id: format!("{started_at}-{}-{}-{suffix:04x}", info.name, backend.kind()),
+        scenario: info.name.to_string(),
+        backend: backend.kind().to_string(),
+        profile: None,
+        host: backend.host().clone(),
+        params,
+        started_at,
+        finished_at: now_rfc3339(),
+        variants: outcome.variants,
+        verdicts: outcome.verdicts,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kvm::KvmError;
+
+    #[test]
+    fn warmup_is_discarded_and_variants_interleave() {
+        let names = vec!["a".to_string(), "b".to_string()];
+        let req = RunRequest {
+            reps: 3,
+            warmup: 2,
+            ..RunRequest::default()
+        };
+        let mut calls = Vec::new();
+        let out = repeat(&names, &req, &Silent, |vi| {
+            calls.push(vi);
+            Ok(calls.len())
+        });
+        assert_eq!(calls, vec![0, 1, 0, 1, 0, 1, 0, 1, 0, 1]);
+        assert_eq!(out[0].as_ref().unwrap(), &vec![5, 7, 9]);
+        assert_eq!(out[1].as_ref().unwrap(), &vec![6, 8, 10]);
+    }
+
+    #[test]
+    fn a_failing_variant_is_isolated_and_says_why() {
+        let names = vec!["good".to_string(), "pmu".to_string(), "broken".to_string()];
+        let req = RunRequest {
+            reps: 4,
+            warmup: 0,
+            ..RunRequest::default()
+        };
+        let out = repeat(&names, &req, &Silent, |vi| match vi {
+            1 => Err(KvmError::MissingCap("KVM_CAP_PMU_CAPABILITY").into()),
+            2 => Err(KvmError::Guest("triple fault".into()).into()),
+            _ => Ok(()),
+        });
+        assert_eq!(out[0].as_ref().unwrap().len(), 4);
+        let unsupported = out[1].as_ref().unwrap_err();
+        assert!(
+            unsupported.starts_with("unsupported: ")
+                && unsupported.contains("KVM_CAP_PMU_CAPABILITY")
+        );
+        assert!(out[2].as_ref().unwrap_err().starts_with("failed: "));
+    }
+}
