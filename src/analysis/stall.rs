@@ -239,19 +239,20 @@ mod tests {
 
     #[test]
     fn registrations_older_than_the_window_are_not_blamed() {
-        let mut t = timeline(&[
-            ("KVM_CREATE_IRQCHIP", 70_000),
-            ("KVM_SET_USER_MEMORY_REGION", 40_000),
-        ]);
-        t.push(IoctlEvent {
-            name: "KVM_SET_USER_MEMORY_REGION".into(),
-            start_ns: JIFFY * (MAX_GRACE_PERIOD_JIFFIES + 5),
-            dur_ns: 6_000_000,
-        });
-        // Remove the sync in between so only the window can clear the pending registration.
-        t.remove(1);
-        let base = Baselines::learn(&t);
-        let stalls = find_stalls(&t, &base, JIFFY);
+        let late = JIFFY * (MAX_GRACE_PERIOD_JIFFIES + 5);
+        let ev = |name: &str, start_ns, dur_ns| IoctlEvent {
+            name: name.into(),
+            start_ns,
+            dur_ns,
+        };
+        // Only the window can clear the pending registration: no sync lies in between. The
+        // trailing unstalled memslot gives the baseline.
+        let t = vec![
+            ev("KVM_CREATE_IRQCHIP", 0, 70_000),
+            ev("KVM_SET_USER_MEMORY_REGION", late, 6_000_000),
+            ev("KVM_SET_USER_MEMORY_REGION", late + 7_000_000, 40_000),
+        ];
+        let stalls = find_stalls(&t, &Baselines::learn(&t), JIFFY);
         assert_eq!(stalls.len(), 1);
         assert_eq!(stalls[0].caused_by, None);
     }

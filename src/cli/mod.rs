@@ -194,9 +194,9 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         }
         Command::Run(args) => {
             let info = scenario::find(&args.scenario)?;
-            let h = host::probe();
-            let mut backend = make_backend(args.backend, h)?;
             let request = request_of(&args.measure, args.variants, args.sets);
+            scenario::check(info, &request)?;
+            let mut backend = make_backend(args.backend, host::probe())?;
             let record = run_one(info, backend.as_mut(), &request, args.measure.json)?;
             store_run(cli.db.as_deref(), &record, args.measure.no_store)?;
             if args.measure.json {

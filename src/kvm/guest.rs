@@ -93,7 +93,7 @@ impl Watchdog {
 fn timespec(d: Duration) -> libc::timespec {
     libc::timespec {
         tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
-        tv_nsec: libc::c_long::from(d.subsec_nanos().min(999_999_999).cast_signed()),
+        tv_nsec: libc::c_long::from(d.subsec_nanos()),
     }
 }
 

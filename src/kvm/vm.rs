@@ -152,45 +152,58 @@ impl Vm {
     /// signal byte. A guest that exits any other way is an error carrying the exit and `rip`; one
     /// that neither signals nor exits within `timeout` is interrupted by a watchdog.
     pub fn run_until_signal(&mut self, index: usize, timeout: Duration) -> Result<(), KvmError> {
+        self.enter(index, true, timeout)
+    }
+
+    /// Like [`Vm::run_until_signal`], but keeps the segment state the caller set (only `rip`
+    /// moves to the entry point): for guests that start outside real mode.
+    pub fn run_until_signal_keeping_mode(
+        &mut self,
+        index: usize,
+        timeout: Duration,
+    ) -> Result<(), KvmError> {
+        self.enter(index, false, timeout)
+    }
+
+    fn enter(&mut self, index: usize, real_mode: bool, timeout: Duration) -> Result<(), KvmError> {
         let (clock, log) = (self.clock, &mut self.log);
         let vcpu = self
             .vcpus
             .get_mut(index)
             .ok_or_else(|| KvmError::Guest(format!("no vCPU {index} to run")))?;
         // Real mode at the payload: CS base 0, IP at the entry point.
-        let mut sregs = timed(log, clock, "KVM_GET_SREGS", || vcpu.get_sregs())?;
-        sregs.cs.base = 0;
-        sregs.cs.selector = 0;
-        timed(log, clock, "KVM_SET_SREGS", || vcpu.set_sregs(&sregs))?;
+        if real_mode {
+            let mut sregs = timed(log, clock, "KVM_GET_SREGS", || vcpu.get_sregs())?;
+            sregs.cs.base = 0;
+            sregs.cs.selector = 0;
+            timed(log, clock, "KVM_SET_SREGS", || vcpu.set_sregs(&sregs))?;
+        }
         let mut regs = timed(log, clock, "KVM_GET_REGS", || vcpu.get_regs())?;
         regs.rip = ENTRY_GPA;
         regs.rflags = 0x2;
         timed(log, clock, "KVM_SET_REGS", || vcpu.set_regs(&regs))?;
 
         let watchdog = Watchdog::arm(timeout)?;
-        let outcome = loop {
-            let start = Instant::now();
-            let exit = vcpu.run();
-            let end = Instant::now();
-            log.push(TimedIoctl {
-                name: "KVM_RUN",
-                start_ns: ns_since(clock, start),
-                dur_ns: ns_since(start, end),
-            });
-            match exit {
-                Ok(VcpuExit::IoOut(port, data))
-                    if port == SIGNAL_PORT && data.first() == Some(&SIGNAL_MAGIC) =>
-                {
-                    break Ok(());
-                }
-                Ok(other) => break Err(format!("unexpected exit {other:?}")),
-                Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
-                    break Err(format!(
-                        "no signal within {timeout:?} (watchdog interrupted KVM_RUN)"
-                    ));
-                }
-                Err(e) => break Err(format!("KVM_RUN failed: {e}")),
+        // One entry: the payload's first exit is its signal, so anything else is a failure.
+        let start = Instant::now();
+        let exit = vcpu.run();
+        let end = Instant::now();
+        log.push(TimedIoctl {
+            name: "KVM_RUN",
+            start_ns: ns_since(clock, start),
+            dur_ns: ns_since(start, end),
+        });
+        let outcome = match exit {
+            Ok(VcpuExit::IoOut(port, data))
+                if port == SIGNAL_PORT && data.first() == Some(&SIGNAL_MAGIC) =>
+            {
+                Ok(())
             }
+            Ok(other) => Err(format!("unexpected exit {other:?}")),
+            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => Err(format!(
+                "no signal within {timeout:?} (watchdog interrupted KVM_RUN)"
+            )),
+            Err(e) => Err(format!("KVM_RUN failed: {e}")),
         };
         drop(watchdog);
         vcpu.set_kvm_immediate_exit(0);

@@ -259,10 +259,10 @@ impl ConstructionPlan {
                 ));
             }
         }
-        if let Some(pit) = pos(Pit) {
-            if pos(Irqchip).is_none_or(|irq| irq > pit) {
-                return bad("pit needs the in-kernel irqchip: put irqchip before pit".into());
-            }
+        if let Some(pit) = pos(Pit)
+            && pos(Irqchip).is_none_or(|irq| irq > pit)
+        {
+            return bad("pit needs the in-kernel irqchip: put irqchip before pit".into());
         }
         if let (Some(irq), Some(vcpus)) = (pos(Irqchip), pos(Vcpus))
             && irq > vcpus
@@ -287,13 +287,12 @@ pub struct ConstructionTrace {
     pub kvm_stats: Vec<(String, String, i128)>,
 }
 
-/// Runs the scenario.
-pub fn run(
-    backend: &mut dyn Backend,
+/// The variants a request asks for, each with its validated plan: every named variant by
+/// default, or those given with --variant, plus `custom` when --set order= is given.
+pub fn plans(
     settings: &Settings,
     request: &RunRequest,
-    progress: &dyn Progress,
-) -> Result<ScenarioOutcome, Error> {
+) -> Result<Vec<(String, ConstructionPlan)>, InputError> {
     let vcpus = settings.u32_in("vcpus", 1..=64)?;
     let devices = settings.u32_in("devices", 0..=256)?;
     let mem_mib = settings.u32_in("mem_mib", 1..=4096)?;
@@ -320,20 +319,30 @@ pub fn run(
         })?;
         chosen.push((name, steps));
     }
-    let plans = chosen
-        .iter()
-        .map(|(_, steps)| {
+    chosen
+        .into_iter()
+        .map(|(name, steps)| {
             let plan = ConstructionPlan {
-                steps: steps.clone(),
+                steps,
                 vcpus,
                 devices,
                 mem_bytes: mem_mib as usize * (1 << 20),
                 run_timeout: Duration::from_millis(u64::from(timeout_ms)),
             };
-            plan.validate().map(|()| plan)
+            plan.validate().map(|()| (name, plan))
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    let names: Vec<String> = chosen.into_iter().map(|(n, _)| n).collect();
+        .collect()
+}
+
+/// Runs the scenario.
+pub fn run(
+    backend: &mut dyn Backend,
+    settings: &Settings,
+    request: &RunRequest,
+    progress: &dyn Progress,
+) -> Result<ScenarioOutcome, Error> {
+    let (names, plans): (Vec<String>, Vec<ConstructionPlan>) =
+        plans(settings, request)?.into_iter().unzip();
     let results = runner::repeat(&names, request, progress, |vi| {
         backend.construct_vm(&plans[vi])
     });
@@ -382,6 +391,16 @@ pub fn analyse(
     ScenarioOutcome { variants, verdicts }
 }
 
+/// A stall as it recurs across repetitions: (ioctl index, ioctl, the registration blamed).
+type StallKey = (usize, String, Option<String>);
+
+/// What the repetitions in which one stall occurred measured.
+#[derive(Debug, Default)]
+struct StallSamples {
+    durations_ns: Vec<f64>,
+    jiffies: Vec<f64>,
+}
+
 fn analyse_variant(
     name: &str,
     traces: &[ConstructionTrace],
@@ -398,9 +417,7 @@ fn analyse_variant(
         entry.1.resize(rep, 0.0);
         entry.1.push(value);
     };
-    // (step index, ioctl, cause) -> (durations ns, jiffies) over the reps where it stalled.
-    let mut stalled: BTreeMap<(usize, String, Option<String>), (Vec<f64>, Vec<f64>)> =
-        BTreeMap::new();
+    let mut stalled: BTreeMap<StallKey, StallSamples> = BTreeMap::new();
     for (rep, trace) in traces.iter().enumerate() {
         push("ready_ms".into(), "ms", rep, ms(trace.ready_ns));
         let mut per_ioctl: BTreeMap<&str, u64> = BTreeMap::new();
@@ -416,8 +433,8 @@ fn analyse_variant(
             let entry = stalled
                 .entry((s.index, s.name, s.caused_by.map(|(_, n)| n)))
                 .or_default();
-            entry.0.push(s.dur_ns as f64);
-            entry.1.push(s.jiffies);
+            entry.durations_ns.push(s.dur_ns as f64);
+            entry.jiffies.push(s.jiffies);
         }
         for (stat, unit, value) in &trace.kvm_stats {
             push(stat.clone(), unit, rep, *value as f64);
@@ -434,9 +451,10 @@ fn analyse_variant(
         .collect();
     let findings = stalled
         .into_iter()
-        .map(|((step, ioctl, caused_by), (durs, jiffies))| {
+        .map(|((step, ioctl, caused_by), samples)| {
+            let durs = samples.durations_ns;
             let median_ms = median(&durs) / 1e6;
-            let jiffies = median(&jiffies);
+            let jiffies = median(&samples.jiffies);
             let cause = caused_by.as_deref().map_or_else(
                 || "an SRCU grace period already in flight".to_string(),
                 |c| format!("the SRCU grace period started by {c}"),

@@ -74,6 +74,16 @@ pub fn find(name: &str) -> Result<&'static ScenarioInfo, InputError> {
         })
 }
 
+/// Validates a request against a scenario without running anything, so bad input is reported
+/// as such (exit 2) even on a host that could not run the scenario.
+pub fn check(info: &ScenarioInfo, request: &RunRequest) -> Result<(), InputError> {
+    let settings = Settings::parse(info, &request.sets)?;
+    match info.name {
+        "lifecycle" => lifecycle::plans(&settings, request).map(drop),
+        other => Err(InputError::Other(format!("scenario {other} has no runner"))),
+    }
+}
+
 /// Runs a scenario on a backend and returns the complete record (not yet stored).
 pub fn run(
     info: &ScenarioInfo,

@@ -1,0 +1,191 @@
+//! Bad input and unusable hosts get a clear message and the documented exit code, never a
+//! panic: 2 for bad input, 3 when the host cannot run what was asked.
+#![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // test code: a panic is the failure report
+
+mod common;
+
+use common::{hvlab, run, stderr};
+
+fn db() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hvlab.db");
+    (dir, path)
+}
+
+fn assert_exit(out: &std::process::Output, code: i32, needles: &[&str]) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(code), "stderr: {err}");
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks `{n}`: {err}");
+    }
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn unknown_scenario_is_bad_input_naming_the_known_ones() {
+    let (_d, db) = db();
+    assert_exit(
+        &run(&db, &["run", "lifecycel"]),
+        2,
+        &["Unknown scenario `lifecycel`", "lifecycle"],
+    );
+}
+
+#[test]
+fn unknown_variant_is_bad_input_naming_the_choices() {
+    let (_d, db) = db();
+    assert_exit(
+        &run(&db, &["run", "lifecycle", "--variant", "irqchip-last"]),
+        2,
+        &[
+            "Unknown variant `irqchip-last`",
+            "memslots-first",
+            "qemu-order",
+        ],
+    );
+}
+
+#[test]
+fn malformed_set_is_bad_input_with_an_example() {
+    let (_d, db) = db();
+    assert_exit(
+        &run(&db, &["run", "lifecycle", "--set", "devices"]),
+        2,
+        &["key=value", "--set devices=8"],
+    );
+    assert_exit(
+        &run(&db, &["run", "lifecycle", "--set", "devcies=8"]),
+        2,
+        &["devcies", "devices"],
+    );
+    assert_exit(
+        &run(&db, &["run", "lifecycle", "--set", "vcpus=lots"]),
+        2,
+        &["vcpus", "whole number"],
+    );
+}
+
+#[test]
+fn orders_kvm_rejects_are_refused_before_touching_kvm() {
+    let (_d, db) = db();
+    assert_exit(
+        &run(
+            &db,
+            &[
+                "run",
+                "lifecycle",
+                "--set",
+                "order=create-vm,memslot,vcpus,irqchip,run",
+            ],
+        ),
+        2,
+        &["irqchip before vcpus"],
+    );
+    assert_exit(
+        &run(
+            &db,
+            &[
+                "run",
+                "lifecycle",
+                "--set",
+                "order=create-vm,memslot,irq,run",
+            ],
+        ),
+        2,
+        &["unknown step `irq`"],
+    );
+}
+
+#[test]
+fn zero_reps_is_rejected_by_the_parser() {
+    let (_d, db) = db();
+    let out = run(&db, &["run", "lifecycle", "--reps", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+#[test]
+fn missing_kvm_device_exits_3_with_what_to_do() {
+    let (_d, db) = db();
+    let out = hvlab()
+        .args(["host"])
+        .env("HVLAB_KVM_DEVICE", "/nonexistent/kvm")
+        .output()
+        .unwrap();
+    assert_exit(&out, 3, &["/nonexistent/kvm does not exist", "modprobe"]);
+    // `host` still describes the machine before failing.
+    assert!(String::from_utf8_lossy(&out.stdout).contains("kernel"));
+    let out = hvlab()
+        .args(["run", "lifecycle", "--db"])
+        .arg(&db)
+        .env("HVLAB_KVM_DEVICE", "/nonexistent/kvm")
+        .output()
+        .unwrap();
+    assert_exit(&out, 3, &["does not exist"]);
+}
+
+#[test]
+fn bad_input_wins_over_a_missing_device() {
+    let (_d, db) = db();
+    let out = hvlab()
+        .args(["run", "lifecycle", "--variant", "nope", "--db"])
+        .arg(&db)
+        .env("HVLAB_KVM_DEVICE", "/nonexistent/kvm")
+        .output()
+        .unwrap();
+    assert_exit(&out, 2, &["Unknown variant"]);
+}
+
+#[test]
+fn permission_denied_on_dev_kvm_says_how_to_get_access() {
+    // Root bypasses file permissions, so drop to `nobody` for the real EACCES path.
+    let is_root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+    });
+    let kvm_mode_private = std::fs::metadata("/dev/kvm")
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o006 == 0)
+        .unwrap_or(false);
+    if !is_root || !kvm_mode_private || !common::tool_or_skip("permission_denied", "setpriv") {
+        common::loud_skip(
+            "permission_denied: needs root, setpriv, and a /dev/kvm closed to others",
+        );
+        return;
+    }
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_hvlab"))
+        .arg("host")
+        .output()
+        .unwrap();
+    assert_exit(
+        &out,
+        3,
+        &["Permission denied opening /dev/kvm", "kvm` group"],
+    );
+}
+
+#[test]
+fn unknown_run_id_is_bad_input() {
+    let (_d, db) = db();
+    assert_exit(
+        &run(&db, &["show", "no-such-run"]),
+        2,
+        &["No run matches `no-such-run`", "hvlab runs"],
+    );
+}
+
+#[test]
+fn trace_without_a_command_is_bad_input() {
+    let out = hvlab().args(["trace"]).output().unwrap();
+    assert_exit(&out, 2, &["needs a command"]);
+}
+
+#[test]
+fn list_json_is_one_document_describing_every_scenario() {
+    let out = hvlab().args(["list", "--json"]).output().unwrap();
+    let v = common::json(&out);
+    let lifecycle = &v["scenarios"][0];
+    assert_eq!(lifecycle["name"], "lifecycle");
+    assert_eq!(lifecycle["variants"].as_array().unwrap().len(), 5);
+    assert_eq!(lifecycle["headline"], "ready_ms");
+}

@@ -1,0 +1,82 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// The hvlab binary under test.
+pub fn hvlab() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_hvlab"))
+}
+
+/// Runs hvlab with `args` against the database `db`.
+pub fn run(db: &Path, args: &[&str]) -> Output {
+    hvlab()
+        .args(args)
+        .arg("--db")
+        .arg(db)
+        .output()
+        .expect("spawn hvlab")
+}
+
+/// Prints a skip notice where it is seen: the test harness captures `eprintln!`, but not
+/// writes to the stderr handle itself.
+pub fn loud_skip(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "\n*** SKIPPED {msg} ***\n");
+}
+
+/// Whether /dev/kvm can be opened. When it cannot, says so loudly: CI on these machines has
+/// KVM, so a skip there is a finding, not a pass.
+pub fn kvm_or_skip(test: &str) -> bool {
+    let device = hvlab::kvm::kvm_device_path();
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&device)
+    {
+        Ok(_) => true,
+        Err(e) => {
+            loud_skip(&format!(
+                "{test}: {} is not usable here ({e})",
+                device.display()
+            ));
+            false
+        }
+    }
+}
+
+/// Whether `program` is on PATH; loud when not.
+pub fn tool_or_skip(test: &str, program: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        loud_skip(&format!(
+            "{test}: `{program}` is not installed (.ci/run installs it)"
+        ));
+    }
+    found
+}
+
+/// stdout as JSON.
+pub fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "hvlab failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not one JSON document ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// stderr as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
