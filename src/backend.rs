@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::kvm::host::HostInfo;
+use crate::scenario::exits::{ExitPlan, ExitResult};
 use crate::scenario::lifecycle::{ConstructionPlan, ConstructionTrace};
+use crate::scenario::memory::{TouchPlan, TouchResult};
 
 /// Which backend produced a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -39,4 +41,10 @@ pub trait Backend {
 
     /// `lifecycle`: builds one VM in the plan's order and returns every ioctl's timing.
     fn construct_vm(&mut self, plan: &ConstructionPlan) -> Result<ConstructionTrace, Error>;
+
+    /// `memory`: one pass of first touches over a freshly backed region.
+    fn touch_memory(&mut self, plan: &TouchPlan) -> Result<TouchResult, Error>;
+
+    /// `exits`: one batch of exit roundtrips of one kind.
+    fn exit_roundtrips(&mut self, plan: &ExitPlan) -> Result<ExitResult, Error>;
 }

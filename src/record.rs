@@ -126,13 +126,33 @@ pub enum Finding {
         /// The sentence hvlab prints.
         message: String,
     },
+    /// A measured value that disagrees with what the scenario expects of it.
+    SelfCheck {
+        /// The metric checked.
+        metric: String,
+        /// What it should be.
+        expected: f64,
+        /// What it was (median).
+        observed: f64,
+        /// The sentence hvlab prints.
+        message: String,
+    },
+    /// A plain-words reading of the numbers.
+    Note {
+        /// What it is about.
+        topic: String,
+        /// The sentence hvlab prints.
+        message: String,
+    },
 }
 
 impl Finding {
     /// The sentence for people.
     pub fn message(&self) -> &str {
         match self {
-            Finding::SrcuStall { message, .. } => message,
+            Finding::SrcuStall { message, .. }
+            | Finding::SelfCheck { message, .. }
+            | Finding::Note { message, .. } => message,
         }
     }
 }

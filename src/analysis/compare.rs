@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::statistics::{bootstrap_ratio_ci, median};
+use super::statistics::{bootstrap_ratio_ci, median, seed_for};
+use crate::record::VariantRecord;
 
 /// The outcome of comparing a faster candidate against a slower one on one metric.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -40,9 +41,11 @@ pub fn compare(
     let ratio = slow_m / fast_m;
     let ci95 = bootstrap_ratio_ci(slow_s, fast_s, seed);
     let significant = ci95[0] > 1.0 || ci95[1] < 1.0;
+    // Small ratios need more digits to be told from 1.
+    let d = if ratio < 10.0 { 2 } else { 1 };
     let text = if significant {
         format!(
-            "{fast} is {ratio:.1}× faster than {slow} on {metric}: {} vs {} (95% CI of the ratio {:.1}–{:.1}×)",
+            "{fast} is {ratio:.d$}× faster than {slow} on {metric}: {} vs {} (95% CI of the ratio {:.d$}–{:.d$}×)",
             fmt_value(fast_m, unit),
             fmt_value(slow_m, unit),
             ci95[0],
@@ -66,6 +69,39 @@ pub fn compare(
         significant,
         text,
     }
+}
+
+/// Every variant that produced `metric` against the one with the lowest median of it (lower is
+/// better), in variant order.
+pub fn against_fastest(
+    variants: &[VariantRecord],
+    metric: &str,
+    unit: &str,
+    seed: u64,
+) -> Vec<Verdict> {
+    let ok: Vec<&VariantRecord> = variants
+        .iter()
+        .filter(|v| v.is_ok() && v.metrics.contains_key(metric))
+        .collect();
+    let Some(best) = ok.iter().min_by(|a, b| {
+        a.metrics[metric]
+            .median
+            .total_cmp(&b.metrics[metric].median)
+    }) else {
+        return Vec::new();
+    };
+    ok.iter()
+        .filter(|v| v.name != best.name)
+        .map(|v| {
+            compare(
+                metric,
+                unit,
+                (&best.name, &best.metrics[metric].samples),
+                (&v.name, &v.metrics[metric].samples),
+                seed_for(seed, &["verdict", &best.name, &v.name]),
+            )
+        })
+        .collect()
 }
 
 /// A value with its unit and sensible precision.

@@ -97,12 +97,12 @@ struct RunArgs {
 
 #[derive(Debug, Args)]
 struct MeasureArgs {
-    /// Measured repetitions per variant
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    reps: u32,
-    /// Discarded warm-up repetitions per variant
-    #[arg(long, default_value_t = 2)]
-    warmup: u32,
+    /// Measured repetitions per variant [default: the scenario's, see `hvlab list`]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    reps: Option<u32>,
+    /// Discarded warm-up repetitions per variant [default: the scenario's]
+    #[arg(long)]
+    warmup: Option<u32>,
     /// Seed for resampling (same seed, same intervals)
     #[arg(long, default_value_t = DEFAULT_SEED)]
     seed: u64,
@@ -194,7 +194,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         }
         Command::Run(args) => {
             let info = scenario::find(&args.scenario)?;
-            let request = request_of(&args.measure, args.variants, args.sets);
+            let request = request_of(info, &args.measure, args.variants, args.sets);
             scenario::check(info, &request)?;
             let mut backend = make_backend(args.backend, host::probe())?;
             let record = run_one(info, backend.as_mut(), &request, args.measure.json)?;
@@ -243,12 +243,17 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn request_of(m: &MeasureArgs, variants: Vec<String>, sets: Vec<String>) -> RunRequest {
+fn request_of(
+    info: &ScenarioInfo,
+    m: &MeasureArgs,
+    variants: Vec<String>,
+    sets: Vec<String>,
+) -> RunRequest {
     RunRequest {
         variants,
         sets,
-        reps: m.reps,
-        warmup: m.warmup,
+        reps: m.reps.unwrap_or(info.default_reps),
+        warmup: m.warmup.unwrap_or(info.default_warmup),
         seed: m.seed,
     }
 }
@@ -297,7 +302,7 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
                 }
                 Err(e) => return Err(e),
             };
-            let request = request_of(&args.measure, Vec::new(), Vec::new());
+            let request = request_of(info, &args.measure, Vec::new(), Vec::new());
             let record = run_one(info, backend.as_mut(), &request, args.measure.json)?;
             store_run(db, &record, args.measure.no_store)?;
             if !args.measure.json {

@@ -79,7 +79,13 @@ pub fn list(catalog: &[&ScenarioInfo]) -> String {
     for info in catalog {
         let backends: Vec<String> = info.backends.iter().map(ToString::to_string).collect();
         let _ = writeln!(s, "{} — {}", info.name, info.summary);
-        let _ = writeln!(s, "  backends: {}", backends.join(", "));
+        let _ = writeln!(
+            s,
+            "  backends: {}; default {} repetitions after {} warm-up",
+            backends.join(", "),
+            info.default_reps,
+            info.default_warmup
+        );
         let _ = writeln!(s, "  variants:");
         for v in info.variants {
             let _ = writeln!(s, "    {:<20} {}", v.name, v.doc);

@@ -5,7 +5,7 @@ use kvm_ioctls::Kvm;
 use super::KvmError;
 use super::guest::{ENTRY_GPA, signal_payload};
 use super::memory::GuestMemory;
-use super::stats::{StatUnit, StatsReader, StatsSnapshot, deltas};
+use super::stats::{StatsReader, named_deltas};
 use super::vm::Vm;
 use crate::analysis::stall::IoctlEvent;
 use crate::scenario::lifecycle::{ConstructionPlan, ConstructionTrace, Step};
@@ -91,24 +91,5 @@ fn since_creation(owner: &impl std::os::fd::AsRawFd, prefix: &str) -> Vec<(Strin
     let Ok(now) = reader.snapshot() else {
         return Vec::new();
     };
-    let zero = StatsSnapshot::from_data(vec![0; reader.layout().data_len()]);
-    let units: std::collections::HashMap<&str, StatUnit> = reader
-        .layout()
-        .descs
-        .iter()
-        .map(|d| (d.name.as_str(), d.unit))
-        .collect();
-    deltas(reader.layout(), &zero, &now)
-        .into_iter()
-        .map(|d| {
-            let unit = match units.get(d.name.as_str()) {
-                Some(StatUnit::Seconds) => "ns",
-                Some(StatUnit::Bytes) => "bytes",
-                Some(StatUnit::Cycles) => "cycles",
-                Some(StatUnit::Boolean) => "bool",
-                _ => "count",
-            };
-            (format!("{prefix}.{}", d.name), unit.to_string(), d.delta)
-        })
-        .collect()
+    named_deltas(reader.layout(), &reader.zero(), &now, prefix)
 }

@@ -1,47 +1,140 @@
-//! Guest memory: anonymous host mappings that back memslots, unmapped on drop.
+//! Guest memory: anonymous host mappings that back memslots, unmapped on drop, with the host
+//! backings the memory scenario compares.
 
 use std::ptr::NonNull;
 
 use super::KvmError;
 
+/// How host memory behind a memslot is provided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Backing {
+    /// Plain anonymous memory: every first touch is a host page fault.
+    Lazy,
+    /// Made present before the guest runs (`MADV_POPULATE_WRITE`), so KVM's prefetch can map
+    /// neighbours of a faulting page without faulting them in.
+    Populated,
+    /// 2 MiB-aligned with `MADV_HUGEPAGE`: the host backs it with transparent huge pages when
+    /// its THP mode allows.
+    Thp,
+}
+
+const HUGE: usize = 2 << 20;
+const PAGE: usize = 4096;
+
 /// One anonymous host mapping used as guest RAM.
 #[derive(Debug)]
 pub struct GuestMemory {
+    /// What mmap returned (munmap needs it back).
+    map: NonNull<u8>,
+    map_len: usize,
+    /// The usable, possibly 2 MiB-aligned, part.
     ptr: NonNull<u8>,
     len: usize,
 }
 
 // SAFETY: the mapping is plain memory owned by this value; moving it to another thread moves
-// ownership, and shared access goes through `&self`/`&mut self` like any buffer.
+// ownership, and access goes through `&self`/`&mut self` like any buffer.
 unsafe impl Send for GuestMemory {}
 
+fn mmap_anonymous(len: usize, extra_flags: libc::c_int) -> Result<NonNull<u8>, KvmError> {
+    // SAFETY: a fresh private anonymous mapping at an address of the kernel's choosing aliases
+    // nothing; the result is checked before use.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra_flags,
+            -1,
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        return Err(KvmError::Mmap {
+            bytes: len,
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    NonNull::new(addr.cast::<u8>()).ok_or_else(|| KvmError::Mmap {
+        bytes: len,
+        source: std::io::Error::other("mmap returned NULL"),
+    })
+}
+
 impl GuestMemory {
-    /// Maps `len` bytes of private anonymous memory. `MAP_NORESERVE`: guest RAM is touched
-    /// lazily, so untouched pages cost nothing.
+    /// `len` bytes of lazily allocated memory; `MAP_NORESERVE` because untouched guest RAM
+    /// should cost nothing.
     pub fn anonymous(len: usize) -> Result<GuestMemory, KvmError> {
-        // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing aliases
-        // nothing; the result is checked before use.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
+        let map = mmap_anonymous(len, libc::MAP_NORESERVE)?;
+        Ok(GuestMemory {
+            map,
+            map_len: len,
+            ptr: map,
+            len,
+        })
+    }
+
+    /// `len` bytes with the given backing. `len` must be a multiple of 4 KiB.
+    pub fn backed(len: usize, backing: Backing) -> Result<GuestMemory, KvmError> {
+        match backing {
+            Backing::Lazy => GuestMemory::anonymous(len),
+            Backing::Populated => {
+                let mem = GuestMemory::anonymous(len)?;
+                mem.populate()?;
+                Ok(mem)
+            }
+            Backing::Thp => {
+                // Over-allocate so a 2 MiB-aligned run of `len` bytes exists inside.
+                let map_len = len + HUGE;
+                let map = mmap_anonymous(map_len, libc::MAP_NORESERVE)?;
+                let skew = (HUGE - (map.as_ptr() as usize % HUGE)) % HUGE;
+                // SAFETY: skew < HUGE, and map_len = len + HUGE, so [skew, skew + len) is in the
+                // mapping.
+                let ptr = unsafe { NonNull::new_unchecked(map.as_ptr().add(skew)) };
+                let mem = GuestMemory {
+                    map,
+                    map_len,
+                    ptr,
+                    len,
+                };
+                // SAFETY: advising our own mapping; MADV_HUGEPAGE changes no contents.
+                if unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_HUGEPAGE) } != 0 {
+                    return Err(KvmError::Mmap {
+                        bytes: len,
+                        source: std::io::Error::last_os_error(),
+                    });
+                }
+                Ok(mem)
+            }
+        }
+    }
+
+    /// Makes every page present and writable in the host.
+    fn populate(&self) -> Result<(), KvmError> {
+        // SAFETY: advising our own mapping; MADV_POPULATE_WRITE only faults pages in.
+        let rc = unsafe {
+            libc::madvise(
+                self.ptr.as_ptr().cast(),
+                self.len,
+                libc::MADV_POPULATE_WRITE,
             )
         };
-        if addr == libc::MAP_FAILED {
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINVAL) {
             return Err(KvmError::Mmap {
-                bytes: len,
-                source: std::io::Error::last_os_error(),
+                bytes: self.len,
+                source: err,
             });
         }
-        let ptr = NonNull::new(addr.cast::<u8>()).ok_or_else(|| KvmError::Mmap {
-            bytes: len,
-            source: std::io::Error::other("mmap returned NULL"),
-        })?;
-        Ok(GuestMemory { ptr, len })
+        // Kernels before 5.14 lack MADV_POPULATE_WRITE: write one byte per page instead.
+        for off in (0..self.len).step_by(PAGE) {
+            // SAFETY: off < len, inside our mapping; volatile so the write is not elided.
+            unsafe { self.ptr.as_ptr().add(off).write_volatile(0) };
+        }
+        Ok(())
     }
 
     /// Size in bytes.
@@ -54,38 +147,95 @@ impl GuestMemory {
         self.len == 0
     }
 
+    /// The start of the usable mapping.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
     /// The host virtual address, for `kvm_userspace_memory_region::userspace_addr`.
     pub fn host_addr(&self) -> u64 {
         self.ptr.as_ptr() as u64
     }
 
-    /// Copies `bytes` to `offset`.
-    pub fn write(&mut self, offset: usize, bytes: &[u8]) -> Result<(), KvmError> {
-        let end = offset
-            .checked_add(bytes.len())
+    fn range(&self, offset: usize, n: usize) -> Result<usize, KvmError> {
+        offset
+            .checked_add(n)
             .filter(|end| *end <= self.len)
             .ok_or_else(|| {
                 KvmError::Guest(format!(
-                    "write of {} bytes at {offset:#x} exceeds guest memory of {} bytes",
-                    bytes.len(),
+                    "access of {n} bytes at {offset:#x} exceeds guest memory of {} bytes",
                     self.len
                 ))
-            })?;
-        // SAFETY: [offset, end) lies inside the mapping (checked above) and `&mut self` makes
-        // this the only access.
+            })
+    }
+
+    /// Copies `bytes` to `offset`.
+    pub fn write(&mut self, offset: usize, bytes: &[u8]) -> Result<(), KvmError> {
+        self.range(offset, bytes.len())?;
+        // SAFETY: the range is inside the mapping (checked) and `&mut self` makes this the only
+        // access from Rust.
         let dst =
-            unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(offset), end - offset) };
+            unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(offset), bytes.len()) };
         dst.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Copies from `offset` into `buf`.
+    pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<(), KvmError> {
+        self.range(offset, buf.len())?;
+        // SAFETY: the range is inside the mapping (checked); a shared read of plain memory.
+        let src = unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(offset), buf.len()) };
+        buf.copy_from_slice(src);
         Ok(())
     }
 }
 
 impl Drop for GuestMemory {
     fn drop(&mut self) {
-        // SAFETY: ptr/len are exactly what mmap returned; nothing refers to the mapping after
-        // drop (memslots using it belong to VMs that are dropped first, see `vm::Vm`).
+        // SAFETY: map/map_len are exactly what mmap returned; memslots using this memory
+        // belong to VMs that are dropped first (see `vm::Vm` field order).
         unsafe {
-            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+            libc::munmap(self.map.as_ptr().cast(), self.map_len);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resident_pages(mem: &GuestMemory) -> usize {
+        let pages = mem.len() / PAGE;
+        let mut vec = vec![0u8; pages];
+        // SAFETY: mincore on our own mapping with a vector of one byte per page.
+        let rc = unsafe { libc::mincore(mem.ptr.as_ptr().cast(), mem.len(), vec.as_mut_ptr()) };
+        assert_eq!(rc, 0);
+        vec.iter().filter(|b| **b & 1 != 0).count()
+    }
+
+    #[test]
+    fn lazy_memory_is_absent_and_populated_memory_present() {
+        let lazy = GuestMemory::backed(4 << 20, Backing::Lazy).unwrap();
+        assert_eq!(resident_pages(&lazy), 0);
+        let populated = GuestMemory::backed(4 << 20, Backing::Populated).unwrap();
+        assert_eq!(resident_pages(&populated), 1024);
+    }
+
+    #[test]
+    fn thp_memory_is_2mib_aligned() {
+        let thp = GuestMemory::backed(4 << 20, Backing::Thp).unwrap();
+        assert_eq!(thp.host_addr() % (2 << 20), 0);
+        assert_eq!(thp.len(), 4 << 20);
+    }
+
+    #[test]
+    fn out_of_range_access_is_an_error() {
+        let mut m = GuestMemory::anonymous(8192).unwrap();
+        assert!(m.write(8190, &[0; 4]).is_err());
+        let mut b = [0u8; 4];
+        assert!(m.read(usize::MAX - 1, &mut b).is_err());
+        m.write(100, &[1, 2, 3, 4]).unwrap();
+        m.read(100, &mut b).unwrap();
+        assert_eq!(b, [1, 2, 3, 4]);
     }
 }

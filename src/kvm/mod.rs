@@ -4,13 +4,17 @@
 //! the timed VM builder, guest memory, the binary statistics reader, the guest payload, the KVM
 //! ioctl table, the strace-based tracer, and the scenario executors that drive them.
 
+pub mod exits;
 pub mod guest;
 pub mod host;
 pub mod ioctl_table;
 pub mod lifecycle;
+pub mod measure;
 pub mod memory;
+pub mod stage2;
 pub mod stats;
 pub mod trace;
+pub mod uffd;
 pub mod vm;
 
 use std::path::{Path, PathBuf};
@@ -39,8 +43,10 @@ pub enum KvmError {
         /// What the kernel said.
         source: std::io::Error,
     },
-    /// unsupported: needs {0}, which this host's KVM does not offer
+    /// needs {0}, which this host's KVM does not offer
     MissingCap(&'static str),
+    /// {0}
+    Unsupported(String),
     /// {op} failed: {source}
     Ioctl {
         /// The ioctl or step that failed, by its KVM name.
@@ -71,6 +77,7 @@ impl KvmError {
                 | KvmError::PermissionDenied(_)
                 | KvmError::Open { .. }
                 | KvmError::MissingCap(_)
+                | KvmError::Unsupported(_)
         )
     }
 
@@ -149,5 +156,19 @@ impl crate::backend::Backend for KvmBackend {
         plan: &crate::scenario::lifecycle::ConstructionPlan,
     ) -> Result<crate::scenario::lifecycle::ConstructionTrace, crate::error::Error> {
         Ok(lifecycle::construct(&self.kvm, plan)?)
+    }
+
+    fn touch_memory(
+        &mut self,
+        plan: &crate::scenario::memory::TouchPlan,
+    ) -> Result<crate::scenario::memory::TouchResult, crate::error::Error> {
+        Ok(stage2::touch(&self.kvm, &self.host, plan)?)
+    }
+
+    fn exit_roundtrips(
+        &mut self,
+        plan: &crate::scenario::exits::ExitPlan,
+    ) -> Result<crate::scenario::exits::ExitResult, crate::error::Error> {
+        Ok(exits::roundtrips(&self.kvm, &self.host, plan)?)
     }
 }

@@ -243,6 +243,33 @@ pub fn deltas(
         .collect()
 }
 
+/// Changed statistics as hvlab metrics: `<prefix>.<name>` with a unit from the descriptor.
+pub fn named_deltas(
+    layout: &StatsLayout,
+    before: &StatsSnapshot,
+    after: &StatsSnapshot,
+    prefix: &str,
+) -> Vec<(String, String, i128)> {
+    deltas(layout, before, after)
+        .into_iter()
+        .map(|d| {
+            let unit = match layout
+                .descs
+                .iter()
+                .find(|x| x.name == d.name)
+                .map(|x| x.unit)
+            {
+                Some(StatUnit::Seconds) => "ns",
+                Some(StatUnit::Bytes) => "bytes",
+                Some(StatUnit::Cycles) => "cycles",
+                Some(StatUnit::Boolean) => "bool",
+                _ => "count",
+            };
+            (format!("{prefix}.{}", d.name), unit.to_string(), d.delta)
+        })
+        .collect()
+}
+
 /// A reader bound to one VM's or vCPU's stats fd.
 #[derive(Debug)]
 pub struct StatsReader {
@@ -283,6 +310,11 @@ impl StatsReader {
     /// The descriptors.
     pub fn layout(&self) -> &StatsLayout {
         &self.layout
+    }
+
+    /// All-zero values: what a freshly created VM or vCPU starts from.
+    pub fn zero(&self) -> StatsSnapshot {
+        StatsSnapshot::from_data(vec![0; self.layout.data_len()])
     }
 
     /// Reads the current values.

@@ -4,11 +4,12 @@
 use std::time::{Duration, Instant};
 
 use kvm_bindings::{kvm_pit_config, kvm_userspace_memory_region};
-use kvm_ioctls::{IoEventAddress, Kvm, VcpuExit, VcpuFd, VmFd};
+use kvm_ioctls::{IoEventAddress, Kvm, VcpuFd, VmFd};
 use vmm_sys_util::eventfd::EventFd;
 
 use super::KvmError;
-use super::guest::{ENTRY_GPA, SIGNAL_MAGIC, SIGNAL_PORT, Watchdog};
+use super::guest::runner::{self, Flow, GuestExit};
+use super::guest::{Cpl, ENTRY_GPA, Signal, long_mode};
 use super::memory::GuestMemory;
 
 /// One ioctl as the builder issued it.
@@ -103,6 +104,17 @@ impl Vm {
         })
     }
 
+    /// `KVM_ENABLE_CAP(KVM_CAP_PMU_CAPABILITY, KVM_PMU_CAP_DISABLE)`: no vPMU for this VM.
+    /// Must precede vCPU creation.
+    pub fn disable_pmu(&mut self) -> Result<(), KvmError> {
+        let mut cap = kvm_bindings::kvm_enable_cap {
+            cap: kvm_bindings::KVM_CAP_PMU_CAPABILITY,
+            ..Default::default()
+        };
+        cap.args[0] = u64::from(kvm_bindings::KVM_PMU_CAP_DISABLE);
+        self.timed("KVM_ENABLE_CAP", |vm, _| vm.enable_cap(&cap))
+    }
+
     /// `KVM_SET_USER_MEMORY_REGION` mapping `memory` at `gpa` in the next free slot.
     pub fn add_memslot(&mut self, gpa: u64, memory: GuestMemory) -> Result<u32, KvmError> {
         let slot = u32::try_from(self.memory.len())
@@ -148,72 +160,66 @@ impl Vm {
         Ok(())
     }
 
-    /// Points vCPU `index` at the real-mode payload and runs it until the guest writes the
-    /// signal byte. A guest that exits any other way is an error carrying the exit and `rip`; one
-    /// that neither signals nor exits within `timeout` is interrupted by a watchdog.
+    /// Points vCPU `index` at the real-mode lifecycle payload and runs it until the guest
+    /// signals `Ready`. Any other exit is an error carrying the exit and the registers; a
+    /// guest that neither signals nor exits within `timeout` is interrupted by the watchdog.
     pub fn run_until_signal(&mut self, index: usize, timeout: Duration) -> Result<(), KvmError> {
-        self.enter(index, true, timeout)
-    }
-
-    /// Like [`Vm::run_until_signal`], but keeps the segment state the caller set (only `rip`
-    /// moves to the entry point): for guests that start outside real mode.
-    pub fn run_until_signal_keeping_mode(
-        &mut self,
-        index: usize,
-        timeout: Duration,
-    ) -> Result<(), KvmError> {
-        self.enter(index, false, timeout)
-    }
-
-    fn enter(&mut self, index: usize, real_mode: bool, timeout: Duration) -> Result<(), KvmError> {
         let (clock, log) = (self.clock, &mut self.log);
         let vcpu = self
             .vcpus
             .get_mut(index)
             .ok_or_else(|| KvmError::Guest(format!("no vCPU {index} to run")))?;
         // Real mode at the payload: CS base 0, IP at the entry point.
-        if real_mode {
-            let mut sregs = timed(log, clock, "KVM_GET_SREGS", || vcpu.get_sregs())?;
-            sregs.cs.base = 0;
-            sregs.cs.selector = 0;
-            timed(log, clock, "KVM_SET_SREGS", || vcpu.set_sregs(&sregs))?;
-        }
+        let mut sregs = timed(log, clock, "KVM_GET_SREGS", || vcpu.get_sregs())?;
+        sregs.cs.base = 0;
+        sregs.cs.selector = 0;
+        timed(log, clock, "KVM_SET_SREGS", || vcpu.set_sregs(&sregs))?;
         let mut regs = timed(log, clock, "KVM_GET_REGS", || vcpu.get_regs())?;
         regs.rip = ENTRY_GPA;
         regs.rflags = 0x2;
         timed(log, clock, "KVM_SET_REGS", || vcpu.set_regs(&regs))?;
 
-        let watchdog = Watchdog::arm(timeout)?;
-        // One entry: the payload's first exit is its signal, so anything else is a failure.
         let start = Instant::now();
-        let exit = vcpu.run();
-        let end = Instant::now();
+        let mut ready_at = None;
+        runner::run(vcpu, timeout, |exit| match exit {
+            GuestExit::Signal {
+                signal: Signal::Ready,
+                at,
+                ..
+            } => {
+                ready_at = Some(at);
+                Ok(Flow::Stop)
+            }
+            other => Err(KvmError::Guest(format!(
+                "unexpected {other:?} before the ready signal"
+            ))),
+        })?;
+        let end = ready_at.unwrap_or_else(Instant::now);
         log.push(TimedIoctl {
             name: "KVM_RUN",
             start_ns: ns_since(clock, start),
             dur_ns: ns_since(start, end),
         });
-        let outcome = match exit {
-            Ok(VcpuExit::IoOut(port, data))
-                if port == SIGNAL_PORT && data.first() == Some(&SIGNAL_MAGIC) =>
-            {
-                Ok(())
-            }
-            Ok(other) => Err(format!("unexpected exit {other:?}")),
-            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => Err(format!(
-                "no signal within {timeout:?} (watchdog interrupted KVM_RUN)"
-            )),
-            Err(e) => Err(format!("KVM_RUN failed: {e}")),
-        };
-        drop(watchdog);
-        vcpu.set_kvm_immediate_exit(0);
-        outcome.map_err(|why| {
-            let rip = vcpu
-                .get_regs()
-                .map(|r| format!("{:#x}", r.rip))
-                .unwrap_or_else(|_| "?".into());
-            KvmError::Guest(format!("{why}; vCPU {index} rip={rip}"))
-        })
+        Ok(())
+    }
+
+    /// Puts vCPU `index` in 64-bit mode at `cpl`, at the payload's entry point.
+    pub fn setup_long_mode(&mut self, index: usize, cpl: Cpl) -> Result<(), KvmError> {
+        let (clock, log) = (self.clock, &mut self.log);
+        let vcpu = self
+            .vcpus
+            .get_mut(index)
+            .ok_or_else(|| KvmError::Guest(format!("no vCPU {index}")))?;
+        let mut sregs = timed(log, clock, "KVM_GET_SREGS", || vcpu.get_sregs())?;
+        long_mode::set_long_mode(&mut sregs, cpl);
+        timed(log, clock, "KVM_SET_SREGS", || vcpu.set_sregs(&sregs))?;
+        let regs = long_mode::entry_regs();
+        timed(log, clock, "KVM_SET_REGS", || vcpu.set_regs(&regs))
+    }
+
+    /// vCPU `index`, to run.
+    pub fn vcpu_mut(&mut self, index: usize) -> Option<&mut VcpuFd> {
+        self.vcpus.get_mut(index)
     }
 
     /// ns since the clock started.

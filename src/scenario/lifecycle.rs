@@ -34,7 +34,7 @@ use std::time::Duration;
 use super::params::{ParamInfo, Settings};
 use super::runner::{self, Progress, RunRequest, ScenarioOutcome};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
-use crate::analysis::compare::{compare, fmt_value};
+use crate::analysis::compare::{Verdict, against_fastest, fmt_value};
 use crate::analysis::stall::{Baselines, IoctlEvent, find_stalls};
 use crate::analysis::statistics::{median, seed_for};
 use crate::backend::{Backend, BackendKind};
@@ -50,6 +50,8 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     metrics: &METRICS,
     headline: "ready_ms",
     backends: &[BackendKind::Kvm],
+    default_reps: 20,
+    default_warmup: 2,
 };
 
 static VARIANTS: [VariantInfo; 5] = [
@@ -485,54 +487,37 @@ fn analyse_variant(
 }
 
 /// Every variant against the fastest on `ready_ms`, with the stall that explains the gap.
-fn verdicts(variants: &[VariantRecord], seed: u64) -> Vec<crate::analysis::compare::Verdict> {
-    let headline = INFO.headline;
-    let ok: Vec<&VariantRecord> = variants
-        .iter()
-        .filter(|v| v.is_ok() && v.metrics.contains_key(headline))
-        .collect();
-    let Some(fastest) = ok.iter().min_by(|a, b| {
-        a.metrics[headline]
-            .median
-            .total_cmp(&b.metrics[headline].median)
-    }) else {
-        return Vec::new();
-    };
-    ok.iter()
-        .filter(|v| v.name != fastest.name)
-        .map(|v| {
-            let mut verdict = compare(
-                headline,
-                "ms",
-                (&fastest.name, &fastest.metrics[headline].samples),
-                (&v.name, &v.metrics[headline].samples),
-                seed_for(seed, &["verdict", &fastest.name, &v.name]),
-            );
-            let slower = if verdict.faster == fastest.name { *v } else { *fastest };
-            if let Some(Finding::SrcuStall {
-                ioctl,
-                caused_by,
-                median_ms,
-                jiffies,
-                ..
-            }) = slower.findings.iter().max_by(|a, b| {
-                let key = |f: &Finding| match f {
-                    Finding::SrcuStall { median_ms, .. } => *median_ms,
-                };
-                key(a).total_cmp(&key(b))
-            }) && verdict.significant
-            {
-                let by = caused_by
-                    .as_deref()
-                    .map_or(String::new(), |c| format!(" started by {c}"));
-                verdict.text.push_str(&format!(
-                    "; cause: {ioctl} waited {} ({jiffies:.1} jiffies) for the SRCU grace period{by}",
-                    fmt_value(*median_ms, "ms")
-                ));
-            }
-            verdict
-        })
-        .collect()
+fn verdicts(variants: &[VariantRecord], seed: u64) -> Vec<Verdict> {
+    let mut verdicts = against_fastest(variants, INFO.headline, "ms", seed);
+    for verdict in verdicts.iter_mut().filter(|v| v.significant) {
+        let Some(slower) = variants.iter().find(|v| v.name == verdict.slower) else {
+            continue;
+        };
+        let worst = slower
+            .findings
+            .iter()
+            .filter_map(|f| match f {
+                Finding::SrcuStall {
+                    ioctl,
+                    caused_by,
+                    median_ms,
+                    jiffies,
+                    ..
+                } => Some((ioctl, caused_by, *median_ms, *jiffies)),
+                _ => None,
+            })
+            .max_by(|a, b| a.2.total_cmp(&b.2));
+        if let Some((ioctl, caused_by, median_ms, jiffies)) = worst {
+            let by = caused_by
+                .as_deref()
+                .map_or(String::new(), |c| format!(" started by {c}"));
+            verdict.text.push_str(&format!(
+                "; cause: {ioctl} waited {} ({jiffies:.1} jiffies) for the SRCU grace period{by}",
+                fmt_value(median_ms, "ms")
+            ));
+        }
+    }
+    verdicts
 }
 
 #[cfg(test)]

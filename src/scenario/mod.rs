@@ -1,7 +1,9 @@
 //! Scenario definitions: parameters, variants and metrics of every experiment, and the
 //! catalog. Scenarios drive a [`Backend`](crate::backend::Backend); they do not know which one.
 
+pub mod exits;
 pub mod lifecycle;
+pub mod memory;
 pub mod params;
 pub mod runner;
 
@@ -50,11 +52,16 @@ pub struct ScenarioInfo {
     pub headline: &'static str,
     /// Backends that can run it.
     pub backends: &'static [BackendKind],
+    /// Repetitions when --reps is not given (a pass of `memory` takes a second; a lifecycle
+    /// construction a few ms).
+    pub default_reps: u32,
+    /// Warm-up repetitions when --warmup is not given.
+    pub default_warmup: u32,
 }
 
 /// Every scenario hvlab has.
 pub fn catalog() -> Vec<&'static ScenarioInfo> {
-    vec![&lifecycle::INFO]
+    vec![&lifecycle::INFO, &memory::INFO, &exits::INFO]
 }
 
 /// Looks a scenario up by name.
@@ -80,6 +87,9 @@ pub fn check(info: &ScenarioInfo, request: &RunRequest) -> Result<(), InputError
     let settings = Settings::parse(info, &request.sets)?;
     match info.name {
         "lifecycle" => lifecycle::plans(&settings, request).map(drop),
+        // The CPL default depends on the host; any value validates the rest.
+        "memory" => memory::plans(&settings, request, crate::kvm::guest::Cpl::Three).map(drop),
+        "exits" => exits::plans(&settings, request, crate::kvm::guest::Cpl::Three).map(drop),
         other => Err(InputError::Other(format!("scenario {other} has no runner"))),
     }
 }
@@ -108,6 +118,8 @@ pub fn run(
     let started = runner::now_rfc3339();
     let outcome = match info.name {
         "lifecycle" => lifecycle::run(backend, &settings, request, progress)?,
+        "memory" => memory::run(backend, &settings, request, progress)?,
+        "exits" => exits::run(backend, &settings, request, progress)?,
         other => return Err(InputError::Other(format!("scenario {other} has no runner")).into()),
     };
     Ok(runner::assemble(

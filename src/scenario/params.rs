@@ -90,6 +90,30 @@ impl Settings {
             })
     }
 
+    /// One of `choices`.
+    pub fn choice<'a>(&self, key: &str, choices: &[&'a str]) -> Result<&'a str, InputError> {
+        let raw = self.raw(key);
+        choices
+            .iter()
+            .find(|c| **c == raw)
+            .copied()
+            .ok_or_else(|| InputError::BadValue {
+                key: key.to_string(),
+                value: raw.to_string(),
+                why: format!("{key} is one of {}", choices.join(", ")),
+            })
+    }
+
+    /// A byte size such as `256MiB`, `6GiB`, `512M`, `4096`.
+    pub fn bytes(&self, key: &str) -> Result<u64, InputError> {
+        let raw = self.raw(key);
+        parse_size(raw).ok_or_else(|| InputError::BadValue {
+            key: key.to_string(),
+            value: raw.to_string(),
+            why: "sizes are a number with an optional unit: 256MiB, 6GiB, 512M, 4096".into(),
+        })
+    }
+
     /// Every parameter in effect, for the run record.
     pub fn to_json(&self) -> BTreeMap<String, serde_json::Value> {
         self.values
@@ -108,6 +132,28 @@ impl Settings {
     pub fn scenario(&self) -> &'static str {
         self.scenario
     }
+}
+
+/// Parses `256MiB`, `6GiB`, `1G`, `512k`, `4096` (binary units; `B` optional).
+pub fn parse_size(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let shift = match unit
+        .trim()
+        .to_ascii_lowercase()
+        .trim_end_matches('b')
+        .trim_end_matches('i')
+    {
+        "" => 0,
+        "k" => 10,
+        "m" => 20,
+        "g" => 30,
+        "t" => 40,
+        _ => return None,
+    };
+    n.checked_mul(1u64 << shift)
 }
 
 #[cfg(test)]
@@ -142,6 +188,19 @@ mod tests {
         assert!(msg.contains("from 1 to 64"), "{msg}");
         let s = Settings::parse(&INFO, &["vcpus=two".into()]).unwrap();
         assert!(s.u32_in("vcpus", 1..=64).is_err());
+    }
+
+    #[test]
+    fn sizes_parse_with_binary_units() {
+        assert_eq!(parse_size("256MiB"), Some(256 << 20));
+        assert_eq!(parse_size("6GiB"), Some(6 << 30));
+        assert_eq!(parse_size("1G"), Some(1 << 30));
+        assert_eq!(parse_size("512k"), Some(512 << 10));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("4096B"), Some(4096));
+        assert_eq!(parse_size("lots"), None);
+        assert_eq!(parse_size("12XB"), None);
+        assert_eq!(parse_size("99999999999T"), None);
     }
 
     #[test]

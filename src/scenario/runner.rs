@@ -75,6 +75,7 @@ pub struct ScenarioOutcome {
 pub fn failure_status(err: &Error) -> String {
     match err {
         Error::Kvm(e) if e.is_host_limitation() => format!("unsupported: {e}"),
+        Error::Input(e) => format!("unsupported: {e}"),
         other => format!("failed: {other}"),
     }
 }

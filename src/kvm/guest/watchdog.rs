@@ -1,25 +1,8 @@
-//! The minimal guest payload and the vCPU watchdog.
-//!
-//! The lifecycle scenario only needs the first `KVM_RUN` to reach guest code and come back, so
-//! the payload is three real-mode instructions that write a magic byte to the signal port. The
-//! payload framework with long mode and CPL3 measurement loops builds on this.
+//! The vCPU watchdog: a guest that neither signals nor exits is interrupted, never waited for.
 
 use std::time::Duration;
 
 use vmm_sys_util::signal::{SIGRTMIN, register_signal_handler};
-
-/// The port the guest writes to when it has started.
-pub const SIGNAL_PORT: u16 = 0x4b0;
-/// The byte it writes.
-pub const SIGNAL_MAGIC: u8 = 0x5a;
-/// Guest-physical address the payload is loaded at (and where `rip` starts).
-pub const ENTRY_GPA: u64 = 0x1000;
-
-/// `mov dx, SIGNAL_PORT; mov al, SIGNAL_MAGIC; out dx, al; hlt` in 16-bit real mode.
-pub fn signal_payload() -> Vec<u8> {
-    let [lo, hi] = SIGNAL_PORT.to_le_bytes();
-    vec![0xba, lo, hi, 0xb0, SIGNAL_MAGIC, 0xee, 0xf4]
-}
 
 /// The signal the watchdog sends to a vCPU thread stuck in `KVM_RUN`; its handler does
 /// nothing, the point is that `KVM_RUN` returns `EINTR`.
@@ -30,7 +13,7 @@ pub fn kick_signal() -> libc::c_int {
 extern "C" fn ignore_kick(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
 
 /// Installs the no-op handler for the kick signal, once per process.
-pub fn install_kick_handler() -> Result<(), super::KvmError> {
+pub fn install_kick_handler() -> Result<(), crate::kvm::KvmError> {
     static INSTALLED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
     INSTALLED
         .get_or_init(|| {
@@ -38,7 +21,7 @@ pub fn install_kick_handler() -> Result<(), super::KvmError> {
         })
         .clone()
         .map_err(|e| {
-            super::KvmError::Guest(format!("cannot install the watchdog signal handler: {e}"))
+            crate::kvm::KvmError::Guest(format!("cannot install the watchdog signal handler: {e}"))
         })
 }
 
@@ -56,7 +39,7 @@ pub struct Watchdog {
 
 impl Watchdog {
     /// Arms a watchdog for the current thread.
-    pub fn arm(timeout: Duration) -> Result<Watchdog, super::KvmError> {
+    pub fn arm(timeout: Duration) -> Result<Watchdog, crate::kvm::KvmError> {
         install_kick_handler()?;
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
@@ -69,7 +52,7 @@ impl Watchdog {
         let mut timer: libc::timer_t = std::ptr::null_mut();
         // SAFETY: `event` and `timer` are valid for the call; the kernel fills `timer`.
         if unsafe { libc::timer_create(libc::CLOCK_MONOTONIC, &mut event, &mut timer) } != 0 {
-            return Err(super::KvmError::Guest(format!(
+            return Err(crate::kvm::KvmError::Guest(format!(
                 "cannot create the watchdog timer: {}",
                 std::io::Error::last_os_error()
             )));
@@ -81,7 +64,7 @@ impl Watchdog {
         };
         // SAFETY: `timer` was just created and is owned by `dog`; `spec` is valid.
         if unsafe { libc::timer_settime(dog.timer, 0, &spec, std::ptr::null_mut()) } != 0 {
-            return Err(super::KvmError::Guest(format!(
+            return Err(crate::kvm::KvmError::Guest(format!(
                 "cannot arm the watchdog timer: {}",
                 std::io::Error::last_os_error()
             )));

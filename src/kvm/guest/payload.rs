@@ -1,0 +1,233 @@
+//! Long-mode payloads, assembled with iced-x86 at [`CODE_GPA`].
+//!
+//! Every payload has the same shape: setup, signal `Start`, read the TSC, the measured loop,
+//! read the TSC, signal `End` with the tick count in `RBX` (repeating the `End` signal if
+//! re-entered). Pages the guest needs before `Start` (the code, the touch-order array) are
+//! touched before it, so the section between the signals contains only what is measured.
+
+use iced_x86::IcedError;
+use iced_x86::code_asm::*;
+
+use super::layout::{CODE_GPA, DATA_GPA, INDEX_GPA, IOEVENTFD_GPA, MMIO_TEST_GPA};
+use super::{SIGNAL_PORT, Signal, TEST_PORT};
+use crate::kvm::KvmError;
+use crate::scenario::exits::ExitKind;
+use crate::scenario::memory::{Access, Touch};
+
+fn asm_err(e: IcedError) -> KvmError {
+    KvmError::Guest(format!("assembling the payload: {e}"))
+}
+
+/// The CPU vendor decides the hypercall opcode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vendor {
+    /// `vmcall`.
+    Intel,
+    /// `vmmcall`.
+    Amd,
+}
+
+impl Vendor {
+    /// The host CPU's vendor (the guest sees the same one).
+    pub fn of_host() -> Vendor {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let r = std::arch::x86_64::__cpuid(0);
+            let mut v = Vec::with_capacity(12);
+            for reg in [r.ebx, r.edx, r.ecx] {
+                v.extend_from_slice(&reg.to_le_bytes());
+            }
+            if v.as_slice() == b"AuthenticAMD" || v.as_slice() == b"HygonGenuine" {
+                return Vendor::Amd;
+            }
+        }
+        Vendor::Intel
+    }
+}
+
+fn signal(a: &mut CodeAssembler, s: Signal) -> Result<(), IcedError> {
+    a.mov(dx, u32::from(SIGNAL_PORT))?;
+    a.mov(al, u32::from(s.al()))?;
+    a.out(dx, al)
+}
+
+/// `reg = TSC`.
+fn read_tsc(a: &mut CodeAssembler, reg: AsmRegister64) -> Result<(), IcedError> {
+    a.rdtsc()?;
+    a.shl(rdx, 32u32)?;
+    a.or(rax, rdx)?;
+    a.mov(reg, rax)
+}
+
+/// `RBX = TSC - R12`, then signal `End` forever.
+fn finish(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    read_tsc(a, rbx)?;
+    a.sub(rbx, r12)?;
+    let mut end = a.create_label();
+    a.set_label(&mut end)?;
+    signal(a, Signal::End)?;
+    a.jmp(end)
+}
+
+/// Touches `pages` pages of the data region in the order of the u32 page indices at
+/// [`INDEX_GPA`] (`index_bytes` long, pre-touched before `Start`).
+pub fn touch_loop(
+    pages: u64,
+    index_bytes: u64,
+    access: Access,
+    touch: Touch,
+) -> Result<Vec<u8>, KvmError> {
+    let build = || -> Result<Vec<u8>, IcedError> {
+        let mut a = CodeAssembler::new(64)?;
+        // Pre-touch the index array so its faults land before Start.
+        a.mov(rsi, INDEX_GPA)?;
+        a.mov(r8, rsi)?;
+        a.mov(r9, INDEX_GPA + index_bytes.max(4096))?;
+        let mut pre = a.create_label();
+        a.set_label(&mut pre)?;
+        a.mov(eax, dword_ptr(r8))?;
+        a.add(r8, 4096i32)?;
+        a.cmp(r8, r9)?;
+        a.jb(pre)?;
+
+        signal(&mut a, Signal::Start)?;
+        read_tsc(&mut a, r12)?;
+        a.mov(rbx, DATA_GPA)?;
+        a.mov(r13, pages)?;
+        a.xor(r10, r10)?;
+        let mut next = a.create_label();
+        a.set_label(&mut next)?;
+        a.mov(eax, dword_ptr(rsi + r10 * 4))?; // zero-extends into rax
+        a.shl(rax, 12u32)?;
+        a.add(rax, rbx)?;
+        match (touch, access) {
+            (Touch::FirstByte, Access::Write) => a.mov(byte_ptr(rax), 1u32)?,
+            (Touch::FirstByte, Access::Read) => a.mov(r11b, byte_ptr(rax))?,
+            (Touch::WholePage, Access::Write) => {
+                a.mov(rdi, rax)?;
+                a.mov(ecx, 512u32)?;
+                a.xor(eax, eax)?;
+                a.rep().stosq()?;
+            }
+            (Touch::WholePage, Access::Read) => {
+                // One load per cache line reads every line of the page.
+                a.xor(r14, r14)?;
+                let mut line = a.create_label();
+                a.set_label(&mut line)?;
+                a.mov(r11, qword_ptr(rax + r14))?;
+                a.add(r14, 64i32)?;
+                a.cmp(r14, 4096i32)?;
+                a.jb(line)?;
+            }
+        }
+        a.inc(r10)?;
+        a.cmp(r10, r13)?;
+        a.jb(next)?;
+        finish(&mut a)?;
+        a.assemble(CODE_GPA)
+    };
+    build().map_err(asm_err)
+}
+
+/// Runs the exit-causing instruction of `kind` `iterations` times.
+pub fn exit_loop(kind: ExitKind, iterations: u64, vendor: Vendor) -> Result<Vec<u8>, KvmError> {
+    let build = || -> Result<Vec<u8>, IcedError> {
+        let mut a = CodeAssembler::new(64)?;
+        let target = match kind {
+            ExitKind::Ioeventfd => IOEVENTFD_GPA,
+            _ => MMIO_TEST_GPA,
+        };
+        a.mov(r14, target)?;
+        signal(&mut a, Signal::Start)?;
+        read_tsc(&mut a, r12)?;
+        a.mov(r13, iterations.max(1))?;
+        let mut next = a.create_label();
+        a.set_label(&mut next)?;
+        match kind {
+            ExitKind::PioOut | ExitKind::PmuOn | ExitKind::PmuOff => {
+                a.mov(dx, u32::from(TEST_PORT))?;
+                a.out(dx, al)?;
+            }
+            ExitKind::PioIn => {
+                a.mov(dx, u32::from(TEST_PORT))?;
+                a.in_(al, dx)?;
+            }
+            ExitKind::MmioWrite => a.mov(dword_ptr(r14), eax)?,
+            ExitKind::MmioRead => a.mov(eax, dword_ptr(r14))?,
+            ExitKind::Cpuid => {
+                a.xor(eax, eax)?;
+                a.cpuid()?;
+            }
+            ExitKind::Hypercall => {
+                // KVM_HC_VAPIC_POLL_IRQ: a no-op hypercall (at CPL3 KVM refuses it with
+                // -KVM_EPERM, after the same roundtrip).
+                a.mov(eax, 1u32)?;
+                match vendor {
+                    Vendor::Amd => a.vmmcall()?,
+                    Vendor::Intel => a.vmcall()?,
+                }
+            }
+            ExitKind::Hlt => a.hlt()?,
+            ExitKind::Ioeventfd => a.mov(dword_ptr(r14), 0u32)?,
+        }
+        a.dec(r13)?;
+        a.jnz(next)?;
+        finish(&mut a)?;
+        a.assemble(CODE_GPA)
+    };
+    build().map_err(asm_err)
+}
+
+#[cfg(test)]
+mod tests {
+    use iced_x86::{Decoder, DecoderOptions, Mnemonic};
+
+    use super::*;
+
+    fn mnemonics(code: &[u8]) -> Vec<Mnemonic> {
+        let mut d = Decoder::with_ip(64, code, CODE_GPA, DecoderOptions::NONE);
+        let mut out = Vec::new();
+        while d.can_decode() {
+            out.push(d.decode().mnemonic());
+        }
+        out
+    }
+
+    #[test]
+    fn every_payload_assembles_and_signals_start_before_end() {
+        let mut programs = vec![];
+        for access in [Access::Read, Access::Write] {
+            for touch in [Touch::FirstByte, Touch::WholePage] {
+                programs.push(touch_loop(65536, 262_144, access, touch).unwrap());
+            }
+        }
+        for kind in ExitKind::ALL {
+            programs.push(exit_loop(kind, 20_000, Vendor::Amd).unwrap());
+        }
+        for code in programs {
+            let m = mnemonics(&code);
+            let outs: Vec<usize> = m
+                .iter()
+                .enumerate()
+                .filter(|(_, x)| **x == Mnemonic::Out)
+                .map(|(i, _)| i)
+                .collect();
+            assert!(outs.len() >= 2, "{m:?}");
+            assert_eq!(m.iter().filter(|x| **x == Mnemonic::Rdtsc).count(), 2);
+        }
+    }
+
+    #[test]
+    fn the_hypercall_opcode_follows_the_vendor() {
+        let amd = mnemonics(&exit_loop(ExitKind::Hypercall, 1, Vendor::Amd).unwrap());
+        let intel = mnemonics(&exit_loop(ExitKind::Hypercall, 1, Vendor::Intel).unwrap());
+        assert!(amd.contains(&Mnemonic::Vmmcall) && !amd.contains(&Mnemonic::Vmcall));
+        assert!(intel.contains(&Mnemonic::Vmcall));
+    }
+
+    #[test]
+    fn whole_page_writes_use_rep_stosq() {
+        let m = mnemonics(&touch_loop(1, 4096, Access::Write, Touch::WholePage).unwrap());
+        assert!(m.contains(&Mnemonic::Stosq));
+    }
+}

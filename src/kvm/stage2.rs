@@ -1,0 +1,109 @@
+//! The `memory` scenario on real KVM: first touches of a freshly backed region, with
+//! stage-2 fault counts from KVM's own statistics.
+
+use kvm_ioctls::Kvm;
+use vmm_sys_util::ioctl::ioctl_with_mut_ref;
+use vmm_sys_util::ioctl_iowr_nr;
+
+use super::KvmError;
+use super::guest::layout::{DATA_GPA, Layout};
+use super::guest::payload;
+use super::host::HostInfo;
+use super::measure::{section, unexpected};
+use super::memory::{Backing, GuestMemory};
+use super::uffd::UffdServer;
+use super::vm::Vm;
+use crate::scenario::memory::{HostBacking, TouchPlan, TouchResult};
+
+ioctl_iowr_nr!(
+    KVM_PRE_FAULT_MEMORY,
+    0xAE,
+    0xd5,
+    kvm_bindings::kvm_pre_fault_memory
+);
+
+/// Runs one pass of the plan in a fresh VM.
+pub fn touch(kvm: &Kvm, host: &HostInfo, plan: &TouchPlan) -> Result<TouchResult, KvmError> {
+    match plan.backing {
+        HostBacking::Anonymous(Backing::Thp) if host.thp == "never" => {
+            return Err(KvmError::Unsupported(
+                "THP is disabled on this host (/sys/kernel/mm/transparent_hugepage/enabled is never)".into(),
+            ));
+        }
+        HostBacking::PreFault if !host.has_cap("KVM_CAP_PRE_FAULT_MEMORY") => {
+            return Err(KvmError::MissingCap("KVM_CAP_PRE_FAULT_MEMORY"));
+        }
+        _ => {}
+    }
+    let order = plan.page_order();
+    let pages = order.len() as u64;
+    let layout = Layout::new(plan.size_bytes, plan.guest_page, pages)?;
+    let code = payload::touch_loop(pages, layout.index_bytes, plan.access, plan.touch)?;
+    // The system slot is populated so that only the data region's faults are in question.
+    let mut system = GuestMemory::backed(usize_of(layout.system_bytes)?, Backing::Populated)?;
+    layout.write_system(&mut system, &code)?;
+    layout.write_index(&mut system, &order)?;
+    let size = usize_of(plan.size_bytes)?;
+    let (data, server) = match plan.backing {
+        HostBacking::Anonymous(backing) => (GuestMemory::backed(size, backing)?, None),
+        HostBacking::Uffd(window) => {
+            let data = GuestMemory::backed(size, Backing::Lazy)?;
+            let server = UffdServer::start(&data, window)?;
+            (data, Some(server))
+        }
+        HostBacking::PreFault => (GuestMemory::backed(size, Backing::Lazy)?, None),
+    };
+    let mut vm = Vm::create(kvm)?;
+    vm.add_memslot(0, system)?;
+    vm.add_memslot(DATA_GPA, data)?;
+    vm.create_vcpu()?;
+    vm.setup_long_mode(0, plan.cpl)?;
+    if plan.backing == HostBacking::PreFault {
+        pre_fault(&vm, DATA_GPA, plan.size_bytes)?;
+    }
+    let measured = section(&mut vm, plan.timeout, |exit| Err(unexpected(&exit)))?;
+    let uffd_faults = server
+        .map(UffdServer::finish)
+        .transpose()?
+        .map(|s| s.faults);
+    Ok(TouchResult {
+        pages,
+        elapsed_ns: measured.elapsed_ns,
+        uffd_faults,
+        kvm_stats: measured.kvm_stats,
+    })
+}
+
+/// `KVM_PRE_FAULT_MEMORY` over [gpa, gpa + size), resumed until done: the kernel returns
+/// early (with the range advanced) when it has a signal or needs to reschedule.
+fn pre_fault(vm: &Vm, gpa: u64, size: u64) -> Result<(), KvmError> {
+    let vcpu = vm
+        .vcpu(0)
+        .ok_or_else(|| KvmError::Guest("no vCPU 0".into()))?;
+    let mut range = kvm_bindings::kvm_pre_fault_memory {
+        gpa,
+        size,
+        ..Default::default()
+    };
+    while range.size > 0 {
+        // SAFETY: the argument is a valid kvm_pre_fault_memory the kernel reads and updates;
+        // `vcpu` is a live vCPU fd.
+        let rc = unsafe { ioctl_with_mut_ref(vcpu, KVM_PRE_FAULT_MEMORY(), &mut range) };
+        if rc < 0 {
+            let err = kvm_ioctls::Error::last();
+            if err.errno() == libc::EINTR || err.errno() == libc::EAGAIN {
+                continue;
+            }
+            return Err(KvmError::Ioctl {
+                op: "KVM_PRE_FAULT_MEMORY",
+                source: err,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn usize_of(v: u64) -> Result<usize, KvmError> {
+    usize::try_from(v)
+        .map_err(|_| KvmError::Guest(format!("{v} bytes do not fit this host's address space")))
+}

@@ -1,0 +1,441 @@
+//! `exits`: VM-exit roundtrip cost by exit type, and PMU MSR switching.
+//!
+//! Every exit and re-entry costs a fixed part plus state switching; an exit that needs the VMM
+//! (port I/O, MMIO to an unbacked address) adds a return to userspace and back into
+//! `KVM_RUN`, while one KVM completes itself (CPUID, a hypercall, an ioeventfd write) does not.
+//! With a guest vPMU, KVM also swaps PMU MSRs on every transition (`PERF_GLOBAL_CTRL`, and for
+//! PEBS `PEBS_ENABLE`, `DS_AREA`, `PEBS_DATA_CFG`), which `pmu-on`/`pmu-off` compare where
+//! `KVM_CAP_PMU_CAPABILITY` exists.
+//!
+//! Each repetition builds a VM whose guest runs one exit-causing instruction `iterations`
+//! times between its `Start` and `End` signals. `roundtrip_ns` is host time over that batch per
+//! iteration; `tsc_per_iter` the guest's own TSC ticks per iteration; `kvm.vcpu.<stat>` the
+//! statistics' deltas per iteration. `kvm.vcpu.exits` should be 1.0 per iteration; where a host
+//! does not count every roundtrip in it (PVM does not) a self-check finding says so.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::memory::{default_cpl, parse_cpl};
+use super::params::{ParamInfo, Settings};
+use super::runner::{self, Progress, RunRequest, ScenarioOutcome};
+use super::{MetricInfo, ScenarioInfo, VariantInfo};
+use crate::analysis::compare::against_fastest;
+use crate::analysis::statistics::seed_for;
+use crate::backend::{Backend, BackendKind};
+use crate::error::{Error, InputError};
+use crate::kvm::guest::Cpl;
+use crate::record::{Finding, MetricRecord, VariantRecord};
+
+/// The catalog entry.
+pub static INFO: ScenarioInfo = ScenarioInfo {
+    name: "exits",
+    summary: "VM-exit roundtrip cost by exit type (PIO, MMIO, CPUID, hypercall, HLT, ioeventfd) and vPMU on/off",
+    variants: &VARIANTS,
+    params: &PARAMS,
+    metrics: &METRICS,
+    headline: "roundtrip_ns",
+    backends: &[BackendKind::Kvm],
+    default_reps: 10,
+    default_warmup: 1,
+};
+
+static VARIANTS: [VariantInfo; 10] = [
+    VariantInfo {
+        name: "pio-out",
+        doc: "out to a port the VMM handles (userspace exit)",
+    },
+    VariantInfo {
+        name: "pio-in",
+        doc: "in from a port the VMM handles (userspace exit)",
+    },
+    VariantInfo {
+        name: "mmio-write",
+        doc: "store to an unbacked GPA (userspace exit)",
+    },
+    VariantInfo {
+        name: "mmio-read",
+        doc: "load from an unbacked GPA (userspace exit)",
+    },
+    VariantInfo {
+        name: "cpuid",
+        doc: "CPUID leaf 0, completed in KVM",
+    },
+    VariantInfo {
+        name: "hypercall",
+        doc: "VMCALL/VMMCALL (by CPU vendor), completed in KVM",
+    },
+    VariantInfo {
+        name: "hlt",
+        doc: "HLT with no in-kernel irqchip (userspace exit; CPL0 only)",
+    },
+    VariantInfo {
+        name: "ioeventfd",
+        doc: "store to an ioeventfd doorbell, completed in KVM (no userspace exit)",
+    },
+    VariantInfo {
+        name: "pmu-on",
+        doc: "pio-out with the guest vPMU enabled (needs KVM_CAP_PMU_CAPABILITY)",
+    },
+    VariantInfo {
+        name: "pmu-off",
+        doc: "pio-out with the vPMU disabled by KVM_CAP_PMU_CAPABILITY",
+    },
+];
+
+static PARAMS: [ParamInfo; 3] = [
+    ParamInfo {
+        name: "iterations",
+        default: "10000",
+        doc: "exits per repetition (1-10000000)",
+    },
+    ParamInfo {
+        name: "guest.cpl",
+        default: "",
+        doc: "0 or 3; default 3 on PVM (CPL0 is emulated there), 0 elsewhere",
+    },
+    ParamInfo {
+        name: "timeout_ms",
+        default: "60000",
+        doc: "watchdog for one repetition, ms",
+    },
+];
+
+static METRICS: [MetricInfo; 4] = [
+    MetricInfo {
+        name: "roundtrip_ns",
+        unit: "ns",
+        doc: "host time from Start to End per iteration (exit + handling + re-entry)",
+    },
+    MetricInfo {
+        name: "tsc_per_iter",
+        unit: "ticks",
+        doc: "guest TSC ticks per iteration",
+    },
+    MetricInfo {
+        name: "userspace_exits_per_iter",
+        unit: "ratio",
+        doc: "exits that reached hvlab, per iteration",
+    },
+    MetricInfo {
+        name: "kvm.vcpu.<stat>",
+        unit: "ratio",
+        doc: "vCPU statistic deltas per iteration (exits, io_exits, mmio_exits, ...)",
+    },
+];
+
+/// The instruction a variant repeats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitKind {
+    /// `out dx, al`.
+    PioOut,
+    /// `in al, dx`.
+    PioIn,
+    /// Store to unbacked memory.
+    MmioWrite,
+    /// Load from unbacked memory.
+    MmioRead,
+    /// `cpuid`.
+    Cpuid,
+    /// `vmcall`/`vmmcall`.
+    Hypercall,
+    /// `hlt`.
+    Hlt,
+    /// Store to an ioeventfd.
+    Ioeventfd,
+    /// `out` with the vPMU on.
+    PmuOn,
+    /// `out` with the vPMU off.
+    PmuOff,
+}
+
+impl ExitKind {
+    /// Every kind, in variant order.
+    pub const ALL: [ExitKind; 10] = [
+        ExitKind::PioOut,
+        ExitKind::PioIn,
+        ExitKind::MmioWrite,
+        ExitKind::MmioRead,
+        ExitKind::Cpuid,
+        ExitKind::Hypercall,
+        ExitKind::Hlt,
+        ExitKind::Ioeventfd,
+        ExitKind::PmuOn,
+        ExitKind::PmuOff,
+    ];
+
+    /// The variant name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExitKind::PioOut => "pio-out",
+            ExitKind::PioIn => "pio-in",
+            ExitKind::MmioWrite => "mmio-write",
+            ExitKind::MmioRead => "mmio-read",
+            ExitKind::Cpuid => "cpuid",
+            ExitKind::Hypercall => "hypercall",
+            ExitKind::Hlt => "hlt",
+            ExitKind::Ioeventfd => "ioeventfd",
+            ExitKind::PmuOn => "pmu-on",
+            ExitKind::PmuOff => "pmu-off",
+        }
+    }
+
+    /// Whether every iteration should come back to the VMM.
+    pub fn exits_to_userspace(self) -> bool {
+        matches!(
+            self,
+            ExitKind::PioOut
+                | ExitKind::PioIn
+                | ExitKind::MmioWrite
+                | ExitKind::MmioRead
+                | ExitKind::Hlt
+                | ExitKind::PmuOn
+                | ExitKind::PmuOff
+        )
+    }
+}
+
+/// One batch to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExitPlan {
+    /// What to repeat.
+    pub kind: ExitKind,
+    /// How often.
+    pub iterations: u64,
+    /// Guest privilege level.
+    pub cpl: Cpl,
+    /// Watchdog.
+    pub timeout: Duration,
+}
+
+/// What one batch measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExitResult {
+    /// Iterations run.
+    pub iterations: u64,
+    /// Host time from Start to End, ns.
+    pub elapsed_ns: u64,
+    /// Guest TSC ticks from Start to End.
+    pub tsc_ticks: u64,
+    /// Exits hvlab handled between the signals.
+    pub userspace_exits: u64,
+    /// Statistics that changed during the batch: (metric name, unit, delta).
+    pub kvm_stats: Vec<(String, String, i128)>,
+}
+
+/// The requested variants with their plans.
+pub fn plans(
+    settings: &Settings,
+    request: &RunRequest,
+    auto_cpl: Cpl,
+) -> Result<Vec<(String, ExitPlan)>, InputError> {
+    let iterations = u64::from(settings.u32_in("iterations", 1..=10_000_000)?);
+    let cpl = parse_cpl(settings, auto_cpl)?;
+    let timeout = Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 100..=3_600_000)?));
+    let names: Vec<String> = if request.variants.is_empty() {
+        VARIANTS.iter().map(|v| v.name.to_string()).collect()
+    } else {
+        request.variants.clone()
+    };
+    names
+        .into_iter()
+        .map(|name| {
+            let kind = ExitKind::ALL
+                .into_iter()
+                .find(|k| k.name() == name)
+                .ok_or_else(|| InputError::UnknownVariant {
+                    variant: name.clone(),
+                    scenario: INFO.name.into(),
+                    known: VARIANTS
+                        .iter()
+                        .map(|v| v.name)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })?;
+            Ok((
+                name,
+                ExitPlan {
+                    kind,
+                    iterations,
+                    cpl,
+                    timeout,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// Runs the scenario.
+pub fn run(
+    backend: &mut dyn Backend,
+    settings: &Settings,
+    request: &RunRequest,
+    progress: &dyn Progress,
+) -> Result<ScenarioOutcome, Error> {
+    let auto = default_cpl(backend);
+    let (names, plans): (Vec<String>, Vec<ExitPlan>) =
+        plans(settings, request, auto)?.into_iter().unzip();
+    let results = runner::repeat(&names, request, progress, |vi| {
+        backend.exit_roundtrips(&plans[vi])
+    });
+    let kinds: Vec<ExitKind> = plans.iter().map(|p| p.kind).collect();
+    Ok(analyse(&names, &kinds, &results, request.seed))
+}
+
+/// Metrics, self-check findings and verdicts.
+pub fn analyse(
+    names: &[String],
+    kinds: &[ExitKind],
+    results: &[Result<Vec<ExitResult>, String>],
+    seed: u64,
+) -> ScenarioOutcome {
+    let variants: Vec<VariantRecord> = names
+        .iter()
+        .zip(kinds)
+        .zip(results)
+        .map(|((name, kind), result)| match result {
+            Err(status) => VariantRecord {
+                name: name.clone(),
+                status: status.clone(),
+                metrics: BTreeMap::new(),
+                findings: Vec::new(),
+            },
+            Ok(batches) => analyse_variant(name, *kind, batches, seed),
+        })
+        .collect();
+    let verdicts = against_fastest(&variants, INFO.headline, "ns", seed);
+    ScenarioOutcome { variants, verdicts }
+}
+
+fn analyse_variant(name: &str, kind: ExitKind, batches: &[ExitResult], seed: u64) -> VariantRecord {
+    let mut series: BTreeMap<String, (String, Vec<f64>)> = BTreeMap::new();
+    for (rep, b) in batches.iter().enumerate() {
+        let n = b.iterations.max(1) as f64;
+        let mut push = |metric: &str, unit: &str, v: f64| {
+            let e = series
+                .entry(metric.to_string())
+                .or_insert_with(|| (unit.to_string(), Vec::new()));
+            e.1.resize(rep, 0.0);
+            e.1.push(v);
+        };
+        push("roundtrip_ns", "ns", b.elapsed_ns as f64 / n);
+        push("tsc_per_iter", "ticks", b.tsc_ticks as f64 / n);
+        push(
+            "userspace_exits_per_iter",
+            "ratio",
+            b.userspace_exits as f64 / n,
+        );
+        for (stat, _, delta) in &b.kvm_stats {
+            push(stat, "ratio", *delta as f64 / n);
+        }
+    }
+    let reps = batches.len();
+    let metrics: BTreeMap<String, MetricRecord> = series
+        .into_iter()
+        .map(|(metric, (unit, mut samples))| {
+            samples.resize(reps, 0.0);
+            let rec = MetricRecord::new(&unit, samples, seed_for(seed, &[name, &metric]));
+            (metric, rec)
+        })
+        .collect();
+    let mut findings = Vec::new();
+    let exits = metrics.get("kvm.vcpu.exits").map_or(0.0, |m| m.median);
+    if (exits - 1.0).abs() > 0.05 {
+        findings.push(Finding::SelfCheck {
+            metric: "kvm.vcpu.exits".into(),
+            expected: 1.0,
+            observed: exits,
+            message: format!(
+                "kvm.vcpu.exits counted {exits:.2} per iteration of {name} (expected 1.00): this host's exits statistic does not count every roundtrip; trust roundtrip_ns, not the statistic"
+            ),
+        });
+    }
+    let userspace = metrics
+        .get("userspace_exits_per_iter")
+        .map_or(0.0, |m| m.median);
+    let expected = if kind.exits_to_userspace() { 1.0 } else { 0.0 };
+    if (userspace - expected).abs() > 0.05 {
+        findings.push(Finding::SelfCheck {
+            metric: "userspace_exits_per_iter".into(),
+            expected,
+            observed: userspace,
+            message: format!(
+                "{name} reached the VMM {userspace:.2} times per iteration, expected {expected:.0}: the exit was not handled where this variant assumes"
+            ),
+        });
+    }
+    VariantRecord {
+        name: name.to_string(),
+        status: "ok".into(),
+        metrics,
+        findings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_variant_has_a_kind_and_unknown_ones_list_the_rest() {
+        let settings = Settings::parse(&INFO, &[]).unwrap();
+        let all = plans(&settings, &RunRequest::default(), Cpl::Three).unwrap();
+        assert_eq!(all.len(), 10);
+        assert!(all.iter().all(|(n, p)| p.kind.name() == n));
+        let req = RunRequest {
+            variants: vec!["rdmsr".into()],
+            ..RunRequest::default()
+        };
+        assert!(
+            plans(&settings, &req, Cpl::Three)
+                .unwrap_err()
+                .to_string()
+                .contains("ioeventfd")
+        );
+    }
+
+    fn batch(exits: i128, userspace: u64) -> ExitResult {
+        ExitResult {
+            iterations: 1000,
+            elapsed_ns: 18_400_000,
+            tsc_ticks: 45_000_000,
+            userspace_exits: userspace,
+            kvm_stats: vec![("kvm.vcpu.exits".into(), "count".into(), exits)],
+        }
+    }
+
+    #[test]
+    fn self_checks_flag_an_uncounted_exit_and_a_missed_userspace_exit() {
+        let out = analyse(
+            &["pio-out".into(), "cpuid".into(), "ioeventfd".into()],
+            &[ExitKind::PioOut, ExitKind::Cpuid, ExitKind::Ioeventfd],
+            &[
+                Ok(vec![batch(1000, 1000); 3]),
+                Ok(vec![batch(0, 0); 3]),
+                Ok(vec![batch(1000, 1000); 3]),
+            ],
+            1,
+        );
+        assert!(
+            out.variants[0].findings.is_empty(),
+            "{:?}",
+            out.variants[0].findings
+        );
+        assert_eq!(out.variants[0].metrics["roundtrip_ns"].median, 18_400.0);
+        assert_eq!(out.variants[0].metrics["tsc_per_iter"].median, 45_000.0);
+        let cpuid = &out.variants[1].findings;
+        assert_eq!(cpuid.len(), 1);
+        assert!(
+            cpuid[0]
+                .message()
+                .contains("does not count every roundtrip")
+        );
+        let ioeventfd = &out.variants[2].findings;
+        assert!(
+            ioeventfd[0]
+                .message()
+                .contains("reached the VMM 1.00 times"),
+            "{ioeventfd:?}"
+        );
+    }
+}

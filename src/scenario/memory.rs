@@ -1,0 +1,588 @@
+//! `memory`: stage-2 (EPT/NPT/shadow) fault handling, SPTE prefetch, and host backing.
+//!
+//! The first guest access to a page faults into KVM, which finds the host page (faulting it in
+//! on the host if needed) and installs a leaf stage-2 entry. The legacy and shadow MMUs then
+//! prefetch (`direct_pte_prefetch`, `__direct_pte_prefetch`, `direct_pte_prefetch_many`): they
+//! also map the not-present SPTEs of the 8-aligned group (`PTE_PREFETCH_NUM`) around the fault,
+//! but only for host pages already present — an atomic lookup, never a host fault. The TDP MMU
+//! does not prefetch. So host backing decides how many stage-2 faults a first touch costs:
+//! lazy memory faults once per page, populated memory once per 8 pages. A VMM restoring memory
+//! lazily with userfaultfd faces the same choice one level up, and can prefetch itself.
+//!
+//! Each repetition builds a fresh VM whose data region (its own memslot at 4 GiB) has the
+//! variant's backing, then runs a guest loop that touches the region in the chosen order,
+//! timed between the guest's `Start` and `End` signals with KVM statistics read at both.
+//! Metrics are per pass over the region; `kvm.vcpu.*`/`kvm.vm.*` are the statistics' deltas
+//! over that pass (exact counts).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+
+use super::params::{ParamInfo, Settings};
+use super::runner::{self, Progress, RunRequest, ScenarioOutcome};
+use super::{MetricInfo, ScenarioInfo, VariantInfo};
+use crate::analysis::compare::against_fastest;
+use crate::analysis::statistics::seed_for;
+use crate::backend::{Backend, BackendKind};
+use crate::error::{Error, InputError};
+use crate::kvm::guest::Cpl;
+use crate::kvm::guest::layout::GuestPage;
+use crate::kvm::memory::Backing;
+use crate::record::{Finding, MetricRecord, VariantRecord};
+
+/// The catalog entry.
+pub static INFO: ScenarioInfo = ScenarioInfo {
+    name: "memory",
+    summary: "first-touch stage-2 faults and SPTE prefetch under each host backing, userfaultfd with prefetch",
+    variants: &VARIANTS,
+    params: &PARAMS,
+    metrics: &METRICS,
+    headline: "ns_per_page",
+    backends: &[BackendKind::Kvm],
+    default_reps: 5,
+    default_warmup: 1,
+};
+
+static VARIANTS: [VariantInfo; 6] = [
+    VariantInfo {
+        name: "lazy",
+        doc: "plain anonymous memory: every first touch is also a host fault",
+    },
+    VariantInfo {
+        name: "populated",
+        doc: "MADV_POPULATE_WRITE before the guest runs: prefetch can map neighbours",
+    },
+    VariantInfo {
+        name: "thp",
+        doc: "2 MiB-aligned MADV_HUGEPAGE (needs THP mode madvise or always)",
+    },
+    VariantInfo {
+        name: "uffd",
+        doc: "userfaultfd missing mode, one UFFDIO_COPY per faulting page",
+    },
+    VariantInfo {
+        name: "uffd-prefetch",
+        doc: "userfaultfd serving the faulting page and the unserved rest of its window",
+    },
+    VariantInfo {
+        name: "prefault",
+        doc: "KVM_PRE_FAULT_MEMORY over the region before the guest runs (TDP hosts)",
+    },
+];
+
+static PARAMS: [ParamInfo; 8] = [
+    ParamInfo {
+        name: "size",
+        default: "256MiB",
+        doc: "data region, a multiple of 2 MiB (up to 64GiB)",
+    },
+    ParamInfo {
+        name: "pattern",
+        default: "seq",
+        doc: "seq, reverse, random (seeded by --seed), or stride=K (every K-th page)",
+    },
+    ParamInfo {
+        name: "access",
+        default: "write",
+        doc: "read or write",
+    },
+    ParamInfo {
+        name: "touch",
+        default: "first-byte",
+        doc: "first-byte (one access per page) or whole-page (every cache line)",
+    },
+    ParamInfo {
+        name: "guest_page",
+        default: "2m",
+        doc: "guest page size for the data region: 4k or 2m",
+    },
+    ParamInfo {
+        name: "window",
+        default: "8",
+        doc: "uffd-prefetch window in pages (1-512)",
+    },
+    ParamInfo {
+        name: "guest.cpl",
+        default: "",
+        doc: "0 or 3; default 3 on PVM (CPL0 is emulated there), 0 elsewhere",
+    },
+    ParamInfo {
+        name: "timeout_ms",
+        default: "60000",
+        doc: "watchdog for one pass, ms",
+    },
+];
+
+static METRICS: [MetricInfo; 5] = [
+    MetricInfo {
+        name: "ns_per_page",
+        unit: "ns",
+        doc: "host time from the guest's Start to End signal per page touched",
+    },
+    MetricInfo {
+        name: "total_ms",
+        unit: "ms",
+        doc: "host time of the pass",
+    },
+    MetricInfo {
+        name: "uffd_faults",
+        unit: "count",
+        doc: "userfaultfd page faults served (uffd variants), per pass",
+    },
+    MetricInfo {
+        name: "kvm.vcpu.<stat>",
+        unit: "count",
+        doc: "vCPU statistics that changed during the pass (pf_fixed, pf_taken, exits, ...)",
+    },
+    MetricInfo {
+        name: "kvm.vm.<stat>",
+        unit: "count",
+        doc: "VM statistics that changed during the pass",
+    },
+];
+
+/// The order pages are touched in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pattern {
+    /// Ascending.
+    Seq,
+    /// Descending.
+    Reverse,
+    /// A seeded permutation.
+    Random,
+    /// Every K-th page, ascending.
+    Stride(u32),
+}
+
+/// Load or store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Access {
+    /// Loads.
+    Read,
+    /// Stores.
+    Write,
+}
+
+/// How much of each page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Touch {
+    /// One access at the start of the page.
+    FirstByte,
+    /// Every cache line of the page.
+    WholePage,
+}
+
+/// Where the data region's host memory comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostBacking {
+    /// Anonymous memory with this backing.
+    Anonymous(Backing),
+    /// Lazy memory served by a userfaultfd thread with this window (pages).
+    Uffd(usize),
+    /// Lazy memory pre-faulted into stage 2 with `KVM_PRE_FAULT_MEMORY`.
+    PreFault,
+}
+
+/// One pass to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TouchPlan {
+    /// Data region bytes.
+    pub size_bytes: u64,
+    /// Touch order.
+    pub pattern: Pattern,
+    /// Seed for `Random`.
+    pub seed: u64,
+    /// Load or store.
+    pub access: Access,
+    /// How much of each page.
+    pub touch: Touch,
+    /// Guest page size.
+    pub guest_page: GuestPage,
+    /// Host backing.
+    pub backing: HostBacking,
+    /// Guest privilege level.
+    pub cpl: Cpl,
+    /// Watchdog.
+    pub timeout: Duration,
+}
+
+const PAGE: u64 = 4096;
+
+impl TouchPlan {
+    /// The 4 KiB page indices to touch, in order.
+    pub fn page_order(&self) -> Vec<u32> {
+        let pages = u32::try_from(self.size_bytes / PAGE).unwrap_or(u32::MAX);
+        match self.pattern {
+            Pattern::Seq => (0..pages).collect(),
+            Pattern::Reverse => (0..pages).rev().collect(),
+            Pattern::Random => {
+                let mut v: Vec<u32> = (0..pages).collect();
+                v.shuffle(&mut ChaCha8Rng::seed_from_u64(self.seed));
+                v
+            }
+            Pattern::Stride(k) => (0..pages).step_by(k.max(1) as usize).collect(),
+        }
+    }
+}
+
+/// What one pass measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TouchResult {
+    /// Pages touched.
+    pub pages: u64,
+    /// Host time from Start to End, ns.
+    pub elapsed_ns: u64,
+    /// userfaultfd faults served, for the uffd variants.
+    pub uffd_faults: Option<u64>,
+    /// Statistics that changed during the pass: (metric name, unit, delta).
+    pub kvm_stats: Vec<(String, String, i128)>,
+}
+
+fn parse_pattern(settings: &Settings) -> Result<Pattern, InputError> {
+    let raw = settings.raw("pattern");
+    let bad = || InputError::BadValue {
+        key: "pattern".into(),
+        value: raw.to_string(),
+        why: "pattern is seq, reverse, random or stride=K with K from 1 to 4096".into(),
+    };
+    match raw {
+        "seq" => Ok(Pattern::Seq),
+        "reverse" => Ok(Pattern::Reverse),
+        "random" => Ok(Pattern::Random),
+        other => other
+            .strip_prefix("stride=")
+            .and_then(|k| k.parse::<u32>().ok())
+            .filter(|k| (1..=4096).contains(k))
+            .map(Pattern::Stride)
+            .ok_or_else(bad),
+    }
+}
+
+/// The guest CPL from `guest.cpl`, or `auto` when unset.
+pub fn parse_cpl(settings: &Settings, auto: Cpl) -> Result<Cpl, InputError> {
+    match settings.raw("guest.cpl") {
+        "" => Ok(auto),
+        "0" => Ok(Cpl::Zero),
+        "3" => Ok(Cpl::Three),
+        other => Err(InputError::BadValue {
+            key: "guest.cpl".into(),
+            value: other.into(),
+            why: "guest.cpl is 0 or 3".into(),
+        }),
+    }
+}
+
+/// The requested variants with their plans.
+pub fn plans(
+    settings: &Settings,
+    request: &RunRequest,
+    auto_cpl: Cpl,
+) -> Result<Vec<(String, TouchPlan)>, InputError> {
+    let size_bytes = settings.bytes("size")?;
+    if size_bytes == 0 || size_bytes % (2 << 20) != 0 || size_bytes > 64 << 30 {
+        return Err(InputError::BadValue {
+            key: "size".into(),
+            value: settings.raw("size").into(),
+            why: "size must be a non-zero multiple of 2MiB up to 64GiB".into(),
+        });
+    }
+    let pattern = parse_pattern(settings)?;
+    let access = match settings.choice("access", &["read", "write"])? {
+        "read" => Access::Read,
+        _ => Access::Write,
+    };
+    let touch = match settings.choice("touch", &["first-byte", "whole-page"])? {
+        "whole-page" => Touch::WholePage,
+        _ => Touch::FirstByte,
+    };
+    let guest_page = match settings.choice("guest_page", &["4k", "2m"])? {
+        "4k" => GuestPage::Small,
+        _ => GuestPage::Huge,
+    };
+    let window = settings.u32_in("window", 1..=512)? as usize;
+    let cpl = parse_cpl(settings, auto_cpl)?;
+    let timeout = Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 100..=3_600_000)?));
+    let names: Vec<String> = if request.variants.is_empty() {
+        VARIANTS.iter().map(|v| v.name.to_string()).collect()
+    } else {
+        request.variants.clone()
+    };
+    names
+        .into_iter()
+        .map(|name| {
+            let backing = match name.as_str() {
+                "lazy" => HostBacking::Anonymous(Backing::Lazy),
+                "populated" => HostBacking::Anonymous(Backing::Populated),
+                "thp" => HostBacking::Anonymous(Backing::Thp),
+                "uffd" => HostBacking::Uffd(1),
+                "uffd-prefetch" => HostBacking::Uffd(window),
+                "prefault" => HostBacking::PreFault,
+                _ => {
+                    return Err(InputError::UnknownVariant {
+                        variant: name,
+                        scenario: INFO.name.into(),
+                        known: VARIANTS
+                            .iter()
+                            .map(|v| v.name)
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    });
+                }
+            };
+            let plan = TouchPlan {
+                size_bytes,
+                pattern,
+                seed: request.seed,
+                access,
+                touch,
+                guest_page,
+                backing,
+                cpl,
+                timeout,
+            };
+            Ok((name, plan))
+        })
+        .collect()
+}
+
+/// Runs the scenario.
+pub fn run(
+    backend: &mut dyn Backend,
+    settings: &Settings,
+    request: &RunRequest,
+    progress: &dyn Progress,
+) -> Result<ScenarioOutcome, Error> {
+    let auto = default_cpl(backend);
+    let (names, plans): (Vec<String>, Vec<TouchPlan>) =
+        plans(settings, request, auto)?.into_iter().unzip();
+    let results = runner::repeat(&names, request, progress, |vi| {
+        backend.touch_memory(&plans[vi])
+    });
+    Ok(analyse(&names, &results, request.seed))
+}
+
+/// CPL3 on PVM, where CPL0 guest code is instruction-emulated; CPL0 elsewhere.
+pub fn default_cpl(backend: &dyn Backend) -> Cpl {
+    match backend.host().kvm_flavour {
+        crate::kvm::host::KvmFlavour::Pvm => Cpl::Three,
+        _ => Cpl::Zero,
+    }
+}
+
+/// Metrics, prefetch findings and verdicts from every variant's passes.
+pub fn analyse(
+    names: &[String],
+    results: &[Result<Vec<TouchResult>, String>],
+    seed: u64,
+) -> ScenarioOutcome {
+    let variants: Vec<VariantRecord> = names
+        .iter()
+        .zip(results)
+        .map(|(name, result)| match result {
+            Err(status) => VariantRecord {
+                name: name.clone(),
+                status: status.clone(),
+                metrics: BTreeMap::new(),
+                findings: Vec::new(),
+            },
+            Ok(passes) => analyse_variant(name, passes, seed),
+        })
+        .collect();
+    let verdicts = against_fastest(&variants, INFO.headline, "ns", seed);
+    ScenarioOutcome { variants, verdicts }
+}
+
+fn analyse_variant(name: &str, passes: &[TouchResult], seed: u64) -> VariantRecord {
+    let mut series: BTreeMap<String, (String, Vec<f64>)> = BTreeMap::new();
+    for (rep, p) in passes.iter().enumerate() {
+        let mut push = |metric: &str, unit: &str, v: f64| {
+            let e = series
+                .entry(metric.to_string())
+                .or_insert_with(|| (unit.to_string(), Vec::new()));
+            e.1.resize(rep, 0.0);
+            e.1.push(v);
+        };
+        push(
+            "ns_per_page",
+            "ns",
+            p.elapsed_ns as f64 / p.pages.max(1) as f64,
+        );
+        push("total_ms", "ms", p.elapsed_ns as f64 / 1e6);
+        if let Some(f) = p.uffd_faults {
+            push("uffd_faults", "count", f as f64);
+        }
+        for (stat, unit, delta) in &p.kvm_stats {
+            push(stat, unit, *delta as f64);
+        }
+    }
+    let reps = passes.len();
+    let metrics: BTreeMap<String, MetricRecord> = series
+        .into_iter()
+        .map(|(metric, (unit, mut samples))| {
+            samples.resize(reps, 0.0);
+            let rec = MetricRecord::new(&unit, samples, seed_for(seed, &[name, &metric]));
+            (metric, rec)
+        })
+        .collect();
+    let pages = passes.first().map_or(0, |p| p.pages);
+    let mut findings = Vec::new();
+    if let Some(fixed) = metrics.get("kvm.vcpu.pf_fixed").filter(|m| m.median > 0.0) {
+        let per_fault = pages as f64 / fixed.median;
+        let reading = if per_fault >= 256.0 {
+            "huge mappings: the host backed the region with 2 MiB pages and the guest maps 2 MiB, so one fault maps 512 pages"
+        } else if per_fault > 1.5 {
+            "SPTE prefetch mapped the present neighbours of each fault (PTE_PREFETCH_NUM = 8)"
+        } else {
+            "no prefetch: the neighbours' host pages were not present, the MMU does not prefetch (TDP MMU), or with shadow paging and 4 KiB guest pages the neighbours' guest PTEs have the Accessed bit clear, which FNAME(prefetch_invalid_gpte) skips"
+        };
+        findings.push(Finding::Note {
+            topic: "prefetch".into(),
+            message: format!(
+                "kvm.vcpu.pf_fixed = {} for {pages} pages touched: {per_fault:.2} pages mapped per stage-2 fault ({reading})",
+                fixed.median
+            ),
+        });
+    }
+    if let Some(uffd) = metrics.get("uffd_faults").filter(|m| m.median > 0.0) {
+        findings.push(Finding::Note {
+            topic: "userfaultfd".into(),
+            message: format!(
+                "{} userfaultfd faults for {pages} pages: {:.2} pages served per fault",
+                uffd.median,
+                pages as f64 / uffd.median
+            ),
+        });
+    }
+    VariantRecord {
+        name: name.to_string(),
+        status: "ok".into(),
+        metrics,
+        findings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::params::Settings;
+
+    fn settings(sets: &[&str]) -> Settings {
+        Settings::parse(
+            &INFO,
+            &sets.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+        )
+        .unwrap()
+    }
+
+    fn plan_of(sets: &[&str], variant: &str) -> TouchPlan {
+        let req = RunRequest {
+            variants: vec![variant.into()],
+            ..RunRequest::default()
+        };
+        plans(&settings(sets), &req, Cpl::Three)
+            .unwrap()
+            .remove(0)
+            .1
+    }
+
+    #[test]
+    fn patterns_cover_the_pages_they_should() {
+        let seq = plan_of(&["size=8MiB"], "lazy").page_order();
+        assert_eq!(seq.len(), 2048);
+        assert_eq!(&seq[..3], &[0, 1, 2]);
+        let rev = plan_of(&["size=8MiB", "pattern=reverse"], "lazy").page_order();
+        assert_eq!(rev[0], 2047);
+        let stride = plan_of(&["size=8MiB", "pattern=stride=4"], "lazy").page_order();
+        assert_eq!(stride.len(), 512);
+        assert_eq!(&stride[..3], &[0, 4, 8]);
+        let mut random = plan_of(&["size=8MiB", "pattern=random"], "lazy").page_order();
+        assert_ne!(random, seq, "a permutation, not the identity");
+        random.sort_unstable();
+        assert_eq!(random, seq, "every page exactly once");
+    }
+
+    #[test]
+    fn random_order_is_reproducible_from_the_seed() {
+        let a = plan_of(&["size=4MiB", "pattern=random"], "lazy").page_order();
+        let b = plan_of(&["size=4MiB", "pattern=random"], "lazy").page_order();
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn variants_map_to_backings() {
+        assert_eq!(
+            plan_of(&[], "populated").backing,
+            HostBacking::Anonymous(Backing::Populated)
+        );
+        assert_eq!(plan_of(&[], "uffd").backing, HostBacking::Uffd(1));
+        assert_eq!(
+            plan_of(&["window=64"], "uffd-prefetch").backing,
+            HostBacking::Uffd(64)
+        );
+        assert_eq!(plan_of(&["guest.cpl=0"], "lazy").cpl, Cpl::Zero);
+        assert_eq!(plan_of(&[], "lazy").guest_page, GuestPage::Huge);
+    }
+
+    #[test]
+    fn bad_values_say_what_is_allowed() {
+        let req = RunRequest::default();
+        for (set, needle) in [
+            ("size=3MiB", "multiple of 2MiB"),
+            ("pattern=zigzag", "stride=K"),
+            ("access=poke", "read, write"),
+            ("guest_page=1g", "4k, 2m"),
+            ("guest.cpl=1", "0 or 3"),
+            ("window=0", "from 1 to 512"),
+        ] {
+            let msg = plans(&settings(&[set]), &req, Cpl::Three)
+                .unwrap_err()
+                .to_string();
+            assert!(msg.contains(needle), "{set}: {msg}");
+        }
+        let req = RunRequest {
+            variants: vec!["hugetlb".into()],
+            ..RunRequest::default()
+        };
+        assert!(
+            plans(&settings(&[]), &req, Cpl::Three)
+                .unwrap_err()
+                .to_string()
+                .contains("uffd-prefetch")
+        );
+    }
+
+    #[test]
+    fn analysis_reports_pages_per_fault() {
+        let pass = |fixed: i128, ns: u64| TouchResult {
+            pages: 65536,
+            elapsed_ns: ns,
+            uffd_faults: None,
+            kvm_stats: vec![("kvm.vcpu.pf_fixed".into(), "count".into(), fixed)],
+        };
+        let out = analyse(
+            &["lazy".into(), "populated".into()],
+            &[
+                Ok(vec![pass(65537, 900_000_000); 3]),
+                Ok(vec![
+                    pass(8193, 80_000_000),
+                    pass(8193, 81_000_000),
+                    pass(8193, 79_000_000),
+                ]),
+            ],
+            1,
+        );
+        assert_eq!(out.variants[1].metrics["kvm.vcpu.pf_fixed"].median, 8193.0);
+        let msg = out.variants[1].findings[0].message();
+        assert!(msg.contains("8.00 pages mapped per stage-2 fault"), "{msg}");
+        assert!(
+            out.variants[0].findings[0]
+                .message()
+                .contains("no prefetch")
+        );
+        assert_eq!(out.verdicts[0].faster, "populated");
+    }
+}

@@ -1,0 +1,123 @@
+//! The exits scenario on real /dev/kvm.
+#![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // test code: a panic is the failure report
+
+mod common;
+
+use common::{json, kvm_or_skip, run};
+use serde_json::Value;
+
+fn exits(sets: &[&str], variants: &[&str]) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "run",
+        "exits",
+        "--set",
+        "iterations=2000",
+        "--reps",
+        "3",
+        "--warmup",
+        "0",
+        "--json",
+        "--no-store",
+    ];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    for v in variants {
+        args.extend(["--variant", v]);
+    }
+    json(&run(&dir.path().join("db"), &args))
+}
+
+fn variant<'a>(r: &'a Value, name: &str) -> &'a Value {
+    r["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == name)
+        .unwrap()
+}
+
+fn median(r: &Value, name: &str, metric: &str) -> f64 {
+    variant(r, name)["metrics"][metric]["median"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{name}.{metric}: {r}"))
+}
+
+#[test]
+fn userspace_exits_come_back_once_per_iteration_and_in_kernel_ones_never() {
+    if !kvm_or_skip("exits_counts") {
+        return;
+    }
+    let r = exits(
+        &[],
+        &[
+            "pio-out",
+            "pio-in",
+            "mmio-write",
+            "mmio-read",
+            "cpuid",
+            "ioeventfd",
+        ],
+    );
+    for name in ["pio-out", "pio-in", "mmio-write", "mmio-read"] {
+        assert_eq!(median(&r, name, "userspace_exits_per_iter"), 1.0, "{name}");
+        // The self-check holds for exits that go to userspace: KVM counted each one (plus the
+        // End signal's exit and the odd host interrupt).
+        let counted = median(&r, name, "kvm.vcpu.exits");
+        assert!(
+            (counted - 1.0).abs() < 0.01,
+            "{name}: kvm.vcpu.exits {counted} per iteration"
+        );
+    }
+    assert_eq!(median(&r, "cpuid", "userspace_exits_per_iter"), 0.0);
+    assert_eq!(median(&r, "ioeventfd", "userspace_exits_per_iter"), 0.0);
+    // A userspace roundtrip costs more than one KVM completes itself (19× here).
+    assert!(median(&r, "pio-out", "roundtrip_ns") > 2.0 * median(&r, "cpuid", "roundtrip_ns"));
+    assert!(median(&r, "pio-out", "roundtrip_ns") > median(&r, "ioeventfd", "roundtrip_ns"));
+    assert!(median(&r, "pio-out", "tsc_per_iter") > 0.0);
+    // Every variant printed with median and CI.
+    for v in r["variants"].as_array().unwrap() {
+        let m = &v["metrics"]["roundtrip_ns"];
+        assert!(m["ci95"][0].as_f64().unwrap() <= m["median"].as_f64().unwrap());
+    }
+}
+
+#[test]
+fn a_host_that_miscounts_exits_gets_a_self_check_finding() {
+    if !kvm_or_skip("exits_self_check") {
+        return;
+    }
+    let r = exits(&[], &["cpuid"]);
+    let counted = median(&r, "cpuid", "kvm.vcpu.exits");
+    let findings = variant(&r, "cpuid")["findings"].as_array().unwrap();
+    let flagged = findings
+        .iter()
+        .any(|f| f["kind"] == "self-check" && f["metric"] == "kvm.vcpu.exits");
+    assert_eq!(
+        flagged,
+        (counted - 1.0).abs() > 0.05,
+        "exits {counted}, findings {findings:?}"
+    );
+}
+
+#[test]
+fn modes_and_capabilities_decide_what_runs() {
+    if !kvm_or_skip("exits_unsupported") {
+        return;
+    }
+    let r = exits(&["guest.cpl=3"], &["hlt", "pmu-off"]);
+    assert_eq!(
+        variant(&r, "hlt")["status"],
+        "unsupported: hlt needs guest CPL0 (--set guest.cpl=0): at CPL3 it raises #GP"
+    );
+    if r["host"]["capabilities"]["KVM_CAP_PMU_CAPABILITY"] != true {
+        assert_eq!(
+            variant(&r, "pmu-off")["status"],
+            "unsupported: needs KVM_CAP_PMU_CAPABILITY, which this host's KVM does not offer"
+        );
+    }
+    let r = exits(&["guest.cpl=0", "iterations=200"], &["hlt"]);
+    assert_eq!(variant(&r, "hlt")["status"], "ok");
+    assert_eq!(median(&r, "hlt", "userspace_exits_per_iter"), 1.0);
+}
