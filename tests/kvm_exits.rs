@@ -3,30 +3,13 @@
 
 mod common;
 
-use common::{json, kvm_or_skip, run};
+use common::kvm_or_skip;
 use serde_json::Value;
 
 fn exits(sets: &[&str], variants: &[&str]) -> Value {
-    let dir = tempfile::tempdir().unwrap();
-    let mut args = vec![
-        "run",
-        "exits",
-        "--set",
-        "iterations=2000",
-        "--reps",
-        "3",
-        "--warmup",
-        "0",
-        "--json",
-        "--no-store",
-    ];
-    for s in sets {
-        args.extend(["--set", s]);
-    }
-    for v in variants {
-        args.extend(["--variant", v]);
-    }
-    json(&run(&dir.path().join("db"), &args))
+    let mut all = vec!["iterations=2000"];
+    all.extend(sets);
+    common::scenario_json("exits", &all, variants, &["--reps", "3", "--warmup", "0"])
 }
 
 fn variant<'a>(r: &'a Value, name: &str) -> &'a Value {

@@ -4,32 +4,15 @@
 
 mod common;
 
-use common::{json, kvm_or_skip, run};
+use common::kvm_or_skip;
 use serde_json::Value;
 
 const PAGES: f64 = 16384.0; // 64 MiB
 
 fn memory(sets: &[&str], variants: &[&str]) -> Value {
-    let dir = tempfile::tempdir().unwrap();
-    let mut args = vec![
-        "run",
-        "memory",
-        "--set",
-        "size=64MiB",
-        "--reps",
-        "2",
-        "--warmup",
-        "0",
-        "--json",
-        "--no-store",
-    ];
-    for s in sets {
-        args.extend(["--set", s]);
-    }
-    for v in variants {
-        args.extend(["--variant", v]);
-    }
-    json(&run(&dir.path().join("db"), &args))
+    let mut all = vec!["size=64MiB"];
+    all.extend(sets);
+    common::scenario_json("memory", &all, variants, &["--reps", "2", "--warmup", "0"])
 }
 
 fn metric(r: &Value, variant: &str, name: &str) -> f64 {

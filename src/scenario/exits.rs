@@ -13,19 +13,18 @@
 //! statistics' deltas per iteration. `kvm.vcpu.exits` should be 1.0 per iteration; where a host
 //! does not count every roundtrip in it (PVM does not) a self-check finding says so.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::memory::{default_cpl, parse_cpl};
 use super::params::{ParamInfo, Settings};
 use super::runner::{self, Progress, RunRequest, ScenarioOutcome};
+use super::samples::{Series, per_variant};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
-use crate::analysis::statistics::seed_for;
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
 use crate::kvm::guest::Cpl;
-use crate::record::{Finding, MetricRecord, VariantRecord};
+use crate::record::{Finding, VariantRecord};
 
 /// The catalog entry.
 pub static INFO: ScenarioInfo = ScenarioInfo {
@@ -289,55 +288,31 @@ pub fn analyse(
     results: &[Result<Vec<ExitResult>, String>],
     seed: u64,
 ) -> ScenarioOutcome {
-    let variants: Vec<VariantRecord> = names
-        .iter()
-        .zip(kinds)
-        .zip(results)
-        .map(|((name, kind), result)| match result {
-            Err(status) => VariantRecord {
-                name: name.clone(),
-                status: status.clone(),
-                metrics: BTreeMap::new(),
-                findings: Vec::new(),
-            },
-            Ok(batches) => analyse_variant(name, *kind, batches, seed),
-        })
-        .collect();
+    let variants = per_variant(names, results, |i, name, batches| {
+        analyse_variant(name, kinds[i], batches, seed)
+    });
     let verdicts = against_fastest(&variants, INFO.headline, "ns", seed);
     ScenarioOutcome { variants, verdicts }
 }
 
 fn analyse_variant(name: &str, kind: ExitKind, batches: &[ExitResult], seed: u64) -> VariantRecord {
-    let mut series: BTreeMap<String, (String, Vec<f64>)> = BTreeMap::new();
+    let mut series = Series::new();
     for (rep, b) in batches.iter().enumerate() {
         let n = b.iterations.max(1) as f64;
-        let mut push = |metric: &str, unit: &str, v: f64| {
-            let e = series
-                .entry(metric.to_string())
-                .or_insert_with(|| (unit.to_string(), Vec::new()));
-            e.1.resize(rep, 0.0);
-            e.1.push(v);
-        };
-        push("roundtrip_ns", "ns", b.elapsed_ns as f64 / n);
-        push("tsc_per_iter", "ticks", b.tsc_ticks as f64 / n);
-        push(
-            "userspace_exits_per_iter",
-            "ratio",
-            b.userspace_exits as f64 / n,
-        );
+        series
+            .at(rep)
+            .push("roundtrip_ns", "ns", b.elapsed_ns as f64 / n)
+            .push("tsc_per_iter", "ticks", b.tsc_ticks as f64 / n)
+            .push(
+                "userspace_exits_per_iter",
+                "ratio",
+                b.userspace_exits as f64 / n,
+            );
         for (stat, _, delta) in &b.kvm_stats {
-            push(stat, "ratio", *delta as f64 / n);
+            series.push(stat, "ratio", *delta as f64 / n);
         }
     }
-    let reps = batches.len();
-    let metrics: BTreeMap<String, MetricRecord> = series
-        .into_iter()
-        .map(|(metric, (unit, mut samples))| {
-            samples.resize(reps, 0.0);
-            let rec = MetricRecord::new(&unit, samples, seed_for(seed, &[name, &metric]));
-            (metric, rec)
-        })
-        .collect();
+    let metrics = series.finish(batches.len(), name, seed);
     let mut findings = Vec::new();
     let exits = metrics.get("kvm.vcpu.exits").map_or(0.0, |m| m.median);
     if (exits - 1.0).abs() > 0.05 {

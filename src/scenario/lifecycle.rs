@@ -33,13 +33,14 @@ use std::time::Duration;
 
 use super::params::{ParamInfo, Settings};
 use super::runner::{self, Progress, RunRequest, ScenarioOutcome};
+use super::samples::{Series, per_variant};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::{Verdict, against_fastest, fmt_value};
 use crate::analysis::stall::{Baselines, IoctlEvent, find_stalls};
-use crate::analysis::statistics::{median, seed_for};
+use crate::analysis::statistics::median;
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
-use crate::record::{Finding, MetricRecord, VariantRecord};
+use crate::record::{Finding, VariantRecord};
 
 /// The catalog entry.
 pub static INFO: ScenarioInfo = ScenarioInfo {
@@ -376,19 +377,9 @@ pub fn analyse(
             .flatten()
             .flat_map(|t| &t.ioctls),
     );
-    let variants: Vec<VariantRecord> = names
-        .iter()
-        .zip(results)
-        .map(|(name, result)| match result {
-            Err(status) => VariantRecord {
-                name: name.clone(),
-                status: status.clone(),
-                metrics: BTreeMap::new(),
-                findings: Vec::new(),
-            },
-            Ok(traces) => analyse_variant(name, traces, &baselines, jiffy_ns, seed),
-        })
-        .collect();
+    let variants = per_variant(names, results, |_, name, traces| {
+        analyse_variant(name, traces, &baselines, jiffy_ns, seed)
+    });
     let verdicts = verdicts(&variants, seed);
     ScenarioOutcome { variants, verdicts }
 }
@@ -410,27 +401,19 @@ fn analyse_variant(
     jiffy_ns: u64,
     seed: u64,
 ) -> VariantRecord {
-    let mut series: BTreeMap<String, (String, Vec<f64>)> = BTreeMap::new();
-    let mut push = |metric: String, unit: &str, rep: usize, value: f64| {
-        let entry = series
-            .entry(metric)
-            .or_insert_with(|| (unit.to_string(), Vec::new()));
-        // A metric absent from earlier repetitions (a statistic that did not move) was zero.
-        entry.1.resize(rep, 0.0);
-        entry.1.push(value);
-    };
+    let mut series = Series::new();
     let mut stalled: BTreeMap<StallKey, StallSamples> = BTreeMap::new();
     for (rep, trace) in traces.iter().enumerate() {
-        push("ready_ms".into(), "ms", rep, ms(trace.ready_ns));
+        series.at(rep).push("ready_ms", "ms", ms(trace.ready_ns));
         let mut per_ioctl: BTreeMap<&str, u64> = BTreeMap::new();
         for e in &trace.ioctls {
             *per_ioctl.entry(e.name.as_str()).or_default() += e.dur_ns;
         }
         for (ioctl, ns) in per_ioctl {
-            push(format!("ioctl.{ioctl}_ms"), "ms", rep, ms(ns));
+            series.push(&format!("ioctl.{ioctl}_ms"), "ms", ms(ns));
         }
         let stalls = find_stalls(&trace.ioctls, baselines, jiffy_ns);
-        push("stalls".into(), "count", rep, stalls.len() as f64);
+        series.push("stalls", "count", stalls.len() as f64);
         for s in stalls {
             let entry = stalled
                 .entry((s.index, s.name, s.caused_by.map(|(_, n)| n)))
@@ -439,18 +422,11 @@ fn analyse_variant(
             entry.jiffies.push(s.jiffies);
         }
         for (stat, unit, value) in &trace.kvm_stats {
-            push(stat.clone(), unit, rep, *value as f64);
+            series.push(stat, unit, *value as f64);
         }
     }
     let reps = traces.len();
-    let metrics = series
-        .into_iter()
-        .map(|(metric, (unit, mut samples))| {
-            samples.resize(reps, 0.0);
-            let record = MetricRecord::new(&unit, samples, seed_for(seed, &[name, &metric]));
-            (metric, record)
-        })
-        .collect();
+    let metrics = series.finish(reps, name, seed);
     let findings = stalled
         .into_iter()
         .map(|((step, ioctl, caused_by), samples)| {

@@ -15,7 +15,6 @@
 //! Metrics are per pass over the region; `kvm.vcpu.*`/`kvm.vm.*` are the statistics' deltas
 //! over that pass (exact counts).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rand::SeedableRng;
@@ -24,15 +23,15 @@ use rand_chacha::ChaCha8Rng;
 
 use super::params::{ParamInfo, Settings};
 use super::runner::{self, Progress, RunRequest, ScenarioOutcome};
+use super::samples::{Series, per_variant};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
-use crate::analysis::statistics::seed_for;
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
 use crate::kvm::guest::Cpl;
 use crate::kvm::guest::layout::GuestPage;
 use crate::kvm::memory::Backing;
-use crate::record::{Finding, MetricRecord, VariantRecord};
+use crate::record::{Finding, VariantRecord};
 
 /// The catalog entry.
 pub static INFO: ScenarioInfo = ScenarioInfo {
@@ -379,55 +378,32 @@ pub fn analyse(
     results: &[Result<Vec<TouchResult>, String>],
     seed: u64,
 ) -> ScenarioOutcome {
-    let variants: Vec<VariantRecord> = names
-        .iter()
-        .zip(results)
-        .map(|(name, result)| match result {
-            Err(status) => VariantRecord {
-                name: name.clone(),
-                status: status.clone(),
-                metrics: BTreeMap::new(),
-                findings: Vec::new(),
-            },
-            Ok(passes) => analyse_variant(name, passes, seed),
-        })
-        .collect();
+    let variants = per_variant(names, results, |_, name, passes| {
+        analyse_variant(name, passes, seed)
+    });
     let verdicts = against_fastest(&variants, INFO.headline, "ns", seed);
     ScenarioOutcome { variants, verdicts }
 }
 
 fn analyse_variant(name: &str, passes: &[TouchResult], seed: u64) -> VariantRecord {
-    let mut series: BTreeMap<String, (String, Vec<f64>)> = BTreeMap::new();
+    let mut series = Series::new();
     for (rep, p) in passes.iter().enumerate() {
-        let mut push = |metric: &str, unit: &str, v: f64| {
-            let e = series
-                .entry(metric.to_string())
-                .or_insert_with(|| (unit.to_string(), Vec::new()));
-            e.1.resize(rep, 0.0);
-            e.1.push(v);
-        };
-        push(
-            "ns_per_page",
-            "ns",
-            p.elapsed_ns as f64 / p.pages.max(1) as f64,
-        );
-        push("total_ms", "ms", p.elapsed_ns as f64 / 1e6);
+        series
+            .at(rep)
+            .push(
+                "ns_per_page",
+                "ns",
+                p.elapsed_ns as f64 / p.pages.max(1) as f64,
+            )
+            .push("total_ms", "ms", p.elapsed_ns as f64 / 1e6);
         if let Some(f) = p.uffd_faults {
-            push("uffd_faults", "count", f as f64);
+            series.push("uffd_faults", "count", f as f64);
         }
         for (stat, unit, delta) in &p.kvm_stats {
-            push(stat, unit, *delta as f64);
+            series.push(stat, unit, *delta as f64);
         }
     }
-    let reps = passes.len();
-    let metrics: BTreeMap<String, MetricRecord> = series
-        .into_iter()
-        .map(|(metric, (unit, mut samples))| {
-            samples.resize(reps, 0.0);
-            let rec = MetricRecord::new(&unit, samples, seed_for(seed, &[name, &metric]));
-            (metric, rec)
-        })
-        .collect();
+    let metrics = series.finish(passes.len(), name, seed);
     let pages = passes.first().map_or(0, |p| p.pages);
     let mut findings = Vec::new();
     if let Some(fixed) = metrics.get("kvm.vcpu.pf_fixed").filter(|m| m.median > 0.0) {

@@ -6,6 +6,7 @@ pub mod lifecycle;
 pub mod memory;
 pub mod params;
 pub mod runner;
+pub mod samples;
 
 use serde::Serialize;
 

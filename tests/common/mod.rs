@@ -80,3 +80,22 @@ pub fn json(out: &Output) -> serde_json::Value {
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// `hvlab run SCENARIO --set S... --variant V... EXTRA... --json --no-store` as JSON.
+pub fn scenario_json(
+    scenario: &str,
+    sets: &[&str],
+    variants: &[&str],
+    extra: &[&str],
+) -> serde_json::Value {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut args = vec!["run", scenario, "--json", "--no-store"];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    for v in variants {
+        args.extend(["--variant", v]);
+    }
+    args.extend(extra);
+    json(&run(&dir.path().join("hvlab.db"), &args))
+}
