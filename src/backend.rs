@@ -11,6 +11,8 @@ use crate::kvm::host::HostInfo;
 use crate::scenario::exits::{ExitPlan, ExitResult};
 use crate::scenario::lifecycle::{ConstructionPlan, ConstructionTrace};
 use crate::scenario::memory::{TouchPlan, TouchResult};
+use crate::scenario::percpu::{PercpuPlan, PercpuResult};
+use crate::scenario::pinning::{PinPlan, PinResult};
 
 /// Which backend produced a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -39,6 +41,11 @@ pub trait Backend {
     /// The host the samples describe.
     fn host(&self) -> &HostInfo;
 
+    /// The cost profile, for the model.
+    fn profile_name(&self) -> Option<String> {
+        None
+    }
+
     /// `lifecycle`: builds one VM in the plan's order and returns every ioctl's timing.
     fn construct_vm(&mut self, plan: &ConstructionPlan) -> Result<ConstructionTrace, Error>;
 
@@ -47,4 +54,10 @@ pub trait Backend {
 
     /// `exits`: one batch of exit roundtrips of one kind.
     fn exit_roundtrips(&mut self, plan: &ExitPlan) -> Result<ExitResult, Error>;
+
+    /// `pinning`: one context-switch trace under a pin policy.
+    fn pin_trace(&mut self, plan: &PinPlan) -> Result<PinResult, Error>;
+
+    /// `percpu`: one prediction of per-CPU access costs.
+    fn percpu(&mut self, plan: &PercpuPlan) -> Result<PercpuResult, Error>;
 }

@@ -74,6 +74,9 @@ pub enum Error {
     /// The tracer.
     #[error(transparent)]
     Trace(#[from] TraceError),
+    /// The model backend.
+    #[error(transparent)]
+    Model(#[from] crate::model::ModelError),
     /// Writing output.
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
@@ -88,6 +91,8 @@ impl Error {
             Error::Trace(e) if e.is_host_limitation() => 3,
             Error::Trace(TraceError::NoCommand) => 2,
             Error::Store(e) if e.is_bad_input() => 2,
+            Error::Model(crate::model::ModelError::Profile(_)) => 2,
+            Error::Model(crate::model::ModelError::Unsupported(_)) => 3,
             _ => 4,
         }
     }

@@ -10,6 +10,7 @@ pub mod backend;
 pub mod cli;
 pub mod error;
 pub mod kvm;
+pub mod model;
 pub mod record;
 pub mod scenario;
 pub mod store;

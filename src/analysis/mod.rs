@@ -3,3 +3,4 @@
 pub mod compare;
 pub mod stall;
 pub mod statistics;
+pub mod validate;

@@ -61,14 +61,14 @@ impl Baselines {
         Baselines { fastest, typical }
     }
 
-    /// The baseline of `name`. An ioctl seen once has no unstalled sibling to learn from; the
-    /// median of all ioctls stands in for it (KVM's construction ioctls all cost microseconds).
+    /// The baseline of `name`: its fastest observation, but never above the median of all
+    /// ioctls. No construction ioctl legitimately takes half a jiffy, so the cap cannot invent
+    /// a stall; it keeps a run where every observation stalled (a single stalling order, an
+    /// ioctl seen once) from hiding the stall in its own baseline.
     pub fn of(&self, name: &str) -> u64 {
-        match self.fastest.get(name) {
-            Some((fastest, count)) if *count > 1 => *fastest,
-            Some((fastest, _)) => (*fastest).min(self.typical),
-            None => self.typical,
-        }
+        self.fastest
+            .get(name)
+            .map_or(self.typical, |(fastest, _)| (*fastest).min(self.typical))
     }
 }
 
@@ -93,8 +93,22 @@ pub struct Stall {
 /// SRCU's normal grace period is a few jiffies plus callback invocation.
 pub const MAX_GRACE_PERIOD_JIFFIES: u64 = 16;
 
-/// Finds the stalls of one timeline (events in issue order).
+/// Finds the stalls of one timeline (events in issue order), taking every I/O-bus
+/// registration to defer its free (Linux 6.18).
 pub fn find_stalls(events: &[IoctlEvent], baselines: &Baselines, jiffy_ns: u64) -> Vec<Stall> {
+    find_stalls_with(events, baselines, jiffy_ns, |e| {
+        srcu_role(&e.name) == SrcuRole::IoBusRegistration
+    })
+}
+
+/// Finds the stalls of one timeline; `starts_gp` says which events started a normal grace
+/// period (a backend that knows its strategy says so exactly).
+pub fn find_stalls_with(
+    events: &[IoctlEvent],
+    baselines: &Baselines,
+    jiffy_ns: u64,
+    starts_gp: impl Fn(&IoctlEvent) -> bool,
+) -> Vec<Stall> {
     let threshold = jiffy_ns / 2;
     let window = jiffy_ns.saturating_mul(MAX_GRACE_PERIOD_JIFFIES);
     let mut pending: Option<usize> = None;
@@ -123,10 +137,10 @@ pub fn find_stalls(events: &[IoctlEvent], baselines: &Baselines, jiffy_ns: u64) 
             pending = None;
             continue;
         }
-        match srcu_role(&e.name) {
-            SrcuRole::MemslotUpdate => pending = None,
-            SrcuRole::IoBusRegistration if pending.is_none() => pending = Some(i),
-            _ => {}
+        if srcu_role(&e.name) == SrcuRole::MemslotUpdate {
+            pending = None;
+        } else if pending.is_none() && starts_gp(e) {
+            pending = Some(i);
         }
     }
     stalls

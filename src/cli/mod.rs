@@ -11,10 +11,12 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::backend::{Backend, BackendKind};
-use crate::error::{Error, InputError};
+use crate::error::Error;
 use crate::kvm::host::{self, HostInfo};
 use crate::kvm::trace::{self, Until};
 use crate::kvm::{KvmBackend, KvmError};
+use crate::model::profile::Profile;
+use crate::model::{self, ModelBackend, ModelError};
 use crate::record::RunRecord;
 use crate::scenario::runner::{DEFAULT_SEED, RunRequest};
 use crate::scenario::{self, ScenarioInfo};
@@ -73,6 +75,27 @@ enum Command {
     },
     /// Attribute an external VMM's KVM ioctl latencies: hvlab trace -- CMD ARGS...
     Trace(TraceArgs),
+    /// Measure this host's cost profile for the model (with the kvm backend)
+    Calibrate {
+        /// Where to write it [default: the data dir's this-host.toml, which the model then uses]
+        #[arg(short, long, value_name = "PATH")]
+        output: Option<PathBuf>,
+        /// One JSON document on stdout
+        #[arg(long)]
+        json: bool,
+    },
+    /// The model against the kvm backend on this host, metric by metric; exit 1 beyond tolerance
+    Validate {
+        /// Cost profile [default: the calibrated one; calibrates first when there is none]
+        #[arg(long, value_name = "NAME|PATH")]
+        profile: Option<String>,
+        /// Allowed error on times, percent (fault counts must match exactly)
+        #[arg(long, default_value_t = 15.0)]
+        tolerance: f64,
+        /// One JSON document on stdout
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -112,6 +135,10 @@ struct MeasureArgs {
     /// Do not store the run
     #[arg(long)]
     no_store: bool,
+    /// Cost profile for --backend model: a built-in name or a TOML path [default: the
+    /// calibrated this-host profile, else the built-in closest to this host]
+    #[arg(long, value_name = "NAME|PATH")]
+    profile: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -195,8 +222,13 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         Command::Run(args) => {
             let info = scenario::find(&args.scenario)?;
             let request = request_of(info, &args.measure, args.variants, args.sets);
-            scenario::check(info, &request)?;
-            let mut backend = make_backend(args.backend, host::probe())?;
+            scenario::check(info, &request, args.backend)?;
+            let mut backend = make_backend(
+                args.backend,
+                host::probe(),
+                args.measure.profile.as_deref(),
+                args.measure.seed,
+            )?;
             let record = run_one(info, backend.as_mut(), &request, args.measure.json)?;
             store_run(cli.db.as_deref(), &record, args.measure.no_store)?;
             if args.measure.json {
@@ -223,6 +255,33 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             } else {
                 print_text(&render::run(&record, verbose))?;
             }
+        }
+        Command::Calibrate { output, json } => {
+            let mut backend = KvmBackend::new(host::probe())?;
+            let progress = TermProgress::new("calibrate", json);
+            let profile = model::calibrate::calibrate(&mut backend, &progress)?;
+            let path = match output {
+                Some(p) => p,
+                None => calibrated_profile_path()?,
+            };
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)?;
+            }
+            profile.write(&path).map_err(ModelError::from)?;
+            if json {
+                print_json(&serde_json::json!({ "path": path, "profile": profile }))?;
+            } else {
+                print_text(&render::profile(&profile))?;
+                print_text(&format!("wrote {}", path.display()))?;
+            }
+        }
+        Command::Validate {
+            profile,
+            tolerance,
+            json,
+        } => {
+            let code = validate(cli.db.as_deref(), profile.as_deref(), tolerance, json)?;
+            return Ok(code);
         }
         Command::Trace(args) => {
             let h = host::probe();
@@ -258,14 +317,32 @@ fn request_of(
     }
 }
 
-fn make_backend(kind: BackendKind, host: HostInfo) -> Result<Box<dyn Backend>, Error> {
+fn make_backend(
+    kind: BackendKind,
+    host: HostInfo,
+    profile: Option<&str>,
+    seed: u64,
+) -> Result<Box<dyn Backend>, Error> {
     match kind {
         BackendKind::Kvm => Ok(Box::new(KvmBackend::new(host)?)),
-        BackendKind::Model => Err(InputError::Other(
-            "the model backend is not built yet; run with --backend kvm".into(),
-        )
-        .into()),
+        BackendKind::Model => {
+            let profile = match profile {
+                Some(p) => Profile::load(p).map_err(ModelError::from)?,
+                None => model::default_profile(&host, Some(&calibrated_profile_path()?))
+                    .map_err(ModelError::from)?,
+            };
+            Ok(Box::new(ModelBackend::new(profile, host, seed)))
+        }
     }
+}
+
+/// Where `hvlab calibrate` puts this host's profile by default: beside the results database.
+fn calibrated_profile_path() -> Result<PathBuf, Error> {
+    let db = store::resolve_path(None)?;
+    Ok(db.parent().map_or_else(
+        || PathBuf::from("this-host.toml"),
+        |d| d.join("this-host.toml"),
+    ))
 }
 
 fn run_one(
@@ -294,7 +371,12 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
     let mut skipped: Vec<String> = Vec::new();
     for info in scenario::catalog() {
         for kind in info.backends {
-            let mut backend = match make_backend(*kind, h.clone()) {
+            let mut backend = match make_backend(
+                *kind,
+                h.clone(),
+                args.measure.profile.as_deref(),
+                args.measure.seed,
+            ) {
                 Ok(b) => b,
                 Err(Error::Kvm(e)) if e.is_host_limitation() => {
                     skipped.push(format!("{} on {kind}: {e}", info.name));
@@ -330,4 +412,140 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
         return Err(KvmError::DeviceMissing(crate::kvm::kvm_device_path()).into());
     }
     Ok(())
+}
+
+/// Runs both backends on the validation points and judges every metric.
+fn validate(
+    db: Option<&std::path::Path>,
+    profile: Option<&str>,
+    tolerance: f64,
+    json: bool,
+) -> Result<ExitCode, Error> {
+    use crate::analysis::validate::{Rule, check, judge, stall_ms};
+    let h = host::probe();
+    let mut kvm = KvmBackend::new(h.clone())?;
+    let progress = TermProgress::new("validate", json);
+    let profile = match profile {
+        Some(p) => Profile::load(p).map_err(ModelError::from)?,
+        None => {
+            let path = calibrated_profile_path()?;
+            if path.exists() {
+                Profile::load(&path.to_string_lossy()).map_err(ModelError::from)?
+            } else {
+                eprintln!(
+                    "no calibrated profile at {}: calibrating first",
+                    path.display()
+                );
+                let p = model::calibrate::calibrate(&mut kvm, &progress)?;
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
+                p.write(&path).map_err(ModelError::from)?;
+                p
+            }
+        }
+    };
+    let mut model = ModelBackend::new(profile, h, DEFAULT_SEED);
+    let mut checks = Vec::new();
+    let points: [(&ScenarioInfo, &[&str], &[&str]); 3] = [
+        (
+            &scenario::lifecycle::INFO,
+            &[
+                "irqchip-first",
+                "memslots-first",
+                "devices-after-vcpus",
+                "qemu-order",
+                "firecracker-order",
+            ],
+            &[],
+        ),
+        // Not the calibration point (64 MiB, sequential): a new size and order.
+        (
+            &scenario::memory::INFO,
+            &["lazy", "populated", "uffd-prefetch"],
+            &["size=128MiB", "pattern=random"],
+        ),
+        (
+            &scenario::exits::INFO,
+            &["pio-out", "mmio-read", "cpuid"],
+            &["iterations=5000"],
+        ),
+    ];
+    for (info, variants, sets) in points {
+        let request = RunRequest {
+            variants: variants.iter().map(|s| s.to_string()).collect(),
+            sets: sets.iter().map(|s| s.to_string()).collect(),
+            reps: info.default_reps.min(10),
+            warmup: 1,
+            seed: DEFAULT_SEED,
+        };
+        let real = scenario::run(info, &mut kvm, &request, &progress)?;
+        let predicted = scenario::run(info, &mut model, &request, &progress)?;
+        store_run(db, &real, false)?;
+        store_run(db, &predicted, false)?;
+        for v in variants.iter() {
+            let mut push = |c: Option<crate::analysis::validate::Check>| checks.extend(c);
+            match info.name {
+                "lifecycle" => {
+                    push(check(&predicted, &real, v, "stalls", Rule::Exact(0.0)));
+                    push(check(
+                        &predicted,
+                        &real,
+                        v,
+                        "ready_ms",
+                        Rule::Within(tolerance),
+                    ));
+                    if let (Some(p), Some(m)) = (stall_ms(&predicted, v), stall_ms(&real, v)) {
+                        push(Some(judge(
+                            info.name,
+                            v,
+                            "stall_ms",
+                            "ms",
+                            p,
+                            m,
+                            Rule::Within(tolerance),
+                        )));
+                    }
+                }
+                "memory" => {
+                    // A stray fault or two (the guest's stack) is allowed; prefetch errors are not.
+                    push(check(
+                        &predicted,
+                        &real,
+                        v,
+                        "kvm.vcpu.pf_fixed",
+                        Rule::Exact(2.0),
+                    ));
+                    push(check(&predicted, &real, v, "uffd_faults", Rule::Exact(2.0)));
+                    push(check(
+                        &predicted,
+                        &real,
+                        v,
+                        "ns_per_page",
+                        Rule::Within(tolerance),
+                    ));
+                }
+                _ => push(check(
+                    &predicted,
+                    &real,
+                    v,
+                    "roundtrip_ns",
+                    Rule::Within(tolerance),
+                )),
+            }
+        }
+    }
+    let failed = checks.iter().filter(|c| !c.pass).count();
+    if json {
+        print_json(
+            &serde_json::json!({ "tolerance_pct": tolerance, "checks": checks, "failed": failed }),
+        )?;
+    } else {
+        print_text(&render::validation(&checks, tolerance))?;
+    }
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

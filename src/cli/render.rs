@@ -87,7 +87,7 @@ pub fn list(catalog: &[&ScenarioInfo]) -> String {
             info.default_warmup
         );
         let _ = writeln!(s, "  variants:");
-        for v in info.variants {
+        for v in info.variants.iter().chain(info.model_variants) {
             let _ = writeln!(s, "    {:<20} {}", v.name, v.doc);
         }
         let _ = writeln!(s, "  parameters (--set key=value):");
@@ -107,18 +107,29 @@ pub fn list(catalog: &[&ScenarioInfo]) -> String {
     s.trim_end().to_string()
 }
 
+/// The unit a line is shown in, chosen from its median so every number on it reads at a
+/// glance: bytes as KiB/MiB/GiB, ns as µs or ms once they grow.
+fn display_scale(unit: &str, median: f64) -> (f64, String) {
+    let m = median.abs();
+    match unit {
+        "bytes" if m >= f64::from(1u32 << 30) => (f64::from(1u32 << 30), "GiB".into()),
+        "bytes" if m >= f64::from(1u32 << 20) => (f64::from(1u32 << 20), "MiB".into()),
+        "bytes" if m >= 1024.0 => (1024.0, "KiB".into()),
+        "ns" if m >= 1e6 => (1e6, "ms".into()),
+        "ns" if m >= 1e4 => (1e3, "us".into()),
+        "count" => (1.0, String::new()),
+        other => (1.0, other.to_string()),
+    }
+}
+
 fn metric_line(name: &str, m: &MetricRecord, width: usize) -> String {
+    let (scale, unit) = display_scale(&m.unit, m.median);
     let f = |v: f64| {
         if m.unit == "count" {
             format!("{v}")
         } else {
-            fmt_value(v, "").trim_end().to_string()
+            fmt_value(v / scale, "").trim_end().to_string()
         }
-    };
-    let unit = if m.unit == "count" {
-        ""
-    } else {
-        m.unit.as_str()
     };
     format!(
         "  {name:<width$}  {:>10} {unit:<5} 95% CI [{}, {}]   min {}  max {}  n={}",
@@ -150,7 +161,16 @@ fn metric_rank(headline: &str, name: &str) -> (u8, String) {
 pub fn run(r: &RunRecord, verbose: bool) -> String {
     let headline = scenario::find(&r.scenario).map_or("", |i| i.headline);
     let mut s = String::new();
-    let _ = writeln!(s, "{} on {} — run {}", r.scenario, r.backend, r.run_id);
+    let _ = writeln!(
+        s,
+        "{} on {}{} — run {}",
+        r.scenario,
+        r.backend,
+        r.profile
+            .as_ref()
+            .map_or(String::new(), |p| format!(" (profile {p})")),
+        r.run_id
+    );
     let h = &r.host;
     let _ = writeln!(
         s,
@@ -335,4 +355,52 @@ pub fn trace(t: &TraceReport) -> String {
         }
     }
     s.trim_end().to_string()
+}
+
+/// `hvlab calibrate`.
+pub fn profile(p: &crate::model::profile::Profile) -> String {
+    let mut s = format!("profile {} — {} (mmu {:?})\n", p.name, p.describes, p.mmu);
+    let width = p.costs.keys().map(String::len).max().unwrap_or(0);
+    for (k, c) in &p.costs {
+        let _ = writeln!(
+            s,
+            "  {k:<width$}  {:>14.3} {:<8} {}",
+            c.value, c.unit, c.provenance
+        );
+    }
+    s.trim_end().to_string()
+}
+
+/// `hvlab validate`.
+pub fn validation(checks: &[crate::analysis::validate::Check], tolerance: f64) -> String {
+    let mut s = format!(
+        "{:<10} {:<20} {:<20} {:>14} {:>14} {:>9}  verdict\n",
+        "scenario", "variant", "metric", "model", "kvm", "error"
+    );
+    for c in checks {
+        let rule = if c.tolerance_pct == 0.0 {
+            "exact".to_string()
+        } else {
+            format!("±{:.0}%", c.tolerance_pct)
+        };
+        let _ = writeln!(
+            s,
+            "{:<10} {:<20} {:<20} {:>14} {:>14} {:>8.1}%  {} ({rule})",
+            c.scenario,
+            c.variant,
+            c.metric,
+            fmt_value(c.predicted, &c.unit),
+            fmt_value(c.measured, &c.unit),
+            c.error_pct,
+            if c.pass { "pass" } else { "FAIL" }
+        );
+    }
+    let failed = checks.iter().filter(|c| !c.pass).count();
+    let _ = write!(
+        s,
+        "\n{} of {} checks pass (times within {tolerance}%, fault counts exact)",
+        checks.len() - failed,
+        checks.len()
+    );
+    s
 }

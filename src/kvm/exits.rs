@@ -16,6 +16,11 @@ use crate::scenario::exits::{ExitKind, ExitPlan, ExitResult};
 
 /// Runs one batch of the plan in a fresh VM.
 pub fn roundtrips(kvm: &Kvm, host: &HostInfo, plan: &ExitPlan) -> Result<ExitResult, KvmError> {
+    if plan.pmu.is_some() {
+        return Err(KvmError::Unsupported(
+            "PMU MSR-switching configurations are model variants".into(),
+        ));
+    }
     match plan.kind {
         ExitKind::Hlt if plan.cpl == Cpl::Three => {
             return Err(KvmError::Unsupported(
@@ -70,5 +75,7 @@ pub fn roundtrips(kvm: &Kvm, host: &HostInfo, plan: &ExitPlan) -> Result<ExitRes
         tsc_ticks: measured.tsc_ticks,
         userspace_exits,
         kvm_stats: measured.kvm_stats,
+        msr_writes: None,
+        race: None,
     })
 }

@@ -22,6 +22,15 @@ const QUEUE_NOTIFY: u64 = 0x50;
 /// Guest memory is mapped and the payload written before the clock starts: that is VMM work
 /// independent of the order under test.
 pub fn construct(kvm: &Kvm, plan: &ConstructionPlan) -> Result<ConstructionTrace, KvmError> {
+    if plan
+        .steps
+        .iter()
+        .any(|s| matches!(s, Step::BootIoeventfds | Step::BootMemslot))
+    {
+        return Err(KvmError::Unsupported(
+            "registrations while vCPUs run need a vCPU thread running beside them; the model backend runs them".into(),
+        ));
+    }
     let mut memory = Some(GuestMemory::anonymous(plan.mem_bytes)?);
     if let Some(m) = memory.as_mut() {
         m.write(
@@ -58,6 +67,7 @@ pub fn construct(kvm: &Kvm, plan: &ConstructionPlan) -> Result<ConstructionTrace
                 vm.run_until_signal(0, plan.run_timeout)?;
                 ready_ns = Some(vm.elapsed_ns());
             }
+            Step::BootIoeventfds | Step::BootMemslot => {}
         }
     }
     let ready_ns = ready_ns.ok_or_else(|| KvmError::Guest("the plan has no run step".into()))?;
@@ -78,6 +88,7 @@ pub fn construct(kvm: &Kvm, plan: &ConstructionPlan) -> Result<ConstructionTrace
         ioctls,
         ready_ns,
         kvm_stats,
+        started_gp: Vec::new(),
     })
 }
 

@@ -11,6 +11,7 @@ pub mod ioctl_table;
 pub mod lifecycle;
 pub mod measure;
 pub mod memory;
+pub mod pin;
 pub mod stage2;
 pub mod stats;
 pub mod trace;
@@ -170,5 +171,25 @@ impl crate::backend::Backend for KvmBackend {
         plan: &crate::scenario::exits::ExitPlan,
     ) -> Result<crate::scenario::exits::ExitResult, crate::error::Error> {
         Ok(exits::roundtrips(&self.kvm, &self.host, plan)?)
+    }
+
+    fn pin_trace(
+        &mut self,
+        _: &crate::scenario::pinning::PinPlan,
+    ) -> Result<crate::scenario::pinning::PinResult, crate::error::Error> {
+        Err(KvmError::Unsupported(
+            "the kvm pin manager is not built yet; use --backend model".into(),
+        )
+        .into())
+    }
+
+    fn percpu(
+        &mut self,
+        _: &crate::scenario::percpu::PercpuPlan,
+    ) -> Result<crate::scenario::percpu::PercpuResult, crate::error::Error> {
+        Err(KvmError::Unsupported(
+            "per-CPU page tables need a per-vCPU-CR3 guest; use --backend model".into(),
+        )
+        .into())
     }
 }

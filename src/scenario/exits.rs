@@ -31,10 +31,11 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     name: "exits",
     summary: "VM-exit roundtrip cost by exit type (PIO, MMIO, CPUID, hypercall, HLT, ioeventfd) and vPMU on/off",
     variants: &VARIANTS,
+    model_variants: &MODEL_VARIANTS,
     params: &PARAMS,
     metrics: &METRICS,
     headline: "roundtrip_ns",
-    backends: &[BackendKind::Kvm],
+    backends: &[BackendKind::Kvm, BackendKind::Model],
     default_reps: 10,
     default_warmup: 1,
 };
@@ -82,7 +83,30 @@ static VARIANTS: [VariantInfo; 10] = [
     },
 ];
 
-static PARAMS: [ParamInfo; 3] = [
+static MODEL_VARIANTS: [VariantInfo; 5] = [
+    VariantInfo {
+        name: "vpmu-old",
+        doc: "model: pio-out with a guest vPMU (no PEBS), MSRs switched by the old scheme",
+    },
+    VariantInfo {
+        name: "vpmu-new",
+        doc: "model: pio-out with a guest vPMU (no PEBS), PEBS-isolation scheme",
+    },
+    VariantInfo {
+        name: "pebs-old",
+        doc: "model: pio-out with guest PEBS, old scheme (+ race explorer)",
+    },
+    VariantInfo {
+        name: "pebs-new",
+        doc: "model: pio-out with guest PEBS, PEBS-isolation scheme (+ race explorer)",
+    },
+    VariantInfo {
+        name: "vpmu-none",
+        doc: "model: pio-out with no guest vPMU: nothing switched",
+    },
+];
+
+static PARAMS: [ParamInfo; 4] = [
     ParamInfo {
         name: "iterations",
         default: "10000",
@@ -97,6 +121,11 @@ static PARAMS: [ParamInfo; 3] = [
         name: "timeout_ms",
         default: "60000",
         doc: "watchdog for one repetition, ms",
+    },
+    ParamInfo {
+        name: "host_pebs",
+        default: "1",
+        doc: "model: the host has PEBS events active (1) or not (0)",
     },
 ];
 
@@ -194,6 +223,19 @@ impl ExitKind {
     }
 }
 
+/// A guest PMU configuration for the model (`pmu` mechanism).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PmuConfig {
+    /// The guest has a vPMU.
+    pub guest_vpmu: bool,
+    /// The guest uses PEBS.
+    pub guest_pebs: bool,
+    /// The host has PEBS events active.
+    pub host_pebs: bool,
+    /// The PEBS-isolation scheme (false: the old one).
+    pub new_scheme: bool,
+}
+
 /// One batch to run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExitPlan {
@@ -205,6 +247,8 @@ pub struct ExitPlan {
     pub cpl: Cpl,
     /// Watchdog.
     pub timeout: Duration,
+    /// The PMU configuration a model variant switches MSRs for.
+    pub pmu: Option<PmuConfig>,
 }
 
 /// What one batch measured.
@@ -220,6 +264,10 @@ pub struct ExitResult {
     pub userspace_exits: u64,
     /// Statistics that changed during the batch: (metric name, unit, delta).
     pub kvm_stats: Vec<(String, String, i128)>,
+    /// MSR writes per roundtrip (model), and what the race explorer found.
+    pub msr_writes: Option<u32>,
+    /// The race explorer's verdict, for PEBS variants (model).
+    pub race: Option<String>,
 }
 
 /// The requested variants with their plans.
@@ -227,30 +275,50 @@ pub fn plans(
     settings: &Settings,
     request: &RunRequest,
     auto_cpl: Cpl,
+    backend: BackendKind,
 ) -> Result<Vec<(String, ExitPlan)>, InputError> {
     let iterations = u64::from(settings.u32_in("iterations", 1..=10_000_000)?);
     let cpl = parse_cpl(settings, auto_cpl)?;
     let timeout = Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 100..=3_600_000)?));
+    if backend == BackendKind::Kvm {
+        settings.reject_model_only(&["host_pebs"])?;
+    }
+    let host_pebs = settings.u32_in("host_pebs", 0..=1)? == 1;
     let names: Vec<String> = if request.variants.is_empty() {
-        VARIANTS.iter().map(|v| v.name.to_string()).collect()
+        INFO.variants_for(backend)
+            .map(|v| v.name.to_string())
+            .collect()
     } else {
         request.variants.clone()
     };
     names
         .into_iter()
         .map(|name| {
-            let kind = ExitKind::ALL
-                .into_iter()
-                .find(|k| k.name() == name)
-                .ok_or_else(|| InputError::UnknownVariant {
-                    variant: name.clone(),
-                    scenario: INFO.name.into(),
-                    known: VARIANTS
-                        .iter()
-                        .map(|v| v.name)
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                })?;
+            if !INFO.variants_for(backend).any(|v| v.name == name) {
+                return Err(INFO.unknown_variant(&name, backend));
+            }
+            let pmu = |guest_vpmu, guest_pebs, new_scheme| {
+                Some(PmuConfig {
+                    guest_vpmu,
+                    guest_pebs,
+                    host_pebs,
+                    new_scheme,
+                })
+            };
+            let (kind, pmu) = match name.as_str() {
+                "vpmu-old" => (ExitKind::PioOut, pmu(true, false, false)),
+                "vpmu-new" => (ExitKind::PioOut, pmu(true, false, true)),
+                "pebs-old" => (ExitKind::PioOut, pmu(true, true, false)),
+                "pebs-new" => (ExitKind::PioOut, pmu(true, true, true)),
+                "vpmu-none" => (ExitKind::PioOut, pmu(false, false, true)),
+                other => (
+                    ExitKind::ALL
+                        .into_iter()
+                        .find(|k| k.name() == other)
+                        .ok_or_else(|| INFO.unknown_variant(other, backend))?,
+                    None,
+                ),
+            };
             Ok((
                 name,
                 ExitPlan {
@@ -258,6 +326,7 @@ pub fn plans(
                     iterations,
                     cpl,
                     timeout,
+                    pmu,
                 },
             ))
         })
@@ -273,7 +342,9 @@ pub fn run(
 ) -> Result<ScenarioOutcome, Error> {
     let auto = default_cpl(backend);
     let (names, plans): (Vec<String>, Vec<ExitPlan>) =
-        plans(settings, request, auto)?.into_iter().unzip();
+        plans(settings, request, auto, backend.kind())?
+            .into_iter()
+            .unzip();
     let results = runner::repeat(&names, request, progress, |vi| {
         backend.exit_roundtrips(&plans[vi])
     });
@@ -311,11 +382,20 @@ fn analyse_variant(name: &str, kind: ExitKind, batches: &[ExitResult], seed: u64
         for (stat, _, delta) in &b.kvm_stats {
             series.push(stat, "ratio", *delta as f64 / n);
         }
+        if let Some(w) = b.msr_writes {
+            series.push("msr_writes_per_roundtrip", "count", f64::from(w));
+        }
     }
     let metrics = series.finish(batches.len(), name, seed);
     let mut findings = Vec::new();
-    let exits = metrics.get("kvm.vcpu.exits").map_or(0.0, |m| m.median);
-    if (exits - 1.0).abs() > 0.05 {
+    if let Some(race) = batches.first().and_then(|b| b.race.clone()) {
+        findings.push(Finding::Note {
+            topic: "pebs-race".into(),
+            message: race,
+        });
+    }
+    let exits = metrics.get("kvm.vcpu.exits").map_or(1.0, |m| m.median);
+    if batches.iter().any(|b| !b.kvm_stats.is_empty()) && (exits - 1.0).abs() > 0.05 {
         findings.push(Finding::SelfCheck {
             metric: "kvm.vcpu.exits".into(),
             expected: 1.0,
@@ -354,7 +434,13 @@ mod tests {
     #[test]
     fn every_variant_has_a_kind_and_unknown_ones_list_the_rest() {
         let settings = Settings::parse(&INFO, &[]).unwrap();
-        let all = plans(&settings, &RunRequest::default(), Cpl::Three).unwrap();
+        let all = plans(
+            &settings,
+            &RunRequest::default(),
+            Cpl::Three,
+            BackendKind::Kvm,
+        )
+        .unwrap();
         assert_eq!(all.len(), 10);
         assert!(all.iter().all(|(n, p)| p.kind.name() == n));
         let req = RunRequest {
@@ -362,7 +448,7 @@ mod tests {
             ..RunRequest::default()
         };
         assert!(
-            plans(&settings, &req, Cpl::Three)
+            plans(&settings, &req, Cpl::Three, BackendKind::Kvm)
                 .unwrap_err()
                 .to_string()
                 .contains("ioeventfd")
@@ -376,6 +462,8 @@ mod tests {
             tsc_ticks: 45_000_000,
             userspace_exits: userspace,
             kvm_stats: vec![("kvm.vcpu.exits".into(), "count".into(), exits)],
+            msr_writes: None,
+            race: None,
         }
     }
 

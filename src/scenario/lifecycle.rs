@@ -36,7 +36,7 @@ use super::runner::{self, Progress, RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::{Verdict, against_fastest, fmt_value};
-use crate::analysis::stall::{Baselines, IoctlEvent, find_stalls};
+use crate::analysis::stall::{Baselines, IoctlEvent, find_stalls, find_stalls_with};
 use crate::analysis::statistics::median;
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
@@ -47,12 +47,13 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     name: "lifecycle",
     summary: "VM construction order vs SRCU grace periods: which order stalls a memslot update, by how much",
     variants: &VARIANTS,
+    model_variants: &MODEL_VARIANTS,
     params: &PARAMS,
     metrics: &METRICS,
     headline: "ready_ms",
-    backends: &[BackendKind::Kvm],
     default_reps: 20,
     default_warmup: 2,
+    backends: &[BackendKind::Kvm, BackendKind::Model],
 };
 
 static VARIANTS: [VariantInfo; 5] = [
@@ -78,7 +79,12 @@ static VARIANTS: [VariantInfo; 5] = [
     },
 ];
 
-static PARAMS: [ParamInfo; 5] = [
+static MODEL_VARIANTS: [VariantInfo; 1] = [VariantInfo {
+    name: "boot-activation",
+    doc: "memslot first, then 8 ioeventfds registered while vCPUs run and a memslot update after them",
+}];
+
+static PARAMS: [ParamInfo; 7] = [
     ParamInfo {
         name: "vcpus",
         default: "1",
@@ -103,6 +109,16 @@ static PARAMS: [ParamInfo; 5] = [
         name: "timeout_ms",
         default: "2000",
         doc: "watchdog for the first KVM_RUN, ms",
+    },
+    ParamInfo {
+        name: "strategy",
+        default: "always-defer",
+        doc: "model: always-defer (Linux 6.18), always-sync, lifecycle-keyed",
+    },
+    ParamInfo {
+        name: "hz",
+        default: "",
+        doc: "model: timer ticks per second (default: the profile's)",
     },
 ];
 
@@ -153,11 +169,27 @@ pub enum Step {
     Ioeventfds,
     /// The first `KVM_RUN` of vCPU 0, until the guest signals.
     Run,
+    /// `KVM_IOEVENTFD` × devices while vCPUs run (device activation during boot; model only
+    /// for now: the kvm backend would need a vCPU thread running beside the registrations).
+    BootIoeventfds,
+    /// A memslot update while vCPUs run, after the boot registrations.
+    BootMemslot,
+}
+
+/// How `kvm_io_bus_register_dev()` frees the old bus array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// `call_srcu()`: what Linux 6.18 does.
+    AlwaysDefer,
+    /// `synchronize_srcu()` and free at once.
+    AlwaysSync,
+    /// Synchronize before any vCPU exists (no readers: cheap), defer afterwards.
+    LifecycleKeyed,
 }
 
 impl Step {
     /// Every step, in the names `--set order=` takes.
-    pub const ALL: [Step; 8] = [
+    pub const ALL: [Step; 10] = [
         Step::CreateVm,
         Step::TssAddr,
         Step::Irqchip,
@@ -166,6 +198,8 @@ impl Step {
         Step::Vcpus,
         Step::Ioeventfds,
         Step::Run,
+        Step::BootIoeventfds,
+        Step::BootMemslot,
     ];
 
     /// The name in `--set order=`.
@@ -179,6 +213,8 @@ impl Step {
             Step::Vcpus => "vcpus",
             Step::Ioeventfds => "ioeventfds",
             Step::Run => "run",
+            Step::BootIoeventfds => "boot-ioeventfds",
+            Step::BootMemslot => "boot-memslot",
         }
     }
 
@@ -187,7 +223,9 @@ impl Step {
     }
 }
 
-use Step::{CreateVm, Ioeventfds, Irqchip, Memslot, Pit, Run, TssAddr, Vcpus};
+use Step::{
+    BootIoeventfds, BootMemslot, CreateVm, Ioeventfds, Irqchip, Memslot, Pit, Run, TssAddr, Vcpus,
+};
 
 /// The steps of a named variant.
 pub fn order_of(variant: &str) -> Option<Vec<Step>> {
@@ -200,6 +238,16 @@ pub fn order_of(variant: &str) -> Option<Vec<Step>> {
         ],
         "firecracker-order" => &[
             CreateVm, TssAddr, Irqchip, Pit, Vcpus, Memslot, Ioeventfds, Run,
+        ],
+        "boot-activation" => &[
+            CreateVm,
+            Memslot,
+            Irqchip,
+            Pit,
+            Vcpus,
+            Run,
+            BootIoeventfds,
+            BootMemslot,
         ],
         _ => return None,
     };
@@ -235,6 +283,11 @@ pub struct ConstructionPlan {
     pub mem_bytes: usize,
     /// Watchdog for the first run.
     pub run_timeout: Duration,
+    /// How registrations free the old bus array (the model's knob; real KVM does what its
+    /// kernel does).
+    pub strategy: Strategy,
+    /// HZ for the model (`None`: the profile's).
+    pub hz: Option<u32>,
 }
 
 impl ConstructionPlan {
@@ -245,8 +298,19 @@ impl ConstructionPlan {
         if self.steps.first() != Some(&CreateVm) {
             return bad("the order must start with create-vm".into());
         }
-        if self.steps.last() != Some(&Run) {
-            return bad("the order must end with run".into());
+        let after_run: Vec<Step> = self
+            .steps
+            .iter()
+            .skip_while(|s| **s != Run)
+            .skip(1)
+            .copied()
+            .collect();
+        if !self.steps.contains(&Run)
+            || after_run
+                .iter()
+                .any(|s| !matches!(s, BootIoeventfds | BootMemslot))
+        {
+            return bad("the order must end with run (or run followed only by boot-ioeventfds, boot-memslot)".into());
         }
         let mut seen = BTreeSet::new();
         for s in &self.steps {
@@ -288,38 +352,53 @@ pub struct ConstructionTrace {
     pub ready_ns: u64,
     /// KVM statistics accumulated since creation: (metric name, unit, value).
     pub kvm_stats: Vec<(String, String, i128)>,
+    /// Which ioctls started a normal SRCU grace period, when the backend knows (the model);
+    /// empty: every I/O-bus registration did (real Linux 6.18).
+    pub started_gp: Vec<bool>,
 }
 
-/// The variants a request asks for, each with its validated plan: every named variant by
-/// default, or those given with --variant, plus `custom` when --set order= is given.
+/// The variants a request asks for, each with its validated plan: every variant `backend`
+/// can run by default, or those given with --variant, plus `custom` when --set order= is given.
 pub fn plans(
     settings: &Settings,
     request: &RunRequest,
+    backend: BackendKind,
 ) -> Result<Vec<(String, ConstructionPlan)>, InputError> {
     let vcpus = settings.u32_in("vcpus", 1..=64)?;
     let devices = settings.u32_in("devices", 0..=256)?;
     let mem_mib = settings.u32_in("mem_mib", 1..=4096)?;
     let timeout_ms = settings.u32_in("timeout_ms", 10..=60_000)?;
+    let strategy = match settings.choice(
+        "strategy",
+        &["always-defer", "always-sync", "lifecycle-keyed"],
+    )? {
+        "always-sync" => Strategy::AlwaysSync,
+        "lifecycle-keyed" => Strategy::LifecycleKeyed,
+        _ => Strategy::AlwaysDefer,
+    };
+    let hz = match settings.raw("hz") {
+        "" => None,
+        _ => Some(settings.u32_in("hz", 24..=10_000)?),
+    };
+    if backend == BackendKind::Kvm {
+        settings.reject_model_only(&["strategy", "hz"])?;
+    }
     let mut chosen: Vec<(String, Vec<Step>)> = Vec::new();
     let custom = settings.raw("order");
     if !custom.is_empty() {
         chosen.push(("custom".into(), parse_order(custom)?));
     }
     let named: Vec<String> = if request.variants.is_empty() && custom.is_empty() {
-        VARIANTS.iter().map(|v| v.name.to_string()).collect()
+        INFO.variants_for(backend)
+            .map(|v| v.name.to_string())
+            .collect()
     } else {
         request.variants.clone()
     };
     for name in named {
-        let steps = order_of(&name).ok_or_else(|| InputError::UnknownVariant {
-            variant: name.clone(),
-            scenario: INFO.name.into(),
-            known: VARIANTS
-                .iter()
-                .map(|v| v.name)
-                .collect::<Vec<_>>()
-                .join(", "),
-        })?;
+        let steps = order_of(&name)
+            .filter(|_| INFO.variants_for(backend).any(|v| v.name == name))
+            .ok_or_else(|| INFO.unknown_variant(&name, backend))?;
         chosen.push((name, steps));
     }
     chosen
@@ -331,6 +410,8 @@ pub fn plans(
                 devices,
                 mem_bytes: mem_mib as usize * (1 << 20),
                 run_timeout: Duration::from_millis(u64::from(timeout_ms)),
+                strategy,
+                hz,
             };
             plan.validate().map(|()| (name, plan))
         })
@@ -345,16 +426,18 @@ pub fn run(
     progress: &dyn Progress,
 ) -> Result<ScenarioOutcome, Error> {
     let (names, plans): (Vec<String>, Vec<ConstructionPlan>) =
-        plans(settings, request)?.into_iter().unzip();
+        plans(settings, request, backend.kind())?
+            .into_iter()
+            .unzip();
     let results = runner::repeat(&names, request, progress, |vi| {
         backend.construct_vm(&plans[vi])
     });
-    Ok(analyse(
-        &names,
-        &results,
-        backend.host().jiffy_ns(),
-        request.seed,
-    ))
+    // Stalls are judged against the jiffy of the kernel that produced the timelines.
+    let jiffy_ns = plans.first().and_then(|p| p.hz).map_or_else(
+        || backend.host().jiffy_ns(),
+        |hz| 1_000_000_000 / u64::from(hz),
+    );
+    Ok(analyse(&names, &results, jiffy_ns, request.seed))
 }
 
 fn ms(ns: u64) -> f64 {
@@ -412,7 +495,18 @@ fn analyse_variant(
         for (ioctl, ns) in per_ioctl {
             series.push(&format!("ioctl.{ioctl}_ms"), "ms", ms(ns));
         }
-        let stalls = find_stalls(&trace.ioctls, baselines, jiffy_ns);
+        let stalls = if trace.started_gp.len() == trace.ioctls.len() {
+            let started = |e: &IoctlEvent| {
+                trace
+                    .ioctls
+                    .iter()
+                    .position(|x| std::ptr::eq(x, e))
+                    .is_some_and(|i| trace.started_gp[i])
+            };
+            find_stalls_with(&trace.ioctls, baselines, jiffy_ns, started)
+        } else {
+            find_stalls(&trace.ioctls, baselines, jiffy_ns)
+        };
         series.push("stalls", "count", stalls.len() as f64);
         for s in stalls {
             let entry = stalled
@@ -509,12 +603,14 @@ mod tests {
             devices: 8,
             mem_bytes: 1 << 24,
             run_timeout: Duration::from_secs(1),
+            strategy: Strategy::AlwaysDefer,
+            hz: None,
         }
     }
 
     #[test]
     fn every_named_order_is_valid() {
-        for v in &VARIANTS {
+        for v in VARIANTS.iter().chain(&MODEL_VARIANTS) {
             plan(&order_of(v.name).unwrap()).validate().unwrap();
         }
     }
@@ -569,6 +665,7 @@ mod tests {
             ioctls,
             ready_ns: t,
             kvm_stats: vec![("kvm.vcpu.io_exits".into(), "count".into(), 1)],
+            started_gp: Vec::new(),
         }
     }
 

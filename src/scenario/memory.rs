@@ -38,10 +38,11 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     name: "memory",
     summary: "first-touch stage-2 faults and SPTE prefetch under each host backing, userfaultfd with prefetch",
     variants: &VARIANTS,
+    model_variants: &MODEL_VARIANTS,
     params: &PARAMS,
     metrics: &METRICS,
     headline: "ns_per_page",
-    backends: &[BackendKind::Kvm],
+    backends: &[BackendKind::Kvm, BackendKind::Model],
     default_reps: 5,
     default_warmup: 1,
 };
@@ -73,7 +74,22 @@ static VARIANTS: [VariantInfo; 6] = [
     },
 ];
 
-static PARAMS: [ParamInfo; 8] = [
+static MODEL_VARIANTS: [VariantInfo; 3] = [
+    VariantInfo {
+        name: "none",
+        doc: "model: no prefetch (the TDP MMU), host memory per --set backing",
+    },
+    VariantInfo {
+        name: "legacy-skip-trailing",
+        doc: "model: the old __direct_pte_prefetch loop that never flushed the run reaching the block end",
+    },
+    VariantInfo {
+        name: "legacy",
+        doc: "model: the fixed loop that prefetches the trailing run too",
+    },
+];
+
+static PARAMS: [ParamInfo; 9] = [
     ParamInfo {
         name: "size",
         default: "256MiB",
@@ -113,6 +129,11 @@ static PARAMS: [ParamInfo; 8] = [
         name: "timeout_ms",
         default: "60000",
         doc: "watchdog for one pass, ms",
+    },
+    ParamInfo {
+        name: "backing",
+        default: "populated",
+        doc: "model prefetch variants: host memory lazy, populated or thp",
     },
 ];
 
@@ -186,6 +207,17 @@ pub enum HostBacking {
     PreFault,
 }
 
+/// The SPTE prefetch loop a model variant runs (the kvm backend runs its kernel's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrefetchLoop {
+    /// No prefetch (the TDP MMU).
+    None,
+    /// `__direct_pte_prefetch()` before the fix: runs reaching the block end are dropped.
+    LegacySkipTrailing,
+    /// `__direct_pte_prefetch()` after the fix.
+    Legacy,
+}
+
 /// One pass to run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TouchPlan {
@@ -207,6 +239,8 @@ pub struct TouchPlan {
     pub cpl: Cpl,
     /// Watchdog.
     pub timeout: Duration,
+    /// The prefetch loop to model (`None`: the MMU's own, from the profile).
+    pub prefetch: Option<PrefetchLoop>,
 }
 
 const PAGE: u64 = 4096;
@@ -280,7 +314,16 @@ pub fn plans(
     settings: &Settings,
     request: &RunRequest,
     auto_cpl: Cpl,
+    backend: BackendKind,
 ) -> Result<Vec<(String, TouchPlan)>, InputError> {
+    if backend == BackendKind::Kvm {
+        settings.reject_model_only(&["backing"])?;
+    }
+    let model_backing = match settings.choice("backing", &["lazy", "populated", "thp"])? {
+        "lazy" => Backing::Lazy,
+        "thp" => Backing::Thp,
+        _ => Backing::Populated,
+    };
     let size_bytes = settings.bytes("size")?;
     if size_bytes == 0 || size_bytes % (2 << 20) != 0 || size_bytes > 64 << 30 {
         return Err(InputError::BadValue {
@@ -306,31 +349,37 @@ pub fn plans(
     let cpl = parse_cpl(settings, auto_cpl)?;
     let timeout = Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 100..=3_600_000)?));
     let names: Vec<String> = if request.variants.is_empty() {
-        VARIANTS.iter().map(|v| v.name.to_string()).collect()
+        INFO.variants_for(backend)
+            .map(|v| v.name.to_string())
+            .collect()
     } else {
         request.variants.clone()
     };
     names
         .into_iter()
         .map(|name| {
-            let backing = match name.as_str() {
-                "lazy" => HostBacking::Anonymous(Backing::Lazy),
-                "populated" => HostBacking::Anonymous(Backing::Populated),
-                "thp" => HostBacking::Anonymous(Backing::Thp),
-                "uffd" => HostBacking::Uffd(1),
-                "uffd-prefetch" => HostBacking::Uffd(window),
-                "prefault" => HostBacking::PreFault,
-                _ => {
-                    return Err(InputError::UnknownVariant {
-                        variant: name,
-                        scenario: INFO.name.into(),
-                        known: VARIANTS
-                            .iter()
-                            .map(|v| v.name)
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                    });
-                }
+            if !INFO.variants_for(backend).any(|v| v.name == name) {
+                return Err(INFO.unknown_variant(&name, backend));
+            }
+            let (backing, prefetch) = match name.as_str() {
+                "lazy" => (HostBacking::Anonymous(Backing::Lazy), None),
+                "populated" => (HostBacking::Anonymous(Backing::Populated), None),
+                "thp" => (HostBacking::Anonymous(Backing::Thp), None),
+                "uffd" => (HostBacking::Uffd(1), None),
+                "uffd-prefetch" => (HostBacking::Uffd(window), None),
+                "prefault" => (HostBacking::PreFault, None),
+                "none" => (
+                    HostBacking::Anonymous(model_backing),
+                    Some(PrefetchLoop::None),
+                ),
+                "legacy-skip-trailing" => (
+                    HostBacking::Anonymous(model_backing),
+                    Some(PrefetchLoop::LegacySkipTrailing),
+                ),
+                _ => (
+                    HostBacking::Anonymous(model_backing),
+                    Some(PrefetchLoop::Legacy),
+                ),
             };
             let plan = TouchPlan {
                 size_bytes,
@@ -342,6 +391,7 @@ pub fn plans(
                 backing,
                 cpl,
                 timeout,
+                prefetch,
             };
             Ok((name, plan))
         })
@@ -357,7 +407,9 @@ pub fn run(
 ) -> Result<ScenarioOutcome, Error> {
     let auto = default_cpl(backend);
     let (names, plans): (Vec<String>, Vec<TouchPlan>) =
-        plans(settings, request, auto)?.into_iter().unzip();
+        plans(settings, request, auto, backend.kind())?
+            .into_iter()
+            .unzip();
     let results = runner::repeat(&names, request, progress, |vi| {
         backend.touch_memory(&plans[vi])
     });
@@ -459,7 +511,7 @@ mod tests {
             variants: vec![variant.into()],
             ..RunRequest::default()
         };
-        plans(&settings(sets), &req, Cpl::Three)
+        plans(&settings(sets), &req, Cpl::Three, BackendKind::Model)
             .unwrap()
             .remove(0)
             .1
@@ -514,7 +566,7 @@ mod tests {
             ("guest.cpl=1", "0 or 3"),
             ("window=0", "from 1 to 512"),
         ] {
-            let msg = plans(&settings(&[set]), &req, Cpl::Three)
+            let msg = plans(&settings(&[set]), &req, Cpl::Three, BackendKind::Kvm)
                 .unwrap_err()
                 .to_string();
             assert!(msg.contains(needle), "{set}: {msg}");
@@ -524,7 +576,7 @@ mod tests {
             ..RunRequest::default()
         };
         assert!(
-            plans(&settings(&[]), &req, Cpl::Three)
+            plans(&settings(&[]), &req, Cpl::Three, BackendKind::Kvm)
                 .unwrap_err()
                 .to_string()
                 .contains("uffd-prefetch")

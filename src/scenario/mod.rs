@@ -5,6 +5,8 @@ pub mod exits;
 pub mod lifecycle;
 pub mod memory;
 pub mod params;
+pub mod percpu;
+pub mod pinning;
 pub mod runner;
 pub mod samples;
 
@@ -43,8 +45,10 @@ pub struct ScenarioInfo {
     pub name: &'static str,
     /// One line.
     pub summary: &'static str,
-    /// Variants, in default order.
+    /// Variants every backend runs, in default order.
     pub variants: &'static [VariantInfo],
+    /// Variants only the model runs (hardware or policies this host lacks).
+    pub model_variants: &'static [VariantInfo],
     /// Parameters settable with --set.
     pub params: &'static [ParamInfo],
     /// Metrics.
@@ -60,9 +64,43 @@ pub struct ScenarioInfo {
     pub default_warmup: u32,
 }
 
+impl ScenarioInfo {
+    /// The variants `backend` runs by default.
+    pub fn variants_for(
+        &self,
+        backend: BackendKind,
+    ) -> impl Iterator<Item = &'static VariantInfo> + use<> {
+        let model: &'static [VariantInfo] = if backend == BackendKind::Model {
+            self.model_variants
+        } else {
+            &[]
+        };
+        self.variants.iter().chain(model.iter())
+    }
+
+    /// The error for a variant `backend` cannot run, naming those it can.
+    pub fn unknown_variant(&self, name: &str, backend: BackendKind) -> InputError {
+        let mut known: Vec<&str> = self.variants_for(backend).map(|v| v.name).collect();
+        if backend == BackendKind::Kvm && self.model_variants.iter().any(|v| v.name == name) {
+            known.push("(it is a model variant: add --backend model)");
+        }
+        InputError::UnknownVariant {
+            variant: name.to_string(),
+            scenario: self.name.to_string(),
+            known: known.join(", "),
+        }
+    }
+}
+
 /// Every scenario hvlab has.
 pub fn catalog() -> Vec<&'static ScenarioInfo> {
-    vec![&lifecycle::INFO, &memory::INFO, &exits::INFO]
+    vec![
+        &lifecycle::INFO,
+        &memory::INFO,
+        &exits::INFO,
+        &pinning::INFO,
+        &percpu::INFO,
+    ]
 }
 
 /// Looks a scenario up by name.
@@ -84,13 +122,23 @@ pub fn find(name: &str) -> Result<&'static ScenarioInfo, InputError> {
 
 /// Validates a request against a scenario without running anything, so bad input is reported
 /// as such (exit 2) even on a host that could not run the scenario.
-pub fn check(info: &ScenarioInfo, request: &RunRequest) -> Result<(), InputError> {
+pub fn check(
+    info: &ScenarioInfo,
+    request: &RunRequest,
+    backend: BackendKind,
+) -> Result<(), InputError> {
     let settings = Settings::parse(info, &request.sets)?;
     match info.name {
-        "lifecycle" => lifecycle::plans(&settings, request).map(drop),
+        "lifecycle" => lifecycle::plans(&settings, request, backend).map(drop),
         // The CPL default depends on the host; any value validates the rest.
-        "memory" => memory::plans(&settings, request, crate::kvm::guest::Cpl::Three).map(drop),
-        "exits" => exits::plans(&settings, request, crate::kvm::guest::Cpl::Three).map(drop),
+        "memory" => {
+            memory::plans(&settings, request, crate::kvm::guest::Cpl::Three, backend).map(drop)
+        }
+        "exits" => {
+            exits::plans(&settings, request, crate::kvm::guest::Cpl::Three, backend).map(drop)
+        }
+        "pinning" => pinning::plans(&settings, request).map(drop),
+        "percpu" => percpu::plans(&settings, request).map(drop),
         other => Err(InputError::Other(format!("scenario {other} has no runner"))),
     }
 }
@@ -121,6 +169,8 @@ pub fn run(
         "lifecycle" => lifecycle::run(backend, &settings, request, progress)?,
         "memory" => memory::run(backend, &settings, request, progress)?,
         "exits" => exits::run(backend, &settings, request, progress)?,
+        "pinning" => pinning::run(backend, &settings, request, progress)?,
+        "percpu" => percpu::run(backend, &settings, request, progress)?,
         other => return Err(InputError::Other(format!("scenario {other} has no runner")).into()),
     };
     Ok(runner::assemble(

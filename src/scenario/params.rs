@@ -23,6 +23,7 @@ pub struct ParamInfo {
 pub struct Settings {
     scenario: &'static str,
     values: BTreeMap<String, String>,
+    explicit: std::collections::BTreeSet<String>,
 }
 
 /// Splits `key=value`.
@@ -41,6 +42,7 @@ impl Settings {
             .iter()
             .map(|p| (p.name.to_string(), p.default.to_string()))
             .collect();
+        let mut explicit = std::collections::BTreeSet::new();
         for arg in sets {
             let (k, v) = parse_set(arg)?;
             if !values.contains_key(&k) {
@@ -55,12 +57,33 @@ impl Settings {
                         .join(", "),
                 });
             }
-            values.insert(k, v);
+            values.insert(k.clone(), v);
+            explicit.insert(k);
         }
         Ok(Settings {
             scenario: info.name,
             values,
+            explicit,
         })
+    }
+
+    /// Whether `key` was given with --set.
+    pub fn is_set(&self, key: &str) -> bool {
+        self.explicit.contains(key)
+    }
+
+    /// Refuses model-only parameters given to a real backend.
+    pub fn reject_model_only(&self, keys: &[&str]) -> Result<(), InputError> {
+        match keys.iter().find(|k| self.is_set(k)) {
+            Some(key) => Err(InputError::BadValue {
+                key: (*key).to_string(),
+                value: self.raw(key).to_string(),
+                why: format!(
+                    "{key} is a model parameter; the kvm backend runs this kernel as it is (add --backend model)"
+                ),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The raw value (empty when unset).

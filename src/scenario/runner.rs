@@ -76,6 +76,7 @@ pub fn failure_status(err: &Error) -> String {
     match err {
         Error::Kvm(e) if e.is_host_limitation() => format!("unsupported: {e}"),
         Error::Input(e) => format!("unsupported: {e}"),
+        Error::Model(e @ crate::model::ModelError::Unsupported(_)) => e.to_string(),
         other => format!("failed: {other}"),
     }
 }
@@ -134,7 +135,7 @@ pub fn assemble(
         run_id: format!("{started_at}-{}-{}-{suffix:04x}", info.name, backend.kind()),
         scenario: info.name.to_string(),
         backend: backend.kind().to_string(),
-        profile: None,
+        profile: backend.profile_name(),
         host: backend.host().clone(),
         params,
         started_at,

@@ -1,0 +1,165 @@
+//! The model backend: executable models of the kernel mechanisms behind each scenario, driven
+//! by a cost profile. Deterministic: the same seed gives the same output on every machine.
+//!
+//! One module per mechanism: [`srcu`] (lifecycle), [`mmu`] (memory), [`pmu`] (exits),
+//! [`spe`] (pinning), [`percpu`]; [`profile`] holds the costs.
+
+pub mod calibrate;
+pub mod mmu;
+pub mod percpu;
+pub mod pmu;
+pub mod profile;
+pub mod spe;
+pub mod srcu;
+
+use rand_chacha::ChaCha8Rng;
+
+use crate::backend::{Backend, BackendKind};
+use crate::error::Error;
+use crate::kvm::host::{HostInfo, KvmFlavour};
+use crate::scenario::exits::{ExitKind, ExitPlan, ExitResult};
+use crate::scenario::lifecycle::{ConstructionPlan, ConstructionTrace};
+use crate::scenario::memory::{TouchPlan, TouchResult};
+use crate::scenario::percpu::{PercpuPlan, PercpuResult};
+use crate::scenario::pinning::{PinPlan, PinResult};
+use profile::{MmuKind, Profile, ProfileError};
+
+/// Model errors.
+#[derive(Debug, thiserror::Error, displaydoc::Display)]
+pub enum ModelError {
+    /// {0}
+    Profile(#[from] ProfileError),
+    /// unsupported: {0}
+    Unsupported(String),
+}
+
+/// The model backend with one profile.
+#[derive(Debug)]
+pub struct ModelBackend {
+    profile: Profile,
+    host: HostInfo,
+    rng: ChaCha8Rng,
+}
+
+impl ModelBackend {
+    /// A model of the host `profile` describes; `host` is the machine running the model (its
+    /// fingerprint is stored with the run), `seed` drives every random draw.
+    pub fn new(profile: Profile, mut host: HostInfo, seed: u64) -> ModelBackend {
+        // The run describes the modelled host: its HZ and paging, not this machine's.
+        if let Ok(hz) = profile.get("hz", "model") {
+            // Profiles give HZ as a small whole number.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            {
+                host.hz = hz.max(1.0) as u32;
+            }
+            host.hz_source = format!("profile {}", profile.name);
+        }
+        host.tdp = Some(profile.mmu != MmuKind::Shadow);
+        host.tdp_mmu = Some(profile.mmu == MmuKind::TdpMmu);
+        ModelBackend {
+            profile,
+            host,
+            rng: srcu::rng(seed),
+        }
+    }
+
+    /// The profile.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+}
+
+impl Backend for ModelBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Model
+    }
+
+    fn host(&self) -> &HostInfo {
+        &self.host
+    }
+
+    fn profile_name(&self) -> Option<String> {
+        Some(self.profile.name.clone())
+    }
+
+    fn construct_vm(&mut self, plan: &ConstructionPlan) -> Result<ConstructionTrace, Error> {
+        let costs =
+            srcu::LifecycleCosts::from_profile(&self.profile, plan.hz).map_err(ModelError::from)?;
+        Ok(srcu::construct(&costs, plan, &mut self.rng))
+    }
+
+    fn touch_memory(&mut self, plan: &TouchPlan) -> Result<TouchResult, Error> {
+        let costs = mmu::MmuCosts::from_profile(&self.profile).map_err(ModelError::from)?;
+        if plan.backing == crate::scenario::memory::HostBacking::PreFault
+            && costs.mmu == MmuKind::Shadow
+        {
+            return Err(ModelError::Unsupported(format!(
+                "KVM_PRE_FAULT_MEMORY needs TDP; profile {} describes shadow paging",
+                self.profile.name
+            ))
+            .into());
+        }
+        Ok(mmu::touch(&costs, plan))
+    }
+
+    fn exit_roundtrips(&mut self, plan: &ExitPlan) -> Result<ExitResult, Error> {
+        let g = |k| self.profile.get(k, "pmu").map_err(ModelError::from);
+        let isolation = g("pebs_isolation")? != 0.0;
+        let base = match plan.kind {
+            ExitKind::Cpuid | ExitKind::Hypercall => g("exit_kernel_ns")?,
+            // An ioeventfd write completes in the kernel but goes through the MMIO bus.
+            ExitKind::Ioeventfd => (g("exit_kernel_ns")? + g("exit_userspace_ns")?) / 3.0,
+            _ => g("exit_userspace_ns")?,
+        };
+        let (writes, race) = match plan.pmu {
+            Some(cfg) => {
+                let race = cfg
+                    .guest_pebs
+                    .then(|| pmu::explore(cfg.new_scheme && isolation).1);
+                (Some(pmu::msr_writes(cfg, isolation)), race)
+            }
+            None => (None, None),
+        };
+        let per_iter = base + f64::from(writes.unwrap_or(0)) * g("msr_switch_ns")?;
+        let n = plan.iterations;
+        let userspace = if plan.kind.exits_to_userspace() { n } else { 0 };
+        Ok(ExitResult {
+            iterations: n,
+            // Non-negative model time.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            elapsed_ns: (per_iter * n as f64).round() as u64,
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            tsc_ticks: (per_iter * n as f64 * g("cpu_ghz")?).round() as u64,
+            userspace_exits: userspace,
+            kvm_stats: Vec::new(),
+            msr_writes: writes,
+            race,
+        })
+    }
+
+    fn pin_trace(&mut self, plan: &PinPlan) -> Result<PinResult, Error> {
+        let costs = spe::PinCosts::from_profile(&self.profile).map_err(ModelError::from)?;
+        Ok(spe::run(&costs, plan))
+    }
+
+    fn percpu(&mut self, plan: &PercpuPlan) -> Result<PercpuResult, Error> {
+        let costs = percpu::PercpuCosts::from_profile(&self.profile).map_err(ModelError::from)?;
+        Ok(percpu::predict(&costs, plan))
+    }
+}
+
+/// The profile to use when none is given: the one calibrated on this host, else the built-in
+/// closest to it.
+pub fn default_profile(
+    host: &HostInfo,
+    calibrated: Option<&std::path::Path>,
+) -> Result<Profile, ProfileError> {
+    if let Some(path) = calibrated.filter(|p| p.exists()) {
+        return Profile::load(&path.to_string_lossy());
+    }
+    Profile::load(match host.kvm_flavour {
+        KvmFlavour::Vmx | KvmFlavour::Svm => "intel-spr-vmx",
+        KvmFlavour::Arm64 => "neoverse-n2-spe",
+        _ => "pvm-epyc",
+    })
+}

@@ -1,0 +1,306 @@
+//! `pinning`: pinning a guest profiling buffer (Arm SPE) per enable/disable vs a pin cache.
+//!
+//! SPE writes samples into a memory buffer; a translation fault on it stops profiling (a
+//! blackout) until handled. The proposed KVM fix pins the buffer in the host and maps it at
+//! stage 2 whenever the guest enables it — walking guest stage 1 each time, since VA→IPA may
+//! have changed — and unpins on disable. The guest's perf driver disables and re-enables the
+//! buffer on every context switch of a profiled task (per-task mode), so a whole pin and unpin
+//! happens per switch. Policies compared: `eager` (that), `keep` (keep the pin when the buffer
+//! is disabled), `intersect` (unpin only when the guest enables a buffer that does not
+//! intersect the pinned one), `aging` (keep, and release pins unused for `aging_ms`), all under
+//! a cap on pinned bytes. The model backend runs it; the kvm backend comes with the real pin
+//! manager.
+
+use super::params::{ParamInfo, Settings};
+use super::runner::{self, Progress, RunRequest, ScenarioOutcome};
+use super::samples::{Series, per_variant};
+use super::{MetricInfo, ScenarioInfo, VariantInfo};
+use crate::analysis::compare::against_fastest;
+use crate::backend::{Backend, BackendKind};
+use crate::error::{Error, InputError};
+use crate::record::{Finding, VariantRecord};
+
+/// The catalog entry.
+pub static INFO: ScenarioInfo = ScenarioInfo {
+    name: "pinning",
+    summary: "pinning an SPE profiling buffer on every enable/disable vs keeping, intersecting or aging pins",
+    variants: &[],
+    model_variants: &VARIANTS,
+    params: &PARAMS,
+    metrics: &METRICS,
+    headline: "slice_overhead_us",
+    backends: &[BackendKind::Model],
+    default_reps: 5,
+    default_warmup: 0,
+};
+
+static VARIANTS: [VariantInfo; 4] = [
+    VariantInfo {
+        name: "eager",
+        doc: "pin + stage-1 walk on every enable, unpin on every disable (the proposed fix as posted)",
+    },
+    VariantInfo {
+        name: "keep",
+        doc: "keep the pin while the buffer is disabled",
+    },
+    VariantInfo {
+        name: "intersect",
+        doc: "keep, unpinning only when an enabled buffer does not intersect the pinned one",
+    },
+    VariantInfo {
+        name: "aging",
+        doc: "keep, and a timer releases pins unused for aging_ms",
+    },
+];
+
+static PARAMS: [ParamInfo; 9] = [
+    ParamInfo {
+        name: "buffer",
+        default: "4MiB",
+        doc: "SPE buffer size (256MiB for the large-buffer case)",
+    },
+    ParamInfo {
+        name: "slices",
+        default: "100",
+        doc: "times the profiled task is switched in",
+    },
+    ParamInfo {
+        name: "mode",
+        default: "per-task",
+        doc: "per-task (disable/enable on every switch) or per-cpu (enabled throughout)",
+    },
+    ParamInfo {
+        name: "cap",
+        default: "1GiB",
+        doc: "most bytes the pin manager may hold pinned",
+    },
+    ParamInfo {
+        name: "aging_ms",
+        default: "50",
+        doc: "aging: release a pin unused for this long",
+    },
+    ParamInfo {
+        name: "slice_us",
+        default: "3000",
+        doc: "how long the profiled task runs per slice (~ a CFS slice)",
+    },
+    ParamInfo {
+        name: "off_us",
+        default: "1000",
+        doc: "how long other tasks run between its slices",
+    },
+    ParamInfo {
+        name: "relocate_every",
+        default: "0",
+        doc: "the guest moves its buffer to new memory every N slices (0: never)",
+    },
+    ParamInfo {
+        name: "tail_ms",
+        default: "200",
+        doc: "idle time after the last slice (when aging releases pins)",
+    },
+];
+
+static METRICS: [MetricInfo; 6] = [
+    MetricInfo {
+        name: "pin_ms",
+        unit: "ms",
+        doc: "time spent pinning (stage-1 walk + pin) over the trace",
+    },
+    MetricInfo {
+        name: "unpin_ms",
+        unit: "ms",
+        doc: "time spent unpinning over the trace",
+    },
+    MetricInfo {
+        name: "slice_overhead_us",
+        unit: "us",
+        doc: "pin + unpin time per slice",
+    },
+    MetricInfo {
+        name: "pinned_bytes_max",
+        unit: "bytes",
+        doc: "most bytes pinned at once",
+    },
+    MetricInfo {
+        name: "pinned_bytes_end",
+        unit: "bytes",
+        doc: "bytes still pinned at the end of the idle tail",
+    },
+    MetricInfo {
+        name: "blackout_records",
+        unit: "count",
+        doc: "records the buffer would have taken while enabled but unpinned",
+    },
+];
+
+/// When pins are taken and released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PinPolicy {
+    /// Pin on enable, unpin on disable.
+    Eager,
+    /// Never unpin (within the cap).
+    Keep,
+    /// Unpin what does not intersect a newly enabled buffer.
+    Intersect,
+    /// Unpin what was unused for this many ns.
+    Aging(u64),
+}
+
+/// One trace to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PinPlan {
+    /// Buffer bytes.
+    pub buffer_bytes: u64,
+    /// Slices.
+    pub slices: u32,
+    /// Per-task (true) or per-CPU.
+    pub per_task: bool,
+    /// Pinned-bytes cap.
+    pub cap_bytes: u64,
+    /// Policy.
+    pub policy: PinPolicy,
+    /// Slice length, ns.
+    pub slice_ns: u64,
+    /// Gap between slices, ns.
+    pub off_ns: u64,
+    /// Relocate the buffer every N slices (0: never).
+    pub relocate_every: u32,
+    /// Idle tail, ns.
+    pub tail_ns: u64,
+}
+
+/// What one trace did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PinResult {
+    /// Time pinning.
+    pub pin_ns: u64,
+    /// Time unpinning.
+    pub unpin_ns: u64,
+    /// Most bytes pinned.
+    pub pinned_bytes_max: u64,
+    /// Bytes pinned at the end.
+    pub pinned_bytes_end: u64,
+    /// Records lost to blackouts.
+    pub blackout_records: u64,
+    /// Slices run.
+    pub slices: u32,
+    /// (ns, pinned bytes) at every change, for charts.
+    pub timeline: Vec<(u64, u64)>,
+}
+
+/// The requested variants with their plans.
+pub fn plans(
+    settings: &Settings,
+    request: &RunRequest,
+) -> Result<Vec<(String, PinPlan)>, InputError> {
+    let buffer_bytes = settings.bytes("buffer")?;
+    if buffer_bytes < 4096 || buffer_bytes % 4096 != 0 {
+        return Err(InputError::BadValue {
+            key: "buffer".into(),
+            value: settings.raw("buffer").into(),
+            why: "the buffer is a whole number of 4 KiB pages".into(),
+        });
+    }
+    let per_task = settings.choice("mode", &["per-task", "per-cpu"])? == "per-task";
+    let aging_ns = u64::from(settings.u32_in("aging_ms", 1..=3_600_000)?) * 1_000_000;
+    let base = PinPlan {
+        buffer_bytes,
+        slices: settings.u32_in("slices", 1..=1_000_000)?,
+        per_task,
+        cap_bytes: settings.bytes("cap")?,
+        policy: PinPolicy::Eager,
+        slice_ns: u64::from(settings.u32_in("slice_us", 1..=10_000_000)?) * 1000,
+        off_ns: u64::from(settings.u32_in("off_us", 0..=10_000_000)?) * 1000,
+        relocate_every: settings.u32_in("relocate_every", 0..=1_000_000)?,
+        tail_ns: u64::from(settings.u32_in("tail_ms", 0..=3_600_000)?) * 1_000_000,
+    };
+    let names: Vec<String> = if request.variants.is_empty() {
+        VARIANTS.iter().map(|v| v.name.to_string()).collect()
+    } else {
+        request.variants.clone()
+    };
+    names
+        .into_iter()
+        .map(|name| {
+            let policy = match name.as_str() {
+                "eager" => PinPolicy::Eager,
+                "keep" => PinPolicy::Keep,
+                "intersect" => PinPolicy::Intersect,
+                "aging" => PinPolicy::Aging(aging_ns),
+                _ => return Err(INFO.unknown_variant(&name, BackendKind::Model)),
+            };
+            Ok((
+                name,
+                PinPlan {
+                    policy,
+                    ..base.clone()
+                },
+            ))
+        })
+        .collect()
+}
+
+/// Runs the scenario.
+pub fn run(
+    backend: &mut dyn Backend,
+    settings: &Settings,
+    request: &RunRequest,
+    progress: &dyn Progress,
+) -> Result<ScenarioOutcome, Error> {
+    let (names, plans): (Vec<String>, Vec<PinPlan>) = plans(settings, request)?.into_iter().unzip();
+    let results = runner::repeat(&names, request, progress, |vi| {
+        backend.pin_trace(&plans[vi])
+    });
+    let variants = per_variant(&names, &results, |i, name, traces| {
+        analyse_variant(name, &plans[i], traces, request.seed)
+    });
+    let verdicts = against_fastest(&variants, INFO.headline, "us", request.seed);
+    Ok(ScenarioOutcome { variants, verdicts })
+}
+
+fn analyse_variant(name: &str, plan: &PinPlan, traces: &[PinResult], seed: u64) -> VariantRecord {
+    let mut series = Series::new();
+    for (rep, t) in traces.iter().enumerate() {
+        series
+            .at(rep)
+            .push("pin_ms", "ms", t.pin_ns as f64 / 1e6)
+            .push("unpin_ms", "ms", t.unpin_ns as f64 / 1e6)
+            .push(
+                "slice_overhead_us",
+                "us",
+                (t.pin_ns + t.unpin_ns) as f64 / 1e3 / f64::from(t.slices.max(1)),
+            )
+            .push("pinned_bytes_max", "bytes", t.pinned_bytes_max as f64)
+            .push("pinned_bytes_end", "bytes", t.pinned_bytes_end as f64)
+            .push("blackout_records", "count", t.blackout_records as f64);
+    }
+    let metrics = series.finish(traces.len(), name, seed);
+    let mut findings = Vec::new();
+    if let (PinPolicy::Aging(t), Some(last)) = (plan.policy, traces.first()) {
+        findings.push(Finding::Note {
+            topic: "aging".into(),
+            message: format!(
+                "aging released the pins {} ms after their last use: {} bytes pinned at the end of the {} ms idle tail",
+                t / 1_000_000,
+                last.pinned_bytes_end,
+                plan.tail_ns / 1_000_000
+            ),
+        });
+    }
+    if let Some(b) = metrics.get("blackout_records").filter(|m| m.median > 0.0) {
+        findings.push(Finding::Note {
+            topic: "blackout".into(),
+            message: format!(
+                "{} records fell in blackouts: the buffer ({} bytes) could not be pinned under the {} byte cap",
+                b.median, plan.buffer_bytes, plan.cap_bytes
+            ),
+        });
+    }
+    VariantRecord {
+        name: name.to_string(),
+        status: "ok".into(),
+        metrics,
+        findings,
+    }
+}
