@@ -175,11 +175,7 @@ pub fn run(costs: &PinCosts, plan: &PinPlan) -> PinResult {
     };
     let records_per_slice = plan.slice_ns / 1_000_000 * RECORDS_PER_MS;
     let addr_of = |slice: u32| {
-        let generation = if plan.relocate_every == 0 {
-            0
-        } else {
-            slice / plan.relocate_every
-        };
+        let generation = slice.checked_div(plan.relocate_every).unwrap_or(0);
         0x4000_0000 + u64::from(generation) * (plan.buffer_bytes + (1 << 21))
     };
     let mut enabled: Option<(u64, bool)> = None;
@@ -283,6 +279,40 @@ mod tests {
         let r = run(&costs(), &p);
         assert_eq!(r.pin_ns, 0);
         assert_eq!(r.blackout_records, 100 * 3 * RECORDS_PER_MS);
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// No policy, trace or cap ever holds more pinned bytes than the cap allows.
+        #[test]
+        fn pinned_bytes_never_exceed_the_cap(
+            policy in 0u8..4,
+            buffer_pages in 1u64..2048,
+            cap_pages in 1u64..8192,
+            slices in 1u32..60,
+            relocate_every in 0u32..8,
+            per_task in any::<bool>(),
+        ) {
+            let plan = PinPlan {
+                buffer_bytes: buffer_pages * 4096,
+                slices,
+                per_task,
+                cap_bytes: cap_pages * 4096,
+                policy: [PinPolicy::Eager, PinPolicy::Keep, PinPolicy::Intersect, PinPolicy::Aging(5_000_000)][usize::from(policy)],
+                slice_ns: 3_000_000,
+                off_ns: 1_000_000,
+                relocate_every,
+                tail_ns: 20_000_000,
+            };
+            let r = run(&costs(), &plan);
+            prop_assert!(r.pinned_bytes_max <= plan.cap_bytes, "{} > cap {}", r.pinned_bytes_max, plan.cap_bytes);
+            prop_assert!(r.timeline.iter().all(|(_, b)| *b <= plan.cap_bytes));
+            // A buffer that fits is never blacked out.
+            if plan.buffer_bytes <= plan.cap_bytes {
+                prop_assert_eq!(r.blackout_records, 0);
+            }
+        }
     }
 
     #[test]

@@ -347,6 +347,37 @@ mod tests {
     }
 
     #[test]
+    fn the_same_seed_gives_the_same_timeline_and_another_seed_another() {
+        let p = Profile::load("pvm-epyc").unwrap();
+        let costs = LifecycleCosts::from_profile(&p, None).unwrap();
+        let plan = ConstructionPlan {
+            steps: crate::scenario::lifecycle::order_of("irqchip-first").unwrap(),
+            vcpus: 1,
+            devices: 8,
+            mem_bytes: 1 << 24,
+            run_timeout: std::time::Duration::from_secs(1),
+            strategy: Strategy::AlwaysDefer,
+            hz: None,
+        };
+        let a = construct(&costs, &plan, &mut rng(7));
+        let b = construct(&costs, &plan, &mut rng(7));
+        let c = construct(&costs, &plan, &mut rng(8));
+        assert_eq!(a, b);
+        assert_ne!(a.ready_ns, c.ready_ns);
+        // The memslot after the irqchip waits between 1 and 2 jiffies plus the wake-up.
+        let memslot = a
+            .ioctls
+            .iter()
+            .find(|e| e.name == "KVM_SET_USER_MEMORY_REGION")
+            .unwrap();
+        assert!(
+            memslot.dur_ns > 4_000_000 && memslot.dur_ns < 8_000_000 + 1_000_000,
+            "{}",
+            memslot.dur_ns
+        );
+    }
+
+    #[test]
     fn synchronize_is_cheap_without_readers_and_a_grace_period_with_them() {
         let mut s = Srcu::new(JIFFY, 0, 2, 0);
         assert_eq!(s.synchronize(1_000_000, false), 0);

@@ -1,0 +1,239 @@
+//! The model backend through the command line: every scenario, every variant, deterministic.
+#![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // test code: a panic is the failure report
+
+mod common;
+
+use common::{json, kvm_or_skip, run, scenario_json};
+use serde_json::Value;
+
+fn model(scenario: &str, sets: &[&str], variants: &[&str], profile: &str) -> Value {
+    scenario_json(
+        scenario,
+        sets,
+        variants,
+        &["--backend", "model", "--profile", profile, "--reps", "5"],
+    )
+}
+
+fn variant<'a>(r: &'a Value, name: &str) -> &'a Value {
+    r["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == name)
+        .unwrap()
+}
+
+fn median(r: &Value, name: &str, metric: &str) -> f64 {
+    variant(r, name)["metrics"][metric]["median"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{name}.{metric}"))
+}
+
+#[test]
+fn the_lifecycle_stall_is_predicted_for_kernels_at_other_hz() {
+    for (hz, jiffy_ms) in [("hz=100", 10.0), ("hz=1000", 1.0)] {
+        let r = model(
+            "lifecycle",
+            &[hz],
+            &["irqchip-first", "memslots-first"],
+            "pvm-epyc",
+        );
+        assert_eq!(r["backend"], "model");
+        assert_eq!(r["profile"], "pvm-epyc");
+        let stall = &variant(&r, "irqchip-first")["findings"][0];
+        assert_eq!(stall["caused_by"], "KVM_CREATE_IRQCHIP");
+        let ms = stall["median_ms"].as_f64().unwrap();
+        // A normal grace period ends on the second tick: between one and two jiffies away.
+        assert!(
+            ms > jiffy_ms && ms < 2.0 * jiffy_ms + 2.0,
+            "{hz}: stall {ms} ms"
+        );
+        assert_eq!(median(&r, "memslots-first", "stalls"), 0.0);
+    }
+}
+
+#[test]
+fn lifecycle_keyed_registration_fixes_creation_and_always_sync_hurts_boot() {
+    let keyed = model(
+        "lifecycle",
+        &["strategy=lifecycle-keyed"],
+        &["irqchip-first"],
+        "pvm-epyc",
+    );
+    assert_eq!(median(&keyed, "irqchip-first", "stalls"), 0.0);
+    let sync = model(
+        "lifecycle",
+        &["strategy=always-sync"],
+        &["boot-activation"],
+        "pvm-epyc",
+    );
+    // Eight registrations while vCPUs run each wait a grace period.
+    assert!(median(&sync, "boot-activation", "stalls") >= 8.0);
+}
+
+#[test]
+fn the_old_prefetch_loop_loses_every_prefetch_on_a_6gib_first_touch() {
+    let r = model(
+        "memory",
+        &["size=6GiB"],
+        &["none", "legacy-skip-trailing", "legacy"],
+        "pvm-epyc",
+    );
+    let pages = 6.0 * 262_144.0;
+    assert_eq!(median(&r, "legacy", "faults"), pages / 8.0);
+    assert_eq!(median(&r, "legacy", "prefetched"), pages * 7.0 / 8.0);
+    assert_eq!(median(&r, "legacy-skip-trailing", "faults"), pages);
+    assert_eq!(median(&r, "none", "faults"), pages);
+    assert!(
+        median(&r, "legacy-skip-trailing", "ns_per_page")
+            > 3.0 * median(&r, "legacy", "ns_per_page")
+    );
+}
+
+#[test]
+fn the_race_explorer_finds_the_old_scheme_race_and_clears_the_new_one() {
+    let r = model(
+        "exits",
+        &[],
+        &["pebs-old", "pebs-new", "vpmu-old", "vpmu-new"],
+        "intel-spr-vmx",
+    );
+    let msg = |v: &str| {
+        variant(&r, v)["findings"][0]["message"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        msg("pebs-old").contains("stale PEBS_ENABLE bit survives"),
+        "{}",
+        msg("pebs-old")
+    );
+    assert!(
+        msg("pebs-new").contains("no interleaving"),
+        "{}",
+        msg("pebs-new")
+    );
+    assert_eq!(
+        median(&r, "vpmu-old", "msr_writes_per_roundtrip")
+            - median(&r, "vpmu-new", "msr_writes_per_roundtrip"),
+        7.0
+    );
+    assert!(median(&r, "vpmu-old", "roundtrip_ns") > median(&r, "vpmu-new", "roundtrip_ns"));
+}
+
+#[test]
+fn pinning_every_variant_with_units_and_eager_pays_for_every_switch() {
+    let r = model(
+        "pinning",
+        &["buffer=256MiB", "slices=100"],
+        &[],
+        "neoverse-n2-spe",
+    );
+    for v in ["eager", "keep", "intersect", "aging"] {
+        let m = &variant(&r, v)["metrics"];
+        for (metric, unit) in [
+            ("pin_ms", "ms"),
+            ("pinned_bytes_max", "bytes"),
+            ("blackout_records", "count"),
+        ] {
+            assert_eq!(m[metric]["unit"], unit, "{v}.{metric}");
+        }
+    }
+    assert!(median(&r, "eager", "pin_ms") >= 10.0 * median(&r, "keep", "pin_ms"));
+    assert_eq!(median(&r, "eager", "blackout_records"), 0.0);
+    assert_eq!(median(&r, "keep", "blackout_records"), 0.0);
+    assert_eq!(median(&r, "aging", "pinned_bytes_end"), 0.0);
+    assert_eq!(
+        median(&r, "keep", "pinned_bytes_end"),
+        256.0 * 1024.0 * 1024.0
+    );
+}
+
+#[test]
+fn percpu_predicts_a_sys_time_change_for_every_workload() {
+    for w in ["kernel-build", "mm-stress", "fork-heavy"] {
+        let r = model(
+            "percpu",
+            &[&format!("workload={w}")],
+            &[],
+            "arm64-server-160",
+        );
+        let change = median(&r, "local-map", "sys_time_change_pct");
+        assert_eq!(
+            variant(&r, "local-map")["metrics"]["sys_time_change_pct"]["unit"],
+            "%"
+        );
+        assert!(change < 0.0, "{w}: {change}%");
+        assert_eq!(median(&r, "offset", "pgtable_bytes"), 0.0);
+        assert!(median(&r, "local-map", "pgtable_bytes") > 0.0);
+    }
+}
+
+#[test]
+fn the_model_is_deterministic() {
+    let strip = |mut v: Value| {
+        for k in ["run_id", "started_at", "finished_at"] {
+            v[k] = Value::Null;
+        }
+        v
+    };
+    let a = strip(model("lifecycle", &[], &[], "pvm-epyc"));
+    let b = strip(model("lifecycle", &[], &[], "pvm-epyc"));
+    assert_eq!(a, b);
+}
+
+#[test]
+fn model_only_inputs_are_refused_on_the_kvm_backend_and_bad_profiles_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let out = run(&db, &["run", "lifecycle", "--set", "hz=100"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(common::stderr(&out).contains("model parameter"));
+    let out = run(&db, &["run", "memory", "--variant", "legacy"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(common::stderr(&out).contains("--backend model"));
+    let out = run(
+        &db,
+        &[
+            "run",
+            "lifecycle",
+            "--backend",
+            "model",
+            "--profile",
+            "no-such-profile",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(common::stderr(&out).contains("pvm-epyc"));
+}
+
+#[test]
+fn validate_matches_fault_counts_exactly_on_this_host() {
+    if !kvm_or_skip("validate") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // HVLAB_DB puts the calibrated profile beside the database, inside the temp dir.
+    let out = common::hvlab()
+        .args(["validate", "--json", "--tolerance", "1000"])
+        .env("HVLAB_DB", dir.path().join("hvlab.db"))
+        .output()
+        .unwrap();
+    let r = json(&out);
+    let checks = r["checks"].as_array().unwrap();
+    assert!(checks.len() >= 20, "{r}");
+    let exact: Vec<&Value> = checks
+        .iter()
+        .filter(|c| c["tolerance_pct"] == 0.0)
+        .collect();
+    assert!(exact.iter().any(|c| c["metric"] == "kvm.vcpu.pf_fixed"));
+    for c in &exact {
+        assert_eq!(c["pass"], true, "exact check failed: {c}");
+    }
+    assert!(
+        dir.path().join("this-host.toml").exists(),
+        "calibrate ran and saved the profile"
+    );
+}
