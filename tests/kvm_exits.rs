@@ -3,28 +3,13 @@
 
 mod common;
 
-use common::kvm_or_skip;
+use common::{kvm_or_skip, median, variant};
 use serde_json::Value;
 
 fn exits(sets: &[&str], variants: &[&str]) -> Value {
     let mut all = vec!["iterations=2000"];
     all.extend(sets);
     common::scenario_json("exits", &all, variants, &["--reps", "3", "--warmup", "0"])
-}
-
-fn variant<'a>(r: &'a Value, name: &str) -> &'a Value {
-    r["variants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == name)
-        .unwrap()
-}
-
-fn median(r: &Value, name: &str, metric: &str) -> f64 {
-    variant(r, name)["metrics"][metric]["median"]
-        .as_f64()
-        .unwrap_or_else(|| panic!("{name}.{metric}: {r}"))
 }
 
 #[test]

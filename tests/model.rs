@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{json, kvm_or_skip, run, scenario_json};
+use common::{json, kvm_or_skip, median, run, scenario_json, variant};
 use serde_json::Value;
 
 fn model(scenario: &str, sets: &[&str], variants: &[&str], profile: &str) -> Value {
@@ -13,21 +13,6 @@ fn model(scenario: &str, sets: &[&str], variants: &[&str], profile: &str) -> Val
         variants,
         &["--backend", "model", "--profile", profile, "--reps", "5"],
     )
-}
-
-fn variant<'a>(r: &'a Value, name: &str) -> &'a Value {
-    r["variants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == name)
-        .unwrap()
-}
-
-fn median(r: &Value, name: &str, metric: &str) -> f64 {
-    variant(r, name)["metrics"][metric]["median"]
-        .as_f64()
-        .unwrap_or_else(|| panic!("{name}.{metric}"))
 }
 
 #[test]

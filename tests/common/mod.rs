@@ -99,3 +99,18 @@ pub fn scenario_json(
     args.extend(extra);
     json(&run(&dir.path().join("hvlab.db"), &args))
 }
+
+/// The variant called `name` in a run record.
+pub fn variant<'a>(r: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    r["variants"]
+        .as_array()
+        .and_then(|vs| vs.iter().find(|v| v["name"] == name))
+        .unwrap_or_else(|| panic!("no variant {name} in {r}"))
+}
+
+/// The median of `metric` of variant `name`.
+pub fn median(r: &serde_json::Value, name: &str, metric: &str) -> f64 {
+    variant(r, name)["metrics"][metric]["median"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{name}.{metric} missing: {}", variant(r, name)["metrics"]))
+}
