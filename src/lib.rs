@@ -12,6 +12,7 @@ pub mod error;
 pub mod kvm;
 pub mod model;
 pub mod record;
+pub mod report;
 pub mod scenario;
 pub mod store;
 

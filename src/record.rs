@@ -54,6 +54,25 @@ pub struct VariantRecord {
     /// What the analysis found, in plain terms.
     #[serde(default)]
     pub findings: Vec<Finding>,
+    /// One representative ioctl timeline (lifecycle: the median repetition), for charts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<TimelineEvent>,
+    /// Pinned bytes over time, [ms, bytes] (pinning: the first repetition), for charts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pinned_bytes: Vec<[f64; 2]>,
+}
+
+/// One ioctl on a representative timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimelineEvent {
+    /// KVM name.
+    pub ioctl: String,
+    /// Start, ms from the first ioctl.
+    pub start_ms: f64,
+    /// Duration, ms.
+    pub dur_ms: f64,
+    /// It stalled on a grace period.
+    pub stalled: bool,
 }
 
 impl VariantRecord {

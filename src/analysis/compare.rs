@@ -104,6 +104,84 @@ pub fn against_fastest(
         .collect()
 }
 
+/// An A/B comparison of two builds, hosts or policies on one metric (lower is better).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AbComparison {
+    /// The metric.
+    pub metric: String,
+    /// Its unit.
+    pub unit: String,
+    /// What side A is (run ids, variant).
+    pub a: String,
+    /// What side B is.
+    pub b: String,
+    /// Samples per side (per-run medians when a side has several runs).
+    pub n: [usize; 2],
+    /// Medians.
+    pub median: [f64; 2],
+    /// median(B) / median(A).
+    pub ratio: f64,
+    /// 95% bootstrap CI of the ratio.
+    pub ci95: [f64; 2],
+    /// Mann-Whitney p-value.
+    pub p_value: f64,
+    /// `faster`, `slower` (B against A) or `no significant change`.
+    pub verdict: String,
+    /// The sentence hvlab prints.
+    pub text: String,
+}
+
+/// Compares side B against side A: a change counts when the ratio's CI excludes 1, the rank
+/// test agrees (p < 0.05), and it is larger than `threshold` (a fraction, 0.05 for 5%).
+pub fn ab(
+    metric: &str,
+    unit: &str,
+    (name_a, a): (&str, &[f64]),
+    (name_b, b): (&str, &[f64]),
+    threshold: f64,
+    seed: u64,
+) -> AbComparison {
+    let (ma, mb) = (median(a), median(b));
+    let ratio = mb / ma;
+    let ci95 = bootstrap_ratio_ci(b, a, seed);
+    let p_value = super::statistics::mann_whitney_p(a, b);
+    let verdict = if p_value < 0.05 && ci95[1] < 1.0 && ratio < 1.0 - threshold {
+        "faster"
+    } else if p_value < 0.05 && ci95[0] > 1.0 && ratio > 1.0 + threshold {
+        "slower"
+    } else {
+        "no significant change"
+    };
+    let change = match verdict {
+        "faster" => format!("{:.2}× faster", 1.0 / ratio),
+        "slower" => format!("{ratio:.2}× slower (a regression)"),
+        _ => "no significant change".to_string(),
+    };
+    let text = format!(
+        "{metric}: B {} vs A {}: {change} (ratio B/A {ratio:.3}, 95% CI {:.3}–{:.3}; Mann-Whitney p = {p_value:.2e}; n = {} vs {}; threshold {:.0}%)",
+        fmt_value(mb, unit),
+        fmt_value(ma, unit),
+        ci95[0],
+        ci95[1],
+        b.len(),
+        a.len(),
+        threshold * 100.0
+    );
+    AbComparison {
+        metric: metric.into(),
+        unit: unit.into(),
+        a: name_a.into(),
+        b: name_b.into(),
+        n: [a.len(), b.len()],
+        median: [ma, mb],
+        ratio,
+        ci95,
+        p_value,
+        verdict: verdict.into(),
+        text,
+    }
+}
+
 /// A value with its unit and sensible precision.
 pub fn fmt_value(v: f64, unit: &str) -> String {
     if unit == "count" {
@@ -149,6 +227,25 @@ mod tests {
             assert!(v.ci95[0] > 1.0);
             assert!(v.text.starts_with("memslots-first is "), "{}", v.text);
         }
+    }
+
+    #[test]
+    fn ab_verdicts_respect_direction_and_threshold() {
+        let a = [7.4, 7.6, 7.5, 7.7, 7.5, 7.6, 7.4, 7.8];
+        let b = [0.50, 0.51, 0.49, 0.52, 0.50, 0.48, 0.51, 0.50];
+        let v = ab("ready_ms", "ms", ("A", &a), ("B", &b), 0.05, 1);
+        assert_eq!(v.verdict, "faster");
+        assert!(v.ci95[1] < 1.0);
+        assert_eq!(
+            ab("ready_ms", "ms", ("B", &b), ("A", &a), 0.05, 1).verdict,
+            "slower"
+        );
+        // A real but tiny change stays under the threshold.
+        let c: Vec<f64> = a.iter().map(|x| x * 1.02).collect();
+        assert_eq!(
+            ab("ready_ms", "ms", ("A", &a), ("C", &c), 0.05, 1).verdict,
+            "no significant change"
+        );
     }
 
     #[test]

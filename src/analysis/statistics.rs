@@ -105,6 +105,57 @@ pub fn bootstrap_ratio_ci(a: &[f64], b: &[f64], seed: u64) -> [f64; 2] {
     ]
 }
 
+/// Two-sided Mann-Whitney U test p-value (normal approximation with tie correction and
+/// continuity correction): how surprising the two samples' ranks are if they come from one
+/// distribution. Robust to the heavy tails of timings; 1.0 when either side is empty.
+pub fn mann_whitney_p(a: &[f64], b: &[f64]) -> f64 {
+    let (n1, n2) = (a.len() as f64, b.len() as f64);
+    if a.is_empty() || b.is_empty() {
+        return 1.0;
+    }
+    let mut all: Vec<(f64, bool)> = a
+        .iter()
+        .map(|x| (*x, true))
+        .chain(b.iter().map(|x| (*x, false)))
+        .collect();
+    all.sort_unstable_by(|x, y| x.0.total_cmp(&y.0));
+    let n = all.len();
+    let (mut rank_a, mut ties) = (0.0, 0.0);
+    let mut i = 0;
+    while i < n {
+        let mut j = i;
+        while j + 1 < n && all[j + 1].0 == all[i].0 {
+            j += 1;
+        }
+        let avg = (i + j) as f64 / 2.0 + 1.0;
+        let t = (j - i + 1) as f64;
+        ties += t * t * t - t;
+        rank_a += all[i..=j].iter().filter(|x| x.1).count() as f64 * avg;
+        i = j + 1;
+    }
+    let u = rank_a - n1 * (n1 + 1.0) / 2.0;
+    let mean = n1 * n2 / 2.0;
+    let nn = n1 + n2;
+    let var = n1 * n2 / 12.0 * ((nn + 1.0) - ties / (nn * (nn - 1.0)));
+    if var <= 0.0 {
+        return 1.0; // every value equal: no evidence of a difference
+    }
+    let z = ((u - mean).abs() - 0.5).max(0.0) / var.sqrt();
+    (2.0 * (1.0 - normal_cdf(z))).clamp(0.0, 1.0)
+}
+
+/// Standard normal CDF (Abramowitz-Stegun 7.1.26 for erf, error < 1.5e-7).
+fn normal_cdf(z: f64) -> f64 {
+    let x = z / std::f64::consts::SQRT_2;
+    let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    let erf = 1.0 - poly * (-x * x).exp();
+    0.5 * (1.0 + if x >= 0.0 { erf } else { -erf })
+}
+
 /// Median, its 95% CI, and the range of one sample set.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
@@ -223,6 +274,30 @@ mod tests {
         assert_eq!(seed_for(1, &["a", "b"]), seed_for(1, &["a", "b"]));
         assert_ne!(seed_for(1, &["a", "b"]), seed_for(1, &["ab"]));
         assert_ne!(seed_for(1, &["a"]), seed_for(2, &["a"]));
+    }
+
+    #[test]
+    fn mann_whitney_separates_shifted_samples_and_not_identical_ones() {
+        // Textbook case: complete separation of 5 vs 5 gives U = 0, p ≈ 0.012 (normal
+        // approximation with continuity correction).
+        let a = [1.0, 2.0, 3.0, 4.0, 5.0];
+        let b = [6.0, 7.0, 8.0, 9.0, 10.0];
+        let p = mann_whitney_p(&a, &b);
+        assert!((p - 0.0122).abs() < 0.002, "p = {p}");
+        assert!(mann_whitney_p(&a, &a) > 0.9);
+        assert_eq!(mann_whitney_p(&[3.0; 6], &[3.0; 6]), 1.0);
+        let x = normal(60, 10.0, 1.0, 1);
+        let y = normal(60, 10.0, 1.0, 2);
+        assert!(mann_whitney_p(&x, &y) > 0.05, "same distribution flagged");
+        let z = normal(60, 11.0, 1.0, 3);
+        assert!(mann_whitney_p(&x, &z) < 0.001, "a 1-sd shift missed");
+    }
+
+    #[test]
+    fn normal_cdf_matches_tables() {
+        assert!((normal_cdf(0.0) - 0.5).abs() < 1e-7);
+        assert!((normal_cdf(1.96) - 0.975).abs() < 1e-4);
+        assert!((normal_cdf(-1.0) - 0.158_655).abs() < 1e-4);
     }
 
     #[test]

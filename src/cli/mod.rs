@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::backend::{Backend, BackendKind};
-use crate::error::Error;
+use crate::error::{Error, InputError};
 use crate::kvm::host::{self, HostInfo};
 use crate::kvm::trace::{self, Until};
 use crate::kvm::{KvmBackend, KvmError};
@@ -75,6 +75,33 @@ enum Command {
     },
     /// Attribute an external VMM's KVM ioctl latencies: hvlab trace -- CMD ARGS...
     Trace(TraceArgs),
+    /// A/B verdict: B against A, each a run, RUN:variant, or runs joined by commas
+    Compare {
+        /// Side A (the baseline)
+        a: String,
+        /// Side B (the candidate)
+        b: String,
+        /// Metric [default: the scenario's headline metric]
+        #[arg(long)]
+        metric: Option<String>,
+        /// Smallest change that counts, e.g. 5% or 0.05
+        #[arg(long, default_value = "5%")]
+        threshold: String,
+        /// Exit 1 when B is significantly slower (for CI)
+        #[arg(long)]
+        fail_on_regression: bool,
+        /// One JSON document on stdout
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a self-contained HTML report (and a Markdown summary) of stored runs
+    Report {
+        /// Runs to include [default: the latest run of each scenario on each backend]
+        runs: Vec<String>,
+        /// Output directory
+        #[arg(short, long, default_value = "hvlab-report")]
+        output: PathBuf,
+    },
     /// Measure this host's cost profile for the model (with the kvm backend)
     Calibrate {
         /// Where to write it [default: the data dir's this-host.toml, which the model then uses]
@@ -145,6 +172,9 @@ struct MeasureArgs {
 struct SuiteArgs {
     #[command(flatten)]
     measure: MeasureArgs,
+    /// Where to write the report
+    #[arg(long, default_value = "hvlab-report")]
+    report: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -254,6 +284,58 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 print_json(&record)?;
             } else {
                 print_text(&render::run(&record, verbose))?;
+            }
+        }
+        Command::Report { runs, output } => {
+            let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
+            let records = if runs.is_empty() {
+                latest_runs(&store)?
+            } else {
+                runs.iter()
+                    .map(|r| store.load(r))
+                    .collect::<Result<Vec<_>, _>>()?
+            };
+            if records.is_empty() {
+                return Err(InputError::Other(
+                    "no runs stored yet: run `hvlab suite` first".into(),
+                )
+                .into());
+            }
+            let path = crate::report::write(&records, &output)?;
+            print_text(&format!(
+                "report of {} runs: {}",
+                records.len(),
+                path.display()
+            ))?;
+        }
+        Command::Compare {
+            a,
+            b,
+            metric,
+            threshold,
+            fail_on_regression,
+            json,
+        } => {
+            let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
+            let threshold = parse_threshold(&threshold)?;
+            let results = compare_sides(&store, &a, &b, metric.as_deref(), threshold)?;
+            let regressed = results.iter().any(|c| c.verdict == "slower");
+            if json {
+                print_json(
+                    &serde_json::json!({ "comparisons": results, "regression": regressed }),
+                )?;
+            } else {
+                print_text(&format!("A = {a}\nB = {b}"))?;
+                for c in &results {
+                    print_text(&format!(
+                        "  [{}] {}",
+                        c.a.rsplit(':').next().unwrap_or(""),
+                        c.text
+                    ))?;
+                }
+            }
+            if fail_on_regression && regressed {
+                return Ok(ExitCode::from(1));
             }
         }
         Command::Calibrate { output, json } => {
@@ -394,8 +476,13 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
             records.push(record);
         }
     }
+    let report = if records.is_empty() {
+        None
+    } else {
+        Some(crate::report::write(&records, &args.report)?)
+    };
     if args.measure.json {
-        print_json(&serde_json::json!({ "runs": records, "skipped": skipped }))?;
+        print_json(&serde_json::json!({ "runs": records, "skipped": skipped, "report": report }))?;
     } else {
         for s in &skipped {
             eprintln!("skipped {s}");
@@ -407,6 +494,9 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
             h.kvm_flavour,
             skipped.len()
         ))?;
+        if let Some(path) = &report {
+            print_text(&format!("report: {}", path.display()))?;
+        }
     }
     if records.is_empty() {
         return Err(KvmError::DeviceMissing(crate::kvm::kvm_device_path()).into());
@@ -548,4 +638,164 @@ fn validate(
     } else {
         ExitCode::from(1)
     })
+}
+
+/// `5%`, `0.05` or `5` (percent when above 1).
+fn parse_threshold(text: &str) -> Result<f64, Error> {
+    let t = text.trim().trim_end_matches('%');
+    let v: f64 = t.parse().map_err(|_| InputError::BadValue {
+        key: "--threshold".into(),
+        value: text.into(),
+        why: "give a percentage such as 5% or a fraction such as 0.05".into(),
+    })?;
+    let fraction = if text.contains('%') || v > 1.0 {
+        v / 100.0
+    } else {
+        v
+    };
+    if !(0.0..1.0).contains(&fraction) {
+        return Err(InputError::BadValue {
+            key: "--threshold".into(),
+            value: text.into(),
+            why: "the threshold is between 0% and 100%".into(),
+        }
+        .into());
+    }
+    Ok(fraction)
+}
+
+/// One side: runs and, optionally, the variant to take from them.
+struct Side {
+    runs: Vec<RunRecord>,
+    variant: Option<String>,
+}
+
+fn load_side(store: &Store, spec: &str) -> Result<Side, Error> {
+    let mut runs = Vec::new();
+    let mut variant: Option<String> = None;
+    for part in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        // Run ids contain colons (their timestamps): try the whole reference first.
+        let (run, v) = match store.load(part) {
+            Ok(r) => (r, None),
+            Err(first) => match part.rsplit_once(':') {
+                Some((id, v)) => (store.load(id).map_err(|_| first)?, Some(v.to_string())),
+                None => return Err(first.into()),
+            },
+        };
+        if let (Some(v), Some(prev)) = (&v, &variant)
+            && v != prev
+        {
+            return Err(
+                InputError::Other(format!("one side names two variants, {prev} and {v}")).into(),
+            );
+        }
+        variant = variant.or(v);
+        runs.push(run);
+    }
+    if runs.is_empty() {
+        return Err(InputError::NoSuchRun(spec.into()).into());
+    }
+    Ok(Side { runs, variant })
+}
+
+/// The samples of `metric` of `variant` on one side: the samples of its one run, or one
+/// median per run when there are several (a run is the unit of replication then).
+fn side_samples(side: &Side, variant: &str, metric: &str) -> Option<Vec<f64>> {
+    let per_run: Vec<&crate::record::MetricRecord> = side
+        .runs
+        .iter()
+        .filter_map(|r| {
+            r.variant(variant)
+                .filter(|v| v.is_ok())
+                .and_then(|v| v.metrics.get(metric))
+        })
+        .collect();
+    match per_run.as_slice() {
+        [] => None,
+        [one] => Some(one.samples.clone()),
+        many => Some(many.iter().map(|m| m.median).collect()),
+    }
+}
+
+fn compare_sides(
+    store: &Store,
+    a: &str,
+    b: &str,
+    metric: Option<&str>,
+    threshold: f64,
+) -> Result<Vec<crate::analysis::compare::AbComparison>, Error> {
+    let (sa, sb) = (load_side(store, a)?, load_side(store, b)?);
+    let scenario_name = &sa.runs[0].scenario;
+    if sa
+        .runs
+        .iter()
+        .chain(&sb.runs)
+        .any(|r| &r.scenario != scenario_name)
+    {
+        return Err(
+            InputError::Other("both sides must be runs of the same scenario".into()).into(),
+        );
+    }
+    let info = scenario::find(scenario_name)?;
+    let metric = metric.unwrap_or(info.headline);
+    let pairs: Vec<(String, String)> = match (&sa.variant, &sb.variant) {
+        (Some(va), Some(vb)) => vec![(va.clone(), vb.clone())],
+        (Some(v), None) | (None, Some(v)) => vec![(v.clone(), v.clone())],
+        (None, None) => sa.runs[0]
+            .variants
+            .iter()
+            .filter(|v| {
+                v.is_ok()
+                    && sb
+                        .runs
+                        .iter()
+                        .any(|r| r.variant(&v.name).is_some_and(|x| x.is_ok()))
+            })
+            .map(|v| (v.name.clone(), v.name.clone()))
+            .collect(),
+    };
+    if pairs.is_empty() {
+        return Err(InputError::Other(
+            "the two sides share no variant that produced samples".into(),
+        )
+        .into());
+    }
+    let mut out = Vec::new();
+    for (va, vb) in pairs {
+        let xa = side_samples(&sa, &va, metric)
+            .ok_or_else(|| InputError::Other(format!("side A has no {metric} for {va}")))?;
+        let xb = side_samples(&sb, &vb, metric)
+            .ok_or_else(|| InputError::Other(format!("side B has no {metric} for {vb}")))?;
+        let unit = sa.runs[0]
+            .variant(&va)
+            .and_then(|v| v.metrics.get(metric))
+            .map_or("", |m| m.unit.as_str());
+        let seed = crate::analysis::statistics::seed_for(DEFAULT_SEED, &["compare", &va, &vb]);
+        out.push(crate::analysis::compare::ab(
+            metric,
+            unit,
+            (&format!("A:{va}"), &xa),
+            (&format!("B:{vb}"), &xb),
+            threshold,
+            seed,
+        ));
+    }
+    Ok(out)
+}
+
+/// The latest run of each scenario on each backend, in catalog order.
+fn latest_runs(store: &Store) -> Result<Vec<RunRecord>, Error> {
+    let listing = store.list(10_000)?;
+    let mut out = Vec::new();
+    for info in scenario::catalog() {
+        for backend in ["kvm", "model"] {
+            if let Some(l) = listing
+                .iter()
+                .find(|l| l.scenario == info.name && l.backend == backend)
+            {
+                out.push(store.load(&l.run_id)?);
+            }
+        }
+    }
+    Ok(out)
 }

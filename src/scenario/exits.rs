@@ -424,6 +424,8 @@ fn analyse_variant(name: &str, kind: ExitKind, batches: &[ExitResult], seed: u64
         status: "ok".into(),
         metrics,
         findings,
+        timeline: Vec::new(),
+        pinned_bytes: Vec::new(),
     }
 }
 

@@ -40,7 +40,7 @@ use crate::analysis::stall::{Baselines, IoctlEvent, find_stalls, find_stalls_wit
 use crate::analysis::statistics::median;
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
-use crate::record::{Finding, VariantRecord};
+use crate::record::{Finding, TimelineEvent, VariantRecord};
 
 /// The catalog entry.
 pub static INFO: ScenarioInfo = ScenarioInfo {
@@ -467,6 +467,34 @@ pub fn analyse(
     ScenarioOutcome { variants, verdicts }
 }
 
+/// The timeline of the repetition with the median ready time, stalls marked, for charts.
+fn median_timeline(
+    traces: &[ConstructionTrace],
+    baselines: &Baselines,
+    jiffy_ns: u64,
+) -> Vec<TimelineEvent> {
+    let mut order: Vec<usize> = (0..traces.len()).collect();
+    order.sort_by_key(|i| traces[*i].ready_ns);
+    let Some(trace) = order.get(order.len() / 2).map(|i| &traces[*i]) else {
+        return Vec::new();
+    };
+    let stalled: Vec<usize> = find_stalls(&trace.ioctls, baselines, jiffy_ns)
+        .iter()
+        .map(|s| s.index)
+        .collect();
+    trace
+        .ioctls
+        .iter()
+        .enumerate()
+        .map(|(i, e)| TimelineEvent {
+            ioctl: e.name.clone(),
+            start_ms: ms(e.start_ns),
+            dur_ms: ms(e.dur_ns),
+            stalled: stalled.contains(&i),
+        })
+        .collect()
+}
+
 /// A stall as it recurs across repetitions: (ioctl index, ioctl, the registration blamed).
 type StallKey = (usize, String, Option<String>);
 
@@ -553,6 +581,8 @@ fn analyse_variant(
         status: "ok".into(),
         metrics,
         findings,
+        timeline: median_timeline(traces, baselines, jiffy_ns),
+        pinned_bytes: Vec::new(),
     }
 }
 

@@ -490,6 +490,8 @@ fn analyse_variant(name: &str, passes: &[TouchResult], seed: u64) -> VariantReco
         status: "ok".into(),
         metrics,
         findings,
+        timeline: Vec::new(),
+        pinned_bytes: Vec::new(),
     }
 }
 

@@ -255,5 +255,7 @@ fn analyse_variant(
         status: "ok".into(),
         metrics,
         findings,
+        timeline: Vec::new(),
+        pinned_bytes: Vec::new(),
     }
 }

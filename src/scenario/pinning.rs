@@ -302,5 +302,15 @@ fn analyse_variant(name: &str, plan: &PinPlan, traces: &[PinResult], seed: u64) 
         status: "ok".into(),
         metrics,
         findings,
+        timeline: Vec::new(),
+        pinned_bytes: traces
+            .first()
+            .map(|t| {
+                t.timeline
+                    .iter()
+                    .map(|(ns, b)| [*ns as f64 / 1e6, *b as f64])
+                    .collect()
+            })
+            .unwrap_or_default(),
     }
 }

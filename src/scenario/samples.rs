@@ -66,6 +66,8 @@ pub fn per_variant<T>(
                 status: status.clone(),
                 metrics: BTreeMap::new(),
                 findings: Vec::new(),
+                timeline: Vec::new(),
+                pinned_bytes: Vec::new(),
             },
             Ok(samples) => analyse(i, name, samples),
         })
@@ -100,6 +102,8 @@ mod tests {
             status: "ok".into(),
             metrics: BTreeMap::new(),
             findings: vec![],
+            timeline: Vec::new(),
+            pinned_bytes: Vec::new(),
         });
         assert_eq!(out[0].status, "ok");
         assert_eq!(out[1].status, "unsupported: x");

@@ -328,6 +328,8 @@ mod tests {
                 status: "ok".into(),
                 metrics,
                 findings: vec![],
+                timeline: Vec::new(),
+                pinned_bytes: Vec::new(),
             }],
             verdicts: vec![],
         }

@@ -1,0 +1,128 @@
+//! The HTML page.
+
+use std::fmt::Write;
+
+use super::charts_for;
+use crate::analysis::compare::fmt_value;
+use crate::record::RunRecord;
+
+fn esc(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1000px;color:#222}\
+h1{border-bottom:2px solid #1f77b4}h2{margin-top:2em;border-bottom:1px solid #ccc}\
+table{border-collapse:collapse;margin:.5em 0;font-size:.9em}td,th{border:1px solid #ddd;padding:.2em .6em;text-align:right}\
+th{background:#f3f6fa}td:first-child,th:first-child{text-align:left}.finding{background:#fff6e5;border-left:4px solid #ff7f0e;padding:.4em .8em;margin:.3em 0}\
+.verdict{background:#eef6ee;border-left:4px solid #2ca02c;padding:.4em .8em;margin:.3em 0}.status{color:#a33}\
+figure{margin:1em 0}figcaption{font-size:.85em;color:#555}.host td{text-align:left}";
+
+/// The whole page.
+pub fn page(records: &[RunRecord]) -> String {
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>hvlab report</title><style>{STYLE}</style></head><body><h1>hvlab report</h1>"
+    );
+    if let Some(h) = records.first().map(|r| &r.host) {
+        let _ = write!(
+            s,
+            "<table class=\"host\"><tr><th>host</th><td>{} ({} cores), {} KVM, Linux {}, HZ={}, {} paging, vPMU {}, THP {}</td></tr><tr><th>hvlab</th><td>{} ({})</td></tr></table>",
+            esc(&h.cpu),
+            h.cores,
+            h.kvm_flavour,
+            esc(&h.kernel),
+            h.hz,
+            if h.tdp == Some(true) { "TDP" } else { "shadow" },
+            if h.vpmu == Some(true) { "on" } else { "off" },
+            esc(&h.thp),
+            esc(&h.hvlab_version),
+            esc(&h.git_rev)
+        );
+    }
+    let _ = write!(
+        s,
+        "<p>{} runs. Every number is a median with its 95% bootstrap confidence interval and range.</p>",
+        records.len()
+    );
+    for r in records {
+        run(&mut s, r);
+    }
+    s.push_str("</body></html>\n");
+    s
+}
+
+fn run(s: &mut String, r: &RunRecord) {
+    let _ = write!(
+        s,
+        "<h2 id=\"{}\">{} on {}{}</h2><p>run <code>{}</code>, {} to {}; parameters: {}</p>",
+        esc(&r.run_id),
+        esc(&r.scenario),
+        esc(&r.backend),
+        r.profile
+            .as_ref()
+            .map_or(String::new(), |p| format!(" (profile {})", esc(p))),
+        esc(&r.run_id),
+        esc(&r.started_at),
+        esc(&r.finished_at),
+        esc(&r
+            .params
+            .iter()
+            .filter(|(_, v)| v.as_str() != Some(""))
+            .map(|(k, v)| format!(
+                "{k}={}",
+                v.as_str().map_or_else(|| v.to_string(), String::from)
+            ))
+            .collect::<Vec<_>>()
+            .join(", "))
+    );
+    for (caption, svg) in charts_for(r) {
+        let _ = write!(
+            s,
+            "<figure>{svg}<figcaption>{}</figcaption></figure>",
+            esc(&caption)
+        );
+    }
+    for v in &r.variants {
+        let _ = write!(s, "<h3>{}</h3>", esc(&v.name));
+        if !v.is_ok() {
+            let _ = write!(s, "<p class=\"status\">{}</p>", esc(&v.status));
+            continue;
+        }
+        let table = |s: &mut String, filter: &dyn Fn(&str) -> bool| {
+            let _ = write!(
+                s,
+                "<table><tr><th>metric</th><th>median</th><th>95% CI</th><th>min</th><th>max</th><th>n</th></tr>"
+            );
+            for (name, m) in v.metrics.iter().filter(|(k, _)| filter(k)) {
+                let _ = write!(
+                    s,
+                    "<tr><td>{}</td><td>{}</td><td>{} – {}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    esc(name),
+                    esc(&fmt_value(m.median, &m.unit)),
+                    esc(&fmt_value(m.ci95[0], &m.unit)),
+                    esc(&fmt_value(m.ci95[1], &m.unit)),
+                    esc(&fmt_value(m.min, &m.unit)),
+                    esc(&fmt_value(m.max, &m.unit)),
+                    m.n
+                );
+            }
+            s.push_str("</table>");
+        };
+        table(s, &|k| !k.starts_with("kvm."));
+        if v.metrics.keys().any(|k| k.starts_with("kvm.")) {
+            s.push_str("<details><summary>KVM statistics</summary>");
+            table(s, &|k| k.starts_with("kvm."));
+            s.push_str("</details>");
+        }
+        for f in &v.findings {
+            let _ = write!(s, "<p class=\"finding\">{}</p>", esc(f.message()));
+        }
+    }
+    for v in &r.verdicts {
+        let _ = write!(s, "<p class=\"verdict\">{}</p>", esc(&v.text));
+    }
+}

@@ -1,0 +1,42 @@
+//! The Markdown summary: what each run found, in words.
+
+use std::fmt::Write;
+
+use crate::record::RunRecord;
+
+/// The summary of every run.
+pub fn summary(records: &[RunRecord]) -> String {
+    let mut s = String::from("# hvlab report\n\n");
+    for r in records {
+        let _ = writeln!(
+            s,
+            "## {} on {}{}\n\nRun `{}` on {} ({}, {}, HZ={}).\n",
+            r.scenario,
+            r.backend,
+            r.profile
+                .as_ref()
+                .map_or(String::new(), |p| format!(" (profile {p})")),
+            r.run_id,
+            r.host.kernel,
+            r.host.cpu,
+            r.host.kvm_flavour,
+            r.host.hz
+        );
+        for v in &r.variants {
+            if !v.is_ok() {
+                let _ = writeln!(s, "- **{}**: {}", v.name, v.status);
+            }
+            for f in &v.findings {
+                let _ = writeln!(s, "- **{}**: {}", v.name, f.message());
+            }
+        }
+        if !r.verdicts.is_empty() {
+            let _ = writeln!(s, "\nVerdicts:\n");
+            for v in &r.verdicts {
+                let _ = writeln!(s, "- {}", v.text);
+            }
+        }
+        s.push('\n');
+    }
+    s
+}

@@ -1,0 +1,145 @@
+//! The HTML report: self-contained, every chart present, and it renders in headless Chromium
+//! with nothing failing to load.
+#![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // test code: a panic is the failure report
+
+mod common;
+
+use std::process::Command;
+
+use common::{run, tool_or_skip};
+
+#[test]
+fn the_report_is_self_contained_and_renders_in_chromium() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("hvlab.db");
+    // Model runs (no /dev/kvm needed): one per scenario.
+    for (scenario, extra) in [
+        ("lifecycle", vec![]),
+        ("memory", vec!["--set", "size=64MiB"]),
+        ("exits", vec![]),
+        ("pinning", vec!["--set", "buffer=256MiB"]),
+        ("percpu", vec![]),
+    ] {
+        let mut args = vec![
+            "run",
+            scenario,
+            "--backend",
+            "model",
+            "--profile",
+            "pvm-epyc",
+            "--reps",
+            "5",
+        ];
+        if scenario == "pinning" || scenario == "percpu" {
+            args[5] = if scenario == "pinning" {
+                "neoverse-n2-spe"
+            } else {
+                "arm64-server-160"
+            };
+        }
+        args.extend(extra);
+        let out = run(&db, &args);
+        assert!(out.status.success(), "{}", common::stderr(&out));
+    }
+    let out_dir = dir.path().join("report");
+    let out = run(&db, &["report", "-o", out_dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let html = std::fs::read_to_string(out_dir.join("index.html")).unwrap();
+    let md = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
+    // Self-contained: nothing to fetch.
+    for needle in ["src=", "href=", "url(", "@import", "<script", "<link"] {
+        assert!(
+            !html.contains(needle),
+            "the report references something external: {needle}"
+        );
+    }
+    let svgs = html.matches("<svg").count();
+    // Per scenario: a distribution plus its own chart; pinning has two.
+    assert!(svgs >= 11, "{svgs} charts");
+    for scenario in [
+        "lifecycle on model",
+        "memory on model",
+        "exits on model",
+        "pinning on model",
+        "percpu on model",
+    ] {
+        assert!(html.contains(scenario), "{scenario} missing");
+        assert!(md.contains(scenario), "{scenario} missing from the summary");
+    }
+    assert!(
+        html.contains("construction timeline"),
+        "the lifecycle timeline chart is missing"
+    );
+    assert!(
+        html.contains("pinned memory over the trace"),
+        "the pinned-bytes chart is missing"
+    );
+    assert!(
+        html.contains("waited for the SRCU grace period"),
+        "findings in words are missing"
+    );
+
+    if !tool_or_skip("report_in_chromium", "chromium") {
+        return;
+    }
+    let profile = dir.path().join("chromium-profile");
+    let url = format!("file://{}", out_dir.join("index.html").display());
+    let shot = dir.path().join("report.png");
+    let chromium = |extra: &[&str]| {
+        Command::new("chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--enable-logging=stderr",
+                "--v=0",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .args(extra)
+            .arg(&url)
+            .output()
+            .unwrap()
+    };
+    let dom = chromium(&["--dump-dom"]);
+    assert!(
+        dom.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&dom.stderr)
+    );
+    let rendered = String::from_utf8_lossy(&dom.stdout);
+    assert_eq!(
+        rendered.matches("<svg").count(),
+        svgs,
+        "charts lost in rendering"
+    );
+    let log = String::from_utf8_lossy(&dom.stderr);
+    for failure in ["net::ERR_", "Failed to load", "Uncaught"] {
+        assert!(
+            !log.contains(failure),
+            "the page had a load failure: {failure}\n{log}"
+        );
+    }
+    let shot_out = chromium(&[
+        &format!("--screenshot={}", shot.display()),
+        "--window-size=1000,2400",
+    ]);
+    assert!(
+        shot_out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shot_out.stderr)
+    );
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 20_000,
+        "screenshot of {} bytes",
+        png.len()
+    );
+    if let Ok(keep) = std::env::var("HVLAB_REPORT_SCREENSHOT") {
+        std::fs::copy(&shot, keep).unwrap();
+    }
+}
