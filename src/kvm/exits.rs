@@ -62,7 +62,7 @@ pub fn roundtrips(kvm: &Kvm, host: &HostInfo, plan: &ExitPlan) -> Result<ExitRes
             GuestExit::PioOut { port } if port == TEST_PORT => {}
             GuestExit::PioIn { port, data } if port == TEST_PORT => data.fill(0),
             GuestExit::MmioRead { gpa, data } if gpa == MMIO_TEST_GPA => data.fill(0),
-            GuestExit::MmioWrite { gpa } if gpa == MMIO_TEST_GPA || gpa == IOEVENTFD_GPA => {}
+            GuestExit::MmioWrite { gpa, .. } if gpa == MMIO_TEST_GPA || gpa == IOEVENTFD_GPA => {}
             GuestExit::Hlt => {}
             other => return Err(unexpected(&other)),
         }

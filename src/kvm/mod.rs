@@ -12,6 +12,7 @@ pub mod lifecycle;
 pub mod measure;
 pub mod memory;
 pub mod pin;
+pub mod pinning;
 pub mod stage2;
 pub mod stats;
 pub mod trace;
@@ -175,12 +176,9 @@ impl crate::backend::Backend for KvmBackend {
 
     fn pin_trace(
         &mut self,
-        _: &crate::scenario::pinning::PinPlan,
+        plan: &crate::scenario::pinning::PinPlan,
     ) -> Result<crate::scenario::pinning::PinResult, crate::error::Error> {
-        Err(KvmError::Unsupported(
-            "the kvm pin manager is not built yet; use --backend model".into(),
-        )
-        .into())
+        pinning::pin_trace(&self.kvm, &self.host, plan)
     }
 
     fn percpu(

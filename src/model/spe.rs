@@ -7,7 +7,8 @@
 //! intersection or age, under a cap on pinned memory (least recently used pins go first).
 
 use super::profile::{Profile, ProfileError};
-use crate::scenario::pinning::{PinPlan, PinPolicy, PinResult};
+use crate::error::Error;
+use crate::scenario::pinning::{PinCache, PinPlan, PinResult, Pinner, RECORDS_PER_MS, buffer_addr};
 
 /// Per-page costs.
 #[derive(Debug, Clone, Copy)]
@@ -31,119 +32,10 @@ impl PinCosts {
     }
 }
 
-/// Records SPE writes per ms of profiling (a 4 KiB page holds 64 records of 64 bytes; at the
-/// default sampling interval a busy task fills a few pages a millisecond).
-pub const RECORDS_PER_MS: u64 = 100;
-
-#[derive(Debug, Clone)]
-struct Pin {
-    /// Guest address of the buffer (relocations give new addresses).
-    addr: u64,
-    bytes: u64,
-    last_used: u64,
-}
-
-struct PinManager<'a> {
-    costs: &'a PinCosts,
-    plan: &'a PinPlan,
-    pins: Vec<Pin>,
-    /// Buffers whose pages have been faulted in once.
-    resident: Vec<u64>,
-    now: u64,
-    out: PinResult,
-}
-
-impl PinManager<'_> {
-    fn pinned(&self) -> u64 {
-        self.pins.iter().map(|p| p.bytes).sum()
-    }
-
-    fn record(&mut self) {
-        let pinned = self.pinned();
-        self.out.pinned_bytes_max = self.out.pinned_bytes_max.max(pinned);
-        self.out.timeline.push((self.now, pinned));
-    }
-
-    fn unpin(&mut self, index: usize) {
-        let p = self.pins.remove(index);
-        let ns = (p.bytes / 4096) as f64 * self.costs.unpin_page;
-        self.out.unpin_ns += ns_of(ns);
-        self.now += ns_of(ns);
-        self.record();
-    }
-
-    /// The aging timer: release pins unused for T (except `keep_addr`, in use now).
-    fn age(&mut self, keep_addr: Option<u64>) {
-        if let PinPolicy::Aging(t) = self.plan.policy {
-            while let Some(i) = self.pins.iter().position(|p| {
-                Some(p.addr) != keep_addr && self.now.saturating_sub(p.last_used) >= t
-            }) {
-                self.unpin(i);
-            }
-        }
-    }
-
-    /// The guest enables the buffer at `addr`; returns whether it is pinned (else blackout).
-    fn enable(&mut self, addr: u64) -> bool {
-        let bytes = self.plan.buffer_bytes;
-        self.age(Some(addr));
-        if let Some(p) = self.pins.iter_mut().find(|p| p.addr == addr) {
-            p.last_used = self.now;
-            return true;
-        }
-        if self.plan.policy == PinPolicy::Intersect {
-            // Buffers are [addr, addr + bytes); relocated ones never overlap.
-            while let Some(i) = self
-                .pins
-                .iter()
-                .position(|p| p.addr + p.bytes <= addr || addr + bytes <= p.addr)
-            {
-                self.unpin(i);
-            }
-        }
-        // Least recently used first, until the new pin fits under the cap.
-        while self.pinned() + bytes > self.plan.cap_bytes && !self.pins.is_empty() {
-            let lru = self
-                .pins
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, p)| p.last_used)
-                .map_or(0, |(i, _)| i);
-            self.unpin(lru);
-        }
-        if bytes > self.plan.cap_bytes {
-            return false;
-        }
-        let resident = self.resident.contains(&addr);
-        let per_page = self.costs.walk_page
-            + if resident {
-                self.costs.repin_page
-            } else {
-                self.costs.pin_page
-            };
-        let ns = ns_of((bytes / 4096) as f64 * per_page);
-        self.out.pin_ns += ns;
-        self.now += ns;
-        if !resident {
-            self.resident.push(addr);
-        }
-        self.pins.push(Pin {
-            addr,
-            bytes,
-            last_used: self.now,
-        });
-        self.record();
-        true
-    }
-
-    fn disable(&mut self, addr: u64) {
-        if let Some(i) = self.pins.iter().position(|p| p.addr == addr) {
-            self.pins[i].last_used = self.now;
-            if self.plan.policy == PinPolicy::Eager {
-                self.unpin(i);
-            }
-        }
-    }
+/// Pins as the profile prices them: a stage-1 walk and a pin (or re-pin) per page.
+#[derive(Debug, Clone, Copy)]
+pub struct CostPinner {
+    costs: PinCosts,
 }
 
 fn ns_of(v: f64) -> u64 {
@@ -153,81 +45,81 @@ fn ns_of(v: f64) -> u64 {
     n
 }
 
-/// Runs the trace: the profiled task runs `slices` slices, switched out for `off_ns` between
-/// them; in per-task mode the buffer is disabled at every switch-out and enabled at every
-/// switch-in.
+impl Pinner for CostPinner {
+    fn pin(&mut self, _: u64, bytes: u64, resident: bool) -> Result<u64, Error> {
+        let per_page = self.costs.walk_page
+            + if resident {
+                self.costs.repin_page
+            } else {
+                self.costs.pin_page
+            };
+        Ok(ns_of((bytes / 4096) as f64 * per_page))
+    }
+
+    fn unpin(&mut self, _: u64, bytes: u64) -> Result<u64, Error> {
+        Ok(ns_of((bytes / 4096) as f64 * self.costs.unpin_page))
+    }
+}
+
+/// Runs the trace on a simulated clock: the profiled task runs `slices` slices, switched out
+/// for `off_ns` between them; in per-task mode the buffer is disabled at every switch-out and
+/// enabled at every switch-in.
 pub fn run(costs: &PinCosts, plan: &PinPlan) -> PinResult {
-    let mut m = PinManager {
-        costs,
-        plan,
-        pins: Vec::new(),
-        resident: Vec::new(),
-        now: 0,
-        out: PinResult {
-            pin_ns: 0,
-            unpin_ns: 0,
-            pinned_bytes_max: 0,
-            pinned_bytes_end: 0,
-            blackout_records: 0,
-            slices: plan.slices,
-            timeline: vec![(0, 0)],
-        },
-    };
+    // The cost pinner never fails; an error here would be a bug in the policy engine.
+    match trace(costs, plan) {
+        Ok(r) => r,
+        Err(_) => {
+            PinCache::new(CostPinner { costs: *costs }, plan)
+                .finish(0)
+                .0
+        }
+    }
+}
+
+fn trace(costs: &PinCosts, plan: &PinPlan) -> Result<PinResult, Error> {
+    let mut cache = PinCache::new(CostPinner { costs: *costs }, plan);
     let records_per_slice = plan.slice_ns / 1_000_000 * RECORDS_PER_MS;
-    let addr_of = |slice: u32| {
-        let generation = slice.checked_div(plan.relocate_every).unwrap_or(0);
-        0x4000_0000 + u64::from(generation) * (plan.buffer_bytes + (1 << 21))
-    };
+    let mut now = 0u64;
+    // The enabled buffer and whether it is pinned.
     let mut enabled: Option<(u64, bool)> = None;
     for slice in 0..plan.slices {
-        let addr = addr_of(slice);
-        let pinned = match enabled {
-            Some((a, p)) if a == addr && !plan.per_task => p,
-            _ => {
-                if let Some((old, _)) = enabled.take() {
-                    m.disable(old);
-                }
-                m.enable(addr)
+        let addr = buffer_addr(plan, 0x4000_0000, slice);
+        if plan.per_task || enabled.map(|(a, _)| a) != Some(addr) {
+            if let Some((old, _)) = enabled.take() {
+                now += cache.disable(now, old)?;
             }
-        };
-        enabled = Some((addr, pinned));
-        if !pinned {
-            m.out.blackout_records += records_per_slice;
+            let (pinned, spent) = cache.enable(now, addr)?;
+            now += spent;
+            enabled = Some((addr, pinned));
         }
-        m.now += plan.slice_ns;
-        if plan.per_task {
-            m.disable(addr);
-            enabled = None;
+        if enabled.is_some_and(|(_, pinned)| !pinned) {
+            cache.blackout(records_per_slice);
         }
-        m.now += plan.off_ns;
-        m.age(None);
+        now += plan.slice_ns;
+        if plan.per_task
+            && let Some((a, _)) = enabled.take()
+        {
+            now += cache.disable(now, a)?;
+        }
+        now += plan.off_ns;
+        now += cache.age(now, enabled.map(|(a, _)| a))?;
     }
     if let Some((a, _)) = enabled {
-        m.disable(a);
+        now += cache.disable(now, a)?;
     }
-    // The idle tail: nothing runs; the aging timer fires when pins pass their age.
-    let end = m.now + plan.tail_ns;
-    if let PinPolicy::Aging(t) = plan.policy {
-        while let Some(expiry) = m
-            .pins
-            .iter()
-            .map(|p| p.last_used + t)
-            .min()
-            .filter(|e| *e <= end)
-        {
-            m.now = m.now.max(expiry);
-            m.age(None);
-        }
+    // The idle tail: the aging timer fires as pins come of age.
+    let end = now + plan.tail_ns;
+    while let Some(expiry) = cache.next_expiry().filter(|e| *e <= end) {
+        now = now.max(expiry);
+        now += cache.age(now, None)?;
     }
-    m.now = m.now.max(end);
-    m.out.pinned_bytes_end = m.pinned();
-    m.record();
-    m.out
+    Ok(cache.finish(now.max(end)).0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::pinning::PinPolicy;
 
     fn plan(policy: PinPolicy) -> PinPlan {
         PinPlan {
@@ -240,6 +132,7 @@ mod tests {
             off_ns: 1_000_000,
             relocate_every: 0,
             tail_ns: 200_000_000,
+            method: crate::scenario::pinning::PinMethod::Mlock,
         }
     }
 
@@ -304,6 +197,7 @@ mod tests {
                 off_ns: 1_000_000,
                 relocate_every,
                 tail_ns: 20_000_000,
+                method: crate::scenario::pinning::PinMethod::Mlock,
             };
             let r = run(&costs(), &plan);
             prop_assert!(r.pinned_bytes_max <= plan.cap_bytes, "{} > cap {}", r.pinned_bytes_max, plan.cap_bytes);

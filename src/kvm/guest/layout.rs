@@ -37,6 +37,9 @@ pub const INDEX_GPA: u64 = 0x10_0000;
 pub const MMIO_TEST_GPA: u64 = 0x3000_0000;
 /// The ioeventfd doorbell (also unbacked; KVM completes the write in the kernel).
 pub const IOEVENTFD_GPA: u64 = 0x3000_1000;
+/// The profiling-buffer doorbells: +0 enable (the store carries the buffer's address), +8
+/// disable.
+pub const PIN_DOORBELL_GPA: u64 = 0x3000_2000;
 /// Where the data region starts.
 pub const DATA_GPA: u64 = 0x1_0000_0000;
 /// Largest data region (one PD page per GiB fits below the code).

@@ -8,7 +8,9 @@
 use iced_x86::IcedError;
 use iced_x86::code_asm::*;
 
-use super::layout::{CODE_GPA, DATA_GPA, INDEX_GPA, IOEVENTFD_GPA, MMIO_TEST_GPA};
+use super::layout::{
+    CODE_GPA, DATA_GPA, INDEX_GPA, IOEVENTFD_GPA, MMIO_TEST_GPA, PIN_DOORBELL_GPA,
+};
 use super::{SIGNAL_PORT, Signal, TEST_PORT};
 use crate::kvm::KvmError;
 use crate::scenario::exits::ExitKind;
@@ -172,6 +174,94 @@ pub fn exit_loop(kind: ExitKind, iterations: u64, vendor: Vendor) -> Result<Vec<
         }
         a.dec(r13)?;
         a.jnz(next)?;
+        finish(&mut a)?;
+        a.assemble(CODE_GPA)
+    };
+    build().map_err(asm_err)
+}
+
+/// The profiled task: `slices` times, enable the buffer (a store of its address to the
+/// enable doorbell), write `records` 64-byte records into it, disable it. In per-CPU mode the
+/// buffer is enabled once (and again when it moves) and disabled at the end. Every
+/// `relocate_every` slices it moves `stride` bytes up.
+pub struct PinLoop {
+    /// Slices.
+    pub slices: u64,
+    /// Records written per slice.
+    pub records: u64,
+    /// Buffer bytes.
+    pub buffer_bytes: u64,
+    /// Distance between buffer generations.
+    pub stride: u64,
+    /// Move the buffer every N slices (0: never).
+    pub relocate_every: u64,
+    /// Disable/enable around every slice.
+    pub per_task: bool,
+}
+
+/// Assembles the profiled-task payload.
+pub fn pin_loop(p: &PinLoop) -> Result<Vec<u8>, KvmError> {
+    let build = || -> Result<Vec<u8>, IcedError> {
+        let mut a = CodeAssembler::new(64)?;
+        a.mov(r15, PIN_DOORBELL_GPA)?;
+        signal(&mut a, Signal::Start)?;
+        read_tsc(&mut a, r12)?;
+        a.xor(r13, r13)?; // slice
+        a.mov(rbx, u64::MAX)?; // the enabled buffer (none yet)
+        let mut slice = a.create_label();
+        let mut write = a.create_label();
+        a.set_label(&mut slice)?;
+        // rsi = the buffer of this slice.
+        if p.relocate_every == 0 {
+            a.mov(rsi, DATA_GPA)?;
+        } else {
+            a.mov(rax, r13)?;
+            a.xor(edx, edx)?;
+            a.mov(rcx, p.relocate_every)?;
+            a.div(rcx)?;
+            a.mov(rcx, p.stride)?;
+            a.imul_2(rax, rcx)?;
+            a.mov(rsi, DATA_GPA)?;
+            a.add(rsi, rax)?;
+        }
+        if p.per_task {
+            a.mov(qword_ptr(r15), rsi)?;
+        } else {
+            // Enable only when the buffer changed (the first slice, a relocation).
+            a.cmp(rsi, rbx)?;
+            a.je(write)?;
+            let mut first = a.create_label();
+            a.cmp(rbx, -1i32)?;
+            a.je(first)?;
+            a.mov(qword_ptr(r15 + 8), rbx)?;
+            a.set_label(&mut first)?;
+            a.mov(qword_ptr(r15), rsi)?;
+            a.mov(rbx, rsi)?;
+        }
+        a.set_label(&mut write)?;
+        a.xor(r14, r14)?;
+        let mut record = a.create_label();
+        a.set_label(&mut record)?;
+        a.mov(rax, r14)?;
+        a.shl(rax, 6u32)?;
+        a.xor(edx, edx)?;
+        a.mov(rcx, p.buffer_bytes.max(64))?;
+        a.div(rcx)?; // rdx = offset of this record in the ring buffer
+        a.add(rdx, rsi)?;
+        a.mov(qword_ptr(rdx), r14)?;
+        a.inc(r14)?;
+        a.cmp(r14, i32::try_from(p.records.max(1)).unwrap_or(i32::MAX))?;
+        a.jb(record)?;
+        if p.per_task {
+            a.mov(qword_ptr(r15 + 8), rsi)?;
+        }
+        a.inc(r13)?;
+        a.mov(rax, p.slices.max(1))?;
+        a.cmp(r13, rax)?;
+        a.jb(slice)?;
+        if !p.per_task {
+            a.mov(qword_ptr(r15 + 8), rbx)?;
+        }
         finish(&mut a)?;
         a.assemble(CODE_GPA)
     };

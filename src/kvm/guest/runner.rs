@@ -44,6 +44,8 @@ pub enum GuestExit<'a> {
     MmioWrite {
         /// Guest-physical address.
         gpa: u64,
+        /// What the guest stored.
+        data: &'a [u8],
     },
     /// `hlt` with no in-kernel irqchip.
     Hlt,
@@ -109,8 +111,8 @@ pub fn run(
             Ok(VcpuExit::MmioRead(gpa, data)) => {
                 Step::Handled(on_exit(GuestExit::MmioRead { gpa, data })?)
             }
-            Ok(VcpuExit::MmioWrite(gpa, _)) => {
-                Step::Handled(on_exit(GuestExit::MmioWrite { gpa })?)
+            Ok(VcpuExit::MmioWrite(gpa, data)) => {
+                Step::Handled(on_exit(GuestExit::MmioWrite { gpa, data })?)
             }
             Ok(VcpuExit::Hlt) => Step::Handled(on_exit(GuestExit::Hlt)?),
             Ok(VcpuExit::Shutdown) => Step::Failed("the guest shut down (triple fault)".into()),
