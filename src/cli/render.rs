@@ -87,8 +87,12 @@ pub fn list(catalog: &[&ScenarioInfo]) -> String {
             info.default_warmup
         );
         let _ = writeln!(s, "  variants:");
-        for v in info.variants.iter().chain(info.model_variants) {
+        for v in info.variants {
             let _ = writeln!(s, "    {:<20} {}", v.name, v.doc);
+        }
+        for v in info.model_variants {
+            let doc = v.doc.strip_prefix("model: ").unwrap_or(v.doc);
+            let _ = writeln!(s, "    {:<20} (model only) {doc}", v.name);
         }
         let _ = writeln!(s, "  parameters (--set key=value):");
         for p in info.params {
@@ -97,7 +101,7 @@ pub fn list(catalog: &[&ScenarioInfo]) -> String {
             } else {
                 p.default
             };
-            let _ = writeln!(s, "    {:<12} {:<8} {}", p.name, default, p.doc);
+            let _ = writeln!(s, "    {:<14} {:<13} {}", p.name, default, p.doc);
         }
         let _ = writeln!(s, "  metrics:");
         for m in info.metrics {
