@@ -111,21 +111,25 @@ static PARAMS: [ParamInfo; 4] = [
         name: "iterations",
         default: "10000",
         doc: "exits per repetition (1-10000000)",
+        model_only: false,
     },
     ParamInfo {
         name: "guest.cpl",
         default: "",
         doc: "0 or 3; default 3 on PVM (CPL0 is emulated there), 0 elsewhere",
+        model_only: false,
     },
     ParamInfo {
         name: "timeout_ms",
         default: "60000",
         doc: "watchdog for one repetition, ms",
+        model_only: false,
     },
     ParamInfo {
         name: "host_pebs",
         default: "1",
         doc: "model: the host has PEBS events active (1) or not (0)",
+        model_only: true,
     },
 ];
 
@@ -281,7 +285,7 @@ pub fn plans(
     let cpl = parse_cpl(settings, auto_cpl)?;
     let timeout = Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 100..=3_600_000)?));
     if backend == BackendKind::Kvm {
-        settings.reject_model_only(&["host_pebs"])?;
+        settings.reject_model_only()?;
     }
     let host_pebs = settings.u32_in("host_pebs", 0..=1)? == 1;
     let names: Vec<String> = if request.variants.is_empty() {

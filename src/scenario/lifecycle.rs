@@ -89,36 +89,43 @@ static PARAMS: [ParamInfo; 7] = [
         name: "vcpus",
         default: "1",
         doc: "vCPUs created (1-64); vCPU 0 runs the guest",
+        model_only: false,
     },
     ParamInfo {
         name: "devices",
         default: "8",
         doc: "ioeventfds registered (0-256), one per virtio queue doorbell",
+        model_only: false,
     },
     ParamInfo {
         name: "order",
         default: "",
         doc: "custom order, comma-separated steps: create-vm,tss,irqchip,pit,memslot,vcpus,ioeventfds,run",
+        model_only: false,
     },
     ParamInfo {
         name: "mem_mib",
         default: "16",
         doc: "guest RAM in the memslot, MiB",
+        model_only: false,
     },
     ParamInfo {
         name: "timeout_ms",
         default: "2000",
         doc: "watchdog for the first KVM_RUN, ms",
+        model_only: false,
     },
     ParamInfo {
         name: "strategy",
         default: "always-defer",
         doc: "model: always-defer (Linux 6.18), always-sync, lifecycle-keyed",
+        model_only: true,
     },
     ParamInfo {
         name: "hz",
         default: "",
         doc: "model: timer ticks per second (default: the profile's)",
+        model_only: true,
     },
 ];
 
@@ -381,7 +388,7 @@ pub fn plans(
         _ => Some(settings.u32_in("hz", 24..=10_000)?),
     };
     if backend == BackendKind::Kvm {
-        settings.reject_model_only(&["strategy", "hz"])?;
+        settings.reject_model_only()?;
     }
     let mut chosen: Vec<(String, Vec<Step>)> = Vec::new();
     let custom = settings.raw("order");

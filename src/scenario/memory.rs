@@ -94,46 +94,55 @@ static PARAMS: [ParamInfo; 9] = [
         name: "size",
         default: "256MiB",
         doc: "data region, a multiple of 2 MiB (up to 64GiB)",
+        model_only: false,
     },
     ParamInfo {
         name: "pattern",
         default: "seq",
         doc: "seq, reverse, random (seeded by --seed), or stride=K (every K-th page)",
+        model_only: false,
     },
     ParamInfo {
         name: "access",
         default: "write",
         doc: "read or write",
+        model_only: false,
     },
     ParamInfo {
         name: "touch",
         default: "first-byte",
         doc: "first-byte (one access per page) or whole-page (every cache line)",
+        model_only: false,
     },
     ParamInfo {
         name: "guest_page",
         default: "2m",
         doc: "guest page size for the data region: 4k or 2m",
+        model_only: false,
     },
     ParamInfo {
         name: "window",
         default: "8",
         doc: "uffd-prefetch window in pages (1-512)",
+        model_only: false,
     },
     ParamInfo {
         name: "guest.cpl",
         default: "",
         doc: "0 or 3; default 3 on PVM (CPL0 is emulated there), 0 elsewhere",
+        model_only: false,
     },
     ParamInfo {
         name: "timeout_ms",
         default: "60000",
         doc: "watchdog for one pass, ms",
+        model_only: false,
     },
     ParamInfo {
         name: "backing",
         default: "populated",
         doc: "model prefetch variants: host memory lazy, populated or thp",
+        model_only: true,
     },
 ];
 
@@ -317,7 +326,7 @@ pub fn plans(
     backend: BackendKind,
 ) -> Result<Vec<(String, TouchPlan)>, InputError> {
     if backend == BackendKind::Kvm {
-        settings.reject_model_only(&["backing"])?;
+        settings.reject_model_only()?;
     }
     let model_backing = match settings.choice("backing", &["lazy", "populated", "thp"])? {
         "lazy" => Backing::Lazy,

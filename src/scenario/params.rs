@@ -16,12 +16,15 @@ pub struct ParamInfo {
     pub default: &'static str,
     /// What it does.
     pub doc: &'static str,
+    /// Only the model reads it; a real backend runs its kernel as it is.
+    pub model_only: bool,
 }
 
 /// The parameters of one run: defaults overlaid with --set values.
 #[derive(Debug, Clone)]
 pub struct Settings {
     scenario: &'static str,
+    model_only: Vec<&'static str>,
     values: BTreeMap<String, String>,
     explicit: std::collections::BTreeSet<String>,
 }
@@ -62,6 +65,12 @@ impl Settings {
         }
         Ok(Settings {
             scenario: info.name,
+            model_only: info
+                .params
+                .iter()
+                .filter(|p| p.model_only)
+                .map(|p| p.name)
+                .collect(),
             values,
             explicit,
         })
@@ -73,8 +82,8 @@ impl Settings {
     }
 
     /// Refuses model-only parameters given to a real backend.
-    pub fn reject_model_only(&self, keys: &[&str]) -> Result<(), InputError> {
-        match keys.iter().find(|k| self.is_set(k)) {
+    pub fn reject_model_only(&self) -> Result<(), InputError> {
+        match self.model_only.iter().find(|k| self.is_set(k)) {
             Some(key) => Err(InputError::BadValue {
                 key: (*key).to_string(),
                 value: self.raw(key).to_string(),
@@ -137,10 +146,18 @@ impl Settings {
         })
     }
 
-    /// Every parameter in effect, for the run record.
-    pub fn to_json(&self) -> BTreeMap<String, serde_json::Value> {
+    /// Every parameter in effect on `backend`, for the run record (a real backend's record
+    /// does not claim the model's knobs).
+    pub fn to_json(
+        &self,
+        backend: crate::backend::BackendKind,
+    ) -> BTreeMap<String, serde_json::Value> {
         self.values
             .iter()
+            .filter(|(k, _)| {
+                backend == crate::backend::BackendKind::Model
+                    || !self.model_only.contains(&k.as_str())
+            })
             .map(|(k, v)| {
                 let value = v
                     .parse::<u64>()
@@ -230,6 +247,17 @@ mod tests {
     fn defaults_apply_and_are_recorded() {
         let s = Settings::parse(&INFO, &[]).unwrap();
         assert_eq!(s.u32_in("vcpus", 1..=64).unwrap(), 1);
-        assert!(s.to_json().contains_key("devices"));
+        assert!(
+            s.to_json(crate::backend::BackendKind::Kvm)
+                .contains_key("devices")
+        );
+        assert!(
+            !s.to_json(crate::backend::BackendKind::Kvm)
+                .contains_key("strategy")
+        );
+        assert!(
+            s.to_json(crate::backend::BackendKind::Model)
+                .contains_key("strategy")
+        );
     }
 }

@@ -48,11 +48,13 @@ static PARAMS: [ParamInfo; 2] = [
         name: "cpus",
         default: "160",
         doc: "CPUs (1-256)",
+        model_only: false,
     },
     ParamInfo {
         name: "workload",
         default: "kernel-build",
         doc: "kernel-build, mm-stress or fork-heavy",
+        model_only: false,
     },
 ];
 

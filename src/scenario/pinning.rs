@@ -60,51 +60,61 @@ static PARAMS: [ParamInfo; 10] = [
         name: "buffer",
         default: "4MiB",
         doc: "SPE buffer size (256MiB for the large-buffer case)",
+        model_only: false,
     },
     ParamInfo {
         name: "slices",
         default: "100",
         doc: "times the profiled task is switched in",
+        model_only: false,
     },
     ParamInfo {
         name: "mode",
         default: "per-task",
         doc: "per-task (disable/enable on every switch) or per-cpu (enabled throughout)",
+        model_only: false,
     },
     ParamInfo {
         name: "cap",
         default: "1GiB",
         doc: "most bytes the pin manager may hold pinned",
+        model_only: false,
     },
     ParamInfo {
         name: "aging_ms",
         default: "50",
         doc: "aging: release a pin unused for this long",
+        model_only: false,
     },
     ParamInfo {
         name: "slice_us",
         default: "3000",
         doc: "how long the profiled task runs per slice (~ a CFS slice)",
+        model_only: false,
     },
     ParamInfo {
         name: "off_us",
         default: "1000",
         doc: "how long other tasks run between its slices",
+        model_only: false,
     },
     ParamInfo {
         name: "relocate_every",
         default: "0",
         doc: "the guest moves its buffer to new memory every N slices (0: never)",
+        model_only: false,
     },
     ParamInfo {
         name: "pin",
         default: "mlock",
         doc: "kvm backend: mlock, or io_uring (buffer registration, which pins with pin_user_pages)",
+        model_only: false,
     },
     ParamInfo {
         name: "tail_ms",
         default: "200",
         doc: "idle time after the last slice (when aging releases pins)",
+        model_only: false,
     },
 ];
 

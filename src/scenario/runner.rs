@@ -127,7 +127,7 @@ pub fn assemble(
     outcome: ScenarioOutcome,
 ) -> RunRecord {
     let suffix: u16 = rand::rng().random();
-    let mut params = settings.to_json();
+    let mut params = settings.to_json(backend.kind());
     params.insert("reps".into(), request.reps.into());
     params.insert("warmup".into(), request.warmup.into());
     params.insert("seed".into(), request.seed.into());
