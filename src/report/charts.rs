@@ -92,39 +92,31 @@ pub fn distribution(r: &RunRecord, metric: &str) -> Option<String> {
                 })
                 .collect()
         };
+        // The same strips on either axis; the two coordinate types share no trait object.
+        macro_rules! strips {
+            ($y:expr) => {{
+                let mut c = b.build_cartesian_2d(-0.5..n - 0.5, $y)?;
+                c.configure_mesh()
+                    .x_labels(vs.len() + 1)
+                    .x_label_formatter(&fmt)
+                    .y_desc(unit.as_str())
+                    .disable_x_mesh()
+                    .draw()?;
+                for (i, v) in vs.iter().enumerate() {
+                    c.draw_series(points(v, i))?;
+                    let m = v.metrics[metric].median;
+                    c.draw_series(std::iter::once(PathElement::new(
+                        vec![(i as f64 - 0.3, m), (i as f64 + 0.3, m)],
+                        BLACK.stroke_width(2),
+                    )))?;
+                }
+            }};
+        }
         if lo > 0.0 && hi / lo > 20.0 {
-            let mut c = b.build_cartesian_2d(-0.5..n - 0.5, (lo * 0.8..hi * 1.25).log_scale())?;
-            c.configure_mesh()
-                .x_labels(vs.len() + 1)
-                .x_label_formatter(&fmt)
-                .y_desc(unit.as_str())
-                .disable_x_mesh()
-                .draw()?;
-            for (i, v) in vs.iter().enumerate() {
-                c.draw_series(points(v, i))?;
-                let m = v.metrics[metric].median;
-                c.draw_series(std::iter::once(PathElement::new(
-                    vec![(i as f64 - 0.3, m), (i as f64 + 0.3, m)],
-                    BLACK.stroke_width(2),
-                )))?;
-            }
+            strips!((lo * 0.8..hi * 1.25).log_scale());
         } else {
             let pad = ((hi - lo) * 0.1).max(hi.abs() * 0.05).max(1e-9);
-            let mut c = b.build_cartesian_2d(-0.5..n - 0.5, (lo - pad).min(0.0)..hi + pad)?;
-            c.configure_mesh()
-                .x_labels(vs.len() + 1)
-                .x_label_formatter(&fmt)
-                .y_desc(unit.as_str())
-                .disable_x_mesh()
-                .draw()?;
-            for (i, v) in vs.iter().enumerate() {
-                c.draw_series(points(v, i))?;
-                let m = v.metrics[metric].median;
-                c.draw_series(std::iter::once(PathElement::new(
-                    vec![(i as f64 - 0.3, m), (i as f64 + 0.3, m)],
-                    BLACK.stroke_width(2),
-                )))?;
-            }
+            strips!((lo - pad).min(0.0)..hi + pad);
         }
         Ok(())
     })
