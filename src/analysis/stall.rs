@@ -41,19 +41,18 @@ fn judged(name: &str) -> bool {
 /// inflated, which can only hide a stall, never invent one.
 #[derive(Debug, Clone, Default)]
 pub struct Baselines {
-    fastest: HashMap<String, (u64, usize)>,
+    fastest: HashMap<String, u64>,
     typical: u64,
 }
 
 impl Baselines {
     /// Learns baselines from any number of timelines.
     pub fn learn<'a>(events: impl IntoIterator<Item = &'a IoctlEvent>) -> Baselines {
-        let mut fastest: HashMap<String, (u64, usize)> = HashMap::new();
+        let mut fastest: HashMap<String, u64> = HashMap::new();
         let mut all = Vec::new();
         for e in events.into_iter().filter(|e| judged(&e.name)) {
-            let entry = fastest.entry(e.name.clone()).or_insert((u64::MAX, 0));
-            entry.0 = entry.0.min(e.dur_ns);
-            entry.1 += 1;
+            let entry = fastest.entry(e.name.clone()).or_insert(u64::MAX);
+            *entry = (*entry).min(e.dur_ns);
             all.push(e.dur_ns);
         }
         all.sort_unstable();
@@ -68,7 +67,7 @@ impl Baselines {
     pub fn of(&self, name: &str) -> u64 {
         self.fastest
             .get(name)
-            .map_or(self.typical, |(fastest, _)| (*fastest).min(self.typical))
+            .map_or(self.typical, |fastest| (*fastest).min(self.typical))
     }
 }
 
@@ -96,7 +95,7 @@ pub const MAX_GRACE_PERIOD_JIFFIES: u64 = 16;
 /// Finds the stalls of one timeline (events in issue order), taking every I/O-bus
 /// registration to defer its free (Linux 6.18).
 pub fn find_stalls(events: &[IoctlEvent], baselines: &Baselines, jiffy_ns: u64) -> Vec<Stall> {
-    find_stalls_with(events, baselines, jiffy_ns, |e| {
+    find_stalls_with(events, baselines, jiffy_ns, |_, e| {
         srcu_role(&e.name) == SrcuRole::IoBusRegistration
     })
 }
@@ -107,7 +106,7 @@ pub fn find_stalls_with(
     events: &[IoctlEvent],
     baselines: &Baselines,
     jiffy_ns: u64,
-    starts_gp: impl Fn(&IoctlEvent) -> bool,
+    starts_gp: impl Fn(usize, &IoctlEvent) -> bool,
 ) -> Vec<Stall> {
     let threshold = jiffy_ns / 2;
     let window = jiffy_ns.saturating_mul(MAX_GRACE_PERIOD_JIFFIES);
@@ -139,7 +138,7 @@ pub fn find_stalls_with(
         }
         if srcu_role(&e.name) == SrcuRole::MemslotUpdate {
             pending = None;
-        } else if pending.is_none() && starts_gp(e) {
+        } else if pending.is_none() && starts_gp(i, e) {
             pending = Some(i);
         }
     }

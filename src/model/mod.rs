@@ -139,7 +139,7 @@ impl Backend for ModelBackend {
 
     fn pin_trace(&mut self, plan: &PinPlan) -> Result<PinResult, Error> {
         let costs = spe::PinCosts::from_profile(&self.profile).map_err(ModelError::from)?;
-        Ok(spe::run(&costs, plan))
+        spe::run(&costs, plan)
     }
 
     fn percpu(&mut self, plan: &PercpuPlan) -> Result<PercpuResult, Error> {

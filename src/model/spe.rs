@@ -64,19 +64,7 @@ impl Pinner for CostPinner {
 /// Runs the trace on a simulated clock: the profiled task runs `slices` slices, switched out
 /// for `off_ns` between them; in per-task mode the buffer is disabled at every switch-out and
 /// enabled at every switch-in.
-pub fn run(costs: &PinCosts, plan: &PinPlan) -> PinResult {
-    // The cost pinner never fails; an error here would be a bug in the policy engine.
-    match trace(costs, plan) {
-        Ok(r) => r,
-        Err(_) => {
-            PinCache::new(CostPinner { costs: *costs }, plan)
-                .finish(0)
-                .0
-        }
-    }
-}
-
-fn trace(costs: &PinCosts, plan: &PinPlan) -> Result<PinResult, Error> {
+pub fn run(costs: &PinCosts, plan: &PinPlan) -> Result<PinResult, Error> {
     let mut cache = PinCache::new(CostPinner { costs: *costs }, plan);
     let records_per_slice = plan.slice_ns / 1_000_000 * RECORDS_PER_MS;
     let mut now = 0u64;
@@ -142,8 +130,8 @@ mod tests {
 
     #[test]
     fn eager_pins_every_slice_and_keep_pins_once() {
-        let eager = run(&costs(), &plan(PinPolicy::Eager));
-        let keep = run(&costs(), &plan(PinPolicy::Keep));
+        let eager = run(&costs(), &plan(PinPolicy::Eager)).unwrap();
+        let keep = run(&costs(), &plan(PinPolicy::Keep)).unwrap();
         assert!(
             eager.pin_ns >= 10 * keep.pin_ns,
             "{} vs {}",
@@ -158,7 +146,7 @@ mod tests {
 
     #[test]
     fn aging_releases_pins_in_the_idle_tail() {
-        let aging = run(&costs(), &plan(PinPolicy::Aging(50_000_000)));
+        let aging = run(&costs(), &plan(PinPolicy::Aging(50_000_000))).unwrap();
         assert_eq!(aging.pinned_bytes_end, 0);
         assert_eq!(aging.pinned_bytes_max, 256 << 20);
         let last = aging.timeline.iter().rev().find(|(_, b)| *b == 0).unwrap();
@@ -169,7 +157,7 @@ mod tests {
     fn a_buffer_over_the_cap_blacks_out() {
         let mut p = plan(PinPolicy::Keep);
         p.cap_bytes = 128 << 20;
-        let r = run(&costs(), &p);
+        let r = run(&costs(), &p).unwrap();
         assert_eq!(r.pin_ns, 0);
         assert_eq!(r.blackout_records, 100 * 3 * RECORDS_PER_MS);
     }
@@ -199,7 +187,7 @@ mod tests {
                 tail_ns: 20_000_000,
                 method: crate::scenario::pinning::PinMethod::Mlock,
             };
-            let r = run(&costs(), &plan);
+            let r = run(&costs(), &plan).unwrap();
             prop_assert!(r.pinned_bytes_max <= plan.cap_bytes, "{} > cap {}", r.pinned_bytes_max, plan.cap_bytes);
             prop_assert!(r.timeline.iter().all(|(_, b)| *b <= plan.cap_bytes));
             // A buffer that fits is never blacked out.
@@ -213,11 +201,11 @@ mod tests {
     fn intersect_drops_the_old_buffer_when_the_guest_moves_it() {
         let mut p = plan(PinPolicy::Intersect);
         p.relocate_every = 10;
-        let r = run(&costs(), &p);
+        let r = run(&costs(), &p).unwrap();
         assert_eq!(r.pinned_bytes_max, 256 << 20);
         let mut k = plan(PinPolicy::Keep);
         k.relocate_every = 10;
-        let kept = run(&costs(), &k);
+        let kept = run(&costs(), &k).unwrap();
         assert_eq!(kept.pinned_bytes_max, 1 << 30, "keep holds up to the cap");
     }
 }

@@ -531,14 +531,9 @@ fn analyse_variant(
             series.push(&format!("ioctl.{ioctl}_ms"), "ms", ms(ns));
         }
         let stalls = if trace.started_gp.len() == trace.ioctls.len() {
-            let started = |e: &IoctlEvent| {
-                trace
-                    .ioctls
-                    .iter()
-                    .position(|x| std::ptr::eq(x, e))
-                    .is_some_and(|i| trace.started_gp[i])
-            };
-            find_stalls_with(&trace.ioctls, baselines, jiffy_ns, started)
+            find_stalls_with(&trace.ioctls, baselines, jiffy_ns, |i, _| {
+                trace.started_gp[i]
+            })
         } else {
             find_stalls(&trace.ioctls, baselines, jiffy_ns)
         };
