@@ -5,12 +5,19 @@
 //! the faulting page and, with a window W > 1, of the following not-yet-served pages up to the
 //! end of the W-aligned block, so a sequential reader faults once per block.
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
-use userfaultfd::{Event, Uffd, UffdBuilder};
+// The UAPI structs and ioctl numbers come pregenerated from linux-raw-sys, so building hvlab
+// needs no bindgen or libclang (a fresh machine has only the toolchain).
+use linux_raw_sys::general::{
+    UFFD_API, UFFD_EVENT_PAGEFAULT, UFFDIO_REGISTER_MODE_MISSING, uffd_msg, uffdio_api,
+    uffdio_copy, uffdio_range, uffdio_register,
+};
+use linux_raw_sys::ioctl::{UFFDIO_API, UFFDIO_COPY, UFFDIO_REGISTER};
+use rustix::mm::UserfaultfdFlags;
 
 use super::KvmError;
 use super::memory::GuestMemory;
@@ -59,19 +66,32 @@ impl UffdServer {
     /// fault. The region must not have been touched yet.
     pub fn start(region: &GuestMemory, window: usize) -> Result<UffdServer, KvmError> {
         // Not user-mode-only: the faults come from KVM's get_user_pages in the kernel.
-        let uffd = UffdBuilder::new()
-            .close_on_exec(true)
-            .non_blocking(true)
-            .user_mode_only(false)
-            .create()
+        // SAFETY: the call has no memory effects; the fd only ever serves `region`.
+        let uffd = unsafe { rustix::mm::userfaultfd(UserfaultfdFlags::CLOEXEC | UserfaultfdFlags::NONBLOCK) }
             .map_err(|e| {
                 KvmError::Guest(format!(
                     "cannot create a userfaultfd that handles kernel faults ({e}); it needs root, CAP_SYS_PTRACE or vm.unprivileged_userfaultfd=1"
                 ))
             })?;
+        let mut api = uffdio_api {
+            api: u64::from(UFFD_API),
+            features: 0,
+            ioctls: 0,
+        };
+        // SAFETY: UFFDIO_API takes a pointer to a uffdio_api that lives across the call.
+        uffd_ioctl(&uffd, UFFDIO_API, (&raw mut api).cast())
+            .map_err(|e| KvmError::Guest(format!("UFFDIO_API handshake failed: {e}")))?;
         let base = region.as_ptr() as usize;
         let len = region.len();
-        uffd.register(region.as_ptr().cast(), len).map_err(|e| {
+        let mut register = uffdio_register {
+            range: uffdio_range {
+                start: base as u64,
+                len: len as u64,
+            },
+            mode: u64::from(UFFDIO_REGISTER_MODE_MISSING),
+            ioctls: 0,
+        };
+        uffd_ioctl(&uffd, UFFDIO_REGISTER, (&raw mut register).cast()).map_err(|e| {
             KvmError::Guest(format!("cannot register {len} bytes with userfaultfd: {e}"))
         })?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -111,8 +131,66 @@ impl Drop for UffdServer {
     }
 }
 
+/// One userfaultfd ioctl whose argument struct `arg` points at.
+fn uffd_ioctl(uffd: &OwnedFd, request: u32, arg: *mut libc::c_void) -> std::io::Result<()> {
+    // SAFETY: every caller passes the struct its request expects, alive across the call.
+    let rc = unsafe { libc::ioctl(uffd.as_raw_fd(), libc::c_ulong::from(request), arg) };
+    if rc < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Reads the next event, or `None` when none is queued (the fd is non-blocking).
+fn read_event(uffd: &OwnedFd) -> Result<Option<uffd_msg>, String> {
+    let mut msg = std::mem::MaybeUninit::<uffd_msg>::zeroed();
+    let size = std::mem::size_of::<uffd_msg>();
+    loop {
+        // SAFETY: reads at most `size` bytes into `msg`, which is that large.
+        let n = unsafe { libc::read(uffd.as_raw_fd(), msg.as_mut_ptr().cast(), size) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            match e.kind() {
+                std::io::ErrorKind::Interrupted => continue,
+                std::io::ErrorKind::WouldBlock => return Ok(None),
+                _ => return Err(format!("reading userfaultfd: {e}")),
+            }
+        }
+        if usize::try_from(n).ok() != Some(size) {
+            return Err(format!(
+                "short read of a userfaultfd message: {n} of {size} bytes"
+            ));
+        }
+        // SAFETY: the kernel wrote a whole uffd_msg; every bit pattern is a valid one.
+        return Ok(Some(unsafe { msg.assume_init() }));
+    }
+}
+
+/// Copies `len` bytes from `src` to `dst` with `UFFDIO_COPY` and wakes the faulting threads.
+/// Returns the bytes copied: a partial copy (interrupted) or `EEXIST` (a racing fault mapped the
+/// page already) are not errors.
+fn copy(uffd: &OwnedFd, src: *const u8, dst: usize, len: usize) -> Result<usize, String> {
+    let mut args = uffdio_copy {
+        dst: dst as u64,
+        src: src as u64,
+        len: len as u64,
+        mode: 0,
+        copy: 0,
+    };
+    match uffd_ioctl(uffd, UFFDIO_COPY, (&raw mut args).cast()) {
+        Ok(()) => Ok(len),
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(len),
+        // Interrupted (or the mm changing under us): whatever was copied counts.
+        Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+            Ok(usize::try_from(args.copy).unwrap_or(0))
+        }
+        Err(e) => Err(format!("UFFDIO_COPY of {len} bytes: {e}")),
+    }
+}
+
 fn serve(
-    uffd: &Uffd,
+    uffd: &OwnedFd,
     base: usize,
     len: usize,
     window: usize,
@@ -143,33 +221,26 @@ fn serve(
             }
             continue;
         }
-        while let Some(event) = uffd
-            .read_event()
-            .map_err(|e| format!("reading userfaultfd: {e}"))?
-        {
-            let Event::Pagefault { addr, .. } = event else {
+        while let Some(msg) = read_event(uffd)? {
+            if u32::from(msg.event) != UFFD_EVENT_PAGEFAULT {
                 continue;
-            };
+            }
+            // SAFETY: for a page-fault event the kernel fills the `pagefault` member.
+            let addr = unsafe { msg.arg.pagefault.address };
             stats.faults += 1;
-            let page = (addr as usize).saturating_sub(base) / PAGE;
+            let page = usize::try_from(addr)
+                .unwrap_or(usize::MAX)
+                .saturating_sub(base)
+                / PAGE;
             if page >= pages {
-                return Err(format!("fault at {addr:?} outside the registered region"));
+                return Err(format!("fault at {addr:#x} outside the registered region"));
             }
             for (first, count) in serve_plan(&served, page, window) {
-                let dst = (base + first * PAGE) as *mut libc::c_void;
-                // SAFETY: `source` holds at least `count` pages (count ≤ window) and
-                // [dst, dst + count pages) lies in the registered region.
-                let copied = unsafe { uffd.copy(source.as_ptr().cast(), dst, count * PAGE, true) };
-                let done = match copied {
-                    Ok(_) => count,
-                    // Interrupted midway: the rest faults again and is served then.
-                    Err(userfaultfd::Error::PartiallyCopied(bytes)) => bytes / PAGE,
-                    // Already mapped (a racing fault): nothing is missing there any more.
-                    Err(userfaultfd::Error::CopyFailed(errno)) if errno as i32 == libc::EEXIST => {
-                        count
-                    }
-                    Err(e) => return Err(format!("UFFDIO_COPY of {count} pages: {e}")),
-                };
+                // `source` holds at least `count` pages (count ≤ window) and the destination
+                // run lies in the registered region; an interrupted copy leaves the rest to
+                // fault again and be served then.
+                let bytes = copy(uffd, source.as_ptr(), base + first * PAGE, count * PAGE)?;
+                let done = bytes / PAGE;
                 served[first..first + done].fill(true);
                 stats.pages_served += done as u64;
             }
