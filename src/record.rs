@@ -145,6 +145,25 @@ pub enum Finding {
         /// The sentence hvlab prints.
         message: String,
     },
+    /// An ioctl repeatedly slower than its baseline by more than half a jiffy, for no reason
+    /// the analysis knows: it cannot wait for SRCU on this kernel, or no grace period was in
+    /// flight.
+    SlowIoctl {
+        /// The slow ioctl.
+        ioctl: String,
+        /// Its position in the construction order (0-based index of the ioctl).
+        step: usize,
+        /// Median duration over the repetitions where it was slow.
+        median_ms: f64,
+        /// Median excess over its baseline, in jiffies.
+        jiffies: f64,
+        /// Repetitions in which this step was slow.
+        slow_reps: usize,
+        /// Repetitions measured.
+        reps: usize,
+        /// The sentence hvlab prints.
+        message: String,
+    },
     /// A measured value that disagrees with what the scenario expects of it.
     SelfCheck {
         /// The metric checked.
@@ -170,6 +189,7 @@ impl Finding {
     pub fn message(&self) -> &str {
         match self {
             Finding::SrcuStall { message, .. }
+            | Finding::SlowIoctl { message, .. }
             | Finding::SelfCheck { message, .. }
             | Finding::Note { message, .. } => message,
         }

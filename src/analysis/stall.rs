@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use crate::kvm::ioctl_table::{SrcuRole, srcu_role};
+use crate::kvm::ioctl_table::{SrcuEffect, SrcuKernel, srcu_effect};
 
 /// One ioctl on a timeline.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +22,9 @@ pub struct IoctlEvent {
     pub start_ns: u64,
     /// Duration in ns.
     pub dur_ns: u64,
+    /// The ioctl's flags where the issuer knows them (`KVM_IOEVENTFD` assign or deassign);
+    /// `None` where they are not visible (strace shows a pointer).
+    pub flags: Option<u32>,
 }
 
 impl IoctlEvent {
@@ -71,7 +74,7 @@ impl Baselines {
     }
 }
 
-/// A stalled ioctl.
+/// An ioctl slower than its unstalled baseline by more than half a jiffy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stall {
     /// Index of the stalled event in the timeline.
@@ -84,7 +87,9 @@ pub struct Stall {
     pub excess_ns: u64,
     /// The excess in jiffies.
     pub jiffies: f64,
-    /// The registration that started the grace period: (index, name), when one is in the window.
+    /// The ioctl that started the SRCU grace period this one waited for: (index, name). `None`
+    /// means the slowness has no known cause: the ioctl cannot wait for `kvm->srcu` on this
+    /// kernel, or no grace period was in flight. Only a `Some` is an SRCU stall.
     pub caused_by: Option<(usize, String)>,
 }
 
@@ -92,21 +97,23 @@ pub struct Stall {
 /// SRCU's normal grace period is a few jiffies plus callback invocation.
 pub const MAX_GRACE_PERIOD_JIFFIES: u64 = 16;
 
-/// Finds the stalls of one timeline (events in issue order), taking every I/O-bus
-/// registration to defer its free (Linux 6.18).
-pub fn find_stalls(events: &[IoctlEvent], baselines: &Baselines, jiffy_ns: u64) -> Vec<Stall> {
-    find_stalls_with(events, baselines, jiffy_ns, |_, e| {
-        srcu_role(&e.name) == SrcuRole::IoBusRegistration
-    })
+/// The SRCU effect of each event of a timeline from a real kernel, by ioctl and flags.
+pub fn kernel_effects(kernel: SrcuKernel) -> impl Fn(usize, &IoctlEvent) -> SrcuEffect {
+    move |_, e| srcu_effect(&e.name, e.flags, &kernel)
 }
 
-/// Finds the stalls of one timeline; `starts_gp` says which events started a normal grace
-/// period (a backend that knows its strategy says so exactly).
-pub fn find_stalls_with(
+/// Finds the stalls of one timeline (events in issue order). `effect` says what each event
+/// does to `kvm->srcu`: [`kernel_effects`] for a real kernel, or exactly what a model did.
+///
+/// A grace period is pending from the first event that starts one until an event that can
+/// wait finishes (an expedited synchronization finishes only after any normal grace period in
+/// flight). A slow event that can wait while one is pending waited for it; any other slow
+/// event is slow for a reason this analysis does not know.
+pub fn find_stalls(
     events: &[IoctlEvent],
     baselines: &Baselines,
     jiffy_ns: u64,
-    starts_gp: impl Fn(usize, &IoctlEvent) -> bool,
+    effect: impl Fn(usize, &IoctlEvent) -> SrcuEffect,
 ) -> Vec<Stall> {
     let threshold = jiffy_ns / 2;
     let window = jiffy_ns.saturating_mul(MAX_GRACE_PERIOD_JIFFIES);
@@ -122,23 +129,27 @@ pub fn find_stalls_with(
         {
             pending = None;
         }
+        let srcu = effect(i, e);
         let excess = e.dur_ns.saturating_sub(baselines.of(&e.name));
-        if excess > threshold {
+        let stalled = excess > threshold;
+        if stalled {
             stalls.push(Stall {
                 index: i,
                 name: e.name.clone(),
                 dur_ns: e.dur_ns,
                 excess_ns: excess,
                 jiffies: excess as f64 / jiffy_ns.max(1) as f64,
-                caused_by: pending.map(|p| (p, events[p].name.clone())),
+                caused_by: pending
+                    .filter(|_| srcu.waits)
+                    .map(|p| (p, events[p].name.clone())),
             });
-            // The stalled call waited the grace period out.
-            pending = None;
-            continue;
         }
-        if srcu_role(&e.name) == SrcuRole::MemslotUpdate {
+        // An event that may either wait or start one (a traced KVM_IOEVENTFD whose flags are
+        // not visible) proves nothing when it is fast; when it is slow it was the waiting kind.
+        let ambiguous = srcu.waits && srcu.starts_gp;
+        if srcu.waits && (stalled || !ambiguous) {
             pending = None;
-        } else if pending.is_none() && starts_gp(i, e) {
+        } else if srcu.starts_gp && pending.is_none() {
             pending = Some(i);
         }
     }
@@ -149,7 +160,21 @@ pub fn find_stalls_with(
 mod tests {
     use super::*;
 
+    use crate::kvm::ioctl_table::BusRegistration;
+
     const JIFFY: u64 = 4_000_000; // HZ=250
+    const K6_18: SrcuKernel = SrcuKernel {
+        registration: BusRegistration::Defers,
+        vcpu_creation_adds_memslot: false,
+    };
+    const K6_12: SrcuKernel = SrcuKernel {
+        registration: BusRegistration::Synchronizes,
+        vcpu_creation_adds_memslot: false,
+    };
+
+    fn stalls_on(kernel: SrcuKernel, t: &[IoctlEvent], base: &Baselines) -> Vec<Stall> {
+        find_stalls(t, base, JIFFY, kernel_effects(kernel))
+    }
 
     fn timeline(steps: &[(&str, u64)]) -> Vec<IoctlEvent> {
         let mut t = 0;
@@ -160,6 +185,7 @@ mod tests {
                     name: (*name).into(),
                     start_ns: t,
                     dur_ns: *dur,
+                    flags: None,
                 };
                 t += dur + 1_000;
                 e
@@ -186,7 +212,7 @@ mod tests {
             ("KVM_RUN", 90_000),
         ]);
         let base = Baselines::learn(slow.iter().chain(&fast));
-        let stalls = find_stalls(&slow, &base, JIFFY);
+        let stalls = stalls_on(K6_18, &slow, &base);
         assert_eq!(stalls.len(), 1);
         let s = &stalls[0];
         assert_eq!(
@@ -196,7 +222,7 @@ mod tests {
         assert_eq!(s.caused_by, Some((1, "KVM_CREATE_IRQCHIP".into())));
         assert_eq!(s.excess_ns, 7_460_000);
         assert!((s.jiffies - 1.865).abs() < 1e-9);
-        assert!(find_stalls(&fast, &base, JIFFY).is_empty());
+        assert!(stalls_on(K6_18, &fast, &base).is_empty());
     }
 
     #[test]
@@ -207,7 +233,7 @@ mod tests {
         steps.push(("KVM_IOEVENTFD", 6_615_000));
         steps.extend(std::iter::repeat_n(("KVM_IOEVENTFD", 26_000), 5));
         let t = timeline(&steps);
-        let stalls = find_stalls(&t, &Baselines::learn(&t), JIFFY);
+        let stalls = stalls_on(K6_18, &t, &Baselines::learn(&t));
         assert_eq!(stalls.len(), 1);
         assert_eq!(stalls[0].index, 9);
         assert_eq!(stalls[0].caused_by, Some((1, "KVM_IOEVENTFD".into())));
@@ -222,7 +248,7 @@ mod tests {
             ("KVM_CREATE_VCPU", 60_000),
             ("KVM_CREATE_VCPU", 6_000_000),
         ]);
-        let stalls = find_stalls(&t, &Baselines::learn(&t), JIFFY);
+        let stalls = stalls_on(K6_18, &t, &Baselines::learn(&t));
         assert_eq!(stalls.len(), 1);
         assert_eq!(
             stalls[0].caused_by, None,
@@ -237,7 +263,7 @@ mod tests {
             ("KVM_SET_USER_MEMORY_REGION", 40_000),
             ("KVM_SET_USER_MEMORY_REGION", 40_000 + JIFFY / 2 - 1),
         ]);
-        assert!(find_stalls(&t, &Baselines::learn(&t), JIFFY).is_empty());
+        assert!(stalls_on(K6_18, &t, &Baselines::learn(&t)).is_empty());
     }
 
     #[test]
@@ -247,7 +273,7 @@ mod tests {
             ("KVM_RUN", 50_000_000),
             ("KVM_RUN", 1_000),
         ]);
-        assert!(find_stalls(&t, &Baselines::learn(&t), JIFFY).is_empty());
+        assert!(stalls_on(K6_18, &t, &Baselines::learn(&t)).is_empty());
     }
 
     #[test]
@@ -257,6 +283,7 @@ mod tests {
             name: name.into(),
             start_ns,
             dur_ns,
+            flags: None,
         };
         // Only the window can clear the pending registration: no sync lies in between. The
         // trailing unstalled memslot gives the baseline.
@@ -265,7 +292,7 @@ mod tests {
             ev("KVM_SET_USER_MEMORY_REGION", late, 6_000_000),
             ev("KVM_SET_USER_MEMORY_REGION", late + 7_000_000, 40_000),
         ];
-        let stalls = find_stalls(&t, &Baselines::learn(&t), JIFFY);
+        let stalls = stalls_on(K6_18, &t, &Baselines::learn(&t));
         assert_eq!(stalls.len(), 1);
         assert_eq!(stalls[0].caused_by, None);
     }
@@ -279,8 +306,67 @@ mod tests {
             ("KVM_ENABLE_CAP", 12_000),
             ("KVM_SET_USER_MEMORY_REGION", 7_000_000),
         ]);
-        let stalls = find_stalls(&t, &Baselines::learn(&t), JIFFY);
+        let stalls = stalls_on(K6_18, &t, &Baselines::learn(&t));
         assert_eq!(stalls.len(), 1);
         assert_eq!(stalls[0].caused_by, Some((1, "KVM_CREATE_IRQCHIP".into())));
+    }
+
+    #[test]
+    fn on_a_synchronizing_kernel_slow_noise_is_not_an_srcu_stall() {
+        // Linux 6.12 under emulation: every ioctl is sometimes slow, but no registration
+        // starts a grace period, so nothing can be blamed on one.
+        let t = timeline(&[
+            ("KVM_SET_REGS", 10_000),
+            ("KVM_SET_REGS", 10_000),
+            ("KVM_SET_REGS", 10_000),
+            ("KVM_SET_REGS", 10_000),
+            ("KVM_CREATE_VM", 16_000_000),
+            ("KVM_CREATE_IRQCHIP", 70_000),
+            ("KVM_CREATE_PIT2", 6_000_000),
+            ("KVM_SET_USER_MEMORY_REGION", 40_000),
+            ("KVM_SET_SREGS", 5_000_000),
+            ("KVM_SET_USER_MEMORY_REGION", 9_000_000),
+        ]);
+        let stalls = stalls_on(K6_12, &t, &Baselines::learn(&t));
+        assert_eq!(stalls.len(), 4);
+        assert!(stalls.iter().all(|s| s.caused_by.is_none()), "{stalls:?}");
+    }
+
+    #[test]
+    fn an_ioctl_that_cannot_wait_is_never_blamed_on_a_pending_grace_period() {
+        let t = timeline(&[
+            ("KVM_CREATE_IRQCHIP", 70_000),
+            ("KVM_SET_SREGS", 40_000),
+            ("KVM_SET_SREGS", 6_000_000),
+            ("KVM_SET_USER_MEMORY_REGION", 7_000_000),
+            ("KVM_SET_USER_MEMORY_REGION", 40_000),
+        ]);
+        let stalls = stalls_on(K6_18, &t, &Baselines::learn(&t));
+        assert_eq!(stalls.len(), 2);
+        assert_eq!(
+            (stalls[0].name.as_str(), &stalls[0].caused_by),
+            ("KVM_SET_SREGS", &None)
+        );
+        // The grace period was still pending when the memslot update came.
+        assert_eq!(stalls[1].caused_by, Some((0, "KVM_CREATE_IRQCHIP".into())));
+    }
+
+    #[test]
+    fn a_deassign_waits_and_an_assign_does_not() {
+        let mut t = timeline(&[
+            ("KVM_IOEVENTFD", 13_000),
+            ("KVM_IOEVENTFD", 5_000_000),
+            ("KVM_IOEVENTFD", 13_000),
+        ]);
+        t[0].flags = Some(0);
+        t[1].flags = Some(crate::kvm::ioctl_table::KVM_IOEVENTFD_FLAG_DEASSIGN);
+        let stalls = stalls_on(K6_18, &t, &Baselines::learn(&t));
+        assert_eq!(stalls[0].caused_by, Some((0, "KVM_IOEVENTFD".into())));
+        t[1].flags = Some(0);
+        let stalls = stalls_on(K6_18, &t, &Baselines::learn(&t));
+        assert_eq!(
+            stalls[0].caused_by, None,
+            "an assign defers, it never waits on 6.18"
+        );
     }
 }

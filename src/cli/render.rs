@@ -49,6 +49,15 @@ pub fn host(h: &HostInfo) -> String {
         h.hz_source
     );
     let _ = writeln!(s, "thp           {}", h.thp);
+    let _ = writeln!(
+        s,
+        "hypervisor    {}",
+        match (&h.hypervisor, h.cpu_emulated()) {
+            (None, _) => "none (bare metal)".to_string(),
+            (Some(sig), true) => format!("{sig} (CPU emulated: times are not meaningful)"),
+            (Some(sig), false) => sig.clone(),
+        }
+    );
     if !h.capabilities.is_empty() {
         let _ = writeln!(s, "capabilities");
         for (cap, has) in &h.capabilities {
@@ -178,7 +187,7 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
     let h = &r.host;
     let _ = writeln!(
         s,
-        "host: {}, {}, {} ({}), vPMU {}, HZ={}, {} cores",
+        "host: {}, {}, {} ({}), vPMU {}, HZ={}, THP {}, {} cores",
         h.kernel,
         h.cpu,
         h.kvm_flavour,
@@ -189,8 +198,23 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
         },
         if h.vpmu == Some(true) { "on" } else { "off" },
         h.hz,
+        h.thp,
         h.cores
     );
+    if r.backend == "kvm" && h.cpu_emulated() {
+        let _ = writeln!(
+            s,
+            "note: this host's CPU is emulated in software ({}): every exit is emulated, so times here are not meaningful; counts are",
+            h.hypervisor.as_deref().unwrap_or("")
+        );
+    }
+    if r.backend == "kvm" && r.scenario == "memory" && h.thp != "never" {
+        let _ = writeln!(
+            s,
+            "THP {}: lazy, populated, uffd and the system memory opt out per mapping (MADV_NOHUGEPAGE); thp opts in (MADV_HUGEPAGE)",
+            h.thp
+        );
+    }
     let reps = r
         .params
         .get("reps")
@@ -300,16 +324,16 @@ pub fn trace(t: &TraceReport) -> String {
             String::new()
         };
         let mark = stalled.get(&i).map_or(String::new(), |st| {
-            format!(
-                "   <-- STALL {:.1} jiffies{}",
-                st.jiffies,
-                st.caused_by
-                    .as_ref()
-                    .zip(st.caused_by_index)
-                    .map_or(String::new(), |(c, ci)| format!(
-                        ", grace period started by {c} (#{ci})"
-                    ))
-            )
+            match st.caused_by.as_ref().zip(st.caused_by_index) {
+                Some((c, ci)) => format!(
+                    "   <-- STALL {:.1} jiffies, grace period started by {c} (#{ci})",
+                    st.jiffies
+                ),
+                None => format!(
+                    "   <-- slow: {:.1} jiffies over its baseline, cause unknown (no SRCU grace period it could wait for)",
+                    st.jiffies
+                ),
+            }
         });
         let _ = writeln!(
             s,
@@ -333,27 +357,44 @@ pub fn trace(t: &TraceReport) -> String {
         );
     }
     let jiffy_ms = t.jiffy_ns as f64 / 1e6;
-    if t.stalls.is_empty() {
+    let (srcu, slow): (Vec<_>, Vec<_>) = t.stalls.iter().partition(|x| x.caused_by.is_some());
+    if srcu.is_empty() {
         let _ = writeln!(
             s,
-            "\nno grace-period stalls (no ioctl exceeded its baseline by half a jiffy, {:.1} ms)",
+            "\nno grace-period stalls (no ioctl that can wait for SRCU on this kernel exceeded its baseline by half a jiffy, {:.1} ms, while a grace period was in flight)",
             jiffy_ms / 2.0
         );
     } else {
-        let total: f64 = t.stalls.iter().map(|x| x.duration_ms).sum();
+        let total: f64 = srcu.iter().map(|x| x.duration_ms).sum();
         let _ = writeln!(
             s,
             "\nstalls: {} totalling {total:.2} ms (jiffy {jiffy_ms:.1} ms)",
-            t.stalls.len()
+            srcu.len()
         );
-        for x in &t.stalls {
-            let cause = x.caused_by.as_ref().zip(x.caused_by_index).map_or(
-                "an SRCU grace period already in flight".to_string(),
-                |(c, i)| format!("the SRCU grace period started by {c} (#{i})"),
-            );
+        for x in &srcu {
+            let cause = x
+                .caused_by
+                .as_ref()
+                .zip(x.caused_by_index)
+                .map_or(String::new(), |(c, i)| {
+                    format!("the SRCU grace period started by {c} (#{i})")
+                });
             let _ = writeln!(
                 s,
                 "  ! {} (#{}) at {:.2} ms took {:.2} ms ({:.1} jiffies over baseline), waiting for {cause}",
+                x.ioctl, x.index, x.at_ms, x.duration_ms, x.jiffies
+            );
+        }
+    }
+    if !slow.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nslow ioctls, cause unknown (each cannot wait for SRCU on this kernel, or no grace period was in flight):"
+        );
+        for x in &slow {
+            let _ = writeln!(
+                s,
+                "  {} (#{}) at {:.2} ms took {:.2} ms ({:.1} jiffies over baseline)",
                 x.ioctl, x.index, x.at_ms, x.duration_ms, x.jiffies
             );
         }
@@ -382,7 +423,9 @@ pub fn validation(checks: &[crate::analysis::validate::Check], tolerance: f64) -
         "scenario", "variant", "metric", "model", "kvm", "error"
     );
     for c in checks {
-        let rule = if c.tolerance_pct == 0.0 {
+        let rule = if !c.judged {
+            "timing not meaningful on an emulated host".to_string()
+        } else if c.tolerance_pct == 0.0 {
             "exact".to_string()
         } else {
             format!("±{:.0}%", c.tolerance_pct)
@@ -396,15 +439,26 @@ pub fn validation(checks: &[crate::analysis::validate::Check], tolerance: f64) -
             fmt_value(c.predicted, &c.unit),
             fmt_value(c.measured, &c.unit),
             c.error_pct,
-            if c.pass { "pass" } else { "FAIL" }
+            match (c.judged, c.pass) {
+                (false, _) => "shown",
+                (true, true) => "pass",
+                (true, false) => "FAIL",
+            }
         );
     }
     let failed = checks.iter().filter(|c| !c.pass).count();
+    let judged = checks.iter().filter(|c| c.judged).count();
     let _ = write!(
         s,
-        "\n{} of {} checks pass (times within {tolerance}%, fault counts exact)",
-        checks.len() - failed,
-        checks.len()
+        "\n{} of {judged} checks pass (times within {tolerance}%, fault counts exact with the flavour's known extras)",
+        judged - failed,
     );
+    if judged < checks.len() {
+        let _ = write!(
+            s,
+            "; {} times shown but not judged: this host's CPU is emulated",
+            checks.len() - judged
+        );
+    }
     s
 }

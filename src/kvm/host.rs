@@ -64,6 +64,10 @@ pub struct HostInfo {
     pub hz_source: String,
     /// Transparent huge page mode (`always`, `madvise`, `never`).
     pub thp: String,
+    /// The hypervisor this host itself runs under, by its CPUID signature (leaf 0x40000000:
+    /// `KVMKVMKVM`, `TCGTCGTCGTCG`, `Microsoft Hv`, ...); `None` on bare metal.
+    #[serde(default)]
+    pub hypervisor: Option<String>,
     /// `ok`, or why `/dev/kvm` cannot be used.
     pub kvm_access: String,
     /// The KVM capabilities hvlab uses, and whether this host has them.
@@ -78,6 +82,17 @@ impl HostInfo {
     /// Length of one jiffy in nanoseconds.
     pub fn jiffy_ns(&self) -> u64 {
         1_000_000_000 / u64::from(self.hz.max(1))
+    }
+
+    /// How this kernel's KVM uses `kvm->srcu` while a VM is built.
+    pub fn srcu_kernel(&self) -> crate::kvm::ioctl_table::SrcuKernel {
+        crate::kvm::ioctl_table::SrcuKernel::of(&self.kernel, self.kvm_flavour == KvmFlavour::Vmx)
+    }
+
+    /// Whether this host's own CPU is emulated in software (QEMU TCG): every VM exit is then
+    /// emulated too, so timings say nothing about hardware; counts and behaviour still hold.
+    pub fn cpu_emulated(&self) -> bool {
+        self.hypervisor.as_deref() == Some("TCGTCGTCGTCG")
     }
 
     /// Whether `/dev/kvm` opened.
@@ -149,6 +164,7 @@ pub fn probe() -> HostInfo {
         hz,
         hz_source,
         thp: thp_mode().unwrap_or_else(|| "unknown".into()),
+        hypervisor: hypervisor_signature(),
         kvm_access,
         capabilities,
         hvlab_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -180,6 +196,30 @@ fn parse_bool_param(s: &str) -> Option<bool> {
         "N" | "n" | "0" => Some(false),
         _ => None,
     }
+}
+
+/// The CPUID hypervisor signature (leaf 0x40000000, EBX:ECX:EDX), when CPUID.1:ECX bit 31
+/// says a hypervisor is present.
+#[cfg(target_arch = "x86_64")]
+fn hypervisor_signature() -> Option<String> {
+    use std::arch::x86_64::__cpuid;
+    // CPUID is available on every x86-64 CPU and has no side effects.
+    let leaf1 = __cpuid(1);
+    if leaf1.ecx & (1 << 31) == 0 {
+        return None;
+    }
+    let sig = __cpuid(0x4000_0000);
+    let bytes: Vec<u8> = [sig.ebx, sig.ecx, sig.edx]
+        .iter()
+        .flat_map(|r| r.to_le_bytes())
+        .filter(|b| *b != 0)
+        .collect();
+    Some(String::from_utf8_lossy(&bytes).trim().to_string())
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn hypervisor_signature() -> Option<String> {
+    None
 }
 
 fn cpu_model() -> Option<String> {

@@ -175,30 +175,117 @@ pub fn decode(request: u64) -> Option<&'static str> {
     )
 }
 
-/// How an ioctl interacts with `kvm->srcu`, the SRCU that guards the I/O buses and memslots.
+/// `KVM_IOEVENTFD` flag: remove the ioeventfd (`kvm_deassign_ioeventfd`).
+pub const KVM_IOEVENTFD_FLAG_DEASSIGN: u32 = 1 << 2;
+/// `KVM_IOEVENTFD` flag: match the written value (how virtio doorbells are registered).
+pub const KVM_IOEVENTFD_FLAG_DATAMATCH: u32 = 1;
+
+/// What `kvm_io_bus_register_dev()` does with the bus array it replaces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SrcuRole {
-    /// Registers a device on an I/O bus (`kvm_io_bus_register_dev`): publishes a new bus array
-    /// and, in Linux 6.18, frees the old one with `call_srcu`, starting a normal grace period.
-    IoBusRegistration,
-    /// Swaps memslots (`kvm_swap_active_memslots`): `synchronize_srcu_expedited`, which cannot
-    /// finish before a normal grace period already in flight.
-    MemslotUpdate,
-    /// Neither.
-    None,
+pub enum BusRegistration {
+    /// `synchronize_srcu_expedited()` then `kfree()`: the registration itself can wait for a
+    /// grace period in flight, and starts none (every kernel before 6.18).
+    Synchronizes,
+    /// `call_srcu()` (commit 7d9a0273, "KVM: Avoid synchronize_srcu() in
+    /// kvm_io_bus_register_dev()", first in 6.18): returns at once and starts a normal grace
+    /// period that a later expedited synchronization must wait out.
+    Defers,
 }
 
-/// The SRCU role of a KVM ioctl, by name.
-pub fn srcu_role(name: &str) -> SrcuRole {
+/// How the kernel that produced a timeline uses `kvm->srcu` in the ioctls a VMM issues while
+/// building a VM: which can wait for a grace period, which start one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SrcuKernel {
+    /// The I/O-bus registration scheme.
+    pub registration: BusRegistration,
+    /// The first `KVM_CREATE_VCPU` adds a private memslot, and so synchronizes: VMX allocates
+    /// the APIC-access page (`kvm_alloc_apic_access_page()` from `vmx_vcpu_create()`); SVM
+    /// only with AVIC (off by default), PVM not at all (measured: no memslot appears).
+    pub vcpu_creation_adds_memslot: bool,
+}
+
+impl SrcuKernel {
+    /// The semantics of a kernel by its release string (`uname -r`) and KVM flavour. A release
+    /// that does not parse is taken as the newest scheme.
+    pub fn of(release: &str, vmx: bool) -> SrcuKernel {
+        let registration = match parse_release(release) {
+            Some(version) if version < (6, 18) => BusRegistration::Synchronizes,
+            _ => BusRegistration::Defers,
+        };
+        SrcuKernel {
+            registration,
+            vcpu_creation_adds_memslot: vmx,
+        }
+    }
+}
+
+/// `(major, minor)` of a kernel release such as `6.12.117+deb12-amd64`.
+pub fn parse_release(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// What one ioctl does to `kvm->srcu`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SrcuEffect {
+    /// It can block in `synchronize_srcu{,_expedited}()` on `kvm->srcu`, directly or through a
+    /// memslot swap (`kvm_swap_active_memslots()`), and so wait out a grace period in flight.
+    pub waits: bool,
+    /// It starts a normal grace period (`call_srcu()`) that later waiters must wait out.
+    pub starts_gp: bool,
+}
+
+const WAITS: SrcuEffect = SrcuEffect {
+    waits: true,
+    starts_gp: false,
+};
+const NONE: SrcuEffect = SrcuEffect {
+    waits: false,
+    starts_gp: false,
+};
+
+/// What a KVM ioctl does to `kvm->srcu` on `kernel`. `flags` is the ioctl's flags field where
+/// the caller knows it; strace shows only a pointer, so for a traced `KVM_IOEVENTFD` it is
+/// `None` and both assign and deassign are possible.
+///
+/// The paths, from the kernel sources of 6.1, 6.12 and 6.18: `KVM_IOEVENTFD` assign,
+/// `KVM_REGISTER_COALESCED_MMIO`, `KVM_CREATE_IRQCHIP` (`kvm_pic_init()`, `kvm_ioapic_init()`)
+/// and `KVM_CREATE_PIT2` (`kvm_create_pit()`) register I/O-bus devices; `KVM_IOEVENTFD`
+/// deassign and `KVM_UNREGISTER_COALESCED_MMIO` call `kvm_io_bus_unregister_dev()`, which
+/// always synchronizes; memslot updates swap memslots. Waits on `kvm->irq_srcu`
+/// (`KVM_SET_GSI_ROUTING`, `KVM_IRQFD`) are not here: nothing a VMM does while building a VM
+/// starts a normal grace period on it, so no stall can be attributed there.
+pub fn srcu_effect(name: &str, flags: Option<u32>, kernel: &SrcuKernel) -> SrcuEffect {
+    let registration = match kernel.registration {
+        BusRegistration::Synchronizes => WAITS,
+        BusRegistration::Defers => SrcuEffect {
+            waits: false,
+            starts_gp: true,
+        },
+    };
     match name {
+        "KVM_IOEVENTFD" => match flags {
+            Some(f) if f & KVM_IOEVENTFD_FLAG_DEASSIGN != 0 => WAITS,
+            Some(_) => registration,
+            // Either, as far as the trace shows.
+            None => SrcuEffect {
+                waits: true,
+                starts_gp: registration.starts_gp,
+            },
+        },
         "KVM_CREATE_IRQCHIP"
         | "KVM_CREATE_PIT2"
-        | "KVM_IOEVENTFD"
-        | "KVM_REGISTER_COALESCED_MMIO"
-        | "KVM_UNREGISTER_COALESCED_MMIO"
-        | "KVM_CREATE_DEVICE" => SrcuRole::IoBusRegistration,
-        "KVM_SET_USER_MEMORY_REGION" | "KVM_SET_USER_MEMORY_REGION2" => SrcuRole::MemslotUpdate,
-        _ => SrcuRole::None,
+        | "KVM_CREATE_PIT"
+        | "KVM_REGISTER_COALESCED_MMIO" => registration,
+        "KVM_UNREGISTER_COALESCED_MMIO"
+        | "KVM_SET_USER_MEMORY_REGION"
+        | "KVM_SET_USER_MEMORY_REGION2"
+        | "KVM_SET_PMU_EVENT_FILTER"
+        | "KVM_X86_SET_MSR_FILTER" => WAITS,
+        "KVM_CREATE_VCPU" if kernel.vcpu_creation_adds_memslot => WAITS,
+        _ => NONE,
     }
 }
 
@@ -239,14 +326,61 @@ mod tests {
         assert_eq!(decode(0x4008_ae00 & 0xffff_00ff | 0x0000_5400), None);
     }
 
+    const K6_12: SrcuKernel = SrcuKernel {
+        registration: BusRegistration::Synchronizes,
+        vcpu_creation_adds_memslot: false,
+    };
+    const K6_18: SrcuKernel = SrcuKernel {
+        registration: BusRegistration::Defers,
+        vcpu_creation_adds_memslot: false,
+    };
+
     #[test]
-    fn srcu_roles_follow_the_kernel_paths() {
-        assert_eq!(srcu_role("KVM_IOEVENTFD"), SrcuRole::IoBusRegistration);
-        assert_eq!(srcu_role("KVM_CREATE_IRQCHIP"), SrcuRole::IoBusRegistration);
+    fn registration_defers_from_6_18_on() {
         assert_eq!(
-            srcu_role("KVM_SET_USER_MEMORY_REGION"),
-            SrcuRole::MemslotUpdate
+            SrcuKernel::of("6.12.117+deb12-amd64", false).registration,
+            BusRegistration::Synchronizes
         );
-        assert_eq!(srcu_role("KVM_RUN"), SrcuRole::None);
+        assert_eq!(
+            SrcuKernel::of("6.1.0-41-amd64", false).registration,
+            BusRegistration::Synchronizes
+        );
+        assert_eq!(
+            SrcuKernel::of("6.18.0-pvm", false).registration,
+            BusRegistration::Defers
+        );
+        assert_eq!(
+            SrcuKernel::of("7.2.13", false).registration,
+            BusRegistration::Defers
+        );
+        assert!(SrcuKernel::of("6.12.1", true).vcpu_creation_adds_memslot);
+    }
+
+    #[test]
+    fn srcu_effects_follow_the_kernel_paths() {
+        let assign = Some(KVM_IOEVENTFD_FLAG_DATAMATCH);
+        let deassign = Some(KVM_IOEVENTFD_FLAG_DEASSIGN);
+        // 6.18: registration starts a grace period and cannot wait; deassign waits.
+        assert!(srcu_effect("KVM_IOEVENTFD", assign, &K6_18).starts_gp);
+        assert!(!srcu_effect("KVM_IOEVENTFD", assign, &K6_18).waits);
+        assert!(srcu_effect("KVM_IOEVENTFD", deassign, &K6_18).waits);
+        assert!(srcu_effect("KVM_IOEVENTFD", None, &K6_18).waits);
+        assert!(srcu_effect("KVM_CREATE_IRQCHIP", None, &K6_18).starts_gp);
+        // 6.12: registration synchronizes, so it can wait and starts nothing.
+        let pit = srcu_effect("KVM_CREATE_PIT2", None, &K6_12);
+        assert!(pit.waits && !pit.starts_gp);
+        assert!(srcu_effect("KVM_SET_USER_MEMORY_REGION", None, &K6_12).waits);
+        for never in [
+            "KVM_CREATE_VM",
+            "KVM_SET_SREGS",
+            "KVM_SET_CPUID2",
+            "KVM_RUN",
+        ] {
+            assert_eq!(srcu_effect(never, None, &K6_18), SrcuEffect::default());
+            assert_eq!(srcu_effect(never, None, &K6_12), SrcuEffect::default());
+        }
+        assert!(!srcu_effect("KVM_CREATE_VCPU", None, &K6_18).waits);
+        let vmx = SrcuKernel::of("6.12.1", true);
+        assert!(srcu_effect("KVM_CREATE_VCPU", None, &vmx).waits);
     }
 }

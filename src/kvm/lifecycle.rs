@@ -82,13 +82,14 @@ pub fn construct(kvm: &Kvm, plan: &ConstructionPlan) -> Result<ConstructionTrace
             name: t.name.to_string(),
             start_ns: t.start_ns,
             dur_ns: t.dur_ns,
+            flags: t.flags,
         })
         .collect();
     Ok(ConstructionTrace {
         ioctls,
         ready_ns,
         kvm_stats,
-        started_gp: Vec::new(),
+        srcu_effects: Vec::new(),
     })
 }
 

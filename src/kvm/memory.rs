@@ -8,10 +8,10 @@ use super::KvmError;
 /// How host memory behind a memslot is provided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Backing {
-    /// Plain anonymous memory: every first touch is a host page fault.
+    /// Plain anonymous 4 KiB memory: every first touch is a host page fault.
     Lazy,
-    /// Made present before the guest runs (`MADV_POPULATE_WRITE`), so KVM's prefetch can map
-    /// neighbours of a faulting page without faulting them in.
+    /// 4 KiB memory made present and writable before the guest runs (`MADV_POPULATE_WRITE`),
+    /// so KVM's prefetch can map neighbours of a faulting page without faulting them in.
     Populated,
     /// 2 MiB-aligned with `MADV_HUGEPAGE`: the host backs it with transparent huge pages when
     /// its THP mode allows.
@@ -75,11 +75,20 @@ impl GuestMemory {
     }
 
     /// `len` bytes with the given backing. `len` must be a multiple of 4 KiB.
+    ///
+    /// The 4 KiB backings are `MADV_NOHUGEPAGE`: with THP mode `always` (Debian's default) the
+    /// host would otherwise back them with huge pages too, and every backing would measure the
+    /// same thing.
     pub fn backed(len: usize, backing: Backing) -> Result<GuestMemory, KvmError> {
         match backing {
-            Backing::Lazy => GuestMemory::anonymous(len),
+            Backing::Lazy => {
+                let mem = GuestMemory::anonymous(len)?;
+                mem.advise(libc::MADV_NOHUGEPAGE)?;
+                Ok(mem)
+            }
             Backing::Populated => {
                 let mem = GuestMemory::anonymous(len)?;
+                mem.advise(libc::MADV_NOHUGEPAGE)?;
                 mem.populate()?;
                 Ok(mem)
             }
@@ -97,16 +106,29 @@ impl GuestMemory {
                     ptr,
                     len,
                 };
-                // SAFETY: advising our own mapping; MADV_HUGEPAGE changes no contents.
-                if unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_HUGEPAGE) } != 0 {
-                    return Err(KvmError::Mmap {
-                        bytes: len,
-                        source: std::io::Error::last_os_error(),
-                    });
-                }
+                mem.advise(libc::MADV_HUGEPAGE)?;
                 Ok(mem)
             }
         }
+    }
+
+    /// `madvise(advice)` over the usable part.
+    fn advise(&self, advice: libc::c_int) -> Result<(), KvmError> {
+        // SAFETY: advising our own mapping; the advice used here (huge-page policy) changes
+        // no contents.
+        if unsafe { libc::madvise(self.ptr.as_ptr().cast(), self.len, advice) } != 0 {
+            // Kernels built without THP reject the huge-page advice; then pages are 4 KiB
+            // anyway, which is what NOHUGEPAGE asks for.
+            let err = std::io::Error::last_os_error();
+            if advice == libc::MADV_NOHUGEPAGE && err.raw_os_error() == Some(libc::EINVAL) {
+                return Ok(());
+            }
+            return Err(KvmError::Mmap {
+                bytes: self.len,
+                source: err,
+            });
+        }
+        Ok(())
     }
 
     /// Makes every page present and writable in the host.
@@ -219,6 +241,33 @@ mod tests {
         assert_eq!(resident_pages(&lazy), 0);
         let populated = GuestMemory::backed(4 << 20, Backing::Populated).unwrap();
         assert_eq!(resident_pages(&populated), 1024);
+    }
+
+    /// The `VmFlags` of the mapping that contains `addr`, from /proc/self/smaps.
+    fn vm_flags(addr: u64) -> String {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            let range = line.split_whitespace().next().unwrap_or("");
+            if let Some((lo, hi)) = range.split_once('-')
+                && let (Ok(lo), Ok(hi)) = (u64::from_str_radix(lo, 16), u64::from_str_radix(hi, 16))
+            {
+                inside = (lo..hi).contains(&addr);
+            } else if inside && let Some(flags) = line.strip_prefix("VmFlags:") {
+                return flags.to_string();
+            }
+        }
+        panic!("no mapping contains {addr:#x}");
+    }
+
+    #[test]
+    fn four_kib_backings_opt_out_of_thp_and_thp_opts_in() {
+        let lazy = GuestMemory::backed(4 << 20, Backing::Lazy).unwrap();
+        assert!(vm_flags(lazy.host_addr()).contains(" nh"));
+        let populated = GuestMemory::backed(4 << 20, Backing::Populated).unwrap();
+        assert!(vm_flags(populated.host_addr()).contains(" nh"));
+        let thp = GuestMemory::backed(4 << 20, Backing::Thp).unwrap();
+        assert!(vm_flags(thp.host_addr()).contains(" hg"));
     }
 
     #[test]

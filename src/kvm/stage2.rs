@@ -6,7 +6,7 @@ use vmm_sys_util::ioctl::ioctl_with_mut_ref;
 use vmm_sys_util::ioctl_iowr_nr;
 
 use super::KvmError;
-use super::guest::layout::{DATA_GPA, Layout};
+use super::guest::layout::{DATA_GPA, GuestPage, Layout};
 use super::guest::payload;
 use super::host::HostInfo;
 use super::measure::{section, unexpected};
@@ -51,7 +51,9 @@ pub fn touch(kvm: &Kvm, host: &HostInfo, plan: &TouchPlan) -> Result<TouchResult
             let server = UffdServer::start(&data, window)?;
             (data, Some(server))
         }
-        HostBacking::PreFault => (GuestMemory::backed(size, Backing::Lazy)?, None),
+        // Populated first: on memory that is not yet present, KVM_PRE_FAULT_MEMORY (a read
+        // fault) maps the shared zero page read-only and every guest write faults again.
+        HostBacking::PreFault => (GuestMemory::backed(size, Backing::Populated)?, None),
     };
     let mut vm = Vm::create(kvm)?;
     vm.add_memslot(0, system)?;
@@ -71,7 +73,28 @@ pub fn touch(kvm: &Kvm, host: &HostInfo, plan: &TouchPlan) -> Result<TouchResult
         elapsed_ns: measured.elapsed_ns,
         uffd_faults,
         kvm_stats: measured.kvm_stats,
+        guest_table_pages: Some(guest_table_pages(&order, plan.guest_page)),
     })
+}
+
+/// The 4 KiB pages of the guest's own page tables that a pass over `order` reads for the
+/// first time: the data region's PD pages (one per GiB) and, with 4 KiB guest pages, its PT
+/// pages (one per 2 MiB). The index array and everything else the loop reads were touched
+/// before the measured section.
+fn guest_table_pages(order: &[u32], guest_page: GuestPage) -> u64 {
+    let distinct = |shift: u32| {
+        order
+            .iter()
+            .map(|p| p >> shift)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len() as u64
+    };
+    // 4 KiB pages: 512 per PT page, 512 × 512 per PD page.
+    let pds = distinct(18);
+    match guest_page {
+        GuestPage::Huge => pds,
+        GuestPage::Small => pds + distinct(9),
+    }
 }
 
 /// `KVM_PRE_FAULT_MEMORY` over [gpa, gpa + size), resumed until done: the kernel returns
@@ -106,4 +129,19 @@ fn pre_fault(vm: &Vm, gpa: u64, size: u64) -> Result<(), KvmError> {
 fn usize_of(v: u64) -> Result<usize, KvmError> {
     usize::try_from(v)
         .map_err(|_| KvmError::Guest(format!("{v} bytes do not fit this host's address space")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_pages_are_one_pd_per_gib_and_one_pt_per_2mib_touched() {
+        let seq: Vec<u32> = (0..2048).collect(); // 8 MiB
+        assert_eq!(guest_table_pages(&seq, GuestPage::Huge), 1);
+        assert_eq!(guest_table_pages(&seq, GuestPage::Small), 1 + 4);
+        let two_gib: Vec<u32> = (0..524_288).step_by(4096).collect(); // stride 16 MiB
+        assert_eq!(guest_table_pages(&two_gib, GuestPage::Huge), 2);
+        assert_eq!(guest_table_pages(&two_gib, GuestPage::Small), 2 + 128);
+    }
 }

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::ioctl_table;
-use crate::analysis::stall::{Baselines, IoctlEvent, find_stalls};
+use crate::analysis::stall::{Baselines, IoctlEvent, find_stalls, kernel_effects};
+use crate::kvm::host::HostInfo;
+use crate::kvm::ioctl_table::SrcuKernel;
 
 /// Tracer errors.
 #[derive(Debug, thiserror::Error, displaydoc::Display)]
@@ -286,6 +288,7 @@ pub fn analyse(
     ended: String,
     ioctls: Vec<TracedIoctl>,
     jiffy_ns: u64,
+    srcu: SrcuKernel,
 ) -> TraceReport {
     let events: Vec<IoctlEvent> = ioctls
         .iter()
@@ -293,10 +296,11 @@ pub fn analyse(
             name: i.name.to_string(),
             start_ns: i.start_ns,
             dur_ns: i.dur_ns,
+            flags: None,
         })
         .collect();
     let baselines = Baselines::learn(&events);
-    let stalls = find_stalls(&events, &baselines, jiffy_ns)
+    let stalls = find_stalls(&events, &baselines, jiffy_ns, kernel_effects(srcu))
         .into_iter()
         .map(|s| TraceStall {
             index: s.index,
@@ -384,7 +388,7 @@ pub fn trace(
     until: Until,
     timeout: Duration,
     show_output: bool,
-    jiffy_ns: u64,
+    host: &HostInfo,
 ) -> Result<TraceReport, TraceError> {
     if command.is_empty() {
         return Err(TraceError::NoCommand);
@@ -401,7 +405,7 @@ pub fn trace(
         until,
         timeout,
         show_output,
-        jiffy_ns,
+        host,
         &out_path,
         &err_path,
     );
@@ -414,7 +418,7 @@ fn run_traced(
     until: Until,
     timeout: Duration,
     show_output: bool,
-    jiffy_ns: u64,
+    host: &HostInfo,
     out_path: &std::path::Path,
     err_path: &std::path::Path,
 ) -> Result<TraceReport, TraceError> {
@@ -481,7 +485,13 @@ fn run_traced(
             ));
         }
     }
-    Ok(analyse(command.to_vec(), ended, ioctls, jiffy_ns))
+    Ok(analyse(
+        command.to_vec(),
+        ended,
+        ioctls,
+        host.jiffy_ns(),
+        host.srcu_kernel(),
+    ))
 }
 
 fn read_new_lines(
@@ -586,6 +596,7 @@ mod tests {
             "test".into(),
             parse_strace(SAMPLE),
             4_000_000,
+            SrcuKernel::of("6.18.0", false),
         );
         assert_eq!(report.first_run, Some(8));
         assert!((report.ready_ms.unwrap() - 25.301).abs() < 1e-9);

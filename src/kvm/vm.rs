@@ -3,13 +3,14 @@
 
 use std::time::{Duration, Instant};
 
-use kvm_bindings::{kvm_pit_config, kvm_userspace_memory_region};
+use kvm_bindings::{CpuId, KVM_MAX_CPUID_ENTRIES, kvm_pit_config, kvm_userspace_memory_region};
 use kvm_ioctls::{IoEventAddress, Kvm, VcpuFd, VmFd};
 use vmm_sys_util::eventfd::EventFd;
 
 use super::KvmError;
 use super::guest::runner::{self, Flow, GuestExit};
 use super::guest::{Cpl, ENTRY_GPA, Signal, long_mode};
+use super::ioctl_table::KVM_IOEVENTFD_FLAG_DATAMATCH;
 use super::memory::GuestMemory;
 
 /// One ioctl as the builder issued it.
@@ -21,6 +22,8 @@ pub struct TimedIoctl {
     pub start_ns: u64,
     /// Duration in ns.
     pub dur_ns: u64,
+    /// The flags argument, where it decides what the ioctl does (`KVM_IOEVENTFD`).
+    pub flags: Option<u32>,
 }
 
 /// A VM under construction. Fields drop in declaration order: vCPUs and eventfds before the
@@ -31,6 +34,8 @@ pub struct Vm {
     ioeventfds: Vec<EventFd>,
     fd: VmFd,
     memory: Vec<GuestMemory>,
+    /// What this host's KVM supports, given to every vCPU as its CPUID.
+    cpuid: CpuId,
     clock: Instant,
     log: Vec<TimedIoctl>,
 }
@@ -53,6 +58,7 @@ fn timed<T>(
         name,
         start_ns: ns_since(clock, start),
         dur_ns: ns_since(start, end),
+        flags: None,
     });
     out.map_err(KvmError::ioctl(name))
 }
@@ -60,6 +66,10 @@ fn timed<T>(
 impl Vm {
     /// `KVM_CREATE_VM`; the builder's clock starts just before it.
     pub fn create(kvm: &Kvm) -> Result<Vm, KvmError> {
+        // A system ioctl on /dev/kvm, not part of the VM's construction: read before the clock.
+        let cpuid = kvm
+            .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
+            .map_err(KvmError::ioctl("KVM_GET_SUPPORTED_CPUID"))?;
         let clock = Instant::now();
         let fd = kvm.create_vm().map_err(KvmError::ioctl("KVM_CREATE_VM"))?;
         let end = Instant::now();
@@ -68,11 +78,13 @@ impl Vm {
             ioeventfds: Vec::new(),
             fd,
             memory: Vec::new(),
+            cpuid,
             clock,
             log: vec![TimedIoctl {
                 name: "KVM_CREATE_VM",
                 start_ns: 0,
                 dur_ns: ns_since(clock, end),
+                flags: None,
             }],
         })
     }
@@ -136,14 +148,22 @@ impl Vm {
         Ok(slot)
     }
 
-    /// `KVM_CREATE_VCPU` with the next id; returns its index.
+    /// `KVM_CREATE_VCPU` with the next id, then `KVM_SET_CPUID2` with everything the host
+    /// supports, as every VMM does before any other vCPU state: since Linux 6.12.112 (stable)
+    /// `KVM_SET_SREGS` checks EFER against the guest CPUID (`kvm_valid_efer()`), so long mode
+    /// needs CPUID.80000001H:EDX.LM. Returns the vCPU's index.
     pub fn create_vcpu(&mut self) -> Result<usize, KvmError> {
         let id = self.vcpus.len() as u64;
         self.timed("KVM_CREATE_VCPU", |vm, vcpus| {
             vcpus.push(vm.create_vcpu(id)?);
             Ok(())
         })?;
-        Ok(self.vcpus.len() - 1)
+        let index = self.vcpus.len() - 1;
+        let (cpuid, vcpus) = (&self.cpuid, &self.vcpus);
+        timed(&mut self.log, self.clock, "KVM_SET_CPUID2", || {
+            vcpus[index].set_cpuid2(cpuid)
+        })?;
+        Ok(index)
     }
 
     /// `KVM_IOEVENTFD` on a 4-byte MMIO doorbell with a datamatch, the way virtio-mmio VMMs
@@ -153,9 +173,14 @@ impl Vm {
             op: "eventfd",
             source: kvm_ioctls::Error::new(e.raw_os_error().unwrap_or(libc::EIO)),
         })?;
-        self.timed("KVM_IOEVENTFD", |vm, _| {
+        let registered = self.timed("KVM_IOEVENTFD", |vm, _| {
             vm.register_ioevent(&evt, &IoEventAddress::Mmio(gpa), datamatch)
-        })?;
+        });
+        // kvm-ioctls sets DATAMATCH for a value to match; an assign, never a deassign.
+        if let Some(last) = self.log.last_mut() {
+            last.flags = Some(KVM_IOEVENTFD_FLAG_DATAMATCH);
+        }
+        registered?;
         self.ioeventfds.push(evt);
         Ok(())
     }
@@ -199,6 +224,7 @@ impl Vm {
             name: "KVM_RUN",
             start_ns: ns_since(clock, start),
             dur_ns: ns_since(start, end),
+            flags: None,
         });
         Ok(())
     }

@@ -47,18 +47,29 @@ fn run(
     scenario::run(info, backend, &request, progress)
 }
 
+/// Sets a measured cost, unless the measurement did not yield a positive finite number (a
+/// noisy or emulated host, a mechanism this host lacks): then the built-in value stays, and
+/// its provenance says what calibrate solved and why it was not used. A profile never gets a
+/// zero or negative cost from calibrate.
+fn put_measured(p: &mut Profile, key: &str, value: f64, unit: &str, provenance: String) {
+    if value.is_finite() && value > 0.0 {
+        p.set(key, value, unit, provenance);
+    } else if let Some(kept) = p.costs.get_mut(key) {
+        kept.provenance = format!(
+            "calibrate solved {value:.1} {unit} ({provenance}), not a positive cost, so it was not used; {}",
+            kept.provenance
+        );
+    }
+}
+
 /// Measures a profile named `this-host` with the kvm backend.
 pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<Profile, Error> {
     let host = backend.host().clone();
-    let base_name = match host.kvm_flavour {
-        KvmFlavour::Vmx | KvmFlavour::Svm => "intel-spr-vmx",
-        KvmFlavour::Arm64 => "neoverse-n2-spe",
-        _ => "pvm-epyc",
-    };
+    let (base_name, base_match) = super::builtin_for(host.kvm_flavour);
     let mut p = Profile::load(base_name).map_err(super::ModelError::from)?;
     for cost in p.costs.values_mut() {
         cost.provenance = format!(
-            "not measured by calibrate; from built-in profile {base_name}: {}",
+            "not measured by calibrate; from built-in profile {base_name} ({base_match}): {}",
             cost.provenance
         );
     }
@@ -73,8 +84,38 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
         "{} ({}), {} KVM, Linux {}, HZ={}, calibrated {when}",
         host.cpu, host.cores, host.kvm_flavour, host.kernel, host.hz
     );
+    // On an emulated CPU (QEMU TCG) every fault and exit costs milliseconds and the times mean
+    // nothing: calibrate there at small points so it finishes, and the profile still gets
+    // every value through the same formulas.
+    let small = host.cpu_emulated();
+    let (size, pin_bytes, iterations) = if small {
+        ("size=8MiB", 8usize << 20, "iterations=200")
+    } else {
+        ("size=64MiB", 64usize << 20, "iterations=5000")
+    };
     let tag = |what: &str| format!("hvlab calibrate {when}: {what}");
     p.set("hz", f64::from(host.hz), "Hz", tag(&host.hz_source));
+    // Which vCPU creation swaps memslots is a property of the flavour's code, not a cost.
+    let (adds, why) = match host.kvm_flavour {
+        KvmFlavour::Vmx => (
+            1.0,
+            "vmx_vcpu_create() adds the APIC-access page memslot (kvm_alloc_apic_access_page())",
+        ),
+        KvmFlavour::Svm => (
+            0.0,
+            "SVM adds the APIC-access memslot only with AVIC (avic_init_vcpu()), off by default",
+        ),
+        _ => (
+            0.0,
+            "no private memslot appears at vCPU creation on this flavour",
+        ),
+    };
+    p.set(
+        "first_vcpu_adds_memslot",
+        adds,
+        "bool",
+        tag(&format!("{} KVM: {why}", host.kvm_flavour)),
+    );
 
     // Lifecycle: ioctl costs from the unstalled order, the wake-up latency from the stall.
     let lc = run(
@@ -98,7 +139,8 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
         ("ioctl_ioeventfd_ns", "KVM_IOEVENTFD", devices),
         ("first_run_ns", "KVM_RUN", 1.0),
     ] {
-        p.set(
+        put_measured(
+            &mut p,
             key,
             per(ioctl, n)?,
             "ns",
@@ -117,7 +159,8 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
     ] {
         regs += per(ioctl, 4.0)?;
     }
-    p.set(
+    put_measured(
+        &mut p,
         "ioctl_regs_ns",
         regs,
         "ns",
@@ -136,9 +179,10 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
         .unwrap_or(0.0);
     // create-vm, memslot, irqchip, pit, the ioeventfds, one vCPU, four register ioctls, run.
     let count = 1.0 + 1.0 + 1.0 + 1.0 + devices + 1.0 + 4.0 + 1.0;
-    p.set(
+    put_measured(
+        &mut p,
         "vmm_gap_ns",
-        ((ready - ioctls) / count).max(0.0),
+        (ready - ioctls) / count,
         "ns",
         tag(&format!(
             "lifecycle memslots-first, (ready - sum of ioctl medians) / {count} ioctls"
@@ -153,9 +197,10 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
     // away on average.
     let since_start = per("KVM_CREATE_PIT2", 1.0)?;
     let wakeup = stalled - (jiffy / 2.0 + (phases - 1.0) * jiffy) + since_start;
-    p.set(
+    put_measured(
+        &mut p,
         "srcu_wakeup_ns",
-        wakeup.max(0.0),
+        wakeup,
         "ns",
         tag(&format!(
             "lifecycle irqchip-first memslot {:.2} ms = tick wait (jiffy/2 + {} jiffies) + this",
@@ -165,7 +210,6 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
     );
 
     // Memory: fault costs from passes whose fault and prefetch counts are known.
-    let size = "size=64MiB";
     let m2 = run(
         backend,
         &memory::INFO,
@@ -186,47 +230,61 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
         .get("touch_page_ns", "calibrate")
         .map_err(super::ModelError::from)?;
     let fault = med(&m4, "populated", "ns_per_page")? - touch;
-    p.set(
+    put_measured(
+        &mut p,
         "stage2_fault_ns",
         fault,
         "ns",
         tag("memory populated, 4 KiB guest pages (no prefetch): ns_per_page - touch_page_ns"),
     );
     let t_pop = med(&m2, "populated", "ns_per_page")?;
-    let prefetching = p.mmu != MmuKind::TdpMmu;
-    let prefetch = if prefetching {
-        ((8.0 * t_pop - fault) / 7.0).max(0.0)
-    } else {
+    // The TDP MMU never prefetches: there is nothing to measure, and nothing the model charges.
+    let prefetch = if p.mmu == MmuKind::TdpMmu {
         0.0
+    } else {
+        let solved = (8.0 * t_pop - fault) / 7.0;
+        put_measured(
+            &mut p,
+            "prefetch_page_ns",
+            solved,
+            "ns",
+            tag(
+                "memory populated, 2 MiB guest pages: (8 x ns_per_page - stage2_fault_ns) / 7 prefetched",
+            ),
+        );
+        solved.max(0.0)
     };
-    p.set("prefetch_page_ns", prefetch, "ns", tag("memory populated, 2 MiB guest pages: (8 x ns_per_page - stage2_fault_ns) / 7 prefetched"));
     let t_lazy = med(&m2, "lazy", "ns_per_page")?;
-    p.set(
+    put_measured(
+        &mut p,
         "host_fault_ns",
-        (t_lazy - fault).max(0.0),
+        t_lazy - fault,
         "ns",
         tag("memory lazy: ns_per_page - stage2_fault_ns"),
     );
     if let Ok(t_thp) = med(&m2, "thp", "ns_per_page") {
-        p.set(
+        put_measured(
+            &mut p,
             "host_fault_huge_ns",
-            (t_thp * 512.0 - fault).max(0.0),
+            t_thp * 512.0 - fault,
             "ns",
             tag("memory thp: 512 x ns_per_page - stage2_fault_ns"),
         );
     }
     let t1 = med(&m2, "uffd", "ns_per_page")?;
     let t8 = med(&m2, "uffd-prefetch", "ns_per_page")?;
-    let copy = ((8.0 * t8 - t1) / 7.0 - prefetch).max(0.0);
-    p.set(
+    let copy = (8.0 * t8 - t1) / 7.0 - prefetch;
+    put_measured(
+        &mut p,
         "uffd_copy_page_ns",
         copy,
         "ns",
         tag("memory uffd and uffd-prefetch (window 8): (8 x T8 - T1) / 7 - prefetch_page_ns"),
     );
-    p.set(
+    put_measured(
+        &mut p,
         "uffd_fault_ns",
-        (t1 - fault - copy).max(0.0),
+        t1 - fault - copy.max(0.0),
         "ns",
         tag("memory uffd: T1 - stage2_fault_ns - uffd_copy_page_ns"),
     );
@@ -236,24 +294,27 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
         backend,
         &exits::INFO,
         &["pio-out", "cpuid"],
-        &["iterations=5000"],
+        &[iterations],
         5,
         progress,
     )?;
     let pio = med(&ex, "pio-out", "roundtrip_ns")?;
-    p.set(
+    put_measured(
+        &mut p,
         "exit_userspace_ns",
         pio,
         "ns",
         tag("exits pio-out roundtrip_ns"),
     );
-    p.set(
+    put_measured(
+        &mut p,
         "exit_kernel_ns",
         med(&ex, "cpuid", "roundtrip_ns")?,
         "ns",
         tag("exits cpuid roundtrip_ns"),
     );
-    p.set(
+    put_measured(
+        &mut p,
         "cpu_ghz",
         med(&ex, "pio-out", "tsc_per_iter")? / pio,
         "GHz",
@@ -261,24 +322,33 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
     );
 
     // Pinning with mlock.
-    let m = pin::mlock_costs(64 << 20)?;
-    p.set(
+    let m = pin::mlock_costs(pin_bytes)?;
+    put_measured(
+        &mut p,
         "pin_page_ns",
         m.pin_page_ns,
         "ns",
-        tag("mlock of a fresh 64 MiB buffer, per 4 KiB page"),
+        tag(&format!(
+            "mlock of a fresh {} MiB buffer, per 4 KiB page",
+            pin_bytes >> 20
+        )),
     );
-    p.set(
+    put_measured(
+        &mut p,
         "repin_page_ns",
         m.repin_page_ns,
         "ns",
         tag("mlock of the same, resident, buffer, per page"),
     );
-    p.set(
+    put_measured(
+        &mut p,
         "unpin_page_ns",
         m.unpin_page_ns,
         "ns",
-        tag("munlock of the 64 MiB buffer, per page"),
+        tag(&format!(
+            "munlock of the {} MiB buffer, per page",
+            pin_bytes >> 20
+        )),
     );
     Ok(p)
 }

@@ -254,6 +254,8 @@ pub fn touch(costs: &MmuCosts, plan: &TouchPlan) -> TouchResult {
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         elapsed_ns: ns.round() as u64,
         uffd_faults: uffd.then_some(c.uffd_faults),
+        // The model keeps no guest page tables: it is the data region's stage 2 alone.
+        guest_table_pages: None,
         kvm_stats: vec![
             ("faults".into(), "count".into(), count(c.faults)),
             ("prefetched".into(), "count".into(), count(c.prefetched)),

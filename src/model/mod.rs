@@ -148,18 +148,31 @@ impl Backend for ModelBackend {
     }
 }
 
+/// The built-in profile nearest to a host of `flavour`, and how well it matches.
+pub fn builtin_for(flavour: KvmFlavour) -> (&'static str, &'static str) {
+    match flavour {
+        KvmFlavour::Vmx => ("intel-spr-vmx", "the built-in profile for VMX hosts"),
+        KvmFlavour::Svm => (
+            "intel-spr-vmx",
+            "no built-in profile describes an SVM host; the nearest is intel-spr-vmx (x86, TDP MMU)",
+        ),
+        KvmFlavour::Arm64 => ("neoverse-n2-spe", "the built-in profile for arm64 hosts"),
+        KvmFlavour::Pvm | KvmFlavour::None => ("pvm-epyc", "the built-in profile for PVM hosts"),
+    }
+}
+
 /// The profile to use when none is given: the one calibrated on this host, else the built-in
-/// closest to it.
+/// closest to it, with a note when that is not a match for this host's flavour.
 pub fn default_profile(
     host: &HostInfo,
     calibrated: Option<&std::path::Path>,
-) -> Result<Profile, ProfileError> {
+) -> Result<(Profile, Option<String>), ProfileError> {
     if let Some(path) = calibrated.filter(|p| p.exists()) {
-        return Profile::load(&path.to_string_lossy());
+        return Ok((Profile::load(&path.to_string_lossy())?, None));
     }
-    Profile::load(match host.kvm_flavour {
-        KvmFlavour::Vmx | KvmFlavour::Svm => "intel-spr-vmx",
-        KvmFlavour::Arm64 => "neoverse-n2-spe",
-        _ => "pvm-epyc",
-    })
+    let (name, how) = builtin_for(host.kvm_flavour);
+    let note = (host.kvm_flavour == KvmFlavour::Svm).then(|| {
+        format!("no calibrated profile for this host, and {how}; `hvlab calibrate` measures one")
+    });
+    Ok((Profile::load(name)?, note))
 }

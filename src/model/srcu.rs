@@ -16,6 +16,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::profile::{Profile, ProfileError};
 use crate::analysis::stall::IoctlEvent;
+use crate::kvm::ioctl_table::SrcuEffect;
 use crate::scenario::lifecycle::{ConstructionPlan, ConstructionTrace, Step, Strategy};
 
 /// SRCU state for one VM's `kvm->srcu`.
@@ -186,9 +187,9 @@ struct Timeline<'a> {
     vcpus: u32,
     running: bool,
     events: Vec<IoctlEvent>,
-    started_gp: Vec<bool>,
-    /// Whether the ioctl under way started a normal grace period.
-    starting: bool,
+    effects: Vec<SrcuEffect>,
+    /// What the ioctl under way did to SRCU so far.
+    effect: SrcuEffect,
 }
 
 impl Timeline<'_> {
@@ -197,15 +198,22 @@ impl Timeline<'_> {
         self.now += self.costs.gap;
         let start = self.now;
         self.now += base;
-        self.starting = false;
+        self.effect = SrcuEffect::default();
         let wait = srcu_work(self);
         self.now += wait;
-        self.started_gp.push(self.starting);
+        self.effects.push(self.effect);
         self.events.push(IoctlEvent {
             name: name.to_string(),
             start_ns: start,
             dur_ns: self.now - start,
+            flags: None,
         });
+    }
+
+    /// `synchronize_srcu_expedited()` at the end of the ioctl under way.
+    fn synchronize_expedited(&mut self) -> u64 {
+        self.effect.waits = true;
+        self.srcu.synchronize_expedited(self.now)
     }
 
     /// `kvm_io_bus_register_dev()`'s free of the old bus array, per strategy.
@@ -216,10 +224,11 @@ impl Timeline<'_> {
             Strategy::LifecycleKeyed => self.vcpus > 0,
         };
         if defer {
-            self.starting |= !self.srcu.busy(self.now);
+            self.effect.starts_gp |= !self.srcu.busy(self.now);
             self.srcu.call_srcu(self.now);
             0
         } else {
+            self.effect.waits = true;
             self.srcu.synchronize(self.now, self.running)
         }
     }
@@ -246,8 +255,8 @@ pub fn construct(
         vcpus: 0,
         running: false,
         events: Vec::new(),
-        started_gp: Vec::new(),
-        starting: false,
+        effects: Vec::new(),
+        effect: SrcuEffect::default(),
     };
     let mut ready_ns = 0;
     for step in &plan.steps {
@@ -261,16 +270,18 @@ pub fn construct(
                 t.registrations(PIT_REGISTRATIONS)
             }),
             Step::Memslot | Step::BootMemslot => {
-                t.ioctl("KVM_SET_USER_MEMORY_REGION", costs.memslot, |t| {
-                    t.srcu.synchronize_expedited(t.now)
-                });
+                t.ioctl(
+                    "KVM_SET_USER_MEMORY_REGION",
+                    costs.memslot,
+                    Timeline::synchronize_expedited,
+                );
             }
             Step::Vcpus => {
                 for _ in 0..plan.vcpus {
                     let adds_memslot = t.vcpus == 0 && costs.first_vcpu_adds_memslot;
                     t.ioctl("KVM_CREATE_VCPU", costs.vcpu, |t| {
                         if adds_memslot {
-                            t.srcu.synchronize_expedited(t.now)
+                            t.synchronize_expedited()
                         } else {
                             0
                         }
@@ -303,7 +314,7 @@ pub fn construct(
         ioctls: t.events,
         ready_ns,
         kvm_stats: Vec::new(),
-        started_gp: t.started_gp,
+        srcu_effects: t.effects,
     }
 }
 

@@ -36,10 +36,11 @@ use super::runner::{self, Progress, RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::{Verdict, against_fastest, fmt_value};
-use crate::analysis::stall::{Baselines, IoctlEvent, find_stalls, find_stalls_with};
+use crate::analysis::stall::{Baselines, IoctlEvent, Stall, find_stalls, kernel_effects};
 use crate::analysis::statistics::median;
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
+use crate::kvm::ioctl_table::{SrcuEffect, SrcuKernel};
 use crate::record::{Finding, TimelineEvent, VariantRecord};
 
 /// The catalog entry.
@@ -143,7 +144,7 @@ static METRICS: [MetricInfo; 5] = [
     MetricInfo {
         name: "stalls",
         unit: "count",
-        doc: "ioctls slower than their unstalled baseline by more than half a jiffy, per VM",
+        doc: "SRCU stalls per VM: ioctls that can wait for kvm->srcu on this kernel, slower than their unstalled baseline by more than half a jiffy while a grace period was in flight",
     },
     MetricInfo {
         name: "kvm.vm.<stat>",
@@ -359,9 +360,9 @@ pub struct ConstructionTrace {
     pub ready_ns: u64,
     /// KVM statistics accumulated since creation: (metric name, unit, value).
     pub kvm_stats: Vec<(String, String, i128)>,
-    /// Which ioctls started a normal SRCU grace period, when the backend knows (the model);
-    /// empty: every I/O-bus registration did (real Linux 6.18).
-    pub started_gp: Vec<bool>,
+    /// What each ioctl did to SRCU, when the backend knows exactly (the model); empty: the
+    /// kernel's semantics decide, by ioctl and flags ([`SrcuKernel`]).
+    pub srcu_effects: Vec<SrcuEffect>,
 }
 
 /// The variants a request asks for, each with its validated plan: every variant `backend`
@@ -439,12 +440,14 @@ pub fn run(
     let results = runner::repeat(&names, request, progress, |vi| {
         backend.construct_vm(&plans[vi])
     });
-    // Stalls are judged against the jiffy of the kernel that produced the timelines.
+    // Stalls are judged against the jiffy and the SRCU semantics of the kernel that produced
+    // the timelines (the model reports its own exactly).
     let jiffy_ns = plans.first().and_then(|p| p.hz).map_or_else(
         || backend.host().jiffy_ns(),
         |hz| 1_000_000_000 / u64::from(hz),
     );
-    Ok(analyse(&names, &results, jiffy_ns, request.seed))
+    let kernel = backend.host().srcu_kernel();
+    Ok(analyse(&names, &results, jiffy_ns, kernel, request.seed))
 }
 
 fn ms(ns: u64) -> f64 {
@@ -458,6 +461,7 @@ pub fn analyse(
     names: &[String],
     results: &[Result<Vec<ConstructionTrace>, String>],
     jiffy_ns: u64,
+    kernel: SrcuKernel,
     seed: u64,
 ) -> ScenarioOutcome {
     let baselines = Baselines::learn(
@@ -468,25 +472,44 @@ pub fn analyse(
             .flat_map(|t| &t.ioctls),
     );
     let variants = per_variant(names, results, |_, name, traces| {
-        analyse_variant(name, traces, &baselines, jiffy_ns, seed)
+        analyse_variant(name, traces, &baselines, jiffy_ns, kernel, seed)
     });
     let verdicts = verdicts(&variants, seed);
     ScenarioOutcome { variants, verdicts }
 }
 
-/// The timeline of the repetition with the median ready time, stalls marked, for charts.
+/// The slow ioctls of one timeline, judged with what each ioctl did to SRCU: as the backend
+/// reported it, or by the kernel's semantics.
+fn stalls_of(
+    trace: &ConstructionTrace,
+    baselines: &Baselines,
+    jiffy_ns: u64,
+    kernel: SrcuKernel,
+) -> Vec<Stall> {
+    if trace.srcu_effects.len() == trace.ioctls.len() {
+        find_stalls(&trace.ioctls, baselines, jiffy_ns, |i, _| {
+            trace.srcu_effects[i]
+        })
+    } else {
+        find_stalls(&trace.ioctls, baselines, jiffy_ns, kernel_effects(kernel))
+    }
+}
+
+/// The timeline of the repetition with the median ready time, SRCU stalls marked, for charts.
 fn median_timeline(
     traces: &[ConstructionTrace],
     baselines: &Baselines,
     jiffy_ns: u64,
+    kernel: SrcuKernel,
 ) -> Vec<TimelineEvent> {
     let mut order: Vec<usize> = (0..traces.len()).collect();
     order.sort_by_key(|i| traces[*i].ready_ns);
     let Some(trace) = order.get(order.len() / 2).map(|i| &traces[*i]) else {
         return Vec::new();
     };
-    let stalled: Vec<usize> = find_stalls(&trace.ioctls, baselines, jiffy_ns)
+    let stalled: Vec<usize> = stalls_of(trace, baselines, jiffy_ns, kernel)
         .iter()
+        .filter(|s| s.caused_by.is_some())
         .map(|s| s.index)
         .collect();
     trace
@@ -517,6 +540,7 @@ fn analyse_variant(
     traces: &[ConstructionTrace],
     baselines: &Baselines,
     jiffy_ns: u64,
+    kernel: SrcuKernel,
     seed: u64,
 ) -> VariantRecord {
     let mut series = Series::new();
@@ -530,14 +554,9 @@ fn analyse_variant(
         for (ioctl, ns) in per_ioctl {
             series.push(&format!("ioctl.{ioctl}_ms"), "ms", ms(ns));
         }
-        let stalls = if trace.started_gp.len() == trace.ioctls.len() {
-            find_stalls_with(&trace.ioctls, baselines, jiffy_ns, |i, _| {
-                trace.started_gp[i]
-            })
-        } else {
-            find_stalls(&trace.ioctls, baselines, jiffy_ns)
-        };
-        series.push("stalls", "count", stalls.len() as f64);
+        let stalls = stalls_of(trace, baselines, jiffy_ns, kernel);
+        let srcu_stalls = stalls.iter().filter(|s| s.caused_by.is_some()).count();
+        series.push("stalls", "count", srcu_stalls as f64);
         for s in stalls {
             let entry = stalled
                 .entry((s.index, s.name, s.caused_by.map(|(_, n)| n)))
@@ -551,30 +570,41 @@ fn analyse_variant(
     }
     let reps = traces.len();
     let metrics = series.finish(reps, name, seed);
+    // A finding must recur: in at least half the repetitions. One slow ioctl in one
+    // repetition is noise (a preempted host thread, an emulated host), not a mechanism.
     let findings = stalled
         .into_iter()
+        .filter(|(_, samples)| samples.durations_ns.len() * 2 >= reps)
         .map(|((step, ioctl, caused_by), samples)| {
             let durs = samples.durations_ns;
             let median_ms = median(&durs) / 1e6;
             let jiffies = median(&samples.jiffies);
-            let cause = caused_by.as_deref().map_or_else(
-                || "an SRCU grace period already in flight".to_string(),
-                |c| format!("the SRCU grace period started by {c}"),
-            );
             let baseline = ms(baselines.of(&ioctl));
-            let message = format!(
-                "{ioctl} (ioctl #{step}) waited for {cause}: {median_ms:.2} ms, {jiffies:.1} jiffies over its {baseline:.3} ms baseline, in {} of {reps} reps",
-                durs.len()
-            );
-            Finding::SrcuStall {
-                ioctl,
-                step,
-                caused_by,
-                median_ms,
-                jiffies,
-                stalled_reps: durs.len(),
-                reps,
-                message,
+            let seen = durs.len();
+            match caused_by {
+                Some(cause) => Finding::SrcuStall {
+                    message: format!(
+                        "{ioctl} (ioctl #{step}) waited for the SRCU grace period started by {cause}: {median_ms:.2} ms, {jiffies:.1} jiffies over its {baseline:.3} ms baseline, in {seen} of {reps} reps"
+                    ),
+                    ioctl,
+                    step,
+                    caused_by: Some(cause),
+                    median_ms,
+                    jiffies,
+                    stalled_reps: seen,
+                    reps,
+                },
+                None => Finding::SlowIoctl {
+                    message: format!(
+                        "{ioctl} (ioctl #{step}) was slow, cause unknown: {median_ms:.2} ms, {jiffies:.1} jiffies over its {baseline:.3} ms baseline, in {seen} of {reps} reps (it cannot wait for SRCU on this kernel, or no grace period was in flight)"
+                    ),
+                    ioctl,
+                    step,
+                    median_ms,
+                    jiffies,
+                    slow_reps: seen,
+                    reps,
+                },
             }
         })
         .collect();
@@ -583,7 +613,7 @@ fn analyse_variant(
         status: "ok".into(),
         metrics,
         findings,
-        timeline: median_timeline(traces, baselines, jiffy_ns),
+        timeline: median_timeline(traces, baselines, jiffy_ns, kernel),
         pinned_bytes: Vec::new(),
     }
 }
@@ -688,6 +718,7 @@ mod tests {
                     name: (*name).into(),
                     start_ns: t,
                     dur_ns: *dur,
+                    flags: None,
                 };
                 t += dur + 2_000;
                 e
@@ -697,7 +728,7 @@ mod tests {
             ioctls,
             ready_ns: t,
             kvm_stats: vec![("kvm.vcpu.io_exits".into(), "count".into(), 1)],
-            started_gp: Vec::new(),
+            srcu_effects: Vec::new(),
         }
     }
 
@@ -728,7 +759,13 @@ mod tests {
             })
             .collect();
         let names = vec!["irqchip-first".to_string(), "memslots-first".to_string()];
-        let out = analyse(&names, &[Ok(slow), Ok(fast)], JIFFY, 1);
+        let out = analyse(
+            &names,
+            &[Ok(slow), Ok(fast)],
+            JIFFY,
+            SrcuKernel::of("6.18.0", false),
+            1,
+        );
         let slow = &out.variants[0];
         assert_eq!(slow.metrics["stalls"].median, 1.0);
         assert_eq!(slow.metrics["kvm.vcpu.io_exits"].samples, vec![1.0; 10]);
@@ -775,6 +812,7 @@ mod tests {
             &names,
             &[Ok(ok), Err("unsupported: needs X".into())],
             JIFFY,
+            SrcuKernel::of("6.18.0", false),
             1,
         );
         assert_eq!(out.variants[1].status, "unsupported: needs X");

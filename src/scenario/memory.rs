@@ -50,11 +50,11 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
 static VARIANTS: [VariantInfo; 6] = [
     VariantInfo {
         name: "lazy",
-        doc: "plain anonymous memory: every first touch is also a host fault",
+        doc: "plain anonymous 4 KiB memory (MADV_NOHUGEPAGE): every first touch is also a host fault",
     },
     VariantInfo {
         name: "populated",
-        doc: "MADV_POPULATE_WRITE before the guest runs: prefetch can map neighbours",
+        doc: "4 KiB memory (MADV_NOHUGEPAGE), MADV_POPULATE_WRITE before the guest runs: prefetch can map neighbours",
     },
     VariantInfo {
         name: "thp",
@@ -70,7 +70,7 @@ static VARIANTS: [VariantInfo; 6] = [
     },
     VariantInfo {
         name: "prefault",
-        doc: "KVM_PRE_FAULT_MEMORY over the region before the guest runs (TDP hosts)",
+        doc: "host memory populated writable, then KVM_PRE_FAULT_MEMORY maps all of stage 2 before the guest runs (TDP hosts)",
     },
 ];
 
@@ -282,6 +282,36 @@ pub struct TouchResult {
     pub uffd_faults: Option<u64>,
     /// Statistics that changed during the pass: (metric name, unit, delta).
     pub kvm_stats: Vec<(String, String, i128)>,
+    /// 4 KiB pages of the guest's own page tables (data-region PDs, and PTs with 4 KiB guest
+    /// pages) first read in the measured section. With TDP these are guest memory like any
+    /// other, so each costs one stage-2 fault on top of the data's; shadow paging reads them
+    /// through the host mapping instead. `None` where the backend has no guest page tables.
+    pub guest_table_pages: Option<u64>,
+}
+
+/// How stage 2 is built, which decides how many faults a first touch costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage2Mmu {
+    /// Shadow paging (no EPT/NPT, or PVM): SPTEs follow the guest's PTEs; prefetch
+    /// (`FNAME(pte_prefetch)`) skips guest PTEs whose Accessed bit is clear.
+    Shadow,
+    /// EPT/NPT with the legacy MMU: direct maps, `direct_pte_prefetch()` maps present
+    /// neighbours.
+    TdpLegacy,
+    /// EPT/NPT with the TDP MMU: one fault per host page, never a prefetch.
+    TdpMmu,
+}
+
+impl Stage2Mmu {
+    /// The MMU a host (or a model profile's host) uses; `None` when the host does not say.
+    pub fn of(host: &crate::kvm::host::HostInfo) -> Option<Stage2Mmu> {
+        match (host.tdp?, host.tdp_mmu) {
+            (false, _) => Some(Stage2Mmu::Shadow),
+            (true, Some(true)) => Some(Stage2Mmu::TdpMmu),
+            (true, Some(false)) => Some(Stage2Mmu::TdpLegacy),
+            (true, None) => None,
+        }
+    }
 }
 
 fn parse_pattern(settings: &Settings) -> Result<Pattern, InputError> {
@@ -422,7 +452,8 @@ pub fn run(
     let results = runner::repeat(&names, request, progress, |vi| {
         backend.touch_memory(&plans[vi])
     });
-    Ok(analyse(&names, &results, request.seed))
+    let mmu = Stage2Mmu::of(backend.host());
+    Ok(analyse(&names, &results, mmu, request.seed))
 }
 
 /// CPL3 on PVM, where CPL0 guest code is instruction-emulated; CPL0 elsewhere.
@@ -437,16 +468,58 @@ pub fn default_cpl(backend: &dyn Backend) -> Cpl {
 pub fn analyse(
     names: &[String],
     results: &[Result<Vec<TouchResult>, String>],
+    mmu: Option<Stage2Mmu>,
     seed: u64,
 ) -> ScenarioOutcome {
     let variants = per_variant(names, results, |_, name, passes| {
-        analyse_variant(name, passes, seed)
+        analyse_variant(name, passes, mmu, seed)
     });
     let verdicts = against_fastest(&variants, INFO.headline, "ns", seed);
     ScenarioOutcome { variants, verdicts }
 }
 
-fn analyse_variant(name: &str, passes: &[TouchResult], seed: u64) -> VariantRecord {
+/// What one stage-2 fault per `per_fault` data pages means on `mmu`.
+fn fault_reading(per_fault: f64, mmu: Option<Stage2Mmu>) -> &'static str {
+    let tdp = matches!(mmu, Some(Stage2Mmu::TdpMmu | Stage2Mmu::TdpLegacy));
+    if per_fault >= 256.0 {
+        if tdp {
+            "huge mappings: the host backed the region with 2 MiB pages, and with TDP stage 2 maps a host huge page whole whatever the guest's own page size"
+        } else {
+            "huge mappings: the host backed the region with 2 MiB pages and the guest maps 2 MiB, so one fault maps 512 pages"
+        }
+    } else if per_fault > 1.5 {
+        match mmu {
+            Some(Stage2Mmu::TdpMmu) => {
+                "part of the region is mapped huge (the TDP MMU never prefetches)"
+            }
+            _ => "SPTE prefetch mapped the present neighbours of each fault (PTE_PREFETCH_NUM = 8)",
+        }
+    } else {
+        match mmu {
+            Some(Stage2Mmu::TdpMmu) => {
+                "one fault per 4 KiB host page: the TDP MMU never prefetches"
+            }
+            Some(Stage2Mmu::TdpLegacy) => {
+                "no prefetch: the neighbours' host pages were not present, and direct_pte_prefetch() never faults a host page in"
+            }
+            Some(Stage2Mmu::Shadow) => {
+                "no prefetch: the neighbours' host pages were not present, or with 4 KiB guest pages the neighbours' guest PTEs have the Accessed bit clear, which FNAME(prefetch_invalid_gpte) skips"
+            }
+            None => {
+                "no prefetch: the neighbours' host pages were not present, or the MMU does not prefetch"
+            }
+        }
+    }
+}
+
+fn analyse_variant(
+    name: &str,
+    passes: &[TouchResult],
+    mmu: Option<Stage2Mmu>,
+    seed: u64,
+) -> VariantRecord {
+    // Only with TDP do the guest's own page tables fault at stage 2.
+    let tdp = matches!(mmu, Some(Stage2Mmu::TdpMmu | Stage2Mmu::TdpLegacy));
     let mut series = Series::new();
     for (rep, p) in passes.iter().enumerate() {
         series
@@ -460,6 +533,9 @@ fn analyse_variant(name: &str, passes: &[TouchResult], seed: u64) -> VariantReco
         if let Some(f) = p.uffd_faults {
             series.push("uffd_faults", "count", f as f64);
         }
+        if let Some(t) = p.guest_table_pages.filter(|_| tdp) {
+            series.push("guest_table_pages", "count", t as f64);
+        }
         for (stat, unit, delta) in &p.kvm_stats {
             series.push(stat, unit, *delta as f64);
         }
@@ -468,20 +544,31 @@ fn analyse_variant(name: &str, passes: &[TouchResult], seed: u64) -> VariantReco
     let pages = passes.first().map_or(0, |p| p.pages);
     let mut findings = Vec::new();
     if let Some(fixed) = metrics.get("kvm.vcpu.pf_fixed").filter(|m| m.median > 0.0) {
-        let per_fault = pages as f64 / fixed.median;
-        let reading = if per_fault >= 256.0 {
-            "huge mappings: the host backed the region with 2 MiB pages and the guest maps 2 MiB, so one fault maps 512 pages"
-        } else if per_fault > 1.5 {
-            "SPTE prefetch mapped the present neighbours of each fault (PTE_PREFETCH_NUM = 8)"
+        let tables = metrics.get("guest_table_pages").map_or(0.0, |m| m.median);
+        let data_faults = fixed.median - tables;
+        let message = if data_faults <= 0.0 {
+            format!(
+                "kvm.vcpu.pf_fixed = {} for {pages} pages touched: none on the data region, which was mapped before the guest ran; {tables} on the guest's own page-table pages",
+                fixed.median
+            )
         } else {
-            "no prefetch: the neighbours' host pages were not present, the MMU does not prefetch (TDP MMU), or with shadow paging and 4 KiB guest pages the neighbours' guest PTEs have the Accessed bit clear, which FNAME(prefetch_invalid_gpte) skips"
+            let per_fault = pages as f64 / data_faults;
+            let split = if tables > 0.0 {
+                format!(
+                    " = {data_faults} on the data + {tables} on the guest's own page-table pages"
+                )
+            } else {
+                String::new()
+            };
+            format!(
+                "kvm.vcpu.pf_fixed = {}{split} for {pages} pages touched: {per_fault:.2} pages mapped per stage-2 fault ({})",
+                fixed.median,
+                fault_reading(per_fault, mmu)
+            )
         };
         findings.push(Finding::Note {
             topic: "prefetch".into(),
-            message: format!(
-                "kvm.vcpu.pf_fixed = {} for {pages} pages touched: {per_fault:.2} pages mapped per stage-2 fault ({reading})",
-                fixed.median
-            ),
+            message,
         });
     }
     if let Some(uffd) = metrics.get("uffd_faults").filter(|m| m.median > 0.0) {
@@ -601,6 +688,7 @@ mod tests {
             elapsed_ns: ns,
             uffd_faults: None,
             kvm_stats: vec![("kvm.vcpu.pf_fixed".into(), "count".into(), fixed)],
+            guest_table_pages: Some(1),
         };
         let out = analyse(
             &["lazy".into(), "populated".into()],
@@ -612,6 +700,7 @@ mod tests {
                     pass(8193, 79_000_000),
                 ]),
             ],
+            Some(Stage2Mmu::Shadow),
             1,
         );
         assert_eq!(out.variants[1].metrics["kvm.vcpu.pf_fixed"].median, 8193.0);
@@ -623,5 +712,44 @@ mod tests {
                 .contains("no prefetch")
         );
         assert_eq!(out.verdicts[0].faster, "populated");
+        assert!(!out.variants[0].metrics.contains_key("guest_table_pages"));
+    }
+
+    #[test]
+    fn on_tdp_the_guest_page_tables_are_counted_apart() {
+        let pass = TouchResult {
+            pages: 2048,
+            elapsed_ns: 1_000_000,
+            uffd_faults: None,
+            kvm_stats: vec![("kvm.vcpu.pf_fixed".into(), "count".into(), 2053)],
+            guest_table_pages: Some(5),
+        };
+        let out = analyse(
+            &["lazy".into()],
+            &[Ok(vec![pass.clone(); 2])],
+            Some(Stage2Mmu::TdpMmu),
+            1,
+        );
+        let v = &out.variants[0];
+        assert_eq!(v.metrics["guest_table_pages"].median, 5.0);
+        let msg = v.findings[0].message();
+        assert!(
+            msg.contains("= 2048 on the data + 5 on the guest's own page-table pages"),
+            "{msg}"
+        );
+        assert!(msg.contains("1.00 pages mapped per stage-2 fault"), "{msg}");
+        assert!(msg.contains("TDP MMU never prefetches"), "{msg}");
+        let huge = TouchResult {
+            kvm_stats: vec![("kvm.vcpu.pf_fixed".into(), "count".into(), 9)],
+            ..pass
+        };
+        let out = analyse(
+            &["thp".into()],
+            &[Ok(vec![huge])],
+            Some(Stage2Mmu::TdpMmu),
+            1,
+        );
+        let msg = out.variants[0].findings[0].message();
+        assert!(msg.contains("whatever the guest's own page size"), "{msg}");
     }
 }
