@@ -153,11 +153,11 @@ say "booting under TCG (console: $out/console.log)"
 rm -f "$out/results.tar"
 status=0
 timeout "$boot_timeout" qemu-system-x86_64 \
-    -accel tcg,thread=multi -cpu EPYC,+svm,+npt -smp 2 -m 2048 \
+    -accel tcg,thread=${HVLAB_TCG_THREAD:-single} -cpu EPYC,+svm,+npt -smp 2 -m 2048 \
     -display none -no-reboot -monitor none \
     -serial "file:$out/console.log" -serial "file:$out/results.tar" \
     -kernel "$vmlinuz" -initrd "$initrd" \
-    -append "console=ttyS0 quiet panic=-1" </dev/null || status=$?
+    -append "console=ttyS0 quiet panic=-1" </dev/null 2>"$out/qemu.err" || status=$?
 rm -f "$initrd"
 if [ "$status" -ne 0 ]; then
     say "qemu exited with $status (timeout: 124)"

@@ -1,0 +1,269 @@
+//! hvlab on the host flavour its users run: an SVM+NPT KVM host (TDP MMU, no vPMU) with
+//! Debian's stable kernels, booted under QEMU TCG by `tests/svm_tcg/boot-host.sh`.
+//!
+//! TCG emulates every exit, so times there mean nothing: these checks are completion, exit
+//! codes, exact counts and the absence of false findings, never times (except where the gap
+//! is orders of magnitude: a pre-faulted region against one that faults every page).
+//!
+//! Runs when `HVLAB_SVM_TCG` lists kernels (`6.1,6.12`; `.ci/run` sets it); skips loudly
+//! otherwise, since it downloads a kernel package and takes a minute or two per kernel.
+#![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // test code: a panic is the failure report
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+/// What runs inside the guest, one hvlab argument list per line (numbered from 1).
+const COMMANDS: &[&str] = &[
+    "host --json",
+    "run lifecycle --reps 6 --warmup 1 --json",
+    "run exits --reps 2 --set iterations=200 --json",
+    "run memory --reps 1 --warmup 0 --set size=8MiB --json",
+    "run memory --reps 1 --warmup 0 --set size=8MiB --set guest_page=4k --json",
+    "run pinning --reps 1 --warmup 0 --json",
+    "calibrate --json",
+    "validate --json",
+];
+
+fn command_index(prefix: &str) -> usize {
+    COMMANDS.iter().position(|c| c.starts_with(prefix)).unwrap() + 1
+}
+
+struct Results {
+    dir: PathBuf,
+    kernel: String,
+}
+
+impl Results {
+    fn rc(&self, n: usize) -> i32 {
+        read(&self.dir.join(format!("{n}.rc")))
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    fn json(&self, n: usize) -> Value {
+        let text = read(&self.dir.join(format!("{n}.out")));
+        serde_json::from_str(&text).unwrap_or_else(|e| {
+            panic!(
+                "{}: command {n} (`{}`) printed no JSON ({e}): {text}\nstderr: {}",
+                self.kernel,
+                COMMANDS[n - 1],
+                read(&self.dir.join(format!("{n}.err")))
+            )
+        })
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn boot(kernel: &str) -> Results {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("hvlab-svm-{kernel}-"))
+        .tempdir()
+        .unwrap()
+        .keep();
+    let cmds = dir.join("commands");
+    std::fs::write(&cmds, COMMANDS.join("\n") + "\n").unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/svm_tcg/boot-host.sh");
+    let status = std::process::Command::new("bash")
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_hvlab"))
+        .arg(kernel)
+        .arg(&cmds)
+        .arg(dir.join("out"))
+        .status()
+        .unwrap();
+    assert!(status.success(), "boot-host.sh for {kernel}: {status}");
+    Results {
+        dir: dir.join("out"),
+        kernel: kernel.to_string(),
+    }
+}
+
+fn metric(v: &Value, name: &str) -> Option<f64> {
+    v["metrics"][name]["median"].as_f64()
+}
+
+/// Every variant ran or said plainly why the host cannot run it.
+fn assert_ran(r: &Results, run: &Value, what: &str) {
+    for v in run["variants"].as_array().unwrap() {
+        let status = v["status"].as_str().unwrap();
+        assert!(
+            status == "ok" || status.starts_with("unsupported: "),
+            "{}: {what} {}: {status}",
+            r.kernel,
+            v["name"]
+        );
+    }
+}
+
+fn check(r: &Results) {
+    let k = &r.kernel;
+    for n in 1..=COMMANDS.len() {
+        assert_eq!(
+            r.rc(n),
+            0,
+            "{k}: `hvlab {}` exited {}: {}",
+            COMMANDS[n - 1],
+            r.rc(n),
+            read(&r.dir.join(format!("{n}.err")))
+        );
+    }
+    let host = r.json(command_index("host"));
+    assert_eq!(host["kvm_flavour"], "svm", "{k}: {host}");
+    assert_eq!(host["tdp"], true, "{k}: {host}");
+    let release = host["kernel"].as_str().unwrap().to_string();
+    let synchronizing = hvlab::kvm::ioctl_table::SrcuKernel::of(&release, false).registration
+        == hvlab::kvm::ioctl_table::BusRegistration::Synchronizes;
+
+    // lifecycle: every order builds a VM; on kernels whose registrations synchronize no
+    // grace period is ever in flight, so no SRCU stall may be reported, whatever TCG's noise.
+    let lifecycle = r.json(command_index("run lifecycle"));
+    assert_ran(r, &lifecycle, "lifecycle");
+    for v in lifecycle["variants"].as_array().unwrap() {
+        assert_eq!(v["status"], "ok", "{k}: lifecycle {}", v["name"]);
+        for f in v["findings"].as_array().unwrap() {
+            if synchronizing {
+                assert_ne!(
+                    f["kind"], "srcu-stall",
+                    "{k} ({release}): false SRCU label: {f}"
+                );
+            }
+        }
+        assert_eq!(
+            metric(v, "stalls"),
+            Some(0.0),
+            "{k}: lifecycle {}",
+            v["name"]
+        );
+    }
+
+    // exits: CPL0 by default on SVM; every exit kind but the vPMU ones runs.
+    let exits = r.json(command_index("run exits"));
+    assert_ran(r, &exits, "exits");
+    for v in exits["variants"].as_array().unwrap() {
+        let name = v["name"].as_str().unwrap();
+        if !name.starts_with("pmu-") {
+            assert_eq!(v["status"], "ok", "{k}: exits {name}");
+            assert!(metric(v, "roundtrip_ns").unwrap() > 0.0);
+        }
+    }
+
+    // memory: exact stage-2 fault counts on the TDP MMU, the guest's page tables included.
+    let prefault_cap = host["capabilities"]["KVM_CAP_PRE_FAULT_MEMORY"] == true;
+    for (cmd, guest_page) in [
+        (
+            "run memory --reps 1 --warmup 0 --set size=8MiB --json",
+            "2m",
+        ),
+        (
+            "run memory --reps 1 --warmup 0 --set size=8MiB --set guest_page=4k",
+            "4k",
+        ),
+    ] {
+        let run = r.json(command_index(cmd));
+        assert_ran(r, &run, "memory");
+        let pages = 2048.0;
+        let mut per_page = std::collections::HashMap::new();
+        for v in run["variants"].as_array().unwrap() {
+            let name = v["name"].as_str().unwrap();
+            if name == "prefault" && !prefault_cap {
+                assert_eq!(
+                    v["status"],
+                    "unsupported: needs KVM_CAP_PRE_FAULT_MEMORY, which this host's KVM does not offer"
+                );
+                continue;
+            }
+            assert_eq!(v["status"], "ok", "{k}: memory {name} ({guest_page})");
+            let fixed = metric(v, "kvm.vcpu.pf_fixed").unwrap();
+            let tables = metric(v, "guest_table_pages").unwrap();
+            assert_eq!(tables, if guest_page == "4k" { 5.0 } else { 1.0 });
+            let data = match name {
+                // Host huge pages: stage 2 maps each whole, whatever the guest's page size.
+                "thp" => pages / 512.0,
+                "prefault" => 0.0,
+                _ => pages,
+            };
+            assert_eq!(
+                fixed,
+                data + tables,
+                "{k}: memory {name} ({guest_page}) pf_fixed"
+            );
+            match name {
+                "uffd" => assert_eq!(metric(v, "uffd_faults"), Some(pages)),
+                "uffd-prefetch" => assert_eq!(metric(v, "uffd_faults"), Some(pages / 8.0)),
+                _ => {}
+            }
+            let note = v["findings"][0]["message"].as_str().unwrap();
+            assert!(!note.contains("SPTE prefetch"), "{k}: {name}: {note}");
+            if name != "prefault" && name != "thp" {
+                assert!(
+                    note.contains("TDP MMU never prefetches"),
+                    "{k}: {name}: {note}"
+                );
+            }
+            per_page.insert(name.to_string(), metric(v, "ns_per_page").unwrap());
+        }
+        if prefault_cap {
+            // Not a timing claim: 1 fault against 2049, each an emulated exit.
+            assert!(
+                per_page["prefault"] < per_page["lazy"],
+                "{k}: prefault {} ns/page vs lazy {}",
+                per_page["prefault"],
+                per_page["lazy"]
+            );
+        }
+    }
+
+    let pinning = r.json(command_index("run pinning"));
+    assert_ran(r, &pinning, "pinning");
+    for v in pinning["variants"].as_array().unwrap() {
+        assert_eq!(v["status"], "ok", "{k}: pinning {}", v["name"]);
+        assert_eq!(metric(v, "blackout_records"), Some(0.0));
+    }
+
+    // calibrate writes only positive costs (what it copies from a built-in profile keeps
+    // that profile's value and says so); validate passes with counts judged exactly.
+    let calibrated = r.json(command_index("calibrate"));
+    let mut measured = 0;
+    for (key, cost) in calibrated["profile"]["costs"].as_object().unwrap() {
+        let value = cost["value"].as_f64().unwrap();
+        let provenance = cost["provenance"].as_str().unwrap();
+        if provenance.starts_with("hvlab calibrate") && cost["unit"] != "bool" {
+            measured += 1;
+            assert!(
+                value > 0.0,
+                "{k}: calibrate wrote {key} = {value}: {provenance}"
+            );
+        }
+    }
+    assert!(measured >= 15, "{k}: only {measured} costs measured");
+    let validated = r.json(command_index("validate"));
+    assert_eq!(validated["failed"], 0, "{k}: {validated}");
+    let checks = validated["checks"].as_array().unwrap();
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["metric"] == "kvm.vcpu.pf_fixed" && c["judged"] == true)
+    );
+}
+
+#[test]
+fn svm_npt_hosts_run_every_scenario() {
+    let Ok(kernels) = std::env::var("HVLAB_SVM_TCG") else {
+        common::loud_skip(
+            "svm_npt_hosts_run_every_scenario: set HVLAB_SVM_TCG=6.1,6.12 to boot SVM+NPT hosts under QEMU TCG (.ci/run does)",
+        );
+        return;
+    };
+    // One kernel at a time: two emulated hosts on two cores would starve each other's
+    // watchdogs.
+    for kernel in kernels.split(',').map(str::trim).filter(|k| !k.is_empty()) {
+        check(&boot(kernel));
+    }
+}
