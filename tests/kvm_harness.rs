@@ -39,6 +39,7 @@ fn every_step_is_timed_in_issue_order_on_one_clock() {
             "KVM_CREATE_VM",
             "KVM_SET_USER_MEMORY_REGION",
             "KVM_CREATE_VCPU",
+            "KVM_SET_CPUID2",
             "KVM_GET_SREGS",
             "KVM_SET_SREGS",
             "KVM_GET_REGS",

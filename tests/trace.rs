@@ -102,14 +102,26 @@ fn tracing_qemu_microvm_lists_construction_and_flags_the_stall() {
         .iter()
         .filter(|s| (s["index"].as_u64().unwrap() as usize) < first_run)
         .collect();
-    assert!(!before_run.is_empty(), "no stall flagged: {stalls:?}");
+    // Only SRCU stalls name a cause; any other slow ioctl is reported without one.
+    let srcu: Vec<_> = before_run
+        .iter()
+        .filter(|s| s["caused_by"].is_string())
+        .collect();
+    assert!(!srcu.is_empty(), "no SRCU stall flagged: {stalls:?}");
     assert!(
-        before_run
-            .iter()
+        srcu.iter()
             .any(|s| s["duration_ms"].as_f64().unwrap() > jiffy_ms / 2.0)
     );
-    assert!(
-        before_run.iter().all(|s| s["caused_by"].is_string()),
-        "{before_run:?}"
-    );
+    for s in &before_run {
+        let can_wait = hvlab::kvm::ioctl_table::srcu_effect(
+            s["ioctl"].as_str().unwrap(),
+            None,
+            &hvlab::kvm::host::probe().srcu_kernel(),
+        )
+        .waits;
+        assert!(
+            can_wait || s["caused_by"].is_null(),
+            "an ioctl that cannot wait for SRCU got the label: {s}"
+        );
+    }
 }

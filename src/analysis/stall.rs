@@ -87,9 +87,10 @@ pub struct Stall {
     pub excess_ns: u64,
     /// The excess in jiffies.
     pub jiffies: f64,
-    /// The ioctl that started the SRCU grace period this one waited for: (index, name). `None`
-    /// means the slowness has no known cause: the ioctl cannot wait for `kvm->srcu` on this
-    /// kernel, or no grace period was in flight. Only a `Some` is an SRCU stall.
+    /// The ioctl that started the SRCU grace period this one waited for: (index, name), its
+    /// own index when it waited out a grace period of its own. `None` means the slowness has
+    /// no known cause: the ioctl cannot wait for `kvm->srcu` on this kernel, or no grace
+    /// period was in flight. Only a `Some` is an SRCU stall.
     pub caused_by: Option<(usize, String)>,
 }
 
@@ -140,6 +141,7 @@ pub fn find_stalls(
                 excess_ns: excess,
                 jiffies: excess as f64 / jiffy_ns.max(1) as f64,
                 caused_by: pending
+                    .or(srcu.own_gp.then_some(i))
                     .filter(|_| srcu.waits)
                     .map(|p| (p, events[p].name.clone())),
             });

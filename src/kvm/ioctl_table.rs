@@ -235,15 +235,21 @@ pub struct SrcuEffect {
     pub waits: bool,
     /// It starts a normal grace period (`call_srcu()`) that later waiters must wait out.
     pub starts_gp: bool,
+    /// It starts a grace period and waits it out itself: `synchronize_srcu()` while vCPUs run
+    /// (SRCU readers), with no grace period already in flight. Only a backend that knows
+    /// (the model) says so; a timeline from a real kernel cannot tell.
+    pub own_gp: bool,
 }
 
 const WAITS: SrcuEffect = SrcuEffect {
     waits: true,
     starts_gp: false,
+    own_gp: false,
 };
 const NONE: SrcuEffect = SrcuEffect {
     waits: false,
     starts_gp: false,
+    own_gp: false,
 };
 
 /// What a KVM ioctl does to `kvm->srcu` on `kernel`. `flags` is the ioctl's flags field where
@@ -263,6 +269,7 @@ pub fn srcu_effect(name: &str, flags: Option<u32>, kernel: &SrcuKernel) -> SrcuE
         BusRegistration::Defers => SrcuEffect {
             waits: false,
             starts_gp: true,
+            own_gp: false,
         },
     };
     match name {
@@ -273,6 +280,7 @@ pub fn srcu_effect(name: &str, flags: Option<u32>, kernel: &SrcuKernel) -> SrcuE
             None => SrcuEffect {
                 waits: true,
                 starts_gp: registration.starts_gp,
+                own_gp: false,
             },
         },
         "KVM_CREATE_IRQCHIP"

@@ -229,6 +229,9 @@ impl Timeline<'_> {
             0
         } else {
             self.effect.waits = true;
+            // With readers and nothing in flight, synchronize_srcu() runs a whole grace
+            // period of its own.
+            self.effect.own_gp |= self.running && !self.srcu.busy(self.now);
             self.srcu.synchronize(self.now, self.running)
         }
     }

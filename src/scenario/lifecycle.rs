@@ -525,8 +525,8 @@ fn median_timeline(
         .collect()
 }
 
-/// A stall as it recurs across repetitions: (ioctl index, ioctl, the registration blamed).
-type StallKey = (usize, String, Option<String>);
+/// A stall as it recurs across repetitions: (ioctl index, ioctl, the event blamed: index, name).
+type StallKey = (usize, String, Option<(usize, String)>);
 
 /// What the repetitions in which one stall occurred measured.
 #[derive(Debug, Default)]
@@ -558,9 +558,7 @@ fn analyse_variant(
         let srcu_stalls = stalls.iter().filter(|s| s.caused_by.is_some()).count();
         series.push("stalls", "count", srcu_stalls as f64);
         for s in stalls {
-            let entry = stalled
-                .entry((s.index, s.name, s.caused_by.map(|(_, n)| n)))
-                .or_default();
+            let entry = stalled.entry((s.index, s.name, s.caused_by)).or_default();
             entry.durations_ns.push(s.dur_ns as f64);
             entry.jiffies.push(s.jiffies);
         }
@@ -582,9 +580,14 @@ fn analyse_variant(
             let baseline = ms(baselines.of(&ioctl));
             let seen = durs.len();
             match caused_by {
-                Some(cause) => Finding::SrcuStall {
+                Some((at, cause)) => Finding::SrcuStall {
                     message: format!(
-                        "{ioctl} (ioctl #{step}) waited for the SRCU grace period started by {cause}: {median_ms:.2} ms, {jiffies:.1} jiffies over its {baseline:.3} ms baseline, in {seen} of {reps} reps"
+                        "{ioctl} (ioctl #{step}) waited for {}: {median_ms:.2} ms, {jiffies:.1} jiffies over its {baseline:.3} ms baseline, in {seen} of {reps} reps",
+                        if at == step {
+                            "a whole SRCU grace period of its own (synchronize_srcu() while vCPUs run)".to_string()
+                        } else {
+                            format!("the SRCU grace period started by {cause} (ioctl #{at})")
+                        }
                     ),
                     ioctl,
                     step,
