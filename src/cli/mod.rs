@@ -512,15 +512,19 @@ fn store_at(path: &std::path::Path, record: &mut RunRecord) -> Result<(), Error>
     Ok(())
 }
 
-/// Whether the process may write to `path` (the kernel's answer, read-only mounts included).
+/// Whether the process can write `path` (an existing file, opened without truncating) or
+/// create files in it (a directory: a probe file is created and removed). Trying is the only
+/// answer that covers permissions, read-only mounts and root alike.
 fn writable(path: &std::path::Path) -> Result<(), std::io::Error> {
-    let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
-        .map_err(|_| std::io::Error::other("the path contains a NUL byte"))?;
-    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
-    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0 {
-        Ok(())
+    if path.is_dir() {
+        let probe = path.join(format!(".hvlab-write-test-{}", std::process::id()));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)?;
+        std::fs::remove_file(&probe)
     } else {
-        Err(std::io::Error::last_os_error())
+        std::fs::OpenOptions::new().write(true).open(path).map(drop)
     }
 }
 

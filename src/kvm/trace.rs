@@ -381,7 +381,7 @@ fn find_program(program: &str) -> Result<PathBuf, String> {
             return Err("it is a directory".into());
         }
         if meta.permissions().mode() & 0o111 == 0 {
-            return Err(format!("{} is not executable (chmod +x?)", p.display()));
+            return Err("it is not executable (chmod +x it)".into());
         }
         Ok(())
     };
@@ -398,7 +398,7 @@ fn find_program(program: &str) -> Result<PathBuf, String> {
         .ok_or_else(|| format!("no program `{program}` on $PATH"))
 }
 
-fn check_strace() -> Result<(), TraceError> {
+fn check_strace() -> Result<PathBuf, TraceError> {
     let path = find_program("strace").map_err(|_| TraceError::NoStrace)?;
     let shown = path.display().to_string();
     match Command::new(&path)
@@ -408,7 +408,7 @@ fn check_strace() -> Result<(), TraceError> {
         .stderr(Stdio::null())
         .status()
     {
-        Ok(s) if s.success() => Ok(()),
+        Ok(s) if s.success() => Ok(path),
         Ok(s) => Err(TraceError::BrokenStrace(shown, format!("exited with {s}"))),
         Err(e) => Err(TraceError::BrokenStrace(
             shown,
@@ -571,24 +571,46 @@ pub fn trace(
     let Some(program) = command.first() else {
         return Err(TraceError::NoCommand);
     };
-    check_strace()?;
+    let strace = check_strace()?;
     find_program(program).map_err(|why| TraceError::BadCommand(program.clone(), why))?;
     // The trace and strace's messages live in memory files: nothing on disk to clean up.
     let out = memfd("hvlab-trace-out")?;
     let err = memfd("hvlab-trace-err")?;
     let _signals = StopSignals::install();
-    run_traced(command, until, timeout, show_output, jiffy_ns, &out, &err)
+    run_traced(
+        &strace,
+        command,
+        Traced {
+            until,
+            timeout,
+            show_output,
+            jiffy_ns,
+        },
+        (&out, &err),
+    )
 }
 
-fn run_traced(
-    command: &[String],
+/// How to trace.
+#[derive(Debug, Clone, Copy)]
+struct Traced {
     until: Until,
     timeout: Duration,
     show_output: bool,
     jiffy_ns: u64,
-    out: &File,
-    err: &File,
+}
+
+fn run_traced(
+    strace: &Path,
+    command: &[String],
+    how: Traced,
+    (out, err): (&File, &File),
 ) -> Result<TraceReport, TraceError> {
+    let Traced {
+        until,
+        timeout,
+        show_output,
+        jiffy_ns,
+    } = how;
     let err_file = err.try_clone().map_err(TraceError::Read)?;
     let out_fd = out.as_raw_fd();
     let out_path = PathBuf::from(format!("/proc/self/fd/{out_fd}"));
@@ -602,7 +624,7 @@ fn run_traced(
         ],
         Err(_) => Vec::new(),
     };
-    let mut cmd = Command::new("strace");
+    let mut cmd = Command::new(strace);
     cmd.args([
         "-f",
         "-qq",

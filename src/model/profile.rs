@@ -62,8 +62,8 @@ pub enum ProfileError {
     Unknown(String, String),
     /// Cannot read profile {0}: {1}
     Read(String, std::io::Error),
-    /// Profile {0} is not valid TOML for a profile: {1}
-    Parse(String, toml::de::Error),
+    /// Profile {0} is not valid TOML for a profile{1}: {2}
+    Parse(String, String, Box<toml::de::Error>),
     /// Profile {profile} has no `{key}`, which {needed_by} needs; add a [costs.{key}] table with value, unit and provenance (every built-in profile has one: `hvlab run SCENARIO --backend model --profile pvm-epyc` uses one), or run `hvlab calibrate`, which writes a complete profile.
     Missing {
         /// The profile.
@@ -209,8 +209,24 @@ impl Profile {
     /// present and in its range (a negative time, NaN, infinity or `hz = 0` is refused here,
     /// not silently clamped later); costs hvlab does not know must at least be finite.
     pub fn parse(origin: &str, text: &str) -> Result<Profile, ProfileError> {
-        let profile: Profile =
-            toml::from_str(text).map_err(|e| ProfileError::Parse(origin.into(), e))?;
+        let profile: Profile = toml::from_str(text).map_err(|e| {
+            // Name the table the error is in: the TOML error shows the line, not the key.
+            let section = e
+                .span()
+                .and_then(|span| text.get(..span.start.min(text.len())))
+                .and_then(|before| {
+                    before
+                        .lines()
+                        .rev()
+                        .find(|l| l.trim_start().starts_with('['))
+                })
+                .map(|h| format!(
+                    " (in {}: a cost is a table with a number `value`, a `unit` and a `provenance`)",
+                    h.trim()
+                ))
+                .unwrap_or_default();
+            ProfileError::Parse(origin.into(), section, Box::new(e))
+        })?;
         profile.validate(origin)?;
         Ok(profile)
     }
