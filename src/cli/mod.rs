@@ -608,18 +608,19 @@ fn write_report(
     })
 }
 
-/// `--tolerance`: a finite percentage above 0 and at most 100.
+/// `--tolerance`: a finite percentage above 0 (at most 100000: a huge one checks only the
+/// exact counts).
 fn parse_tolerance(text: &str) -> Result<f64, String> {
     let v: f64 = text
         .trim()
         .trim_end_matches('%')
         .parse()
         .map_err(|_| format!("`{text}` is not a number: give a percentage such as 15"))?;
-    if v.is_finite() && v > 0.0 && v <= 100.0 {
+    if v.is_finite() && v > 0.0 && v <= 100_000.0 {
         Ok(v)
     } else {
         Err(format!(
-            "`{text}` is out of range: the tolerance is a percentage above 0 and at most 100, such as 15"
+            "`{text}` is out of range: the tolerance is a percentage above 0 and at most 100000, such as 15"
         ))
     }
 }
