@@ -425,8 +425,16 @@ pub const SHIM_ARG: &str = "__hvlab-trace-exec";
 /// set it itself), closes hvlab's descriptors and execs the real command. `args` are
 /// `FD,FD... -- CMD ARGS...`. Returns only on failure, with the exit code.
 pub fn shim(args: &[OsString]) -> i32 {
-    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and touches no memory.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    // SAFETY: getppid and prctl(PR_SET_PDEATHSIG) take plain integers and touch no memory.
+    let parent_gone = unsafe {
+        let parent = libc::getppid();
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        // strace died before the death signal was armed: do not start the command at all.
+        libc::getppid() != parent
+    };
+    if parent_gone {
+        return 137;
+    }
     let (Some(fds), Some(cmd)) = (args.first(), args.get(2)) else {
         eprintln!("hvlab trace: the exec shim needs FDS -- CMD");
         return 127;
