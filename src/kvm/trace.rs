@@ -479,7 +479,12 @@ impl StopSignals {
                 libc::sigemptyset(&raw mut act.sa_mask);
                 let mut prev: libc::sigaction = std::mem::zeroed();
                 if libc::sigaction(sig, &raw const act, &raw mut prev) == 0 {
-                    old.push((sig, prev));
+                    if prev.sa_sigaction == libc::SIG_IGN {
+                        // Ignored by whoever started hvlab (nohup, a background job): keep it so.
+                        libc::sigaction(sig, &raw const prev, std::ptr::null_mut());
+                    } else {
+                        old.push((sig, prev));
+                    }
                 }
             }
         }
