@@ -120,6 +120,7 @@ pub struct RunListing {
 #[derive(Debug)]
 pub struct Store {
     conn: Connection,
+    path: PathBuf,
 }
 
 /// `--db`, else `$HVLAB_DB`, else `$XDG_DATA_HOME/hvlab/hvlab.db`, else
@@ -201,27 +202,56 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(|e| classify(path, e))?;
         retry_busy(|| {
-            conn.execute_batch(&format!("BEGIN IMMEDIATE;{SCHEMA}"))?;
-            let done = (|| {
-                let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-                if version == 0 {
-                    conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-                }
-                conn.execute_batch("COMMIT")
-            })();
-            if done.is_err() {
+            // A database with its schema needs no write (it may be read-only).
+            let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+            if version != 0 {
+                return Ok(());
+            }
+            let done = conn
+                .execute_batch(&format!("BEGIN IMMEDIATE;{SCHEMA}"))
+                .and_then(|()| {
+                    let version: i64 =
+                        conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+                    if version == 0 {
+                        conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+                    }
+                    conn.execute_batch("COMMIT")
+                });
+            if done.is_err() && !conn.is_autocommit() {
                 let _ = conn.execute_batch("ROLLBACK");
             }
             done
         })
         .map_err(|e| classify(path, e))?;
-        Ok(Store { conn })
+        Ok(Store {
+            conn,
+            path: path.to_path_buf(),
+        })
     }
 
     /// Writes a finished run in one transaction. Should another run already have `run.run_id`
     /// (ids end in 64 random bits, so this is a formality), the run gets a fresh suffix rather
     /// than being lost; `run.run_id` is updated to the id it was stored under.
     pub fn save(&mut self, run: &mut RunRecord) -> Result<(), StoreError> {
+        self.save_inner(run).map_err(|e| self.explain(e))
+    }
+
+    /// Turns a damaged-file error met after opening into one that says what to do.
+    fn explain(&self, e: StoreError) -> StoreError {
+        match e {
+            StoreError::Sql(e)
+                if matches!(
+                    e.sqlite_error_code(),
+                    Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt)
+                ) =>
+            {
+                classify(&self.path, e)
+            }
+            other => other,
+        }
+    }
+
+    fn save_inner(&mut self, run: &mut RunRecord) -> Result<(), StoreError> {
         // BEGIN IMMEDIATE waits in the busy handler for another writer.
         let tx = self
             .conn
@@ -306,6 +336,10 @@ impl Store {
 
     /// The most recent runs first.
     pub fn list(&self, limit: usize) -> Result<Vec<RunListing>, StoreError> {
+        self.list_inner(limit).map_err(|e| self.explain(e))
+    }
+
+    fn list_inner(&self, limit: usize) -> Result<Vec<RunListing>, StoreError> {
         let mut stmt = self.conn.prepare(
             "SELECT id, scenario, backend, started_at, kernel, kvm_flavour,
                     (SELECT group_concat(name, ',') FROM
@@ -332,6 +366,10 @@ impl Store {
     /// Loads a run by its id or a unique part of it (a prefix, or any substring such as the
     /// trailing hex).
     pub fn load(&self, query: &str) -> Result<RunRecord, StoreError> {
+        self.load_inner(query).map_err(|e| self.explain(e))
+    }
+
+    fn load_inner(&self, query: &str) -> Result<RunRecord, StoreError> {
         let exact: Option<String> = self
             .conn
             .query_row(
