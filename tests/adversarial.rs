@@ -541,6 +541,20 @@ fn trace_of_a_command_that_cannot_run_is_bad_input_and_of_a_non_vmm_exit_3() {
         let out = hvlab().args(["trace", "--", cmd]).output().unwrap();
         assert_exit(&out, 2, &["Cannot trace", cmd, why]);
     }
+    // Found and executable, but exec fails (its interpreter is missing): still exit 2.
+    let bad_interp = dir.path().join("bad-interp");
+    std::fs::write(&bad_interp, "#!/nonexistent/interpreter\n").unwrap();
+    std::fs::set_permissions(
+        &bad_interp,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let out = hvlab()
+        .args(["trace", "--"])
+        .arg(&bad_interp)
+        .output()
+        .unwrap();
+    assert_exit(&out, 2, &["Cannot trace", "cannot run"]);
     let out = hvlab().args(["trace", "--", "true"]).output().unwrap();
     assert_exit(&out, 3, &["no KVM ioctls", "is this a VMM?"]);
 }
