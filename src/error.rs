@@ -80,18 +80,63 @@ pub enum Error {
     /// Writing output.
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
+    /// A path given for output (`-o`, `--report`) cannot be written: bad input, exit 2.
+    #[error("cannot write {what} to {path} ({option}): {why}")]
+    OutputPath {
+        /// What was to be written.
+        what: &'static str,
+        /// Where.
+        path: std::path::PathBuf,
+        /// The option that chose it, with its shape (`-o DIR`).
+        option: &'static str,
+        /// What is wrong and what to do.
+        why: String,
+    },
+    /// Every requested variant is unsupported on this host: exit 3, nothing stored.
+    #[error(
+        "nothing to run: every requested variant of {scenario} is unsupported on this host; nothing was stored\n{reasons}"
+    )]
+    AllUnsupported {
+        /// The scenario.
+        scenario: String,
+        /// One line per variant: its name and why.
+        reasons: String,
+    },
+    /// Every variant that ran failed: exit 4, nothing stored.
+    #[error(
+        "the {scenario} run failed: no variant produced samples, so nothing was stored\n{reasons}"
+    )]
+    AllFailed {
+        /// The scenario.
+        scenario: String,
+        /// One line per variant: its name and why.
+        reasons: String,
+    },
+    /// Interrupted by a signal (exit 128 + the signal number, as a shell reports it).
+    #[error("interrupted by {name}: {what}")]
+    Interrupted {
+        /// The signal number.
+        signal: i32,
+        /// Its name.
+        name: &'static str,
+        /// What was cleaned up.
+        what: String,
+    },
 }
 
 impl Error {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Input(_) => 2,
+            Error::Input(_) | Error::OutputPath { .. } => 2,
+            Error::AllUnsupported { .. } => 3,
+            Error::AllFailed { .. } => 4,
+            Error::Interrupted { signal, .. } => 128 + signal,
             Error::Kvm(e) if e.is_host_limitation() => 3,
             Error::Trace(e) if e.is_host_limitation() => 3,
-            Error::Trace(TraceError::NoCommand) => 2,
+            Error::Trace(e) if e.is_bad_input() => 2,
             Error::Store(e) if e.is_bad_input() => 2,
-            Error::Model(crate::model::ModelError::Profile(_)) => 2,
+            Error::Model(crate::model::ModelError::Profile(e)) if !e.is_write() => 2,
             Error::Model(crate::model::ModelError::Unsupported(_)) => 3,
             _ => 4,
         }

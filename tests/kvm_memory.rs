@@ -122,16 +122,37 @@ fn variants_the_host_lacks_say_what_is_missing() {
     if !kvm_or_skip("memory_unsupported") {
         return;
     }
-    let r = memory(&[], &["prefault"]);
-    let v = &r["variants"][0];
-    let has_cap = r["host"]["capabilities"]["KVM_CAP_PRE_FAULT_MEMORY"] == true;
-    if has_cap {
-        assert_eq!(v["status"], "ok");
-    } else {
-        assert_eq!(
-            v["status"],
-            "unsupported: needs KVM_CAP_PRE_FAULT_MEMORY, which this host's KVM does not offer"
+    // Asked alone, an unsupported variant leaves nothing to run: exit 3 with the reason on
+    // stderr and no JSON (issue 8); on a host with the capability it runs.
+    let dir = tempfile::tempdir().unwrap();
+    let out = common::run(
+        &dir.path().join("hvlab.db"),
+        &[
+            "run",
+            "memory",
+            "--set",
+            "size=16MiB",
+            "--variant",
+            "prefault",
+            "--reps",
+            "2",
+            "--warmup",
+            "0",
+            "--json",
+        ],
+    );
+    if out.status.code() == Some(3) {
+        let err = common::stderr(&out);
+        assert!(
+            err.contains(
+                "prefault: unsupported: needs KVM_CAP_PRE_FAULT_MEMORY, which this host's KVM does not offer"
+            ),
+            "{err}"
         );
-        assert_eq!(v["metrics"], serde_json::json!({}));
+        assert!(out.stdout.is_empty());
+    } else {
+        let r = common::json(&out);
+        assert_eq!(r["host"]["capabilities"]["KVM_CAP_PRE_FAULT_MEMORY"], true);
+        assert_eq!(r["variants"][0]["status"], "ok");
     }
 }

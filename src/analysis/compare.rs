@@ -104,6 +104,9 @@ pub fn against_fastest(
         .collect()
 }
 
+/// The verdict when the samples are too few for the test to reach significance.
+pub const TOO_FEW: &str = "too few samples";
+
 /// An A/B comparison of two builds, hosts or policies on one metric (lower is better).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AbComparison {
@@ -123,16 +126,22 @@ pub struct AbComparison {
     pub ratio: f64,
     /// 95% bootstrap CI of the ratio.
     pub ci95: [f64; 2],
-    /// Mann-Whitney p-value.
+    /// Two-sided p-value of the exact rank (permutation) test.
     pub p_value: f64,
+    /// Samples per side the exact test needs before it can reach p < 0.05 (equal sides).
+    pub min_n: usize,
+    /// Whether these sample counts can give a verdict at all (`2 / C(nA + nB, nA) < 0.05`).
+    pub enough_samples: bool,
     /// `faster`, `slower` (B against A) or `no significant change`.
     pub verdict: String,
     /// The sentence hvlab prints.
     pub text: String,
 }
 
-/// Compares side B against side A: a change counts when the ratio's CI excludes 1, the rank
-/// test agrees (p < 0.05), and it is larger than `threshold` (a fraction, 0.05 for 5%).
+/// Compares side B against side A: a change counts when the ratio's CI excludes 1, the exact
+/// rank test agrees (p < 0.05), and it is larger than `threshold` (a fraction, 0.05 for 5%).
+/// With so few samples that no split could reach p < 0.05 (3 per side), the verdict is
+/// [`TOO_FEW`] and the text says how many are needed.
 pub fn ab(
     metric: &str,
     unit: &str,
@@ -144,8 +153,12 @@ pub fn ab(
     let (ma, mb) = (median(a), median(b));
     let ratio = mb / ma;
     let ci95 = bootstrap_ratio_ci(b, a, seed);
-    let p_value = super::statistics::mann_whitney_p(a, b);
-    let verdict = if p_value < 0.05 && ci95[1] < 1.0 && ratio < 1.0 - threshold {
+    let p_value = super::statistics::exact_rank_p(a, b);
+    let min_n = super::statistics::exact_min_n(0.05);
+    let enough_samples = super::statistics::exact_min_p(a.len(), b.len()) < 0.05;
+    let verdict = if !enough_samples {
+        TOO_FEW
+    } else if p_value < 0.05 && ci95[1] < 1.0 && ratio < 1.0 - threshold {
         "faster"
     } else if p_value < 0.05 && ci95[0] > 1.0 && ratio > 1.0 + threshold {
         "slower"
@@ -155,10 +168,15 @@ pub fn ab(
     let change = match verdict {
         "faster" => format!("{:.2}× faster", 1.0 / ratio),
         "slower" => format!("{ratio:.2}× slower (a regression)"),
+        TOO_FEW => format!(
+            "no verdict: n = {} vs {} is too few for the exact rank test to reach p < 0.05 (it needs at least {min_n} per side); run more repetitions (--reps {min_n} or more) or compare more runs",
+            b.len(),
+            a.len()
+        ),
         _ => "no significant change".to_string(),
     };
     let text = format!(
-        "{metric}: B {} vs A {}: {change} (ratio B/A {ratio:.3}, 95% CI {:.3}–{:.3}; Mann-Whitney p = {p_value:.2e}; n = {} vs {}; threshold {:.0}%)",
+        "{metric}: B {} vs A {}: {change} (ratio B/A {ratio:.3}, 95% CI {:.3}–{:.3}; exact rank test p = {p_value:.2e}; n = {} vs {}; threshold {:.0}%)",
         fmt_value(mb, unit),
         fmt_value(ma, unit),
         ci95[0],
@@ -177,6 +195,8 @@ pub fn ab(
         ratio,
         ci95,
         p_value,
+        min_n,
+        enough_samples,
         verdict: verdict.into(),
         text,
     }

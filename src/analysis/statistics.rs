@@ -105,6 +105,93 @@ pub fn bootstrap_ratio_ci(a: &[f64], b: &[f64], seed: u64) -> [f64; 2] {
     ]
 }
 
+/// Largest pooled sample the exact rank test enumerates; above it the normal approximation
+/// of [`mann_whitney_p`] is accurate.
+const EXACT_MAX_N: usize = 60;
+
+/// Midranks (1-based, ties averaged) of the pooled samples, doubled so they are integers; the
+/// first `a.len()` entries belong to `a`.
+fn doubled_midranks(a: &[f64], b: &[f64]) -> Vec<usize> {
+    let mut all: Vec<(f64, usize)> = a.iter().chain(b).copied().zip(0..).collect();
+    all.sort_unstable_by(|x, y| x.0.total_cmp(&y.0));
+    let mut ranks = vec![0usize; all.len()];
+    let mut i = 0;
+    while i < all.len() {
+        let mut j = i;
+        while j + 1 < all.len() && all[j + 1].0 == all[i].0 {
+            j += 1;
+        }
+        // Doubled midrank of positions i..=j (1-based): (i + 1) + (j + 1).
+        for x in &all[i..=j] {
+            ranks[x.1] = i + j + 2;
+        }
+        i = j + 1;
+    }
+    ranks
+}
+
+/// Two-sided p-value of an exact permutation test on the rank sum (the exact Wilcoxon-Mann-
+/// Whitney test, ties as midranks): of all C(n1 + n2, n1) ways to split the pooled samples
+/// into sides of these sizes, the share whose rank sum is at least as far from its mean as the
+/// observed one. Valid at any n, unlike the normal approximation; pooled samples above
+/// 60 fall back to [`mann_whitney_p`]. 1.0 when either side is empty.
+pub fn exact_rank_p(a: &[f64], b: &[f64]) -> f64 {
+    let (n1, n) = (a.len(), a.len() + b.len());
+    if a.is_empty() || b.is_empty() {
+        return 1.0;
+    }
+    if n > EXACT_MAX_N || a.iter().chain(b).any(|x| !x.is_finite()) {
+        return mann_whitney_p(a, b);
+    }
+    let ranks = doubled_midranks(a, b);
+    let observed: usize = ranks[..n1].iter().sum();
+    let total: usize = ranks.iter().sum();
+    let max_sum = total;
+    // ways[k][s]: subsets of k of the ranks seen so far with doubled rank sum s.
+    let mut ways = vec![vec![0f64; max_sum + 1]; n1 + 1];
+    ways[0][0] = 1.0;
+    for &r in &ranks {
+        for k in (1..=n1).rev() {
+            let (lo, hi) = ways.split_at_mut(k);
+            let (prev, cur) = (&lo[k - 1], &mut hi[0]);
+            for s in (r..=max_sum).rev() {
+                cur[s] += prev[s - r];
+            }
+        }
+    }
+    let all: f64 = ways[n1].iter().sum();
+    // Compare |2·n·S − n1·total| to stay in integers: the mean of S is n1·total/n.
+    let dev = |s: usize| (2 * n * s).abs_diff(2 * n1 * total);
+    let obs_dev = dev(observed);
+    let extreme: f64 = ways[n1]
+        .iter()
+        .enumerate()
+        .filter(|(s, w)| **w > 0.0 && dev(*s) >= obs_dev)
+        .map(|(_, w)| *w)
+        .sum();
+    (extreme / all).clamp(0.0, 1.0)
+}
+
+/// The smallest two-sided p-value the exact rank test can give with `n1` and `n2` samples:
+/// 2 / C(n1 + n2, n1). A verdict at level `alpha` needs this to be below `alpha`.
+pub fn exact_min_p(n1: usize, n2: usize) -> f64 {
+    if n1 == 0 || n2 == 0 {
+        return 1.0;
+    }
+    let (n, k) = (n1 + n2, n1.min(n2));
+    let mut c = 1.0f64;
+    for i in 0..k {
+        c = c * (n - i) as f64 / (i + 1) as f64;
+    }
+    (2.0 / c).min(1.0)
+}
+
+/// The fewest samples per side (equal sides) with which the exact rank test can reach
+/// `p < alpha`.
+pub fn exact_min_n(alpha: f64) -> usize {
+    (1..=64).find(|n| exact_min_p(*n, *n) < alpha).unwrap_or(64)
+}
+
 /// Two-sided Mann-Whitney U test p-value (normal approximation with tie correction and
 /// continuity correction): how surprising the two samples' ranks are if they come from one
 /// distribution. Robust to the heavy tails of timings; 1.0 when either side is empty.
@@ -307,5 +394,19 @@ mod tests {
         assert_eq!(quantile_sorted(&s, 1.0), 5.0);
         assert_eq!(quantile_sorted(&s, 0.5), 3.0);
         assert!((quantile_sorted(&s, 0.125) - 1.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn exact_rank_test_matches_hand_counts_and_knows_its_floor() {
+        // Fully separated 3 vs 3: 2 of 20 splits are as extreme (both tails).
+        let p = exact_rank_p(&[1.0, 2.0, 3.0], &[10.0, 11.0, 12.0]);
+        assert!((p - 0.1).abs() < 1e-12, "{p}");
+        assert!((exact_min_p(3, 3) - 0.1).abs() < 1e-12);
+        // 4 vs 4 separated: 2 / 70.
+        let p = exact_rank_p(&[1.0, 2.0, 3.0, 4.0], &[10.0, 11.0, 12.0, 13.0]);
+        assert!((p - 2.0 / 70.0).abs() < 1e-12, "{p}");
+        assert_eq!(exact_min_n(0.05), 4);
+        // Identical samples: nothing to see.
+        assert!((exact_rank_p(&[1.0, 1.0, 1.0], &[1.0, 1.0]) - 1.0).abs() < 1e-12);
     }
 }

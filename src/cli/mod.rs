@@ -117,7 +117,7 @@ enum Command {
         #[arg(long, value_name = "NAME|PATH")]
         profile: Option<String>,
         /// Allowed error on times, percent (fault counts must match exactly)
-        #[arg(long, default_value_t = 15.0)]
+        #[arg(long, default_value_t = 15.0, value_parser = parse_tolerance, allow_hyphen_values = true)]
         tolerance: f64,
         /// One JSON document on stdout
         #[arg(long)]
@@ -151,7 +151,7 @@ struct MeasureArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     reps: Option<u32>,
     /// Discarded warm-up repetitions per variant [default: the scenario's]
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=100_000))]
     warmup: Option<u32>,
     /// Seed for resampling (same seed, same intervals)
     #[arg(long, default_value_t = DEFAULT_SEED)]
@@ -198,6 +198,10 @@ struct TraceArgs {
 
 /// Entry point: parses, dispatches, prints the error chain once and maps it to an exit code.
 pub fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == trace::SHIM_ARG) {
+        return ExitCode::from(u8::try_from(trace::shim(&args[2..])).unwrap_or(127));
+    }
     let cli = Cli::parse();
     match dispatch(cli) {
         Ok(code) => code,
@@ -251,16 +255,45 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         }
         Command::Run(args) => {
             let info = scenario::find(&args.scenario)?;
+            if args.backend == BackendKind::Kvm && args.measure.profile.is_some() {
+                return Err(InputError::Other(
+                    "--profile chooses the model's cost profile; the kvm backend measures this host. Add --backend model, or drop --profile".into(),
+                )
+                .into());
+            }
             let request = request_of(info, &args.measure, args.variants, args.sets);
             scenario::check(info, &request, args.backend)?;
+            if info.name == "lifecycle"
+                && !request.variants.is_empty()
+                && request
+                    .sets
+                    .iter()
+                    .any(|s| s.trim_start().starts_with("order"))
+            {
+                eprintln!(
+                    "note: running the --set order= sequence as variant `custom` alongside --variant {}",
+                    request.variants.join(", ")
+                );
+            }
+            // Check the database before measuring, so a bad --db does not cost a run.
+            let db_path = if args.measure.no_store {
+                None
+            } else {
+                let path = store::resolve_path(cli.db.as_deref())?;
+                Store::open(&path)?;
+                Some(path)
+            };
             let mut backend = make_backend(
                 args.backend,
                 host::probe(),
                 args.measure.profile.as_deref(),
                 args.measure.seed,
             )?;
-            let record = run_one(info, backend.as_mut(), &request, args.measure.json)?;
-            store_run(cli.db.as_deref(), &record, args.measure.no_store)?;
+            let mut record = run_one(info, backend.as_mut(), &request, args.measure.json)?;
+            scenario::judge(&record)?;
+            if let Some(path) = db_path {
+                store_at(&path, &mut record)?;
+            }
             if args.measure.json {
                 print_json(&record)?;
             } else {
@@ -301,7 +334,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 )
                 .into());
             }
-            let path = crate::report::write(&records, &output)?;
+            let path = write_report(&records, &output, "-o DIR")?;
             print_text(&format!(
                 "report of {} runs: {}",
                 records.len(),
@@ -320,6 +353,11 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             let threshold = parse_threshold(&threshold)?;
             let results = compare_sides(&store, &a, &b, metric.as_deref(), threshold)?;
             let regressed = results.iter().any(|c| c.verdict == "slower");
+            let too_few: Vec<String> = results
+                .iter()
+                .filter(|c| !c.enough_samples)
+                .map(|c| format!("{} (n = {} vs {})", c.b, c.n[1], c.n[0]))
+                .collect();
             if json {
                 print_json(
                     &serde_json::json!({ "comparisons": results, "regression": regressed }),
@@ -327,29 +365,40 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             } else {
                 print_text(&format!("A = {a}\nB = {b}"))?;
                 for c in &results {
-                    print_text(&format!(
-                        "  [{}] {}",
-                        c.a.rsplit(':').next().unwrap_or(""),
-                        c.text
-                    ))?;
+                    print_text(&format!("  [{}] {}", comparison_label(c), c.text))?;
                 }
             }
             if fail_on_regression && regressed {
                 return Ok(ExitCode::from(1));
             }
+            if fail_on_regression && !too_few.is_empty() {
+                return Err(InputError::Other(format!(
+                    "--fail-on-regression cannot judge {}: the exact rank test needs at least {} samples per side to reach p < 0.05; store runs with more --reps, or compare several runs per side (A1,A2,...)",
+                    too_few.join(", "),
+                    crate::analysis::statistics::exact_min_n(0.05)
+                ))
+                .into());
+            }
         }
         Command::Calibrate { output, json } => {
+            // The output path is checked before measuring: a bad -o must not cost the run.
+            let (path, option) = match output {
+                Some(p) => (p, "-o PATH"),
+                None => (
+                    calibrated_profile_path()?,
+                    "the default; choose another with -o PATH",
+                ),
+            };
+            check_output_file(&path, "the profile", option)?;
             let mut backend = KvmBackend::new(host::probe())?;
             let progress = TermProgress::new("calibrate", json);
             let profile = model::calibrate::calibrate(&mut backend, &progress)?;
-            let path = match output {
-                Some(p) => p,
-                None => calibrated_profile_path()?,
-            };
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)?;
-            }
-            profile.write(&path).map_err(ModelError::from)?;
+            profile.write(&path).map_err(|e| Error::OutputPath {
+                what: "the profile",
+                path: path.clone(),
+                option,
+                why: e.to_string(),
+            })?;
             if json {
                 print_json(&serde_json::json!({ "path": path, "profile": profile }))?;
             } else {
@@ -373,7 +422,16 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 Duration::from_secs(args.timeout),
                 args.show_output,
                 &h,
-            )?;
+            )
+            .map_err(|e| match e {
+                trace::TraceError::Interrupted(signal) => Error::Interrupted {
+                    signal,
+                    name: trace::signal_name(signal),
+                    what: "the traced command and strace were stopped; nothing was left behind"
+                        .into(),
+                },
+                e => e.into(),
+            })?;
             if args.json {
                 print_json(&report)?;
             } else {
@@ -444,17 +502,155 @@ fn run_one(
     scenario::run(info, backend, request, &progress)
 }
 
-fn store_run(db: Option<&std::path::Path>, record: &RunRecord, skip: bool) -> Result<(), Error> {
+fn store_run(
+    db: Option<&std::path::Path>,
+    record: &mut RunRecord,
+    skip: bool,
+) -> Result<(), Error> {
     if skip {
         return Ok(());
     }
-    let path = store::resolve_path(db)?;
-    Store::open(&path)?.save(record)?;
+    store_at(&store::resolve_path(db)?, record)
+}
+
+fn store_at(path: &std::path::Path, record: &mut RunRecord) -> Result<(), Error> {
+    Store::open(path)?.save(record)?;
     eprintln!("stored run {} in {}", record.run_id, path.display());
     Ok(())
 }
 
+/// Whether the process can write `path` (an existing file, opened without truncating) or
+/// create files in it (a directory: a probe file is created and removed). Trying is the only
+/// answer that covers permissions, read-only mounts and root alike.
+fn writable(path: &std::path::Path) -> Result<(), std::io::Error> {
+    if path.is_dir() {
+        let probe = path.join(format!(".hvlab-write-test-{}", std::process::id()));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)?;
+        std::fs::remove_file(&probe)
+    } else {
+        std::fs::OpenOptions::new().write(true).open(path).map(drop)
+    }
+}
+
+/// Checks that a file can be written at `path` (creating its directory), before any work.
+fn check_output_file(
+    path: &std::path::Path,
+    what: &'static str,
+    option: &'static str,
+) -> Result<(), Error> {
+    let fail = |why: String| Error::OutputPath {
+        what,
+        path: path.to_path_buf(),
+        option,
+        why,
+    };
+    if path.is_dir() {
+        return Err(fail(
+            "it is a directory; give a file path such as DIR/profile.toml".into(),
+        ));
+    }
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| {
+        fail(format!(
+            "cannot create its directory {}: {e}",
+            dir.display()
+        ))
+    })?;
+    let target = if path.exists() { path } else { dir };
+    writable(target).map_err(|e| {
+        fail(format!(
+            "{} is not writable ({e}); choose a writable path",
+            target.display()
+        ))
+    })
+}
+
+/// Checks that `dir` is (or can become) a writable directory, before any work.
+fn check_output_dir(
+    dir: &std::path::Path,
+    what: &'static str,
+    option: &'static str,
+) -> Result<(), Error> {
+    let fail = |why: String| Error::OutputPath {
+        what,
+        path: dir.to_path_buf(),
+        option,
+        why,
+    };
+    if dir.exists() && !dir.is_dir() {
+        return Err(fail(
+            "a file of that name exists; the option takes a directory (hvlab writes index.html and summary.md into it): give a new or existing directory".into(),
+        ));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| {
+        fail(format!(
+            "cannot create the directory: {e}; choose a writable place"
+        ))
+    })?;
+    writable(dir).map_err(|e| {
+        fail(format!(
+            "the directory is not writable ({e}); choose a writable place"
+        ))
+    })
+}
+
+/// Writes the report into `dir`, naming the path and the option on failure.
+fn write_report(
+    records: &[RunRecord],
+    dir: &std::path::Path,
+    option: &'static str,
+) -> Result<PathBuf, Error> {
+    check_output_dir(dir, "the report", option)?;
+    crate::report::write(records, dir).map_err(|e| Error::OutputPath {
+        what: "the report",
+        path: dir.to_path_buf(),
+        option,
+        why: format!("{e}; choose a writable place"),
+    })
+}
+
+/// `--tolerance`: a finite percentage above 0 (at most 100000: a huge one checks only the
+/// exact counts).
+fn parse_tolerance(text: &str) -> Result<f64, String> {
+    let v: f64 = text
+        .trim()
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number: give a percentage such as 15"))?;
+    if v.is_finite() && v > 0.0 && v <= 100_000.0 {
+        Ok(v)
+    } else {
+        Err(format!(
+            "`{text}` is out of range: the tolerance is a percentage above 0 and at most 100000, such as 15"
+        ))
+    }
+}
+
+/// How a comparison line is labelled: the variant, or both when the sides differ.
+fn comparison_label(c: &crate::analysis::compare::AbComparison) -> String {
+    let (va, vb) = (
+        c.a.strip_prefix("A:").unwrap_or(&c.a),
+        c.b.strip_prefix("B:").unwrap_or(&c.b),
+    );
+    if va == vb {
+        va.to_string()
+    } else {
+        format!("A {va} vs B {vb}")
+    }
+}
+
 fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
+    // Refuse an unwritable report directory or database before measuring for a minute.
+    check_output_dir(&args.report, "the report", "--report DIR")?;
+    if !args.measure.no_store {
+        Store::open(&store::resolve_path(db)?)?;
+    }
     let h = host::probe();
     let mut records = Vec::new();
     let mut skipped: Vec<String> = Vec::new();
@@ -474,8 +670,12 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
                 Err(e) => return Err(e),
             };
             let request = request_of(info, &args.measure, Vec::new(), Vec::new());
-            let record = run_one(info, backend.as_mut(), &request, args.measure.json)?;
-            store_run(db, &record, args.measure.no_store)?;
+            let mut record = run_one(info, backend.as_mut(), &request, args.measure.json)?;
+            if let Err(e) = scenario::judge(&record) {
+                skipped.push(format!("{} on {kind}: {e}", info.name));
+                continue;
+            }
+            store_run(db, &mut record, args.measure.no_store)?;
             if !args.measure.json {
                 print_text(&render::run(&record, false))?;
                 print_text("")?;
@@ -486,7 +686,7 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
     let report = if records.is_empty() {
         None
     } else {
-        Some(crate::report::write(&records, &args.report)?)
+        Some(write_report(&records, &args.report, "--report DIR")?)
     };
     if args.measure.json {
         print_json(&serde_json::json!({ "runs": records, "skipped": skipped, "report": report }))?;
@@ -600,8 +800,9 @@ fn validate(
             model_request.sets.push(strategy.to_string());
         }
         let predicted = scenario::run(info, &mut model, &model_request, &progress)?;
-        store_run(db, &real, false)?;
-        store_run(db, &predicted, false)?;
+        let (mut real, mut predicted) = (real, predicted);
+        store_run(db, &mut real, false)?;
+        store_run(db, &mut predicted, false)?;
         for v in variants.iter() {
             let mut push = |c: Option<crate::analysis::validate::Check>| checks.extend(c);
             match info.name {
@@ -732,15 +933,17 @@ fn compare_sides(
 ) -> Result<Vec<crate::analysis::compare::AbComparison>, Error> {
     let (sa, sb) = (load_side(store, a)?, load_side(store, b)?);
     let scenario_name = &sa.runs[0].scenario;
-    if sa
+    if let Some(other) = sa
         .runs
         .iter()
         .chain(&sb.runs)
-        .any(|r| &r.scenario != scenario_name)
+        .find(|r| &r.scenario != scenario_name)
     {
-        return Err(
-            InputError::Other("both sides must be runs of the same scenario".into()).into(),
-        );
+        return Err(InputError::Other(format!(
+            "both sides must be runs of the same scenario, but run {} is {} and run {} is {}: compare runs of one scenario",
+            sa.runs[0].run_id, scenario_name, other.run_id, other.scenario
+        ))
+        .into());
     }
     let info = scenario::find(scenario_name)?;
     let metric = metric.unwrap_or(info.headline);

@@ -26,7 +26,9 @@ use kvm_ioctls::Kvm;
 /// Where hvlab looks for the KVM device; `HVLAB_KVM_DEVICE` overrides it (tests use this to
 /// exercise the missing-device path, and it helps on hosts with a renamed node).
 pub fn kvm_device_path() -> PathBuf {
+    // Empty counts as unset, as for $HVLAB_DB.
     std::env::var_os("HVLAB_KVM_DEVICE")
+        .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/dev/kvm"))
 }
@@ -45,6 +47,8 @@ pub enum KvmError {
         /// What the kernel said.
         source: std::io::Error,
     },
+    /// {0} is not a KVM device ({1}): point $HVLAB_KVM_DEVICE at the KVM device node (usually /dev/kvm), or unset it.
+    NotKvm(PathBuf, String),
     /// needs {0}, which this host's KVM does not offer
     MissingCap(&'static str),
     /// {0}
@@ -78,6 +82,7 @@ impl KvmError {
             KvmError::DeviceMissing(_)
                 | KvmError::PermissionDenied(_)
                 | KvmError::Open { .. }
+                | KvmError::NotKvm(..)
                 | KvmError::MissingCap(_)
                 | KvmError::Unsupported(_)
         )
@@ -115,7 +120,7 @@ pub fn open_kvm_at(path: &Path) -> Result<Kvm, KvmError> {
         path: path.to_path_buf(),
         source: std::io::Error::other("the path contains a NUL byte"),
     })?;
-    Kvm::new_with_path(&c_path).map_err(|e| {
+    let kvm = Kvm::new_with_path(&c_path).map_err(|e| {
         if e.errno() == libc::EACCES || e.errno() == libc::EPERM {
             KvmError::PermissionDenied(path.to_path_buf())
         } else {
@@ -124,8 +129,25 @@ pub fn open_kvm_at(path: &Path) -> Result<Kvm, KvmError> {
                 source: std::io::Error::from_raw_os_error(e.errno()),
             }
         }
-    })
+    })?;
+    // Opening proves nothing (/dev/null opens too): KVM answers KVM_GET_API_VERSION with 12.
+    let version = kvm.get_api_version();
+    if version != KVM_API_VERSION {
+        let why = if version < 0 {
+            format!(
+                "KVM_GET_API_VERSION failed: {}",
+                std::io::Error::last_os_error()
+            )
+        } else {
+            format!("KVM_GET_API_VERSION returned {version}, not {KVM_API_VERSION}")
+        };
+        return Err(KvmError::NotKvm(path.to_path_buf(), why));
+    }
+    Ok(kvm)
 }
+
+/// The only KVM API version there has ever been.
+const KVM_API_VERSION: i32 = 12;
 
 /// The real backend.
 #[derive(Debug)]

@@ -62,9 +62,9 @@ pub enum ProfileError {
     Unknown(String, String),
     /// Cannot read profile {0}: {1}
     Read(String, std::io::Error),
-    /// Profile {0} is not valid TOML for a profile: {1}
-    Parse(String, toml::de::Error),
-    /// Profile {profile} has no `{key}`, which {needed_by} needs; add it (see profiles/this-host.example.toml) or run `hvlab calibrate`.
+    /// Profile {0} is not valid TOML for a profile{1}: {2}
+    Parse(String, String, Box<toml::de::Error>),
+    /// Profile {profile} has no `{key}`, which {needed_by} needs; add a [costs.{key}] table with value, unit and provenance (every built-in profile has one: `hvlab run SCENARIO --backend model --profile pvm-epyc` uses one), or run `hvlab calibrate`, which writes a complete profile.
     Missing {
         /// The profile.
         profile: String,
@@ -75,7 +75,96 @@ pub enum ProfileError {
     },
     /// Cannot write profile {0}: {1}
     Write(String, std::io::Error),
+    /// Profile {profile}: `costs.{key}` = {value} is out of range: {range}.
+    BadValue {
+        /// The profile.
+        profile: String,
+        /// The key.
+        key: String,
+        /// The value as read.
+        value: f64,
+        /// The allowed range, in words.
+        range: String,
+    },
 }
+
+impl ProfileError {
+    /// Whether this is a failure to write, not a bad profile.
+    pub fn is_write(&self) -> bool {
+        matches!(self, ProfileError::Write(..))
+    }
+}
+
+/// What values a cost may take.
+#[derive(Debug, Clone, Copy)]
+enum Range {
+    /// A whole number in `min..=max`.
+    Whole(f64, f64),
+    /// Any number in `min..=max`.
+    Real(f64, f64),
+    /// 0 or 1.
+    Flag,
+}
+
+impl Range {
+    fn admits(self, v: f64) -> bool {
+        match self {
+            Range::Whole(lo, hi) => v.is_finite() && v.fract() == 0.0 && (lo..=hi).contains(&v),
+            Range::Real(lo, hi) => v.is_finite() && (lo..=hi).contains(&v),
+            Range::Flag => v == 0.0 || v == 1.0,
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Range::Whole(lo, hi) => format!("a whole number from {lo} to {hi}"),
+            Range::Real(lo, hi) => format!("a finite number from {lo} to {hi}"),
+            Range::Flag => "0 or 1".into(),
+        }
+    }
+}
+
+/// Longest time any one primitive may cost: 1000 s.
+const MAX_NS: f64 = 1e12;
+
+/// Every cost the models read, with its allowed range. A profile must give all of them.
+const KEYS: &[(&str, Range)] = &[
+    ("hz", Range::Whole(24.0, 10_000.0)),
+    ("srcu_gp_phases", Range::Whole(1.0, 64.0)),
+    ("srcu_wakeup_ns", Range::Real(0.0, MAX_NS)),
+    ("first_vcpu_adds_memslot", Range::Flag),
+    ("ioctl_create_vm_ns", Range::Real(0.0, MAX_NS)),
+    ("ioctl_tss_ns", Range::Real(0.0, MAX_NS)),
+    ("ioctl_irqchip_ns", Range::Real(0.0, MAX_NS)),
+    ("ioctl_pit_ns", Range::Real(0.0, MAX_NS)),
+    ("ioctl_memslot_ns", Range::Real(0.0, MAX_NS)),
+    ("ioctl_vcpu_ns", Range::Real(0.0, MAX_NS)),
+    ("ioctl_ioeventfd_ns", Range::Real(0.0, MAX_NS)),
+    ("ioctl_regs_ns", Range::Real(0.0, MAX_NS)),
+    ("first_run_ns", Range::Real(0.0, MAX_NS)),
+    ("vmm_gap_ns", Range::Real(0.0, MAX_NS)),
+    ("stage2_fault_ns", Range::Real(0.0, MAX_NS)),
+    ("host_fault_ns", Range::Real(0.0, MAX_NS)),
+    ("host_fault_huge_ns", Range::Real(0.0, MAX_NS)),
+    ("prefetch_page_ns", Range::Real(0.0, MAX_NS)),
+    ("touch_page_ns", Range::Real(0.0, MAX_NS)),
+    ("uffd_fault_ns", Range::Real(0.0, MAX_NS)),
+    ("uffd_copy_page_ns", Range::Real(0.0, MAX_NS)),
+    ("exit_userspace_ns", Range::Real(0.0, MAX_NS)),
+    ("exit_kernel_ns", Range::Real(0.0, MAX_NS)),
+    ("msr_switch_ns", Range::Real(0.0, MAX_NS)),
+    ("pebs_isolation", Range::Flag),
+    ("pin_page_ns", Range::Real(0.0, MAX_NS)),
+    ("repin_page_ns", Range::Real(0.0, MAX_NS)),
+    ("unpin_page_ns", Range::Real(0.0, MAX_NS)),
+    ("stage1_walk_page_ns", Range::Real(0.0, MAX_NS)),
+    ("ctx_switch_ns", Range::Real(0.0, MAX_NS)),
+    ("cpu_ghz", Range::Real(0.1, 10.0)),
+    ("offset_op_cycles", Range::Real(0.0, 1e6)),
+    ("fixed_op_cycles", Range::Real(0.0, 1e6)),
+    ("pgtable_sync_ns", Range::Real(0.0, MAX_NS)),
+    ("kernel_pgd_bytes", Range::Whole(0.0, 1_073_741_824.0)),
+];
 
 /// Built-in profiles: (name, TOML).
 pub const BUILT_IN: &[(&str, &str)] = &[
@@ -116,9 +205,62 @@ impl Profile {
         ))
     }
 
-    /// Parses profile TOML; `origin` names it in errors.
+    /// Parses profile TOML; `origin` names it in errors. Every cost the models read must be
+    /// present and in its range (a negative time, NaN, infinity or `hz = 0` is refused here,
+    /// not silently clamped later); costs hvlab does not know must at least be finite.
     pub fn parse(origin: &str, text: &str) -> Result<Profile, ProfileError> {
-        toml::from_str(text).map_err(|e| ProfileError::Parse(origin.into(), e))
+        let profile: Profile = toml::from_str(text).map_err(|e| {
+            // Name the table the error is in: the TOML error shows the line, not the key.
+            let section = e
+                .span()
+                .and_then(|span| text.get(..span.start.min(text.len())))
+                .and_then(|before| {
+                    before
+                        .lines()
+                        .rev()
+                        .find(|l| l.trim_start().starts_with('['))
+                })
+                .map(|h| format!(
+                    " (in {}: a cost is a table with a number `value`, a `unit` and a `provenance`)",
+                    h.trim()
+                ))
+                .unwrap_or_default();
+            ProfileError::Parse(origin.into(), section, Box::new(e))
+        })?;
+        profile.validate(origin)?;
+        Ok(profile)
+    }
+
+    /// Checks every cost against its range; `origin` names the profile in errors.
+    pub fn validate(&self, origin: &str) -> Result<(), ProfileError> {
+        for (key, range) in KEYS {
+            let Some(cost) = self.costs.get(*key) else {
+                return Err(ProfileError::Missing {
+                    profile: origin.into(),
+                    key: (*key).into(),
+                    needed_by: "the model",
+                });
+            };
+            if !range.admits(cost.value) {
+                return Err(ProfileError::BadValue {
+                    profile: origin.into(),
+                    key: (*key).into(),
+                    value: cost.value,
+                    range: range.describe(),
+                });
+            }
+        }
+        for (key, cost) in &self.costs {
+            if !cost.value.is_finite() {
+                return Err(ProfileError::BadValue {
+                    profile: origin.into(),
+                    key: key.clone(),
+                    value: cost.value,
+                    range: "a finite number".into(),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// A cost the model `needed_by` cannot do without.

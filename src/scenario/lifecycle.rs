@@ -264,10 +264,22 @@ pub fn order_of(variant: &str) -> Option<Vec<Step>> {
 
 /// Parses `--set order=` into steps.
 pub fn parse_order(text: &str) -> Result<Vec<Step>, InputError> {
+    if text.trim().is_empty() {
+        return Err(InputError::BadOrder(format!(
+            "order= is empty: give the steps, for example order=create-vm,memslot,irqchip,vcpus,run (steps are {}), or drop --set order",
+            Step::ALL.map(Step::name).join(", ")
+        )));
+    }
     text.split(',')
         .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| {
+        .enumerate()
+        .map(|(i, s)| {
+            if s.is_empty() {
+                return Err(InputError::BadOrder(format!(
+                    "step {} of `{text}` is empty (two commas in a row, or a comma at an end): list each step once, separated by single commas",
+                    i + 1
+                )));
+            }
             Step::parse(s).ok_or_else(|| {
                 InputError::BadOrder(format!(
                     "unknown step `{s}`; steps are {}",
@@ -393,10 +405,10 @@ pub fn plans(
     }
     let mut chosen: Vec<(String, Vec<Step>)> = Vec::new();
     let custom = settings.raw("order");
-    if !custom.is_empty() {
+    if settings.is_set("order") {
         chosen.push(("custom".into(), parse_order(custom)?));
     }
-    let named: Vec<String> = if request.variants.is_empty() && custom.is_empty() {
+    let named: Vec<String> = if request.variants.is_empty() && !settings.is_set("order") {
         INFO.variants_for(backend)
             .map(|v| v.name.to_string())
             .collect()

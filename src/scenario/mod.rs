@@ -120,6 +120,19 @@ pub fn find(name: &str) -> Result<&'static ScenarioInfo, InputError> {
         })
 }
 
+/// Refuses a variant named twice: it would be measured twice and could not be stored.
+pub fn reject_duplicate_variants(request: &RunRequest) -> Result<(), InputError> {
+    let mut seen = std::collections::BTreeSet::new();
+    match request.variants.iter().find(|v| !seen.insert(v.as_str())) {
+        Some(dup) => Err(InputError::BadValue {
+            key: "--variant".into(),
+            value: dup.clone(),
+            why: format!("`{dup}` is given more than once; give each --variant once"),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Validates a request against a scenario without running anything, so bad input is reported
 /// as such (exit 2) even on a host that could not run the scenario.
 pub fn check(
@@ -127,6 +140,7 @@ pub fn check(
     request: &RunRequest,
     backend: BackendKind,
 ) -> Result<(), InputError> {
+    reject_duplicate_variants(request)?;
     let settings = Settings::parse(info, &request.sets)?;
     match info.name {
         "lifecycle" => lifecycle::plans(&settings, request, backend).map(drop),
@@ -137,7 +151,7 @@ pub fn check(
         "exits" => {
             exits::plans(&settings, request, crate::kvm::guest::Cpl::Three, backend).map(drop)
         }
-        "pinning" => pinning::plans(&settings, request).map(drop),
+        "pinning" => pinning::plans(&settings, request, backend).map(drop),
         "percpu" => percpu::plans(&settings, request).map(drop),
         other => Err(InputError::Other(format!("scenario {other} has no runner"))),
     }
@@ -163,6 +177,7 @@ pub fn run(
         }
         .into());
     }
+    reject_duplicate_variants(request)?;
     let settings = Settings::parse(info, &request.sets)?;
     let started = runner::now_rfc3339();
     let outcome = match info.name {
@@ -176,4 +191,34 @@ pub fn run(
     Ok(runner::assemble(
         info, backend, &settings, request, started, outcome,
     ))
+}
+
+/// The run-level outcome of a finished run (DESIGN.md, exit codes): at least one variant
+/// produced samples, or the error to exit with. Every variant unsupported here is the host's
+/// limitation (exit 3); no variant producing samples while one or more failed is a
+/// measurement failure (exit 4). Either way the run must not be stored.
+pub fn judge(record: &RunRecord) -> Result<(), Error> {
+    if record
+        .variants
+        .iter()
+        .any(crate::record::VariantRecord::is_ok)
+    {
+        return Ok(());
+    }
+    let reasons = record
+        .variants
+        .iter()
+        .map(|v| format!("  {}: {}", v.name, v.status))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let scenario = record.scenario.clone();
+    if record
+        .variants
+        .iter()
+        .all(|v| v.status.starts_with("unsupported"))
+    {
+        Err(Error::AllUnsupported { scenario, reasons })
+    } else {
+        Err(Error::AllFailed { scenario, reasons })
+    }
 }

@@ -397,6 +397,7 @@ pub fn buffer_addr(plan: &PinPlan, base: u64, slice: u32) -> u64 {
 pub fn plans(
     settings: &Settings,
     request: &RunRequest,
+    backend: BackendKind,
 ) -> Result<Vec<(String, PinPlan)>, InputError> {
     let buffer_bytes = settings.bytes("buffer")?;
     if buffer_bytes < 4096 || buffer_bytes % 4096 != 0 {
@@ -423,6 +424,9 @@ pub fn plans(
             _ => PinMethod::Mlock,
         },
     };
+    if backend == BackendKind::Kvm {
+        check_guest_fits(&base, settings)?;
+    }
     let names: Vec<String> = if request.variants.is_empty() {
         VARIANTS.iter().map(|v| v.name.to_string()).collect()
     } else {
@@ -449,6 +453,47 @@ pub fn plans(
         .collect()
 }
 
+/// The kvm backend maps every buffer generation (one per relocation) plus 2 MiB of padding
+/// into one guest data region of at most 64 GiB: refuse plans that cannot fit while parsing,
+/// not after measuring.
+fn check_guest_fits(plan: &PinPlan, settings: &Settings) -> Result<(), InputError> {
+    let max = crate::kvm::guest::layout::DATA_MAX_BYTES;
+    let generations = if plan.relocate_every == 0 {
+        1
+    } else {
+        u64::from(plan.slices.div_ceil(plan.relocate_every))
+    };
+    let need = plan
+        .buffer_bytes
+        .checked_add(2 << 20)
+        .and_then(|stride| stride.checked_mul(generations));
+    if need.is_some_and(|n| n <= max) {
+        return Ok(());
+    }
+    let (key, why) = if generations == 1 {
+        (
+            "buffer",
+            format!(
+                "the kvm backend maps the buffer into a guest region of at most 64 GiB: give a buffer up to {} MiB (or use --backend model)",
+                (max >> 20) - 2
+            ),
+        )
+    } else {
+        (
+            "relocate_every",
+            format!(
+                "{generations} relocations of a {} byte buffer do not fit the kvm guest's 64 GiB data region: relocate less often, use a smaller buffer, or --backend model",
+                plan.buffer_bytes
+            ),
+        )
+    };
+    Err(InputError::BadValue {
+        key: key.into(),
+        value: settings.raw(key).into(),
+        why,
+    })
+}
+
 /// Runs the scenario.
 pub fn run(
     backend: &mut dyn Backend,
@@ -456,7 +501,9 @@ pub fn run(
     request: &RunRequest,
     progress: &dyn Progress,
 ) -> Result<ScenarioOutcome, Error> {
-    let (names, plans): (Vec<String>, Vec<PinPlan>) = plans(settings, request)?.into_iter().unzip();
+    let (names, plans): (Vec<String>, Vec<PinPlan>) = plans(settings, request, backend.kind())?
+        .into_iter()
+        .unzip();
     let results = runner::repeat(&names, request, progress, |vi| {
         backend.pin_trace(&plans[vi])
     });

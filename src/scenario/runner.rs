@@ -117,6 +117,13 @@ pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
 
+/// The random end of a run id: 64 bits from the OS-seeded generator as 16 hex digits, so two
+/// runs started in the same second do not collide (the store still renames on a collision).
+pub fn run_id_suffix() -> String {
+    let bits: u64 = rand::rng().random();
+    format!("{bits:016x}")
+}
+
 /// Builds the run record around a scenario's outcome.
 pub fn assemble(
     info: &ScenarioInfo,
@@ -126,13 +133,13 @@ pub fn assemble(
     started_at: String,
     outcome: ScenarioOutcome,
 ) -> RunRecord {
-    let suffix: u16 = rand::rng().random();
+    let suffix = run_id_suffix();
     let mut params = settings.to_json(backend.kind());
     params.insert("reps".into(), request.reps.into());
     params.insert("warmup".into(), request.warmup.into());
     params.insert("seed".into(), request.seed.into());
     RunRecord {
-        run_id: format!("{started_at}-{}-{}-{suffix:04x}", info.name, backend.kind()),
+        run_id: format!("{started_at}-{}-{}-{suffix}", info.name, backend.kind()),
         scenario: info.name.to_string(),
         backend: backend.kind().to_string(),
         profile: backend.profile_name(),

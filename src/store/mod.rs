@@ -29,6 +29,14 @@ pub enum StoreError {
     AmbiguousRun(String, String),
     /// No home directory to put the results database in; use --db PATH or set $HVLAB_DB.
     NoHome,
+    /// The results database path {0} is a directory: give a file path with --db PATH (for example {0}/hvlab.db), or move the directory aside.
+    IsDirectory(PathBuf),
+    /// {0} is not a results database (it is not an SQLite file at all): move it aside (`mv {0} {0}.bak`) and hvlab starts a new one there, or point --db at another file.
+    NotADatabase(PathBuf),
+    /// The results database {0} is corrupt ({1}): move it aside (`mv {0} {0}.bak`; `sqlite3 {0}.bak .recover` may save its runs) and hvlab starts a new one, or point --db at another file.
+    CorruptFile(PathBuf, String),
+    /// The results database {0} stayed locked by another hvlab for {1} s: {2}. Wait for it to finish, or use another --db.
+    Locked(PathBuf, u64, rusqlite::Error),
 }
 
 impl StoreError {
@@ -36,7 +44,10 @@ impl StoreError {
     pub fn is_bad_input(&self) -> bool {
         matches!(
             self,
-            StoreError::NoSuchRun(_) | StoreError::AmbiguousRun(..)
+            StoreError::NoSuchRun(_)
+                | StoreError::AmbiguousRun(..)
+                | StoreError::IsDirectory(_)
+                | StoreError::NotADatabase(_)
         )
     }
 }
@@ -109,6 +120,7 @@ pub struct RunListing {
 #[derive(Debug)]
 pub struct Store {
     conn: Connection,
+    path: PathBuf,
 }
 
 /// `--db`, else `$HVLAB_DB`, else `$XDG_DATA_HOME/hvlab/hvlab.db`, else
@@ -128,28 +140,139 @@ pub fn resolve_path(explicit: Option<&Path>) -> Result<PathBuf, StoreError> {
     Ok(data.join("hvlab").join("hvlab.db"))
 }
 
+/// How long a command waits for another hvlab holding the database (a suite stores a run
+/// every few seconds; a schema creation takes milliseconds).
+const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Whether an SQLite error is another connection holding a lock.
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+/// Turns an error met while opening `path` into one that says what the file is and what to do.
+fn classify(path: &Path, e: rusqlite::Error) -> StoreError {
+    match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::NotADatabase) => StoreError::NotADatabase(path.to_path_buf()),
+        Some(rusqlite::ErrorCode::DatabaseCorrupt) => {
+            StoreError::CorruptFile(path.to_path_buf(), e.to_string())
+        }
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+            StoreError::Locked(path.to_path_buf(), BUSY_WAIT.as_secs(), e)
+        }
+        _ => StoreError::Open(path.to_path_buf(), e),
+    }
+}
+
+/// Runs `step` until it stops failing with a lock held by another connection (the busy
+/// handler covers most waits; a few lock upgrades, such as switching to WAL, bypass it).
+fn retry_busy<T>(mut step: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+    let start = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(2);
+    loop {
+        match step() {
+            Err(e) if is_busy(&e) && start.elapsed() < BUSY_WAIT => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(100));
+            }
+            other => return other,
+        }
+    }
+}
+
 impl Store {
-    /// Opens (creating when needed) the database at `path`.
+    /// Opens (creating when needed) the database at `path`. Safe against other hvlab
+    /// processes opening or creating the same database at the same time: they wait for each
+    /// other's locks, and the schema is created in one write transaction.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        if path.is_dir() {
+            return Err(StoreError::IsDirectory(path.to_path_buf()));
+        }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError::CreateDir(dir.to_path_buf(), e))?;
         }
-        let conn = Connection::open(path).map_err(|e| StoreError::Open(path.to_path_buf(), e))?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(|e| StoreError::Open(path.to_path_buf(), e))?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        conn.execute_batch(SCHEMA)?;
-        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-        if version == 0 {
-            conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-        }
-        Ok(Store { conn })
+        let conn = Connection::open(path).map_err(|e| classify(path, e))?;
+        conn.busy_timeout(BUSY_WAIT)
+            .map_err(|e| classify(path, e))?;
+        retry_busy(|| conn.pragma_update(None, "journal_mode", "WAL"))
+            .map_err(|e| classify(path, e))?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(|e| classify(path, e))?;
+        retry_busy(|| {
+            // A database with its schema needs no write (it may be read-only).
+            let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+            if version != 0 {
+                return Ok(());
+            }
+            let done = conn
+                .execute_batch(&format!("BEGIN IMMEDIATE;{SCHEMA}"))
+                .and_then(|()| {
+                    let version: i64 =
+                        conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+                    if version == 0 {
+                        conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+                    }
+                    conn.execute_batch("COMMIT")
+                });
+            if done.is_err() && !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            done
+        })
+        .map_err(|e| classify(path, e))?;
+        Ok(Store {
+            conn,
+            path: path.to_path_buf(),
+        })
     }
 
-    /// Writes a finished run in one transaction.
-    pub fn save(&mut self, run: &RunRecord) -> Result<(), StoreError> {
+    /// Writes a finished run in one transaction. Should another run already have `run.run_id`
+    /// (ids end in 64 random bits, so this is a formality), the run gets a fresh suffix rather
+    /// than being lost; `run.run_id` is updated to the id it was stored under.
+    pub fn save(&mut self, run: &mut RunRecord) -> Result<(), StoreError> {
+        self.save_inner(run).map_err(|e| self.explain(e))
+    }
+
+    /// Turns a damaged-file error met after opening into one that says what to do.
+    fn explain(&self, e: StoreError) -> StoreError {
+        match e {
+            StoreError::Sql(e)
+                if matches!(
+                    e.sqlite_error_code(),
+                    Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt)
+                ) =>
+            {
+                classify(&self.path, e)
+            }
+            other => other,
+        }
+    }
+
+    fn save_inner(&mut self, run: &mut RunRecord) -> Result<(), StoreError> {
+        // BEGIN IMMEDIATE waits in the busy handler for another writer.
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        while tx
+            .query_row(
+                "SELECT 1 FROM runs WHERE id = ?1",
+                params![run.run_id],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some()
+        {
+            let stem = run
+                .run_id
+                .rsplit_once('-')
+                .map_or(run.run_id.as_str(), |(stem, _)| stem)
+                .to_string();
+            run.run_id = format!("{stem}-{}", crate::scenario::runner::run_id_suffix());
+        }
+        let run: &RunRecord = run;
         let json = |v: &dyn erased_json::Json| {
             v.encode()
                 .map_err(|e| StoreError::Corrupt(run.run_id.clone(), e))
@@ -157,7 +280,6 @@ impl Store {
         let host_json = json(&run.host)?;
         let params_json = json(&run.params)?;
         let record_json = json(run)?;
-        let tx = self.conn.transaction()?;
         tx.execute(
             "INSERT INTO runs (id, scenario, backend, profile, started_at, finished_at, status,
                                kernel, kvm_flavour, hvlab_version, git_rev,
@@ -214,6 +336,10 @@ impl Store {
 
     /// The most recent runs first.
     pub fn list(&self, limit: usize) -> Result<Vec<RunListing>, StoreError> {
+        self.list_inner(limit).map_err(|e| self.explain(e))
+    }
+
+    fn list_inner(&self, limit: usize) -> Result<Vec<RunListing>, StoreError> {
         let mut stmt = self.conn.prepare(
             "SELECT id, scenario, backend, started_at, kernel, kvm_flavour,
                     (SELECT group_concat(name, ',') FROM
@@ -240,6 +366,10 @@ impl Store {
     /// Loads a run by its id or a unique part of it (a prefix, or any substring such as the
     /// trailing hex).
     pub fn load(&self, query: &str) -> Result<RunRecord, StoreError> {
+        self.load_inner(query).map_err(|e| self.explain(e))
+    }
+
+    fn load_inner(&self, query: &str) -> Result<RunRecord, StoreError> {
         let exact: Option<String> = self
             .conn
             .query_row(
@@ -339,8 +469,8 @@ mod tests {
     fn a_saved_run_lists_loads_and_keeps_its_samples() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(&dir.path().join("sub/hvlab.db")).unwrap();
-        let run = record("2026-11-22T10:00:00Z-lifecycle-kvm-3f2a");
-        store.save(&run).unwrap();
+        let mut run = record("2026-11-22T10:00:00Z-lifecycle-kvm-3f2a");
+        store.save(&mut run).unwrap();
         let list = store.list(10).unwrap();
         assert_eq!(list.len(), 1);
         assert_eq!(list[0].variants, vec!["irqchip-first".to_string()]);
@@ -359,10 +489,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(&dir.path().join("hvlab.db")).unwrap();
         store
-            .save(&record("2026-11-22T10:00:00Z-lifecycle-kvm-aaaa"))
+            .save(&mut record("2026-11-22T10:00:00Z-lifecycle-kvm-aaaa"))
             .unwrap();
         store
-            .save(&record("2026-11-22T10:00:01Z-lifecycle-kvm-aaab"))
+            .save(&mut record("2026-11-22T10:00:01Z-lifecycle-kvm-aaab"))
             .unwrap();
         let e = store.load("zzzz").unwrap_err();
         assert!(matches!(e, StoreError::NoSuchRun(_)) && e.is_bad_input());
@@ -380,13 +510,32 @@ mod tests {
         let mut store = Store::open(&dir.path().join("hvlab.db")).unwrap();
         let mut run = record("2026-11-22T10:00:00Z-lifecycle-kvm-dup0");
         run.variants.push(run.variants[0].clone());
-        assert!(store.save(&run).is_err());
+        assert!(store.save(&mut run).is_err());
         assert!(store.list(10).unwrap().is_empty());
         let rows: i64 = store
             .conn
             .query_row("SELECT count(*) FROM samples", [], |r| r.get(0))
             .unwrap();
         assert_eq!(rows, 0);
+    }
+
+    #[test]
+    fn a_colliding_run_id_is_renamed_never_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("hvlab.db")).unwrap();
+        let id = "2026-11-22T10:00:00Z-lifecycle-kvm-0000";
+        let (mut first, mut second) = (record(id), record(id));
+        store.save(&mut first).unwrap();
+        store.save(&mut second).unwrap();
+        assert_eq!(first.run_id, id);
+        assert_ne!(second.run_id, id);
+        assert!(
+            second
+                .run_id
+                .starts_with("2026-11-22T10:00:00Z-lifecycle-kvm-")
+        );
+        assert_eq!(store.list(10).unwrap().len(), 2);
+        assert_eq!(store.load(&second.run_id).unwrap(), second);
     }
 
     #[test]
