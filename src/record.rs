@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use crate::analysis::compare::Verdict;
 use crate::analysis::statistics::Summary;
-use crate::kvm::host::HostInfo;
+use crate::backend::host::HostInfo;
 
 /// One run: scenario × backend × variants × repetitions on one host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

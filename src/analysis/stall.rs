@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use crate::kvm::ioctl_table::{SrcuEffect, SrcuKernel, srcu_effect};
+use crate::backend::ioctl_table::{SrcuEffect, SrcuKernel, srcu_effect};
 
 /// One ioctl on a timeline.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,7 +162,7 @@ pub fn find_stalls(
 mod tests {
     use super::*;
 
-    use crate::kvm::ioctl_table::BusRegistration;
+    use crate::backend::ioctl_table::BusRegistration;
 
     const JIFFY: u64 = 4_000_000; // HZ=250
     const K6_18: SrcuKernel = SrcuKernel {
@@ -361,7 +361,7 @@ mod tests {
             ("KVM_IOEVENTFD", 13_000),
         ]);
         t[0].flags = Some(0);
-        t[1].flags = Some(crate::kvm::ioctl_table::KVM_IOEVENTFD_FLAG_DEASSIGN);
+        t[1].flags = Some(crate::backend::ioctl_table::KVM_IOEVENTFD_FLAG_DEASSIGN);
         let stalls = stalls_on(K6_18, &t, &Baselines::learn(&t));
         assert_eq!(stalls[0].caused_by, Some((0, "KVM_IOEVENTFD".into())));
         t[1].flags = Some(0);

@@ -751,8 +751,8 @@ fn validate(
     };
     // The model runs the SRCU scheme of the kernel it is checked against.
     let strategy = match h.srcu_kernel().registration {
-        crate::kvm::ioctl_table::BusRegistration::Synchronizes => "strategy=always-sync",
-        crate::kvm::ioctl_table::BusRegistration::Defers => "strategy=always-defer",
+        crate::backend::ioctl_table::BusRegistration::Synchronizes => "strategy=always-sync",
+        crate::backend::ioctl_table::BusRegistration::Defers => "strategy=always-defer",
     };
     let mut model = ModelBackend::new(profile, h, DEFAULT_SEED);
     let mut checks = Vec::new();

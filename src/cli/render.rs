@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use crate::analysis::compare::fmt_value;
-use crate::kvm::host::{HostInfo, KvmFlavour};
+use crate::backend::host::{HostInfo, KvmFlavour};
 use crate::kvm::trace::TraceReport;
 use crate::record::{MetricRecord, RunRecord};
 use crate::scenario::{self, ScenarioInfo};

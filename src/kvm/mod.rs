@@ -7,7 +7,6 @@
 pub mod exits;
 pub mod guest;
 pub mod host;
-pub mod ioctl_table;
 pub mod lifecycle;
 pub mod measure;
 pub mod memory;
@@ -23,15 +22,7 @@ use std::path::{Path, PathBuf};
 
 use kvm_ioctls::Kvm;
 
-/// Where hvlab looks for the KVM device; `HVLAB_KVM_DEVICE` overrides it (tests use this to
-/// exercise the missing-device path, and it helps on hosts with a renamed node).
-pub fn kvm_device_path() -> PathBuf {
-    // Empty counts as unset, as for $HVLAB_DB.
-    std::env::var_os("HVLAB_KVM_DEVICE")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/dev/kvm"))
-}
+pub use crate::backend::host::kvm_device_path;
 
 /// Errors of the KVM backend. The doc comment of each variant is the message the user sees.
 #[derive(Debug, thiserror::Error, displaydoc::Display)]

@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::ioctl_table;
+use crate::backend::ioctl_table;
 use crate::analysis::stall::{Baselines, IoctlEvent, find_stalls, kernel_effects};
 use crate::kvm::host::HostInfo;
-use crate::kvm::ioctl_table::SrcuKernel;
+use crate::backend::ioctl_table::SrcuKernel;
 
 /// Tracer errors.
 #[derive(Debug, thiserror::Error, displaydoc::Display)]

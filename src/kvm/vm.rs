@@ -10,7 +10,7 @@ use vmm_sys_util::eventfd::EventFd;
 use super::KvmError;
 use super::guest::runner::{self, Flow, GuestExit};
 use super::guest::{Cpl, ENTRY_GPA, Signal, long_mode};
-use super::ioctl_table::KVM_IOEVENTFD_FLAG_DATAMATCH;
+use crate::backend::ioctl_table::KVM_IOEVENTFD_FLAG_DATAMATCH;
 use super::memory::GuestMemory;
 
 /// One ioctl as the builder issued it.

@@ -7,7 +7,7 @@
 use super::profile::{MmuKind, Profile};
 use crate::backend::Backend;
 use crate::error::Error;
-use crate::kvm::host::KvmFlavour;
+use crate::backend::host::KvmFlavour;
 use crate::kvm::pin;
 use crate::record::RunRecord;
 use crate::scenario::runner::{Progress, RunRequest};

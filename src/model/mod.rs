@@ -16,7 +16,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::backend::{Backend, BackendKind};
 use crate::error::Error;
-use crate::kvm::host::{HostInfo, KvmFlavour};
+use crate::backend::host::{HostInfo, KvmFlavour};
 use crate::scenario::exits::{ExitKind, ExitPlan, ExitResult};
 use crate::scenario::lifecycle::{ConstructionPlan, ConstructionTrace};
 use crate::scenario::memory::{TouchPlan, TouchResult};

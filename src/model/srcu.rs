@@ -16,7 +16,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::profile::{Profile, ProfileError};
 use crate::analysis::stall::IoctlEvent;
-use crate::kvm::ioctl_table::SrcuEffect;
+use crate::backend::ioctl_table::SrcuEffect;
 use crate::scenario::lifecycle::{ConstructionPlan, ConstructionTrace, Step, Strategy};
 
 /// SRCU state for one VM's `kvm->srcu`.

@@ -40,7 +40,7 @@ use crate::analysis::stall::{Baselines, IoctlEvent, Stall, find_stalls, kernel_e
 use crate::analysis::statistics::median;
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
-use crate::kvm::ioctl_table::{SrcuEffect, SrcuKernel};
+use crate::backend::ioctl_table::{SrcuEffect, SrcuKernel};
 use crate::record::{Finding, TimelineEvent, VariantRecord};
 
 /// The catalog entry.

@@ -304,7 +304,7 @@ pub enum Stage2Mmu {
 
 impl Stage2Mmu {
     /// The MMU a host (or a model profile's host) uses; `None` when the host does not say.
-    pub fn of(host: &crate::kvm::host::HostInfo) -> Option<Stage2Mmu> {
+    pub fn of(host: &crate::backend::host::HostInfo) -> Option<Stage2Mmu> {
         match (host.tdp?, host.tdp_mmu) {
             (false, _) => Some(Stage2Mmu::Shadow),
             (true, Some(true)) => Some(Stage2Mmu::TdpMmu),
@@ -459,7 +459,7 @@ pub fn run(
 /// CPL3 on PVM, where CPL0 guest code is instruction-emulated; CPL0 elsewhere.
 pub fn default_cpl(backend: &dyn Backend) -> Cpl {
     match backend.host().kvm_flavour {
-        crate::kvm::host::KvmFlavour::Pvm => Cpl::Three,
+        crate::backend::host::KvmFlavour::Pvm => Cpl::Three,
         _ => Cpl::Zero,
     }
 }

@@ -4,10 +4,13 @@
 //! `Backend`, and analyses what comes back; it never knows whether the numbers came from
 //! `/dev/kvm` or from the model. Each scenario adds one method here.
 
+pub mod host;
+pub mod ioctl_table;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
-use crate::kvm::host::HostInfo;
+use host::HostInfo;
 use crate::scenario::exits::{ExitPlan, ExitResult};
 use crate::scenario::lifecycle::{ConstructionPlan, ConstructionTrace};
 use crate::scenario::memory::{TouchPlan, TouchResult};
