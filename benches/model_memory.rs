@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use hvlab::kvm::guest::Cpl;
-use hvlab::kvm::guest::layout::GuestPage;
-use hvlab::kvm::memory::Backing;
+use hvlab::backend::guest::Cpl;
+use hvlab::backend::guest::GuestPage;
+use hvlab::backend::guest::Backing;
 use hvlab::model::mmu::{self, MmuCosts};
 use hvlab::model::profile::Profile;
 use hvlab::scenario::memory::{Access, HostBacking, Pattern, PrefetchLoop, Touch, TouchPlan};

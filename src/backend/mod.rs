@@ -4,6 +4,7 @@
 //! `Backend`, and analyses what comes back; it never knows whether the numbers came from
 //! `/dev/kvm` or from the model. Each scenario adds one method here.
 
+pub mod guest;
 pub mod host;
 pub mod ioctl_table;
 

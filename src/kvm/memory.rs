@@ -3,20 +3,9 @@
 
 use std::ptr::NonNull;
 
-use super::KvmError;
+pub use crate::backend::guest::Backing;
 
-/// How host memory behind a memslot is provided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum Backing {
-    /// Plain anonymous 4 KiB memory: every first touch is a host page fault.
-    Lazy,
-    /// 4 KiB memory made present and writable before the guest runs (`MADV_POPULATE_WRITE`),
-    /// so KVM's prefetch can map neighbours of a faulting page without faulting them in.
-    Populated,
-    /// 2 MiB-aligned with `MADV_HUGEPAGE`: the host backs it with transparent huge pages when
-    /// its THP mode allows.
-    Thp,
-}
+use super::KvmError;
 
 const HUGE: usize = 2 << 20;
 const PAGE: usize = 4096;

@@ -15,8 +15,8 @@
 //! serves the faulting page and the unserved rest of its window.
 
 use super::profile::{MmuKind, Profile, ProfileError};
-use crate::kvm::guest::layout::GuestPage;
-use crate::kvm::memory::Backing;
+use crate::backend::guest::GuestPage;
+use crate::backend::guest::Backing;
 use crate::scenario::memory::{HostBacking, PrefetchLoop, Touch, TouchPlan, TouchResult};
 
 /// `PTE_PREFETCH_NUM`.

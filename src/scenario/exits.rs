@@ -23,7 +23,7 @@ use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
-use crate::kvm::guest::Cpl;
+use crate::backend::guest::Cpl;
 use crate::record::{Finding, VariantRecord};
 
 /// The catalog entry.

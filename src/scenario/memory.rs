@@ -28,9 +28,9 @@ use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
-use crate::kvm::guest::Cpl;
-use crate::kvm::guest::layout::GuestPage;
-use crate::kvm::memory::Backing;
+use crate::backend::guest::Cpl;
+use crate::backend::guest::GuestPage;
+use crate::backend::guest::Backing;
 use crate::record::{Finding, VariantRecord};
 
 /// The catalog entry.

@@ -146,10 +146,10 @@ pub fn check(
         "lifecycle" => lifecycle::plans(&settings, request, backend).map(drop),
         // The CPL default depends on the host; any value validates the rest.
         "memory" => {
-            memory::plans(&settings, request, crate::kvm::guest::Cpl::Three, backend).map(drop)
+            memory::plans(&settings, request, crate::backend::guest::Cpl::Three, backend).map(drop)
         }
         "exits" => {
-            exits::plans(&settings, request, crate::kvm::guest::Cpl::Three, backend).map(drop)
+            exits::plans(&settings, request, crate::backend::guest::Cpl::Three, backend).map(drop)
         }
         "pinning" => pinning::plans(&settings, request, backend).map(drop),
         "percpu" => percpu::plans(&settings, request).map(drop),

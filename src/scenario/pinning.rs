@@ -457,7 +457,7 @@ pub fn plans(
 /// into one guest data region of at most 64 GiB: refuse plans that cannot fit while parsing,
 /// not after measuring.
 fn check_guest_fits(plan: &PinPlan, settings: &Settings) -> Result<(), InputError> {
-    let max = crate::kvm::guest::layout::DATA_MAX_BYTES;
+    let max = crate::backend::guest::DATA_MAX_BYTES;
     let generations = if plan.relocate_every == 0 {
         1
     } else {

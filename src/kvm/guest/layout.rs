@@ -15,6 +15,8 @@
 //! ```
 //! Every entry has the user bit set: CPL3 code touches everything directly.
 
+pub use crate::backend::guest::{DATA_MAX_BYTES, GuestPage};
+
 use super::super::KvmError;
 use super::super::memory::GuestMemory;
 
@@ -42,8 +44,6 @@ pub const IOEVENTFD_GPA: u64 = 0x3000_1000;
 pub const PIN_DOORBELL_GPA: u64 = 0x3000_2000;
 /// Where the data region starts.
 pub const DATA_GPA: u64 = 0x1_0000_0000;
-/// Largest data region (one PD page per GiB fits below the code).
-pub const DATA_MAX_BYTES: u64 = 64 << 30;
 
 const PAGE_4K: u64 = 4096;
 const PAGE_2M: u64 = 2 << 20;
@@ -61,15 +61,6 @@ pub const GDT: [u64; 5] = [
     0x00af_fb00_0000_ffff, // 0x18 code64, DPL3
     0x00cf_f300_0000_ffff, // 0x20 data, DPL3
 ];
-
-/// The guest's page size for the data region.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum GuestPage {
-    /// 4 KiB pages (a PT level under each PD entry).
-    Small,
-    /// 2 MiB pages (PS set in the PD entry).
-    Huge,
-}
 
 /// Where everything goes for one guest.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,6 +13,7 @@ pub mod payload;
 pub mod runner;
 pub mod watchdog;
 
+pub use crate::backend::guest::Cpl;
 pub use watchdog::Watchdog;
 
 /// The port a guest writes to signal the host.
@@ -62,25 +63,6 @@ impl Signal {
             Signal::End => 2,
             Signal::Ready => SIGNAL_MAGIC,
             Signal::Unknown(v) => v,
-        }
-    }
-}
-
-/// The privilege level guest code runs at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum Cpl {
-    /// Kernel mode.
-    Zero,
-    /// User mode (with IOPL=3 so port I/O does not fault).
-    Three,
-}
-
-impl Cpl {
-    /// 0 or 3.
-    pub fn level(self) -> u8 {
-        match self {
-            Cpl::Zero => 0,
-            Cpl::Three => 3,
         }
     }
 }
