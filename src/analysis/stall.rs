@@ -11,28 +11,8 @@
 
 use std::collections::HashMap;
 
+use crate::backend::lifecycle::IoctlEvent;
 use crate::backend::ioctl_table::{SrcuEffect, SrcuKernel, srcu_effect};
-
-/// One ioctl on a timeline.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IoctlEvent {
-    /// KVM name.
-    pub name: String,
-    /// Start in ns from an arbitrary origin shared by the timeline.
-    pub start_ns: u64,
-    /// Duration in ns.
-    pub dur_ns: u64,
-    /// The ioctl's flags where the issuer knows them (`KVM_IOEVENTFD` assign or deassign);
-    /// `None` where they are not visible (strace shows a pointer).
-    pub flags: Option<u32>,
-}
-
-impl IoctlEvent {
-    /// End time.
-    pub fn end_ns(&self) -> u64 {
-        self.start_ns.saturating_add(self.dur_ns)
-    }
-}
 
 /// `KVM_RUN` durations are guest execution, not ioctl cost; they are never stalls.
 fn judged(name: &str) -> bool {

@@ -7,13 +7,14 @@
 pub mod guest;
 pub mod host;
 pub mod ioctl_table;
+pub mod lifecycle;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use host::HostInfo;
 use crate::scenario::exits::{ExitPlan, ExitResult};
-use crate::scenario::lifecycle::{ConstructionPlan, ConstructionTrace};
+use lifecycle::{ConstructionPlan, ConstructionTrace};
 use crate::scenario::memory::{TouchPlan, TouchResult};
 use crate::scenario::percpu::{PercpuPlan, PercpuResult};
 use crate::scenario::pinning::{PinPlan, PinResult};

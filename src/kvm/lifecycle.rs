@@ -7,8 +7,7 @@ use super::guest::{ENTRY_GPA, signal_payload};
 use super::memory::GuestMemory;
 use super::stats::{StatsReader, named_deltas};
 use super::vm::Vm;
-use crate::analysis::stall::IoctlEvent;
-use crate::scenario::lifecycle::{ConstructionPlan, ConstructionTrace, Step};
+use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace, IoctlEvent, Step};
 
 /// QEMU's choice; VMX needs three free pages below 4 GiB for real-mode emulation.
 const TSS_GPA: usize = 0xfffb_d000;

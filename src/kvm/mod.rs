@@ -168,8 +168,8 @@ impl crate::backend::Backend for KvmBackend {
 
     fn construct_vm(
         &mut self,
-        plan: &crate::scenario::lifecycle::ConstructionPlan,
-    ) -> Result<crate::scenario::lifecycle::ConstructionTrace, crate::error::Error> {
+        plan: &crate::backend::lifecycle::ConstructionPlan,
+    ) -> Result<crate::backend::lifecycle::ConstructionTrace, crate::error::Error> {
         Ok(lifecycle::construct(&self.kvm, plan)?)
     }
 

@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::backend::ioctl_table;
-use crate::analysis::stall::{Baselines, IoctlEvent, find_stalls, kernel_effects};
+use crate::analysis::stall::{Baselines, find_stalls, kernel_effects};
+use crate::backend::lifecycle::IoctlEvent;
 use crate::kvm::host::HostInfo;
 use crate::backend::ioctl_table::SrcuKernel;
 

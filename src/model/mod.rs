@@ -18,7 +18,7 @@ use crate::backend::{Backend, BackendKind};
 use crate::error::Error;
 use crate::backend::host::{HostInfo, KvmFlavour};
 use crate::scenario::exits::{ExitKind, ExitPlan, ExitResult};
-use crate::scenario::lifecycle::{ConstructionPlan, ConstructionTrace};
+use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace};
 use crate::scenario::memory::{TouchPlan, TouchResult};
 use crate::scenario::percpu::{PercpuPlan, PercpuResult};
 use crate::scenario::pinning::{PinPlan, PinResult};

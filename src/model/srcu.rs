@@ -15,9 +15,8 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::profile::{Profile, ProfileError};
-use crate::analysis::stall::IoctlEvent;
 use crate::backend::ioctl_table::SrcuEffect;
-use crate::scenario::lifecycle::{ConstructionPlan, ConstructionTrace, Step, Strategy};
+use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace, IoctlEvent, Step, Strategy};
 
 /// SRCU state for one VM's `kvm->srcu`.
 #[derive(Debug, Clone)]
