@@ -8,6 +8,7 @@
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use hvlab::backend::exits::ExitKind;
 use hvlab::kvm::guest::layout::{GuestPage, Layout};
 use hvlab::kvm::guest::payload::{self, Vendor};
 use hvlab::kvm::guest::runner::{Flow, GuestExit};
@@ -16,7 +17,6 @@ use hvlab::kvm::measure;
 use hvlab::kvm::memory::{Backing, GuestMemory};
 use hvlab::kvm::vm::Vm;
 use hvlab::kvm::{host, open_kvm};
-use hvlab::scenario::exits::ExitKind;
 use kvm_ioctls::{Kvm, VcpuExit};
 
 fn pio_out_vm(kvm: &Kvm, iterations: u64, cpl: Cpl) -> Vm {

@@ -5,12 +5,12 @@
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use hvlab::backend::guest::Backing;
 use hvlab::backend::guest::Cpl;
 use hvlab::backend::guest::GuestPage;
-use hvlab::backend::guest::Backing;
+use hvlab::backend::memory::{Access, HostBacking, Pattern, PrefetchLoop, Touch, TouchPlan};
 use hvlab::model::mmu::{self, MmuCosts};
 use hvlab::model::profile::Profile;
-use hvlab::scenario::memory::{Access, HostBacking, Pattern, PrefetchLoop, Touch, TouchPlan};
 
 fn bench(c: &mut Criterion) {
     let costs = MmuCosts::from_profile(&Profile::load("pvm-epyc").unwrap()).unwrap();
@@ -31,7 +31,7 @@ fn bench(c: &mut Criterion) {
             touch: Touch::FirstByte,
             guest_page: GuestPage::Huge,
             backing: HostBacking::Anonymous(Backing::Populated),
-            cpl: Cpl::Three,
+            cpl: Some(Cpl::Three),
             timeout: Duration::from_secs(1),
             prefetch: Some(lp),
         };

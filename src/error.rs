@@ -2,9 +2,9 @@
 //! host cannot run what was asked, 4 a measurement or storage failure. (1 is reserved for a
 //! failed verdict, which is not an error.)
 
-use crate::kvm::KvmError;
-use crate::kvm::trace::TraceError;
+use crate::backend::error::KvmError;
 use crate::store::StoreError;
+use crate::trace::TraceError;
 
 /// Bad input: the message names the problem and the fix.
 #[derive(Debug, thiserror::Error, displaydoc::Display)]

@@ -1,19 +1,25 @@
 //! hvlab: the hypervisor fast-path lab.
 //!
 //! Data flows one way: a [`scenario`] builds plans and hands them to a [`backend`] (real KVM in
-//! [`kvm`]), the samples become a [`record`], the [`store`] keeps it, [`analysis`] turns samples
-//! into statistics, findings and verdicts, and the [`cli`] renders. Backends never print;
-//! scenarios never touch SQLite; the store knows nothing of KVM.
+//! `kvm`, behind the default cargo feature `kvm`; the executable model in [`model`]), the
+//! samples become a [`record`], the [`store`] keeps it, [`analysis`] turns samples into
+//! statistics, findings and verdicts, and the [`cli`] renders. [`backend`] owns the vocabulary
+//! both backends speak (plans and results per scenario, the host description, the KVM ioctl
+//! table); `kvm` and `model` import it and never each other or the scenarios. [`lab`] holds
+//! the logic above single runs (calibration); [`trace`] attributes another VMM's ioctls.
 
 pub mod analysis;
 pub mod backend;
 pub mod cli;
 pub mod error;
+#[cfg(feature = "kvm")]
 pub mod kvm;
+pub mod lab;
 pub mod model;
 pub mod record;
 pub mod report;
 pub mod scenario;
 pub mod store;
+pub mod trace;
 
 pub use error::{Error, InputError};

@@ -228,7 +228,7 @@ fn two_thousand_runs_back_to_back_are_all_kept() {
     let info = hvlab::scenario::find("percpu").unwrap();
     let mut backend = ModelBackend::new(
         Profile::load("pvm-epyc").unwrap(),
-        hvlab::kvm::host::probe(),
+        hvlab::lab::host::probe(),
         1,
     );
     let request = RunRequest {

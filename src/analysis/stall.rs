@@ -11,8 +11,8 @@
 
 use std::collections::HashMap;
 
-use crate::backend::lifecycle::IoctlEvent;
 use crate::backend::ioctl_table::{SrcuEffect, SrcuKernel, srcu_effect};
+use crate::backend::lifecycle::IoctlEvent;
 
 /// `KVM_RUN` durations are guest execution, not ioctl cost; they are never stalls.
 fn judged(name: &str) -> bool {

@@ -11,6 +11,15 @@ pub enum Cpl {
 }
 
 impl Cpl {
+    /// Where measurement loops run when a plan does not say: CPL3 on PVM, where guest CPL0 is
+    /// instruction-emulated (about a million instructions a second); CPL0 elsewhere.
+    pub fn default_for(flavour: super::host::KvmFlavour) -> Cpl {
+        match flavour {
+            super::host::KvmFlavour::Pvm => Cpl::Three,
+            _ => Cpl::Zero,
+        }
+    }
+
     /// 0 or 3.
     pub fn level(self) -> u8 {
         match self {

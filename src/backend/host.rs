@@ -96,7 +96,10 @@ impl HostInfo {
 
     /// How this kernel's KVM uses `kvm->srcu` while a VM is built.
     pub fn srcu_kernel(&self) -> crate::backend::ioctl_table::SrcuKernel {
-        crate::backend::ioctl_table::SrcuKernel::of(&self.kernel, self.kvm_flavour == KvmFlavour::Vmx)
+        crate::backend::ioctl_table::SrcuKernel::of(
+            &self.kernel,
+            self.kvm_flavour == KvmFlavour::Vmx,
+        )
     }
 
     /// Whether this host's own CPU is emulated in software (QEMU TCG): every VM exit is then

@@ -1,23 +1,31 @@
-//! The one interface between scenarios and backends.
+//! The one interface between scenarios and backends, and the vocabulary it speaks.
 //!
 //! A scenario builds a plan (a construction order, a touch pattern, ...), hands it to a
 //! `Backend`, and analyses what comes back; it never knows whether the numbers came from
-//! `/dev/kvm` or from the model. Each scenario adds one method here.
+//! `/dev/kvm` or from the model. The plan and result types live here, one module per
+//! mechanism, with the host description and the KVM ioctl table: below both backends, so
+//! neither imports the other or the scenarios (as cloud-hypervisor's `hypervisor` crate
+//! defines the types its callers pass). Each mechanism adds one method to [`Backend`].
 
+pub mod error;
+pub mod exits;
 pub mod guest;
 pub mod host;
 pub mod ioctl_table;
 pub mod lifecycle;
+pub mod memory;
+pub mod percpu;
+pub mod pinning;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
+use exits::{ExitPlan, ExitResult};
 use host::HostInfo;
-use crate::scenario::exits::{ExitPlan, ExitResult};
 use lifecycle::{ConstructionPlan, ConstructionTrace};
-use crate::scenario::memory::{TouchPlan, TouchResult};
-use crate::scenario::percpu::{PercpuPlan, PercpuResult};
-use crate::scenario::pinning::{PinPlan, PinResult};
+use memory::{TouchPlan, TouchResult};
+use percpu::{PercpuPlan, PercpuResult};
+use pinning::{PinPlan, PinResult};
 
 /// Which backend produced a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]

@@ -10,17 +10,19 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::backend::error::KvmError;
+use crate::backend::host::HostInfo;
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
-use crate::kvm::host::{self, HostInfo};
-use crate::kvm::trace::{self, Until};
-use crate::kvm::{KvmBackend, KvmError};
+use crate::lab::backends;
+use crate::lab::host;
 use crate::model::profile::Profile;
 use crate::model::{self, ModelBackend, ModelError};
 use crate::record::RunRecord;
 use crate::scenario::runner::{DEFAULT_SEED, RunRequest};
 use crate::scenario::{self, ScenarioInfo};
 use crate::store::{self, Store};
+use crate::trace::{self, Until};
 use progress::TermProgress;
 
 /// hvlab — the hypervisor fast-path lab: where does virtualization cost time on this host, did a
@@ -263,17 +265,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             }
             let request = request_of(info, &args.measure, args.variants, args.sets);
             scenario::check(info, &request, args.backend)?;
-            if info.name == "lifecycle"
-                && !request.variants.is_empty()
-                && request
-                    .sets
-                    .iter()
-                    .any(|s| s.trim_start().starts_with("order"))
-            {
-                eprintln!(
-                    "note: running the --set order= sequence as variant `custom` alongside --variant {}",
-                    request.variants.join(", ")
-                );
+            for notice in scenario::scenario(info.name)?.notices(&request) {
+                eprintln!("note: {notice}");
             }
             // Check the database before measuring, so a bad --db does not cost a run.
             let db_path = if args.measure.no_store {
@@ -390,9 +383,9 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 ),
             };
             check_output_file(&path, "the profile", option)?;
-            let mut backend = KvmBackend::new(host::probe())?;
+            let mut backend = backends::kvm(host::probe())?;
             let progress = TermProgress::new("calibrate", json);
-            let profile = model::calibrate::calibrate(&mut backend, &progress)?;
+            let profile = backends::calibrate(backend.as_mut(), &progress)?;
             profile.write(&path).map_err(|e| Error::OutputPath {
                 what: "the profile",
                 path: path.clone(),
@@ -464,7 +457,7 @@ fn make_backend(
     seed: u64,
 ) -> Result<Box<dyn Backend>, Error> {
     match kind {
-        BackendKind::Kvm => Ok(Box::new(KvmBackend::new(host)?)),
+        BackendKind::Kvm => backends::kvm(host),
         BackendKind::Model => {
             let profile = match profile {
                 Some(p) => Profile::load(p).map_err(ModelError::from)?,
@@ -706,7 +699,7 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
         }
     }
     if records.is_empty() {
-        return Err(KvmError::DeviceMissing(crate::kvm::kvm_device_path()).into());
+        return Err(KvmError::DeviceMissing(crate::backend::host::kvm_device_path()).into());
     }
     Ok(())
 }
@@ -718,9 +711,9 @@ fn validate(
     tolerance: f64,
     json: bool,
 ) -> Result<ExitCode, Error> {
-    use crate::analysis::validate::{Rule, check, check_count, judge, stall_ms};
+    use crate::analysis::validate::Rule;
     let h = host::probe();
-    let mut kvm = KvmBackend::new(h.clone())?;
+    let mut kvm = backends::kvm(h.clone())?;
     let progress = TermProgress::new("validate", json);
     let profile = match profile {
         Some(p) => Profile::load(p).map_err(ModelError::from)?,
@@ -733,7 +726,7 @@ fn validate(
                     "no calibrated profile at {}: calibrating first",
                     path.display()
                 );
-                let p = model::calibrate::calibrate(&mut kvm, &progress)?;
+                let p = backends::calibrate(kvm.as_mut(), &progress)?;
                 if let Some(dir) = path.parent() {
                     std::fs::create_dir_all(dir)?;
                 }
@@ -743,93 +736,34 @@ fn validate(
         }
     };
     // Times from an emulated CPU are shown, not judged; counts are judged everywhere.
-    let h_emulated = h.cpu_emulated();
-    let time_rule = if h_emulated {
+    let time_rule = if h.cpu_emulated() {
         Rule::Unjudged
     } else {
         Rule::Within(tolerance)
     };
-    // The model runs the SRCU scheme of the kernel it is checked against.
-    let strategy = match h.srcu_kernel().registration {
-        crate::backend::ioctl_table::BusRegistration::Synchronizes => "strategy=always-sync",
-        crate::backend::ioctl_table::BusRegistration::Defers => "strategy=always-defer",
-    };
+    let host = h.clone();
     let mut model = ModelBackend::new(profile, h, DEFAULT_SEED);
     let mut checks = Vec::new();
-    // An emulated CPU takes milliseconds per fault and exit: validate there at small points.
-    let (memory_point, exit_point): (&[&str], &[&str]) = if h_emulated {
-        (&["size=16MiB", "pattern=random"], &["iterations=200"])
-    } else {
-        (&["size=128MiB", "pattern=random"], &["iterations=5000"])
-    };
-    let points: [(&ScenarioInfo, &[&str], &[&str]); 3] = [
-        (
-            &scenario::lifecycle::INFO,
-            &[
-                "irqchip-first",
-                "memslots-first",
-                "devices-after-vcpus",
-                "qemu-order",
-                "firecracker-order",
-            ],
-            &[],
-        ),
-        // Not the calibration point (64 MiB, sequential): a new size and order.
-        (
-            &scenario::memory::INFO,
-            &["lazy", "populated", "uffd-prefetch"],
-            memory_point,
-        ),
-        (
-            &scenario::exits::INFO,
-            &["pio-out", "mmio-read", "cpuid"],
-            exit_point,
-        ),
-    ];
-    for (info, variants, sets) in points {
+    for s in &scenario::REGISTRY {
+        let Some(point) = s.validation(&host) else {
+            continue;
+        };
+        let info = s.info();
         let request = RunRequest {
-            variants: variants.iter().map(|s| s.to_string()).collect(),
-            sets: sets.iter().map(|s| s.to_string()).collect(),
+            variants: point.variants.iter().map(|v| v.to_string()).collect(),
+            sets: point.sets.clone(),
             reps: info.default_reps.min(10),
             warmup: 1,
             seed: DEFAULT_SEED,
         };
-        let real = scenario::run(info, &mut kvm, &request, &progress)?;
+        let mut real = scenario::run(info, kvm.as_mut(), &request, &progress)?;
         let mut model_request = request.clone();
-        if info.name == "lifecycle" {
-            model_request.sets.push(strategy.to_string());
-        }
-        let predicted = scenario::run(info, &mut model, &model_request, &progress)?;
-        let (mut real, mut predicted) = (real, predicted);
+        model_request.sets.extend(point.model_sets.iter().cloned());
+        let mut predicted = scenario::run(info, &mut model, &model_request, &progress)?;
         store_run(db, &mut real, false)?;
         store_run(db, &mut predicted, false)?;
-        for v in variants.iter() {
-            let mut push = |c: Option<crate::analysis::validate::Check>| checks.extend(c);
-            match info.name {
-                "lifecycle" => {
-                    push(check(&predicted, &real, v, "stalls", Rule::Exact(0.0)));
-                    push(check(&predicted, &real, v, "ready_ms", time_rule));
-                    if let (Some(p), Some(m)) = (stall_ms(&predicted, v), stall_ms(&real, v)) {
-                        push(Some(judge(info.name, v, "stall_ms", "ms", p, m, time_rule)));
-                    }
-                }
-                "memory" => {
-                    // The guest's own page tables fault too with TDP (a known extra the kvm run
-                    // counts); beyond that a stray fault or two (the guest's stack) is allowed,
-                    // prefetch errors are not.
-                    push(check_count(
-                        &predicted,
-                        &real,
-                        v,
-                        "kvm.vcpu.pf_fixed",
-                        "guest_table_pages",
-                        2.0,
-                    ));
-                    push(check(&predicted, &real, v, "uffd_faults", Rule::Exact(2.0)));
-                    push(check(&predicted, &real, v, "ns_per_page", time_rule));
-                }
-                _ => push(check(&predicted, &real, v, "roundtrip_ns", time_rule)),
-            }
+        for v in point.variants {
+            checks.extend((point.checks)(&predicted, &real, v, time_rule));
         }
     }
     let failed = checks.iter().filter(|c| !c.pass).count();

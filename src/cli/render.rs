@@ -5,10 +5,10 @@ use std::fmt::Write;
 
 use crate::analysis::compare::fmt_value;
 use crate::backend::host::{HostInfo, KvmFlavour};
-use crate::kvm::trace::TraceReport;
 use crate::record::{MetricRecord, RunRecord};
 use crate::scenario::{self, ScenarioInfo};
 use crate::store::RunListing;
+use crate::trace::TraceReport;
 
 fn yes_no(v: Option<bool>) -> &'static str {
     match v {
@@ -208,12 +208,10 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
             h.hypervisor.as_deref().unwrap_or("")
         );
     }
-    if r.backend == "kvm" && r.scenario == "memory" && h.thp != "never" {
-        let _ = writeln!(
-            s,
-            "THP {}: lazy, populated, uffd and the system memory opt out per mapping (MADV_NOHUGEPAGE); thp opts in (MADV_HUGEPAGE)",
-            h.thp
-        );
+    if let Ok(scenario) = scenario::scenario(&r.scenario) {
+        for line in scenario.context(r) {
+            let _ = writeln!(s, "{line}");
+        }
     }
     let reps = r
         .params
@@ -299,7 +297,7 @@ pub fn trace(t: &TraceReport) -> String {
             let _ = writeln!(s, "no KVM_RUN seen");
         }
     }
-    let stalled: std::collections::HashMap<usize, &crate::kvm::trace::TraceStall> =
+    let stalled: std::collections::HashMap<usize, &crate::trace::TraceStall> =
         t.stalls.iter().map(|x| (x.index, x)).collect();
     let _ = writeln!(
         s,

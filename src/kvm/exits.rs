@@ -12,17 +12,18 @@ use super::host::HostInfo;
 use super::measure::{section, unexpected};
 use super::memory::{Backing, GuestMemory};
 use super::vm::Vm;
-use crate::scenario::exits::{ExitKind, ExitPlan, ExitResult};
+use crate::backend::exits::{ExitKind, ExitPlan, ExitResult};
 
 /// Runs one batch of the plan in a fresh VM.
 pub fn roundtrips(kvm: &Kvm, host: &HostInfo, plan: &ExitPlan) -> Result<ExitResult, KvmError> {
+    let cpl = plan.cpl.unwrap_or(Cpl::default_for(host.kvm_flavour));
     if plan.pmu.is_some() {
         return Err(KvmError::Unsupported(
             "PMU MSR-switching configurations are model variants".into(),
         ));
     }
     match plan.kind {
-        ExitKind::Hlt if plan.cpl == Cpl::Three => {
+        ExitKind::Hlt if cpl == Cpl::Three => {
             return Err(KvmError::Unsupported(
                 "hlt needs guest CPL0 (--set guest.cpl=0): at CPL3 it raises #GP".into(),
             ));
@@ -55,7 +56,7 @@ pub fn roundtrips(kvm: &Kvm, host: &HostInfo, plan: &ExitPlan) -> Result<ExitRes
         vm.register_ioeventfd_mmio(IOEVENTFD_GPA, 0)?;
     }
     vm.create_vcpu()?;
-    vm.setup_long_mode(0, plan.cpl)?;
+    vm.setup_long_mode(0, cpl)?;
     let mut userspace_exits = 0u64;
     let measured = section(&mut vm, plan.timeout, |exit| {
         match exit {

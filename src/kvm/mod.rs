@@ -14,74 +14,24 @@ pub mod pin;
 pub mod pinning;
 pub mod stage2;
 pub mod stats;
-pub mod trace;
+
 pub mod uffd;
 pub mod vm;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use kvm_ioctls::Kvm;
 
+pub use crate::backend::error::KvmError;
 pub use crate::backend::host::kvm_device_path;
 
-/// Errors of the KVM backend. The doc comment of each variant is the message the user sees.
-#[derive(Debug, thiserror::Error, displaydoc::Display)]
-pub enum KvmError {
-    /// {0} does not exist: this host has no KVM. Load the module (`modprobe kvm_intel` or `modprobe kvm_amd`) or run on a host with hardware virtualization; the model backend still works (`--backend model`).
-    DeviceMissing(PathBuf),
-    /// Permission denied opening {0}: add your user to the `kvm` group (`sudo usermod -aG kvm $USER`, then log in again) or run as root.
-    PermissionDenied(PathBuf),
-    /// Cannot open {path}: {source}
-    Open {
-        /// The device node.
-        path: PathBuf,
-        /// What the kernel said.
-        source: std::io::Error,
-    },
-    /// {0} is not a KVM device ({1}): point $HVLAB_KVM_DEVICE at the KVM device node (usually /dev/kvm), or unset it.
-    NotKvm(PathBuf, String),
-    /// needs {0}, which this host's KVM does not offer
-    MissingCap(&'static str),
-    /// {0}
-    Unsupported(String),
-    /// {op} failed: {source}
-    Ioctl {
-        /// The ioctl or step that failed, by its KVM name.
-        op: &'static str,
-        /// The errno.
-        source: kvm_ioctls::Error,
-    },
-    /// Cannot map {bytes} bytes of guest memory: {source}
-    Mmap {
-        /// Requested size.
-        bytes: usize,
-        /// The errno.
-        source: std::io::Error,
-    },
-    /// Cannot read KVM binary statistics: {0}
-    Stats(String),
-    /// The guest did not signal as expected: {0}
-    Guest(String),
-}
-
 impl KvmError {
-    /// True when the failure is the host's inability to run the request (exit code 3), as
-    /// opposed to a failure during a measurement.
-    pub fn is_host_limitation(&self) -> bool {
-        matches!(
-            self,
-            KvmError::DeviceMissing(_)
-                | KvmError::PermissionDenied(_)
-                | KvmError::Open { .. }
-                | KvmError::NotKvm(..)
-                | KvmError::MissingCap(_)
-                | KvmError::Unsupported(_)
-        )
-    }
-
     /// Wraps an ioctl error with the KVM name of the operation.
     pub fn ioctl(op: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> KvmError {
-        move |source| KvmError::Ioctl { op, source }
+        move |e| KvmError::Ioctl {
+            op,
+            source: std::io::Error::from_raw_os_error(e.errno()),
+        }
     }
 }
 
@@ -175,29 +125,29 @@ impl crate::backend::Backend for KvmBackend {
 
     fn touch_memory(
         &mut self,
-        plan: &crate::scenario::memory::TouchPlan,
-    ) -> Result<crate::scenario::memory::TouchResult, crate::error::Error> {
+        plan: &crate::backend::memory::TouchPlan,
+    ) -> Result<crate::backend::memory::TouchResult, crate::error::Error> {
         Ok(stage2::touch(&self.kvm, &self.host, plan)?)
     }
 
     fn exit_roundtrips(
         &mut self,
-        plan: &crate::scenario::exits::ExitPlan,
-    ) -> Result<crate::scenario::exits::ExitResult, crate::error::Error> {
+        plan: &crate::backend::exits::ExitPlan,
+    ) -> Result<crate::backend::exits::ExitResult, crate::error::Error> {
         Ok(exits::roundtrips(&self.kvm, &self.host, plan)?)
     }
 
     fn pin_trace(
         &mut self,
-        plan: &crate::scenario::pinning::PinPlan,
-    ) -> Result<crate::scenario::pinning::PinResult, crate::error::Error> {
+        plan: &crate::backend::pinning::PinPlan,
+    ) -> Result<crate::backend::pinning::PinResult, crate::error::Error> {
         pinning::pin_trace(&self.kvm, &self.host, plan)
     }
 
     fn percpu(
         &mut self,
-        _: &crate::scenario::percpu::PercpuPlan,
-    ) -> Result<crate::scenario::percpu::PercpuResult, crate::error::Error> {
+        _: &crate::backend::percpu::PercpuPlan,
+    ) -> Result<crate::backend::percpu::PercpuResult, crate::error::Error> {
         Err(KvmError::Unsupported(
             "per-CPU page tables need a per-vCPU-CR3 guest; use --backend model".into(),
         )

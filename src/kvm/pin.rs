@@ -106,7 +106,7 @@ impl MlockPinner {
     }
 }
 
-impl crate::scenario::pinning::Pinner for MlockPinner {
+impl crate::backend::pinning::Pinner for MlockPinner {
     fn pin(&mut self, addr: u64, bytes: u64, _: bool) -> Result<u64, crate::error::Error> {
         let len = usize::try_from(bytes).unwrap_or(usize::MAX);
         let t = Instant::now();
@@ -168,7 +168,7 @@ impl IoUringPinner {
 /// io_uring registers at most 1 GiB per buffer.
 const IORING_MAX_BUFFER: u64 = 1 << 30;
 
-impl crate::scenario::pinning::Pinner for IoUringPinner {
+impl crate::backend::pinning::Pinner for IoUringPinner {
     fn pin(&mut self, addr: u64, bytes: u64, _: bool) -> Result<u64, crate::error::Error> {
         let iovecs: Vec<libc::iovec> = (0..bytes.div_ceil(IORING_MAX_BUFFER))
             .map(|i| {

@@ -7,13 +7,13 @@ use vmm_sys_util::ioctl_iowr_nr;
 
 use super::KvmError;
 use super::guest::layout::{DATA_GPA, GuestPage, Layout};
-use super::guest::payload;
+use super::guest::{Cpl, payload};
 use super::host::HostInfo;
 use super::measure::{section, unexpected};
 use super::memory::{Backing, GuestMemory};
 use super::uffd::UffdServer;
 use super::vm::Vm;
-use crate::scenario::memory::{HostBacking, TouchPlan, TouchResult};
+use crate::backend::memory::{HostBacking, TouchPlan, TouchResult};
 
 ioctl_iowr_nr!(
     KVM_PRE_FAULT_MEMORY,
@@ -59,7 +59,8 @@ pub fn touch(kvm: &Kvm, host: &HostInfo, plan: &TouchPlan) -> Result<TouchResult
     vm.add_memslot(0, system)?;
     vm.add_memslot(DATA_GPA, data)?;
     vm.create_vcpu()?;
-    vm.setup_long_mode(0, plan.cpl)?;
+    let cpl = plan.cpl.unwrap_or(Cpl::default_for(host.kvm_flavour));
+    vm.setup_long_mode(0, cpl)?;
     if plan.backing == HostBacking::PreFault {
         pre_fault(&vm, DATA_GPA, plan.size_bytes)?;
     }
@@ -113,8 +114,8 @@ fn pre_fault(vm: &Vm, gpa: u64, size: u64) -> Result<(), KvmError> {
         // `vcpu` is a live vCPU fd.
         let rc = unsafe { ioctl_with_mut_ref(vcpu, KVM_PRE_FAULT_MEMORY(), &mut range) };
         if rc < 0 {
-            let err = kvm_ioctls::Error::last();
-            if err.errno() == libc::EINTR || err.errno() == libc::EAGAIN {
+            let err = std::io::Error::last_os_error();
+            if matches!(err.raw_os_error(), Some(libc::EINTR | libc::EAGAIN)) {
                 continue;
             }
             return Err(KvmError::Ioctl {

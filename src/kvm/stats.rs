@@ -286,7 +286,7 @@ impl StatsReader {
         if fd < 0 {
             return Err(KvmError::Ioctl {
                 op: "KVM_GET_STATS_FD",
-                source: kvm_ioctls::Error::last(),
+                source: std::io::Error::last_os_error(),
             });
         }
         // SAFETY: the kernel just returned this fd to us and nothing else owns it.

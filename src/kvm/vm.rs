@@ -10,8 +10,8 @@ use vmm_sys_util::eventfd::EventFd;
 use super::KvmError;
 use super::guest::runner::{self, Flow, GuestExit};
 use super::guest::{Cpl, ENTRY_GPA, Signal, long_mode};
-use crate::backend::ioctl_table::KVM_IOEVENTFD_FLAG_DATAMATCH;
 use super::memory::GuestMemory;
+use crate::backend::ioctl_table::KVM_IOEVENTFD_FLAG_DATAMATCH;
 
 /// One ioctl as the builder issued it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,7 +171,7 @@ impl Vm {
     pub fn register_ioeventfd_mmio(&mut self, gpa: u64, datamatch: u32) -> Result<(), KvmError> {
         let evt = EventFd::new(libc::EFD_NONBLOCK).map_err(|e| KvmError::Ioctl {
             op: "eventfd",
-            source: kvm_ioctls::Error::new(e.raw_os_error().unwrap_or(libc::EIO)),
+            source: e,
         })?;
         let registered = self.timed("KVM_IOEVENTFD", |vm, _| {
             vm.register_ioevent(&evt, &IoEventAddress::Mmio(gpa), datamatch)

@@ -15,9 +15,9 @@
 //! serves the faulting page and the unserved rest of its window.
 
 use super::profile::{MmuKind, Profile, ProfileError};
-use crate::backend::guest::GuestPage;
 use crate::backend::guest::Backing;
-use crate::scenario::memory::{HostBacking, PrefetchLoop, Touch, TouchPlan, TouchResult};
+use crate::backend::guest::GuestPage;
+use crate::backend::memory::{HostBacking, PrefetchLoop, Touch, TouchPlan, TouchResult};
 
 /// `PTE_PREFETCH_NUM`.
 pub const PTE_PREFETCH_NUM: usize = 8;

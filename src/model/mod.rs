@@ -4,7 +4,6 @@
 //! One module per mechanism: [`srcu`] (lifecycle), [`mmu`] (memory), [`pmu`] (exits),
 //! [`spe`] (pinning), [`percpu`]; [`profile`] holds the costs.
 
-pub mod calibrate;
 pub mod mmu;
 pub mod percpu;
 pub mod pmu;
@@ -14,14 +13,14 @@ pub mod srcu;
 
 use rand_chacha::ChaCha8Rng;
 
+use crate::backend::exits::{ExitKind, ExitPlan, ExitResult};
+use crate::backend::host::{HostInfo, KvmFlavour};
+use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace};
+use crate::backend::memory::{TouchPlan, TouchResult};
+use crate::backend::percpu::{PercpuPlan, PercpuResult};
+use crate::backend::pinning::{PinPlan, PinResult};
 use crate::backend::{Backend, BackendKind};
 use crate::error::Error;
-use crate::backend::host::{HostInfo, KvmFlavour};
-use crate::scenario::exits::{ExitKind, ExitPlan, ExitResult};
-use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace};
-use crate::scenario::memory::{TouchPlan, TouchResult};
-use crate::scenario::percpu::{PercpuPlan, PercpuResult};
-use crate::scenario::pinning::{PinPlan, PinResult};
 use profile::{MmuKind, Profile, ProfileError};
 
 /// Model errors.
@@ -90,7 +89,7 @@ impl Backend for ModelBackend {
 
     fn touch_memory(&mut self, plan: &TouchPlan) -> Result<TouchResult, Error> {
         let costs = mmu::MmuCosts::from_profile(&self.profile).map_err(ModelError::from)?;
-        if plan.backing == crate::scenario::memory::HostBacking::PreFault
+        if plan.backing == crate::backend::memory::HostBacking::PreFault
             && costs.mmu == MmuKind::Shadow
         {
             return Err(ModelError::Unsupported(format!(

@@ -9,7 +9,7 @@
 //! (`pgtable_sync_ns` per copy), and each copy costs a top-level table (`kernel_pgd_bytes`).
 
 use super::profile::{Profile, ProfileError};
-use crate::scenario::percpu::{PercpuPlan, PercpuResult, PercpuScheme};
+use crate::backend::percpu::{PercpuPlan, PercpuResult, PercpuScheme};
 
 /// Per-op and upkeep costs.
 #[derive(Debug, Clone, Copy)]

@@ -10,7 +10,7 @@
 
 use stateright::{Checker, Model, Property};
 
-use crate::scenario::exits::PmuConfig;
+use crate::backend::exits::PmuConfig;
 
 /// MSR writes per exit+entry roundtrip for a configuration.
 pub fn msr_writes(cfg: PmuConfig, pebs_isolation: bool) -> u32 {

@@ -7,8 +7,8 @@
 //! intersection or age, under a cap on pinned memory (least recently used pins go first).
 
 use super::profile::{Profile, ProfileError};
+use crate::backend::pinning::{PinCache, PinPlan, PinResult, Pinner, RECORDS_PER_MS, buffer_addr};
 use crate::error::Error;
-use crate::scenario::pinning::{PinCache, PinPlan, PinResult, Pinner, RECORDS_PER_MS, buffer_addr};
 
 /// Per-page costs.
 #[derive(Debug, Clone, Copy)]
@@ -107,7 +107,7 @@ pub fn run(costs: &PinCosts, plan: &PinPlan) -> Result<PinResult, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::pinning::PinPolicy;
+    use crate::backend::pinning::PinPolicy;
 
     fn plan(policy: PinPolicy) -> PinPlan {
         PinPlan {
@@ -120,7 +120,7 @@ mod tests {
             off_ns: 1_000_000,
             relocate_every: 0,
             tail_ns: 200_000_000,
-            method: crate::scenario::pinning::PinMethod::Mlock,
+            method: crate::backend::pinning::PinMethod::Mlock,
         }
     }
 
@@ -185,7 +185,7 @@ mod tests {
                 off_ns: 1_000_000,
                 relocate_every,
                 tail_ns: 20_000_000,
-                method: crate::scenario::pinning::PinMethod::Mlock,
+                method: crate::backend::pinning::PinMethod::Mlock,
             };
             let r = run(&costs(), &plan).unwrap();
             prop_assert!(r.pinned_bytes_max <= plan.cap_bytes, "{} > cap {}", r.pinned_bytes_max, plan.cap_bytes);

@@ -364,7 +364,16 @@ mod tests {
         let p = Profile::load("pvm-epyc").unwrap();
         let costs = LifecycleCosts::from_profile(&p, None).unwrap();
         let plan = ConstructionPlan {
-            steps: crate::scenario::lifecycle::order_of("irqchip-first").unwrap(),
+            // The irqchip-first order.
+            steps: vec![
+                Step::CreateVm,
+                Step::Irqchip,
+                Step::Pit,
+                Step::Memslot,
+                Step::Vcpus,
+                Step::Ioeventfds,
+                Step::Run,
+            ],
             vcpus: 1,
             devices: 8,
             mem_bytes: 1 << 24,

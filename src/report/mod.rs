@@ -8,10 +8,15 @@ mod markdown;
 use std::path::{Path, PathBuf};
 
 use crate::record::RunRecord;
+use crate::scenario::Chart;
 
-/// The charts of one run, in reading order: (caption, SVG).
+/// The charts of one run, in reading order: (caption, SVG). Every run opens with the
+/// distribution of its headline metric; its scenario names the rest.
 pub fn charts_for(r: &RunRecord) -> Vec<(String, String)> {
-    let headline = crate::scenario::find(&r.scenario).map_or("", |i| i.headline);
+    let Ok(scenario) = crate::scenario::scenario(&r.scenario) else {
+        return Vec::new();
+    };
+    let headline = scenario.info().headline;
     let mut out = Vec::new();
     let mut add = |title: &str, svg: Option<String>| {
         if let Some(svg) = svg {
@@ -19,28 +24,12 @@ pub fn charts_for(r: &RunRecord) -> Vec<(String, String)> {
         }
     };
     add("distribution", charts::distribution(r, headline));
-    match r.scenario.as_str() {
-        "lifecycle" => add("timeline", charts::timeline(r)),
-        "memory" => {
-            let metric = if r.backend == "model" {
-                "faults"
-            } else {
-                "kvm.vcpu.pf_fixed"
-            };
-            add(
-                "faults",
-                charts::bars(r, metric, "stage-2 faults per pass by host backing"),
-            );
+    for chart in scenario.charts(r) {
+        match chart {
+            Chart::Timeline => add("timeline", charts::timeline(r)),
+            Chart::Bars { metric, title } => add(title, charts::bars(r, metric, title)),
+            Chart::PinnedBytes => add("pinned bytes", charts::pinned_bytes(r)),
         }
-        "exits" => add(
-            "exit costs",
-            charts::bars(r, headline, "exit roundtrip by exit type"),
-        ),
-        "pinning" => {
-            add("pinned bytes", charts::pinned_bytes(r));
-            add("pin time", charts::bars(r, "pin_ms", "time pinning"));
-        }
-        _ => add(headline, charts::bars(r, headline, headline)),
     }
     out
 }

@@ -15,15 +15,19 @@
 
 use std::time::Duration;
 
-use super::memory::{default_cpl, parse_cpl};
+use super::memory::parse_cpl;
 use super::params::{ParamInfo, Settings};
 use super::runner::{self, Progress, RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
+use super::{Chart, Scenario, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
+use crate::analysis::validate::check;
+use crate::backend::exits::{ExitKind, ExitPlan, ExitResult, PmuConfig};
+use crate::backend::host::HostInfo;
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
-use crate::backend::guest::Cpl;
+use crate::record::RunRecord;
 use crate::record::{Finding, VariantRecord};
 
 /// The catalog entry.
@@ -156,133 +160,14 @@ static METRICS: [MetricInfo; 4] = [
     },
 ];
 
-/// The instruction a variant repeats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExitKind {
-    /// `out dx, al`.
-    PioOut,
-    /// `in al, dx`.
-    PioIn,
-    /// Store to unbacked memory.
-    MmioWrite,
-    /// Load from unbacked memory.
-    MmioRead,
-    /// `cpuid`.
-    Cpuid,
-    /// `vmcall`/`vmmcall`.
-    Hypercall,
-    /// `hlt`.
-    Hlt,
-    /// Store to an ioeventfd.
-    Ioeventfd,
-    /// `out` with the vPMU on.
-    PmuOn,
-    /// `out` with the vPMU off.
-    PmuOff,
-}
-
-impl ExitKind {
-    /// Every kind, in variant order.
-    pub const ALL: [ExitKind; 10] = [
-        ExitKind::PioOut,
-        ExitKind::PioIn,
-        ExitKind::MmioWrite,
-        ExitKind::MmioRead,
-        ExitKind::Cpuid,
-        ExitKind::Hypercall,
-        ExitKind::Hlt,
-        ExitKind::Ioeventfd,
-        ExitKind::PmuOn,
-        ExitKind::PmuOff,
-    ];
-
-    /// The variant name.
-    pub fn name(self) -> &'static str {
-        match self {
-            ExitKind::PioOut => "pio-out",
-            ExitKind::PioIn => "pio-in",
-            ExitKind::MmioWrite => "mmio-write",
-            ExitKind::MmioRead => "mmio-read",
-            ExitKind::Cpuid => "cpuid",
-            ExitKind::Hypercall => "hypercall",
-            ExitKind::Hlt => "hlt",
-            ExitKind::Ioeventfd => "ioeventfd",
-            ExitKind::PmuOn => "pmu-on",
-            ExitKind::PmuOff => "pmu-off",
-        }
-    }
-
-    /// Whether every iteration should come back to the VMM.
-    pub fn exits_to_userspace(self) -> bool {
-        matches!(
-            self,
-            ExitKind::PioOut
-                | ExitKind::PioIn
-                | ExitKind::MmioWrite
-                | ExitKind::MmioRead
-                | ExitKind::Hlt
-                | ExitKind::PmuOn
-                | ExitKind::PmuOff
-        )
-    }
-}
-
-/// A guest PMU configuration for the model (`pmu` mechanism).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PmuConfig {
-    /// The guest has a vPMU.
-    pub guest_vpmu: bool,
-    /// The guest uses PEBS.
-    pub guest_pebs: bool,
-    /// The host has PEBS events active.
-    pub host_pebs: bool,
-    /// The PEBS-isolation scheme (false: the old one).
-    pub new_scheme: bool,
-}
-
-/// One batch to run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ExitPlan {
-    /// What to repeat.
-    pub kind: ExitKind,
-    /// How often.
-    pub iterations: u64,
-    /// Guest privilege level.
-    pub cpl: Cpl,
-    /// Watchdog.
-    pub timeout: Duration,
-    /// The PMU configuration a model variant switches MSRs for.
-    pub pmu: Option<PmuConfig>,
-}
-
-/// What one batch measured.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ExitResult {
-    /// Iterations run.
-    pub iterations: u64,
-    /// Host time from Start to End, ns.
-    pub elapsed_ns: u64,
-    /// Guest TSC ticks from Start to End.
-    pub tsc_ticks: u64,
-    /// Exits hvlab handled between the signals.
-    pub userspace_exits: u64,
-    /// Statistics that changed during the batch: (metric name, unit, delta).
-    pub kvm_stats: Vec<(String, String, i128)>,
-    /// MSR writes per roundtrip (model), and what the race explorer found.
-    pub msr_writes: Option<u32>,
-    /// The race explorer's verdict, for PEBS variants (model).
-    pub race: Option<String>,
-}
-
 /// The requested variants with their plans.
 pub fn plans(
     settings: &Settings,
     request: &RunRequest,
-    auto_cpl: Cpl,
     backend: BackendKind,
 ) -> Result<Vec<(String, ExitPlan)>, InputError> {
     let iterations = u64::from(settings.u32_in("iterations", 1..=10_000_000)?);
-    let cpl = parse_cpl(settings, auto_cpl)?;
+    let cpl = parse_cpl(settings)?;
     let timeout = Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 100..=3_600_000)?));
     if backend == BackendKind::Kvm {
         settings.reject_model_only()?;
@@ -344,11 +229,9 @@ pub fn run(
     request: &RunRequest,
     progress: &dyn Progress,
 ) -> Result<ScenarioOutcome, Error> {
-    let auto = default_cpl(backend);
-    let (names, plans): (Vec<String>, Vec<ExitPlan>) =
-        plans(settings, request, auto, backend.kind())?
-            .into_iter()
-            .unzip();
+    let (names, plans): (Vec<String>, Vec<ExitPlan>) = plans(settings, request, backend.kind())?
+        .into_iter()
+        .unzip();
     let results = runner::repeat(&names, request, progress, |vi| {
         backend.exit_roundtrips(&plans[vi])
     });
@@ -433,6 +316,61 @@ fn analyse_variant(name: &str, kind: ExitKind, batches: &[ExitResult], seed: u64
     }
 }
 
+/// The exits scenario.
+#[derive(Debug)]
+pub struct Exits;
+
+impl Scenario for Exits {
+    fn info(&self) -> &'static ScenarioInfo {
+        &INFO
+    }
+
+    fn check(
+        &self,
+        settings: &Settings,
+        request: &RunRequest,
+        backend: BackendKind,
+    ) -> Result<(), InputError> {
+        plans(settings, request, backend).map(drop)
+    }
+
+    fn execute(
+        &self,
+        backend: &mut dyn Backend,
+        settings: &Settings,
+        request: &RunRequest,
+        progress: &dyn Progress,
+    ) -> Result<ScenarioOutcome, Error> {
+        run(backend, settings, request, progress)
+    }
+
+    fn charts(&self, _record: &RunRecord) -> Vec<Chart> {
+        vec![Chart::Bars {
+            metric: INFO.headline,
+            title: "exit roundtrip by exit type",
+        }]
+    }
+
+    fn validation(&self, host: &HostInfo) -> Option<ValidationPoint> {
+        // An emulated CPU takes tens of microseconds per exit: fewer iterations there.
+        let iterations = if host.cpu_emulated() {
+            "iterations=200"
+        } else {
+            "iterations=5000"
+        };
+        Some(ValidationPoint {
+            variants: &["pio-out", "mmio-read", "cpuid"],
+            sets: vec![iterations.to_string()],
+            model_sets: Vec::new(),
+            checks: |model, kvm, v, time| {
+                check(model, kvm, v, "roundtrip_ns", time)
+                    .into_iter()
+                    .collect()
+            },
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,13 +378,7 @@ mod tests {
     #[test]
     fn every_variant_has_a_kind_and_unknown_ones_list_the_rest() {
         let settings = Settings::parse(&INFO, &[]).unwrap();
-        let all = plans(
-            &settings,
-            &RunRequest::default(),
-            Cpl::Three,
-            BackendKind::Kvm,
-        )
-        .unwrap();
+        let all = plans(&settings, &RunRequest::default(), BackendKind::Kvm).unwrap();
         assert_eq!(all.len(), 10);
         assert!(all.iter().all(|(n, p)| p.kind.name() == n));
         let req = RunRequest {
@@ -454,7 +386,7 @@ mod tests {
             ..RunRequest::default()
         };
         assert!(
-            plans(&settings, &req, Cpl::Three, BackendKind::Kvm)
+            plans(&settings, &req, BackendKind::Kvm)
                 .unwrap_err()
                 .to_string()
                 .contains("ioeventfd")

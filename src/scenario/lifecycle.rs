@@ -34,14 +34,19 @@ use std::time::Duration;
 use super::params::{ParamInfo, Settings};
 use super::runner::{self, Progress, RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
+use super::{Chart, Scenario, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::{Verdict, against_fastest, fmt_value};
 use crate::analysis::stall::{Baselines, Stall, find_stalls, kernel_effects};
-use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace, Step, Strategy};
 use crate::analysis::statistics::median;
+use crate::analysis::validate::{Check, Rule, check, judge, stall_ms};
+use crate::backend::host::HostInfo;
+use crate::backend::ioctl_table::BusRegistration;
+use crate::backend::ioctl_table::SrcuKernel;
+use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace, Step, Strategy};
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
-use crate::backend::ioctl_table::SrcuKernel;
+use crate::record::RunRecord;
 use crate::record::{Finding, TimelineEvent, VariantRecord};
 
 /// The catalog entry.
@@ -506,6 +511,82 @@ fn verdicts(variants: &[VariantRecord], seed: u64) -> Vec<Verdict> {
         }
     }
     verdicts
+}
+
+/// The lifecycle scenario.
+#[derive(Debug)]
+pub struct Lifecycle;
+
+impl Scenario for Lifecycle {
+    fn info(&self) -> &'static ScenarioInfo {
+        &INFO
+    }
+
+    fn check(
+        &self,
+        settings: &Settings,
+        request: &RunRequest,
+        backend: BackendKind,
+    ) -> Result<(), InputError> {
+        plans(settings, request, backend).map(drop)
+    }
+
+    fn execute(
+        &self,
+        backend: &mut dyn Backend,
+        settings: &Settings,
+        request: &RunRequest,
+        progress: &dyn Progress,
+    ) -> Result<ScenarioOutcome, Error> {
+        run(backend, settings, request, progress)
+    }
+
+    fn charts(&self, _record: &RunRecord) -> Vec<Chart> {
+        vec![Chart::Timeline]
+    }
+
+    fn notices(&self, request: &RunRequest) -> Vec<String> {
+        let custom = request
+            .sets
+            .iter()
+            .any(|s| s.trim_start().starts_with("order"));
+        if custom && !request.variants.is_empty() {
+            vec![format!(
+                "running the --set order= sequence as variant `custom` alongside --variant {}",
+                request.variants.join(", ")
+            )]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn validation(&self, host: &HostInfo) -> Option<ValidationPoint> {
+        // The model runs the SRCU scheme of the kernel it is checked against.
+        let strategy = match host.srcu_kernel().registration {
+            BusRegistration::Synchronizes => "strategy=always-sync",
+            BusRegistration::Defers => "strategy=always-defer",
+        };
+        Some(ValidationPoint {
+            variants: &[
+                "irqchip-first",
+                "memslots-first",
+                "devices-after-vcpus",
+                "qemu-order",
+                "firecracker-order",
+            ],
+            sets: Vec::new(),
+            model_sets: vec![strategy.to_string()],
+            checks: |model, kvm, v, time| {
+                let mut out: Vec<Check> = Vec::new();
+                out.extend(check(model, kvm, v, "stalls", Rule::Exact(0.0)));
+                out.extend(check(model, kvm, v, "ready_ms", time));
+                if let (Some(p), Some(m)) = (stall_ms(model, v), stall_ms(kvm, v)) {
+                    out.push(judge(INFO.name, v, "stall_ms", "ms", p, m, time));
+                }
+                out
+            },
+        })
+    }
 }
 
 #[cfg(test)]

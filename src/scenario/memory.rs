@@ -17,20 +17,23 @@
 
 use std::time::Duration;
 
-use rand::SeedableRng;
-use rand::seq::SliceRandom;
-use rand_chacha::ChaCha8Rng;
-
 use super::params::{ParamInfo, Settings};
 use super::runner::{self, Progress, RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
+use super::{Chart, Scenario, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
-use crate::backend::{Backend, BackendKind};
-use crate::error::{Error, InputError};
+use crate::analysis::validate::{Rule, check, check_count};
+use crate::backend::guest::Backing;
 use crate::backend::guest::Cpl;
 use crate::backend::guest::GuestPage;
-use crate::backend::guest::Backing;
+use crate::backend::host::HostInfo;
+use crate::backend::memory::{
+    Access, HostBacking, Pattern, PrefetchLoop, Stage2Mmu, Touch, TouchPlan, TouchResult,
+};
+use crate::backend::{Backend, BackendKind};
+use crate::error::{Error, InputError};
+use crate::record::RunRecord;
 use crate::record::{Finding, VariantRecord};
 
 /// The catalog entry.
@@ -174,146 +177,6 @@ static METRICS: [MetricInfo; 5] = [
     },
 ];
 
-/// The order pages are touched in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pattern {
-    /// Ascending.
-    Seq,
-    /// Descending.
-    Reverse,
-    /// A seeded permutation.
-    Random,
-    /// Every K-th page, ascending.
-    Stride(u32),
-}
-
-/// Load or store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum Access {
-    /// Loads.
-    Read,
-    /// Stores.
-    Write,
-}
-
-/// How much of each page.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum Touch {
-    /// One access at the start of the page.
-    FirstByte,
-    /// Every cache line of the page.
-    WholePage,
-}
-
-/// Where the data region's host memory comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HostBacking {
-    /// Anonymous memory with this backing.
-    Anonymous(Backing),
-    /// Lazy memory served by a userfaultfd thread with this window (pages).
-    Uffd(usize),
-    /// Lazy memory pre-faulted into stage 2 with `KVM_PRE_FAULT_MEMORY`.
-    PreFault,
-}
-
-/// The SPTE prefetch loop a model variant runs (the kvm backend runs its kernel's).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PrefetchLoop {
-    /// No prefetch (the TDP MMU).
-    None,
-    /// `__direct_pte_prefetch()` before the fix: runs reaching the block end are dropped.
-    LegacySkipTrailing,
-    /// `__direct_pte_prefetch()` after the fix.
-    Legacy,
-}
-
-/// One pass to run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TouchPlan {
-    /// Data region bytes.
-    pub size_bytes: u64,
-    /// Touch order.
-    pub pattern: Pattern,
-    /// Seed for `Random`.
-    pub seed: u64,
-    /// Load or store.
-    pub access: Access,
-    /// How much of each page.
-    pub touch: Touch,
-    /// Guest page size.
-    pub guest_page: GuestPage,
-    /// Host backing.
-    pub backing: HostBacking,
-    /// Guest privilege level.
-    pub cpl: Cpl,
-    /// Watchdog.
-    pub timeout: Duration,
-    /// The prefetch loop to model (`None`: the MMU's own, from the profile).
-    pub prefetch: Option<PrefetchLoop>,
-}
-
-const PAGE: u64 = 4096;
-
-impl TouchPlan {
-    /// The 4 KiB page indices to touch, in order.
-    pub fn page_order(&self) -> Vec<u32> {
-        let pages = u32::try_from(self.size_bytes / PAGE).unwrap_or(u32::MAX);
-        match self.pattern {
-            Pattern::Seq => (0..pages).collect(),
-            Pattern::Reverse => (0..pages).rev().collect(),
-            Pattern::Random => {
-                let mut v: Vec<u32> = (0..pages).collect();
-                v.shuffle(&mut ChaCha8Rng::seed_from_u64(self.seed));
-                v
-            }
-            Pattern::Stride(k) => (0..pages).step_by(k.max(1) as usize).collect(),
-        }
-    }
-}
-
-/// What one pass measured.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TouchResult {
-    /// Pages touched.
-    pub pages: u64,
-    /// Host time from Start to End, ns.
-    pub elapsed_ns: u64,
-    /// userfaultfd faults served, for the uffd variants.
-    pub uffd_faults: Option<u64>,
-    /// Statistics that changed during the pass: (metric name, unit, delta).
-    pub kvm_stats: Vec<(String, String, i128)>,
-    /// 4 KiB pages of the guest's own page tables (data-region PDs, and PTs with 4 KiB guest
-    /// pages) first read in the measured section. With TDP these are guest memory like any
-    /// other, so each costs one stage-2 fault on top of the data's; shadow paging reads them
-    /// through the host mapping instead. `None` where the backend has no guest page tables.
-    pub guest_table_pages: Option<u64>,
-}
-
-/// How stage 2 is built, which decides how many faults a first touch costs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage2Mmu {
-    /// Shadow paging (no EPT/NPT, or PVM): SPTEs follow the guest's PTEs; prefetch
-    /// (`FNAME(pte_prefetch)`) skips guest PTEs whose Accessed bit is clear.
-    Shadow,
-    /// EPT/NPT with the legacy MMU: direct maps, `direct_pte_prefetch()` maps present
-    /// neighbours.
-    TdpLegacy,
-    /// EPT/NPT with the TDP MMU: one fault per host page, never a prefetch.
-    TdpMmu,
-}
-
-impl Stage2Mmu {
-    /// The MMU a host (or a model profile's host) uses; `None` when the host does not say.
-    pub fn of(host: &crate::backend::host::HostInfo) -> Option<Stage2Mmu> {
-        match (host.tdp?, host.tdp_mmu) {
-            (false, _) => Some(Stage2Mmu::Shadow),
-            (true, Some(true)) => Some(Stage2Mmu::TdpMmu),
-            (true, Some(false)) => Some(Stage2Mmu::TdpLegacy),
-            (true, None) => None,
-        }
-    }
-}
-
 fn parse_pattern(settings: &Settings) -> Result<Pattern, InputError> {
     let raw = settings.raw("pattern");
     let bad = || InputError::BadValue {
@@ -334,12 +197,12 @@ fn parse_pattern(settings: &Settings) -> Result<Pattern, InputError> {
     }
 }
 
-/// The guest CPL from `guest.cpl`, or `auto` when unset.
-pub fn parse_cpl(settings: &Settings, auto: Cpl) -> Result<Cpl, InputError> {
+/// The guest CPL from `guest.cpl`; `None` when unset (the backend picks for its host).
+pub fn parse_cpl(settings: &Settings) -> Result<Option<Cpl>, InputError> {
     match settings.raw("guest.cpl") {
-        "" => Ok(auto),
-        "0" => Ok(Cpl::Zero),
-        "3" => Ok(Cpl::Three),
+        "" => Ok(None),
+        "0" => Ok(Some(Cpl::Zero)),
+        "3" => Ok(Some(Cpl::Three)),
         other => Err(InputError::BadValue {
             key: "guest.cpl".into(),
             value: other.into(),
@@ -352,7 +215,6 @@ pub fn parse_cpl(settings: &Settings, auto: Cpl) -> Result<Cpl, InputError> {
 pub fn plans(
     settings: &Settings,
     request: &RunRequest,
-    auto_cpl: Cpl,
     backend: BackendKind,
 ) -> Result<Vec<(String, TouchPlan)>, InputError> {
     if backend == BackendKind::Kvm {
@@ -385,7 +247,7 @@ pub fn plans(
         _ => GuestPage::Huge,
     };
     let window = settings.u32_in("window", 1..=512)? as usize;
-    let cpl = parse_cpl(settings, auto_cpl)?;
+    let cpl = parse_cpl(settings)?;
     let timeout = Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 100..=3_600_000)?));
     let names: Vec<String> = if request.variants.is_empty() {
         INFO.variants_for(backend)
@@ -444,24 +306,14 @@ pub fn run(
     request: &RunRequest,
     progress: &dyn Progress,
 ) -> Result<ScenarioOutcome, Error> {
-    let auto = default_cpl(backend);
-    let (names, plans): (Vec<String>, Vec<TouchPlan>) =
-        plans(settings, request, auto, backend.kind())?
-            .into_iter()
-            .unzip();
+    let (names, plans): (Vec<String>, Vec<TouchPlan>) = plans(settings, request, backend.kind())?
+        .into_iter()
+        .unzip();
     let results = runner::repeat(&names, request, progress, |vi| {
         backend.touch_memory(&plans[vi])
     });
     let mmu = Stage2Mmu::of(backend.host());
     Ok(analyse(&names, &results, mmu, request.seed))
-}
-
-/// CPL3 on PVM, where CPL0 guest code is instruction-emulated; CPL0 elsewhere.
-pub fn default_cpl(backend: &dyn Backend) -> Cpl {
-    match backend.host().kvm_flavour {
-        crate::backend::host::KvmFlavour::Pvm => Cpl::Three,
-        _ => Cpl::Zero,
-    }
 }
 
 /// Metrics, prefetch findings and verdicts from every variant's passes.
@@ -591,6 +443,87 @@ fn analyse_variant(
     }
 }
 
+/// The memory scenario.
+#[derive(Debug)]
+pub struct Memory;
+
+impl Scenario for Memory {
+    fn info(&self) -> &'static ScenarioInfo {
+        &INFO
+    }
+
+    fn check(
+        &self,
+        settings: &Settings,
+        request: &RunRequest,
+        backend: BackendKind,
+    ) -> Result<(), InputError> {
+        plans(settings, request, backend).map(drop)
+    }
+
+    fn execute(
+        &self,
+        backend: &mut dyn Backend,
+        settings: &Settings,
+        request: &RunRequest,
+        progress: &dyn Progress,
+    ) -> Result<ScenarioOutcome, Error> {
+        run(backend, settings, request, progress)
+    }
+
+    fn charts(&self, record: &RunRecord) -> Vec<Chart> {
+        // The model counts its own faults; the kvm backend reports KVM's statistic.
+        let metric = if record.backend == "model" {
+            "faults"
+        } else {
+            "kvm.vcpu.pf_fixed"
+        };
+        vec![Chart::Bars {
+            metric,
+            title: "stage-2 faults per pass by host backing",
+        }]
+    }
+
+    fn context(&self, record: &RunRecord) -> Vec<String> {
+        let thp = &record.host.thp;
+        if record.backend == "kvm" && thp != "never" {
+            vec![format!(
+                "THP {thp}: lazy, populated, uffd and the system memory opt out per mapping (MADV_NOHUGEPAGE); thp opts in (MADV_HUGEPAGE)"
+            )]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn validation(&self, host: &HostInfo) -> Option<ValidationPoint> {
+        // Not the calibration point (64 MiB, sequential): a new size and order. An emulated
+        // CPU takes milliseconds per fault: a small one there.
+        let size = if host.cpu_emulated() {
+            "size=16MiB"
+        } else {
+            "size=128MiB"
+        };
+        Some(ValidationPoint {
+            variants: &["lazy", "populated", "uffd-prefetch"],
+            sets: vec![size.to_string(), "pattern=random".to_string()],
+            model_sets: Vec::new(),
+            checks: |model, kvm, v, time| {
+                // The guest's own page tables fault too with TDP (a known extra the kvm run
+                // counts); beyond that a stray fault or two (the guest's stack) is allowed,
+                // prefetch errors are not.
+                [
+                    check_count(model, kvm, v, "kvm.vcpu.pf_fixed", "guest_table_pages", 2.0),
+                    check(model, kvm, v, "uffd_faults", Rule::Exact(2.0)),
+                    check(model, kvm, v, "ns_per_page", time),
+                ]
+                .into_iter()
+                .flatten()
+                .collect()
+            },
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -609,7 +542,7 @@ mod tests {
             variants: vec![variant.into()],
             ..RunRequest::default()
         };
-        plans(&settings(sets), &req, Cpl::Three, BackendKind::Model)
+        plans(&settings(sets), &req, BackendKind::Model)
             .unwrap()
             .remove(0)
             .1
@@ -649,7 +582,7 @@ mod tests {
             plan_of(&["window=64"], "uffd-prefetch").backing,
             HostBacking::Uffd(64)
         );
-        assert_eq!(plan_of(&["guest.cpl=0"], "lazy").cpl, Cpl::Zero);
+        assert_eq!(plan_of(&["guest.cpl=0"], "lazy").cpl, Some(Cpl::Zero));
         assert_eq!(plan_of(&[], "lazy").guest_page, GuestPage::Huge);
     }
 
@@ -664,7 +597,7 @@ mod tests {
             ("guest.cpl=1", "0 or 3"),
             ("window=0", "from 1 to 512"),
         ] {
-            let msg = plans(&settings(&[set]), &req, Cpl::Three, BackendKind::Kvm)
+            let msg = plans(&settings(&[set]), &req, BackendKind::Kvm)
                 .unwrap_err()
                 .to_string();
             assert!(msg.contains(needle), "{set}: {msg}");
@@ -674,7 +607,7 @@ mod tests {
             ..RunRequest::default()
         };
         assert!(
-            plans(&settings(&[]), &req, Cpl::Three, BackendKind::Kvm)
+            plans(&settings(&[]), &req, BackendKind::Kvm)
                 .unwrap_err()
                 .to_string()
                 .contains("uffd-prefetch")

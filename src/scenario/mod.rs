@@ -12,11 +12,13 @@ pub mod samples;
 
 use serde::Serialize;
 
+use crate::analysis::validate::{Check, Rule};
+use crate::backend::host::HostInfo;
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
 use crate::record::RunRecord;
 use params::{ParamInfo, Settings};
-use runner::{Progress, RunRequest};
+use runner::{Progress, RunRequest, ScenarioOutcome};
 
 /// A variant: a policy or configuration to compare.
 #[derive(Debug, Clone, Serialize)]
@@ -92,22 +94,110 @@ impl ScenarioInfo {
     }
 }
 
-/// Every scenario hvlab has.
+/// A chart the report draws for a run, as data: the report owns the drawing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Chart {
+    /// The representative ioctl timeline with stalls marked.
+    Timeline,
+    /// One bar per variant of a metric's median.
+    Bars {
+        /// The metric.
+        metric: &'static str,
+        /// The caption.
+        title: &'static str,
+    },
+    /// Pinned bytes over time.
+    PinnedBytes,
+}
+
+/// Where `hvlab validate` compares the model with the kvm backend, and how.
+#[derive(Debug, Clone)]
+pub struct ValidationPoint {
+    /// The variants compared.
+    pub variants: &'static [&'static str],
+    /// `--set` for both backends: a point calibration did not use.
+    pub sets: Vec<String>,
+    /// `--set` for the model alone (what it must know of the kernel it is checked against).
+    pub model_sets: Vec<String>,
+    /// The checks of one variant: (model run, kvm run, variant, how times are judged).
+    pub checks: fn(&RunRecord, &RunRecord, &str, Rule) -> Vec<Check>,
+}
+
+/// An experiment: its catalog entry, how a request becomes plans and runs on a backend, and
+/// what the report and `validate` need of it. One implementation per file, one line in
+/// [`REGISTRY`]; nothing outside the file names the scenario.
+pub trait Scenario: Sync {
+    /// Name, variants, parameters (each declared once), metrics, backends.
+    fn info(&self) -> &'static ScenarioInfo;
+
+    /// Validates a request without running anything, so bad input is reported as such (exit 2)
+    /// even on a host that could not run the scenario.
+    fn check(
+        &self,
+        settings: &Settings,
+        request: &RunRequest,
+        backend: BackendKind,
+    ) -> Result<(), InputError>;
+
+    /// Runs the requested variants on `backend` and analyses what came back.
+    fn execute(
+        &self,
+        backend: &mut dyn Backend,
+        settings: &Settings,
+        request: &RunRequest,
+        progress: &dyn Progress,
+    ) -> Result<ScenarioOutcome, Error>;
+
+    /// The charts after the headline distribution (default: the headline by variant).
+    fn charts(&self, _record: &RunRecord) -> Vec<Chart> {
+        let headline = self.info().headline;
+        vec![Chart::Bars {
+            metric: headline,
+            title: headline,
+        }]
+    }
+
+    /// What the user should know about how a request will run, before it runs.
+    fn notices(&self, _request: &RunRequest) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Lines for a run's header: how the host shaped what was measured.
+    fn context(&self, _record: &RunRecord) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Where `validate` checks the model against the kvm backend on `host`, if anywhere.
+    fn validation(&self, _host: &HostInfo) -> Option<ValidationPoint> {
+        None
+    }
+}
+
+/// Every scenario hvlab has, in catalog order.
+pub static REGISTRY: [&dyn Scenario; 5] = [
+    &lifecycle::Lifecycle,
+    &memory::Memory,
+    &exits::Exits,
+    &pinning::Pinning,
+    &percpu::Percpu,
+];
+
+/// Every scenario's catalog entry.
 pub fn catalog() -> Vec<&'static ScenarioInfo> {
-    vec![
-        &lifecycle::INFO,
-        &memory::INFO,
-        &exits::INFO,
-        &pinning::INFO,
-        &percpu::INFO,
-    ]
+    REGISTRY.iter().map(|s| s.info()).collect()
 }
 
 /// Looks a scenario up by name.
 pub fn find(name: &str) -> Result<&'static ScenarioInfo, InputError> {
-    catalog()
-        .into_iter()
-        .find(|s| s.name == name)
+    scenario(name).map(|s| s.info())
+}
+
+/// The scenario called `name`.
+pub fn scenario(name: &str) -> Result<&'static dyn Scenario, InputError> {
+    REGISTRY
+        .iter()
+        .copied()
+        .find(|s| s.info().name == name)
         .ok_or_else(|| {
             InputError::UnknownScenario(
                 name.to_string(),
@@ -142,19 +232,7 @@ pub fn check(
 ) -> Result<(), InputError> {
     reject_duplicate_variants(request)?;
     let settings = Settings::parse(info, &request.sets)?;
-    match info.name {
-        "lifecycle" => lifecycle::plans(&settings, request, backend).map(drop),
-        // The CPL default depends on the host; any value validates the rest.
-        "memory" => {
-            memory::plans(&settings, request, crate::backend::guest::Cpl::Three, backend).map(drop)
-        }
-        "exits" => {
-            exits::plans(&settings, request, crate::backend::guest::Cpl::Three, backend).map(drop)
-        }
-        "pinning" => pinning::plans(&settings, request, backend).map(drop),
-        "percpu" => percpu::plans(&settings, request).map(drop),
-        other => Err(InputError::Other(format!("scenario {other} has no runner"))),
-    }
+    scenario(info.name)?.check(&settings, request, backend)
 }
 
 /// Runs a scenario on a backend and returns the complete record (not yet stored).
@@ -180,14 +258,7 @@ pub fn run(
     reject_duplicate_variants(request)?;
     let settings = Settings::parse(info, &request.sets)?;
     let started = runner::now_rfc3339();
-    let outcome = match info.name {
-        "lifecycle" => lifecycle::run(backend, &settings, request, progress)?,
-        "memory" => memory::run(backend, &settings, request, progress)?,
-        "exits" => exits::run(backend, &settings, request, progress)?,
-        "pinning" => pinning::run(backend, &settings, request, progress)?,
-        "percpu" => percpu::run(backend, &settings, request, progress)?,
-        other => return Err(InputError::Other(format!("scenario {other} has no runner")).into()),
-    };
+    let outcome = scenario(info.name)?.execute(backend, &settings, request, progress)?;
     Ok(runner::assemble(
         info, backend, &settings, request, started, outcome,
     ))

@@ -9,11 +9,13 @@
 //! per-CPU allocation into every copy. The model predicts the sys-time change per workload; the
 //! model backend runs it (a kvm backend with per-vCPU CR3s comes later).
 
+use super::Scenario;
 use super::params::{ParamInfo, Settings};
 use super::runner::{self, Progress, RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
+use crate::backend::percpu::{PercpuPlan, PercpuResult, PercpuScheme, Workload};
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
 use crate::record::{Finding, VariantRecord};
@@ -86,29 +88,6 @@ static METRICS: [MetricInfo; 5] = [
     },
 ];
 
-/// The two schemes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PercpuScheme {
-    /// Offset register + preemption toggle.
-    Offset,
-    /// Per-CPU page table, fixed address.
-    LocalMap,
-}
-
-/// A workload as an op mix.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Workload {
-    /// Name.
-    pub name: &'static str,
-    /// `this_cpu_*()` ops per second of sys time on one CPU.
-    pub ops_per_sys_s: f64,
-    /// Kernel mapping changes that must reach every page-table copy, per second, system-wide
-    /// (vmalloc/vfree of page-table-level ranges, module loads, memory hotplug).
-    pub kernel_map_changes_per_s: f64,
-    /// Per-CPU allocations that must be mapped into every copy, per second, system-wide.
-    pub percpu_allocs_per_s: f64,
-}
-
 /// The workloads. These densities are assumptions, not measurements: `kernel-build` is set so
 /// the model reproduces the RFC's measured 13-18% sys-time reduction on the 160-core
 /// AmpereOne (profile arm64-server-160); `mm-stress` has more per-CPU counter traffic (vmstat,
@@ -134,30 +113,6 @@ pub const WORKLOADS: [Workload; 3] = [
         percpu_allocs_per_s: 20_000.0,
     },
 ];
-
-/// One prediction to make.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PercpuPlan {
-    /// Scheme.
-    pub scheme: PercpuScheme,
-    /// CPUs.
-    pub cpus: u32,
-    /// Workload.
-    pub workload: Workload,
-}
-
-/// What the model predicts.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PercpuResult {
-    /// ns per op.
-    pub op_ns: f64,
-    /// ns per CPU per sys-second spent on per-CPU ops and upkeep.
-    pub sys_ns_per_cpu_s: f64,
-    /// Of which page-table upkeep.
-    pub sync_ns_per_cpu_s: f64,
-    /// Page-table copy memory.
-    pub pgtable_bytes: u64,
-}
 
 /// The requested variants with their plans.
 pub fn plans(
@@ -259,5 +214,34 @@ fn analyse_variant(
         findings,
         timeline: Vec::new(),
         pinned_bytes: Vec::new(),
+    }
+}
+
+/// The percpu scenario.
+#[derive(Debug)]
+pub struct Percpu;
+
+impl Scenario for Percpu {
+    fn info(&self) -> &'static ScenarioInfo {
+        &INFO
+    }
+
+    fn check(
+        &self,
+        settings: &Settings,
+        request: &RunRequest,
+        _backend: BackendKind,
+    ) -> Result<(), InputError> {
+        plans(settings, request).map(drop)
+    }
+
+    fn execute(
+        &self,
+        backend: &mut dyn Backend,
+        settings: &Settings,
+        request: &RunRequest,
+        progress: &dyn Progress,
+    ) -> Result<ScenarioOutcome, Error> {
+        run(backend, settings, request, progress)
     }
 }

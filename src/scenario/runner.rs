@@ -155,7 +155,7 @@ pub fn assemble(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kvm::KvmError;
+    use crate::backend::error::KvmError;
 
     #[test]
     fn warmup_is_discarded_and_variants_interleave() {

@@ -435,7 +435,7 @@ mod erased_json {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kvm::host::probe;
+    use crate::lab::host::probe;
     use crate::record::{MetricRecord, VariantRecord};
 
     fn record(id: &str) -> RunRecord {

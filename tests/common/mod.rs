@@ -29,7 +29,7 @@ pub fn loud_skip(msg: &str) {
 /// Whether /dev/kvm can be opened. When it cannot, says so loudly: CI on these machines has
 /// KVM, so a skip there is a finding, not a pass.
 pub fn kvm_or_skip(test: &str) -> bool {
-    let device = hvlab::kvm::kvm_device_path();
+    let device = hvlab::backend::host::kvm_device_path();
     match std::fs::OpenOptions::new()
         .read(true)
         .write(true)

@@ -33,7 +33,7 @@ say() { echo "boot-host: $*" >&2; }
 # Tools: QEMU, a static busybox for the guest's userland, and what unpacks modules.
 need=()
 command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
-[ -x /bin/busybox ] && /bin/busybox --list | grep -qx insmod || need+=(busybox-static)
+[ -x /bin/busybox ] && /bin/busybox --list | grep -x insmod >/dev/null || need+=(busybox-static)
 command -v cpio >/dev/null || need+=(cpio)
 command -v xz >/dev/null || need+=(xz-utils)
 command -v modinfo >/dev/null || need+=(kmod)

@@ -12,9 +12,9 @@ use super::layout::{
     CODE_GPA, DATA_GPA, INDEX_GPA, IOEVENTFD_GPA, MMIO_TEST_GPA, PIN_DOORBELL_GPA,
 };
 use super::{SIGNAL_PORT, Signal, TEST_PORT};
+use crate::backend::exits::ExitKind;
+use crate::backend::memory::{Access, Touch};
 use crate::kvm::KvmError;
-use crate::scenario::exits::ExitKind;
-use crate::scenario::memory::{Access, Touch};
 
 fn asm_err(e: IcedError) -> KvmError {
     KvmError::Guest(format!("assembling the payload: {e}"))

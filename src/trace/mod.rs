@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::backend::ioctl_table;
 use crate::analysis::stall::{Baselines, find_stalls, kernel_effects};
-use crate::backend::lifecycle::IoctlEvent;
-use crate::kvm::host::HostInfo;
+use crate::backend::host::HostInfo;
+use crate::backend::ioctl_table;
 use crate::backend::ioctl_table::SrcuKernel;
+use crate::backend::lifecycle::IoctlEvent;
 
 /// Tracer errors.
 #[derive(Debug, thiserror::Error, displaydoc::Display)]

@@ -4,11 +4,11 @@
 //! provenance says which run and which formula. Values calibrate does not measure are copied
 //! from the built-in profile closest to this host, and say so.
 
-use super::profile::{MmuKind, Profile};
 use crate::backend::Backend;
-use crate::error::Error;
 use crate::backend::host::KvmFlavour;
+use crate::error::Error;
 use crate::kvm::pin;
+use crate::model::profile::{MmuKind, Profile};
 use crate::record::RunRecord;
 use crate::scenario::runner::{Progress, RunRequest};
 use crate::scenario::{self, exits, lifecycle, memory};
@@ -65,8 +65,8 @@ fn put_measured(p: &mut Profile, key: &str, value: f64, unit: &str, provenance: 
 /// Measures a profile named `this-host` with the kvm backend.
 pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<Profile, Error> {
     let host = backend.host().clone();
-    let (base_name, base_match) = super::builtin_for(host.kvm_flavour);
-    let mut p = Profile::load(base_name).map_err(super::ModelError::from)?;
+    let (base_name, base_match) = crate::model::builtin_for(host.kvm_flavour);
+    let mut p = Profile::load(base_name).map_err(crate::model::ModelError::from)?;
     for cost in p.costs.values_mut() {
         cost.provenance = format!(
             "not measured by calibrate; from built-in profile {base_name} ({base_match}): {}",
@@ -192,7 +192,7 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
     let stalled = med(&lc, "irqchip-first", "ioctl.KVM_SET_USER_MEMORY_REGION_ms")? * 1e6;
     let phases = p
         .get("srcu_gp_phases", "calibrate")
-        .map_err(super::ModelError::from)?;
+        .map_err(crate::model::ModelError::from)?;
     // The grace period starts at the irqchip, one PIT earlier; its first tick is half a jiffy
     // away on average.
     let since_start = per("KVM_CREATE_PIT2", 1.0)?;
@@ -228,7 +228,7 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
     )?;
     let touch = p
         .get("touch_page_ns", "calibrate")
-        .map_err(super::ModelError::from)?;
+        .map_err(crate::model::ModelError::from)?;
     let fault = med(&m4, "populated", "ns_per_page")? - touch;
     put_measured(
         &mut p,

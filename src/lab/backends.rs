@@ -1,0 +1,32 @@
+//! The kvm backend where this build has it, and a plain "not built" where it does not, so the
+//! command line reads the same in both builds.
+
+use crate::backend::Backend;
+use crate::backend::host::HostInfo;
+use crate::error::Error;
+use crate::model::profile::Profile;
+use crate::scenario::runner::Progress;
+
+/// Opens `/dev/kvm` as a backend.
+#[cfg(feature = "kvm")]
+pub fn kvm(host: HostInfo) -> Result<Box<dyn Backend>, Error> {
+    Ok(Box::new(crate::kvm::KvmBackend::new(host)?))
+}
+
+/// Opens `/dev/kvm` as a backend: this build has no kvm backend.
+#[cfg(not(feature = "kvm"))]
+pub fn kvm(_: HostInfo) -> Result<Box<dyn Backend>, Error> {
+    Err(crate::backend::error::KvmError::NotBuilt.into())
+}
+
+/// Measures this host's cost profile with the kvm backend.
+#[cfg(feature = "kvm")]
+pub fn calibrate(kvm: &mut dyn Backend, progress: &dyn Progress) -> Result<Profile, Error> {
+    super::calibrate::calibrate(kvm, progress)
+}
+
+/// Measures this host's cost profile with the kvm backend: this build has none.
+#[cfg(not(feature = "kvm"))]
+pub fn calibrate(_: &mut dyn Backend, _: &dyn Progress) -> Result<Profile, Error> {
+    Err(crate::backend::error::KvmError::NotBuilt.into())
+}
