@@ -95,7 +95,7 @@ pub struct ExitPlan {
     pub kind: ExitKind,
     /// How often.
     pub iterations: u64,
-    /// Guest privilege level; `None`: the backend\'s default for its host ([`Cpl::default_for`]).
+    /// Guest privilege level; `None`: the backend's default for its host ([`Cpl::default_for`]).
     pub cpl: Option<Cpl>,
     /// Watchdog.
     pub timeout: Duration,

@@ -80,7 +80,7 @@ pub struct TouchPlan {
     pub guest_page: GuestPage,
     /// Host backing.
     pub backing: HostBacking,
-    /// Guest privilege level; `None`: the backend\'s default for its host ([`Cpl::default_for`]).
+    /// Guest privilege level; `None`: the backend's default for its host ([`Cpl::default_for`]).
     pub cpl: Option<Cpl>,
     /// Watchdog.
     pub timeout: Duration,

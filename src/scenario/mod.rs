@@ -235,13 +235,25 @@ pub fn check(
     scenario(info.name)?.check(&settings, request, backend)
 }
 
-/// Runs a scenario on a backend and returns the complete record (not yet stored).
+/// Runs a registered scenario on a backend and returns the complete record (not yet stored).
 pub fn run(
     info: &ScenarioInfo,
     backend: &mut dyn Backend,
     request: &RunRequest,
     progress: &dyn Progress,
 ) -> Result<RunRecord, Error> {
+    run_scenario(scenario(info.name)?, backend, request, progress)
+}
+
+/// Runs any scenario on a backend: the one shape every scenario's run takes (backend check,
+/// input check, the scenario's execution, the record around it).
+pub fn run_scenario(
+    s: &dyn Scenario,
+    backend: &mut dyn Backend,
+    request: &RunRequest,
+    progress: &dyn Progress,
+) -> Result<RunRecord, Error> {
+    let info = s.info();
     if !info.backends.contains(&backend.kind()) {
         return Err(InputError::BackendCannotRun {
             backend: backend.kind().to_string(),
@@ -258,7 +270,7 @@ pub fn run(
     reject_duplicate_variants(request)?;
     let settings = Settings::parse(info, &request.sets)?;
     let started = runner::now_rfc3339();
-    let outcome = scenario(info.name)?.execute(backend, &settings, request, progress)?;
+    let outcome = s.execute(backend, &settings, request, progress)?;
     Ok(runner::assemble(
         info, backend, &settings, request, started, outcome,
     ))

@@ -1,0 +1,182 @@
+//! A sixth scenario takes one file: this one. It implements the `Scenario` trait over a plan
+//! type the backends already speak (a batch of CPUID exits), and the generic machinery runs
+//! it on the model backend, checks its input and assembles its record. Listing it in the CLI,
+//! suite, report and validate would take one more line: its entry in `scenario::REGISTRY`.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use std::time::Duration;
+
+use hvlab::backend::exits::{ExitKind, ExitPlan};
+use hvlab::backend::{Backend, BackendKind};
+use hvlab::error::{Error, InputError};
+use hvlab::model::ModelBackend;
+use hvlab::model::profile::Profile;
+use hvlab::record::VariantRecord;
+use hvlab::scenario::params::{ParamInfo, Settings};
+use hvlab::scenario::runner::{self, Progress, RunRequest, ScenarioOutcome, Silent};
+use hvlab::scenario::samples::{Series, per_variant};
+use hvlab::scenario::{MetricInfo, Scenario, ScenarioInfo, VariantInfo, run_scenario};
+
+static INFO: ScenarioInfo = ScenarioInfo {
+    name: "cpuid-batch",
+    summary: "a toy: CPUID roundtrips in batches of two sizes",
+    variants: &[
+        VariantInfo {
+            name: "small",
+            doc: "100 iterations",
+        },
+        VariantInfo {
+            name: "large",
+            doc: "10000 iterations",
+        },
+    ],
+    model_variants: &[],
+    params: &[ParamInfo {
+        name: "timeout_ms",
+        default: "1000",
+        doc: "watchdog per batch",
+        model_only: false,
+    }],
+    metrics: &[MetricInfo {
+        name: "roundtrip_ns",
+        unit: "ns",
+        doc: "host time per CPUID roundtrip",
+    }],
+    headline: "roundtrip_ns",
+    backends: &[BackendKind::Kvm, BackendKind::Model],
+    default_reps: 3,
+    default_warmup: 0,
+};
+
+struct CpuidBatch;
+
+impl CpuidBatch {
+    fn plans(
+        settings: &Settings,
+        request: &RunRequest,
+    ) -> Result<Vec<(String, ExitPlan)>, InputError> {
+        let timeout = Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 10..=60_000)?));
+        let names: Vec<String> = if request.variants.is_empty() {
+            INFO.variants.iter().map(|v| v.name.to_string()).collect()
+        } else {
+            request.variants.clone()
+        };
+        names
+            .into_iter()
+            .map(|name| {
+                let iterations = match name.as_str() {
+                    "small" => 100,
+                    "large" => 10_000,
+                    _ => return Err(INFO.unknown_variant(&name, BackendKind::Model)),
+                };
+                let plan = ExitPlan {
+                    kind: ExitKind::Cpuid,
+                    iterations,
+                    cpl: None,
+                    timeout,
+                    pmu: None,
+                };
+                Ok((name, plan))
+            })
+            .collect()
+    }
+}
+
+impl Scenario for CpuidBatch {
+    fn info(&self) -> &'static ScenarioInfo {
+        &INFO
+    }
+
+    fn check(
+        &self,
+        settings: &Settings,
+        request: &RunRequest,
+        _backend: BackendKind,
+    ) -> Result<(), InputError> {
+        Self::plans(settings, request).map(drop)
+    }
+
+    fn execute(
+        &self,
+        backend: &mut dyn Backend,
+        settings: &Settings,
+        request: &RunRequest,
+        progress: &dyn Progress,
+    ) -> Result<ScenarioOutcome, Error> {
+        let (names, plans): (Vec<String>, Vec<ExitPlan>) =
+            Self::plans(settings, request)?.into_iter().unzip();
+        let results = runner::repeat(&names, request, progress, |vi| {
+            backend.exit_roundtrips(&plans[vi])
+        });
+        let variants = per_variant(&names, &results, |_, name, batches| {
+            let mut series = Series::new();
+            for (rep, b) in batches.iter().enumerate() {
+                series.at(rep).push(
+                    "roundtrip_ns",
+                    "ns",
+                    b.elapsed_ns as f64 / b.iterations as f64,
+                );
+            }
+            VariantRecord {
+                name: name.to_string(),
+                status: "ok".into(),
+                metrics: series.finish(batches.len(), name, request.seed),
+                findings: Vec::new(),
+                timeline: Vec::new(),
+                pinned_bytes: Vec::new(),
+            }
+        });
+        Ok(ScenarioOutcome {
+            variants,
+            verdicts: Vec::new(),
+        })
+    }
+}
+
+fn model() -> ModelBackend {
+    let host = hvlab::lab::host::probe();
+    ModelBackend::new(Profile::load("pvm-epyc").unwrap(), host, 7)
+}
+
+#[test]
+fn a_sixth_scenario_runs_through_the_generic_machinery() {
+    let request = RunRequest {
+        reps: 3,
+        warmup: 0,
+        ..RunRequest::default()
+    };
+    let record = run_scenario(&CpuidBatch, &mut model(), &request, &Silent).unwrap();
+    assert_eq!(record.scenario, "cpuid-batch");
+    assert_eq!(record.backend, "model");
+    let names: Vec<&str> = record.variants.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(names, ["small", "large"]);
+    for v in &record.variants {
+        assert_eq!(v.status, "ok", "{}", v.name);
+        let m = &v.metrics["roundtrip_ns"];
+        assert_eq!(m.n, 3);
+        assert!(m.median > 0.0);
+    }
+    // The parameter declared once in INFO is in the record, with its default.
+    assert_eq!(record.params["timeout_ms"], 1000);
+}
+
+#[test]
+fn the_generic_machinery_checks_a_new_scenarios_input() {
+    let bad = RunRequest {
+        variants: vec!["huge".into()],
+        ..RunRequest::default()
+    };
+    let e = run_scenario(&CpuidBatch, &mut model(), &bad, &Silent).unwrap_err();
+    assert!(e.to_string().contains("small, large"), "{e}");
+    let twice = RunRequest {
+        variants: vec!["small".into(), "small".into()],
+        ..RunRequest::default()
+    };
+    assert!(run_scenario(&CpuidBatch, &mut model(), &twice, &Silent).is_err());
+    let set = RunRequest {
+        sets: vec!["timeout_ms=5".into()],
+        ..RunRequest::default()
+    };
+    let e = run_scenario(&CpuidBatch, &mut model(), &set, &Silent).unwrap_err();
+    assert!(e.to_string().contains("timeout_ms"), "{e}");
+}
