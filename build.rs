@@ -24,6 +24,13 @@ fn main() {
         ""
     };
     println!("cargo:rustc-env=HVLAB_GIT_REV={rev}{suffix}");
+    // The kvm backend drives x86 guests (long mode, PIT, TSS, CPUID): it is built where the
+    // feature is on and the target is x86-64; elsewhere hvlab is the model-only tool.
+    println!("cargo::rustc-check-cfg=cfg(hvlab_kvm)");
+    let x86 = std::env::var("CARGO_CFG_TARGET_ARCH").is_ok_and(|a| a == "x86_64");
+    if x86 && std::env::var_os("CARGO_FEATURE_KVM").is_some() {
+        println!("cargo::rustc-cfg=hvlab_kvm");
+    }
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/index");
 }

@@ -1,7 +1,7 @@
 //! hvlab: the hypervisor fast-path lab.
 //!
 //! Data flows one way: a [`scenario`] builds plans and hands them to a [`backend`] (real KVM in
-//! `kvm`, behind the default cargo feature `kvm`; the executable model in [`model`]), the
+//! `kvm`, behind the default cargo feature `kvm` on x86-64; the executable model in [`model`]), the
 //! samples become a [`record`], the [`store`] keeps it, [`analysis`] turns samples into
 //! statistics, findings and verdicts, and the [`cli`] renders. [`backend`] owns the vocabulary
 //! both backends speak (plans and results per scenario, the host description, the KVM ioctl
@@ -12,7 +12,7 @@ pub mod analysis;
 pub mod backend;
 pub mod cli;
 pub mod error;
-#[cfg(feature = "kvm")]
+#[cfg(hvlab_kvm)]
 pub mod kvm;
 pub mod lab;
 pub mod model;

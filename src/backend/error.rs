@@ -41,7 +41,7 @@ pub enum KvmError {
     Stats(String),
     /// The guest did not signal as expected: {0}
     Guest(String),
-    /// This hvlab was built without the kvm backend (cargo feature `kvm`): rebuild with default features to measure on /dev/kvm; the model backend works (`--backend model`).
+    /// This hvlab was built without the kvm backend (cargo feature `kvm`, x86-64 hosts): rebuild with default features on x86-64 to measure on /dev/kvm; the model backend works (`--backend model`).
     NotBuilt,
 }
 

@@ -8,25 +8,25 @@ use crate::model::profile::Profile;
 use crate::scenario::runner::Progress;
 
 /// Opens `/dev/kvm` as a backend.
-#[cfg(feature = "kvm")]
+#[cfg(hvlab_kvm)]
 pub fn kvm(host: HostInfo) -> Result<Box<dyn Backend>, Error> {
     Ok(Box::new(crate::kvm::KvmBackend::new(host)?))
 }
 
 /// Opens `/dev/kvm` as a backend: this build has no kvm backend.
-#[cfg(not(feature = "kvm"))]
+#[cfg(not(hvlab_kvm))]
 pub fn kvm(_: HostInfo) -> Result<Box<dyn Backend>, Error> {
     Err(crate::backend::error::KvmError::NotBuilt.into())
 }
 
 /// Measures this host's cost profile with the kvm backend.
-#[cfg(feature = "kvm")]
+#[cfg(hvlab_kvm)]
 pub fn calibrate(kvm: &mut dyn Backend, progress: &dyn Progress) -> Result<Profile, Error> {
     super::calibrate::calibrate(kvm, progress)
 }
 
 /// Measures this host's cost profile with the kvm backend: this build has none.
-#[cfg(not(feature = "kvm"))]
+#[cfg(not(hvlab_kvm))]
 pub fn calibrate(_: &mut dyn Backend, _: &dyn Progress) -> Result<Profile, Error> {
     Err(crate::backend::error::KvmError::NotBuilt.into())
 }

@@ -4,13 +4,13 @@
 use crate::backend::host::HostInfo;
 
 /// Probes this host.
-#[cfg(feature = "kvm")]
+#[cfg(hvlab_kvm)]
 pub fn probe() -> HostInfo {
     crate::kvm::host::probe()
 }
 
 /// Probes this host.
-#[cfg(not(feature = "kvm"))]
+#[cfg(not(hvlab_kvm))]
 pub fn probe() -> HostInfo {
     crate::backend::host::probe_with(
         crate::backend::error::KvmError::NotBuilt.to_string(),
@@ -20,14 +20,14 @@ pub fn probe() -> HostInfo {
 
 /// Fails with the access error when `/dev/kvm` cannot be used. A model-only build has nothing
 /// to require: its host description already says it was built without the kvm backend.
-#[cfg(feature = "kvm")]
+#[cfg(hvlab_kvm)]
 pub fn require_kvm(host: &HostInfo) -> Result<(), crate::backend::error::KvmError> {
     crate::kvm::host::require_kvm(host)
 }
 
 /// Fails with the access error when `/dev/kvm` cannot be used. A model-only build has nothing
 /// to require: its host description already says it was built without the kvm backend.
-#[cfg(not(feature = "kvm"))]
+#[cfg(not(hvlab_kvm))]
 pub fn require_kvm(_: &HostInfo) -> Result<(), crate::backend::error::KvmError> {
     Ok(())
 }

@@ -2,6 +2,6 @@
 //! and the host probe whichever backends this build has.
 
 pub mod backends;
-#[cfg(feature = "kvm")]
+#[cfg(hvlab_kvm)]
 pub mod calibrate;
 pub mod host;
