@@ -104,9 +104,6 @@ pub fn against_fastest(
         .collect()
 }
 
-/// The verdict when the samples are too few for the test to reach significance.
-pub const TOO_FEW: &str = "too few samples";
-
 /// An A/B comparison of two builds, hosts or policies on one metric (lower is better).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AbComparison {
@@ -132,16 +129,33 @@ pub struct AbComparison {
     pub min_n: usize,
     /// Whether these sample counts can give a verdict at all (`2 / C(nA + nB, nA) < 0.05`).
     pub enough_samples: bool,
-    /// `faster`, `slower` (B against A) or `no significant change`.
-    pub verdict: String,
+    /// B against A.
+    pub verdict: AbVerdict,
     /// The sentence hvlab prints.
     pub text: String,
+}
+
+/// What an A/B comparison concluded; serialized as the words scripts match on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AbVerdict {
+    /// B is significantly faster.
+    #[serde(rename = "faster")]
+    Faster,
+    /// B is significantly slower: a regression.
+    #[serde(rename = "slower")]
+    Slower,
+    /// No change beyond the threshold with confidence.
+    #[serde(rename = "no significant change")]
+    NoChange,
+    /// Too few samples for the exact test to reach p < 0.05.
+    #[serde(rename = "too few samples")]
+    TooFew,
 }
 
 /// Compares side B against side A: a change counts when the ratio's CI excludes 1, the exact
 /// rank test agrees (p < 0.05), and it is larger than `threshold` (a fraction, 0.05 for 5%).
 /// With so few samples that no split could reach p < 0.05 (3 per side), the verdict is
-/// [`TOO_FEW`] and the text says how many are needed.
+/// [`AbVerdict::TooFew`] and the text says how many are needed.
 pub fn ab(
     metric: &str,
     unit: &str,
@@ -157,23 +171,23 @@ pub fn ab(
     let min_n = super::statistics::exact_min_n(0.05);
     let enough_samples = super::statistics::exact_min_p(a.len(), b.len()) < 0.05;
     let verdict = if !enough_samples {
-        TOO_FEW
+        AbVerdict::TooFew
     } else if p_value < 0.05 && ci95[1] < 1.0 && ratio < 1.0 - threshold {
-        "faster"
+        AbVerdict::Faster
     } else if p_value < 0.05 && ci95[0] > 1.0 && ratio > 1.0 + threshold {
-        "slower"
+        AbVerdict::Slower
     } else {
-        "no significant change"
+        AbVerdict::NoChange
     };
     let change = match verdict {
-        "faster" => format!("{:.2}× faster", 1.0 / ratio),
-        "slower" => format!("{ratio:.2}× slower (a regression)"),
-        TOO_FEW => format!(
+        AbVerdict::Faster => format!("{:.2}× faster", 1.0 / ratio),
+        AbVerdict::Slower => format!("{ratio:.2}× slower (a regression)"),
+        AbVerdict::TooFew => format!(
             "no verdict: n = {} vs {} is too few for the exact rank test to reach p < 0.05 (it needs at least {min_n} per side); run more repetitions (--reps {min_n} or more) or compare more runs",
             b.len(),
             a.len()
         ),
-        _ => "no significant change".to_string(),
+        AbVerdict::NoChange => "no significant change".to_string(),
     };
     let text = format!(
         "{metric}: B {} vs A {}: {change} (ratio B/A {ratio:.3}, 95% CI {:.3}–{:.3}; exact rank test p = {p_value:.2e}; n = {} vs {}; threshold {:.0}%)",
@@ -197,7 +211,7 @@ pub fn ab(
         p_value,
         min_n,
         enough_samples,
-        verdict: verdict.into(),
+        verdict,
         text,
     }
 }
@@ -254,17 +268,17 @@ mod tests {
         let a = [7.4, 7.6, 7.5, 7.7, 7.5, 7.6, 7.4, 7.8];
         let b = [0.50, 0.51, 0.49, 0.52, 0.50, 0.48, 0.51, 0.50];
         let v = ab("ready_ms", "ms", ("A", &a), ("B", &b), 0.05, 1);
-        assert_eq!(v.verdict, "faster");
+        assert_eq!(v.verdict, AbVerdict::Faster);
         assert!(v.ci95[1] < 1.0);
         assert_eq!(
             ab("ready_ms", "ms", ("B", &b), ("A", &a), 0.05, 1).verdict,
-            "slower"
+            AbVerdict::Slower
         );
         // A real but tiny change stays under the threshold.
         let c: Vec<f64> = a.iter().map(|x| x * 1.02).collect();
         assert_eq!(
             ab("ready_ms", "ms", ("A", &a), ("C", &c), 0.05, 1).verdict,
-            "no significant change"
+            AbVerdict::NoChange
         );
     }
 

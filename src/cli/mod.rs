@@ -11,13 +11,12 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::backend::error::KvmError;
-use crate::backend::host::HostInfo;
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
-use crate::lab::backends;
 use crate::lab::host;
+use crate::lab::{self, backends};
 use crate::model::profile::Profile;
-use crate::model::{self, ModelBackend, ModelError};
+use crate::model::{ModelBackend, ModelError};
 use crate::record::RunRecord;
 use crate::scenario::runner::{DEFAULT_SEED, RunRequest};
 use crate::scenario::{self, ScenarioInfo};
@@ -276,7 +275,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 Store::open(&path)?;
                 Some(path)
             };
-            let mut backend = make_backend(
+            let mut backend = backends::make(
                 args.backend,
                 host::probe(),
                 args.measure.profile.as_deref(),
@@ -343,14 +342,10 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             json,
         } => {
             let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
-            let threshold = parse_threshold(&threshold)?;
-            let results = compare_sides(&store, &a, &b, metric.as_deref(), threshold)?;
-            let regressed = results.iter().any(|c| c.verdict == "slower");
-            let too_few: Vec<String> = results
-                .iter()
-                .filter(|c| !c.enough_samples)
-                .map(|c| format!("{} (n = {} vs {})", c.b, c.n[1], c.n[0]))
-                .collect();
+            let threshold = lab::compare::parse_threshold(&threshold)?;
+            let outcome = lab::compare::compare(&store, &a, &b, metric.as_deref(), threshold)?;
+            let (results, regressed, too_few) =
+                (outcome.comparisons, outcome.regression, outcome.too_few);
             if json {
                 print_json(
                     &serde_json::json!({ "comparisons": results, "regression": regressed }),
@@ -378,7 +373,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             let (path, option) = match output {
                 Some(p) => (p, "-o PATH"),
                 None => (
-                    calibrated_profile_path()?,
+                    lab::calibrated_profile_path()?,
                     "the default; choose another with -o PATH",
                 ),
             };
@@ -448,41 +443,6 @@ fn request_of(
         warmup: m.warmup.unwrap_or(info.default_warmup),
         seed: m.seed,
     }
-}
-
-fn make_backend(
-    kind: BackendKind,
-    host: HostInfo,
-    profile: Option<&str>,
-    seed: u64,
-) -> Result<Box<dyn Backend>, Error> {
-    match kind {
-        BackendKind::Kvm => backends::kvm(host),
-        BackendKind::Model => {
-            let profile = match profile {
-                Some(p) => Profile::load(p).map_err(ModelError::from)?,
-                None => {
-                    let (profile, note) =
-                        model::default_profile(&host, Some(&calibrated_profile_path()?))
-                            .map_err(ModelError::from)?;
-                    if let Some(note) = note {
-                        eprintln!("note: {note}");
-                    }
-                    profile
-                }
-            };
-            Ok(Box::new(ModelBackend::new(profile, host, seed)))
-        }
-    }
-}
-
-/// Where `hvlab calibrate` puts this host's profile by default: beside the results database.
-fn calibrated_profile_path() -> Result<PathBuf, Error> {
-    let db = store::resolve_path(None)?;
-    Ok(db.parent().map_or_else(
-        || PathBuf::from("this-host.toml"),
-        |d| d.join("this-host.toml"),
-    ))
 }
 
 fn run_one(
@@ -645,37 +605,28 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
         Store::open(&store::resolve_path(db)?)?;
     }
     let h = host::probe();
-    let mut records = Vec::new();
-    let mut skipped: Vec<String> = Vec::new();
-    for info in scenario::catalog() {
-        for kind in info.backends {
-            let mut backend = match make_backend(
-                *kind,
-                h.clone(),
+    let json = args.measure.json;
+    let lab::suite::SuiteOutcome { records, skipped } = lab::suite::run(
+        &h,
+        |kind, host| {
+            backends::make(
+                kind,
+                host,
                 args.measure.profile.as_deref(),
                 args.measure.seed,
-            ) {
-                Ok(b) => b,
-                Err(Error::Kvm(e)) if e.is_host_limitation() => {
-                    skipped.push(format!("{} on {kind}: {e}", info.name));
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let request = request_of(info, &args.measure, Vec::new(), Vec::new());
-            let mut record = run_one(info, backend.as_mut(), &request, args.measure.json)?;
-            if let Err(e) = scenario::judge(&record) {
-                skipped.push(format!("{} on {kind}: {e}", info.name));
-                continue;
-            }
-            store_run(db, &mut record, args.measure.no_store)?;
-            if !args.measure.json {
-                print_text(&render::run(&record, false))?;
+            )
+        },
+        |info| request_of(info, &args.measure, Vec::new(), Vec::new()),
+        |info| TermProgress::new(info.name, json),
+        |record| {
+            store_run(db, record, args.measure.no_store)?;
+            if !json {
+                print_text(&render::run(record, false))?;
                 print_text("")?;
             }
-            records.push(record);
-        }
-    }
+            Ok(())
+        },
+    )?;
     let report = if records.is_empty() {
         None
     } else {
@@ -711,14 +662,13 @@ fn validate(
     tolerance: f64,
     json: bool,
 ) -> Result<ExitCode, Error> {
-    use crate::analysis::validate::Rule;
     let h = host::probe();
     let mut kvm = backends::kvm(h.clone())?;
     let progress = TermProgress::new("validate", json);
     let profile = match profile {
         Some(p) => Profile::load(p).map_err(ModelError::from)?,
         None => {
-            let path = calibrated_profile_path()?;
+            let path = lab::calibrated_profile_path()?;
             if path.exists() {
                 Profile::load(&path.to_string_lossy()).map_err(ModelError::from)?
             } else {
@@ -735,37 +685,16 @@ fn validate(
             }
         }
     };
-    // Times from an emulated CPU are shown, not judged; counts are judged everywhere.
-    let time_rule = if h.cpu_emulated() {
-        Rule::Unjudged
-    } else {
-        Rule::Within(tolerance)
-    };
     let host = h.clone();
     let mut model = ModelBackend::new(profile, h, DEFAULT_SEED);
-    let mut checks = Vec::new();
-    for s in &scenario::REGISTRY {
-        let Some(point) = s.validation(&host) else {
-            continue;
-        };
-        let info = s.info();
-        let request = RunRequest {
-            variants: point.variants.iter().map(|v| v.to_string()).collect(),
-            sets: point.sets.clone(),
-            reps: info.default_reps.min(10),
-            warmup: 1,
-            seed: DEFAULT_SEED,
-        };
-        let mut real = scenario::run(info, kvm.as_mut(), &request, &progress)?;
-        let mut model_request = request.clone();
-        model_request.sets.extend(point.model_sets.iter().cloned());
-        let mut predicted = scenario::run(info, &mut model, &model_request, &progress)?;
-        store_run(db, &mut real, false)?;
-        store_run(db, &mut predicted, false)?;
-        for v in point.variants {
-            checks.extend((point.checks)(&predicted, &real, v, time_rule));
-        }
-    }
+    let checks = lab::validate::validate(
+        kvm.as_mut(),
+        &mut model,
+        &host,
+        tolerance,
+        &progress,
+        |record| store_run(db, record, false),
+    )?;
     let failed = checks.iter().filter(|c| !c.pass).count();
     if json {
         print_json(
@@ -779,151 +708,6 @@ fn validate(
     } else {
         ExitCode::from(1)
     })
-}
-
-/// `5%`, `0.05` or `5` (percent when above 1).
-fn parse_threshold(text: &str) -> Result<f64, Error> {
-    let t = text.trim().trim_end_matches('%');
-    let v: f64 = t.parse().map_err(|_| InputError::BadValue {
-        key: "--threshold".into(),
-        value: text.into(),
-        why: "give a percentage such as 5% or a fraction such as 0.05".into(),
-    })?;
-    let fraction = if text.contains('%') || v > 1.0 {
-        v / 100.0
-    } else {
-        v
-    };
-    if !(0.0..1.0).contains(&fraction) {
-        return Err(InputError::BadValue {
-            key: "--threshold".into(),
-            value: text.into(),
-            why: "the threshold is between 0% and 100%".into(),
-        }
-        .into());
-    }
-    Ok(fraction)
-}
-
-/// One side: runs and, optionally, the variant to take from them.
-struct Side {
-    runs: Vec<RunRecord>,
-    variant: Option<String>,
-}
-
-fn load_side(store: &Store, spec: &str) -> Result<Side, Error> {
-    let mut runs = Vec::new();
-    let mut variant: Option<String> = None;
-    for part in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        // Run ids contain colons (their timestamps): try the whole reference first.
-        let (run, v) = match store.load(part) {
-            Ok(r) => (r, None),
-            Err(first) => match part.rsplit_once(':') {
-                Some((id, v)) => (store.load(id).map_err(|_| first)?, Some(v.to_string())),
-                None => return Err(first.into()),
-            },
-        };
-        if let (Some(v), Some(prev)) = (&v, &variant)
-            && v != prev
-        {
-            return Err(
-                InputError::Other(format!("one side names two variants, {prev} and {v}")).into(),
-            );
-        }
-        variant = variant.or(v);
-        runs.push(run);
-    }
-    if runs.is_empty() {
-        return Err(InputError::NoSuchRun(spec.into()).into());
-    }
-    Ok(Side { runs, variant })
-}
-
-/// The samples of `metric` of `variant` on one side: the samples of its one run, or one
-/// median per run when there are several (a run is the unit of replication then).
-fn side_samples(side: &Side, variant: &str, metric: &str) -> Option<Vec<f64>> {
-    let per_run: Vec<&crate::record::MetricRecord> = side
-        .runs
-        .iter()
-        .filter_map(|r| {
-            r.variant(variant)
-                .filter(|v| v.is_ok())
-                .and_then(|v| v.metrics.get(metric))
-        })
-        .collect();
-    match per_run.as_slice() {
-        [] => None,
-        [one] => Some(one.samples.clone()),
-        many => Some(many.iter().map(|m| m.median).collect()),
-    }
-}
-
-fn compare_sides(
-    store: &Store,
-    a: &str,
-    b: &str,
-    metric: Option<&str>,
-    threshold: f64,
-) -> Result<Vec<crate::analysis::compare::AbComparison>, Error> {
-    let (sa, sb) = (load_side(store, a)?, load_side(store, b)?);
-    let scenario_name = &sa.runs[0].scenario;
-    if let Some(other) = sa
-        .runs
-        .iter()
-        .chain(&sb.runs)
-        .find(|r| &r.scenario != scenario_name)
-    {
-        return Err(InputError::Other(format!(
-            "both sides must be runs of the same scenario, but run {} is {} and run {} is {}: compare runs of one scenario",
-            sa.runs[0].run_id, scenario_name, other.run_id, other.scenario
-        ))
-        .into());
-    }
-    let info = scenario::find(scenario_name)?;
-    let metric = metric.unwrap_or(info.headline);
-    let pairs: Vec<(String, String)> = match (&sa.variant, &sb.variant) {
-        (Some(va), Some(vb)) => vec![(va.clone(), vb.clone())],
-        (Some(v), None) | (None, Some(v)) => vec![(v.clone(), v.clone())],
-        (None, None) => sa.runs[0]
-            .variants
-            .iter()
-            .filter(|v| {
-                v.is_ok()
-                    && sb
-                        .runs
-                        .iter()
-                        .any(|r| r.variant(&v.name).is_some_and(|x| x.is_ok()))
-            })
-            .map(|v| (v.name.clone(), v.name.clone()))
-            .collect(),
-    };
-    if pairs.is_empty() {
-        return Err(InputError::Other(
-            "the two sides share no variant that produced samples".into(),
-        )
-        .into());
-    }
-    let mut out = Vec::new();
-    for (va, vb) in pairs {
-        let xa = side_samples(&sa, &va, metric)
-            .ok_or_else(|| InputError::Other(format!("side A has no {metric} for {va}")))?;
-        let xb = side_samples(&sb, &vb, metric)
-            .ok_or_else(|| InputError::Other(format!("side B has no {metric} for {vb}")))?;
-        let unit = sa.runs[0]
-            .variant(&va)
-            .and_then(|v| v.metrics.get(metric))
-            .map_or("", |m| m.unit.as_str());
-        let seed = crate::analysis::statistics::seed_for(DEFAULT_SEED, &["compare", &va, &vb]);
-        out.push(crate::analysis::compare::ab(
-            metric,
-            unit,
-            (&format!("A:{va}"), &xa),
-            (&format!("B:{vb}"), &xb),
-            threshold,
-            seed,
-        ));
-    }
-    Ok(out)
 }
 
 /// The latest run of each scenario on each backend, in catalog order.

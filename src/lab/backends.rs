@@ -1,10 +1,11 @@
 //! The kvm backend where this build has it, and a plain "not built" where it does not, so the
 //! command line reads the same in both builds.
 
-use crate::backend::Backend;
 use crate::backend::host::HostInfo;
+use crate::backend::{Backend, BackendKind};
 use crate::error::Error;
 use crate::model::profile::Profile;
+use crate::model::{self, ModelBackend, ModelError};
 use crate::scenario::runner::Progress;
 
 /// Opens `/dev/kvm` as a backend.
@@ -29,4 +30,33 @@ pub fn calibrate(kvm: &mut dyn Backend, progress: &dyn Progress) -> Result<Profi
 #[cfg(not(hvlab_kvm))]
 pub fn calibrate(_: &mut dyn Backend, _: &dyn Progress) -> Result<Profile, Error> {
     Err(crate::backend::error::KvmError::NotBuilt.into())
+}
+
+/// The backend `kind` on `host`: `/dev/kvm`, or the model with `profile` (default: this
+/// host's calibrated profile, else the nearest built-in one, with a note when that one does
+/// not describe this host's flavour).
+pub fn make(
+    kind: BackendKind,
+    host: HostInfo,
+    profile: Option<&str>,
+    seed: u64,
+) -> Result<Box<dyn Backend>, Error> {
+    match kind {
+        BackendKind::Kvm => kvm(host),
+        BackendKind::Model => {
+            let profile = match profile {
+                Some(p) => Profile::load(p).map_err(ModelError::from)?,
+                None => {
+                    let (profile, note) =
+                        model::default_profile(&host, Some(&super::calibrated_profile_path()?))
+                            .map_err(ModelError::from)?;
+                    if let Some(note) = note {
+                        eprintln!("note: {note}");
+                    }
+                    profile
+                }
+            };
+            Ok(Box::new(ModelBackend::new(profile, host, seed)))
+        }
+    }
 }

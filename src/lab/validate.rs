@@ -1,0 +1,52 @@
+//! `hvlab validate`: the model against the kvm backend on this host, at the points each
+//! scenario names (not those calibration used), metric by metric.
+
+use crate::analysis::validate::{Check, Rule};
+use crate::backend::Backend;
+use crate::backend::host::HostInfo;
+use crate::error::Error;
+use crate::record::RunRecord;
+use crate::scenario::runner::{DEFAULT_SEED, Progress, RunRequest};
+use crate::scenario::{self, REGISTRY};
+
+/// Runs every scenario's validation point on both backends and judges each metric: times
+/// within `tolerance` percent (shown, not judged, where this host's CPU is emulated), counts
+/// exactly. `keep` gets every run, to store it.
+pub fn validate(
+    kvm: &mut dyn Backend,
+    model: &mut dyn Backend,
+    host: &HostInfo,
+    tolerance: f64,
+    progress: &dyn Progress,
+    mut keep: impl FnMut(&mut RunRecord) -> Result<(), Error>,
+) -> Result<Vec<Check>, Error> {
+    let time_rule = if host.cpu_emulated() {
+        Rule::Unjudged
+    } else {
+        Rule::Within(tolerance)
+    };
+    let mut checks = Vec::new();
+    for s in &REGISTRY {
+        let Some(point) = s.validation(host) else {
+            continue;
+        };
+        let info = s.info();
+        let request = RunRequest {
+            variants: point.variants.iter().map(|v| v.to_string()).collect(),
+            sets: point.sets.clone(),
+            reps: info.default_reps.min(10),
+            warmup: 1,
+            seed: DEFAULT_SEED,
+        };
+        let mut real = scenario::run(info, kvm, &request, progress)?;
+        let mut model_request = request.clone();
+        model_request.sets.extend(point.model_sets.iter().cloned());
+        let mut predicted = scenario::run(info, model, &model_request, progress)?;
+        keep(&mut real)?;
+        keep(&mut predicted)?;
+        for v in point.variants {
+            checks.extend((point.checks)(&predicted, &real, v, time_rule));
+        }
+    }
+    Ok(checks)
+}
