@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use crate::analysis::compare::Verdict;
 use crate::analysis::statistics::Summary;
+use crate::backend::BackendKind;
 use crate::backend::host::HostInfo;
 
 /// One run: scenario × backend × variants × repetitions on one host.
@@ -16,8 +17,8 @@ pub struct RunRecord {
     pub run_id: String,
     /// Scenario name.
     pub scenario: String,
-    /// `kvm` or `model`.
-    pub backend: String,
+    /// Which backend produced it (`kvm` or `model` in JSON and the store).
+    pub backend: BackendKind,
     /// The model's cost profile, when the backend is the model.
     pub profile: Option<String>,
     /// Host fingerprint.
@@ -42,13 +43,72 @@ impl RunRecord {
     }
 }
 
+/// Whether a variant produced samples. Written as `ok`, `unsupported: why` (the host cannot
+/// run it: exit 3 when no variant ran) or `failed: why` (a measurement failed: exit 4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VariantStatus {
+    /// Samples were taken.
+    Ok,
+    /// This host cannot run it.
+    Unsupported(String),
+    /// A measurement failed.
+    Failed(String),
+}
+
+impl VariantStatus {
+    /// Reads the written form back.
+    pub fn parse(text: &str) -> VariantStatus {
+        if text == "ok" {
+            VariantStatus::Ok
+        } else if let Some(why) = text.strip_prefix("unsupported: ") {
+            VariantStatus::Unsupported(why.to_string())
+        } else {
+            VariantStatus::Failed(text.strip_prefix("failed: ").unwrap_or(text).to_string())
+        }
+    }
+}
+
+impl std::fmt::Display for VariantStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VariantStatus::Ok => f.write_str("ok"),
+            VariantStatus::Unsupported(why) => write!(f, "unsupported: {why}"),
+            VariantStatus::Failed(why) => write!(f, "failed: {why}"),
+        }
+    }
+}
+
+impl From<&str> for VariantStatus {
+    fn from(text: &str) -> VariantStatus {
+        VariantStatus::parse(text)
+    }
+}
+
+impl PartialEq<&str> for VariantStatus {
+    fn eq(&self, other: &&str) -> bool {
+        *self == VariantStatus::parse(other)
+    }
+}
+
+impl Serialize for VariantStatus {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for VariantStatus {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<VariantStatus, D::Error> {
+        String::deserialize(d).map(|t| VariantStatus::parse(&t))
+    }
+}
+
 /// One variant's results.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VariantRecord {
     /// Variant name.
     pub name: String,
-    /// `ok`, `unsupported: …` (the host cannot run it) or `failed: …`.
-    pub status: String,
+    /// Whether it produced samples, and why not.
+    pub status: VariantStatus,
     /// Metric name → summary and samples.
     pub metrics: BTreeMap<String, MetricRecord>,
     /// What the analysis found, in plain terms.
@@ -78,7 +138,7 @@ pub struct TimelineEvent {
 impl VariantRecord {
     /// Whether the variant produced samples.
     pub fn is_ok(&self) -> bool {
-        self.status == "ok"
+        self.status == VariantStatus::Ok
     }
 }
 
@@ -233,6 +293,29 @@ fn compact_vec<S: Serializer>(v: &Vec<f64>, s: S) -> Result<S::Ok, S::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn variant_status_writes_and_reads_the_contract_strings() {
+        for (status, text) in [
+            (VariantStatus::Ok, "ok"),
+            (
+                VariantStatus::Unsupported("needs KVM_CAP_X".into()),
+                "unsupported: needs KVM_CAP_X",
+            ),
+            (
+                VariantStatus::Failed("guest shut down".into()),
+                "failed: guest shut down",
+            ),
+        ] {
+            let json = serde_json::to_string(&status).unwrap();
+            assert_eq!(json, format!("\"{text}\""));
+            assert_eq!(
+                serde_json::from_str::<VariantStatus>(&json).unwrap(),
+                status
+            );
+            assert_eq!(status, text);
+        }
+    }
 
     #[test]
     fn counts_serialize_as_exact_integers_and_times_without_binary_noise() {

@@ -119,7 +119,7 @@ impl Scenario for CpuidBatch {
             }
             VariantRecord {
                 name: name.to_string(),
-                status: "ok".into(),
+                status: hvlab::record::VariantStatus::Ok,
                 metrics: series.finish(batches.len(), name, request.seed),
                 findings: Vec::new(),
                 timeline: Vec::new(),
@@ -147,7 +147,7 @@ fn a_sixth_scenario_runs_through_the_generic_machinery() {
     };
     let record = run_scenario(&CpuidBatch, &mut model(), &request, &Silent).unwrap();
     assert_eq!(record.scenario, "cpuid-batch");
-    assert_eq!(record.backend, "model");
+    assert_eq!(record.backend, BackendKind::Model);
     let names: Vec<&str> = record.variants.iter().map(|v| v.name.as_str()).collect();
     assert_eq!(names, ["small", "large"]);
     for v in &record.variants {

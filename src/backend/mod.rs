@@ -37,6 +37,11 @@ pub enum BackendKind {
     Model,
 }
 
+impl BackendKind {
+    /// Every backend, in the order runs are listed.
+    pub const ALL: [BackendKind; 2] = [BackendKind::Kvm, BackendKind::Model];
+}
+
 impl std::fmt::Display for BackendKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {

@@ -314,7 +314,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         Command::Report { runs, output } => {
             let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
             let records = if runs.is_empty() {
-                latest_runs(&store)?
+                lab::latest_runs(&store)?
             } else {
                 runs.iter()
                     .map(|r| store.load(r))
@@ -708,21 +708,4 @@ fn validate(
     } else {
         ExitCode::from(1)
     })
-}
-
-/// The latest run of each scenario on each backend, in catalog order.
-fn latest_runs(store: &Store) -> Result<Vec<RunRecord>, Error> {
-    let listing = store.list(10_000)?;
-    let mut out = Vec::new();
-    for info in scenario::catalog() {
-        for backend in ["kvm", "model"] {
-            if let Some(l) = listing
-                .iter()
-                .find(|l| l.scenario == info.name && l.backend == backend)
-            {
-                out.push(store.load(&l.run_id)?);
-            }
-        }
-    }
-    Ok(out)
 }

@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 use crate::analysis::compare::fmt_value;
+use crate::backend::BackendKind;
 use crate::backend::host::{HostInfo, KvmFlavour};
 use crate::record::{MetricRecord, RunRecord};
 use crate::scenario::{self, ScenarioInfo};
@@ -201,7 +202,7 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
         h.thp,
         h.cores
     );
-    if r.backend == "kvm" && h.cpu_emulated() {
+    if r.backend == BackendKind::Kvm && h.cpu_emulated() {
         let _ = writeln!(
             s,
             "note: this host's CPU is emulated in software ({}): every exit is emulated, so times here are not meaningful; counts are",

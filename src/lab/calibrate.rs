@@ -23,7 +23,7 @@ fn med(r: &RunRecord, variant: &str, metric: &str) -> Result<f64, Error> {
                 "calibration run {} has no {metric} for {variant}: {}",
                 r.scenario,
                 r.variant(variant)
-                    .map_or("variant missing", |v| v.status.as_str())
+                    .map_or("variant missing".to_string(), |v| v.status.to_string())
             ))
             .into()
         })

@@ -11,8 +11,11 @@ pub mod validate;
 
 use std::path::PathBuf;
 
+use crate::backend::BackendKind;
 use crate::error::Error;
-use crate::store;
+use crate::record::RunRecord;
+use crate::scenario;
+use crate::store::{self, Store};
 
 /// Where `hvlab calibrate` puts this host's profile by default: beside the results database.
 pub fn calibrated_profile_path() -> Result<PathBuf, Error> {
@@ -21,4 +24,22 @@ pub fn calibrated_profile_path() -> Result<PathBuf, Error> {
         || PathBuf::from("this-host.toml"),
         |d| d.join("this-host.toml"),
     ))
+}
+
+/// The latest run of each scenario on each backend, in catalog order.
+pub fn latest_runs(store: &Store) -> Result<Vec<RunRecord>, Error> {
+    let listing = store.list(10_000)?;
+    let mut out = Vec::new();
+    for info in scenario::catalog() {
+        for backend in BackendKind::ALL.map(|b| b.to_string()) {
+            let key = (info.name, backend.as_str());
+            if let Some(l) = listing
+                .iter()
+                .find(|l| (l.scenario.as_str(), l.backend.as_str()) == key)
+            {
+                out.push(store.load(&l.run_id)?);
+            }
+        }
+    }
+    Ok(out)
 }

@@ -61,7 +61,7 @@ fn run(s: &mut String, r: &RunRecord) {
         "<h2 id=\"{}\">{} on {}{}</h2><p>run <code>{}</code>, {} to {}; parameters: {}</p>",
         esc(&r.run_id),
         esc(&r.scenario),
-        esc(&r.backend),
+        esc(&r.backend.to_string()),
         r.profile
             .as_ref()
             .map_or(String::new(), |p| format!(" (profile {})", esc(p))),
@@ -89,7 +89,7 @@ fn run(s: &mut String, r: &RunRecord) {
     for v in &r.variants {
         let _ = write!(s, "<h3>{}</h3>", esc(&v.name));
         if !v.is_ok() {
-            let _ = write!(s, "<p class=\"status\">{}</p>", esc(&v.status));
+            let _ = write!(s, "<p class=\"status\">{}</p>", esc(&v.status.to_string()));
             continue;
         }
         let table = |s: &mut String, filter: &dyn Fn(&str) -> bool| {

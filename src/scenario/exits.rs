@@ -28,6 +28,7 @@ use crate::backend::host::HostInfo;
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
 use crate::record::RunRecord;
+use crate::record::VariantStatus;
 use crate::record::{Finding, VariantRecord};
 
 /// The catalog entry.
@@ -243,7 +244,7 @@ pub fn run(
 pub fn analyse(
     names: &[String],
     kinds: &[ExitKind],
-    results: &[Result<Vec<ExitResult>, String>],
+    results: &[Result<Vec<ExitResult>, VariantStatus>],
     seed: u64,
 ) -> ScenarioOutcome {
     let variants = per_variant(names, results, |i, name, batches| {
@@ -308,7 +309,7 @@ fn analyse_variant(name: &str, kind: ExitKind, batches: &[ExitResult], seed: u64
     }
     VariantRecord {
         name: name.to_string(),
-        status: "ok".into(),
+        status: crate::record::VariantStatus::Ok,
         metrics,
         findings,
         timeline: Vec::new(),

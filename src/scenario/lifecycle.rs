@@ -47,6 +47,7 @@ use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace, Step, Strat
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
 use crate::record::RunRecord;
+use crate::record::VariantStatus;
 use crate::record::{Finding, TimelineEvent, VariantRecord};
 
 /// The catalog entry.
@@ -317,7 +318,7 @@ fn ms(ns: u64) -> f64 {
 /// it does not stall.
 pub fn analyse(
     names: &[String],
-    results: &[Result<Vec<ConstructionTrace>, String>],
+    results: &[Result<Vec<ConstructionTrace>, VariantStatus>],
     jiffy_ns: u64,
     kernel: SrcuKernel,
     seed: u64,
@@ -471,7 +472,7 @@ fn analyse_variant(
         .collect();
     VariantRecord {
         name: name.to_string(),
-        status: "ok".into(),
+        status: crate::record::VariantStatus::Ok,
         metrics,
         findings,
         timeline: median_timeline(traces, baselines, jiffy_ns, kernel),

@@ -34,6 +34,7 @@ use crate::backend::memory::{
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
 use crate::record::RunRecord;
+use crate::record::VariantStatus;
 use crate::record::{Finding, VariantRecord};
 
 /// The catalog entry.
@@ -319,7 +320,7 @@ pub fn run(
 /// Metrics, prefetch findings and verdicts from every variant's passes.
 pub fn analyse(
     names: &[String],
-    results: &[Result<Vec<TouchResult>, String>],
+    results: &[Result<Vec<TouchResult>, VariantStatus>],
     mmu: Option<Stage2Mmu>,
     seed: u64,
 ) -> ScenarioOutcome {
@@ -435,7 +436,7 @@ fn analyse_variant(
     }
     VariantRecord {
         name: name.to_string(),
-        status: "ok".into(),
+        status: crate::record::VariantStatus::Ok,
         metrics,
         findings,
         timeline: Vec::new(),
@@ -473,7 +474,7 @@ impl Scenario for Memory {
 
     fn charts(&self, record: &RunRecord) -> Vec<Chart> {
         // The model counts its own faults; the kvm backend reports KVM's statistic.
-        let metric = if record.backend == "model" {
+        let metric = if record.backend == BackendKind::Model {
             "faults"
         } else {
             "kvm.vcpu.pf_fixed"
@@ -486,7 +487,7 @@ impl Scenario for Memory {
 
     fn context(&self, record: &RunRecord) -> Vec<String> {
         let thp = &record.host.thp;
-        if record.backend == "kvm" && thp != "never" {
+        if record.backend == BackendKind::Kvm && thp != "never" {
             vec![format!(
                 "THP {thp}: lazy, populated, uffd and the system memory opt out per mapping (MADV_NOHUGEPAGE); thp opts in (MADV_HUGEPAGE)"
             )]

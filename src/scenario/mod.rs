@@ -298,7 +298,7 @@ pub fn judge(record: &RunRecord) -> Result<(), Error> {
     if record
         .variants
         .iter()
-        .all(|v| v.status.starts_with("unsupported"))
+        .all(|v| matches!(v.status, crate::record::VariantStatus::Unsupported(_)))
     {
         Err(Error::AllUnsupported { scenario, reasons })
     } else {

@@ -209,7 +209,7 @@ fn analyse_variant(
     }];
     VariantRecord {
         name: name.to_string(),
-        status: "ok".into(),
+        status: crate::record::VariantStatus::Ok,
         metrics,
         findings,
         timeline: Vec::new(),

@@ -315,7 +315,7 @@ fn analyse_variant(name: &str, plan: &PinPlan, traces: &[PinResult], seed: u64) 
     }
     VariantRecord {
         name: name.to_string(),
-        status: "ok".into(),
+        status: crate::record::VariantStatus::Ok,
         metrics,
         findings,
         timeline: Vec::new(),

@@ -10,7 +10,7 @@ use super::params::Settings;
 use crate::analysis::compare::Verdict;
 use crate::backend::Backend;
 use crate::error::Error;
-use crate::record::{RunRecord, VariantRecord};
+use crate::record::{RunRecord, VariantRecord, VariantStatus};
 
 /// What the user asked for.
 #[derive(Debug, Clone)]
@@ -71,13 +71,15 @@ pub struct ScenarioOutcome {
     pub verdicts: Vec<Verdict>,
 }
 
-/// The status line of a variant that could not produce samples.
-pub fn failure_status(err: &Error) -> String {
+/// The status of a variant that could not produce samples.
+pub fn failure_status(err: &Error) -> VariantStatus {
     match err {
-        Error::Kvm(e) if e.is_host_limitation() => format!("unsupported: {e}"),
-        Error::Input(e) => format!("unsupported: {e}"),
-        Error::Model(e @ crate::model::ModelError::Unsupported(_)) => e.to_string(),
-        other => format!("failed: {other}"),
+        Error::Kvm(e) if e.is_host_limitation() => VariantStatus::Unsupported(e.to_string()),
+        Error::Input(e) => VariantStatus::Unsupported(e.to_string()),
+        Error::Model(crate::model::ModelError::Unsupported(why)) => {
+            VariantStatus::Unsupported(why.clone())
+        }
+        other => VariantStatus::Failed(other.to_string()),
     }
 }
 
@@ -90,8 +92,8 @@ pub fn repeat<T>(
     request: &RunRequest,
     progress: &dyn Progress,
     mut trial: impl FnMut(usize) -> Result<T, Error>,
-) -> Vec<Result<Vec<T>, String>> {
-    let mut out: Vec<Result<Vec<T>, String>> = variants
+) -> Vec<Result<Vec<T>, VariantStatus>> {
+    let mut out: Vec<Result<Vec<T>, VariantStatus>> = variants
         .iter()
         .map(|_| Ok(Vec::with_capacity(request.reps as usize)))
         .collect();
@@ -141,7 +143,7 @@ pub fn assemble(
     RunRecord {
         run_id: format!("{started_at}-{}-{}-{suffix}", info.name, backend.kind()),
         scenario: info.name.to_string(),
-        backend: backend.kind().to_string(),
+        backend: backend.kind(),
         profile: backend.profile_name(),
         host: backend.host().clone(),
         params,
@@ -189,11 +191,13 @@ mod tests {
             _ => Ok(()),
         });
         assert_eq!(out[0].as_ref().unwrap().len(), 4);
-        let unsupported = out[1].as_ref().unwrap_err();
-        assert!(
-            unsupported.starts_with("unsupported: ")
-                && unsupported.contains("KVM_CAP_PMU_CAPABILITY")
-        );
-        assert!(out[2].as_ref().unwrap_err().starts_with("failed: "));
+        assert!(matches!(
+            out[1].as_ref().unwrap_err(),
+            VariantStatus::Unsupported(why) if why.contains("KVM_CAP_PMU_CAPABILITY")
+        ));
+        assert!(matches!(
+            out[2].as_ref().unwrap_err(),
+            VariantStatus::Failed(_)
+        ));
     }
 }

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::analysis::statistics::seed_for;
+use crate::record::VariantStatus;
 use crate::record::{MetricRecord, VariantRecord};
 
 /// Samples of every metric of one variant, repetition by repetition.
@@ -53,7 +54,7 @@ impl Series {
 /// One record per variant: the failure status as it is, or `analyse(name, samples)`.
 pub fn per_variant<T>(
     names: &[String],
-    results: &[Result<Vec<T>, String>],
+    results: &[Result<Vec<T>, VariantStatus>],
     mut analyse: impl FnMut(usize, &str, &[T]) -> VariantRecord,
 ) -> Vec<VariantRecord> {
     names
@@ -95,11 +96,11 @@ mod tests {
     #[test]
     fn failures_keep_their_status() {
         let names = vec!["ok".to_string(), "bad".to_string()];
-        let results: Vec<Result<Vec<u32>, String>> =
+        let results: Vec<Result<Vec<u32>, VariantStatus>> =
             vec![Ok(vec![1]), Err("unsupported: x".into())];
         let out = per_variant(&names, &results, |_, name, _| VariantRecord {
             name: name.into(),
-            status: "ok".into(),
+            status: crate::record::VariantStatus::Ok,
             metrics: BTreeMap::new(),
             findings: vec![],
             timeline: Vec::new(),

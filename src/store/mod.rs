@@ -288,7 +288,7 @@ impl Store {
             params![
                 run.run_id,
                 run.scenario,
-                run.backend,
+                run.backend.to_string(),
                 run.profile,
                 run.started_at,
                 run.finished_at,
@@ -312,7 +312,12 @@ impl Store {
                 "INSERT INTO findings (run_id, variant, ordinal, json) VALUES (?1, ?2, ?3, ?4)",
             )?;
             for (ordinal, v) in run.variants.iter().enumerate() {
-                variant.execute(params![run.run_id, sql_int(ordinal), v.name, v.status])?;
+                variant.execute(params![
+                    run.run_id,
+                    sql_int(ordinal),
+                    v.name,
+                    v.status.to_string()
+                ])?;
                 for (metric, m) in &v.metrics {
                     for (rep, value) in m.samples.iter().enumerate() {
                         sample.execute(params![
@@ -447,7 +452,7 @@ mod tests {
         RunRecord {
             run_id: id.to_string(),
             scenario: "lifecycle".into(),
-            backend: "kvm".into(),
+            backend: crate::backend::BackendKind::Kvm,
             profile: None,
             host: probe(),
             params: Default::default(),
@@ -455,7 +460,7 @@ mod tests {
             finished_at: "2026-11-22T10:00:05Z".into(),
             variants: vec![VariantRecord {
                 name: "irqchip-first".into(),
-                status: "ok".into(),
+                status: crate::record::VariantStatus::Ok,
                 metrics,
                 findings: vec![],
                 timeline: Vec::new(),
