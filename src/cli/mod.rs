@@ -645,6 +645,9 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
             h.kvm_flavour,
             skipped.len()
         ))?;
+        for r in &records {
+            print_text(&format!("  {}", crate::report::words::run_headline(r)))?;
+        }
         if let Some(path) = &report {
             print_text(&format!("report: {}", path.display()))?;
         }

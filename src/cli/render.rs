@@ -226,6 +226,16 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
         s,
         "{reps} repetitions per variant after {warmup} warm-up, variants interleaved"
     );
+    // The verdicts open the account, as in hyperfine; each variant's details follow.
+    if !r.verdicts.is_empty() {
+        let _ = writeln!(s, "\nverdicts ({headline}, median with 95% bootstrap CI):");
+        for v in &r.verdicts {
+            let _ = writeln!(s, "  {}", v.text);
+        }
+    }
+    if !r.verdicts.is_empty() {
+        let _ = writeln!(s, "\ndetails:");
+    }
     for v in &r.variants {
         let _ = writeln!(s);
         if !v.is_ok() {
@@ -249,12 +259,6 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
         }
         for f in &v.findings {
             let _ = writeln!(s, "  ! {}", f.message());
-        }
-    }
-    if !r.verdicts.is_empty() {
-        let _ = writeln!(s, "\nverdicts ({headline}, median with 95% bootstrap CI):");
-        for v in &r.verdicts {
-            let _ = writeln!(s, "  {}", v.text);
         }
     }
     s.trim_end().to_string()

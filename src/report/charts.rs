@@ -50,6 +50,34 @@ fn ok_with<'a>(r: &'a RunRecord, metric: &str) -> Vec<&'a VariantRecord> {
         .collect()
 }
 
+/// A log axis's label: only at 1, 2 and 5 times a power of ten. Plotters puts a key point at
+/// every integer multiple, so 9 and 10 (or 90 and 100) would print over each other.
+fn log_tick(v: &f64) -> String {
+    if !(v.is_finite() && *v > 0.0) {
+        return String::new();
+    }
+    let mantissa = v / 10f64.powf(v.log10().floor());
+    if [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .any(|k| (mantissa - k).abs() < 1e-6)
+    {
+        linear_tick(*v)
+    } else {
+        String::new()
+    }
+}
+
+/// A linear axis's label: no trailing zeros, no binary noise.
+fn linear_tick(v: f64) -> String {
+    let s = format!("{v:.6}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" {
+        "0".to_string()
+    } else {
+        s.to_string()
+    }
+}
+
 /// Every sample of `metric` per variant as points, the median as a bar; log scale when the
 /// variants span more than 20×.
 pub fn distribution(r: &RunRecord, metric: &str) -> Option<String> {
@@ -94,11 +122,12 @@ pub fn distribution(r: &RunRecord, metric: &str) -> Option<String> {
         };
         // The same strips on either axis; the two coordinate types share no trait object.
         macro_rules! strips {
-            ($y:expr) => {{
+            ($y:expr, $y_fmt:expr) => {{
                 let mut c = b.build_cartesian_2d(-0.5..n - 0.5, $y)?;
                 c.configure_mesh()
                     .x_labels(vs.len() + 1)
                     .x_label_formatter(&fmt)
+                    .y_label_formatter(&$y_fmt)
                     .y_desc(unit.as_str())
                     .disable_x_mesh()
                     .draw()?;
@@ -113,10 +142,10 @@ pub fn distribution(r: &RunRecord, metric: &str) -> Option<String> {
             }};
         }
         if lo > 0.0 && hi / lo > 20.0 {
-            strips!((lo * 0.8..hi * 1.25).log_scale());
+            strips!((lo * 0.8..hi * 1.25).log_scale(), log_tick);
         } else {
             let pad = ((hi - lo) * 0.1).max(hi.abs() * 0.05).max(1e-9);
-            strips!((lo - pad).min(0.0)..hi + pad);
+            strips!((lo - pad).min(0.0)..hi + pad, |y: &f64| linear_tick(*y));
         }
         Ok(())
     })
@@ -270,4 +299,21 @@ pub fn pinned_bytes(r: &RunRecord) -> Option<String> {
             .draw()?;
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_axis_labels_only_one_two_five_so_neighbours_never_collide() {
+        assert_eq!(log_tick(&10.0), "10");
+        assert_eq!(log_tick(&9.0), "");
+        assert_eq!(log_tick(&20.0), "20");
+        assert_eq!(log_tick(&0.5), "0.5");
+        assert_eq!(log_tick(&90.0), "");
+        assert_eq!(log_tick(&100.0), "100");
+        assert_eq!(linear_tick(2.50), "2.5");
+        assert_eq!(linear_tick(0.30000000000000004), "0.3");
+    }
 }

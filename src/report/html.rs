@@ -45,9 +45,14 @@ pub fn page(records: &[RunRecord]) -> String {
     }
     let _ = write!(
         s,
-        "<p>{} runs. Every number is a median with its 95% bootstrap confidence interval and range.</p>",
+        "<p>{} runs. Every number is a median with its 95% bootstrap confidence interval and range.</p><h2>Summary</h2><ul class=\"summary\">",
         records.len()
     );
+    // The verdicts first, one line per scenario and backend; the details follow.
+    for r in records {
+        let _ = write!(s, "<li>{}</li>", esc(&super::words::run_headline(r)));
+    }
+    s.push_str("</ul>");
     for r in records {
         run(&mut s, r);
     }

@@ -6,7 +6,11 @@ use crate::record::RunRecord;
 
 /// The summary of every run.
 pub fn summary(records: &[RunRecord]) -> String {
-    let mut s = String::from("# hvlab report\n\n");
+    let mut s = String::from("# hvlab report\n\n## Summary\n\n");
+    for r in records {
+        let _ = writeln!(s, "- {}", super::words::run_headline(r));
+    }
+    s.push('\n');
     for r in records {
         let _ = writeln!(
             s,

@@ -4,6 +4,7 @@
 mod charts;
 mod html;
 mod markdown;
+pub mod words;
 
 use std::path::{Path, PathBuf};
 
