@@ -1,0 +1,429 @@
+//! Running strace and the traced command so that neither outlives hvlab: signals are
+//! forwarded, strace and the command die with hvlab (`PR_SET_PDEATHSIG`), and the trace lives
+//! in memory files.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::backend::host::HostInfo;
+use crate::backend::ioctl_table::SrcuKernel;
+
+use super::analysis::{TraceReport, analyse};
+use super::strace::StraceParser;
+use super::{TraceError, Until};
+
+/// Finds `program` the way execvp does: a path when it has a slash, else the first
+/// executable file of that name on $PATH.
+fn find_program(program: &str) -> Result<PathBuf, String> {
+    let executable = |p: &Path| -> Result<(), String> {
+        let meta = std::fs::metadata(p).map_err(|e| e.to_string())?;
+        if meta.is_dir() {
+            return Err("it is a directory".into());
+        }
+        if meta.permissions().mode() & 0o111 == 0 {
+            return Err("it is not executable (chmod +x it)".into());
+        }
+        Ok(())
+    };
+    if program.contains('/') {
+        let p = PathBuf::from(program);
+        return executable(&p)
+            .map(|()| p)
+            .map_err(|e| format!("{program}: {e}"));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/bin:/bin"));
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| executable(p).is_ok())
+        .ok_or_else(|| format!("no program `{program}` on $PATH"))
+}
+
+fn check_strace() -> Result<PathBuf, TraceError> {
+    let path = find_program("strace").map_err(|_| TraceError::NoStrace)?;
+    let shown = path.display().to_string();
+    match Command::new(&path)
+        .arg("-V")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+    {
+        Ok(s) if s.success() => Ok(path),
+        Ok(s) => Err(TraceError::BrokenStrace(shown, format!("exited with {s}"))),
+        Err(e) => Err(TraceError::BrokenStrace(
+            shown,
+            format!("could not run: {e}"),
+        )),
+    }
+}
+
+/// The first argument that makes `hvlab` the exec shim between strace and the traced command.
+pub const SHIM_ARG: &str = "__hvlab-trace-exec";
+
+/// The exec shim: strace starts it as the traced command; it asks the kernel to kill it when
+/// strace dies (`PR_SET_PDEATHSIG`, which survives exec but not fork, so strace's child must
+/// set it itself), closes hvlab's descriptors and execs the real command. `args` are
+/// `FD,FD... -- CMD ARGS...`. Returns only on failure, with the exit code.
+pub fn shim(args: &[OsString]) -> i32 {
+    // SAFETY: getppid and prctl(PR_SET_PDEATHSIG) take plain integers and touch no memory.
+    let parent_gone = unsafe {
+        let parent = libc::getppid();
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        // strace died before the death signal was armed: do not start the command at all.
+        libc::getppid() != parent
+    };
+    if parent_gone {
+        return 137;
+    }
+    let (Some(fds), Some(cmd)) = (args.first(), args.get(2)) else {
+        eprintln!("hvlab trace: the exec shim needs FDS -- CMD");
+        return 127;
+    };
+    for fd in fds
+        .to_string_lossy()
+        .split(',')
+        .filter_map(|f| f.parse::<i32>().ok())
+    {
+        // SAFETY: closing descriptors hvlab passed down for strace alone; nothing here uses them.
+        unsafe { libc::close(fd) };
+    }
+    let err = Command::new(cmd).args(&args[3..]).exec();
+    eprintln!("hvlab trace: cannot run `{}`: {err}", cmd.to_string_lossy());
+    127
+}
+
+/// The signal that asked hvlab to stop (0: none).
+static STOP: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_stop_signal(sig: libc::c_int) {
+    STOP.store(sig, Ordering::SeqCst);
+}
+
+/// SIGINT, SIGTERM and SIGHUP handlers for the time of a trace: they only record the signal,
+/// and the trace loop forwards it to the traced group, cleans up and returns. The previous
+/// handlers come back on drop.
+struct StopSignals {
+    old: Vec<(libc::c_int, libc::sigaction)>,
+}
+
+impl StopSignals {
+    fn install() -> StopSignals {
+        STOP.store(0, Ordering::SeqCst);
+        let mut old = Vec::new();
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value; the handler
+            // only stores to an atomic, which is async-signal-safe.
+            unsafe {
+                let mut act: libc::sigaction = std::mem::zeroed();
+                act.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as usize;
+                libc::sigemptyset(&raw mut act.sa_mask);
+                let mut prev: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, &raw const act, &raw mut prev) == 0 {
+                    if prev.sa_sigaction == libc::SIG_IGN {
+                        // Ignored by whoever started hvlab (nohup, a background job): keep it so.
+                        libc::sigaction(sig, &raw const prev, std::ptr::null_mut());
+                    } else {
+                        old.push((sig, prev));
+                    }
+                }
+            }
+        }
+        StopSignals { old }
+    }
+
+    fn pending() -> Option<i32> {
+        match STOP.load(Ordering::SeqCst) {
+            0 => None,
+            sig => Some(sig),
+        }
+    }
+}
+
+impl Drop for StopSignals {
+    fn drop(&mut self) {
+        for (sig, prev) in &self.old {
+            // SAFETY: restoring the sigaction that was in place before `install`.
+            unsafe { libc::sigaction(*sig, prev, std::ptr::null_mut()) };
+        }
+    }
+}
+
+/// The name of a stop signal, for messages.
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
+        _ => "a signal",
+    }
+}
+
+/// An anonymous in-memory file: nothing on disk to leave behind, whatever kills hvlab.
+fn memfd(name: &str) -> Result<File, TraceError> {
+    let c = std::ffi::CString::new(name)
+        .map_err(|_| TraceError::Read(std::io::Error::other("NUL in name")))?;
+    // SAFETY: `c` is a valid C string; memfd_create returns a new descriptor or -1.
+    let fd = unsafe { libc::memfd_create(c.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(TraceError::Read(std::io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// Kills the traced process group when dropped, so no traced VMM outlives hvlab.
+struct TracedGroup {
+    child: Child,
+}
+
+impl TracedGroup {
+    fn signal(&self, sig: libc::c_int) {
+        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
+            // SAFETY: signalling our own child's process group (created with process_group(0));
+            // a stale group id only makes kill fail with ESRCH.
+            unsafe { libc::kill(-pid, sig) };
+        }
+    }
+
+    fn kill(&mut self) {
+        self.signal(libc::SIGKILL);
+        let _ = self.child.wait();
+    }
+
+    /// Forwards `sig` to strace and the traced command, gives them a moment to exit, then
+    /// kills what is left (a stopped tracee too: SIGKILL needs no SIGCONT).
+    fn stop(&mut self, sig: libc::c_int) {
+        self.signal(sig);
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.kill();
+    }
+}
+
+impl Drop for TracedGroup {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.kill();
+        }
+    }
+}
+
+/// Traces `command` and reports its KVM ioctls.
+pub fn trace(
+    command: &[String],
+    until: Until,
+    timeout: Duration,
+    show_output: bool,
+    host: &HostInfo,
+) -> Result<TraceReport, TraceError> {
+    let Some(program) = command.first() else {
+        return Err(TraceError::NoCommand);
+    };
+    let strace = check_strace()?;
+    find_program(program).map_err(|why| TraceError::BadCommand(program.clone(), why))?;
+    // The trace and strace's messages live in memory files: nothing on disk to clean up.
+    let out = memfd("hvlab-trace-out")?;
+    let err = memfd("hvlab-trace-err")?;
+    let _signals = StopSignals::install();
+    run_traced(
+        &strace,
+        command,
+        Traced {
+            until,
+            timeout,
+            show_output,
+            jiffy_ns: host.jiffy_ns(),
+            srcu: host.srcu_kernel(),
+        },
+        (&out, &err),
+    )
+}
+
+/// How to trace.
+#[derive(Debug, Clone, Copy)]
+struct Traced {
+    until: Until,
+    timeout: Duration,
+    show_output: bool,
+    jiffy_ns: u64,
+    srcu: SrcuKernel,
+}
+
+fn run_traced(
+    strace: &Path,
+    command: &[String],
+    how: Traced,
+    (out, err): (&File, &File),
+) -> Result<TraceReport, TraceError> {
+    let Traced {
+        until,
+        timeout,
+        show_output,
+        jiffy_ns,
+        srcu,
+    } = how;
+    let err_file = err.try_clone().map_err(TraceError::Read)?;
+    let out_fd = out.as_raw_fd();
+    let out_path = PathBuf::from(format!("/proc/self/fd/{out_fd}"));
+    // strace runs hvlab's exec shim, which arranges for the command to die with strace.
+    let shim: Vec<OsString> = match std::env::current_exe() {
+        Ok(exe) => vec![
+            exe.into_os_string(),
+            SHIM_ARG.into(),
+            out_fd.to_string().into(),
+            "--".into(),
+        ],
+        Err(_) => Vec::new(),
+    };
+    let mut cmd = Command::new(strace);
+    cmd.args([
+        "-f",
+        "-qq",
+        "-ttt",
+        "-T",
+        "-e",
+        "trace=ioctl",
+        "-e",
+        "raw=ioctl",
+        "-o",
+    ])
+    .arg(&out_path)
+    .arg("--")
+    .args(&shim)
+    .args(command)
+    .stdin(Stdio::null())
+    .process_group(0);
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe system calls (prctl, fcntl) on values captured by copy.
+    unsafe {
+        cmd.pre_exec(move || {
+            // strace dies with hvlab, even by SIGKILL; the shim then takes the command along.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // strace writes the trace to /proc/self/fd/N: let it inherit that descriptor.
+            if libc::fcntl(out_fd, libc::F_SETFD, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    if show_output {
+        cmd.stdout(Stdio::inherit()).stderr(err_file);
+    } else {
+        cmd.stdout(Stdio::null()).stderr(err_file);
+    }
+    let mut group = TracedGroup {
+        child: cmd.spawn().map_err(TraceError::Spawn)?,
+    };
+    let started = Instant::now();
+    let mut parser = StraceParser::new();
+    let mut pos = 0u64;
+    let mut partial = String::new();
+    let ended = loop {
+        if let Some(sig) = StopSignals::pending() {
+            group.stop(sig);
+            return Err(TraceError::Interrupted(sig));
+        }
+        let exited = group.child.try_wait().map_err(TraceError::Read)?;
+        read_new_lines(out, &mut pos, &mut partial, &mut parser)?;
+        if let Some(status) = exited {
+            if !partial.is_empty() {
+                parser.feed(&std::mem::take(&mut partial));
+            }
+            break format!("the command exited ({status})");
+        }
+        if until == Until::FirstRun && parser.saw_run() {
+            // Let the KVM_RUN line that is in flight land, then stop the VMM.
+            std::thread::sleep(Duration::from_millis(20));
+            group.kill();
+            read_new_lines(out, &mut pos, &mut partial, &mut parser)?;
+            break "stopped after the first KVM_RUN".to_string();
+        }
+        if started.elapsed() > timeout {
+            group.kill();
+            read_new_lines(out, &mut pos, &mut partial, &mut parser)?;
+            break format!("stopped at the {}s timeout", timeout.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let ioctls = parser.finish();
+    if ioctls.is_empty() {
+        let text = read_all(err);
+        let last = |needle: &str| {
+            text.lines()
+                .rev()
+                .find(|l| l.contains(needle))
+                .map(|l| l.trim().to_string())
+        };
+        if let Some(line) = last("hvlab trace: cannot run")
+            .or_else(|| last("Can't stat"))
+            .or_else(|| last("strace: exec"))
+        {
+            return Err(TraceError::BadCommand(command.join(" "), line));
+        }
+        if text.contains("ptrace") || text.contains("Operation not permitted") {
+            return Err(TraceError::Strace(
+                text.trim().lines().last().unwrap_or("").to_string(),
+            ));
+        }
+        return Err(TraceError::NoKvmIoctls {
+            command: command.join(" "),
+            ended,
+        });
+    }
+    Ok(analyse(command.to_vec(), ended, ioctls, jiffy_ns, srcu))
+}
+
+/// Everything in a memory file, lossily as text.
+fn read_all(f: &File) -> String {
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut pos = 0u64;
+    while let Ok(n) = f.read_at(&mut chunk, pos) {
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        pos += n as u64;
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+fn read_new_lines(
+    f: &File,
+    pos: &mut u64,
+    partial: &mut String,
+    parser: &mut StraceParser,
+) -> Result<(), TraceError> {
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let n = f
+            .read_at(&mut chunk, *pos + buf.len() as u64)
+            .map_err(TraceError::Read)?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    *pos += buf.len() as u64;
+    partial.push_str(&String::from_utf8_lossy(&buf));
+    while let Some(nl) = partial.find('\n') {
+        let line: String = partial.drain(..=nl).collect();
+        parser.feed(line.trim_end());
+    }
+    Ok(())
+}
