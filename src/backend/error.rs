@@ -41,6 +41,19 @@ pub enum KvmError {
     Stats(String),
     /// The guest did not signal as expected: {0}
     Guest(String),
+    /// {what}: {source}
+    Host {
+        /// The host operation, and what it was for.
+        what: String,
+        /// What the kernel said.
+        source: std::io::Error,
+    },
+    /// The guest's layout cannot hold this: {0}
+    Layout(String),
+    /// Cannot assemble the guest payload: {0}
+    Assemble(String),
+    /// hvlab's own machinery failed (a bug to report): {0}
+    Internal(String),
     /// This hvlab was built without the kvm backend (cargo feature `kvm`, x86-64 hosts): rebuild with default features on x86-64 to measure on /dev/kvm; the model backend works (`--backend model`).
     NotBuilt,
 }

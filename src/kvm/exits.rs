@@ -43,7 +43,7 @@ pub fn roundtrips(kvm: &Kvm, host: &HostInfo, plan: &ExitPlan) -> Result<ExitRes
     let code = payload::exit_loop(plan.kind, plan.iterations, Vendor::of_host())?;
     let mut system = GuestMemory::backed(
         usize::try_from(layout.system_bytes)
-            .map_err(|_| KvmError::Guest("layout too large".into()))?,
+            .map_err(|_| KvmError::Layout("layout too large".into()))?,
         Backing::Populated,
     )?;
     layout.write_system(&mut system, &code)?;

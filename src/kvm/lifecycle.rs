@@ -48,7 +48,7 @@ pub fn construct(kvm: &Kvm, plan: &ConstructionPlan) -> Result<ConstructionTrace
             Step::Memslot => {
                 let m = memory
                     .take()
-                    .ok_or_else(|| KvmError::Guest("memslot step given twice".into()))?;
+                    .ok_or_else(|| KvmError::Internal("memslot step given twice".into()))?;
                 vm.add_memslot(0, m)?;
             }
             Step::Vcpus => {
@@ -69,7 +69,7 @@ pub fn construct(kvm: &Kvm, plan: &ConstructionPlan) -> Result<ConstructionTrace
             Step::BootIoeventfds | Step::BootMemslot => {}
         }
     }
-    let ready_ns = ready_ns.ok_or_else(|| KvmError::Guest("the plan has no run step".into()))?;
+    let ready_ns = ready_ns.ok_or_else(|| KvmError::Internal("the plan has no run step".into()))?;
     let mut kvm_stats = since_creation(vm.fd(), "kvm.vm");
     if let Some(vcpu) = vm.vcpu(0) {
         kvm_stats.extend(since_creation(vcpu, "kvm.vcpu"));

@@ -48,7 +48,7 @@ pub fn section(
     };
     let vcpu = vm
         .vcpu_mut(0)
-        .ok_or_else(|| KvmError::Guest("no vCPU 0".into()))?;
+        .ok_or_else(|| KvmError::Internal("no vCPU 0".into()))?;
     let mut before: Option<(Snapshots, Instant)> = None;
     let mut measured = None;
     runner::run(vcpu, timeout, |exit| match exit {

@@ -173,7 +173,7 @@ impl GuestMemory {
             .checked_add(n)
             .filter(|end| *end <= self.len)
             .ok_or_else(|| {
-                KvmError::Guest(format!(
+                KvmError::Layout(format!(
                     "access of {n} bytes at {offset:#x} exceeds guest memory of {} bytes",
                     self.len
                 ))

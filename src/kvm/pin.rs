@@ -44,7 +44,10 @@ pub fn mlock_costs(bytes: usize) -> Result<MlockCosts, KvmError> {
                     "{what} of {bytes} bytes refused ({err}); RLIMIT_MEMLOCK is {limit}: raise it (ulimit -l) or grant CAP_IPC_LOCK"
                 )));
             }
-            return Err(KvmError::Guest(format!("{what} failed: {err}")));
+            return Err(KvmError::Host {
+                what: format!("{what} of {bytes} bytes"),
+                source: err,
+            });
         }
         Ok(t.elapsed().as_nanos() as f64 / pages)
     };
@@ -127,10 +130,10 @@ impl crate::backend::pinning::Pinner for MlockPinner {
         let t = Instant::now();
         // SAFETY: as in pin.
         if unsafe { libc::munlock(self.host(addr), len) } != 0 {
-            return Err(KvmError::Guest(format!(
-                "munlock failed: {}",
-                std::io::Error::last_os_error()
-            ))
+            return Err(KvmError::Host {
+                what: "munlock".into(),
+                source: std::io::Error::last_os_error(),
+            }
             .into());
         }
         Ok(elapsed_ns(t))
@@ -201,9 +204,12 @@ impl crate::backend::pinning::Pinner for IoUringPinner {
         let t = Instant::now();
         if let Some(i) = self.rings.iter().position(|(a, _)| *a == addr) {
             let (_, ring) = self.rings.remove(i);
-            ring.submitter().unregister_buffers().map_err(|e| {
-                KvmError::Guest(format!("io_uring buffer unregistration failed: {e}"))
-            })?;
+            ring.submitter()
+                .unregister_buffers()
+                .map_err(|source| KvmError::Host {
+                    what: "io_uring buffer unregistration".into(),
+                    source,
+                })?;
         }
         Ok(elapsed_ns(t))
     }

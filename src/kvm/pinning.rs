@@ -42,7 +42,7 @@ pub fn pin_trace(kvm: &Kvm, host: &HostInfo, plan: &PinPlan) -> Result<PinResult
         per_task: plan.per_task,
     })?;
     let usize_of =
-        |v: u64| usize::try_from(v).map_err(|_| KvmError::Guest("region too large".into()));
+        |v: u64| usize::try_from(v).map_err(|_| KvmError::Layout("region too large".into()));
     let mut system = GuestMemory::backed(usize_of(layout.system_bytes)?, Backing::Populated)?;
     layout.write_system(&mut system, &code)?;
     let data = GuestMemory::backed(usize_of(data_bytes)?, Backing::Lazy)?;

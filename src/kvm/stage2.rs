@@ -103,7 +103,7 @@ fn guest_table_pages(order: &[u32], guest_page: GuestPage) -> u64 {
 fn pre_fault(vm: &Vm, gpa: u64, size: u64) -> Result<(), KvmError> {
     let vcpu = vm
         .vcpu(0)
-        .ok_or_else(|| KvmError::Guest("no vCPU 0".into()))?;
+        .ok_or_else(|| KvmError::Internal("no vCPU 0".into()))?;
     let mut range = kvm_bindings::kvm_pre_fault_memory {
         gpa,
         size,
@@ -129,7 +129,7 @@ fn pre_fault(vm: &Vm, gpa: u64, size: u64) -> Result<(), KvmError> {
 
 fn usize_of(v: u64) -> Result<usize, KvmError> {
     usize::try_from(v)
-        .map_err(|_| KvmError::Guest(format!("{v} bytes do not fit this host's address space")))
+        .map_err(|_| KvmError::Layout(format!("{v} bytes do not fit this host's address space")))
 }
 
 #[cfg(test)]

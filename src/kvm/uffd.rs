@@ -69,9 +69,10 @@ impl UffdServer {
         // SAFETY: the call has no memory effects; the fd only ever serves `region`.
         let uffd = unsafe { rustix::mm::userfaultfd(UserfaultfdFlags::CLOEXEC | UserfaultfdFlags::NONBLOCK) }
             .map_err(|e| {
-                KvmError::Guest(format!(
-                    "cannot create a userfaultfd that handles kernel faults ({e}); it needs root, CAP_SYS_PTRACE or vm.unprivileged_userfaultfd=1"
-                ))
+                KvmError::Host {
+                    what: "cannot create a userfaultfd that handles kernel faults (it needs root, CAP_SYS_PTRACE or vm.unprivileged_userfaultfd=1)".into(),
+                    source: e.into(),
+                }
             })?;
         let mut api = uffdio_api {
             api: u64::from(UFFD_API),
@@ -79,8 +80,10 @@ impl UffdServer {
             ioctls: 0,
         };
         // SAFETY: UFFDIO_API takes a pointer to a uffdio_api that lives across the call.
-        uffd_ioctl(&uffd, UFFDIO_API, (&raw mut api).cast())
-            .map_err(|e| KvmError::Guest(format!("UFFDIO_API handshake failed: {e}")))?;
+        uffd_ioctl(&uffd, UFFDIO_API, (&raw mut api).cast()).map_err(|source| KvmError::Host {
+            what: "the UFFDIO_API handshake".into(),
+            source,
+        })?;
         let base = region.as_ptr() as usize;
         let len = region.len();
         let mut register = uffdio_register {
@@ -92,7 +95,10 @@ impl UffdServer {
             ioctls: 0,
         };
         uffd_ioctl(&uffd, UFFDIO_REGISTER, (&raw mut register).cast()).map_err(|e| {
-            KvmError::Guest(format!("cannot register {len} bytes with userfaultfd: {e}"))
+            KvmError::Host {
+                what: format!("registering {len} bytes with userfaultfd"),
+                source: e,
+            }
         })?;
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
@@ -100,7 +106,10 @@ impl UffdServer {
             std::thread::Builder::new()
                 .name("hvlab-uffd".into())
                 .spawn(move || serve(&uffd, base, len, window, &stop))
-                .map_err(|e| KvmError::Guest(format!("cannot start the userfaultfd thread: {e}")))?
+                .map_err(|source| KvmError::Host {
+                    what: "starting the userfaultfd thread".into(),
+                    source,
+                })?
         };
         Ok(UffdServer {
             stop,
@@ -114,11 +123,14 @@ impl UffdServer {
         let thread = self
             .thread
             .take()
-            .ok_or_else(|| KvmError::Guest("uffd server already finished".into()))?;
+            .ok_or_else(|| KvmError::Internal("uffd server already finished".into()))?;
         thread
             .join()
-            .map_err(|_| KvmError::Guest("the userfaultfd thread panicked".into()))?
-            .map_err(KvmError::Guest)
+            .map_err(|_| KvmError::Internal("the userfaultfd thread panicked".into()))?
+            .map_err(|e| KvmError::Host {
+                what: "serving userfaultfd".into(),
+                source: std::io::Error::other(e),
+            })
     }
 }
 

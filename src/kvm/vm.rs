@@ -130,7 +130,7 @@ impl Vm {
     /// `KVM_SET_USER_MEMORY_REGION` mapping `memory` at `gpa` in the next free slot.
     pub fn add_memslot(&mut self, gpa: u64, memory: GuestMemory) -> Result<u32, KvmError> {
         let slot = u32::try_from(self.memory.len())
-            .map_err(|_| KvmError::Guest("too many memslots".into()))?;
+            .map_err(|_| KvmError::Layout("too many memslots".into()))?;
         let region = kvm_userspace_memory_region {
             slot,
             guest_phys_addr: gpa,
@@ -193,7 +193,7 @@ impl Vm {
         let vcpu = self
             .vcpus
             .get_mut(index)
-            .ok_or_else(|| KvmError::Guest(format!("no vCPU {index} to run")))?;
+            .ok_or_else(|| KvmError::Internal(format!("no vCPU {index} to run")))?;
         // Real mode at the payload: CS base 0, IP at the entry point.
         let mut sregs = timed(log, clock, "KVM_GET_SREGS", || vcpu.get_sregs())?;
         sregs.cs.base = 0;
@@ -235,7 +235,7 @@ impl Vm {
         let vcpu = self
             .vcpus
             .get_mut(index)
-            .ok_or_else(|| KvmError::Guest(format!("no vCPU {index}")))?;
+            .ok_or_else(|| KvmError::Internal(format!("no vCPU {index}")))?;
         let mut sregs = timed(log, clock, "KVM_GET_SREGS", || vcpu.get_sregs())?;
         long_mode::set_long_mode(&mut sregs, cpl);
         timed(log, clock, "KVM_SET_SREGS", || vcpu.set_sregs(&sregs))?;

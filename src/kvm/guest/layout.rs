@@ -85,7 +85,7 @@ impl Layout {
         index_entries: u64,
     ) -> Result<Layout, KvmError> {
         if data_bytes == 0 || !data_bytes.is_multiple_of(PAGE_2M) || data_bytes > DATA_MAX_BYTES {
-            return Err(KvmError::Guest(format!(
+            return Err(KvmError::Layout(format!(
                 "data region of {data_bytes} bytes: must be a non-zero multiple of 2 MiB up to 64 GiB"
             )));
         }
@@ -97,7 +97,7 @@ impl Layout {
         };
         let system_bytes = (pt_gpa + pt_bytes).next_multiple_of(PAGE_2M);
         if system_bytes > MMIO_TEST_GPA {
-            return Err(KvmError::Guest(
+            return Err(KvmError::Layout(
                 "page tables and index would overlap the MMIO test range".into(),
             ));
         }
@@ -114,7 +114,7 @@ impl Layout {
     /// `system_bytes` long and map GPA 0).
     pub fn write_system(&self, system: &mut GuestMemory, code: &[u8]) -> Result<(), KvmError> {
         if code.len() > CODE_MAX {
-            return Err(KvmError::Guest(format!(
+            return Err(KvmError::Layout(format!(
                 "payload of {} bytes exceeds {CODE_MAX}",
                 code.len()
             )));
@@ -155,7 +155,9 @@ impl Layout {
     /// Writes the touch-order array.
     pub fn write_index(&self, system: &mut GuestMemory, indices: &[u32]) -> Result<(), KvmError> {
         if indices.len() as u64 * 4 > self.index_bytes {
-            return Err(KvmError::Guest("touch order does not fit its array".into()));
+            return Err(KvmError::Layout(
+                "touch order does not fit its array".into(),
+            ));
         }
         let bytes: Vec<u8> = indices.iter().flat_map(|i| i.to_le_bytes()).collect();
         system.write(to_usize(INDEX_GPA)?, &bytes)
@@ -164,7 +166,7 @@ impl Layout {
 
 fn to_usize(v: u64) -> Result<usize, KvmError> {
     usize::try_from(v)
-        .map_err(|_| KvmError::Guest(format!("address {v:#x} does not fit this host")))
+        .map_err(|_| KvmError::Layout(format!("address {v:#x} does not fit this host")))
 }
 
 #[cfg(test)]

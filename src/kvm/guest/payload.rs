@@ -17,7 +17,7 @@ use crate::backend::memory::{Access, Touch};
 use crate::kvm::KvmError;
 
 fn asm_err(e: IcedError) -> KvmError {
-    KvmError::Guest(format!("assembling the payload: {e}"))
+    KvmError::Assemble(e.to_string())
 }
 
 /// The CPU vendor decides the hypercall opcode.

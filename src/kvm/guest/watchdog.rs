@@ -21,7 +21,9 @@ pub fn install_kick_handler() -> Result<(), crate::kvm::KvmError> {
         })
         .clone()
         .map_err(|e| {
-            crate::kvm::KvmError::Guest(format!("cannot install the watchdog signal handler: {e}"))
+            crate::kvm::KvmError::Internal(format!(
+                "cannot install the watchdog signal handler: {e}"
+            ))
         })
 }
 
@@ -52,10 +54,10 @@ impl Watchdog {
         let mut timer: libc::timer_t = std::ptr::null_mut();
         // SAFETY: `event` and `timer` are valid for the call; the kernel fills `timer`.
         if unsafe { libc::timer_create(libc::CLOCK_MONOTONIC, &mut event, &mut timer) } != 0 {
-            return Err(crate::kvm::KvmError::Guest(format!(
-                "cannot create the watchdog timer: {}",
-                std::io::Error::last_os_error()
-            )));
+            return Err(crate::kvm::KvmError::Host {
+                what: "creating the watchdog timer".into(),
+                source: std::io::Error::last_os_error(),
+            });
         }
         let dog = Watchdog { timer };
         let spec = libc::itimerspec {
@@ -64,10 +66,10 @@ impl Watchdog {
         };
         // SAFETY: `timer` was just created and is owned by `dog`; `spec` is valid.
         if unsafe { libc::timer_settime(dog.timer, 0, &spec, std::ptr::null_mut()) } != 0 {
-            return Err(crate::kvm::KvmError::Guest(format!(
-                "cannot arm the watchdog timer: {}",
-                std::io::Error::last_os_error()
-            )));
+            return Err(crate::kvm::KvmError::Host {
+                what: "arming the watchdog timer".into(),
+                source: std::io::Error::last_os_error(),
+            });
         }
         Ok(dog)
     }
