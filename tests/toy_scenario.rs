@@ -1,21 +1,22 @@
-//! A sixth scenario takes one file: this one. It implements the `Scenario` trait over a plan
-//! type the backends already speak (a batch of CPUID exits), and the generic machinery runs
-//! it on the model backend, checks its input and assembles its record. Listing it in the CLI,
+//! A sixth scenario takes one file: this one. It implements `Experiment` (plans, which backend
+//! call executes one, how to read the samples) over a plan type the backends already speak (a
+//! batch of CPUID exits); the generic machinery checks its input, repeats it on the model
+//! backend with variants interleaved, and assembles its record. Listing it in the CLI,
 //! suite, report and validate would take one more line: its entry in `scenario::REGISTRY`.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use std::time::Duration;
 
-use hvlab::backend::exits::{ExitKind, ExitPlan};
+use hvlab::backend::exits::{ExitKind, ExitPlan, ExitResult};
 use hvlab::backend::{Backend, BackendKind};
 use hvlab::error::{Error, InputError};
 use hvlab::model::ModelBackend;
 use hvlab::model::profile::Profile;
-use hvlab::record::VariantRecord;
+use hvlab::record::{VariantRecord, VariantStatus};
 use hvlab::scenario::params::{ParamInfo, Settings};
-use hvlab::scenario::runner::{self, Progress, RunRequest, ScenarioOutcome, Silent};
+use hvlab::scenario::runner::{RunRequest, ScenarioOutcome, Silent};
 use hvlab::scenario::samples::{Series, per_variant};
-use hvlab::scenario::{MetricInfo, Scenario, ScenarioInfo, VariantInfo, run_scenario};
+use hvlab::scenario::{Experiment, MetricInfo, Observed, ScenarioInfo, VariantInfo, run_scenario};
 
 static INFO: ScenarioInfo = ScenarioInfo {
     name: "cpuid-batch",
@@ -50,10 +51,19 @@ static INFO: ScenarioInfo = ScenarioInfo {
 
 struct CpuidBatch;
 
-impl CpuidBatch {
+impl Experiment for CpuidBatch {
+    type Plan = ExitPlan;
+    type Sample = ExitResult;
+
+    fn info(&self) -> &'static ScenarioInfo {
+        &INFO
+    }
+
     fn plans(
+        &self,
         settings: &Settings,
         request: &RunRequest,
+        backend: BackendKind,
     ) -> Result<Vec<(String, ExitPlan)>, InputError> {
         let timeout = Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 10..=60_000)?));
         let names: Vec<String> = if request.variants.is_empty() {
@@ -67,7 +77,7 @@ impl CpuidBatch {
                 let iterations = match name.as_str() {
                     "small" => 100,
                     "large" => 10_000,
-                    _ => return Err(INFO.unknown_variant(&name, BackendKind::Model)),
+                    _ => return Err(INFO.unknown_variant(&name, backend)),
                 };
                 let plan = ExitPlan {
                     kind: ExitKind::Cpuid,
@@ -80,35 +90,13 @@ impl CpuidBatch {
             })
             .collect()
     }
-}
 
-impl Scenario for CpuidBatch {
-    fn info(&self) -> &'static ScenarioInfo {
-        &INFO
+    fn execute(&self, backend: &mut dyn Backend, plan: &ExitPlan) -> Result<ExitResult, Error> {
+        backend.exit_roundtrips(plan)
     }
 
-    fn check(
-        &self,
-        settings: &Settings,
-        request: &RunRequest,
-        _backend: BackendKind,
-    ) -> Result<(), InputError> {
-        Self::plans(settings, request).map(drop)
-    }
-
-    fn execute(
-        &self,
-        backend: &mut dyn Backend,
-        settings: &Settings,
-        request: &RunRequest,
-        progress: &dyn Progress,
-    ) -> Result<ScenarioOutcome, Error> {
-        let (names, plans): (Vec<String>, Vec<ExitPlan>) =
-            Self::plans(settings, request)?.into_iter().unzip();
-        let results = runner::repeat(&names, request, progress, |vi| {
-            backend.exit_roundtrips(&plans[vi])
-        });
-        let variants = per_variant(&names, &results, |_, name, batches| {
+    fn analyse(&self, o: Observed<'_, ExitPlan, ExitResult>) -> ScenarioOutcome {
+        let variants = per_variant(o.names, o.results, |_, name, batches| {
             let mut series = Series::new();
             for (rep, b) in batches.iter().enumerate() {
                 series.at(rep).push(
@@ -119,17 +107,17 @@ impl Scenario for CpuidBatch {
             }
             VariantRecord {
                 name: name.to_string(),
-                status: hvlab::record::VariantStatus::Ok,
-                metrics: series.finish(batches.len(), name, request.seed),
+                status: VariantStatus::Ok,
+                metrics: series.finish(batches.len(), name, o.seed),
                 findings: Vec::new(),
                 timeline: Vec::new(),
                 pinned_bytes: Vec::new(),
             }
         });
-        Ok(ScenarioOutcome {
+        ScenarioOutcome {
             variants,
             verdicts: Vec::new(),
-        })
+        }
     }
 }
 

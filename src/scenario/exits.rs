@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use super::memory::parse_cpl;
 use super::params::{ParamInfo, Settings};
-use super::runner::{self, Progress, RunRequest, ScenarioOutcome};
+use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Chart, Scenario, ValidationPoint};
+use super::{Chart, Experiment, Observed, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
 use crate::analysis::validate::check;
@@ -223,23 +223,6 @@ pub fn plans(
         .collect()
 }
 
-/// Runs the scenario.
-pub fn run(
-    backend: &mut dyn Backend,
-    settings: &Settings,
-    request: &RunRequest,
-    progress: &dyn Progress,
-) -> Result<ScenarioOutcome, Error> {
-    let (names, plans): (Vec<String>, Vec<ExitPlan>) = plans(settings, request, backend.kind())?
-        .into_iter()
-        .unzip();
-    let results = runner::repeat(&names, request, progress, |vi| {
-        backend.exit_roundtrips(&plans[vi])
-    });
-    let kinds: Vec<ExitKind> = plans.iter().map(|p| p.kind).collect();
-    Ok(analyse(&names, &kinds, &results, request.seed))
-}
-
 /// Metrics, self-check findings and verdicts.
 pub fn analyse(
     names: &[String],
@@ -321,28 +304,30 @@ fn analyse_variant(name: &str, kind: ExitKind, batches: &[ExitResult], seed: u64
 #[derive(Debug)]
 pub struct Exits;
 
-impl Scenario for Exits {
+impl Experiment for Exits {
+    type Plan = ExitPlan;
+    type Sample = ExitResult;
+
     fn info(&self) -> &'static ScenarioInfo {
         &INFO
     }
 
-    fn check(
+    fn plans(
         &self,
         settings: &Settings,
         request: &RunRequest,
         backend: BackendKind,
-    ) -> Result<(), InputError> {
-        plans(settings, request, backend).map(drop)
+    ) -> Result<Vec<(String, ExitPlan)>, InputError> {
+        plans(settings, request, backend)
     }
 
-    fn execute(
-        &self,
-        backend: &mut dyn Backend,
-        settings: &Settings,
-        request: &RunRequest,
-        progress: &dyn Progress,
-    ) -> Result<ScenarioOutcome, Error> {
-        run(backend, settings, request, progress)
+    fn execute(&self, backend: &mut dyn Backend, plan: &ExitPlan) -> Result<ExitResult, Error> {
+        backend.exit_roundtrips(plan)
+    }
+
+    fn analyse(&self, o: Observed<'_, ExitPlan, ExitResult>) -> ScenarioOutcome {
+        let kinds: Vec<ExitKind> = o.plans.iter().map(|p| p.kind).collect();
+        analyse(o.names, &kinds, o.results, o.seed)
     }
 
     fn charts(&self, _record: &RunRecord) -> Vec<Chart> {

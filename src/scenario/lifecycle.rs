@@ -32,9 +32,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::params::{ParamInfo, Settings};
-use super::runner::{self, Progress, RunRequest, ScenarioOutcome};
+use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Chart, Scenario, ValidationPoint};
+use super::{Chart, Experiment, Observed, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::{Verdict, against_fastest, fmt_value};
 use crate::analysis::stall::{Baselines, Stall, find_stalls, kernel_effects};
@@ -285,30 +285,6 @@ pub fn plans(
         .collect()
 }
 
-/// Runs the scenario.
-pub fn run(
-    backend: &mut dyn Backend,
-    settings: &Settings,
-    request: &RunRequest,
-    progress: &dyn Progress,
-) -> Result<ScenarioOutcome, Error> {
-    let (names, plans): (Vec<String>, Vec<ConstructionPlan>) =
-        plans(settings, request, backend.kind())?
-            .into_iter()
-            .unzip();
-    let results = runner::repeat(&names, request, progress, |vi| {
-        backend.construct_vm(&plans[vi])
-    });
-    // Stalls are judged against the jiffy and the SRCU semantics of the kernel that produced
-    // the timelines (the model reports its own exactly).
-    let jiffy_ns = plans.first().and_then(|p| p.hz).map_or_else(
-        || backend.host().jiffy_ns(),
-        |hz| 1_000_000_000 / u64::from(hz),
-    );
-    let kernel = backend.host().srcu_kernel();
-    Ok(analyse(&names, &results, jiffy_ns, kernel, request.seed))
-}
-
 fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
@@ -518,28 +494,40 @@ fn verdicts(variants: &[VariantRecord], seed: u64) -> Vec<Verdict> {
 #[derive(Debug)]
 pub struct Lifecycle;
 
-impl Scenario for Lifecycle {
+impl Experiment for Lifecycle {
+    type Plan = ConstructionPlan;
+    type Sample = ConstructionTrace;
+
     fn info(&self) -> &'static ScenarioInfo {
         &INFO
     }
 
-    fn check(
+    fn plans(
         &self,
         settings: &Settings,
         request: &RunRequest,
         backend: BackendKind,
-    ) -> Result<(), InputError> {
-        plans(settings, request, backend).map(drop)
+    ) -> Result<Vec<(String, ConstructionPlan)>, InputError> {
+        plans(settings, request, backend)
     }
 
     fn execute(
         &self,
         backend: &mut dyn Backend,
-        settings: &Settings,
-        request: &RunRequest,
-        progress: &dyn Progress,
-    ) -> Result<ScenarioOutcome, Error> {
-        run(backend, settings, request, progress)
+        plan: &ConstructionPlan,
+    ) -> Result<ConstructionTrace, Error> {
+        backend.construct_vm(plan)
+    }
+
+    fn analyse(&self, o: Observed<'_, ConstructionPlan, ConstructionTrace>) -> ScenarioOutcome {
+        // Stalls are judged against the jiffy and the SRCU semantics of the kernel that
+        // produced the timelines (the model reports its own exactly).
+        let jiffy_ns = o
+            .plans
+            .first()
+            .and_then(|p| p.hz)
+            .map_or_else(|| o.host.jiffy_ns(), |hz| 1_000_000_000 / u64::from(hz));
+        analyse(o.names, o.results, jiffy_ns, o.host.srcu_kernel(), o.seed)
     }
 
     fn charts(&self, _record: &RunRecord) -> Vec<Chart> {

@@ -18,9 +18,9 @@
 use std::time::Duration;
 
 use super::params::{ParamInfo, Settings};
-use super::runner::{self, Progress, RunRequest, ScenarioOutcome};
+use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Chart, Scenario, ValidationPoint};
+use super::{Chart, Experiment, Observed, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
 use crate::analysis::validate::{Rule, check, check_count};
@@ -300,23 +300,6 @@ pub fn plans(
         .collect()
 }
 
-/// Runs the scenario.
-pub fn run(
-    backend: &mut dyn Backend,
-    settings: &Settings,
-    request: &RunRequest,
-    progress: &dyn Progress,
-) -> Result<ScenarioOutcome, Error> {
-    let (names, plans): (Vec<String>, Vec<TouchPlan>) = plans(settings, request, backend.kind())?
-        .into_iter()
-        .unzip();
-    let results = runner::repeat(&names, request, progress, |vi| {
-        backend.touch_memory(&plans[vi])
-    });
-    let mmu = Stage2Mmu::of(backend.host());
-    Ok(analyse(&names, &results, mmu, request.seed))
-}
-
 /// Metrics, prefetch findings and verdicts from every variant's passes.
 pub fn analyse(
     names: &[String],
@@ -448,28 +431,29 @@ fn analyse_variant(
 #[derive(Debug)]
 pub struct Memory;
 
-impl Scenario for Memory {
+impl Experiment for Memory {
+    type Plan = TouchPlan;
+    type Sample = TouchResult;
+
     fn info(&self) -> &'static ScenarioInfo {
         &INFO
     }
 
-    fn check(
+    fn plans(
         &self,
         settings: &Settings,
         request: &RunRequest,
         backend: BackendKind,
-    ) -> Result<(), InputError> {
-        plans(settings, request, backend).map(drop)
+    ) -> Result<Vec<(String, TouchPlan)>, InputError> {
+        plans(settings, request, backend)
     }
 
-    fn execute(
-        &self,
-        backend: &mut dyn Backend,
-        settings: &Settings,
-        request: &RunRequest,
-        progress: &dyn Progress,
-    ) -> Result<ScenarioOutcome, Error> {
-        run(backend, settings, request, progress)
+    fn execute(&self, backend: &mut dyn Backend, plan: &TouchPlan) -> Result<TouchResult, Error> {
+        backend.touch_memory(plan)
+    }
+
+    fn analyse(&self, o: Observed<'_, TouchPlan, TouchResult>) -> ScenarioOutcome {
+        analyse(o.names, o.results, Stage2Mmu::of(o.host), o.seed)
     }
 
     fn charts(&self, record: &RunRecord) -> Vec<Chart> {

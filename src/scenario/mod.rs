@@ -16,7 +16,7 @@ use crate::analysis::validate::{Check, Rule};
 use crate::backend::host::HostInfo;
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
-use crate::record::RunRecord;
+use crate::record::{RunRecord, VariantStatus};
 use params::{ParamInfo, Settings};
 use runner::{Progress, RunRequest, ScenarioOutcome};
 
@@ -123,34 +123,51 @@ pub struct ValidationPoint {
     pub checks: fn(&RunRecord, &RunRecord, &str, Rule) -> Vec<Check>,
 }
 
-/// An experiment: its catalog entry, how a request becomes plans and runs on a backend, and
-/// what the report and `validate` need of it. One implementation per file, one line in
-/// [`REGISTRY`]; nothing outside the file names the scenario.
-pub trait Scenario: Sync {
+/// What a scenario's variants produced, for its analysis.
+#[derive(Debug)]
+pub struct Observed<'a, P, S> {
+    /// Variant names, in request order.
+    pub names: &'a [String],
+    /// Each variant's plan.
+    pub plans: &'a [P],
+    /// Each variant's samples, or why it has none.
+    pub results: &'a [Result<Vec<S>, VariantStatus>],
+    /// The host the samples describe (the model's modelled host).
+    pub host: &'a HostInfo,
+    /// The run's seed, for resampling.
+    pub seed: u64,
+}
+
+/// An experiment, as its file defines it: the catalog entry, how a request becomes one plan per
+/// variant, which backend call executes a plan, and how the samples are read. The run itself
+/// (warm-up, interleaved repetitions, failure isolation, the record) is the same for every
+/// scenario and lives in [`Scenario::run`]. Nothing outside the file names the scenario.
+pub trait Experiment: Sync {
+    /// One variant's plan.
+    type Plan;
+    /// What one execution of a plan returns.
+    type Sample;
+
     /// Name, variants, parameters (each declared once), metrics, backends.
     fn info(&self) -> &'static ScenarioInfo;
 
-    /// Validates a request without running anything, so bad input is reported as such (exit 2)
-    /// even on a host that could not run the scenario.
-    fn check(
+    /// One plan per requested variant; bad input is an error naming the fix.
+    fn plans(
         &self,
         settings: &Settings,
         request: &RunRequest,
         backend: BackendKind,
-    ) -> Result<(), InputError>;
+    ) -> Result<Vec<(String, Self::Plan)>, InputError>;
 
-    /// Runs the requested variants on `backend` and analyses what came back.
-    fn execute(
-        &self,
-        backend: &mut dyn Backend,
-        settings: &Settings,
-        request: &RunRequest,
-        progress: &dyn Progress,
-    ) -> Result<ScenarioOutcome, Error>;
+    /// Executes one plan on a backend: one repetition.
+    fn execute(&self, backend: &mut dyn Backend, plan: &Self::Plan) -> Result<Self::Sample, Error>;
+
+    /// Metrics, findings and verdicts from every variant's samples.
+    fn analyse(&self, observed: Observed<'_, Self::Plan, Self::Sample>) -> ScenarioOutcome;
 
     /// The charts after the headline distribution (default: the headline by variant).
     fn charts(&self, _record: &RunRecord) -> Vec<Chart> {
-        let headline = self.info().headline;
+        let headline = Experiment::info(self).headline;
         vec![Chart::Bars {
             metric: headline,
             title: headline,
@@ -170,6 +187,92 @@ pub trait Scenario: Sync {
     /// Where `validate` checks the model against the kvm backend on `host`, if anywhere.
     fn validation(&self, _host: &HostInfo) -> Option<ValidationPoint> {
         None
+    }
+}
+
+/// A scenario as the registry, CLI, suite, report and validate see it: every [`Experiment`]
+/// is one, whatever its plan and sample types.
+pub trait Scenario: Sync {
+    /// The catalog entry.
+    fn info(&self) -> &'static ScenarioInfo;
+    /// Validates a request without running anything, so bad input is reported as such (exit 2)
+    /// even on a host that could not run the scenario.
+    fn check(
+        &self,
+        settings: &Settings,
+        request: &RunRequest,
+        backend: BackendKind,
+    ) -> Result<(), InputError>;
+    /// Runs the requested variants on `backend`: warm-up, then repetitions with the variants
+    /// interleaved, each variant's failure kept to itself; then the analysis.
+    fn run(
+        &self,
+        backend: &mut dyn Backend,
+        settings: &Settings,
+        request: &RunRequest,
+        progress: &dyn Progress,
+    ) -> Result<ScenarioOutcome, Error>;
+    /// See [`Experiment::charts`].
+    fn charts(&self, record: &RunRecord) -> Vec<Chart>;
+    /// See [`Experiment::notices`].
+    fn notices(&self, request: &RunRequest) -> Vec<String>;
+    /// See [`Experiment::context`].
+    fn context(&self, record: &RunRecord) -> Vec<String>;
+    /// See [`Experiment::validation`].
+    fn validation(&self, host: &HostInfo) -> Option<ValidationPoint>;
+}
+
+impl<T: Experiment> Scenario for T {
+    fn info(&self) -> &'static ScenarioInfo {
+        Experiment::info(self)
+    }
+
+    fn check(
+        &self,
+        settings: &Settings,
+        request: &RunRequest,
+        backend: BackendKind,
+    ) -> Result<(), InputError> {
+        self.plans(settings, request, backend).map(drop)
+    }
+
+    fn run(
+        &self,
+        backend: &mut dyn Backend,
+        settings: &Settings,
+        request: &RunRequest,
+        progress: &dyn Progress,
+    ) -> Result<ScenarioOutcome, Error> {
+        let (names, plans): (Vec<String>, Vec<T::Plan>) = self
+            .plans(settings, request, backend.kind())?
+            .into_iter()
+            .unzip();
+        let results = runner::repeat(&names, request, progress, |vi| {
+            Experiment::execute(self, backend, &plans[vi])
+        });
+        Ok(self.analyse(Observed {
+            names: &names,
+            plans: &plans,
+            results: &results,
+            host: backend.host(),
+            seed: request.seed,
+        }))
+    }
+
+    fn charts(&self, record: &RunRecord) -> Vec<Chart> {
+        Experiment::charts(self, record)
+    }
+
+    fn notices(&self, request: &RunRequest) -> Vec<String> {
+        Experiment::notices(self, request)
+    }
+
+    fn context(&self, record: &RunRecord) -> Vec<String> {
+        Experiment::context(self, record)
+    }
+
+    fn validation(&self, host: &HostInfo) -> Option<ValidationPoint> {
+        Experiment::validation(self, host)
     }
 }
 
@@ -270,7 +373,7 @@ pub fn run_scenario(
     reject_duplicate_variants(request)?;
     let settings = Settings::parse(info, &request.sets)?;
     let started = runner::now_rfc3339();
-    let outcome = s.execute(backend, &settings, request, progress)?;
+    let outcome = s.run(backend, &settings, request, progress)?;
     Ok(runner::assemble(
         info, backend, &settings, request, started, outcome,
     ))

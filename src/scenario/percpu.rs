@@ -9,10 +9,10 @@
 //! per-CPU allocation into every copy. The model predicts the sys-time change per workload; the
 //! model backend runs it (a kvm backend with per-vCPU CR3s comes later).
 
-use super::Scenario;
 use super::params::{ParamInfo, Settings};
-use super::runner::{self, Progress, RunRequest, ScenarioOutcome};
+use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
+use super::{Experiment, Observed};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
 use crate::backend::percpu::{PercpuPlan, PercpuResult, PercpuScheme, Workload};
@@ -150,31 +150,6 @@ pub fn plans(
         .collect()
 }
 
-/// Runs the scenario.
-pub fn run(
-    backend: &mut dyn Backend,
-    settings: &Settings,
-    request: &RunRequest,
-    progress: &dyn Progress,
-) -> Result<ScenarioOutcome, Error> {
-    let (names, plans): (Vec<String>, Vec<PercpuPlan>) =
-        plans(settings, request)?.into_iter().unzip();
-    let results = runner::repeat(&names, request, progress, |vi| backend.percpu(&plans[vi]));
-    let baseline = names
-        .iter()
-        .zip(&results)
-        .zip(&plans)
-        .find(|((_, _), p)| p.scheme == PercpuScheme::Offset)
-        .and_then(|((_, r), _)| r.as_ref().ok())
-        .and_then(|r| r.first())
-        .map(|r| r.sys_ns_per_cpu_s);
-    let variants = per_variant(&names, &results, |i, name, preds| {
-        analyse_variant(name, &plans[i], preds, baseline, request.seed)
-    });
-    let verdicts = against_fastest(&variants, INFO.headline, "ns", request.seed);
-    Ok(ScenarioOutcome { variants, verdicts })
-}
-
 fn analyse_variant(
     name: &str,
     plan: &PercpuPlan,
@@ -221,27 +196,40 @@ fn analyse_variant(
 #[derive(Debug)]
 pub struct Percpu;
 
-impl Scenario for Percpu {
+impl Experiment for Percpu {
+    type Plan = PercpuPlan;
+    type Sample = PercpuResult;
+
     fn info(&self) -> &'static ScenarioInfo {
         &INFO
     }
 
-    fn check(
+    fn plans(
         &self,
         settings: &Settings,
         request: &RunRequest,
         _backend: BackendKind,
-    ) -> Result<(), InputError> {
-        plans(settings, request).map(drop)
+    ) -> Result<Vec<(String, PercpuPlan)>, InputError> {
+        plans(settings, request)
     }
 
-    fn execute(
-        &self,
-        backend: &mut dyn Backend,
-        settings: &Settings,
-        request: &RunRequest,
-        progress: &dyn Progress,
-    ) -> Result<ScenarioOutcome, Error> {
-        run(backend, settings, request, progress)
+    fn execute(&self, backend: &mut dyn Backend, plan: &PercpuPlan) -> Result<PercpuResult, Error> {
+        backend.percpu(plan)
+    }
+
+    fn analyse(&self, o: Observed<'_, PercpuPlan, PercpuResult>) -> ScenarioOutcome {
+        let baseline = o
+            .results
+            .iter()
+            .zip(o.plans)
+            .find(|(_, p)| p.scheme == PercpuScheme::Offset)
+            .and_then(|(r, _)| r.as_ref().ok())
+            .and_then(|r| r.first())
+            .map(|r| r.sys_ns_per_cpu_s);
+        let variants = per_variant(o.names, o.results, |i, name, preds| {
+            analyse_variant(name, &o.plans[i], preds, baseline, o.seed)
+        });
+        let verdicts = against_fastest(&variants, INFO.headline, "ns", o.seed);
+        ScenarioOutcome { variants, verdicts }
     }
 }

@@ -14,9 +14,9 @@
 //! into its buffer.
 
 use super::params::{ParamInfo, Settings};
-use super::runner::{self, Progress, RunRequest, ScenarioOutcome};
+use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Chart, Scenario};
+use super::{Chart, Experiment, Observed};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
 use crate::backend::pinning::{PinMethod, PinPlan, PinPolicy, PinResult};
@@ -255,26 +255,6 @@ fn check_guest_fits(plan: &PinPlan, settings: &Settings) -> Result<(), InputErro
     })
 }
 
-/// Runs the scenario.
-pub fn run(
-    backend: &mut dyn Backend,
-    settings: &Settings,
-    request: &RunRequest,
-    progress: &dyn Progress,
-) -> Result<ScenarioOutcome, Error> {
-    let (names, plans): (Vec<String>, Vec<PinPlan>) = plans(settings, request, backend.kind())?
-        .into_iter()
-        .unzip();
-    let results = runner::repeat(&names, request, progress, |vi| {
-        backend.pin_trace(&plans[vi])
-    });
-    let variants = per_variant(&names, &results, |i, name, traces| {
-        analyse_variant(name, &plans[i], traces, request.seed)
-    });
-    let verdicts = against_fastest(&variants, INFO.headline, "us", request.seed);
-    Ok(ScenarioOutcome { variants, verdicts })
-}
-
 fn analyse_variant(name: &str, plan: &PinPlan, traces: &[PinResult], seed: u64) -> VariantRecord {
     let mut series = Series::new();
     for (rep, t) in traces.iter().enumerate() {
@@ -335,28 +315,33 @@ fn analyse_variant(name: &str, plan: &PinPlan, traces: &[PinResult], seed: u64) 
 #[derive(Debug)]
 pub struct Pinning;
 
-impl Scenario for Pinning {
+impl Experiment for Pinning {
+    type Plan = PinPlan;
+    type Sample = PinResult;
+
     fn info(&self) -> &'static ScenarioInfo {
         &INFO
     }
 
-    fn check(
+    fn plans(
         &self,
         settings: &Settings,
         request: &RunRequest,
         backend: BackendKind,
-    ) -> Result<(), InputError> {
-        plans(settings, request, backend).map(drop)
+    ) -> Result<Vec<(String, PinPlan)>, InputError> {
+        plans(settings, request, backend)
     }
 
-    fn execute(
-        &self,
-        backend: &mut dyn Backend,
-        settings: &Settings,
-        request: &RunRequest,
-        progress: &dyn Progress,
-    ) -> Result<ScenarioOutcome, Error> {
-        run(backend, settings, request, progress)
+    fn execute(&self, backend: &mut dyn Backend, plan: &PinPlan) -> Result<PinResult, Error> {
+        backend.pin_trace(plan)
+    }
+
+    fn analyse(&self, o: Observed<'_, PinPlan, PinResult>) -> ScenarioOutcome {
+        let variants = per_variant(o.names, o.results, |i, name, traces| {
+            analyse_variant(name, &o.plans[i], traces, o.seed)
+        });
+        let verdicts = against_fastest(&variants, INFO.headline, "us", o.seed);
+        ScenarioOutcome { variants, verdicts }
     }
 
     fn charts(&self, _record: &RunRecord) -> Vec<Chart> {
