@@ -55,8 +55,27 @@ pub enum InputError {
     NoSuchRun(String),
     /// `{0}` matches several runs ({1}); give more of the run id.
     AmbiguousRun(String, String),
-    /// {0}
-    Other(String),
+    /// --profile chooses the model's cost profile; the kvm backend measures this host. Add --backend model, or drop --profile.
+    ProfileWithKvm,
+    /// No runs stored yet: run `hvlab suite` (or `hvlab run SCENARIO`) first.
+    NoRuns,
+    /// One side of the comparison names two variants, {0} and {1}: name one variant per side.
+    TwoVariantsOnOneSide(String, String),
+    /// Both sides must be runs of the same scenario, but run {0} is {1} and run {2} is {3}: compare runs of one scenario.
+    ScenarioMismatch(String, String, String, String),
+    /// The two sides share no variant that produced samples: name the variants (`RUN:variant`).
+    NoSharedVariant,
+    /// Side {side} has no {metric} for {variant}: choose a metric the variant reports (`hvlab show RUN`).
+    MissingMetric {
+        /// A or B.
+        side: char,
+        /// The metric asked for.
+        metric: String,
+        /// The variant.
+        variant: String,
+    },
+    /// --fail-on-regression cannot judge {0}: the exact rank test needs at least {1} samples per side to reach p < 0.05; store runs with more --reps, or compare several runs per side (A1,A2,...).
+    TooFewToJudge(String, usize),
 }
 
 /// Everything that can stop a command.
@@ -111,6 +130,20 @@ pub enum Error {
         scenario: String,
         /// One line per variant: its name and why.
         reasons: String,
+    },
+    /// A calibration run did not give what a cost is solved from: exit 4.
+    #[error(
+        "calibration cannot solve its costs: run {scenario} has no {metric} for {variant} ({status})"
+    )]
+    Calibration {
+        /// The scenario run.
+        scenario: String,
+        /// The metric needed.
+        metric: String,
+        /// The variant.
+        variant: String,
+        /// The variant's status.
+        status: String,
     },
     /// Interrupted by a signal (exit 128 + the signal number, as a shell reports it).
     #[error("interrupted by {name}: {what}")]

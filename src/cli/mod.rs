@@ -257,10 +257,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         Command::Run(args) => {
             let info = scenario::find(&args.scenario)?;
             if args.backend == BackendKind::Kvm && args.measure.profile.is_some() {
-                return Err(InputError::Other(
-                    "--profile chooses the model's cost profile; the kvm backend measures this host. Add --backend model, or drop --profile".into(),
-                )
-                .into());
+                return Err(InputError::ProfileWithKvm.into());
             }
             let request = request_of(info, &args.measure, args.variants, args.sets);
             scenario::check(info, &request, args.backend)?;
@@ -321,10 +318,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                     .collect::<Result<Vec<_>, _>>()?
             };
             if records.is_empty() {
-                return Err(InputError::Other(
-                    "no runs stored yet: run `hvlab suite` first".into(),
-                )
-                .into());
+                return Err(InputError::NoRuns.into());
             }
             let path = write_report(&records, &output, "-o DIR")?;
             print_text(&format!(
@@ -360,11 +354,10 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 return Ok(ExitCode::from(1));
             }
             if fail_on_regression && !too_few.is_empty() {
-                return Err(InputError::Other(format!(
-                    "--fail-on-regression cannot judge {}: the exact rank test needs at least {} samples per side to reach p < 0.05; store runs with more --reps, or compare several runs per side (A1,A2,...)",
+                return Err(InputError::TooFewToJudge(
                     too_few.join(", "),
-                    crate::analysis::statistics::exact_min_n(0.05)
-                ))
+                    crate::analysis::statistics::exact_min_n(0.05),
+                )
                 .into());
             }
         }

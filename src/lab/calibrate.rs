@@ -18,14 +18,13 @@ fn med(r: &RunRecord, variant: &str, metric: &str) -> Result<f64, Error> {
         .filter(|v| v.is_ok())
         .and_then(|v| v.metrics.get(metric))
         .map(|m| m.median)
-        .ok_or_else(|| {
-            crate::error::InputError::Other(format!(
-                "calibration run {} has no {metric} for {variant}: {}",
-                r.scenario,
-                r.variant(variant)
-                    .map_or("variant missing".to_string(), |v| v.status.to_string())
-            ))
-            .into()
+        .ok_or_else(|| Error::Calibration {
+            scenario: r.scenario.clone(),
+            metric: metric.to_string(),
+            variant: variant.to_string(),
+            status: r
+                .variant(variant)
+                .map_or("variant missing".to_string(), |v| v.status.to_string()),
         })
 }
 

@@ -87,9 +87,7 @@ fn load_side(store: &Store, spec: &str) -> Result<Side, Error> {
         if let (Some(v), Some(prev)) = (&v, &variant)
             && v != prev
         {
-            return Err(
-                InputError::Other(format!("one side names two variants, {prev} and {v}")).into(),
-            );
+            return Err(InputError::TwoVariantsOnOneSide(prev.clone(), v.clone()).into());
         }
         variant = variant.or(v);
         runs.push(run);
@@ -134,10 +132,12 @@ fn compare_sides(
         .chain(&sb.runs)
         .find(|r| &r.scenario != scenario_name)
     {
-        return Err(InputError::Other(format!(
-            "both sides must be runs of the same scenario, but run {} is {} and run {} is {}: compare runs of one scenario",
-            sa.runs[0].run_id, scenario_name, other.run_id, other.scenario
-        ))
+        return Err(InputError::ScenarioMismatch(
+            sa.runs[0].run_id.clone(),
+            scenario_name.clone(),
+            other.run_id.clone(),
+            other.scenario.clone(),
+        )
         .into());
     }
     let info = scenario::find(scenario_name)?;
@@ -159,17 +159,20 @@ fn compare_sides(
             .collect(),
     };
     if pairs.is_empty() {
-        return Err(InputError::Other(
-            "the two sides share no variant that produced samples".into(),
-        )
-        .into());
+        return Err(InputError::NoSharedVariant.into());
     }
     let mut out = Vec::new();
     for (va, vb) in pairs {
-        let xa = side_samples(&sa, &va, metric)
-            .ok_or_else(|| InputError::Other(format!("side A has no {metric} for {va}")))?;
-        let xb = side_samples(&sb, &vb, metric)
-            .ok_or_else(|| InputError::Other(format!("side B has no {metric} for {vb}")))?;
+        let xa = side_samples(&sa, &va, metric).ok_or_else(|| InputError::MissingMetric {
+            side: 'A',
+            metric: metric.to_string(),
+            variant: va.clone(),
+        })?;
+        let xb = side_samples(&sb, &vb, metric).ok_or_else(|| InputError::MissingMetric {
+            side: 'B',
+            metric: metric.to_string(),
+            variant: vb.clone(),
+        })?;
         let unit = sa.runs[0]
             .variant(&va)
             .and_then(|v| v.metrics.get(metric))

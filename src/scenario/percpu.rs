@@ -124,7 +124,11 @@ pub fn plans(
     let workload = WORKLOADS
         .into_iter()
         .find(|w| w.name == wname)
-        .ok_or_else(|| InputError::Other(format!("workload {wname} is not defined")))?;
+        .ok_or_else(|| InputError::BadValue {
+            key: "workload".into(),
+            value: wname.into(),
+            why: "the workload has no op mix defined".into(),
+        })?;
     let names: Vec<String> = if request.variants.is_empty() {
         VARIANTS.iter().map(|v| v.name.to_string()).collect()
     } else {
