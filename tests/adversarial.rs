@@ -13,22 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{hvlab, kvm_or_skip, loud_skip, run, stderr, tool_or_skip};
-
-fn db() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("hvlab.db");
-    (dir, path)
-}
-
-fn assert_exit(out: &Output, code: i32, needles: &[&str]) {
-    let err = stderr(out);
-    assert_eq!(out.status.code(), Some(code), "stderr: {err}");
-    for n in needles {
-        assert!(err.contains(n), "stderr lacks `{n}`: {err}");
-    }
-    assert!(!err.contains("panicked"), "{err}");
-}
+use common::{assert_exit, db, hvlab, kvm_or_skip, loud_skip, run, stderr, tool_or_skip};
 
 /// How many complete runs the database holds (0 when it was never created).
 fn runs_in(db: &Path) -> usize {

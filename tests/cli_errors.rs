@@ -4,22 +4,7 @@
 
 mod common;
 
-use common::{hvlab, run, stderr};
-
-fn db() -> (tempfile::TempDir, std::path::PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("hvlab.db");
-    (dir, path)
-}
-
-fn assert_exit(out: &std::process::Output, code: i32, needles: &[&str]) {
-    let err = stderr(out);
-    assert_eq!(out.status.code(), Some(code), "stderr: {err}");
-    for n in needles {
-        assert!(err.contains(n), "stderr lacks `{n}`: {err}");
-    }
-    assert!(!err.contains("panicked"), "{err}");
-}
+use common::{assert_exit, db, hvlab, run, stderr};
 
 #[test]
 fn unknown_scenario_is_bad_input_naming_the_known_ones() {

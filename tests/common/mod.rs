@@ -114,3 +114,20 @@ pub fn median(r: &serde_json::Value, name: &str, metric: &str) -> f64 {
         .as_f64()
         .unwrap_or_else(|| panic!("{name}.{metric} missing: {}", variant(r, name)["metrics"]))
 }
+
+/// A database path in a fresh temporary directory (kept alive by the returned guard).
+pub fn db() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("hvlab.db");
+    (dir, path)
+}
+
+/// The command exited with `code`, its stderr names every needle, and nothing panicked.
+pub fn assert_exit(out: &Output, code: i32, needles: &[&str]) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(code), "stderr: {err}");
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks `{n}`: {err}");
+    }
+    assert!(!err.contains("panicked"), "{err}");
+}
