@@ -145,6 +145,9 @@ pub enum Error {
         /// The variant's status.
         status: String,
     },
+    /// A thread's published setup did not give the figure it is judged on: exit 4.
+    #[error("fidelity: {0}")]
+    Fidelity(String),
     /// Interrupted by a signal (exit 128 + the signal number, as a shell reports it).
     #[error("interrupted by {name}: {what}")]
     Interrupted {

@@ -112,6 +112,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The model against the five kernel threads: each published setup on the model beside the
+    /// figures the thread reports; exit 1 when a figure differs for no stated reason
+    Fidelity {
+        /// Only this thread (its seed number: 000 … 004)
+        #[arg(long, value_name = "ID")]
+        thread: Option<String>,
+        /// One JSON document on stdout
+        #[arg(long)]
+        json: bool,
+    },
     /// The model against the kvm backend on this host, metric by metric; exit 1 beyond tolerance
     Validate {
         /// Cost profile [default: the calibrated one; calibrates first when there is none]
@@ -386,6 +396,23 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 print_text(&render::profile(&profile))?;
                 print_text(&format!("wrote {}", path.display()))?;
             }
+        }
+        Command::Fidelity { thread, json } => {
+            let reports = lab::fidelity::evaluate(&host::probe(), thread.as_deref(), DEFAULT_SEED)?;
+            let unexplained: usize = reports
+                .iter()
+                .map(lab::fidelity::ThreadReport::unexplained)
+                .sum();
+            if json {
+                print_json(&serde_json::json!({ "threads": reports, "unexplained": unexplained }))?;
+            } else {
+                print_text(&render::fidelity(&reports))?;
+            }
+            return Ok(if unexplained == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            });
         }
         Command::Validate {
             profile,

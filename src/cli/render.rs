@@ -465,3 +465,27 @@ pub fn validation(checks: &[crate::analysis::validate::Check], tolerance: f64) -
     }
     s
 }
+
+/// `hvlab fidelity`: the headline, then per thread each published figure against the model,
+/// then what was fitted.
+pub fn fidelity(reports: &[crate::lab::fidelity::ThreadReport]) -> String {
+    use crate::report::words;
+    let mut out = words::fidelity_headline(reports);
+    out.push('\n');
+    let cells = words::fidelity_cells(reports);
+    let mut last_thread = String::new();
+    for [thread, quantity, setup, published, model, verdict] in &cells {
+        if *thread != last_thread {
+            out.push_str(&format!("\n{thread}\n"));
+            last_thread.clone_from(thread);
+        }
+        out.push_str(&format!(
+            "  {quantity}\n    setup:     {setup}\n    published: {published}\n    model:     {model}\n    verdict:   {verdict}\n"
+        ));
+    }
+    out.push_str("\nfitted inputs:\n");
+    for line in words::fidelity_fitted(reports) {
+        out.push_str(&format!("  {line}\n"));
+    }
+    out
+}

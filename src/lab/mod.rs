@@ -5,6 +5,7 @@ pub mod backends;
 #[cfg(hvlab_kvm)]
 pub mod calibrate;
 pub mod compare;
+pub mod fidelity;
 pub mod host;
 pub mod suite;
 pub mod validate;

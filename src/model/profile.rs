@@ -28,6 +28,10 @@ pub struct Cost {
     pub unit: String,
     /// Where the number comes from.
     pub provenance: String,
+    /// When the value is fitted rather than sourced: the one published result it was fitted
+    /// on (the others are predictions; `hvlab fidelity` lists it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fitted_on: Option<String>,
 }
 
 /// Which MMU handles stage-2 faults, which decides prefetch.
@@ -283,6 +287,7 @@ impl Profile {
                 value,
                 unit: unit.into(),
                 provenance: provenance.into(),
+                fitted_on: None,
             },
         );
     }

@@ -32,3 +32,141 @@ pub fn run_headline(r: &RunRecord) -> String {
         if findings == 1 { "" } else { "s" }
     )
 }
+
+/// A figure with its unit, at a precision a person reads at a glance (counts exact).
+pub fn figure(value: f64, unit: &str) -> String {
+    let text = if !value.is_finite() {
+        "n/a".to_string()
+    } else if value.fract() == 0.0 && value.abs() < 1e15 {
+        // Whole numbers (counts) stay exact, grouped by thousands.
+        group_thousands(value)
+    } else if value.abs() >= 100.0 {
+        format!("{value:.0}")
+    } else if value.abs() >= 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    };
+    if unit == "×" || unit == "%" {
+        format!("{text}{unit}")
+    } else {
+        format!("{text} {unit}")
+    }
+}
+
+fn group_thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value.abs());
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if value < 0.0 { format!("-{out}") } else { out }
+}
+
+/// A published range: one value, or low–high, or "< high" when the thread gives a bound.
+pub fn published_range(p: &crate::lab::fidelity::Published) -> String {
+    if p.low == p.high {
+        figure(p.low, p.unit)
+    } else if p.low <= 0.0 {
+        format!("< {}", figure(p.high, p.unit))
+    } else if p.high.is_infinite() {
+        format!("> {}", figure(p.low, p.unit))
+    } else {
+        format!(
+            "{}–{}",
+            figure(p.low, p.unit).trim_end_matches(p.unit).trim_end(),
+            figure(p.high, p.unit)
+        )
+    }
+}
+
+/// The model's figure: the median, and the spread when there is one.
+pub fn model_figure(m: &crate::lab::fidelity::ModelFigure) -> String {
+    if m.n <= 1 || m.min == m.max {
+        figure(m.median, m.unit)
+    } else {
+        format!(
+            "{} ({}–{}, n={})",
+            figure(m.median, m.unit),
+            figure(m.min, m.unit).trim_end_matches(m.unit).trim_end(),
+            figure(m.max, m.unit),
+            m.n
+        )
+    }
+}
+
+/// The verdict of a fidelity row.
+pub fn agreement(a: &crate::lab::fidelity::Agreement) -> String {
+    use crate::lab::fidelity::Agreement;
+    match a {
+        Agreement::Within => "matches".to_string(),
+        Agreement::Outside { why } => format!("differs: {why}"),
+        Agreement::Unexplained => "DIFFERS, unexplained (a model defect)".to_string(),
+    }
+}
+
+/// The cells of the fidelity table, one row per published figure: thread, quantity, setup,
+/// published, model, verdict. Terminal, Markdown and HTML lay these out; none rewords them.
+pub fn fidelity_cells(reports: &[crate::lab::fidelity::ThreadReport]) -> Vec<[String; 6]> {
+    reports
+        .iter()
+        .flat_map(|t| {
+            t.rows.iter().map(move |r| {
+                [
+                    format!("{} {}", t.id, t.scenario),
+                    r.quantity.to_string(),
+                    r.setup.clone(),
+                    format!("{} ({})", published_range(&r.published), r.published.source),
+                    model_figure(&r.model),
+                    agreement(&r.agreement),
+                ]
+            })
+        })
+        .collect()
+}
+
+/// One line per thread on what was fitted, and on what.
+pub fn fidelity_fitted(reports: &[crate::lab::fidelity::ThreadReport]) -> Vec<String> {
+    reports
+        .iter()
+        .map(|t| {
+            if t.fitted.is_empty() {
+                format!(
+                    "{} {}: nothing fitted; every input has an independent source",
+                    t.id, t.title
+                )
+            } else {
+                let list = t
+                    .fitted
+                    .iter()
+                    .map(|f| format!("{}.{} on {}", f.profile, f.key, f.fitted_on))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                format!("{} {}: fitted {list}", t.id, t.title)
+            }
+        })
+        .collect()
+}
+
+/// The line that opens the fidelity table, verdicts first.
+pub fn fidelity_headline(reports: &[crate::lab::fidelity::ThreadReport]) -> String {
+    use crate::lab::fidelity::Agreement;
+    let rows: Vec<_> = reports.iter().flat_map(|t| &t.rows).collect();
+    let within = rows
+        .iter()
+        .filter(|r| r.agreement == Agreement::Within)
+        .count();
+    let unexplained = rows
+        .iter()
+        .filter(|r| r.agreement == Agreement::Unexplained)
+        .count();
+    format!(
+        "fidelity: {} threads, {} published figures: {within} matched, {} differ with a reason, {unexplained} unexplained",
+        reports.len(),
+        rows.len(),
+        rows.len() - within - unexplained
+    )
+}
