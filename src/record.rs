@@ -32,7 +32,7 @@ pub struct RunRecord {
     /// Results per variant, in the order they were asked for.
     pub variants: Vec<VariantRecord>,
     /// Comparisons of the variants on the scenario's headline metric.
-    #[serde(default)]
+    #[serde(default, serialize_with = "verdicts_with_text")]
     pub verdicts: Vec<Verdict>,
 }
 
@@ -111,8 +111,8 @@ pub struct VariantRecord {
     pub status: VariantStatus,
     /// Metric name → summary and samples.
     pub metrics: BTreeMap<String, MetricRecord>,
-    /// What the analysis found, in plain terms.
-    #[serde(default)]
+    /// What the analysis found.
+    #[serde(default, serialize_with = "findings_with_messages")]
     pub findings: Vec<Finding>,
     /// One representative ioctl timeline (lifecycle: the median repetition), for charts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -182,11 +182,13 @@ impl MetricRecord {
     }
 }
 
-/// Something the analysis found.
+/// Something the analysis found, as data. The sentence a person reads is the finding's
+/// `Display`, written by the one renderer (`report::words`); JSON carries both (`message`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Finding {
-    /// An ioctl waited for an SRCU grace period started by an earlier registration.
+    /// An ioctl waited for an SRCU grace period, started by an earlier registration or (at
+    /// `caused_at == step`) its own.
     SrcuStall {
         /// The stalled ioctl.
         ioctl: String,
@@ -194,16 +196,20 @@ pub enum Finding {
         step: usize,
         /// The registration that started the grace period, when one was found.
         caused_by: Option<String>,
+        /// That registration's position.
+        #[serde(default)]
+        caused_at: Option<usize>,
         /// Median duration of the stalled ioctl over the repetitions where it stalled.
         median_ms: f64,
+        /// Its unstalled baseline.
+        #[serde(default)]
+        baseline_ms: f64,
         /// Median excess over its unstalled baseline, in jiffies.
         jiffies: f64,
         /// Repetitions in which this step stalled.
         stalled_reps: usize,
         /// Repetitions measured.
         reps: usize,
-        /// The sentence hvlab prints.
-        message: String,
     },
     /// An ioctl repeatedly slower than its baseline by more than half a jiffy, for no reason
     /// the analysis knows: it cannot wait for SRCU on this kernel, or no grace period was in
@@ -215,45 +221,122 @@ pub enum Finding {
         step: usize,
         /// Median duration over the repetitions where it was slow.
         median_ms: f64,
+        /// Its baseline.
+        #[serde(default)]
+        baseline_ms: f64,
         /// Median excess over its baseline, in jiffies.
         jiffies: f64,
         /// Repetitions in which this step was slow.
         slow_reps: usize,
         /// Repetitions measured.
         reps: usize,
-        /// The sentence hvlab prints.
-        message: String,
     },
     /// A measured value that disagrees with what the scenario expects of it.
     SelfCheck {
+        /// What was checked.
+        check: SelfCheck,
+        /// The variant.
+        #[serde(default)]
+        variant: String,
         /// The metric checked.
         metric: String,
         /// What it should be.
         expected: f64,
         /// What it was (median).
         observed: f64,
-        /// The sentence hvlab prints.
-        message: String,
     },
-    /// A plain-words reading of the numbers.
-    Note {
-        /// What it is about.
-        topic: String,
-        /// The sentence hvlab prints.
-        message: String,
+    /// Stage-2 faults against pages touched: how many pages each fault mapped, and why.
+    FaultsPerPage {
+        /// Pages the guest touched.
+        pages: u64,
+        /// `kvm.vcpu.pf_fixed` (median).
+        pf_fixed: f64,
+        /// Of those, faults on the guest's own page-table pages.
+        table_pages: f64,
+        /// The stage-2 MMU, when known.
+        mmu: Option<crate::backend::memory::Stage2Mmu>,
+    },
+    /// userfaultfd faults against pages touched.
+    UserfaultfdFaults {
+        /// Pages the guest touched.
+        pages: u64,
+        /// userfaultfd faults (median).
+        faults: f64,
+    },
+    /// The aging policy released pins in the idle tail.
+    PinsAged {
+        /// Age after which a pin is released, ms.
+        after_ms: u64,
+        /// Bytes still pinned at the end.
+        pinned_bytes_end: u64,
+        /// Length of the idle tail, ms.
+        tail_ms: u64,
+    },
+    /// Records written while the buffer could not be pinned.
+    Blackouts {
+        /// Records lost (median).
+        records: f64,
+        /// Buffer size.
+        buffer_bytes: u64,
+        /// The pin cap.
+        cap_bytes: u64,
+    },
+    /// What the race explorer found for a PMU scheme.
+    RaceExplored(crate::backend::exits::RaceReport),
+    /// Which inputs of a percpu prediction are assumptions.
+    PercpuAssumptions {
+        /// The workload.
+        workload: String,
+        /// CPUs modelled.
+        cpus: u32,
     },
 }
 
-impl Finding {
-    /// The sentence for people.
-    pub fn message(&self) -> &str {
-        match self {
-            Finding::SrcuStall { message, .. }
-            | Finding::SlowIoctl { message, .. }
-            | Finding::SelfCheck { message, .. }
-            | Finding::Note { message, .. } => message,
-        }
-    }
+/// The self-checks scenarios make on their own measurements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SelfCheck {
+    /// `kvm.vcpu.exits` per iteration is not 1: the host's statistic misses roundtrips.
+    ExitsStatistic,
+    /// The exit reached the VMM a different number of times than the variant assumes.
+    UserspaceExits,
+}
+
+/// Verdicts in JSON: the data, and the sentence (`text`).
+fn verdicts_with_text<S: Serializer>(verdicts: &[Verdict], s: S) -> Result<S::Ok, S::Error> {
+    with_words(verdicts, "text", s)
+}
+
+/// Each item's fields and, under `key`, its sentence from the renderer (`Display`, written in
+/// `report::words`): the JSON form of typed findings and verdicts.
+pub fn worded<T: Serialize + std::fmt::Display>(
+    items: &[T],
+    key: &str,
+) -> Result<Vec<serde_json::Value>, serde_json::Error> {
+    items
+        .iter()
+        .map(|item| {
+            let mut value = serde_json::to_value(item)?;
+            if let Some(map) = value.as_object_mut() {
+                map.insert(key.into(), item.to_string().into());
+            }
+            Ok(value)
+        })
+        .collect()
+}
+
+fn with_words<T: Serialize + std::fmt::Display, S: Serializer>(
+    items: &[T],
+    key: &str,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::Error as _;
+    worded(items, key).map_err(S::Error::custom)?.serialize(s)
+}
+
+/// Findings in JSON: the data, and the sentence (`message`) scripts and people read.
+fn findings_with_messages<S: Serializer>(findings: &[Finding], s: S) -> Result<S::Ok, S::Error> {
+    with_words(findings, "message", s)
 }
 
 /// Integers as integers (counts stay exact), everything else rounded to 9 significant

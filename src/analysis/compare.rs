@@ -20,8 +20,28 @@ pub struct Verdict {
     pub ci95: [f64; 2],
     /// Whether the CI excludes 1.
     pub significant: bool,
-    /// The sentence hvlab prints.
-    pub text: String,
+    /// The unit of the medians.
+    #[serde(default)]
+    pub unit: String,
+    /// Medians of the faster and the slower side.
+    #[serde(default)]
+    pub medians: [f64; 2],
+    /// The stall that explains the gap, where the analysis found one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<StallCause>,
+}
+
+/// An SRCU stall that explains why the slower side of a verdict is slower.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StallCause {
+    /// The ioctl that waited.
+    pub ioctl: String,
+    /// The registration that started the grace period.
+    pub caused_by: Option<String>,
+    /// How long it took (median), ms.
+    pub median_ms: f64,
+    /// Its excess, in jiffies.
+    pub jiffies: f64,
 }
 
 /// Compares two sample sets of a lower-is-better metric. `unit` labels the medians.
@@ -41,25 +61,6 @@ pub fn compare(
     let ratio = slow_m / fast_m;
     let ci95 = bootstrap_ratio_ci(slow_s, fast_s, seed);
     let significant = ci95[0] > 1.0 || ci95[1] < 1.0;
-    // Small ratios need more digits to be told from 1.
-    let d = if ratio < 10.0 { 2 } else { 1 };
-    let text = if significant {
-        format!(
-            "{fast} is {ratio:.d$}× faster than {slow} on {metric}: {} vs {} (95% CI of the ratio {:.d$}–{:.d$}×)",
-            fmt_value(fast_m, unit),
-            fmt_value(slow_m, unit),
-            ci95[0],
-            ci95[1]
-        )
-    } else {
-        format!(
-            "{fast} and {slow}: no significant difference on {metric} ({} vs {}, ratio {ratio:.2}×, 95% CI {:.2}–{:.2}×)",
-            fmt_value(fast_m, unit),
-            fmt_value(slow_m, unit),
-            ci95[0],
-            ci95[1]
-        )
-    };
     Verdict {
         metric: metric.to_string(),
         faster: fast.to_string(),
@@ -67,7 +68,9 @@ pub fn compare(
         ratio,
         ci95,
         significant,
-        text,
+        unit: unit.to_string(),
+        medians: [fast_m, slow_m],
+        cause: None,
     }
 }
 
@@ -131,8 +134,8 @@ pub struct AbComparison {
     pub enough_samples: bool,
     /// B against A.
     pub verdict: AbVerdict,
-    /// The sentence hvlab prints.
-    pub text: String,
+    /// The threshold a change must exceed, as a fraction.
+    pub threshold: f64,
 }
 
 /// What an A/B comparison concluded; serialized as the words scripts match on.
@@ -179,26 +182,6 @@ pub fn ab(
     } else {
         AbVerdict::NoChange
     };
-    let change = match verdict {
-        AbVerdict::Faster => format!("{:.2}× faster", 1.0 / ratio),
-        AbVerdict::Slower => format!("{ratio:.2}× slower (a regression)"),
-        AbVerdict::TooFew => format!(
-            "no verdict: n = {} vs {} is too few for the exact rank test to reach p < 0.05 (it needs at least {min_n} per side); run more repetitions (--reps {min_n} or more) or compare more runs",
-            b.len(),
-            a.len()
-        ),
-        AbVerdict::NoChange => "no significant change".to_string(),
-    };
-    let text = format!(
-        "{metric}: B {} vs A {}: {change} (ratio B/A {ratio:.3}, 95% CI {:.3}–{:.3}; exact rank test p = {p_value:.2e}; n = {} vs {}; threshold {:.0}%)",
-        fmt_value(mb, unit),
-        fmt_value(ma, unit),
-        ci95[0],
-        ci95[1],
-        b.len(),
-        a.len(),
-        threshold * 100.0
-    );
     AbComparison {
         metric: metric.into(),
         unit: unit.into(),
@@ -212,23 +195,8 @@ pub fn ab(
         min_n,
         enough_samples,
         verdict,
-        text,
+        threshold,
     }
-}
-
-/// A value with its unit and sensible precision.
-pub fn fmt_value(v: f64, unit: &str) -> String {
-    if unit == "count" {
-        return format!("{v}");
-    }
-    let digits = if v.abs() >= 100.0 {
-        1
-    } else if v.abs() >= 1.0 {
-        2
-    } else {
-        3
-    };
-    format!("{v:.digits$} {unit}")
 }
 
 #[cfg(test)]
@@ -259,7 +227,7 @@ mod tests {
             assert!(v.significant);
             assert!(v.ratio > 60.0 && v.ratio < 80.0, "{}", v.ratio);
             assert!(v.ci95[0] > 1.0);
-            assert!(v.text.starts_with("memslots-first is "), "{}", v.text);
+            assert!(v.to_string().starts_with("memslots-first is "), "{v}");
         }
     }
 
@@ -288,6 +256,6 @@ mod tests {
         let b = [1.1, 0.95, 1.0, 1.15, 1.0, 0.98];
         let v = compare("ready_ms", "ms", ("a", &a), ("b", &b), 1);
         assert!(!v.significant, "{v:?}");
-        assert!(v.text.contains("no significant difference"));
+        assert!(v.to_string().contains("no significant difference"));
     }
 }

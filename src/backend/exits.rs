@@ -119,5 +119,20 @@ pub struct ExitResult {
     /// MSR writes per roundtrip (model), and what the race explorer found.
     pub msr_writes: Option<u32>,
     /// The race explorer's verdict, for PEBS variants (model).
-    pub race: Option<String>,
+    pub race: Option<RaceReport>,
+}
+
+/// What the PMU race explorer found for one scheme: whether some interleaving leaves a stale
+/// enable bit after VM-exit, the first such interleaving, and how many states it explored.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RaceReport {
+    /// The scheme explored (`old`: PEBS_ENABLE switched on every transition; `new`: left
+    /// alone where the CPU isolates PEBS).
+    pub scheme: String,
+    /// Whether a stale enable bit survives VM-exit in some interleaving.
+    pub stale_bit: bool,
+    /// The shortest such interleaving, step by step (empty when none).
+    pub interleaving: Vec<String>,
+    /// Distinct states explored.
+    pub states: usize,
 }

@@ -126,7 +126,8 @@ pub struct TouchResult {
 }
 
 /// How stage 2 is built, which decides how many faults a first touch costs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Stage2Mmu {
     /// Shadow paging (no EPT/NPT, or PVM): SPTEs follow the guest's PTEs; prefetch
     /// (`FNAME(pte_prefetch)`) skips guest PTEs whose Accessed bit is clear.

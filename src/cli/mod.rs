@@ -352,12 +352,12 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 (outcome.comparisons, outcome.regression, outcome.too_few);
             if json {
                 print_json(
-                    &serde_json::json!({ "comparisons": results, "regression": regressed }),
+                    &serde_json::json!({ "comparisons": crate::record::worded(&results, "text").map_err(|e| Error::Output(e.into()))?, "regression": regressed }),
                 )?;
             } else {
                 print_text(&format!("A = {a}\nB = {b}"))?;
                 for c in &results {
-                    print_text(&format!("  [{}] {}", comparison_label(c), c.text))?;
+                    print_text(&format!("  [{}] {}", comparison_label(c), c))?;
                 }
             }
             if fail_on_regression && regressed {

@@ -3,10 +3,10 @@
 
 use std::fmt::Write;
 
-use crate::analysis::compare::fmt_value;
 use crate::backend::BackendKind;
 use crate::backend::host::{HostInfo, KvmFlavour};
 use crate::record::{MetricRecord, RunRecord};
+use crate::report::words::fmt_value;
 use crate::scenario::{self, ScenarioInfo};
 use crate::store::RunListing;
 use crate::trace::TraceReport;
@@ -230,7 +230,7 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
     if !r.verdicts.is_empty() {
         let _ = writeln!(s, "\nverdicts ({headline}, median with 95% bootstrap CI):");
         for v in &r.verdicts {
-            let _ = writeln!(s, "  {}", v.text);
+            let _ = writeln!(s, "  {v}");
         }
     }
     if !r.verdicts.is_empty() {
@@ -258,7 +258,7 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
             let _ = writeln!(s, "  (+{hidden} KVM statistics: -v or --json shows them)");
         }
         for f in &v.findings {
-            let _ = writeln!(s, "  ! {}", f.message());
+            let _ = writeln!(s, "  ! {f}");
         }
     }
     s.trim_end().to_string()

@@ -114,7 +114,7 @@ impl Backend for ModelBackend {
             Some(cfg) => {
                 let race = cfg
                     .guest_pebs
-                    .then(|| pmu::explore(cfg.new_scheme && isolation).1);
+                    .then(|| pmu::explore(cfg.new_scheme && isolation));
                 (Some(pmu::msr_writes(cfg, isolation)), race)
             }
             None => (None, None),

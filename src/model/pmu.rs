@@ -10,7 +10,7 @@
 
 use stateright::{Checker, Model, Property};
 
-use crate::backend::exits::PmuConfig;
+use crate::backend::exits::{PmuConfig, RaceReport};
 
 /// MSR writes per exit+entry roundtrip for a configuration.
 pub fn msr_writes(cfg: PmuConfig, pebs_isolation: bool) -> u32 {
@@ -142,34 +142,25 @@ impl Model for PebsRace {
     }
 }
 
-/// Explores every interleaving; returns the counterexample (old scheme) or the proof of
-/// absence with the number of states explored.
-pub fn explore(new_scheme: bool) -> (bool, String) {
+/// Explores every interleaving; returns the shortest counterexample (old scheme) or the
+/// proof of absence, with the number of states explored.
+pub fn explore(new_scheme: bool) -> RaceReport {
     let checker = PebsRace { new_scheme }.checker().spawn_bfs().join();
     let states = checker.unique_state_count();
-    match checker.discovery("no stale PEBS_ENABLE bit") {
-        Some(path) => {
-            let steps: Vec<String> = path
-                .into_actions()
+    let interleaving: Vec<String> = checker
+        .discovery("no stale PEBS_ENABLE bit")
+        .map(|path| {
+            path.into_actions()
                 .iter()
                 .map(|a| format!("{a:?}"))
-                .collect();
-            (
-                true,
-                format!(
-                    "race explorer ({} scheme): a stale PEBS_ENABLE bit survives VM-exit: {} (the NMI throttled the event after the MSR list captured its enable bit; {states} states explored)",
-                    if new_scheme { "new" } else { "old" },
-                    steps.join(" → ")
-                ),
-            )
-        }
-        None => (
-            false,
-            format!(
-                "race explorer ({} scheme): no interleaving of build list, NMI throttle, VM-entry and VM-exit leaves a stale PEBS_ENABLE bit ({states} states explored exhaustively)",
-                if new_scheme { "new" } else { "old" }
-            ),
-        ),
+                .collect()
+        })
+        .unwrap_or_default();
+    RaceReport {
+        scheme: if new_scheme { "new" } else { "old" }.into(),
+        stale_bit: !interleaving.is_empty(),
+        interleaving,
+        states,
     }
 }
 
@@ -179,15 +170,15 @@ mod tests {
 
     #[test]
     fn the_old_scheme_has_the_race_and_the_new_one_does_not() {
-        let (found, trace) = explore(false);
-        assert!(found, "{trace}");
-        assert!(
-            trace.contains("BuildList → NmiThrottle → VmEntry → VmExit"),
-            "{trace}"
+        let old = explore(false);
+        assert!(old.stale_bit, "{old:?}");
+        assert_eq!(
+            old.interleaving.join(" → "),
+            "BuildList → NmiThrottle → VmEntry → VmExit"
         );
-        let (found, proof) = explore(true);
-        assert!(!found, "{proof}");
-        assert!(proof.contains("explored exhaustively"));
+        let new = explore(true);
+        assert!(!new.stale_bit, "{new:?}");
+        assert!(new.interleaving.is_empty() && new.states > 1, "{new:?}");
     }
 
     #[test]

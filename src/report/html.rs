@@ -3,8 +3,8 @@
 use std::fmt::Write;
 
 use super::charts_for;
-use crate::analysis::compare::fmt_value;
 use crate::record::RunRecord;
+use crate::report::words::fmt_value;
 
 fn esc(text: &str) -> String {
     text.replace('&', "&amp;")
@@ -124,10 +124,10 @@ fn run(s: &mut String, r: &RunRecord) {
             s.push_str("</details>");
         }
         for f in &v.findings {
-            let _ = write!(s, "<p class=\"finding\">{}</p>", esc(f.message()));
+            let _ = write!(s, "<p class=\"finding\">{}</p>", esc(&f.to_string()));
         }
     }
     for v in &r.verdicts {
-        let _ = write!(s, "<p class=\"verdict\">{}</p>", esc(&v.text));
+        let _ = write!(s, "<p class=\"verdict\">{}</p>", esc(&v.to_string()));
     }
 }

@@ -31,13 +31,13 @@ pub fn summary(records: &[RunRecord]) -> String {
                 let _ = writeln!(s, "- **{}**: {}", v.name, v.status);
             }
             for f in &v.findings {
-                let _ = writeln!(s, "- **{}**: {}", v.name, f.message());
+                let _ = writeln!(s, "- **{}**: {}", v.name, f);
             }
         }
         if !r.verdicts.is_empty() {
             let _ = writeln!(s, "\nVerdicts:\n");
             for v in &r.verdicts {
-                let _ = writeln!(s, "- {}", v.text);
+                let _ = writeln!(s, "- {v}");
             }
         }
         s.push('\n');

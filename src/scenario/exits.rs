@@ -29,7 +29,7 @@ use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
 use crate::record::RunRecord;
 use crate::record::VariantStatus;
-use crate::record::{Finding, VariantRecord};
+use crate::record::{Finding, SelfCheck, VariantRecord};
 
 /// The catalog entry.
 pub static INFO: ScenarioInfo = ScenarioInfo {
@@ -260,20 +260,16 @@ fn analyse_variant(name: &str, kind: ExitKind, batches: &[ExitResult], seed: u64
     let metrics = series.finish(batches.len(), name, seed);
     let mut findings = Vec::new();
     if let Some(race) = batches.first().and_then(|b| b.race.clone()) {
-        findings.push(Finding::Note {
-            topic: "pebs-race".into(),
-            message: race,
-        });
+        findings.push(Finding::RaceExplored(race));
     }
     let exits = metrics.get("kvm.vcpu.exits").map_or(1.0, |m| m.median);
     if batches.iter().any(|b| !b.kvm_stats.is_empty()) && (exits - 1.0).abs() > 0.05 {
         findings.push(Finding::SelfCheck {
+            check: SelfCheck::ExitsStatistic,
+            variant: name.to_string(),
             metric: "kvm.vcpu.exits".into(),
             expected: 1.0,
             observed: exits,
-            message: format!(
-                "kvm.vcpu.exits counted {exits:.2} per iteration of {name} (expected 1.00): this host's exits statistic does not count every roundtrip; trust roundtrip_ns, not the statistic"
-            ),
         });
     }
     let userspace = metrics
@@ -282,12 +278,11 @@ fn analyse_variant(name: &str, kind: ExitKind, batches: &[ExitResult], seed: u64
     let expected = if kind.exits_to_userspace() { 1.0 } else { 0.0 };
     if (userspace - expected).abs() > 0.05 {
         findings.push(Finding::SelfCheck {
+            check: SelfCheck::UserspaceExits,
+            variant: name.to_string(),
             metric: "userspace_exits_per_iter".into(),
             expected,
             observed: userspace,
-            message: format!(
-                "{name} reached the VMM {userspace:.2} times per iteration, expected {expected:.0}: the exit was not handled where this variant assumes"
-            ),
         });
     }
     VariantRecord {
@@ -414,13 +409,13 @@ mod tests {
         assert_eq!(cpuid.len(), 1);
         assert!(
             cpuid[0]
-                .message()
+                .to_string()
                 .contains("does not count every roundtrip")
         );
         let ioeventfd = &out.variants[2].findings;
         assert!(
             ioeventfd[0]
-                .message()
+                .to_string()
                 .contains("reached the VMM 1.00 times"),
             "{ioeventfd:?}"
         );

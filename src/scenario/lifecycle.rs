@@ -36,7 +36,7 @@ use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Experiment, Observed, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
-use crate::analysis::compare::{Verdict, against_fastest, fmt_value};
+use crate::analysis::compare::{StallCause, Verdict, against_fastest};
 use crate::analysis::stall::{Baselines, Stall, find_stalls, kernel_effects};
 use crate::analysis::statistics::median;
 use crate::analysis::validate::{Check, Rule, check, judge, stall_ms};
@@ -416,29 +416,21 @@ fn analyse_variant(
             let seen = durs.len();
             match caused_by {
                 Some((at, cause)) => Finding::SrcuStall {
-                    message: format!(
-                        "{ioctl} (ioctl #{step}) waited for {}: {median_ms:.2} ms, {jiffies:.1} jiffies over its {baseline:.3} ms baseline, in {seen} of {reps} reps",
-                        if at == step {
-                            "a whole SRCU grace period of its own (synchronize_srcu() while vCPUs run)".to_string()
-                        } else {
-                            format!("the SRCU grace period started by {cause} (ioctl #{at})")
-                        }
-                    ),
                     ioctl,
                     step,
                     caused_by: Some(cause),
+                    caused_at: Some(at),
                     median_ms,
+                    baseline_ms: baseline,
                     jiffies,
                     stalled_reps: seen,
                     reps,
                 },
                 None => Finding::SlowIoctl {
-                    message: format!(
-                        "{ioctl} (ioctl #{step}) was slow, cause unknown: {median_ms:.2} ms, {jiffies:.1} jiffies over its {baseline:.3} ms baseline, in {seen} of {reps} reps (it cannot wait for SRCU on this kernel, or no grace period was in flight)"
-                    ),
                     ioctl,
                     step,
                     median_ms,
+                    baseline_ms: baseline,
                     jiffies,
                     slow_reps: seen,
                     reps,
@@ -463,7 +455,7 @@ fn verdicts(variants: &[VariantRecord], seed: u64) -> Vec<Verdict> {
         let Some(slower) = variants.iter().find(|v| v.name == verdict.slower) else {
             continue;
         };
-        let worst = slower
+        verdict.cause = slower
             .findings
             .iter()
             .filter_map(|f| match f {
@@ -473,19 +465,15 @@ fn verdicts(variants: &[VariantRecord], seed: u64) -> Vec<Verdict> {
                     median_ms,
                     jiffies,
                     ..
-                } => Some((ioctl, caused_by, *median_ms, *jiffies)),
+                } => Some(StallCause {
+                    ioctl: ioctl.clone(),
+                    caused_by: caused_by.clone(),
+                    median_ms: *median_ms,
+                    jiffies: *jiffies,
+                }),
                 _ => None,
             })
-            .max_by(|a, b| a.2.total_cmp(&b.2));
-        if let Some((ioctl, caused_by, median_ms, jiffies)) = worst {
-            let by = caused_by
-                .as_deref()
-                .map_or(String::new(), |c| format!(" started by {c}"));
-            verdict.text.push_str(&format!(
-                "; cause: {ioctl} waited {} ({jiffies:.1} jiffies) for the SRCU grace period{by}",
-                fmt_value(median_ms, "ms")
-            ));
-        }
+            .max_by(|a, b| a.median_ms.total_cmp(&b.median_ms));
     }
     verdicts
 }
@@ -720,14 +708,14 @@ mod tests {
         assert_eq!(v.faster, "memslots-first");
         assert!(v.significant && v.ratio > 10.0);
         assert!(
-            v.text.contains("cause: KVM_SET_USER_MEMORY_REGION"),
+            v.to_string().contains("cause: KVM_SET_USER_MEMORY_REGION"),
             "{}",
-            v.text
+            v
         );
         assert!(
-            v.text.contains("started by KVM_CREATE_IRQCHIP"),
+            v.to_string().contains("started by KVM_CREATE_IRQCHIP"),
             "{}",
-            v.text
+            v
         );
     }
 

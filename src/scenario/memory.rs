@@ -314,40 +314,6 @@ pub fn analyse(
     ScenarioOutcome { variants, verdicts }
 }
 
-/// What one stage-2 fault per `per_fault` data pages means on `mmu`.
-fn fault_reading(per_fault: f64, mmu: Option<Stage2Mmu>) -> &'static str {
-    let tdp = matches!(mmu, Some(Stage2Mmu::TdpMmu | Stage2Mmu::TdpLegacy));
-    if per_fault >= 256.0 {
-        if tdp {
-            "huge mappings: the host backed the region with 2 MiB pages, and with TDP stage 2 maps a host huge page whole whatever the guest's own page size"
-        } else {
-            "huge mappings: the host backed the region with 2 MiB pages and the guest maps 2 MiB, so one fault maps 512 pages"
-        }
-    } else if per_fault > 1.5 {
-        match mmu {
-            Some(Stage2Mmu::TdpMmu) => {
-                "part of the region is mapped huge (the TDP MMU never prefetches)"
-            }
-            _ => "SPTE prefetch mapped the present neighbours of each fault (PTE_PREFETCH_NUM = 8)",
-        }
-    } else {
-        match mmu {
-            Some(Stage2Mmu::TdpMmu) => {
-                "one fault per 4 KiB host page: the TDP MMU never prefetches"
-            }
-            Some(Stage2Mmu::TdpLegacy) => {
-                "no prefetch: the neighbours' host pages were not present, and direct_pte_prefetch() never faults a host page in"
-            }
-            Some(Stage2Mmu::Shadow) => {
-                "no prefetch: the neighbours' host pages were not present, or with 4 KiB guest pages the neighbours' guest PTEs have the Accessed bit clear, which FNAME(prefetch_invalid_gpte) skips"
-            }
-            None => {
-                "no prefetch: the neighbours' host pages were not present, or the MMU does not prefetch"
-            }
-        }
-    }
-}
-
 fn analyse_variant(
     name: &str,
     passes: &[TouchResult],
@@ -380,41 +346,17 @@ fn analyse_variant(
     let pages = passes.first().map_or(0, |p| p.pages);
     let mut findings = Vec::new();
     if let Some(fixed) = metrics.get("kvm.vcpu.pf_fixed").filter(|m| m.median > 0.0) {
-        let tables = metrics.get("guest_table_pages").map_or(0.0, |m| m.median);
-        let data_faults = fixed.median - tables;
-        let message = if data_faults <= 0.0 {
-            format!(
-                "kvm.vcpu.pf_fixed = {} for {pages} pages touched: none on the data region, which was mapped before the guest ran; {tables} on the guest's own page-table pages",
-                fixed.median
-            )
-        } else {
-            let per_fault = pages as f64 / data_faults;
-            let split = if tables > 0.0 {
-                format!(
-                    " = {data_faults} on the data + {tables} on the guest's own page-table pages"
-                )
-            } else {
-                String::new()
-            };
-            format!(
-                "kvm.vcpu.pf_fixed = {}{split} for {pages} pages touched: {per_fault:.2} pages mapped per stage-2 fault ({})",
-                fixed.median,
-                fault_reading(per_fault, mmu)
-            )
-        };
-        findings.push(Finding::Note {
-            topic: "prefetch".into(),
-            message,
+        findings.push(Finding::FaultsPerPage {
+            pages,
+            pf_fixed: fixed.median,
+            table_pages: metrics.get("guest_table_pages").map_or(0.0, |m| m.median),
+            mmu,
         });
     }
     if let Some(uffd) = metrics.get("uffd_faults").filter(|m| m.median > 0.0) {
-        findings.push(Finding::Note {
-            topic: "userfaultfd".into(),
-            message: format!(
-                "{} userfaultfd faults for {pages} pages: {:.2} pages served per fault",
-                uffd.median,
-                pages as f64 / uffd.median
-            ),
+        findings.push(Finding::UserfaultfdFaults {
+            pages,
+            faults: uffd.median,
         });
     }
     VariantRecord {
@@ -622,11 +564,11 @@ mod tests {
             1,
         );
         assert_eq!(out.variants[1].metrics["kvm.vcpu.pf_fixed"].median, 8193.0);
-        let msg = out.variants[1].findings[0].message();
+        let msg = out.variants[1].findings[0].to_string();
         assert!(msg.contains("8.00 pages mapped per stage-2 fault"), "{msg}");
         assert!(
             out.variants[0].findings[0]
-                .message()
+                .to_string()
                 .contains("no prefetch")
         );
         assert_eq!(out.verdicts[0].faster, "populated");
@@ -650,7 +592,7 @@ mod tests {
         );
         let v = &out.variants[0];
         assert_eq!(v.metrics["guest_table_pages"].median, 5.0);
-        let msg = v.findings[0].message();
+        let msg = v.findings[0].to_string();
         assert!(
             msg.contains("= 2048 on the data + 5 on the guest's own page-table pages"),
             "{msg}"
@@ -667,7 +609,7 @@ mod tests {
             Some(Stage2Mmu::TdpMmu),
             1,
         );
-        let msg = out.variants[0].findings[0].message();
+        let msg = out.variants[0].findings[0].to_string();
         assert!(msg.contains("whatever the guest's own page size"), "{msg}");
     }
 }

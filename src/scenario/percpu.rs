@@ -179,12 +179,9 @@ fn analyse_variant(
         }
     }
     let metrics = series.finish(preds.len(), name, seed);
-    let findings = vec![Finding::Note {
-        topic: "assumptions".into(),
-        message: format!(
-            "{} on {} CPUs: op densities are assumptions (src/scenario/percpu.rs WORKLOADS), per-op cycles come from the profile",
-            plan.workload.name, plan.cpus
-        ),
+    let findings = vec![Finding::PercpuAssumptions {
+        workload: plan.workload.name.to_string(),
+        cpus: plan.cpus,
     }];
     VariantRecord {
         name: name.to_string(),

@@ -274,23 +274,17 @@ fn analyse_variant(name: &str, plan: &PinPlan, traces: &[PinResult], seed: u64) 
     let metrics = series.finish(traces.len(), name, seed);
     let mut findings = Vec::new();
     if let (PinPolicy::Aging(t), Some(last)) = (plan.policy, traces.first()) {
-        findings.push(Finding::Note {
-            topic: "aging".into(),
-            message: format!(
-                "aging released the pins {} ms after their last use: {} bytes pinned at the end of the {} ms idle tail",
-                t / 1_000_000,
-                last.pinned_bytes_end,
-                plan.tail_ns / 1_000_000
-            ),
+        findings.push(Finding::PinsAged {
+            after_ms: t / 1_000_000,
+            pinned_bytes_end: last.pinned_bytes_end,
+            tail_ms: plan.tail_ns / 1_000_000,
         });
     }
     if let Some(b) = metrics.get("blackout_records").filter(|m| m.median > 0.0) {
-        findings.push(Finding::Note {
-            topic: "blackout".into(),
-            message: format!(
-                "{} records fell in blackouts: the buffer ({} bytes) could not be pinned under the {} byte cap",
-                b.median, plan.buffer_bytes, plan.cap_bytes
-            ),
+        findings.push(Finding::Blackouts {
+            records: b.median,
+            buffer_bytes: plan.buffer_bytes,
+            cap_bytes: plan.cap_bytes,
         });
     }
     VariantRecord {
