@@ -161,6 +161,21 @@ pub enum Error {
 }
 
 impl Error {
+    /// The error and each cause below it that adds something (thiserror's transparent
+    /// wrappers repeat their inner message), outermost first.
+    pub fn chain(&self) -> Vec<String> {
+        let mut out = vec![self.to_string()];
+        let mut source = std::error::Error::source(self);
+        while let Some(s) = source {
+            let text = s.to_string();
+            if !out.iter().any(|o| o.contains(&text)) {
+                out.push(text);
+            }
+            source = s.source();
+        }
+        out
+    }
+
     /// The process exit code for this error.
     pub fn exit_code(&self) -> i32 {
         match self {

@@ -53,6 +53,18 @@ fn the_report_is_self_contained_and_renders_in_chromium() {
             "the report references something external: {needle}"
         );
     }
+    // The model against the kernel threads comes before the runs, in both renderings, with
+    // the same words.
+    let fidelity = html
+        .find("id=\"fidelity\"")
+        .expect("the fidelity table is in the report");
+    let first_run = html.rfind("lifecycle on model");
+    assert!(
+        fidelity < first_run.unwrap_or(usize::MAX),
+        "fidelity after the runs"
+    );
+    assert!(html.contains("pf_fixed after the fix") && md.contains("pf_fixed after the fix"));
+    assert!(md.contains("| thread | figure | setup | published | model | verdict |"));
     let svgs = html.matches("<svg").count();
     // Per scenario: a distribution plus its own chart; pinning has two.
     assert!(svgs >= 11, "{svgs} charts");

@@ -217,14 +217,10 @@ pub fn main() -> ExitCode {
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                // thiserror's transparent wrappers repeat their inner message; print each once.
-                if !e.to_string().contains(&s.to_string()) {
-                    eprintln!("  caused by: {s}");
-                }
-                source = s.source();
+            let chain = e.chain();
+            eprintln!("error: {}", chain[0]);
+            for cause in &chain[1..] {
+                eprintln!("  caused by: {cause}");
             }
             ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(4))
         }
@@ -330,7 +326,10 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             if records.is_empty() {
                 return Err(InputError::NoRuns.into());
             }
-            let path = write_report(&records, &output, "-o DIR")?;
+            // The model against the threads: deterministic and a fraction of a second, so
+            // every report carries it.
+            let fidelity = lab::fidelity::evaluate(&host::probe(), None, DEFAULT_SEED)?;
+            let path = write_report(&records, &fidelity, &output, "-o DIR")?;
             print_text(&format!(
                 "report of {} runs: {}",
                 records.len(),
@@ -576,11 +575,12 @@ fn check_output_dir(
 /// Writes the report into `dir`, naming the path and the option on failure.
 fn write_report(
     records: &[RunRecord],
+    fidelity: &[lab::fidelity::ThreadReport],
     dir: &std::path::Path,
     option: &'static str,
 ) -> Result<PathBuf, Error> {
     check_output_dir(dir, "the report", option)?;
-    crate::report::write(records, dir).map_err(|e| Error::OutputPath {
+    crate::report::write(records, fidelity, dir).map_err(|e| Error::OutputPath {
         what: "the report",
         path: dir.to_path_buf(),
         option,
@@ -647,13 +647,21 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
             Ok(())
         },
     )?;
+    let fidelity = lab::fidelity::evaluate(&h, None, DEFAULT_SEED)?;
     let report = if records.is_empty() {
         None
     } else {
-        Some(write_report(&records, &args.report, "--report DIR")?)
+        Some(write_report(
+            &records,
+            &fidelity,
+            &args.report,
+            "--report DIR",
+        )?)
     };
     if args.measure.json {
-        print_json(&serde_json::json!({ "runs": records, "skipped": skipped, "report": report }))?;
+        print_json(
+            &serde_json::json!({ "runs": records, "skipped": skipped, "fidelity": fidelity, "report": report }),
+        )?;
     } else {
         for s in &skipped {
             eprintln!("skipped {s}");
@@ -668,6 +676,10 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
         for r in &records {
             print_text(&format!("  {}", crate::report::words::run_headline(r)))?;
         }
+        print_text(&format!(
+            "  {} (hvlab fidelity prints the table)",
+            crate::report::words::fidelity_headline(&fidelity)
+        ))?;
         if let Some(path) = &report {
             print_text(&format!("report: {}", path.display()))?;
         }

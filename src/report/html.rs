@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use super::charts_for;
+use crate::lab::fidelity::ThreadReport;
 use crate::record::RunRecord;
 use crate::report::words::fmt_value;
 
@@ -21,7 +22,7 @@ th{background:#f3f6fa}td:first-child,th:first-child{text-align:left}.finding{bac
 figure{margin:1em 0}figcaption{font-size:.85em;color:#555}.host td{text-align:left}";
 
 /// The whole page.
-pub fn page(records: &[RunRecord]) -> String {
+pub fn page(records: &[RunRecord], fidelity: &[ThreadReport]) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
@@ -52,7 +53,17 @@ pub fn page(records: &[RunRecord]) -> String {
     for r in records {
         let _ = write!(s, "<li>{}</li>", esc(&super::words::run_headline(r)));
     }
+    if !fidelity.is_empty() {
+        let _ = write!(
+            s,
+            "<li>{}</li>",
+            esc(&super::words::fidelity_headline(fidelity))
+        );
+    }
     s.push_str("</ul>");
+    if !fidelity.is_empty() {
+        fidelity_table(&mut s, fidelity);
+    }
     for r in records {
         run(&mut s, r);
     }
@@ -130,4 +141,28 @@ fn run(s: &mut String, r: &RunRecord) {
     for v in &r.verdicts {
         let _ = write!(s, "<p class=\"verdict\">{}</p>", esc(&v.to_string()));
     }
+}
+
+/// The model against the kernel threads: one row per published figure.
+fn fidelity_table(s: &mut String, fidelity: &[ThreadReport]) {
+    s.push_str(
+        "<h2 id=\"fidelity\">Fidelity: the model against the kernel threads</h2><table class=\"fidelity\"><tr><th>thread</th><th>figure</th><th>setup</th><th>published</th><th>model</th><th>verdict</th></tr>",
+    );
+    for cells in super::words::fidelity_cells(fidelity) {
+        s.push_str("<tr>");
+        for (i, c) in cells.iter().enumerate() {
+            let class = if i == 5 && !c.starts_with("matches") {
+                " class=\"status\""
+            } else {
+                ""
+            };
+            let _ = write!(s, "<td{class} style=\"text-align:left\">{}</td>", esc(c));
+        }
+        s.push_str("</tr>");
+    }
+    s.push_str("</table><ul>");
+    for line in super::words::fidelity_fitted(fidelity) {
+        let _ = write!(s, "<li>{}</li>", esc(&line));
+    }
+    s.push_str("</ul>");
 }

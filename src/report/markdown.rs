@@ -2,13 +2,26 @@
 
 use std::fmt::Write;
 
+use crate::lab::fidelity::ThreadReport;
 use crate::record::RunRecord;
 
 /// The summary of every run.
-pub fn summary(records: &[RunRecord]) -> String {
+pub fn summary(records: &[RunRecord], fidelity: &[ThreadReport]) -> String {
     let mut s = String::from("# hvlab report\n\n## Summary\n\n");
     for r in records {
         let _ = writeln!(s, "- {}", super::words::run_headline(r));
+    }
+    if !fidelity.is_empty() {
+        let _ = writeln!(s, "- {}", super::words::fidelity_headline(fidelity));
+        s.push_str("\n## Fidelity: the model against the kernel threads\n\n| thread | figure | setup | published | model | verdict |\n|---|---|---|---|---|---|\n");
+        for cells in super::words::fidelity_cells(fidelity) {
+            let row: Vec<String> = cells.iter().map(|c| c.replace('|', "\\|")).collect();
+            let _ = writeln!(s, "| {} |", row.join(" | "));
+        }
+        s.push('\n');
+        for line in super::words::fidelity_fitted(fidelity) {
+            let _ = writeln!(s, "- {line}");
+        }
     }
     s.push('\n');
     for r in records {

@@ -8,6 +8,7 @@ pub mod words;
 
 use std::path::{Path, PathBuf};
 
+use crate::lab::fidelity::ThreadReport;
 use crate::record::RunRecord;
 use crate::scenario::Chart;
 
@@ -35,11 +36,17 @@ pub fn charts_for(r: &RunRecord) -> Vec<(String, String)> {
     out
 }
 
-/// Writes `index.html` and `summary.md` into `dir`; returns the HTML path.
-pub fn write(records: &[RunRecord], dir: &Path) -> std::io::Result<PathBuf> {
+/// Writes `index.html` and `summary.md` into `dir`; returns the HTML path. `fidelity`, when
+/// given, is the model against the kernel threads: the report shows it before the runs, so a
+/// reader sees where the model can be trusted before reading its numbers.
+pub fn write(
+    records: &[RunRecord],
+    fidelity: &[ThreadReport],
+    dir: &Path,
+) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     let index = dir.join("index.html");
-    std::fs::write(&index, html::page(records))?;
-    std::fs::write(dir.join("summary.md"), markdown::summary(records))?;
+    std::fs::write(&index, html::page(records, fidelity))?;
+    std::fs::write(dir.join("summary.md"), markdown::summary(records, fidelity))?;
     Ok(index)
 }

@@ -123,6 +123,20 @@ pub struct ValidationPoint {
     pub checks: fn(&RunRecord, &RunRecord, &str, Rule) -> Vec<Check>,
 }
 
+/// A model run the suite adds to show a thread's finding where its mechanism lives (the
+/// hardware profile and kernel setup the thread is about), beside the run on this host.
+#[derive(Debug, Clone, Copy)]
+pub struct Showcase {
+    /// The built-in profile.
+    pub profile: &'static str,
+    /// Variants (empty: the scenario's default model variants).
+    pub variants: &'static [&'static str],
+    /// `--set` parameters.
+    pub sets: &'static [&'static str],
+    /// Why this setup: the thread and what it shows.
+    pub why: &'static str,
+}
+
 /// What a scenario's variants produced, for its analysis.
 #[derive(Debug)]
 pub struct Observed<'a, P, S> {
@@ -188,6 +202,11 @@ pub trait Experiment: Sync {
     fn validation(&self, _host: &HostInfo) -> Option<ValidationPoint> {
         None
     }
+
+    /// Model runs the suite adds on the profiles where the scenario's mechanism lives.
+    fn showcases(&self) -> &'static [Showcase] {
+        &[]
+    }
 }
 
 /// A scenario as the registry, CLI, suite, report and validate see it: every [`Experiment`]
@@ -220,6 +239,8 @@ pub trait Scenario: Sync {
     fn context(&self, record: &RunRecord) -> Vec<String>;
     /// See [`Experiment::validation`].
     fn validation(&self, host: &HostInfo) -> Option<ValidationPoint>;
+    /// See [`Experiment::showcases`].
+    fn showcases(&self) -> &'static [Showcase];
 }
 
 impl<T: Experiment> Scenario for T {
@@ -273,6 +294,10 @@ impl<T: Experiment> Scenario for T {
 
     fn validation(&self, host: &HostInfo) -> Option<ValidationPoint> {
         Experiment::validation(self, host)
+    }
+
+    fn showcases(&self) -> &'static [Showcase] {
+        Experiment::showcases(self)
     }
 }
 

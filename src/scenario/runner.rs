@@ -71,15 +71,18 @@ pub struct ScenarioOutcome {
     pub verdicts: Vec<Verdict>,
 }
 
-/// The status of a variant that could not produce samples.
+/// The status of a variant that could not produce samples: unsupported (the host's
+/// limitation) or failed, with the whole cause chain (the ioctl and its errno, the syscall
+/// under a guest-memory failure), not only the outermost message.
 pub fn failure_status(err: &Error) -> VariantStatus {
+    let why = err.chain().join(": ");
     match err {
-        Error::Kvm(e) if e.is_host_limitation() => VariantStatus::Unsupported(e.to_string()),
-        Error::Input(e) => VariantStatus::Unsupported(e.to_string()),
+        Error::Kvm(e) if e.is_host_limitation() => VariantStatus::Unsupported(why),
+        Error::Input(_) => VariantStatus::Unsupported(why),
         Error::Model(crate::model::ModelError::Unsupported(why)) => {
             VariantStatus::Unsupported(why.clone())
         }
-        other => VariantStatus::Failed(other.to_string()),
+        _ => VariantStatus::Failed(why),
     }
 }
 
@@ -199,5 +202,20 @@ mod tests {
             out[2].as_ref().unwrap_err(),
             VariantStatus::Failed(_)
         ));
+    }
+
+    #[test]
+    fn a_failure_keeps_its_cause_chain() {
+        let io = std::io::Error::from_raw_os_error(libc::ENOMEM);
+        let err: Error = KvmError::Host {
+            what: "munlock the pinned buffer".into(),
+            source: io,
+        }
+        .into();
+        let VariantStatus::Failed(why) = failure_status(&err) else {
+            panic!("a host operation failing is a failure");
+        };
+        assert!(why.contains("munlock the pinned buffer"), "{why}");
+        assert!(why.contains("Cannot allocate memory"), "{why}");
     }
 }

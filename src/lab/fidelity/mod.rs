@@ -271,3 +271,46 @@ pub fn metric<'a>(
             ))
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn published(low: f64, high: f64) -> Published {
+        Published {
+            low,
+            high,
+            unit: "ms",
+            source: "test",
+        }
+    }
+
+    #[test]
+    fn a_figure_inside_the_range_matches_and_outside_needs_a_reason() {
+        let fig = |v| ModelFigure::from_values(&[v], "ms");
+        let r = Row::judge("q", "s", published(20.0, 30.0), fig(25.0), Some("unused"));
+        assert_eq!(r.agreement, Agreement::Within);
+        let r = Row::judge("q", "s", published(20.0, 30.0), fig(16.0), Some("why"));
+        assert_eq!(r.agreement, Agreement::Outside { why: "why" });
+        let r = Row::judge("q", "s", published(20.0, 30.0), fig(31.0), None);
+        assert_eq!(r.agreement, Agreement::Unexplained);
+    }
+
+    #[test]
+    fn model_figures_report_the_median_and_range_of_what_they_got() {
+        let f = ModelFigure::from_values(&[3.0, 1.0, 2.0, f64::NAN, 10.0], "x");
+        assert_eq!((f.median, f.min, f.max, f.n), (2.5, 1.0, 10.0, 4));
+    }
+
+    #[test]
+    fn every_thread_evaluates_and_explains_every_miss() {
+        let host = crate::backend::host::probe_with("model".into(), Default::default());
+        let reports = evaluate(&host, None, 1).expect("every thread runs on the model");
+        assert_eq!(reports.len(), THREADS.len());
+        for t in &reports {
+            assert!(!t.rows.is_empty(), "thread {} has no rows", t.id);
+            assert_eq!(t.unexplained(), 0, "thread {}: {:?}", t.id, t.rows);
+        }
+        assert!(evaluate(&host, Some("999"), 1).is_err());
+    }
+}
