@@ -29,8 +29,9 @@ use progress::TermProgress;
 #[derive(Debug, Parser)]
 #[command(name = "hvlab", version, about, long_about = None)]
 pub struct Cli {
-    /// Results database [default: $HVLAB_DB, else $XDG_DATA_HOME/hvlab/hvlab.db]
-    #[arg(long, global = true, value_name = "PATH")]
+    /// Results store: an SQLite file, or a postgres://… URL for a shared PostgreSQL store
+    /// [default: $HVLAB_DB, else $XDG_DATA_HOME/hvlab/hvlab.db]
+    #[arg(long, global = true, value_name = "PATH|URL")]
     db: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
@@ -102,6 +103,38 @@ enum Command {
         /// Output directory
         #[arg(short, long, default_value = "hvlab-report")]
         output: PathBuf,
+    },
+    /// Ingest per-shard SQLite results files into the store (--db), idempotently
+    Merge {
+        /// SQLite results files written by hvlab (e.g. one per shard)
+        #[arg(required = true, value_name = "FILE.db")]
+        files: Vec<PathBuf>,
+        /// One JSON document on stdout
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write stored runs for another site (one run record per line)
+    Export {
+        /// Format
+        #[arg(long, value_enum, default_value_t = store::transfer::Format::Jsonl)]
+        format: store::transfer::Format,
+        /// Runs to export (ids or unique parts) [default: every run]
+        runs: Vec<String>,
+        /// Output file [default: stdout]
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+    /// Store the runs of an export (`hvlab export`), idempotently
+    Import {
+        /// The exported file
+        #[arg(value_name = "FILE.jsonl")]
+        file: PathBuf,
+        /// Format
+        #[arg(long, value_enum, default_value_t = store::transfer::Format::Jsonl)]
+        format: store::transfer::Format,
+        /// One JSON document on stdout
+        #[arg(long)]
+        json: bool,
     },
     /// Measure this host's cost profile for the model (with the kvm backend)
     Calibrate {
@@ -370,6 +403,66 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 .into());
             }
         }
+        Command::Merge { files, json } => {
+            let mut target = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
+            let mut total = store::transfer::Tally::default();
+            let mut per_file = Vec::new();
+            for file in &files {
+                let tally = store::transfer::merge_file(&mut target, file)?;
+                if !json {
+                    print_text(&render::tally(&file.display().to_string(), &tally))?;
+                }
+                total.add(&tally);
+                per_file.push(serde_json::json!({ "file": file, "tally": tally }));
+            }
+            if json {
+                print_json(&serde_json::json!({ "files": per_file, "total": total }))?;
+            } else {
+                print_text(&render::tally(
+                    &format!("merged into {}", target.location()),
+                    &total,
+                ))?;
+            }
+            if let Some(e) = total.conflicts_error() {
+                return Err(e.into());
+            }
+        }
+        Command::Export {
+            format: store::transfer::Format::Jsonl,
+            runs,
+            output,
+        } => {
+            let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
+            let records = store::transfer::select(&store, &runs)?;
+            match &output {
+                Some(path) => {
+                    store::transfer::write_jsonl_file(&records, path)?;
+                    eprintln!("exported {} run(s) to {}", records.len(), path.display());
+                }
+                None => store::transfer::write_jsonl(&records, &mut std::io::stdout().lock())?,
+            }
+        }
+        Command::Import {
+            file,
+            format: store::transfer::Format::Jsonl,
+            json,
+        } => {
+            // Every line is checked before anything is stored.
+            let records = store::transfer::read_jsonl(&file)?;
+            let mut target = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
+            let tally = store::transfer::ingest_all(&mut target, &records)?;
+            if json {
+                print_json(&serde_json::json!({ "file": file, "tally": tally }))?;
+            } else {
+                print_text(&render::tally(
+                    &format!("imported {} into {}", file.display(), target.location()),
+                    &tally,
+                ))?;
+            }
+            if let Some(e) = tally.conflicts_error() {
+                return Err(e.into());
+            }
+        }
         Command::Calibrate { output, json } => {
             // The output path is checked before measuring: a bad -o must not cost the run.
             let (path, option) = match output {
@@ -485,7 +578,7 @@ fn store_run(
     store_at(&store::resolve_path(db)?, record)
 }
 
-fn store_at(path: &std::path::Path, record: &mut RunRecord) -> Result<(), Error> {
+fn store_at(path: &store::Location, record: &mut RunRecord) -> Result<(), Error> {
     Store::open(path)?.save(record)?;
     eprintln!("stored run {} in {}", record.run_id, path.display());
     Ok(())

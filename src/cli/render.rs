@@ -285,6 +285,24 @@ pub fn runs(list: &[RunListing]) -> String {
     s.trim_end().to_string()
 }
 
+/// What `hvlab merge` or `import` did with one source (or all of them).
+pub fn tally(what: &str, t: &crate::store::transfer::Tally) -> String {
+    let mut s = format!(
+        "{what}: {} run(s): {} stored, {} already stored (skipped), {} conflicting",
+        t.total(),
+        t.stored,
+        t.already_stored,
+        t.conflicts.len()
+    );
+    for id in &t.conflicts {
+        let _ = write!(
+            s,
+            "\n  conflict: {id} is stored with different content; kept the stored copy"
+        );
+    }
+    s
+}
+
 /// `hvlab trace`.
 pub fn trace(t: &TraceReport) -> String {
     let mut s = String::new();

@@ -18,10 +18,15 @@ use crate::record::RunRecord;
 use crate::scenario;
 use crate::store::{self, Store};
 
-/// Where `hvlab calibrate` puts this host's profile by default: beside the results database.
+/// Where `hvlab calibrate` puts this host's profile by default: beside the results database,
+/// or in hvlab's local data directory when the results are in PostgreSQL (a profile belongs
+/// to one host, a shared store to many).
 pub fn calibrated_profile_path() -> Result<PathBuf, Error> {
-    let db = store::resolve_path(None)?;
-    Ok(db.parent().map_or_else(
+    let dir = match store::resolve_path(None)? {
+        store::Location::Sqlite(db) => db.parent().map(PathBuf::from),
+        store::Location::Postgres(_) => Some(store::local_data_dir()?),
+    };
+    Ok(dir.map_or_else(
         || PathBuf::from("this-host.toml"),
         |d| d.join("this-host.toml"),
     ))

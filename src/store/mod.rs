@@ -1,14 +1,20 @@
-//! The results store: SQLite (bundled), WAL mode.
+//! The results store: an SQLite file (bundled, WAL mode; the default) or a shared PostgreSQL
+//! database (`--db postgres://…`), with one schema, versioned and migrated in both
+//! ([`schema`]).
 //!
 //! A run is written whole, in one transaction, after it has finished: the run row with its
 //! host fingerprint, every sample of every metric, and the findings. A run interrupted before
-//! that (Ctrl-C, a crash, a kill) leaves nothing behind, so no half-written run can ever be
-//! listed as complete. The full record is also kept as JSON so `hvlab show` reprints exactly
-//! what `hvlab run` printed.
+//! that (Ctrl-C, a crash, a kill, a dropped connection) leaves nothing behind, so no
+//! half-written run can ever be listed as complete. The full record is also kept as JSON so
+//! `hvlab show` reprints exactly what `hvlab run` printed, and so runs move between stores
+//! unchanged ([`transfer`]: merge, export, import).
+
+mod postgres;
+pub mod schema;
+mod sqlite;
+pub mod transfer;
 
 use std::path::{Path, PathBuf};
-
-use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::record::RunRecord;
 
@@ -37,6 +43,47 @@ pub enum StoreError {
     CorruptFile(PathBuf, String),
     /// The results database {0} stayed locked by another hvlab for {1} s: {2}. Wait for it to finish, or use another --db.
     Locked(PathBuf, u64, rusqlite::Error),
+    /// The store {location} is at schema version {found}, newer than this hvlab's {supported}: it was written by a newer hvlab. Upgrade hvlab (build it from a newer revision), or point --db at another store.
+    TooNew {
+        /// The store.
+        location: String,
+        /// Its schema version.
+        found: i64,
+        /// The newest this hvlab knows.
+        supported: i64,
+    },
+    /// `{0}` is not a PostgreSQL URL hvlab can use ({1}): write postgres://USER@HOST:PORT/DATABASE, or postgres:///DATABASE?host=/run/postgresql for a local socket.
+    BadUrl(String, ::postgres::Error),
+    /// Cannot connect to the PostgreSQL store {0}: {1}. Check that the server runs and accepts this user, or point --db at another store.
+    Connect(String, ::postgres::Error),
+    /// PostgreSQL store error on {0}: {1}
+    Pg(String, ::postgres::Error),
+    /// {0}: no such results database to read runs from: give an existing SQLite file written by hvlab.
+    NoSuchFile(PathBuf),
+    /// {0} is the store being merged into; merge other files into it.
+    MergeIntoItself(String),
+    /// {path} line {line}: not a run record ({why}). Each line must be one run as `hvlab export --format jsonl` writes it; nothing was imported.
+    BadLine {
+        /// The file.
+        path: PathBuf,
+        /// The 1-based line number.
+        line: usize,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// Cannot read {0}: {1}
+    Read(PathBuf, std::io::Error),
+    /// Cannot write {0}: {1}. Choose a writable path with -o FILE.
+    Write(PathBuf, std::io::Error),
+    /// Cannot write the export: {0}
+    Output(std::io::Error),
+    /// {count} run(s) have the id of a stored run but different content, so they were not stored (the stored copy is kept): {ids}. Run ids end in 64 random bits, so this is a copy that was changed; compare them with `hvlab show ID --json` on each store.
+    Conflicts {
+        /// How many.
+        count: usize,
+        /// The first few ids.
+        ids: String,
+    },
 }
 
 impl StoreError {
@@ -48,54 +95,17 @@ impl StoreError {
                 | StoreError::AmbiguousRun(..)
                 | StoreError::IsDirectory(_)
                 | StoreError::NotADatabase(_)
+                | StoreError::TooNew { .. }
+                | StoreError::BadUrl(..)
+                | StoreError::NoSuchFile(_)
+                | StoreError::MergeIntoItself(_)
+                | StoreError::BadLine { .. }
+                | StoreError::Read(..)
+                | StoreError::Write(..)
+                | StoreError::Conflicts { .. }
         )
     }
 }
-
-const SCHEMA_VERSION: i64 = 1;
-
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS runs (
-    id            TEXT PRIMARY KEY,
-    scenario      TEXT NOT NULL,
-    backend       TEXT NOT NULL,
-    profile       TEXT,
-    started_at    TEXT NOT NULL,
-    finished_at   TEXT NOT NULL,
-    status        TEXT NOT NULL CHECK (status = 'complete'),
-    kernel        TEXT NOT NULL,
-    kvm_flavour   TEXT NOT NULL,
-    hvlab_version TEXT NOT NULL,
-    git_rev       TEXT NOT NULL,
-    host_json     TEXT NOT NULL,
-    params_json   TEXT NOT NULL,
-    record_json   TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS samples (
-    run_id  TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    variant TEXT NOT NULL,
-    metric  TEXT NOT NULL,
-    unit    TEXT NOT NULL,
-    rep     INTEGER NOT NULL,
-    value   REAL NOT NULL,
-    PRIMARY KEY (run_id, variant, metric, rep)
-);
-CREATE TABLE IF NOT EXISTS variants (
-    run_id  TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    ordinal INTEGER NOT NULL,
-    name    TEXT NOT NULL,
-    status  TEXT NOT NULL,
-    PRIMARY KEY (run_id, ordinal)
-);
-CREATE TABLE IF NOT EXISTS findings (
-    run_id  TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    variant TEXT NOT NULL,
-    ordinal INTEGER NOT NULL,
-    json    TEXT NOT NULL,
-    PRIMARY KEY (run_id, variant, ordinal)
-);
-CREATE INDEX IF NOT EXISTS runs_by_scenario ON runs (scenario, started_at);
-";
 
 /// One row of `hvlab runs`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -112,296 +122,301 @@ pub struct RunListing {
     pub kernel: String,
     /// KVM flavour.
     pub kvm_flavour: String,
+    /// CPU model of the host.
+    pub cpu: String,
+    /// Timer ticks per second on the host.
+    pub hz: u32,
     /// Variant names.
     pub variants: Vec<String>,
 }
 
-/// An open results database.
-#[derive(Debug)]
-pub struct Store {
-    conn: Connection,
-    path: PathBuf,
+/// Where the results are: an SQLite file or a PostgreSQL database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// An SQLite file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL connection URL (`postgres://…` or `postgresql://…`).
+    Postgres(String),
+}
+
+impl Location {
+    /// `postgres://…` and `postgresql://…` are PostgreSQL; anything else is an SQLite path.
+    pub fn parse(text: &Path) -> Location {
+        match text.to_str() {
+            Some(s) if s.starts_with("postgres://") || s.starts_with("postgresql://") => {
+                Location::Postgres(s.to_string())
+            }
+            _ => Location::Sqlite(text.to_path_buf()),
+        }
+    }
+
+    /// For messages: the path, or the URL without its password.
+    pub fn display(&self) -> String {
+        match self {
+            Location::Sqlite(p) => p.display().to_string(),
+            Location::Postgres(url) => redact(url),
+        }
+    }
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.display())
+    }
+}
+
+/// What [`Store::open`] accepts: a location, or a path (read as `--db` reads it).
+pub trait Locate {
+    /// The location meant.
+    fn location(&self) -> Location;
+}
+
+impl Locate for Location {
+    fn location(&self) -> Location {
+        self.clone()
+    }
+}
+
+impl Locate for Path {
+    fn location(&self) -> Location {
+        Location::parse(self)
+    }
+}
+
+impl Locate for PathBuf {
+    fn location(&self) -> Location {
+        Location::parse(self)
+    }
+}
+
+/// A URL with its password replaced by `***`, so errors and logs never print it.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let redacted = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{user}:***@{host}"),
+            None => authority.to_string(),
+        },
+        None => authority.to_string(),
+    };
+    // A password may also come as a query parameter.
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some(("password", _)) => "password=***".to_string(),
+                    _ => kv.to_string(),
+                })
+                .collect();
+            format!("{path}?{}", query.join("&"))
+        }
+        None => tail.to_string(),
+    };
+    format!("{scheme}://{redacted}{tail}")
 }
 
 /// `--db`, else `$HVLAB_DB`, else `$XDG_DATA_HOME/hvlab/hvlab.db`, else
-/// `~/.local/share/hvlab/hvlab.db`.
-pub fn resolve_path(explicit: Option<&Path>) -> Result<PathBuf, StoreError> {
+/// `~/.local/share/hvlab/hvlab.db`. A `postgres://` URL in either names a PostgreSQL store.
+pub fn resolve_path(explicit: Option<&Path>) -> Result<Location, StoreError> {
     if let Some(p) = explicit {
-        return Ok(p.to_path_buf());
+        return Ok(Location::parse(p));
     }
     if let Some(p) = std::env::var_os("HVLAB_DB").filter(|v| !v.is_empty()) {
-        return Ok(PathBuf::from(p));
+        return Ok(Location::parse(Path::new(&p)));
     }
+    Ok(Location::Sqlite(local_data_dir()?.join("hvlab.db")))
+}
+
+/// hvlab's directory for local files: `$XDG_DATA_HOME/hvlab`, else `~/.local/share/hvlab`.
+pub fn local_data_dir() -> Result<PathBuf, StoreError> {
     let data = std::env::var_os("XDG_DATA_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
         .ok_or(StoreError::NoHome)?;
-    Ok(data.join("hvlab").join("hvlab.db"))
+    Ok(data.join("hvlab"))
 }
 
-/// How long a command waits for another hvlab holding the database (a suite stores a run
-/// every few seconds; a schema creation takes milliseconds).
-const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Whether an SQLite error is another connection holding a lock.
-fn is_busy(e: &rusqlite::Error) -> bool {
-    matches!(
-        e.sqlite_error_code(),
-        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-    )
+/// What storing a run that came from another store did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ingested {
+    /// It was not there: stored.
+    Stored,
+    /// A run with its id and the same content was there already: nothing written.
+    AlreadyStored,
+    /// A run with its id but different content is stored: nothing written, the stored one
+    /// kept.
+    Conflict,
 }
 
-/// Turns an error met while opening `path` into one that says what the file is and what to do.
-fn classify(path: &Path, e: rusqlite::Error) -> StoreError {
-    match e.sqlite_error_code() {
-        Some(rusqlite::ErrorCode::NotADatabase) => StoreError::NotADatabase(path.to_path_buf()),
-        Some(rusqlite::ErrorCode::DatabaseCorrupt) => {
-            StoreError::CorruptFile(path.to_path_buf(), e.to_string())
-        }
-        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
-            StoreError::Locked(path.to_path_buf(), BUSY_WAIT.as_secs(), e)
-        }
-        _ => StoreError::Open(path.to_path_buf(), e),
-    }
+/// A run as rows, the same for both engines.
+struct RunRow {
+    id: String,
+    scenario: String,
+    backend: String,
+    profile: Option<String>,
+    started_at: String,
+    finished_at: String,
+    kernel: String,
+    kvm_flavour: String,
+    hvlab_version: String,
+    git_rev: String,
+    cpu: String,
+    hz: i64,
+    host_json: String,
+    params_json: String,
+    record_json: String,
+    /// (ordinal, name, status).
+    variants: Vec<(i64, String, String)>,
+    /// (variant, metric, unit, rep, value).
+    samples: Vec<(String, String, String, i64, f64)>,
+    /// (variant, ordinal, json).
+    findings: Vec<(String, i64, String)>,
 }
 
-/// Runs `step` until it stops failing with a lock held by another connection (the busy
-/// handler covers most waits; a few lock upgrades, such as switching to WAL, bypass it).
-fn retry_busy<T>(mut step: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
-    let start = std::time::Instant::now();
-    let mut pause = std::time::Duration::from_millis(2);
-    loop {
-        match step() {
-            Err(e) if is_busy(&e) && start.elapsed() < BUSY_WAIT => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(std::time::Duration::from_millis(100));
+impl RunRow {
+    fn of(run: &RunRecord) -> Result<RunRow, StoreError> {
+        let json = |v: &dyn erased_json::Json| {
+            v.encode()
+                .map_err(|e| StoreError::Corrupt(run.run_id.clone(), e))
+        };
+        let mut row = RunRow {
+            id: run.run_id.clone(),
+            scenario: run.scenario.clone(),
+            backend: run.backend.to_string(),
+            profile: run.profile.clone(),
+            started_at: run.started_at.clone(),
+            finished_at: run.finished_at.clone(),
+            kernel: run.host.kernel.clone(),
+            kvm_flavour: run.host.kvm_flavour.to_string(),
+            hvlab_version: run.host.hvlab_version.clone(),
+            git_rev: run.host.git_rev.clone(),
+            cpu: run.host.cpu.clone(),
+            hz: i64::from(run.host.hz),
+            host_json: json(&run.host)?,
+            params_json: json(&run.params)?,
+            record_json: json(run)?,
+            variants: Vec::new(),
+            samples: Vec::new(),
+            findings: Vec::new(),
+        };
+        for (ordinal, v) in run.variants.iter().enumerate() {
+            row.variants
+                .push((sql_int(ordinal), v.name.clone(), v.status.to_string()));
+            for (metric, m) in &v.metrics {
+                for (rep, value) in m.samples.iter().enumerate() {
+                    row.samples.push((
+                        v.name.clone(),
+                        metric.clone(),
+                        m.unit.clone(),
+                        sql_int(rep),
+                        *value,
+                    ));
+                }
             }
-            other => return other,
+            for (i, f) in v.findings.iter().enumerate() {
+                row.findings.push((v.name.clone(), sql_int(i), json(f)?));
+            }
         }
+        Ok(row)
     }
+}
+
+/// Whether a stored record (its JSON) is the run `incoming`: compared as JSON values, so key
+/// order and formatting do not matter, and numbers compare exactly (serde_json parses floats
+/// to the nearest value with `float_roundtrip`).
+fn same_content(stored_json: &str, incoming: &RunRecord) -> bool {
+    let stored: Result<serde_json::Value, _> = serde_json::from_str(stored_json);
+    match (stored, serde_json::to_value(incoming)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// A run id with a fresh random suffix, for a run whose id is taken.
+fn renamed(id: &str) -> String {
+    let stem = id.rsplit_once('-').map_or(id, |(stem, _)| stem);
+    format!("{stem}-{}", crate::scenario::runner::run_id_suffix())
+}
+
+/// An open results store.
+#[derive(Debug)]
+pub struct Store {
+    engine: Engine,
+    location: Location,
+}
+
+#[derive(Debug)]
+enum Engine {
+    Sqlite(sqlite::SqliteStore),
+    Postgres(postgres::PgStore),
 }
 
 impl Store {
-    /// Opens (creating when needed) the database at `path`. Safe against other hvlab
-    /// processes opening or creating the same database at the same time: they wait for each
-    /// other's locks, and the schema is created in one write transaction.
-    pub fn open(path: &Path) -> Result<Store, StoreError> {
-        if path.is_dir() {
-            return Err(StoreError::IsDirectory(path.to_path_buf()));
+    /// Opens the store at `location` (an SQLite path, created when needed, or a PostgreSQL
+    /// URL), bringing its schema up to date. Safe against other hvlab processes opening the
+    /// same store at the same time.
+    pub fn open<L: Locate + ?Sized>(location: &L) -> Result<Store, StoreError> {
+        let location = location.location();
+        let engine = match &location {
+            Location::Sqlite(path) => Engine::Sqlite(sqlite::SqliteStore::open(path)?),
+            Location::Postgres(url) => Engine::Postgres(postgres::PgStore::open(url)?),
+        };
+        Ok(Store { engine, location })
+    }
+
+    /// Where this store is.
+    pub fn location(&self) -> &Location {
+        &self.location
+    }
+
+    /// The schema version the store is at (after opening: [`schema::LATEST`]).
+    pub fn schema_version(&self) -> Result<i64, StoreError> {
+        match &self.engine {
+            Engine::Sqlite(s) => s.schema_version(),
+            Engine::Postgres(s) => s.schema_version(),
         }
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| StoreError::CreateDir(dir.to_path_buf(), e))?;
-        }
-        let conn = Connection::open(path).map_err(|e| classify(path, e))?;
-        conn.busy_timeout(BUSY_WAIT)
-            .map_err(|e| classify(path, e))?;
-        retry_busy(|| conn.pragma_update(None, "journal_mode", "WAL"))
-            .map_err(|e| classify(path, e))?;
-        conn.pragma_update(None, "foreign_keys", "ON")
-            .map_err(|e| classify(path, e))?;
-        retry_busy(|| {
-            // A database with its schema needs no write (it may be read-only).
-            let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-            if version != 0 {
-                return Ok(());
-            }
-            let done = conn
-                .execute_batch(&format!("BEGIN IMMEDIATE;{SCHEMA}"))
-                .and_then(|()| {
-                    let version: i64 =
-                        conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-                    if version == 0 {
-                        conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-                    }
-                    conn.execute_batch("COMMIT")
-                });
-            if done.is_err() && !conn.is_autocommit() {
-                let _ = conn.execute_batch("ROLLBACK");
-            }
-            done
-        })
-        .map_err(|e| classify(path, e))?;
-        Ok(Store {
-            conn,
-            path: path.to_path_buf(),
-        })
     }
 
     /// Writes a finished run in one transaction. Should another run already have `run.run_id`
     /// (ids end in 64 random bits, so this is a formality), the run gets a fresh suffix rather
     /// than being lost; `run.run_id` is updated to the id it was stored under.
     pub fn save(&mut self, run: &mut RunRecord) -> Result<(), StoreError> {
-        self.save_inner(run).map_err(|e| self.explain(e))
-    }
-
-    /// Turns a damaged-file error met after opening into one that says what to do.
-    fn explain(&self, e: StoreError) -> StoreError {
-        match e {
-            StoreError::Sql(e)
-                if matches!(
-                    e.sqlite_error_code(),
-                    Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt)
-                ) =>
-            {
-                classify(&self.path, e)
-            }
-            other => other,
+        match &mut self.engine {
+            Engine::Sqlite(s) => s.save(run),
+            Engine::Postgres(s) => s.save(run),
         }
     }
 
-    fn save_inner(&mut self, run: &mut RunRecord) -> Result<(), StoreError> {
-        // BEGIN IMMEDIATE waits in the busy handler for another writer.
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        while tx
-            .query_row(
-                "SELECT 1 FROM runs WHERE id = ?1",
-                params![run.run_id],
-                |_| Ok(()),
-            )
-            .optional()?
-            .is_some()
-        {
-            let stem = run
-                .run_id
-                .rsplit_once('-')
-                .map_or(run.run_id.as_str(), |(stem, _)| stem)
-                .to_string();
-            run.run_id = format!("{stem}-{}", crate::scenario::runner::run_id_suffix());
+    /// Stores a run that comes from another store under its own id, in one transaction;
+    /// idempotent: a run already stored with the same content is not stored twice.
+    pub fn ingest(&mut self, run: &RunRecord) -> Result<Ingested, StoreError> {
+        match &mut self.engine {
+            Engine::Sqlite(s) => s.ingest(run),
+            Engine::Postgres(s) => s.ingest(run),
         }
-        let run: &RunRecord = run;
-        let json = |v: &dyn erased_json::Json| {
-            v.encode()
-                .map_err(|e| StoreError::Corrupt(run.run_id.clone(), e))
-        };
-        let host_json = json(&run.host)?;
-        let params_json = json(&run.params)?;
-        let record_json = json(run)?;
-        tx.execute(
-            "INSERT INTO runs (id, scenario, backend, profile, started_at, finished_at, status,
-                               kernel, kvm_flavour, hvlab_version, git_rev,
-                               host_json, params_json, record_json)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'complete', ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-            params![
-                run.run_id,
-                run.scenario,
-                run.backend.to_string(),
-                run.profile,
-                run.started_at,
-                run.finished_at,
-                run.host.kernel,
-                run.host.kvm_flavour.to_string(),
-                run.host.hvlab_version,
-                run.host.git_rev,
-                host_json,
-                params_json,
-                record_json,
-            ],
-        )?;
-        {
-            let mut variant = tx.prepare(
-                "INSERT INTO variants (run_id, ordinal, name, status) VALUES (?1, ?2, ?3, ?4)",
-            )?;
-            let mut sample = tx.prepare(
-                "INSERT INTO samples (run_id, variant, metric, unit, rep, value) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?;
-            let mut finding = tx.prepare(
-                "INSERT INTO findings (run_id, variant, ordinal, json) VALUES (?1, ?2, ?3, ?4)",
-            )?;
-            for (ordinal, v) in run.variants.iter().enumerate() {
-                variant.execute(params![
-                    run.run_id,
-                    sql_int(ordinal),
-                    v.name,
-                    v.status.to_string()
-                ])?;
-                for (metric, m) in &v.metrics {
-                    for (rep, value) in m.samples.iter().enumerate() {
-                        sample.execute(params![
-                            run.run_id,
-                            v.name,
-                            metric,
-                            m.unit,
-                            sql_int(rep),
-                            value
-                        ])?;
-                    }
-                }
-                for (i, f) in v.findings.iter().enumerate() {
-                    finding.execute(params![run.run_id, v.name, sql_int(i), json(f)?])?;
-                }
-            }
-        }
-        tx.commit()?;
-        Ok(())
     }
 
     /// The most recent runs first.
     pub fn list(&self, limit: usize) -> Result<Vec<RunListing>, StoreError> {
-        self.list_inner(limit).map_err(|e| self.explain(e))
-    }
-
-    fn list_inner(&self, limit: usize) -> Result<Vec<RunListing>, StoreError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT id, scenario, backend, started_at, kernel, kvm_flavour,
-                    (SELECT group_concat(name, ',') FROM
-                        (SELECT name FROM variants WHERE run_id = runs.id ORDER BY ordinal))
-             FROM runs WHERE status = 'complete' ORDER BY started_at DESC, id DESC LIMIT ?1",
-        )?;
-        let rows = stmt.query_map(params![i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
-            let variants: Option<String> = r.get(6)?;
-            Ok(RunListing {
-                run_id: r.get(0)?,
-                scenario: r.get(1)?,
-                backend: r.get(2)?,
-                started_at: r.get(3)?,
-                kernel: r.get(4)?,
-                kvm_flavour: r.get(5)?,
-                variants: variants
-                    .map(|s| s.split(',').map(String::from).collect())
-                    .unwrap_or_default(),
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        match &self.engine {
+            Engine::Sqlite(s) => s.list(limit),
+            Engine::Postgres(s) => s.list(limit),
+        }
     }
 
     /// Loads a run by its id or a unique part of it (a prefix, or any substring such as the
     /// trailing hex).
     pub fn load(&self, query: &str) -> Result<RunRecord, StoreError> {
-        self.load_inner(query).map_err(|e| self.explain(e))
-    }
-
-    fn load_inner(&self, query: &str) -> Result<RunRecord, StoreError> {
-        let exact: Option<String> = self
-            .conn
-            .query_row(
-                "SELECT record_json FROM runs WHERE id = ?1",
-                params![query],
-                |r| r.get(0),
-            )
-            .optional()?;
-        let json = match exact {
-            Some(j) => j,
-            None => {
-                let mut stmt = self
-                    .conn
-                    .prepare("SELECT id, record_json FROM runs WHERE instr(id, ?1) > 0 ORDER BY started_at DESC")?;
-                let hits: Vec<(String, String)> = stmt
-                    .query_map(params![query], |r| Ok((r.get(0)?, r.get(1)?)))?
-                    .collect::<Result<_, _>>()?;
-                match hits.len() {
-                    0 => return Err(StoreError::NoSuchRun(query.to_string())),
-                    1 => hits.into_iter().next().map(|(_, j)| j).unwrap_or_default(),
-                    _ => {
-                        let ids: Vec<String> = hits.into_iter().take(4).map(|(id, _)| id).collect();
-                        return Err(StoreError::AmbiguousRun(query.to_string(), ids.join(", ")));
-                    }
-                }
-            }
-        };
+        let json = match &self.engine {
+            Engine::Sqlite(s) => s.load_json(query),
+            Engine::Postgres(s) => s.load_json(query),
+        }?;
         serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(query.to_string(), e))
     }
 
@@ -412,20 +427,19 @@ impl Store {
         variant: &str,
         metric: &str,
     ) -> Result<Vec<f64>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT value FROM samples WHERE run_id = ?1 AND variant = ?2 AND metric = ?3 ORDER BY rep")?;
-        let rows = stmt.query_map(params![run_id, variant, metric], |r| r.get(0))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        match &self.engine {
+            Engine::Sqlite(s) => s.samples(run_id, variant, metric),
+            Engine::Postgres(s) => s.samples(run_id, variant, metric),
+        }
     }
 }
 
-/// SQLite integers are i64; indices never come near the limit.
+/// Both engines' integers are i64; indices never come near the limit.
 fn sql_int(i: usize) -> i64 {
     i64::try_from(i).unwrap_or(i64::MAX)
 }
 
-/// Object-safe JSON encoding, so one closure in `save` serves every JSON column.
+/// Object-safe JSON encoding, so one closure serves every JSON column.
 mod erased_json {
     pub trait Json {
         fn encode(&self) -> Result<String, serde_json::Error>;
@@ -437,115 +451,45 @@ mod erased_json {
     }
 }
 
+/// The one record among `hits` (id, record) that a partial id matched.
+fn one_hit(query: &str, hits: Vec<(String, String)>) -> Result<String, StoreError> {
+    let ids: Vec<String> = hits.iter().take(4).map(|(id, _)| id.clone()).collect();
+    let mut hits = hits.into_iter();
+    match (hits.next(), hits.next()) {
+        (None, _) => Err(StoreError::NoSuchRun(query.to_string())),
+        (Some((_, json)), None) => Ok(json),
+        (Some(_), Some(_)) => Err(StoreError::AmbiguousRun(query.to_string(), ids.join(", "))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::host::probe;
-    use crate::record::{MetricRecord, VariantRecord};
-
-    fn record(id: &str) -> RunRecord {
-        let mut metrics = std::collections::BTreeMap::new();
-        metrics.insert(
-            "ready_ms".to_string(),
-            MetricRecord::new("ms", vec![7.5, 7.6, 7.4], 1),
-        );
-        RunRecord {
-            run_id: id.to_string(),
-            scenario: "lifecycle".into(),
-            backend: crate::backend::BackendKind::Kvm,
-            profile: None,
-            host: probe(),
-            params: Default::default(),
-            started_at: "2026-11-22T10:00:00Z".into(),
-            finished_at: "2026-11-22T10:00:05Z".into(),
-            variants: vec![VariantRecord {
-                name: "irqchip-first".into(),
-                status: crate::record::VariantStatus::Ok,
-                metrics,
-                findings: vec![],
-                timeline: Vec::new(),
-                pinned_bytes: Vec::new(),
-            }],
-            verdicts: vec![],
-        }
-    }
-
-    #[test]
-    fn a_saved_run_lists_loads_and_keeps_its_samples() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(&dir.path().join("sub/hvlab.db")).unwrap();
-        let mut run = record("2026-11-22T10:00:00Z-lifecycle-kvm-3f2a");
-        store.save(&mut run).unwrap();
-        let list = store.list(10).unwrap();
-        assert_eq!(list.len(), 1);
-        assert_eq!(list[0].variants, vec!["irqchip-first".to_string()]);
-        assert_eq!(store.load(&run.run_id).unwrap(), run);
-        assert_eq!(store.load("3f2a").unwrap().run_id, run.run_id);
-        assert_eq!(
-            store
-                .samples(&run.run_id, "irqchip-first", "ready_ms")
-                .unwrap(),
-            vec![7.5, 7.6, 7.4]
-        );
-    }
-
-    #[test]
-    fn unknown_and_ambiguous_ids_are_input_errors() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(&dir.path().join("hvlab.db")).unwrap();
-        store
-            .save(&mut record("2026-11-22T10:00:00Z-lifecycle-kvm-aaaa"))
-            .unwrap();
-        store
-            .save(&mut record("2026-11-22T10:00:01Z-lifecycle-kvm-aaab"))
-            .unwrap();
-        let e = store.load("zzzz").unwrap_err();
-        assert!(matches!(e, StoreError::NoSuchRun(_)) && e.is_bad_input());
-        assert!(matches!(
-            store.load("lifecycle").unwrap_err(),
-            StoreError::AmbiguousRun(..)
-        ));
-    }
-
-    #[test]
-    fn a_failed_write_leaves_nothing_behind() {
-        // Two variants with the same name collide on the samples primary key midway through
-        // the transaction: the run row written before the failure must roll back with it.
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(&dir.path().join("hvlab.db")).unwrap();
-        let mut run = record("2026-11-22T10:00:00Z-lifecycle-kvm-dup0");
-        run.variants.push(run.variants[0].clone());
-        assert!(store.save(&mut run).is_err());
-        assert!(store.list(10).unwrap().is_empty());
-        let rows: i64 = store
-            .conn
-            .query_row("SELECT count(*) FROM samples", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(rows, 0);
-    }
-
-    #[test]
-    fn a_colliding_run_id_is_renamed_never_lost() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(&dir.path().join("hvlab.db")).unwrap();
-        let id = "2026-11-22T10:00:00Z-lifecycle-kvm-0000";
-        let (mut first, mut second) = (record(id), record(id));
-        store.save(&mut first).unwrap();
-        store.save(&mut second).unwrap();
-        assert_eq!(first.run_id, id);
-        assert_ne!(second.run_id, id);
-        assert!(
-            second
-                .run_id
-                .starts_with("2026-11-22T10:00:00Z-lifecycle-kvm-")
-        );
-        assert_eq!(store.list(10).unwrap().len(), 2);
-        assert_eq!(store.load(&second.run_id).unwrap(), second);
-    }
 
     #[test]
     fn the_explicit_path_wins_over_the_environment() {
         let p = resolve_path(Some(Path::new("/tmp/x.db"))).unwrap();
-        assert_eq!(p, PathBuf::from("/tmp/x.db"));
+        assert_eq!(p, Location::Sqlite(PathBuf::from("/tmp/x.db")));
+    }
+
+    #[test]
+    fn postgres_urls_are_postgres_and_their_passwords_are_never_shown() {
+        let url = "postgres://lab:s3cret@db.example:5433/hvlab?password=s3cret&sslmode=disable";
+        let loc = resolve_path(Some(Path::new(url))).unwrap();
+        assert_eq!(loc, Location::Postgres(url.into()));
+        let shown = loc.to_string();
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert_eq!(
+            shown,
+            "postgres://lab:***@db.example:5433/hvlab?password=***&sslmode=disable"
+        );
+        assert_eq!(
+            Location::parse(Path::new("postgresql:///hvlab?host=/run/postgresql")).to_string(),
+            "postgresql:///hvlab?host=/run/postgresql"
+        );
+        assert!(matches!(
+            Location::parse(Path::new("results/postgres.db")),
+            Location::Sqlite(_)
+        ));
     }
 }

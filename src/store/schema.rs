@@ -1,0 +1,155 @@
+//! The store's schema as an ordered list of migrations, one SQL text per engine.
+//!
+//! A store records the version it is at (SQLite: `PRAGMA user_version`; PostgreSQL: the
+//! `schema_version` table). Opening a store applies, in one transaction, every migration above
+//! its version; a store at a version above [`LATEST`] was written by a newer hvlab and is
+//! refused, since this hvlab cannot know what the newer columns mean.
+//!
+//! Append migrations; never edit one that has shipped: stores in the field are at its version.
+
+/// One step of the schema.
+#[derive(Debug)]
+pub struct Migration {
+    /// The version a store is at after this step.
+    pub version: i64,
+    /// What the step does, for errors and the log.
+    pub what: &'static str,
+    /// The step on SQLite.
+    pub sqlite: &'static str,
+    /// The step on PostgreSQL.
+    pub postgres: &'static str,
+}
+
+/// The version this hvlab writes.
+pub const LATEST: i64 = 2;
+
+/// Every step, in order; `MIGRATIONS[i].version == i + 1`.
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        what: "runs, variants, samples and findings",
+        sqlite: "
+CREATE TABLE IF NOT EXISTS runs (
+    id            TEXT PRIMARY KEY,
+    scenario      TEXT NOT NULL,
+    backend       TEXT NOT NULL,
+    profile       TEXT,
+    started_at    TEXT NOT NULL,
+    finished_at   TEXT NOT NULL,
+    status        TEXT NOT NULL CHECK (status = 'complete'),
+    kernel        TEXT NOT NULL,
+    kvm_flavour   TEXT NOT NULL,
+    hvlab_version TEXT NOT NULL,
+    git_rev       TEXT NOT NULL,
+    host_json     TEXT NOT NULL,
+    params_json   TEXT NOT NULL,
+    record_json   TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS samples (
+    run_id  TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    variant TEXT NOT NULL,
+    metric  TEXT NOT NULL,
+    unit    TEXT NOT NULL,
+    rep     INTEGER NOT NULL,
+    value   REAL NOT NULL,
+    PRIMARY KEY (run_id, variant, metric, rep)
+);
+CREATE TABLE IF NOT EXISTS variants (
+    run_id  TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    ordinal INTEGER NOT NULL,
+    name    TEXT NOT NULL,
+    status  TEXT NOT NULL,
+    PRIMARY KEY (run_id, ordinal)
+);
+CREATE TABLE IF NOT EXISTS findings (
+    run_id  TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    variant TEXT NOT NULL,
+    ordinal INTEGER NOT NULL,
+    json    TEXT NOT NULL,
+    PRIMARY KEY (run_id, variant, ordinal)
+);
+CREATE INDEX IF NOT EXISTS runs_by_scenario ON runs (scenario, started_at);
+",
+        postgres: "
+CREATE TABLE IF NOT EXISTS runs (
+    id            TEXT PRIMARY KEY,
+    scenario      TEXT NOT NULL,
+    backend       TEXT NOT NULL,
+    profile       TEXT,
+    started_at    TEXT NOT NULL,
+    finished_at   TEXT NOT NULL,
+    status        TEXT NOT NULL CHECK (status = 'complete'),
+    kernel        TEXT NOT NULL,
+    kvm_flavour   TEXT NOT NULL,
+    hvlab_version TEXT NOT NULL,
+    git_rev       TEXT NOT NULL,
+    host_json     TEXT NOT NULL,
+    params_json   TEXT NOT NULL,
+    record_json   TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS samples (
+    run_id  TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    variant TEXT NOT NULL,
+    metric  TEXT NOT NULL,
+    unit    TEXT NOT NULL,
+    rep     BIGINT NOT NULL,
+    value   DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (run_id, variant, metric, rep)
+);
+CREATE TABLE IF NOT EXISTS variants (
+    run_id  TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    ordinal BIGINT NOT NULL,
+    name    TEXT NOT NULL,
+    status  TEXT NOT NULL,
+    PRIMARY KEY (run_id, ordinal)
+);
+CREATE TABLE IF NOT EXISTS findings (
+    run_id  TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    variant TEXT NOT NULL,
+    ordinal BIGINT NOT NULL,
+    json    TEXT NOT NULL,
+    PRIMARY KEY (run_id, variant, ordinal)
+);
+CREATE INDEX IF NOT EXISTS runs_by_scenario ON runs (scenario, started_at);
+",
+    },
+    Migration {
+        version: 2,
+        what: "the host fingerprint's CPU model and HZ as columns, for fleet views",
+        // Runs stored before have them in host_json only: copy them out.
+        sqlite: "
+ALTER TABLE runs ADD COLUMN cpu TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN hz INTEGER NOT NULL DEFAULT 0;
+UPDATE runs SET cpu = coalesce(json_extract(host_json, '$.cpu'), ''),
+                hz = coalesce(json_extract(host_json, '$.hz'), 0);
+CREATE INDEX IF NOT EXISTS runs_by_host ON runs (kernel, cpu, kvm_flavour, hz);
+",
+        postgres: "
+ALTER TABLE runs ADD COLUMN cpu TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN hz BIGINT NOT NULL DEFAULT 0;
+UPDATE runs SET cpu = coalesce(host_json::jsonb ->> 'cpu', ''),
+                hz = coalesce((host_json::jsonb ->> 'hz')::bigint, 0);
+CREATE INDEX IF NOT EXISTS runs_by_host ON runs (kernel, cpu, kvm_flavour, hz);
+",
+    },
+];
+
+/// The steps that take a store from `version` to [`LATEST`].
+pub fn pending(version: i64) -> impl Iterator<Item = &'static Migration> {
+    MIGRATIONS.iter().filter(move |m| m.version > version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_numbered_in_order_up_to_latest() {
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(m.version, i64::try_from(i).unwrap() + 1, "{}", m.what);
+        }
+        assert_eq!(MIGRATIONS.last().map(|m| m.version), Some(LATEST));
+        assert_eq!(pending(0).count(), MIGRATIONS.len());
+        assert_eq!(pending(LATEST).count(), 0);
+    }
+}
