@@ -1,0 +1,575 @@
+//! The shared PostgreSQL store, end to end: a throwaway cluster started by the test itself
+//! (initdb + pg_ctl, unprivileged, on a Unix socket in a temporary directory, stopped on
+//! drop even when a test panics). Tests skip loudly where no cluster can be started.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{assert_exit, hvlab, json, loud_skip};
+
+/// A PostgreSQL cluster of the test's own.
+struct Cluster {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    /// Whether the server runs as `nobody` (initdb refuses root).
+    as_nobody: bool,
+}
+
+const NOBODY: u32 = 65534;
+
+impl Cluster {
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn socket_dir(&self) -> PathBuf {
+        self.dir.path().join("sock")
+    }
+
+    /// A command for a PostgreSQL tool, as the cluster's owner.
+    fn tool(bin: &Path, as_nobody: bool, name: &str) -> Command {
+        let program = bin.join(name);
+        if as_nobody {
+            let mut c = Command::new("setpriv");
+            c.args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--reset-env",
+            ]);
+            c.arg(program);
+            c
+        } else {
+            Command::new(program)
+        }
+    }
+
+    /// Starts a cluster, or says loudly why not and returns None.
+    fn start(test: &str) -> Option<Cluster> {
+        let Some(bin) = find_bin() else {
+            loud_skip(&format!(
+                "{test}: PostgreSQL is not installed (no initdb in /usr/lib/postgresql/*/bin or on PATH; .ci/run installs `postgresql`)"
+            ));
+            return None;
+        };
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let as_nobody = unsafe { libc::geteuid() } == 0;
+        let dir = tempfile::Builder::new()
+            .prefix("hvlab-pg-")
+            .tempdir()
+            .expect("temporary directory");
+        let cluster = Cluster {
+            dir,
+            bin,
+            as_nobody,
+        };
+        std::fs::create_dir(cluster.socket_dir()).expect("socket dir");
+        if as_nobody {
+            for d in [cluster.dir.path().to_path_buf(), cluster.socket_dir()] {
+                if let Err(e) = std::os::unix::fs::chown(&d, Some(NOBODY), Some(NOBODY)) {
+                    loud_skip(&format!(
+                        "{test}: cannot hand {} to nobody: {e}",
+                        d.display()
+                    ));
+                    return None;
+                }
+            }
+            // nobody must reach its directory inside the temporary one.
+            let _ = std::fs::set_permissions(
+                cluster.dir.path(),
+                std::fs::Permissions::from_mode(0o755),
+            );
+        }
+        let initdb = Cluster::tool(&cluster.bin, as_nobody, "initdb")
+            .arg("-D")
+            .arg(cluster.data())
+            .args([
+                "-U",
+                "hvlab",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-sync",
+            ])
+            .output();
+        if !ok_or_skip(test, "initdb", initdb) {
+            return None;
+        }
+        let start = Cluster::tool(&cluster.bin, as_nobody, "pg_ctl")
+            .arg("-D")
+            .arg(cluster.data())
+            .arg("-l")
+            .arg(cluster.dir.path().join("server.log"))
+            .arg("-o")
+            .arg(format!(
+                "-k {} -h '' -c fsync=off -c full_page_writes=off",
+                cluster.socket_dir().display()
+            ))
+            .args(["-w", "-t", "60", "start"])
+            .output();
+        if !ok_or_skip(test, "pg_ctl start", start) {
+            let log =
+                std::fs::read_to_string(cluster.dir.path().join("server.log")).unwrap_or_default();
+            loud_skip(&format!("{test}: server log:\n{log}"));
+            return None;
+        }
+        Some(cluster)
+    }
+
+    /// The URL of database `db` (created by [`Cluster::database`]).
+    fn url(&self, db: &str) -> String {
+        format!(
+            "postgres:///{db}?host={}&user=hvlab",
+            self.socket_dir().display()
+        )
+    }
+
+    /// A fresh database; its URL.
+    fn database(&self, name: &str) -> String {
+        let mut client = postgres::Client::connect(&self.url("postgres"), postgres::NoTls)
+            .expect("connect to the test cluster");
+        client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .expect("create database");
+        self.url(name)
+    }
+
+    fn client(&self, url: &str) -> postgres::Client {
+        postgres::Client::connect(url, postgres::NoTls).expect("connect")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Cluster::tool(&self.bin, self.as_nobody, "pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+    }
+}
+
+fn ok_or_skip(test: &str, what: &str, out: std::io::Result<Output>) -> bool {
+    match out {
+        Ok(o) if o.status.success() => true,
+        Ok(o) => {
+            loud_skip(&format!(
+                "{test}: {what} failed ({}): {}{}",
+                o.status,
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ));
+            false
+        }
+        Err(e) => {
+            loud_skip(&format!("{test}: cannot run {what}: {e}"));
+            false
+        }
+    }
+}
+
+/// The newest /usr/lib/postgresql/N/bin with initdb, else the directory of `initdb` on PATH.
+fn find_bin() -> Option<PathBuf> {
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let v: u32 = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").exists().then_some((v, bin))
+        })
+        .collect();
+    versions.sort();
+    if let Some((_, bin)) = versions.pop() {
+        return Some(bin);
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .find(|d| d.join("initdb").exists() && d.join("pg_ctl").exists())
+    })
+}
+
+/// hvlab ARGS --db DB.
+fn run(db: &str, args: &[&str]) -> Output {
+    hvlab()
+        .args(args)
+        .args(["--db", db])
+        .output()
+        .expect("spawn hvlab")
+}
+
+/// Every stored run as JSON, by id, read back with `hvlab runs` + `hvlab show`.
+fn runs_by_id(db: &str) -> BTreeMap<String, serde_json::Value> {
+    let listing = json(&run(db, &["runs", "--json", "--limit", "100000"]));
+    listing["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| {
+            let id = r["run_id"].as_str().expect("run_id").to_string();
+            let record = json(&run(db, &["show", &id, "--json"]));
+            (id, record)
+        })
+        .collect()
+}
+
+/// Three "shards", each its own SQLite file with model runs of the suite's scenarios.
+fn shard_files(dir: &Path) -> Vec<String> {
+    let scenarios = [
+        ["lifecycle", "memory"],
+        ["exits", "lifecycle"],
+        ["pinning", "percpu"],
+    ];
+    scenarios
+        .iter()
+        .enumerate()
+        .map(|(i, names)| {
+            let file = dir.join(format!("shard-{i}.db")).display().to_string();
+            for s in names {
+                let out = run(
+                    &file,
+                    &["run", s, "--backend", "model", "--reps", "4", "--json"],
+                );
+                json(&out);
+            }
+            file
+        })
+        .collect()
+}
+
+fn tally(out: &Output) -> (u64, u64, u64) {
+    let v = json(out);
+    let t = &v["total"];
+    (
+        t["stored"].as_u64().expect("stored"),
+        t["already_stored"].as_u64().expect("already_stored"),
+        t["conflicts"].as_array().expect("conflicts").len() as u64,
+    )
+}
+
+#[test]
+fn shards_merged_twice_into_postgres_are_stored_once_and_every_command_reads_them() {
+    let Some(pg) = Cluster::start("shards_merged_twice_into_postgres") else {
+        return;
+    };
+    let url = pg.database("merged");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let files = shard_files(dir.path());
+    let mut expected = BTreeMap::new();
+    for f in &files {
+        expected.extend(runs_by_id(f));
+    }
+    assert_eq!(expected.len(), 6);
+
+    let mut merge = vec!["merge", "--json"];
+    merge.extend(files.iter().map(String::as_str));
+    assert_eq!(tally(&run(&url, &merge)), (6, 0, 0));
+    assert_eq!(
+        tally(&run(&url, &merge)),
+        (0, 6, 0),
+        "a second merge stores nothing"
+    );
+    let stored = runs_by_id(&url);
+    assert_eq!(stored, expected, "the same runs, record for record");
+
+    // The human summary names the counts.
+    let text = run(&url, &["merge", &files[0]]);
+    assert!(text.status.success(), "{}", common::stderr(&text));
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("2 run(s): 0 stored, 2 already stored"),
+        "{text}"
+    );
+
+    // compare and report read the shared store.
+    let lifecycles: Vec<&String> = expected
+        .iter()
+        .filter(|(_, r)| r["scenario"] == "lifecycle")
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(lifecycles.len(), 2);
+    let cmp = json(&run(
+        &url,
+        &["compare", lifecycles[0], lifecycles[1], "--json"],
+    ));
+    assert!(
+        !cmp["comparisons"]
+            .as_array()
+            .expect("comparisons")
+            .is_empty(),
+        "{cmp}"
+    );
+    let report_dir = dir.path().join("report");
+    let out = run(
+        &url,
+        &["report", "-o", report_dir.to_str().expect("utf-8 path")],
+    );
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let html = std::fs::read_to_string(report_dir.join("index.html")).expect("index.html");
+    for id in expected.keys().filter(|id| id.contains("-pinning-")) {
+        assert!(html.contains(id.as_str()), "the report shows {id}");
+    }
+
+    // The samples rows agree with the records (the report and compare read records; the
+    // per-sample table is what SQL users of a shared store query).
+    let mut client = pg.client(&url);
+    let rows: i64 = client
+        .query_one("SELECT count(*) FROM samples", &[])
+        .expect("count")
+        .get(0);
+    let in_records: usize = expected
+        .values()
+        .flat_map(|r| r["variants"].as_array().expect("variants"))
+        .flat_map(|v| v["metrics"].as_object().expect("metrics").values())
+        .map(|m| m["samples"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert_eq!(usize::try_from(rows).expect("count"), in_records);
+
+    // A run with a known id but changed content is reported, and the stored copy kept.
+    let victim = lifecycles[0].clone();
+    let shard = files
+        .iter()
+        .find(|f| runs_by_id(f).contains_key(&victim))
+        .expect("the shard holding it");
+    let mut changed = expected[&victim].clone();
+    changed["variants"][0]["metrics"]
+        .as_object_mut()
+        .expect("metrics")
+        .values_mut()
+        .for_each(|m| m["median"] = serde_json::json!(123456.0));
+    let conn = rusqlite::Connection::open(shard).expect("open shard");
+    conn.execute(
+        "UPDATE runs SET record_json = ?1 WHERE id = ?2",
+        rusqlite::params![changed.to_string(), victim],
+    )
+    .expect("tamper");
+    drop(conn);
+    let out = run(&url, &["merge", shard]);
+    assert_exit(&out, 2, &["1 run(s) have the id of a stored run", &victim]);
+    assert_eq!(runs_by_id(&url)[&victim], expected[&victim]);
+}
+
+#[test]
+fn export_and_import_move_runs_between_postgres_and_sqlite_unchanged() {
+    let Some(pg) = Cluster::start("export_and_import") else {
+        return;
+    };
+    let (a, b) = (pg.database("site_a"), pg.database("site_b"));
+    for s in ["lifecycle", "memory", "percpu"] {
+        json(&run(
+            &a,
+            &["run", s, "--backend", "model", "--reps", "4", "--json"],
+        ));
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file_a = dir.path().join("a.jsonl");
+    let out = run(
+        &a,
+        &[
+            "export",
+            "--format",
+            "jsonl",
+            "-o",
+            file_a.to_str().expect("utf-8"),
+        ],
+    );
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let text = std::fs::read_to_string(&file_a).expect("export");
+    assert_eq!(text.lines().count(), 3);
+
+    // PostgreSQL → file → PostgreSQL and → SQLite, twice each: stored once.
+    let sqlite = dir.path().join("c.db").display().to_string();
+    for target in [&b, &sqlite] {
+        for (stored, already) in [(3, 0), (0, 3)] {
+            let v = json(&run(
+                target,
+                &["import", file_a.to_str().expect("utf-8"), "--json"],
+            ));
+            assert_eq!(v["tally"]["stored"], stored, "{v}");
+            assert_eq!(v["tally"]["already_stored"], already, "{v}");
+        }
+        assert_eq!(runs_by_id(target), runs_by_id(&a));
+        // And back out: the same bytes, so a round trip loses nothing (floats included).
+        let again = run(target, &["export"]);
+        assert!(again.status.success(), "{}", common::stderr(&again));
+        assert_eq!(String::from_utf8_lossy(&again.stdout), text);
+    }
+
+    // A single run by a unique part of its id.
+    let one = runs_by_id(&a).into_keys().next().expect("a run");
+    let out = run(&a, &["export", &one[one.len() - 16..]]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
+}
+
+#[test]
+fn a_failed_write_leaves_nothing_in_postgres() {
+    let Some(pg) = Cluster::start("a_failed_write_leaves_nothing_in_postgres") else {
+        return;
+    };
+    let url = pg.database("failed");
+    let mut record: hvlab::record::RunRecord = serde_json::from_value(json(
+        &hvlab()
+            .args([
+                "run",
+                "lifecycle",
+                "--backend",
+                "model",
+                "--reps",
+                "4",
+                "--json",
+                "--no-store",
+            ])
+            .output()
+            .expect("spawn hvlab"),
+    ))
+    .expect("a run record");
+    // Two variants of one name collide on the samples key after the run row and the
+    // variants are written: the whole run must roll back.
+    record.variants.push(record.variants[0].clone());
+    let mut store = hvlab::store::Store::open(Path::new(&url)).expect("open");
+    assert!(store.save(&mut record).is_err());
+    assert!(store.ingest(&record).is_err());
+    assert!(store.list(10).expect("list").is_empty());
+    let mut client = pg.client(&url);
+    for table in ["runs", "variants", "samples", "findings"] {
+        let n: i64 = client
+            .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+            .expect("count")
+            .get(0);
+        assert_eq!(n, 0, "{table} keeps rows of a failed run");
+    }
+    // The same store still takes a good run afterwards.
+    record.variants.pop();
+    store.save(&mut record).expect("save");
+    assert_eq!(store.list(10).expect("list").len(), 1);
+}
+
+/// The schema of hvlab's first store (version 1), as it shipped.
+const V1_POSTGRES: &str = "
+CREATE TABLE runs (
+    id TEXT PRIMARY KEY, scenario TEXT NOT NULL, backend TEXT NOT NULL, profile TEXT,
+    started_at TEXT NOT NULL, finished_at TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status = 'complete'), kernel TEXT NOT NULL,
+    kvm_flavour TEXT NOT NULL, hvlab_version TEXT NOT NULL, git_rev TEXT NOT NULL,
+    host_json TEXT NOT NULL, params_json TEXT NOT NULL, record_json TEXT NOT NULL);
+CREATE TABLE samples (
+    run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE, variant TEXT NOT NULL,
+    metric TEXT NOT NULL, unit TEXT NOT NULL, rep BIGINT NOT NULL,
+    value DOUBLE PRECISION NOT NULL, PRIMARY KEY (run_id, variant, metric, rep));
+CREATE TABLE variants (
+    run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE, ordinal BIGINT NOT NULL,
+    name TEXT NOT NULL, status TEXT NOT NULL, PRIMARY KEY (run_id, ordinal));
+CREATE TABLE findings (
+    run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE, variant TEXT NOT NULL,
+    ordinal BIGINT NOT NULL, json TEXT NOT NULL, PRIMARY KEY (run_id, variant, ordinal));
+CREATE TABLE schema_version (version BIGINT NOT NULL);
+INSERT INTO schema_version VALUES (1);
+";
+
+#[test]
+fn a_version_1_postgres_store_is_migrated_and_a_newer_one_refused() {
+    let Some(pg) = Cluster::start("a_version_1_postgres_store_is_migrated") else {
+        return;
+    };
+    let url = pg.database("old");
+    let record = json(
+        &hvlab()
+            .args([
+                "run",
+                "lifecycle",
+                "--backend",
+                "model",
+                "--reps",
+                "4",
+                "--json",
+                "--no-store",
+            ])
+            .output()
+            .expect("spawn hvlab"),
+    );
+    let id = record["run_id"].as_str().expect("id").to_string();
+    let mut client = pg.client(&url);
+    client.batch_execute(V1_POSTGRES).expect("v1 schema");
+    client
+        .execute(
+            "INSERT INTO runs VALUES ($1, 'lifecycle', 'model', NULL, $2, $3, 'complete', $4,
+                                     $5, '0.1.0', 'old', $6, '{}', $7)",
+            &[
+                &id,
+                &record["started_at"].as_str(),
+                &record["finished_at"].as_str(),
+                &record["host"]["kernel"].as_str(),
+                &record["host"]["kvm_flavour"].as_str(),
+                &record["host"].to_string(),
+                &record.to_string(),
+            ],
+        )
+        .expect("v1 run");
+    let listing = json(&run(&url, &["runs", "--json"]));
+    let row = &listing["runs"][0];
+    assert_eq!(row["run_id"], id.as_str());
+    // Migration 2 copied the fingerprint out of host_json.
+    assert_eq!(row["cpu"], record["host"]["cpu"]);
+    assert_eq!(row["hz"], record["host"]["hz"]);
+    assert_eq!(json(&run(&url, &["show", &id, "--json"])), record);
+    let v: i64 = client
+        .query_one("SELECT max(version) FROM schema_version", &[])
+        .expect("version")
+        .get(0);
+    assert_eq!(v, hvlab::store::schema::LATEST);
+
+    client
+        .batch_execute("UPDATE schema_version SET version = 99")
+        .expect("bump");
+    let out = run(&url, &["runs"]);
+    assert_exit(
+        &out,
+        2,
+        &["schema version 99", "newer hvlab", "Upgrade hvlab"],
+    );
+}
+
+#[test]
+fn hvlab_db_in_the_environment_selects_postgres() {
+    let Some(pg) = Cluster::start("hvlab_db_in_the_environment_selects_postgres") else {
+        return;
+    };
+    let url = pg.database("env");
+    let out = hvlab()
+        .args([
+            "run",
+            "pinning",
+            "--backend",
+            "model",
+            "--reps",
+            "4",
+            "--json",
+        ])
+        .env("HVLAB_DB", &url)
+        .output()
+        .expect("spawn hvlab");
+    let id = json(&out)["run_id"].as_str().expect("id").to_string();
+    assert!(
+        common::stderr(&out).contains("stored run"),
+        "{}",
+        common::stderr(&out)
+    );
+    assert!(runs_by_id(&url).contains_key(&id));
+    // The password never reaches the terminal, even in errors.
+    let out = run(
+        "postgres://hvlab:s3cret@127.0.0.1:1/none?connect_timeout=2",
+        &["runs"],
+    );
+    assert_exit(
+        &out,
+        4,
+        &["Cannot connect to the PostgreSQL store", "hvlab:***@"],
+    );
+    assert!(!common::stderr(&out).contains("s3cret"));
+}
