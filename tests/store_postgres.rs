@@ -573,3 +573,125 @@ fn hvlab_db_in_the_environment_selects_postgres() {
     );
     assert!(!common::stderr(&out).contains("s3cret"));
 }
+
+#[test]
+fn a_run_killed_midway_through_its_transaction_leaves_nothing() {
+    let Some(pg) = Cluster::start("a_run_killed_midway_through_its_transaction") else {
+        return;
+    };
+    let url = pg.database("killed");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("one.jsonl");
+    let record = json(
+        &hvlab()
+            .args([
+                "run",
+                "percpu",
+                "--backend",
+                "model",
+                "--reps",
+                "4",
+                "--json",
+                "--no-store",
+            ])
+            .output()
+            .expect("spawn hvlab"),
+    );
+    std::fs::write(&file, format!("{record}\n")).expect("write");
+    // Create the schema, then hold the samples table: the import writes its run row and
+    // variants, then blocks on the samples, in the middle of its transaction.
+    assert!(run(&url, &["runs"]).status.success());
+    let mut blocker = pg.client(&url);
+    let mut tx = blocker.transaction().expect("begin");
+    tx.batch_execute("LOCK TABLE samples IN ACCESS EXCLUSIVE MODE")
+        .expect("lock");
+    let mut child = hvlab()
+        .args(["import", file.to_str().expect("utf-8"), "--db", &url])
+        .spawn()
+        .expect("spawn hvlab import");
+    let mut watcher = pg.client(&url);
+    let waiting = || -> i64 {
+        watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE application_name = 'hvlab' AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .expect("pg_stat_activity")
+            .get(0)
+    };
+    let mut waiting = waiting;
+    let start = std::time::Instant::now();
+    while waiting() == 0 {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "hvlab import never reached the samples"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().expect("kill hvlab");
+    child.wait().expect("reap hvlab");
+    tx.rollback().expect("release the lock");
+    // The server notices the dead client once its statement can proceed, and rolls back.
+    let mut check = pg.client(&url);
+    let start = std::time::Instant::now();
+    loop {
+        let live: i64 = check
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'hvlab'",
+                &[],
+            )
+            .expect("pg_stat_activity")
+            .get(0);
+        if live == 0 {
+            break;
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(60));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for table in ["runs", "variants", "samples", "findings"] {
+        let n: i64 = check
+            .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+            .expect("count")
+            .get(0);
+        assert_eq!(n, 0, "{table} keeps rows of a killed run");
+    }
+    // Importing again afterwards stores it whole.
+    let v = json(&run(
+        &url,
+        &["import", file.to_str().expect("utf-8"), "--json"],
+    ));
+    assert_eq!(v["tally"]["stored"], 1, "{v}");
+}
+
+#[test]
+fn merges_running_at_once_into_a_new_postgres_store_store_each_run_once() {
+    let Some(pg) = Cluster::start("merges_running_at_once") else {
+        return;
+    };
+    let url = pg.database("racing");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let files = shard_files(dir.path());
+    // Four processes at once on an empty database: they race to migrate and to insert.
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let (url, files) = (url.clone(), files.clone());
+            std::thread::spawn(move || {
+                hvlab()
+                    .args(["merge", "--json", "--db", &url])
+                    .args(&files)
+                    .output()
+                    .expect("spawn hvlab")
+            })
+        })
+        .collect();
+    let mut stored = 0;
+    for h in handles {
+        let (s, already, conflicts) = tally(&h.join().expect("thread"));
+        assert_eq!(conflicts, 0);
+        assert_eq!(s + already, 6);
+        stored += s;
+    }
+    assert_eq!(stored, 6, "each run stored by exactly one of the merges");
+    assert_eq!(runs_by_id(&url).len(), 6);
+}
