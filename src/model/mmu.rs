@@ -17,7 +17,10 @@
 use super::profile::{MmuKind, Profile, ProfileError};
 use crate::backend::guest::Backing;
 use crate::backend::guest::GuestPage;
-use crate::backend::memory::{HostBacking, PrefetchLoop, Touch, TouchPlan, TouchResult};
+use crate::backend::memory::{HostBacking, Pattern, PrefetchLoop, Touch, TouchPlan, TouchResult};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
 
 /// `PTE_PREFETCH_NUM`.
 pub const PTE_PREFETCH_NUM: usize = 8;
@@ -180,6 +183,198 @@ impl Mmu {
     }
 }
 
+/// The largest memslot the per-page engine runs whole: a random order is a materialised
+/// permutation (4 bytes a page) and the per-page state 2 bytes a page, so 64 GiB costs
+/// ~100 MB. Ordered patterns have no such limit (see [`pass`]).
+pub const PER_PAGE_MAX_PAGES: u64 = (64 << 30) / 4096;
+
+/// Least common multiple.
+fn lcm(a: usize, b: usize) -> usize {
+    let (mut x, mut y) = (a, b);
+    while y != 0 {
+        (x, y) = (y, x % y);
+    }
+    a / x * b
+}
+
+/// The block every access's reads and writes stay inside: the `PTE_PREFETCH_NUM`-aligned
+/// prefetch block, the host's fault unit (a 2 MiB THP or the userfaultfd window, both
+/// aligned) and the 2 MiB SPTE of a huge mapping all divide it.
+fn independent_block(host: HostBacking) -> usize {
+    let host_unit = match host {
+        HostBacking::Anonymous(Backing::Thp) => HUGE_PAGES,
+        HostBacking::Uffd(w) => w.max(1),
+        HostBacking::Anonymous(_) | HostBacking::PreFault => 1,
+    };
+    lcm(PTE_PREFETCH_NUM, host_unit)
+}
+
+impl std::ops::AddAssign for Counts {
+    fn add_assign(&mut self, o: Counts) {
+        self.faults += o.faults;
+        self.prefetched += o.prefetched;
+        self.host_faults += o.host_faults;
+        self.host_huge_faults += o.host_huge_faults;
+        self.uffd_faults += o.uffd_faults;
+        self.uffd_pages += o.uffd_pages;
+        self.huge_mappings += o.huge_mappings;
+    }
+}
+
+impl Counts {
+    fn times(self, n: u64) -> Counts {
+        Counts {
+            faults: self.faults * n,
+            prefetched: self.prefetched * n,
+            host_faults: self.host_faults * n,
+            host_huge_faults: self.host_huge_faults * n,
+            uffd_faults: self.uffd_faults * n,
+            uffd_pages: self.uffd_pages * n,
+            huge_mappings: self.huge_mappings * n,
+        }
+    }
+}
+
+/// One memslot's pass, as a plan describes it (without the costs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pass {
+    /// 4 KiB pages in the memslot.
+    pub pages: u64,
+    /// Touch order.
+    pub pattern: Pattern,
+    /// Seed of a random order.
+    pub seed: u64,
+    /// Host backing.
+    pub host: HostBacking,
+    /// The prefetch loop.
+    pub prefetch: PrefetchLoop,
+    /// 2 MiB guest pages.
+    pub guest_huge: bool,
+}
+
+/// Why a pass cannot be modelled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PassError {
+    /// A random order over more pages than [`PER_PAGE_MAX_PAGES`].
+    RandomTooLarge(u64),
+}
+
+impl std::fmt::Display for PassError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PassError::RandomTooLarge(p) => write!(
+                f,
+                "a random order over {p} pages is modelled page by page, up to {PER_PAGE_MAX_PAGES} pages (64GiB)"
+            ),
+        }
+    }
+}
+
+/// Runs [`Mmu`] over one independent block of `len` pages (the memslot's tail block may be
+/// shorter) touched at `offsets`, in order.
+fn block_counts(p: &Pass, len: usize, offsets: impl Iterator<Item = usize>) -> Counts {
+    let mut m = Mmu::new(len, p.host, p.prefetch, p.guest_huge);
+    for o in offsets {
+        m.access(o);
+    }
+    m.counts
+}
+
+/// The event counts of a pass and the pages it touched.
+///
+/// The memslot is run-length encoded as independent blocks (see [`independent_block`]): every
+/// SPTE and host page an access reads or writes lies in the aligned block of its gfn (clamped
+/// to the memslot, as the kernel clamps to the memslot), so a block's counts depend only on its
+/// length and on the offsets touched in it, in order, and the pass's counts are the sum over
+/// blocks. Each distinct block is run once through [`Mmu`], the per-fault mirror of
+/// `__direct_pte_prefetch()` and friends, and multiplied by how many blocks share it:
+/// sequential and reverse orders have one full-block shape, a stride K has at most
+/// K / gcd(K, block) shapes that repeat in that cycle. A random order touches blocks
+/// interleaved, so it runs page by page over the whole memslot, up to [`PER_PAGE_MAX_PAGES`].
+pub fn pass(p: &Pass) -> Result<(Counts, u64), PassError> {
+    let n = p.pages;
+    if p.pattern == Pattern::Random {
+        if n > PER_PAGE_MAX_PAGES {
+            return Err(PassError::RandomTooLarge(n));
+        }
+        // Bounded by PER_PAGE_MAX_PAGES.
+        #[allow(clippy::cast_possible_truncation)]
+        let (pages, last) = (n as usize, n as u32);
+        let mut v: Vec<u32> = (0..last).collect();
+        v.shuffle(&mut ChaCha8Rng::seed_from_u64(p.seed));
+        let mut m = Mmu::new(pages, p.host, p.prefetch, p.guest_huge);
+        for g in &v {
+            m.access(*g as usize);
+        }
+        return Ok((m.counts, n));
+    }
+    let block = independent_block(p.host);
+    let l = block as u64;
+    let full = n / l;
+    #[allow(clippy::cast_possible_truncation)] // below `block`
+    let tail = (n % l) as usize;
+    let mut total = Counts::default();
+    let touched = match p.pattern {
+        Pattern::Seq | Pattern::Reverse => {
+            let rev = p.pattern == Pattern::Reverse;
+            let order = |len: usize| -> Box<dyn Iterator<Item = usize>> {
+                if rev {
+                    Box::new((0..len).rev())
+                } else {
+                    Box::new(0..len)
+                }
+            };
+            if full > 0 {
+                total += block_counts(p, block, order(block)).times(full);
+            }
+            total += block_counts(p, tail, order(tail));
+            n
+        }
+        Pattern::Stride(k) => {
+            let k = u64::from(k.max(1));
+            // The offsets a stride touches in the block starting at `start`, ascending.
+            let offsets = |start: u64, len: usize| {
+                let first = (k - start % k) % k;
+                #[allow(clippy::cast_possible_truncation)] // below `len`
+                (first..len as u64).step_by(k as usize).map(|o| o as usize)
+            };
+            if k >= l {
+                // At most one touch per block: one shape per offset.
+                let mut memo: Vec<Option<Counts>> = vec![None; block];
+                let mut g = 0;
+                while g < full * l {
+                    #[allow(clippy::cast_possible_truncation)] // below `block`
+                    let o = (g % l) as usize;
+                    let c = *memo[o].get_or_insert_with(|| block_counts(p, block, [o].into_iter()));
+                    total += c;
+                    g += k;
+                }
+            } else {
+                // Block b's shape is (b·block mod K): a cycle of K / gcd(K, block) blocks.
+                // k < block here, so both fit a usize.
+                #[allow(clippy::cast_possible_truncation)]
+                let cycle = (lcm(block, k as usize) / block) as u64;
+                let mut sum_cycle = Counts::default();
+                let mut sum_rest = Counts::default();
+                let rest = full % cycle;
+                for b in 0..cycle.min(full) {
+                    let c = block_counts(p, block, offsets(b * l, block));
+                    sum_cycle += c;
+                    if b < rest {
+                        sum_rest += c;
+                    }
+                }
+                total += sum_cycle.times(full / cycle);
+                total += sum_rest;
+            }
+            total += block_counts(p, tail, offsets(full * l, tail));
+            n.div_ceil(k)
+        }
+        Pattern::Random => 0,
+    };
+    Ok((total, touched))
+}
+
 /// The costs a pass turns into time.
 #[derive(Debug, Clone, Copy)]
 pub struct MmuCosts {
@@ -221,20 +416,15 @@ pub fn prefetch_for(plan: &TouchPlan, mmu: MmuKind) -> PrefetchLoop {
 }
 
 /// Runs one pass of the plan.
-pub fn touch(costs: &MmuCosts, plan: &TouchPlan) -> TouchResult {
-    let order = plan.page_order();
-    let pages = usize::try_from(plan.size_bytes / 4096).unwrap_or(usize::MAX);
-    let prefetch = prefetch_for(plan, costs.mmu);
-    let mut mmu = Mmu::new(
-        pages,
-        plan.backing,
-        prefetch,
-        plan.guest_page == GuestPage::Huge,
-    );
-    for gfn in &order {
-        mmu.access(*gfn as usize);
-    }
-    let c = mmu.counts;
+pub fn touch(costs: &MmuCosts, plan: &TouchPlan) -> Result<TouchResult, PassError> {
+    let (c, touched) = pass(&Pass {
+        pages: plan.size_bytes / 4096,
+        pattern: plan.pattern,
+        seed: plan.seed,
+        host: plan.backing,
+        prefetch: prefetch_for(plan, costs.mmu),
+        guest_huge: plan.guest_page == GuestPage::Huge,
+    })?;
     let per_touch = match plan.touch {
         Touch::FirstByte => costs.touch_page,
         Touch::WholePage => costs.touch_page * 64.0,
@@ -245,11 +435,11 @@ pub fn touch(costs: &MmuCosts, plan: &TouchPlan) -> TouchResult {
         + c.prefetched as f64 * costs.prefetch_page
         + c.uffd_faults as f64 * costs.uffd_fault
         + c.uffd_pages as f64 * costs.uffd_copy_page
-        + order.len() as f64 * per_touch;
+        + touched as f64 * per_touch;
     let uffd = matches!(plan.backing, HostBacking::Uffd(_));
     let count = |n: u64| i128::from(n);
-    TouchResult {
-        pages: order.len() as u64,
+    Ok(TouchResult {
+        pages: touched,
         // The model's time is a sum of non-negative costs.
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         elapsed_ns: ns.round() as u64,
@@ -262,7 +452,7 @@ pub fn touch(costs: &MmuCosts, plan: &TouchPlan) -> TouchResult {
             // The statistic KVM would report for the same pass, for `validate`.
             ("kvm.vcpu.pf_fixed".into(), "count".into(), count(c.faults)),
         ],
-    }
+    })
 }
 
 #[cfg(test)]
@@ -357,6 +547,132 @@ mod tests {
             let new = pass(128, POP, PrefetchLoop::Legacy, order.iter().copied());
             prop_assert!(new.faults <= old.faults);
         }
+    }
+
+    /// The per-page pass over the whole memslot, as `touch` ran it before blocks: the oracle.
+    fn per_page(p: &Pass) -> (Counts, u64) {
+        let plan = TouchPlan {
+            size_bytes: p.pages * 4096,
+            pattern: p.pattern,
+            seed: p.seed,
+            access: crate::backend::memory::Access::Write,
+            touch: Touch::FirstByte,
+            guest_page: if p.guest_huge {
+                GuestPage::Huge
+            } else {
+                GuestPage::Small
+            },
+            backing: p.host,
+            cpl: None,
+            timeout: std::time::Duration::from_secs(1),
+            prefetch: Some(p.prefetch),
+        };
+        let order = plan.page_order();
+        #[allow(clippy::cast_possible_truncation)] // test sizes are small
+        let mut m = Mmu::new(p.pages as usize, p.host, p.prefetch, p.guest_huge);
+        for g in &order {
+            m.access(*g as usize);
+        }
+        (m.counts, order.len() as u64)
+    }
+
+    fn host_of(i: u8, window: usize) -> HostBacking {
+        match i % 5 {
+            0 => POP,
+            1 => LAZY,
+            2 => HostBacking::Anonymous(Backing::Thp),
+            3 => HostBacking::PreFault,
+            _ => HostBacking::Uffd(window),
+        }
+    }
+
+    fn pattern_of(i: u8, k: u32) -> Pattern {
+        match i % 4 {
+            0 => Pattern::Seq,
+            1 => Pattern::Reverse,
+            2 => Pattern::Random,
+            _ => Pattern::Stride(k),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        /// Blocks give the per-page counts exactly, whatever the size (tails included), order,
+        /// backing, userfaultfd window, guest page and loop.
+        #[test]
+        fn blocks_count_exactly_what_the_per_page_pass_counts(
+            pages in 1u64..6000,
+            pat in 0u8..4,
+            k in prop_oneof![1u32..20, 1u32..5000],
+            host in 0u8..5,
+            window in 1usize..=512,
+            lp in 0u8..3,
+            guest_huge in any::<bool>(),
+            seed in any::<u64>(),
+        ) {
+            let p = Pass {
+                pages,
+                pattern: pattern_of(pat, k),
+                seed,
+                host: host_of(host, window),
+                prefetch: loop_of(lp),
+                guest_huge,
+            };
+            prop_assert_eq!(super::pass(&p), Ok(per_page(&p)), "{:?}", p);
+        }
+    }
+
+    #[test]
+    fn blocks_match_the_per_page_pass_at_gibibytes() {
+        // Many full blocks and stride cycles, not just the shapes proptest's sizes reach.
+        for host in [
+            POP,
+            LAZY,
+            HostBacking::Anonymous(Backing::Thp),
+            HostBacking::Uffd(7),
+        ] {
+            for pattern in [
+                Pattern::Seq,
+                Pattern::Reverse,
+                Pattern::Stride(3),
+                Pattern::Stride(4096),
+            ] {
+                for lp in 0..3 {
+                    let p = Pass {
+                        pages: (2 << 30) / 4096 + 13,
+                        pattern,
+                        seed: 1,
+                        host,
+                        prefetch: loop_of(lp),
+                        guest_huge: true,
+                    };
+                    assert_eq!(super::pass(&p), Ok(per_page(&p)), "{p:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_tebibyte_first_touch_counts_one_fault_per_prefetch_block() {
+        let p = Pass {
+            pages: (1 << 40) / 4096,
+            pattern: Pattern::Seq,
+            seed: 1,
+            host: POP,
+            prefetch: PrefetchLoop::Legacy,
+            guest_huge: false,
+        };
+        let (c, touched) = super::pass(&p).expect("ordered passes have no cap");
+        assert_eq!(touched, 1 << 28);
+        assert_eq!((c.faults, c.prefetched), (1 << 25, 7 << 25));
+        let random = Pass {
+            pattern: Pattern::Random,
+            ..p
+        };
+        assert_eq!(
+            super::pass(&random),
+            Err(PassError::RandomTooLarge(1 << 28))
+        );
     }
 
     #[test]

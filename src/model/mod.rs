@@ -98,7 +98,7 @@ impl Backend for ModelBackend {
             ))
             .into());
         }
-        Ok(mmu::touch(&costs, plan))
+        mmu::touch(&costs, plan).map_err(|e| ModelError::Unsupported(e.to_string()).into())
     }
 
     fn exit_roundtrips(&mut self, plan: &ExitPlan) -> Result<ExitResult, Error> {

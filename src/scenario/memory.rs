@@ -97,7 +97,7 @@ static PARAMS: [ParamInfo; 9] = [
     ParamInfo {
         name: "size",
         default: "256MiB",
-        doc: "data region, a multiple of 2 MiB (up to 64GiB)",
+        doc: "data region, a multiple of 2 MiB (up to 64GiB; the model: 16TiB, random 64GiB)",
         model_only: false,
     },
     ParamInfo {
@@ -227,14 +227,25 @@ pub fn plans(
         _ => Backing::Populated,
     };
     let size_bytes = settings.bytes("size")?;
-    if size_bytes == 0 || size_bytes % (2 << 20) != 0 || size_bytes > 64 << 30 {
+    let pattern = parse_pattern(settings)?;
+    // A real VM needs the memory; the model keeps ordered passes as runs of identical blocks
+    // (up to 16TiB: page indices are u32, and users model VMs of 1-12TiB) but a random order
+    // page by page (model::mmu::PER_PAGE_MAX_PAGES).
+    let (cap, cap_why) = if backend == BackendKind::Kvm || pattern == Pattern::Random {
+        (
+            64u64 << 30,
+            "up to 64GiB (on the model: random orders; seq, reverse and stride up to 16TiB)",
+        )
+    } else {
+        (16u64 << 40, "up to 16TiB")
+    };
+    if size_bytes == 0 || size_bytes % (2 << 20) != 0 || size_bytes > cap {
         return Err(InputError::BadValue {
             key: "size".into(),
             value: settings.raw("size").into(),
-            why: "size must be a non-zero multiple of 2MiB up to 64GiB".into(),
+            why: format!("size must be a non-zero multiple of 2MiB {cap_why}"),
         });
     }
-    let pattern = parse_pattern(settings)?;
     let access = match settings.choice("access", &["read", "write"])? {
         "read" => Access::Read,
         _ => Access::Write,
@@ -511,6 +522,18 @@ mod tests {
         );
         assert_eq!(plan_of(&["guest.cpl=0"], "lazy").cpl, Some(Cpl::Zero));
         assert_eq!(plan_of(&[], "lazy").guest_page, GuestPage::Huge);
+    }
+
+    #[test]
+    fn the_model_runs_ordered_passes_up_to_16tib_and_random_ones_up_to_64gib() {
+        let req = RunRequest::default();
+        let ok = |sets: &[&str], b| plans(&settings(sets), &req, b).is_ok();
+        assert!(ok(&["size=12TiB"], BackendKind::Model));
+        assert!(ok(&["size=16TiB", "pattern=stride=7"], BackendKind::Model));
+        assert!(!ok(&["size=17TiB"], BackendKind::Model));
+        assert!(ok(&["size=64GiB", "pattern=random"], BackendKind::Model));
+        assert!(!ok(&["size=66GiB", "pattern=random"], BackendKind::Model));
+        assert!(!ok(&["size=66GiB"], BackendKind::Kvm));
     }
 
     #[test]
