@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::{run, tool_or_skip};
 
 #[test]
@@ -47,9 +45,16 @@ fn the_report_is_self_contained_and_renders_in_chromium() {
     let html = std::fs::read_to_string(out_dir.join("index.html")).unwrap();
     let md = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
     // Self-contained: nothing to fetch.
+    // The one link is to the fleet page beside it.
+    assert!(
+        html.contains("href=\"fleet.html\""),
+        "no link to the fleet page"
+    );
+    assert!(out_dir.join("fleet.html").exists(), "fleet.html missing");
+    let unlinked = html.replace("href=\"fleet.html\"", "");
     for needle in ["src=", "href=", "url(", "@import", "<script", "<link"] {
         assert!(
-            !html.contains(needle),
+            !unlinked.contains(needle),
             "the report references something external: {needle}"
         );
     }
@@ -95,28 +100,9 @@ fn the_report_is_self_contained_and_renders_in_chromium() {
         return;
     }
     let profile = dir.path().join("chromium-profile");
-    let url = format!("file://{}", out_dir.join("index.html").display());
+    let page = out_dir.join("index.html");
     let shot = dir.path().join("report.png");
-    let chromium = |extra: &[&str]| {
-        Command::new("chromium")
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--enable-logging=stderr",
-                "--v=0",
-            ])
-            .arg(format!("--user-data-dir={}", profile.display()))
-            .args(extra)
-            .arg(&url)
-            .output()
-            .unwrap()
-    };
+    let chromium = |extra: &[&str]| common::chromium(&page, &profile, extra);
     let dom = chromium(&["--dump-dom"]);
     assert!(
         dom.status.success(),

@@ -77,12 +77,20 @@ enum Command {
     },
     /// Attribute an external VMM's KVM ioctl latencies: hvlab trace -- CMD ARGS...
     Trace(TraceArgs),
-    /// A/B verdict: B against A, each a run, RUN:variant, or runs joined by commas
+    /// A/B verdict: B against A, each a run, RUN:variant, or runs joined by commas; or each a
+    /// host selector (key=value terms joined by commas over kernel, cpu, flavour, hz, backend,
+    /// e.g. kernel=6.18,cpu=EPYC), compared per matched host and overall
     Compare {
         /// Side A (the baseline)
         a: String,
         /// Side B (the candidate)
         b: String,
+        /// With selectors: the scenario [default: the one scenario the selected runs share]
+        #[arg(long)]
+        scenario: Option<String>,
+        /// With selectors: the variant [default: every variant both sides ran]
+        #[arg(long)]
+        variant: Option<String>,
         /// Metric [default: the scenario's headline metric]
         #[arg(long)]
         metric: Option<String>,
@@ -332,10 +340,15 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         Command::Runs { limit, json } => {
             let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
             let list = store.list(limit)?;
+            let hosts = lab::fleet::group_by_host(lab::fleet::load_recent(&store, limit)?);
             if json {
-                print_json(&serde_json::json!({ "runs": list }))?;
+                let hosts: Vec<serde_json::Value> = hosts
+                    .iter()
+                    .map(|h| serde_json::json!({ "host": h.fingerprint, "runs": h.runs.iter().map(|r| &r.run_id).collect::<Vec<_>>() }))
+                    .collect();
+                print_json(&serde_json::json!({ "runs": list, "hosts": hosts }))?;
             } else {
-                print_text(&render::runs(&list))?;
+                print_text(&render::runs_by_host(&list, &hosts))?;
             }
         }
         Command::Show { run, json, verbose } => {
@@ -349,12 +362,18 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         }
         Command::Report { runs, output } => {
             let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
-            let records = if runs.is_empty() {
-                lab::latest_runs(&store)?
+            // The fleet page shows the latest run of each scenario and backend on every host.
+            let (records, fleet) = if runs.is_empty() {
+                (
+                    lab::latest_runs(&store)?,
+                    lab::fleet::latest_per_host(&store)?,
+                )
             } else {
-                runs.iter()
+                let records = runs
+                    .iter()
                     .map(|r| store.load(r))
-                    .collect::<Result<Vec<_>, _>>()?
+                    .collect::<Result<Vec<_>, _>>()?;
+                (records.clone(), records)
             };
             if records.is_empty() {
                 return Err(InputError::NoRuns.into());
@@ -362,7 +381,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             // The model against the threads: deterministic and a fraction of a second, so
             // every report carries it.
             let fidelity = lab::fidelity::evaluate(&host::probe(), None, DEFAULT_SEED)?;
-            let path = write_report(&records, &fidelity, &output, "-o DIR")?;
+            let path = write_report(&records, &fidelity, &fleet, &output, "-o DIR")?;
             print_text(&format!(
                 "report of {} runs: {}",
                 records.len(),
@@ -372,6 +391,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         Command::Compare {
             a,
             b,
+            scenario,
+            variant,
             metric,
             threshold,
             fail_on_regression,
@@ -379,6 +400,45 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         } => {
             let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
             let threshold = lab::compare::parse_threshold(&threshold)?;
+            if lab::fleet::Selector::looks_like(&a) || lab::fleet::Selector::looks_like(&b) {
+                let (sa, sb) = (
+                    lab::fleet::Selector::parse(&a)?,
+                    lab::fleet::Selector::parse(&b)?,
+                );
+                let outcome = lab::compare::compare_fleet(
+                    &store,
+                    &sa,
+                    &sb,
+                    scenario.as_deref(),
+                    variant.as_deref(),
+                    metric.as_deref(),
+                    threshold,
+                )?;
+                if json {
+                    print_json(&outcome)?;
+                } else {
+                    print_text(&render::fleet_compare(&a, &b, &outcome))?;
+                }
+                if fail_on_regression && outcome.regression {
+                    return Ok(ExitCode::from(1));
+                }
+                if fail_on_regression && !outcome.too_few.is_empty() {
+                    return Err(InputError::TooFewToJudge(
+                        outcome.too_few.join(", "),
+                        crate::analysis::statistics::exact_min_n(0.05),
+                    )
+                    .into());
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            if scenario.is_some() || variant.is_some() {
+                return Err(InputError::BadValue {
+                    key: "--scenario/--variant".into(),
+                    value: scenario.or(variant).unwrap_or_default(),
+                    why: "they go with host selectors (kernel=6.18); with runs, name the variant as RUN:variant".into(),
+                }
+                .into());
+            }
             let outcome = lab::compare::compare(&store, &a, &b, metric.as_deref(), threshold)?;
             let (results, regressed, too_few) =
                 (outcome.comparisons, outcome.regression, outcome.too_few);
@@ -669,11 +729,12 @@ fn check_output_dir(
 fn write_report(
     records: &[RunRecord],
     fidelity: &[lab::fidelity::ThreadReport],
+    fleet: &[RunRecord],
     dir: &std::path::Path,
     option: &'static str,
 ) -> Result<PathBuf, Error> {
     check_output_dir(dir, "the report", option)?;
-    crate::report::write(records, fidelity, dir).map_err(|e| Error::OutputPath {
+    crate::report::write(records, fidelity, fleet, dir).map_err(|e| Error::OutputPath {
         what: "the report",
         path: dir.to_path_buf(),
         option,
@@ -747,6 +808,7 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
         Some(write_report(
             &records,
             &fidelity,
+            &records,
             &args.report,
             "--report DIR",
         )?)

@@ -303,6 +303,70 @@ pub fn tally(what: &str, t: &crate::store::transfer::Tally) -> String {
     s
 }
 
+/// `hvlab runs`: the runs under the host that produced them.
+pub fn runs_by_host(list: &[RunListing], hosts: &[crate::lab::fleet::HostGroup]) -> String {
+    if list.is_empty() {
+        return runs(list);
+    }
+    let mut s = String::new();
+    let width = list.iter().map(|r| r.run_id.len()).max().unwrap_or(0);
+    for h in hosts {
+        let _ = writeln!(
+            s,
+            "{} ({} run{})",
+            h.fingerprint,
+            h.runs.len(),
+            if h.runs.len() == 1 { "" } else { "s" }
+        );
+        for r in &h.runs {
+            let variants: Vec<&str> = r.variants.iter().map(|v| v.name.as_str()).collect();
+            let _ = writeln!(
+                s,
+                "  {:<width$}  {:<10} {:<6} {}",
+                r.run_id,
+                r.scenario,
+                r.backend.to_string(),
+                variants.join(",")
+            );
+        }
+    }
+    s.trim_end().to_string()
+}
+
+/// `hvlab compare SELECTOR SELECTOR`: per matched host, then overall.
+pub fn fleet_compare(a: &str, b: &str, o: &crate::lab::compare::FleetOutcome) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "A = {a} ({} runs)\nB = {b} ({} runs)\n{} on {}",
+        o.runs[0], o.runs[1], o.scenario, o.metric
+    );
+    for c in &o.comparisons {
+        let _ = writeln!(s, "{}:", c.variant);
+        for h in &c.per_host {
+            let host = if h.host.is_empty() {
+                "all hosts"
+            } else {
+                &h.host
+            };
+            let _ = writeln!(
+                s,
+                "  per host [{host}] {} ({} vs {} hosts)",
+                h.comparison,
+                h.b_hosts.len(),
+                h.a_hosts.len()
+            );
+        }
+        for (side, keys) in [("A", &c.only_a), ("B", &c.only_b)] {
+            for k in keys {
+                let _ = writeln!(s, "  only on side {side}, not compared: [{k}]");
+            }
+        }
+        let _ = writeln!(s, "  overall (per-host medians) {}", c.overall);
+    }
+    s.trim_end().to_string()
+}
+
 /// `hvlab trace`.
 pub fn trace(t: &TraceReport) -> String {
     let mut s = String::new();

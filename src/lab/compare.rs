@@ -1,9 +1,13 @@
 //! `hvlab compare`: B against A, where each side is a run, a run's variant (`RUN:variant`) or
 //! several runs (`A1,A2`, compared by per-run medians), and what a regression means for the
-//! exit code.
+//! exit code. Fleet comparisons take host selectors instead ([`compare_fleet`]).
+
+use std::collections::BTreeMap;
 
 use crate::analysis::compare::{AbComparison, AbVerdict};
+use crate::analysis::statistics::{median, seed_for};
 use crate::error::{Error, InputError};
+use crate::lab::fleet::{HostFingerprint, HostMatch, Selector};
 use crate::record::RunRecord;
 use crate::scenario;
 use crate::scenario::runner::DEFAULT_SEED;
@@ -101,9 +105,16 @@ fn load_side(store: &Store, spec: &str) -> Result<Side, Error> {
 /// The samples of `metric` of `variant` on one side: the samples of its one run, or one
 /// median per run when there are several (a run is the unit of replication then).
 fn side_samples(side: &Side, variant: &str, metric: &str) -> Option<Vec<f64>> {
-    let per_run: Vec<&crate::record::MetricRecord> = side
-        .runs
-        .iter()
+    pooled_samples(side.runs.iter(), variant, metric)
+}
+
+/// [`side_samples`] over any runs.
+fn pooled_samples<'a>(
+    runs: impl Iterator<Item = &'a RunRecord>,
+    variant: &str,
+    metric: &str,
+) -> Option<Vec<f64>> {
+    let per_run: Vec<&crate::record::MetricRecord> = runs
         .filter_map(|r| {
             r.variant(variant)
                 .filter(|v| v.is_ok())
@@ -177,7 +188,7 @@ fn compare_sides(
             .variant(&va)
             .and_then(|v| v.metrics.get(metric))
             .map_or("", |m| m.unit.as_str());
-        let seed = crate::analysis::statistics::seed_for(DEFAULT_SEED, &["compare", &va, &vb]);
+        let seed = seed_for(DEFAULT_SEED, &["compare", &va, &vb]);
         out.push(crate::analysis::compare::ab(
             metric,
             unit,
@@ -188,6 +199,277 @@ fn compare_sides(
         ));
     }
     Ok(out)
+}
+
+/// One pair of matched hosts compared.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HostComparison {
+    /// What the hosts share: the fingerprint fields neither selector names.
+    pub host: String,
+    /// The hosts on side A.
+    pub a_hosts: Vec<HostFingerprint>,
+    /// The hosts on side B.
+    pub b_hosts: Vec<HostFingerprint>,
+    /// B against A on these hosts.
+    pub comparison: AbComparison,
+}
+
+/// One variant compared across the fleet.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FleetComparison {
+    /// The variant.
+    pub variant: String,
+    /// Per matched host, in key order.
+    pub per_host: Vec<HostComparison>,
+    /// Match keys with runs on side A only.
+    pub only_a: Vec<String>,
+    /// Match keys with runs on side B only.
+    pub only_b: Vec<String>,
+    /// Every host of each side pooled: one median per host.
+    pub overall: AbComparison,
+}
+
+/// What a fleet comparison found.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FleetOutcome {
+    /// The scenario compared.
+    pub scenario: String,
+    /// The metric compared.
+    pub metric: String,
+    /// Runs selected per side.
+    pub runs: [usize; 2],
+    /// One per variant.
+    pub comparisons: Vec<FleetComparison>,
+    /// Whether B is significantly slower overall or on any matched host.
+    pub regression: bool,
+    /// The overall comparisons with too few hosts for a verdict: "variant (n = b vs a)".
+    pub too_few: Vec<String>,
+}
+
+/// Compares the runs selector `b` picks against those `a` picks, per matched host (hosts
+/// pair on the fingerprint fields neither selector names, see [`HostMatch`]; a host's samples
+/// are its one run's, or one median per run) and overall (one median per host per side).
+pub fn compare_fleet(
+    store: &Store,
+    a: &Selector,
+    b: &Selector,
+    scenario: Option<&str>,
+    variant: Option<&str>,
+    metric: Option<&str>,
+    threshold: f64,
+) -> Result<FleetOutcome, Error> {
+    if let Some(name) = scenario {
+        scenario::find(name)?;
+    }
+    let mut sides: [Vec<RunRecord>; 2] = [Vec::new(), Vec::new()];
+    for l in store.list(usize::MAX)? {
+        if scenario.is_some_and(|s| s != l.scenario) {
+            continue;
+        }
+        let run = store.load(&l.run_id)?;
+        if a.matches(&run) {
+            sides[0].push(run.clone());
+        }
+        if b.matches(&run) {
+            sides[1].push(run);
+        }
+    }
+    for (side, sel) in sides.iter().zip([a, b]) {
+        if side.is_empty() {
+            return Err(InputError::NoSuchRun(match scenario {
+                Some(s) => format!("{sel} (scenario {s})"),
+                None => sel.to_string(),
+            })
+            .into());
+        }
+    }
+    let all = || sides.iter().flatten();
+    let names: std::collections::BTreeSet<&str> = all().map(|r| r.scenario.as_str()).collect();
+    if names.len() > 1 {
+        return Err(InputError::BadValue {
+            key: "--scenario".into(),
+            value: String::new(),
+            why: format!(
+                "the selectors match runs of several scenarios ({}): name one with --scenario",
+                names.into_iter().collect::<Vec<_>>().join(", ")
+            ),
+        }
+        .into());
+    }
+    let backends: std::collections::BTreeSet<String> =
+        all().map(|r| r.backend.to_string()).collect();
+    if backends.len() > 1 {
+        return Err(InputError::BadValue {
+            key: "selector".into(),
+            value: format!("{a} / {b}"),
+            why: "they match both kvm and model runs: add backend=kvm or backend=model".into(),
+        }
+        .into());
+    }
+    let scenario_name = sides[0][0].scenario.clone();
+    let info = scenario::find(&scenario_name)?;
+    let metric = metric.unwrap_or(info.headline).to_string();
+    let ok_on = |runs: &[RunRecord], v: &str| {
+        runs.iter().any(|r| {
+            r.variant(v)
+                .is_some_and(|x| x.is_ok() && x.metrics.contains_key(&metric))
+        })
+    };
+    let variants: Vec<String> = match variant {
+        Some(v) => vec![v.to_string()],
+        None => {
+            let mut vs: Vec<String> = Vec::new();
+            for r in &sides[0] {
+                for v in &r.variants {
+                    if !vs.contains(&v.name)
+                        && ok_on(&sides[0], &v.name)
+                        && ok_on(&sides[1], &v.name)
+                    {
+                        vs.push(v.name.clone());
+                    }
+                }
+            }
+            vs
+        }
+    };
+    if variants.is_empty() {
+        return Err(InputError::NoSharedVariant.into());
+    }
+    let pairing = HostMatch::for_selectors(a, b);
+    let mut comparisons = Vec::new();
+    for v in &variants {
+        for (side, name) in sides.iter().zip(['A', 'B']) {
+            if !ok_on(side, v) {
+                return Err(InputError::MissingMetric {
+                    side: name,
+                    metric: metric.clone(),
+                    variant: v.clone(),
+                }
+                .into());
+            }
+        }
+        let unit = sides[0]
+            .iter()
+            .find_map(|r| r.variant(v).and_then(|x| x.metrics.get(&metric)))
+            .map_or(String::new(), |m| m.unit.clone());
+        let with_metric = |side: &'_ [RunRecord]| -> Vec<RunRecord> {
+            side.iter()
+                .filter(|r| {
+                    r.variant(v)
+                        .is_some_and(|x| x.is_ok() && x.metrics.contains_key(&metric))
+                })
+                .cloned()
+                .collect()
+        };
+        let (ra, rb) = (with_metric(&sides[0]), with_metric(&sides[1]));
+        let (ka, kb) = (by_key(&pairing, &ra), by_key(&pairing, &rb));
+        let hosts_of = |runs: &[&RunRecord]| {
+            let mut h: Vec<HostFingerprint> =
+                runs.iter().map(|r| HostFingerprint::of(&r.host)).collect();
+            h.sort();
+            h.dedup();
+            h
+        };
+        let mut per_host = Vec::new();
+        for (key, runs_a) in &ka {
+            let Some(runs_b) = kb.get(key) else { continue };
+            let (Some(xa), Some(xb)) = (
+                pooled_samples(runs_a.iter().copied(), v, &metric),
+                pooled_samples(runs_b.iter().copied(), v, &metric),
+            ) else {
+                continue;
+            };
+            let label = if key.is_empty() {
+                "all hosts"
+            } else {
+                key.as_str()
+            };
+            per_host.push(HostComparison {
+                host: key.clone(),
+                a_hosts: hosts_of(runs_a),
+                b_hosts: hosts_of(runs_b),
+                comparison: crate::analysis::compare::ab(
+                    &metric,
+                    &unit,
+                    (&format!("A:{v} on {label}"), &xa),
+                    (&format!("B:{v} on {label}"), &xb),
+                    threshold,
+                    seed_for(DEFAULT_SEED, &["fleet", v, key]),
+                ),
+            });
+        }
+        let only = |x: &BTreeMap<String, Vec<&RunRecord>>,
+                    y: &BTreeMap<String, Vec<&RunRecord>>| {
+            x.keys()
+                .filter(|k| !y.contains_key(*k))
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        // Overall: one value per host (its median of per-run medians), so a host with many runs
+        // weighs no more than one with a single run.
+        let host_medians = |runs: &[RunRecord]| -> Vec<f64> {
+            let mut per: BTreeMap<HostFingerprint, Vec<f64>> = BTreeMap::new();
+            for r in runs {
+                if let Some(m) = r.variant(v).and_then(|x| x.metrics.get(&metric)) {
+                    per.entry(HostFingerprint::of(&r.host))
+                        .or_default()
+                        .push(m.median);
+                }
+            }
+            per.values().map(|ms| median(ms)).collect()
+        };
+        let (ma, mb) = (host_medians(&ra), host_medians(&rb));
+        let overall = crate::analysis::compare::ab(
+            &metric,
+            &unit,
+            (&format!("A:{v} ({} hosts)", ma.len()), &ma),
+            (&format!("B:{v} ({} hosts)", mb.len()), &mb),
+            threshold,
+            seed_for(DEFAULT_SEED, &["fleet", v, "overall"]),
+        );
+        comparisons.push(FleetComparison {
+            variant: v.clone(),
+            only_a: only(&ka, &kb),
+            only_b: only(&kb, &ka),
+            per_host,
+            overall,
+        });
+    }
+    let regression = comparisons.iter().any(|c| {
+        c.overall.verdict == AbVerdict::Slower
+            || c.per_host
+                .iter()
+                .any(|h| h.comparison.verdict == AbVerdict::Slower)
+    });
+    let too_few = comparisons
+        .iter()
+        .filter(|c| !c.overall.enough_samples)
+        .map(|c| {
+            format!(
+                "{} overall (n = {} vs {} hosts)",
+                c.variant, c.overall.n[1], c.overall.n[0]
+            )
+        })
+        .collect();
+    Ok(FleetOutcome {
+        scenario: scenario_name,
+        metric,
+        runs: [sides[0].len(), sides[1].len()],
+        comparisons,
+        regression,
+        too_few,
+    })
+}
+
+/// Runs by their host's pairing key.
+fn by_key<'a>(pairing: &HostMatch, runs: &'a [RunRecord]) -> BTreeMap<String, Vec<&'a RunRecord>> {
+    let mut m: BTreeMap<String, Vec<&RunRecord>> = BTreeMap::new();
+    for r in runs {
+        m.entry(pairing.key(&HostFingerprint::of(&r.host)))
+            .or_default()
+            .push(r);
+    }
+    m
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ pub mod backends;
 pub mod calibrate;
 pub mod compare;
 pub mod fidelity;
+pub mod fleet;
 pub mod host;
 pub mod suite;
 pub mod validate;

@@ -197,6 +197,48 @@ pub fn bars(r: &RunRecord, metric: &str, title: &str) -> Option<String> {
     })
 }
 
+/// One bar per labelled row (the fleet page: a variant's headline median per host), with a
+/// whisker over the row's spread `[lo, hi]`.
+pub fn labelled_bars(title: &str, unit: &str, rows: &[(String, f64, [f64; 2])]) -> Option<String> {
+    if rows.is_empty() {
+        return None;
+    }
+    let hi = rows
+        .iter()
+        .map(|(_, m, s)| s[1].max(*m))
+        .filter(|x| x.is_finite())
+        .fold(0.0, f64::max);
+    let names: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
+    let height = 60 + 34 * u32::try_from(rows.len()).unwrap_or(10);
+    render(height.max(160), |root| {
+        let mut c = ChartBuilder::on(root)
+            .caption(format!("{title} ({unit})"), ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(220)
+            .build_cartesian_2d(0.0..(hi * 1.15).max(1e-9), -0.5..rows.len() as f64 - 0.5)?;
+        let fmt = |y: &f64| category_label(&names, *y);
+        c.configure_mesh()
+            .y_labels(rows.len() + 1)
+            .y_label_formatter(&fmt)
+            .x_desc(unit)
+            .disable_y_mesh()
+            .draw()?;
+        for (i, (_, median, spread)) in rows.iter().enumerate() {
+            let y = i as f64;
+            c.draw_series(std::iter::once(Rectangle::new(
+                [(0.0, y - 0.32), (*median, y + 0.32)],
+                PALETTE[i % PALETTE.len()].filled(),
+            )))?;
+            c.draw_series(std::iter::once(PathElement::new(
+                vec![(spread[0], y), (spread[1], y)],
+                BLACK.stroke_width(2),
+            )))?;
+        }
+        Ok(())
+    })
+}
+
 /// Lifecycle: one representative construction per variant, every ioctl a bar on the time axis,
 /// stalls in red.
 pub fn timeline(r: &RunRecord) -> Option<String> {

@@ -7,14 +7,14 @@ use crate::lab::fidelity::ThreadReport;
 use crate::record::RunRecord;
 use crate::report::words::fmt_value;
 
-fn esc(text: &str) -> String {
+pub(super) fn esc(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
 }
 
-const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1000px;color:#222}\
+pub(super) const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1000px;color:#222}\
 h1{border-bottom:2px solid #1f77b4}h2{margin-top:2em;border-bottom:1px solid #ccc}\
 table{border-collapse:collapse;margin:.5em 0;font-size:.9em}td,th{border:1px solid #ddd;padding:.2em .6em;text-align:right}\
 th{background:#f3f6fa}td:first-child,th:first-child{text-align:left}.finding{background:#fff6e5;border-left:4px solid #ff7f0e;padding:.4em .8em;margin:.3em 0}\
@@ -26,7 +26,8 @@ pub fn page(records: &[RunRecord], fidelity: &[ThreadReport]) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>hvlab report</title><style>{STYLE}</style></head><body><h1>hvlab report</h1>"
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>hvlab report</title><style>{STYLE}</style></head><body><h1>hvlab report</h1><p><a href=\"{}\">Fleet: the runs by host</a></p>",
+        super::fleet::FILE
     );
     if let Some(h) = records.first().map(|r| &r.host) {
         let _ = write!(

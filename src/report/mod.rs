@@ -2,6 +2,7 @@
 //! references) and a Markdown summary, from stored run records.
 
 mod charts;
+mod fleet;
 mod html;
 mod markdown;
 pub mod words;
@@ -36,17 +37,20 @@ pub fn charts_for(r: &RunRecord) -> Vec<(String, String)> {
     out
 }
 
-/// Writes `index.html` and `summary.md` into `dir`; returns the HTML path. `fidelity`, when
-/// given, is the model against the kernel threads: the report shows it before the runs, so a
-/// reader sees where the model can be trusted before reading its numbers.
+/// Writes `index.html`, `summary.md` and the fleet page `fleet.html` (the `fleet` runs grouped
+/// by host) into `dir`; returns the index's path. `fidelity`, when given, is the model against
+/// the kernel threads: the report shows it before the runs, so a reader sees where the model
+/// can be trusted before reading its numbers.
 pub fn write(
     records: &[RunRecord],
     fidelity: &[ThreadReport],
+    fleet: &[RunRecord],
     dir: &Path,
 ) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     let index = dir.join("index.html");
     std::fs::write(&index, html::page(records, fidelity))?;
+    std::fs::write(dir.join(fleet::FILE), fleet::page(fleet))?;
     std::fs::write(dir.join("summary.md"), markdown::summary(records, fidelity))?;
     Ok(index)
 }

@@ -131,3 +131,27 @@ pub fn assert_exit(out: &Output, code: i32, needles: &[&str]) {
     }
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// Headless Chromium on the local page `page` with its own profile directory, `extra` flags
+/// first (`--dump-dom`, `--screenshot=...`); the output as it ran. Callers check
+/// [`tool_or_skip`] first.
+pub fn chromium(page: &Path, profile: &Path, extra: &[&str]) -> Output {
+    Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(extra)
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("spawn chromium")
+}
