@@ -181,7 +181,7 @@ const KEYS: &[&str] = &[
     "pebs_isolation",
     "pin_page_ns",
     "cpu_ghz",
-    "offset_op_cycles",
+    "store_forward_stall_cycles",
     "kernel_pgd_bytes",
     "ctx_switch_ns",
 ];

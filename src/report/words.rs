@@ -396,7 +396,7 @@ impl fmt::Display for Finding {
             }
             Finding::PercpuAssumptions { workload, cpus } => write!(
                 f,
-                "{workload} on {cpus} CPUs: op densities are assumptions (src/scenario/percpu.rs WORKLOADS), per-op cycles come from the profile"
+                "{workload} on {cpus} CPUs: this_cpu ops per kernel event are call-site counts (src/model/percpu.rs), instruction latencies and per-event kernel times come from the profile, the kernel share of wall time is an assumption (src/scenario/percpu.rs WORKLOADS)"
             ),
         }
     }
