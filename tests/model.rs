@@ -136,24 +136,100 @@ fn pinning_every_variant_with_units_and_eager_pays_for_every_switch() {
     );
 }
 
+fn percpu(workload: &str, cpus: u32, profile: &str) -> Value {
+    model(
+        "percpu",
+        &[&format!("workload={workload}"), &format!("cpus={cpus}")],
+        &[],
+        profile,
+    )
+}
+
 #[test]
-fn percpu_predicts_a_sys_time_change_for_every_workload() {
-    for w in ["kernel-build", "mm-stress", "fork-heavy"] {
-        let r = model(
-            "percpu",
-            &[&format!("workload={w}")],
-            &[],
-            "arm64-server-160",
+fn percpu_the_fixed_address_saves_the_preempt_toggle_on_arm64_and_nothing_on_x86() {
+    let arm = percpu("kernel-build", 160, "arm64-server-160");
+    let (today, rfc) = (
+        median(&arm, "offset", "op_cycles"),
+        median(&arm, "local-map", "op_cycles"),
+    );
+    assert!(
+        today > 2.0 * rfc,
+        "offset {today} vs local-map {rfc} cycles"
+    );
+    assert!(median(&arm, "local-map", "sys_time_change_pct") < 0.0);
+    assert_eq!(
+        median(&arm, "offset", "ops_per_item"),
+        median(&arm, "local-map", "ops_per_item")
+    );
+    // x86: one %gs instruction either way, one kernel page table.
+    let x86 = percpu("kernel-build", 160, "pvm-epyc");
+    assert_eq!(
+        median(&x86, "offset", "op_cycles"),
+        median(&x86, "local-map", "op_cycles")
+    );
+    assert_eq!(median(&x86, "local-map", "sys_time_change_pct"), 0.0);
+    assert_eq!(median(&x86, "local-map", "pgtable_bytes"), 0.0);
+}
+
+#[test]
+fn percpu_mapping_upkeep_and_page_tables_grow_with_the_cpu_count() {
+    for workload in ["stress-ng-fork", "memcg-create", "memory-hotplug"] {
+        let small = percpu(workload, 16, "arm64-server-160");
+        let large = percpu(workload, 160, "arm64-server-160");
+        let (u16, u160) = (
+            median(&small, "local-map", "upkeep_ns"),
+            median(&large, "local-map", "upkeep_ns"),
         );
-        let change = median(&r, "local-map", "sys_time_change_pct");
-        assert_eq!(
-            variant(&r, "local-map")["metrics"]["sys_time_change_pct"]["unit"],
-            "%"
+        assert!(
+            u160 > 5.0 * u16 && u16 > 0.0,
+            "{workload}: {u16} -> {u160} ns"
         );
-        assert!(change < 0.0, "{w}: {change}%");
-        assert_eq!(median(&r, "offset", "pgtable_bytes"), 0.0);
-        assert!(median(&r, "local-map", "pgtable_bytes") > 0.0);
+        assert_eq!(median(&large, "offset", "upkeep_ns"), 0.0);
+        let (p16, p160) = (
+            median(&small, "local-map", "pgtable_bytes"),
+            median(&large, "local-map", "pgtable_bytes"),
+        );
+        assert_eq!(p160, 10.0 * p16, "{workload}: one table set per CPU");
     }
+}
+
+#[test]
+fn percpu_fork_costs_more_with_cpus_under_the_rfc_only_and_regresses_at_scale() {
+    let fork = |cpus| percpu("stress-ng-fork", cpus, "arm64-server-160");
+    let (a, b, c) = (fork(160), fork(1024), fork(4096));
+    // Today's fork does not depend on how many page tables there are.
+    assert_eq!(
+        median(&a, "offset", "sys_ns"),
+        median(&c, "offset", "sys_ns")
+    );
+    let rfc = |r: &Value| median(r, "local-map", "sys_ns");
+    assert!(rfc(&a) < rfc(&b) && rfc(&b) < rfc(&c));
+    // The saving per op is fixed, the upkeep per CPU is not: past some CPU count the RFC
+    // makes fork slower.
+    assert!(median(&a, "local-map", "throughput_change_pct") > 0.0);
+    assert!(median(&c, "local-map", "throughput_change_pct") < 0.0);
+    // A workload without per-CPU allocations gains the same at any CPU count.
+    let vm = |cpus| {
+        median(
+            &percpu("stress-ng-vm", cpus, "arm64-server-160"),
+            "local-map",
+            "sys_time_change_pct",
+        )
+    };
+    assert_eq!(vm(16), vm(4096));
+}
+
+#[test]
+fn percpu_predictions_are_deterministic() {
+    let strip = |mut v: Value| {
+        for k in ["run_id", "started_at", "finished_at"] {
+            v[k] = Value::Null;
+        }
+        v
+    };
+    let a = strip(percpu("stress-ng-mmapfork", 160, "arm64-server-160"));
+    let b = strip(percpu("stress-ng-mmapfork", 160, "arm64-server-160"));
+    assert_eq!(a, b);
 }
 
 #[test]

@@ -108,11 +108,19 @@ pub const OFFSET_ADD: [Step; 12] = [
     step("mrs x2, tpidr_el1", Insn::SysRegRead, &[]),
     step("add x2, x2, pcp", Insn::Alu, &[3]),
     step("stadd x3, [x2]", Insn::Atomic, &[4]),
-    step("ldr x1, [x0, #preempt_count]", Insn::LoadAfterNarrowStore, &[2]),
+    step(
+        "ldr x1, [x0, #preempt_count]",
+        Insn::LoadAfterNarrowStore,
+        &[2],
+    ),
     step("sub x1, x1, #1", Insn::Alu, &[6]),
     step("str w1, [x0, #preempt.count]", Insn::Store, &[7]),
     step("cbz x1, preempt_schedule", Insn::Alu, &[7]),
-    step("ldr x1, [x0, #preempt_count]", Insn::LoadAfterNarrowStore, &[8]),
+    step(
+        "ldr x1, [x0, #preempt_count]",
+        Insn::LoadAfterNarrowStore,
+        &[8],
+    ),
     step("cbz x1, preempt_schedule", Insn::Alu, &[10]),
 ];
 
@@ -317,7 +325,10 @@ mod tests {
     #[test]
     fn the_preempt_count_chain_is_the_critical_path_of_todays_op() {
         // ldr, add, str, ldr, sub, str, ldr, cbz: the count goes through memory three times.
-        assert_eq!(op_cycles(&OFFSET_ADD, &AMPERE1), 4.0 + 1.0 + 1.0 + 4.0 + 1.0 + 1.0 + 4.0 + 1.0);
+        assert_eq!(
+            op_cycles(&OFFSET_ADD, &AMPERE1),
+            4.0 + 1.0 + 1.0 + 4.0 + 1.0 + 1.0 + 4.0 + 1.0
+        );
         // Without the toggle: ldr offset, add, stadd.
         assert_eq!(op_cycles(&LOCAL_MAP_ADD, &AMPERE1), 4.0 + 1.0 + 4.0);
     }

@@ -74,7 +74,7 @@ fn group_thousands(value: f64) -> String {
 pub fn published_range(p: &crate::lab::fidelity::Published) -> String {
     if p.low == p.high {
         figure(p.low, p.unit)
-    } else if p.low <= 0.0 {
+    } else if p.low == 0.0 {
         format!("< {}", figure(p.high, p.unit))
     } else if p.high.is_infinite() {
         format!("> {}", figure(p.low, p.unit))

@@ -8,6 +8,7 @@
 //! tuned away. Which profile values were fitted, and on what, comes from the profiles
 //! themselves (`fitted_on`), so the table cannot claim less fitting than the inputs carry.
 
+mod percpu;
 mod prefetch;
 
 use serde::Serialize;
@@ -185,7 +186,7 @@ pub trait Thread: Sync {
 }
 
 /// Every thread, in seed order.
-pub static THREADS: &[&dyn Thread] = &[&prefetch::Prefetch];
+pub static THREADS: &[&dyn Thread] = &[&percpu::Percpu, &prefetch::Prefetch];
 
 /// Evaluates every thread (or only `only`, by id), in seed order.
 pub fn evaluate(
