@@ -298,3 +298,32 @@ fn validate_matches_fault_counts_exactly_on_this_host() {
         "calibrate ran and saved the profile"
     );
 }
+
+#[test]
+fn a_calibrated_profile_from_an_older_hvlab_is_completed_from_its_base_with_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut old = hvlab::model::profile::Profile::load("pvm-epyc").unwrap();
+    old.name = "this-host".into();
+    old.costs.remove("load_cycles");
+    old.write(&dir.path().join("this-host.toml")).unwrap();
+    let out = common::hvlab()
+        .args([
+            "run",
+            "percpu",
+            "--backend",
+            "model",
+            "--reps",
+            "1",
+            "--json",
+        ])
+        .env("HVLAB_DB", dir.path().join("hvlab.db"))
+        .output()
+        .unwrap();
+    let r = json(&out);
+    assert_eq!(r["backend"], "model");
+    assert!(
+        common::stderr(&out).contains("load_cycles"),
+        "{}",
+        common::stderr(&out)
+    );
+}

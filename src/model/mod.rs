@@ -160,6 +160,36 @@ pub fn builtin_for(flavour: KvmFlavour) -> (&'static str, &'static str) {
     }
 }
 
+/// A profile calibrated by an older hvlab lacks the costs added since: they come from the
+/// built-in profile calibrate starts from, marked as such, with a note to recalibrate.
+fn complete_from_builtin(
+    host: &HostInfo,
+    path: &std::path::Path,
+) -> Result<(Profile, Option<String>), ProfileError> {
+    let origin = path.to_string_lossy().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ProfileError::Read(origin.clone(), e))?;
+    let mut p: Profile = toml::from_str(&text)
+        .map_err(|e| ProfileError::Parse(origin.clone(), String::new(), Box::new(e)))?;
+    let (name, _) = builtin_for(host.kvm_flavour);
+    let mut added = Vec::new();
+    for (key, cost) in Profile::load(name)?.costs {
+        if let std::collections::btree_map::Entry::Vacant(slot) = p.costs.entry(key) {
+            let provenance = format!(
+                "not in the calibrated profile (written by an older hvlab); from built-in profile {name}: {}",
+                cost.provenance
+            );
+            added.push(slot.key().clone());
+            slot.insert(profile::Cost { provenance, ..cost });
+        }
+    }
+    p.validate(&origin)?;
+    let note = format!(
+        "the calibrated profile {origin} predates {}; they come from built-in profile {name} until `hvlab calibrate` runs again",
+        added.join(", ")
+    );
+    Ok((p, Some(note)))
+}
+
 /// The profile to use when none is given: the one calibrated on this host, else the built-in
 /// closest to it, with a note when that is not a match for this host's flavour.
 pub fn default_profile(
@@ -167,7 +197,11 @@ pub fn default_profile(
     calibrated: Option<&std::path::Path>,
 ) -> Result<(Profile, Option<String>), ProfileError> {
     if let Some(path) = calibrated.filter(|p| p.exists()) {
-        return Ok((Profile::load(&path.to_string_lossy())?, None));
+        let origin = path.to_string_lossy();
+        return match Profile::load(&origin) {
+            Err(ProfileError::Missing { .. }) => complete_from_builtin(host, path),
+            loaded => Ok((loaded?, None)),
+        };
     }
     let (name, how) = builtin_for(host.kvm_flavour);
     let note = (host.kvm_flavour == KvmFlavour::Svm).then(|| {
