@@ -257,6 +257,9 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match dispatch(cli) {
         Ok(code) => code,
+        // A reader that stopped early (`| head`) is not an error worth a message, as for
+        // any Unix filter.
+        Err(Error::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => {
             let chain = e.chain();
             eprintln!("error: {}", chain[0]);
