@@ -8,7 +8,9 @@
 //! tuned away. Which profile values were fitted, and on what, comes from the profiles
 //! themselves (`fitted_on`), so the table cannot claim less fitting than the inputs carry.
 
+mod pebs;
 mod prefetch;
+mod spe;
 
 use serde::Serialize;
 
@@ -185,7 +187,7 @@ pub trait Thread: Sync {
 }
 
 /// Every thread, in seed order.
-pub static THREADS: &[&dyn Thread] = &[&prefetch::Prefetch];
+pub static THREADS: &[&dyn Thread] = &[&spe::Spe, &pebs::Pebs, &prefetch::Prefetch];
 
 /// Evaluates every thread (or only `only`, by id), in seed order.
 pub fn evaluate(
