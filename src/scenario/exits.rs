@@ -5,7 +5,9 @@
 //! `KVM_RUN`, while one KVM completes itself (CPUID, a hypercall, an ioeventfd write) does not.
 //! With a guest vPMU, KVM also swaps PMU MSRs on every transition (`PERF_GLOBAL_CTRL`, and for
 //! PEBS `PEBS_ENABLE`, `DS_AREA`, `PEBS_DATA_CFG`), which `pmu-on`/`pmu-off` compare where
-//! `KVM_CAP_PMU_CAPABILITY` exists.
+//! `KVM_CAP_PMU_CAPABILITY` exists. The model variants build those lists per MSR before and
+//! after the PEBS_ENABLE series over a fastpath exit (the thread's base), report the lists,
+//! the writes per roundtrip and the race explorer's findings (`model::pmu`).
 //!
 //! Each repetition builds a VM whose guest runs one exit-causing instruction `iterations`
 //! times between its `Start` and `End` signals. `roundtrip_ns` is host time over that batch per

@@ -8,7 +8,9 @@
 //! happens per switch. Policies compared: `eager` (that), `keep` (keep the pin when the buffer
 //! is disabled), `intersect` (unpin only when the guest enables a buffer that does not
 //! intersect the pinned one), `aging` (keep, and release pins unused for `aging_ms`), all under
-//! a cap on pinned bytes. Both backends run the same pin manager ([`PinCache`]): the model
+//! a cap on pinned bytes; and, model only, `no-pin`: nothing pinned, the buffer faulted in at
+//! stage 2 as SPE writes it, each fault a blackout. Every enable walks stage 1 (model), even
+//! when the pin is kept. Both backends run the same pin manager ([`PinCache`]): the model
 //! with costed pins, the kvm backend with real ones (`mlock` or io_uring buffer registration)
 //! driven by a guest that rings enable/disable doorbells around each slice and writes records
 //! into its buffer.
