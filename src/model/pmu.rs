@@ -473,27 +473,30 @@ pub fn explore(cfg: PmuConfig, cpu: PebsCpu) -> Vec<RaceReport> {
     }
     let checker = PebsRace { cfg, cpu }.checker().spawn_bfs().join();
     let states = checker.unique_state_count();
-    [(STALE_PEBS, "PEBS_ENABLE"), (STALE_CTRL, "PERF_GLOBAL_CTRL")]
-        .into_iter()
-        .map(|(property, register)| {
-            let interleaving: Vec<String> = checker
-                .discovery(property)
-                .map(|path| {
-                    path.into_actions()
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect()
-                })
-                .unwrap_or_default();
-            RaceReport {
-                scheme: cfg.scheme.name().into(),
-                register: register.into(),
-                stale_bit: !interleaving.is_empty(),
-                interleaving,
-                states,
-            }
-        })
-        .collect()
+    [
+        (STALE_PEBS, "PEBS_ENABLE"),
+        (STALE_CTRL, "PERF_GLOBAL_CTRL"),
+    ]
+    .into_iter()
+    .map(|(property, register)| {
+        let interleaving: Vec<String> = checker
+            .discovery(property)
+            .map(|path| {
+                path.into_actions()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        RaceReport {
+            scheme: cfg.scheme.name().into(),
+            register: register.into(),
+            stale_bit: !interleaving.is_empty(),
+            interleaving,
+            states,
+        }
+    })
+    .collect()
 }
 
 #[cfg(test)]

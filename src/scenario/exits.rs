@@ -379,6 +379,23 @@ impl Experiment for Exits {
         analyse(o.names, &kinds, o.results, o.seed)
     }
 
+    fn showcases(&self) -> &'static [super::Showcase] {
+        &[super::Showcase {
+            profile: "intel-spr-vmx",
+            variants: &[
+                "fastpath",
+                "vpmu-none",
+                "vpmu-old",
+                "vpmu-new",
+                "vpmu-quiesced",
+                "pebs-old",
+                "pebs-new",
+            ],
+            sets: &["host_pebs=1", "iterations=1000"],
+            why: "003 (PEBS_ENABLE on KVM transitions): on a PEBS-isolating Intel server with a host PEBS event, the series drops 7 MSR writes per fastpath roundtrip (3 with guest PEBS); the race explorer finds the stuck PEBS_ENABLE bit before it for every guest, a stale PERF_GLOBAL_CTRL after it, and neither once KVM zeroes PERF_GLOBAL_CTRL first",
+        }]
+    }
+
     fn charts(&self, _record: &RunRecord) -> Vec<Chart> {
         vec![Chart::Bars {
             metric: INFO.headline,
