@@ -124,7 +124,6 @@ impl Backend for ModelBackend {
                     }
                 };
                 let costs = pmu::SwitchCosts {
-                    fastpath: g("exit_fastpath_cycles")?,
                     load_entry: g("msr_load_entry_cycles")?,
                     wrmsr: g("wrmsr_cycles")?,
                 };

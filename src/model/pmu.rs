@@ -238,11 +238,9 @@ pub fn atomic_switch_perf_msrs(
     (out, wrmsrs)
 }
 
-/// Costs of the pieces of one fastpath roundtrip, cycles.
+/// Costs of the MSR switching in one roundtrip, cycles.
 #[derive(Debug, Clone, Copy)]
 pub struct SwitchCosts {
-    /// A fastpath exit and re-entry with nothing switched.
-    pub fastpath: f64,
     /// One MSR loaded by the CPU from a VM-entry or VM-exit MSR-load list, or from the VMCS's
     /// `PERF_GLOBAL_CTRL` fields.
     pub load_entry: f64,

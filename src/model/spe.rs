@@ -167,7 +167,7 @@ pub fn run(costs: &PinCosts, plan: &PinPlan) -> Result<PinResult, Error> {
                 now += cache.disable(now, old)?;
             }
             if !no_pin {
-                // kvm_arm_spe's enable: the walk comes first, pinned or not.
+                // The enable path walks first, pinned or not: VA→IPA may have changed.
                 cache.walked(walk_ns);
                 now += walk_ns;
             }
