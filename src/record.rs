@@ -281,6 +281,28 @@ pub enum Finding {
         /// The pin cap.
         cap_bytes: u64,
     },
+    /// Records lost while SPE stopped on stage-2 faults on an unpinned buffer (no-pin).
+    FaultBlackouts {
+        /// Records lost (median).
+        records: f64,
+        /// Stage-2 faults on the buffer (median).
+        faults: f64,
+        /// Percent of the buffer the host unmapped at every switch-out.
+        unmap_pct: u32,
+    },
+    /// How KVM switches the perf MSRs for a PMU configuration (model).
+    PmuMsrLists {
+        /// MSRs in the VM-entry and VM-exit MSR-load lists.
+        load_list: Vec<String>,
+        /// MSRs in the VMCS's dedicated fields.
+        vmcs_fields: Vec<String>,
+        /// MSRs dropped because host and guest values are equal.
+        dropped: Vec<String>,
+        /// Explicit WRMSRs before VM-entry.
+        wrmsrs: u32,
+    },
+    /// Guest PEBS is cut while the host uses PEBS (model).
+    GuestPebsDisabled,
     /// What the race explorer found for a PMU scheme.
     RaceExplored(crate::backend::exits::RaceReport),
     /// Which inputs of a percpu prediction are assumptions.

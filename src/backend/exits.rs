@@ -27,6 +27,10 @@ pub enum ExitKind {
     PmuOn,
     /// `out` with the vPMU off.
     PmuOff,
+    /// A WRMSR KVM completes in `vcpu_enter_guest()`'s fastpath
+    /// (`handle_fastpath_set_msr_irqoff()`, e.g. `IA32_TSC_DEADLINE`), never leaving the run
+    /// loop.
+    Fastpath,
 }
 
 impl ExitKind {
@@ -57,6 +61,7 @@ impl ExitKind {
             ExitKind::Ioeventfd => "ioeventfd",
             ExitKind::PmuOn => "pmu-on",
             ExitKind::PmuOff => "pmu-off",
+            ExitKind::Fastpath => "fastpath",
         }
     }
 
@@ -75,6 +80,18 @@ impl ExitKind {
     }
 }
 
+/// Which PMU MSR-switching scheme a model variant runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PmuScheme {
+    /// Before "perf/x86: Don't write PEBS_ENABLED on KVM transitions": every PEBS MSR listed.
+    Old,
+    /// After it: `PEBS_ENABLE` never listed on CPUs with PEBS isolation.
+    New,
+    /// After it, and KVM zeroes `PERF_GLOBAL_CTRL` before asking perf for the list (Peter
+    /// Zijlstra's point in the thread, not part of the series).
+    NewQuiesced,
+}
+
 /// A guest PMU configuration for the model (`pmu` mechanism).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PmuConfig {
@@ -82,10 +99,117 @@ pub struct PmuConfig {
     pub guest_vpmu: bool,
     /// The guest uses PEBS.
     pub guest_pebs: bool,
-    /// The host has PEBS events active.
+    /// The host has a PEBS event active.
     pub host_pebs: bool,
-    /// The PEBS-isolation scheme (false: the old one).
-    pub new_scheme: bool,
+    /// The host's PEBS event uses adaptive PEBS data groups (`PEBS_DATA_CFG` non-zero).
+    pub host_pebs_data_cfg: bool,
+    /// The switching scheme.
+    pub scheme: PmuScheme,
+}
+
+/// A perf MSR KVM may switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MsrKind {
+    /// `MSR_CORE_PERF_GLOBAL_CTRL`.
+    PerfGlobalCtrl,
+    /// `MSR_IA32_PEBS_ENABLE`.
+    PebsEnable,
+    /// `MSR_IA32_DS_AREA`.
+    DsArea,
+    /// `MSR_PEBS_DATA_CFG`.
+    PebsDataCfg,
+}
+
+impl MsrKind {
+    /// The kernel's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            MsrKind::PerfGlobalCtrl => "PERF_GLOBAL_CTRL",
+            MsrKind::PebsEnable => "PEBS_ENABLE",
+            MsrKind::DsArea => "DS_AREA",
+            MsrKind::PebsDataCfg => "PEBS_DATA_CFG",
+        }
+    }
+}
+
+/// How one listed MSR is switched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SwitchedVia {
+    /// Host and guest values are equal: removed from the lists.
+    Dropped,
+    /// The VMCS's guest/host `IA32_PERF_GLOBAL_CTRL` fields (entry and exit controls).
+    VmcsField,
+    /// One entry in the VM-entry MSR-load list and one in the VM-exit list.
+    LoadList,
+}
+
+/// One MSR as KVM switches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SwitchedMsr {
+    /// Which.
+    pub msr: MsrKind,
+    /// Host value.
+    pub host: u64,
+    /// Guest value.
+    pub guest: u64,
+    /// How.
+    pub via: SwitchedVia,
+}
+
+/// What the PMU race explorer found for one scheme and one register: whether some
+/// interleaving leaves a stale enable bit after VM-exit, the first such interleaving, and how
+/// many states it explored.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RaceReport {
+    /// The scheme explored (`old`, `new`, `new-quiesced`).
+    pub scheme: String,
+    /// The register whose bit may go stale (`PEBS_ENABLE`, `PERF_GLOBAL_CTRL`).
+    pub register: String,
+    /// Whether a stale bit survives VM-exit in some interleaving.
+    pub stale_bit: bool,
+    /// The shortest such interleaving, step by step (empty when none).
+    pub interleaving: Vec<String>,
+    /// Distinct states explored (all: the search is exhaustive).
+    pub states: usize,
+}
+
+impl PmuScheme {
+    /// The scheme's name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            PmuScheme::Old => "old",
+            PmuScheme::New => "new",
+            PmuScheme::NewQuiesced => "new-quiesced",
+        }
+    }
+}
+
+/// The PMU switching of one model variant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PmuOutcome {
+    /// Every MSR perf listed, and how KVM switches it.
+    pub msrs: Vec<SwitchedMsr>,
+    /// Explicit WRMSRs before VM-entry.
+    pub wrmsrs: u32,
+    /// The guest's PEBS counters are cut because the host uses PEBS.
+    pub guest_pebs_suppressed: bool,
+    /// The race explorer's reports (empty without a host PEBS event).
+    pub races: Vec<RaceReport>,
+}
+
+impl PmuOutcome {
+    /// MSR loads the CPU does per roundtrip (from the lists and the VMCS fields).
+    pub fn loads(&self) -> u32 {
+        self.msrs
+            .iter()
+            .map(|m| if m.via == SwitchedVia::Dropped { 0 } else { 2 })
+            .sum()
+    }
+
+    /// MSR writes per roundtrip: loads plus explicit WRMSRs.
+    pub fn writes(&self) -> u32 {
+        self.loads() + self.wrmsrs
+    }
 }
 
 /// One batch to run.
@@ -116,23 +240,6 @@ pub struct ExitResult {
     pub userspace_exits: u64,
     /// Statistics that changed during the batch: (metric name, unit, delta).
     pub kvm_stats: Vec<(String, String, i128)>,
-    /// MSR writes per roundtrip (model), and what the race explorer found.
-    pub msr_writes: Option<u32>,
-    /// The race explorer's verdict, for PEBS variants (model).
-    pub race: Option<RaceReport>,
-}
-
-/// What the PMU race explorer found for one scheme: whether some interleaving leaves a stale
-/// enable bit after VM-exit, the first such interleaving, and how many states it explored.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RaceReport {
-    /// The scheme explored (`old`: PEBS_ENABLE switched on every transition; `new`: left
-    /// alone where the CPU isolates PEBS).
-    pub scheme: String,
-    /// Whether a stale enable bit survives VM-exit in some interleaving.
-    pub stale_bit: bool,
-    /// The shortest such interleaving, step by step (empty when none).
-    pub interleaving: Vec<String>,
-    /// Distinct states explored.
-    pub states: usize,
+    /// The PMU switching and race reports (model PMU variants).
+    pub pmu: Option<PmuOutcome>,
 }

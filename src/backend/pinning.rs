@@ -14,6 +14,9 @@ pub enum PinPolicy {
     Intersect,
     /// Unpin what was unused for this many ns.
     Aging(u64),
+    /// Never pin: the buffer is mapped at stage 2 as the guest's SPE writes fault it in,
+    /// and each fault is a blackout (model only).
+    NoPin,
 }
 
 /// One trace to run.
@@ -39,6 +42,11 @@ pub struct PinPlan {
     pub tail_ns: u64,
     /// How the kvm backend pins.
     pub method: PinMethod,
+    /// SPE records written per ms of profiling.
+    pub records_per_ms: u64,
+    /// no-pin: percent of the buffer's pages the host removes from stage 2 while the task is
+    /// switched out (reclaim, compaction, NUMA balancing through MMU notifiers).
+    pub unmap_pct: u32,
 }
 
 /// What one trace did.
@@ -54,6 +62,12 @@ pub struct PinResult {
     pub pinned_bytes_end: u64,
     /// Records lost to blackouts.
     pub blackout_records: u64,
+    /// Time walking guest stage 1 (model: every enable walks, pinned or not).
+    pub walk_ns: u64,
+    /// Stage-2 faults on the buffer (no-pin), and the time they took.
+    pub stage2_faults: u64,
+    /// See `stage2_faults`.
+    pub fault_ns: u64,
     /// Slices run.
     pub slices: u32,
     /// (ns, pinned bytes) at every change, for charts.
@@ -69,9 +83,12 @@ pub enum PinMethod {
     IoUring,
 }
 
-/// Records SPE writes per ms of profiling (a 4 KiB page holds 64 records of 64 bytes; at the
-/// default sampling interval a busy task fills a few pages a millisecond).
+/// Records SPE writes per ms of profiling by default (a 4 KiB page holds 64 records of 64
+/// bytes; at the default sampling interval a busy task fills a few pages a millisecond).
 pub const RECORDS_PER_MS: u64 = 100;
+
+/// Records of 64 bytes per 4 KiB page.
+pub const RECORDS_PER_PAGE: u64 = 64;
 
 /// Takes and releases pins, real or modelled, and says how long each took.
 pub trait Pinner {
@@ -119,6 +136,9 @@ impl<P: Pinner> PinCache<P> {
                 pinned_bytes_max: 0,
                 pinned_bytes_end: 0,
                 blackout_records: 0,
+                walk_ns: 0,
+                stage2_faults: 0,
+                fault_ns: 0,
                 slices: plan.slices,
                 timeline: vec![(0, 0)],
             },
@@ -171,6 +191,9 @@ impl<P: Pinner> PinCache<P> {
     /// does not fit under the cap: a blackout.
     pub fn enable(&mut self, now: u64, addr: u64) -> Result<(bool, u64), Error> {
         let bytes = self.buffer_bytes;
+        if self.policy == PinPolicy::NoPin {
+            return Ok((false, 0));
+        }
         let mut spent = self.age(now, Some(addr))?;
         if let Some(p) = self.pins.iter_mut().find(|p| p.addr == addr) {
             p.last_used = now + spent;
@@ -229,6 +252,17 @@ impl<P: Pinner> PinCache<P> {
     /// Counts records that fell in a blackout.
     pub fn blackout(&mut self, records: u64) {
         self.out.blackout_records += records;
+    }
+
+    /// Adds time the model spent walking guest stage 1.
+    pub fn walked(&mut self, ns: u64) {
+        self.out.walk_ns += ns;
+    }
+
+    /// Adds stage-2 faults on the buffer and the time they took.
+    pub fn faulted(&mut self, faults: u64, ns: u64) {
+        self.out.stage2_faults += faults;
+        self.out.fault_ns += ns;
     }
 
     /// Ends the trace at `now`, releasing nothing: what is pinned at the end is reported.

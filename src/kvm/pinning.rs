@@ -23,6 +23,12 @@ const STRIDE_PAD: u64 = 2 << 20;
 /// `off_ns` (other tasks run); after it, an idle tail lets the aging timer act.
 pub fn pin_trace(kvm: &Kvm, host: &HostInfo, plan: &PinPlan) -> Result<PinResult, Error> {
     let _ = host;
+    if plan.policy == crate::backend::pinning::PinPolicy::NoPin {
+        return Err(KvmError::Unsupported(
+            "no-pin is model-only: without SPE hardware the kvm backend cannot see records lost to stage-2 faults".into(),
+        )
+        .into());
+    }
     check_memlock(plan.cap_bytes, plan.buffer_bytes)?;
     let generations = if plan.relocate_every == 0 {
         1

@@ -103,23 +103,38 @@ impl Backend for ModelBackend {
 
     fn exit_roundtrips(&mut self, plan: &ExitPlan) -> Result<ExitResult, Error> {
         let g = |k| self.profile.get(k, "pmu").map_err(ModelError::from);
-        let isolation = g("pebs_isolation")? != 0.0;
+        let ghz = g("cpu_ghz")?;
         let base = match plan.kind {
             ExitKind::Cpuid | ExitKind::Hypercall => g("exit_kernel_ns")?,
             // An ioeventfd write completes in the kernel but goes through the MMIO bus.
             ExitKind::Ioeventfd => (g("exit_kernel_ns")? + g("exit_userspace_ns")?) / 3.0,
+            ExitKind::Fastpath => g("exit_fastpath_cycles")? / ghz,
             _ => g("exit_userspace_ns")?,
         };
-        let (writes, race) = match plan.pmu {
+        // Only PMU variants read the PMU costs, so a profile calibrated before they existed
+        // still runs the plain exit kinds.
+        let pmu = match plan.pmu {
             Some(cfg) => {
-                let race = cfg
-                    .guest_pebs
-                    .then(|| pmu::explore(cfg.new_scheme && isolation));
-                (Some(pmu::msr_writes(cfg, isolation)), race)
+                let cpu = if g("pebs_isolation")? != 0.0 {
+                    pmu::PebsCpu::isolated()
+                } else {
+                    pmu::PebsCpu {
+                        isolation: false,
+                        ..pmu::PebsCpu::isolated()
+                    }
+                };
+                let costs = pmu::SwitchCosts {
+                    load_entry: g("msr_load_entry_cycles")?,
+                    wrmsr: g("wrmsr_cycles")?,
+                };
+                let mut outcome = pmu::switch_plan(cfg, cpu);
+                outcome.races = pmu::explore(cfg, cpu);
+                let extra = pmu::switch_cycles(&outcome, &costs) / ghz;
+                Some((outcome, extra))
             }
-            None => (None, None),
+            None => None,
         };
-        let per_iter = base + f64::from(writes.unwrap_or(0)) * g("msr_switch_ns")?;
+        let per_iter = base + pmu.as_ref().map_or(0.0, |(_, ns)| *ns);
         let n = plan.iterations;
         let userspace = if plan.kind.exits_to_userspace() { n } else { 0 };
         Ok(ExitResult {
@@ -128,11 +143,10 @@ impl Backend for ModelBackend {
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             elapsed_ns: (per_iter * n as f64).round() as u64,
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            tsc_ticks: (per_iter * n as f64 * g("cpu_ghz")?).round() as u64,
+            tsc_ticks: (per_iter * n as f64 * ghz).round() as u64,
             userspace_exits: userspace,
             kvm_stats: Vec::new(),
-            msr_writes: writes,
-            race,
+            pmu: pmu.map(|(o, _)| o),
         })
     }
 

@@ -377,20 +377,53 @@ impl fmt::Display for Finding {
                 f,
                 "{records} records fell in blackouts: the buffer ({buffer_bytes} bytes) could not be pinned under the {cap_bytes} byte cap"
             ),
+            Finding::FaultBlackouts {
+                records,
+                faults,
+                unmap_pct,
+            } => write!(
+                f,
+                "{records} records fell in blackouts: SPE stopped at each of {faults} stage-2 faults on the unpinned buffer until the fault was handled ({unmap_pct}% of the buffer unmapped at every switch-out)"
+            ),
+            Finding::PmuMsrLists {
+                load_list,
+                vmcs_fields,
+                dropped,
+                wrmsrs,
+            } => {
+                let list = |v: &[String]| {
+                    if v.is_empty() {
+                        "none".to_string()
+                    } else {
+                        v.join(", ")
+                    }
+                };
+                write!(
+                    f,
+                    "MSR-load lists: {}; VMCS PERF_GLOBAL_CTRL fields: {}; dropped (host value equals guest value): {}; explicit WRMSRs before VM-entry: {wrmsrs}",
+                    list(load_list),
+                    list(vmcs_fields),
+                    list(dropped)
+                )
+            }
+            Finding::GuestPebsDisabled => f.write_str(
+                "guest PEBS is disabled while the host uses PEBS: its counters are left out of the guest's PERF_GLOBAL_CTRL (the series keeps this restriction, with a FIXME)",
+            ),
             Finding::RaceExplored(r) => {
                 if r.stale_bit {
                     write!(
                         f,
-                        "race explorer ({} scheme): a stale PEBS_ENABLE bit survives VM-exit: {} (the NMI throttled the event after the MSR list captured its enable bit; {} states explored)",
+                        "race explorer ({} scheme): a stale {} bit survives VM-exit: {} (perf's NMI changed the bit after the list captured the host value; {} states explored)",
                         r.scheme,
+                        r.register,
                         r.interleaving.join(" → "),
                         r.states
                     )
                 } else {
                     write!(
                         f,
-                        "race explorer ({} scheme): no interleaving of build list, NMI throttle, VM-entry and VM-exit leaves a stale PEBS_ENABLE bit ({} states explored exhaustively)",
-                        r.scheme, r.states
+                        "race explorer ({} scheme): no interleaving of list building, host PEBS NMI, VM-entry and VM-exit leaves a stale {} bit ({} states explored exhaustively)",
+                        r.scheme, r.register, r.states
                     )
                 }
             }

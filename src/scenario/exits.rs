@@ -5,7 +5,9 @@
 //! `KVM_RUN`, while one KVM completes itself (CPUID, a hypercall, an ioeventfd write) does not.
 //! With a guest vPMU, KVM also swaps PMU MSRs on every transition (`PERF_GLOBAL_CTRL`, and for
 //! PEBS `PEBS_ENABLE`, `DS_AREA`, `PEBS_DATA_CFG`), which `pmu-on`/`pmu-off` compare where
-//! `KVM_CAP_PMU_CAPABILITY` exists.
+//! `KVM_CAP_PMU_CAPABILITY` exists. The model variants build those lists per MSR before and
+//! after the PEBS_ENABLE series over a fastpath exit (the thread's base), report the lists,
+//! the writes per roundtrip and the race explorer's findings (`model::pmu`).
 //!
 //! Each repetition builds a VM whose guest runs one exit-causing instruction `iterations`
 //! times between its `Start` and `End` signals. `roundtrip_ns` is host time over that batch per
@@ -23,7 +25,9 @@ use super::{Chart, Experiment, Observed, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
 use crate::analysis::validate::check;
-use crate::backend::exits::{ExitKind, ExitPlan, ExitResult, PmuConfig};
+use crate::backend::exits::{
+    ExitKind, ExitPlan, ExitResult, PmuConfig, PmuOutcome, PmuScheme, SwitchedVia,
+};
 use crate::backend::host::HostInfo;
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
@@ -88,30 +92,42 @@ static VARIANTS: [VariantInfo; 10] = [
     },
 ];
 
-static MODEL_VARIANTS: [VariantInfo; 5] = [
+static MODEL_VARIANTS: [VariantInfo; 8] = [
     VariantInfo {
-        name: "vpmu-old",
-        doc: "model: pio-out with a guest vPMU (no PEBS), MSRs switched by the old scheme",
-    },
-    VariantInfo {
-        name: "vpmu-new",
-        doc: "model: pio-out with a guest vPMU (no PEBS), PEBS-isolation scheme",
-    },
-    VariantInfo {
-        name: "pebs-old",
-        doc: "model: pio-out with guest PEBS, old scheme (+ race explorer)",
-    },
-    VariantInfo {
-        name: "pebs-new",
-        doc: "model: pio-out with guest PEBS, PEBS-isolation scheme (+ race explorer)",
+        name: "fastpath",
+        doc: "model: a WRMSR KVM completes in the run loop's fastpath (handle_fastpath_set_msr_irqoff), no vPMU switching (kvm: unsupported, hvlab's guest arms no LAPIC timer)",
     },
     VariantInfo {
         name: "vpmu-none",
-        doc: "model: pio-out with no guest vPMU: nothing switched",
+        doc: "model: fastpath exit, guest without a vPMU; perf still switches PMU MSRs when the host has PEBS events",
+    },
+    VariantInfo {
+        name: "vpmu-old",
+        doc: "model: fastpath exit, guest vPMU without PEBS, MSRs listed before the PEBS_ENABLE series",
+    },
+    VariantInfo {
+        name: "vpmu-new",
+        doc: "model: fastpath exit, guest vPMU without PEBS, after the series (PEBS isolation: PEBS_ENABLE never switched)",
+    },
+    VariantInfo {
+        name: "vpmu-quiesced",
+        doc: "model: vpmu-new, and KVM zeroes PERF_GLOBAL_CTRL before building the list (Peter Zijlstra's point)",
+    },
+    VariantInfo {
+        name: "pebs-old",
+        doc: "model: fastpath exit, guest using PEBS, before the series",
+    },
+    VariantInfo {
+        name: "pebs-new",
+        doc: "model: fastpath exit, guest using PEBS, after the series",
+    },
+    VariantInfo {
+        name: "pebs-quiesced",
+        doc: "model: pebs-new, and KVM zeroes PERF_GLOBAL_CTRL before building the list",
     },
 ];
 
-static PARAMS: [ParamInfo; 4] = [
+static PARAMS: [ParamInfo; 5] = [
     ParamInfo {
         name: "iterations",
         default: "10000",
@@ -134,6 +150,12 @@ static PARAMS: [ParamInfo; 4] = [
         name: "host_pebs",
         default: "1",
         doc: "model: the host has PEBS events active (1) or not (0)",
+        model_only: true,
+    },
+    ParamInfo {
+        name: "host_pebs_data_cfg",
+        default: "1",
+        doc: "model: the host's PEBS event uses adaptive PEBS data groups, so PEBS_DATA_CFG is non-zero (1) or not (0)",
         model_only: true,
     },
 ];
@@ -174,6 +196,7 @@ pub fn plans(
         settings.reject_model_only()?;
     }
     let host_pebs = settings.u32_in("host_pebs", 0..=1)? == 1;
+    let host_pebs_data_cfg = settings.u32_in("host_pebs_data_cfg", 0..=1)? == 1;
     let names: Vec<String> = if request.variants.is_empty() {
         INFO.variants_for(backend)
             .map(|v| v.name.to_string())
@@ -187,20 +210,26 @@ pub fn plans(
             if !INFO.variants_for(backend).any(|v| v.name == name) {
                 return Err(INFO.unknown_variant(&name, backend));
             }
-            let pmu = |guest_vpmu, guest_pebs, new_scheme| {
+            let pmu = |guest_vpmu, guest_pebs, scheme| {
                 Some(PmuConfig {
                     guest_vpmu,
                     guest_pebs,
                     host_pebs,
-                    new_scheme,
+                    host_pebs_data_cfg,
+                    scheme,
                 })
             };
+            // The thread measures PMU switching over a fastpath exit.
+            let fast = ExitKind::Fastpath;
             let (kind, pmu) = match name.as_str() {
-                "vpmu-old" => (ExitKind::PioOut, pmu(true, false, false)),
-                "vpmu-new" => (ExitKind::PioOut, pmu(true, false, true)),
-                "pebs-old" => (ExitKind::PioOut, pmu(true, true, false)),
-                "pebs-new" => (ExitKind::PioOut, pmu(true, true, true)),
-                "vpmu-none" => (ExitKind::PioOut, pmu(false, false, true)),
+                "fastpath" => (fast, None),
+                "vpmu-none" => (fast, pmu(false, false, PmuScheme::Old)),
+                "vpmu-old" => (fast, pmu(true, false, PmuScheme::Old)),
+                "vpmu-new" => (fast, pmu(true, false, PmuScheme::New)),
+                "vpmu-quiesced" => (fast, pmu(true, false, PmuScheme::NewQuiesced)),
+                "pebs-old" => (fast, pmu(true, true, PmuScheme::Old)),
+                "pebs-new" => (fast, pmu(true, true, PmuScheme::New)),
+                "pebs-quiesced" => (fast, pmu(true, true, PmuScheme::NewQuiesced)),
                 other => (
                     ExitKind::ALL
                         .into_iter()
@@ -253,14 +282,17 @@ fn analyse_variant(name: &str, kind: ExitKind, batches: &[ExitResult], seed: u64
         for (stat, _, delta) in &b.kvm_stats {
             series.push(stat, "ratio", *delta as f64 / n);
         }
-        if let Some(w) = b.msr_writes {
-            series.push("msr_writes_per_roundtrip", "count", f64::from(w));
+        if let Some(pmu) = &b.pmu {
+            series
+                .push("msr_writes_per_roundtrip", "count", f64::from(pmu.writes()))
+                .push("msr_loads_per_roundtrip", "count", f64::from(pmu.loads()))
+                .push("wrmsr_per_roundtrip", "count", f64::from(pmu.wrmsrs));
         }
     }
     let metrics = series.finish(batches.len(), name, seed);
     let mut findings = Vec::new();
-    if let Some(race) = batches.first().and_then(|b| b.race.clone()) {
-        findings.push(Finding::RaceExplored(race));
+    if let Some(pmu) = batches.first().and_then(|b| b.pmu.as_ref()) {
+        findings.extend(pmu_findings(pmu));
     }
     let exits = metrics.get("kvm.vcpu.exits").map_or(1.0, |m| m.median);
     if batches.iter().any(|b| !b.kvm_stats.is_empty()) && (exits - 1.0).abs() > 0.05 {
@@ -295,6 +327,28 @@ fn analyse_variant(name: &str, kind: ExitKind, batches: &[ExitResult], seed: u64
     }
 }
 
+/// What the PMU model found: the lists as built, the host-PEBS restriction, the races.
+fn pmu_findings(pmu: &PmuOutcome) -> Vec<Finding> {
+    let names = |via: SwitchedVia| -> Vec<String> {
+        pmu.msrs
+            .iter()
+            .filter(|m| m.via == via)
+            .map(|m| m.msr.name().to_string())
+            .collect()
+    };
+    let mut out = vec![Finding::PmuMsrLists {
+        load_list: names(SwitchedVia::LoadList),
+        vmcs_fields: names(SwitchedVia::VmcsField),
+        dropped: names(SwitchedVia::Dropped),
+        wrmsrs: pmu.wrmsrs,
+    }];
+    if pmu.guest_pebs_suppressed {
+        out.push(Finding::GuestPebsDisabled);
+    }
+    out.extend(pmu.races.iter().cloned().map(Finding::RaceExplored));
+    out
+}
+
 /// The exits scenario.
 #[derive(Debug)]
 pub struct Exits;
@@ -323,6 +377,23 @@ impl Experiment for Exits {
     fn analyse(&self, o: Observed<'_, ExitPlan, ExitResult>) -> ScenarioOutcome {
         let kinds: Vec<ExitKind> = o.plans.iter().map(|p| p.kind).collect();
         analyse(o.names, &kinds, o.results, o.seed)
+    }
+
+    fn showcases(&self) -> &'static [super::Showcase] {
+        &[super::Showcase {
+            profile: "intel-spr-vmx",
+            variants: &[
+                "fastpath",
+                "vpmu-none",
+                "vpmu-old",
+                "vpmu-new",
+                "vpmu-quiesced",
+                "pebs-old",
+                "pebs-new",
+            ],
+            sets: &["host_pebs=1", "iterations=1000"],
+            why: "003 (PEBS_ENABLE on KVM transitions): on a PEBS-isolating Intel server with a host PEBS event, the series drops 7 MSR writes per fastpath roundtrip (3 with guest PEBS); the race explorer finds the stuck PEBS_ENABLE bit before it for every guest, a stale PERF_GLOBAL_CTRL after it, and neither once KVM zeroes PERF_GLOBAL_CTRL first",
+        }]
     }
 
     fn charts(&self, _record: &RunRecord) -> Vec<Chart> {
@@ -381,8 +452,7 @@ mod tests {
             tsc_ticks: 45_000_000,
             userspace_exits: userspace,
             kvm_stats: vec![("kvm.vcpu.exits".into(), "count".into(), exits)],
-            msr_writes: None,
-            race: None,
+            pmu: None,
         }
     }
 

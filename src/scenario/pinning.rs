@@ -8,7 +8,9 @@
 //! happens per switch. Policies compared: `eager` (that), `keep` (keep the pin when the buffer
 //! is disabled), `intersect` (unpin only when the guest enables a buffer that does not
 //! intersect the pinned one), `aging` (keep, and release pins unused for `aging_ms`), all under
-//! a cap on pinned bytes. Both backends run the same pin manager ([`PinCache`]): the model
+//! a cap on pinned bytes; and, model only, `no-pin`: nothing pinned, the buffer faulted in at
+//! stage 2 as SPE writes it, each fault a blackout. Every enable walks stage 1 (model), even
+//! when the pin is kept. Both backends run the same pin manager ([`PinCache`]): the model
 //! with costed pins, the kvm backend with real ones (`mlock` or io_uring buffer registration)
 //! driven by a guest that rings enable/disable doorbells around each slice and writes records
 //! into its buffer.
@@ -30,7 +32,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     name: "pinning",
     summary: "pinning an SPE profiling buffer on every enable/disable vs keeping, intersecting or aging pins",
     variants: &VARIANTS,
-    model_variants: &[],
+    model_variants: &MODEL_VARIANTS,
     params: &PARAMS,
     metrics: &METRICS,
     headline: "slice_overhead_us",
@@ -58,7 +60,12 @@ static VARIANTS: [VariantInfo; 4] = [
     },
 ];
 
-static PARAMS: [ParamInfo; 10] = [
+static MODEL_VARIANTS: [VariantInfo; 1] = [VariantInfo {
+    name: "no-pin",
+    doc: "model: never pin; SPE writes fault the buffer in at stage 2, each fault a blackout (kvm: needs SPE hardware to see lost records)",
+}];
+
+static PARAMS: [ParamInfo; 12] = [
     ParamInfo {
         name: "buffer",
         default: "4MiB",
@@ -119,13 +126,40 @@ static PARAMS: [ParamInfo; 10] = [
         doc: "idle time after the last slice (when aging releases pins)",
         model_only: false,
     },
+    ParamInfo {
+        name: "records_per_ms",
+        default: "100",
+        doc: "model: SPE records written per ms of profiling (0: a filter that records nothing)",
+        model_only: true,
+    },
+    ParamInfo {
+        name: "unmap_pct",
+        default: "0",
+        doc: "model, no-pin: percent of the buffer the host removes from stage 2 while the task is switched out",
+        model_only: true,
+    },
 ];
 
-static METRICS: [MetricInfo; 6] = [
+static METRICS: [MetricInfo; 9] = [
     MetricInfo {
         name: "pin_ms",
         unit: "ms",
-        doc: "time spent pinning (stage-1 walk + pin) over the trace",
+        doc: "time spent pinning and mapping at stage 2 over the trace",
+    },
+    MetricInfo {
+        name: "walk_ms",
+        unit: "ms",
+        doc: "time walking guest stage 1, once per enable (model; the kvm backend's VMM knows the address)",
+    },
+    MetricInfo {
+        name: "stage2_faults",
+        unit: "count",
+        doc: "stage-2 faults on the buffer (no-pin)",
+    },
+    MetricInfo {
+        name: "overhead_ms",
+        unit: "ms",
+        doc: "walk + pin + unpin + buffer faults over the trace",
     },
     MetricInfo {
         name: "unpin_ms",
@@ -135,7 +169,7 @@ static METRICS: [MetricInfo; 6] = [
     MetricInfo {
         name: "slice_overhead_us",
         unit: "us",
-        doc: "pin + unpin time per slice",
+        doc: "walk + pin + unpin + buffer-fault time per slice",
     },
     MetricInfo {
         name: "pinned_bytes_max",
@@ -150,7 +184,7 @@ static METRICS: [MetricInfo; 6] = [
     MetricInfo {
         name: "blackout_records",
         unit: "count",
-        doc: "records the buffer would have taken while enabled but unpinned",
+        doc: "records lost: the buffer did not fit the cap, or (no-pin) SPE stopped on a stage-2 fault",
     },
 ];
 
@@ -184,12 +218,17 @@ pub fn plans(
             "io_uring" => PinMethod::IoUring,
             _ => PinMethod::Mlock,
         },
+        records_per_ms: u64::from(settings.u32_in("records_per_ms", 0..=1_000_000)?),
+        unmap_pct: settings.u32_in("unmap_pct", 0..=100)?,
     };
     if backend == BackendKind::Kvm {
+        settings.reject_model_only()?;
         check_guest_fits(&base, settings)?;
     }
     let names: Vec<String> = if request.variants.is_empty() {
-        VARIANTS.iter().map(|v| v.name.to_string()).collect()
+        INFO.variants_for(backend)
+            .map(|v| v.name.to_string())
+            .collect()
     } else {
         request.variants.clone()
     };
@@ -201,7 +240,8 @@ pub fn plans(
                 "keep" => PinPolicy::Keep,
                 "intersect" => PinPolicy::Intersect,
                 "aging" => PinPolicy::Aging(aging_ns),
-                _ => return Err(INFO.unknown_variant(&name, BackendKind::Kvm)),
+                "no-pin" if backend == BackendKind::Model => PinPolicy::NoPin,
+                _ => return Err(INFO.unknown_variant(&name, backend)),
             };
             Ok((
                 name,
@@ -258,14 +298,18 @@ fn check_guest_fits(plan: &PinPlan, settings: &Settings) -> Result<(), InputErro
 fn analyse_variant(name: &str, plan: &PinPlan, traces: &[PinResult], seed: u64) -> VariantRecord {
     let mut series = Series::new();
     for (rep, t) in traces.iter().enumerate() {
+        let overhead = (t.pin_ns + t.unpin_ns + t.walk_ns + t.fault_ns) as f64;
         series
             .at(rep)
             .push("pin_ms", "ms", t.pin_ns as f64 / 1e6)
             .push("unpin_ms", "ms", t.unpin_ns as f64 / 1e6)
+            .push("walk_ms", "ms", t.walk_ns as f64 / 1e6)
+            .push("stage2_faults", "count", t.stage2_faults as f64)
+            .push("overhead_ms", "ms", overhead / 1e6)
             .push(
                 "slice_overhead_us",
                 "us",
-                (t.pin_ns + t.unpin_ns) as f64 / 1e3 / f64::from(t.slices.max(1)),
+                overhead / 1e3 / f64::from(t.slices.max(1)),
             )
             .push("pinned_bytes_max", "bytes", t.pinned_bytes_max as f64)
             .push("pinned_bytes_end", "bytes", t.pinned_bytes_end as f64)
@@ -281,10 +325,18 @@ fn analyse_variant(name: &str, plan: &PinPlan, traces: &[PinResult], seed: u64) 
         });
     }
     if let Some(b) = metrics.get("blackout_records").filter(|m| m.median > 0.0) {
-        findings.push(Finding::Blackouts {
-            records: b.median,
-            buffer_bytes: plan.buffer_bytes,
-            cap_bytes: plan.cap_bytes,
+        findings.push(if plan.policy == PinPolicy::NoPin {
+            Finding::FaultBlackouts {
+                records: b.median,
+                faults: metrics.get("stage2_faults").map_or(0.0, |m| m.median),
+                unmap_pct: plan.unmap_pct,
+            }
+        } else {
+            Finding::Blackouts {
+                records: b.median,
+                buffer_bytes: plan.buffer_bytes,
+                cap_bytes: plan.cap_bytes,
+            }
         });
     }
     VariantRecord {
@@ -336,6 +388,15 @@ impl Experiment for Pinning {
         });
         let verdicts = against_fastest(&variants, INFO.headline, "us", o.seed);
         ScenarioOutcome { variants, verdicts }
+    }
+
+    fn showcases(&self) -> &'static [super::Showcase] {
+        &[super::Showcase {
+            profile: "neoverse-n2-spe",
+            variants: &[],
+            sets: &["buffer=256MiB", "slices=100"],
+            why: "000 (SPE buffer pinned at stage 2): with a 256 MiB buffer in per-task mode, pinning on every enable costs ~40 ms per context switch; keeping the pin leaves the stage-1 walk on every enable; not pinning costs nothing per switch but loses records to stage-2 faults",
+        }]
     }
 
     fn charts(&self, _record: &RunRecord) -> Vec<Chart> {

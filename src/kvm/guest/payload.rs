@@ -133,6 +133,13 @@ pub fn touch_loop(
 
 /// Runs the exit-causing instruction of `kind` `iterations` times.
 pub fn exit_loop(kind: ExitKind, iterations: u64, vendor: Vendor) -> Result<Vec<u8>, KvmError> {
+    if kind == ExitKind::Fastpath {
+        // The fastpath WRMSR needs an in-kernel LAPIC in TSC-deadline mode; this guest has none.
+        return Err(KvmError::Unsupported(
+            "fastpath exits: hvlab's guest does not program an in-kernel LAPIC TSC-deadline timer"
+                .into(),
+        ));
+    }
     let build = || -> Result<Vec<u8>, IcedError> {
         let mut a = CodeAssembler::new(64)?;
         let target = match kind {
@@ -170,6 +177,7 @@ pub fn exit_loop(kind: ExitKind, iterations: u64, vendor: Vendor) -> Result<Vec<
                 }
             }
             ExitKind::Hlt => a.hlt()?,
+            ExitKind::Fastpath => {}
             ExitKind::Ioeventfd => a.mov(dword_ptr(r14), 0u32)?,
         }
         a.dec(r13)?;

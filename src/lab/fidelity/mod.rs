@@ -8,8 +8,10 @@
 //! tuned away. Which profile values were fitted, and on what, comes from the profiles
 //! themselves (`fitted_on`), so the table cannot claim less fitting than the inputs carry.
 
+mod pebs;
 mod percpu;
 mod prefetch;
+mod spe;
 
 use serde::Serialize;
 
@@ -186,7 +188,12 @@ pub trait Thread: Sync {
 }
 
 /// Every thread, in seed order.
-pub static THREADS: &[&dyn Thread] = &[&percpu::Percpu, &prefetch::Prefetch];
+pub static THREADS: &[&dyn Thread] = &[
+    &spe::Spe,
+    &percpu::Percpu,
+    &pebs::Pebs,
+    &prefetch::Prefetch,
+];
 
 /// Evaluates every thread (or only `only`, by id), in seed order.
 pub fn evaluate(
