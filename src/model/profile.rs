@@ -57,6 +57,21 @@ pub struct Profile {
     pub mmu: MmuKind,
     /// Costs by key.
     pub costs: BTreeMap<String, Cost>,
+    /// The keys a model has read, shared by every clone of this profile: what a result
+    /// depends on, so `hvlab fidelity` lists exactly the fitted values behind a thread's rows.
+    #[serde(skip)]
+    read: KeysRead,
+}
+
+/// The keys read from a profile and its clones.
+#[derive(Debug, Clone, Default)]
+struct KeysRead(std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>);
+
+impl PartialEq for KeysRead {
+    /// Which keys were read says nothing about the profile's values.
+    fn eq(&self, _: &KeysRead) -> bool {
+        true
+    }
 }
 
 /// Profile errors.
@@ -305,6 +320,9 @@ impl Profile {
 
     /// A cost the model `needed_by` cannot do without.
     pub fn get(&self, key: &str, needed_by: &'static str) -> Result<f64, ProfileError> {
+        if let Ok(mut read) = self.read.0.lock() {
+            read.insert(key.to_string());
+        }
         self.costs
             .get(key)
             .map(|c| c.value)
@@ -313,6 +331,11 @@ impl Profile {
                 key: key.into(),
                 needed_by,
             })
+    }
+
+    /// The keys read so far from this profile or any clone of it.
+    pub fn keys_read(&self) -> std::collections::BTreeSet<String> {
+        self.read.0.lock().map(|r| r.clone()).unwrap_or_default()
     }
 
     /// Sets a cost.

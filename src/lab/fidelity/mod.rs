@@ -188,12 +188,8 @@ pub trait Thread: Sync {
 }
 
 /// Every thread, in seed order.
-pub static THREADS: &[&dyn Thread] = &[
-    &spe::Spe,
-    &percpu::Percpu,
-    &pebs::Pebs,
-    &prefetch::Prefetch,
-];
+pub static THREADS: &[&dyn Thread] =
+    &[&spe::Spe, &percpu::Percpu, &pebs::Pebs, &prefetch::Prefetch];
 
 /// Evaluates every thread (or only `only`, by id), in seed order.
 pub fn evaluate(
@@ -247,18 +243,24 @@ pub fn profile(name: &str) -> Result<Profile, Error> {
     Profile::load(name).map_err(|e: ProfileError| ModelError::from(e).into())
 }
 
-/// The fitted values of the profiles a thread used.
+/// The fitted values behind a thread's rows: those of the profiles it used that its model runs
+/// read (a profile describes a whole machine; values fitted for another thread's mechanism
+/// do not touch these rows).
 pub fn fitted_in(profiles: &[&Profile]) -> Vec<Fitted> {
     profiles
         .iter()
         .flat_map(|p| {
-            p.costs.iter().filter_map(|(key, cost)| {
-                cost.fitted_on.as_ref().map(|on| Fitted {
-                    profile: p.name.clone(),
-                    key: key.clone(),
-                    fitted_on: on.clone(),
+            let read = p.keys_read();
+            p.costs
+                .iter()
+                .filter(move |(key, _)| read.contains(*key))
+                .filter_map(|(key, cost)| {
+                    cost.fitted_on.as_ref().map(|on| Fitted {
+                        profile: p.name.clone(),
+                        key: key.clone(),
+                        fitted_on: on.clone(),
+                    })
                 })
-            })
         })
         .collect()
 }
