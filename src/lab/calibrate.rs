@@ -61,6 +61,36 @@ fn put_measured(p: &mut Profile, key: &str, value: f64, unit: &str, provenance: 
     }
 }
 
+/// Mean time for one thread to wake another that sleeps on a channel: half a ping-pong round
+/// trip, over `round_trips`.
+fn thread_wakeup_ns(round_trips: u32) -> f64 {
+    let (to_peer, peer_in) = std::sync::mpsc::sync_channel::<u32>(0);
+    let (to_us, our_in) = std::sync::mpsc::sync_channel::<u32>(0);
+    let peer = std::thread::spawn(move || {
+        while let Ok(v) = peer_in.recv() {
+            if to_us.send(v).is_err() {
+                break;
+            }
+        }
+    });
+    let start = std::time::Instant::now();
+    let mut done = 0u32;
+    for i in 0..round_trips {
+        if to_peer.send(i).is_err() || our_in.recv().is_err() {
+            break;
+        }
+        done += 1;
+    }
+    let elapsed = start.elapsed().as_nanos() as f64;
+    drop(to_peer);
+    // The peer ends when the channel closes; a panic there only loses this measurement.
+    let _ = peer.join();
+    if done == 0 {
+        return f64::NAN;
+    }
+    elapsed / f64::from(done) / 2.0
+}
+
 /// Measures a profile named `this-host` with the kvm backend.
 pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<Profile, Error> {
     let host = backend.host().clone();
@@ -187,25 +217,16 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
             "lifecycle memslots-first, (ready - sum of ioctl medians) / {count} ioctls"
         )),
     );
-    let jiffy = 1e9 / f64::from(host.hz.max(1));
-    let stalled = med(&lc, "irqchip-first", "ioctl.KVM_SET_USER_MEMORY_REGION_ms")? * 1e6;
-    let phases = p
-        .get("srcu_gp_phases", "calibrate")
-        .map_err(crate::model::ModelError::from)?;
-    // The grace period starts at the irqchip, one PIT earlier; its first tick is half a jiffy
-    // away on average.
-    let since_start = per("KVM_CREATE_PIT2", 1.0)?;
-    let wakeup = stalled - (jiffy / 2.0 + (phases - 1.0) * jiffy) + since_start;
+    // SRCU hands each step of a grace period to a sleeping task (the grace-period work, the
+    // callback invocation, the synchronizer): measured directly as a thread wake-up, not
+    // solved from a stall, so the lifecycle stalls validate compares stay predictions.
+    let wakeup = thread_wakeup_ns(2_000);
     put_measured(
         &mut p,
         "srcu_wakeup_ns",
         wakeup,
         "ns",
-        tag(&format!(
-            "lifecycle irqchip-first memslot {:.2} ms = tick wait (jiffy/2 + {} jiffies) + this",
-            stalled / 1e6,
-            phases - 1.0
-        )),
+        tag("half the round trip of a two-thread channel ping-pong (2000 round trips): one wake-up of a sleeping task"),
     );
 
     // Memory: fault costs from passes whose fault and prefetch counts are known.

@@ -9,6 +9,7 @@
 //! themselves (`fitted_on`), so the table cannot claim less fitting than the inputs carry.
 
 mod prefetch;
+mod srcu;
 
 use serde::Serialize;
 
@@ -185,7 +186,7 @@ pub trait Thread: Sync {
 }
 
 /// Every thread, in seed order.
-pub static THREADS: &[&dyn Thread] = &[&prefetch::Prefetch];
+pub static THREADS: &[&dyn Thread] = &[&srcu::Srcu, &prefetch::Prefetch];
 
 /// Evaluates every thread (or only `only`, by id), in seed order.
 pub fn evaluate(
