@@ -125,6 +125,9 @@ pub struct ConstructionPlan {
     /// How long vCPU 0 runs the guest before the boot registrations: the guest's own boot,
     /// long enough for the construction's grace periods to have ended.
     pub boot_ms: u32,
+    /// Model: each VM is built right after the previous one, as the kvm backend's repetitions
+    /// are (`true`), or at a random time, as separate VMM processes are (`false`).
+    pub back_to_back: bool,
     /// Model: percent of the time a running vCPU spends in an SRCU read-side section
     /// (handling exits in the kernel); hvlab's guest loops barely exit (0).
     pub reader_pct: u32,

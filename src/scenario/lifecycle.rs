@@ -93,7 +93,7 @@ static VARIANTS: [VariantInfo; 6] = [
 
 static MODEL_VARIANTS: [VariantInfo; 0] = [];
 
-static PARAMS: [ParamInfo; 9] = [
+static PARAMS: [ParamInfo; 10] = [
     ParamInfo {
         name: "vcpus",
         default: "1",
@@ -140,6 +140,12 @@ static PARAMS: [ParamInfo; 9] = [
         name: "hz",
         default: "",
         doc: "model: timer ticks per second (default: the profile's)",
+        model_only: true,
+    },
+    ParamInfo {
+        name: "spacing",
+        default: "back-to-back",
+        doc: "model: back-to-back (each VM right after the previous, as the kvm backend's repetitions: the previous stall ended on a tick) or independent (each VM at a random point of a jiffy, as separate VMM processes)",
         model_only: true,
     },
     ParamInfo {
@@ -272,6 +278,7 @@ pub fn plans(
     };
     let reader_pct = settings.u32_in("reader_pct", 0..=90)?;
     let boot_ms = settings.u32_in("boot_ms", 0..=10_000)?;
+    let back_to_back = settings.choice("spacing", &["back-to-back", "independent"])? == "back-to-back";
     if backend == BackendKind::Kvm {
         settings.reject_model_only()?;
     }
@@ -305,6 +312,7 @@ pub fn plans(
                 strategy,
                 hz,
                 boot_ms,
+                back_to_back,
                 reader_pct,
             };
             plan.validate().map(|()| (name, plan))
@@ -642,6 +650,7 @@ mod tests {
             strategy: Strategy::AlwaysDefer,
             hz: None,
             boot_ms: 50,
+            back_to_back: true,
             reader_pct: 0,
         }
     }

@@ -27,6 +27,7 @@ fn run(host: &HostInfo, strategy: &str, hz: u32, seed: u64) -> Result<RunRecord,
         format!("strategy={strategy}"),
         format!("hz={hz}"),
         "vcpus=1".to_string(),
+        "spacing=independent".to_string(),
     ];
     super::model_run(
         host,
