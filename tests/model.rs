@@ -69,7 +69,10 @@ fn the_first_vcpu_waits_out_the_irqchips_grace_period_only_when_registration_def
     // flight: more than one 10 ms jiffy.
     let v = "firecracker-order";
     assert!(ioctl_ms(&defer, v, "KVM_CREATE_VCPU") > 9.8);
-    assert_eq!(variant(&defer, v)["findings"][0]["ioctl"], "KVM_CREATE_VCPU");
+    assert_eq!(
+        variant(&defer, v)["findings"][0]["ioctl"],
+        "KVM_CREATE_VCPU"
+    );
     for quiet in [&sync, &keyed] {
         assert_eq!(median(quiet, v, "stalls"), 0.0);
         assert!(ioctl_ms(quiet, v, "KVM_CREATE_VCPU") < 1.0);
@@ -83,7 +86,12 @@ fn the_first_vcpu_waits_out_the_irqchips_grace_period_only_when_registration_def
 fn lifecycle_keyed_registration_never_stalls_before_the_first_vcpu() {
     for order in ["irqchip-first", "qemu-order", "firecracker-order"] {
         for profile in ["pvm-epyc", "x86-vmx-hz100"] {
-            let keyed = model("lifecycle", &["strategy=lifecycle-keyed"], &[order], profile);
+            let keyed = model(
+                "lifecycle",
+                &["strategy=lifecycle-keyed"],
+                &[order],
+                profile,
+            );
             assert_eq!(median(&keyed, order, "stalls"), 0.0, "{order} on {profile}");
         }
     }
@@ -107,7 +115,10 @@ fn boot_registrations_defer_under_the_fix_and_the_next_memslot_update_waits() {
     assert!(median(&keyed, v, "boot.memslot_ms") > 3.8);
     assert!(median(&keyed, v, "boot.memslot_ms") > 20.0 * median(&none, v, "boot.memslot_ms"));
     assert_eq!(median(&keyed, v, "stalls"), 1.0);
-    assert_eq!(variant(&keyed, v)["findings"][0]["caused_by"], "KVM_IOEVENTFD");
+    assert_eq!(
+        variant(&keyed, v)["findings"][0]["caused_by"],
+        "KVM_IOEVENTFD"
+    );
     // Synchronizing instead costs every registration an expedited grace period, more with a
     // reader to wait out.
     let sync = boot("always-sync", "devices=8", "reader_pct=0");

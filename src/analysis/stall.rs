@@ -5,7 +5,9 @@
 //! period. It is attributed to the I/O-bus registration that started the grace period in
 //! flight: the first registration since the last point at which no grace period could be
 //! pending (the previous stall, or a memslot update that did not stall — an expedited
-//! `synchronize_srcu_expedited` finishes only after any normal grace period in flight).
+//! `synchronize_srcu_expedited` finishes only after any normal grace period in flight), or a
+//! later one that came when that grace period must have ended (a normal grace period without
+//! long readers ends within two jiffies: device activation during boot starts its own).
 //!
 //! The same code reads hvlab's own lifecycle timelines and external VMMs' strace timelines.
 

@@ -168,6 +168,7 @@ fn run_while_booting(
         .map_err(KvmError::ioctl("KVM_CREATE_VM (dup)"))?;
     let origin = Instant::now();
     let origin_ns = vm.elapsed_ns();
+    // SAFETY: pthread_self has no preconditions.
     let vcpu_thread = unsafe { libc::pthread_self() };
     let stop = AtomicBool::new(false);
     let stopped = AtomicBool::new(false);
@@ -294,11 +295,15 @@ fn boot_steps(
             source: e,
         })?;
         let gpa = MMIO_DEVICES_GPA + u64::from(i) * MMIO_DEVICE_STRIDE + QUEUE_NOTIFY;
-        timed("KVM_IOEVENTFD", Some(KVM_IOEVENTFD_FLAG_DATAMATCH), &mut || {
-            vm_fd
-                .register_ioevent(&evt, &IoEventAddress::Mmio(gpa), 0u32)
-                .map_err(KvmError::ioctl("KVM_IOEVENTFD"))
-        })?;
+        timed(
+            "KVM_IOEVENTFD",
+            Some(KVM_IOEVENTFD_FLAG_DATAMATCH),
+            &mut || {
+                vm_fd
+                    .register_ioevent(&evt, &IoEventAddress::Mmio(gpa), 0u32)
+                    .map_err(KvmError::ioctl("KVM_IOEVENTFD"))
+            },
+        )?;
         fds.push(evt);
     }
     timed("KVM_SET_USER_MEMORY_REGION", None, &mut || {

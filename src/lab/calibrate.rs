@@ -226,7 +226,9 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
         "srcu_wakeup_ns",
         wakeup,
         "ns",
-        tag("half the round trip of a two-thread channel ping-pong (2000 round trips): one wake-up of a sleeping task"),
+        tag(
+            "half the round trip of a two-thread channel ping-pong (2000 round trips): one wake-up of a sleeping task",
+        ),
     );
 
     // Memory: fault costs from passes whose fault and prefetch counts are known.

@@ -782,7 +782,13 @@ mod tests {
         let p = Profile::load("pvm-epyc").unwrap();
         let costs = LifecycleCosts::from_profile(&p, None).unwrap();
         let mut plan = ConstructionPlan {
-            steps: vec![Step::CreateVm, Step::Irqchip, Step::Memslot, Step::Vcpus, Step::Run],
+            steps: vec![
+                Step::CreateVm,
+                Step::Irqchip,
+                Step::Memslot,
+                Step::Vcpus,
+                Step::Run,
+            ],
             vcpus: 1,
             devices: 0,
             mem_bytes: 1 << 24,
@@ -799,7 +805,10 @@ mod tests {
                 .map(|_| construct(&costs, plan, &mut r, &mut series).ioctls[2].dur_ns)
                 .collect();
             // Leave out the first build, whose phase is drawn either way.
-            let (lo, hi) = (stalls[1..].iter().min().unwrap(), stalls[1..].iter().max().unwrap());
+            let (lo, hi) = (
+                stalls[1..].iter().min().unwrap(),
+                stalls[1..].iter().max().unwrap(),
+            );
             (hi - lo, *hi)
         };
         let (tight, longest) = spread(&plan);
@@ -865,7 +874,8 @@ mod tests {
             .unwrap();
         let jiffy = costs.jiffy_ns();
         assert!(
-            memslot.dur_ns > jiffy / 2 && memslot.dur_ns < 2 * jiffy + 4 * costs.wakeup_ns + 100_000,
+            memslot.dur_ns > jiffy / 2
+                && memslot.dur_ns < 2 * jiffy + 4 * costs.wakeup_ns + 100_000,
             "{}",
             memslot.dur_ns
         );

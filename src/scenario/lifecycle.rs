@@ -34,7 +34,7 @@ use std::time::Duration;
 use super::params::{ParamInfo, Settings};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Chart, Experiment, Observed, ValidationPoint};
+use super::{Chart, Experiment, Observed, Showcase, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::{StallCause, Verdict, against_fastest};
 use crate::analysis::stall::{Baselines, Stall, find_stalls, kernel_effects};
@@ -278,7 +278,8 @@ pub fn plans(
     };
     let reader_pct = settings.u32_in("reader_pct", 0..=90)?;
     let boot_ms = settings.u32_in("boot_ms", 0..=10_000)?;
-    let back_to_back = settings.choice("spacing", &["back-to-back", "independent"])? == "back-to-back";
+    let back_to_back =
+        settings.choice("spacing", &["back-to-back", "independent"])? == "back-to-back";
     if backend == BackendKind::Kvm {
         settings.reject_model_only()?;
     }
@@ -543,6 +544,22 @@ fn verdicts(variants: &[VariantRecord], seed: u64) -> Vec<Verdict> {
     verdicts
 }
 
+/// Thread 001 on its own host: Firecracker on x86 at HZ=100, separate microVMs.
+static SHOWCASES: [Showcase; 2] = [
+    Showcase {
+        profile: "x86-vmx-hz100",
+        variants: &["firecracker-order", "boot-activation"],
+        sets: &["strategy=always-defer", "spacing=independent"],
+        why: "001, Linux 6.18 (call_srcu in registration): the first KVM_CREATE_VCPU waits out the irqchip's normal grace period, 1-2 jiffies (10-20 ms at HZ=100)",
+    },
+    Showcase {
+        profile: "x86-vmx-hz100",
+        variants: &["firecracker-order", "boot-activation"],
+        sets: &["strategy=lifecycle-keyed", "spacing=independent"],
+        why: "001, Sean's fix (sync until the first vCPU, then defer): no creation stall; registrations during boot still defer, so the next memslot update waits",
+    },
+];
+
 /// The lifecycle scenario.
 #[derive(Debug)]
 pub struct Lifecycle;
@@ -600,6 +617,10 @@ impl Experiment for Lifecycle {
         } else {
             Vec::new()
         }
+    }
+
+    fn showcases(&self) -> &'static [Showcase] {
+        &SHOWCASES
     }
 
     fn validation(&self, host: &HostInfo) -> Option<ValidationPoint> {

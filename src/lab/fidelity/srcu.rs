@@ -56,7 +56,11 @@ impl Thread for Srcu {
         let keyed = run(host, "lifecycle-keyed", 100, seed)?;
         let after_1000 = run(host, "always-defer", 1000, seed)?;
         let before_1000 = run(host, "always-sync", 1000, seed)?;
-        let (a, b, k) = (first_vcpu(&after)?, first_vcpu(&before)?, first_vcpu(&keyed)?);
+        let (a, b, k) = (
+            first_vcpu(&after)?,
+            first_vcpu(&before)?,
+            first_vcpu(&keyed)?,
+        );
         let (a1000, b1000) = (first_vcpu(&after_1000)?, first_vcpu(&before_1000)?);
         let setup = |what: &str, hz: u32| {
             format!("Firecracker order on x86 VMX, HZ={hz}, {what}; {VMS} microVMs")
@@ -163,7 +167,10 @@ impl Thread for Srcu {
             ),
             Row::judge(
                 "one device registration before 7d9a0273",
-                setup("KVM_IOEVENTFD with synchronize_srcu_expedited(), no vCPU running", 100),
+                setup(
+                    "KVM_IOEVENTFD with synchronize_srcu_expedited(), no vCPU running",
+                    100,
+                ),
                 Published {
                     low: 6.0,
                     high: 16.0,
