@@ -168,7 +168,6 @@ fn random_set_values_are_accepted_or_refused_as_bad_input_naming_the_key() {
 
 const KEYS: &[&str] = &[
     "hz",
-    "srcu_gp_phases",
     "srcu_wakeup_ns",
     "first_vcpu_adds_memslot",
     "ioctl_create_vm_ns",

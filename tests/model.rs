@@ -15,9 +15,15 @@ fn model(scenario: &str, sets: &[&str], variants: &[&str], profile: &str) -> Val
     )
 }
 
+/// A ms metric of one ioctl, median over the reps.
+fn ioctl_ms(r: &Value, v: &str, ioctl: &str) -> f64 {
+    median(r, v, &format!("ioctl.{ioctl}_ms"))
+}
+
 #[test]
-fn the_lifecycle_stall_is_predicted_for_kernels_at_other_hz() {
-    for (hz, jiffy_ms) in [("hz=100", 10.0), ("hz=1000", 1.0)] {
+fn the_lifecycle_stall_lasts_one_to_two_jiffies_and_follows_hz() {
+    let mut stalls = Vec::new();
+    for (hz, jiffy_ms) in [("hz=100", 10.0), ("hz=250", 4.0), ("hz=1000", 1.0)] {
         let r = model(
             "lifecycle",
             &[hz],
@@ -28,33 +34,129 @@ fn the_lifecycle_stall_is_predicted_for_kernels_at_other_hz() {
         assert_eq!(r["profile"], "pvm-epyc");
         let stall = &variant(&r, "irqchip-first")["findings"][0];
         assert_eq!(stall["caused_by"], "KVM_CREATE_IRQCHIP");
-        let ms = stall["median_ms"].as_f64().unwrap();
-        // A normal grace period ends on the second tick: between one and two jiffies away.
-        assert!(
-            ms > jiffy_ms && ms < 2.0 * jiffy_ms + 2.0,
-            "{hz}: stall {ms} ms"
-        );
+        let m = &variant(&r, "irqchip-first")["metrics"]["ioctl.KVM_SET_USER_MEMORY_REGION_ms"];
+        // The irqchip's grace-period work is delayed one jiffy, which the timer wheel turns
+        // into the second tick after it: more than one jiffy after the irqchip (the memslot
+        // starts ~0.1 ms later), at most two plus the hand-offs.
+        let (lo, hi) = (m["min"].as_f64().unwrap(), m["max"].as_f64().unwrap());
+        assert!(lo > jiffy_ms - 0.2, "{hz}: shortest stall {lo} ms");
+        assert!(hi < 2.0 * jiffy_ms + 0.2, "{hz}: longest stall {hi} ms");
         assert_eq!(median(&r, "memslots-first", "stalls"), 0.0);
+        stalls.push(ioctl_ms(&r, "irqchip-first", "KVM_SET_USER_MEMORY_REGION"));
+    }
+    assert!(
+        stalls[0] > stalls[1] && stalls[1] > stalls[2],
+        "longer jiffies, longer stalls: {stalls:?}"
+    );
+}
+
+#[test]
+fn the_first_vcpu_waits_out_the_irqchips_grace_period_only_when_registration_defers() {
+    let run = |strategy: &str| {
+        model(
+            "lifecycle",
+            &[&format!("strategy={strategy}")],
+            &["firecracker-order"],
+            "x86-vmx-hz100",
+        )
+    };
+    let (defer, sync, keyed) = (
+        run("always-defer"),
+        run("always-sync"),
+        run("lifecycle-keyed"),
+    );
+    // The expedited sync of the APIC-access memslot waits for the normal grace period in
+    // flight: more than one 10 ms jiffy.
+    let v = "firecracker-order";
+    assert!(ioctl_ms(&defer, v, "KVM_CREATE_VCPU") > 9.8);
+    assert_eq!(
+        variant(&defer, v)["findings"][0]["ioctl"],
+        "KVM_CREATE_VCPU"
+    );
+    for quiet in [&sync, &keyed] {
+        assert_eq!(median(quiet, v, "stalls"), 0.0);
+        assert!(ioctl_ms(quiet, v, "KVM_CREATE_VCPU") < 1.0);
+    }
+    // Registrations after the vCPUs exist: the fix defers like 6.18; before 7d9a0273 each
+    // synchronized.
+    assert!(ioctl_ms(&keyed, v, "KVM_IOEVENTFD") < ioctl_ms(&sync, v, "KVM_IOEVENTFD"));
+}
+
+#[test]
+fn lifecycle_keyed_registration_never_stalls_before_the_first_vcpu() {
+    for order in ["irqchip-first", "qemu-order", "firecracker-order"] {
+        for profile in ["pvm-epyc", "x86-vmx-hz100"] {
+            let keyed = model(
+                "lifecycle",
+                &["strategy=lifecycle-keyed"],
+                &[order],
+                profile,
+            );
+            assert_eq!(median(&keyed, order, "stalls"), 0.0, "{order} on {profile}");
+        }
     }
 }
 
 #[test]
-fn lifecycle_keyed_registration_fixes_creation_and_always_sync_hurts_boot() {
-    let keyed = model(
+fn boot_registrations_defer_under_the_fix_and_the_next_memslot_update_waits() {
+    let boot = |strategy: &str, devices: &str, readers: &str| {
+        model(
+            "lifecycle",
+            &[&format!("strategy={strategy}"), devices, readers],
+            &["boot-activation"],
+            "pvm-epyc",
+        )
+    };
+    let v = "boot-activation";
+    let keyed = boot("lifecycle-keyed", "devices=8", "reader_pct=0");
+    let none = boot("lifecycle-keyed", "devices=0", "reader_pct=0");
+    // Registrations while vCPU 0 runs defer: the memslot update after them waits a grace
+    // period (more than most of a 4 ms jiffy); without registrations it does not.
+    assert!(median(&keyed, v, "boot.memslot_ms") > 3.8);
+    assert!(median(&keyed, v, "boot.memslot_ms") > 20.0 * median(&none, v, "boot.memslot_ms"));
+    assert_eq!(median(&keyed, v, "stalls"), 1.0);
+    assert_eq!(
+        variant(&keyed, v)["findings"][0]["caused_by"],
+        "KVM_IOEVENTFD"
+    );
+    // Synchronizing instead costs every registration an expedited grace period, more with a
+    // reader to wait out.
+    let sync = boot("always-sync", "devices=8", "reader_pct=0");
+    let sync_readers = boot("always-sync", "devices=8", "reader_pct=60");
+    assert_eq!(median(&sync, v, "stalls"), 0.0);
+    assert!(median(&sync, v, "boot.ioeventfd_us") > 5.0 * median(&keyed, v, "boot.ioeventfd_us"));
+    assert!(median(&sync_readers, v, "boot.ioeventfd_us") > median(&sync, v, "boot.ioeventfd_us"));
+}
+
+#[test]
+fn the_pvm_profile_predicts_this_hosts_lifecycle_measurements() {
+    // DESIGN.md, lifecycle, measured here at HZ=250; none of these went into pvm-epyc.
+    let r = model(
         "lifecycle",
-        &["strategy=lifecycle-keyed"],
-        &["irqchip-first"],
+        &[],
+        &["irqchip-first", "memslots-first"],
         "pvm-epyc",
     );
-    assert_eq!(median(&keyed, "irqchip-first", "stalls"), 0.0);
-    let sync = model(
-        "lifecycle",
-        &["strategy=always-sync"],
-        &["boot-activation"],
-        "pvm-epyc",
-    );
-    // Eight registrations while vCPUs run each wait a grace period.
-    assert!(median(&sync, "boot-activation", "stalls") >= 8.0);
+    // irqchip then the first memslot: 7.5 ms median, 5-12 ms.
+    let stall = ioctl_ms(&r, "irqchip-first", "KVM_SET_USER_MEMORY_REGION");
+    assert!((4.0..=12.0).contains(&stall), "{stall} ms");
+    // memslot first: memslot, irqchip and PIT together 0.1 ms.
+    let fast: f64 = [
+        "KVM_SET_USER_MEMORY_REGION",
+        "KVM_CREATE_IRQCHIP",
+        "KVM_CREATE_PIT2",
+    ]
+    .iter()
+    .map(|i| ioctl_ms(&r, "memslots-first", i))
+    .sum();
+    assert!((0.05..=0.2).contains(&fast), "{fast} ms");
+    // 1-32 registrations with a vCPU running, then a memslot change: 4.7-7.4 ms instead of
+    // 46 us.
+    for devices in ["devices=1", "devices=32"] {
+        let b = model("lifecycle", &[devices], &["boot-activation"], "pvm-epyc");
+        let m = median(&b, "boot-activation", "boot.memslot_ms");
+        assert!((4.0..=8.0).contains(&m), "{devices}: {m} ms");
+    }
 }
 
 #[test]

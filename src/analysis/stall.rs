@@ -5,7 +5,9 @@
 //! period. It is attributed to the I/O-bus registration that started the grace period in
 //! flight: the first registration since the last point at which no grace period could be
 //! pending (the previous stall, or a memslot update that did not stall — an expedited
-//! `synchronize_srcu_expedited` finishes only after any normal grace period in flight).
+//! `synchronize_srcu_expedited` finishes only after any normal grace period in flight), or a
+//! later one that came when that grace period must have ended (a normal grace period without
+//! long readers ends within two jiffies: device activation during boot starts its own).
 //!
 //! The same code reads hvlab's own lifecycle timelines and external VMMs' strace timelines.
 
@@ -78,6 +80,12 @@ pub struct Stall {
 /// SRCU's normal grace period is a few jiffies plus callback invocation.
 pub const MAX_GRACE_PERIOD_JIFFIES: u64 = 16;
 
+/// How long a normal grace period with no long readers lasts at most: its work is delayed one
+/// jiffy, which runs on the second tick (`srcu_funnel_gp_start()`, the timer wheel's
+/// round-up), plus the hand-offs. A registration later than this after the one that started
+/// the pending grace period finds SRCU idle and starts a grace period of its own.
+pub const IDLE_GRACE_PERIOD_JIFFIES: u64 = 3;
+
 /// The SRCU effect of each event of a timeline from a real kernel, by ioctl and flags.
 pub fn kernel_effects(kernel: SrcuKernel) -> impl Fn(usize, &IoctlEvent) -> SrcuEffect {
     move |_, e| srcu_effect(&e.name, e.flags, &kernel)
@@ -98,6 +106,7 @@ pub fn find_stalls(
 ) -> Vec<Stall> {
     let threshold = jiffy_ns / 2;
     let window = jiffy_ns.saturating_mul(MAX_GRACE_PERIOD_JIFFIES);
+    let ended = jiffy_ns.saturating_mul(IDLE_GRACE_PERIOD_JIFFIES);
     let mut pending: Option<usize> = None;
     let mut stalls = Vec::new();
     for (i, e) in events.iter().enumerate() {
@@ -131,7 +140,9 @@ pub fn find_stalls(
         let ambiguous = srcu.waits && srcu.starts_gp;
         if srcu.waits && (stalled || !ambiguous) {
             pending = None;
-        } else if srcu.starts_gp && pending.is_none() {
+        } else if srcu.starts_gp
+            && pending.is_none_or(|p| e.start_ns.saturating_sub(events[p].start_ns) > ended)
+        {
             pending = Some(i);
         }
     }
@@ -331,6 +342,36 @@ mod tests {
         );
         // The grace period was still pending when the memslot update came.
         assert_eq!(stalls[1].caused_by, Some((0, "KVM_CREATE_IRQCHIP".into())));
+    }
+
+    #[test]
+    fn a_registration_long_after_the_pending_one_starts_its_own_grace_period() {
+        // Device activation during boot: the irqchip's grace period ended long before the
+        // boot registrations, so the memslot update waits for theirs.
+        let ev = |name: &str, start_ns, dur_ns| IoctlEvent {
+            name: name.into(),
+            start_ns,
+            dur_ns,
+            flags: None,
+        };
+        let boot = 50_000_000;
+        let t = vec![
+            ev("KVM_SET_USER_MEMORY_REGION", 0, 40_000),
+            ev("KVM_CREATE_IRQCHIP", 100_000, 30_000),
+            ev("KVM_IOEVENTFD", boot, 2_000),
+            ev("KVM_IOEVENTFD", boot + 10_000, 2_000),
+            ev("KVM_SET_USER_MEMORY_REGION", boot + 20_000, 7_000_000),
+        ];
+        let stalls = stalls_on(K6_18, &t, &Baselines::learn(&t));
+        assert_eq!(stalls.len(), 1);
+        assert_eq!(stalls[0].caused_by, Some((2, "KVM_IOEVENTFD".into())));
+        // Within the grace period's reach, the first registration keeps the blame.
+        let mut near = t.clone();
+        near[2].start_ns = 200_000;
+        near[3].start_ns = 210_000;
+        near[4].start_ns = 220_000;
+        let stalls = stalls_on(K6_18, &near, &Baselines::learn(&near));
+        assert_eq!(stalls[0].caused_by, Some((1, "KVM_CREATE_IRQCHIP".into())));
     }
 
     #[test]

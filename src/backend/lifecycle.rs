@@ -47,10 +47,9 @@ pub enum Step {
     Ioeventfds,
     /// The first `KVM_RUN` of vCPU 0, until the guest signals.
     Run,
-    /// `KVM_IOEVENTFD` × devices while vCPUs run (device activation during boot; model only
-    /// for now: the kvm backend would need a vCPU thread running beside the registrations).
+    /// `KVM_IOEVENTFD` × devices while vCPU 0 runs guest code (device activation during boot).
     BootIoeventfds,
-    /// A memslot update while vCPUs run, after the boot registrations.
+    /// A memslot update while vCPU 0 runs, after the boot registrations (a second memslot).
     BootMemslot,
 }
 
@@ -59,9 +58,10 @@ pub enum Step {
 pub enum Strategy {
     /// `call_srcu()`: what Linux 6.18 does.
     AlwaysDefer,
-    /// `synchronize_srcu()` and free at once.
+    /// `synchronize_srcu_expedited()` and free at once: Linux before 7d9a0273.
     AlwaysSync,
-    /// Synchronize before any vCPU exists (no readers: cheap), defer afterwards.
+    /// Sean Christopherson's fix in thread 001: `synchronize_srcu_expedited()` while
+    /// `kvm->created_vcpus` is 0 (no readers: cheap), `call_srcu()` afterwards.
     LifecycleKeyed,
 }
 
@@ -122,6 +122,15 @@ pub struct ConstructionPlan {
     pub strategy: Strategy,
     /// HZ for the model (`None`: the profile's).
     pub hz: Option<u32>,
+    /// How long vCPU 0 runs the guest before the boot registrations: the guest's own boot,
+    /// long enough for the construction's grace periods to have ended.
+    pub boot_ms: u32,
+    /// Model: each VM is built right after the previous one, as the kvm backend's repetitions
+    /// are (`true`), or at a random time, as separate VMM processes are (`false`).
+    pub back_to_back: bool,
+    /// Model: percent of the time a running vCPU spends in an SRCU read-side section
+    /// (handling exits in the kernel); hvlab's guest loops barely exit (0).
+    pub reader_pct: u32,
 }
 
 impl ConstructionPlan {

@@ -1,12 +1,23 @@
 //! Executes a lifecycle construction plan on real KVM.
 
-use kvm_ioctls::Kvm;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use kvm_bindings::kvm_userspace_memory_region;
+use kvm_ioctls::{IoEventAddress, Kvm, VmFd};
+use vmm_sys_util::eventfd::EventFd;
 
 use super::KvmError;
-use super::guest::{ENTRY_GPA, signal_payload};
-use super::memory::GuestMemory;
+use super::guest::layout::{GuestPage, Layout};
+use super::guest::runner::{self, Flow, GuestExit};
+use super::guest::watchdog::kick_signal;
+use super::guest::{Cpl, ENTRY_GPA, Signal, payload, signal_payload};
+use super::memory::{Backing, GuestMemory};
 use super::stats::{StatsReader, named_deltas};
 use super::vm::Vm;
+use crate::backend::ioctl_table::KVM_IOEVENTFD_FLAG_DATAMATCH;
 use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace, IoctlEvent, Step};
 
 /// QEMU's choice; VMX needs three free pages below 4 GiB for real-mode emulation.
@@ -16,28 +27,46 @@ const MMIO_DEVICES_GPA: u64 = 0xd000_0000;
 const MMIO_DEVICE_STRIDE: u64 = 0x200;
 const QUEUE_NOTIFY: u64 = 0x50;
 
+/// Where the boot orders' second memslot goes: clear of the layout, the data region and the
+/// MMIO doorbells.
+const BOOT_MEMSLOT_GPA: u64 = 0x8000_0000;
+const BOOT_MEMSLOT_BYTES: usize = 64 << 10;
+
 /// Builds one VM in the plan's order and runs vCPU 0 until the guest signals.
 ///
 /// Guest memory is mapped and the payload written before the clock starts: that is VMM work
-/// independent of the order under test.
+/// independent of the order under test. Orders with boot steps run a long-mode guest that keeps
+/// spinning after its signal, on this thread, while a second thread does the boot steps.
 pub fn construct(kvm: &Kvm, plan: &ConstructionPlan) -> Result<ConstructionTrace, KvmError> {
-    if plan
+    let boot = plan
         .steps
         .iter()
-        .any(|s| matches!(s, Step::BootIoeventfds | Step::BootMemslot))
-    {
-        return Err(KvmError::Unsupported(
-            "registrations while vCPUs run need a vCPU thread running beside them; the model backend runs them".into(),
-        ));
-    }
-    let mut memory = Some(GuestMemory::anonymous(plan.mem_bytes)?);
-    if let Some(m) = memory.as_mut() {
+        .any(|s| matches!(s, Step::BootIoeventfds | Step::BootMemslot));
+    // Declared before the VM so it is unmapped after the VM (and its memslot) is gone.
+    let boot_memory = if boot {
+        Some(GuestMemory::anonymous(BOOT_MEMSLOT_BYTES)?)
+    } else {
+        None
+    };
+    let layout = Layout::new(2 << 20, GuestPage::Huge, 0)?;
+    let mut memory = Some(if boot {
+        let mut system = GuestMemory::backed(
+            usize::try_from(layout.system_bytes)
+                .map_err(|_| KvmError::Layout("layout too large".into()))?,
+            Backing::Populated,
+        )?;
+        layout.write_system(&mut system, &payload::spin_loop()?)?;
+        system
+    } else {
+        let mut m = GuestMemory::anonymous(plan.mem_bytes)?;
         m.write(
             usize::try_from(ENTRY_GPA).unwrap_or(usize::MAX),
             &signal_payload(),
         )?;
-    }
+        m
+    });
     let mut vm = Vm::create(kvm)?;
+    let mut boot_events = Vec::new();
     let mut ready_ns = None;
     for step in &plan.steps {
         match step {
@@ -62,10 +91,16 @@ pub fn construct(kvm: &Kvm, plan: &ConstructionPlan) -> Result<ConstructionTrace
                     vm.register_ioeventfd_mmio(gpa, 0)?;
                 }
             }
+            Step::Run if boot => {
+                let (ready, events) = run_while_booting(kvm, &mut vm, plan, boot_memory.as_ref())?;
+                ready_ns = Some(ready);
+                boot_events = events;
+            }
             Step::Run => {
                 vm.run_until_signal(0, plan.run_timeout)?;
                 ready_ns = Some(vm.elapsed_ns());
             }
+            // Done by the booting thread, beside the running vCPU.
             Step::BootIoeventfds | Step::BootMemslot => {}
         }
     }
@@ -74,7 +109,7 @@ pub fn construct(kvm: &Kvm, plan: &ConstructionPlan) -> Result<ConstructionTrace
     if let Some(vcpu) = vm.vcpu(0) {
         kvm_stats.extend(since_creation(vcpu, "kvm.vcpu"));
     }
-    let ioctls = vm
+    let mut ioctls: Vec<IoctlEvent> = vm
         .log()
         .iter()
         .map(|t| IoctlEvent {
@@ -84,6 +119,8 @@ pub fn construct(kvm: &Kvm, plan: &ConstructionPlan) -> Result<ConstructionTrace
             flags: t.flags,
         })
         .collect();
+    ioctls.extend(boot_events);
+    ioctls.sort_by_key(|e| e.start_ns);
     Ok(ConstructionTrace {
         ioctls,
         ready_ns,
@@ -103,4 +140,176 @@ fn since_creation(owner: &impl std::os::fd::AsRawFd, prefix: &str) -> Vec<(Strin
         return Vec::new();
     };
     named_deltas(reader.layout(), &reader.zero(), &now, prefix)
+}
+
+/// Runs vCPU 0 in 64-bit mode at CPL3 on this thread until it is stopped, while a second
+/// thread waits for the guest's `Start`, lets it run `boot_ms`, registers `devices`
+/// ioeventfds and then adds a memslot, timing each; then it stops the vCPU. Returns the time
+/// of `Start` (the VM is ready) and the boot thread's ioctls, on the VM's clock.
+fn run_while_booting(
+    kvm: &Kvm,
+    vm: &mut Vm,
+    plan: &ConstructionPlan,
+    boot_memory: Option<&GuestMemory>,
+) -> Result<(u64, Vec<IoctlEvent>), KvmError> {
+    let memory = boot_memory.ok_or_else(|| KvmError::Internal("no boot memory".into()))?;
+    vm.setup_long_mode(0, Cpl::Three)?;
+    // A second handle on the VM for the boot thread: the VM's own is borrowed by the vCPU.
+    // SAFETY: dup() of a valid open fd; the new fd is owned by the VmFd built from it.
+    let dup = unsafe { libc::dup(vm.fd().as_raw_fd()) };
+    if dup < 0 {
+        return Err(KvmError::Host {
+            what: "duplicating the VM fd for the boot thread".into(),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    // SAFETY: `dup` is a VM fd this function just created and hands over.
+    let vm_fd = unsafe { kvm.create_vmfd_from_rawfd(dup) }
+        .map_err(KvmError::ioctl("KVM_CREATE_VM (dup)"))?;
+    let origin = Instant::now();
+    let origin_ns = vm.elapsed_ns();
+    // SAFETY: pthread_self has no preconditions.
+    let vcpu_thread = unsafe { libc::pthread_self() };
+    let stop = AtomicBool::new(false);
+    let stopped = AtomicBool::new(false);
+    let (started_tx, started_rx) = mpsc::channel::<()>();
+    let devices = plan.devices;
+    let boot = Duration::from_millis(u64::from(plan.boot_ms));
+    let budget = plan.run_timeout + boot;
+    let region = kvm_userspace_memory_region {
+        slot: 1,
+        guest_phys_addr: BOOT_MEMSLOT_GPA,
+        memory_size: memory.len() as u64,
+        userspace_addr: memory.host_addr(),
+        flags: 0,
+    };
+    let (run_start, ready_at, booted) = std::thread::scope(|scope| {
+        let (stop_ref, stopped_ref, vm_fd) = (&stop, &stopped, &vm_fd);
+        let booting = scope.spawn(move || {
+            let out = boot_steps(
+                vm_fd,
+                &started_rx,
+                boot,
+                devices,
+                region,
+                origin,
+                origin_ns,
+                budget,
+            );
+            let (stop, stopped) = (stop_ref, stopped_ref);
+            stop.store(true, Ordering::SeqCst);
+            // A kick can land just before the vCPU re-enters KVM_RUN: repeat until it is out.
+            while !stopped.load(Ordering::SeqCst) {
+                // SAFETY: the vCPU thread outlives this scope; the kick signal has a no-op
+                // handler installed by the runner's watchdog.
+                unsafe { libc::pthread_kill(vcpu_thread, kick_signal()) };
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            out
+        });
+        let run_start = Instant::now();
+        let mut ready_at = None;
+        let vcpu = vm.vcpu_mut(0);
+        let ran = match vcpu {
+            None => Err(KvmError::Internal("no vCPU 0 to run".into())),
+            Some(vcpu) => runner::run(vcpu, budget + Duration::from_secs(1), |exit| match exit {
+                GuestExit::Signal {
+                    signal: Signal::Start,
+                    at,
+                    ..
+                } => {
+                    ready_at = Some(at);
+                    let _ = started_tx.send(());
+                    Ok(Flow::Continue)
+                }
+                other => Err(KvmError::Guest(format!(
+                    "unexpected {other:?} from the spinning guest"
+                ))),
+            }),
+        };
+        drop(started_tx);
+        stopped.store(true, Ordering::SeqCst);
+        let booted = booting
+            .join()
+            .unwrap_or_else(|_| Err(KvmError::Internal("the boot thread panicked".into())));
+        // Interrupted by the boot thread's kick is how the run is meant to end.
+        let ran = match ran {
+            Err(KvmError::Guest(_)) if stop.load(Ordering::SeqCst) && ready_at.is_some() => Ok(()),
+            other => other,
+        };
+        (run_start, ready_at, ran.and(booted))
+    });
+    let events = booted?;
+    let ready_at =
+        ready_at.ok_or_else(|| KvmError::Guest("the guest never signalled Start".into()))?;
+    let since = |t: Instant| origin_ns.saturating_add(ns_between(origin, t));
+    let mut all = vec![IoctlEvent {
+        name: "KVM_RUN".into(),
+        start_ns: since(run_start),
+        dur_ns: ns_between(run_start, ready_at),
+        flags: None,
+    }];
+    all.extend(events);
+    Ok((since(ready_at), all))
+}
+
+fn ns_between(from: Instant, to: Instant) -> u64 {
+    u64::try_from(to.saturating_duration_since(from).as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The boot thread: waits for the guest to run, lets it boot, registers the ioeventfds and
+/// adds the memslot, each timed on the VM's clock.
+#[allow(clippy::too_many_arguments)]
+fn boot_steps(
+    vm_fd: &VmFd,
+    started: &mpsc::Receiver<()>,
+    boot: Duration,
+    devices: u32,
+    region: kvm_userspace_memory_region,
+    origin: Instant,
+    origin_ns: u64,
+    budget: Duration,
+) -> Result<Vec<IoctlEvent>, KvmError> {
+    started
+        .recv_timeout(budget)
+        .map_err(|_| KvmError::Guest("the guest never signalled Start".into()))?;
+    std::thread::sleep(boot);
+    let mut events = Vec::new();
+    let mut timed = |name: &str, flags, op: &mut dyn FnMut() -> Result<(), KvmError>| {
+        let start = Instant::now();
+        let out = op();
+        let end = Instant::now();
+        events.push(IoctlEvent {
+            name: name.to_string(),
+            start_ns: origin_ns.saturating_add(ns_between(origin, start)),
+            dur_ns: ns_between(start, end),
+            flags,
+        });
+        out
+    };
+    // The eventfds stay open until the VM is gone: KVM holds its own reference.
+    let mut fds = Vec::new();
+    for i in 0..devices {
+        let evt = EventFd::new(libc::EFD_NONBLOCK).map_err(|e| KvmError::Ioctl {
+            op: "eventfd",
+            source: e,
+        })?;
+        let gpa = MMIO_DEVICES_GPA + u64::from(i) * MMIO_DEVICE_STRIDE + QUEUE_NOTIFY;
+        timed(
+            "KVM_IOEVENTFD",
+            Some(KVM_IOEVENTFD_FLAG_DATAMATCH),
+            &mut || {
+                vm_fd
+                    .register_ioevent(&evt, &IoEventAddress::Mmio(gpa), 0u32)
+                    .map_err(KvmError::ioctl("KVM_IOEVENTFD"))
+            },
+        )?;
+        fds.push(evt);
+    }
+    timed("KVM_SET_USER_MEMORY_REGION", None, &mut || {
+        // SAFETY: the region maps memory the caller keeps alive until after the VM is dropped.
+        unsafe { vm_fd.set_user_memory_region(region) }
+            .map_err(KvmError::ioctl("KVM_SET_USER_MEMORY_REGION"))
+    })?;
+    Ok(events)
 }

@@ -38,6 +38,8 @@ pub struct ModelBackend {
     profile: Profile,
     host: HostInfo,
     rng: ChaCha8Rng,
+    /// Where the timer ticks fall for the next VM built back to back.
+    lifecycle: srcu::BackToBack,
 }
 
 impl ModelBackend {
@@ -59,6 +61,7 @@ impl ModelBackend {
             profile,
             host,
             rng: srcu::rng(seed),
+            lifecycle: srcu::BackToBack::default(),
         }
     }
 
@@ -84,7 +87,12 @@ impl Backend for ModelBackend {
     fn construct_vm(&mut self, plan: &ConstructionPlan) -> Result<ConstructionTrace, Error> {
         let costs =
             srcu::LifecycleCosts::from_profile(&self.profile, plan.hz).map_err(ModelError::from)?;
-        Ok(srcu::construct(&costs, plan, &mut self.rng))
+        Ok(srcu::construct(
+            &costs,
+            plan,
+            &mut self.rng,
+            &mut self.lifecycle,
+        ))
     }
 
     fn touch_memory(&mut self, plan: &TouchPlan) -> Result<TouchResult, Error> {

@@ -149,7 +149,6 @@ const MAX_NS: f64 = 1e12;
 /// Every cost the models read, with its allowed range. A profile must give all of them.
 const KEYS: &[(&str, Range)] = &[
     ("hz", Range::Whole(24.0, 10_000.0)),
-    ("srcu_gp_phases", Range::Whole(1.0, 64.0)),
     ("srcu_wakeup_ns", Range::Real(0.0, MAX_NS)),
     ("first_vcpu_adds_memslot", Range::Flag),
     ("ioctl_create_vm_ns", Range::Real(0.0, MAX_NS)),
@@ -223,6 +222,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     (
         "arm64-server-160",
         include_str!("../../profiles/arm64-server-160.toml"),
+    ),
+    (
+        "x86-vmx-hz100",
+        include_str!("../../profiles/x86-vmx-hz100.toml"),
     ),
 ];
 

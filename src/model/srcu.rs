@@ -1,15 +1,51 @@
 //! The `lifecycle` model: KVM's I/O-bus registrations and memslot swaps on an SRCU timeline.
 //!
-//! Mirrors, in kernel/rcu/srcutree.c: `call_srcu()` → `srcu_gp_start_if_needed()` /
-//! `srcu_funnel_gp_start()` (a callback queued while a grace period is in flight needs the
-//! *next* one), the normal grace period's state machine driven from `process_srcu()` with
-//! `SRCU_STATE_SCAN1`/`SRCU_STATE_SCAN2` re-queued `srcu_get_delay()` = `SRCU_INTERVAL` (one
-//! jiffy) apart, so it completes on a timer tick; `synchronize_srcu_expedited()` →
-//! `__synchronize_srcu(do_norm = false)`, which cannot complete before the normal grace period
-//! in flight and then expedites the next; and `synchronize_srcu()`, which takes the expedited
-//! path when `srcu_might_be_idle()` (no readers) and waits a normal grace period otherwise.
-//! In virt/kvm/kvm_main.c: `kvm_io_bus_register_dev()` (defer or sync the old bus array's
-//! free, per strategy) and `kvm_swap_active_memslots()` (expedited sync).
+//! The grace-period machinery of kernel/rcu/srcutree.c, step by step, in time (ns) with timer
+//! ticks every jiffy:
+//! - `call_srcu()` → `__call_srcu()` → `srcu_gp_start_if_needed()` queues the callback for the
+//!   grace period `rcu_seq_snap()` names: the next one when SRCU is idle, the one *after* the
+//!   grace period in flight otherwise. `srcu_funnel_gp_start()` records the need and, when idle,
+//!   starts the grace period (`srcu_gp_start()`: state `SRCU_STATE_SCAN1`) and queues the
+//!   grace-period work with `!!srcu_get_delay()`: no delay when an expedited grace period is
+//!   wanted, one jiffy (`SRCU_INTERVAL`) for a normal one. A request for an already-requested
+//!   grace period only raises the expedited mark (`srcu_funnel_exp_start()`): it does not
+//!   re-queue work that is already waiting for its timer.
+//! - A delayed work or timer of `d` jiffies fires on the `(d+1)`-th tick after it is armed:
+//!   the timer wheel rounds every expiry up by one bucket so that a timer armed just before a
+//!   tick cannot fire early (`calc_index()` in kernel/time/timer.c). One jiffy of delay is
+//!   therefore between one and two jiffies of time.
+//! - `process_srcu()` runs `srcu_advance_state()`: SCAN1 checks the inactive reader index with
+//!   `try_check_zero()` (one check, one more if expedited, 5 µs apart), flips, SCAN2 checks the
+//!   other (two checks); with no readers both pass in the same pass and `srcu_gp_end()` ends
+//!   the grace period. A reader makes the check fail and the work re-queue after
+//!   `srcu_get_delay()`: 0 while expedited (a bounded number of times, `srcu_max_nodelay_phase`),
+//!   else one jiffy plus the grace period's age, at most `SRCU_MAX_INTERVAL` (10).
+//! - `srcu_gp_end()` hands the finished grace period's callbacks to `srcu_invoke_callbacks()`
+//!   at once when an expedited grace period is wanted (`cbdelay` 0), else one jiffy later
+//!   (`cbdelay` 1, `timer_reduce()` on the per-CPU delay timer), and starts the next grace
+//!   period at once (`srcu_reschedule(ssp, 0)`) if one is needed.
+//! - `synchronize_srcu_expedited()` is `__synchronize_srcu(ssp, do_norm = rcu_gp_is_normal())`,
+//!   i.e. `do_norm = false`: a callback that wakes the caller, queued like any other. It cannot
+//!   complete before the normal grace period in flight, and then needs one more.
+//!
+//! In virt/kvm/kvm_main.c: `kvm_io_bus_register_dev()` frees the old bus array after a grace
+//! period: `synchronize_srcu_expedited()` before 7d9a0273, `call_srcu()` after it, and in Sean
+//! Christopherson's proposed fix `synchronize_srcu_expedited()` while `kvm->created_vcpus` is 0
+//! and `call_srcu()` afterwards. `kvm_swap_active_memslots()` calls
+//! `synchronize_srcu_expedited()`; on x86 `__x86_set_memory_region()` creates a private memslot
+//! in each address space (two with SMM), which VMX does for the APIC-access page when the first
+//! vCPU is created (`kvm_alloc_apic_access_page()`). vCPUs in `KVM_RUN` are SRCU readers while
+//! they handle exits in the kernel.
+//!
+//! Why the first `KVM_CREATE_VCPU` waits more than one grace period (Nikita Kalyazin's
+//! question in thread 001): the registrations of `KVM_CREATE_IRQCHIP` start a normal grace
+//! period whose work waits one jiffy of delay, which the timer wheel turns into the second tick
+//! after the registration: 1 to 2 jiffies. The registrations after the first (the rest of the
+//! irqchip's, the PIT's) and the vCPU's expedited synchronization all need the grace period
+//! *after* that one (the grace period in flight may have started before their updates). That
+//! second grace period runs at once when the first ends (expedited, no delay), so the vCPU
+//! waits the rest of the first — 1 to 2 jiffies after the irqchip, 15 ms on average at HZ=100,
+//! never less than one jiffy — plus the workqueue hand-offs.
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -18,104 +54,410 @@ use super::profile::{Profile, ProfileError};
 use crate::backend::ioctl_table::SrcuEffect;
 use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace, IoctlEvent, Step, Strategy};
 
-/// SRCU state for one VM's `kvm->srcu`.
+/// `SRCU_MAX_INTERVAL`: the longest re-queue delay slow readers cause, jiffies.
+const SRCU_MAX_INTERVAL: u64 = 10;
+/// `srcu_retry_check_delay` (`SRCU_DEFAULT_RETRY_CHECK_DELAY`): µs between reader checks.
+const RETRY_CHECK_DELAY_NS: u64 = 5_000;
+/// `USEC_PER_SEC`, for `SRCU_DEFAULT_MAX_NODELAY_PHASE`.
+const USEC_PER_SEC: u64 = 1_000_000;
+
+/// Where an SRCU grace period is (`rcu_seq_state()` of `srcu_gp_seq`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GpState {
+    Idle,
+    Scan1,
+    Scan2,
+}
+
+/// A queued callback: the grace period it needs (a count of completed grace periods), and the
+/// synchronizer it wakes, if any.
+#[derive(Debug, Clone, Copy)]
+struct Callback {
+    gp: u64,
+    waiter: Option<u64>,
+}
+
+/// Grace periods completed so far, by kind, for tests and findings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GpCounts {
+    /// Ended while an expedited grace period was wanted.
+    pub expedited: u64,
+    /// Ended as normal grace periods.
+    pub normal: u64,
+}
+
+/// One VM's `kvm->srcu`, with the single `srcu_data` of an `SRCU_SIZE_SMALL` srcu_struct.
 #[derive(Debug, Clone)]
 pub struct Srcu {
-    tick_ns: u64,
-    /// Where ticks fall: boundaries at `phase + k × tick`.
+    jiffy_ns: u64,
+    /// Ticks fall at `phase_ns + k × jiffy_ns`.
     phase_ns: u64,
-    phases: u64,
+    /// A hand-off to a sleeping task: a workqueue item starting, a synchronizer waking.
     wakeup_ns: u64,
-    /// End of the normal grace period in flight.
-    in_flight: Option<u64>,
-    /// A callback queued after the in-flight grace period started needs another one.
-    next_needed: bool,
+    completed: u64,
+    state: GpState,
+    gp_start_jiffies: u64,
+    needed: u64,
+    needed_exp: u64,
+    n_exp_nodelay: u64,
+    max_nodelay_phase: u64,
+    max_nodelay: u64,
+    reschedule_jiffies: u64,
+    reschedule_count: u64,
+    /// When `process_srcu()` runs next.
+    work_at: Option<u64>,
+    /// When the per-CPU delay timer fires (it then queues callback invocation).
+    cb_timer: Option<u64>,
+    /// When `srcu_invoke_callbacks()` runs next.
+    cb_at: Option<u64>,
+    cbs: Vec<Callback>,
+    woken: Vec<(u64, u64)>,
+    next_waiter: u64,
+    readers: u32,
+    occupancy: f64,
+    rng: ChaCha8Rng,
+    counts: GpCounts,
 }
 
 impl Srcu {
-    /// An idle SRCU whose timer ticks start `phase_ns` into the first jiffy.
-    pub fn new(tick_ns: u64, phase_ns: u64, phases: u64, wakeup_ns: u64) -> Srcu {
+    /// An idle SRCU: ticks every `jiffy_ns` from `phase_ns`, hand-offs costing `wakeup_ns`,
+    /// `hz` for the kernel's HZ-derived limits; `seed` draws reader presence.
+    pub fn new(jiffy_ns: u64, phase_ns: u64, wakeup_ns: u64, seed: u64) -> Srcu {
+        let jiffy_ns = jiffy_ns.max(1);
+        let hz = (1_000_000_000 / jiffy_ns).max(1);
+        // SRCU_DEFAULT_MAX_NODELAY_PHASE: 2 × USEC_PER_SEC / HZ / retry delay, clamped to
+        // [3, 1000]; SRCU_DEFAULT_MAX_NODELAY: at least 100.
+        let phase = (2 * USEC_PER_SEC / hz / (RETRY_CHECK_DELAY_NS / 1000)).clamp(3, 1000);
         Srcu {
-            tick_ns: tick_ns.max(1),
-            phase_ns: phase_ns % tick_ns.max(1),
-            phases: phases.max(1),
+            jiffy_ns,
+            phase_ns: phase_ns % jiffy_ns,
             wakeup_ns,
-            in_flight: None,
-            next_needed: false,
+            completed: 0,
+            state: GpState::Idle,
+            gp_start_jiffies: 0,
+            needed: 0,
+            needed_exp: 0,
+            n_exp_nodelay: 0,
+            max_nodelay_phase: phase,
+            max_nodelay: phase.max(100),
+            reschedule_jiffies: u64::MAX,
+            reschedule_count: 0,
+            work_at: None,
+            cb_timer: None,
+            cb_at: None,
+            cbs: Vec::new(),
+            woken: Vec::new(),
+            next_waiter: 0,
+            readers: 0,
+            occupancy: 0.0,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            counts: GpCounts::default(),
         }
     }
 
-    /// The first tick strictly after `t`.
-    fn next_tick(&self, t: u64) -> u64 {
+    /// `n` vCPUs in `KVM_RUN`, each inside an SRCU read-side section a fraction `occupancy` of
+    /// the time (handling exits in the kernel).
+    pub fn set_readers(&mut self, n: u32, occupancy: f64) {
+        self.readers = n;
+        self.occupancy = occupancy.clamp(0.0, 0.99);
+    }
+
+    /// Grace periods completed so far.
+    pub fn counts(&self) -> GpCounts {
+        self.counts
+    }
+
+    /// `jiffies` at `t`: the number of ticks so far.
+    fn jiffies(&self, t: u64) -> u64 {
         if t < self.phase_ns {
-            return self.phase_ns;
+            0
+        } else {
+            (t - self.phase_ns) / self.jiffy_ns + 1
         }
-        self.phase_ns + ((t - self.phase_ns) / self.tick_ns + 1) * self.tick_ns
     }
 
-    /// When a normal grace period started at `t` completes: each scan phase runs from the
-    /// workqueue on the next tick, and the waiters run after the callbacks are invoked.
-    fn normal_gp_end(&self, t: u64) -> u64 {
-        self.next_tick(t) + (self.phases - 1) * self.tick_ns + self.wakeup_ns
+    /// The time of the tick that makes `jiffies` equal `j` (j ≥ 1).
+    fn tick_time(&self, j: u64) -> u64 {
+        self.phase_ns + j.saturating_sub(1) * self.jiffy_ns
     }
 
-    /// Retires grace periods that ended by `now`, starting the one a queued callback needs.
-    fn advance(&mut self, now: u64) {
-        while let Some(end) = self.in_flight {
-            if end > now {
+    /// When a timer armed at `t` for `delay` jiffies fires: the timer wheel files it one
+    /// bucket later than `jiffies + delay` (`calc_index()`), so it fires on that tick's
+    /// successor.
+    fn timer_fires(&self, t: u64, delay: u64) -> u64 {
+        self.tick_time(self.jiffies(t) + delay + 1)
+    }
+
+    /// When work queued at `t` with `delay` jiffies starts running.
+    fn work_runs(&self, t: u64, delay: u64) -> u64 {
+        if delay == 0 {
+            t + self.wakeup_ns
+        } else {
+            self.timer_fires(t, delay) + self.wakeup_ns
+        }
+    }
+
+    /// `rcu_seq_snap()`: the grace period a request made now needs.
+    fn snap(&self) -> u64 {
+        if self.state == GpState::Idle {
+            self.completed + 1
+        } else {
+            self.completed + 2
+        }
+    }
+
+    /// `srcu_gp_is_expedited()`: an expedited grace period is wanted beyond those done.
+    fn expedited(&self) -> bool {
+        self.needed_exp > self.completed
+    }
+
+    /// `srcu_get_delay()`.
+    fn get_delay(&mut self, t: u64) -> u64 {
+        let mut jbase = u64::from(!self.expedited());
+        if self.state != GpState::Idle {
+            let j = self.jiffies(t).saturating_sub(1);
+            if j > self.gp_start_jiffies {
+                jbase += j - self.gp_start_jiffies;
+            }
+            if jbase == 0 {
+                self.n_exp_nodelay += 1;
+                if self.n_exp_nodelay > self.max_nodelay_phase {
+                    jbase = 1;
+                }
+            }
+        }
+        jbase.min(SRCU_MAX_INTERVAL)
+    }
+
+    /// `srcu_gp_start()`.
+    fn gp_start(&mut self, t: u64) {
+        self.state = GpState::Scan1;
+        self.gp_start_jiffies = self.jiffies(t);
+        self.n_exp_nodelay = 0;
+    }
+
+    /// `queue_delayed_work()` of the grace-period work: a no-op while it is pending.
+    fn queue_work(&mut self, t: u64, delay: u64) {
+        if self.work_at.is_none() {
+            self.work_at = Some(self.work_runs(t, delay));
+        }
+    }
+
+    /// `srcu_gp_start_if_needed()` with `srcu_funnel_gp_start()` / `srcu_funnel_exp_start()`.
+    fn start_if_needed(&mut self, t: u64, do_norm: bool, waiter: Option<u64>) {
+        let s = self.snap();
+        self.cbs.push(Callback { gp: s, waiter });
+        let needgp = self.needed < s;
+        if needgp {
+            self.needed = s;
+        }
+        if !do_norm && self.needed_exp < s {
+            self.needed_exp = s;
+        }
+        if needgp && self.state == GpState::Idle {
+            self.gp_start(t);
+            let delay = self.get_delay(t).min(1);
+            self.queue_work(t, delay);
+        }
+    }
+
+    /// Whether a reader holds the index being checked now.
+    fn reader_present(&mut self) -> bool {
+        if self.readers == 0 || self.occupancy <= 0.0 {
+            return false;
+        }
+        let clear = (1.0 - self.occupancy).powi(i32::try_from(self.readers).unwrap_or(i32::MAX));
+        self.rng.random::<f64>() >= clear
+    }
+
+    /// `try_check_zero()`: whether the readers drained, and the time after its retries.
+    fn try_check_zero(&mut self, mut t: u64, trycount: u64) -> (bool, u64) {
+        let extra = u64::from(self.get_delay(t) == 0);
+        let mut left = trycount + extra;
+        loop {
+            if !self.reader_present() {
+                return (true, t);
+            }
+            left -= 1;
+            if left == 0 {
+                return (false, t);
+            }
+            t += RETRY_CHECK_DELAY_NS;
+        }
+    }
+
+    /// `srcu_advance_state()`; returns the time it finished.
+    fn advance_state(&mut self, mut t: u64) -> u64 {
+        if self.state == GpState::Idle {
+            if self.completed >= self.needed {
+                return t;
+            }
+            self.gp_start(t);
+        }
+        if self.state == GpState::Scan1 {
+            let (drained, after) = self.try_check_zero(t, 1);
+            t = after;
+            if !drained {
+                return t;
+            }
+            // srcu_flip()
+            self.state = GpState::Scan2;
+            self.n_exp_nodelay = 0;
+        }
+        let (drained, after) = self.try_check_zero(t, 2);
+        t = after;
+        if drained {
+            self.n_exp_nodelay = 0;
+            self.gp_end(t);
+        }
+        t
+    }
+
+    /// `srcu_gp_end()`.
+    fn gp_end(&mut self, t: u64) {
+        let cbdelay = u64::from(!self.expedited());
+        if cbdelay == 0 {
+            self.counts.expedited += 1;
+        } else {
+            self.counts.normal += 1;
+        }
+        self.completed += 1;
+        self.state = GpState::Idle;
+        self.needed_exp = self.needed_exp.max(self.completed);
+        // srcu_schedule_cbs_sdp(): at once, or by timer_reduce() on the delay timer.
+        if cbdelay == 0 {
+            if self.cb_at.is_none() {
+                self.cb_at = Some(t + self.wakeup_ns);
+            }
+        } else {
+            let fire = self.timer_fires(t, cbdelay);
+            self.cb_timer = Some(self.cb_timer.map_or(fire, |old| old.min(fire)));
+        }
+        if self.completed < self.needed {
+            self.gp_start(t);
+            self.reschedule(t, 0);
+        }
+    }
+
+    /// `srcu_reschedule()`.
+    fn reschedule(&mut self, t: u64, delay: u64) {
+        if self.completed >= self.needed {
+            if self.state == GpState::Idle {
                 return;
             }
-            self.in_flight = if self.next_needed {
-                self.next_needed = false;
-                Some(self.normal_gp_end(end))
+        } else if self.state == GpState::Idle {
+            self.gp_start(t);
+        }
+        self.queue_work(t, delay);
+    }
+
+    /// `process_srcu()`, the grace-period work.
+    fn process(&mut self, t: u64) {
+        let t = self.advance_state(t);
+        let mut delay = self.get_delay(t);
+        if delay == 0 {
+            let j = self.jiffies(t);
+            if self.reschedule_jiffies == j {
+                self.reschedule_count += 1;
+                if self.reschedule_count > self.max_nodelay {
+                    delay = 1;
+                }
             } else {
-                None
-            };
-        }
-    }
-
-    /// Whether a normal grace period is in flight at `now`.
-    pub fn busy(&mut self, now: u64) -> bool {
-        self.advance(now);
-        self.in_flight.is_some()
-    }
-
-    /// `call_srcu()` at `now`: returns at once; starts a normal grace period, or queues behind
-    /// the one in flight.
-    pub fn call_srcu(&mut self, now: u64) {
-        self.advance(now);
-        if self.in_flight.is_some() {
-            self.next_needed = true;
+                self.reschedule_count = 1;
+                self.reschedule_jiffies = j;
+            }
         } else {
-            self.in_flight = Some(self.normal_gp_end(now));
+            self.reschedule_count = 0;
+        }
+        self.reschedule(t, delay);
+    }
+
+    /// `srcu_invoke_callbacks()`: every callback whose grace period has ended; each
+    /// synchronizer wakes one hand-off later.
+    fn invoke_callbacks(&mut self, t: u64) {
+        let done = self.completed;
+        let wake = t + self.wakeup_ns;
+        let mut woken = Vec::new();
+        self.cbs.retain(|cb| {
+            if cb.gp > done {
+                return true;
+            }
+            if let Some(w) = cb.waiter {
+                woken.push((w, wake));
+            }
+            false
+        });
+        self.woken.extend(woken);
+    }
+
+    fn next_event(&self) -> Option<u64> {
+        [self.cb_timer, self.work_at, self.cb_at]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Runs the one event due at `t`.
+    fn step(&mut self, t: u64) {
+        if self.cb_timer == Some(t) {
+            self.cb_timer = None;
+            if self.cb_at.is_none() {
+                self.cb_at = Some(t + self.wakeup_ns);
+            }
+        } else if self.work_at == Some(t) {
+            self.work_at = None;
+            self.process(t);
+        } else if self.cb_at == Some(t) {
+            self.cb_at = None;
+            self.invoke_callbacks(t);
         }
     }
 
-    /// `synchronize_srcu_expedited()` at `now`: how long the caller waits beyond the expedited
-    /// grace period itself (part of the ioctl's base cost): the rest of a normal grace period
-    /// in flight. The grace period a queued callback needed is then expedited too.
-    pub fn synchronize_expedited(&mut self, now: u64) -> u64 {
-        self.advance(now);
-        let wait = self.in_flight.map_or(0, |end| end - now);
-        self.in_flight = None;
-        self.next_needed = false;
-        wait
+    /// Runs everything due by `t`.
+    fn run_until(&mut self, t: u64) {
+        while let Some(e) = self.next_event().filter(|e| *e <= t) {
+            self.step(e);
+        }
     }
 
-    /// `synchronize_srcu()` at `now`: expedited when idle with no readers, else a whole normal
-    /// grace period (after the one in flight, if any).
-    pub fn synchronize(&mut self, now: u64, readers: bool) -> u64 {
-        self.advance(now);
-        match (self.in_flight, readers) {
-            (None, false) => 0,
-            (None, true) => self.normal_gp_end(now) - now,
-            (Some(end), _) => {
-                let after = self.normal_gp_end(end);
-                self.in_flight = Some(after);
-                self.next_needed = false;
-                after - now
+    /// Whether a grace period is in flight or wanted at `now`.
+    pub fn busy(&mut self, now: u64) -> bool {
+        self.run_until(now);
+        self.state != GpState::Idle || self.completed < self.needed
+    }
+
+    /// `call_srcu()` at `now`: returns at once.
+    pub fn call_srcu(&mut self, now: u64) {
+        self.run_until(now);
+        self.start_if_needed(now, true, None);
+    }
+
+    /// `synchronize_srcu_expedited()` at `now`: how long the caller sleeps.
+    pub fn synchronize_expedited(&mut self, now: u64) -> u64 {
+        self.run_until(now);
+        let id = self.next_waiter;
+        self.next_waiter += 1;
+        self.start_if_needed(now, false, Some(id));
+        // Readers are bounded below certainty (set_readers), so every grace period ends; the
+        // bound only guards against a defect turning into a hang.
+        for _ in 0..10_000_000 {
+            if let Some(i) = self.woken.iter().position(|(w, _)| *w == id) {
+                let (_, at) = self.woken.swap_remove(i);
+                return at.saturating_sub(now);
+            }
+            match self.next_event() {
+                Some(e) => self.step(e),
+                None => break,
             }
         }
+        debug_assert!(false, "a synchronizer was never woken");
+        0
+    }
+
+    /// How long an expedited synchronization takes on an idle SRCU with no readers: the
+    /// grace-period work, callback invocation and the caller's wake-up, one hand-off each.
+    pub fn idle_expedited_ns(&self) -> u64 {
+        3 * self.wakeup_ns
     }
 }
 
@@ -123,7 +465,6 @@ impl Srcu {
 #[derive(Debug, Clone)]
 pub struct LifecycleCosts {
     hz: u64,
-    phases: u64,
     wakeup_ns: u64,
     first_vcpu_adds_memslot: bool,
     create_vm: u64,
@@ -150,7 +491,6 @@ impl LifecycleCosts {
     pub fn from_profile(p: &Profile, hz: Option<u32>) -> Result<LifecycleCosts, ProfileError> {
         Ok(LifecycleCosts {
             hz: hz.map_or(ns(p, "hz")?, u64::from).max(1),
-            phases: ns(p, "srcu_gp_phases")?,
             wakeup_ns: ns(p, "srcu_wakeup_ns")?,
             first_vcpu_adds_memslot: ns(p, "first_vcpu_adds_memslot")? != 0,
             create_vm: ns(p, "ioctl_create_vm_ns")?,
@@ -173,18 +513,21 @@ impl LifecycleCosts {
 }
 
 /// `kvm_io_bus_register_dev()` calls per construction ioctl: the PIC registers its master,
-/// slave and ELCR ranges and the IOAPIC one MMIO range (`kvm_pic_init`, `kvm_ioapic_init`);
-/// the PIT its ports and the speaker (`kvm_create_pit`); an ioeventfd one range.
+/// slave and ELCR ranges and the IOAPIC one MMIO range (`kvm_pic_init()`, `kvm_ioapic_init()`);
+/// the PIT its ports and the speaker (`kvm_create_pit()`); an ioeventfd one range.
 const IRQCHIP_REGISTRATIONS: u32 = 4;
 const PIT_REGISTRATIONS: u32 = 2;
+/// x86 address spaces with SMM (`KVM_ADDRESS_SPACE_NUM`): `__x86_set_memory_region()` creates
+/// the APIC-access memslot in each, one `kvm_swap_active_memslots()` apiece.
+const X86_ADDRESS_SPACES: u32 = 2;
 
 struct Timeline<'a> {
     costs: &'a LifecycleCosts,
     srcu: Srcu,
     strategy: Strategy,
     now: u64,
-    vcpus: u32,
-    running: bool,
+    /// `kvm->created_vcpus`.
+    created_vcpus: u32,
     events: Vec<IoctlEvent>,
     effects: Vec<SrcuEffect>,
     /// What the ioctl under way did to SRCU so far.
@@ -209,10 +552,18 @@ impl Timeline<'_> {
         });
     }
 
-    /// `synchronize_srcu_expedited()` at the end of the ioctl under way.
+    /// `synchronize_srcu_expedited()` at the current time: the whole sleep.
     fn synchronize_expedited(&mut self) -> u64 {
         self.effect.waits = true;
-        self.srcu.synchronize_expedited(self.now)
+        let now = self.now;
+        self.srcu.synchronize_expedited(now)
+    }
+
+    /// A memslot swap whose measured base cost already includes one expedited
+    /// synchronization on an idle SRCU: only the wait beyond that is added.
+    fn memslot_swap(&mut self) -> u64 {
+        let idle = self.srcu.idle_expedited_ns();
+        self.synchronize_expedited().saturating_sub(idle)
     }
 
     /// `kvm_io_bus_register_dev()`'s free of the old bus array, per strategy.
@@ -220,42 +571,68 @@ impl Timeline<'_> {
         let defer = match self.strategy {
             Strategy::AlwaysDefer => true,
             Strategy::AlwaysSync => false,
-            Strategy::LifecycleKeyed => self.vcpus > 0,
+            // Sean's patch: `if (!READ_ONCE(kvm->created_vcpus))` synchronize, else defer.
+            Strategy::LifecycleKeyed => self.created_vcpus > 0,
         };
+        let now = self.now;
         if defer {
-            self.effect.starts_gp |= !self.srcu.busy(self.now);
-            self.srcu.call_srcu(self.now);
+            self.effect.starts_gp |= !self.srcu.busy(now);
+            self.srcu.call_srcu(now);
             0
         } else {
-            self.effect.waits = true;
-            // With readers and nothing in flight, synchronize_srcu() runs a whole grace
-            // period of its own.
-            self.effect.own_gp |= self.running && !self.srcu.busy(self.now);
-            self.srcu.synchronize(self.now, self.running)
+            // With readers and nothing in flight the wait is a grace period of its own.
+            let readers = self.srcu.readers > 0 && self.srcu.occupancy > 0.0;
+            self.effect.own_gp |= readers && !self.srcu.busy(now);
+            self.synchronize_expedited()
         }
     }
 
+    /// `n` registrations in one ioctl, one after another.
     fn registrations(&mut self, n: u32) -> u64 {
-        (0..n).map(|_| self.register()).sum()
+        let start = self.now;
+        for _ in 0..n {
+            let wait = self.register();
+            self.now += wait;
+        }
+        let total = self.now - start;
+        self.now = start;
+        total
     }
 }
 
+/// Where the ticks fall for the next VM when VMs are built back to back: the phase the last
+/// build left. A stall ends just after a tick, so the next build starts at a fixed point of
+/// the jiffy, and its stall has the same length — which is why repeated builds on one host
+/// stall for nearly the same time every repetition.
+#[derive(Debug, Clone, Default)]
+pub struct BackToBack {
+    next_phase_ns: Option<u64>,
+}
+
 /// Builds one VM in the plan's order on the model's timeline. `rng` draws where the timer
-/// ticks fall relative to `KVM_CREATE_VM`: the one thing that varies between real runs.
+/// ticks fall relative to `KVM_CREATE_VM` for an independent build (a fresh VMM process; the
+/// first of a back-to-back series) and the seed of reader presence; `series` carries the
+/// phase from one back-to-back build to the next (teardown and setup between builds are not
+/// modelled: the next build starts when the last ends).
 pub fn construct(
     costs: &LifecycleCosts,
     plan: &ConstructionPlan,
     rng: &mut ChaCha8Rng,
+    series: &mut BackToBack,
 ) -> ConstructionTrace {
     let jiffy = costs.jiffy_ns();
-    let phase = rng.random_range(0..jiffy);
+    let drawn = rng.random_range(0..jiffy);
+    let phase = match series.next_phase_ns {
+        Some(p) if plan.back_to_back => p % jiffy,
+        _ => drawn,
+    };
+    let seed = rng.random::<u64>();
     let mut t = Timeline {
         costs,
-        srcu: Srcu::new(jiffy, phase, costs.phases, costs.wakeup_ns),
+        srcu: Srcu::new(jiffy, phase, costs.wakeup_ns, seed),
         strategy: plan.strategy,
         now: 0,
-        vcpus: 0,
-        running: false,
+        created_vcpus: 0,
         events: Vec::new(),
         effects: Vec::new(),
         effect: SrcuEffect::default(),
@@ -275,23 +652,40 @@ pub fn construct(
                 t.ioctl(
                     "KVM_SET_USER_MEMORY_REGION",
                     costs.memslot,
-                    Timeline::synchronize_expedited,
+                    Timeline::memslot_swap,
                 );
             }
             Step::Vcpus => {
                 for _ in 0..plan.vcpus {
-                    let adds_memslot = t.vcpus == 0 && costs.first_vcpu_adds_memslot;
-                    t.ioctl("KVM_CREATE_VCPU", costs.vcpu, |t| {
-                        if adds_memslot {
-                            t.synchronize_expedited()
+                    let adds_memslot = t.created_vcpus == 0 && costs.first_vcpu_adds_memslot;
+                    // kvm_vm_ioctl_create_vcpu() counts the vCPU before creating it.
+                    t.created_vcpus += 1;
+                    let base = costs.vcpu
+                        + if adds_memslot {
+                            u64::from(X86_ADDRESS_SPACES) * costs.memslot
                         } else {
                             0
+                        };
+                    t.ioctl("KVM_CREATE_VCPU", base, |t| {
+                        if !adds_memslot {
+                            return 0;
                         }
+                        let start = t.now;
+                        for _ in 0..X86_ADDRESS_SPACES {
+                            let wait = t.memslot_swap();
+                            t.now += wait;
+                        }
+                        let total = t.now - start;
+                        t.now = start;
+                        total
                     });
-                    t.vcpus += 1;
                 }
             }
             Step::Ioeventfds | Step::BootIoeventfds => {
+                if *step == Step::BootIoeventfds {
+                    // The guest boots: time passes with vCPU 0 in KVM_RUN.
+                    t.now += u64::from(plan.boot_ms) * 1_000_000;
+                }
                 for _ in 0..plan.devices {
                     t.ioctl("KVM_IOEVENTFD", costs.ioeventfd, Timeline::register);
                 }
@@ -307,11 +701,14 @@ pub fn construct(
                 }
                 t.ioctl("KVM_RUN", costs.first_run, |_| 0);
                 ready_ns = t.now;
-                // From here vCPUs are in KVM_RUN: SRCU readers.
-                t.running = true;
+                // From here vCPU 0 stays in KVM_RUN: an SRCU reader while it handles exits.
+                t.srcu.set_readers(1, f64::from(plan.reader_pct) / 100.0);
             }
         }
     }
+    // The next build's origin is this one's end: its ticks fall `end` earlier in its frame.
+    let end = t.now % jiffy;
+    series.next_phase_ns = Some((phase + jiffy - end) % jiffy);
     ConstructionTrace {
         ioctls: t.events,
         ready_ns,
@@ -330,33 +727,111 @@ mod tests {
     use super::*;
 
     const JIFFY: u64 = 4_000_000;
+    const WAKE: u64 = 10_000;
 
     #[test]
-    fn a_normal_grace_period_completes_on_the_second_tick_after_it_starts() {
-        let mut s = Srcu::new(JIFFY, 1_000_000, 2, 0);
-        s.call_srcu(2_000_000);
-        // Ticks at 1, 5, 9 ms: the GP started at 2 ms ends at 9 ms.
-        assert_eq!(s.synchronize_expedited(2_500_000), 6_500_000);
+    fn a_one_jiffy_delay_fires_on_the_second_tick() {
+        // Ticks at 1, 5, 9 ms: armed at 2 ms (jiffies 1) for one jiffy, the timer is filed for
+        // jiffies 3 and fires at 9 ms, 7 ms later.
+        let s = Srcu::new(JIFFY, 1_000_000, WAKE, 0);
+        assert_eq!(s.timer_fires(2_000_000, 1), 9_000_000);
+        assert_eq!(s.timer_fires(4_999_999, 1), 9_000_000);
+        assert_eq!(s.timer_fires(5_000_000, 1), 13_000_000);
+    }
+
+    #[test]
+    fn an_expedited_sync_on_idle_srcu_takes_three_hand_offs_and_no_tick() {
+        let mut s = Srcu::new(JIFFY, 1_000_000, WAKE, 0);
+        assert_eq!(s.synchronize_expedited(2_000_000), s.idle_expedited_ns());
         assert_eq!(
-            s.synchronize_expedited(2_600_000),
-            0,
-            "nothing left in flight"
+            s.counts(),
+            GpCounts {
+                expedited: 1,
+                normal: 0
+            }
         );
     }
 
     #[test]
-    fn a_callback_during_a_grace_period_needs_the_next_one() {
-        let mut s = Srcu::new(JIFFY, 0, 2, 0);
-        s.call_srcu(100); // GP1: ends at 8 ms
-        s.call_srcu(200); // needs GP2, started when GP1 ends: ends at 16 ms
-        assert!(s.busy(9_000_000), "GP2 runs after GP1");
-        assert!(!s.busy(16_000_000));
-        // An expedited sync during GP1 waits for GP1 only, then expedites GP2.
-        let mut s = Srcu::new(JIFFY, 0, 2, 0);
+    fn an_expedited_sync_behind_a_normal_grace_period_waits_for_it_then_one_more() {
+        let mut s = Srcu::new(JIFFY, 1_000_000, WAKE, 0);
+        s.call_srcu(2_000_000); // GP1, work at the tick of 9 ms
+        s.call_srcu(2_050_000); // needs GP2
+        let wait = s.synchronize_expedited(2_100_000);
+        // GP1's work (9 ms + hand-off) ends it and queues callback invocation; GP2's work runs
+        // at once (hand-off) and ends it before the invocation runs, which then takes both
+        // grace periods' callbacks; the caller wakes one hand-off later.
+        assert_eq!(wait, 9_000_000 + 3 * WAKE - 2_100_000);
+        assert_eq!(s.counts().expedited, 2, "the in-flight GP ends expedited");
+        assert!(!s.busy(wait + 2_100_000 + JIFFY));
+    }
+
+    #[test]
+    fn a_lone_normal_grace_period_hands_its_callbacks_over_a_jiffy_later() {
+        let mut s = Srcu::new(JIFFY, 0, WAKE, 0);
         s.call_srcu(100);
-        s.call_srcu(200);
-        assert_eq!(s.synchronize_expedited(1_000_000), 7_000_000);
-        assert!(!s.busy(1_000_001));
+        // Nothing wants it expedited: GP ends at the 8 ms tick, the callback timer is armed
+        // for one jiffy and fires on the second tick after.
+        s.run_until(8_000_000 + WAKE);
+        assert_eq!(s.counts().normal, 1);
+        assert_eq!(s.cb_timer, Some(16_000_000));
+    }
+
+    #[test]
+    fn back_to_back_builds_stall_alike_and_independent_ones_spread() {
+        let p = Profile::load("pvm-epyc").unwrap();
+        let costs = LifecycleCosts::from_profile(&p, None).unwrap();
+        let mut plan = ConstructionPlan {
+            steps: vec![
+                Step::CreateVm,
+                Step::Irqchip,
+                Step::Memslot,
+                Step::Vcpus,
+                Step::Run,
+            ],
+            vcpus: 1,
+            devices: 0,
+            mem_bytes: 1 << 24,
+            run_timeout: std::time::Duration::from_secs(1),
+            strategy: Strategy::AlwaysDefer,
+            hz: None,
+            boot_ms: 0,
+            back_to_back: true,
+            reader_pct: 0,
+        };
+        let spread = |plan: &ConstructionPlan| {
+            let (mut r, mut series) = (rng(3), BackToBack::default());
+            let stalls: Vec<u64> = (0..20)
+                .map(|_| construct(&costs, plan, &mut r, &mut series).ioctls[2].dur_ns)
+                .collect();
+            // Leave out the first build, whose phase is drawn either way.
+            let (lo, hi) = (
+                stalls[1..].iter().min().unwrap(),
+                stalls[1..].iter().max().unwrap(),
+            );
+            (hi - lo, *hi)
+        };
+        let (tight, longest) = spread(&plan);
+        assert!(tight < 100_000, "back to back: {tight} ns apart");
+        // Each build starts just after the tick that ended the last stall: nearly 2 jiffies.
+        assert!(longest > 7 * costs.jiffy_ns() / 4, "{longest}");
+        plan.back_to_back = false;
+        assert!(spread(&plan).0 > costs.jiffy_ns() / 2);
+    }
+
+    #[test]
+    fn a_reader_delays_the_scan_and_the_wait_grows() {
+        let wait = |occupancy: f64| {
+            let mut waits = Vec::new();
+            for seed in 0..50 {
+                let mut s = Srcu::new(JIFFY, 0, WAKE, seed);
+                s.set_readers(1, occupancy);
+                s.call_srcu(100);
+                waits.push(s.synchronize_expedited(200));
+            }
+            waits.iter().sum::<u64>() / 50
+        };
+        assert!(wait(0.9) > wait(0.0), "{} vs {}", wait(0.9), wait(0.0));
     }
 
     #[test]
@@ -380,29 +855,29 @@ mod tests {
             run_timeout: std::time::Duration::from_secs(1),
             strategy: Strategy::AlwaysDefer,
             hz: None,
+            boot_ms: 50,
+            back_to_back: false,
+            reader_pct: 0,
         };
-        let a = construct(&costs, &plan, &mut rng(7));
-        let b = construct(&costs, &plan, &mut rng(7));
-        let c = construct(&costs, &plan, &mut rng(8));
+        let one = || BackToBack::default();
+        let a = construct(&costs, &plan, &mut rng(7), &mut one());
+        let b = construct(&costs, &plan, &mut rng(7), &mut one());
+        let c = construct(&costs, &plan, &mut rng(8), &mut one());
         assert_eq!(a, b);
         assert_ne!(a.ready_ns, c.ready_ns);
-        // The memslot after the irqchip waits between 1 and 2 jiffies plus the wake-up.
+        // The memslot after the irqchip waits for the irqchip's grace period: its work fires
+        // on the second tick after the registration, 1 to 2 jiffies away.
         let memslot = a
             .ioctls
             .iter()
             .find(|e| e.name == "KVM_SET_USER_MEMORY_REGION")
             .unwrap();
+        let jiffy = costs.jiffy_ns();
         assert!(
-            memslot.dur_ns > 4_000_000 && memslot.dur_ns < 8_000_000 + 1_000_000,
+            memslot.dur_ns > jiffy / 2
+                && memslot.dur_ns < 2 * jiffy + 4 * costs.wakeup_ns + 100_000,
             "{}",
             memslot.dur_ns
         );
-    }
-
-    #[test]
-    fn synchronize_is_cheap_without_readers_and_a_grace_period_with_them() {
-        let mut s = Srcu::new(JIFFY, 0, 2, 0);
-        assert_eq!(s.synchronize(1_000_000, false), 0);
-        assert_eq!(s.synchronize(1_000_000, true), 7_000_000);
     }
 }

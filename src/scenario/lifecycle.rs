@@ -34,7 +34,7 @@ use std::time::Duration;
 use super::params::{ParamInfo, Settings};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Chart, Experiment, Observed, ValidationPoint};
+use super::{Chart, Experiment, Observed, Showcase, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::{StallCause, Verdict, against_fastest};
 use crate::analysis::stall::{Baselines, Stall, find_stalls, kernel_effects};
@@ -64,7 +64,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     backends: &[BackendKind::Kvm, BackendKind::Model],
 };
 
-static VARIANTS: [VariantInfo; 5] = [
+static VARIANTS: [VariantInfo; 6] = [
     VariantInfo {
         name: "irqchip-first",
         doc: "create VM, irqchip, PIT, memslot, vCPUs, ioeventfds, run",
@@ -85,14 +85,15 @@ static VARIANTS: [VariantInfo; 5] = [
         name: "firecracker-order",
         doc: "Firecracker: create VM, TSS, irqchip, PIT, vCPUs, memslot, ioeventfds, run",
     },
+    VariantInfo {
+        name: "boot-activation",
+        doc: "memslot, irqchip, PIT, vCPUs, run; after boot_ms of guest execution, ioeventfds registered while vCPU 0 runs, then a memslot update",
+    },
 ];
 
-static MODEL_VARIANTS: [VariantInfo; 1] = [VariantInfo {
-    name: "boot-activation",
-    doc: "memslot first, then 8 ioeventfds registered while vCPUs run and a memslot update after them",
-}];
+static MODEL_VARIANTS: [VariantInfo; 0] = [];
 
-static PARAMS: [ParamInfo; 7] = [
+static PARAMS: [ParamInfo; 10] = [
     ParamInfo {
         name: "vcpus",
         default: "1",
@@ -124,9 +125,15 @@ static PARAMS: [ParamInfo; 7] = [
         model_only: false,
     },
     ParamInfo {
+        name: "boot_ms",
+        default: "50",
+        doc: "boot orders: ms vCPU 0 runs the guest before the boot registrations (0-10000)",
+        model_only: false,
+    },
+    ParamInfo {
         name: "strategy",
         default: "always-defer",
-        doc: "model: always-defer (Linux 6.18), always-sync, lifecycle-keyed",
+        doc: "model: always-defer (call_srcu, Linux 6.18), always-sync (synchronize_srcu_expedited, before 7d9a0273), lifecycle-keyed (sync until the first vCPU, then defer: the fix in thread 001)",
         model_only: true,
     },
     ParamInfo {
@@ -135,9 +142,21 @@ static PARAMS: [ParamInfo; 7] = [
         doc: "model: timer ticks per second (default: the profile's)",
         model_only: true,
     },
+    ParamInfo {
+        name: "spacing",
+        default: "back-to-back",
+        doc: "model: back-to-back (each VM right after the previous, as the kvm backend's repetitions: the previous stall ended on a tick) or independent (each VM at a random point of a jiffy, as separate VMM processes)",
+        model_only: true,
+    },
+    ParamInfo {
+        name: "reader_pct",
+        default: "0",
+        doc: "model: percent of the time a running vCPU is an SRCU reader (0-90; handling exits in the kernel; hvlab's guest loop barely exits)",
+        model_only: true,
+    },
 ];
 
-static METRICS: [MetricInfo; 5] = [
+static METRICS: [MetricInfo; 7] = [
     MetricInfo {
         name: "ready_ms",
         unit: "ms",
@@ -152,6 +171,16 @@ static METRICS: [MetricInfo; 5] = [
         name: "stalls",
         unit: "count",
         doc: "SRCU stalls per VM: ioctls that can wait for kvm->srcu on this kernel, slower than their unstalled baseline by more than half a jiffy while a grace period was in flight",
+    },
+    MetricInfo {
+        name: "boot.ioeventfd_us",
+        unit: "us",
+        doc: "boot orders: mean KVM_IOEVENTFD registration while vCPU 0 runs guest code, per VM",
+    },
+    MetricInfo {
+        name: "boot.memslot_ms",
+        unit: "ms",
+        doc: "boot orders: the memslot update after those registrations, vCPU 0 still running, per VM",
     },
     MetricInfo {
         name: "kvm.vm.<stat>",
@@ -247,6 +276,10 @@ pub fn plans(
         "" => None,
         _ => Some(settings.u32_in("hz", 24..=10_000)?),
     };
+    let reader_pct = settings.u32_in("reader_pct", 0..=90)?;
+    let boot_ms = settings.u32_in("boot_ms", 0..=10_000)?;
+    let back_to_back =
+        settings.choice("spacing", &["back-to-back", "independent"])? == "back-to-back";
     if backend == BackendKind::Kvm {
         settings.reject_model_only()?;
     }
@@ -279,6 +312,9 @@ pub fn plans(
                 run_timeout: Duration::from_millis(u64::from(timeout_ms)),
                 strategy,
                 hz,
+                boot_ms,
+                back_to_back,
+                reader_pct,
             };
             plan.validate().map(|()| (name, plan))
         })
@@ -360,6 +396,27 @@ fn median_timeline(
         .collect()
 }
 
+/// The ioctls after the first `KVM_RUN` (vCPU 0 still running guest code): the duration of
+/// each `KVM_IOEVENTFD`, and of the memslot update after them. `None` for orders that end
+/// with the run.
+fn boot_phase(trace: &ConstructionTrace) -> Option<(Vec<u64>, Option<u64>)> {
+    let run = trace.ioctls.iter().position(|e| e.name == "KVM_RUN")?;
+    let after = &trace.ioctls[run + 1..];
+    if after.is_empty() {
+        return None;
+    }
+    let registrations = after
+        .iter()
+        .filter(|e| e.name == "KVM_IOEVENTFD")
+        .map(|e| e.dur_ns)
+        .collect();
+    let memslot = after
+        .iter()
+        .find(|e| e.name == "KVM_SET_USER_MEMORY_REGION")
+        .map(|e| e.dur_ns);
+    Some((registrations, memslot))
+}
+
 /// A stall as it recurs across repetitions: (ioctl index, ioctl, the event blamed: index, name).
 type StallKey = (usize, String, Option<(usize, String)>);
 
@@ -388,6 +445,15 @@ fn analyse_variant(
         }
         for (ioctl, ns) in per_ioctl {
             series.push(&format!("ioctl.{ioctl}_ms"), "ms", ms(ns));
+        }
+        if let Some((registrations, memslot)) = boot_phase(trace) {
+            if !registrations.is_empty() {
+                let mean = registrations.iter().sum::<u64>() as f64 / registrations.len() as f64;
+                series.push("boot.ioeventfd_us", "us", mean / 1e3);
+            }
+            if let Some(memslot) = memslot {
+                series.push("boot.memslot_ms", "ms", ms(memslot));
+            }
         }
         let stalls = stalls_of(trace, baselines, jiffy_ns, kernel);
         let srcu_stalls = stalls.iter().filter(|s| s.caused_by.is_some()).count();
@@ -478,6 +544,22 @@ fn verdicts(variants: &[VariantRecord], seed: u64) -> Vec<Verdict> {
     verdicts
 }
 
+/// Thread 001 on its own host: Firecracker on x86 at HZ=100, separate microVMs.
+static SHOWCASES: [Showcase; 2] = [
+    Showcase {
+        profile: "x86-vmx-hz100",
+        variants: &["firecracker-order", "boot-activation"],
+        sets: &["strategy=always-defer", "spacing=independent"],
+        why: "001, Linux 6.18 (call_srcu in registration): the first KVM_CREATE_VCPU waits out the irqchip's normal grace period, 1-2 jiffies (10-20 ms at HZ=100)",
+    },
+    Showcase {
+        profile: "x86-vmx-hz100",
+        variants: &["firecracker-order", "boot-activation"],
+        sets: &["strategy=lifecycle-keyed", "spacing=independent"],
+        why: "001, Sean's fix (sync until the first vCPU, then defer): no creation stall; registrations during boot still defer, so the next memslot update waits",
+    },
+];
+
 /// The lifecycle scenario.
 #[derive(Debug)]
 pub struct Lifecycle;
@@ -537,6 +619,10 @@ impl Experiment for Lifecycle {
         }
     }
 
+    fn showcases(&self) -> &'static [Showcase] {
+        &SHOWCASES
+    }
+
     fn validation(&self, host: &HostInfo) -> Option<ValidationPoint> {
         // The model runs the SRCU scheme of the kernel it is checked against.
         let strategy = match host.srcu_kernel().registration {
@@ -550,6 +636,7 @@ impl Experiment for Lifecycle {
                 "devices-after-vcpus",
                 "qemu-order",
                 "firecracker-order",
+                "boot-activation",
             ],
             sets: Vec::new(),
             model_sets: vec![strategy.to_string()],
@@ -560,6 +647,7 @@ impl Experiment for Lifecycle {
                 if let (Some(p), Some(m)) = (stall_ms(model, v), stall_ms(kvm, v)) {
                     out.push(judge(INFO.name, v, "stall_ms", "ms", p, m, time));
                 }
+                out.extend(check(model, kvm, v, "boot.memslot_ms", time));
                 out
             },
         })
@@ -582,6 +670,9 @@ mod tests {
             run_timeout: Duration::from_secs(1),
             strategy: Strategy::AlwaysDefer,
             hz: None,
+            boot_ms: 50,
+            back_to_back: true,
+            reader_pct: 0,
         }
     }
 

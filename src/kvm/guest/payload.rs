@@ -188,6 +188,21 @@ pub fn exit_loop(kind: ExitKind, iterations: u64, vendor: Vendor) -> Result<Vec<
     build().map_err(asm_err)
 }
 
+/// A guest that keeps running without exits: signal `Start`, then spin (`pause`) forever. The
+/// lifecycle scenario's boot orders keep vCPU 0 in it while the VMM registers devices.
+pub fn spin_loop() -> Result<Vec<u8>, KvmError> {
+    let build = || -> Result<Vec<u8>, IcedError> {
+        let mut a = CodeAssembler::new(64)?;
+        signal(&mut a, Signal::Start)?;
+        let mut spin = a.create_label();
+        a.set_label(&mut spin)?;
+        a.pause()?;
+        a.jmp(spin)?;
+        a.assemble(CODE_GPA)
+    };
+    build().map_err(asm_err)
+}
+
 /// The profiled task: `slices` times, enable the buffer (a store of its address to the
 /// enable doorbell), write `records` 64-byte records into it, disable it. In per-CPU mode the
 /// buffer is enabled once (and again when it moves) and disabled at the end. Every

@@ -12,6 +12,7 @@ mod pebs;
 mod percpu;
 mod prefetch;
 mod spe;
+mod srcu;
 
 use serde::Serialize;
 
@@ -188,8 +189,13 @@ pub trait Thread: Sync {
 }
 
 /// Every thread, in seed order.
-pub static THREADS: &[&dyn Thread] =
-    &[&spe::Spe, &percpu::Percpu, &pebs::Pebs, &prefetch::Prefetch];
+pub static THREADS: &[&dyn Thread] = &[
+    &spe::Spe,
+    &srcu::Srcu,
+    &percpu::Percpu,
+    &pebs::Pebs,
+    &prefetch::Prefetch,
+];
 
 /// Evaluates every thread (or only `only`, by id), in seed order.
 pub fn evaluate(
