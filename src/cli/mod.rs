@@ -1061,25 +1061,25 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
             eprintln!("failed {why}");
         }
         print_text(&format!(
-            "sweep {}: {} of {} points in shard {shard}; {} stored{}, {} skipped, {} failed",
+            "sweep {}: {} of {} points in shard {shard}; {} ran ({}), {} skipped, {} failed",
             outcome.id,
             outcome.units.len(),
             outcome.points,
-            outcome.stored,
+            outcome.ran,
             store.as_ref().map_or_else(
-                || " (--no-store: not kept)".to_string(),
-                |(_, p)| format!(" in {}", p.display())
+                || "not stored: --no-store".to_string(),
+                |(_, p)| format!("stored in {}", p.display())
             ),
             outcome.skipped.len(),
             outcome.failed.len()
         ))?;
-        if store.is_some() && outcome.stored > 0 {
+        if store.is_some() && outcome.ran > 0 {
             print_text(&format!("report: hvlab report --sweep {}", outcome.id))?;
         }
     }
     Ok(if !outcome.failed.is_empty() {
         ExitCode::from(4)
-    } else if outcome.stored == 0 && !outcome.skipped.is_empty() {
+    } else if outcome.ran == 0 && !outcome.skipped.is_empty() {
         ExitCode::from(3)
     } else {
         ExitCode::SUCCESS

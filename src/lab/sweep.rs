@@ -290,8 +290,8 @@ pub struct SweepOutcome {
     pub points: usize,
     /// Points this shard ran (or tried), by key, in job order.
     pub units: Vec<String>,
-    /// Points stored (that produced samples).
-    pub stored: usize,
+    /// Points that produced samples (each handed to `keep`, which stores it).
+    pub ran: usize,
     /// "point: why" for points this host could not run.
     pub skipped: Vec<String>,
     /// "point: why" for points whose measurement failed.
@@ -371,7 +371,7 @@ pub fn run(
         match result {
             PointResult::Ran(record) => {
                 keep(*record)?;
-                out.stored += 1;
+                out.ran += 1;
             }
             PointResult::Skipped(why) => out.skipped.push(why),
             PointResult::Failed(why) => out.failed.push(why),
@@ -541,7 +541,7 @@ mod tests {
                 Ok(())
             })
             .unwrap();
-            assert_eq!(out.stored, got.len());
+            assert_eq!(out.ran, got.len());
             got
         };
         let one = collect(Shard::WHOLE, 1);
