@@ -33,9 +33,49 @@ fn script(out: &Path, vars: &[(&str, &str)]) -> std::process::Output {
         .unwrap()
 }
 
+/// Submits the script from a "login shell" with a stand-in sbatch that logs its arguments and
+/// answers like `sbatch --parsable`; returns the two submissions and the merge job's command.
+fn submit(dir: &Path) -> (Vec<String>, String) {
+    let bin = dir.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let log = dir.join("sbatch.log");
+    let wrap = dir.join("wrap.sh");
+    let stub = bin.join("sbatch");
+    std::fs::write(
+        &stub,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> {log}\nfor a; do last=$a; done\ncase \"$*\" in *--wrap*) printf '%s' \"$last\" > {wrap};; esac\necho '4242;cluster'\n",
+            log = log.display(),
+            wrap = wrap.display()
+        ),
+    )
+    .unwrap();
+    Command::new("chmod").arg("+x").arg(&stub).status().unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let out = script(dir, &[("PATH", &path)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls = std::fs::read_to_string(&log).unwrap();
+    (
+        calls.lines().map(String::from).collect(),
+        std::fs::read_to_string(&wrap).unwrap(),
+    )
+}
+
 #[test]
-fn the_slurm_array_tasks_store_one_shard_each() {
+fn the_array_tasks_store_one_shard_each_and_the_merge_job_gathers_them() {
     let dir = tempfile::tempdir().unwrap();
+    let (calls, merge) = submit(dir.path());
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert!(calls[0].contains("--parsable") && calls[0].ends_with("hvlab-suite.sbatch"));
+    assert!(
+        calls[1].contains("--dependency=afterok:4242"),
+        "{}",
+        calls[1]
+    );
     let mut scenarios = Vec::new();
     for id in ["1", "2", "3"] {
         let out = script(
@@ -76,46 +116,17 @@ fn the_slurm_array_tasks_store_one_shard_each() {
         ["exits", "lifecycle", "memory", "percpu", "pinning"],
         "the three tasks ran each model scenario once"
     );
-}
-
-#[test]
-fn submitted_from_a_shell_it_queues_the_array_then_a_dependent_merge() {
-    let dir = tempfile::tempdir().unwrap();
-    // A stand-in sbatch that logs its arguments and answers like `sbatch --parsable`.
-    let bin = dir.path().join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    let log = dir.path().join("sbatch.log");
-    let stub = bin.join("sbatch");
-    std::fs::write(
-        &stub,
-        format!(
-            "#!/bin/sh\necho \"$*\" >> {}\necho '4242;cluster'\n",
-            log.display()
-        ),
-    )
-    .unwrap();
-    std::process::Command::new("chmod")
-        .arg("+x")
-        .arg(&stub)
-        .status()
-        .unwrap();
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
-    let out = script(dir.path(), &[("PATH", &path)]);
+    // The merge job's own command, as Slurm would run it once the array succeeded.
+    let out = Command::new("sh").arg("-c").arg(&merge).output().unwrap();
     assert!(
         out.status.success(),
-        "{}",
+        "{merge}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let calls = std::fs::read_to_string(&log).unwrap();
-    let calls: Vec<&str> = calls.lines().collect();
-    assert_eq!(calls.len(), 2, "{calls:?}");
-    assert!(calls[0].contains("--parsable") && calls[0].ends_with("hvlab-suite.sbatch"));
-    assert!(
-        calls[1].contains("--dependency=afterok:4242"),
-        "{}",
-        calls[1]
-    );
-    assert!(calls[1].contains("merge") && calls[1].contains("shard-*.db"));
+    let suite = dir.path().join("suite.db");
+    let runs = common::json(&common::run(&suite, &["runs", "--json"]));
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 5, "{runs}");
+    assert!(dir.path().join("report/index.html").exists());
 }
 
 #[test]
