@@ -59,6 +59,8 @@ pub enum InputError {
     ProfileWithKvm,
     /// No runs stored yet: run `hvlab suite` (or `hvlab run SCENARIO`) first.
     NoRuns,
+    /// No run of sweep `{0}` is stored here; `hvlab sweep` prints its id, and shards stored elsewhere must be merged first (`hvlab merge`).
+    NoSuchSweep(String),
     /// One side of the comparison names two variants, {0} and {1}: name one variant per side.
     TwoVariantsOnOneSide(String, String),
     /// Both sides must be runs of the same scenario, but run {0} is {1} and run {2} is {3}: compare runs of one scenario.

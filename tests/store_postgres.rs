@@ -695,3 +695,111 @@ fn merges_running_at_once_into_a_new_postgres_store_store_each_run_once() {
     assert_eq!(stored, 6, "each run stored by exactly one of the merges");
     assert_eq!(runs_by_id(&url).len(), 6);
 }
+
+/// Each stored run without its id and times, by scenario and backend: what a shard must not
+/// change.
+fn contents_by_unit(db: &str) -> BTreeMap<String, serde_json::Value> {
+    runs_by_id(db)
+        .into_values()
+        .map(|mut r| {
+            let key = format!("{}/{}", r["scenario"], r["backend"]);
+            for volatile in ["run_id", "started_at", "finished_at"] {
+                r.as_object_mut().expect("record").remove(volatile);
+            }
+            (key, r)
+        })
+        .collect()
+}
+
+#[test]
+fn three_suite_shards_merged_into_postgres_equal_one_unsharded_suite() {
+    let Some(pg) = Cluster::start("three_suite_shards_merged_into_postgres") else {
+        return;
+    };
+    let (sharded, whole) = (pg.database("sharded"), pg.database("whole"));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let report = dir.path().join("report").display().to_string();
+    let suite = |db: &str, shard: Option<&str>| {
+        let mut args = vec![
+            "suite",
+            "--backend",
+            "model",
+            "--profile",
+            "pvm-epyc",
+            "--reps",
+            "4",
+            "--json",
+            "--report",
+            &report,
+        ];
+        if let Some(s) = shard {
+            args.extend(["--shard", s]);
+        }
+        json(&run(db, &args));
+    };
+    // One after another, each into its own SQLite file, then merged.
+    let mut files = Vec::new();
+    for s in ["1/3", "2/3", "3/3"] {
+        let file = dir.path().join(format!("shard-{}.db", &s[..1]));
+        let file = file.display().to_string();
+        suite(&file, Some(s));
+        files.push(file);
+    }
+    let mut merge = vec!["merge", "--json"];
+    merge.extend(files.iter().map(String::as_str));
+    assert_eq!(tally(&run(&sharded, &merge)), (5, 0, 0));
+    suite(&whole, None);
+    let (a, b) = (contents_by_unit(&sharded), contents_by_unit(&whole));
+    assert_eq!(a.len(), 5);
+    assert_eq!(a, b, "the same runs, ids and times aside");
+}
+
+#[test]
+fn a_sharded_sweep_in_postgres_is_one_sweep_and_reports_from_there() {
+    let Some(pg) = Cluster::start("a_sharded_sweep_in_postgres") else {
+        return;
+    };
+    let url = pg.database("sweep");
+    let mut ids = std::collections::BTreeSet::new();
+    for s in ["1/2", "2/2"] {
+        let out = json(&run(
+            &url,
+            &[
+                "sweep",
+                "lifecycle",
+                "--backend",
+                "model",
+                "--profile",
+                "pvm-epyc",
+                "--grid",
+                "vcpus=1,2,4",
+                "--grid",
+                "hz=100,1000",
+                "--reps",
+                "4",
+                "--shard",
+                s,
+                "--json",
+            ],
+        ));
+        ids.insert(out["sweep"]["id"].as_str().expect("id").to_string());
+    }
+    assert_eq!(ids.len(), 1, "both shards tag one sweep: {ids:?}");
+    let id = ids.pop_first().expect("id");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = run(
+        &url,
+        &[
+            "report",
+            "--sweep",
+            &id,
+            "-o",
+            &dir.path().display().to_string(),
+        ],
+    );
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let md = std::fs::read_to_string(dir.path().join("summary.md")).expect("summary");
+    // Six points, every variant of lifecycle at each.
+    assert!(md.contains("6 points"), "{md}");
+    assert_eq!(md.matches("| irqchip-first |").count(), 6, "{md}");
+}

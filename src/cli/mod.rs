@@ -55,6 +55,8 @@ enum Command {
     Run(RunArgs),
     /// The main job: every scenario on every backend this host supports, stored
     Suite(SuiteArgs),
+    /// One scenario over a grid of parameters (and variants): one stored run per point
+    Sweep(SweepArgs),
     /// Stored runs, newest first
     Runs {
         /// How many
@@ -108,6 +110,9 @@ enum Command {
     Report {
         /// Runs to include [default: the latest run of each scenario on each backend]
         runs: Vec<String>,
+        /// Report a sweep instead: its points as lines or heatmaps, and a table
+        #[arg(long, value_name = "ID", conflicts_with = "runs")]
+        sweep: Option<String>,
         /// Output directory
         #[arg(short, long, default_value = "hvlab-report")]
         output: PathBuf,
@@ -227,6 +232,52 @@ struct SuiteArgs {
     /// Where to write the report
     #[arg(long, default_value = "hvlab-report")]
     report: PathBuf,
+    /// Only this backend's runs [default: every backend this host can run]
+    #[arg(long, value_enum)]
+    backend: Option<BackendKind>,
+    #[command(flatten)]
+    shard: ShardArgs,
+    /// Print the units this shard would run, and run nothing
+    #[arg(long)]
+    plan: bool,
+}
+
+#[derive(Debug, Args)]
+struct ShardArgs {
+    /// Run shard i of N, counting from 1 (e.g. 2/3) [default: the Slurm array task or
+    /// Kubernetes completion index in the environment, else the whole job]
+    #[arg(long, value_name = "i/N")]
+    shard: Option<String>,
+    /// Number of shards of a Kubernetes Indexed Job (its spec.completions), with
+    /// JOB_COMPLETION_INDEX [default: $HVLAB_SHARD_COUNT]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    shard_count: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+struct SweepArgs {
+    /// Scenario (see `hvlab list`)
+    scenario: String,
+    /// An axis: a --set parameter (or `variant`) and its values, e.g. vcpus=1,4,16 (repeatable;
+    /// the points are the cartesian product)
+    #[arg(long = "grid", value_name = "KEY=V1,V2,...", required = true)]
+    grid: Vec<String>,
+    /// Backend
+    #[arg(long, value_enum, default_value_t = BackendKind::Kvm)]
+    backend: BackendKind,
+    /// Variant every point runs (repeatable); default: all
+    #[arg(long = "variant", value_name = "V")]
+    variants: Vec<String>,
+    /// Scenario parameter every point shares, key=value (repeatable)
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+    #[command(flatten)]
+    measure: MeasureArgs,
+    #[command(flatten)]
+    shard: ShardArgs,
+    /// Threads for the model [default: every core]; kvm runs one point at a time
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    jobs: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -363,7 +414,36 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 print_text(&render::run(&record, verbose))?;
             }
         }
-        Command::Report { runs, output } => {
+        Command::Sweep(args) => return sweep(cli.db.as_deref(), &args),
+        Command::Report {
+            runs,
+            sweep: Some(id),
+            output,
+        } => {
+            debug_assert!(runs.is_empty());
+            let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
+            let records = store.sweep_runs(&id)?;
+            let view = crate::report::SweepView::of(&id, &records)
+                .ok_or_else(|| InputError::NoSuchSweep(id.clone()))?;
+            check_output_dir(&output, "the report", "-o DIR")?;
+            let path =
+                crate::report::write_sweep(&view, &output).map_err(|e| Error::OutputPath {
+                    what: "the report",
+                    path: output.clone(),
+                    option: "-o DIR",
+                    why: format!("{e}; choose a writable place"),
+                })?;
+            print_text(&format!(
+                "report of sweep {id} ({} runs): {}",
+                records.len(),
+                path.display()
+            ))?;
+        }
+        Command::Report {
+            runs,
+            sweep: None,
+            output,
+        } => {
             let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
             // The fleet page shows the latest run of each scenario and backend on every host.
             let (records, fleet) = if runs.is_empty() {
@@ -776,6 +856,28 @@ fn comparison_label(c: &crate::analysis::compare::AbComparison) -> String {
 }
 
 fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
+    let (shard, source) = lab::shard::resolve(
+        args.shard.shard.as_deref(),
+        args.shard.shard_count,
+        &lab::shard::process_env(),
+    )?;
+    if args.plan {
+        let units = lab::suite::plan(args.backend, shard);
+        if args.measure.json {
+            print_json(&serde_json::json!({
+                "shard": shard.to_string(), "source": source.to_string(), "units": units
+            }))?;
+        } else {
+            print_text(&format!(
+                "shard {shard} ({source}): {} unit(s)",
+                units.len()
+            ))?;
+            for u in &units {
+                print_text(&format!("  {u}"))?;
+            }
+        }
+        return Ok(());
+    }
     // Refuse an unwritable report directory or database before measuring for a minute.
     check_output_dir(&args.report, "the report", "--report DIR")?;
     if !args.measure.no_store {
@@ -783,16 +885,19 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
     }
     let h = host::probe();
     let json = args.measure.json;
-    let lab::suite::SuiteOutcome { records, skipped } = lab::suite::run(
+    if !shard.is_whole() {
+        eprintln!("suite shard {shard} ({source})");
+    }
+    let lab::suite::SuiteOutcome {
+        records,
+        skipped,
+        units,
+    } = lab::suite::run(
         &h,
-        |kind, host| {
-            backends::make(
-                kind,
-                host,
-                args.measure.profile.as_deref(),
-                args.measure.seed,
-            )
-        },
+        args.backend,
+        shard,
+        args.measure.seed,
+        |kind, host, seed| backends::make(kind, host, args.measure.profile.as_deref(), seed),
         |info| request_of(info, &args.measure, Vec::new(), Vec::new()),
         |info| TermProgress::new(info.name, json),
         |record| {
@@ -817,15 +922,21 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
         )?)
     };
     if args.measure.json {
-        print_json(
-            &serde_json::json!({ "runs": records, "skipped": skipped, "fidelity": fidelity, "report": report }),
-        )?;
+        print_json(&serde_json::json!({
+            "shard": shard.to_string(), "units": units,
+            "runs": records, "skipped": skipped, "fidelity": fidelity, "report": report
+        }))?;
     } else {
         for s in &skipped {
             eprintln!("skipped {s}");
         }
         print_text(&format!(
-            "suite: {} run(s) on {} ({}), {} skipped",
+            "suite{}: {} run(s) on {} ({}), {} skipped",
+            if shard.is_whole() {
+                String::new()
+            } else {
+                format!(" shard {shard}")
+            },
             records.len(),
             h.kernel,
             h.kvm_flavour,
@@ -842,10 +953,137 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
             print_text(&format!("report: {}", path.display()))?;
         }
     }
-    if records.is_empty() {
+    if units.is_empty() {
+        eprintln!("note: shard {shard} has no units: the suite has fewer units than shards");
+    } else if records.is_empty() {
         return Err(KvmError::DeviceMissing(crate::backend::host::kvm_device_path()).into());
     }
     Ok(())
+}
+
+/// `hvlab sweep`: validates every point, then runs this shard's points (in parallel on the
+/// model) and stores each as a run.
+fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Error> {
+    let s = scenario::scenario(&args.scenario)?;
+    let info = s.info();
+    if args.backend == BackendKind::Kvm && args.measure.profile.is_some() {
+        return Err(InputError::ProfileWithKvm.into());
+    }
+    if !info.backends.contains(&args.backend) {
+        return Err(InputError::BackendCannotRun {
+            backend: args.backend.to_string(),
+            scenario: info.name.to_string(),
+            supported: info
+                .backends
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+        .into());
+    }
+    let (shard, source) = lab::shard::resolve(
+        args.shard.shard.as_deref(),
+        args.shard.shard_count,
+        &lab::shard::process_env(),
+    )?;
+    let spec = lab::sweep::SweepSpec {
+        scenario: s,
+        backend: args.backend,
+        axes: lab::sweep::parse_grid(&args.grid)?,
+        sets: args.sets.clone(),
+        variants: args.variants.clone(),
+        reps: args.measure.reps.unwrap_or(info.default_reps),
+        warmup: args.measure.warmup.unwrap_or(info.default_warmup),
+        seed: args.measure.seed,
+        profile: args.measure.profile.clone(),
+    };
+    let plan = lab::sweep::plan(&spec)?;
+    // Check the database before measuring, so a bad --db does not cost a sweep.
+    let mut store = if args.measure.no_store {
+        None
+    } else {
+        let path = store::resolve_path(db)?;
+        Some((Store::open(&path)?, path))
+    };
+    let host = host::probe();
+    let (threads, profile) = match args.backend {
+        BackendKind::Kvm => (1, None),
+        BackendKind::Model => (
+            args.jobs.map_or_else(
+                || std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+                |j| j as usize,
+            ),
+            Some(backends::model_profile(
+                &host,
+                args.measure.profile.as_deref(),
+            )?),
+        ),
+    };
+    let json = args.measure.json;
+    eprintln!(
+        "sweep {}: {} on {}, {} points; shard {shard} ({source})",
+        plan.id,
+        info.name,
+        args.backend,
+        plan.points.len()
+    );
+    let progress = TermProgress::new("sweep", json);
+    let mut run_ids = Vec::new();
+    let outcome = lab::sweep::run(
+        &plan,
+        shard,
+        threads,
+        |seed| -> Result<Box<dyn Backend>, Error> {
+            match &profile {
+                Some(p) => Ok(Box::new(ModelBackend::new(p.clone(), host.clone(), seed))),
+                None => backends::kvm(host.clone()),
+            }
+        },
+        &progress,
+        |mut record| {
+            if let Some((store, _)) = &mut store {
+                store.save(&mut record)?;
+            }
+            run_ids.push(record.run_id);
+            Ok(())
+        },
+    )?;
+    if json {
+        print_json(&serde_json::json!({
+            "sweep": outcome, "shard": shard.to_string(), "runs": run_ids
+        }))?;
+    } else {
+        for why in &outcome.skipped {
+            eprintln!("skipped {why}");
+        }
+        for why in &outcome.failed {
+            eprintln!("failed {why}");
+        }
+        print_text(&format!(
+            "sweep {}: {} of {} points in shard {shard}; {} ran ({}), {} skipped, {} failed",
+            outcome.id,
+            outcome.units.len(),
+            outcome.points,
+            outcome.ran,
+            store.as_ref().map_or_else(
+                || "not stored: --no-store".to_string(),
+                |(_, p)| format!("stored in {}", p.display())
+            ),
+            outcome.skipped.len(),
+            outcome.failed.len()
+        ))?;
+        if store.is_some() && outcome.ran > 0 {
+            print_text(&format!("report: hvlab report --sweep {}", outcome.id))?;
+        }
+    }
+    Ok(if !outcome.failed.is_empty() {
+        ExitCode::from(4)
+    } else if outcome.ran == 0 && !outcome.skipped.is_empty() {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// Runs both backends on the validation points and judges every metric.

@@ -32,9 +32,8 @@ pub fn calibrate(_: &mut dyn Backend, _: &dyn Progress) -> Result<Profile, Error
     Err(crate::backend::error::KvmError::NotBuilt.into())
 }
 
-/// The backend `kind` on `host`: `/dev/kvm`, or the model with `profile` (default: this
-/// host's calibrated profile, else the nearest built-in one, with a note when that one does
-/// not describe this host's flavour).
+/// The backend `kind` on `host`: `/dev/kvm`, or the model with `profile` (see
+/// [`model_profile`]).
 pub fn make(
     kind: BackendKind,
     host: HostInfo,
@@ -43,20 +42,28 @@ pub fn make(
 ) -> Result<Box<dyn Backend>, Error> {
     match kind {
         BackendKind::Kvm => kvm(host),
-        BackendKind::Model => {
-            let profile = match profile {
-                Some(p) => Profile::load(p).map_err(ModelError::from)?,
-                None => {
-                    let (profile, note) =
-                        model::default_profile(&host, Some(&super::calibrated_profile_path()?))
-                            .map_err(ModelError::from)?;
-                    if let Some(note) = note {
-                        eprintln!("note: {note}");
-                    }
-                    profile
-                }
-            };
-            Ok(Box::new(ModelBackend::new(profile, host, seed)))
-        }
+        BackendKind::Model => Ok(Box::new(ModelBackend::new(
+            model_profile(&host, profile)?,
+            host,
+            seed,
+        ))),
     }
+}
+
+/// The model's cost profile: `profile` (a built-in name or a TOML path), else this host's
+/// calibrated profile, else the nearest built-in one, with a note when that one does not
+/// describe this host's flavour.
+pub fn model_profile(host: &HostInfo, profile: Option<&str>) -> Result<Profile, Error> {
+    Ok(match profile {
+        Some(p) => Profile::load(p).map_err(ModelError::from)?,
+        None => {
+            let (profile, note) =
+                model::default_profile(host, Some(&super::calibrated_profile_path()?))
+                    .map_err(ModelError::from)?;
+            if let Some(note) = note {
+                eprintln!("note: {note}");
+            }
+            profile
+        }
+    })
 }

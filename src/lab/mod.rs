@@ -1,5 +1,5 @@
 //! The product's logic above the scenarios and backends: calibrating a profile on this host,
-//! and the host probe whichever backends this build has.
+//! the suite and sweeps and their shards, and the host probe whichever backends this build has.
 
 pub mod backends;
 #[cfg(hvlab_kvm)]
@@ -8,7 +8,9 @@ pub mod compare;
 pub mod fidelity;
 pub mod fleet;
 pub mod host;
+pub mod shard;
 pub mod suite;
+pub mod sweep;
 pub mod validate;
 
 use std::path::PathBuf;

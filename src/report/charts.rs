@@ -2,6 +2,7 @@
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::record::{RunRecord, VariantRecord};
 
@@ -343,6 +344,184 @@ pub fn pinned_bytes(r: &RunRecord) -> Option<String> {
     })
 }
 
+/// One line of a sweep chart: a series name and, per x position, the median with its 95% CI
+/// (`None` where the point has no value).
+pub type SweepSeries = (String, Vec<Option<(f64, [f64; 2])>>);
+
+/// A sweep over one axis: the headline median per point, one line per variant, 95% CI
+/// whiskers; the x axis is the axis's values in sweep order (evenly spaced).
+pub fn sweep_lines(
+    title: &str,
+    axis: &str,
+    xs: &[String],
+    series: &[SweepSeries],
+    unit: &str,
+) -> Option<String> {
+    let all: Vec<f64> = series
+        .iter()
+        .flat_map(|(_, ys)| ys.iter().flatten().flat_map(|(m, ci)| [*m, ci[0], ci[1]]))
+        .filter(|v| v.is_finite())
+        .collect();
+    if all.is_empty() || xs.is_empty() {
+        return None;
+    }
+    let hi = all.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let lo = all.iter().copied().fold(f64::INFINITY, f64::min).min(0.0);
+    let n = xs.len() as f64;
+    render(360, |root| {
+        let mut c = ChartBuilder::on(root)
+            .caption(title, ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(50)
+            .y_label_area_size(70)
+            .build_cartesian_2d(-0.5..n - 0.5, lo..(hi * 1.1).max(lo + 1e-9))?;
+        let fmt = |x: &f64| category_label(xs, *x);
+        c.configure_mesh()
+            .x_labels(xs.len().min(40) + 1)
+            .x_label_formatter(&fmt)
+            .y_label_formatter(&|y: &f64| linear_tick(*y))
+            .x_desc(axis)
+            .y_desc(unit)
+            .disable_x_mesh()
+            .draw()?;
+        for (i, (name, ys)) in series.iter().enumerate() {
+            let color = PALETTE[i % PALETTE.len()];
+            let pts: Vec<(f64, f64)> = ys
+                .iter()
+                .enumerate()
+                .filter_map(|(k, y)| y.map(|(m, _)| (k as f64, m)))
+                .collect();
+            c.draw_series(ys.iter().enumerate().filter_map(|(k, y)| {
+                y.map(|(_, ci)| {
+                    PathElement::new(
+                        vec![(k as f64, ci[0]), (k as f64, ci[1])],
+                        color.stroke_width(1),
+                    )
+                })
+            }))?;
+            c.draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))?;
+            c.draw_series(LineSeries::new(pts, color.stroke_width(2)))?
+                .label(name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                });
+        }
+        c.configure_series_labels()
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()?;
+        Ok(())
+    })
+}
+
+/// The colour of `v` on a white-to-blue-to-red scale between `lo` and `hi` (logarithmic when
+/// the values span more than 20×, so one outlier does not wash out the rest).
+fn heat(v: f64, lo: f64, hi: f64) -> RGBColor {
+    let t = if lo > 0.0 && hi / lo > 20.0 {
+        (v / lo).ln() / (hi / lo).ln()
+    } else if hi > lo {
+        (v - lo) / (hi - lo)
+    } else {
+        0.5
+    };
+    let t = t.clamp(0.0, 1.0);
+    // 0 → pale blue, 0.5 → yellow, 1 → red: a sequential scale readable in grey too.
+    let stops = [
+        (222.0, 235.0, 247.0),
+        (254.0, 217.0, 118.0),
+        (203.0, 24.0, 29.0),
+    ];
+    let (a, b, u) = if t < 0.5 {
+        (stops[0], stops[1], t * 2.0)
+    } else {
+        (stops[1], stops[2], (t - 0.5) * 2.0)
+    };
+    let mix = |x: f64, y: f64| {
+        let c = (x + (y - x) * u).round().clamp(0.0, 255.0);
+        // Rounded and clamped to 0..=255 above.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let c = c as u8;
+        c
+    };
+    RGBColor(mix(a.0, b.0), mix(a.1, b.1), mix(a.2, b.2))
+}
+
+/// A sweep over two axes: one cell per point coloured by its headline median, the value
+/// written in the cell (when the grid is small enough to read it). `cells[y][x]`.
+pub fn heatmap(
+    title: &str,
+    (x_axis, xs): (&str, &[String]),
+    (y_axis, ys): (&str, &[String]),
+    cells: &[Vec<Option<f64>>],
+    unit: &str,
+) -> Option<String> {
+    let values: Vec<f64> = cells
+        .iter()
+        .flatten()
+        .flatten()
+        .copied()
+        .filter(|v| v.is_finite())
+        .collect();
+    if values.is_empty() || xs.is_empty() || ys.is_empty() {
+        return None;
+    }
+    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (nx, ny) = (xs.len() as f64, ys.len() as f64);
+    let height = (90 + 28 * u32::try_from(ys.len()).unwrap_or(40)).clamp(220, 900);
+    let label_cells = xs.len() <= 16 && ys.len() <= 30;
+    render(height, |root| {
+        let mut c = ChartBuilder::on(root)
+            .caption(
+                format!(
+                    "{title} ({unit}; pale = low, red = high: {} to {})",
+                    linear_tick(lo),
+                    linear_tick(hi)
+                ),
+                ("sans-serif", 15),
+            )
+            .margin(12)
+            .x_label_area_size(50)
+            .y_label_area_size(90)
+            .build_cartesian_2d(-0.5..nx - 0.5, -0.5..ny - 0.5)?;
+        let fx = |x: &f64| category_label(xs, *x);
+        let fy = |y: &f64| category_label(ys, *y);
+        c.configure_mesh()
+            .x_labels(xs.len().min(40) + 1)
+            .y_labels(ys.len().min(40) + 1)
+            .x_label_formatter(&fx)
+            .y_label_formatter(&fy)
+            .x_desc(x_axis)
+            .y_desc(y_axis)
+            .disable_mesh()
+            .draw()?;
+        for (yi, row) in cells.iter().enumerate() {
+            for (xi, v) in row.iter().enumerate() {
+                let (x, y) = (xi as f64, yi as f64);
+                let color = v.map_or(RGBColor(200, 200, 200), |v| heat(v, lo, hi));
+                c.draw_series(std::iter::once(Rectangle::new(
+                    [(x - 0.5, y - 0.5), (x + 0.5, y + 0.5)],
+                    color.filled(),
+                )))?;
+                if let (Some(v), true) = (v, label_cells) {
+                    c.draw_series(std::iter::once(Text::new(
+                        format!("{:.3}", v)
+                            .trim_end_matches('0')
+                            .trim_end_matches('.')
+                            .to_string(),
+                        (x, y),
+                        ("sans-serif", 11)
+                            .into_font()
+                            .color(&BLACK)
+                            .pos(Pos::new(HPos::Center, VPos::Center)),
+                    )))?;
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,5 +536,44 @@ mod tests {
         assert_eq!(log_tick(&100.0), "100");
         assert_eq!(linear_tick(2.50), "2.5");
         assert_eq!(linear_tick(0.30000000000000004), "0.3");
+    }
+
+    #[test]
+    fn heat_runs_pale_to_red_and_goes_logarithmic_over_a_wide_span() {
+        assert_eq!(heat(1.0, 1.0, 3.0), RGBColor(222, 235, 247));
+        assert_eq!(heat(3.0, 1.0, 3.0), RGBColor(203, 24, 29));
+        assert_eq!(heat(2.0, 1.0, 3.0), RGBColor(254, 217, 118));
+        // 1..1000: 10 sits a third of the way on a log scale, near the bottom on a linear one.
+        let mid = heat(10.0, 1.0, 1000.0);
+        assert!(mid.0 > 240, "{mid:?}");
+    }
+
+    #[test]
+    fn sweep_charts_draw_cells_and_lines_and_refuse_empty_data() {
+        let xs: Vec<String> = ["1", "2", "4"].map(String::from).to_vec();
+        let ys: Vec<String> = ["0", "8"].map(String::from).to_vec();
+        let cells = vec![
+            vec![Some(1.0), Some(2.0), None],
+            vec![Some(4.0), Some(8.0), Some(16.0)],
+        ];
+        let svg = heatmap("ready_ms", ("vcpus", &xs), ("devices", &ys), &cells, "ms").unwrap();
+        assert_eq!(svg.matches("<rect").count() - 1, 6, "one cell per point");
+        assert!(
+            svg.contains(">\n16\n<") && svg.contains(">\nvcpus\n<"),
+            "{svg}"
+        );
+        assert!(heatmap("t", ("x", &xs), ("y", &ys), &[vec![None]], "ms").is_none());
+        let series = vec![(
+            "a".to_string(),
+            vec![Some((1.0, [0.9, 1.1])), None, Some((3.0, [2.5, 3.5]))],
+        )];
+        let svg = sweep_lines("ready_ms", "vcpus", &xs, &series, "ms").unwrap();
+        assert!(
+            svg.contains("<polyline") && svg.contains(">\na\n<"),
+            "{svg}"
+        );
+        assert!(
+            sweep_lines("t", "x", &xs, &[("a".into(), vec![None, None, None])], "ms").is_none()
+        );
     }
 }

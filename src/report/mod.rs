@@ -5,6 +5,7 @@ mod charts;
 mod fleet;
 mod html;
 mod markdown;
+mod sweep;
 pub mod words;
 
 use std::path::{Path, PathBuf};
@@ -12,6 +13,7 @@ use std::path::{Path, PathBuf};
 use crate::lab::fidelity::ThreadReport;
 use crate::record::RunRecord;
 use crate::scenario::Chart;
+pub use sweep::SweepView;
 
 /// The charts of one run, in reading order: (caption, SVG). Every run opens with the
 /// distribution of its headline metric; its scenario names the rest.
@@ -52,5 +54,14 @@ pub fn write(
     std::fs::write(&index, html::page(records, fidelity))?;
     std::fs::write(dir.join(fleet::FILE), fleet::page(fleet))?;
     std::fs::write(dir.join("summary.md"), markdown::summary(records, fidelity))?;
+    Ok(index)
+}
+
+/// Writes a sweep's `index.html` and `summary.md` into `dir`; returns the HTML path.
+pub fn write_sweep(view: &SweepView, dir: &Path) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let index = dir.join("index.html");
+    std::fs::write(&index, sweep::page(view))?;
+    std::fs::write(dir.join("summary.md"), sweep::summary(view))?;
     Ok(index)
 }

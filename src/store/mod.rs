@@ -420,6 +420,19 @@ impl Store {
         serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(query.to_string(), e))
     }
 
+    /// Every run of sweep `id` (its `sweep` parameter), oldest first.
+    pub fn sweep_runs(&self, id: &str) -> Result<Vec<RunRecord>, StoreError> {
+        let rows = match &self.engine {
+            Engine::Sqlite(s) => s.sweep_json(id),
+            Engine::Postgres(s) => s.sweep_json(id),
+        }?;
+        rows.into_iter()
+            .map(|(run_id, json)| {
+                serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(run_id, e))
+            })
+            .collect()
+    }
+
     /// The samples of one metric of one variant, in repetition order, as stored.
     pub fn samples(
         &self,

@@ -156,6 +156,22 @@ impl PgStore {
         super::one_hit(query, hits)
     }
 
+    /// (id, record) of every run whose `sweep` parameter is `id`, oldest first.
+    pub(super) fn sweep_json(&self, id: &str) -> Result<Vec<(String, String)>, StoreError> {
+        self.client
+            .borrow_mut()
+            .query(
+                "SELECT id, record_json FROM runs WHERE params_json::jsonb ->> 'sweep' = $1
+                 ORDER BY started_at, id",
+                &[&id],
+            )
+            .map_err(self.pg())?
+            .iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect::<Result<Vec<(String, String)>, postgres::Error>>()
+            .map_err(self.pg())
+    }
+
     pub(super) fn samples(
         &self,
         run_id: &str,

@@ -237,6 +237,16 @@ impl SqliteStore {
         super::one_hit(query, hits)
     }
 
+    /// (id, record) of every run whose `sweep` parameter is `id`, oldest first.
+    pub(super) fn sweep_json(&self, id: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, record_json FROM runs WHERE json_extract(params_json, '$.sweep') = ?1
+             ORDER BY started_at, id",
+        )?;
+        let rows = stmt.query_map(params![id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     pub(super) fn samples(
         &self,
         run_id: &str,

@@ -1,0 +1,593 @@
+//! `hvlab sweep`: one scenario over the cartesian product of `--grid key=v1,v2,…` axes.
+//!
+//! The unit of work (and of sharding) is one grid point: one run of the scenario with the
+//! point's `--set` values and the requested variants together, so each point keeps its
+//! variants interleaved and its verdicts. `variant` may itself be an axis
+//! (`--grid variant=a,b`): then each variant is its own point. Every point is validated before
+//! anything runs; its seed is a pure function of its key and the base seed
+//! ([`super::shard::unit_seed`]), so a point's result is the same on any shard and with any
+//! number of threads. On the model, points run in parallel (one `ModelBackend` per point);
+//! on kvm, one after another, so measurements do not disturb each other.
+//!
+//! Each point is stored as an ordinary run (`runs`, `show`, `compare` work on it) whose
+//! parameters carry `sweep` (the sweep's id), `sweep_grid` (its axes, comma-joined) and
+//! `sweep_point` (the point's position), so no schema change is needed.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+
+use crate::backend::{Backend, BackendKind};
+use crate::error::{Error, InputError};
+use crate::record::RunRecord;
+use crate::scenario::params::parse_set;
+use crate::scenario::runner::{Progress, RunRequest, Silent};
+use crate::scenario::{self, Scenario};
+
+use super::shard::{Shard, unit_seed};
+
+/// The grid key that makes variants an axis.
+pub const VARIANT_AXIS: &str = "variant";
+
+/// One `--grid` axis.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Axis {
+    /// A `--set` parameter of the scenario, or `variant`.
+    pub key: String,
+    /// Its values, in the order given.
+    pub values: Vec<String>,
+}
+
+/// Parses `key=v1,v2,…` arguments: keys once each, values non-empty and distinct.
+pub fn parse_grid(args: &[String]) -> Result<Vec<Axis>, InputError> {
+    let mut axes: Vec<Axis> = Vec::new();
+    for arg in args {
+        let bad = |why: String| InputError::BadValue {
+            key: "--grid".into(),
+            value: arg.clone(),
+            why,
+        };
+        let (key, list) = parse_set(arg)
+            .map_err(|_| bad("expected key=v1,v2,…, for example --grid vcpus=1,4,16".into()))?;
+        if axes.iter().any(|a| a.key == key) {
+            return Err(bad(format!(
+                "{key} is given twice; put all its values in one --grid {key}=…"
+            )));
+        }
+        let values: Vec<String> = list.split(',').map(|v| v.trim().to_string()).collect();
+        if values.iter().any(String::is_empty) {
+            return Err(bad(format!(
+                "{key} has an empty value; list values separated by single commas, for example --grid {key}=1,2"
+            )));
+        }
+        if let Some(dup) = values
+            .iter()
+            .enumerate()
+            .find(|(i, v)| values[..*i].contains(v))
+            .map(|(_, v)| v)
+        {
+            return Err(bad(format!("value {dup} is listed twice for {key}")));
+        }
+        axes.push(Axis { key, values });
+    }
+    if axes.is_empty() {
+        return Err(InputError::BadValue {
+            key: "--grid".into(),
+            value: String::new(),
+            why: "a sweep needs at least one --grid key=v1,v2,… (see `hvlab list` for the scenario's parameters)".into(),
+        });
+    }
+    Ok(axes)
+}
+
+/// What the user asked to sweep.
+#[derive(Clone)]
+pub struct SweepSpec {
+    /// The scenario.
+    pub scenario: &'static dyn Scenario,
+    /// The backend.
+    pub backend: BackendKind,
+    /// The axes, in the order given (the first varies slowest).
+    pub axes: Vec<Axis>,
+    /// `--set` values every point shares.
+    pub sets: Vec<String>,
+    /// `--variant`s every point runs (empty: all), unless `variant` is an axis.
+    pub variants: Vec<String>,
+    /// Measured repetitions per variant per point.
+    pub reps: u32,
+    /// Warm-up repetitions per variant per point.
+    pub warmup: u32,
+    /// The base seed.
+    pub seed: u64,
+    /// The model's profile name, when given (part of the sweep's identity).
+    pub profile: Option<String>,
+}
+
+/// One grid point: one unit of work.
+#[derive(Debug, Clone)]
+pub struct Point {
+    /// Position in the job (0-based).
+    pub position: usize,
+    /// `SCENARIO/BACKEND/k1=v1,k2=v2`: its name and its seed's key.
+    pub key: String,
+    /// The axis values, in axis order.
+    pub values: Vec<(String, String)>,
+    /// How it runs.
+    pub request: RunRequest,
+}
+
+impl Point {
+    /// `k1=v1, k2=v2`.
+    pub fn label(&self) -> String {
+        self.values
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// A validated sweep: its id and every point in job order.
+#[derive(Clone)]
+pub struct SweepPlan {
+    /// `sw-` and 12 hex digits: a pure function of the sweep's definition and hvlab's
+    /// revision, so every shard of one sweep tags its runs alike, and the same sweep rerun
+    /// after a code change is another sweep.
+    pub id: String,
+    /// The scenario.
+    pub scenario: &'static dyn Scenario,
+    /// The backend.
+    pub backend: BackendKind,
+    /// The axes.
+    pub axes: Vec<Axis>,
+    /// Every point, first axis slowest.
+    pub points: Vec<Point>,
+}
+
+impl std::fmt::Debug for SweepSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SweepSpec")
+            .field("scenario", &self.scenario.info().name)
+            .field("backend", &self.backend)
+            .field("axes", &self.axes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for SweepPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SweepPlan")
+            .field("id", &self.id)
+            .field("scenario", &self.scenario.info().name)
+            .field("points", &self.points.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Most points one sweep may have: a typo such as 1..1000 in three axes would otherwise
+/// queue a billion runs.
+pub const MAX_POINTS: usize = 1_000_000;
+
+/// Expands and validates a sweep: every point is checked as `hvlab run` would check it, so
+/// a bad key or value is refused (exit 2) before anything runs.
+pub fn plan(spec: &SweepSpec) -> Result<SweepPlan, InputError> {
+    let info = spec.scenario.info();
+    for axis in &spec.axes {
+        if axis.key == VARIANT_AXIS {
+            if !spec.variants.is_empty() {
+                return Err(InputError::BadValue {
+                    key: "--variant".into(),
+                    value: spec.variants.join(","),
+                    why: "variant is already a --grid axis; give the variants there only".into(),
+                });
+            }
+            continue;
+        }
+        if let Some(set) = spec
+            .sets
+            .iter()
+            .find(|s| parse_set(s).is_ok_and(|(k, _)| k == axis.key))
+        {
+            return Err(InputError::BadValue {
+                key: "--set".into(),
+                value: set.clone(),
+                why: format!("{} is also a --grid axis; give it in one place", axis.key),
+            });
+        }
+    }
+    let total = spec
+        .axes
+        .iter()
+        .try_fold(1usize, |n, a| n.checked_mul(a.values.len()))
+        .filter(|n| *n <= MAX_POINTS)
+        .ok_or_else(|| InputError::BadValue {
+            key: "--grid".into(),
+            value: spec
+                .axes
+                .iter()
+                .map(|a| format!("{} values of {}", a.values.len(), a.key))
+                .collect::<Vec<_>>()
+                .join(" × "),
+            why: format!("a sweep has at most {MAX_POINTS} points; split it into several"),
+        })?;
+    let mut points = Vec::with_capacity(total);
+    for position in 0..total {
+        // Mixed radix, last axis fastest.
+        let mut rest = position;
+        let mut values = vec![(String::new(), String::new()); spec.axes.len()];
+        for (slot, axis) in values.iter_mut().zip(&spec.axes).rev() {
+            let n = axis.values.len();
+            *slot = (axis.key.clone(), axis.values[rest % n].clone());
+            rest /= n;
+        }
+        let mut sets = spec.sets.clone();
+        let mut variants = spec.variants.clone();
+        for (k, v) in &values {
+            if k == VARIANT_AXIS {
+                variants = vec![v.clone()];
+            } else {
+                sets.push(format!("{k}={v}"));
+            }
+        }
+        let key = format!(
+            "{}/{}/{}",
+            info.name,
+            spec.backend,
+            values
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let request = RunRequest {
+            variants,
+            sets,
+            reps: spec.reps,
+            warmup: spec.warmup,
+            seed: unit_seed(&key, spec.seed),
+        };
+        let point = Point {
+            position,
+            key,
+            values,
+            request,
+        };
+        scenario::check(info, &point.request, spec.backend).map_err(|e| InputError::BadValue {
+            key: "--grid point".into(),
+            value: point.label(),
+            why: e.to_string(),
+        })?;
+        points.push(point);
+    }
+    let definition = format!(
+        "{}|{}|{:?}|{:?}|{:?}|{:?}|{}|{}|{}|{}",
+        info.name,
+        spec.backend,
+        spec.profile,
+        spec.axes,
+        spec.sets,
+        spec.variants,
+        spec.reps,
+        spec.warmup,
+        env!("CARGO_PKG_VERSION"),
+        env!("HVLAB_GIT_REV"),
+    );
+    Ok(SweepPlan {
+        id: format!("sw-{:012x}", unit_seed(&definition, spec.seed) >> 16),
+        scenario: spec.scenario,
+        backend: spec.backend,
+        axes: spec.axes.clone(),
+        points,
+    })
+}
+
+/// What a sweep (or one shard of it) did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SweepOutcome {
+    /// The sweep's id.
+    pub id: String,
+    /// Points in the whole sweep.
+    pub points: usize,
+    /// Points this shard ran (or tried), by key, in job order.
+    pub units: Vec<String>,
+    /// Points that produced samples (each handed to `keep`, which stores it).
+    pub ran: usize,
+    /// "point: why" for points this host could not run.
+    pub skipped: Vec<String>,
+    /// "point: why" for points whose measurement failed.
+    pub failed: Vec<String>,
+}
+
+enum PointResult {
+    Ran(Box<RunRecord>),
+    Skipped(String),
+    Failed(String),
+}
+
+fn run_point(
+    plan: &SweepPlan,
+    point: &Point,
+    backend: &(impl Fn(u64) -> Result<Box<dyn Backend>, Error> + Sync),
+) -> PointResult {
+    let outcome = backend(point.request.seed).and_then(|mut b| {
+        scenario::run_scenario(plan.scenario, b.as_mut(), &point.request, &Silent)
+    });
+    let mut record = match outcome {
+        Ok(r) => r,
+        Err(Error::Kvm(e)) if e.is_host_limitation() => {
+            return PointResult::Skipped(format!("{}: {e}", point.label()));
+        }
+        Err(e) => return PointResult::Failed(format!("{}: {e}", point.label())),
+    };
+    match scenario::judge(&record) {
+        Ok(()) => {}
+        Err(e @ Error::AllUnsupported { .. }) => {
+            return PointResult::Skipped(format!("{}: {e}", point.label()));
+        }
+        Err(e) => return PointResult::Failed(format!("{}: {e}", point.label())),
+    }
+    record.params.insert("sweep".into(), plan.id.clone().into());
+    record.params.insert(
+        "sweep_grid".into(),
+        plan.axes
+            .iter()
+            .map(|a| a.key.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+            .into(),
+    );
+    record
+        .params
+        .insert("sweep_point".into(), point.position.into());
+    PointResult::Ran(Box::new(record))
+}
+
+/// Runs this shard's points on `threads` threads (1: in this thread, as kvm needs), each on
+/// its own backend from `backend(seed)`. `keep` gets every run that produced samples, in job
+/// order whatever the thread count, before the sweep goes on; an error from `keep` (storage)
+/// stops the sweep.
+pub fn run(
+    plan: &SweepPlan,
+    shard: Shard,
+    threads: usize,
+    backend: impl Fn(u64) -> Result<Box<dyn Backend>, Error> + Sync,
+    progress: &dyn Progress,
+    mut keep: impl FnMut(RunRecord) -> Result<(), Error>,
+) -> Result<SweepOutcome, Error> {
+    let mine: Vec<&Point> = plan
+        .points
+        .iter()
+        .filter(|p| shard.selects(p.position))
+        .collect();
+    let mut out = SweepOutcome {
+        id: plan.id.clone(),
+        points: plan.points.len(),
+        units: mine.iter().map(|p| p.key.clone()).collect(),
+        ..SweepOutcome::default()
+    };
+    progress.start("points", mine.len() as u64);
+    let mut take = |point: &Point, result: PointResult| -> Result<(), Error> {
+        progress.step(&point.label());
+        match result {
+            PointResult::Ran(record) => {
+                keep(*record)?;
+                out.ran += 1;
+            }
+            PointResult::Skipped(why) => out.skipped.push(why),
+            PointResult::Failed(why) => out.failed.push(why),
+        }
+        Ok(())
+    };
+    let threads = threads.clamp(1, mine.len().max(1));
+    if threads == 1 {
+        for point in &mine {
+            take(point, run_point(plan, point, &backend))?;
+        }
+    } else {
+        let next = AtomicUsize::new(0);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| -> Result<(), Error> {
+            let (tx, rx) = mpsc::channel::<(usize, PointResult)>();
+            for _ in 0..threads {
+                let tx = tx.clone();
+                let (next, stop, mine, backend) = (&next, &stop, &mine, &backend);
+                scope.spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(point) = mine.get(i) else { break };
+                        if tx.send((i, run_point(plan, point, backend))).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            drop(tx);
+            // Hand results on in job order: a point finished early waits for those before it.
+            let mut pending = BTreeMap::new();
+            let mut due = 0;
+            for (i, result) in rx {
+                pending.insert(i, result);
+                while let Some(result) = pending.remove(&due) {
+                    if let Err(e) = take(mine[due], result) {
+                        stop.store(true, Ordering::Relaxed);
+                        return Err(e);
+                    }
+                    due += 1;
+                }
+            }
+            Ok(())
+        })?;
+    }
+    progress.finish();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn grid(args: &[&str]) -> Result<Vec<Axis>, InputError> {
+        parse_grid(&args.iter().map(ToString::to_string).collect::<Vec<_>>())
+    }
+
+    fn spec(axes: &[&str], sets: &[&str], variants: &[&str]) -> SweepSpec {
+        SweepSpec {
+            scenario: scenario::scenario("lifecycle").unwrap(),
+            backend: BackendKind::Model,
+            axes: grid(axes).unwrap(),
+            sets: sets.iter().map(ToString::to_string).collect(),
+            variants: variants.iter().map(ToString::to_string).collect(),
+            reps: 3,
+            warmup: 0,
+            seed: 7,
+            profile: Some("pvm-epyc".into()),
+        }
+    }
+
+    #[test]
+    fn grid_syntax_errors_name_the_argument() {
+        for (args, says) in [
+            (&["vcpus"][..], "expected key=v1,v2"),
+            (&["=1,2"][..], "expected key=v1,v2"),
+            (&["vcpus=1,,2"][..], "empty value"),
+            (&["vcpus=1,2,1"][..], "listed twice"),
+            (&["vcpus=1", "vcpus=2"][..], "given twice"),
+            (&[][..], "at least one --grid"),
+        ] {
+            let e = grid(args).unwrap_err().to_string();
+            assert!(e.contains("--grid") && e.contains(says), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn points_are_the_cartesian_product_first_axis_slowest() {
+        let p = plan(&spec(&["vcpus=1,2", "devices=0,4,8"], &[], &[])).unwrap();
+        assert_eq!(p.points.len(), 6);
+        let labels: Vec<String> = p.points.iter().map(Point::label).collect();
+        assert_eq!(labels[0], "vcpus=1, devices=0");
+        assert_eq!(labels[2], "vcpus=1, devices=8");
+        assert_eq!(labels[3], "vcpus=2, devices=0");
+        assert_eq!(p.points[4].request.sets, vec!["vcpus=2", "devices=4"]);
+        // Every point has its own seed, fixed by its key.
+        let seeds: std::collections::BTreeSet<u64> =
+            p.points.iter().map(|q| q.request.seed).collect();
+        assert_eq!(seeds.len(), 6);
+        let again = plan(&spec(&["vcpus=1,2", "devices=0,4,8"], &[], &[])).unwrap();
+        assert_eq!(again.id, p.id);
+        assert_eq!(again.points[5].request.seed, p.points[5].request.seed);
+        assert!(p.id.starts_with("sw-") && p.id.len() == 15, "{}", p.id);
+        // Another definition is another sweep.
+        let other = plan(&spec(&["vcpus=1,2", "devices=0,4"], &[], &[])).unwrap();
+        assert_ne!(other.id, p.id);
+    }
+
+    #[test]
+    fn variant_as_an_axis_runs_each_variant_as_its_own_point() {
+        let p = plan(&spec(
+            &["variant=irqchip-first,memslots-first", "hz=100,1000"],
+            &[],
+            &[],
+        ))
+        .unwrap();
+        assert_eq!(p.points.len(), 4);
+        assert_eq!(p.points[1].request.variants, vec!["irqchip-first"]);
+        assert_eq!(p.points[1].request.sets, vec!["hz=1000"]);
+        let e = plan(&spec(&["variant=irqchip-first"], &[], &["memslots-first"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("already a --grid axis"), "{e}");
+    }
+
+    #[test]
+    fn bad_points_are_refused_before_anything_runs_naming_key_and_value() {
+        for (axes, sets, says) in [
+            (&["vcpus=1,65"][..], &[][..], "vcpus=65"),
+            (&["cores=1,2"][..], &[][..], "cores"),
+            (&["variant=irqchip-first,nope"][..], &[][..], "nope"),
+            (&["vcpus=1,2"][..], &["vcpus=4"][..], "also a --grid axis"),
+            (&["hz=100,x"][..], &[][..], "hz=x"),
+        ] {
+            let e = plan(&spec(axes, sets, &[])).unwrap_err().to_string();
+            assert!(e.contains(says), "{axes:?}: {e}");
+        }
+        let mut kvm = spec(&["hz=100,250"], &[], &[]);
+        kvm.backend = BackendKind::Kvm;
+        let e = plan(&kvm).unwrap_err().to_string();
+        assert!(e.contains("model parameter"), "{e}");
+    }
+
+    #[test]
+    fn results_do_not_depend_on_threads_or_shards() {
+        let p = plan(&spec(
+            &["vcpus=1,2,4", "devices=0,8"],
+            &[],
+            &["irqchip-first"],
+        ))
+        .unwrap();
+        let host = crate::lab::host::probe();
+        let profile = crate::model::profile::Profile::load("pvm-epyc").unwrap();
+        let backend = |seed| -> Result<Box<dyn Backend>, Error> {
+            Ok(Box::new(crate::model::ModelBackend::new(
+                profile.clone(),
+                host.clone(),
+                seed,
+            )))
+        };
+        let collect = |shard: Shard, threads: usize| {
+            let mut got = Vec::new();
+            let out = run(&p, shard, threads, backend, &Silent, |r| {
+                got.push(r);
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(out.ran, got.len());
+            got
+        };
+        let one = collect(Shard::WHOLE, 1);
+        let many = collect(Shard::WHOLE, 3);
+        assert_eq!(one.len(), 6);
+        let content = |r: &RunRecord| (r.params.clone(), r.variants.clone());
+        assert_eq!(
+            one.iter().map(content).collect::<Vec<_>>(),
+            many.iter().map(content).collect::<Vec<_>>()
+        );
+        let mut sharded: Vec<RunRecord> = (0..4)
+            .flat_map(|i| collect(Shard::new(i, 4).unwrap(), 2))
+            .collect();
+        sharded.sort_by_key(|r| r.params["sweep_point"].as_u64());
+        assert_eq!(
+            one.iter().map(content).collect::<Vec<_>>(),
+            sharded.iter().map(content).collect::<Vec<_>>()
+        );
+        assert_eq!(one[3].params["sweep"], p.id.as_str());
+        assert_eq!(one[3].params["sweep_grid"], "vcpus,devices");
+        assert_eq!(one[3].params["vcpus"], 2);
+    }
+
+    #[test]
+    fn a_storage_error_stops_the_sweep() {
+        let p = plan(&spec(&["vcpus=1,2,3,4,5,6"], &[], &["memslots-first"])).unwrap();
+        let host = crate::lab::host::probe();
+        let profile = crate::model::profile::Profile::load("pvm-epyc").unwrap();
+        let backend = |seed| -> Result<Box<dyn Backend>, Error> {
+            Ok(Box::new(crate::model::ModelBackend::new(
+                profile.clone(),
+                host.clone(),
+                seed,
+            )))
+        };
+        let mut kept = 0;
+        let e = run(&p, Shard::WHOLE, 2, backend, &Silent, |_| {
+            kept += 1;
+            if kept == 2 {
+                Err(Error::Output(std::io::Error::other("disk full")))
+            } else {
+                Ok(())
+            }
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("disk full"));
+        assert_eq!(kept, 2);
+    }
+}
