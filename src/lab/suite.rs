@@ -10,7 +10,7 @@ use crate::backend::{Backend, BackendKind};
 use crate::error::Error;
 use crate::record::RunRecord;
 use crate::scenario::runner::{Progress, RunRequest};
-use crate::scenario::{self, REGISTRY, Scenario, ScenarioInfo};
+use crate::scenario::{self, REGISTRY, Scenario, ScenarioInfo, Showcase};
 
 use super::shard::{Shard, unit_seed};
 
@@ -25,19 +25,32 @@ pub struct SuiteOutcome {
     pub units: Vec<String>,
 }
 
-/// One unit of the suite: a scenario on a backend.
+/// One unit of the suite: a scenario on a backend, or on the model with the profile of the
+/// hardware its kernel thread is about (a showcase: where the thread's finding shows, which
+/// this host's profile may not).
 #[derive(Clone, Copy)]
 pub struct Unit {
     /// The scenario.
     pub scenario: &'static dyn Scenario,
     /// The backend.
     pub backend: BackendKind,
+    /// The showcase, and its position among the scenario's.
+    pub showcase: Option<(usize, &'static Showcase)>,
 }
 
 impl Unit {
-    /// `suite/SCENARIO/BACKEND`: the unit's name in the job and its seed's key.
+    /// `suite/SCENARIO/BACKEND` (a showcase: `suite/SCENARIO/model/PROFILE/N`): the unit's
+    /// name in the job and its seed's key.
     pub fn key(&self) -> String {
-        format!("suite/{}/{}", self.scenario.info().name, self.backend)
+        match self.showcase {
+            None => format!("suite/{}/{}", self.scenario.info().name, self.backend),
+            Some((i, s)) => format!(
+                "suite/{}/{}/{}/{i}",
+                self.scenario.info().name,
+                self.backend,
+                s.profile
+            ),
+        }
     }
 }
 
@@ -48,10 +61,22 @@ pub fn units(only: Option<BackendKind>) -> Vec<Unit> {
     REGISTRY
         .iter()
         .flat_map(|s| {
-            s.info().backends.iter().map(|b| Unit {
+            let plain = s.info().backends.iter().map(|b| Unit {
                 scenario: *s,
                 backend: *b,
-            })
+                showcase: None,
+            });
+            let showcases = s
+                .showcases()
+                .iter()
+                .enumerate()
+                .filter(|_| s.info().backends.contains(&BackendKind::Model))
+                .map(|(i, sc)| Unit {
+                    scenario: *s,
+                    backend: BackendKind::Model,
+                    showcase: Some((i, sc)),
+                });
+            plain.chain(showcases).collect::<Vec<_>>()
         })
         .filter(|u| only.is_none_or(|b| u.backend == b))
         .collect()
@@ -94,7 +119,11 @@ pub fn run<P: Progress>(
         let key = unit.key();
         let seed = unit_seed(&key, base_seed);
         keys.push(key);
-        let mut b = match backend(kind, host.clone(), seed) {
+        let opened = match unit.showcase {
+            None => backend(kind, host.clone(), seed),
+            Some((_, sc)) => super::backends::make(kind, host.clone(), Some(sc.profile), seed),
+        };
+        let mut b = match opened {
             Ok(b) => b,
             Err(Error::Kvm(e)) if e.is_host_limitation() => {
                 skipped.push(format!("{} on {kind}: {e}", info.name));
@@ -102,12 +131,21 @@ pub fn run<P: Progress>(
             }
             Err(e) => return Err(e),
         };
-        let request = RunRequest {
-            seed,
-            ..request(info)
+        let base = request(info);
+        let request = match unit.showcase {
+            None => RunRequest { seed, ..base },
+            Some((_, sc)) => RunRequest {
+                seed,
+                variants: sc.variants.iter().map(ToString::to_string).collect(),
+                sets: sc.sets.iter().map(ToString::to_string).collect(),
+                ..base
+            },
         };
         let mut record =
             scenario::run_scenario(unit.scenario, b.as_mut(), &request, &progress(info))?;
+        if let Some((_, sc)) = unit.showcase {
+            record.params.insert("showcase".into(), sc.why.into());
+        }
         if let Err(e) = scenario::judge(&record) {
             skipped.push(format!("{} on {kind}: {e}", info.name));
             continue;

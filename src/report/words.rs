@@ -28,8 +28,12 @@ pub fn run_headline(r: &RunRecord) -> String {
             },
             ToString::to_string,
         );
+    let profile = r
+        .profile
+        .as_ref()
+        .map_or(String::new(), |p| format!(" ({p})"));
     format!(
-        "{} on {}: {verdict} ({ran} of {} variants ran, {findings} finding{})",
+        "{} on {}{profile}: {verdict} ({ran} of {} variants ran, {findings} finding{})",
         r.scenario,
         r.backend,
         r.variants.len(),
