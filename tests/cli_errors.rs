@@ -171,6 +171,7 @@ fn list_json_is_one_document_describing_every_scenario() {
     let v = common::json(&out);
     let lifecycle = &v["scenarios"][0];
     assert_eq!(lifecycle["name"], "lifecycle");
-    assert_eq!(lifecycle["variants"].as_array().unwrap().len(), 5);
+    // Five construction orders and boot-time activation.
+    assert_eq!(lifecycle["variants"].as_array().unwrap().len(), 6);
     assert_eq!(lifecycle["headline"], "ready_ms");
 }

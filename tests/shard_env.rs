@@ -92,9 +92,17 @@ fn kubernetes_indexes_and_the_flag_select_the_same_shards() {
         );
         assert_eq!(units(&counted), units(&flag));
     }
-    // Five model scenarios over 4 shards: the first shard gets the first and the fifth.
+    // Eleven model units (five scenarios, six showcases: lifecycle 2, exits 1, pinning 1,
+    // percpu 2) over 4 shards: the first shard gets units 0, 4 and 8.
     let first = units(&plan(&[], &["--backend", "model", "--shard", "1/4"]));
-    assert_eq!(first, vec!["suite/lifecycle/model", "suite/percpu/model"]);
+    assert_eq!(
+        first,
+        vec![
+            "suite/lifecycle/model",
+            "suite/exits/model",
+            "suite/percpu/model"
+        ]
+    );
 }
 
 #[test]
@@ -174,7 +182,8 @@ fn contents(db: &Path) -> BTreeMap<String, Value> {
     for r in listing["runs"].as_array().unwrap() {
         let id = r["run_id"].as_str().unwrap();
         let mut rec = json(&common::run(db, &["show", id, "--json"]));
-        let key = format!("{}/{}", rec["scenario"].as_str().unwrap(), rec["backend"]);
+        // The suite unit: a scenario on a backend, or one of its showcase profiles.
+        let key = rec["params"]["suite_unit"].as_str().unwrap().to_string();
         for volatile in ["run_id", "started_at", "finished_at"] {
             rec.as_object_mut().unwrap().remove(volatile);
         }
@@ -237,7 +246,12 @@ fn three_slurm_shards_of_the_model_suite_store_what_one_unsharded_suite_stores()
         }
     }
     let whole = contents(&whole_db);
-    assert_eq!(whole.len(), 5, "every model scenario: {:?}", whole.keys());
+    assert_eq!(
+        whole.len(),
+        11,
+        "every model scenario and showcase: {:?}",
+        whole.keys()
+    );
     assert_eq!(
         sharded.keys().collect::<Vec<_>>(),
         whole.keys().collect::<Vec<_>>()

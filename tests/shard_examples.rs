@@ -111,6 +111,9 @@ fn the_array_tasks_store_one_shard_each_and_the_merge_job_gathers_them() {
         scenarios.extend(here);
     }
     scenarios.sort();
+    // Each model unit once: every scenario, and its showcases on the threads' profiles.
+    assert_eq!(scenarios.len(), 11, "{scenarios:?}");
+    scenarios.dedup();
     assert_eq!(
         scenarios,
         ["exits", "lifecycle", "memory", "percpu", "pinning"],
@@ -125,7 +128,7 @@ fn the_array_tasks_store_one_shard_each_and_the_merge_job_gathers_them() {
     );
     let suite = dir.path().join("suite.db");
     let runs = common::json(&common::run(&suite, &["runs", "--json"]));
-    assert_eq!(runs["runs"].as_array().unwrap().len(), 5, "{runs}");
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 11, "{runs}");
     assert!(dir.path().join("report/index.html").exists());
 }
 

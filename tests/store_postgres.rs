@@ -702,7 +702,7 @@ fn contents_by_unit(db: &str) -> BTreeMap<String, serde_json::Value> {
     runs_by_id(db)
         .into_values()
         .map(|mut r| {
-            let key = format!("{}/{}", r["scenario"], r["backend"]);
+            let key = r["params"]["suite_unit"].to_string();
             for volatile in ["run_id", "started_at", "finished_at"] {
                 r.as_object_mut().expect("record").remove(volatile);
             }
@@ -747,10 +747,11 @@ fn three_suite_shards_merged_into_postgres_equal_one_unsharded_suite() {
     }
     let mut merge = vec!["merge", "--json"];
     merge.extend(files.iter().map(String::as_str));
-    assert_eq!(tally(&run(&sharded, &merge)), (5, 0, 0));
+    // Five scenarios and six showcases.
+    assert_eq!(tally(&run(&sharded, &merge)), (11, 0, 0));
     suite(&whole, None);
     let (a, b) = (contents_by_unit(&sharded), contents_by_unit(&whole));
-    assert_eq!(a.len(), 5);
+    assert_eq!(a.len(), 11);
     assert_eq!(a, b, "the same runs, ids and times aside");
 }
 

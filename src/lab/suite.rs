@@ -118,7 +118,7 @@ pub fn run<P: Progress>(
         let (info, kind) = (unit.scenario.info(), unit.backend);
         let key = unit.key();
         let seed = unit_seed(&key, base_seed);
-        keys.push(key);
+        keys.push(key.clone());
         let opened = match unit.showcase {
             None => backend(kind, host.clone(), seed),
             Some((_, sc)) => super::backends::make(kind, host.clone(), Some(sc.profile), seed),
@@ -143,6 +143,11 @@ pub fn run<P: Progress>(
         };
         let mut record =
             scenario::run_scenario(unit.scenario, b.as_mut(), &request, &progress(info))?;
+        // Which unit of the job this run is: the key its seed comes from, and what tells
+        // two runs of one scenario on one backend (a showcase) apart after a merge.
+        record
+            .params
+            .insert("suite_unit".into(), key.clone().into());
         if let Some((_, sc)) = unit.showcase {
             record.params.insert("showcase".into(), sc.why.into());
         }
