@@ -42,6 +42,18 @@ impl BackendKind {
     pub const ALL: [BackendKind; 2] = [BackendKind::Kvm, BackendKind::Model];
 }
 
+impl std::str::FromStr for BackendKind {
+    type Err = String;
+
+    /// Reads the written form back (a stored run's `backend`).
+    fn from_str(text: &str) -> Result<BackendKind, String> {
+        BackendKind::ALL
+            .into_iter()
+            .find(|b| b.to_string() == text)
+            .ok_or_else(|| format!("unknown backend `{text}` (known: kvm, model)"))
+    }
+}
+
 impl std::fmt::Display for BackendKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {

@@ -40,11 +40,10 @@ pub fn latest_runs(store: &Store) -> Result<Vec<RunRecord>, Error> {
     let listing = store.list(10_000)?;
     let mut out = Vec::new();
     for info in scenario::catalog() {
-        for backend in BackendKind::ALL.map(|b| b.to_string()) {
-            let key = (info.name, backend.as_str());
+        for backend in BackendKind::ALL {
             if let Some(l) = listing
                 .iter()
-                .find(|l| (l.scenario.as_str(), l.backend.as_str()) == key)
+                .find(|l| l.scenario == info.name && l.backend == backend)
             {
                 out.push(store.load(&l.run_id)?);
             }

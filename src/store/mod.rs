@@ -115,7 +115,7 @@ pub struct RunListing {
     /// Scenario.
     pub scenario: String,
     /// Backend.
-    pub backend: String,
+    pub backend: crate::backend::BackendKind,
     /// Start time.
     pub started_at: String,
     /// Kernel release.

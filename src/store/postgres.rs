@@ -118,20 +118,26 @@ impl PgStore {
             .map_err(self.pg())?;
         rows.iter()
             .map(|r| {
-                Ok(RunListing {
-                    run_id: r.try_get(0)?,
-                    scenario: r.try_get(1)?,
-                    backend: r.try_get(2)?,
-                    started_at: r.try_get(3)?,
-                    kernel: r.try_get(4)?,
-                    kvm_flavour: r.try_get(5)?,
-                    cpu: r.try_get(6)?,
-                    hz: u32::try_from(r.try_get::<_, i64>(7)?).unwrap_or(0),
-                    variants: r.try_get(8)?,
-                })
+                let run_id: String = r.try_get(0).map_err(self.pg())?;
+                let backend: String = r.try_get(2).map_err(self.pg())?;
+                let backend = serde_json::from_value(serde_json::Value::String(backend))
+                    .map_err(|e| StoreError::Corrupt(run_id.clone(), e))?;
+                let listing = (|| {
+                    Ok::<_, postgres::Error>(RunListing {
+                        run_id: run_id.clone(),
+                        scenario: r.try_get(1)?,
+                        backend,
+                        started_at: r.try_get(3)?,
+                        kernel: r.try_get(4)?,
+                        kvm_flavour: r.try_get(5)?,
+                        cpu: r.try_get(6)?,
+                        hz: u32::try_from(r.try_get::<_, i64>(7)?).unwrap_or(0),
+                        variants: r.try_get(8)?,
+                    })
+                })();
+                listing.map_err(self.pg())
             })
-            .collect::<Result<_, postgres::Error>>()
-            .map_err(self.pg())
+            .collect()
     }
 
     pub(super) fn load_json(&self, query: &str) -> Result<String, StoreError> {

@@ -206,7 +206,13 @@ impl SqliteStore {
             Ok(RunListing {
                 run_id: r.get(0)?,
                 scenario: r.get(1)?,
-                backend: r.get(2)?,
+                backend: r.get::<_, String>(2)?.parse().map_err(|e: String| {
+                    rusqlite::Error::FromSqlConversionFailure(
+                        2,
+                        rusqlite::types::Type::Text,
+                        e.into(),
+                    )
+                })?,
                 started_at: r.get(3)?,
                 kernel: r.get(4)?,
                 kvm_flavour: r.get(5)?,
