@@ -109,12 +109,21 @@ fn trace_then_signal(sig: i32, marker_secs: &str) {
         return;
     }
     let marker = format!("sleep {marker_secs}");
-    let mut child = hvlab()
-        .args(["trace", "--timeout", "600", "--", "sleep", marker_secs])
+    let mut cmd = hvlab();
+    cmd.args(["trace", "--timeout", "600", "--", "sleep", marker_secs])
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::piped());
+    // hvlab keeps a signal its parent ignores ignored (a background job's SIGINT), so the
+    // test gives it the default disposition whatever the test runner inherited (`nohup`,
+    // `cmd &` in a script).
+    // SAFETY: between fork and exec only async-signal-safe calls: signal(2) and return.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            libc::signal(sig, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
     let pid = child.id();
     // The sleep itself (not only strace's command line) runs once tracing has started.
     poll("the traced sleep to start", || {
