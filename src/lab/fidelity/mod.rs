@@ -288,6 +288,28 @@ pub fn metric<'a>(
         })
 }
 
+/// Fails when the provenance of one of `keys` in `profile` cites one of `figures`: a row
+/// must not be judged on a figure its inputs were taken from.
+#[cfg(test)]
+pub(crate) fn assert_no_provenance_cites<'k>(
+    profile: &Profile,
+    keys: impl IntoIterator<Item = &'k str>,
+    figures: &[&str],
+) {
+    for key in keys {
+        let Some(cost) = profile.costs.get(key) else {
+            continue;
+        };
+        for figure in figures {
+            assert!(
+                !cost.provenance.contains(figure),
+                "{key} cites {figure}: {}",
+                cost.provenance
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

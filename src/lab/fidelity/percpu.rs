@@ -188,15 +188,11 @@ mod tests {
             "noticeable",
             "mega bytes",
         ];
-        for (key, cost) in &profile.costs {
-            for figure in judged {
-                assert!(
-                    !cost.provenance.contains(figure),
-                    "{key} cites {figure}: {}",
-                    cost.provenance
-                );
-            }
-        }
+        super::super::assert_no_provenance_cites(
+            &profile,
+            profile.costs.keys().map(String::as_str),
+            &judged,
+        );
     }
 
     /// The fork row's reason quotes the model (0.4 us upkeep, 3.4 us saving, crossover near

@@ -150,11 +150,6 @@ mod tests {
     #[test]
     fn no_provenance_the_rows_read_cites_a_figure_they_check() {
         let p = crate::model::profile::Profile::load("neoverse-n2-spe").unwrap();
-        for key in KEYS_READ {
-            let prov = &p.costs[key].provenance;
-            for fig in PUBLISHED_FIGURES {
-                assert!(!prov.contains(fig), "{key} cites {fig}: {prov}");
-            }
-        }
+        super::super::assert_no_provenance_cites(&p, KEYS_READ.iter().copied(), &PUBLISHED_FIGURES);
     }
 }
