@@ -193,17 +193,11 @@ fn complete_from_builtin(
     let mut p: Profile = toml::from_str(&text)
         .map_err(|e| ProfileError::Parse(origin.clone(), String::new(), Box::new(e)))?;
     let (name, _) = builtin_for(host.kvm_flavour);
-    let mut added = Vec::new();
-    for (key, cost) in Profile::load(name)?.costs {
-        if let std::collections::btree_map::Entry::Vacant(slot) = p.costs.entry(key) {
-            let provenance = format!(
-                "not in the calibrated profile (written by an older hvlab); from built-in profile {name}: {}",
-                cost.provenance
-            );
-            added.push(slot.key().clone());
-            slot.insert(profile::Cost { provenance, ..cost });
-        }
-    }
+    let added = p.inherit(&Profile::load(name)?, |provenance| {
+        format!(
+            "not in the calibrated profile (written by an older hvlab); from built-in profile {name}: {provenance}"
+        )
+    });
     p.validate(&origin)?;
     let note = format!(
         "the calibrated profile {origin} predates {}; they come from built-in profile {name} until `hvlab calibrate` runs again",

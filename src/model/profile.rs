@@ -55,6 +55,10 @@ pub struct Profile {
     pub describes: String,
     /// The stage-2 MMU.
     pub mmu: MmuKind,
+    /// A built-in profile this one differs from: every cost it does not give is the base's
+    /// (so a variant of a machine, e.g. another HZ, states only what differs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
     /// Costs by key.
     pub costs: BTreeMap<String, Cost>,
     /// The keys a model has read, shared by every clone of this profile: what a result
@@ -273,8 +277,41 @@ impl Profile {
                 .unwrap_or_default();
             ProfileError::Parse(origin.into(), section, Box::new(e))
         })?;
+        let mut profile = profile;
+        if let Some(base) = profile.base.clone() {
+            // Only a built-in can be a base, and not the profile itself: no cycles, no files
+            // reached through a profile.
+            if base == profile.name || !BUILT_IN.iter().any(|(n, _)| *n == base) {
+                return Err(ProfileError::Unknown(
+                    base,
+                    BUILT_IN
+                        .iter()
+                        .map(|(n, _)| *n)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                ));
+            }
+            profile.inherit(&Profile::load(&base)?, |provenance| provenance.to_string());
+        }
         profile.validate(origin)?;
         Ok(profile)
+    }
+
+    /// Takes every cost this profile lacks from `base`, its provenance rewritten by
+    /// `provenance`; returns the keys taken.
+    pub fn inherit(&mut self, base: &Profile, provenance: impl Fn(&str) -> String) -> Vec<String> {
+        let mut taken = Vec::new();
+        for (key, cost) in &base.costs {
+            if let std::collections::btree_map::Entry::Vacant(slot) = self.costs.entry(key.clone())
+            {
+                taken.push(key.clone());
+                slot.insert(Cost {
+                    provenance: provenance(&cost.provenance),
+                    ..cost.clone()
+                });
+            }
+        }
+        taken
     }
 
     /// Checks every cost against its range; `origin` names the profile in errors.
@@ -422,5 +459,22 @@ mod tests {
         let path = dir.path().join("p.toml");
         p.write(&path).unwrap();
         assert_eq!(Profile::load(path.to_str().unwrap()).unwrap(), p);
+    }
+
+    #[test]
+    fn a_profile_with_a_base_states_only_what_differs() {
+        let base = Profile::load("intel-spr-vmx").unwrap();
+        let hz100 = Profile::load("x86-vmx-hz100").unwrap();
+        assert_eq!(hz100.get("hz", "test").unwrap(), 100.0);
+        for (key, cost) in &base.costs {
+            if key != "hz" {
+                assert_eq!(hz100.costs[key], *cost, "{key}");
+            }
+        }
+        let own = "name = \"x\"\ndescribes = \"x\"\nmmu = \"shadow\"\nbase = \"x\"\n[costs]\n";
+        assert!(matches!(
+            Profile::parse("x", own),
+            Err(ProfileError::Unknown(..))
+        ));
     }
 }
