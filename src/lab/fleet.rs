@@ -48,6 +48,16 @@ impl HostFingerprint {
         }
     }
 
+    /// The fingerprint of a stored run, from its listing (no need to load the run).
+    pub fn of_listing(run: &crate::store::RunListing) -> HostFingerprint {
+        HostFingerprint {
+            kernel: run.kernel.clone(),
+            cpu: run.cpu.clone(),
+            flavour: run.kvm_flavour.clone(),
+            hz: run.hz,
+        }
+    }
+
     /// The value of one fingerprint field, for matching hosts across two selectors.
     fn field(&self, key: SelectorKey) -> String {
         match key {
@@ -95,7 +105,7 @@ pub fn group_by_host(runs: Vec<RunRecord>) -> Vec<HostGroup> {
     groups
 }
 
-/// The `limit` most recent complete runs, loaded whole (the listing lacks the CPU and HZ).
+/// The `limit` most recent complete runs, loaded whole.
 pub fn load_recent(store: &Store, limit: usize) -> Result<Vec<RunRecord>, Error> {
     store
         .list(limit)?
@@ -107,19 +117,20 @@ pub fn load_recent(store: &Store, limit: usize) -> Result<Vec<RunRecord>, Error>
 /// The latest run of each scenario on each backend on each host, hosts in order of their
 /// latest run: what the report's fleet page shows by default.
 pub fn latest_per_host(store: &Store) -> Result<Vec<RunRecord>, Error> {
+    // Chosen from the listing, which carries the fingerprint; only the chosen runs are read.
     let mut seen = BTreeSet::new();
-    let mut out = Vec::new();
-    for r in load_recent(store, 100_000)? {
-        let key = (
-            r.scenario.clone(),
-            r.backend.to_string(),
-            HostFingerprint::of(&r.host),
-        );
-        if seen.insert(key) {
-            out.push(r);
-        }
-    }
-    Ok(out)
+    store
+        .list(100_000)?
+        .iter()
+        .filter(|l| {
+            seen.insert((
+                l.scenario.clone(),
+                l.backend.to_string(),
+                HostFingerprint::of_listing(l),
+            ))
+        })
+        .map(|l| store.load(&l.run_id).map_err(Error::from))
+        .collect()
 }
 
 /// One host's value of a metric of a variant, over its runs.
