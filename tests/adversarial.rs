@@ -319,9 +319,9 @@ fn an_impossible_pinning_buffer_is_refused_when_parsed() {
 
 #[test]
 fn only_unsupported_variants_exit_3_and_store_nothing() {
-    if !kvm_or_skip("only_unsupported") {
+    let Some(_kvm) = kvm_or_skip("only_unsupported") else {
         return;
-    }
+    };
     let mut cases: Vec<Vec<&str>> = vec![vec!["exits", "--variant", "hlt"]];
     if !host_has("KVM_CAP_PRE_FAULT_MEMORY") {
         cases.push(vec!["memory", "--variant", "prefault"]);
@@ -347,7 +347,10 @@ fn only_unsupported_variants_exit_3_and_store_nothing() {
 
 #[test]
 fn pinning_without_memlock_room_exits_3() {
-    if !kvm_or_skip("memlock") || !tool_or_skip("memlock", "prlimit") {
+    let Some(_kvm) = kvm_or_skip("memlock") else {
+        return;
+    };
+    if !tool_or_skip("memlock", "prlimit") {
         return;
     }
     let (_d, db) = db();
@@ -381,7 +384,10 @@ fn pinning_without_memlock_room_exits_3() {
 
 #[test]
 fn a_run_whose_every_variant_fails_exits_4() {
-    if !kvm_or_skip("address_space") || !tool_or_skip("address_space", "prlimit") {
+    let Some(_kvm) = kvm_or_skip("address_space") else {
+        return;
+    };
+    if !tool_or_skip("address_space", "prlimit") {
         return;
     }
     let (_d, db) = db();

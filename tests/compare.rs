@@ -38,9 +38,9 @@ fn two_runs_of_the_same_build_show_no_significant_change() {
 
 #[test]
 fn irqchip_first_against_memslots_first_points_the_right_way() {
-    if !kvm_or_skip("compare_direction") {
+    let Some(_kvm) = kvm_or_skip("compare_direction") else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("hvlab.db");
     let id = stored_run(

@@ -14,9 +14,9 @@ fn exits(sets: &[&str], variants: &[&str]) -> Value {
 
 #[test]
 fn userspace_exits_come_back_once_per_iteration_and_in_kernel_ones_never() {
-    if !kvm_or_skip("exits_counts") {
+    let Some(_kvm) = kvm_or_skip("exits_counts") else {
         return;
-    }
+    };
     let r = exits(
         &[],
         &[
@@ -53,9 +53,9 @@ fn userspace_exits_come_back_once_per_iteration_and_in_kernel_ones_never() {
 
 #[test]
 fn a_host_that_miscounts_exits_gets_a_self_check_finding() {
-    if !kvm_or_skip("exits_self_check") {
+    let Some(_kvm) = kvm_or_skip("exits_self_check") else {
         return;
-    }
+    };
     let r = exits(&[], &["cpuid"]);
     let counted = median(&r, "cpuid", "kvm.vcpu.exits");
     let findings = variant(&r, "cpuid")["findings"].as_array().unwrap();
@@ -71,9 +71,9 @@ fn a_host_that_miscounts_exits_gets_a_self_check_finding() {
 
 #[test]
 fn modes_and_capabilities_decide_what_runs() {
-    if !kvm_or_skip("exits_unsupported") {
+    let Some(_kvm) = kvm_or_skip("exits_unsupported") else {
         return;
-    }
+    };
     // With both unsupported (no KVM_CAP_PMU_CAPABILITY here) the run has nothing to show:
     // exit 3, each variant's reason on stderr, nothing stored (issue 8).
     let dir = tempfile::tempdir().unwrap();

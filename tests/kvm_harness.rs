@@ -27,9 +27,9 @@ fn vm_with(payload: &[u8]) -> Vm {
 
 #[test]
 fn every_step_is_timed_in_issue_order_on_one_clock() {
-    if !common::kvm_or_skip("timed_steps") {
+    let Some(_kvm) = common::kvm_or_skip("timed_steps") else {
         return;
-    }
+    };
     let mut vm = vm_with(&signal_payload());
     vm.run_until_signal(0, Duration::from_secs(2)).unwrap();
     let names: Vec<&str> = vm.log().iter().map(|t| t.name).collect();
@@ -57,9 +57,9 @@ fn every_step_is_timed_in_issue_order_on_one_clock() {
 
 #[test]
 fn vcpu_statistics_are_read_through_their_descriptors() {
-    if !common::kvm_or_skip("stats") {
+    let Some(_kvm) = common::kvm_or_skip("stats") else {
         return;
-    }
+    };
     let mut vm = vm_with(&signal_payload());
     let vcpu_stats = StatsReader::open(vm.vcpu(0).unwrap()).unwrap();
     let layout = vcpu_stats.layout();
@@ -113,9 +113,9 @@ fn run_to_error(vm: &mut Vm, timeout: Duration) -> (String, Duration) {
 
 #[test]
 fn a_guest_that_spins_forever_is_stopped_by_the_watchdog() {
-    if !common::kvm_or_skip("spinning_guest") {
+    let Some(_kvm) = common::kvm_or_skip("spinning_guest") else {
         return;
-    }
+    };
     for cpl in [Cpl::Three, Cpl::Zero] {
         let mut vm = long_mode_vm(&[0xeb, 0xfe], cpl); // jmp $
         let (msg, took) = run_to_error(&mut vm, Duration::from_millis(300));
@@ -133,9 +133,9 @@ fn a_guest_that_spins_forever_is_stopped_by_the_watchdog() {
 
 #[test]
 fn a_guest_that_triple_faults_is_reported_with_its_registers() {
-    if !common::kvm_or_skip("triple_fault") {
+    let Some(_kvm) = common::kvm_or_skip("triple_fault") else {
         return;
-    }
+    };
     // int3 with an empty IDT: #BP, then #GP, then #DF cannot be delivered: shutdown.
     for cpl in [Cpl::Three, Cpl::Zero] {
         let mut vm = long_mode_vm(&[0xcc], cpl);
@@ -156,9 +156,9 @@ fn a_guest_that_triple_faults_is_reported_with_its_registers() {
 
 #[test]
 fn a_real_mode_guest_that_spins_is_stopped_too() {
-    if !common::kvm_or_skip("real_mode_spin") {
+    let Some(_kvm) = common::kvm_or_skip("real_mode_spin") else {
         return;
-    }
+    };
     let mut vm = vm_with(&[0xeb, 0xfe]);
     let err = vm
         .run_until_signal(0, Duration::from_millis(200))

@@ -34,9 +34,9 @@ fn within(actual: f64, expected: f64, tolerance: f64) -> bool {
 
 #[test]
 fn populated_memory_faults_once_per_prefetch_group_and_lazy_once_per_page() {
-    if !kvm_or_skip("memory_prefetch") {
+    let Some(_kvm) = kvm_or_skip("memory_prefetch") else {
         return;
-    }
+    };
     let r = memory(&[], &["lazy", "populated"]);
     let lazy = metric(&r, "lazy", "kvm.vcpu.pf_fixed");
     let populated = metric(&r, "populated", "kvm.vcpu.pf_fixed");
@@ -71,9 +71,9 @@ fn populated_memory_faults_once_per_prefetch_group_and_lazy_once_per_page() {
 
 #[test]
 fn prefetch_groups_do_not_depend_on_the_touch_order() {
-    if !kvm_or_skip("memory_random") {
+    let Some(_kvm) = kvm_or_skip("memory_random") else {
         return;
-    }
+    };
     let r = memory(&["pattern=random"], &["populated"]);
     if r["host"]["tdp"] == true {
         return; // the order-independence claim is about the prefetching MMUs
@@ -87,9 +87,9 @@ fn prefetch_groups_do_not_depend_on_the_touch_order() {
 
 #[test]
 fn userfaultfd_serves_one_fault_per_window() {
-    if !kvm_or_skip("memory_uffd") {
+    let Some(_kvm) = kvm_or_skip("memory_uffd") else {
         return;
-    }
+    };
     let r = memory(&["window=8"], &["uffd", "uffd-prefetch"]);
     let one = metric(&r, "uffd", "uffd_faults");
     let eight = metric(&r, "uffd-prefetch", "uffd_faults");
@@ -110,18 +110,18 @@ fn userfaultfd_serves_one_fault_per_window() {
 
 #[test]
 fn stride_touches_every_kth_page_and_4k_guest_pages_work() {
-    if !kvm_or_skip("memory_stride_4k") {
+    let Some(_kvm) = kvm_or_skip("memory_stride_4k") else {
         return;
-    }
+    };
     let r = memory(&["pattern=stride=4", "guest_page=4k"], &["lazy"]);
     assert_eq!(metric(&r, "lazy", "kvm.vcpu.pf_fixed"), PAGES / 4.0);
 }
 
 #[test]
 fn variants_the_host_lacks_say_what_is_missing() {
-    if !kvm_or_skip("memory_unsupported") {
+    let Some(_kvm) = kvm_or_skip("memory_unsupported") else {
         return;
-    }
+    };
     // Asked alone, an unsupported variant leaves nothing to run: exit 3 with the reason on
     // stderr and no JSON (issue 8); on a host with the capability it runs.
     let dir = tempfile::tempdir().unwrap();

@@ -11,9 +11,9 @@ fn pinning(sets: &[&str], variants: &[&str]) -> serde_json::Value {
 
 #[test]
 fn eager_pins_on_every_switch_and_keep_once_with_no_blackouts() {
-    if !kvm_or_skip("pinning_policies") {
+    let Some(_kvm) = kvm_or_skip("pinning_policies") else {
         return;
-    }
+    };
     let r = pinning(
         &["buffer=64MiB", "slices=30", "tail_ms=100"],
         &["eager", "keep", "aging"],
@@ -48,9 +48,9 @@ fn eager_pins_on_every_switch_and_keep_once_with_no_blackouts() {
 
 #[test]
 fn a_buffer_over_the_cap_is_never_pinned_and_its_records_are_blackouts() {
-    if !kvm_or_skip("pinning_cap") {
+    let Some(_kvm) = kvm_or_skip("pinning_cap") else {
         return;
-    }
+    };
     let r = pinning(&["buffer=8MiB", "cap=4MiB", "slices=10"], &["keep"]);
     assert_eq!(median(&r, "keep", "pin_ms"), 0.0);
     assert_eq!(median(&r, "keep", "pinned_bytes_max"), 0.0);
@@ -60,9 +60,9 @@ fn a_buffer_over_the_cap_is_never_pinned_and_its_records_are_blackouts() {
 
 #[test]
 fn io_uring_registration_pins_too() {
-    if !kvm_or_skip("pinning_io_uring") {
+    let Some(_kvm) = kvm_or_skip("pinning_io_uring") else {
         return;
-    }
+    };
     let r = pinning(&["pin=io_uring", "slices=10"], &["keep"]);
     let v = variant(&r, "keep");
     if v["status"]

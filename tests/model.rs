@@ -427,9 +427,9 @@ fn model_only_inputs_are_refused_on_the_kvm_backend_and_bad_profiles_named() {
 
 #[test]
 fn validate_matches_fault_counts_exactly_on_this_host() {
-    if !kvm_or_skip("validate") {
+    let Some(_kvm) = kvm_or_skip("validate") else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     // HVLAB_DB puts the calibrated profile beside the database, inside the temp dir.
     let out = common::hvlab()

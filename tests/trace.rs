@@ -7,7 +7,10 @@ use common::{hvlab, json, kvm_or_skip, tool_or_skip};
 
 #[test]
 fn tracing_hvlab_finds_its_irqchip_stall() {
-    if !kvm_or_skip("trace_hvlab") || !tool_or_skip("trace_hvlab", "strace") {
+    let Some(_kvm) = kvm_or_skip("trace_hvlab") else {
+        return;
+    };
+    if !tool_or_skip("trace_hvlab", "strace") {
         return;
     }
     let out = hvlab()
@@ -60,10 +63,10 @@ fn tracing_hvlab_finds_its_irqchip_stall() {
 
 #[test]
 fn tracing_qemu_microvm_lists_construction_and_flags_the_stall() {
-    if !kvm_or_skip("trace_qemu")
-        || !tool_or_skip("trace_qemu", "strace")
-        || !tool_or_skip("trace_qemu", "qemu-system-x86_64")
-    {
+    let Some(_kvm) = kvm_or_skip("trace_qemu") else {
+        return;
+    };
+    if !tool_or_skip("trace_qemu", "strace") || !tool_or_skip("trace_qemu", "qemu-system-x86_64") {
         return;
     }
     let out = hvlab()
