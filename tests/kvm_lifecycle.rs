@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{json, kvm_or_skip, run};
+use common::{json, kvm_or_skip, median, run, scenario_json, variant};
 
 #[test]
 fn irqchip_first_stalls_on_the_memslot_and_memslots_first_does_not() {
@@ -177,42 +177,29 @@ fn registrations_beside_a_running_vcpu_stall_the_next_memslot_update() {
     let Some(_kvm) = kvm_or_skip("boot_activation") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
     let boot = |devices: &str| {
-        json(&run(
-            &dir.path().join("db"),
-            &[
-                "run",
-                "lifecycle",
-                "--variant",
-                "boot-activation",
-                "--set",
-                devices,
-                "--set",
-                "boot_ms=100",
-                "--reps",
-                "8",
-                "--warmup",
-                "1",
-                "--json",
-                "--no-store",
-            ],
-        ))
+        scenario_json(
+            "lifecycle",
+            &[devices, "boot_ms=100"],
+            &["boot-activation"],
+            &["--reps", "8", "--warmup", "1"],
+        )
     };
-    let (with, without) = (boot("devices=8"), boot("devices=0"));
-    let v = |r: &serde_json::Value| r["variants"][0].clone();
-    let (with, without) = (v(&with), v(&without));
+    let (runs_with, runs_without) = (boot("devices=8"), boot("devices=0"));
+    let (with, without) = (
+        variant(&runs_with, "boot-activation"),
+        variant(&runs_without, "boot-activation"),
+    );
     assert_eq!(with["status"], "ok", "{with}");
     assert_eq!(without["status"], "ok", "{without}");
-    let memslot =
-        |v: &serde_json::Value| v["metrics"]["boot.memslot_ms"]["median"].as_f64().unwrap();
+    let memslot = |r: &serde_json::Value| median(r, "boot-activation", "boot.memslot_ms");
     // Measured here: ~7 ms after 8 deferred registrations against ~0.05 ms without: the
     // update waits out the grace period the first registration started (> 1 jiffy).
     assert!(
-        memslot(&with) > 5.0 * memslot(&without),
+        memslot(&runs_with) > 5.0 * memslot(&runs_without),
         "memslot after registrations {} ms, without {} ms",
-        memslot(&with),
-        memslot(&without)
+        memslot(&runs_with),
+        memslot(&runs_without)
     );
     assert_eq!(with["metrics"]["boot.ioeventfd_us"]["n"], 8);
     assert!(without["metrics"].get("boot.ioeventfd_us").is_none());

@@ -51,13 +51,7 @@ fn the_report_is_self_contained_and_renders_in_chromium() {
         "no link to the fleet page"
     );
     assert!(out_dir.join("fleet.html").exists(), "fleet.html missing");
-    let unlinked = html.replace("href=\"fleet.html\"", "");
-    for needle in ["src=", "href=", "url(", "@import", "<script", "<link"] {
-        assert!(
-            !unlinked.contains(needle),
-            "the report references something external: {needle}"
-        );
-    }
+    common::assert_self_contained(&html, &["fleet.html"]);
     // The model against the kernel threads comes before the runs, in both renderings, with
     // the same words.
     let fidelity = html
@@ -103,25 +97,7 @@ fn the_report_is_self_contained_and_renders_in_chromium() {
     let page = out_dir.join("index.html");
     let shot = dir.path().join("report.png");
     let chromium = |extra: &[&str]| common::chromium(&page, &profile, extra);
-    let dom = chromium(&["--dump-dom"]);
-    assert!(
-        dom.status.success(),
-        "chromium failed: {}",
-        String::from_utf8_lossy(&dom.stderr)
-    );
-    let rendered = String::from_utf8_lossy(&dom.stdout);
-    assert_eq!(
-        rendered.matches("<svg").count(),
-        svgs,
-        "charts lost in rendering"
-    );
-    let log = String::from_utf8_lossy(&dom.stderr);
-    for failure in ["net::ERR_", "Failed to load", "Uncaught"] {
-        assert!(
-            !log.contains(failure),
-            "the page had a load failure: {failure}\n{log}"
-        );
-    }
+    common::chromium_dom(&page, &profile, svgs);
     let shot_out = chromium(&[
         &format!("--screenshot={}", shot.display()),
         "--window-size=1000,2400",

@@ -175,23 +175,6 @@ fn bad_shards_and_inconsistent_variables_exit_2_naming_the_problem() {
     );
 }
 
-/// Each stored run's content without its id and times: what must not depend on the shard.
-fn contents(db: &Path) -> BTreeMap<String, Value> {
-    let listing = json(&common::run(db, &["runs", "--json", "--limit", "1000"]));
-    let mut out = BTreeMap::new();
-    for r in listing["runs"].as_array().unwrap() {
-        let id = r["run_id"].as_str().unwrap();
-        let mut rec = json(&common::run(db, &["show", id, "--json"]));
-        // The suite unit: a scenario on a backend, or one of its showcase profiles.
-        let key = rec["params"]["suite_unit"].as_str().unwrap().to_string();
-        for volatile in ["run_id", "started_at", "finished_at"] {
-            rec.as_object_mut().unwrap().remove(volatile);
-        }
-        assert!(out.insert(key, rec).is_none(), "a unit ran twice");
-    }
-    out
-}
-
 #[test]
 fn three_slurm_shards_of_the_model_suite_store_what_one_unsharded_suite_stores() {
     let dir = tempfile::tempdir().unwrap();
@@ -238,14 +221,14 @@ fn three_slurm_shards_of_the_model_suite_store_what_one_unsharded_suite_stores()
             .map(|r| r["scenario"].as_str().unwrap())
             .collect();
         assert_eq!(out["units"].as_array().unwrap().len(), ran.len(), "{out}");
-        for (k, v) in contents(&db) {
+        for (k, v) in common::contents_by_unit(&db) {
             assert!(
                 sharded.insert(k.clone(), v).is_none(),
                 "{k} ran in two shards"
             );
         }
     }
-    let whole = contents(&whole_db);
+    let whole = common::contents_by_unit(&whole_db);
     assert_eq!(
         whole.len(),
         11,

@@ -9,7 +9,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{assert_exit, hvlab, json, loud_skip};
+use common::{
+    assert_exit, contents_by_unit, hvlab, json, loud_skip, run, runs_by_id, scenario_json,
+};
 
 /// A PostgreSQL cluster of the test's own.
 struct Cluster {
@@ -193,30 +195,6 @@ fn find_bin() -> Option<PathBuf> {
         std::env::split_paths(&paths)
             .find(|d| d.join("initdb").exists() && d.join("pg_ctl").exists())
     })
-}
-
-/// hvlab ARGS --db DB.
-fn run(db: &str, args: &[&str]) -> Output {
-    hvlab()
-        .args(args)
-        .args(["--db", db])
-        .output()
-        .expect("spawn hvlab")
-}
-
-/// Every stored run as JSON, by id, read back with `hvlab runs` + `hvlab show`.
-fn runs_by_id(db: &str) -> BTreeMap<String, serde_json::Value> {
-    let listing = json(&run(db, &["runs", "--json", "--limit", "100000"]));
-    listing["runs"]
-        .as_array()
-        .expect("runs")
-        .iter()
-        .map(|r| {
-            let id = r["run_id"].as_str().expect("run_id").to_string();
-            let record = json(&run(db, &["show", &id, "--json"]));
-            (id, record)
-        })
-        .collect()
 }
 
 /// Three "shards", each its own SQLite file with model runs of the suite's scenarios.
@@ -413,20 +391,11 @@ fn a_failed_write_leaves_nothing_in_postgres() {
         return;
     };
     let url = pg.database("failed");
-    let mut record: hvlab::record::RunRecord = serde_json::from_value(json(
-        &hvlab()
-            .args([
-                "run",
-                "lifecycle",
-                "--backend",
-                "model",
-                "--reps",
-                "4",
-                "--json",
-                "--no-store",
-            ])
-            .output()
-            .expect("spawn hvlab"),
+    let mut record: hvlab::record::RunRecord = serde_json::from_value(scenario_json(
+        "lifecycle",
+        &[],
+        &[],
+        &["--backend", "model", "--reps", "4"],
     ))
     .expect("a run record");
     // Two variants of one name collide on the samples key after the run row and the
@@ -478,20 +447,11 @@ fn a_version_1_postgres_store_is_migrated_and_a_newer_one_refused() {
         return;
     };
     let url = pg.database("old");
-    let record = json(
-        &hvlab()
-            .args([
-                "run",
-                "lifecycle",
-                "--backend",
-                "model",
-                "--reps",
-                "4",
-                "--json",
-                "--no-store",
-            ])
-            .output()
-            .expect("spawn hvlab"),
+    let record = scenario_json(
+        "lifecycle",
+        &[],
+        &[],
+        &["--backend", "model", "--reps", "4"],
     );
     let id = record["run_id"].as_str().expect("id").to_string();
     let mut client = pg.client(&url);
@@ -582,21 +542,7 @@ fn a_run_killed_midway_through_its_transaction_leaves_nothing() {
     let url = pg.database("killed");
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("one.jsonl");
-    let record = json(
-        &hvlab()
-            .args([
-                "run",
-                "percpu",
-                "--backend",
-                "model",
-                "--reps",
-                "4",
-                "--json",
-                "--no-store",
-            ])
-            .output()
-            .expect("spawn hvlab"),
-    );
+    let record = scenario_json("percpu", &[], &[], &["--backend", "model", "--reps", "4"]);
     std::fs::write(&file, format!("{record}\n")).expect("write");
     // Create the schema, then hold the samples table: the import writes its run row and
     // variants, then blocks on the samples, in the middle of its transaction.
@@ -694,21 +640,6 @@ fn merges_running_at_once_into_a_new_postgres_store_store_each_run_once() {
     }
     assert_eq!(stored, 6, "each run stored by exactly one of the merges");
     assert_eq!(runs_by_id(&url).len(), 6);
-}
-
-/// Each stored run without its id and times, by scenario and backend: what a shard must not
-/// change.
-fn contents_by_unit(db: &str) -> BTreeMap<String, serde_json::Value> {
-    runs_by_id(db)
-        .into_values()
-        .map(|mut r| {
-            let key = r["params"]["suite_unit"].to_string();
-            for volatile in ["run_id", "started_at", "finished_at"] {
-                r.as_object_mut().expect("record").remove(volatile);
-            }
-            (key, r)
-        })
-        .collect()
 }
 
 #[test]

@@ -4,13 +4,8 @@
 mod common;
 
 use std::path::Path;
-use std::process::Output;
 
-use common::{assert_exit, hvlab, json};
-
-fn run(db: &Path, args: &[&str]) -> Output {
-    common::run(db, args)
-}
+use common::{assert_exit, json, run, scenario_json};
 
 fn model_run(db: &Path, scenario: &str) -> serde_json::Value {
     json(&run(
@@ -171,21 +166,7 @@ PRAGMA user_version = 1;
 
 /// A version-1 file holding one run (a fresh model run's record).
 fn v1_store(path: &Path) -> serde_json::Value {
-    let record = json(
-        &hvlab()
-            .args([
-                "run",
-                "memory",
-                "--backend",
-                "model",
-                "--reps",
-                "4",
-                "--json",
-                "--no-store",
-            ])
-            .output()
-            .expect("spawn hvlab"),
-    );
+    let record = scenario_json("memory", &[], &[], &["--backend", "model", "--reps", "4"]);
     let conn = rusqlite::Connection::open(path).expect("create");
     conn.execute_batch(V1_SQLITE).expect("v1 schema");
     let h = &record["host"];

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -9,8 +11,8 @@ pub fn hvlab() -> Command {
     Command::new(env!("CARGO_BIN_EXE_hvlab"))
 }
 
-/// Runs hvlab with `args` against the database `db`.
-pub fn run(db: &Path, args: &[&str]) -> Output {
+/// Runs hvlab with `args` against the database `db` (a file or a `postgres://` URL).
+pub fn run<D: AsRef<OsStr> + ?Sized>(db: &D, args: &[&str]) -> Output {
     hvlab()
         .args(args)
         .arg("--db")
@@ -126,6 +128,39 @@ pub fn median(r: &serde_json::Value, name: &str, metric: &str) -> f64 {
         .unwrap_or_else(|| panic!("{name}.{metric} missing: {}", variant(r, name)["metrics"]))
 }
 
+/// Every stored run as JSON, by id, read back with `hvlab runs` + `hvlab show`.
+pub fn runs_by_id<D: AsRef<OsStr> + ?Sized>(db: &D) -> BTreeMap<String, serde_json::Value> {
+    let listing = json(&run(db, &["runs", "--json", "--limit", "100000"]));
+    listing["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| {
+            let id = r["run_id"].as_str().expect("run_id").to_string();
+            let record = json(&run(db, &["show", &id, "--json"]));
+            (id, record)
+        })
+        .collect()
+}
+
+/// Each stored run's content without its id and times, by suite unit (a scenario on a
+/// backend, or one of its showcases): what sharding must not change. A unit stored twice
+/// fails.
+pub fn contents_by_unit<D: AsRef<OsStr> + ?Sized>(db: &D) -> BTreeMap<String, serde_json::Value> {
+    let mut out = BTreeMap::new();
+    for mut record in runs_by_id(db).into_values() {
+        let key = record["params"]["suite_unit"]
+            .as_str()
+            .expect("suite_unit")
+            .to_string();
+        for volatile in ["run_id", "started_at", "finished_at"] {
+            record.as_object_mut().expect("record").remove(volatile);
+        }
+        assert!(out.insert(key, record).is_none(), "a unit ran twice");
+    }
+    out
+}
+
 /// A database path in a fresh temporary directory (kept alive by the returned guard).
 pub fn db() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().expect("temporary directory");
@@ -165,4 +200,39 @@ pub fn chromium(page: &Path, profile: &Path, extra: &[&str]) -> Output {
         .arg(format!("file://{}", page.display()))
         .output()
         .expect("spawn chromium")
+}
+
+/// The page references nothing outside itself (links to the pages beside it, `allowed`, apart).
+pub fn assert_self_contained(html: &str, allowed: &[&str]) {
+    let mut unlinked = html.to_string();
+    for link in allowed {
+        unlinked = unlinked.replace(&format!("href=\"{link}\""), "");
+    }
+    for needle in ["src=", "href=", "url(", "@import", "<script", "<link"] {
+        assert!(
+            !unlinked.contains(needle),
+            "the page references something external: {needle}"
+        );
+    }
+}
+
+/// The DOM headless Chromium rendered from `page`, after checking that it ran, kept all `svgs`
+/// charts, and logged no load failure.
+pub fn chromium_dom(page: &Path, profile: &Path, svgs: usize) -> String {
+    let dom = chromium(page, profile, &["--dump-dom"]);
+    let log = String::from_utf8_lossy(&dom.stderr);
+    assert!(dom.status.success(), "chromium failed: {log}");
+    let rendered = String::from_utf8_lossy(&dom.stdout).into_owned();
+    assert_eq!(
+        rendered.matches("<svg").count(),
+        svgs,
+        "charts lost in rendering"
+    );
+    for failure in ["net::ERR_", "Failed to load", "Uncaught"] {
+        assert!(
+            !log.contains(failure),
+            "the page had a load failure: {failure}\n{log}"
+        );
+    }
+    rendered
 }
