@@ -75,13 +75,8 @@ pub fn compare(
 }
 
 /// Every variant that produced `metric` against the one with the lowest median of it (lower is
-/// better), in variant order.
-pub fn against_fastest(
-    variants: &[VariantRecord],
-    metric: &str,
-    unit: &str,
-    seed: u64,
-) -> Vec<Verdict> {
+/// better), in variant order, in the metric's recorded unit.
+pub fn against_fastest(variants: &[VariantRecord], metric: &str, seed: u64) -> Vec<Verdict> {
     let ok: Vec<&VariantRecord> = variants
         .iter()
         .filter(|v| v.is_ok() && v.metrics.contains_key(metric))
@@ -98,7 +93,7 @@ pub fn against_fastest(
         .map(|v| {
             compare(
                 metric,
-                unit,
+                &best.metrics[metric].unit,
                 (&best.name, &best.metrics[metric].samples),
                 (&v.name, &v.metrics[metric].samples),
                 seed_for(seed, &["verdict", &best.name, &v.name]),

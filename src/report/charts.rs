@@ -155,47 +155,28 @@ pub fn distribution(r: &RunRecord, metric: &str) -> Option<String> {
 /// Medians of `metric` per variant as bars with 95% CI whiskers.
 pub fn bars(r: &RunRecord, metric: &str, title: &str) -> Option<String> {
     let vs = ok_with(r, metric);
-    if vs.is_empty() {
-        return None;
-    }
-    let unit = vs[0].metrics[metric].unit.clone();
-    let hi = vs
+    let unit = &vs.first()?.metrics[metric].unit;
+    let rows: Vec<(String, f64, [f64; 2])> = vs
         .iter()
-        .map(|v| v.metrics[metric].ci95[1].max(v.metrics[metric].median))
-        .fold(0.0, f64::max);
-    let names: Vec<String> = vs.iter().map(|v| v.name.clone()).collect();
-    let height = 60 + 34 * u32::try_from(vs.len()).unwrap_or(10);
-    render(height.max(160), |root| {
-        let mut c = ChartBuilder::on(root)
-            .caption(
-                format!("{title} ({unit}), median with 95% CI"),
-                ("sans-serif", 16),
+        .map(|v| {
+            (
+                v.name.clone(),
+                v.metrics[metric].median,
+                v.metrics[metric].ci95,
             )
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(150)
-            .build_cartesian_2d(0.0..(hi * 1.15).max(1e-9), -0.5..vs.len() as f64 - 0.5)?;
-        let fmt = |y: &f64| category_label(&names, *y);
-        c.configure_mesh()
-            .y_labels(vs.len() + 1)
-            .y_label_formatter(&fmt)
-            .x_desc(unit.as_str())
-            .disable_y_mesh()
-            .draw()?;
-        for (i, v) in vs.iter().enumerate() {
-            let m = &v.metrics[metric];
-            let y = i as f64;
-            c.draw_series(std::iter::once(Rectangle::new(
-                [(0.0, y - 0.32), (m.median, y + 0.32)],
-                PALETTE[i % PALETTE.len()].filled(),
-            )))?;
-            c.draw_series(std::iter::once(PathElement::new(
-                vec![(m.ci95[0], y), (m.ci95[1], y)],
-                BLACK.stroke_width(2),
-            )))?;
-        }
-        Ok(())
-    })
+        })
+        .collect();
+    let top = rows
+        .iter()
+        .map(|(_, m, ci)| ci[1].max(*m))
+        .fold(0.0, f64::max);
+    row_bars(
+        format!("{title} ({unit}), median with 95% CI"),
+        unit,
+        &rows,
+        top,
+        150,
+    )
 }
 
 /// One bar per labelled row (the fleet page: a variant's headline median per host), with a
@@ -204,20 +185,32 @@ pub fn labelled_bars(title: &str, unit: &str, rows: &[(String, f64, [f64; 2])]) 
     if rows.is_empty() {
         return None;
     }
-    let hi = rows
+    let top = rows
         .iter()
         .map(|(_, m, s)| s[1].max(*m))
         .filter(|x| x.is_finite())
         .fold(0.0, f64::max);
+    row_bars(format!("{title} ({unit})"), unit, rows, top, 220)
+}
+
+/// Horizontal bars, one per `(label, median, [lo, hi])` row, with a whisker over `[lo, hi]`,
+/// on an axis up to a little above `top`; `label_width` is the room for the row labels.
+fn row_bars(
+    caption: String,
+    unit: &str,
+    rows: &[(String, f64, [f64; 2])],
+    top: f64,
+    label_width: u32,
+) -> Option<String> {
     let names: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
     let height = 60 + 34 * u32::try_from(rows.len()).unwrap_or(10);
     render(height.max(160), |root| {
         let mut c = ChartBuilder::on(root)
-            .caption(format!("{title} ({unit})"), ("sans-serif", 16))
+            .caption(caption.as_str(), ("sans-serif", 16))
             .margin(12)
             .x_label_area_size(36)
-            .y_label_area_size(220)
-            .build_cartesian_2d(0.0..(hi * 1.15).max(1e-9), -0.5..rows.len() as f64 - 0.5)?;
+            .y_label_area_size(label_width)
+            .build_cartesian_2d(0.0..(top * 1.15).max(1e-9), -0.5..rows.len() as f64 - 0.5)?;
         let fmt = |y: &f64| category_label(&names, *y);
         c.configure_mesh()
             .y_labels(rows.len() + 1)

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::charts_for;
-use crate::lab::fidelity::ThreadReport;
+use crate::lab::fidelity::{Agreement, ThreadReport};
 use crate::record::RunRecord;
 use crate::report::words::fmt_value;
 
@@ -149,10 +149,12 @@ fn fidelity_table(s: &mut String, fidelity: &[ThreadReport]) {
     s.push_str(
         "<h2 id=\"fidelity\">Fidelity: the model against the kernel threads</h2><table class=\"fidelity\"><tr><th>thread</th><th>figure</th><th>setup</th><th>published</th><th>model</th><th>verdict</th></tr>",
     );
-    for cells in super::words::fidelity_cells(fidelity) {
+    // The cells come row for row in the order of the threads' rows.
+    let rows = fidelity.iter().flat_map(|t| &t.rows);
+    for (cells, row) in super::words::fidelity_cells(fidelity).iter().zip(rows) {
         s.push_str("<tr>");
         for (i, c) in cells.iter().enumerate() {
-            let class = if i == 5 && !c.starts_with("matches") {
+            let class = if i == 5 && row.agreement != Agreement::Within {
                 " class=\"status\""
             } else {
                 ""

@@ -165,16 +165,13 @@ pub fn fidelity_fitted(reports: &[crate::lab::fidelity::ThreadReport]) -> Vec<St
 
 /// The line that opens the fidelity table, verdicts first.
 pub fn fidelity_headline(reports: &[crate::lab::fidelity::ThreadReport]) -> String {
-    use crate::lab::fidelity::Agreement;
+    use crate::lab::fidelity::{Agreement, ThreadReport};
     let rows: Vec<_> = reports.iter().flat_map(|t| &t.rows).collect();
     let within = rows
         .iter()
         .filter(|r| r.agreement == Agreement::Within)
         .count();
-    let unexplained = rows
-        .iter()
-        .filter(|r| r.agreement == Agreement::Unexplained)
-        .count();
+    let unexplained: usize = reports.iter().map(ThreadReport::unexplained).sum();
     format!(
         "fidelity: {} threads, {} published figures: {within} matched, {} differ with a reason, {unexplained} unexplained",
         reports.len(),

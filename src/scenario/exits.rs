@@ -262,7 +262,7 @@ pub fn analyse(
     let variants = per_variant(names, results, |i, name, batches| {
         analyse_variant(name, kinds[i], batches, seed)
     });
-    let verdicts = against_fastest(&variants, INFO.headline, "ns", seed);
+    let verdicts = against_fastest(&variants, INFO.headline, seed);
     ScenarioOutcome { variants, verdicts }
 }
 

@@ -516,7 +516,7 @@ fn analyse_variant(
 
 /// Every variant against the fastest on `ready_ms`, with the stall that explains the gap.
 fn verdicts(variants: &[VariantRecord], seed: u64) -> Vec<Verdict> {
-    let mut verdicts = against_fastest(variants, INFO.headline, "ms", seed);
+    let mut verdicts = against_fastest(variants, INFO.headline, seed);
     for verdict in verdicts.iter_mut().filter(|v| v.significant) {
         let Some(slower) = variants.iter().find(|v| v.name == verdict.slower) else {
             continue;

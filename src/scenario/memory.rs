@@ -321,7 +321,7 @@ pub fn analyse(
     let variants = per_variant(names, results, |_, name, passes| {
         analyse_variant(name, passes, mmu, seed)
     });
-    let verdicts = against_fastest(&variants, INFO.headline, "ns", seed);
+    let verdicts = against_fastest(&variants, INFO.headline, seed);
     ScenarioOutcome { variants, verdicts }
 }
 

@@ -387,7 +387,7 @@ impl Experiment for Percpu {
         let variants = per_variant(o.names, o.results, |i, name, preds| {
             analyse_variant(name, &o.plans[i], preds, today, o.seed)
         });
-        let verdicts = against_fastest(&variants, INFO.headline, "ns", o.seed);
+        let verdicts = against_fastest(&variants, INFO.headline, o.seed);
         ScenarioOutcome { variants, verdicts }
     }
 }

@@ -386,7 +386,7 @@ impl Experiment for Pinning {
         let variants = per_variant(o.names, o.results, |i, name, traces| {
             analyse_variant(name, &o.plans[i], traces, o.seed)
         });
-        let verdicts = against_fastest(&variants, INFO.headline, "us", o.seed);
+        let verdicts = against_fastest(&variants, INFO.headline, o.seed);
         ScenarioOutcome { variants, verdicts }
     }
 
