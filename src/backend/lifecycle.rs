@@ -155,6 +155,24 @@ impl ConstructionPlan {
         {
             return bad("the order must end with run (or run followed only by boot-ioeventfds, boot-memslot)".into());
         }
+        // Boot steps happen beside the running vCPU: before it they would be plain steps that the
+        // model delays by boot_ms and the kvm backend runs on its boot thread anyway.
+        if let Some(early) = self
+            .steps
+            .iter()
+            .take_while(|s| **s != Run)
+            .find(|s| matches!(s, BootIoeventfds | BootMemslot))
+        {
+            return bad(format!(
+                "{} happens while vCPU 0 runs: put it after run (or use {} before run)",
+                early.name(),
+                if *early == BootIoeventfds {
+                    Step::Ioeventfds.name()
+                } else {
+                    Memslot.name()
+                }
+            ));
+        }
         let mut seen = BTreeSet::new();
         for s in &self.steps {
             if !seen.insert(*s) {
@@ -198,4 +216,41 @@ pub struct ConstructionTrace {
     /// What each ioctl did to SRCU, when the backend knows exactly (the model); empty: the
     /// kernel's semantics decide, by ioctl and flags ([`SrcuKernel`]).
     pub srcu_effects: Vec<SrcuEffect>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(steps: &[Step]) -> ConstructionPlan {
+        ConstructionPlan {
+            steps: steps.to_vec(),
+            vcpus: 1,
+            devices: 2,
+            mem_bytes: 2 << 20,
+            run_timeout: Duration::from_secs(1),
+            strategy: Strategy::AlwaysDefer,
+            hz: None,
+            boot_ms: 0,
+            back_to_back: true,
+            reader_pct: 0,
+        }
+    }
+
+    #[test]
+    fn boot_steps_before_run_are_refused_naming_the_fix() {
+        for (boot, plain) in [(BootIoeventfds, "ioeventfds"), (BootMemslot, "memslot")] {
+            let msg = plan(&[CreateVm, Memslot, Vcpus, boot, Run])
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(
+                msg.contains(boot.name()) && msg.contains("after run") && msg.contains(plain),
+                "{msg}"
+            );
+        }
+        plan(&[CreateVm, Memslot, Vcpus, Run, BootMemslot, BootIoeventfds])
+            .validate()
+            .unwrap();
+    }
 }

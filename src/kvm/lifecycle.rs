@@ -6,8 +6,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use kvm_bindings::kvm_userspace_memory_region;
-use kvm_ioctls::{IoEventAddress, Kvm, VmFd};
-use vmm_sys_util::eventfd::EventFd;
+use kvm_ioctls::{Kvm, VmFd};
 
 use super::KvmError;
 use super::guest::layout::{GuestPage, Layout};
@@ -16,8 +15,7 @@ use super::guest::watchdog::kick_signal;
 use super::guest::{Cpl, ENTRY_GPA, Signal, payload, signal_payload};
 use super::memory::{Backing, GuestMemory};
 use super::stats::{StatsReader, named_deltas};
-use super::vm::Vm;
-use crate::backend::ioctl_table::KVM_IOEVENTFD_FLAG_DATAMATCH;
+use super::vm::{TimedIoctl, Vm, ns_since, register_ioeventfd, timed};
 use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace, IoctlEvent, Step};
 
 /// QEMU's choice; VMX needs three free pages below 4 GiB for real-mode emulation.
@@ -32,24 +30,35 @@ const QUEUE_NOTIFY: u64 = 0x50;
 const BOOT_MEMSLOT_GPA: u64 = 0x8000_0000;
 const BOOT_MEMSLOT_BYTES: usize = 64 << 10;
 
+/// The QueueNotify doorbell of virtio-mmio device `i`.
+fn doorbell_gpa(i: u32) -> u64 {
+    MMIO_DEVICES_GPA + u64::from(i) * MMIO_DEVICE_STRIDE + QUEUE_NOTIFY
+}
+
+/// The steps after `run`: the boot steps, done beside the running vCPU (validation allows
+/// nothing else there).
+fn boot_steps_of(plan: &ConstructionPlan) -> &[Step] {
+    plan.steps
+        .iter()
+        .position(|s| *s == Step::Run)
+        .map_or(&[], |run| &plan.steps[run + 1..])
+}
+
 /// Builds one VM in the plan's order and runs vCPU 0 until the guest signals.
 ///
 /// Guest memory is mapped and the payload written before the clock starts: that is VMM work
 /// independent of the order under test. Orders with boot steps run a long-mode guest that keeps
 /// spinning after its signal, on this thread, while a second thread does the boot steps.
 pub fn construct(kvm: &Kvm, plan: &ConstructionPlan) -> Result<ConstructionTrace, KvmError> {
-    let boot = plan
-        .steps
-        .iter()
-        .any(|s| matches!(s, Step::BootIoeventfds | Step::BootMemslot));
-    // Declared before the VM so it is unmapped after the VM (and its memslot) is gone.
-    let boot_memory = if boot {
-        Some(GuestMemory::anonymous(BOOT_MEMSLOT_BYTES)?)
-    } else {
+    // Present exactly when the order boots. Declared before the VM so it is unmapped after the
+    // VM (and its memslot) is gone.
+    let boot_memory = if boot_steps_of(plan).is_empty() {
         None
+    } else {
+        Some(GuestMemory::anonymous(BOOT_MEMSLOT_BYTES)?)
     };
     let layout = Layout::new(2 << 20, GuestPage::Huge, 0)?;
-    let mut memory = Some(if boot {
+    let mut memory = Some(if boot_memory.is_some() {
         let mut system = GuestMemory::backed(
             usize::try_from(layout.system_bytes)
                 .map_err(|_| KvmError::Layout("layout too large".into()))?,
@@ -66,7 +75,7 @@ pub fn construct(kvm: &Kvm, plan: &ConstructionPlan) -> Result<ConstructionTrace
         m
     });
     let mut vm = Vm::create(kvm)?;
-    let mut boot_events = Vec::new();
+    let mut boot_log = Vec::new();
     let mut ready_ns = None;
     for step in &plan.steps {
         match step {
@@ -87,20 +96,21 @@ pub fn construct(kvm: &Kvm, plan: &ConstructionPlan) -> Result<ConstructionTrace
             }
             Step::Ioeventfds => {
                 for i in 0..plan.devices {
-                    let gpa = MMIO_DEVICES_GPA + u64::from(i) * MMIO_DEVICE_STRIDE + QUEUE_NOTIFY;
-                    vm.register_ioeventfd_mmio(gpa, 0)?;
+                    vm.register_ioeventfd_mmio(doorbell_gpa(i), 0)?;
                 }
             }
-            Step::Run if boot => {
-                let (ready, events) = run_while_booting(kvm, &mut vm, plan, boot_memory.as_ref())?;
-                ready_ns = Some(ready);
-                boot_events = events;
-            }
-            Step::Run => {
-                vm.run_until_signal(0, plan.run_timeout)?;
-                ready_ns = Some(vm.elapsed_ns());
-            }
-            // Done by the booting thread, beside the running vCPU.
+            Step::Run => match &boot_memory {
+                Some(boot_memory) => {
+                    let (ready, log) = run_while_booting(kvm, &mut vm, plan, boot_memory)?;
+                    ready_ns = Some(ready);
+                    boot_log = log;
+                }
+                None => {
+                    vm.run_until_signal(0, plan.run_timeout)?;
+                    ready_ns = Some(vm.elapsed_ns());
+                }
+            },
+            // The boot thread does these, in this order, beside the running vCPU.
             Step::BootIoeventfds | Step::BootMemslot => {}
         }
     }
@@ -112,6 +122,7 @@ pub fn construct(kvm: &Kvm, plan: &ConstructionPlan) -> Result<ConstructionTrace
     let mut ioctls: Vec<IoctlEvent> = vm
         .log()
         .iter()
+        .chain(&boot_log)
         .map(|t| IoctlEvent {
             name: t.name.to_string(),
             start_ns: t.start_ns,
@@ -119,7 +130,6 @@ pub fn construct(kvm: &Kvm, plan: &ConstructionPlan) -> Result<ConstructionTrace
             flags: t.flags,
         })
         .collect();
-    ioctls.extend(boot_events);
     ioctls.sort_by_key(|e| e.start_ns);
     Ok(ConstructionTrace {
         ioctls,
@@ -143,16 +153,15 @@ fn since_creation(owner: &impl std::os::fd::AsRawFd, prefix: &str) -> Vec<(Strin
 }
 
 /// Runs vCPU 0 in 64-bit mode at CPL3 on this thread until it is stopped, while a second
-/// thread waits for the guest's `Start`, lets it run `boot_ms`, registers `devices`
-/// ioeventfds and then adds a memslot, timing each; then it stops the vCPU. Returns the time
-/// of `Start` (the VM is ready) and the boot thread's ioctls, on the VM's clock.
+/// thread waits for the guest's `Start` and then does the plan's boot steps in order, timing
+/// each; then it stops the vCPU. Returns the time of `Start` (the VM is ready) and the boot
+/// thread's ioctls, on the VM's clock.
 fn run_while_booting(
     kvm: &Kvm,
     vm: &mut Vm,
     plan: &ConstructionPlan,
-    boot_memory: Option<&GuestMemory>,
-) -> Result<(u64, Vec<IoctlEvent>), KvmError> {
-    let memory = boot_memory.ok_or_else(|| KvmError::Internal("no boot memory".into()))?;
+    memory: &GuestMemory,
+) -> Result<(u64, Vec<TimedIoctl>), KvmError> {
     vm.setup_long_mode(0, Cpl::Three)?;
     // A second handle on the VM for the boot thread: the VM's own is borrowed by the vCPU.
     // SAFETY: dup() of a valid open fd; the new fd is owned by the VmFd built from it.
@@ -166,16 +175,13 @@ fn run_while_booting(
     // SAFETY: `dup` is a VM fd this function just created and hands over.
     let vm_fd = unsafe { kvm.create_vmfd_from_rawfd(dup) }
         .map_err(KvmError::ioctl("KVM_CREATE_VM (dup)"))?;
-    let origin = Instant::now();
-    let origin_ns = vm.elapsed_ns();
+    let clock = vm.clock();
     // SAFETY: pthread_self has no preconditions.
     let vcpu_thread = unsafe { libc::pthread_self() };
     let stop = AtomicBool::new(false);
     let stopped = AtomicBool::new(false);
     let (started_tx, started_rx) = mpsc::channel::<()>();
-    let devices = plan.devices;
-    let boot = Duration::from_millis(u64::from(plan.boot_ms));
-    let budget = plan.run_timeout + boot;
+    let budget = plan.run_timeout + Duration::from_millis(u64::from(plan.boot_ms));
     let region = kvm_userspace_memory_region {
         slot: 1,
         guest_phys_addr: BOOT_MEMSLOT_GPA,
@@ -184,19 +190,9 @@ fn run_while_booting(
         flags: 0,
     };
     let (run_start, ready_at, booted) = std::thread::scope(|scope| {
-        let (stop_ref, stopped_ref, vm_fd) = (&stop, &stopped, &vm_fd);
+        let (stop, stopped, vm_fd) = (&stop, &stopped, &vm_fd);
         let booting = scope.spawn(move || {
-            let out = boot_steps(
-                vm_fd,
-                &started_rx,
-                boot,
-                devices,
-                region,
-                origin,
-                origin_ns,
-                budget,
-            );
-            let (stop, stopped) = (stop_ref, stopped_ref);
+            let out = boot_steps(vm_fd, &started_rx, plan, region, clock, budget);
             stop.store(true, Ordering::SeqCst);
             // A kick can land just before the vCPU re-enters KVM_RUN: repeat until it is out.
             while !stopped.load(Ordering::SeqCst) {
@@ -212,104 +208,92 @@ fn run_while_booting(
         let vcpu = vm.vcpu_mut(0);
         let ran = match vcpu {
             None => Err(KvmError::Internal("no vCPU 0 to run".into())),
-            Some(vcpu) => runner::run(vcpu, budget + Duration::from_secs(1), |exit| match exit {
-                GuestExit::Signal {
-                    signal: Signal::Start,
-                    at,
-                    ..
-                } => {
-                    ready_at = Some(at);
-                    let _ = started_tx.send(());
-                    Ok(Flow::Continue)
-                }
-                other => Err(KvmError::Guest(format!(
-                    "unexpected {other:?} from the spinning guest"
-                ))),
-            }),
+            Some(vcpu) => {
+                runner::run_stoppable(vcpu, budget + Duration::from_secs(1), Some(stop), |exit| {
+                    match exit {
+                        GuestExit::Signal {
+                            signal: Signal::Start,
+                            at,
+                            ..
+                        } => {
+                            ready_at = Some(at);
+                            let _ = started_tx.send(());
+                            Ok(Flow::Continue)
+                        }
+                        other => Err(KvmError::Guest(format!(
+                            "unexpected {other:?} from the spinning guest"
+                        ))),
+                    }
+                })
+            }
         };
         drop(started_tx);
         stopped.store(true, Ordering::SeqCst);
         let booted = booting
             .join()
             .unwrap_or_else(|_| Err(KvmError::Internal("the boot thread panicked".into())));
-        // Interrupted by the boot thread's kick is how the run is meant to end.
-        let ran = match ran {
-            Err(KvmError::Guest(_)) if stop.load(Ordering::SeqCst) && ready_at.is_some() => Ok(()),
-            other => other,
-        };
         (run_start, ready_at, ran.and(booted))
     });
-    let events = booted?;
+    let mut log = booted?;
     let ready_at =
         ready_at.ok_or_else(|| KvmError::Guest("the guest never signalled Start".into()))?;
-    let since = |t: Instant| origin_ns.saturating_add(ns_between(origin, t));
-    let mut all = vec![IoctlEvent {
-        name: "KVM_RUN".into(),
-        start_ns: since(run_start),
-        dur_ns: ns_between(run_start, ready_at),
-        flags: None,
-    }];
-    all.extend(events);
-    Ok((since(ready_at), all))
+    log.insert(
+        0,
+        TimedIoctl {
+            name: "KVM_RUN",
+            start_ns: ns_since(clock, run_start),
+            dur_ns: ns_since(run_start, ready_at),
+            flags: None,
+        },
+    );
+    Ok((ns_since(clock, ready_at), log))
 }
 
-fn ns_between(from: Instant, to: Instant) -> u64 {
-    u64::try_from(to.saturating_duration_since(from).as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// The boot thread: waits for the guest to run, lets it boot, registers the ioeventfds and
-/// adds the memslot, each timed on the VM's clock.
-#[allow(clippy::too_many_arguments)]
+/// The boot thread: waits for the guest to run, then does the plan's boot steps in order, each
+/// timed on the VM's clock. Like the model, it lets the guest boot `boot_ms` before
+/// registering the boot ioeventfds.
 fn boot_steps(
     vm_fd: &VmFd,
     started: &mpsc::Receiver<()>,
-    boot: Duration,
-    devices: u32,
+    plan: &ConstructionPlan,
     region: kvm_userspace_memory_region,
-    origin: Instant,
-    origin_ns: u64,
+    clock: Instant,
     budget: Duration,
-) -> Result<Vec<IoctlEvent>, KvmError> {
+) -> Result<Vec<TimedIoctl>, KvmError> {
     started
         .recv_timeout(budget)
         .map_err(|_| KvmError::Guest("the guest never signalled Start".into()))?;
-    std::thread::sleep(boot);
-    let mut events = Vec::new();
-    let mut timed = |name: &str, flags, op: &mut dyn FnMut() -> Result<(), KvmError>| {
-        let start = Instant::now();
-        let out = op();
-        let end = Instant::now();
-        events.push(IoctlEvent {
-            name: name.to_string(),
-            start_ns: origin_ns.saturating_add(ns_between(origin, start)),
-            dur_ns: ns_between(start, end),
-            flags,
-        });
-        out
-    };
+    let mut log = Vec::new();
     // The eventfds stay open until the VM is gone: KVM holds its own reference.
     let mut fds = Vec::new();
-    for i in 0..devices {
-        let evt = EventFd::new(libc::EFD_NONBLOCK).map_err(|e| KvmError::Ioctl {
-            op: "eventfd",
-            source: e,
-        })?;
-        let gpa = MMIO_DEVICES_GPA + u64::from(i) * MMIO_DEVICE_STRIDE + QUEUE_NOTIFY;
-        timed(
-            "KVM_IOEVENTFD",
-            Some(KVM_IOEVENTFD_FLAG_DATAMATCH),
-            &mut || {
-                vm_fd
-                    .register_ioevent(&evt, &IoEventAddress::Mmio(gpa), 0u32)
-                    .map_err(KvmError::ioctl("KVM_IOEVENTFD"))
-            },
-        )?;
-        fds.push(evt);
+    for step in boot_steps_of(plan) {
+        match step {
+            Step::BootIoeventfds => {
+                std::thread::sleep(Duration::from_millis(u64::from(plan.boot_ms)));
+                for i in 0..plan.devices {
+                    fds.push(register_ioeventfd(
+                        vm_fd,
+                        &mut log,
+                        clock,
+                        doorbell_gpa(i),
+                        0,
+                    )?);
+                }
+            }
+            Step::BootMemslot => {
+                timed(&mut log, clock, "KVM_SET_USER_MEMORY_REGION", || {
+                    // SAFETY: the region maps memory the caller keeps alive until after the VM
+                    // is dropped.
+                    unsafe { vm_fd.set_user_memory_region(region) }
+                })?;
+            }
+            other => {
+                return Err(KvmError::Internal(format!(
+                    "step {} after run: the plan was not validated",
+                    other.name()
+                )));
+            }
+        }
     }
-    timed("KVM_SET_USER_MEMORY_REGION", None, &mut || {
-        // SAFETY: the region maps memory the caller keeps alive until after the VM is dropped.
-        unsafe { vm_fd.set_user_memory_region(region) }
-            .map_err(KvmError::ioctl("KVM_SET_USER_MEMORY_REGION"))
-    })?;
-    Ok(events)
+    Ok(log)
 }

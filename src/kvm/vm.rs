@@ -40,12 +40,13 @@ pub struct Vm {
     log: Vec<TimedIoctl>,
 }
 
-fn ns_since(clock: Instant, t: Instant) -> u64 {
-    u64::try_from(t.duration_since(clock).as_nanos()).unwrap_or(u64::MAX)
+/// ns from `clock` to `t` (0 if `t` is earlier).
+pub(super) fn ns_since(clock: Instant, t: Instant) -> u64 {
+    u64::try_from(t.saturating_duration_since(clock).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Runs one ioctl and appends its timing to `log`, whether it succeeded or not.
-fn timed<T>(
+pub(super) fn timed<T>(
     log: &mut Vec<TimedIoctl>,
     clock: Instant,
     name: &'static str,
@@ -61,6 +62,31 @@ fn timed<T>(
         flags: None,
     });
     out.map_err(KvmError::ioctl(name))
+}
+
+/// `KVM_IOEVENTFD` on a 4-byte MMIO doorbell of `fd` with a datamatch, the way virtio-mmio
+/// VMMs register queue notifications, timed into `log`. The caller keeps the eventfd open
+/// until the VM is gone.
+pub(super) fn register_ioeventfd(
+    fd: &VmFd,
+    log: &mut Vec<TimedIoctl>,
+    clock: Instant,
+    gpa: u64,
+    datamatch: u32,
+) -> Result<EventFd, KvmError> {
+    let evt = EventFd::new(libc::EFD_NONBLOCK).map_err(|e| KvmError::Ioctl {
+        op: "eventfd",
+        source: e,
+    })?;
+    let registered = timed(log, clock, "KVM_IOEVENTFD", || {
+        fd.register_ioevent(&evt, &IoEventAddress::Mmio(gpa), datamatch)
+    });
+    // kvm-ioctls sets DATAMATCH for a value to match; an assign, never a deassign.
+    if let Some(last) = log.last_mut() {
+        last.flags = Some(KVM_IOEVENTFD_FLAG_DATAMATCH);
+    }
+    registered?;
+    Ok(evt)
 }
 
 impl Vm {
@@ -169,18 +195,7 @@ impl Vm {
     /// `KVM_IOEVENTFD` on a 4-byte MMIO doorbell with a datamatch, the way virtio-mmio VMMs
     /// register queue notifications.
     pub fn register_ioeventfd_mmio(&mut self, gpa: u64, datamatch: u32) -> Result<(), KvmError> {
-        let evt = EventFd::new(libc::EFD_NONBLOCK).map_err(|e| KvmError::Ioctl {
-            op: "eventfd",
-            source: e,
-        })?;
-        let registered = self.timed("KVM_IOEVENTFD", |vm, _| {
-            vm.register_ioevent(&evt, &IoEventAddress::Mmio(gpa), datamatch)
-        });
-        // kvm-ioctls sets DATAMATCH for a value to match; an assign, never a deassign.
-        if let Some(last) = self.log.last_mut() {
-            last.flags = Some(KVM_IOEVENTFD_FLAG_DATAMATCH);
-        }
-        registered?;
+        let evt = register_ioeventfd(&self.fd, &mut self.log, self.clock, gpa, datamatch)?;
         self.ioeventfds.push(evt);
         Ok(())
     }
@@ -246,6 +261,11 @@ impl Vm {
     /// vCPU `index`, to run.
     pub fn vcpu_mut(&mut self, index: usize) -> Option<&mut VcpuFd> {
         self.vcpus.get_mut(index)
+    }
+
+    /// The clock every timing of this VM counts from (just before `KVM_CREATE_VM`).
+    pub fn clock(&self) -> Instant {
+        self.clock
     }
 
     /// ns since the clock started.

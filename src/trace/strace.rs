@@ -59,6 +59,8 @@ pub struct StraceParser {
     unfinished: HashMap<u32, Pending>,
     origin_ns: Option<u64>,
     ioctls: Vec<TracedIoctl>,
+    /// A `KVM_RUN` has started (finished or not): sticky, so a poll need not rescan.
+    run_seen: bool,
 }
 
 impl StraceParser {
@@ -67,8 +69,8 @@ impl StraceParser {
         StraceParser::default()
     }
 
-    /// Consumes one line; returns true when it completed a KVM ioctl or opened a `KVM_RUN`.
-    pub fn feed(&mut self, line: &str) -> bool {
+    /// Consumes one line.
+    pub fn feed(&mut self, line: &str) {
         let mut rest = line.trim_start();
         // With -f, lines start with the thread id; it is absent while only one task exists.
         let mut tid = 0u32;
@@ -80,10 +82,10 @@ impl StraceParser {
             rest = tail.trim_start();
         }
         let Some((ts, call)) = rest.split_once(char::is_whitespace) else {
-            return false;
+            return;
         };
         let Some(ts_ns) = parse_seconds_ns(ts) else {
-            return false;
+            return;
         };
         let call = call.trim_start();
         if let Some(args) = call.strip_prefix("ioctl(") {
@@ -92,10 +94,10 @@ impl StraceParser {
             let Some(request) =
                 req.and_then(|r| parse_int(r.split_whitespace().next().unwrap_or("")))
             else {
-                return false;
+                return;
             };
             let Some(name) = ioctl_table::decode(request) else {
-                return false;
+                return;
             };
             if call.ends_with("<unfinished ...>") {
                 self.unfinished.insert(
@@ -105,20 +107,20 @@ impl StraceParser {
                         request,
                     },
                 );
-                return name == "KVM_RUN";
+                self.run_seen |= name == "KVM_RUN";
+                return;
             }
-            return self.complete(tid, ts_ns, request, name, call);
+            self.complete(tid, ts_ns, request, name, call);
+            return;
         }
         if call.starts_with("<... ioctl resumed>") {
             let Some(p) = self.unfinished.remove(&tid) else {
-                return false;
+                return;
             };
-            let Some(name) = ioctl_table::decode(p.request) else {
-                return false;
-            };
-            return self.complete(tid, p.start_abs_ns, p.request, name, call);
+            if let Some(name) = ioctl_table::decode(p.request) {
+                self.complete(tid, p.start_abs_ns, p.request, name, call);
+            }
         }
-        false
     }
 
     fn complete(
@@ -128,20 +130,21 @@ impl StraceParser {
         request: u64,
         name: &'static str,
         call: &str,
-    ) -> bool {
+    ) {
         // `... ) = RESULT <DURATION>`; a call cut short by the process dying ends `= ?`.
         let Some((_, after_eq)) = call.rsplit_once(") = ") else {
-            return false;
+            return;
         };
         let Some((result, dur)) = after_eq.rsplit_once(" <") else {
-            return false;
+            return;
         };
         let Some(dur_ns) = dur.strip_suffix('>').and_then(parse_seconds_ns) else {
-            return false;
+            return;
         };
         if result.trim() == "?" {
-            return false;
+            return;
         }
+        self.run_seen |= name == "KVM_RUN";
         let origin = *self.origin_ns.get_or_insert(start_abs_ns);
         self.ioctls.push(TracedIoctl {
             tid,
@@ -151,16 +154,11 @@ impl StraceParser {
             request,
             result: result.trim().to_string(),
         });
-        true
     }
 
     /// Whether a `KVM_RUN` has started (finished or not).
     pub fn saw_run(&self) -> bool {
-        self.ioctls.iter().any(|i| i.name == "KVM_RUN")
-            || self
-                .unfinished
-                .values()
-                .any(|p| ioctl_table::decode(p.request) == Some("KVM_RUN"))
+        self.run_seen
     }
 
     /// The completed KVM ioctls, in start order.

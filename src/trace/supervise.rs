@@ -387,19 +387,25 @@ fn run_traced(
     Ok(analyse(command.to_vec(), ended, ioctls, jiffy_ns, srcu))
 }
 
-/// Everything in a memory file, lossily as text.
+/// Everything in a memory file, lossily as text (what a failed read left out is left out: this
+/// is for diagnostics).
 fn read_all(f: &File) -> String {
     let mut buf = Vec::new();
+    let _ = read_from(f, 0, &mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// Appends everything in `f` from byte `start` to `buf`.
+fn read_from(f: &File, start: u64, buf: &mut Vec<u8>) -> std::io::Result<()> {
     let mut chunk = vec![0u8; 64 * 1024];
-    let mut pos = 0u64;
-    while let Ok(n) = f.read_at(&mut chunk, pos) {
+    let first = buf.len();
+    loop {
+        let n = f.read_at(&mut chunk, start + (buf.len() - first) as u64)?;
         if n == 0 {
-            break;
+            return Ok(());
         }
         buf.extend_from_slice(&chunk[..n]);
-        pos += n as u64;
     }
-    String::from_utf8_lossy(&buf).into_owned()
 }
 
 fn read_new_lines(
@@ -409,16 +415,7 @@ fn read_new_lines(
     parser: &mut StraceParser,
 ) -> Result<(), TraceError> {
     let mut buf = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
-    loop {
-        let n = f
-            .read_at(&mut chunk, *pos + buf.len() as u64)
-            .map_err(TraceError::Read)?;
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
+    read_from(f, *pos, &mut buf).map_err(TraceError::Read)?;
     *pos += buf.len() as u64;
     partial.push_str(&String::from_utf8_lossy(&buf));
     while let Some(nl) = partial.find('\n') {

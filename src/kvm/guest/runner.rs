@@ -2,6 +2,7 @@
 //! [`GuestExit`] for the scenario, every failure into an error that carries the exit and the
 //! registers. A watchdog bounds the whole run.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use kvm_ioctls::{VcpuExit, VcpuFd};
@@ -93,6 +94,17 @@ pub fn describe(vcpu: &VcpuFd) -> String {
 pub fn run(
     vcpu: &mut VcpuFd,
     timeout: Duration,
+    on_exit: impl FnMut(GuestExit<'_>) -> Result<Flow, KvmError>,
+) -> Result<(), KvmError> {
+    run_stoppable(vcpu, timeout, None, on_exit)
+}
+
+/// [`run`], and with `stop` another thread may end the run: it sets the flag and kicks this
+/// thread, and the interrupted `KVM_RUN` ends the run without error.
+pub fn run_stoppable(
+    vcpu: &mut VcpuFd,
+    timeout: Duration,
+    stop: Option<&AtomicBool>,
     mut on_exit: impl FnMut(GuestExit<'_>) -> Result<Flow, KvmError>,
 ) -> Result<(), KvmError> {
     let watchdog = Watchdog::arm(timeout)?;
@@ -123,6 +135,12 @@ pub fn run(
                 "VM entry failed: hardware reason {reason:#x} on CPU {cpu}"
             )),
             Ok(other) => Step::Failed(format!("unexpected exit {other:?}")),
+            Err(e)
+                if (e.errno() == libc::EINTR || e.errno() == libc::EAGAIN)
+                    && stop.is_some_and(|s| s.load(Ordering::SeqCst)) =>
+            {
+                Step::Handled(Flow::Stop)
+            }
             Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => Step::Failed(
                 format!("no signal within {timeout:?}: the watchdog interrupted KVM_RUN"),
             ),
