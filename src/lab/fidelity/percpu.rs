@@ -7,9 +7,10 @@
 //! One profile value is fitted: `store_forward_stall_cycles`, on the mmapfork result (15%),
 //! which therefore has no row; every other figure is predicted.
 
-use super::{ModelFigure, Published, Row, Thread, ThreadReport};
+use super::{ModelFigure, Published, Row, Thread};
 use crate::backend::host::HostInfo;
 use crate::error::Error;
+use crate::model::profile::Profile;
 
 /// The thread.
 pub struct Percpu;
@@ -39,13 +40,24 @@ impl Thread for Percpu {
         "002"
     }
 
-    fn evaluate(&self, host: &HostInfo, seed: u64) -> Result<ThreadReport, Error> {
-        let profile = super::profile(PROFILE)?;
+    fn title(&self) -> &'static str {
+        "arm64 per-CPU kernel page tables for this_cpu ops"
+    }
+
+    fn scenario(&self) -> &'static str {
+        "percpu"
+    }
+
+    fn profile(&self) -> &'static str {
+        PROFILE
+    }
+
+    fn rows(&self, host: &HostInfo, profile: &Profile, seed: u64) -> Result<Vec<Row>, Error> {
         let run = |workload: &str| {
             super::model_run(
                 host,
                 "percpu",
-                &profile,
+                profile,
                 &["offset", "local-map"],
                 &[CPUS.to_string(), format!("workload={workload}")],
                 1,
@@ -142,24 +154,17 @@ impl Thread for Percpu {
                 None,
             ),
         ];
-        Ok(ThreadReport {
-            id: "002",
-            title: "arm64 per-CPU kernel page tables for this_cpu ops",
-            scenario: "percpu",
-            rows,
-            fitted: super::fitted_in(&[&profile]),
-        })
+        Ok(rows)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::fidelity::Agreement;
+    use crate::lab::fidelity::{Agreement, ThreadReport};
 
     fn report() -> ThreadReport {
-        Percpu
-            .evaluate(&crate::lab::host::probe(), 1)
+        super::super::report(&Percpu, &crate::lab::host::probe(), 1)
             .expect("the thread's setups run on the model")
     }
 
