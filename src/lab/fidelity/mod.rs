@@ -71,13 +71,8 @@ impl ModelFigure {
     pub fn from_values(values: &[f64], unit: &'static str) -> ModelFigure {
         let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
         v.sort_by(f64::total_cmp);
-        let median = match v.len() {
-            0 => f64::NAN,
-            n if n % 2 == 1 => v[n / 2],
-            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-        };
         ModelFigure {
-            median,
+            median: crate::analysis::statistics::median(&v),
             min: v.first().copied().unwrap_or(f64::NAN),
             max: v.last().copied().unwrap_or(f64::NAN),
             n: v.len(),
