@@ -97,14 +97,18 @@ impl TouchPlan {
         match self.pattern {
             Pattern::Seq => (0..pages).collect(),
             Pattern::Reverse => (0..pages).rev().collect(),
-            Pattern::Random => {
-                let mut v: Vec<u32> = (0..pages).collect();
-                v.shuffle(&mut ChaCha8Rng::seed_from_u64(self.seed));
-                v
-            }
+            Pattern::Random => random_order(pages, self.seed),
             Pattern::Stride(k) => (0..pages).step_by(k.max(1) as usize).collect(),
         }
     }
+}
+
+/// Pages `0..pages` in the random order `seed` draws: the same on both backends, so a model
+/// pass touches what a guest touched.
+pub fn random_order(pages: u32, seed: u64) -> Vec<u32> {
+    let mut v: Vec<u32> = (0..pages).collect();
+    v.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+    v
 }
 
 /// What one pass measured.

@@ -9,15 +9,15 @@ use crate::backend::host::KvmFlavour;
 use crate::error::Error;
 use crate::kvm::pin;
 use crate::model::profile::{MmuKind, Profile};
-use crate::record::RunRecord;
+use crate::record::{MetricRecord, RunRecord};
 use crate::scenario::runner::{Progress, RunRequest};
 use crate::scenario::{self, exits, lifecycle, memory};
 
-fn med(r: &RunRecord, variant: &str, metric: &str) -> Result<f64, Error> {
+/// A metric of a variant that ran, or the calibration error naming what is missing.
+fn metric<'a>(r: &'a RunRecord, variant: &str, metric: &str) -> Result<&'a MetricRecord, Error> {
     r.variant(variant)
         .filter(|v| v.is_ok())
         .and_then(|v| v.metrics.get(metric))
-        .map(|m| m.median)
         .ok_or_else(|| Error::Calibration {
             scenario: r.scenario.clone(),
             metric: metric.to_string(),
@@ -28,20 +28,26 @@ fn med(r: &RunRecord, variant: &str, metric: &str) -> Result<f64, Error> {
         })
 }
 
-/// The lower quartile of `samples`, if any.
-fn quartile(samples: &[f64]) -> Option<f64> {
-    let mut v: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 4).copied()
+fn med(r: &RunRecord, variant: &str, name: &str) -> Result<f64, Error> {
+    metric(r, variant, name).map(|m| m.median)
 }
 
-/// The lower quartile of a metric's samples (its median when no samples were kept).
-fn lower_quartile(r: &RunRecord, variant: &str, metric: &str) -> Result<f64, Error> {
-    let median = med(r, variant, metric)?;
-    Ok(r.variant(variant)
-        .and_then(|v| v.metrics.get(metric))
-        .and_then(|m| quartile(&m.samples))
-        .unwrap_or(median))
+/// The lower quartile of a metric's samples (the sample a quarter up, not interpolated; its
+/// median when no samples were kept).
+fn low(m: &MetricRecord) -> f64 {
+    let mut v: Vec<f64> = m
+        .samples
+        .iter()
+        .copied()
+        .filter(|x| x.is_finite())
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 4).copied().unwrap_or(m.median)
+}
+
+/// [`low`] of a metric of a variant that ran.
+fn lower_quartile(r: &RunRecord, variant: &str, name: &str) -> Result<f64, Error> {
+    metric(r, variant, name).map(low)
 }
 
 fn run(
@@ -222,7 +228,7 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
             v.metrics
                 .iter()
                 .filter(|(k, _)| k.starts_with("ioctl."))
-                .map(|(_, m)| quartile(&m.samples).unwrap_or(m.median) * 1e6)
+                .map(|(_, m)| low(m) * 1e6)
                 .sum()
         })
         .unwrap_or(0.0);

@@ -38,10 +38,10 @@ pub fn validate(
             warmup: 1,
             seed: DEFAULT_SEED,
         };
-        let mut real = scenario::run(info, kvm, &request, progress)?;
+        let mut real = scenario::run_scenario(*s, kvm, &request, progress)?;
         let mut model_request = request.clone();
         model_request.sets.extend(point.model_sets.iter().cloned());
-        let mut predicted = scenario::run(info, model, &model_request, progress)?;
+        let mut predicted = scenario::run_scenario(*s, model, &model_request, progress)?;
         keep(&mut real)?;
         keep(&mut predicted)?;
         for v in point.variants {

@@ -18,9 +18,6 @@ use super::profile::{MmuKind, Profile, ProfileError};
 use crate::backend::guest::Backing;
 use crate::backend::guest::GuestPage;
 use crate::backend::memory::{HostBacking, Pattern, PrefetchLoop, Touch, TouchPlan, TouchResult};
-use rand::SeedableRng;
-use rand::seq::SliceRandom;
-use rand_chacha::ChaCha8Rng;
 
 /// `PTE_PREFETCH_NUM`.
 pub const PTE_PREFETCH_NUM: usize = 8;
@@ -300,11 +297,9 @@ pub fn pass(p: &Pass) -> Result<(Counts, u64), PassError> {
         // Bounded by PER_PAGE_MAX_PAGES.
         #[allow(clippy::cast_possible_truncation)]
         let (pages, last) = (n as usize, n as u32);
-        let mut v: Vec<u32> = (0..last).collect();
-        v.shuffle(&mut ChaCha8Rng::seed_from_u64(p.seed));
         let mut m = Mmu::new(pages, p.host, p.prefetch, p.guest_huge);
-        for g in &v {
-            m.access(*g as usize);
+        for g in crate::backend::memory::random_order(last, p.seed) {
+            m.access(g as usize);
         }
         return Ok((m.counts, n));
     }

@@ -13,7 +13,7 @@ pub mod srcu;
 
 use rand_chacha::ChaCha8Rng;
 
-use crate::backend::exits::{ExitKind, ExitPlan, ExitResult};
+use crate::backend::exits::{ExitKind, ExitPlan, ExitResult, PmuConfig, RaceReport};
 use crate::backend::host::{HostInfo, KvmFlavour};
 use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace};
 use crate::backend::memory::{TouchPlan, TouchResult};
@@ -40,6 +40,9 @@ pub struct ModelBackend {
     rng: ChaCha8Rng,
     /// Where the timer ticks fall for the next VM built back to back.
     lifecycle: srcu::BackToBack,
+    /// The PEBS race explorer's reports by configuration: the same for every batch and rep,
+    /// and a state-space search each time.
+    races: Vec<((PmuConfig, pmu::PebsCpu), Vec<RaceReport>)>,
 }
 
 impl ModelBackend {
@@ -62,12 +65,23 @@ impl ModelBackend {
             host,
             rng: srcu::rng(seed),
             lifecycle: srcu::BackToBack::default(),
+            races: Vec::new(),
         }
     }
 
     /// The profile.
     pub fn profile(&self) -> &Profile {
         &self.profile
+    }
+
+    /// [`pmu::explore`] for `cfg` on `cpu`, explored once per backend.
+    fn races(&mut self, cfg: PmuConfig, cpu: pmu::PebsCpu) -> Vec<RaceReport> {
+        if let Some((_, races)) = self.races.iter().find(|(key, _)| *key == (cfg, cpu)) {
+            return races.clone();
+        }
+        let races = pmu::explore(cfg, cpu);
+        self.races.push(((cfg, cpu), races.clone()));
+        races
     }
 }
 
@@ -123,20 +137,16 @@ impl Backend for ModelBackend {
         // still runs the plain exit kinds.
         let pmu = match plan.pmu {
             Some(cfg) => {
-                let cpu = if g("pebs_isolation")? != 0.0 {
-                    pmu::PebsCpu::isolated()
-                } else {
-                    pmu::PebsCpu {
-                        isolation: false,
-                        ..pmu::PebsCpu::isolated()
-                    }
+                let cpu = pmu::PebsCpu {
+                    isolation: g("pebs_isolation")? != 0.0,
+                    ..pmu::PebsCpu::isolated()
                 };
                 let costs = pmu::SwitchCosts {
                     load_entry: g("msr_load_entry_cycles")?,
                     wrmsr: g("wrmsr_cycles")?,
                 };
                 let mut outcome = pmu::switch_plan(cfg, cpu);
-                outcome.races = pmu::explore(cfg, cpu);
+                outcome.races = self.races(cfg, cpu);
                 let extra = pmu::switch_cycles(&outcome, &costs) / ghz;
                 Some((outcome, extra))
             }

@@ -248,7 +248,8 @@ pub struct SwitchCosts {
     pub wrmsr: f64,
 }
 
-/// The switching for `cfg`, and its cost per roundtrip in cycles.
+/// The switching for `cfg`: which MSRs are loaded and how, and the WRMSRs KVM adds (priced
+/// by [`switch_cycles`]).
 pub fn switch_plan(cfg: PmuConfig, cpu: PebsCpu) -> PmuOutcome {
     let (perf, guest) = state_of(cfg);
     let list = intel_guest_get_msrs(cpu, &perf, &guest, cfg.scheme);
@@ -329,16 +330,26 @@ pub enum RaceAction {
 pub struct PebsRace {
     /// The configuration (host PEBS on: the race needs a host PEBS event).
     pub cfg: PmuConfig,
-    /// The CPU.
-    pub cpu: PebsCpu,
+    /// `PERF_GLOBAL_CTRL` is switched at entry and exit (listed, not dropped).
+    pub switches_ctrl: bool,
+    /// `PEBS_ENABLE` is.
+    pub switches_pebs: bool,
 }
 
 impl PebsRace {
-    fn switched(&self, msr: MsrKind) -> bool {
-        switch_plan(self.cfg, self.cpu)
-            .msrs
-            .iter()
-            .any(|m| m.msr == msr && m.via != SwitchedVia::Dropped)
+    /// The race for `cfg` on `cpu`: which MSRs the list switches, from [`switch_plan`].
+    pub fn new(cfg: PmuConfig, cpu: PebsCpu) -> PebsRace {
+        let plan = switch_plan(cfg, cpu);
+        let switched = |msr| {
+            plan.msrs
+                .iter()
+                .any(|m: &SwitchedMsr| m.msr == msr && m.via != SwitchedVia::Dropped)
+        };
+        PebsRace {
+            cfg,
+            switches_ctrl: switched(MsrKind::PerfGlobalCtrl),
+            switches_pebs: switched(MsrKind::PebsEnable),
+        }
     }
 }
 
@@ -393,12 +404,9 @@ impl Model for PebsRace {
             RaceAction::BuildList => {
                 // The host values are what perf wants now; the guest never gets the host's
                 // counter (it is host-only and its PEBS is masked).
-                n.list_ctrl = self
-                    .switched(MsrKind::PerfGlobalCtrl)
-                    .then_some(s.perf_ctrl);
-                let pebs = self.switched(MsrKind::PebsEnable);
-                n.list_pebs = pebs.then_some(s.perf_pebs);
-                n.wrmsr_pending = pebs;
+                n.list_ctrl = self.switches_ctrl.then_some(s.perf_ctrl);
+                n.list_pebs = self.switches_pebs.then_some(s.perf_pebs);
+                n.wrmsr_pending = self.switches_pebs;
                 n.phase = Phase::ListBuilt;
             }
             RaceAction::PreEntryWrmsr => {
@@ -469,7 +477,7 @@ pub fn explore(cfg: PmuConfig, cpu: PebsCpu) -> Vec<RaceReport> {
     if !cfg.host_pebs {
         return Vec::new();
     }
-    let checker = PebsRace { cfg, cpu }.checker().spawn_bfs().join();
+    let checker = PebsRace::new(cfg, cpu).checker().spawn_bfs().join();
     let states = checker.unique_state_count();
     [
         (STALE_PEBS, "PEBS_ENABLE"),

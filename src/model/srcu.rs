@@ -77,7 +77,8 @@ struct Callback {
     waiter: Option<u64>,
 }
 
-/// Grace periods completed so far, by kind, for tests and findings.
+/// Grace periods completed so far, by kind: what the tests check the machinery against.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GpCounts {
     /// Ended while an expedited grace period was wanted.
@@ -116,6 +117,7 @@ pub struct Srcu {
     readers: u32,
     occupancy: f64,
     rng: ChaCha8Rng,
+    #[cfg(test)]
     counts: GpCounts,
 }
 
@@ -151,6 +153,7 @@ impl Srcu {
             readers: 0,
             occupancy: 0.0,
             rng: ChaCha8Rng::seed_from_u64(seed),
+            #[cfg(test)]
             counts: GpCounts::default(),
         }
     }
@@ -163,6 +166,7 @@ impl Srcu {
     }
 
     /// Grace periods completed so far.
+    #[cfg(test)]
     pub fn counts(&self) -> GpCounts {
         self.counts
     }
@@ -261,9 +265,14 @@ impl Srcu {
         }
     }
 
+    /// Whether any vCPU ever sits in a read-side section.
+    fn has_readers(&self) -> bool {
+        self.readers > 0 && self.occupancy > 0.0
+    }
+
     /// Whether a reader holds the index being checked now.
     fn reader_present(&mut self) -> bool {
-        if self.readers == 0 || self.occupancy <= 0.0 {
+        if !self.has_readers() {
             return false;
         }
         let clear = (1.0 - self.occupancy).powi(i32::try_from(self.readers).unwrap_or(i32::MAX));
@@ -316,6 +325,7 @@ impl Srcu {
     /// `srcu_gp_end()`.
     fn gp_end(&mut self, t: u64) {
         let cbdelay = u64::from(!self.expedited());
+        #[cfg(test)]
         if cbdelay == 0 {
             self.counts.expedited += 1;
         } else {
@@ -490,7 +500,12 @@ impl LifecycleCosts {
     /// Reads the lifecycle costs; `hz` overrides the profile's.
     pub fn from_profile(p: &Profile, hz: Option<u32>) -> Result<LifecycleCosts, ProfileError> {
         Ok(LifecycleCosts {
-            hz: hz.map_or(ns(p, "hz")?, u64::from).max(1),
+            // The profile's HZ only when not overridden: an override leaves it unread.
+            hz: match hz {
+                Some(hz) => u64::from(hz),
+                None => ns(p, "hz")?,
+            }
+            .max(1),
             wakeup_ns: ns(p, "srcu_wakeup_ns")?,
             first_vcpu_adds_memslot: ns(p, "first_vcpu_adds_memslot")? != 0,
             create_vm: ns(p, "ioctl_create_vm_ns")?,
@@ -581,17 +596,22 @@ impl Timeline<'_> {
             0
         } else {
             // With readers and nothing in flight the wait is a grace period of its own.
-            let readers = self.srcu.readers > 0 && self.srcu.occupancy > 0.0;
-            self.effect.own_gp |= readers && !self.srcu.busy(now);
+            self.effect.own_gp |= self.srcu.has_readers() && !self.srcu.busy(now);
             self.synchronize_expedited()
         }
     }
 
     /// `n` registrations in one ioctl, one after another.
     fn registrations(&mut self, n: u32) -> u64 {
+        self.repeated(n, Self::register)
+    }
+
+    /// `n` waits by `one`, each starting when the last ended: their total, with `now` left
+    /// where it was (the ioctl adds the wait).
+    fn repeated(&mut self, n: u32, mut one: impl FnMut(&mut Self) -> u64) -> u64 {
         let start = self.now;
         for _ in 0..n {
-            let wait = self.register();
+            let wait = one(self);
             self.now += wait;
         }
         let total = self.now - start;
@@ -670,14 +690,7 @@ pub fn construct(
                         if !adds_memslot {
                             return 0;
                         }
-                        let start = t.now;
-                        for _ in 0..X86_ADDRESS_SPACES {
-                            let wait = t.memslot_swap();
-                            t.now += wait;
-                        }
-                        let total = t.now - start;
-                        t.now = start;
-                        total
+                        t.repeated(X86_ADDRESS_SPACES, Timeline::memslot_swap)
                     });
                 }
             }

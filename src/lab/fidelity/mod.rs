@@ -71,13 +71,8 @@ impl ModelFigure {
     pub fn from_values(values: &[f64], unit: &'static str) -> ModelFigure {
         let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
         v.sort_by(f64::total_cmp);
-        let median = match v.len() {
-            0 => f64::NAN,
-            n if n % 2 == 1 => v[n / 2],
-            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-        };
         ModelFigure {
-            median,
+            median: crate::analysis::statistics::median(&v),
             min: v.first().copied().unwrap_or(f64::NAN),
             max: v.last().copied().unwrap_or(f64::NAN),
             n: v.len(),
@@ -184,8 +179,27 @@ impl ThreadReport {
 pub trait Thread: Sync {
     /// The seed file's number.
     fn id(&self) -> &'static str;
-    /// Runs the thread's published setups on the model and judges each figure.
-    fn evaluate(&self, host: &HostInfo, seed: u64) -> Result<ThreadReport, Error>;
+    /// The mechanism and the thread's subject, short.
+    fn title(&self) -> &'static str;
+    /// The scenario that reproduces it.
+    fn scenario(&self) -> &'static str;
+    /// The built-in profile of the thread's host: every row runs on it.
+    fn profile(&self) -> &'static str;
+    /// Runs the thread's published setups on `profile` and judges each figure.
+    fn rows(&self, host: &HostInfo, profile: &Profile, seed: u64) -> Result<Vec<Row>, Error>;
+}
+
+/// Runs one thread on its profile, loaded once, and lists the fitted values its runs read.
+pub fn report(thread: &dyn Thread, host: &HostInfo, seed: u64) -> Result<ThreadReport, Error> {
+    let profile = profile(thread.profile())?;
+    let rows = thread.rows(host, &profile, seed)?;
+    Ok(ThreadReport {
+        id: thread.id(),
+        title: thread.title(),
+        scenario: thread.scenario(),
+        rows,
+        fitted: fitted_in(&[&profile]),
+    })
 }
 
 /// Every thread, in seed order.
@@ -217,7 +231,7 @@ pub fn evaluate(
     THREADS
         .iter()
         .filter(|t| only.is_none_or(|id| t.id() == id))
-        .map(|t| t.evaluate(host, seed))
+        .map(|t| report(*t, host, seed))
         .collect()
 }
 

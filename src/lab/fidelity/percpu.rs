@@ -7,9 +7,11 @@
 //! One profile value is fitted: `store_forward_stall_cycles`, on the mmapfork result (15%),
 //! which therefore has no row; every other figure is predicted.
 
-use super::{ModelFigure, Published, Row, Thread, ThreadReport};
+use super::{ModelFigure, Published, Row, Thread};
 use crate::backend::host::HostInfo;
 use crate::error::Error;
+use crate::model::profile::Profile;
+use crate::record::RunRecord;
 
 /// The thread.
 pub struct Percpu;
@@ -39,28 +41,42 @@ impl Thread for Percpu {
         "002"
     }
 
-    fn evaluate(&self, host: &HostInfo, seed: u64) -> Result<ThreadReport, Error> {
-        let profile = super::profile(PROFILE)?;
+    fn title(&self) -> &'static str {
+        "arm64 per-CPU kernel page tables for this_cpu ops"
+    }
+
+    fn scenario(&self) -> &'static str {
+        "percpu"
+    }
+
+    fn profile(&self) -> &'static str {
+        PROFILE
+    }
+
+    fn rows(&self, host: &HostInfo, profile: &Profile, seed: u64) -> Result<Vec<Row>, Error> {
         let run = |workload: &str| {
             super::model_run(
                 host,
                 "percpu",
-                &profile,
+                profile,
                 &["offset", "local-map"],
                 &[CPUS.to_string(), format!("workload={workload}")],
                 1,
                 seed,
             )
         };
-        let change = |workload: &str, metric: &str| -> Result<ModelFigure, Error> {
-            let r = run(workload)?;
+        // Each workload once; its rows read several metrics of the run.
+        let kernel_build = run("kernel-build")?;
+        let vm = run("stress-ng-vm")?;
+        let fork = run("stress-ng-fork")?;
+        let memcg = run("memcg-create")?;
+        let change = |r: &RunRecord, metric: &str| -> Result<ModelFigure, Error> {
             Ok(ModelFigure::of(
-                super::metric(&r, "local-map", metric)?,
+                super::metric(r, "local-map", metric)?,
                 1.0,
                 "%",
             ))
         };
-        let memcg = run("memcg-create")?;
         let pgtables = ModelFigure::of(
             super::metric(&memcg, "local-map", "pgtable_bytes")?,
             1.0 / f64::from(1u32 << 20),
@@ -76,7 +92,7 @@ impl Thread for Percpu {
                     unit: "%",
                     source: "Yang Shi, cover letter: \"13% - 18% sys time improvment\"",
                 },
-                change("kernel-build", "sys_time_change_pct")?,
+                change(&kernel_build, "sys_time_change_pct")?,
                 None,
             ),
             Row::judge(
@@ -88,7 +104,7 @@ impl Thread for Percpu {
                     unit: "%",
                     source: "Yang Shi, cover letter: \"3% - 7% wall time improvement\"",
                 },
-                change("kernel-build", "wall_time_change_pct")?,
+                change(&kernel_build, "wall_time_change_pct")?,
                 None,
             ),
             Row::judge(
@@ -100,7 +116,7 @@ impl Thread for Percpu {
                     unit: "%",
                     source: "Yang Shi, cover letter: \"8.5% improvement\"",
                 },
-                change("stress-ng-vm", "throughput_change_pct")?,
+                change(&vm, "throughput_change_pct")?,
                 Some(WHY_VM),
             ),
             Row::judge(
@@ -112,7 +128,7 @@ impl Thread for Percpu {
                     unit: "%",
                     source: "Yang Shi, regression test: \"Roughly 1% regression was found\"",
                 },
-                change("stress-ng-fork", "throughput_change_pct")?,
+                change(&fork, "throughput_change_pct")?,
                 Some(WHY_FORK),
             ),
             Row::judge(
@@ -126,7 +142,7 @@ impl Thread for Percpu {
                     unit: "%",
                     source: "Yang Shi, regression test: \"No noticeable regression was found for elapsed time\"",
                 },
-                change("memcg-create", "wall_time_change_pct")?,
+                change(&memcg, "wall_time_change_pct")?,
                 None,
             ),
             Row::judge(
@@ -142,24 +158,17 @@ impl Thread for Percpu {
                 None,
             ),
         ];
-        Ok(ThreadReport {
-            id: "002",
-            title: "arm64 per-CPU kernel page tables for this_cpu ops",
-            scenario: "percpu",
-            rows,
-            fitted: super::fitted_in(&[&profile]),
-        })
+        Ok(rows)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::fidelity::Agreement;
+    use crate::lab::fidelity::{Agreement, ThreadReport};
 
     fn report() -> ThreadReport {
-        Percpu
-            .evaluate(&crate::lab::host::probe(), 1)
+        super::super::report(&Percpu, &crate::lab::host::probe(), 1)
             .expect("the thread's setups run on the model")
     }
 

@@ -7,9 +7,10 @@
 //! The model's counts come out of `__direct_pte_prefetch()` ported loop for loop
 //! (`model::mmu`); no profile value enters a count, so nothing here is fitted.
 
-use super::{ModelFigure, Published, Row, Thread, ThreadReport};
+use super::{ModelFigure, Published, Row, Thread};
 use crate::backend::host::HostInfo;
 use crate::error::Error;
+use crate::model::profile::Profile;
 
 /// The thread.
 pub struct Prefetch;
@@ -28,15 +29,26 @@ impl Thread for Prefetch {
         "004"
     }
 
-    fn evaluate(&self, host: &HostInfo, seed: u64) -> Result<ThreadReport, Error> {
+    fn title(&self) -> &'static str {
+        "SPTE prefetch of the trailing run (x86 legacy MMU)"
+    }
+
+    fn scenario(&self) -> &'static str {
+        "memory"
+    }
+
+    fn profile(&self) -> &'static str {
+        "intel-spr-vmx"
+    }
+
+    fn rows(&self, host: &HostInfo, profile: &Profile, seed: u64) -> Result<Vec<Row>, Error> {
         // The legacy MMU's loop is what the thread changes; the profile only supplies the
         // MMU's prefetch behaviour for the variants, and times this table does not read.
-        let profile = super::profile("intel-spr-vmx")?;
         let sets: Vec<String> = SETUP.iter().map(ToString::to_string).collect();
         let run = super::model_run(
             host,
             "memory",
-            &profile,
+            profile,
             &["legacy-skip-trailing", "legacy"],
             &sets,
             1,
@@ -90,12 +102,6 @@ impl Thread for Prefetch {
                 None,
             ),
         ];
-        Ok(ThreadReport {
-            id: "004",
-            title: "SPTE prefetch of the trailing run (x86 legacy MMU)",
-            scenario: "memory",
-            rows,
-            fitted: super::fitted_in(&[&profile]),
-        })
+        Ok(rows)
     }
 }
