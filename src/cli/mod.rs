@@ -394,7 +394,9 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         Command::Runs { limit, json } => {
             let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
             let list = store.list(limit)?;
-            let hosts = lab::fleet::group_by_host(lab::fleet::load_recent(&store, limit)?);
+            let hosts = lab::fleet::group_by_host(list.iter().collect(), |l| {
+                lab::fleet::HostFingerprint::of_listing(l)
+            });
             if json {
                 let hosts: Vec<serde_json::Value> = hosts
                     .iter()
@@ -402,7 +404,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                     .collect();
                 print_json(&serde_json::json!({ "runs": list, "hosts": hosts }))?;
             } else {
-                print_text(&render::runs_by_host(&list, &hosts))?;
+                print_text(&render::runs_by_host(&hosts))?;
             }
         }
         Command::Show { run, json, verbose } => {

@@ -80,20 +80,24 @@ impl fmt::Display for HostFingerprint {
     }
 }
 
-/// One host's runs.
+/// One host's runs (whole records, or their listings).
 #[derive(Debug, Clone)]
-pub struct HostGroup {
+pub struct HostGroup<T = RunRecord> {
     /// The host.
     pub fingerprint: HostFingerprint,
     /// Its runs, in the order given (newest first from the store).
-    pub runs: Vec<RunRecord>,
+    pub runs: Vec<T>,
 }
 
-/// Groups runs by host fingerprint; hosts in order of their first run, runs in the order given.
-pub fn group_by_host(runs: Vec<RunRecord>) -> Vec<HostGroup> {
-    let mut groups: Vec<HostGroup> = Vec::new();
+/// Groups runs by host fingerprint (`host_of` tells a run's); hosts in order of their first
+/// run, runs in the order given.
+pub fn group_by_host<T>(
+    runs: Vec<T>,
+    host_of: impl Fn(&T) -> HostFingerprint,
+) -> Vec<HostGroup<T>> {
+    let mut groups: Vec<HostGroup<T>> = Vec::new();
     for r in runs {
-        let fp = HostFingerprint::of(&r.host);
+        let fp = host_of(&r);
         match groups.iter_mut().find(|g| g.fingerprint == fp) {
             Some(g) => g.runs.push(r),
             None => groups.push(HostGroup {
@@ -103,15 +107,6 @@ pub fn group_by_host(runs: Vec<RunRecord>) -> Vec<HostGroup> {
         }
     }
     groups
-}
-
-/// The `limit` most recent complete runs, loaded whole.
-pub fn load_recent(store: &Store, limit: usize) -> Result<Vec<RunRecord>, Error> {
-    store
-        .list(limit)?
-        .iter()
-        .map(|l| store.load(&l.run_id).map_err(Error::from))
-        .collect()
 }
 
 /// The latest run of each scenario on each backend on each host, hosts in order of their
@@ -149,7 +144,7 @@ pub struct HostValue {
 /// `metric` of `variant` on one host's `runs`: one run speaks for itself (median and 95% CI);
 /// several are summarised by their medians (median, and min–max as the spread), a run being
 /// the unit of replication.
-pub fn host_value(runs: &[RunRecord], variant: &str, metric: &str) -> Option<HostValue> {
+pub fn host_value(runs: &[&RunRecord], variant: &str, metric: &str) -> Option<HostValue> {
     let ms: Vec<&crate::record::MetricRecord> = runs
         .iter()
         .filter_map(|r| r.variant(variant).filter(|v| v.is_ok()))
@@ -392,12 +387,15 @@ mod tests {
         epyc_more_cores.cores = 64;
         let mut epyc_1000 = epyc.clone();
         epyc_1000.hz = 1000;
-        let groups = group_by_host(vec![
-            run("a", epyc.clone()),
-            run("b", host("6.19.0", "AMD EPYC 7763", KvmFlavour::Svm, 250)),
-            run("c", epyc_more_cores),
-            run("d", epyc_1000),
-        ]);
+        let groups = group_by_host(
+            vec![
+                run("a", epyc.clone()),
+                run("b", host("6.19.0", "AMD EPYC 7763", KvmFlavour::Svm, 250)),
+                run("c", epyc_more_cores),
+                run("d", epyc_1000),
+            ],
+            |r| HostFingerprint::of(&r.host),
+        );
         let ids: Vec<Vec<&str>> = groups
             .iter()
             .map(|g| g.runs.iter().map(|r| r.run_id.as_str()).collect())
