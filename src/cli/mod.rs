@@ -448,25 +448,26 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         } => {
             let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
             // The fleet page shows the latest run of each scenario and backend on every host.
-            let (records, fleet) = if runs.is_empty() {
-                (
-                    lab::latest_runs(&store)?,
-                    lab::fleet::latest_per_host(&store)?,
-                )
+            // The index shows the latest of those per scenario and backend (or the runs named).
+            let (fleet, latest) = if runs.is_empty() {
+                let fleet = lab::fleet::latest_per_host(&store)?;
+                let latest = lab::latest_runs(&fleet);
+                (fleet, Some(latest))
             } else {
                 let records = runs
                     .iter()
                     .map(|r| store.load(r))
                     .collect::<Result<Vec<_>, _>>()?;
-                (records.clone(), records)
+                (records, None)
             };
+            let records = latest.as_deref().unwrap_or(&fleet);
             if records.is_empty() {
                 return Err(InputError::NoRuns.into());
             }
             // The model against the threads: deterministic and a fraction of a second, so
             // every report carries it.
             let fidelity = lab::fidelity::evaluate(&host::probe(), None, DEFAULT_SEED)?;
-            let path = write_report(&records, &fidelity, &fleet, &output, "-o DIR")?;
+            let path = write_report(records, &fidelity, &fleet, &output, "-o DIR")?;
             print_text(&format!(
                 "report of {} runs: {}",
                 records.len(),
