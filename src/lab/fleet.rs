@@ -17,6 +17,7 @@ use std::fmt;
 
 use serde::Serialize;
 
+use crate::backend::BackendKind;
 use crate::backend::host::HostInfo;
 use crate::error::{Error, InputError};
 use crate::record::RunRecord;
@@ -292,12 +293,18 @@ impl Selector {
 
     /// Whether `run` is selected.
     pub fn matches(&self, run: &RunRecord) -> bool {
+        self.matches_host(&HostFingerprint::of(&run.host), run.backend)
+    }
+
+    /// Whether a run on `host` by `backend` is selected (a listing tells both, so runs are
+    /// picked before they are read).
+    pub fn matches_host(&self, host: &HostFingerprint, backend: BackendKind) -> bool {
         self.terms.iter().all(|(key, v)| match key {
-            SelectorKey::Kernel => kernel_matches(&run.host.kernel, v),
-            SelectorKey::Cpu => run.host.cpu.to_lowercase().contains(&v.to_lowercase()),
-            SelectorKey::Flavour => run.host.kvm_flavour.to_string() == *v,
-            SelectorKey::Hz => run.host.hz.to_string() == *v,
-            SelectorKey::Backend => run.backend.to_string() == *v,
+            SelectorKey::Kernel => kernel_matches(&host.kernel, v),
+            SelectorKey::Cpu => host.cpu.to_lowercase().contains(&v.to_lowercase()),
+            SelectorKey::Flavour => host.flavour == *v,
+            SelectorKey::Hz => host.hz.to_string() == *v,
+            SelectorKey::Backend => backend.to_string() == *v,
         })
     }
 }
