@@ -366,12 +366,10 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 eprintln!("note: {notice}");
             }
             // Check the database before measuring, so a bad --db does not cost a run.
-            let db_path = if args.measure.no_store {
+            let mut run_store = if args.measure.no_store {
                 None
             } else {
-                let path = store::resolve_path(cli.db.as_deref())?;
-                Store::open(&path)?;
-                Some(path)
+                Some(RunStore::open(cli.db.as_deref())?)
             };
             let mut backend = backends::make(
                 args.backend,
@@ -381,8 +379,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             )?;
             let mut record = run_one(info, backend.as_mut(), &request, args.measure.json)?;
             scenario::judge(&record)?;
-            if let Some(path) = db_path {
-                store_at(&path, &mut record)?;
+            if let Some(s) = &mut run_store {
+                s.save(&mut record)?;
             }
             if args.measure.json {
                 print_json(&record)?;
@@ -713,21 +711,27 @@ fn run_one(
     scenario::run(info, backend, request, &progress)
 }
 
-fn store_run(
-    db: Option<&std::path::Path>,
-    record: &mut RunRecord,
-    skip: bool,
-) -> Result<(), Error> {
-    if skip {
-        return Ok(());
-    }
-    store_at(&store::resolve_path(db)?, record)
+/// The store a command saves its runs in, opened once, and where it is (for the
+/// "stored run … in …" line).
+struct RunStore {
+    store: Store,
+    at: store::Location,
 }
 
-fn store_at(path: &store::Location, record: &mut RunRecord) -> Result<(), Error> {
-    Store::open(path)?.save(record)?;
-    eprintln!("stored run {} in {}", record.run_id, path.display());
-    Ok(())
+impl RunStore {
+    fn open(db: Option<&std::path::Path>) -> Result<RunStore, Error> {
+        let at = store::resolve_path(db)?;
+        Ok(RunStore {
+            store: Store::open(&at)?,
+            at,
+        })
+    }
+
+    fn save(&mut self, record: &mut RunRecord) -> Result<(), Error> {
+        self.store.save(record)?;
+        eprintln!("stored run {} in {}", record.run_id, self.at.display());
+        Ok(())
+    }
 }
 
 /// Whether the process can write `path` (an existing file, opened without truncating) or
@@ -883,9 +887,11 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
     }
     // Refuse an unwritable report directory or database before measuring for a minute.
     check_output_dir(&args.report, "the report", "--report DIR")?;
-    if !args.measure.no_store {
-        Store::open(&store::resolve_path(db)?)?;
-    }
+    let mut run_store = if args.measure.no_store {
+        None
+    } else {
+        Some(RunStore::open(db)?)
+    };
     let h = host::probe();
     let json = args.measure.json;
     if !shard.is_whole() {
@@ -904,7 +910,9 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
         |info| request_of(info, &args.measure, Vec::new(), Vec::new()),
         |info| TermProgress::new(info.name, json),
         |record| {
-            store_run(db, record, args.measure.no_store)?;
+            if let Some(s) = &mut run_store {
+                s.save(record)?;
+            }
             if !json {
                 print_text(&render::run(record, false))?;
                 print_text("")?;
@@ -1121,13 +1129,23 @@ fn validate(
     };
     let host = h.clone();
     let mut model = ModelBackend::new(profile, h, DEFAULT_SEED);
+    let mut run_store: Option<RunStore> = None;
     let checks = lab::validate::validate(
         kvm.as_mut(),
         &mut model,
         &host,
         tolerance,
         &progress,
-        |record| store_run(db, record, false),
+        |record| {
+            // Opened at the first save: when validate has always reported a bad --db.
+            if run_store.is_none() {
+                run_store = Some(RunStore::open(db)?);
+            }
+            match &mut run_store {
+                Some(s) => s.save(record),
+                None => Ok(()),
+            }
+        },
     )?;
     let failed = checks.iter().filter(|c| !c.pass).count();
     if json {
