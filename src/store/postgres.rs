@@ -73,10 +73,12 @@ impl PgStore {
         let mut tx = client.transaction().map_err(pg)?;
         // A taken id gets a fresh suffix; ON CONFLICT keeps this safe against another hvlab
         // storing the same id at the same moment.
-        while !insert_run(&mut tx, &RunRow::of(run)?).map_err(pg)? {
+        let mut row = RunRow::of(run)?;
+        while !insert_run(&mut tx, &row).map_err(pg)? {
             run.run_id = renamed(&run.run_id);
+            row = RunRow::of(run)?;
         }
-        insert_children(&mut tx, &RunRow::of(run)?).map_err(pg)?;
+        insert_children(&mut tx, &row).map_err(pg)?;
         tx.commit().map_err(pg)
     }
 
@@ -90,12 +92,7 @@ impl PgStore {
             tx.commit().map_err(pg)?;
             return Ok(Ingested::Stored);
         }
-        let stored: Option<String> = tx
-            .query_opt("SELECT record_json FROM runs WHERE id = $1", &[&row.id])
-            .map_err(pg)?
-            .map(|r| r.try_get(0))
-            .transpose()
-            .map_err(pg)?;
+        let stored = stored_json(&mut tx, &row.id).map_err(pg)?;
         tx.rollback().map_err(pg)?;
         Ok(match stored {
             Some(json) if same_content(&json, run) => Ingested::AlreadyStored,
@@ -120,8 +117,9 @@ impl PgStore {
             .map(|r| {
                 let run_id: String = r.try_get(0).map_err(self.pg())?;
                 let backend: String = r.try_get(2).map_err(self.pg())?;
-                let backend = serde_json::from_value(serde_json::Value::String(backend))
-                    .map_err(|e| StoreError::Corrupt(run_id.clone(), e))?;
+                let backend = backend.parse().map_err(|e: String| {
+                    StoreError::Corrupt(run_id.clone(), serde::de::Error::custom(e))
+                })?;
                 let listing = (|| {
                     Ok::<_, postgres::Error>(RunListing {
                         run_id: run_id.clone(),
@@ -142,11 +140,8 @@ impl PgStore {
 
     pub(super) fn load_json(&self, query: &str) -> Result<String, StoreError> {
         let mut client = self.client.borrow_mut();
-        if let Some(row) = client
-            .query_opt("SELECT record_json FROM runs WHERE id = $1", &[&query])
-            .map_err(self.pg())?
-        {
-            return row.try_get(0).map_err(self.pg());
+        if let Some(json) = stored_json(&mut *client, query).map_err(self.pg())? {
+            return Ok(json);
         }
         let hits = client
             .query(
@@ -274,6 +269,17 @@ fn insert_run(tx: &mut Transaction<'_>, row: &RunRow) -> Result<bool, postgres::
         ],
     )?;
     Ok(n == 1)
+}
+
+/// The stored record of the run with exactly this id.
+fn stored_json(
+    client: &mut impl postgres::GenericClient,
+    id: &str,
+) -> Result<Option<String>, postgres::Error> {
+    client
+        .query_opt("SELECT record_json FROM runs WHERE id = $1", &[&id])?
+        .map(|r| r.try_get(0))
+        .transpose()
 }
 
 /// The variants, samples and findings of a run whose row was just inserted: one statement
