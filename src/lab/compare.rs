@@ -275,7 +275,11 @@ pub fn compare_fleet(
         }
     }
     let side = |i: usize| -> Vec<&RunRecord> {
-        picked.iter().filter(|(on, _)| on[i]).map(|(_, r)| r).collect()
+        picked
+            .iter()
+            .filter(|(on, _)| on[i])
+            .map(|(_, r)| r)
+            .collect()
     };
     let sides = [side(0), side(1)];
     for (side, sel) in sides.iter().zip([a, b]) {
