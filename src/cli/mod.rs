@@ -425,14 +425,9 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             let records = store.sweep_runs(&id)?;
             let view = crate::report::SweepView::of(&id, &records)
                 .ok_or_else(|| InputError::NoSuchSweep(id.clone()))?;
-            check_output_dir(&output, "the report", "-o DIR")?;
-            let path =
-                crate::report::write_sweep(&view, &output).map_err(|e| Error::OutputPath {
-                    what: "the report",
-                    path: output.clone(),
-                    option: "-o DIR",
-                    why: format!("{e}; choose a writable place"),
-                })?;
+            let path = write_report_with(&output, "-o DIR", |dir| {
+                crate::report::write_sweep(&view, dir)
+            })?;
             print_text(&format!(
                 "report of sweep {id} ({} runs): {}",
                 records.len(),
@@ -503,17 +498,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 } else {
                     print_text(&render::fleet_compare(&a, &b, &outcome))?;
                 }
-                if fail_on_regression && outcome.regression {
-                    return Ok(ExitCode::from(1));
-                }
-                if fail_on_regression && !outcome.too_few.is_empty() {
-                    return Err(InputError::TooFewToJudge(
-                        outcome.too_few.join(", "),
-                        crate::analysis::statistics::exact_min_n(0.05),
-                    )
-                    .into());
-                }
-                return Ok(ExitCode::SUCCESS);
+                return regression_exit(fail_on_regression, outcome.regression, &outcome.too_few);
             }
             if scenario.is_some() || variant.is_some() {
                 return Err(InputError::BadValue {
@@ -536,16 +521,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                     print_text(&format!("  [{}] {}", comparison_label(c), c))?;
                 }
             }
-            if fail_on_regression && regressed {
-                return Ok(ExitCode::from(1));
-            }
-            if fail_on_regression && !too_few.is_empty() {
-                return Err(InputError::TooFewToJudge(
-                    too_few.join(", "),
-                    crate::analysis::statistics::exact_min_n(0.05),
-                )
-                .into());
-            }
+            return regression_exit(fail_on_regression, regressed, &too_few);
         }
         Command::Merge { files, json } => {
             let mut target = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
@@ -711,6 +687,26 @@ fn run_one(
     scenario::run(info, backend, request, &progress)
 }
 
+/// `hvlab compare`'s exit: with `--fail-on-regression`, 1 on a regression, and an error when
+/// some comparison had too few samples to judge.
+fn regression_exit(
+    fail_on_regression: bool,
+    regression: bool,
+    too_few: &[String],
+) -> Result<ExitCode, Error> {
+    if fail_on_regression && regression {
+        return Ok(ExitCode::from(1));
+    }
+    if fail_on_regression && !too_few.is_empty() {
+        return Err(InputError::TooFewToJudge(
+            too_few.join(", "),
+            crate::analysis::statistics::exact_min_n(0.05),
+        )
+        .into());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// The store a command saves its runs in, opened once, and where it is (for the
 /// "stored run … in …" line).
 struct RunStore {
@@ -823,8 +819,20 @@ fn write_report(
     dir: &std::path::Path,
     option: &'static str,
 ) -> Result<PathBuf, Error> {
+    write_report_with(dir, option, |dir| {
+        crate::report::write(records, fidelity, fleet, dir)
+    })
+}
+
+/// Checks the report directory `dir` (given with `option`), then writes the report into it with
+/// `write`, an I/O failure becoming an error naming the directory and the option.
+fn write_report_with(
+    dir: &std::path::Path,
+    option: &'static str,
+    write: impl FnOnce(&std::path::Path) -> std::io::Result<PathBuf>,
+) -> Result<PathBuf, Error> {
     check_output_dir(dir, "the report", option)?;
-    crate::report::write(records, fidelity, fleet, dir).map_err(|e| Error::OutputPath {
+    write(dir).map_err(|e| Error::OutputPath {
         what: "the report",
         path: dir.to_path_buf(),
         option,
@@ -980,19 +988,7 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
     if args.backend == BackendKind::Kvm && args.measure.profile.is_some() {
         return Err(InputError::ProfileWithKvm.into());
     }
-    if !info.backends.contains(&args.backend) {
-        return Err(InputError::BackendCannotRun {
-            backend: args.backend.to_string(),
-            scenario: info.name.to_string(),
-            supported: info
-                .backends
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", "),
-        }
-        .into());
-    }
+    info.require_backend(args.backend)?;
     let (shard, source) = lab::shard::resolve(
         args.shard.shard.as_deref(),
         args.shard.shard_count,
