@@ -374,7 +374,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             let mut backend = backends::make(
                 args.backend,
                 host::probe(),
-                args.measure.profile.as_deref(),
+                &backends::ModelProfile::named(args.measure.profile.as_deref()),
                 args.measure.seed,
             )?;
             let mut record = run_one(info, backend.as_mut(), &request, args.measure.json)?;
@@ -901,6 +901,7 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
         Some(RunStore::open(db)?)
     };
     let h = host::probe();
+    let model_profile = backends::ModelProfile::named(args.measure.profile.as_deref());
     let json = args.measure.json;
     if !shard.is_whole() {
         eprintln!("suite shard {shard} ({source})");
@@ -914,7 +915,7 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
         args.backend,
         shard,
         args.measure.seed,
-        |kind, host, seed| backends::make(kind, host, args.measure.profile.as_deref(), seed),
+        |kind, host, seed| backends::make(kind, host, &model_profile, seed),
         |info| request_of(info, &args.measure, Vec::new(), Vec::new()),
         |info| TermProgress::new(info.name, json),
         |record| {
@@ -1014,18 +1015,17 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
         Some((Store::open(&path)?, path))
     };
     let host = host::probe();
-    let (threads, profile) = match args.backend {
-        BackendKind::Kvm => (1, None),
-        BackendKind::Model => (
+    let model_profile = backends::ModelProfile::named(args.measure.profile.as_deref());
+    let threads = match args.backend {
+        BackendKind::Kvm => 1,
+        BackendKind::Model => {
+            // Resolved before the sweep starts, so a bad --profile costs no point.
+            model_profile.get(&host)?;
             args.jobs.map_or_else(
                 || std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
                 |j| j as usize,
-            ),
-            Some(backends::model_profile(
-                &host,
-                args.measure.profile.as_deref(),
-            )?),
-        ),
+            )
+        }
     };
     let json = args.measure.json;
     eprintln!(
@@ -1041,12 +1041,7 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
         &plan,
         shard,
         threads,
-        |seed| -> Result<Box<dyn Backend>, Error> {
-            match &profile {
-                Some(p) => Ok(Box::new(ModelBackend::new(p.clone(), host.clone(), seed))),
-                None => backends::kvm(host.clone()),
-            }
-        },
+        |seed| backends::make(args.backend, host.clone(), &model_profile, seed),
         &progress,
         |mut record| {
             if let Some((store, _)) = &mut store {
