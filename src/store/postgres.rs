@@ -61,12 +61,6 @@ impl PgStore {
         |e| StoreError::Pg(self.shown.clone(), e)
     }
 
-    pub(super) fn schema_version(&self) -> Result<i64, StoreError> {
-        Ok(version(&mut *self.client.borrow_mut())
-            .map_err(self.pg())?
-            .unwrap_or(0))
-    }
-
     pub(super) fn save(&mut self, run: &mut RunRecord) -> Result<(), StoreError> {
         let pg = |e| StoreError::Pg(self.shown.clone(), e);
         let mut client = self.client.borrow_mut();
@@ -170,26 +164,6 @@ impl PgStore {
             .iter()
             .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
             .collect::<Result<Vec<(String, String)>, postgres::Error>>()
-            .map_err(self.pg())
-    }
-
-    pub(super) fn samples(
-        &self,
-        run_id: &str,
-        variant: &str,
-        metric: &str,
-    ) -> Result<Vec<f64>, StoreError> {
-        self.client
-            .borrow_mut()
-            .query(
-                "SELECT value FROM samples WHERE run_id = $1 AND variant = $2 AND metric = $3
-                 ORDER BY rep",
-                &[&run_id, &variant, &metric],
-            )
-            .map_err(self.pg())?
-            .iter()
-            .map(|r| r.try_get(0))
-            .collect::<Result<_, _>>()
             .map_err(self.pg())
     }
 }
