@@ -50,14 +50,19 @@ pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
 /// A stable 64-bit seed from a base seed and labels (FNV-1a), so each metric's resampling is
 /// independent of the order in which metrics are summarised.
 pub fn seed_for(base: u64, labels: &[&str]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ base;
-    for label in labels {
-        for b in label.bytes().chain(std::iter::once(0xff)) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    h
+    labels.iter().fold(FNV1A_OFFSET ^ base, |h, label| {
+        fnv1a(h, label.bytes().chain(std::iter::once(0xff)))
+    })
+}
+
+/// FNV-1a's offset basis: the state a hash starts from.
+pub const FNV1A_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a (64-bit) over `bytes`, continuing from `state`.
+pub fn fnv1a(state: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(state, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 fn resample_median(samples: &[f64], rng: &mut ChaCha8Rng, scratch: &mut Vec<f64>) -> f64 {

@@ -366,23 +366,21 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 eprintln!("note: {notice}");
             }
             // Check the database before measuring, so a bad --db does not cost a run.
-            let db_path = if args.measure.no_store {
+            let mut run_store = if args.measure.no_store {
                 None
             } else {
-                let path = store::resolve_path(cli.db.as_deref())?;
-                Store::open(&path)?;
-                Some(path)
+                Some(RunStore::open(cli.db.as_deref())?)
             };
             let mut backend = backends::make(
                 args.backend,
                 host::probe(),
-                args.measure.profile.as_deref(),
+                &backends::ModelProfile::named(args.measure.profile.as_deref()),
                 args.measure.seed,
             )?;
             let mut record = run_one(info, backend.as_mut(), &request, args.measure.json)?;
             scenario::judge(&record)?;
-            if let Some(path) = db_path {
-                store_at(&path, &mut record)?;
+            if let Some(s) = &mut run_store {
+                s.save(&mut record)?;
             }
             if args.measure.json {
                 print_json(&record)?;
@@ -394,7 +392,9 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         Command::Runs { limit, json } => {
             let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
             let list = store.list(limit)?;
-            let hosts = lab::fleet::group_by_host(lab::fleet::load_recent(&store, limit)?);
+            let hosts = lab::fleet::group_by_host(list.iter().collect(), |l| {
+                lab::fleet::HostFingerprint::of_listing(l)
+            });
             if json {
                 let hosts: Vec<serde_json::Value> = hosts
                     .iter()
@@ -402,7 +402,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                     .collect();
                 print_json(&serde_json::json!({ "runs": list, "hosts": hosts }))?;
             } else {
-                print_text(&render::runs_by_host(&list, &hosts))?;
+                print_text(&render::runs_by_host(&hosts))?;
             }
         }
         Command::Show { run, json, verbose } => {
@@ -425,14 +425,9 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             let records = store.sweep_runs(&id)?;
             let view = crate::report::SweepView::of(&id, &records)
                 .ok_or_else(|| InputError::NoSuchSweep(id.clone()))?;
-            check_output_dir(&output, "the report", "-o DIR")?;
-            let path =
-                crate::report::write_sweep(&view, &output).map_err(|e| Error::OutputPath {
-                    what: "the report",
-                    path: output.clone(),
-                    option: "-o DIR",
-                    why: format!("{e}; choose a writable place"),
-                })?;
+            let path = write_report_with(&output, "-o DIR", |dir| {
+                crate::report::write_sweep(&view, dir)
+            })?;
             print_text(&format!(
                 "report of sweep {id} ({} runs): {}",
                 records.len(),
@@ -446,25 +441,26 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         } => {
             let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
             // The fleet page shows the latest run of each scenario and backend on every host.
-            let (records, fleet) = if runs.is_empty() {
-                (
-                    lab::latest_runs(&store)?,
-                    lab::fleet::latest_per_host(&store)?,
-                )
+            // The index shows the latest of those per scenario and backend (or the runs named).
+            let (fleet, latest) = if runs.is_empty() {
+                let fleet = lab::fleet::latest_per_host(&store)?;
+                let latest = lab::latest_runs(&fleet);
+                (fleet, Some(latest))
             } else {
                 let records = runs
                     .iter()
                     .map(|r| store.load(r))
                     .collect::<Result<Vec<_>, _>>()?;
-                (records.clone(), records)
+                (records, None)
             };
+            let records = latest.as_deref().unwrap_or(&fleet);
             if records.is_empty() {
                 return Err(InputError::NoRuns.into());
             }
             // The model against the threads: deterministic and a fraction of a second, so
             // every report carries it.
             let fidelity = lab::fidelity::evaluate(&host::probe(), None, DEFAULT_SEED)?;
-            let path = write_report(&records, &fidelity, &fleet, &output, "-o DIR")?;
+            let path = write_report(records, &fidelity, &fleet, &output, "-o DIR")?;
             print_text(&format!(
                 "report of {} runs: {}",
                 records.len(),
@@ -502,17 +498,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 } else {
                     print_text(&render::fleet_compare(&a, &b, &outcome))?;
                 }
-                if fail_on_regression && outcome.regression {
-                    return Ok(ExitCode::from(1));
-                }
-                if fail_on_regression && !outcome.too_few.is_empty() {
-                    return Err(InputError::TooFewToJudge(
-                        outcome.too_few.join(", "),
-                        crate::analysis::statistics::exact_min_n(0.05),
-                    )
-                    .into());
-                }
-                return Ok(ExitCode::SUCCESS);
+                return regression_exit(fail_on_regression, outcome.regression, &outcome.too_few);
             }
             if scenario.is_some() || variant.is_some() {
                 return Err(InputError::BadValue {
@@ -535,16 +521,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                     print_text(&format!("  [{}] {}", comparison_label(c), c))?;
                 }
             }
-            if fail_on_regression && regressed {
-                return Ok(ExitCode::from(1));
-            }
-            if fail_on_regression && !too_few.is_empty() {
-                return Err(InputError::TooFewToJudge(
-                    too_few.join(", "),
-                    crate::analysis::statistics::exact_min_n(0.05),
-                )
-                .into());
-            }
+            return regression_exit(fail_on_regression, regressed, &too_few);
         }
         Command::Merge { files, json } => {
             let mut target = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
@@ -710,21 +687,47 @@ fn run_one(
     scenario::run(info, backend, request, &progress)
 }
 
-fn store_run(
-    db: Option<&std::path::Path>,
-    record: &mut RunRecord,
-    skip: bool,
-) -> Result<(), Error> {
-    if skip {
-        return Ok(());
+/// `hvlab compare`'s exit: with `--fail-on-regression`, 1 on a regression, and an error when
+/// some comparison had too few samples to judge.
+fn regression_exit(
+    fail_on_regression: bool,
+    regression: bool,
+    too_few: &[String],
+) -> Result<ExitCode, Error> {
+    if fail_on_regression && regression {
+        return Ok(ExitCode::from(1));
     }
-    store_at(&store::resolve_path(db)?, record)
+    if fail_on_regression && !too_few.is_empty() {
+        return Err(InputError::TooFewToJudge(
+            too_few.join(", "),
+            crate::analysis::statistics::exact_min_n(0.05),
+        )
+        .into());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
-fn store_at(path: &store::Location, record: &mut RunRecord) -> Result<(), Error> {
-    Store::open(path)?.save(record)?;
-    eprintln!("stored run {} in {}", record.run_id, path.display());
-    Ok(())
+/// The store a command saves its runs in, opened once, and where it is (for the
+/// "stored run … in …" line).
+struct RunStore {
+    store: Store,
+    at: store::Location,
+}
+
+impl RunStore {
+    fn open(db: Option<&std::path::Path>) -> Result<RunStore, Error> {
+        let at = store::resolve_path(db)?;
+        Ok(RunStore {
+            store: Store::open(&at)?,
+            at,
+        })
+    }
+
+    fn save(&mut self, record: &mut RunRecord) -> Result<(), Error> {
+        self.store.save(record)?;
+        eprintln!("stored run {} in {}", record.run_id, self.at.display());
+        Ok(())
+    }
 }
 
 /// Whether the process can write `path` (an existing file, opened without truncating) or
@@ -816,8 +819,20 @@ fn write_report(
     dir: &std::path::Path,
     option: &'static str,
 ) -> Result<PathBuf, Error> {
+    write_report_with(dir, option, |dir| {
+        crate::report::write(records, fidelity, fleet, dir)
+    })
+}
+
+/// Checks the report directory `dir` (given with `option`), then writes the report into it with
+/// `write`, an I/O failure becoming an error naming the directory and the option.
+fn write_report_with(
+    dir: &std::path::Path,
+    option: &'static str,
+    write: impl FnOnce(&std::path::Path) -> std::io::Result<PathBuf>,
+) -> Result<PathBuf, Error> {
     check_output_dir(dir, "the report", option)?;
-    crate::report::write(records, fidelity, fleet, dir).map_err(|e| Error::OutputPath {
+    write(dir).map_err(|e| Error::OutputPath {
         what: "the report",
         path: dir.to_path_buf(),
         option,
@@ -880,10 +895,13 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
     }
     // Refuse an unwritable report directory or database before measuring for a minute.
     check_output_dir(&args.report, "the report", "--report DIR")?;
-    if !args.measure.no_store {
-        Store::open(&store::resolve_path(db)?)?;
-    }
+    let mut run_store = if args.measure.no_store {
+        None
+    } else {
+        Some(RunStore::open(db)?)
+    };
     let h = host::probe();
+    let model_profile = backends::ModelProfile::named(args.measure.profile.as_deref());
     let json = args.measure.json;
     if !shard.is_whole() {
         eprintln!("suite shard {shard} ({source})");
@@ -897,11 +915,13 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
         args.backend,
         shard,
         args.measure.seed,
-        |kind, host, seed| backends::make(kind, host, args.measure.profile.as_deref(), seed),
+        |kind, host, seed| backends::make(kind, host, &model_profile, seed),
         |info| request_of(info, &args.measure, Vec::new(), Vec::new()),
         |info| TermProgress::new(info.name, json),
         |record| {
-            store_run(db, record, args.measure.no_store)?;
+            if let Some(s) = &mut run_store {
+                s.save(record)?;
+            }
             if !json {
                 print_text(&render::run(record, false))?;
                 print_text("")?;
@@ -969,19 +989,7 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
     if args.backend == BackendKind::Kvm && args.measure.profile.is_some() {
         return Err(InputError::ProfileWithKvm.into());
     }
-    if !info.backends.contains(&args.backend) {
-        return Err(InputError::BackendCannotRun {
-            backend: args.backend.to_string(),
-            scenario: info.name.to_string(),
-            supported: info
-                .backends
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", "),
-        }
-        .into());
-    }
+    info.require_backend(args.backend)?;
     let (shard, source) = lab::shard::resolve(
         args.shard.shard.as_deref(),
         args.shard.shard_count,
@@ -1007,18 +1015,17 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
         Some((Store::open(&path)?, path))
     };
     let host = host::probe();
-    let (threads, profile) = match args.backend {
-        BackendKind::Kvm => (1, None),
-        BackendKind::Model => (
+    let model_profile = backends::ModelProfile::named(args.measure.profile.as_deref());
+    let threads = match args.backend {
+        BackendKind::Kvm => 1,
+        BackendKind::Model => {
+            // Resolved before the sweep starts, so a bad --profile costs no point.
+            model_profile.get(&host)?;
             args.jobs.map_or_else(
                 || std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
                 |j| j as usize,
-            ),
-            Some(backends::model_profile(
-                &host,
-                args.measure.profile.as_deref(),
-            )?),
-        ),
+            )
+        }
     };
     let json = args.measure.json;
     eprintln!(
@@ -1034,12 +1041,7 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
         &plan,
         shard,
         threads,
-        |seed| -> Result<Box<dyn Backend>, Error> {
-            match &profile {
-                Some(p) => Ok(Box::new(ModelBackend::new(p.clone(), host.clone(), seed))),
-                None => backends::kvm(host.clone()),
-            }
-        },
+        |seed| backends::make(args.backend, host.clone(), &model_profile, seed),
         &progress,
         |mut record| {
             if let Some((store, _)) = &mut store {
@@ -1118,13 +1120,23 @@ fn validate(
     };
     let host = h.clone();
     let mut model = ModelBackend::new(profile, h, DEFAULT_SEED);
+    let mut run_store: Option<RunStore> = None;
     let checks = lab::validate::validate(
         kvm.as_mut(),
         &mut model,
         &host,
         tolerance,
         &progress,
-        |record| store_run(db, record, false),
+        |record| {
+            // Opened at the first save: when validate has always reported a bad --db.
+            if run_store.is_none() {
+                run_store = Some(RunStore::open(db)?);
+            }
+            match &mut run_store {
+                Some(s) => s.save(record),
+                None => Ok(()),
+            }
+        },
     )?;
     let failed = checks.iter().filter(|c| !c.pass).count();
     if json {

@@ -264,27 +264,6 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
     s.trim_end().to_string()
 }
 
-/// `hvlab runs`.
-pub fn runs(list: &[RunListing]) -> String {
-    if list.is_empty() {
-        return "no runs stored yet; `hvlab run lifecycle` or `hvlab suite` makes some".into();
-    }
-    let mut s = String::new();
-    let width = list.iter().map(|r| r.run_id.len()).max().unwrap_or(0);
-    for r in list {
-        let _ = writeln!(
-            s,
-            "{:<width$}  {:<10} {:<6} {:<20} {}",
-            r.run_id,
-            r.scenario,
-            r.backend,
-            format!("{} {}", r.kvm_flavour, r.kernel),
-            r.variants.join(",")
-        );
-    }
-    s.trim_end().to_string()
-}
-
 /// What `hvlab merge` or `import` did with one source (or all of them).
 pub fn tally(what: &str, t: &crate::store::transfer::Tally) -> String {
     let mut s = format!(
@@ -304,12 +283,17 @@ pub fn tally(what: &str, t: &crate::store::transfer::Tally) -> String {
 }
 
 /// `hvlab runs`: the runs under the host that produced them.
-pub fn runs_by_host(list: &[RunListing], hosts: &[crate::lab::fleet::HostGroup]) -> String {
-    if list.is_empty() {
-        return runs(list);
+pub fn runs_by_host(hosts: &[crate::lab::fleet::HostGroup<&RunListing>]) -> String {
+    if hosts.is_empty() {
+        return "no runs stored yet; `hvlab run lifecycle` or `hvlab suite` makes some".into();
     }
     let mut s = String::new();
-    let width = list.iter().map(|r| r.run_id.len()).max().unwrap_or(0);
+    let width = hosts
+        .iter()
+        .flat_map(|h| &h.runs)
+        .map(|r| r.run_id.len())
+        .max()
+        .unwrap_or(0);
     for h in hosts {
         let _ = writeln!(
             s,
@@ -319,14 +303,13 @@ pub fn runs_by_host(list: &[RunListing], hosts: &[crate::lab::fleet::HostGroup])
             if h.runs.len() == 1 { "" } else { "s" }
         );
         for r in &h.runs {
-            let variants: Vec<&str> = r.variants.iter().map(|v| v.name.as_str()).collect();
             let _ = writeln!(
                 s,
                 "  {:<width$}  {:<10} {:<6} {}",
                 r.run_id,
                 r.scenario,
                 r.backend.to_string(),
-                variants.join(",")
+                r.variants.join(",")
             );
         }
     }

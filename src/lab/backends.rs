@@ -1,6 +1,8 @@
 //! The kvm backend where this build has it, and a plain "not built" where it does not, so the
 //! command line reads the same in both builds.
 
+use std::sync::{Mutex, PoisonError};
+
 use crate::backend::host::HostInfo;
 use crate::backend::{Backend, BackendKind};
 use crate::error::Error;
@@ -32,21 +34,48 @@ pub fn calibrate(_: &mut dyn Backend, _: &dyn Progress) -> Result<Profile, Error
     Err(crate::backend::error::KvmError::NotBuilt.into())
 }
 
-/// The backend `kind` on `host`: `/dev/kvm`, or the model with `profile` (see
-/// [`model_profile`]).
+/// The backend `kind` on `host`: `/dev/kvm`, or the model with `profile`'s profile.
 pub fn make(
     kind: BackendKind,
     host: HostInfo,
-    profile: Option<&str>,
+    profile: &ModelProfile<'_>,
     seed: u64,
 ) -> Result<Box<dyn Backend>, Error> {
     match kind {
         BackendKind::Kvm => kvm(host),
-        BackendKind::Model => Ok(Box::new(ModelBackend::new(
-            model_profile(&host, profile)?,
-            host,
-            seed,
-        ))),
+        BackendKind::Model => Ok(Box::new(ModelBackend::new(profile.get(&host)?, host, seed))),
+    }
+}
+
+/// The model's cost profile for the backends one command opens: resolved (see
+/// [`model_profile`]) when the first model backend is opened, then reused, so a suite reads it
+/// and says its note once, and a command that opens no model backend never reads it.
+#[derive(Debug)]
+pub struct ModelProfile<'a> {
+    named: Option<&'a str>,
+    resolved: Mutex<Option<Profile>>,
+}
+
+impl<'a> ModelProfile<'a> {
+    /// `named` (a built-in name or a TOML path), else this host's default: see
+    /// [`model_profile`].
+    pub fn named(named: Option<&'a str>) -> ModelProfile<'a> {
+        ModelProfile {
+            named,
+            resolved: Mutex::new(None),
+        }
+    }
+
+    /// The profile for `host`, resolved at the first call.
+    pub fn get(&self, host: &HostInfo) -> Result<Profile, Error> {
+        // A panic elsewhere cannot leave a half-set profile: take it as it is.
+        let mut resolved = self.resolved.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(p) = &*resolved {
+            return Ok(p.clone());
+        }
+        let p = model_profile(host, self.named)?;
+        *resolved = Some(p.clone());
+        Ok(p)
     }
 }
 

@@ -261,19 +261,27 @@ pub fn compare_fleet(
     if let Some(name) = scenario {
         scenario::find(name)?;
     }
-    let mut sides: [Vec<RunRecord>; 2] = [Vec::new(), Vec::new()];
+    // Picked from the listing, which carries the host and backend; only picked runs are read,
+    // each once even when both selectors pick it.
+    let mut picked: Vec<([bool; 2], RunRecord)> = Vec::new();
     for l in store.list(usize::MAX)? {
         if scenario.is_some_and(|s| s != l.scenario) {
             continue;
         }
-        let run = store.load(&l.run_id)?;
-        if a.matches(&run) {
-            sides[0].push(run.clone());
-        }
-        if b.matches(&run) {
-            sides[1].push(run);
+        let host = HostFingerprint::of_listing(&l);
+        let on = [a, b].map(|sel| sel.matches_host(&host, l.backend));
+        if on.contains(&true) {
+            picked.push((on, store.load(&l.run_id)?));
         }
     }
+    let side = |i: usize| -> Vec<&RunRecord> {
+        picked
+            .iter()
+            .filter(|(on, _)| on[i])
+            .map(|(_, r)| r)
+            .collect()
+    };
+    let sides = [side(0), side(1)];
     for (side, sel) in sides.iter().zip([a, b]) {
         if side.is_empty() {
             return Err(InputError::NoSuchRun(match scenario {
@@ -309,7 +317,7 @@ pub fn compare_fleet(
     let scenario_name = sides[0][0].scenario.clone();
     let info = scenario::find(&scenario_name)?;
     let metric = metric.unwrap_or(info.headline).to_string();
-    let ok_on = |runs: &[RunRecord], v: &str| {
+    let ok_on = |runs: &[&RunRecord], v: &str| {
         runs.iter().any(|r| {
             r.variant(v)
                 .is_some_and(|x| x.is_ok() && x.metrics.contains_key(&metric))
@@ -352,16 +360,17 @@ pub fn compare_fleet(
             .iter()
             .find_map(|r| r.variant(v).and_then(|x| x.metrics.get(&metric)))
             .map_or(String::new(), |m| m.unit.clone());
-        let with_metric = |side: &'_ [RunRecord]| -> Vec<RunRecord> {
-            side.iter()
+        let with_metric = |i: usize| -> Vec<&RunRecord> {
+            sides[i]
+                .iter()
+                .copied()
                 .filter(|r| {
                     r.variant(v)
                         .is_some_and(|x| x.is_ok() && x.metrics.contains_key(&metric))
                 })
-                .cloned()
                 .collect()
         };
-        let (ra, rb) = (with_metric(&sides[0]), with_metric(&sides[1]));
+        let (ra, rb) = (with_metric(0), with_metric(1));
         let (ka, kb) = (by_key(&pairing, &ra), by_key(&pairing, &rb));
         let hosts_of = |runs: &[&RunRecord]| {
             let mut h: Vec<HostFingerprint> =
@@ -407,7 +416,7 @@ pub fn compare_fleet(
         };
         // Overall: one value per host (its median of per-run medians), so a host with many runs
         // weighs no more than one with a single run.
-        let host_medians = |runs: &[RunRecord]| -> Vec<f64> {
+        let host_medians = |runs: &[&RunRecord]| -> Vec<f64> {
             let mut per: BTreeMap<HostFingerprint, Vec<f64>> = BTreeMap::new();
             for r in runs {
                 if let Some(m) = r.variant(v).and_then(|x| x.metrics.get(&metric)) {
@@ -462,9 +471,9 @@ pub fn compare_fleet(
 }
 
 /// Runs by their host's pairing key.
-fn by_key<'a>(pairing: &HostMatch, runs: &'a [RunRecord]) -> BTreeMap<String, Vec<&'a RunRecord>> {
+fn by_key<'a>(pairing: &HostMatch, runs: &[&'a RunRecord]) -> BTreeMap<String, Vec<&'a RunRecord>> {
     let mut m: BTreeMap<String, Vec<&RunRecord>> = BTreeMap::new();
-    for r in runs {
+    for &r in runs {
         m.entry(pairing.key(&HostFingerprint::of(&r.host)))
             .or_default()
             .push(r);

@@ -17,6 +17,7 @@ use std::fmt;
 
 use serde::Serialize;
 
+use crate::backend::BackendKind;
 use crate::backend::host::HostInfo;
 use crate::error::{Error, InputError};
 use crate::record::RunRecord;
@@ -80,20 +81,24 @@ impl fmt::Display for HostFingerprint {
     }
 }
 
-/// One host's runs.
+/// One host's runs (whole records, or their listings).
 #[derive(Debug, Clone)]
-pub struct HostGroup {
+pub struct HostGroup<T = RunRecord> {
     /// The host.
     pub fingerprint: HostFingerprint,
     /// Its runs, in the order given (newest first from the store).
-    pub runs: Vec<RunRecord>,
+    pub runs: Vec<T>,
 }
 
-/// Groups runs by host fingerprint; hosts in order of their first run, runs in the order given.
-pub fn group_by_host(runs: Vec<RunRecord>) -> Vec<HostGroup> {
-    let mut groups: Vec<HostGroup> = Vec::new();
+/// Groups runs by host fingerprint (`host_of` tells a run's); hosts in order of their first
+/// run, runs in the order given.
+pub fn group_by_host<T>(
+    runs: Vec<T>,
+    host_of: impl Fn(&T) -> HostFingerprint,
+) -> Vec<HostGroup<T>> {
+    let mut groups: Vec<HostGroup<T>> = Vec::new();
     for r in runs {
-        let fp = HostFingerprint::of(&r.host);
+        let fp = host_of(&r);
         match groups.iter_mut().find(|g| g.fingerprint == fp) {
             Some(g) => g.runs.push(r),
             None => groups.push(HostGroup {
@@ -103,15 +108,6 @@ pub fn group_by_host(runs: Vec<RunRecord>) -> Vec<HostGroup> {
         }
     }
     groups
-}
-
-/// The `limit` most recent complete runs, loaded whole.
-pub fn load_recent(store: &Store, limit: usize) -> Result<Vec<RunRecord>, Error> {
-    store
-        .list(limit)?
-        .iter()
-        .map(|l| store.load(&l.run_id).map_err(Error::from))
-        .collect()
 }
 
 /// The latest run of each scenario on each backend on each host, hosts in order of their
@@ -149,7 +145,7 @@ pub struct HostValue {
 /// `metric` of `variant` on one host's `runs`: one run speaks for itself (median and 95% CI);
 /// several are summarised by their medians (median, and min–max as the spread), a run being
 /// the unit of replication.
-pub fn host_value(runs: &[RunRecord], variant: &str, metric: &str) -> Option<HostValue> {
+pub fn host_value(runs: &[&RunRecord], variant: &str, metric: &str) -> Option<HostValue> {
     let ms: Vec<&crate::record::MetricRecord> = runs
         .iter()
         .filter_map(|r| r.variant(variant).filter(|v| v.is_ok()))
@@ -297,12 +293,18 @@ impl Selector {
 
     /// Whether `run` is selected.
     pub fn matches(&self, run: &RunRecord) -> bool {
+        self.matches_host(&HostFingerprint::of(&run.host), run.backend)
+    }
+
+    /// Whether a run on `host` by `backend` is selected (a listing tells both, so runs are
+    /// picked before they are read).
+    pub fn matches_host(&self, host: &HostFingerprint, backend: BackendKind) -> bool {
         self.terms.iter().all(|(key, v)| match key {
-            SelectorKey::Kernel => kernel_matches(&run.host.kernel, v),
-            SelectorKey::Cpu => run.host.cpu.to_lowercase().contains(&v.to_lowercase()),
-            SelectorKey::Flavour => run.host.kvm_flavour.to_string() == *v,
-            SelectorKey::Hz => run.host.hz.to_string() == *v,
-            SelectorKey::Backend => run.backend.to_string() == *v,
+            SelectorKey::Kernel => kernel_matches(&host.kernel, v),
+            SelectorKey::Cpu => host.cpu.to_lowercase().contains(&v.to_lowercase()),
+            SelectorKey::Flavour => host.flavour == *v,
+            SelectorKey::Hz => host.hz.to_string() == *v,
+            SelectorKey::Backend => backend.to_string() == *v,
         })
     }
 }
@@ -392,12 +394,15 @@ mod tests {
         epyc_more_cores.cores = 64;
         let mut epyc_1000 = epyc.clone();
         epyc_1000.hz = 1000;
-        let groups = group_by_host(vec![
-            run("a", epyc.clone()),
-            run("b", host("6.19.0", "AMD EPYC 7763", KvmFlavour::Svm, 250)),
-            run("c", epyc_more_cores),
-            run("d", epyc_1000),
-        ]);
+        let groups = group_by_host(
+            vec![
+                run("a", epyc.clone()),
+                run("b", host("6.19.0", "AMD EPYC 7763", KvmFlavour::Svm, 250)),
+                run("c", epyc_more_cores),
+                run("d", epyc_1000),
+            ],
+            |r| HostFingerprint::of(&r.host),
+        );
         let ids: Vec<Vec<&str>> = groups
             .iter()
             .map(|g| g.runs.iter().map(|r| r.run_id.as_str()).collect())

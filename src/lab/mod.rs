@@ -19,7 +19,7 @@ use crate::backend::BackendKind;
 use crate::error::Error;
 use crate::record::RunRecord;
 use crate::scenario;
-use crate::store::{self, Store};
+use crate::store;
 
 /// Where `hvlab calibrate` puts this host's profile by default: beside the results database,
 /// or in hvlab's local data directory when the results are in PostgreSQL (a profile belongs
@@ -35,19 +35,19 @@ pub fn calibrated_profile_path() -> Result<PathBuf, Error> {
     ))
 }
 
-/// The latest run of each scenario on each backend, in catalog order.
-pub fn latest_runs(store: &Store) -> Result<Vec<RunRecord>, Error> {
-    let listing = store.list(10_000)?;
+/// The latest run of each scenario on each backend, in catalog order, out of runs listed newest
+/// first (such as [`fleet::latest_per_host`]'s, which holds the latest of every host).
+pub fn latest_runs(newest_first: &[RunRecord]) -> Vec<RunRecord> {
     let mut out = Vec::new();
     for info in scenario::catalog() {
         for backend in BackendKind::ALL {
-            if let Some(l) = listing
+            if let Some(r) = newest_first
                 .iter()
-                .find(|l| l.scenario == info.name && l.backend == backend)
+                .find(|r| r.scenario == info.name && r.backend == backend)
             {
-                out.push(store.load(&l.run_id)?);
+                out.push(r.clone());
             }
         }
     }
-    Ok(out)
+    out
 }

@@ -24,6 +24,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::analysis::statistics::{FNV1A_OFFSET, fnv1a};
 use crate::error::InputError;
 
 /// The variables [`from_env`] reads.
@@ -126,16 +127,6 @@ impl Shard {
             index: i - 1,
             count: n,
         })
-    }
-
-    /// 0-based index.
-    pub fn index(&self) -> u32 {
-        self.index
-    }
-
-    /// Number of shards.
-    pub fn count(&self) -> u32 {
-        self.count
     }
 
     /// Whether the unit at 0-based position `position` of the job is this shard's.
@@ -391,11 +382,7 @@ fn kubernetes_shard<'a>(
 /// mixed in: it is recorded with every run (`git_rev`), and keeping seeds across revisions
 /// lets a model change be compared with common random numbers.
 pub fn unit_seed(key: &str, base: u64) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in key.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
+    let h = fnv1a(FNV1A_OFFSET, key.bytes());
     splitmix(h ^ splitmix(base))
 }
 

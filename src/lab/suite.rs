@@ -121,7 +121,12 @@ pub fn run<P: Progress>(
         keys.push(key.clone());
         let opened = match unit.showcase {
             None => backend(kind, host.clone(), seed),
-            Some((_, sc)) => super::backends::make(kind, host.clone(), Some(sc.profile), seed),
+            Some((_, sc)) => super::backends::make(
+                kind,
+                host.clone(),
+                &super::backends::ModelProfile::named(Some(sc.profile)),
+                seed,
+            ),
         };
         let mut b = match opened {
             Ok(b) => b,

@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use super::charts;
 use super::html::{STYLE, esc};
-use crate::lab::fleet::{HostGroup, group_by_host, host_value};
+use crate::lab::fleet::{HostFingerprint, HostGroup, group_by_host, host_value};
 use crate::record::RunRecord;
 use crate::report::words::fmt_value;
 
@@ -15,7 +15,7 @@ pub const FILE: &str = "fleet.html";
 
 /// The whole page.
 pub fn page(records: &[RunRecord]) -> String {
-    let hosts = group_by_host(records.to_vec());
+    let hosts = group_by_host(records.iter().collect(), |r| HostFingerprint::of(&r.host));
     let mut s = String::new();
     let _ = write!(
         s,
@@ -66,13 +66,13 @@ fn label(i: usize) -> String {
     format!("H{}", i + 1)
 }
 
-fn section(s: &mut String, hosts: &[HostGroup], scenario: &str, backend: &str) {
+fn section(s: &mut String, hosts: &[HostGroup<&RunRecord>], scenario: &str, backend: &str) {
     let Ok(info) = crate::scenario::find(scenario) else {
         return;
     };
     let metric = info.headline;
     // The runs of this section per host, keeping each host's label.
-    let per_host: Vec<(usize, &HostGroup, Vec<RunRecord>)> = hosts
+    let per_host: Vec<(usize, &HostGroup<&RunRecord>, Vec<&RunRecord>)> = hosts
         .iter()
         .enumerate()
         .map(|(i, h)| {
@@ -80,7 +80,7 @@ fn section(s: &mut String, hosts: &[HostGroup], scenario: &str, backend: &str) {
                 .runs
                 .iter()
                 .filter(|r| r.scenario == scenario && r.backend.to_string() == backend)
-                .cloned()
+                .copied()
                 .collect::<Vec<_>>();
             (i, h, runs)
         })
@@ -105,7 +105,7 @@ fn section(s: &mut String, hosts: &[HostGroup], scenario: &str, backend: &str) {
         per_host.len()
     );
     for v in &variants {
-        let rows: Vec<(usize, &HostGroup, crate::lab::fleet::HostValue)> = per_host
+        let rows: Vec<(usize, &HostGroup<&RunRecord>, crate::lab::fleet::HostValue)> = per_host
             .iter()
             .filter_map(|(i, h, runs)| host_value(runs, v, metric).map(|x| (*i, *h, x)))
             .collect();

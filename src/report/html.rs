@@ -14,6 +14,11 @@ pub(super) fn esc(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// A run parameter as written on a page: strings bare, anything else as JSON.
+pub(super) fn param_value(v: &serde_json::Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), String::from)
+}
+
 pub(super) const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1000px;color:#222}\
 h1{border-bottom:2px solid #1f77b4}h2{margin-top:2em;border-bottom:1px solid #ccc}\
 table{border-collapse:collapse;margin:.5em 0;font-size:.9em}td,th{border:1px solid #ddd;padding:.2em .6em;text-align:right}\
@@ -89,10 +94,7 @@ fn run(s: &mut String, r: &RunRecord) {
             .params
             .iter()
             .filter(|(_, v)| v.as_str() != Some(""))
-            .map(|(k, v)| format!(
-                "{k}={}",
-                v.as_str().map_or_else(|| v.to_string(), String::from)
-            ))
+            .map(|(k, v)| format!("{k}={}", param_value(v)))
             .collect::<Vec<_>>()
             .join(", "))
     );

@@ -3,7 +3,9 @@
 
 use std::fmt::Write;
 
+use super::html::{esc, param_value};
 use super::words::fmt_value;
+use crate::lab::sweep::VARIANT_AXIS;
 use crate::record::{MetricRecord, RunRecord};
 
 use super::charts::{self, SweepSeries};
@@ -32,9 +34,7 @@ pub struct SweepView {
 }
 
 fn param_text(r: &RunRecord, key: &str) -> String {
-    r.params.get(key).map_or_else(String::new, |v| {
-        v.as_str().map_or_else(|| v.to_string(), String::from)
-    })
+    r.params.get(key).map_or_else(String::new, param_value)
 }
 
 impl SweepView {
@@ -68,7 +68,8 @@ impl SweepView {
         }
         let keys: Vec<String> = param_text(first, "sweep_grid")
             .split(',')
-            .filter(|k| !k.is_empty() && *k != "variant") // lab::sweep::VARIANT_AXIS: variants are series, not axes
+            // Variants are series, not axes.
+            .filter(|k| !k.is_empty() && *k != VARIANT_AXIS)
             .map(String::from)
             .collect();
         let mut axes: Vec<(String, Vec<String>)> =
@@ -200,13 +201,6 @@ impl SweepView {
         seen.dedup();
         seen.len()
     }
-}
-
-fn esc(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 /// The HTML page of a sweep: self-contained, like the run report.

@@ -92,6 +92,23 @@ impl ScenarioInfo {
             known: known.join(", "),
         }
     }
+
+    /// Refuses a backend this scenario does not run on, naming those it does.
+    pub fn require_backend(&self, backend: BackendKind) -> Result<(), InputError> {
+        if self.backends.contains(&backend) {
+            return Ok(());
+        }
+        Err(InputError::BackendCannotRun {
+            backend: backend.to_string(),
+            scenario: self.name.to_string(),
+            supported: self
+                .backends
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+    }
 }
 
 /// A chart the report draws for a run, as data: the report owns the drawing.
@@ -382,19 +399,7 @@ pub fn run_scenario(
     progress: &dyn Progress,
 ) -> Result<RunRecord, Error> {
     let info = s.info();
-    if !info.backends.contains(&backend.kind()) {
-        return Err(InputError::BackendCannotRun {
-            backend: backend.kind().to_string(),
-            scenario: info.name.to_string(),
-            supported: info
-                .backends
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", "),
-        }
-        .into());
-    }
+    info.require_backend(backend.kind())?;
     reject_duplicate_variants(request)?;
     let settings = Settings::parse(info, &request.sets)?;
     let started = runner::now_rfc3339();

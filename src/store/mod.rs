@@ -375,14 +375,6 @@ impl Store {
         &self.location
     }
 
-    /// The schema version the store is at (after opening: [`schema::LATEST`]).
-    pub fn schema_version(&self) -> Result<i64, StoreError> {
-        match &self.engine {
-            Engine::Sqlite(s) => s.schema_version(),
-            Engine::Postgres(s) => s.schema_version(),
-        }
-    }
-
     /// Writes a finished run in one transaction. Should another run already have `run.run_id`
     /// (ids end in 64 random bits, so this is a formality), the run gets a fresh suffix rather
     /// than being lost; `run.run_id` is updated to the id it was stored under.
@@ -431,19 +423,6 @@ impl Store {
                 serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(run_id, e))
             })
             .collect()
-    }
-
-    /// The samples of one metric of one variant, in repetition order, as stored.
-    pub fn samples(
-        &self,
-        run_id: &str,
-        variant: &str,
-        metric: &str,
-    ) -> Result<Vec<f64>, StoreError> {
-        match &self.engine {
-            Engine::Sqlite(s) => s.samples(run_id, variant, metric),
-            Engine::Postgres(s) => s.samples(run_id, variant, metric),
-        }
     }
 }
 

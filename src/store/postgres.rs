@@ -61,22 +61,18 @@ impl PgStore {
         |e| StoreError::Pg(self.shown.clone(), e)
     }
 
-    pub(super) fn schema_version(&self) -> Result<i64, StoreError> {
-        Ok(version(&mut *self.client.borrow_mut())
-            .map_err(self.pg())?
-            .unwrap_or(0))
-    }
-
     pub(super) fn save(&mut self, run: &mut RunRecord) -> Result<(), StoreError> {
         let pg = |e| StoreError::Pg(self.shown.clone(), e);
         let mut client = self.client.borrow_mut();
         let mut tx = client.transaction().map_err(pg)?;
         // A taken id gets a fresh suffix; ON CONFLICT keeps this safe against another hvlab
         // storing the same id at the same moment.
-        while !insert_run(&mut tx, &RunRow::of(run)?).map_err(pg)? {
+        let mut row = RunRow::of(run)?;
+        while !insert_run(&mut tx, &row).map_err(pg)? {
             run.run_id = renamed(&run.run_id);
+            row = RunRow::of(run)?;
         }
-        insert_children(&mut tx, &RunRow::of(run)?).map_err(pg)?;
+        insert_children(&mut tx, &row).map_err(pg)?;
         tx.commit().map_err(pg)
     }
 
@@ -90,12 +86,7 @@ impl PgStore {
             tx.commit().map_err(pg)?;
             return Ok(Ingested::Stored);
         }
-        let stored: Option<String> = tx
-            .query_opt("SELECT record_json FROM runs WHERE id = $1", &[&row.id])
-            .map_err(pg)?
-            .map(|r| r.try_get(0))
-            .transpose()
-            .map_err(pg)?;
+        let stored = stored_json(&mut tx, &row.id).map_err(pg)?;
         tx.rollback().map_err(pg)?;
         Ok(match stored {
             Some(json) if same_content(&json, run) => Ingested::AlreadyStored,
@@ -120,8 +111,9 @@ impl PgStore {
             .map(|r| {
                 let run_id: String = r.try_get(0).map_err(self.pg())?;
                 let backend: String = r.try_get(2).map_err(self.pg())?;
-                let backend = serde_json::from_value(serde_json::Value::String(backend))
-                    .map_err(|e| StoreError::Corrupt(run_id.clone(), e))?;
+                let backend = backend.parse().map_err(|e: String| {
+                    StoreError::Corrupt(run_id.clone(), serde::de::Error::custom(e))
+                })?;
                 let listing = (|| {
                     Ok::<_, postgres::Error>(RunListing {
                         run_id: run_id.clone(),
@@ -142,11 +134,8 @@ impl PgStore {
 
     pub(super) fn load_json(&self, query: &str) -> Result<String, StoreError> {
         let mut client = self.client.borrow_mut();
-        if let Some(row) = client
-            .query_opt("SELECT record_json FROM runs WHERE id = $1", &[&query])
-            .map_err(self.pg())?
-        {
-            return row.try_get(0).map_err(self.pg());
+        if let Some(json) = stored_json(&mut *client, query).map_err(self.pg())? {
+            return Ok(json);
         }
         let hits = client
             .query(
@@ -175,26 +164,6 @@ impl PgStore {
             .iter()
             .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
             .collect::<Result<Vec<(String, String)>, postgres::Error>>()
-            .map_err(self.pg())
-    }
-
-    pub(super) fn samples(
-        &self,
-        run_id: &str,
-        variant: &str,
-        metric: &str,
-    ) -> Result<Vec<f64>, StoreError> {
-        self.client
-            .borrow_mut()
-            .query(
-                "SELECT value FROM samples WHERE run_id = $1 AND variant = $2 AND metric = $3
-                 ORDER BY rep",
-                &[&run_id, &variant, &metric],
-            )
-            .map_err(self.pg())?
-            .iter()
-            .map(|r| r.try_get(0))
-            .collect::<Result<_, _>>()
             .map_err(self.pg())
     }
 }
@@ -274,6 +243,17 @@ fn insert_run(tx: &mut Transaction<'_>, row: &RunRow) -> Result<bool, postgres::
         ],
     )?;
     Ok(n == 1)
+}
+
+/// The stored record of the run with exactly this id.
+fn stored_json(
+    client: &mut impl postgres::GenericClient,
+    id: &str,
+) -> Result<Option<String>, postgres::Error> {
+    client
+        .query_opt("SELECT record_json FROM runs WHERE id = $1", &[&id])?
+        .map(|r| r.try_get(0))
+        .transpose()
 }
 
 /// The variants, samples and findings of a run whose row was just inserted: one statement

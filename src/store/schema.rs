@@ -23,95 +23,72 @@ pub struct Migration {
 /// The version this hvlab writes.
 pub const LATEST: i64 = 2;
 
+/// Migration 1's tables, written once for both engines: they differ only in the names of the
+/// 64-bit integer and float types.
+macro_rules! v1_tables {
+    ($int:literal, $real:literal) => {
+        concat!(
+            "
+CREATE TABLE IF NOT EXISTS runs (
+    id            TEXT PRIMARY KEY,
+    scenario      TEXT NOT NULL,
+    backend       TEXT NOT NULL,
+    profile       TEXT,
+    started_at    TEXT NOT NULL,
+    finished_at   TEXT NOT NULL,
+    status        TEXT NOT NULL CHECK (status = 'complete'),
+    kernel        TEXT NOT NULL,
+    kvm_flavour   TEXT NOT NULL,
+    hvlab_version TEXT NOT NULL,
+    git_rev       TEXT NOT NULL,
+    host_json     TEXT NOT NULL,
+    params_json   TEXT NOT NULL,
+    record_json   TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS samples (
+    run_id  TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    variant TEXT NOT NULL,
+    metric  TEXT NOT NULL,
+    unit    TEXT NOT NULL,
+    rep     ",
+            $int,
+            " NOT NULL,
+    value   ",
+            $real,
+            " NOT NULL,
+    PRIMARY KEY (run_id, variant, metric, rep)
+);
+CREATE TABLE IF NOT EXISTS variants (
+    run_id  TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    ordinal ",
+            $int,
+            " NOT NULL,
+    name    TEXT NOT NULL,
+    status  TEXT NOT NULL,
+    PRIMARY KEY (run_id, ordinal)
+);
+CREATE TABLE IF NOT EXISTS findings (
+    run_id  TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    variant TEXT NOT NULL,
+    ordinal ",
+            $int,
+            " NOT NULL,
+    json    TEXT NOT NULL,
+    PRIMARY KEY (run_id, variant, ordinal)
+);
+CREATE INDEX IF NOT EXISTS runs_by_scenario ON runs (scenario, started_at);
+"
+        )
+    };
+}
+
 /// Every step, in order; `MIGRATIONS[i].version == i + 1`.
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         what: "runs, variants, samples and findings",
-        sqlite: "
-CREATE TABLE IF NOT EXISTS runs (
-    id            TEXT PRIMARY KEY,
-    scenario      TEXT NOT NULL,
-    backend       TEXT NOT NULL,
-    profile       TEXT,
-    started_at    TEXT NOT NULL,
-    finished_at   TEXT NOT NULL,
-    status        TEXT NOT NULL CHECK (status = 'complete'),
-    kernel        TEXT NOT NULL,
-    kvm_flavour   TEXT NOT NULL,
-    hvlab_version TEXT NOT NULL,
-    git_rev       TEXT NOT NULL,
-    host_json     TEXT NOT NULL,
-    params_json   TEXT NOT NULL,
-    record_json   TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS samples (
-    run_id  TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    variant TEXT NOT NULL,
-    metric  TEXT NOT NULL,
-    unit    TEXT NOT NULL,
-    rep     INTEGER NOT NULL,
-    value   REAL NOT NULL,
-    PRIMARY KEY (run_id, variant, metric, rep)
-);
-CREATE TABLE IF NOT EXISTS variants (
-    run_id  TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    ordinal INTEGER NOT NULL,
-    name    TEXT NOT NULL,
-    status  TEXT NOT NULL,
-    PRIMARY KEY (run_id, ordinal)
-);
-CREATE TABLE IF NOT EXISTS findings (
-    run_id  TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    variant TEXT NOT NULL,
-    ordinal INTEGER NOT NULL,
-    json    TEXT NOT NULL,
-    PRIMARY KEY (run_id, variant, ordinal)
-);
-CREATE INDEX IF NOT EXISTS runs_by_scenario ON runs (scenario, started_at);
-",
-        postgres: "
-CREATE TABLE IF NOT EXISTS runs (
-    id            TEXT PRIMARY KEY,
-    scenario      TEXT NOT NULL,
-    backend       TEXT NOT NULL,
-    profile       TEXT,
-    started_at    TEXT NOT NULL,
-    finished_at   TEXT NOT NULL,
-    status        TEXT NOT NULL CHECK (status = 'complete'),
-    kernel        TEXT NOT NULL,
-    kvm_flavour   TEXT NOT NULL,
-    hvlab_version TEXT NOT NULL,
-    git_rev       TEXT NOT NULL,
-    host_json     TEXT NOT NULL,
-    params_json   TEXT NOT NULL,
-    record_json   TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS samples (
-    run_id  TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    variant TEXT NOT NULL,
-    metric  TEXT NOT NULL,
-    unit    TEXT NOT NULL,
-    rep     BIGINT NOT NULL,
-    value   DOUBLE PRECISION NOT NULL,
-    PRIMARY KEY (run_id, variant, metric, rep)
-);
-CREATE TABLE IF NOT EXISTS variants (
-    run_id  TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    ordinal BIGINT NOT NULL,
-    name    TEXT NOT NULL,
-    status  TEXT NOT NULL,
-    PRIMARY KEY (run_id, ordinal)
-);
-CREATE TABLE IF NOT EXISTS findings (
-    run_id  TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    variant TEXT NOT NULL,
-    ordinal BIGINT NOT NULL,
-    json    TEXT NOT NULL,
-    PRIMARY KEY (run_id, variant, ordinal)
-);
-CREATE INDEX IF NOT EXISTS runs_by_scenario ON runs (scenario, started_at);
-",
+        sqlite: v1_tables!("INTEGER", "REAL"),
+        postgres: v1_tables!("BIGINT", "DOUBLE PRECISION"),
     },
     Migration {
         version: 2,

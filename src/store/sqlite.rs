@@ -131,7 +131,9 @@ impl SqliteStore {
         })
     }
 
-    pub(super) fn schema_version(&self) -> Result<i64, StoreError> {
+    /// The schema version the store is at (after opening: [`schema::LATEST`]).
+    #[cfg(test)]
+    fn schema_version(&self) -> Result<i64, StoreError> {
         Ok(self
             .conn
             .pragma_query_value(None, "user_version", |r| r.get(0))?)
@@ -253,12 +255,9 @@ impl SqliteStore {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    pub(super) fn samples(
-        &self,
-        run_id: &str,
-        variant: &str,
-        metric: &str,
-    ) -> Result<Vec<f64>, StoreError> {
+    /// The samples of one metric of one variant, in repetition order, as stored.
+    #[cfg(test)]
+    fn samples(&self, run_id: &str, variant: &str, metric: &str) -> Result<Vec<f64>, StoreError> {
         let mut stmt = self
             .conn
             .prepare("SELECT value FROM samples WHERE run_id = ?1 AND variant = ?2 AND metric = ?3 ORDER BY rep")?;
@@ -403,13 +402,16 @@ mod tests {
         assert_eq!(list[0].hz, run.host.hz);
         assert_eq!(store.load(&run.run_id).unwrap(), run);
         assert_eq!(store.load("3f2a").unwrap().run_id, run.run_id);
+        let super::super::Engine::Sqlite(engine) = &store.engine else {
+            panic!("a file path opens an SQLite store");
+        };
         assert_eq!(
-            store
+            engine
                 .samples(&run.run_id, "irqchip-first", "ready_ms")
                 .unwrap(),
             vec![7.5, 7.6, 7.4]
         );
-        assert_eq!(store.schema_version().unwrap(), schema::LATEST);
+        assert_eq!(engine.schema_version().unwrap(), schema::LATEST);
     }
 
     #[test]
