@@ -177,26 +177,34 @@ impl ThreadReport {
 
 /// A thread the model is judged against.
 pub trait Thread: Sync {
-    /// The seed file's number.
-    fn id(&self) -> &'static str;
-    /// The mechanism and the thread's subject, short.
-    fn title(&self) -> &'static str;
-    /// The scenario that reproduces it.
-    fn scenario(&self) -> &'static str;
-    /// The built-in profile of the thread's host: every row runs on it.
-    fn profile(&self) -> &'static str;
+    /// What the thread is.
+    fn info(&self) -> &'static ThreadInfo;
     /// Runs the thread's published setups on `profile` and judges each figure.
     fn rows(&self, host: &HostInfo, profile: &Profile, seed: u64) -> Result<Vec<Row>, Error>;
 }
 
+/// What a thread is, and where the model reproduces it.
+#[derive(Debug)]
+pub struct ThreadInfo {
+    /// The seed file's number.
+    pub id: &'static str,
+    /// The mechanism and the thread's subject, short.
+    pub title: &'static str,
+    /// The scenario that reproduces it.
+    pub scenario: &'static str,
+    /// The built-in profile of the thread's host: every row runs on it.
+    pub profile: &'static str,
+}
+
 /// Runs one thread on its profile, loaded once, and lists the fitted values its runs read.
 pub fn report(thread: &dyn Thread, host: &HostInfo, seed: u64) -> Result<ThreadReport, Error> {
-    let profile = profile(thread.profile())?;
+    let info = thread.info();
+    let profile = profile(info.profile)?;
     let rows = thread.rows(host, &profile, seed)?;
     Ok(ThreadReport {
-        id: thread.id(),
-        title: thread.title(),
-        scenario: thread.scenario(),
+        id: info.id,
+        title: info.title,
+        scenario: info.scenario,
         rows,
         fitted: fitted_in(&[&profile]),
     })
@@ -218,9 +226,9 @@ pub fn evaluate(
     seed: u64,
 ) -> Result<Vec<ThreadReport>, Error> {
     if let Some(id) = only
-        && !THREADS.iter().any(|t| t.id() == id)
+        && !THREADS.iter().any(|t| t.info().id == id)
     {
-        let known: Vec<&str> = THREADS.iter().map(|t| t.id()).collect();
+        let known: Vec<&str> = THREADS.iter().map(|t| t.info().id).collect();
         return Err(crate::error::InputError::BadValue {
             key: "--thread".into(),
             value: id.into(),
@@ -230,7 +238,7 @@ pub fn evaluate(
     }
     THREADS
         .iter()
-        .filter(|t| only.is_none_or(|id| t.id() == id))
+        .filter(|t| only.is_none_or(|id| t.info().id == id))
         .map(|t| report(*t, host, seed))
         .collect()
 }

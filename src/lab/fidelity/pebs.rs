@@ -8,7 +8,7 @@
 //! fastpath exit and per-load cost, both fitted on the no-host-PEBS pair (~1120 => ~860), so
 //! that pair is not judged here; the host-PEBS pair is predicted.
 
-use super::{ModelFigure, Published, Row, Thread};
+use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
 use crate::backend::host::HostInfo;
 use crate::error::Error;
 use crate::model::profile::Profile;
@@ -27,20 +27,13 @@ const PER_MSR_WHY: &str = "the model prices every MSR load like DS_AREA's (msr_l
      DS_AREA's ~130: per-MSR load costs are not published, so the model overestimates";
 
 impl Thread for Pebs {
-    fn id(&self) -> &'static str {
-        "003"
-    }
-
-    fn title(&self) -> &'static str {
-        "PEBS_ENABLE not switched on VM transitions (x86 VMX, PEBS isolation)"
-    }
-
-    fn scenario(&self) -> &'static str {
-        "exits"
-    }
-
-    fn profile(&self) -> &'static str {
-        "intel-spr-vmx"
+    fn info(&self) -> &'static ThreadInfo {
+        &ThreadInfo {
+            id: "003",
+            title: "PEBS_ENABLE not switched on VM transitions (x86 VMX, PEBS isolation)",
+            scenario: "exits",
+            profile: "intel-spr-vmx",
+        }
     }
 
     fn rows(&self, host: &HostInfo, profile: &Profile, seed: u64) -> Result<Vec<Row>, Error> {
@@ -157,7 +150,7 @@ mod tests {
     #[test]
     fn no_provenance_the_rows_read_cites_a_figure_they_check() {
         let host = crate::backend::host::probe_with("model".into(), Default::default());
-        let p = super::super::profile(Pebs.profile()).unwrap();
+        let p = super::super::profile(Pebs.info().profile).unwrap();
         Pebs.rows(&host, &p, 1).unwrap();
         let read = p.keys_read();
         assert!(!read.is_empty());

@@ -7,7 +7,7 @@
 //! One profile value is fitted: `store_forward_stall_cycles`, on the mmapfork result (15%),
 //! which therefore has no row; every other figure is predicted.
 
-use super::{ModelFigure, Published, Row, Thread};
+use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
 use crate::backend::host::HostInfo;
 use crate::error::Error;
 use crate::model::profile::Profile;
@@ -37,20 +37,13 @@ const WHY_FORK: &str = "the thread blames the per-CPU allocations of fork (rss c
      allocation is not described in the thread and is left out";
 
 impl Thread for Percpu {
-    fn id(&self) -> &'static str {
-        "002"
-    }
-
-    fn title(&self) -> &'static str {
-        "arm64 per-CPU kernel page tables for this_cpu ops"
-    }
-
-    fn scenario(&self) -> &'static str {
-        "percpu"
-    }
-
-    fn profile(&self) -> &'static str {
-        PROFILE
+    fn info(&self) -> &'static ThreadInfo {
+        &ThreadInfo {
+            id: "002",
+            title: "arm64 per-CPU kernel page tables for this_cpu ops",
+            scenario: "percpu",
+            profile: PROFILE,
+        }
     }
 
     fn rows(&self, host: &HostInfo, profile: &Profile, seed: u64) -> Result<Vec<Row>, Error> {

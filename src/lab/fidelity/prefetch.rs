@@ -7,7 +7,7 @@
 //! The model's counts come out of `__direct_pte_prefetch()` ported loop for loop
 //! (`model::mmu`); no profile value enters a count, so nothing here is fitted.
 
-use super::{ModelFigure, Published, Row, Thread};
+use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
 use crate::backend::host::HostInfo;
 use crate::error::Error;
 use crate::model::profile::Profile;
@@ -25,20 +25,13 @@ const SETUP: [&str; 5] = [
 ];
 
 impl Thread for Prefetch {
-    fn id(&self) -> &'static str {
-        "004"
-    }
-
-    fn title(&self) -> &'static str {
-        "SPTE prefetch of the trailing run (x86 legacy MMU)"
-    }
-
-    fn scenario(&self) -> &'static str {
-        "memory"
-    }
-
-    fn profile(&self) -> &'static str {
-        "intel-spr-vmx"
+    fn info(&self) -> &'static ThreadInfo {
+        &ThreadInfo {
+            id: "004",
+            title: "SPTE prefetch of the trailing run (x86 legacy MMU)",
+            scenario: "memory",
+            profile: "intel-spr-vmx",
+        }
     }
 
     fn rows(&self, host: &HostInfo, profile: &Profile, seed: u64) -> Result<Vec<Row>, Error> {

@@ -9,7 +9,7 @@
 //! update is fitted on the normal-kernel 256 MiB run (4 s for 100 switches), which is
 //! therefore not judged here.
 
-use super::{ModelFigure, Published, Row, Thread};
+use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
 use crate::backend::host::HostInfo;
 use crate::error::Error;
 use crate::model::profile::Profile;
@@ -28,20 +28,13 @@ const DEBUG_WHY: &str = "the thread measured this on a kernel with lockdep and k
      kernel, on which the thread's own run takes 4 s (a fifth)";
 
 impl Thread for Spe {
-    fn id(&self) -> &'static str {
-        "000"
-    }
-
-    fn title(&self) -> &'static str {
-        "SPE buffer pinned per enable at stage 2 (KVM arm64)"
-    }
-
-    fn scenario(&self) -> &'static str {
-        "pinning"
-    }
-
-    fn profile(&self) -> &'static str {
-        "neoverse-n2-spe"
+    fn info(&self) -> &'static ThreadInfo {
+        &ThreadInfo {
+            id: "000",
+            title: "SPE buffer pinned per enable at stage 2 (KVM arm64)",
+            scenario: "pinning",
+            profile: "neoverse-n2-spe",
+        }
     }
 
     fn rows(&self, host: &HostInfo, profile: &Profile, seed: u64) -> Result<Vec<Row>, Error> {
@@ -142,7 +135,7 @@ mod tests {
     #[test]
     fn no_provenance_the_rows_read_cites_a_figure_they_check() {
         let host = crate::backend::host::probe_with("model".into(), Default::default());
-        let p = super::super::profile(Spe.profile()).unwrap();
+        let p = super::super::profile(Spe.info().profile).unwrap();
         Spe.rows(&host, &p, 1).unwrap();
         let read = p.keys_read();
         assert!(!read.is_empty());

@@ -7,7 +7,7 @@
 //! registration strategy: the waits come from the SRCU machinery (`model::srcu`), the
 //! per-ioctl work from assumed costs that no row's figure went into.
 
-use super::{ModelFigure, Published, Row, Thread};
+use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
 use crate::backend::host::HostInfo;
 use crate::error::Error;
 use crate::model::profile::Profile;
@@ -53,20 +53,13 @@ fn first_vcpu(run: &RunRecord) -> Result<&crate::record::MetricRecord, Error> {
 }
 
 impl Thread for Srcu {
-    fn id(&self) -> &'static str {
-        "001"
-    }
-
-    fn title(&self) -> &'static str {
-        "call_srcu() in I/O-bus registration stalls the first KVM_CREATE_VCPU (x86, HZ=100)"
-    }
-
-    fn scenario(&self) -> &'static str {
-        "lifecycle"
-    }
-
-    fn profile(&self) -> &'static str {
-        PROFILE
+    fn info(&self) -> &'static ThreadInfo {
+        &ThreadInfo {
+            id: "001",
+            title: "call_srcu() in I/O-bus registration stalls the first KVM_CREATE_VCPU (x86, HZ=100)",
+            scenario: "lifecycle",
+            profile: PROFILE,
+        }
     }
 
     fn rows(&self, host: &HostInfo, profile: &Profile, seed: u64) -> Result<Vec<Row>, Error> {
