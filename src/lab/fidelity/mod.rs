@@ -332,6 +332,21 @@ pub(crate) fn assert_no_provenance_cites<'k>(
     }
 }
 
+/// Runs `thread`'s rows on its profile and fails when the provenance of a value they read
+/// cites one of `figures`; the profile comes back with the keys it read.
+#[cfg(test)]
+pub(crate) fn assert_read_inputs_cite_none(thread: &dyn Thread, figures: &[&str]) -> Profile {
+    let host = crate::backend::host::probe_with("model".into(), Default::default());
+    let profile = profile(thread.info().profile).expect("a built-in profile");
+    thread.rows(&host, &profile, 1).expect("the thread's rows");
+    // Only the values the rows' runs read: the profile also describes other mechanisms, whose
+    // provenance is not an input to these rows.
+    let read = profile.keys_read();
+    assert!(!read.is_empty());
+    assert_no_provenance_cites(&profile, read.iter().map(String::as_str), figures);
+    profile
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

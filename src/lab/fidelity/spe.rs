@@ -134,15 +134,6 @@ mod tests {
 
     #[test]
     fn no_provenance_the_rows_read_cites_a_figure_they_check() {
-        let host = crate::backend::host::probe_with("model".into(), Default::default());
-        let p = super::super::profile(Spe.info().profile).unwrap();
-        Spe.rows(&host, &p, 1).unwrap();
-        let read = p.keys_read();
-        assert!(!read.is_empty());
-        super::super::assert_no_provenance_cites(
-            &p,
-            read.iter().map(String::as_str),
-            &PUBLISHED_FIGURES,
-        );
+        super::super::assert_read_inputs_cite_none(&Spe, &PUBLISHED_FIGURES);
     }
 }

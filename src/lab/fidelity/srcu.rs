@@ -213,14 +213,9 @@ mod tests {
 
     #[test]
     fn no_profile_value_cites_a_figure_a_row_judges() {
-        let host = crate::backend::host::probe_with("model".into(), Default::default());
-        let p = super::super::profile(PROFILE).unwrap();
-        Srcu.rows(&host, &p, 1).unwrap();
-        // The values the rows' runs read (the profile also describes other mechanisms, whose
-        // provenance is not an input to these rows).
+        let p = super::super::assert_read_inputs_cite_none(&Srcu, JUDGED);
         let read = p.keys_read();
         assert!(read.contains("srcu_wakeup_ns"), "{read:?}");
-        super::super::assert_no_provenance_cites(&p, read.iter().map(String::as_str), JUDGED);
         // Values fitted for other threads' mechanisms share the profile; none is read here.
         let fitted = super::super::fitted_in(&[&p]);
         assert!(fitted.is_empty(), "{fitted:?}");
