@@ -21,10 +21,17 @@ pub fn run<D: AsRef<OsStr> + ?Sized>(db: &D, args: &[&str]) -> Output {
         .expect("spawn hvlab")
 }
 
+/// Set by `.ci/run` on machines that have everything (KVM, QEMU, PostgreSQL, Chromium): a
+/// skip there means a test did not run, so it fails instead of passing silently in the count.
+pub const NO_SKIP_VAR: &str = "HVLAB_TEST_NO_SKIP";
+
 /// Prints a skip notice where it is seen: the test harness captures `eprintln!`, but not
-/// writes to the stderr handle itself.
+/// writes to the stderr handle itself. Under `HVLAB_TEST_NO_SKIP=1` the skip is a failure.
 pub fn loud_skip(msg: &str) {
     use std::io::Write;
+    if std::env::var_os(NO_SKIP_VAR).is_some_and(|v| v == "1") {
+        panic!("{NO_SKIP_VAR}=1 forbids skipping: {msg}");
+    }
     let _ = writeln!(std::io::stderr(), "\n*** SKIPPED {msg} ***\n");
 }
 
