@@ -143,6 +143,7 @@ impl Backend for ModelBackend {
                 };
                 let costs = pmu::SwitchCosts {
                     load_entry: g("msr_load_entry_cycles")?,
+                    list: g("msr_load_list_cycles")?,
                     wrmsr: g("wrmsr_cycles")?,
                 };
                 let mut outcome = pmu::switch_plan(cfg, cpu);

@@ -61,8 +61,6 @@ const INTEL_CTRL: u64 = 0xff | (0b111 << 32);
 const HOST_DS: u64 = 0xffff_fe00_0000_4000;
 /// The guest's debug store when it uses PEBS.
 const GUEST_DS: u64 = 0x0000_7f00_0000_1000;
-/// `PEBS_DATA_CFG` with the memory-info and GPR groups (adaptive PEBS).
-const DATA_CFG: u64 = 0b11;
 
 /// perf's per-CPU state that the list is built from (`struct cpu_hw_events`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,7 +108,7 @@ pub fn state_of(cfg: PmuConfig) -> (PerfCpu, GuestPmu) {
         pebs_enabled: host_pebs | guest_pebs,
         ds: HOST_DS,
         active_pebs_data_cfg: if cfg.host_pebs && cfg.host_pebs_data_cfg {
-            DATA_CFG
+            crate::backend::exits::HOST_PEBS_DATA_CFG
         } else {
             0
         },
@@ -118,7 +116,11 @@ pub fn state_of(cfg: PmuConfig) -> (PerfCpu, GuestPmu) {
     let guest = GuestPmu {
         vpmu: cfg.guest_vpmu,
         ds_area: if guest_pebs != 0 { GUEST_DS } else { 0 },
-        pebs_data_cfg: if guest_pebs != 0 { DATA_CFG } else { 0 },
+        pebs_data_cfg: if guest_pebs != 0 {
+            cfg.guest_pebs_data_cfg
+        } else {
+            0
+        },
         pebs_enable: guest_pebs,
     };
     (perf, guest)
@@ -244,6 +246,10 @@ pub struct SwitchCosts {
     /// One MSR loaded by the CPU from a VM-entry or VM-exit MSR-load list, or from the VMCS's
     /// `PERF_GLOBAL_CTRL` fields.
     pub load_entry: f64,
+    /// A non-empty VM-entry or VM-exit MSR-load list, beyond its entries: the microcode
+    /// reads the list from memory (`vmx->msr_autoload.guest`/`.host`, the VMCS's
+    /// `VM_ENTRY_MSR_LOAD_COUNT`/`VM_EXIT_MSR_LOAD_COUNT`).
+    pub list: f64,
     /// One WRMSR KVM executes.
     pub wrmsr: f64,
 }
@@ -263,9 +269,16 @@ pub fn switch_plan(cfg: PmuConfig, cpu: PebsCpu) -> PmuOutcome {
     }
 }
 
-/// Cycles the switching adds to one roundtrip.
+/// Cycles the switching adds to one roundtrip: every load (list entry or VMCS field), the
+/// two lists when `add_atomic_switch_msr()` left any entry in them (an entry sits in both the
+/// entry and the exit list), and KVM's WRMSRs. `PERF_GLOBAL_CTRL` through the VMCS fields
+/// leaves the lists empty.
 pub fn switch_cycles(plan: &PmuOutcome, costs: &SwitchCosts) -> f64 {
-    f64::from(plan.loads()) * costs.load_entry + f64::from(plan.wrmsrs) * costs.wrmsr
+    let listed = plan.msrs.iter().any(|m| m.via == SwitchedVia::LoadList);
+    let lists = if listed { 2.0 } else { 0.0 };
+    f64::from(plan.loads()) * costs.load_entry
+        + lists * costs.list
+        + f64::from(plan.wrmsrs) * costs.wrmsr
 }
 
 /// Where KVM is in one entry/exit cycle.
@@ -515,6 +528,7 @@ mod tests {
             guest_pebs,
             host_pebs,
             host_pebs_data_cfg: true,
+            guest_pebs_data_cfg: crate::backend::exits::GUEST_PEBS_DATA_CFG,
             scheme,
         }
     }
