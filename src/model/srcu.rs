@@ -504,6 +504,8 @@ pub struct LifecycleCosts {
     hz: u64,
     wakeup_ns: u64,
     timer_cpu_busy: f64,
+    /// Host CPUs the VMM, its vCPU threads and the kworkers share.
+    cores: u32,
     first_vcpu_adds_memslot: bool,
     create_vm: u64,
     tss: u64,
@@ -536,6 +538,7 @@ impl LifecycleCosts {
             .max(1),
             wakeup_ns: ns(p, "srcu_wakeup_ns")?,
             timer_cpu_busy: p.get("srcu_timer_cpu_busy", "srcu")?,
+            cores: 0,
             first_vcpu_adds_memslot: ns(p, "first_vcpu_adds_memslot")? != 0,
             create_vm: ns(p, "ioctl_create_vm_ns")?,
             tss: ns(p, "ioctl_tss_ns")?,
@@ -548,6 +551,25 @@ impl LifecycleCosts {
             first_run: ns(p, "first_run_ns")?,
             gap: ns(p, "vmm_gap_ns")?,
         })
+    }
+
+    /// The host CPUs the VMM's threads run on (0: unknown, no vCPU is taken to occupy one).
+    #[must_use]
+    pub fn on_cores(mut self, cores: usize) -> LifecycleCosts {
+        self.cores = u32::try_from(cores).unwrap_or(u32::MAX);
+        self
+    }
+
+    /// The share of timer expiries that find their CPU busy while `running` vCPUs spin in
+    /// guest mode: a spinning vCPU thread holds one host CPU, so a grace-period timer lands
+    /// behind it on `running` of the `cores` CPUs; the host's own load besides.
+    fn timer_cpu_busy_with(&self, running: u32) -> f64 {
+        let vcpus = if self.cores == 0 {
+            0.0
+        } else {
+            f64::from(running.min(self.cores)) / f64::from(self.cores)
+        };
+        self.timer_cpu_busy.max(vcpus)
     }
 
     /// One jiffy.
@@ -747,8 +769,10 @@ pub fn construct(
                 }
                 t.ioctl("KVM_RUN", costs.first_run, |_| 0);
                 ready_ns = t.now;
-                // From here vCPU 0 stays in KVM_RUN: an SRCU reader while it handles exits.
+                // From here vCPU 0 stays in KVM_RUN: an SRCU reader while it handles exits,
+                // and a thread that keeps one host CPU busy.
                 t.srcu.set_readers(1, f64::from(plan.reader_pct) / 100.0);
+                t.srcu.set_timer_cpu_busy(costs.timer_cpu_busy_with(1));
             }
         }
     }

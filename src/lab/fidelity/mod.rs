@@ -80,7 +80,13 @@ impl Published {
 
     /// "about X" (or one sample with no spread shown): X ± 25%.
     pub fn about(x: f64, unit: &'static str, source: &'static str) -> Self {
-        Self::new(x * (1.0 - ABOUT), x * (1.0 + ABOUT), Words::About, unit, source)
+        Self::new(
+            x * (1.0 - ABOUT),
+            x * (1.0 + ABOUT),
+            Words::About,
+            unit,
+            source,
+        )
     }
 
     /// "less than X".
@@ -591,7 +597,9 @@ mod tests {
 
         fn rows(&self, _: &HostInfo, p: &Profile, _: u64) -> Result<Vec<Row>, Error> {
             let a = p.get("wrmsr_cycles", "toy").map_err(ModelError::from)?;
-            let b = p.get("msr_load_entry_cycles", "toy").map_err(ModelError::from)?;
+            let b = p
+                .get("msr_load_entry_cycles", "toy")
+                .map_err(ModelError::from)?;
             let pb = || Published::below(1e9, "cycles", "t");
             let v = |x| ModelFigure::from_values(&[x], "cycles");
             Ok(vec![
@@ -609,7 +617,10 @@ mod tests {
         let mut rows = Toy.rows(&host, &p, 1).expect("toy rows");
         perturb(&Toy, &host, &p, 1, &mut rows).expect("perturbation");
         assert!(rows[0].moves_with.contains(&"wrmsr_cycles".to_string()));
-        assert_eq!(rows[1].moves_with, vec!["msr_load_entry_cycles".to_string()]);
+        assert_eq!(
+            rows[1].moves_with,
+            vec!["msr_load_entry_cycles".to_string()]
+        );
         let fitted = [Fitted {
             profile: "p".into(),
             key: "wrmsr_cycles".into(),
@@ -648,17 +659,22 @@ mod tests {
                     Agreement::Within => assert!(inside, "{r:#?}"),
                     Agreement::Outside => assert!(!inside, "{r:#?}"),
                     Agreement::Fitted { key, .. } => {
-                        assert!(r.moves_with.iter().any(|k| key.ends_with(k.as_str())), "{r:#?}");
+                        assert!(
+                            r.moves_with.iter().any(|k| key.ends_with(k.as_str())),
+                            "{r:#?}"
+                        );
                     }
                 }
             }
         }
-        assert!(evaluate(
-            &crate::backend::host::probe_with("model".into(), Default::default()),
-            Some("999"),
-            1
-        )
-        .is_err());
+        assert!(
+            evaluate(
+                &crate::backend::host::probe_with("model".into(), Default::default()),
+                Some("999"),
+                1
+            )
+            .is_err()
+        );
     }
 
     /// The perturbation finds the rows that re-show a fitted value (issue 21): 000's 20 s

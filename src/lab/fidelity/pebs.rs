@@ -62,9 +62,8 @@ impl Thread for Pebs {
         let saved = |r, old, new| -> Result<f64, Error> {
             Ok(m(r, old, "msr_writes_per_roundtrip")? - m(r, new, "msr_writes_per_roundtrip")?)
         };
-        let cycles = |r, v| {
-            super::metric(r, v, "tsc_per_iter").map(|m| ModelFigure::of(m, 1.0, "cycles"))
-        };
+        let cycles =
+            |r, v| super::metric(r, v, "tsc_per_iter").map(|m| ModelFigure::of(m, 1.0, "cycles"));
         let delta = |r, old, new| -> Result<ModelFigure, Error> {
             Ok(ModelFigure::from_values(
                 &[m(r, old, "tsc_per_iter")? - m(r, new, "tsc_per_iter")?],

@@ -251,8 +251,19 @@ mod tests {
     /// The figures the rows judge: none may appear in the provenance of the profile the rows
     /// run on.
     const JUDGED: &[&str] = &[
-        "25.182", "0.025182", "0.137", "137", "~20", "20 ms", "16 us", "6 us", "1 ms", "10 ms",
-        "0.046", "0.031", "2.5 jiffies",
+        "25.182",
+        "0.025182",
+        "0.137",
+        "137",
+        "~20",
+        "20 ms",
+        "16 us",
+        "6 us",
+        "1 ms",
+        "10 ms",
+        "0.046",
+        "0.031",
+        "2.5 jiffies",
     ];
 
     #[test]
