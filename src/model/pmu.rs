@@ -557,6 +557,52 @@ mod tests {
         assert_eq!(old.writes() - new.writes(), 2);
     }
 
+    /// Issue 21's corner: with the host's DATA_CFG given to the guest, the DATA_CFG entry
+    /// drops out by coincidence and a PEBS guest switches less before the series than a
+    /// non-PEBS guest. The default guest DATA_CFG differs from the host's, so it never does;
+    /// the corner stays reachable by asking for it.
+    #[test]
+    fn a_pebs_guest_never_switches_less_than_a_plain_one_unless_given_the_hosts_data_cfg() {
+        let writes = |guest_pebs, data_cfg| {
+            let c = PmuConfig {
+                guest_pebs_data_cfg: data_cfg,
+                ..cfg(true, guest_pebs, true, PmuScheme::Old)
+            };
+            switch_plan(c, PebsCpu::isolated()).writes()
+        };
+        let default = crate::backend::exits::GUEST_PEBS_DATA_CFG;
+        assert!(writes(true, default) >= writes(false, default));
+        let host = crate::backend::exits::HOST_PEBS_DATA_CFG;
+        assert!(writes(true, host) < writes(false, host));
+    }
+
+    /// Both of the thread's savings from one pricing: a per-list part and a per-entry part
+    /// (one cost per entry cannot give 260 cycles for 2 loads and 550 for 7 writes).
+    #[test]
+    fn a_per_list_cost_prices_both_savings_and_a_per_entry_cost_alone_cannot() {
+        let costs = SwitchCosts {
+            load_entry: 35.0,
+            list: 95.0,
+            wrmsr: 150.0,
+        };
+        let saved = |host_pebs, c: &SwitchCosts| {
+            let plan =
+                |scheme| switch_plan(cfg(true, false, host_pebs, scheme), PebsCpu::isolated());
+            switch_cycles(&plan(PmuScheme::Old), c) - switch_cycles(&plan(PmuScheme::New), c)
+        };
+        assert_eq!(saved(false, &costs), 260.0);
+        assert_eq!(saved(true, &costs), 550.0);
+        // Per entry alone: the no-host-PEBS saving fixes it at 130, and then host PEBS saves
+        // 6 x 130 + the WRMSR, over 780 cycles.
+        let flat = SwitchCosts {
+            load_entry: 130.0,
+            list: 0.0,
+            wrmsr: 150.0,
+        };
+        assert_eq!(saved(false, &flat), 260.0);
+        assert!(saved(true, &flat) > 780.0);
+    }
+
     #[test]
     fn the_series_saves_seven_writes_without_guest_pebs_and_three_with() {
         let saved = |guest_pebs, host_pebs| {

@@ -5,7 +5,9 @@
 //! fork with 160 instances, and 10,000 memcgs created.
 //!
 //! One profile value is fitted: `store_forward_stall_cycles`, on the mmapfork result (15%),
-//! which therefore has no row; every other figure is predicted.
+//! which therefore has no row. The other benchmarks of the same cover letter (kernel build,
+//! stress-ng vm) move with it, so the perturbation shows them as `fitted`; the regression
+//! tests (memcg creation, fork) are predictions.
 
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
 use crate::backend::host::HostInfo;

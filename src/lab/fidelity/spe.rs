@@ -7,7 +7,8 @@
 //! The model pins per enable as posted (`eager`), walking stage 1 every time. Its pin costs
 //! are this host's normal-kernel measurements (fixed + per page); the per-page stage-2
 //! update is fitted on the normal-kernel 256 MiB run (4 s for 100 switches), which is
-//! therefore not judged here.
+//! therefore not judged here; the same runs' 20 s and 0.2 s move with it and show as
+//! `fitted`. The 4 MiB per-switch rows and the `perf stat` runs at 256 MiB are predictions.
 
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
 use crate::backend::host::HostInfo;
