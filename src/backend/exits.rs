@@ -103,9 +103,21 @@ pub struct PmuConfig {
     pub host_pebs: bool,
     /// The host's PEBS event uses adaptive PEBS data groups (`PEBS_DATA_CFG` non-zero).
     pub host_pebs_data_cfg: bool,
+    /// The guest's `PEBS_DATA_CFG` when it uses PEBS (adaptive PEBS data groups; the host's
+    /// is [`HOST_PEBS_DATA_CFG`] when it has one).
+    pub guest_pebs_data_cfg: u64,
     /// The switching scheme.
     pub scheme: PmuScheme,
 }
+
+/// The host's `PEBS_DATA_CFG` when its PEBS event uses adaptive groups: memory info and GPRs.
+pub const HOST_PEBS_DATA_CFG: u64 = 0b11;
+
+/// The guest's `PEBS_DATA_CFG` unless told otherwise: the memory-info group alone, a value
+/// unlike the host's. The thread does not say what the guest's PEBS records carry; with the
+/// host's value the DATA_CFG entry would drop out of the lists by coincidence, making a PEBS
+/// guest cheaper than a non-PEBS one before the series, which the thread never reports.
+pub const GUEST_PEBS_DATA_CFG: u64 = 0b01;
 
 /// A perf MSR KVM may switch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

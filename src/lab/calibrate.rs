@@ -32,22 +32,26 @@ fn med(r: &RunRecord, variant: &str, name: &str) -> Result<f64, Error> {
     metric(r, variant, name).map(|m| m.median)
 }
 
-/// The lower quartile of a metric's samples (the sample a quarter up, not interpolated; its
-/// median when no samples were kept).
-fn low(m: &MetricRecord) -> f64 {
-    let mut v: Vec<f64> = m
-        .samples
-        .iter()
-        .copied()
-        .filter(|x| x.is_finite())
-        .collect();
+/// The quartiles (25th, 50th, 75th percentile, nearest sample) of finite values; NaN when
+/// there are none.
+fn quartiles(values: &[f64]) -> [f64; 3] {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
     v.sort_by(f64::total_cmp);
-    v.get(v.len() / 4).copied().unwrap_or(m.median)
+    if v.is_empty() {
+        return [f64::NAN; 3];
+    }
+    let at = |q: usize| v[(v.len() - 1) * q / 4];
+    [at(1), at(2), at(3)]
 }
 
-/// [`low`] of a metric of a variant that ran.
-fn lower_quartile(r: &RunRecord, variant: &str, name: &str) -> Result<f64, Error> {
-    metric(r, variant, name).map(low)
+/// "median M (p25 A - p75 B) UNIT over N": how a calibrated value states its spread.
+fn spread(q: [f64; 3], scale: f64, unit: &str, n: usize) -> String {
+    format!(
+        "median {:.1} {unit} (p25 {:.1} - p75 {:.1}) over {n}",
+        q[1] * scale,
+        q[0] * scale,
+        q[2] * scale
+    )
 }
 
 fn run(
@@ -83,9 +87,9 @@ fn put_measured(p: &mut Profile, key: &str, value: f64, unit: &str, provenance: 
     }
 }
 
-/// Mean time for one thread to wake another that sleeps on a channel: half a ping-pong round
-/// trip, over `round_trips`.
-fn thread_wakeup_ns(round_trips: u32) -> f64 {
+/// Times for one thread to wake another that sleeps on a channel: half of each ping-pong
+/// round trip, over `round_trips`.
+fn thread_wakeups_ns(round_trips: u32) -> Vec<f64> {
     let (to_peer, peer_in) = std::sync::mpsc::sync_channel::<u32>(0);
     let (to_us, our_in) = std::sync::mpsc::sync_channel::<u32>(0);
     let peer = std::thread::spawn(move || {
@@ -95,22 +99,41 @@ fn thread_wakeup_ns(round_trips: u32) -> f64 {
             }
         }
     });
-    let start = std::time::Instant::now();
-    let mut done = 0u32;
+    let mut out = Vec::with_capacity(round_trips as usize);
     for i in 0..round_trips {
+        let start = std::time::Instant::now();
         if to_peer.send(i).is_err() || our_in.recv().is_err() {
             break;
         }
-        done += 1;
+        out.push(start.elapsed().as_nanos() as f64 / 2.0);
     }
-    let elapsed = start.elapsed().as_nanos() as f64;
     drop(to_peer);
     // The peer ends when the channel closes; a panic there only loses this measurement.
     let _ = peer.join();
-    if done == 0 {
-        return f64::NAN;
+    out
+}
+
+/// The share of `n` 1 ms sleeps that woke more than `late_ns` after their deadline, and each
+/// sleep's overshoot (ns). A task whose wake-up finds its CPU running another task waits
+/// for that task: the same wait the kworker of a grace-period timer has.
+fn busy_cpu_fraction(n: u32, late_ns: f64) -> (f64, Vec<f64>) {
+    let asked = std::time::Duration::from_millis(1);
+    let overshoot: Vec<f64> = (0..n)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            std::thread::sleep(asked);
+            start.elapsed().saturating_sub(asked).as_nanos() as f64
+        })
+        .collect();
+    let late = overshoot.iter().filter(|o| **o > late_ns).count();
+    (late as f64 / f64::from(n.max(1)), overshoot)
+}
+
+/// Sets a measured fraction, 0 included (an idle host is a measurement too).
+fn put_measured_fraction(p: &mut Profile, key: &str, value: f64, provenance: String) {
+    if value.is_finite() && (0.0..=1.0).contains(&value) {
+        p.set(key, value, "fraction", provenance);
     }
-    elapsed / f64::from(done) / 2.0
 }
 
 /// Measures a profile named `this-host` with the kvm backend.
@@ -177,11 +200,17 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
         10,
         progress,
     )?;
-    // Unstalled costs: a busy host only ever adds to an ioctl (a kworker or the VMM thread
-    // waiting for a CPU), so the lower quartile estimates the cost better than the median.
-    let per = |ioctl: &str, n: f64| -> Result<f64, Error> {
-        Ok(lower_quartile(&lc, "memslots-first", &format!("ioctl.{ioctl}_ms"))? * 1e6 / n)
+    let lc_builds = metric(&lc, "memslots-first", "ready_ms")?.samples.len();
+    // Unstalled costs, as medians: validate compares the model's medians with the kvm
+    // side's, and the gap below is solved build by build against the same builds' ioctls, so
+    // every part of a build is the same statistic of one set of builds. (Lower quartiles of
+    // the ioctls against the median of the ready time put a drifting host's slow half into
+    // the gap alone.)
+    let per_q = |ioctl: &str, n: f64| -> Result<[f64; 3], Error> {
+        let m = metric(&lc, "memslots-first", &format!("ioctl.{ioctl}_ms"))?;
+        Ok(quartiles(&m.samples).map(|v| v * 1e6 / n))
     };
+    let per = |ioctl: &str, n: f64| -> Result<f64, Error> { Ok(per_q(ioctl, n)?[1]) };
     let devices = 8.0;
     for (key, ioctl, n) in [
         ("ioctl_create_vm_ns", "KVM_CREATE_VM", 1.0),
@@ -192,13 +221,15 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
         ("ioctl_ioeventfd_ns", "KVM_IOEVENTFD", devices),
         ("first_run_ns", "KVM_RUN", 1.0),
     ] {
+        let q = per_q(ioctl, n)?;
         put_measured(
             &mut p,
             key,
-            per(ioctl, n)?,
+            q[1],
             "ns",
             tag(&format!(
-                "lifecycle memslots-first, lower quartile of ioctl.{ioctl}_ms / {n}"
+                "lifecycle memslots-first, ioctl.{ioctl}_ms / {n}: {}",
+                spread(q, 1.0, "ns", lc_builds)
             )),
         );
     }
@@ -217,44 +248,73 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
         "ioctl_regs_ns",
         regs,
         "ns",
-        tag("lifecycle memslots-first, mean of the GET/SET SREGS/REGS lower quartiles"),
+        tag("lifecycle memslots-first, mean of the GET/SET SREGS/REGS medians"),
     );
-    // The ready time's median, not its lower quartile: what validate compares is medians, and
-    // the gaps between ioctls (VMM work, scheduling) are where a shared machine's wait lands.
-    let ready = med(&lc, "memslots-first", "ready_ms")? * 1e6;
-    let ioctls: f64 = lc
+    // The VMM's own time between ioctls, build by build: that build's ready time less that
+    // build's ioctls, over the ioctls it issued; the median over the builds, with its spread.
+    // create-vm, memslot, irqchip, pit, the ioeventfds, one vCPU, four register ioctls, run.
+    let count = 1.0 + 1.0 + 1.0 + 1.0 + devices + 1.0 + 4.0 + 1.0;
+    let ready = metric(&lc, "memslots-first", "ready_ms")?;
+    let ioctl_samples: Vec<&Vec<f64>> = lc
         .variant("memslots-first")
         .map(|v| {
             v.metrics
                 .iter()
                 .filter(|(k, _)| k.starts_with("ioctl."))
-                .map(|(_, m)| low(m) * 1e6)
-                .sum()
+                .map(|(_, m)| &m.samples)
+                .collect()
         })
-        .unwrap_or(0.0);
-    // create-vm, memslot, irqchip, pit, the ioeventfds, one vCPU, four register ioctls, run.
-    let count = 1.0 + 1.0 + 1.0 + 1.0 + devices + 1.0 + 4.0 + 1.0;
+        .unwrap_or_default();
+    let gaps: Vec<f64> = (0..ready.samples.len())
+        .map(|i| {
+            let ioctls: f64 = ioctl_samples
+                .iter()
+                .map(|s| s.get(i).copied().unwrap_or(f64::NAN))
+                .sum();
+            (ready.samples[i] - ioctls) * 1e6 / count
+        })
+        .collect();
+    let q = quartiles(&gaps);
     put_measured(
         &mut p,
         "vmm_gap_ns",
-        (ready - ioctls) / count,
+        q[1],
         "ns",
         tag(&format!(
-            "lifecycle memslots-first, (median ready - sum of ioctl lower quartiles) / {count} ioctls"
+            "lifecycle memslots-first, per build (ready - its ioctls) / {count} ioctls: {}",
+            spread(q, 1.0, "ns", gaps.len())
         )),
     );
     // SRCU hands each step of a grace period to a sleeping task (the grace-period work, the
     // callback invocation, the synchronizer): measured directly as a thread wake-up, not
     // solved from a stall, so the lifecycle stalls validate compares stay predictions.
-    let wakeup = thread_wakeup_ns(2_000);
+    let wakeups = thread_wakeups_ns(2_000);
+    let q = quartiles(&wakeups);
     put_measured(
         &mut p,
         "srcu_wakeup_ns",
-        wakeup,
+        q[1],
         "ns",
-        tag(
-            "half the round trip of a two-thread channel ping-pong (2000 round trips): one wake-up of a sleeping task",
-        ),
+        tag(&format!(
+            "half of each round trip of a two-thread channel ping-pong: one wake-up of a sleeping task, {}",
+            spread(q, 1.0, "ns", wakeups.len())
+        )),
+    );
+    // What else a stall depends on: whether the kworker a grace-period timer wakes finds its
+    // CPU busy. Measured as the share of short sleeps that overshoot by more than a quarter
+    // jiffy: a woken task that waited for the CPU's running task.
+    let jiffy_ns = 1e9 / f64::from(host.hz.max(1));
+    let (busy, overshoot) = busy_cpu_fraction(400, jiffy_ns / 4.0);
+    let q = quartiles(&overshoot);
+    put_measured_fraction(
+        &mut p,
+        "srcu_timer_cpu_busy",
+        busy,
+        tag(&format!(
+            "share of 400 sleeps of 1 ms that woke more than a quarter jiffy ({:.0} us) late: {busy:.3}; overshoot {}",
+            jiffy_ns / 4e3,
+            spread(q, 1e-3, "us", overshoot.len())
+        )),
     );
 
     // Memory: fault costs from passes whose fault and prefetch counts are known.

@@ -99,8 +99,9 @@ impl Backend for ModelBackend {
     }
 
     fn construct_vm(&mut self, plan: &ConstructionPlan) -> Result<ConstructionTrace, Error> {
-        let costs =
-            srcu::LifecycleCosts::from_profile(&self.profile, plan.hz).map_err(ModelError::from)?;
+        let costs = srcu::LifecycleCosts::from_profile(&self.profile, plan.hz)
+            .map_err(ModelError::from)?
+            .on_cores(self.host.cores);
         Ok(srcu::construct(
             &costs,
             plan,
@@ -143,6 +144,7 @@ impl Backend for ModelBackend {
                 };
                 let costs = pmu::SwitchCosts {
                     load_entry: g("msr_load_entry_cycles")?,
+                    list: g("msr_load_list_cycles")?,
                     wrmsr: g("wrmsr_cycles")?,
                 };
                 let mut outcome = pmu::switch_plan(cfg, cpu);

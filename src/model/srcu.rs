@@ -44,8 +44,12 @@
 //! irqchip's, the PIT's) and the vCPU's expedited synchronization all need the grace period
 //! *after* that one (the grace period in flight may have started before their updates). That
 //! second grace period runs at once when the first ends (expedited, no delay), so the vCPU
-//! waits the rest of the first — 1 to 2 jiffies after the irqchip, 15 ms on average at HZ=100,
-//! never less than one jiffy — plus the workqueue hand-offs.
+//! waits the rest of the first — 1 to 2 jiffies after the irqchip — plus the workqueue
+//! hand-offs. Measured from the vCPU's own start (~0.1 ms after the irqchip) that can fall a
+//! hair under one jiffy on an idle host. On a busy host (Firecracker's, in the thread) the
+//! timer that queues the grace-period work fires on a CPU running another task, and the
+//! kworker waits for it, up to the next tick (`Srcu::work_runs`): 1 to 3 jiffies, more than
+//! one grace period every time, and the thread's 25.18 ms (2.5 jiffies) within reach.
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -95,6 +99,8 @@ pub struct Srcu {
     phase_ns: u64,
     /// A hand-off to a sleeping task: a workqueue item starting, a synchronizer waking.
     wakeup_ns: u64,
+    /// How often the CPU a grace-period timer fires on is running another task.
+    timer_cpu_busy: f64,
     completed: u64,
     state: GpState,
     gp_start_jiffies: u64,
@@ -134,6 +140,7 @@ impl Srcu {
             jiffy_ns,
             phase_ns: phase_ns % jiffy_ns,
             wakeup_ns,
+            timer_cpu_busy: 0.0,
             completed: 0,
             state: GpState::Idle,
             gp_start_jiffies: 0,
@@ -156,6 +163,12 @@ impl Srcu {
             #[cfg(test)]
             counts: GpCounts::default(),
         }
+    }
+
+    /// The fraction of timer expiries that find their CPU running another task (a busy
+    /// host): the kworker the timer wakes then waits for that task (see [`Srcu::work_runs`]).
+    pub fn set_timer_cpu_busy(&mut self, fraction: f64) {
+        self.timer_cpu_busy = fraction.clamp(0.0, 1.0);
     }
 
     /// `n` vCPUs in `KVM_RUN`, each inside an SRCU read-side section a fraction `occupancy` of
@@ -192,13 +205,30 @@ impl Srcu {
         self.tick_time(self.jiffies(t) + delay + 1)
     }
 
-    /// When work queued at `t` with `delay` jiffies starts running.
-    fn work_runs(&self, t: u64, delay: u64) -> u64 {
+    /// When work queued at `t` with `delay` jiffies starts running. Work queued with no
+    /// delay is queued by a task that then sleeps (the synchronizer in
+    /// `wait_for_completion()`, or the kworker itself): its CPU is free, one wake-up. Delayed
+    /// work is queued by `delayed_work_timer_fn()` from the timer softirq of a tick, on the
+    /// CPU that armed it; when that CPU is running another task, the woken kworker does not
+    /// preempt it (`check_preempt_wakeup_fair()` leaves the current task its slice under
+    /// `RUN_TO_PARITY`) and runs once that task blocks or the tick finds its slice used up
+    /// (`task_tick_fair()` → `update_deadline()` → `resched_curr()`): somewhere in the next
+    /// jiffy, drawn uniformly.
+    fn work_runs(&mut self, t: u64, delay: u64) -> u64 {
         if delay == 0 {
             t + self.wakeup_ns
         } else {
-            self.timer_fires(t, delay) + self.wakeup_ns
+            let fires = self.timer_fires(t, delay);
+            fires + self.busy_cpu_wait() + self.wakeup_ns
         }
+    }
+
+    /// The wait of a kworker woken by a timer on a CPU that may be running another task.
+    fn busy_cpu_wait(&mut self) -> u64 {
+        if self.timer_cpu_busy <= 0.0 || self.rng.random::<f64>() >= self.timer_cpu_busy {
+            return 0;
+        }
+        self.rng.random_range(0..self.jiffy_ns)
     }
 
     /// `rcu_seq_snap()`: the grace period a request made now needs.
@@ -412,7 +442,8 @@ impl Srcu {
         if self.cb_timer == Some(t) {
             self.cb_timer = None;
             if self.cb_at.is_none() {
-                self.cb_at = Some(t + self.wakeup_ns);
+                let wait = self.busy_cpu_wait();
+                self.cb_at = Some(t + wait + self.wakeup_ns);
             }
         } else if self.work_at == Some(t) {
             self.work_at = None;
@@ -476,6 +507,9 @@ impl Srcu {
 pub struct LifecycleCosts {
     hz: u64,
     wakeup_ns: u64,
+    timer_cpu_busy: f64,
+    /// Host CPUs the VMM, its vCPU threads and the kworkers share.
+    cores: u32,
     first_vcpu_adds_memslot: bool,
     create_vm: u64,
     tss: u64,
@@ -507,6 +541,8 @@ impl LifecycleCosts {
             }
             .max(1),
             wakeup_ns: ns(p, "srcu_wakeup_ns")?,
+            timer_cpu_busy: p.get("srcu_timer_cpu_busy", "srcu")?,
+            cores: 0,
             first_vcpu_adds_memslot: ns(p, "first_vcpu_adds_memslot")? != 0,
             create_vm: ns(p, "ioctl_create_vm_ns")?,
             tss: ns(p, "ioctl_tss_ns")?,
@@ -519,6 +555,25 @@ impl LifecycleCosts {
             first_run: ns(p, "first_run_ns")?,
             gap: ns(p, "vmm_gap_ns")?,
         })
+    }
+
+    /// The host CPUs the VMM's threads run on (0: unknown, no vCPU is taken to occupy one).
+    #[must_use]
+    pub fn on_cores(mut self, cores: usize) -> LifecycleCosts {
+        self.cores = u32::try_from(cores).unwrap_or(u32::MAX);
+        self
+    }
+
+    /// The share of timer expiries that find their CPU busy while `running` vCPUs spin in
+    /// guest mode: a spinning vCPU thread holds one host CPU, so a grace-period timer lands
+    /// behind it on `running` of the `cores` CPUs; the host's own load besides.
+    fn timer_cpu_busy_with(&self, running: u32) -> f64 {
+        let vcpus = if self.cores == 0 {
+            0.0
+        } else {
+            f64::from(running.min(self.cores)) / f64::from(self.cores)
+        };
+        self.timer_cpu_busy.max(vcpus)
     }
 
     /// One jiffy.
@@ -649,7 +704,11 @@ pub fn construct(
     let seed = rng.random::<u64>();
     let mut t = Timeline {
         costs,
-        srcu: Srcu::new(jiffy, phase, costs.wakeup_ns, seed),
+        srcu: {
+            let mut s = Srcu::new(jiffy, phase, costs.wakeup_ns, seed);
+            s.set_timer_cpu_busy(costs.timer_cpu_busy);
+            s
+        },
         strategy: plan.strategy,
         now: 0,
         created_vcpus: 0,
@@ -714,8 +773,10 @@ pub fn construct(
                 }
                 t.ioctl("KVM_RUN", costs.first_run, |_| 0);
                 ready_ns = t.now;
-                // From here vCPU 0 stays in KVM_RUN: an SRCU reader while it handles exits.
+                // From here vCPU 0 stays in KVM_RUN: an SRCU reader while it handles exits,
+                // and a thread that keeps one host CPU busy.
                 t.srcu.set_readers(1, f64::from(plan.reader_pct) / 100.0);
+                t.srcu.set_timer_cpu_busy(costs.timer_cpu_busy_with(1));
             }
         }
     }

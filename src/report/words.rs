@@ -110,13 +110,19 @@ pub fn model_figure(m: &crate::lab::fidelity::ModelFigure) -> String {
     }
 }
 
-/// The verdict of a fidelity row.
-pub fn agreement(a: &crate::lab::fidelity::Agreement) -> String {
+/// The verdict of a fidelity row, and its note (commentary, never a verdict).
+pub fn agreement(row: &crate::lab::fidelity::Row) -> String {
     use crate::lab::fidelity::Agreement;
-    match a {
-        Agreement::Within => "matches".to_string(),
-        Agreement::Outside { why } => format!("differs: {why}"),
-        Agreement::Unexplained => "DIFFERS, unexplained (a model defect)".to_string(),
+    let verdict = match &row.agreement {
+        Agreement::Within => "within the published range".to_string(),
+        Agreement::Outside => "OUTSIDE the published range (a miss)".to_string(),
+        Agreement::Fitted { key, on } => {
+            format!("fitted, not counted: moves with {key}, fitted on {on}")
+        }
+    };
+    match row.note {
+        Some(note) => format!("{verdict}; note: {note}"),
+        None => verdict,
     }
 }
 
@@ -133,7 +139,7 @@ pub fn fidelity_cells(reports: &[crate::lab::fidelity::ThreadReport]) -> Vec<[St
                     r.setup.clone(),
                     format!("{} ({})", published_range(&r.published), r.published.source),
                     model_figure(&r.model),
-                    agreement(&r.agreement),
+                    agreement(r),
                 ]
             })
         })
@@ -163,20 +169,17 @@ pub fn fidelity_fitted(reports: &[crate::lab::fidelity::ThreadReport]) -> Vec<St
         .collect()
 }
 
-/// The line that opens the fidelity table, verdicts first.
+/// The line that opens the fidelity table, verdicts first: only judged rows count.
 pub fn fidelity_headline(reports: &[crate::lab::fidelity::ThreadReport]) -> String {
-    use crate::lab::fidelity::{Agreement, ThreadReport};
-    let rows: Vec<_> = reports.iter().flat_map(|t| &t.rows).collect();
-    let within = rows
-        .iter()
-        .filter(|r| r.agreement == Agreement::Within)
-        .count();
-    let unexplained: usize = reports.iter().map(ThreadReport::unexplained).sum();
+    use crate::lab::fidelity::ThreadReport;
+    let sum = |f: fn(&ThreadReport) -> usize| reports.iter().map(f).sum::<usize>();
     format!(
-        "fidelity: {} threads, {} published figures: {within} matched, {} differ with a reason, {unexplained} unexplained",
+        "fidelity: {} threads, {} judged figures: {} within the published range, {} outside; {} fitted rows shown apart (not counted)",
         reports.len(),
-        rows.len(),
-        rows.len() - within - unexplained
+        sum(ThreadReport::judged),
+        sum(ThreadReport::within),
+        sum(ThreadReport::outside),
+        sum(ThreadReport::fitted_rows),
     )
 }
 

@@ -127,7 +127,7 @@ static MODEL_VARIANTS: [VariantInfo; 8] = [
     },
 ];
 
-static PARAMS: [ParamInfo; 5] = [
+static PARAMS: [ParamInfo; 6] = [
     ParamInfo {
         name: "iterations",
         default: "10000",
@@ -156,6 +156,12 @@ static PARAMS: [ParamInfo; 5] = [
         name: "host_pebs_data_cfg",
         default: "1",
         doc: "model: the host's PEBS event uses adaptive PEBS data groups, so PEBS_DATA_CFG is non-zero (1) or not (0)",
+        model_only: true,
+    },
+    ParamInfo {
+        name: "guest_pebs_data_cfg",
+        default: "1",
+        doc: "model: the PEBS guest's PEBS_DATA_CFG (0-255; the host's is 3, memory info and GPRs); the thread does not give it, and the default 1 (memory info alone) differs from the host's, so no entry drops out of the lists by coincidence",
         model_only: true,
     },
 ];
@@ -197,6 +203,7 @@ pub fn plans(
     }
     let host_pebs = settings.u32_in("host_pebs", 0..=1)? == 1;
     let host_pebs_data_cfg = settings.u32_in("host_pebs_data_cfg", 0..=1)? == 1;
+    let guest_pebs_data_cfg = u64::from(settings.u32_in("guest_pebs_data_cfg", 0..=255)?);
     let names: Vec<String> = if request.variants.is_empty() {
         INFO.variants_for(backend)
             .map(|v| v.name.to_string())
@@ -216,6 +223,7 @@ pub fn plans(
                     guest_pebs,
                     host_pebs,
                     host_pebs_data_cfg,
+                    guest_pebs_data_cfg,
                     scheme,
                 })
             };
