@@ -27,7 +27,11 @@ fn booting(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
     if !common::tool_or_skip(test, "qemu-system-x86_64") {
         return None;
     }
-    Some(BOOTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    Some(
+        BOOTS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    )
 }
 
 #[test]
@@ -43,7 +47,8 @@ fn vm_unknown_spec_is_bad_input_naming_the_shapes_that_work() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
-        err.contains("Unknown kernel spec `linux-6.13-from-nowhere`") && err.contains("debian:VERSION")
+        err.contains("Unknown kernel spec `linux-6.13-from-nowhere`")
+            && err.contains("debian:VERSION")
             || err.contains("apt-get install qemu-system-x86"),
         "{err}"
     );
@@ -64,7 +69,10 @@ fn vm_without_qemu_names_the_package_to_install() {
     assert_exit(
         &out,
         2,
-        &["qemu-system-x86_64 is not installed", "apt-get install qemu-system-x86"],
+        &[
+            "qemu-system-x86_64 is not installed",
+            "apt-get install qemu-system-x86",
+        ],
     );
 }
 
@@ -85,7 +93,11 @@ fn vm_bzimage_without_modules_or_built_in_kvm_is_bad_input() {
     assert_exit(
         &out,
         2,
-        &["without modules and without KVM built in", "--modules DIR", "CONFIG_KVM=y"],
+        &[
+            "without modules and without KVM built in",
+            "--modules DIR",
+            "CONFIG_KVM=y",
+        ],
     );
 }
 
@@ -125,12 +137,24 @@ fn vm_cache_without_space_is_bad_input_naming_hvlab_cache() {
 fn cached_debian_612(db: &std::path::Path) -> PathBuf {
     // A kvm-param for a missing module fails after the fetch and before any boot.
     let out = hvlab()
-        .args(["vm", "--kernel", "debian:6.12", "--kvm-param", "kvm_nosuch.x=1", "--", "host"])
+        .args([
+            "vm",
+            "--kernel",
+            "debian:6.12",
+            "--kvm-param",
+            "kvm_nosuch.x=1",
+            "--",
+            "host",
+        ])
         .arg("--db")
         .arg(db)
         .output()
         .unwrap();
-    assert_exit(&out, 2, &["Module kvm_nosuch is not among the modules of kernel 6.12."]);
+    assert_exit(
+        &out,
+        2,
+        &["Module kvm_nosuch is not among the modules of kernel 6.12."],
+    );
     let err = stderr(&out);
     let release = err
         .lines()
@@ -141,8 +165,10 @@ fn cached_debian_612(db: &std::path::Path) -> PathBuf {
     let home = std::env::var("HOME").unwrap();
     let cache = std::env::var("HVLAB_CACHE").map_or_else(
         |_| {
-            std::env::var("XDG_CACHE_HOME")
-                .map_or_else(|_| PathBuf::from(home).join(".cache/hvlab"), |x| PathBuf::from(x).join("hvlab"))
+            std::env::var("XDG_CACHE_HOME").map_or_else(
+                |_| PathBuf::from(home).join(".cache/hvlab"),
+                |x| PathBuf::from(x).join("hvlab"),
+            )
         },
         PathBuf::from,
     );
@@ -161,17 +187,38 @@ fn vm_bad_debian_input_names_what_debian_has() {
         .arg(&db)
         .output()
         .unwrap();
-    assert_exit(&out, 2, &["Debian has no kernel 6.99", "6.1 (6.1.", "6.12 (6.12.", "7.3 (7.3."]);
+    assert_exit(
+        &out,
+        2,
+        &[
+            "Debian has no kernel 6.99",
+            "6.1 (6.1.",
+            "6.12 (6.12.",
+            "7.3 (7.3.",
+        ],
+    );
     let tree = cached_debian_612(&db);
     assert!(tree.join(".complete").is_file(), "{}", tree.display());
     // A parameter the module lacks: named, with the ones it has.
     let out = hvlab()
-        .args(["vm", "--kernel", "debian:6.12", "--kvm-param", "kvm_amd.no_such_param=1", "--", "host"])
+        .args([
+            "vm",
+            "--kernel",
+            "debian:6.12",
+            "--kvm-param",
+            "kvm_amd.no_such_param=1",
+            "--",
+            "host",
+        ])
         .arg("--db")
         .arg(&db)
         .output()
         .unwrap();
-    assert_exit(&out, 2, &["Module kvm_amd has no parameter no_such_param", "npt"]);
+    assert_exit(
+        &out,
+        2,
+        &["Module kvm_amd has no parameter no_such_param", "npt"],
+    );
 }
 
 #[test]
@@ -185,7 +232,12 @@ fn vm_boots_a_bzimage_with_a_modules_dir_and_keeps_its_runs() {
         .unwrap()
         .flatten()
         .map(|e| e.path())
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("vmlinuz-"))
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("vmlinuz-")
+        })
         .unwrap();
     let release = image.file_name().unwrap().to_string_lossy()["vmlinuz-".len()..].to_string();
     let args = [
@@ -224,7 +276,10 @@ fn vm_boots_a_bzimage_with_a_modules_dir_and_keeps_its_runs() {
         .output()
         .unwrap();
     let stored: Value = serde_json::from_slice(&shown.stdout).unwrap();
-    assert_eq!(stored["host"]["under_test"]["spec"], image.to_str().unwrap());
+    assert_eq!(
+        stored["host"]["under_test"]["spec"],
+        image.to_str().unwrap()
+    );
     assert!(
         stored["host"]["under_test"]["source"]
             .as_str()

@@ -95,7 +95,11 @@ fn boot(kernel: &str) -> Results {
         .unwrap();
     let listed: Value = serde_json::from_slice(&runs.stdout).unwrap();
     let ids = listed["runs"].as_array().unwrap();
-    assert!(ids.len() >= 5, "{kernel}: {} runs came back: {stderr}", ids.len());
+    assert!(
+        ids.len() >= 5,
+        "{kernel}: {} runs came back: {stderr}",
+        ids.len()
+    );
     let first = ids[0]["run_id"].as_str().unwrap();
     let shown = std::process::Command::new(env!("CARGO_BIN_EXE_hvlab"))
         .args(["show", first, "--json"])

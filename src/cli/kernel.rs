@@ -25,7 +25,7 @@ pub struct BootArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     cpus: u32,
     /// Memory of the VM, e.g. 2G or 1536M
-    #[arg(long, default_value = "2G")]
+    #[arg(long, default_value = "1G")]
     mem: String,
     /// A KVM module parameter in the guest, MODULE.PARAM=VALUE (repeatable), e.g. kvm.tdp_mmu=N
     #[arg(long = "kvm-param", value_name = "MOD.PARAM=VALUE")]
@@ -54,7 +54,10 @@ impl BootArgs {
             .and_then(|n| n.checked_mul(mult))
             .ok_or_else(|| bad("give a size such as 2G or 1536M"))?;
         if mib < 512 {
-            return Err(bad("the guest needs at least 512M (hvlab and the modules live in its initramfs)").into());
+            return Err(bad(
+                "the guest needs at least 512M (hvlab and the modules live in its initramfs)",
+            )
+            .into());
         }
         Ok(VmConfig {
             accel: self.accel,
@@ -187,11 +190,18 @@ pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
     let dir = logs_dir(&kernel.release);
     let (boot, failure) = vm::boot(&kernel, &cfg, &commands, &dir)?;
     if let Some(s) = boot.to_first_command_s {
-        eprintln!("boot: {s:.1} s to the first hvlab command (QEMU ran {:.1} s)", boot.wall_s);
+        eprintln!(
+            "boot: {s:.1} s to the first hvlab command (QEMU ran {:.1} s)",
+            boot.wall_s
+        );
     }
     for (i, c) in boot.commands.iter().enumerate() {
         if commands.len() > 1 {
-            println!("=== hvlab {}: exit {}", c.args.join(" "), c.rc.map_or("-".into(), |r| r.to_string()));
+            println!(
+                "=== hvlab {}: exit {}",
+                c.args.join(" "),
+                c.rc.map_or("-".into(), |r| r.to_string())
+            );
         }
         print!("{}", c.stdout);
         eprint!("{}", c.stderr);
@@ -204,7 +214,12 @@ pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
     if let Some(f) = failure {
         return Err(f.into());
     }
-    let rc = boot.commands.iter().filter_map(|c| c.rc).find(|&r| r != 0).unwrap_or(0);
+    let rc = boot
+        .commands
+        .iter()
+        .filter_map(|c| c.rc)
+        .find(|&r| r != 0)
+        .unwrap_or(0);
     Ok(ExitCode::from(u8::try_from(rc).unwrap_or(4)))
 }
 
@@ -232,9 +247,6 @@ pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
     } else {
         args.scenarios.clone()
     };
-    for s in &scenarios {
-        scenario::find(s)?;
-    }
     let mut store = open_store(db)?;
     vm::qemu()?;
     let kernels = [
@@ -242,23 +254,66 @@ pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
         kernel::resolve(&args.patched, None).map_err(VmError::from)?,
     ];
     let choice = vm::choose_accel(cfg.accel)?;
-    eprintln!("A: {}\nB: {}\n{}", describe(&kernels[0]), describe(&kernels[1]), choice.why);
-    let commands: Vec<Vec<String>> = scenarios
+    eprintln!(
+        "A: {}\nB: {}\n{}",
+        describe(&kernels[0]),
+        describe(&kernels[1]),
+        choice.why
+    );
+    // --variant and --set go to the scenarios that have them; each must fit at least one.
+    let infos = scenarios
         .iter()
-        .map(|s| {
+        .map(|s| scenario::find(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let key_of = |kv: &str| kv.split_once('=').map_or(kv, |(k, _)| k).to_string();
+    let has_param = |info: &scenario::ScenarioInfo, kv: &str| {
+        let key = key_of(kv);
+        key.starts_with("guest.") || info.params.iter().any(|p| p.name == key)
+    };
+    let has_variant =
+        |info: &scenario::ScenarioInfo, v: &str| info.variants.iter().any(|x| x.name == v);
+    for kv in &args.sets {
+        if !infos.iter().any(|i| has_param(i, kv)) {
+            return Err(InputError::BadValue {
+                key: "--set".into(),
+                value: kv.clone(),
+                why: format!(
+                    "no scenario of {} has that parameter; `hvlab list` shows them",
+                    scenarios.join(", ")
+                ),
+            }
+            .into());
+        }
+    }
+    for v in &args.variants {
+        if !infos.iter().any(|i| has_variant(i, v)) {
+            return Err(InputError::BadValue {
+                key: "--variant".into(),
+                value: v.clone(),
+                why: format!(
+                    "no scenario of {} has that variant; `hvlab list` shows them",
+                    scenarios.join(", ")
+                ),
+            }
+            .into());
+        }
+    }
+    let commands: Vec<Vec<String>> = infos
+        .iter()
+        .map(|info| {
             let mut c = vec![
                 "run".to_string(),
-                s.clone(),
+                info.name.to_string(),
                 "--reps".into(),
                 args.reps.to_string(),
                 "--warmup".into(),
                 "1".into(),
                 "--json".into(),
             ];
-            for v in &args.variants {
+            for v in args.variants.iter().filter(|v| has_variant(info, v)) {
                 c.extend(["--variant".to_string(), v.clone()]);
             }
-            for kv in &args.sets {
+            for kv in args.sets.iter().filter(|kv| has_param(info, kv)) {
                 c.extend(["--set".to_string(), kv.clone()]);
             }
             c
@@ -281,7 +336,12 @@ pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
         );
         for c in &boot.commands {
             if c.rc != Some(0) {
-                eprintln!("  hvlab {}: exit {:?}\n{}", c.args.join(" "), c.rc, c.stderr.trim_end());
+                eprintln!(
+                    "  hvlab {}: exit {:?}\n{}",
+                    c.args.join(" "),
+                    c.rc,
+                    c.stderr.trim_end()
+                );
             }
         }
         sides[side].extend(boot.runs.iter().cloned());
@@ -305,7 +365,10 @@ pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
             "wall_s": start.elapsed().as_secs_f64(), "scenarios": judged, "regression": regression,
         }))?;
     } else {
-        println!("{}", render(&kernels, &choice, &judged, start.elapsed().as_secs_f64()));
+        println!(
+            "{}",
+            render(&kernels, &choice, &judged, start.elapsed().as_secs_f64())
+        );
     }
     Ok(if args.fail_on_regression && regression {
         ExitCode::from(1)
@@ -349,7 +412,12 @@ fn side_text(m: &MetricAb, i: usize) -> String {
     )
 }
 
-fn render(kernels: &[Kernel; 2], choice: &vm::AccelChoice, judged: &[ScenarioAb], wall: f64) -> String {
+fn render(
+    kernels: &[Kernel; 2],
+    choice: &vm::AccelChoice,
+    judged: &[ScenarioAb],
+    wall: f64,
+) -> String {
     let mut out = vec![
         format!("A = {}", describe(&kernels[0])),
         format!("B = {}", describe(&kernels[1])),
@@ -364,6 +432,8 @@ fn render(kernels: &[Kernel; 2], choice: &vm::AccelChoice, judged: &[ScenarioAb]
         ));
         let mut same = 0;
         let mut quiet = 0;
+        let mut varying = 0;
+        let mut timing_counts = 0;
         let mut why_not: Option<String> = None;
         for v in &s.variants {
             let mut lines = Vec::new();
@@ -371,12 +441,20 @@ fn render(kernels: &[Kernel; 2], choice: &vm::AccelChoice, judged: &[ScenarioAb]
                 match m.trust {
                     Trust::Count => {
                         let word = m.exact.as_deref().unwrap_or("");
-                        if word == "same" {
+                        if m.not_judged.is_some() {
+                            timing_counts += 1;
+                        } else if word == "same" {
                             same += 1;
+                        } else if word.starts_with("varies") {
+                            varying += 1;
                         } else {
-                            let tag = if m.regression { "REGRESSION" } else { word };
+                            let tag = if m.regression {
+                                format!("REGRESSION: {word}")
+                            } else {
+                                word.to_string()
+                            };
                             lines.push(format!(
-                                "    [count, exact: {tag}] {}: A {} → B {}",
+                                "    [count: {tag}] {}: A {} → B {}",
                                 m.metric,
                                 side_text(m, 0),
                                 side_text(m, 1)
@@ -386,21 +464,36 @@ fn render(kernels: &[Kernel; 2], choice: &vm::AccelChoice, judged: &[ScenarioAb]
                     Trust::Jiffies => {
                         let c = m.comparison.as_ref();
                         let verdict = c.map_or("not judged", |c| verdict_word(c.verdict));
-                        let p = c.map_or(String::new(), |c| format!(", rank test p = {:.3}", c.p_value));
-                        if m.median[0].max(m.median[1]) < 0.25 && !m.regression && c.is_some_and(|c| c.verdict == AbVerdict::NoChange) {
+                        let p = c.map_or(String::new(), |c| {
+                            format!(", rank test p = {:.3}", c.p_value)
+                        });
+                        let significant = c.is_some_and(|c| {
+                            c.verdict != AbVerdict::NoChange && c.verdict != AbVerdict::TooFew
+                        });
+                        if m.median[0].max(m.median[1]) < 0.5 && !significant {
                             quiet += 1;
                             continue;
                         }
-                        let tag = if m.regression { "REGRESSION, jiffies" } else { "jiffies" };
+                        let tag = if m.regression {
+                            "REGRESSION, jiffies"
+                        } else {
+                            "jiffies"
+                        };
+                        let note = m
+                            .not_judged
+                            .as_ref()
+                            .map_or(String::new(), |n| format!("; {n}"));
                         lines.push(format!(
-                            "    [{tag}: {verdict}{p}] {}: A {} → B {}",
+                            "    [{tag}: {verdict}{p}{note}] {}: A {} → B {}",
                             m.metric,
                             side_text(m, 0),
                             side_text(m, 1)
                         ));
                     }
                     Trust::Time => {
-                        let headline = scenario::find(&s.scenario).map(|i| i.headline).unwrap_or("");
+                        let headline = scenario::find(&s.scenario)
+                            .map(|i| i.headline)
+                            .unwrap_or("");
                         if let Some(why) = &m.not_judged {
                             why_not = Some(why.clone());
                             if m.metric == headline {
@@ -435,7 +528,10 @@ fn render(kernels: &[Kernel; 2], choice: &vm::AccelChoice, judged: &[ScenarioAb]
             }
         }
         out.push(format!(
-            "  {same} count(s) exactly the same on both kernels; {quiet} ioctl(s) under a quarter jiffy on both, no significant change"
+            "  counts: {same} exactly the same on both kernels, {varying} varying between repetitions with no significant change; {timing_counts} timing-driven counters (timer interrupts, preemptions) shown in --json, not judged under TCG"
+        ));
+        out.push(format!(
+            "  jiffies: {quiet} ioctl time(s) under half a jiffy on both kernels with no significant change"
         ));
         if let Some(why) = why_not {
             out.push(format!("  times are shown, not judged: {why}"));
@@ -446,7 +542,11 @@ fn render(kernels: &[Kernel; 2], choice: &vm::AccelChoice, judged: &[ScenarioAb]
         .flat_map(|s| {
             s.variants.iter().flat_map(move |v| {
                 v.metrics.iter().filter(|m| m.regression).map(move |m| {
-                    let unit = if m.trust == Trust::Jiffies { "jiffies" } else { m.unit.as_str() };
+                    let unit = if m.trust == Trust::Jiffies {
+                        "jiffies"
+                    } else {
+                        m.unit.as_str()
+                    };
                     format!("{} {} {} ({unit})", s.scenario, v.variant, m.metric)
                 })
             })
@@ -454,9 +554,14 @@ fn render(kernels: &[Kernel; 2], choice: &vm::AccelChoice, judged: &[ScenarioAb]
         .collect();
     out.push(String::new());
     if regressions.is_empty() {
-        out.push("verdict: no regression of a judged metric (counts exact, jiffies rank-tested)".into());
+        out.push(
+            "verdict: no regression of a judged metric (counts exact, jiffies rank-tested)".into(),
+        );
     } else {
-        out.push(format!("verdict: REGRESSION in B on {} judged metric(s):", regressions.len()));
+        out.push(format!(
+            "verdict: REGRESSION in B on {} judged metric(s):",
+            regressions.len()
+        ));
         for r in regressions.iter().take(12) {
             out.push(format!("  {r}"));
         }

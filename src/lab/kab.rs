@@ -94,10 +94,17 @@ fn pooled(runs: &[&RunRecord], variant: &str, metric: &str) -> Vec<f64> {
         .collect()
 }
 
+/// Per (stalled ioctl, cause): median jiffies per boot, stalled and measured repetitions, kernel.
+type StallSeen = (Vec<f64>, usize, usize, String);
+
+/// The SRCU stalls the runs found, one line per (stalled ioctl, registration behind it).
 fn stall_causes(runs: &[&RunRecord], variant: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
+    let mut seen: std::collections::BTreeMap<(String, String), StallSeen> =
+        std::collections::BTreeMap::new();
     for r in runs {
-        let Some(v) = r.variant(variant) else { continue };
+        let Some(v) = r.variant(variant) else {
+            continue;
+        };
         for f in &v.findings {
             if let Finding::SrcuStall {
                 ioctl,
@@ -108,18 +115,27 @@ fn stall_causes(runs: &[&RunRecord], variant: &str) -> Vec<String> {
                 ..
             } = f
             {
-                let cause = caused_by.as_deref().unwrap_or("an unknown registration");
-                let text = format!(
-                    "{ioctl} waited for an SRCU grace period started by {cause} ({jiffies:.1} jiffies, {stalled_reps} of {reps} repetitions, kernel {})",
-                    r.host.kernel
-                );
-                if !out.contains(&text) {
-                    out.push(text);
-                }
+                let cause = caused_by
+                    .clone()
+                    .unwrap_or_else(|| "an unknown registration".into());
+                let e = seen
+                    .entry((ioctl.clone(), cause))
+                    .or_insert_with(|| (Vec::new(), 0, 0, r.host.kernel.clone()));
+                e.0.push(*jiffies);
+                e.1 += stalled_reps;
+                e.2 += reps;
             }
         }
     }
-    out
+    seen.into_iter()
+        .map(|((ioctl, cause), (jiffies, stalled, reps, kernel))| {
+            let lo = jiffies.iter().copied().fold(f64::MAX, f64::min);
+            let hi = jiffies.iter().copied().fold(f64::MIN, f64::max);
+            format!(
+                "{ioctl} waited for an SRCU grace period started by {cause}: {lo:.1}–{hi:.1} jiffies over its baseline (median per boot), in {stalled} of {reps} repetitions on {kernel}"
+            )
+        })
+        .collect()
 }
 
 fn of_scenario<'a>(runs: &'a [RunRecord], scenario: &str) -> Vec<&'a RunRecord> {
@@ -153,7 +169,7 @@ pub fn judge(
                     continue;
                 }
                 if m.unit == "count" {
-                    metrics.push(exact(name, &m.unit, xa, xb));
+                    metrics.push(count(name, &m.unit, xa, xb, accel, threshold));
                     continue;
                 }
                 if !is_time(&m.unit) {
@@ -168,12 +184,36 @@ pub fn judge(
                     let xa_j: Vec<f64> = xa.iter().map(|x| x / ja).collect();
                     let xb_j: Vec<f64> = xb.iter().map(|x| x / jb).collect();
                     let metric = name.trim_end_matches("_ms").to_string();
-                    metrics.push(rank(&metric, "jiffies", Trust::Jiffies, xa_j, xb_j, threshold, None));
+                    let mut m = rank(
+                        &metric,
+                        "jiffies",
+                        Trust::Jiffies,
+                        xa_j,
+                        xb_j,
+                        threshold,
+                        None,
+                    );
+                    // A grace period is whole ticks: a change under half a jiffy is not one
+                    // gained or lost, whatever the test says about the emulator's noise.
+                    if m.regression && m.median[1] - m.median[0] < 0.5 {
+                        m.regression = false;
+                        m.not_judged =
+                            Some("longer by less than half a jiffy: no grace period gained".into());
+                    }
+                    metrics.push(m);
                 }
                 let not_judged = (accel != Accel::Kvm).then(|| {
                     "TCG emulates every guest instruction: its times measure the emulator, not the kernel".to_string()
                 });
-                metrics.push(rank(name, &m.unit, Trust::Time, xa, xb, threshold, not_judged));
+                metrics.push(rank(
+                    name,
+                    &m.unit,
+                    Trust::Time,
+                    xa,
+                    xb,
+                    threshold,
+                    not_judged,
+                ));
             }
             let before = stall_causes(&ra, &v.name);
             let causes = stall_causes(&rb, &v.name)
@@ -199,6 +239,61 @@ pub fn judge(
         });
     }
     out
+}
+
+/// Counters that follow wall time (timer interrupts, preemptions, halts), not the code path:
+/// under TCG their wall time is the emulator's.
+fn timing_driven(name: &str) -> bool {
+    let stat = name.rsplit('.').next().unwrap_or(name);
+    stat == "exits"
+        || stat.starts_with("preemption_")
+        || stat.starts_with("halt_")
+        || stat.ends_with("irq_exits")
+        || stat == "host_state_reload"
+        || stat.starts_with("nmi_")
+        || stat == "signal_exits"
+}
+
+/// A count: exact when each side repeats one value; otherwise rank-tested (a stall that
+/// occurs in most repetitions), except timing-driven counters under TCG (shown, not judged).
+fn count(
+    name: &str,
+    unit: &str,
+    xa: Vec<f64>,
+    xb: Vec<f64>,
+    accel: Accel,
+    threshold: f64,
+) -> MetricAb {
+    let constant = |x: &[f64]| x.iter().all(|v| *v == x[0]);
+    if constant(&xa) && constant(&xb) {
+        return exact(name, unit, xa, xb);
+    }
+    if timing_driven(name) && accel != Accel::Kvm {
+        let why = "a timing-driven counter (timer interrupts, preemptions), varying between repetitions; under TCG its wall time is the emulator's".to_string();
+        return rank(name, unit, Trust::Count, xa, xb, threshold, Some(why));
+    }
+    // A count that is zero on one side has no ratio: judge it by the rank test's p and the
+    // direction of the medians.
+    let p = crate::analysis::statistics::exact_rank_p(&xa, &xb);
+    let (ma, mb) = (median(&xa), median(&xb));
+    let word = if p < 0.05 && mb > ma {
+        "higher (rank test)"
+    } else if p < 0.05 && mb < ma {
+        "lower (rank test)"
+    } else {
+        "varies between repetitions, no significant change (rank test)"
+    };
+    MetricAb {
+        metric: name.to_string(),
+        unit: unit.to_string(),
+        trust: Trust::Count,
+        median: [ma, mb],
+        samples: [xa, xb],
+        exact: Some(format!("{word}, p = {p:.3}")),
+        comparison: None,
+        not_judged: None,
+        regression: word.starts_with("higher"),
+    }
 }
 
 fn exact(name: &str, unit: &str, xa: Vec<f64>, xb: Vec<f64>) -> MetricAb {

@@ -105,7 +105,9 @@ impl VmError {
     pub fn exit_code(&self) -> i32 {
         match self {
             VmError::Kernel(e) => e.exit_code(),
-            VmError::MissingTool { .. } | VmError::BadKvmParam(_) | VmError::NoSuchParam { .. } => 2,
+            VmError::MissingTool { .. } | VmError::BadKvmParam(_) | VmError::NoSuchParam { .. } => {
+                2
+            }
             VmError::NoNestedKvm(_) => 3,
             VmError::Interrupted { signal, .. } => 128 + signal,
             _ => 4,
@@ -305,7 +307,7 @@ impl Cpio {
     }
 
     fn pad(&mut self) {
-        while self.out.len() % 4 != 0 {
+        while !self.out.len().is_multiple_of(4) {
             self.out.push(0);
         }
     }
@@ -324,7 +326,7 @@ impl Cpio {
 
     fn finish(mut self) -> Vec<u8> {
         self.entry("TRAILER!!!", 0, &[]);
-        while self.out.len() % 512 != 0 {
+        while !self.out.len().is_multiple_of(512) {
             self.out.push(0);
         }
         self.out
@@ -470,7 +472,9 @@ fn module_args(
     let mut args: BTreeMap<String, Vec<String>> = BTreeMap::new();
     // npt=1 explicitly: an SVM host with TDP is what hvlab's users run.
     if vendor == "kvm_amd" {
-        args.entry("kvm_amd".into()).or_default().push("npt=1".into());
+        args.entry("kvm_amd".into())
+            .or_default()
+            .push("npt=1".into());
     }
     for p in params {
         let (lhs, value) = p
@@ -486,7 +490,9 @@ fn module_args(
         let Some((_, bytes)) = modules.iter().find(|(n, _)| n == &format!("{module}.ko")) else {
             let built_in = module == "kvm" || module == vendor;
             if built_in && kernel.kvm_built_in(vendor) {
-                args.entry(module).or_default().push(format!("{param}={value}"));
+                args.entry(module)
+                    .or_default()
+                    .push(format!("{param}={value}"));
                 continue;
             }
             return Err(KernelError::NoSuchModule {
@@ -585,7 +591,9 @@ fn initramfs(
     let modules = kvm_modules(kernel, &choice.vendor_module)?;
     let args = module_args(kernel, &modules, &choice.vendor_module, &cfg.kvm_params)?;
     let mut c = Cpio::new();
-    for d in ["bin", "dev", "proc", "sys", "tmp", "var", "etc", "modules", "boot"] {
+    for d in [
+        "bin", "dev", "proc", "sys", "tmp", "var", "etc", "modules", "boot",
+    ] {
         c.dir(d);
     }
     let bb = std::fs::read(&busybox).map_err(|e| VmError::Io(busybox.clone(), e))?;
@@ -635,10 +643,7 @@ fn initramfs(
             c.file(lib, true, &bytes);
         }
     }
-    let cmds: String = commands
-        .iter()
-        .map(|a| a.join("\u{1f}") + "\n")
-        .collect();
+    let cmds: String = commands.iter().map(|a| a.join("\u{1f}") + "\n").collect();
     c.file("etc/cmds", false, cmds.as_bytes());
     let init = format!(
         "#!/bin/sh\nCMD_TIMEOUT={}\n{}",
@@ -779,10 +784,21 @@ pub fn boot(
         Accel::Kvm => cmd.args(["-accel", "kvm"]),
         _ => cmd.args(["-accel", "tcg,thread=single"]),
     };
+    // qboot, where QEMU ships it, skips SeaBIOS's device probing: a second or two under TCG.
+    if Path::new("/usr/share/qemu/qboot.rom").is_file() {
+        cmd.args(["-bios", "qboot.rom"]);
+    }
     cmd.args(["-cpu", &choice.cpu_model])
         .args(["-smp", &cfg.cpus.to_string()])
         .args(["-m", &cfg.mem_mib.to_string()])
-        .args(["-display", "none", "-no-reboot", "-monitor", "none", "-nodefaults"])
+        .args([
+            "-display",
+            "none",
+            "-no-reboot",
+            "-monitor",
+            "none",
+            "-nodefaults",
+        ])
         .arg("-serial")
         .arg(format!("file:{}", console.display()))
         .arg("-serial")
@@ -798,7 +814,8 @@ pub fn boot(
         .stdin(Stdio::null())
         .stdout(Stdio::null());
     let qemu_err = workdir.join("qemu.err");
-    let err_file = std::fs::File::create(&qemu_err).map_err(|e| VmError::Io(qemu_err.clone(), e))?;
+    let err_file =
+        std::fs::File::create(&qemu_err).map_err(|e| VmError::Io(qemu_err.clone(), e))?;
     cmd.stderr(err_file);
     // Its own process group: a terminal's Ctrl-C reaches hvlab, which stops QEMU itself.
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
@@ -824,8 +841,7 @@ pub fn boot(
             });
         }
         if first_cmd.is_none()
-            && std::fs::read(&console)
-                .is_ok_and(|b| b.windows(14).any(|w| w == b"@@hvlab-ready "))
+            && std::fs::read(&console).is_ok_and(|b| b.windows(14).any(|w| w == b"@@hvlab-ready "))
         {
             first_cmd = Some(start.elapsed().as_secs_f64());
         }
@@ -850,8 +866,14 @@ pub fn boot(
     }
     let raw = std::fs::read(&results).unwrap_or_default();
     let files: BTreeMap<String, Vec<u8>> = frames(&raw).into_iter().collect();
-    let get = |n: &str| files.get(n).map(|b| String::from_utf8_lossy(b).into_owned());
-    let release = get("release").map(|s| s.trim().to_string()).unwrap_or_default();
+    let get = |n: &str| {
+        files
+            .get(n)
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+    };
+    let release = get("release")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
     let mut out = Vec::new();
     let mut runs: BTreeMap<String, RunRecord> = BTreeMap::new();
     for (i, args) in commands.iter().enumerate() {
@@ -948,13 +970,17 @@ mod tests {
         let f = frames(&raw);
         assert_eq!(
             f,
-            vec![("a".to_string(), b"xyz".to_vec()), ("b".to_string(), b"hi".to_vec())]
+            vec![
+                ("a".to_string(), b"xyz".to_vec()),
+                ("b".to_string(), b"hi".to_vec())
+            ]
         );
     }
 
     #[test]
     fn an_oops_is_quoted_from_its_first_line() {
-        let log = "booting\n[ 1.0] int3: 0000 [#1] PREEMPT SMP NOPTI\n[ 1.0] RIP: __schedule+0x1\nmore\n";
+        let log =
+            "booting\n[ 1.0] int3: 0000 [#1] PREEMPT SMP NOPTI\n[ 1.0] RIP: __schedule+0x1\nmore\n";
         let e = oops_excerpt(log).unwrap();
         assert!(e.starts_with("  [ 1.0] int3: 0000"), "{e}");
         assert!(e.contains("__schedule"));
@@ -963,7 +989,8 @@ mod tests {
 
     #[test]
     fn modinfo_reads_depends_and_parameters() {
-        let bytes = b"\x7fELF....\0depends=kvm,ccp\0parm=npt:Enable NPT\0parm=nested:bool\0xdepends=no\0";
+        let bytes =
+            b"\x7fELF....\0depends=kvm,ccp\0parm=npt:Enable NPT\0parm=nested:bool\0xdepends=no\0";
         assert_eq!(modinfo(bytes, "depends"), vec!["kvm,ccp"]);
         assert_eq!(
             modinfo(bytes, "parm"),

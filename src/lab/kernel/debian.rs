@@ -109,6 +109,10 @@ impl Apt {
             format!("Dir::State::status={d}/etc/status"),
             format!("Dir::Cache={d}/cache"),
             format!("Dir::Cache::archives={d}/archives"),
+            // Keep apt's binary cache of the lists (some images turn it off): without it every
+            // apt-cache call re-reads 30 MB of lists.
+            format!("Dir::Cache::pkgcache={d}/cache/pkgcache.bin"),
+            format!("Dir::Cache::srcpkgcache={d}/cache/srcpkgcache.bin"),
             "APT::Architecture=amd64".into(),
             "Debug::NoLocking=1".into(),
             "Acquire::Languages=none".into(),
@@ -121,7 +125,13 @@ impl Apt {
         .collect()
     }
 
-    fn run(&self, tool: &str, args: &[&str], cwd: &Path, what: &str) -> Result<String, KernelError> {
+    fn run(
+        &self,
+        tool: &str,
+        args: &[&str],
+        cwd: &Path,
+        what: &str,
+    ) -> Result<String, KernelError> {
         let out = Command::new(tool)
             .args(self.options())
             .args(args)
@@ -131,7 +141,8 @@ impl Apt {
             .map_err(|e| KernelError::Io(PathBuf::from(tool), e))?;
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         // apt-cache show exits 100 when one name is purely virtual but still prints the rest.
-        if !out.status.success() && !(tool == "apt-cache" && !stdout.is_empty()) {
+        let partial_ok = tool == "apt-cache" && !stdout.is_empty();
+        if !(out.status.success() || partial_ok) {
             let err = String::from_utf8_lossy(&out.stderr);
             let tail: Vec<&str> = err.lines().rev().take(3).collect();
             return Err(KernelError::Apt {
@@ -152,25 +163,40 @@ impl Apt {
     }
 
     fn update(&self) -> Result<(), KernelError> {
-        eprintln!("kernel: refreshing Debian's package lists (private apt state in {})", self.dir.display());
-        self.run("apt-get", &["-qq", "update"], &self.dir, "refresh the package lists")?;
+        eprintln!(
+            "kernel: refreshing Debian's package lists (private apt state in {})",
+            self.dir.display()
+        );
+        self.run(
+            "apt-get",
+            &["-qq", "update"],
+            &self.dir,
+            "refresh the package lists",
+        )?;
         std::fs::write(self.dir.join("lists/updated"), "")
             .map_err(|e| KernelError::Io(self.dir.clone(), e))
     }
 
     /// Every bootable kernel package version apt offers.
     fn candidates(&self) -> Result<Vec<Candidate>, KernelError> {
-        let names = self.run("apt-cache", &["pkgnames", "linux-"], &self.dir, "list kernel packages")?;
-        let names: Vec<&str> = names
-            .lines()
-            .filter(|n| release_of(n).is_some())
-            .collect();
+        let names = self.run(
+            "apt-cache",
+            &["pkgnames", "linux-"],
+            &self.dir,
+            "list kernel packages",
+        )?;
+        let names: Vec<&str> = names.lines().filter(|n| release_of(n).is_some()).collect();
         if names.is_empty() {
             return Ok(Vec::new());
         }
         let mut args = vec!["show"];
         args.extend(names.iter().copied());
-        let text = self.run("apt-cache", &args, &self.dir, "read kernel package versions")?;
+        let text = self.run(
+            "apt-cache",
+            &args,
+            &self.dir,
+            "read kernel package versions",
+        )?;
         let mut out = Vec::new();
         for stanza in text.split("\n\n") {
             let field = |name: &str| {
@@ -295,7 +321,12 @@ pub fn fetch(version: &str) -> Result<Kernel, KernelError> {
     eprintln!("kernel: fetching {}", packages.join(" "));
     let mut args = vec!["-qq", "download"];
     args.extend(packages.iter().map(String::as_str));
-    apt.run("apt-get", &args, &debs, &format!("download {}", packages.join(" ")))?;
+    apt.run(
+        "apt-get",
+        &args,
+        &debs,
+        &format!("download {}", packages.join(" ")),
+    )?;
     let tmp = kernels.join(format!("{}.tmp", best.release));
     let _ = std::fs::remove_dir_all(&tmp);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&debs)
@@ -346,7 +377,10 @@ mod tests {
             release_of("linux-binary-7.3.4+deb13-amd64").as_deref(),
             Some("7.3.4+deb13-amd64")
         );
-        assert_eq!(release_of("linux-image-6.1.0-40-cloud-amd64-unsigned"), None);
+        assert_eq!(
+            release_of("linux-image-6.1.0-40-cloud-amd64-unsigned"),
+            None
+        );
         assert_eq!(release_of("linux-image-6.1.0-40-rt-amd64-unsigned"), None);
         assert_eq!(release_of("linux-modules-7.3.4+deb13-amd64"), None);
     }

@@ -190,7 +190,11 @@ fn modules_in(dir: &Path) -> Result<(String, PathBuf), KernelError> {
         let Ok(rd) = std::fs::read_dir(&base) else {
             continue;
         };
-        let mut rels: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+        let mut rels: Vec<PathBuf> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect();
         rels.sort();
         if let Some(p) = rels.pop() {
             let rel = p
