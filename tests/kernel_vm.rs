@@ -261,7 +261,8 @@ fn vm_boots_a_bzimage_with_a_modules_dir_and_keeps_its_runs() {
         "iterations=50",
         "--json",
     ];
-    let out = hvlab().args(args).arg("--db").arg(&db).output().unwrap();
+    // --db before the command: what follows `--` runs in the guest.
+    let out = hvlab().arg("--db").arg(&db).args(args).output().unwrap();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
     let run: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -333,10 +334,15 @@ fn kab_finds_the_001_regression_between_6_12_and_7_3_on_real_kernels() {
             .unwrap_or_else(|| panic!("no {name}: {variant}"))
             .clone()
     };
-    // Counts, exactly: no SRCU stall on 6.12 (registration synchronizes), one per VM on 7.3.
+    // Counts: no SRCU stall on 6.12 (registration synchronizes); on 7.3 one per VM in most
+    // repetitions (5 of 6 here), so rank-tested rather than exact.
     let stalls = metric("stalls");
     assert_eq!(stalls["trust"], "count");
-    assert_eq!(stalls["exact"], "higher", "{stalls}");
+    assert!(
+        stalls["exact"].as_str().unwrap().starts_with("higher"),
+        "{stalls}"
+    );
+    assert_eq!(stalls["regression"], true, "{stalls}");
     // Jiffies, rank-tested: the memslot update after the irqchip waits out a grace period.
     let memslot = metric("ioctl.KVM_SET_USER_MEMORY_REGION");
     assert_eq!(memslot["trust"], "jiffies");

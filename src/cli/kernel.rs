@@ -437,6 +437,7 @@ fn render(
         let mut why_not: Option<String> = None;
         for v in &s.variants {
             let mut lines = Vec::new();
+            let mut same_here: Vec<String> = Vec::new();
             for m in &v.metrics {
                 match m.trust {
                     Trust::Count => {
@@ -445,6 +446,7 @@ fn render(
                             timing_counts += 1;
                         } else if word == "same" {
                             same += 1;
+                            same_here.push(format!("{} {}", m.metric, num(m.median[0])));
                         } else if word.starts_with("varies") {
                             varying += 1;
                         } else {
@@ -521,6 +523,21 @@ fn render(
             }
             for c in &v.causes {
                 lines.push(format!("    cause (B only): {c}"));
+            }
+            if !same_here.is_empty() {
+                // Fault counts first: they are what a paging change moves.
+                same_here.sort_by_key(|t| !(t.contains("pf_") || t.contains("fault")));
+                let shown: Vec<&str> = same_here.iter().take(6).map(String::as_str).collect();
+                let more = same_here.len().saturating_sub(shown.len());
+                let tail = if more > 0 {
+                    format!(" (+{more} more)")
+                } else {
+                    String::new()
+                };
+                lines.push(format!(
+                    "    [count, exact: same on both, every repetition] {}{tail}",
+                    shown.join(", ")
+                ));
             }
             if !lines.is_empty() {
                 out.push(format!("  {}:", v.variant));

@@ -168,7 +168,8 @@ pub fn judge(
                 if xa.is_empty() || xb.is_empty() {
                     continue;
                 }
-                if m.unit == "count" {
+                // Events, and events per iteration (the exits scenario's `ratio`s).
+                if m.unit == "count" || m.unit == "ratio" {
                     metrics.push(count(name, &m.unit, xa, xb, accel, threshold));
                     continue;
                 }

@@ -501,8 +501,10 @@ fn module_args(
             }
             .into());
         };
-        let known: Vec<String> = modinfo(bytes, "parm")
+        // `parmtype=NAME:TYPE` exists for every module_param; `parm=` only for described ones.
+        let known: Vec<String> = modinfo(bytes, "parmtype")
             .iter()
+            .chain(modinfo(bytes, "parm").iter())
             .filter_map(|d| d.split(':').next().map(str::to_string))
             .collect::<std::collections::BTreeSet<_>>()
             .into_iter()

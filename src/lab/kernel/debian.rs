@@ -73,8 +73,13 @@ fn release_of(package: &str) -> Option<String> {
         .strip_prefix("linux-image-")
         .and_then(|r| r.strip_suffix("-unsigned"))
         .or_else(|| package.strip_prefix("linux-binary-"))?;
-    (release.ends_with("-amd64") && !release.contains("cloud") && !release.contains("-rt-"))
-        .then(|| release.to_string())
+    // `linux-binary-unsigned-REL` (7.x's unsigned twin) is the same kernel: take the signed
+    // name, whose release starts with its version.
+    (release.starts_with(|c: char| c.is_ascii_digit())
+        && release.ends_with("-amd64")
+        && !release.contains("cloud")
+        && !release.contains("-rt-"))
+    .then(|| release.to_string())
 }
 
 struct Apt {
@@ -383,6 +388,7 @@ mod tests {
         );
         assert_eq!(release_of("linux-image-6.1.0-40-rt-amd64-unsigned"), None);
         assert_eq!(release_of("linux-modules-7.3.4+deb13-amd64"), None);
+        assert_eq!(release_of("linux-binary-unsigned-7.3.4+deb13-amd64"), None);
     }
 
     #[test]
