@@ -98,6 +98,9 @@ pub enum Error {
     /// The model backend.
     #[error(transparent)]
     Model(#[from] crate::model::ModelError),
+    /// A kernel under test in a VM (`hvlab vm`, `hvlab kab`).
+    #[error(transparent)]
+    Vm(#[from] crate::lab::vm::VmError),
     /// Writing output.
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
@@ -184,6 +187,7 @@ impl Error {
             Error::Input(_) | Error::OutputPath { .. } => 2,
             Error::AllUnsupported { .. } => 3,
             Error::AllFailed { .. } => 4,
+            Error::Vm(e) => e.exit_code(),
             Error::Interrupted { signal, .. } => 128 + signal,
             Error::Kvm(e) if e.is_host_limitation() => 3,
             Error::Trace(e) if e.is_host_limitation() => 3,

@@ -38,6 +38,7 @@ fn host(kernel: &str, cpu: &str, flavour: KvmFlavour) -> HostInfo {
         capabilities: BTreeMap::new(),
         hvlab_version: "test".into(),
         git_rev: "test".into(),
+        under_test: None,
     }
 }
 

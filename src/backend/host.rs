@@ -86,6 +86,25 @@ pub struct HostInfo {
     pub hvlab_version: String,
     /// The git revision hvlab was built from.
     pub git_rev: String,
+    /// When this host is a kernel under test booted by `hvlab vm`/`hvlab kab`: which kernel,
+    /// from where, and how it was booted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub under_test: Option<UnderTest>,
+}
+
+/// A kernel under test, booted in a VM by `hvlab vm`: stored in its runs' host fingerprint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnderTest {
+    /// `uname -r` in the VM.
+    pub release: String,
+    /// The spec as given (`debian:6.12`, a path).
+    pub spec: String,
+    /// Where it came from (package and version, or a path).
+    pub source: String,
+    /// QEMU's accelerator: `kvm` (nested) or `tcg` (emulated; times mean nothing).
+    pub accel: String,
+    /// QEMU's CPU model (`EPYC,+svm,+npt`, `host`).
+    pub cpu_model: String,
 }
 
 impl HostInfo {
@@ -141,6 +160,7 @@ pub fn probe_with(kvm_access: String, capabilities: BTreeMap<String, bool>) -> H
         capabilities,
         hvlab_version: env!("CARGO_PKG_VERSION").to_string(),
         git_rev: env!("HVLAB_GIT_REV").to_string(),
+        under_test: None,
     }
 }
 

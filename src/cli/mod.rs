@@ -1,5 +1,6 @@
 //! The command line (clap) and dispatch. This is the only layer that prints.
 
+mod kernel;
 mod progress;
 mod render;
 
@@ -79,6 +80,12 @@ enum Command {
     },
     /// Attribute an external VMM's KVM ioctl latencies: hvlab trace -- CMD ARGS...
     Trace(TraceArgs),
+    /// Boot a kernel under test in QEMU, run hvlab there, bring its runs back:
+    /// hvlab vm --kernel debian:6.12 -- run lifecycle
+    Vm(kernel::VmArgs),
+    /// A/B of two kernels under test: boots them alternately, runs the scenarios, judges counts
+    /// exactly and jiffies with the rank test (times only with kvm acceleration)
+    Kab(kernel::KabArgs),
     /// A/B verdict: B against A, each a run, RUN:variant, or runs joined by commas; or each a
     /// host selector (key=value terms joined by commas over kernel, cpu, flavour, hz, backend,
     /// e.g. kernel=6.18,cpu=EPYC), compared per matched host and overall
@@ -393,6 +400,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             }
         }
         Command::Suite(args) => suite(cli.db.as_deref(), &args)?,
+        Command::Vm(args) => return kernel::vm(cli.db.as_deref(), &args),
+        Command::Kab(args) => return kernel::kab(cli.db.as_deref(), &args),
         Command::Runs { limit, json } => {
             let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
             let list = store.list(limit)?;

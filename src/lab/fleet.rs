@@ -369,6 +369,7 @@ mod tests {
             capabilities: Default::default(),
             hvlab_version: "0".into(),
             git_rev: "x".into(),
+            under_test: None,
         }
     }
 

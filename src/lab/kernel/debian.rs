@@ -1,0 +1,417 @@
+//! `debian:VERSION`: the newest Debian kernel of a series, fetched with apt and cached.
+//!
+//! apt runs with a private sources list, lists, status file and archive directory under the
+//! cache (`-o Dir::Etc::SourceList=...`), so the system's apt state is never touched. apt
+//! checks the suites' signed `InRelease` files against Debian's archive keyring and every
+//! package against the hashes they list, as it does for any install.
+//!
+//! Layouts: 6.x ships `linux-image-REL-unsigned` (boot/vmlinuz-REL, boot/config-REL,
+//! lib/modules/REL); 7.x ships `linux-binary-REL` (vmlinuz), `linux-modules-REL` and
+//! `linux-base-REL` (config), all under usr/lib/modules/REL/.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, SystemTime};
+
+use super::{Kernel, KernelError, cache_dir, from_tree};
+
+/// Suites searched: bookworm has 6.1 (and 6.12 in its security and backports suites),
+/// trixie-backports 7.3.x, sid 7.2.x.
+const SOURCES: &str = "\
+deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm main
+deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm-updates main
+deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm-backports main
+deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian-security bookworm-security main
+deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie-backports main
+deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian sid main
+";
+
+/// What one unpacked kernel takes in the cache, with its packages while they unpack.
+const NEED_MIB: u64 = 700;
+
+/// Package lists older than this are refreshed before a version is resolved.
+const LISTS_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+
+/// One kernel package version apt offers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Candidate {
+    /// `linux-image-6.12.57+deb12-amd64-unsigned` or `linux-binary-7.3.4+deb13-amd64`.
+    package: String,
+    /// Debian version (`6.12.57-1~deb12u1`).
+    version: String,
+    /// `uname -r` (`6.12.57+deb12-amd64`).
+    release: String,
+}
+
+impl Candidate {
+    /// The upstream version (`6.12.57`).
+    fn upstream(&self) -> &str {
+        self.version.split(['-', '~', '+']).next().unwrap_or("")
+    }
+
+    fn key(&self) -> Vec<u64> {
+        numbers(&self.version)
+    }
+}
+
+fn numbers(s: &str) -> Vec<u64> {
+    s.split(|c: char| !c.is_ascii_digit())
+        .filter(|p| !p.is_empty())
+        .map(|p| p.parse().unwrap_or(0))
+        .collect()
+}
+
+/// `6.12` matches upstream `6.12.57` and `6.12`; `7.3.4` matches `7.3.4` only.
+fn series_matches(asked: &str, upstream: &str) -> bool {
+    upstream == asked || upstream.starts_with(&format!("{asked}."))
+}
+
+/// The kernel's release from its package name, or `None` for flavours hvlab does not boot
+/// (cloud, rt, debug).
+fn release_of(package: &str) -> Option<String> {
+    let release = package
+        .strip_prefix("linux-image-")
+        .and_then(|r| r.strip_suffix("-unsigned"))
+        .or_else(|| package.strip_prefix("linux-binary-"))?;
+    // `linux-binary-unsigned-REL` (7.x's unsigned twin) is the same kernel: take the signed
+    // name, whose release starts with its version.
+    (release.starts_with(|c: char| c.is_ascii_digit())
+        && release.ends_with("-amd64")
+        && !release.contains("cloud")
+        && !release.contains("-rt-"))
+    .then(|| release.to_string())
+}
+
+struct Apt {
+    dir: PathBuf,
+}
+
+impl Apt {
+    fn new() -> Result<Apt, KernelError> {
+        if which("apt-get").is_none() || which("dpkg-deb").is_none() {
+            return Err(KernelError::NoApt);
+        }
+        let dir = cache_dir().join("apt");
+        for sub in ["lists/partial", "archives/partial", "etc/parts", "cache"] {
+            std::fs::create_dir_all(dir.join(sub)).map_err(|e| KernelError::Io(dir.clone(), e))?;
+        }
+        let io = |e| KernelError::Io(dir.join("etc"), e);
+        std::fs::write(dir.join("etc/sources.list"), SOURCES).map_err(io)?;
+        let status = dir.join("etc/status");
+        if !status.exists() {
+            std::fs::write(&status, "").map_err(io)?;
+        }
+        Ok(Apt { dir })
+    }
+
+    /// Options that point every piece of apt state at the private directory.
+    fn options(&self) -> Vec<String> {
+        let d = self.dir.display();
+        [
+            format!("Dir::Etc::SourceList={d}/etc/sources.list"),
+            format!("Dir::Etc::SourceParts={d}/etc/parts"),
+            format!("Dir::State::Lists={d}/lists"),
+            format!("Dir::State::status={d}/etc/status"),
+            format!("Dir::Cache={d}/cache"),
+            format!("Dir::Cache::archives={d}/archives"),
+            // Keep apt's binary cache of the lists (some images turn it off): without it every
+            // apt-cache call re-reads 30 MB of lists.
+            format!("Dir::Cache::pkgcache={d}/cache/pkgcache.bin"),
+            format!("Dir::Cache::srcpkgcache={d}/cache/srcpkgcache.bin"),
+            "APT::Architecture=amd64".into(),
+            "Debug::NoLocking=1".into(),
+            "Acquire::Languages=none".into(),
+            "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false".into(),
+            "Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false".into(),
+            "Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false".into(),
+        ]
+        .into_iter()
+        .flat_map(|o| ["-o".to_string(), o])
+        .collect()
+    }
+
+    fn run(
+        &self,
+        tool: &str,
+        args: &[&str],
+        cwd: &Path,
+        what: &str,
+    ) -> Result<String, KernelError> {
+        let out = Command::new(tool)
+            .args(self.options())
+            .args(args)
+            .current_dir(cwd)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .output()
+            .map_err(|e| KernelError::Io(PathBuf::from(tool), e))?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        // apt-cache show exits 100 when one name is purely virtual but still prints the rest.
+        let partial_ok = tool == "apt-cache" && !stdout.is_empty();
+        if !(out.status.success() || partial_ok) {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = err.lines().rev().take(3).collect();
+            return Err(KernelError::Apt {
+                what: what.to_string(),
+                output: tail.into_iter().rev().collect::<Vec<_>>().join(" / "),
+            });
+        }
+        Ok(stdout)
+    }
+
+    fn lists_fresh(&self) -> bool {
+        let marker = self.dir.join("lists/updated");
+        std::fs::metadata(marker)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| SystemTime::now().duration_since(t).ok())
+            .is_some_and(|age| age < LISTS_MAX_AGE)
+    }
+
+    fn update(&self) -> Result<(), KernelError> {
+        eprintln!(
+            "kernel: refreshing Debian's package lists (private apt state in {})",
+            self.dir.display()
+        );
+        self.run(
+            "apt-get",
+            &["-qq", "update"],
+            &self.dir,
+            "refresh the package lists",
+        )?;
+        std::fs::write(self.dir.join("lists/updated"), "")
+            .map_err(|e| KernelError::Io(self.dir.clone(), e))
+    }
+
+    /// Every bootable kernel package version apt offers.
+    fn candidates(&self) -> Result<Vec<Candidate>, KernelError> {
+        let names = self.run(
+            "apt-cache",
+            &["pkgnames", "linux-"],
+            &self.dir,
+            "list kernel packages",
+        )?;
+        let names: Vec<&str> = names.lines().filter(|n| release_of(n).is_some()).collect();
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut args = vec!["show"];
+        args.extend(names.iter().copied());
+        let text = self.run(
+            "apt-cache",
+            &args,
+            &self.dir,
+            "read kernel package versions",
+        )?;
+        let mut out = Vec::new();
+        for stanza in text.split("\n\n") {
+            let field = |name: &str| {
+                stanza
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
+            };
+            if let (Some(package), Some(version)) = (field("Package:"), field("Version:"))
+                && let Some(release) = release_of(&package)
+            {
+                out.push(Candidate {
+                    package,
+                    version,
+                    release,
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn which(tool: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(tool))
+            .find(|p| p.is_file())
+    })
+}
+
+/// The newest version per series (`6.1 (6.1.158), 6.12 (6.12.57), ...`), newest series last.
+fn newest_per_series(cands: &[Candidate]) -> String {
+    let mut best: std::collections::BTreeMap<Vec<u64>, &Candidate> = Default::default();
+    for c in cands {
+        let up = numbers(c.upstream());
+        let series = up.iter().take(2).copied().collect::<Vec<_>>();
+        if best.get(&series).is_none_or(|b| b.key() < c.key()) {
+            best.insert(series, c);
+        }
+    }
+    best.values()
+        .map(|c| {
+            let up = c.upstream();
+            let series: Vec<&str> = up.split('.').take(2).collect();
+            format!("{} ({up})", series.join("."))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Free space under `dir` in MiB.
+fn free_mib(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `c` is a NUL-terminated path that outlives the call; `st` is a plain C struct
+    // the kernel fills, zeroed first so no field is read uninitialized.
+    let st = unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &raw mut st) != 0 {
+            return None;
+        }
+        st
+    };
+    Some(st.f_bavail.saturating_mul(st.f_frsize) / (1024 * 1024))
+}
+
+fn need_space(dir: &Path) -> Result<(), KernelError> {
+    match free_mib(dir) {
+        Some(free) if free < NEED_MIB => Err(KernelError::CacheSpace {
+            dir: dir.to_path_buf(),
+            free_mib: free,
+            need_mib: NEED_MIB,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The newest kernel of series `version`, unpacked in the cache (downloaded only once).
+pub fn fetch(version: &str) -> Result<Kernel, KernelError> {
+    if version.is_empty() || !version.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err(KernelError::UnknownSpec(format!("debian:{version}")));
+    }
+    let kernels = cache_dir().join("kernels");
+    std::fs::create_dir_all(&kernels).map_err(|e| KernelError::Io(kernels.clone(), e))?;
+    let apt = Apt::new()?;
+    if !apt.lists_fresh() {
+        // The lists take about 60 MiB: check before apt fills the disk.
+        need_space(&kernels)?;
+        apt.update()?;
+    }
+    let cands = apt.candidates()?;
+    let Some(best) = cands
+        .iter()
+        .filter(|c| series_matches(version, c.upstream()))
+        .max_by_key(|c| c.key())
+        .cloned()
+    else {
+        return Err(KernelError::NoSuchVersion {
+            version: version.to_string(),
+            newest: newest_per_series(&cands),
+        });
+    };
+    let dir = kernels.join(&best.release);
+    let source = format!("{} {} (Debian)", best.package, best.version);
+    if dir.join(".complete").is_file()
+        && let Some(mut k) = from_tree(&dir)
+    {
+        k.source = source;
+        return Ok(k);
+    }
+    need_space(&kernels)?;
+    let packages: Vec<String> = if best.package.starts_with("linux-binary-") {
+        ["binary", "modules", "base"]
+            .iter()
+            .map(|p| format!("linux-{p}-{}={}", best.release, best.version))
+            .collect()
+    } else {
+        vec![format!("{}={}", best.package, best.version)]
+    };
+    let debs = kernels.join(format!("{}.debs", best.release));
+    let _ = std::fs::remove_dir_all(&debs);
+    std::fs::create_dir_all(&debs).map_err(|e| KernelError::Io(debs.clone(), e))?;
+    eprintln!("kernel: fetching {}", packages.join(" "));
+    let mut args = vec!["-qq", "download"];
+    args.extend(packages.iter().map(String::as_str));
+    apt.run(
+        "apt-get",
+        &args,
+        &debs,
+        &format!("download {}", packages.join(" ")),
+    )?;
+    let tmp = kernels.join(format!("{}.tmp", best.release));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&debs)
+        .map_err(|e| KernelError::Io(debs.clone(), e))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "deb"))
+        .collect();
+    files.sort();
+    for deb in &files {
+        let out = Command::new("dpkg-deb")
+            .arg("-x")
+            .arg(deb)
+            .arg(&tmp)
+            .output()
+            .map_err(|e| KernelError::Io(deb.clone(), e))?;
+        if !out.status.success() {
+            return Err(KernelError::Apt {
+                what: format!("unpack {}", deb.display()),
+                output: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+    }
+    let _ = std::fs::remove_dir_all(&debs);
+    std::fs::write(tmp.join(".complete"), format!("{source}\n"))
+        .map_err(|e| KernelError::Io(tmp.clone(), e))?;
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::rename(&tmp, &dir).map_err(|e| KernelError::Io(dir.clone(), e))?;
+    let mut k = from_tree(&dir).ok_or_else(|| KernelError::Apt {
+        what: format!("find the kernel image in {}", dir.display()),
+        output: "neither boot/vmlinuz-REL nor usr/lib/modules/REL/vmlinuz".into(),
+    })?;
+    k.source = source;
+    Ok(k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn releases_come_from_both_package_layouts_and_skip_other_flavours() {
+        assert_eq!(
+            release_of("linux-image-6.12.57+deb12-amd64-unsigned").as_deref(),
+            Some("6.12.57+deb12-amd64")
+        );
+        assert_eq!(
+            release_of("linux-binary-7.3.4+deb13-amd64").as_deref(),
+            Some("7.3.4+deb13-amd64")
+        );
+        assert_eq!(
+            release_of("linux-image-6.1.0-40-cloud-amd64-unsigned"),
+            None
+        );
+        assert_eq!(release_of("linux-image-6.1.0-40-rt-amd64-unsigned"), None);
+        assert_eq!(release_of("linux-modules-7.3.4+deb13-amd64"), None);
+        assert_eq!(release_of("linux-binary-unsigned-7.3.4+deb13-amd64"), None);
+    }
+
+    #[test]
+    fn a_series_matches_its_point_releases_only() {
+        assert!(series_matches("6.1", "6.1.158"));
+        assert!(!series_matches("6.1", "6.12.57"));
+        assert!(series_matches("7.3.4", "7.3.4"));
+        assert!(!series_matches("7.3", "7.30.1"));
+    }
+
+    #[test]
+    fn the_newest_per_series_is_listed() {
+        let c = |p: &str, v: &str| Candidate {
+            package: p.into(),
+            version: v.into(),
+            release: String::new(),
+        };
+        let text = newest_per_series(&[
+            c("a", "6.1.150-1"),
+            c("b", "6.1.158-1"),
+            c("c", "6.12.57-1~deb12u1"),
+            c("d", "7.2.13-1"),
+        ]);
+        assert_eq!(text, "6.1 (6.1.158), 6.12 (6.12.57), 7.2 (7.2.13)");
+    }
+}
