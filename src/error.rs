@@ -150,6 +150,19 @@ pub enum Error {
     /// A thread's published setup did not give the figure it is judged on: exit 4.
     #[error("fidelity: {0}")]
     Fidelity(String),
+    /// A run was measured but could not be stored: exit 4, after the record was printed and
+    /// kept in a recovery file (`kept` says where, or why not).
+    #[error("run {run_id} was measured but not stored in {store}: {cause}\n{kept}")]
+    NotStored {
+        /// The run.
+        run_id: String,
+        /// The store (a PostgreSQL password never shown).
+        store: String,
+        /// Why saving failed.
+        cause: StoreError,
+        /// Where the run is kept, or why it could not be.
+        kept: String,
+    },
     /// Interrupted by a signal (exit 128 + the signal number, as a shell reports it).
     #[error("interrupted by {name}: {what}")]
     Interrupted {

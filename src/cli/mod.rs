@@ -2,6 +2,7 @@
 
 mod progress;
 mod render;
+mod run_store;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -23,6 +24,7 @@ use crate::scenario::{self, ScenarioInfo};
 use crate::store::{self, Store};
 use crate::trace::{self, Until};
 use progress::TermProgress;
+use run_store::RunStore;
 
 /// hvlab — the hypervisor fast-path lab: where does virtualization cost time on this host, did a
 /// kernel or policy change make it worse, and what would a fix buy?
@@ -369,7 +371,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             let mut run_store = if args.measure.no_store {
                 None
             } else {
-                Some(RunStore::open(cli.db.as_deref())?)
+                Some(RunStore::open(cli.db.as_deref(), args.measure.json)?)
             };
             let mut backend = backends::make(
                 args.backend,
@@ -707,29 +709,6 @@ fn regression_exit(
     Ok(ExitCode::SUCCESS)
 }
 
-/// The store a command saves its runs in, opened once, and where it is (for the
-/// "stored run … in …" line).
-struct RunStore {
-    store: Store,
-    at: store::Location,
-}
-
-impl RunStore {
-    fn open(db: Option<&std::path::Path>) -> Result<RunStore, Error> {
-        let at = store::resolve_path(db)?;
-        Ok(RunStore {
-            store: Store::open(&at)?,
-            at,
-        })
-    }
-
-    fn save(&mut self, record: &mut RunRecord) -> Result<(), Error> {
-        self.store.save(record)?;
-        eprintln!("stored run {} in {}", record.run_id, self.at.display());
-        Ok(())
-    }
-}
-
 /// Whether the process can write `path` (an existing file, opened without truncating) or
 /// create files in it (a directory: a probe file is created and removed). Trying is the only
 /// answer that covers permissions, read-only mounts and root alike.
@@ -898,7 +877,7 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
     let mut run_store = if args.measure.no_store {
         None
     } else {
-        Some(RunStore::open(db)?)
+        Some(RunStore::open(db, args.measure.json)?)
     };
     let h = host::probe();
     let model_profile = backends::ModelProfile::named(args.measure.profile.as_deref());
@@ -1011,8 +990,7 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
     let mut store = if args.measure.no_store {
         None
     } else {
-        let path = store::resolve_path(db)?;
-        Some((Store::open(&path)?, path))
+        Some(RunStore::open(db, args.measure.json)?)
     };
     let host = host::probe();
     let model_profile = backends::ModelProfile::named(args.measure.profile.as_deref());
@@ -1044,7 +1022,7 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
         |seed| backends::make(args.backend, host.clone(), &model_profile, seed),
         &progress,
         |mut record| {
-            if let Some((store, _)) = &mut store {
+            if let Some(store) = &mut store {
                 store.save(&mut record)?;
             }
             run_ids.push(record.run_id);
@@ -1070,7 +1048,7 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
             outcome.ran,
             store.as_ref().map_or_else(
                 || "not stored: --no-store".to_string(),
-                |(_, p)| format!("stored in {}", p.display())
+                |s| format!("stored in {}", s.display())
             ),
             outcome.skipped.len(),
             outcome.failed.len()
@@ -1095,6 +1073,9 @@ fn validate(
     tolerance: f64,
     json: bool,
 ) -> Result<ExitCode, Error> {
+    // Opened before measuring or calibrating, so a store that cannot take the runs costs no
+    // KVM work.
+    let mut run_store = RunStore::open(db, json)?;
     let h = host::probe();
     let mut kvm = backends::kvm(h.clone())?;
     let progress = TermProgress::new("validate", json);
@@ -1120,23 +1101,13 @@ fn validate(
     };
     let host = h.clone();
     let mut model = ModelBackend::new(profile, h, DEFAULT_SEED);
-    let mut run_store: Option<RunStore> = None;
     let checks = lab::validate::validate(
         kvm.as_mut(),
         &mut model,
         &host,
         tolerance,
         &progress,
-        |record| {
-            // Opened at the first save: when validate has always reported a bad --db.
-            if run_store.is_none() {
-                run_store = Some(RunStore::open(db)?);
-            }
-            match &mut run_store {
-                Some(s) => s.save(record),
-                None => Ok(()),
-            }
-        },
+        |record| run_store.save(record),
     )?;
     let failed = checks.iter().filter(|c| !c.pass).count();
     if json {
