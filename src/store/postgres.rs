@@ -197,16 +197,19 @@ impl PgStore {
             what,
         };
         let (client, connection) = runtime
-            .block_on(tokio::time::timeout(connect_deadline, config.connect(NoTls)))
+            .block_on(async { tokio::time::timeout(connect_deadline, config.connect(NoTls)).await })
             .map_err(|_| no_answer("connecting"))?
             .map_err(|e| StoreError::Connect(shown_url.clone(), describe(&e)))?;
         runtime.spawn(connection);
         let mut client = client;
         runtime
-            .block_on(tokio::time::timeout(
-                connect_deadline.max(statement + GRACE),
-                migrate(&mut client, &shown_url),
-            ))
+            .block_on(async {
+                tokio::time::timeout(
+                    connect_deadline.max(statement + GRACE),
+                    migrate(&mut client, &shown_url),
+                )
+                .await
+            })
             .map_err(|_| no_answer("checking the schema"))??;
         Ok(PgStore {
             runtime,
@@ -224,7 +227,8 @@ impl PgStore {
         work: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         self.runtime
-            .block_on(tokio::time::timeout(self.deadline, work))
+            // The timer must be made inside the runtime, which owns the clock.
+            .block_on(async { tokio::time::timeout(self.deadline, work).await })
             .map_err(|_| StoreError::NoAnswer {
                 server: self.server.clone(),
                 secs: self.deadline.as_secs(),
