@@ -163,6 +163,19 @@ pub enum Error {
         /// Where the run is kept, or why it could not be.
         kept: String,
     },
+    /// A suite shard was given kvm units and could run none: exit 3, so a scheduler's
+    /// `afterok` does not merge a suite that silently lacks them.
+    #[error(
+        "suite shard {shard} was given {count} kvm unit(s) and could run none of them (its other runs were stored): {reasons}. Give this node's job access to /dev/kvm, or run every shard with --backend model"
+    )]
+    ShardWithoutKvm {
+        /// The shard.
+        shard: String,
+        /// How many kvm units it had.
+        count: usize,
+        /// Why the first could not run.
+        reasons: String,
+    },
     /// Interrupted by a signal (exit 128 + the signal number, as a shell reports it).
     #[error("interrupted by {name}: {what}")]
     Interrupted {
@@ -195,7 +208,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Input(_) | Error::OutputPath { .. } => 2,
-            Error::AllUnsupported { .. } => 3,
+            Error::AllUnsupported { .. } | Error::ShardWithoutKvm { .. } => 3,
             Error::AllFailed { .. } => 4,
             Error::Interrupted { signal, .. } => 128 + signal,
             Error::Kvm(e) if e.is_host_limitation() => 3,

@@ -954,10 +954,38 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
     }
     if units.is_empty() {
         eprintln!("note: shard {shard} has no units: the suite has fewer units than shards");
+    } else if let Some(e) = shard_without_kvm(shard, &units, &records, &skipped) {
+        return Err(e);
     } else if records.is_empty() {
         return Err(KvmError::DeviceMissing(crate::backend::host::kvm_device_path()).into());
     }
     Ok(())
+}
+
+/// A shard (not the whole suite, which runs what the host supports) that was given kvm units
+/// and ran none: an error, so the array task fails instead of passing `afterok`.
+fn shard_without_kvm(
+    shard: lab::shard::Shard,
+    units: &[String],
+    records: &[RunRecord],
+    skipped: &[String],
+) -> Option<Error> {
+    let kvm_units = units
+        .iter()
+        .filter(|u| u.split('/').nth(2) == Some("kvm"))
+        .count();
+    let kvm_ran = records
+        .iter()
+        .any(|r| r.backend == BackendKind::Kvm);
+    (!shard.is_whole() && kvm_units > 0 && !kvm_ran).then(|| Error::ShardWithoutKvm {
+        shard: shard.to_string(),
+        count: kvm_units,
+        reasons: skipped
+            .iter()
+            .find(|s| s.contains(" on kvm: "))
+            .cloned()
+            .unwrap_or_else(|| "every kvm unit was skipped".into()),
+    })
 }
 
 /// `hvlab sweep`: validates every point, then runs this shard's points (in parallel on the
