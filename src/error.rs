@@ -158,8 +158,8 @@ pub enum Error {
         run_id: String,
         /// The store (a PostgreSQL password never shown).
         store: String,
-        /// Why saving failed.
-        cause: StoreError,
+        /// Why saving failed (boxed: a large error would make every `Result` large).
+        cause: Box<StoreError>,
         /// Where the run is kept, or why it could not be.
         kept: String,
     },

@@ -38,7 +38,10 @@ fn a_postgres_server_that_accepts_and_never_answers_is_named_and_does_not_hang()
         let _ = child.kill();
     }
     let out = child.wait_with_output().expect("output");
-    assert!(done, "hvlab still waits after 60 s on a server that never answers");
+    assert!(
+        done,
+        "hvlab still waits after 60 s on a server that never answers"
+    );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(4), "{err}");
     assert!(

@@ -23,7 +23,12 @@ fn recovery_path(err: &str) -> PathBuf {
 /// hvlab as `nobody`, as a user without root's way past file permissions.
 fn hvlab_as_nobody() -> Command {
     let mut c = Command::new("setpriv");
-    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--reset-env"]);
+    c.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--reset-env",
+    ]);
     c.arg(env!("CARGO_BIN_EXE_hvlab"));
     c
 }
@@ -41,11 +46,22 @@ fn a_read_only_store_as_a_non_root_user_fails_before_anything_is_measured() {
     // root may write: the store opens, and only writing a run would fail.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
     let db = dir.path().join("ro.db");
-    let out = common::run(&db, &["run", "lifecycle", "--backend", "model", "--reps", "4"]);
+    let out = common::run(
+        &db,
+        &["run", "lifecycle", "--backend", "model", "--reps", "4"],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o444)).expect("chmod");
     let out = hvlab_as_nobody()
-        .args(["run", "lifecycle", "--backend", "model", "--reps", "4", "--json"])
+        .args([
+            "run",
+            "lifecycle",
+            "--backend",
+            "model",
+            "--reps",
+            "4",
+            "--json",
+        ])
         .arg("--db")
         .arg(&db)
         .env("XDG_DATA_HOME", dir.path())
@@ -112,7 +128,8 @@ fn fill(dir: &Path) {
     while f.write_all(&block).is_ok() {}
     let _ = f.sync_all();
     let len = f.metadata().expect("filler size").len();
-    f.set_len(len.saturating_sub(64 * 1024)).expect("free 64 KiB");
+    f.set_len(len.saturating_sub(64 * 1024))
+        .expect("free 64 KiB");
 }
 
 #[test]
@@ -126,11 +143,22 @@ fn a_full_disk_after_measuring_prints_the_run_and_keeps_it_for_import() {
     };
     let db = small.join("full.db");
     let data = dir.path().join("data");
-    let first = common::run(&db, &["run", "lifecycle", "--backend", "model", "--reps", "4"]);
+    let first = common::run(
+        &db,
+        &["run", "lifecycle", "--backend", "model", "--reps", "4"],
+    );
     assert!(first.status.success(), "{}", stderr(&first));
     fill(&small);
     let out = hvlab()
-        .args(["run", "lifecycle", "--backend", "model", "--reps", "300", "--json"])
+        .args([
+            "run",
+            "lifecycle",
+            "--backend",
+            "model",
+            "--reps",
+            "300",
+            "--json",
+        ])
         .arg("--db")
         .arg(&db)
         .env("XDG_DATA_HOME", &data)
@@ -166,7 +194,10 @@ fn a_failed_save_in_a_suite_sweep_keeps_the_run_in_a_recovery_file() {
     };
     let db = small.join("full.db");
     let data = dir.path().join("data");
-    let first = common::run(&db, &["run", "lifecycle", "--backend", "model", "--reps", "4"]);
+    let first = common::run(
+        &db,
+        &["run", "lifecycle", "--backend", "model", "--reps", "4"],
+    );
     assert!(first.status.success(), "{}", stderr(&first));
     fill(&small);
     let out = hvlab()

@@ -323,7 +323,11 @@ fn slurm_array_task_max_of_u64_max_is_refused_naming_that_variable() {
         &["suite", "--plan"],
         &db,
     );
-    assert_exit(&out, 2, &["SLURM_ARRAY_TASK_MAX", "18446744073709551616 tasks"]);
+    assert_exit(
+        &out,
+        2,
+        &["SLURM_ARRAY_TASK_MAX", "18446744073709551616 tasks"],
+    );
     assert!(!common::stderr(&out).contains("SLURM_ARRAY_TASK_COUNT"));
 }
 
@@ -338,7 +342,13 @@ fn a_suite_shard_without_access_to_dev_kvm_fails_with_exit_3_and_keeps_the_hosts
     };
     let device = hvlab::backend::host::kvm_device_path();
     let nobody_can_open = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "test", "-r"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "test",
+            "-r",
+        ])
         .arg(&device)
         .arg("-a")
         .arg("-w")
@@ -364,8 +374,11 @@ fn a_suite_shard_without_access_to_dev_kvm_fails_with_exit_3_and_keeps_the_hosts
             .unwrap()
     };
     let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777))
-        .unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
     // Shard 1 of 4 has kvm and model units (the plan says which).
     let planned = plan(&[], &["--shard", "1/4"]);
     let kvm_units = units(&planned)

@@ -77,11 +77,18 @@ fn the_array_tasks_store_one_shard_each_and_the_merge_job_gathers_them() {
         calls[1]
     );
     // A failed task cancels the merge instead of leaving it pending forever.
-    assert!(calls[1].contains("--kill-on-invalid-dep=yes"), "{}", calls[1]);
+    assert!(
+        calls[1].contains("--kill-on-invalid-dep=yes"),
+        "{}",
+        calls[1]
+    );
     // The array's logs go to the output directory, not the submit directory.
     let out_dir = dir.path().canonicalize().unwrap();
     assert!(
-        calls[0].contains(&format!("--output={}/hvlab-suite-%A_%a.out", out_dir.display())),
+        calls[0].contains(&format!(
+            "--output={}/hvlab-suite-%A_%a.out",
+            out_dir.display()
+        )),
         "{}",
         calls[0]
     );
@@ -116,7 +123,11 @@ fn the_array_tasks_store_one_shard_each_and_the_merge_job_gathers_them() {
             .map(|r| r["scenario"].as_str().unwrap().to_string())
             .collect();
         assert!(!here.is_empty(), "task {id} stored nothing");
-        assert!(dir.path().join(format!("report-4242-{id}/index.html")).exists());
+        assert!(
+            dir.path()
+                .join(format!("report-4242-{id}/index.html"))
+                .exists()
+        );
         scenarios.extend(here);
     }
     scenarios.sort();
@@ -161,7 +172,11 @@ fn bash_inside_an_salloc_allocation_submits_rather_than_taking_the_job_for_an_ar
     // What salloc sets: a job, no array.
     let out = script(
         dir.path(),
-        &[("PATH", &path), ("SLURM_JOB_ID", "555"), ("SLURM_JOBID", "555")],
+        &[
+            ("PATH", &path),
+            ("SLURM_JOB_ID", "555"),
+            ("SLURM_JOBID", "555"),
+        ],
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
@@ -197,10 +212,18 @@ fn a_reused_output_directory_merges_only_this_arrays_shards() {
             ),
         ],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let shard = common::runs_by_id(&dir.path().join("shard-4242-1.db"));
     let out = Command::new("sh").arg("-c").arg(&merge).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let merged = common::runs_by_id(&dir.path().join("suite-4242.db"));
     assert_eq!(
         merged.keys().collect::<Vec<_>>(),

@@ -742,7 +742,10 @@ fn a_select_only_postgres_role_is_refused_before_measuring_with_the_grant_to_giv
         return;
     };
     let url = pg.database("selectonly");
-    let out = run(&url, &["run", "pinning", "--backend", "model", "--reps", "4"]);
+    let out = run(
+        &url,
+        &["run", "pinning", "--backend", "model", "--reps", "4"],
+    );
     assert!(out.status.success(), "{}", common::stderr(&out));
     pg.client(&url)
         .batch_execute(
@@ -753,7 +756,15 @@ fn a_select_only_postgres_role_is_refused_before_measuring_with_the_grant_to_giv
     let reader = url.replace("user=hvlab", "user=reader");
     let out = run(
         &reader,
-        &["run", "pinning", "--backend", "model", "--reps", "4", "--json"],
+        &[
+            "run",
+            "pinning",
+            "--backend",
+            "model",
+            "--reps",
+            "4",
+            "--json",
+        ],
     );
     assert_exit(
         &out,
@@ -764,7 +775,10 @@ fn a_select_only_postgres_role_is_refused_before_measuring_with_the_grant_to_giv
             "GRANT INSERT",
         ],
     );
-    assert!(out.stdout.is_empty(), "measured for a store that cannot take it");
+    assert!(
+        out.stdout.is_empty(),
+        "measured for a store that cannot take it"
+    );
     // Reading is what that role may do, and it still works.
     let out = run(&reader, &["runs", "--json"]);
     assert_eq!(json(&out)["runs"].as_array().map(Vec::len), Some(1));
@@ -778,7 +792,11 @@ fn postgres_errors_show_the_servers_message_not_db_error() {
     let url = pg.url("no_such_database");
     let out = run(&url, &["runs"]);
     assert_exit(&out, 4, &["database \"no_such_database\" does not exist"]);
-    assert!(!common::stderr(&out).contains("db error"), "{}", common::stderr(&out));
+    assert!(
+        !common::stderr(&out).contains("db error"),
+        "{}",
+        common::stderr(&out)
+    );
 }
 
 #[test]
@@ -794,17 +812,26 @@ fn a_postgres_password_with_a_slash_a_question_mark_or_an_encoded_key_is_never_p
         format!("postgres:///secrets?host={sock}&user=hvlab&password=pa/ss?wo"),
         format!("postgres:///secrets?host={sock}&user=hvlab&passwor%64=pa55wo"),
     ] {
-        let out = run(&url, &["run", "pinning", "--backend", "model", "--reps", "4"]);
+        let out = run(
+            &url,
+            &["run", "pinning", "--backend", "model", "--reps", "4"],
+        );
         let err = common::stderr(&out);
         assert!(out.status.success(), "{err}");
         assert!(err.contains("stored run"), "{err}");
-        assert!(!err.contains("pa/ss") && !err.contains("pa55"), "{url}: {err}");
+        assert!(
+            !err.contains("pa/ss") && !err.contains("pa55"),
+            "{url}: {err}"
+        );
         // And in an error, on a server that is not there.
         let unreachable = url.replace(&sock, "/nonexistent");
         let out = run(&unreachable, &["runs"]);
         let err = common::stderr(&out);
         assert_eq!(out.status.code(), Some(4), "{err}");
-        assert!(!err.contains("pa/ss") && !err.contains("pa55"), "{url}: {err}");
+        assert!(
+            !err.contains("pa/ss") && !err.contains("pa55"),
+            "{url}: {err}"
+        );
     }
 }
 
@@ -832,7 +859,15 @@ fn a_postgres_lock_held_past_the_statement_timeout_keeps_the_run_for_import() {
     let data = tempfile::tempdir().expect("tempdir");
     let start = std::time::Instant::now();
     let out = hvlab()
-        .args(["run", "pinning", "--backend", "model", "--reps", "4", "--json"])
+        .args([
+            "run",
+            "pinning",
+            "--backend",
+            "model",
+            "--reps",
+            "4",
+            "--json",
+        ])
         .arg("--db")
         .arg(&url)
         .env("HVLAB_PG_TIMEOUT", "2")
@@ -915,7 +950,10 @@ fn a_postgres_backend_stopped_mid_statement_ends_in_an_error_naming_the_server()
     let out = child.wait_with_output().expect("output");
     tx.rollback().expect("unlock");
     let err = common::stderr(&out);
-    assert!(status.is_some(), "hvlab still waits on a stopped backend after 60 s");
+    assert!(
+        status.is_some(),
+        "hvlab still waits on a stopped backend after 60 s"
+    );
     assert_eq!(out.status.code(), Some(4), "{err}");
     assert!(err.contains("did not answer"), "{err}");
     assert!(err.contains(".s.PGSQL.5432"), "{err}");

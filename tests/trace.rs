@@ -144,7 +144,9 @@ fn with_marker(marker: &str) -> Vec<i32> {
             let pid: i32 = e.file_name().to_str()?.parse().ok()?;
             let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
             let state = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            let zombie = state.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z'));
+            let zombie = state
+                .rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'));
             (!zombie && String::from_utf8_lossy(&cmdline).contains(marker)).then_some(pid)
         })
         .collect()
@@ -185,6 +187,9 @@ fn a_trace_through_timeout_setsid_or_a_shell_wrapper_leaves_no_vmm_running() {
         }
         assert!(left.is_empty(), "{wrapper}: QEMU left running: {left:?}");
         let r = json(&out);
-        assert_eq!(r["ended"], "stopped after the first KVM_RUN", "{wrapper}: {r}");
+        assert_eq!(
+            r["ended"], "stopped after the first KVM_RUN",
+            "{wrapper}: {r}"
+        );
     }
 }

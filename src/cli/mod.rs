@@ -974,9 +974,7 @@ fn shard_without_kvm(
         .iter()
         .filter(|u| u.split('/').nth(2) == Some("kvm"))
         .count();
-    let kvm_ran = records
-        .iter()
-        .any(|r| r.backend == BackendKind::Kvm);
+    let kvm_ran = records.iter().any(|r| r.backend == BackendKind::Kvm);
     (!shard.is_whole() && kvm_units > 0 && !kvm_ran).then(|| Error::ShardWithoutKvm {
         shard: shard.to_string(),
         count: kvm_units,

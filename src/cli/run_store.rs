@@ -82,7 +82,7 @@ impl RunStore {
         Error::NotStored {
             run_id: record.run_id.clone(),
             store: self.at.display(),
-            cause,
+            cause: Box::new(cause),
             kept,
         }
     }

@@ -274,10 +274,7 @@ fn slurm_shard<'a>(
     let count = num("SLURM_ARRAY_TASK_COUNT")?;
     // Checked: ids near u64::MAX must not wrap into a count of 0 that blames a variable the
     // user never set.
-    let span = |max: u64| {
-        max.checked_sub(min)
-            .map(|d| u128::from(d / step) + 1)
-    };
+    let span = |max: u64| max.checked_sub(min).map(|d| u128::from(d / step) + 1);
     // The variable the count came from, for the error when it is too large.
     let count_key = if max.is_some() {
         "SLURM_ARRAY_TASK_MAX"
