@@ -153,6 +153,32 @@ pub enum Error {
     /// A thread's published setup did not give the figure it is judged on: exit 4.
     #[error("fidelity: {0}")]
     Fidelity(String),
+    /// A run was measured but could not be stored: exit 4, after the record was printed and
+    /// kept in a recovery file (`kept` says where, or why not).
+    #[error("run {run_id} was measured but not stored in {store}: {cause}\n{kept}")]
+    NotStored {
+        /// The run.
+        run_id: String,
+        /// The store (a PostgreSQL password never shown).
+        store: String,
+        /// Why saving failed (boxed: a large error would make every `Result` large).
+        cause: Box<StoreError>,
+        /// Where the run is kept, or why it could not be.
+        kept: String,
+    },
+    /// A suite shard was given kvm units and could run none: exit 3, so a scheduler's
+    /// `afterok` does not merge a suite that silently lacks them.
+    #[error(
+        "suite shard {shard} was given {count} kvm unit(s) and could run none of them (its other runs were stored): {reasons}. Give this node's job access to /dev/kvm, or run every shard with --backend model"
+    )]
+    ShardWithoutKvm {
+        /// The shard.
+        shard: String,
+        /// How many kvm units it had.
+        count: usize,
+        /// Why the first could not run.
+        reasons: String,
+    },
     /// Interrupted by a signal (exit 128 + the signal number, as a shell reports it).
     #[error("interrupted by {name}: {what}")]
     Interrupted {
@@ -185,7 +211,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Input(_) | Error::OutputPath { .. } => 2,
-            Error::AllUnsupported { .. } => 3,
+            Error::AllUnsupported { .. } | Error::ShardWithoutKvm { .. } => 3,
             Error::AllFailed { .. } => 4,
             Error::Vm(e) => e.exit_code(),
             Error::Interrupted { signal, .. } => 128 + signal,

@@ -310,3 +310,105 @@ fn a_kubernetes_pod_runs_its_slice_of_a_sweep() {
     assert_eq!(points, vec![1, 2, 3, 4, 5, 6, 7]);
     assert_eq!(ids.len(), 1, "{ids:?}");
 }
+
+#[test]
+fn slurm_array_task_max_of_u64_max_is_refused_naming_that_variable() {
+    let (_dir, db) = common::db();
+    let out = hvlab_env(
+        &[
+            ("SLURM_ARRAY_TASK_ID", "0"),
+            ("SLURM_ARRAY_TASK_MIN", "0"),
+            ("SLURM_ARRAY_TASK_MAX", "18446744073709551615"),
+        ],
+        &["suite", "--plan"],
+        &db,
+    );
+    assert_exit(
+        &out,
+        2,
+        &["SLURM_ARRAY_TASK_MAX", "18446744073709551616 tasks"],
+    );
+    assert!(!common::stderr(&out).contains("SLURM_ARRAY_TASK_COUNT"));
+}
+
+#[test]
+fn a_suite_shard_without_access_to_dev_kvm_fails_with_exit_3_and_keeps_the_hosts_flavour() {
+    let test = "a_suite_shard_without_access_to_dev_kvm_fails_with_exit_3";
+    if !common::tool_or_skip(test, "setpriv") {
+        return;
+    }
+    let Some(_turn) = common::kvm_or_skip(test) else {
+        return;
+    };
+    let device = hvlab::backend::host::kvm_device_path();
+    let nobody_can_open = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "test",
+            "-r",
+        ])
+        .arg(&device)
+        .arg("-a")
+        .arg("-w")
+        .arg(&device)
+        .status()
+        .is_ok_and(|s| s.success());
+    if nobody_can_open {
+        common::loud_skip(&format!(
+            "{test}: nobody may open {} here, so no shard lacks access",
+            device.display()
+        ));
+        return;
+    }
+    let as_nobody = |args: &[&str], dir: &Path| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_hvlab"))
+            .args(args)
+            .env("XDG_DATA_HOME", dir)
+            .env("HOME", dir)
+            .current_dir(dir)
+            .output()
+            .unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    // Shard 1 of 4 has kvm and model units (the plan says which).
+    let planned = plan(&[], &["--shard", "1/4"]);
+    let kvm_units = units(&planned)
+        .iter()
+        .filter(|u| u.split('/').nth(2) == Some("kvm"))
+        .count();
+    assert!(kvm_units > 0, "{planned}");
+    let db = dir.path().join("shard.db");
+    let report = dir.path().join("report");
+    let out = as_nobody(
+        &[
+            "suite",
+            "--shard",
+            "1/4",
+            "--reps",
+            "3",
+            "--warmup",
+            "0",
+            "--db",
+            db.to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert_exit(&out, 3, &["kvm unit(s) and could run none"]);
+    // The fingerprint is the node's, whoever asks: root and nobody see one flavour.
+    let root = json(&common::hvlab().args(["host", "--json"]).output().unwrap());
+    let nobody = as_nobody(&["host", "--json"], dir.path());
+    let nobody: Value = serde_json::from_slice(&nobody.stdout).unwrap();
+    assert_eq!(nobody["kvm_flavour"], root["kvm_flavour"]);
+    assert_ne!(nobody["kvm_flavour"], "none");
+}

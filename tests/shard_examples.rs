@@ -76,13 +76,29 @@ fn the_array_tasks_store_one_shard_each_and_the_merge_job_gathers_them() {
         "{}",
         calls[1]
     );
+    // A failed task cancels the merge instead of leaving it pending forever.
+    assert!(
+        calls[1].contains("--kill-on-invalid-dep=yes"),
+        "{}",
+        calls[1]
+    );
+    // The array's logs go to the output directory, not the submit directory.
+    let out_dir = dir.path().canonicalize().unwrap();
+    assert!(
+        calls[0].contains(&format!(
+            "--output={}/hvlab-suite-%A_%a.out",
+            out_dir.display()
+        )),
+        "{}",
+        calls[0]
+    );
     let mut scenarios = Vec::new();
     for id in ["1", "2", "3"] {
         let out = script(
             dir.path(),
             &[
                 ("SLURM_JOB_ID", "100"),
-                ("SLURM_ARRAY_JOB_ID", "99"),
+                ("SLURM_ARRAY_JOB_ID", "4242"),
                 ("SLURM_ARRAY_TASK_ID", id),
                 ("SLURM_ARRAY_TASK_MIN", "1"),
                 ("SLURM_ARRAY_TASK_MAX", "3"),
@@ -98,7 +114,7 @@ fn the_array_tasks_store_one_shard_each_and_the_merge_job_gathers_them() {
             "task {id}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let db = dir.path().join(format!("shard-{id}.db"));
+        let db = dir.path().join(format!("shard-4242-{id}.db"));
         let runs = common::json(&common::run(&db, &["runs", "--json"]));
         let here: Vec<String> = runs["runs"]
             .as_array()
@@ -107,7 +123,11 @@ fn the_array_tasks_store_one_shard_each_and_the_merge_job_gathers_them() {
             .map(|r| r["scenario"].as_str().unwrap().to_string())
             .collect();
         assert!(!here.is_empty(), "task {id} stored nothing");
-        assert!(dir.path().join(format!("report-{id}/index.html")).exists());
+        assert!(
+            dir.path()
+                .join(format!("report-4242-{id}/index.html"))
+                .exists()
+        );
         scenarios.extend(here);
     }
     scenarios.sort();
@@ -126,10 +146,90 @@ fn the_array_tasks_store_one_shard_each_and_the_merge_job_gathers_them() {
         "{merge}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let suite = dir.path().join("suite.db");
+    let suite = dir.path().join("suite-4242.db");
     let runs = common::json(&common::run(&suite, &["runs", "--json"]));
     assert_eq!(runs["runs"].as_array().unwrap().len(), 11, "{runs}");
-    assert!(dir.path().join("report/index.html").exists());
+    assert!(dir.path().join("report-4242/index.html").exists());
+}
+
+#[test]
+fn bash_inside_an_salloc_allocation_submits_rather_than_taking_the_job_for_an_array_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let log = dir.path().join("sbatch.log");
+    std::fs::write(
+        bin.join("sbatch"),
+        format!("#!/bin/sh\necho \"$*\" >> {}\necho 77\n", log.display()),
+    )
+    .unwrap();
+    Command::new("chmod")
+        .arg("+x")
+        .arg(bin.join("sbatch"))
+        .status()
+        .unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    // What salloc sets: a job, no array.
+    let out = script(
+        dir.path(),
+        &[
+            ("PATH", &path),
+            ("SLURM_JOB_ID", "555"),
+            ("SLURM_JOBID", "555"),
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("submit this script as an array job"), "{err}");
+    let calls = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(calls.lines().count(), 2, "{calls}");
+}
+
+#[test]
+fn a_reused_output_directory_merges_only_this_arrays_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    // An earlier array's shard, under both the old and the new naming.
+    for stale in ["shard-1.db", "shard-4000-1.db"] {
+        let out = common::run(
+            &dir.path().join(stale),
+            &["run", "pinning", "--backend", "model", "--reps", "3"],
+        );
+        assert!(out.status.success(), "{}", common::stderr(&out));
+    }
+    let (_, merge) = submit(dir.path());
+    let out = script(
+        dir.path(),
+        &[
+            ("SLURM_JOB_ID", "4243"),
+            ("SLURM_ARRAY_JOB_ID", "4242"),
+            ("SLURM_ARRAY_TASK_ID", "1"),
+            ("SLURM_ARRAY_TASK_MIN", "1"),
+            ("SLURM_ARRAY_TASK_MAX", "4"),
+            ("SLURM_ARRAY_TASK_COUNT", "4"),
+            (
+                "HVLAB_SUITE_ARGS",
+                "--backend model --profile pvm-epyc --reps 3 --warmup 0",
+            ),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shard = common::runs_by_id(&dir.path().join("shard-4242-1.db"));
+    let out = Command::new("sh").arg("-c").arg(&merge).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let merged = common::runs_by_id(&dir.path().join("suite-4242.db"));
+    assert_eq!(
+        merged.keys().collect::<Vec<_>>(),
+        shard.keys().collect::<Vec<_>>(),
+        "the merge took files of an earlier array"
+    );
 }
 
 #[test]

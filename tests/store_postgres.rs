@@ -735,3 +735,227 @@ fn a_sharded_sweep_in_postgres_is_one_sweep_and_reports_from_there() {
     assert!(md.contains("6 points"), "{md}");
     assert_eq!(md.matches("| irqchip-first |").count(), 6, "{md}");
 }
+
+#[test]
+fn a_select_only_postgres_role_is_refused_before_measuring_with_the_grant_to_give() {
+    let Some(pg) = Cluster::start("a_select_only_postgres_role_is_refused_before_measuring") else {
+        return;
+    };
+    let url = pg.database("selectonly");
+    let out = run(
+        &url,
+        &["run", "pinning", "--backend", "model", "--reps", "4"],
+    );
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    pg.client(&url)
+        .batch_execute(
+            "CREATE ROLE reader LOGIN;
+             GRANT SELECT ON ALL TABLES IN SCHEMA public TO reader;",
+        )
+        .expect("a read-only role");
+    let reader = url.replace("user=hvlab", "user=reader");
+    let out = run(
+        &reader,
+        &[
+            "run",
+            "pinning",
+            "--backend",
+            "model",
+            "--reps",
+            "4",
+            "--json",
+        ],
+    );
+    assert_exit(
+        &out,
+        4,
+        &[
+            "cannot take a run",
+            "reader may not insert into findings, runs, samples, variants",
+            "GRANT INSERT",
+        ],
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "measured for a store that cannot take it"
+    );
+    // Reading is what that role may do, and it still works.
+    let out = run(&reader, &["runs", "--json"]);
+    assert_eq!(json(&out)["runs"].as_array().map(Vec::len), Some(1));
+}
+
+#[test]
+fn postgres_errors_show_the_servers_message_not_db_error() {
+    let Some(pg) = Cluster::start("postgres_errors_show_the_servers_message_not_db_error") else {
+        return;
+    };
+    let url = pg.url("no_such_database");
+    let out = run(&url, &["runs"]);
+    assert_exit(&out, 4, &["database \"no_such_database\" does not exist"]);
+    assert!(
+        !common::stderr(&out).contains("db error"),
+        "{}",
+        common::stderr(&out)
+    );
+}
+
+#[test]
+fn a_postgres_password_with_a_slash_a_question_mark_or_an_encoded_key_is_never_printed() {
+    let Some(pg) = Cluster::start("a_postgres_password_with_a_slash_is_never_printed") else {
+        return;
+    };
+    pg.database("secrets");
+    let sock = pg.socket_dir().display().to_string();
+    // Trust authentication ignores the password: every URL reaches the store.
+    for url in [
+        format!("postgres://hvlab:pa/ss@/secrets?host={sock}"),
+        format!("postgres:///secrets?host={sock}&user=hvlab&password=pa/ss?wo"),
+        format!("postgres:///secrets?host={sock}&user=hvlab&passwor%64=pa55wo"),
+    ] {
+        let out = run(
+            &url,
+            &["run", "pinning", "--backend", "model", "--reps", "4"],
+        );
+        let err = common::stderr(&out);
+        assert!(out.status.success(), "{err}");
+        assert!(err.contains("stored run"), "{err}");
+        assert!(
+            !err.contains("pa/ss") && !err.contains("pa55"),
+            "{url}: {err}"
+        );
+        // And in an error, on a server that is not there.
+        let unreachable = url.replace(&sock, "/nonexistent");
+        let out = run(&unreachable, &["runs"]);
+        let err = common::stderr(&out);
+        assert_eq!(out.status.code(), Some(4), "{err}");
+        assert!(
+            !err.contains("pa/ss") && !err.contains("pa55"),
+            "{url}: {err}"
+        );
+    }
+}
+
+/// The recovery file the error names.
+fn recovery_path(err: &str) -> PathBuf {
+    let rest = err
+        .split("the run is kept in ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no recovery file named in: {err}"));
+    PathBuf::from(rest.split(": `hvlab import").next().expect("a path"))
+}
+
+#[test]
+fn a_postgres_lock_held_past_the_statement_timeout_keeps_the_run_for_import() {
+    let Some(pg) = Cluster::start("a_postgres_lock_held_past_the_statement_timeout") else {
+        return;
+    };
+    let url = pg.database("locked");
+    let out = run(&url, &["runs"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let mut holder = pg.client(&url);
+    let mut tx = holder.transaction().expect("transaction");
+    tx.batch_execute("LOCK TABLE runs IN ACCESS EXCLUSIVE MODE")
+        .expect("lock");
+    let data = tempfile::tempdir().expect("tempdir");
+    let start = std::time::Instant::now();
+    let out = hvlab()
+        .args([
+            "run",
+            "pinning",
+            "--backend",
+            "model",
+            "--reps",
+            "4",
+            "--json",
+        ])
+        .arg("--db")
+        .arg(&url)
+        .env("HVLAB_PG_TIMEOUT", "2")
+        .env("XDG_DATA_HOME", data.path())
+        .output()
+        .expect("spawn");
+    let waited = start.elapsed();
+    tx.rollback().expect("unlock");
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("statement timeout"), "{err}");
+    assert!(waited < std::time::Duration::from_secs(60), "{waited:?}");
+    let printed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the record");
+    let kept = recovery_path(&err);
+    // Once the lock is gone, the recovery file stores the run where it was meant to go.
+    let out = run(&url, &["import", kept.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let id = printed["run_id"].as_str().expect("run_id");
+    assert_eq!(runs_by_id(&url).get(id), Some(&printed));
+}
+
+#[test]
+fn a_postgres_backend_stopped_mid_statement_ends_in_an_error_naming_the_server() {
+    let Some(pg) = Cluster::start("a_postgres_backend_stopped_mid_statement") else {
+        return;
+    };
+    let url = pg.database("stopped");
+    let out = run(&url, &["runs"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let mut holder = pg.client(&url);
+    let mut tx = holder.transaction().expect("transaction");
+    tx.batch_execute("LOCK TABLE runs IN ACCESS EXCLUSIVE MODE")
+        .expect("lock");
+    let data = tempfile::tempdir().expect("tempdir");
+    let mut child = hvlab()
+        .args(["run", "pinning", "--backend", "model", "--reps", "4"])
+        .arg("--db")
+        .arg(&url)
+        .env("HVLAB_PG_TIMEOUT", "3")
+        .env("XDG_DATA_HOME", data.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // hvlab's backend waits for the lock: stop it there, so the server cannot end the
+    // statement itself; only hvlab's own deadline can.
+    let mut watcher = pg.client(&url);
+    let mut backend = None;
+    for _ in 0..200 {
+        let rows = watcher
+            .query(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'hvlab'
+                 AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .expect("activity");
+        if let Some(r) = rows.first() {
+            backend = Some(r.get::<_, i32>(0));
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let backend = backend.expect("hvlab's backend waiting on the lock");
+    // SAFETY: kill(2) on a pid just read from the server; no memory is involved.
+    unsafe { libc::kill(backend, libc::SIGSTOP) };
+    let start = std::time::Instant::now();
+    let mut status = None;
+    while start.elapsed() < std::time::Duration::from_secs(60) {
+        if let Some(s) = child.try_wait().expect("wait") {
+            status = Some(s);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(backend, libc::SIGCONT) };
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().expect("output");
+    tx.rollback().expect("unlock");
+    let err = common::stderr(&out);
+    assert!(
+        status.is_some(),
+        "hvlab still waits on a stopped backend after 60 s"
+    );
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("did not answer"), "{err}");
+    assert!(err.contains(".s.PGSQL.5432"), "{err}");
+    assert!(err.contains("the run is kept in"), "{err}");
+}

@@ -134,3 +134,62 @@ fn tracing_qemu_microvm_lists_construction_and_flags_the_stall() {
         );
     }
 }
+
+/// Processes whose command line holds `marker` (the tests' QEMUs carry it as their name).
+fn with_marker(marker: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let state = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let zombie = state
+                .rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'));
+            (!zombie && String::from_utf8_lossy(&cmdline).contains(marker)).then_some(pid)
+        })
+        .collect()
+}
+
+#[test]
+fn a_trace_through_timeout_setsid_or_a_shell_wrapper_leaves_no_vmm_running() {
+    let test = "a_trace_through_timeout_setsid_or_a_shell_wrapper_leaves_no_vmm_running";
+    let Some(_kvm) = kvm_or_skip(test) else {
+        return;
+    };
+    if !tool_or_skip(test, "strace") || !tool_or_skip(test, "qemu-system-x86_64") {
+        return;
+    }
+    for (i, wrapper) in ["timeout 120", "setsid", "sh -c"].iter().enumerate() {
+        let marker = format!("hvlab-trace-orphan-{}-{i}", std::process::id());
+        let qemu = format!(
+            "qemu-system-x86_64 -name {marker} -M microvm -enable-kvm -nodefaults -no-user-config -display none -m 64M"
+        );
+        let mut args: Vec<String> = wrapper.split(' ').map(String::from).collect();
+        if *wrapper == "sh -c" {
+            // A wrapper that starts the VMM in its own session and waits for it.
+            args.push(format!("setsid {qemu} & wait"));
+        } else {
+            args.extend(qemu.split(' ').map(String::from));
+        }
+        let out = hvlab()
+            .args(["trace", "--json", "--timeout", "60", "--"])
+            .args(&args)
+            .output()
+            .unwrap();
+        // Whatever the trace found, nothing of it may run on.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let left = with_marker(&marker);
+        for pid in &left {
+            // SAFETY: kill(2) on a pid read from /proc; cleanup only.
+            unsafe { libc::kill(*pid, libc::SIGKILL) };
+        }
+        assert!(left.is_empty(), "{wrapper}: QEMU left running: {left:?}");
+        let r = json(&out);
+        assert_eq!(
+            r["ended"], "stopped after the first KVM_RUN",
+            "{wrapper}: {r}"
+        );
+    }
+}

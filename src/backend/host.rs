@@ -227,8 +227,12 @@ fn cpu_flags() -> Vec<String> {
 
 /// The loaded vendor module decides the flavour; CPU flags break ties when modules are built in
 /// under other names. PVM is checked first: it runs on hosts whose CPUs also advertise VMX/SVM.
+/// The device's presence decides whether there is a flavour, not this process's right to
+/// open it: a node is the same host to the fleet whether or not a job may use its /dev/kvm.
 fn detect_flavour(kvm_access: &str) -> KvmFlavour {
-    if kvm_access != "ok" {
+    use std::os::unix::fs::FileTypeExt;
+    let present = fs::metadata(kvm_device_path()).is_ok_and(|m| m.file_type().is_char_device());
+    if kvm_access != "ok" && !present {
         return KvmFlavour::None;
     }
     let module = |name: &str| Path::new("/sys/module").join(name).exists();

@@ -3,6 +3,7 @@
 mod kernel;
 mod progress;
 mod render;
+mod run_store;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -24,6 +25,7 @@ use crate::scenario::{self, ScenarioInfo};
 use crate::store::{self, Store};
 use crate::trace::{self, Until};
 use progress::TermProgress;
+use run_store::RunStore;
 
 /// hvlab — the hypervisor fast-path lab: where does virtualization cost time on this host, did a
 /// kernel or policy change make it worse, and what would a fix buy?
@@ -380,7 +382,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             let mut run_store = if args.measure.no_store {
                 None
             } else {
-                Some(RunStore::open(cli.db.as_deref())?)
+                Some(RunStore::open(cli.db.as_deref(), args.measure.json)?)
             };
             let mut backend = backends::make(
                 args.backend,
@@ -729,29 +731,6 @@ fn regression_exit(
     Ok(ExitCode::SUCCESS)
 }
 
-/// The store a command saves its runs in, opened once, and where it is (for the
-/// "stored run … in …" line).
-struct RunStore {
-    store: Store,
-    at: store::Location,
-}
-
-impl RunStore {
-    fn open(db: Option<&std::path::Path>) -> Result<RunStore, Error> {
-        let at = store::resolve_path(db)?;
-        Ok(RunStore {
-            store: Store::open(&at)?,
-            at,
-        })
-    }
-
-    fn save(&mut self, record: &mut RunRecord) -> Result<(), Error> {
-        self.store.save(record)?;
-        eprintln!("stored run {} in {}", record.run_id, self.at.display());
-        Ok(())
-    }
-}
-
 /// Whether the process can write `path` (an existing file, opened without truncating) or
 /// create files in it (a directory: a probe file is created and removed). Trying is the only
 /// answer that covers permissions, read-only mounts and root alike.
@@ -920,7 +899,7 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
     let mut run_store = if args.measure.no_store {
         None
     } else {
-        Some(RunStore::open(db)?)
+        Some(RunStore::open(db, args.measure.json)?)
     };
     let h = host::probe();
     let model_profile = backends::ModelProfile::named(args.measure.profile.as_deref());
@@ -997,10 +976,36 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
     }
     if units.is_empty() {
         eprintln!("note: shard {shard} has no units: the suite has fewer units than shards");
+    } else if let Some(e) = shard_without_kvm(shard, &units, &records, &skipped) {
+        return Err(e);
     } else if records.is_empty() {
         return Err(KvmError::DeviceMissing(crate::backend::host::kvm_device_path()).into());
     }
     Ok(())
+}
+
+/// A shard (not the whole suite, which runs what the host supports) that was given kvm units
+/// and ran none: an error, so the array task fails instead of passing `afterok`.
+fn shard_without_kvm(
+    shard: lab::shard::Shard,
+    units: &[String],
+    records: &[RunRecord],
+    skipped: &[String],
+) -> Option<Error> {
+    let kvm_units = units
+        .iter()
+        .filter(|u| u.split('/').nth(2) == Some("kvm"))
+        .count();
+    let kvm_ran = records.iter().any(|r| r.backend == BackendKind::Kvm);
+    (!shard.is_whole() && kvm_units > 0 && !kvm_ran).then(|| Error::ShardWithoutKvm {
+        shard: shard.to_string(),
+        count: kvm_units,
+        reasons: skipped
+            .iter()
+            .find(|s| s.contains(" on kvm: "))
+            .cloned()
+            .unwrap_or_else(|| "every kvm unit was skipped".into()),
+    })
 }
 
 /// `hvlab sweep`: validates every point, then runs this shard's points (in parallel on the
@@ -1033,8 +1038,7 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
     let mut store = if args.measure.no_store {
         None
     } else {
-        let path = store::resolve_path(db)?;
-        Some((Store::open(&path)?, path))
+        Some(RunStore::open(db, args.measure.json)?)
     };
     let host = host::probe();
     let model_profile = backends::ModelProfile::named(args.measure.profile.as_deref());
@@ -1066,7 +1070,7 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
         |seed| backends::make(args.backend, host.clone(), &model_profile, seed),
         &progress,
         |mut record| {
-            if let Some((store, _)) = &mut store {
+            if let Some(store) = &mut store {
                 store.save(&mut record)?;
             }
             run_ids.push(record.run_id);
@@ -1092,7 +1096,7 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
             outcome.ran,
             store.as_ref().map_or_else(
                 || "not stored: --no-store".to_string(),
-                |(_, p)| format!("stored in {}", p.display())
+                |s| format!("stored in {}", s.display())
             ),
             outcome.skipped.len(),
             outcome.failed.len()
@@ -1117,6 +1121,9 @@ fn validate(
     tolerance: f64,
     json: bool,
 ) -> Result<ExitCode, Error> {
+    // Opened before measuring or calibrating, so a store that cannot take the runs costs no
+    // KVM work.
+    let mut run_store = RunStore::open(db, json)?;
     let h = host::probe();
     let mut kvm = backends::kvm(h.clone())?;
     let progress = TermProgress::new("validate", json);
@@ -1142,23 +1149,13 @@ fn validate(
     };
     let host = h.clone();
     let mut model = ModelBackend::new(profile, h, DEFAULT_SEED);
-    let mut run_store: Option<RunStore> = None;
     let checks = lab::validate::validate(
         kvm.as_mut(),
         &mut model,
         &host,
         tolerance,
         &progress,
-        |record| {
-            // Opened at the first save: when validate has always reported a bad --db.
-            if run_store.is_none() {
-                run_store = Some(RunStore::open(db)?);
-            }
-            match &mut run_store {
-                Some(s) => s.save(record),
-                None => Ok(()),
-            }
-        },
+        |record| run_store.save(record),
     )?;
     let failed = checks.iter().filter(|c| !c.pass).count();
     if json {

@@ -272,8 +272,16 @@ fn slurm_shard<'a>(
     };
     let max = num("SLURM_ARRAY_TASK_MAX")?;
     let count = num("SLURM_ARRAY_TASK_COUNT")?;
-    let span = |max: u64| (max >= min).then(|| (max - min) / step + 1);
-    let count = match (count, max) {
+    // Checked: ids near u64::MAX must not wrap into a count of 0 that blames a variable the
+    // user never set.
+    let span = |max: u64| max.checked_sub(min).map(|d| u128::from(d / step) + 1);
+    // The variable the count came from, for the error when it is too large.
+    let count_key = if max.is_some() {
+        "SLURM_ARRAY_TASK_MAX"
+    } else {
+        "SLURM_ARRAY_TASK_COUNT"
+    };
+    let count: u128 = match (count, max) {
         (None, None) => {
             return Err(bad(
                 "SLURM_ARRAY_TASK_COUNT",
@@ -281,7 +289,7 @@ fn slurm_shard<'a>(
                 "neither SLURM_ARRAY_TASK_COUNT nor SLURM_ARRAY_TASK_MAX is set, so the number of shards is unknown; give --shard i/N".into(),
             ));
         }
-        (Some(c), None) => c,
+        (Some(c), None) => u128::from(c),
         (c, Some(max)) => {
             let Some(spanned) = span(max).filter(|_| (max - min) % step == 0) else {
                 return Err(bad(
@@ -293,7 +301,7 @@ fn slurm_shard<'a>(
                 ));
             };
             match c {
-                Some(c) if c != spanned => {
+                Some(c) if u128::from(c) != spanned => {
                     return Err(bad(
                         "SLURM_ARRAY_TASK_COUNT",
                         c.to_string(),
@@ -321,14 +329,18 @@ fn slurm_shard<'a>(
         ));
     }
     let position = (task_id - min) / step;
-    if position >= count {
+    if u128::from(position) >= count {
         return Err(bad(
             "SLURM_ARRAY_TASK_ID",
             task_id.to_string(),
             format!("it lies beyond the array's {count} tasks from {min} in steps of {step}"),
         ));
     }
-    let count = u32_of("SLURM_ARRAY_TASK_COUNT", count)?;
+    let count = u32::try_from(count).map_err(|_| InputError::BadValue {
+        key: count_key.into(),
+        value: get(count_key).unwrap_or("unset").into(),
+        why: format!("it makes an array of {count} tasks; hvlab runs at most 4294967295 shards"),
+    })?;
     let index = u32_of("SLURM_ARRAY_TASK_ID", position)?;
     Ok((Shard { index, count }, ShardSource::Slurm { task_id }))
 }
@@ -518,6 +530,21 @@ mod tests {
     }
 
     type Vars<'a> = &'a [(&'a str, &'a str)];
+
+    #[test]
+    fn a_slurm_array_task_max_of_u64_max_is_refused_naming_that_variable() {
+        let e = err(
+            &[
+                ("SLURM_ARRAY_TASK_ID", "0"),
+                ("SLURM_ARRAY_TASK_MIN", "0"),
+                ("SLURM_ARRAY_TASK_MAX", "18446744073709551615"),
+            ],
+            None,
+        );
+        assert!(e.contains("SLURM_ARRAY_TASK_MAX"), "{e}");
+        assert!(e.contains("18446744073709551616 tasks"), "{e}");
+        assert!(!e.contains("SLURM_ARRAY_TASK_COUNT"), "{e}");
+    }
 
     #[test]
     fn inconsistent_slurm_variables_are_refused_by_name() {

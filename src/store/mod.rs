@@ -53,11 +53,24 @@ pub enum StoreError {
         supported: i64,
     },
     /// `{0}` is not a PostgreSQL URL hvlab can use ({1}): write postgres://USER@HOST:PORT/DATABASE, or postgres:///DATABASE?host=/run/postgresql for a local socket.
-    BadUrl(String, ::postgres::Error),
+    BadUrl(String, String),
     /// Cannot connect to the PostgreSQL store {0}: {1}. Check that the server runs and accepts this user, or point --db at another store.
-    Connect(String, ::postgres::Error),
+    Connect(String, String),
     /// PostgreSQL store error on {0}: {1}
-    Pg(String, ::postgres::Error),
+    Pg(String, String),
+    /// The PostgreSQL server {server} did not answer within {secs} s ({what}): check that it runs and is not stopped or overloaded; $HVLAB_PG_TIMEOUT (seconds) sets how long a statement may take.
+    NoAnswer {
+        /// The server(s) of the URL.
+        server: String,
+        /// How long hvlab waited.
+        secs: u64,
+        /// What hvlab was doing.
+        what: &'static str,
+    },
+    /// $HVLAB_PG_TIMEOUT is `{0}`: give a whole number of seconds above 0, for example HVLAB_PG_TIMEOUT=300.
+    BadTimeout(String),
+    /// The store {0} cannot take a run ({1}), so nothing was measured: make it writable, point --db at another store, or add --no-store.
+    ReadOnly(String, String),
     /// {0}: no such results database to read runs from: give an existing SQLite file written by hvlab.
     NoSuchFile(PathBuf),
     /// {0} is the store being merged into; merge other files into it.
@@ -97,6 +110,7 @@ impl StoreError {
                 | StoreError::NotADatabase(_)
                 | StoreError::TooNew { .. }
                 | StoreError::BadUrl(..)
+                | StoreError::BadTimeout(_)
                 | StoreError::NoSuchFile(_)
                 | StoreError::MergeIntoItself(_)
                 | StoreError::BadLine { .. }
@@ -189,35 +203,10 @@ impl Locate for PathBuf {
     }
 }
 
-/// A URL with its password replaced by `***`, so errors and logs never print it.
+/// A PostgreSQL URL for messages: rebuilt from its parsed configuration, so its password is
+/// never shown however it was written.
 fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let redacted = match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{user}:***@{host}"),
-            None => authority.to_string(),
-        },
-        None => authority.to_string(),
-    };
-    // A password may also come as a query parameter.
-    let tail = match tail.split_once('?') {
-        Some((path, query)) => {
-            let query: Vec<String> = query
-                .split('&')
-                .map(|kv| match kv.split_once('=') {
-                    Some(("password", _)) => "password=***".to_string(),
-                    _ => kv.to_string(),
-                })
-                .collect();
-            format!("{path}?{}", query.join("&"))
-        }
-        None => tail.to_string(),
-    };
-    format!("{scheme}://{redacted}{tail}")
+    postgres::shown(url)
 }
 
 /// `--db`, else `$HVLAB_DB`, else `$XDG_DATA_HOME/hvlab/hvlab.db`, else
@@ -385,6 +374,22 @@ impl Store {
         }
     }
 
+    /// Whether a run can be written, checked before measuring one: the SQLite file and its
+    /// directory (journal files) can be written, or the PostgreSQL role may insert into every
+    /// table a run goes to. Disk space and locks are only known when writing.
+    pub fn check_writable(&self) -> Result<(), StoreError> {
+        match &self.engine {
+            Engine::Sqlite(_) => {
+                let Location::Sqlite(path) = &self.location else {
+                    return Ok(());
+                };
+                sqlite_writable(path)
+                    .map_err(|e| StoreError::ReadOnly(path.display().to_string(), e.to_string()))
+            }
+            Engine::Postgres(s) => s.check_writable(),
+        }
+    }
+
     /// Stores a run that comes from another store under its own id, in one transaction;
     /// idempotent: a run already stored with the same content is not stored twice.
     pub fn ingest(&mut self, run: &RunRecord) -> Result<Ingested, StoreError> {
@@ -424,6 +429,28 @@ impl Store {
             })
             .collect()
     }
+}
+
+/// Trying is the only answer that covers permissions, read-only mounts and root alike: the
+/// file is opened for writing (not truncated), and a probe file is created beside it unless
+/// the write-ahead log is there already.
+fn sqlite_writable(path: &Path) -> std::io::Result<()> {
+    std::fs::OpenOptions::new().write(true).open(path)?;
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    if Path::new(&wal).exists() {
+        return Ok(());
+    }
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let probe = dir.join(format!(".hvlab-write-test-{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)?;
+    std::fs::remove_file(&probe)
 }
 
 /// Both engines' integers are i64; indices never come near the limit.
@@ -471,10 +498,7 @@ mod tests {
         assert_eq!(loc, Location::Postgres(url.into()));
         let shown = loc.to_string();
         assert!(!shown.contains("s3cret"), "{shown}");
-        assert_eq!(
-            shown,
-            "postgres://lab:***@db.example:5433/hvlab?password=***&sslmode=disable"
-        );
+        assert_eq!(shown, "postgres://lab:***@db.example:5433/hvlab");
         assert_eq!(
             Location::parse(Path::new("postgresql:///hvlab?host=/run/postgresql")).to_string(),
             "postgresql:///hvlab?host=/run/postgresql"

@@ -192,9 +192,13 @@ impl TracedGroup {
         }
     }
 
+    /// Kills strace, the traced command and every process it started, wherever they went:
+    /// `timeout`, `setsid` and daemonising VMMs leave the process group, but hvlab is their
+    /// subreaper ([`Subreaper`]), so they stay its descendants.
     fn kill(&mut self) {
         self.signal(libc::SIGKILL);
         let _ = self.child.wait();
+        kill_descendants();
     }
 
     /// Forwards `sig` to strace and the traced command, gives them a moment to exit, then
@@ -216,6 +220,116 @@ impl Drop for TracedGroup {
     fn drop(&mut self) {
         if matches!(self.child.try_wait(), Ok(None)) {
             self.kill();
+        } else {
+            kill_descendants();
+        }
+    }
+}
+
+/// Makes hvlab the subreaper of what it traces for the time of a trace (`prctl(2)`
+/// `PR_SET_CHILD_SUBREAPER`): an orphan of the traced command (the VMM under `timeout` or
+/// `setsid`, a daemon that double-forks) is reparented to hvlab, not to init, so hvlab can
+/// still find and end it.
+struct Subreaper {
+    was: bool,
+}
+
+impl Subreaper {
+    fn become_one() -> Subreaper {
+        let mut was: libc::c_int = 0;
+        // SAFETY: PR_GET_CHILD_SUBREAPER writes one int through the pointer, which is valid;
+        // PR_SET_CHILD_SUBREAPER takes a plain integer.
+        unsafe {
+            libc::prctl(libc::PR_GET_CHILD_SUBREAPER, &raw mut was, 0, 0, 0);
+            libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        }
+        Subreaper { was: was != 0 }
+    }
+}
+
+impl Drop for Subreaper {
+    fn drop(&mut self) {
+        if !self.was {
+            // SAFETY: as above.
+            unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) };
+        }
+    }
+}
+
+/// The live descendants of process `root`, from the parent links in /proc.
+fn descendants(root: u32) -> Vec<libc::pid_t> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut parent_of = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid ...": comm may hold spaces and parentheses; it ends at the
+        // last ')'.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next().unwrap_or("");
+        let Some(ppid) = fields.next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if state != "Z" && state != "X" {
+            parent_of.push((pid, ppid));
+        }
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    found
+        .into_iter()
+        .skip(1)
+        .filter_map(|p| libc::pid_t::try_from(p).ok())
+        .collect()
+}
+
+/// SIGKILLs every descendant of hvlab and reaps them, until none is left (a process may fork
+/// between the scan and the kill: the next round takes the child), for at most two seconds.
+fn kill_descendants() {
+    let me = std::process::id();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let left = descendants(me);
+        for &pid in &left {
+            // SAFETY: kill(2) on a descendant of this process; a pid that just exited makes
+            // it fail with ESRCH.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        reap_orphans();
+        if left.is_empty() || Instant::now() > deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Reaps exited processes that were reparented to hvlab as subreaper (hvlab starts no other
+/// children while tracing).
+fn reap_orphans() {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid with WNOHANG writes the status through a valid pointer.
+        let pid = unsafe { libc::waitpid(-1, &raw mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return;
         }
     }
 }
@@ -237,6 +351,7 @@ pub fn trace(
     let out = memfd("hvlab-trace-out")?;
     let err = memfd("hvlab-trace-err")?;
     let _signals = StopSignals::install();
+    let _subreaper = Subreaper::become_one();
     run_traced(
         &strace,
         command,
@@ -343,6 +458,8 @@ fn run_traced(
             if !partial.is_empty() {
                 parser.feed(&std::mem::take(&mut partial));
             }
+            // What it left running (a daemonised VMM) ends with the trace.
+            kill_descendants();
             break format!("the command exited ({status})");
         }
         if until == Until::FirstRun && parser.saw_run() {
