@@ -81,6 +81,8 @@ fn record(i: usize, h: HostInfo, irqchip_first: f64, memslots_first: f64) -> Run
             variant("memslots-first", memslots_first),
         ],
         verdicts: vec![],
+        noise: None,
+        warnings: vec![],
     }
 }
 

@@ -202,6 +202,12 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
         h.thp,
         h.cores
     );
+    if let Some(n) = &r.noise {
+        let _ = writeln!(s, "{}", crate::report::words::noise_line(n));
+    }
+    for w in &r.warnings {
+        let _ = writeln!(s, "warning: {w}");
+    }
     if r.backend == BackendKind::Kvm && h.cpu_emulated() {
         let _ = writeln!(
             s,
