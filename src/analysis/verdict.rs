@@ -24,13 +24,16 @@ pub const ALPHA: f64 = 0.05;
 pub const GATE_ALPHA: f64 = 0.01;
 
 /// How the p-values of comparisons judged together are corrected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Correction {
     /// Holm's step-down: controls the chance of any false call (family-wise error).
     #[default]
     Holm,
     /// Benjamini–Hochberg: controls the expected share of false calls (false discovery rate).
+    #[value(name = "bh")]
     BenjaminiHochberg,
 }
 

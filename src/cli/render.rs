@@ -502,7 +502,12 @@ pub fn validation(checks: &[crate::analysis::validate::Check], tolerance: f64) -
         } else if c.tolerance_pct == 0.0 {
             "exact".to_string()
         } else {
-            format!("±{:.0}%", c.tolerance_pct)
+            format!(
+                "kvm spread {}–{} ±{:.0}%",
+                fmt_value(c.band[0], &c.unit),
+                fmt_value(c.band[1], &c.unit),
+                c.tolerance_pct
+            )
         };
         let _ = writeln!(
             s,

@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::analysis::compare::{AbComparison, AbVerdict};
+use crate::analysis::compare::{AbComparison, AbVerdict, judge_together};
+use crate::analysis::verdict::Correction;
 use crate::analysis::statistics::{median, seed_for};
 use crate::error::{Error, InputError};
 use crate::lab::fleet::{HostFingerprint, HostMatch, Selector};
@@ -24,15 +25,47 @@ pub struct CompareOutcome {
     pub too_few: Vec<String>,
 }
 
-/// Compares side `b` against side `a` on `metric` (default: the scenario's headline).
+/// How comparisons made together are judged: the level, the correction, the minimum effect.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Judging {
+    /// A fraction: 0.05 for 5%.
+    pub threshold: f64,
+    /// The level (0.05; 0.01 for `--fail-on-regression`).
+    pub alpha: f64,
+    /// The correction for the comparisons judged together.
+    pub correction: Correction,
+}
+
+impl Judging {
+    /// The verdict rule's defaults: level 0.05, or 0.01 when a regression fails the command.
+    pub fn new(threshold: f64, gate: bool) -> Judging {
+        Judging {
+            threshold,
+            alpha: if gate {
+                crate::analysis::verdict::GATE_ALPHA
+            } else {
+                crate::analysis::verdict::ALPHA
+            },
+            correction: Correction::Holm,
+        }
+    }
+}
+
+/// Compares side `b` against side `a` on `metric` (default: the scenario's headline); every
+/// variant pair is judged together (one correction over all of them).
 pub fn compare(
     store: &Store,
     a: &str,
     b: &str,
     metric: Option<&str>,
-    threshold: f64,
+    judging: Judging,
 ) -> Result<CompareOutcome, Error> {
-    let comparisons = compare_sides(store, a, b, metric, threshold)?;
+    let mut comparisons = compare_sides(store, a, b, metric, judging.threshold)?;
+    judge_together(
+        &mut comparisons.iter_mut().collect::<Vec<_>>(),
+        judging.alpha,
+        judging.correction,
+    );
     let regression = comparisons.iter().any(|c| c.verdict == AbVerdict::Slower);
     let too_few = comparisons
         .iter()
@@ -63,7 +96,7 @@ pub fn parse_threshold(text: &str) -> Result<f64, Error> {
         return Err(InputError::BadValue {
             key: "--threshold".into(),
             value: text.into(),
-            why: "the threshold is between 0% and 100%".into(),
+            why: "out of range: the valid range is 0% to under 100% (a fraction 0 to under 1), such as 5%".into(),
         }
         .into());
     }
@@ -256,8 +289,9 @@ pub fn compare_fleet(
     scenario: Option<&str>,
     variant: Option<&str>,
     metric: Option<&str>,
-    threshold: f64,
+    judging: Judging,
 ) -> Result<FleetOutcome, Error> {
+    let threshold = judging.threshold;
     if let Some(name) = scenario {
         scenario::find(name)?;
     }
@@ -444,6 +478,17 @@ pub fn compare_fleet(
             overall,
         });
     }
+    // Every per-host and overall comparison of every variant is judged together.
+    judge_together(
+        &mut comparisons
+            .iter_mut()
+            .flat_map(|c| {
+                std::iter::once(&mut c.overall).chain(c.per_host.iter_mut().map(|h| &mut h.comparison))
+            })
+            .collect::<Vec<_>>(),
+        judging.alpha,
+        judging.correction,
+    );
     let regression = comparisons.iter().any(|c| {
         c.overall.verdict == AbVerdict::Slower
             || c.per_host

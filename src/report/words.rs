@@ -493,7 +493,7 @@ fn fault_reading(per_fault: f64, mmu: Option<Stage2Mmu>) -> &'static str {
 }
 
 /// What the busy rule saw, in a few words: "load 4.2 on 2 cores, CPU pressure 31%".
-fn busy_words(reasons: &[crate::backend::noise::BusyReason]) -> String {
+pub fn busy_words(reasons: &[crate::backend::noise::BusyReason]) -> String {
     use crate::backend::noise::BusyReason;
     reasons
         .iter()
