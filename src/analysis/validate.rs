@@ -212,7 +212,8 @@ mod tests {
         let samples: Vec<f64> = (0..=12).map(|i| 80.0 + 10.0 * f64::from(i)).collect();
         let band = spread(&samples, 100.0);
         assert!(band[0] <= 92.0 && band[1] >= 188.0, "{band:?}");
-        let within = |p: f64| judge_in_band("m", "v", "x", "ns", p, 100.0, band, Rule::Within(15.0));
+        let within =
+            |p: f64| judge_in_band("m", "v", "x", "ns", p, 100.0, band, Rule::Within(15.0));
         assert!(within(210.0).pass);
         assert!(within(band[0] * 0.86).pass);
         assert!(!within(band[1] * 1.16).pass);

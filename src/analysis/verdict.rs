@@ -24,9 +24,7 @@ pub const ALPHA: f64 = 0.05;
 pub const GATE_ALPHA: f64 = 0.01;
 
 /// How the p-values of comparisons judged together are corrected.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Correction {
     /// Holm's step-down: controls the chance of any false call (family-wise error).
@@ -199,12 +197,22 @@ mod tests {
                 .collect();
             let adj = holm(&ev.iter().map(|x| x.0).collect::<Vec<_>>());
             if ev.iter().zip(adj).any(|((_, e), p)| {
-                call(&Evidence { p_adjusted: p, ..*e }, 0.05, GATE_ALPHA) != Call::NoChange
+                call(
+                    &Evidence {
+                        p_adjusted: p,
+                        ..*e
+                    },
+                    0.05,
+                    GATE_ALPHA,
+                ) != Call::NoChange
             }) {
                 families_with_a_false_call += 1;
             }
         }
-        assert!(families_with_a_false_call <= 4, "{families_with_a_false_call} of 400");
+        assert!(
+            families_with_a_false_call <= 4,
+            "{families_with_a_false_call} of 400"
+        );
     }
 
     fn side(rng: &mut ChaCha8Rng, n: usize, scale: f64) -> Vec<f64> {

@@ -317,16 +317,18 @@ impl Noise {
                 end.load.map_or(0.0, |l| l.load1),
             ],
             runnable_others: [
-                others.get(others.len() / 2).copied().unwrap_or_else(|| {
-                    end.load.map_or(0, |l| l.running.saturating_sub(1))
-                }),
+                others
+                    .get(others.len() / 2)
+                    .copied()
+                    .unwrap_or_else(|| end.load.map_or(0, |l| l.running.saturating_sub(1))),
                 others.last().copied().unwrap_or(0),
             ],
             cpu_pressure_some_pct: psi.and_then(|(a, b)| pct(b.0.saturating_sub(a.0), wall_us)),
             cpu_pressure_full_pct: psi.and_then(|(a, b)| pct(b.1.saturating_sub(a.1), wall_us)),
-            steal_pct: start.stat.zip(end.stat).and_then(|(a, b)| {
-                pct(b.0.saturating_sub(a.0), b.1.saturating_sub(a.1) as f64)
-            }),
+            steal_pct: start
+                .stat
+                .zip(end.stat)
+                .and_then(|(a, b)| pct(b.0.saturating_sub(a.0), b.1.saturating_sub(a.1) as f64)),
             involuntary_switches: end
                 .thread
                 .involuntary
@@ -562,7 +564,10 @@ mod tests {
         ));
         assert!(matches!(
             noise(0.5, 1, None, None).busy[..],
-            [BusyReason::Runnable { others: 1, cores: 2 }]
+            [BusyReason::Runnable {
+                others: 1,
+                cores: 2
+            }]
         ));
         assert!(matches!(
             noise(0.5, 0, Some(31.0), None).busy[..],
@@ -590,7 +595,10 @@ mod tests {
             Some((8508, 132_605 + 7160 + 117_382 + 1705 + 134 + 8508))
         );
         assert_eq!(
-            field_after("se.nr_migrations      :     17\nnr_switches : 2\n", "se.nr_migrations"),
+            field_after(
+                "se.nr_migrations      :     17\nnr_switches : 2\n",
+                "se.nr_migrations"
+            ),
             Some(17)
         );
     }
@@ -602,7 +610,10 @@ mod tests {
         let first = allowed[0];
         assert_eq!(parse_cpu_list(&first.to_string()), Ok(vec![first]));
         let err = parse_cpu_list("4095").unwrap_err();
-        assert!(err.contains("CPU 4095 does not exist or is not allowed"), "{err}");
+        assert!(
+            err.contains("CPU 4095 does not exist or is not allowed"),
+            "{err}"
+        );
         assert!(err.contains(&format_cpu_list(&allowed)), "{err}");
         assert!(parse_cpu_list("1-0").is_err());
         assert!(parse_cpu_list("x").unwrap_err().contains("not a CPU list"));
@@ -614,7 +625,10 @@ mod tests {
         assert_eq!(parse_wait("90"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_wait("2m"), Ok(Duration::from_secs(120)));
         for bad in ["0", "2h", "soon", "-1", ""] {
-            assert!(parse_wait(bad).unwrap_err().contains("between 1s and 1h"), "{bad}");
+            assert!(
+                parse_wait(bad).unwrap_err().contains("between 1s and 1h"),
+                "{bad}"
+            );
         }
     }
 

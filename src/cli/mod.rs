@@ -288,7 +288,10 @@ impl InterferenceArgs {
             crate::backend::noise::pin_to(&cpus).map_err(|e| InputError::BadValue {
                 key: "--cpu".into(),
                 value: self.cpu.clone().unwrap_or_default(),
-                why: format!("the kernel refused the CPU set: {e}; the allowed CPUs are {}", crate::backend::noise::format_cpu_list(&crate::backend::noise::allowed_cpus())),
+                why: format!(
+                    "the kernel refused the CPU set: {e}; the allowed CPUs are {}",
+                    crate::backend::noise::format_cpu_list(&crate::backend::noise::allowed_cpus())
+                ),
             })?;
             crate::backend::noise::note_pinned(&cpus);
             eprintln!(

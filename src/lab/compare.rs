@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use crate::analysis::compare::{AbComparison, AbVerdict, judge_together};
-use crate::analysis::verdict::Correction;
 use crate::analysis::statistics::{median, seed_for};
+use crate::analysis::verdict::Correction;
 use crate::error::{Error, InputError};
 use crate::lab::fleet::{HostFingerprint, HostMatch, Selector};
 use crate::record::RunRecord;
@@ -483,7 +483,8 @@ pub fn compare_fleet(
         &mut comparisons
             .iter_mut()
             .flat_map(|c| {
-                std::iter::once(&mut c.overall).chain(c.per_host.iter_mut().map(|h| &mut h.comparison))
+                std::iter::once(&mut c.overall)
+                    .chain(c.per_host.iter_mut().map(|h| &mut h.comparison))
             })
             .collect::<Vec<_>>(),
         judging.alpha,

@@ -605,6 +605,10 @@ pub fn noise_line(n: &crate::backend::noise::Noise) -> String {
     format!(
         "noise: {}{}",
         parts.join(", "),
-        if n.is_busy() { " — busy" } else { " — quiet" }
+        if n.is_busy() {
+            " — busy"
+        } else {
+            " — quiet"
+        }
     )
 }
