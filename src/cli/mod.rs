@@ -611,18 +611,31 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             }
             let outcome = lab::compare::compare(&store, &a, &b, metric.as_deref(), judging)?;
             let (results, regressed, too_few) =
-                (outcome.comparisons, outcome.regression, outcome.too_few);
+                (&outcome.comparisons, outcome.regression, &outcome.too_few);
             if json {
                 print_json(
-                    &serde_json::json!({ "comparisons": crate::record::worded(&results, "text").map_err(|e| Error::Output(e.into()))?, "regression": regressed }),
+                    &serde_json::json!({ "comparisons": crate::record::worded(results, "text").map_err(|e| Error::Output(e.into()))?, "regression": regressed, "busy": {"a": outcome.busy[0], "b": outcome.busy[1]}, "confounded": outcome.confounded }),
                 )?;
             } else {
                 print_text(&format!("A = {a}\nB = {b}"))?;
-                for c in &results {
+                for (side, busy) in ["A", "B"].iter().zip(&outcome.busy) {
+                    if let Some(why) = busy.first() {
+                        print_text(&format!(
+                            "warning: side {side} was measured on a busy host ({why}): its times may be inflated"
+                        ))?;
+                    }
+                }
+                for c in results {
                     print_text(&format!("  [{}] {}", comparison_label(c), c))?;
                 }
             }
-            return regression_exit(fail_on_regression, regressed, &too_few);
+            if fail_on_regression && regressed && outcome.confounded {
+                return Err(Error::HostBusy {
+                    why: outcome.busy.iter().flatten().next().cloned().unwrap_or_default(),
+                    what: "B looks slower, but A and B are different runs and a busy host inflates a run's times by as much as the change (1.7× in A/A runs here at load 8-12), so the gate cannot tell a regression from the host getting busier: rerun both on a quiet host (--quiet-host waits for one) or pinned with --cpu; variants compared within one run are judged, since interleaving spreads the noise over both".into(),
+                });
+            }
+            return regression_exit(fail_on_regression, regressed, too_few);
         }
         Command::Merge { files, json } => {
             let mut target = Store::open(&store::resolve_path(cli.db.as_deref())?)?;

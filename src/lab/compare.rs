@@ -23,6 +23,29 @@ pub struct CompareOutcome {
     pub regression: bool,
     /// The pairs with too few samples for a verdict: "name (n = b vs a)".
     pub too_few: Vec<String>,
+    /// What made a side's host busy, per side (A, B): empty where every run was quiet or
+    /// recorded no noise.
+    pub busy: [Vec<String>; 2],
+    /// The sides are different runs and one was measured on a busy host: the noise did not
+    /// hit both alike (as it does for variants interleaved in one run), so a regression
+    /// between them cannot be told from the host getting busier.
+    pub confounded: bool,
+}
+
+/// A side's run ids, sorted.
+fn run_ids(side: &Side) -> Vec<&str> {
+    let mut v: Vec<&str> = side.runs.iter().map(|r| r.run_id.as_str()).collect();
+    v.sort_unstable();
+    v
+}
+
+/// What the busy rule saw in each busy run of a side.
+fn busy_of(side: &Side) -> Vec<String> {
+    side.runs
+        .iter()
+        .filter_map(|r| r.noise.as_ref().filter(|n| n.is_busy()))
+        .map(|n| crate::report::words::busy_words(&n.busy))
+        .collect()
 }
 
 /// How comparisons made together are judged: the level, the correction, the minimum effect.
@@ -60,7 +83,10 @@ pub fn compare(
     metric: Option<&str>,
     judging: Judging,
 ) -> Result<CompareOutcome, Error> {
-    let mut comparisons = compare_sides(store, a, b, metric, judging.threshold)?;
+    let (sa, sb) = (load_side(store, a)?, load_side(store, b)?);
+    let busy = [busy_of(&sa), busy_of(&sb)];
+    let confounded = run_ids(&sa) != run_ids(&sb) && busy.iter().any(|b| !b.is_empty());
+    let mut comparisons = compare_sides(sa, sb, metric, judging.threshold)?;
     judge_together(
         &mut comparisons.iter_mut().collect::<Vec<_>>(),
         judging.alpha,
@@ -76,6 +102,8 @@ pub fn compare(
         comparisons,
         regression,
         too_few,
+        busy,
+        confounded,
     })
 }
 
@@ -162,13 +190,11 @@ fn pooled_samples<'a>(
 }
 
 fn compare_sides(
-    store: &Store,
-    a: &str,
-    b: &str,
+    sa: Side,
+    sb: Side,
     metric: Option<&str>,
     threshold: f64,
 ) -> Result<Vec<AbComparison>, Error> {
-    let (sa, sb) = (load_side(store, a)?, load_side(store, b)?);
     let scenario_name = &sa.runs[0].scenario;
     if let Some(other) = sa
         .runs
