@@ -27,7 +27,7 @@ pub fn mad(samples: &[f64]) -> f64 {
 pub fn outliers(samples: &[f64], k: f64) -> Vec<usize> {
     let m = median(samples);
     let scale = mad(samples) * MAD_TO_SD;
-    if !(scale > 0.0) {
+    if scale.is_nan() || scale <= 0.0 {
         return Vec::new();
     }
     samples

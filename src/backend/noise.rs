@@ -321,7 +321,10 @@ impl Noise {
                     .get(others.len() / 2)
                     .copied()
                     .unwrap_or_else(|| end.load.map_or(0, |l| l.running.saturating_sub(1))),
-                others.last().copied().unwrap_or(0),
+                others
+                    .last()
+                    .copied()
+                    .unwrap_or_else(|| end.load.map_or(0, |l| l.running.saturating_sub(1))),
             ],
             cpu_pressure_some_pct: psi.and_then(|(a, b)| pct(b.0.saturating_sub(a.0), wall_us)),
             cpu_pressure_full_pct: psi.and_then(|(a, b)| pct(b.1.saturating_sub(a.1), wall_us)),
