@@ -76,7 +76,7 @@ pub enum InputError {
         /// The variant.
         variant: String,
     },
-    /// --fail-on-regression cannot judge {0}: the exact rank test needs at least {1} samples per side to reach p < 0.05; store runs with more --reps, or compare several runs per side (A1,A2,...).
+    /// --fail-on-regression cannot judge {0}: the verdict rule needs at least {1} samples per side to reach its level (p < 0.01 after the correction for the comparisons judged together); store runs with more --reps, or compare several runs per side (A1,A2,...).
     TooFewToJudge(String, usize),
 }
 
@@ -149,6 +149,14 @@ pub enum Error {
         variant: String,
         /// The variant's status.
         status: String,
+    },
+    /// The host was too busy to judge or measure what was asked: exit 4, never a failed verdict.
+    #[error("cannot judge: host busy, {why}; {what}")]
+    HostBusy {
+        /// What the busy rule saw.
+        why: String,
+        /// What was not done, and the remedy.
+        what: String,
     },
     /// A thread's published setup did not give the figure it is judged on: exit 4.
     #[error("fidelity: {0}")]

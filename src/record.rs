@@ -6,9 +6,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::analysis::compare::Verdict;
+use crate::analysis::robust::Modes;
 use crate::analysis::statistics::Summary;
 use crate::backend::BackendKind;
 use crate::backend::host::HostInfo;
+use crate::backend::noise::{BusyReason, Noise};
 
 /// One run: scenario × backend × variants × repetitions on one host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,6 +36,64 @@ pub struct RunRecord {
     /// Comparisons of the variants on the scenario's headline metric.
     #[serde(default, serialize_with = "verdicts_with_text")]
     pub verdicts: Vec<Verdict>,
+    /// The noise the run was measured in (kvm runs; absent in runs stored before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<Noise>,
+    /// What the reader must know before trusting the numbers: a busy host, outliers, two
+    /// modes; each with its remedy in its `message`.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        serialize_with = "warnings_with_messages"
+    )]
+    pub warnings: Vec<Warning>,
+}
+
+/// A warning about a run's numbers, as data; the sentence is its `Display` (`report::words`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Warning {
+    /// Another process competed for the CPU during the run.
+    BusyHost {
+        /// What the busy rule saw.
+        reasons: Vec<BusyReason>,
+        /// Whether the measuring threads were pinned (`--cpu`).
+        pinned: bool,
+    },
+    /// Samples far from the median of a variant's headline metric (median ± k·MAD).
+    Outliers {
+        /// The variant.
+        variant: String,
+        /// The metric.
+        metric: String,
+        /// How many samples are outliers.
+        count: usize,
+        /// Samples.
+        n: usize,
+        /// The rule's k (scaled MADs).
+        k: f64,
+    },
+    /// A variant's headline metric has two modes: the median alone would hide one.
+    Bimodal {
+        /// The variant.
+        variant: String,
+        /// The metric.
+        metric: String,
+        /// Its unit.
+        unit: String,
+        /// Each mode's median and sample count, lower first.
+        modes: Modes,
+    },
+    /// The clock source changed during the run: times before and after may not compare.
+    ClockSourceChanged {
+        /// The one at the start.
+        from: String,
+    },
+}
+
+/// Warnings in JSON: the data, and the sentence (`message`).
+fn warnings_with_messages<S: Serializer>(w: &[Warning], s: S) -> Result<S::Ok, S::Error> {
+    with_words(w, "message", s)
 }
 
 impl RunRecord {

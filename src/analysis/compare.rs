@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::statistics::{bootstrap_ratio_ci, median, seed_for};
+use super::statistics::{bootstrap_ratio_ci, exact_rank_p, median, seed_for};
+use super::verdict::{self, ALPHA, Call, Correction, Evidence};
 use crate::record::VariantRecord;
 
 /// The outcome of comparing a faster candidate against a slower one on one metric.
@@ -18,8 +19,22 @@ pub struct Verdict {
     pub ratio: f64,
     /// 95% bootstrap CI of that ratio.
     pub ci95: [f64; 2],
-    /// Whether the CI excludes 1.
+    /// Whether the verdict rule ([`verdict::call`]) calls the difference: at least 4 samples
+    /// per side, the exact rank test below 5% after Holm's correction over the variants
+    /// compared, and the whole interval beyond the 5% minimum effect.
     pub significant: bool,
+    /// Too few samples on a side for the rule to call anything.
+    #[serde(default)]
+    pub too_few: bool,
+    /// Samples of the faster and the slower side.
+    #[serde(default)]
+    pub n: [usize; 2],
+    /// The exact rank test's p-value, and after Holm's correction.
+    #[serde(default)]
+    pub p_value: f64,
+    /// The p-value after Holm's correction over the comparisons made together.
+    #[serde(default)]
+    pub p_adjusted: f64,
     /// The unit of the medians.
     #[serde(default)]
     pub unit: String,
@@ -29,6 +44,9 @@ pub struct Verdict {
     /// The stall that explains the gap, where the analysis found one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<StallCause>,
+    /// Neither side has any spread (the model's exact values): judged by the ratio alone.
+    #[serde(default)]
+    pub exact: bool,
 }
 
 /// An SRCU stall that explains why the slower side of a verdict is slower.
@@ -60,17 +78,44 @@ pub fn compare(
     };
     let ratio = slow_m / fast_m;
     let ci95 = bootstrap_ratio_ci(slow_s, fast_s, seed);
-    let significant = ci95[0] > 1.0 || ci95[1] < 1.0;
-    Verdict {
+    let p_value = exact_rank_p(fast_s, slow_s);
+    let mut v = Verdict {
         metric: metric.to_string(),
         faster: fast.to_string(),
         slower: slow.to_string(),
         ratio,
         ci95,
-        significant,
+        significant: false,
+        too_few: false,
+        n: [fast_s.len(), slow_s.len()],
+        p_value,
+        p_adjusted: p_value,
         unit: unit.to_string(),
         medians: [fast_m, slow_m],
         cause: None,
+        exact: false,
+    };
+    v.exact = verdict::constant(fast_s) && verdict::constant(slow_s);
+    v.rejudge();
+    v
+}
+
+/// The minimum effect a variant verdict in a run must show (`run` has no `--threshold`).
+pub const RUN_THRESHOLD: f64 = 0.05;
+
+impl Verdict {
+    /// Applies the verdict rule to this verdict's evidence (its `p_adjusted` as it stands).
+    fn rejudge(&mut self) {
+        let e = Evidence {
+            n: self.n,
+            ratio: self.ratio,
+            ci95: self.ci95,
+            p_adjusted: self.p_adjusted,
+            exact: self.exact,
+        };
+        let call = verdict::call(&e, RUN_THRESHOLD, ALPHA);
+        self.too_few = call == Call::TooFew;
+        self.significant = call == Call::Higher;
     }
 }
 
@@ -88,7 +133,8 @@ pub fn against_fastest(variants: &[VariantRecord], metric: &str, seed: u64) -> V
     }) else {
         return Vec::new();
     };
-    ok.iter()
+    let mut out: Vec<Verdict> = ok
+        .iter()
         .filter(|v| v.name != best.name)
         .map(|v| {
             compare(
@@ -99,7 +145,14 @@ pub fn against_fastest(variants: &[VariantRecord], metric: &str, seed: u64) -> V
                 seed_for(seed, &["verdict", &best.name, &v.name]),
             )
         })
-        .collect()
+        .collect();
+    // The variants are judged together: Holm over their p-values.
+    let adjusted = verdict::holm(&out.iter().map(|v| v.p_value).collect::<Vec<_>>());
+    for (v, p) in out.iter_mut().zip(adjusted) {
+        v.p_adjusted = p;
+        v.rejudge();
+    }
+    out
 }
 
 /// An A/B comparison of two builds, hosts or policies on one metric (lower is better).
@@ -123,10 +176,26 @@ pub struct AbComparison {
     pub ci95: [f64; 2],
     /// Two-sided p-value of the exact rank (permutation) test.
     pub p_value: f64,
-    /// Samples per side the exact test needs before it can reach p < 0.05 (equal sides).
+    /// The p-value after the correction for the comparisons judged together.
+    #[serde(default)]
+    pub p_adjusted: f64,
+    /// The correction applied.
+    #[serde(default)]
+    pub correction: Correction,
+    /// How many comparisons were judged together.
+    #[serde(default)]
+    pub judged_together: usize,
+    /// The level a difference is called at (0.05; 0.01 for `--fail-on-regression`).
+    #[serde(default)]
+    pub alpha: f64,
+    /// Samples per side the rule needs at this level (equal sides).
     pub min_n: usize,
-    /// Whether these sample counts can give a verdict at all (`2 / C(nA + nB, nA) < 0.05`).
+    /// Whether these sample counts can give a verdict at all (at least 4 per side and
+    /// `2 / C(nA + nB, nA) < alpha`).
     pub enough_samples: bool,
+    /// Neither side has any spread: judged by the ratio alone.
+    #[serde(default)]
+    pub exact: bool,
     /// B against A.
     pub verdict: AbVerdict,
     /// The threshold a change must exceed, as a fraction.
@@ -145,15 +214,57 @@ pub enum AbVerdict {
     /// No change beyond the threshold with confidence.
     #[serde(rename = "no significant change")]
     NoChange,
-    /// Too few samples for the exact test to reach p < 0.05.
+    /// Too few samples for the exact test to reach the level.
     #[serde(rename = "too few samples")]
     TooFew,
 }
 
-/// Compares side B against side A: a change counts when the ratio's CI excludes 1, the exact
-/// rank test agrees (p < 0.05), and it is larger than `threshold` (a fraction, 0.05 for 5%).
-/// With so few samples that no split could reach p < 0.05 (3 per side), the verdict is
-/// [`AbVerdict::TooFew`] and the text says how many are needed.
+/// The fewest samples per side the rule can call anything with at level `alpha`.
+pub fn min_n(alpha: f64) -> usize {
+    super::statistics::exact_min_n(alpha).max(verdict::MIN_PER_SIDE)
+}
+
+impl AbComparison {
+    /// Applies the verdict rule to this comparison's evidence at its level.
+    fn rejudge(&mut self) {
+        let e = Evidence {
+            n: self.n,
+            ratio: self.ratio,
+            ci95: self.ci95,
+            p_adjusted: self.p_adjusted,
+            exact: self.exact,
+        };
+        self.min_n = min_n(self.alpha);
+        self.enough_samples = self.exact || verdict::enough(self.n, self.alpha);
+        self.verdict = match verdict::call(&e, self.threshold, self.alpha) {
+            Call::Lower => AbVerdict::Faster,
+            Call::Higher => AbVerdict::Slower,
+            Call::NoChange => AbVerdict::NoChange,
+            Call::TooFew => AbVerdict::TooFew,
+        };
+    }
+}
+
+/// Judges comparisons made together (every metric and variant of one `compare`): corrects
+/// their p-values with `correction` and calls each at level `alpha`.
+pub fn judge_together(comparisons: &mut [&mut AbComparison], alpha: f64, correction: Correction) {
+    let p: Vec<f64> = comparisons.iter().map(|c| c.p_value).collect();
+    let adjusted = verdict::adjust(&p, correction);
+    let m = comparisons.len();
+    for (c, p) in comparisons.iter_mut().zip(adjusted) {
+        c.p_adjusted = p;
+        c.correction = correction;
+        c.judged_together = m;
+        c.alpha = alpha;
+        c.rejudge();
+    }
+}
+
+/// Compares side B against side A by the verdict rule ([`verdict::call`]) as one comparison
+/// at p < 0.05; [`judge_together`] corrects a family of them and sets their level. A change
+/// counts when the exact rank test gives p below the level and the whole 95% interval of the
+/// ratio lies beyond `threshold` (a fraction, 0.05 for 5%). With fewer than 4 samples a side,
+/// the verdict is [`AbVerdict::TooFew`] and the text says how many are needed.
 pub fn ab(
     metric: &str,
     unit: &str,
@@ -165,19 +276,8 @@ pub fn ab(
     let (ma, mb) = (median(a), median(b));
     let ratio = mb / ma;
     let ci95 = bootstrap_ratio_ci(b, a, seed);
-    let p_value = super::statistics::exact_rank_p(a, b);
-    let min_n = super::statistics::exact_min_n(0.05);
-    let enough_samples = super::statistics::exact_min_p(a.len(), b.len()) < 0.05;
-    let verdict = if !enough_samples {
-        AbVerdict::TooFew
-    } else if p_value < 0.05 && ci95[1] < 1.0 && ratio < 1.0 - threshold {
-        AbVerdict::Faster
-    } else if p_value < 0.05 && ci95[0] > 1.0 && ratio > 1.0 + threshold {
-        AbVerdict::Slower
-    } else {
-        AbVerdict::NoChange
-    };
-    AbComparison {
+    let p_value = exact_rank_p(a, b);
+    let mut c = AbComparison {
         metric: metric.into(),
         unit: unit.into(),
         a: name_a.into(),
@@ -187,11 +287,18 @@ pub fn ab(
         ratio,
         ci95,
         p_value,
-        min_n,
-        enough_samples,
-        verdict,
+        p_adjusted: p_value,
+        correction: Correction::Holm,
+        judged_together: 1,
+        alpha: ALPHA,
+        min_n: min_n(ALPHA),
+        enough_samples: false,
+        exact: verdict::constant(a) && verdict::constant(b),
+        verdict: AbVerdict::NoChange,
         threshold,
-    }
+    };
+    c.rejudge();
+    c
 }
 
 #[cfg(test)]

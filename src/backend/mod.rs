@@ -14,6 +14,7 @@ pub mod host;
 pub mod ioctl_table;
 pub mod lifecycle;
 pub mod memory;
+pub mod noise;
 pub mod percpu;
 pub mod pinning;
 

@@ -105,12 +105,17 @@ enum Command {
         /// Metric [default: the scenario's headline metric]
         #[arg(long)]
         metric: Option<String>,
-        /// Smallest change that counts, e.g. 5% or 0.05
+        /// Smallest change that counts, e.g. 5% or 0.05 (0% to under 100%); the whole 95%
+        /// interval of the ratio must lie beyond it
         #[arg(long, default_value = "5%")]
         threshold: String,
-        /// Exit 1 when B is significantly slower (for CI)
+        /// Exit 1 when B is significantly slower (for CI): judged at p < 0.01 after the
+        /// correction, instead of p < 0.05
         #[arg(long)]
         fail_on_regression: bool,
+        /// The correction for the comparisons judged together
+        #[arg(long, value_enum, default_value_t = crate::analysis::verdict::Correction::Holm)]
+        correction: crate::analysis::verdict::Correction,
         /// One JSON document on stdout
         #[arg(long)]
         json: bool,
@@ -166,6 +171,11 @@ enum Command {
         /// One JSON document on stdout
         #[arg(long)]
         json: bool,
+        /// Write the profile even when the host was busy while measuring it
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        interference: InterferenceArgs,
     },
     /// The model against the five kernel threads: each published setup on the model beside the
     /// figures the thread reports, each judged within or outside the thread's range (fitted
@@ -186,12 +196,15 @@ enum Command {
         /// Cost profile [default: the calibrated one; calibrates first when there is none]
         #[arg(long, value_name = "NAME|PATH")]
         profile: Option<String>,
-        /// Allowed error on times, percent (fault counts must match exactly)
+        /// Allowed error on times, percent, beyond the kvm side's own spread (fault counts
+        /// must match exactly)
         #[arg(long, default_value_t = 15.0, value_parser = parse_tolerance, allow_hyphen_values = true)]
         tolerance: f64,
         /// One JSON document on stdout
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        interference: InterferenceArgs,
     },
 }
 
@@ -236,6 +249,87 @@ struct MeasureArgs {
     /// calibrated this-host profile, else the built-in closest to this host]
     #[arg(long, value_name = "NAME|PATH")]
     profile: Option<String>,
+    #[command(flatten)]
+    interference: InterferenceArgs,
+}
+
+/// Interference control: where the measuring threads run and whether to wait for a quiet host.
+#[derive(Debug, Args, Default)]
+struct InterferenceArgs {
+    /// Pin the VMM and vCPU threads to these CPUs (sched_setaffinity), e.g. 1 or 0,2 or 0-1
+    #[arg(long, value_name = "LIST")]
+    cpu: Option<String>,
+    /// Before measuring, wait until the 1-minute load is below the core count, at most WAIT
+    /// (1s to 1h, e.g. 30s, 2m) [default when given without a value: 60s]
+    #[arg(long, value_name = "WAIT", num_args = 0..=1, default_missing_value = "60s", require_equals = true)]
+    quiet_host: Option<String>,
+}
+
+impl InterferenceArgs {
+    /// Checks both options (bad input: exit 2), before anything is measured.
+    fn check(&self) -> Result<(Option<Vec<usize>>, Option<Duration>), Error> {
+        let cpus = self
+            .cpu
+            .as_deref()
+            .map(|text| {
+                crate::backend::noise::parse_cpu_list(text).map_err(|why| InputError::BadValue {
+                    key: "--cpu".into(),
+                    value: text.into(),
+                    why,
+                })
+            })
+            .transpose()?;
+        let wait = self
+            .quiet_host
+            .as_deref()
+            .map(|text| {
+                crate::backend::noise::parse_wait(text).map_err(|why| InputError::BadValue {
+                    key: "--quiet-host".into(),
+                    value: text.into(),
+                    why,
+                })
+            })
+            .transpose()?;
+        Ok((cpus, wait))
+    }
+
+    /// Pins this thread (and so every thread the backend starts) and waits for a quiet host,
+    /// saying what it did on stderr; both are recorded in every run's noise.
+    fn apply(&self) -> Result<(), Error> {
+        let (cpus, wait) = self.check()?;
+        if let Some(cpus) = cpus {
+            crate::backend::noise::pin_to(&cpus).map_err(|e| InputError::BadValue {
+                key: "--cpu".into(),
+                value: self.cpu.clone().unwrap_or_default(),
+                why: format!(
+                    "the kernel refused the CPU set: {e}; the allowed CPUs are {}",
+                    crate::backend::noise::format_cpu_list(&crate::backend::noise::allowed_cpus())
+                ),
+            })?;
+            crate::backend::noise::note_pinned(&cpus);
+            eprintln!(
+                "pinned the VMM and vCPU threads to CPU {}",
+                crate::backend::noise::format_cpu_list(&cpus)
+            );
+        }
+        if let Some(limit) = wait {
+            let cores = crate::backend::noise::online_cpus();
+            let w = crate::backend::noise::wait_for_quiet(limit);
+            crate::backend::noise::note_quiet_wait(w);
+            if w.quiet {
+                eprintln!(
+                    "quiet host: load {:.1} below {cores} cores after waiting {:.0} s",
+                    w.load1, w.waited_s
+                );
+            } else {
+                eprintln!(
+                    "host still busy after waiting {:.0} s (load {:.1} on {cores} cores): measuring anyway; the run carries the busy-host warning",
+                    w.waited_s, w.load1
+                );
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Args)]
@@ -378,12 +472,14 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             for notice in scenario::scenario(info.name)?.notices(&request) {
                 eprintln!("note: {notice}");
             }
+            args.measure.interference.check()?;
             // Check the database before measuring, so a bad --db does not cost a run.
             let mut run_store = if args.measure.no_store {
                 None
             } else {
                 Some(RunStore::open(cli.db.as_deref(), args.measure.json)?)
             };
+            args.measure.interference.apply()?;
             let mut backend = backends::make(
                 args.backend,
                 host::probe(),
@@ -490,10 +586,15 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             metric,
             threshold,
             fail_on_regression,
+            correction,
             json,
         } => {
-            let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
             let threshold = lab::compare::parse_threshold(&threshold)?;
+            let judging = lab::compare::Judging {
+                correction,
+                ..lab::compare::Judging::new(threshold, fail_on_regression)
+            };
+            let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
             if lab::fleet::Selector::looks_like(&a) || lab::fleet::Selector::looks_like(&b) {
                 let (sa, sb) = (
                     lab::fleet::Selector::parse(&a)?,
@@ -506,7 +607,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                     scenario.as_deref(),
                     variant.as_deref(),
                     metric.as_deref(),
-                    threshold,
+                    judging,
                 )?;
                 if json {
                     print_json(&outcome)?;
@@ -523,20 +624,33 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 }
                 .into());
             }
-            let outcome = lab::compare::compare(&store, &a, &b, metric.as_deref(), threshold)?;
+            let outcome = lab::compare::compare(&store, &a, &b, metric.as_deref(), judging)?;
             let (results, regressed, too_few) =
-                (outcome.comparisons, outcome.regression, outcome.too_few);
+                (&outcome.comparisons, outcome.regression, &outcome.too_few);
             if json {
                 print_json(
-                    &serde_json::json!({ "comparisons": crate::record::worded(&results, "text").map_err(|e| Error::Output(e.into()))?, "regression": regressed }),
+                    &serde_json::json!({ "comparisons": crate::record::worded(results, "text").map_err(|e| Error::Output(e.into()))?, "regression": regressed, "busy": {"a": outcome.busy[0], "b": outcome.busy[1]}, "confounded": outcome.confounded }),
                 )?;
             } else {
                 print_text(&format!("A = {a}\nB = {b}"))?;
-                for c in &results {
+                for (side, busy) in ["A", "B"].iter().zip(&outcome.busy) {
+                    if let Some(why) = busy.first() {
+                        print_text(&format!(
+                            "warning: side {side} was measured on a busy host ({why}): its times may be inflated"
+                        ))?;
+                    }
+                }
+                for c in results {
                     print_text(&format!("  [{}] {}", comparison_label(c), c))?;
                 }
             }
-            return regression_exit(fail_on_regression, regressed, &too_few);
+            if fail_on_regression && regressed && outcome.confounded {
+                return Err(Error::HostBusy {
+                    why: outcome.busy.iter().flatten().next().cloned().unwrap_or_default(),
+                    what: "B looks slower, but A and B are different runs and a busy host inflates a run's times by as much as the change (1.7× in A/A runs here at load 8-12), so the gate cannot tell a regression from the host getting busier: rerun both on a quiet host (--quiet-host waits for one) or pinned with --cpu; variants compared within one run are judged, since interleaving spreads the noise over both".into(),
+                });
+            }
+            return regression_exit(fail_on_regression, regressed, too_few);
         }
         Command::Merge { files, json } => {
             let mut target = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
@@ -598,7 +712,13 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 return Err(e.into());
             }
         }
-        Command::Calibrate { output, json } => {
+        Command::Calibrate {
+            output,
+            json,
+            force,
+            interference,
+        } => {
+            interference.check()?;
             // The output path is checked before measuring: a bad -o must not cost the run.
             let (path, option) = match output {
                 Some(p) => (p, "-o PATH"),
@@ -608,9 +728,25 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 ),
             };
             check_output_file(&path, "the profile", option)?;
+            interference.apply()?;
             let mut backend = backends::kvm(host::probe())?;
             let progress = TermProgress::new("calibrate", json);
-            let profile = backends::calibrate(backend.as_mut(), &progress)?;
+            let (profile, noise) = calibrate_measuring_noise(backend.as_mut(), &progress)?;
+            if noise.is_busy() && !force {
+                return Err(Error::HostBusy {
+                    why: busy_why(&noise),
+                    what: format!(
+                        "the profile was not written to {}: costs measured on a busy host are inflated; run on a quiet host (--quiet-host waits for one), pin with --cpu, or write it anyway with --force",
+                        path.display()
+                    ),
+                });
+            }
+            if noise.is_busy() {
+                eprintln!(
+                    "warning: writing a profile measured on a busy host ({}) because of --force",
+                    busy_why(&noise)
+                );
+            }
             profile.write(&path).map_err(|e| Error::OutputPath {
                 what: "the profile",
                 path: path.clone(),
@@ -654,7 +790,9 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             profile,
             tolerance,
             json,
+            interference,
         } => {
+            interference.apply()?;
             let code = validate(cli.db.as_deref(), profile.as_deref(), tolerance, json)?;
             return Ok(code);
         }
@@ -684,6 +822,29 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Calibrates, recording the noise over the whole calibration in the profile (its `describes`
+/// line, which the profile file keeps).
+fn calibrate_measuring_noise(
+    backend: &mut dyn Backend,
+    progress: &TermProgress,
+) -> Result<(Profile, crate::backend::noise::Noise), Error> {
+    use crate::backend::noise::{Noise, Snapshot, take_reps};
+    let before = Snapshot::take();
+    let mut profile = backends::calibrate(backend, progress)?;
+    let noise = Noise::between(&before, &Snapshot::take(), &take_reps());
+    profile.describes = format!(
+        "{}; measured in {}",
+        profile.describes,
+        crate::report::words::noise_line(&noise)
+    );
+    Ok((profile, noise))
+}
+
+/// What made the host busy, in words.
+fn busy_why(noise: &crate::backend::noise::Noise) -> String {
+    crate::report::words::busy_words(&noise.busy)
 }
 
 fn request_of(
@@ -724,7 +885,7 @@ fn regression_exit(
     if fail_on_regression && !too_few.is_empty() {
         return Err(InputError::TooFewToJudge(
             too_few.join(", "),
-            crate::analysis::statistics::exact_min_n(0.05),
+            crate::analysis::compare::min_n(crate::analysis::verdict::GATE_ALPHA),
         )
         .into());
     }
@@ -896,11 +1057,13 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
     }
     // Refuse an unwritable report directory or database before measuring for a minute.
     check_output_dir(&args.report, "the report", "--report DIR")?;
+    args.measure.interference.check()?;
     let mut run_store = if args.measure.no_store {
         None
     } else {
         Some(RunStore::open(db, args.measure.json)?)
     };
+    args.measure.interference.apply()?;
     let h = host::probe();
     let model_profile = backends::ModelProfile::named(args.measure.profile.as_deref());
     let json = args.measure.json;
@@ -1034,12 +1197,14 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
         profile: args.measure.profile.clone(),
     };
     let plan = lab::sweep::plan(&spec)?;
+    args.measure.interference.check()?;
     // Check the database before measuring, so a bad --db does not cost a sweep.
     let mut store = if args.measure.no_store {
         None
     } else {
         Some(RunStore::open(db, args.measure.json)?)
     };
+    args.measure.interference.apply()?;
     let host = host::probe();
     let model_profile = backends::ModelProfile::named(args.measure.profile.as_deref());
     let threads = match args.backend {
@@ -1138,18 +1303,27 @@ fn validate(
                     "no calibrated profile at {}: calibrating first",
                     path.display()
                 );
-                let p = backends::calibrate(kvm.as_mut(), &progress)?;
-                if let Some(dir) = path.parent() {
-                    std::fs::create_dir_all(dir)?;
+                let (p, noise) = calibrate_measuring_noise(kvm.as_mut(), &progress)?;
+                if noise.is_busy() {
+                    // Used for this validation only: a profile measured on a busy host is
+                    // not kept (calibrate --force writes one).
+                    eprintln!(
+                        "the host was busy while calibrating ({}): the profile is used for this validation but not written",
+                        busy_why(&noise)
+                    );
+                } else {
+                    if let Some(dir) = path.parent() {
+                        std::fs::create_dir_all(dir)?;
+                    }
+                    p.write(&path).map_err(ModelError::from)?;
                 }
-                p.write(&path).map_err(ModelError::from)?;
                 p
             }
         }
     };
     let host = h.clone();
     let mut model = ModelBackend::new(profile, h, DEFAULT_SEED);
-    let checks = lab::validate::validate(
+    let validation = lab::validate::validate(
         kvm.as_mut(),
         &mut model,
         &host,
@@ -1157,13 +1331,29 @@ fn validate(
         &progress,
         |record| run_store.save(record),
     )?;
-    let failed = checks.iter().filter(|c| !c.pass).count();
+    let failed = validation.failed();
+    let checks = &validation.checks;
+    let busy: Vec<String> = validation
+        .busy
+        .iter()
+        .map(|n| crate::report::words::busy_words(&n.busy))
+        .collect();
     if json {
-        print_json(
-            &serde_json::json!({ "tolerance_pct": tolerance, "checks": checks, "failed": failed }),
-        )?;
+        print_json(&serde_json::json!({
+            "tolerance_pct": tolerance, "checks": checks, "failed": failed,
+            "busy": busy, "cannot_judge": validation.cannot_judge()
+        }))?;
     } else {
-        print_text(&render::validation(&checks, tolerance))?;
+        print_text(&render::validation(checks, tolerance))?;
+    }
+    if validation.cannot_judge() {
+        return Err(Error::HostBusy {
+            why: busy.first().cloned().unwrap_or_default(),
+            what: format!(
+                "{failed} of {} checks fell outside the kvm side's spread plus {tolerance}%, on runs measured on a busy host: rerun on a quiet host (--quiet-host waits for one) or pin with --cpu",
+                checks.len()
+            ),
+        });
     }
     Ok(if failed == 0 {
         ExitCode::SUCCESS

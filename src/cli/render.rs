@@ -202,6 +202,12 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
         h.thp,
         h.cores
     );
+    if let Some(n) = &r.noise {
+        let _ = writeln!(s, "{}", crate::report::words::noise_line(n));
+    }
+    for w in &r.warnings {
+        let _ = writeln!(s, "warning: {w}");
+    }
     if r.backend == BackendKind::Kvm && h.cpu_emulated() {
         let _ = writeln!(
             s,
@@ -496,7 +502,12 @@ pub fn validation(checks: &[crate::analysis::validate::Check], tolerance: f64) -
         } else if c.tolerance_pct == 0.0 {
             "exact".to_string()
         } else {
-            format!("±{:.0}%", c.tolerance_pct)
+            format!(
+                "kvm spread {}–{} ±{:.0}%",
+                fmt_value(c.band[0], &c.unit),
+                fmt_value(c.band[1], &c.unit),
+                c.tolerance_pct
+            )
         };
         let _ = writeln!(
             s,

@@ -4,8 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::analysis::compare::{AbComparison, AbVerdict};
+use crate::analysis::compare::{AbComparison, AbVerdict, judge_together};
 use crate::analysis::statistics::{median, seed_for};
+use crate::analysis::verdict::Correction;
 use crate::error::{Error, InputError};
 use crate::lab::fleet::{HostFingerprint, HostMatch, Selector};
 use crate::record::RunRecord;
@@ -22,17 +23,75 @@ pub struct CompareOutcome {
     pub regression: bool,
     /// The pairs with too few samples for a verdict: "name (n = b vs a)".
     pub too_few: Vec<String>,
+    /// What made a side's host busy, per side (A, B): empty where every run was quiet or
+    /// recorded no noise.
+    pub busy: [Vec<String>; 2],
+    /// The sides are different runs and one was measured on a busy host: the noise did not
+    /// hit both alike (as it does for variants interleaved in one run), so a regression
+    /// between them cannot be told from the host getting busier.
+    pub confounded: bool,
 }
 
-/// Compares side `b` against side `a` on `metric` (default: the scenario's headline).
+/// A side's run ids, sorted.
+fn run_ids(side: &Side) -> Vec<&str> {
+    let mut v: Vec<&str> = side.runs.iter().map(|r| r.run_id.as_str()).collect();
+    v.sort_unstable();
+    v
+}
+
+/// What the busy rule saw in each busy run of a side.
+fn busy_of(side: &Side) -> Vec<String> {
+    side.runs
+        .iter()
+        .filter_map(|r| r.noise.as_ref().filter(|n| n.is_busy()))
+        .map(|n| crate::report::words::busy_words(&n.busy))
+        .collect()
+}
+
+/// How comparisons made together are judged: the level, the correction, the minimum effect.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Judging {
+    /// A fraction: 0.05 for 5%.
+    pub threshold: f64,
+    /// The level (0.05; 0.01 for `--fail-on-regression`).
+    pub alpha: f64,
+    /// The correction for the comparisons judged together.
+    pub correction: Correction,
+}
+
+impl Judging {
+    /// The verdict rule's defaults: level 0.05, or 0.01 when a regression fails the command.
+    pub fn new(threshold: f64, gate: bool) -> Judging {
+        Judging {
+            threshold,
+            alpha: if gate {
+                crate::analysis::verdict::GATE_ALPHA
+            } else {
+                crate::analysis::verdict::ALPHA
+            },
+            correction: Correction::Holm,
+        }
+    }
+}
+
+/// Compares side `b` against side `a` on `metric` (default: the scenario's headline); every
+/// variant pair is judged together (one correction over all of them).
 pub fn compare(
     store: &Store,
     a: &str,
     b: &str,
     metric: Option<&str>,
-    threshold: f64,
+    judging: Judging,
 ) -> Result<CompareOutcome, Error> {
-    let comparisons = compare_sides(store, a, b, metric, threshold)?;
+    let (sa, sb) = (load_side(store, a)?, load_side(store, b)?);
+    let busy = [busy_of(&sa), busy_of(&sb)];
+    let confounded = run_ids(&sa) != run_ids(&sb) && busy.iter().any(|b| !b.is_empty());
+    let mut comparisons = compare_sides(sa, sb, metric, judging.threshold)?;
+    judge_together(
+        &mut comparisons.iter_mut().collect::<Vec<_>>(),
+        judging.alpha,
+        judging.correction,
+    );
     let regression = comparisons.iter().any(|c| c.verdict == AbVerdict::Slower);
     let too_few = comparisons
         .iter()
@@ -43,6 +102,8 @@ pub fn compare(
         comparisons,
         regression,
         too_few,
+        busy,
+        confounded,
     })
 }
 
@@ -63,7 +124,7 @@ pub fn parse_threshold(text: &str) -> Result<f64, Error> {
         return Err(InputError::BadValue {
             key: "--threshold".into(),
             value: text.into(),
-            why: "the threshold is between 0% and 100%".into(),
+            why: "out of range: the valid range is 0% to under 100% (a fraction 0 to under 1), such as 5%".into(),
         }
         .into());
     }
@@ -129,13 +190,11 @@ fn pooled_samples<'a>(
 }
 
 fn compare_sides(
-    store: &Store,
-    a: &str,
-    b: &str,
+    sa: Side,
+    sb: Side,
     metric: Option<&str>,
     threshold: f64,
 ) -> Result<Vec<AbComparison>, Error> {
-    let (sa, sb) = (load_side(store, a)?, load_side(store, b)?);
     let scenario_name = &sa.runs[0].scenario;
     if let Some(other) = sa
         .runs
@@ -256,8 +315,9 @@ pub fn compare_fleet(
     scenario: Option<&str>,
     variant: Option<&str>,
     metric: Option<&str>,
-    threshold: f64,
+    judging: Judging,
 ) -> Result<FleetOutcome, Error> {
+    let threshold = judging.threshold;
     if let Some(name) = scenario {
         scenario::find(name)?;
     }
@@ -444,6 +504,18 @@ pub fn compare_fleet(
             overall,
         });
     }
+    // Every per-host and overall comparison of every variant is judged together.
+    judge_together(
+        &mut comparisons
+            .iter_mut()
+            .flat_map(|c| {
+                std::iter::once(&mut c.overall)
+                    .chain(c.per_host.iter_mut().map(|h| &mut h.comparison))
+            })
+            .collect::<Vec<_>>(),
+        judging.alpha,
+        judging.correction,
+    );
     let regression = comparisons.iter().any(|c| {
         c.overall.verdict == AbVerdict::Slower
             || c.per_host

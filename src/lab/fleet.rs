@@ -385,6 +385,8 @@ mod tests {
             finished_at: "2026-11-22T10:00:01Z".into(),
             variants: vec![],
             verdicts: vec![],
+            noise: None,
+            warnings: vec![],
         }
     }
 

@@ -9,9 +9,31 @@ use crate::record::RunRecord;
 use crate::scenario::runner::{DEFAULT_SEED, Progress, RunRequest};
 use crate::scenario::{self, REGISTRY};
 
+/// What validation found, and the noise it was measured in.
+#[derive(Debug, Clone)]
+pub struct Validation {
+    /// One per metric judged.
+    pub checks: Vec<Check>,
+    /// The noise of each kvm run that the busy rule called busy.
+    pub busy: Vec<crate::backend::noise::Noise>,
+}
+
+impl Validation {
+    /// Checks that failed.
+    pub fn failed(&self) -> usize {
+        self.checks.iter().filter(|c| !c.pass).count()
+    }
+
+    /// Whether a failure may be the host's noise: some check failed and a kvm run was busy.
+    /// Then `validate` cannot judge (exit 4) rather than fail (exit 1).
+    pub fn cannot_judge(&self) -> bool {
+        self.failed() > 0 && !self.busy.is_empty()
+    }
+}
+
 /// Runs every scenario's validation point on both backends and judges each metric: times
-/// within `tolerance` percent (shown, not judged, where this host's CPU is emulated), counts
-/// exactly. `keep` gets every run, to store it.
+/// within the kvm side's own spread plus `tolerance` percent (shown, not judged, where this
+/// host's CPU is emulated), counts exactly. `keep` gets every run, to store it.
 pub fn validate(
     kvm: &mut dyn Backend,
     model: &mut dyn Backend,
@@ -19,13 +41,14 @@ pub fn validate(
     tolerance: f64,
     progress: &dyn Progress,
     mut keep: impl FnMut(&mut RunRecord) -> Result<(), Error>,
-) -> Result<Vec<Check>, Error> {
+) -> Result<Validation, Error> {
     let time_rule = if host.cpu_emulated() {
         Rule::Unjudged
     } else {
         Rule::Within(tolerance)
     };
     let mut checks = Vec::new();
+    let mut busy = Vec::new();
     for s in &REGISTRY {
         let Some(point) = s.validation(host) else {
             continue;
@@ -42,11 +65,14 @@ pub fn validate(
         let mut model_request = request.clone();
         model_request.sets.extend(point.model_sets.iter().cloned());
         let mut predicted = scenario::run_scenario(*s, model, &model_request, progress)?;
+        if let Some(n) = real.noise.as_ref().filter(|n| n.is_busy()) {
+            busy.push(n.clone());
+        }
         keep(&mut real)?;
         keep(&mut predicted)?;
         for v in point.variants {
             checks.extend((point.checks)(&predicted, &real, v, time_rule));
         }
     }
-    Ok(checks)
+    Ok(Validation { checks, busy })
 }

@@ -208,7 +208,18 @@ impl fmt::Display for Verdict {
             self.ci95,
         );
         let [fast_m, slow_m] = self.medians;
-        if self.significant {
+        if self.too_few {
+            write!(
+                f,
+                "{fast} and {slow}: no verdict on {metric} ({} vs {}, ratio {ratio:.2}×): n = {} vs {} is too few (the rule needs at least {} per side); run more repetitions (--reps {})",
+                fmt_value(fast_m, &self.unit),
+                fmt_value(slow_m, &self.unit),
+                self.n[0],
+                self.n[1],
+                crate::analysis::compare::min_n(crate::analysis::verdict::ALPHA),
+                crate::analysis::compare::min_n(crate::analysis::verdict::ALPHA),
+            )?;
+        } else if self.significant {
             // Small ratios need more digits to be told from 1.
             let d = if ratio < 10.0 { 2 } else { 1 };
             write!(
@@ -253,20 +264,27 @@ impl fmt::Display for AbComparison {
             AbVerdict::Faster => format!("{:.2}× faster", 1.0 / ratio),
             AbVerdict::Slower => format!("{ratio:.2}× slower (a regression)"),
             AbVerdict::TooFew => format!(
-                "no verdict: n = {} vs {} is too few for the exact rank test to reach p < 0.05 (it needs at least {} per side); run more repetitions (--reps {} or more) or compare more runs",
-                self.n[1], self.n[0], self.min_n, self.min_n
+                "no verdict: n = {} vs {} is too few for the exact rank test to reach p < {} (it needs at least {} per side); run more repetitions (--reps {} or more) or compare more runs",
+                self.n[1], self.n[0], self.alpha, self.min_n, self.min_n
             ),
             AbVerdict::NoChange => "no significant change".to_string(),
         };
         write!(
             f,
-            "{}: B {} vs A {}: {change} (ratio B/A {ratio:.3}, 95% CI {:.3}–{:.3}; exact rank test p = {:.2e}; n = {} vs {}; threshold {:.0}%)",
+            "{}: B {} vs A {}: {change} (ratio B/A {ratio:.3}, 95% CI {:.3}–{:.3}; exact rank test p = {:.2e}, {:.2e} after {} over {} judged together, called at p < {}; n = {} vs {}; threshold {:.0}%)",
             self.metric,
             fmt_value(self.median[1], &self.unit),
             fmt_value(self.median[0], &self.unit),
             self.ci95[0],
             self.ci95[1],
             self.p_value,
+            self.p_adjusted,
+            match self.correction {
+                crate::analysis::verdict::Correction::Holm => "Holm",
+                crate::analysis::verdict::Correction::BenjaminiHochberg => "Benjamini-Hochberg",
+            },
+            self.judged_together,
+            self.alpha,
             self.n[1],
             self.n[0],
             self.threshold * 100.0
@@ -475,4 +493,125 @@ fn fault_reading(per_fault: f64, mmu: Option<Stage2Mmu>) -> &'static str {
             }
         }
     }
+}
+
+/// What the busy rule saw, in a few words: "load 4.2 on 2 cores, CPU pressure 31%".
+pub fn busy_words(reasons: &[crate::backend::noise::BusyReason]) -> String {
+    use crate::backend::noise::BusyReason;
+    reasons
+        .iter()
+        .map(|r| match r {
+            BusyReason::Load { load1, cores } => format!("load {load1:.1} on {cores} cores"),
+            BusyReason::Runnable { others, cores } => {
+                format!("{others} other runnable task(s) on {cores} cores")
+            }
+            BusyReason::Pressure { some_pct } => {
+                format!("tasks waited for a CPU {some_pct:.0}% of the time")
+            }
+            BusyReason::Steal { pct } => format!("steal {pct:.0}%"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl fmt::Display for crate::record::Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::record::Warning;
+        match self {
+            Warning::BusyHost { reasons, pinned } => write!(
+                f,
+                "busy host: {} during this run: another process competed for the CPU; times may be inflated and spread: run on a quiet host (--quiet-host waits for one){}",
+                busy_words(reasons),
+                if *pinned {
+                    ""
+                } else {
+                    " or pin hvlab with --cpu LIST to a CPU the others do not use"
+                }
+            ),
+            Warning::Outliers {
+                variant,
+                metric,
+                count,
+                n,
+                k,
+            } => write!(
+                f,
+                "{variant}: {count} of {n} samples of {metric} are outliers (beyond the median ± {k}·MAD): something interrupted those repetitions; the median and the rank test are robust to them, but consider a quieter host or more repetitions"
+            ),
+            Warning::Bimodal {
+                variant,
+                metric,
+                unit,
+                modes,
+            } => write!(
+                f,
+                "{variant}: {metric} has two modes: {} ({} samples) and {} ({} samples); the median describes neither alone: look for what differs between the repetitions (a grace period in flight, a timer tick, the other task)",
+                fmt_value(modes.medians[0], unit),
+                modes.counts[0],
+                fmt_value(modes.medians[1], unit),
+                modes.counts[1]
+            ),
+            Warning::ClockSourceChanged { from } => write!(
+                f,
+                "the clock source changed from {from} during the run: times before and after may not compare; the kernel marked it unstable (see dmesg), rerun"
+            ),
+        }
+    }
+}
+
+/// The noise a run was measured in, in one line (under the host line).
+pub fn noise_line(n: &crate::backend::noise::Noise) -> String {
+    let mut parts = vec![format!(
+        "load {:.1}→{:.1} on {} cores, {} other runnable (median; max {})",
+        n.load1[0], n.load1[1], n.cores, n.runnable_others[0], n.runnable_others[1]
+    )];
+    if let Some(some) = n.cpu_pressure_some_pct {
+        parts.push(format!(
+            "CPU pressure {some:.0}% some / {:.0}% full",
+            n.cpu_pressure_full_pct.unwrap_or(0.0)
+        ));
+    }
+    if let Some(steal) = n.steal_pct {
+        parts.push(format!("steal {steal:.1}%"));
+    }
+    let per_rep = match n.involuntary_per_rep.as_slice() {
+        [median, max] => format!(" ({median} per repetition, max {max})"),
+        _ => String::new(),
+    };
+    parts.push(format!(
+        "measuring thread: {} involuntary switches{per_rep}, {} migrations",
+        n.involuntary_switches,
+        n.migrations.map_or("?".to_string(), |m| m.to_string())
+    ));
+    parts.push(format!(
+        "clock {} ({})",
+        n.clocksource,
+        if n.clocksource_stable {
+            "stable"
+        } else {
+            "changed"
+        }
+    ));
+    if let Some(cpus) = &n.pinned_cpus {
+        parts.push(format!("pinned to CPU {cpus}"));
+    }
+    if let Some(w) = &n.quiet_wait {
+        parts.push(if w.quiet {
+            format!("waited {:.0} s for a quiet host", w.waited_s)
+        } else {
+            format!(
+                "waited {:.0} s for a quiet host, still load {:.1}",
+                w.waited_s, w.load1
+            )
+        });
+    }
+    format!(
+        "noise: {}{}",
+        parts.join(", "),
+        if n.is_busy() {
+            " — busy"
+        } else {
+            " — quiet"
+        }
+    )
 }

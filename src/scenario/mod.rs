@@ -403,10 +403,21 @@ pub fn run_scenario(
     reject_duplicate_variants(request)?;
     let settings = Settings::parse(info, &request.sets)?;
     let started = runner::now_rfc3339();
+    let _ = crate::backend::noise::take_reps();
+    let before = crate::backend::noise::Snapshot::take();
     let outcome = s.run(backend, &settings, request, progress)?;
-    Ok(runner::assemble(
-        info, backend, &settings, request, started, outcome,
-    ))
+    let after = crate::backend::noise::Snapshot::take();
+    let noise =
+        crate::backend::noise::Noise::between(&before, &after, &crate::backend::noise::take_reps());
+    let mut record = runner::assemble(info, backend, &settings, request, started, outcome);
+    // The model's samples are exact: the host's noise does not touch them, so it is not said.
+    if backend.kind() == BackendKind::Kvm {
+        record.warnings = crate::analysis::robust::warnings(&record, info.headline, Some(&noise));
+        record.noise = Some(noise);
+    } else {
+        record.warnings = crate::analysis::robust::warnings(&record, info.headline, None);
+    }
+    Ok(record)
 }
 
 /// The run-level outcome of a finished run (DESIGN.md, exit codes): at least one variant

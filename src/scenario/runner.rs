@@ -106,7 +106,12 @@ pub fn repeat<T>(
         for (vi, name) in variants.iter().enumerate() {
             progress.step(name);
             let Ok(samples) = &mut out[vi] else { continue };
-            match trial(vi) {
+            // The measuring thread's switches and the runnable tasks, around (not inside) the
+            // timed trial.
+            crate::backend::noise::rep_start();
+            let result = trial(vi);
+            crate::backend::noise::rep_end();
+            match result {
                 Ok(sample) if round >= request.warmup => samples.push(sample),
                 Ok(_) => {}
                 Err(e) => out[vi] = Err(failure_status(&e)),
@@ -154,6 +159,8 @@ pub fn assemble(
         finished_at: now_rfc3339(),
         variants: outcome.variants,
         verdicts: outcome.verdicts,
+        noise: None,
+        warnings: Vec::new(),
     }
 }
 

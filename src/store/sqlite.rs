@@ -386,6 +386,8 @@ mod tests {
                 pinned_bytes: Vec::new(),
             }],
             verdicts: vec![],
+            noise: None,
+            warnings: vec![],
         }
     }
 
