@@ -250,7 +250,7 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
             .into_iter()
             .filter(|n| verbose || !n.starts_with("kvm."))
             .collect();
-        let width = shown.iter().map(|n| n.len()).max().unwrap_or(0);
+        let width = crate::report::escape::column_width(shown.iter().map(|n| n.len()));
         for name in shown {
             let _ = writeln!(s, "{}", metric_line(name, &v.metrics[name], width));
         }
@@ -288,12 +288,9 @@ pub fn runs_by_host(hosts: &[crate::lab::fleet::HostGroup<&RunListing>]) -> Stri
         return "no runs stored yet; `hvlab run lifecycle` or `hvlab suite` makes some".into();
     }
     let mut s = String::new();
-    let width = hosts
-        .iter()
-        .flat_map(|h| &h.runs)
-        .map(|r| r.run_id.len())
-        .max()
-        .unwrap_or(0);
+    let width = crate::report::escape::column_width(
+        hosts.iter().flat_map(|h| &h.runs).map(|r| r.run_id.len()),
+    );
     for h in hosts {
         let _ = writeln!(
             s,
@@ -473,7 +470,7 @@ pub fn trace(t: &TraceReport) -> String {
 /// `hvlab calibrate`.
 pub fn profile(p: &crate::model::profile::Profile) -> String {
     let mut s = format!("profile {} — {} (mmu {:?})\n", p.name, p.describes, p.mmu);
-    let width = p.costs.keys().map(String::len).max().unwrap_or(0);
+    let width = crate::report::escape::column_width(p.costs.keys().map(String::len));
     for (k, c) in &p.costs {
         let _ = writeln!(
             s,

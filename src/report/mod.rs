@@ -2,6 +2,7 @@
 //! references) and a Markdown summary, from stored run records.
 
 mod charts;
+pub mod escape;
 mod fleet;
 mod html;
 mod markdown;
