@@ -79,6 +79,15 @@ pub enum StoreError {
         /// What is wrong with it.
         why: String,
     },
+    /// {path}: run {run} cannot be stored ({why}); nothing was merged from this file.
+    BadRun {
+        /// The file.
+        path: PathBuf,
+        /// The run.
+        run: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// Cannot read {0}: {1}
     Read(PathBuf, std::io::Error),
     /// Cannot write {0}: {1}. Choose a writable path with -o FILE.
@@ -112,6 +121,7 @@ impl StoreError {
                 | StoreError::ReadInput(..)
                 | StoreError::MergeIntoItself(_)
                 | StoreError::BadLine { .. }
+                | StoreError::BadRun { .. }
                 | StoreError::Read(..)
                 | StoreError::Write(..)
                 | StoreError::Conflicts { .. }
