@@ -120,46 +120,66 @@ pub fn write_jsonl(runs: &[RunRecord], out: &mut dyn Write) -> Result<(), StoreE
 
 /// Writes `runs` as JSON Lines to `path`. A regular file (or a new one) is written whole or
 /// not at all: into a temporary file beside it, renamed over `path` once complete, so an
-/// interrupted export never looks finished. A symlink to a regular file is resolved first, so
-/// the link stays and its target is replaced. Anything else (`/dev/null`, a FIFO, a terminal,
-/// `/proc/self/fd/1`) is written through, never renamed over: a device node or a FIFO is not
-/// a file hvlab may replace.
+/// interrupted export never looks finished. Anything else is written through, as a shell
+/// redirection would, and never renamed over: a device (`/dev/null`), a FIFO, or a symlink
+/// (`/proc/self/fd/1` and other links: replacing a link's target by path could replace a file
+/// that another process holds open as its output).
 pub fn write_jsonl_file(runs: &[RunRecord], path: &Path) -> Result<(), StoreError> {
     let fail = |e| StoreError::Write(path.to_path_buf(), e);
+    let link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
     match std::fs::metadata(path) {
         Ok(meta) if meta.is_dir() => Err(fail(std::io::Error::new(
             std::io::ErrorKind::IsADirectory,
             "it is a directory",
         ))),
-        Ok(meta) if !meta.is_file() => write_through(runs, path),
-        Ok(_) => {
-            let target = std::fs::canonicalize(path).map_err(fail)?;
-            write_replacing(runs, &target).map_err(|e| match e {
-                StoreError::Write(_, e) => fail(e),
-                other => other,
-            })
+        Ok(meta) if link || !meta.is_file() => {
+            let descriptor = names_a_descriptor(path);
+            write_through(runs, path, meta.is_file() && !descriptor, descriptor)
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if std::fs::symlink_metadata(path).is_ok() {
-                // A symlink to nothing: creating its target elsewhere is not what was asked.
-                return Err(fail(std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "it is a symbolic link to a missing file",
-                )));
-            }
-            write_replacing(runs, path)
-        }
+        Ok(_) => write_replacing(runs, path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !link => write_replacing(runs, path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(fail(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "it is a symbolic link to a missing file",
+        ))),
         Err(e) => Err(fail(e)),
     }
 }
 
-/// Writes into a special file as it is. A FIFO is opened without blocking, so one that no
+/// Whether `path` or a link it leads through is under `/proc` or `/dev` (`/proc/self/fd/1`,
+/// `/dev/stdout`): an open descriptor of some process. Reopening it gives a new file offset,
+/// so a regular file behind it is appended to, never truncated or overwritten from the start
+/// (it may be a log the caller opened with `>>`).
+fn names_a_descriptor(path: &Path) -> bool {
+    let special = |p: &Path| p.starts_with("/proc") || p.starts_with("/dev");
+    let mut at = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    for _ in 0..40 {
+        if special(&at) {
+            return true;
+        }
+        match std::fs::read_link(&at) {
+            Ok(next) => at = at.parent().map_or(next.clone(), |dir| dir.join(&next)),
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+/// Writes into a special file or through a link as it is (`truncate`: the file behind it is a
+/// regular file, whose old content goes; `append`: write at its end). A FIFO is opened without blocking, so one that no
 /// process reads is refused at once instead of hanging the export.
-fn write_through(runs: &[RunRecord], path: &Path) -> Result<(), StoreError> {
+fn write_through(
+    runs: &[RunRecord],
+    path: &Path,
+    truncate: bool,
+    append: bool,
+) -> Result<(), StoreError> {
     use std::os::unix::fs::OpenOptionsExt;
     let fail = |e| StoreError::Write(path.to_path_buf(), e);
     let file = std::fs::OpenOptions::new()
         .write(true)
+        .truncate(truncate)
+        .append(append)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)
         .map_err(|e| {
