@@ -17,7 +17,14 @@ fn stored_run(db: &Path) -> String {
     let out = run(
         db,
         &[
-            "run", "percpu", "--backend", "model", "--profile", "pvm-epyc", "--reps", "3",
+            "run",
+            "percpu",
+            "--backend",
+            "model",
+            "--profile",
+            "pvm-epyc",
+            "--reps",
+            "3",
             "--json",
         ],
     );
@@ -101,10 +108,22 @@ fn export_onto_a_fifo_writes_into_it_and_one_without_a_reader_is_refused_not_hun
     let (d, db) = db();
     stored_run(&db);
     let fifo = d.path().join("pipe");
-    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
     // Without a reader: refused at once (exit 2), never blocked.
     let mut cmd = hvlab();
-    cmd.args(["export", "-o", fifo.to_str().unwrap(), "--db", db.to_str().unwrap()]);
+    cmd.args([
+        "export",
+        "-o",
+        fifo.to_str().unwrap(),
+        "--db",
+        db.to_str().unwrap(),
+    ]);
     let out = within(cmd, Duration::from_secs(20)).expect("export onto a FIFO hung");
     assert_exit(&out, 2, &["FIFO", "no process is reading"]);
     // With a reader: the runs go through the FIFO, which stays a FIFO.
@@ -125,7 +144,12 @@ fn export_onto_a_fifo_writes_into_it_and_one_without_a_reader_is_refused_not_hun
     let text = reader.join().unwrap();
     assert_eq!(text.lines().count(), 1, "{text}");
     use std::os::unix::fs::FileTypeExt;
-    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
 }
 
 #[test]
@@ -138,12 +162,23 @@ fn export_onto_a_symlink_to_proc_self_fd_1_writes_to_stdout_and_keeps_the_link()
     let log = d.path().join("out.log");
     std::fs::write(&log, "before\n").unwrap();
     let status = hvlab()
-        .args(["export", "-o", link.to_str().unwrap(), "--db", db.to_str().unwrap()])
+        .args([
+            "export",
+            "-o",
+            link.to_str().unwrap(),
+            "--db",
+            db.to_str().unwrap(),
+        ])
         .stdout(std::fs::OpenOptions::new().append(true).open(&log).unwrap())
         .status()
         .unwrap();
     assert!(status.success());
-    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.starts_with("before\n{\"run_id\""), "{text}");
     assert_eq!(names(d.path()), ["hvlab.db", "out.log", "stdout-link"]);
@@ -191,8 +226,14 @@ fn report_over_an_old_one_on_a_full_disk_keeps_the_old_report_whole() {
     let err = stderr(&out);
     assert!(text.contains("rc=2"), "{text}\n{err}");
     assert!(err.contains("No space left"), "{err}");
-    assert!(text.contains("SAME-INDEX") && text.contains("SAME-SUMMARY"), "{text}");
-    assert!(!text.contains(".hvlab-report-"), "staging left behind: {text}");
+    assert!(
+        text.contains("SAME-INDEX") && text.contains("SAME-SUMMARY"),
+        "{text}"
+    );
+    assert!(
+        !text.contains(".hvlab-report-"),
+        "staging left behind: {text}"
+    );
 }
 
 /// A database of another program with a `runs` table of its own.
@@ -218,12 +259,25 @@ fn read_only_commands_on_a_foreign_sqlite_file_change_nothing_and_are_refused() 
         vec!["export"],
         vec!["compare", "a", "b"],
         // Writing commands refuse it too, before changing anything.
-        vec!["run", "percpu", "--backend", "model", "--profile", "pvm-epyc", "--reps", "2"],
+        vec![
+            "run",
+            "percpu",
+            "--backend",
+            "model",
+            "--profile",
+            "pvm-epyc",
+            "--reps",
+            "2",
+        ],
         vec!["import", "/dev/null"],
     ] {
         let out = run(&foreign, &args);
         assert_exit(&out, 2, &[foreign.to_str().unwrap(), "not hvlab's"]);
-        assert_eq!(std::fs::read(&foreign).unwrap(), before, "{args:?} changed it");
+        assert_eq!(
+            std::fs::read(&foreign).unwrap(),
+            before,
+            "{args:?} changed it"
+        );
         assert_eq!(names(d.path()), ["other.sqlite"], "{args:?}");
     }
     let conn = rusqlite::Connection::open(&foreign).unwrap();
@@ -322,7 +376,10 @@ fn merge_of_a_foreign_file_names_it_and_does_not_blame_the_target() {
 fn hostile_store(db: &Path) -> String {
     stored_run(db);
     let mut r = exported(db);
-    let id = format!("\u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}31m{}", "A".repeat(65_536));
+    let id = format!(
+        "\u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}31m{}",
+        "A".repeat(65_536)
+    );
     r["run_id"] = id.clone().into();
     r["variants"][0]["name"] = "<script>alert(1)</script>\u{1b}]52;c;aGk=\u{7}".into();
     let metrics = r["variants"][0]["metrics"].as_object_mut().unwrap();
@@ -372,8 +429,14 @@ fn a_65536_character_run_id_or_metric_name_prints_without_panicking() {
         let out = run(&db, &args);
         assert_exit(&out, 0, &[]);
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(text.contains(&"M".repeat(1000)) || args[0] == "runs", "{args:?}");
-        assert!(text.contains(&"A".repeat(65_536)), "{args:?}: the id is printed whole");
+        assert!(
+            text.contains(&"M".repeat(1000)) || args[0] == "runs",
+            "{args:?}"
+        );
+        assert!(
+            text.contains(&"A".repeat(65_536)),
+            "{args:?}: the id is printed whole"
+        );
     }
 }
 
@@ -386,7 +449,10 @@ fn summary_md_and_the_html_escape_imported_markup() {
     assert_exit(&out, 0, &[]);
     for page in ["summary.md", "index.html"] {
         let text = std::fs::read_to_string(rep.join(page)).unwrap();
-        assert!(!text.contains("<script"), "{page} carries the script verbatim");
+        assert!(
+            !text.contains("<script"),
+            "{page} carries the script verbatim"
+        );
         assert!(!text.contains('\u{1b}') || page == "index.html", "{page}");
         assert!(text.contains("&lt;script&gt;"), "{page}");
     }
@@ -407,7 +473,16 @@ fn db_urls_with_an_unknown_or_miscased_scheme_are_exit_2_listing_the_supported_o
     ] {
         for args in [
             vec!["runs"],
-            vec!["run", "percpu", "--backend", "model", "--profile", "pvm-epyc", "--reps", "2"],
+            vec![
+                "run",
+                "percpu",
+                "--backend",
+                "model",
+                "--profile",
+                "pvm-epyc",
+                "--reps",
+                "2",
+            ],
         ] {
             let out = hvlab()
                 .args(&args)
@@ -417,7 +492,11 @@ fn db_urls_with_an_unknown_or_miscased_scheme_are_exit_2_listing_the_supported_o
                 .unwrap();
             assert_exit(&out, 2, &[url, "postgres://", "postgresql://", "file path"]);
         }
-        assert!(names(d.path()).is_empty(), "{url}: created {:?}", names(d.path()));
+        assert!(
+            names(d.path()).is_empty(),
+            "{url}: created {:?}",
+            names(d.path())
+        );
     }
 }
 
@@ -425,11 +504,26 @@ fn db_urls_with_an_unknown_or_miscased_scheme_are_exit_2_listing_the_supported_o
 fn db_at_a_fifo_or_a_device_is_exit_2_not_a_disk_io_error() {
     let d = tempfile::tempdir().unwrap();
     let fifo = d.path().join("fifo");
-    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
     for db in [fifo.to_str().unwrap(), "/dev/null", "/dev/zero"] {
         for args in [
             vec!["runs"],
-            vec!["run", "percpu", "--backend", "model", "--profile", "pvm-epyc", "--reps", "2"],
+            vec![
+                "run",
+                "percpu",
+                "--backend",
+                "model",
+                "--profile",
+                "pvm-epyc",
+                "--reps",
+                "2",
+            ],
         ] {
             let mut cmd = hvlab();
             cmd.args(&args).args(["--db", db]);
@@ -445,7 +539,15 @@ fn import_of_dev_zero_is_refused_after_one_bounded_line() {
     let mut cmd = hvlab();
     cmd.args(["import", "/dev/zero", "--db", db.to_str().unwrap()]);
     let out = within(cmd, Duration::from_secs(120)).expect("import /dev/zero did not end");
-    assert_exit(&out, 2, &["/dev/zero line 1", "without a line break", "nothing was imported"]);
+    assert_exit(
+        &out,
+        2,
+        &[
+            "/dev/zero line 1",
+            "without a line break",
+            "nothing was imported",
+        ],
+    );
 }
 
 #[test]
@@ -467,7 +569,11 @@ fn a_jsonl_file_whose_line_6_has_duplicate_variant_names_imports_nothing() {
     let file = d.path().join("runs.jsonl");
     std::fs::write(&file, lines.join("\n") + "\n").unwrap();
     let out = run(&target, &["import", file.to_str().unwrap()]);
-    assert_exit(&out, 2, &["line 6", "two variants named", "nothing was imported"]);
+    assert_exit(
+        &out,
+        2,
+        &["line 6", "two variants named", "nothing was imported"],
+    );
     let out = run(&target, &["runs", "--json"]);
     assert_eq!(common::json(&out)["runs"].as_array().unwrap().len(), 0);
 }
@@ -489,10 +595,24 @@ fn import_refuses_huge_or_non_finite_samples_naming_the_line() {
     // A non-finite sample cannot be written in JSON: `null` or 1e999 is refused the same way.
     m_set(&mut x, serde_json::json!([1.0, null]));
     std::fs::write(&file, format!("{x}\n")).unwrap();
-    assert_exit(&run(&db, &["import", file.to_str().unwrap()]), 2, &["line 1"]);
+    assert_exit(
+        &run(&db, &["import", file.to_str().unwrap()]),
+        2,
+        &["line 1"],
+    );
     std::fs::write(&file, format!("{x}\n").replace("null", "1e999")).unwrap();
-    assert_exit(&run(&db, &["import", file.to_str().unwrap()]), 2, &["line 1"]);
-    assert_eq!(common::json(&run(&db, &["runs", "--json"]))["runs"].as_array().unwrap().len(), 1);
+    assert_exit(
+        &run(&db, &["import", file.to_str().unwrap()]),
+        2,
+        &["line 1"],
+    );
+    assert_eq!(
+        common::json(&run(&db, &["runs", "--json"]))["runs"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 fn m_set(x: &mut serde_json::Value, samples: serde_json::Value) {
@@ -519,11 +639,24 @@ fn random_bytes_in_the_middle_of_the_database_stop_a_run_before_it_is_stored() {
     std::fs::write(&db, &data).unwrap();
     let out = run(
         &db,
-        &["run", "percpu", "--backend", "model", "--profile", "pvm-epyc", "--reps", "2"],
+        &[
+            "run",
+            "percpu",
+            "--backend",
+            "model",
+            "--profile",
+            "pvm-epyc",
+            "--reps",
+            "2",
+        ],
     );
     assert_exit(&out, 4, &["is corrupt", "move it aside"]);
     assert!(!stderr(&out).contains("stored run"), "{}", stderr(&out));
-    assert_eq!(std::fs::read(&db).unwrap(), data, "the corrupt file was written to");
+    assert_eq!(
+        std::fs::read(&db).unwrap(),
+        data,
+        "the corrupt file was written to"
+    );
 }
 
 // ---- Rule 3: no hang ----
@@ -551,11 +684,46 @@ fn a_report_of_a_run_with_samples_1e308_and_minus_1e308_ends() {
         .unwrap();
     let rep = d.path().join("rep");
     let mut cmd = hvlab();
-    cmd.args(["report", "e308", "-o", rep.to_str().unwrap(), "--db", db.to_str().unwrap()]);
+    cmd.args([
+        "report",
+        "e308",
+        "-o",
+        rep.to_str().unwrap(),
+        "--db",
+        db.to_str().unwrap(),
+    ]);
     let out = within(cmd, Duration::from_secs(120)).expect("report spun on an infinite range");
     assert_exit(&out, 0, &[]);
     let mut cmd = hvlab();
-    cmd.args(["report", "-o", rep.to_str().unwrap(), "--db", db.to_str().unwrap()]);
+    cmd.args([
+        "report",
+        "-o",
+        rep.to_str().unwrap(),
+        "--db",
+        db.to_str().unwrap(),
+    ]);
     let out = within(cmd, Duration::from_secs(120)).expect("report spun on an infinite range");
     assert_exit(&out, 0, &[]);
+}
+
+#[test]
+fn a_guest_memory_size_the_host_cannot_back_is_refused_with_the_numbers_before_any_work() {
+    let (_d, db) = db();
+    let start = Instant::now();
+    let out = run(&db, &["run", "memory", "--set", "size=64GiB"]);
+    assert_exit(
+        &out,
+        2,
+        &["`64GiB`", "can back at most", "GiB", "--backend model"],
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("MemAvailable") || err.contains("cgroup"),
+        "{err}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "it did work first"
+    );
+    assert!(!db.exists(), "a refused run opened the store");
 }

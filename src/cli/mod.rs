@@ -18,11 +18,11 @@ use crate::lab::{self, backends};
 use crate::model::profile::Profile;
 use crate::model::{ModelBackend, ModelError};
 use crate::record::RunRecord;
+use crate::report::escape::terminal as safe;
 use crate::scenario::runner::{DEFAULT_SEED, RunRequest};
 use crate::scenario::{self, ScenarioInfo};
 use crate::store::{self, Store};
 use crate::trace::{self, Until};
-use crate::report::escape::terminal as safe;
 use progress::TermProgress;
 
 /// hvlab — the hypervisor fast-path lab: where does virtualization cost time on this host, did a

@@ -673,7 +673,9 @@ mod hostile_records {
     }
 
     fn no_control(what: &str, text: &str) {
-        let bad = text.chars().find(|c| c.is_control() && *c != '\n' && *c != '\t');
+        let bad = text
+            .chars()
+            .find(|c| c.is_control() && *c != '\n' && *c != '\t');
         assert!(bad.is_none(), "{what} carries control character {bad:?}");
     }
 

@@ -114,7 +114,10 @@ mod tests {
 
     #[test]
     fn html_escapes_both_quotes() {
-        assert_eq!(html("<a href='x' b=\"y\">&"), "&lt;a href=&#39;x&#39; b=&quot;y&quot;&gt;&amp;");
+        assert_eq!(
+            html("<a href='x' b=\"y\">&"),
+            "&lt;a href=&#39;x&#39; b=&quot;y&quot;&gt;&amp;"
+        );
     }
 
     #[test]

@@ -2,9 +2,9 @@
 
 use std::fmt::Write;
 
+use super::escape::markdown as md;
 use crate::lab::fidelity::ThreadReport;
 use crate::record::RunRecord;
-use super::escape::markdown as md;
 
 /// The summary of every run.
 pub fn summary(records: &[RunRecord], fidelity: &[ThreadReport]) -> String {

@@ -531,9 +531,15 @@ mod tests {
             "sqlite:///tmp/x.db",
         ] {
             let e = resolve_path(Some(Path::new(bad))).unwrap_err();
-            assert!(matches!(e, StoreError::UnknownScheme(_)) && e.is_bad_input(), "{bad}");
+            assert!(
+                matches!(e, StoreError::UnknownScheme(_)) && e.is_bad_input(),
+                "{bad}"
+            );
             let text = e.to_string();
-            assert!(text.contains("postgres://") && text.contains("file path"), "{text}");
+            assert!(
+                text.contains("postgres://") && text.contains("file path"),
+                "{text}"
+            );
         }
         for good in ["results/x.db", "./a:b.db", "c:/x.db", "/tmp/x:y//z.db"] {
             assert!(

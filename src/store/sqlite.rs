@@ -194,8 +194,9 @@ impl SqliteStore {
             .map_err(|e| classify(path, e))?;
         // Another program's database is refused before anything (even the journal mode) is
         // changed in it.
-        let version: i64 = retry_busy(|| conn.pragma_query_value(None, "user_version", |r| r.get(0)))
-            .map_err(|e| classify(path, e))?;
+        let version: i64 =
+            retry_busy(|| conn.pragma_query_value(None, "user_version", |r| r.get(0)))
+                .map_err(|e| classify(path, e))?;
         if version == 0 && retry_busy(|| has_tables(&conn)).map_err(|e| classify(path, e))? {
             return Err(StoreError::Foreign(path.to_path_buf()));
         }
@@ -278,8 +279,8 @@ impl SqliteStore {
             path: path.to_path_buf(),
         };
         for (id, json) in records {
-            let run: RunRecord = serde_json::from_str(json)
-                .map_err(|e| StoreError::Corrupt(id.clone(), e))?;
+            let run: RunRecord =
+                serde_json::from_str(json).map_err(|e| StoreError::Corrupt(id.clone(), e))?;
             store.ingest_inner(&run)?;
         }
         Ok(store)

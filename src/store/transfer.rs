@@ -184,7 +184,9 @@ fn write_through(
         .open(path)
         .map_err(|e| {
             if e.raw_os_error() == Some(libc::ENXIO) {
-                fail(std::io::Error::other("it is a FIFO that no process is reading"))
+                fail(std::io::Error::other(
+                    "it is a FIFO that no process is reading",
+                ))
             } else {
                 fail(e)
             }
@@ -283,7 +285,9 @@ pub fn read_jsonl_from(
     let mut buf = Vec::new();
     for number in 1.. {
         buf.clear();
-        let limit = u64::try_from(max_line).unwrap_or(u64::MAX).saturating_add(1);
+        let limit = u64::try_from(max_line)
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
         let read = std::io::Read::take(&mut reader, limit)
             .read_until(b'\n', &mut buf)
             .map_err(|e| StoreError::Read(path.to_path_buf(), e))?;
