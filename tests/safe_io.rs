@@ -192,13 +192,53 @@ fn report_does_not_follow_a_symlink_planted_at_index_html() {
     std::fs::write(&victim, "keep me").unwrap();
     let out_dir = d.path().join("rep");
     std::fs::create_dir(&out_dir).unwrap();
-    std::os::unix::fs::symlink(&victim, out_dir.join("index.html")).unwrap();
-    let out = run(&db, &["report", "-o", out_dir.to_str().unwrap()]);
-    assert_exit(&out, 0, &[]);
-    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
     let index = out_dir.join("index.html");
-    assert!(std::fs::symlink_metadata(&index).unwrap().is_file());
-    assert!(std::fs::read_to_string(index).unwrap().contains("<html"));
+    std::os::unix::fs::symlink(&victim, &index).unwrap();
+    let out = run(&db, &["report", "-o", out_dir.to_str().unwrap()]);
+    assert_exit(
+        &out,
+        2,
+        &[index.to_str().unwrap(), "symbolic link", "-o DIR"],
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+    assert!(
+        std::fs::symlink_metadata(&index)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(names(&out_dir), ["index.html"], "nothing else was written");
+    // A FIFO there is refused the same way, without blocking on it.
+    std::fs::remove_file(&index).unwrap();
+    assert!(
+        Command::new("mkfifo")
+            .arg(&index)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut cmd = hvlab();
+    cmd.args([
+        "report",
+        "-o",
+        out_dir.to_str().unwrap(),
+        "--db",
+        db.to_str().unwrap(),
+    ]);
+    let out = within(cmd, Duration::from_secs(120)).expect("report blocked on a FIFO");
+    assert_exit(&out, 2, &[index.to_str().unwrap(), "not a regular file"]);
+    // Its own regular files are replaced.
+    std::fs::remove_file(&index).unwrap();
+    assert_exit(
+        &run(&db, &["report", "-o", out_dir.to_str().unwrap()]),
+        0,
+        &[],
+    );
+    assert_exit(
+        &run(&db, &["report", "-o", out_dir.to_str().unwrap()]),
+        0,
+        &[],
+    );
     assert_eq!(names(&out_dir), ["fleet.html", "index.html", "summary.md"]);
 }
 

@@ -75,10 +75,33 @@ pub fn write_sweep(view: &SweepView, dir: &Path) -> std::io::Result<PathBuf> {
 
 /// Puts `files` (name, content) into `dir` so that no failure leaves a truncated page or loses
 /// the previous report: every file is written and synced in a fresh staging directory inside
-/// `dir` (same file system), and only then renamed into place. A rename replaces the directory
-/// entry itself, so a symlink planted at `dir/index.html` is replaced, never followed.
+/// `dir` (same file system), and only then renamed into place. Only regular files are
+/// replaced: a symlink (followed, it would overwrite its target elsewhere), a FIFO or a device
+/// at one of the names is refused before anything is written.
 pub fn publish(dir: &Path, files: &[(&str, String)]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
+    for (name, _) in files {
+        let path = dir.join(name);
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if !meta.is_file() => {
+                let what = if meta.file_type().is_symlink() {
+                    "a symbolic link"
+                } else if meta.is_dir() {
+                    "a directory"
+                } else {
+                    "not a regular file"
+                };
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    format!(
+                        "{} is {what}: hvlab replaces only its own regular files there; remove it or choose another directory",
+                        path.display()
+                    ),
+                ));
+            }
+            _ => {}
+        }
+    }
     let staging = tempfile::Builder::new()
         .prefix(".hvlab-report-")
         .tempdir_in(dir)?;

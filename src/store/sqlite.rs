@@ -64,14 +64,21 @@ enum Upgrade {
     Foreign,
 }
 
-/// Whether the database has any table or index of its own (SQLite's internal ones aside).
-fn has_tables(conn: &Connection) -> rusqlite::Result<bool> {
+/// The schema version and whether the database has any table or index of its own (SQLite's
+/// internal ones aside), read in one statement: one snapshot, so another hvlab committing its
+/// schema in between cannot make a new store look like another program's.
+fn version_and_tables(conn: &Connection) -> rusqlite::Result<(i64, bool)> {
     conn.query_row(
-        "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite!_%' ESCAPE '!'",
+        "SELECT (SELECT user_version FROM pragma_user_version),
+                (SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite!_%' ESCAPE '!')",
         [],
-        |r| r.get::<_, i64>(0),
+        |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)? > 0)),
     )
-    .map(|n| n > 0)
+}
+
+/// Another program's database: tables, but no hvlab schema version.
+fn is_foreign(conn: &Connection) -> rusqlite::Result<bool> {
+    version_and_tables(conn).map(|(v, tables)| v == 0 && tables)
 }
 
 /// Refuses a path that exists but is not a regular file (a directory, a FIFO, a device, a
@@ -142,8 +149,8 @@ fn open_read_only(path: &Path) -> rusqlite::Result<Connection> {
 /// Brings the schema to [`schema::LATEST`] in one write transaction (a store already there
 /// needs no write, so a read-only one still opens).
 fn migrate(conn: &Connection) -> rusqlite::Result<Upgrade> {
-    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    if version == 0 && has_tables(conn)? {
+    let (version, tables) = version_and_tables(conn)?;
+    if version == 0 && tables {
         return Ok(Upgrade::Foreign);
     }
     if version == schema::LATEST {
@@ -159,7 +166,7 @@ fn migrate(conn: &Connection) -> rusqlite::Result<Upgrade> {
         if version > schema::LATEST {
             return Ok(Upgrade::TooNew(version));
         }
-        if version == 0 && has_tables(conn)? {
+        if is_foreign(conn)? {
             return Ok(Upgrade::Foreign);
         }
         for m in schema::pending(version) {
@@ -194,10 +201,7 @@ impl SqliteStore {
             .map_err(|e| classify(path, e))?;
         // Another program's database is refused before anything (even the journal mode) is
         // changed in it.
-        let version: i64 =
-            retry_busy(|| conn.pragma_query_value(None, "user_version", |r| r.get(0)))
-                .map_err(|e| classify(path, e))?;
-        if version == 0 && retry_busy(|| has_tables(&conn)).map_err(|e| classify(path, e))? {
+        if retry_busy(|| is_foreign(&conn)).map_err(|e| classify(path, e))? {
             return Err(StoreError::Foreign(path.to_path_buf()));
         }
         retry_busy(|| conn.pragma_update(None, "journal_mode", "WAL"))
@@ -233,11 +237,9 @@ impl SqliteStore {
             return SqliteStore::in_memory(path, &[]);
         }
         let conn = open_read_only(path).map_err(|e| classify(path, e))?;
-        let version: i64 = conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(|e| classify(path, e))?;
+        let (version, tables) = version_and_tables(&conn).map_err(|e| classify(path, e))?;
         if version == 0 {
-            return if has_tables(&conn).map_err(|e| classify(path, e))? {
+            return if tables {
                 Err(StoreError::Foreign(path.to_path_buf()))
             } else {
                 SqliteStore::in_memory(path, &[])
@@ -486,12 +488,10 @@ pub(super) fn read_records(path: &Path) -> Result<Vec<(String, String)>, StoreEr
         other => other,
     };
     let conn = open_read_only(path).map_err(classify)?;
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |r| r.get(0))
-        .map_err(classify)?;
+    let (version, tables) = version_and_tables(&conn).map_err(classify)?;
     if version == 0 {
         // Not an hvlab database (or an empty file): it holds no runs to merge.
-        return Err(if has_tables(&conn).map_err(classify)? {
+        return Err(if tables {
             StoreError::Foreign(path.to_path_buf())
         } else {
             StoreError::NotADatabase(path.to_path_buf())
