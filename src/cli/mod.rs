@@ -20,6 +20,7 @@ use crate::lab::{self, backends};
 use crate::model::profile::Profile;
 use crate::model::{ModelBackend, ModelError};
 use crate::record::RunRecord;
+use crate::report::escape::terminal as safe;
 use crate::scenario::runner::{DEFAULT_SEED, RunRequest};
 use crate::scenario::{self, ScenarioInfo};
 use crate::store::{self, Store};
@@ -420,9 +421,9 @@ pub fn main() -> ExitCode {
         Err(Error::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => {
             let chain = e.chain();
-            eprintln!("error: {}", chain[0]);
+            eprintln!("error: {}", safe(&chain[0]));
             for cause in &chain[1..] {
-                eprintln!("  caused by: {cause}");
+                eprintln!("  caused by: {}", safe(cause));
             }
             ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(4))
         }
@@ -436,9 +437,11 @@ fn print_json(value: &impl serde::Serialize) -> Result<(), Error> {
     Ok(())
 }
 
+/// Every line of text output goes through here: control characters in it (imported names may
+/// carry ESC/OSC sequences) are shown escaped, never sent to the terminal.
 fn print_text(text: &str) -> Result<(), Error> {
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{text}")?;
+    writeln!(out, "{}", safe(text))?;
     Ok(())
 }
 
@@ -501,7 +504,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         Command::Vm(args) => return kernel::vm(cli.db.as_deref(), &args),
         Command::Kab(args) => return kernel::kab(cli.db.as_deref(), &args),
         Command::Runs { limit, json } => {
-            let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
+            let store = Store::open_read(&store::resolve_path(cli.db.as_deref())?)?;
             let list = store.list(limit)?;
             let hosts = lab::fleet::group_by_host(list.iter().collect(), |l| {
                 lab::fleet::HostFingerprint::of_listing(l)
@@ -517,7 +520,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             }
         }
         Command::Show { run, json, verbose } => {
-            let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
+            let store = Store::open_read(&store::resolve_path(cli.db.as_deref())?)?;
             let record = store.load(&run)?;
             if json {
                 print_json(&record)?;
@@ -532,7 +535,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             output,
         } => {
             debug_assert!(runs.is_empty());
-            let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
+            let store = Store::open_read(&store::resolve_path(cli.db.as_deref())?)?;
             let records = store.sweep_runs(&id)?;
             let view = crate::report::SweepView::of(&id, &records)
                 .ok_or_else(|| InputError::NoSuchSweep(id.clone()))?;
@@ -550,7 +553,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             sweep: None,
             output,
         } => {
-            let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
+            let store = Store::open_read(&store::resolve_path(cli.db.as_deref())?)?;
             // The fleet page shows the latest run of each scenario and backend on every host.
             // The index shows the latest of those per scenario and backend (or the runs named).
             let (fleet, latest) = if runs.is_empty() {
@@ -594,7 +597,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 correction,
                 ..lab::compare::Judging::new(threshold, fail_on_regression)
             };
-            let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
+            let store = Store::open_read(&store::resolve_path(cli.db.as_deref())?)?;
             if lab::fleet::Selector::looks_like(&a) || lab::fleet::Selector::looks_like(&b) {
                 let (sa, sb) = (
                     lab::fleet::Selector::parse(&a)?,
@@ -681,7 +684,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             runs,
             output,
         } => {
-            let store = Store::open(&store::resolve_path(cli.db.as_deref())?)?;
+            let store = Store::open_read(&store::resolve_path(cli.db.as_deref())?)?;
             let records = store::transfer::select(&store, &runs)?;
             match &output {
                 Some(path) => {

@@ -256,7 +256,7 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
             .into_iter()
             .filter(|n| verbose || !n.starts_with("kvm."))
             .collect();
-        let width = shown.iter().map(|n| n.len()).max().unwrap_or(0);
+        let width = crate::report::escape::column_width(shown.iter().map(|n| n.len()));
         for name in shown {
             let _ = writeln!(s, "{}", metric_line(name, &v.metrics[name], width));
         }
@@ -294,12 +294,9 @@ pub fn runs_by_host(hosts: &[crate::lab::fleet::HostGroup<&RunListing>]) -> Stri
         return "no runs stored yet; `hvlab run lifecycle` or `hvlab suite` makes some".into();
     }
     let mut s = String::new();
-    let width = hosts
-        .iter()
-        .flat_map(|h| &h.runs)
-        .map(|r| r.run_id.len())
-        .max()
-        .unwrap_or(0);
+    let width = crate::report::escape::column_width(
+        hosts.iter().flat_map(|h| &h.runs).map(|r| r.run_id.len()),
+    );
     for h in hosts {
         let _ = writeln!(
             s,
@@ -479,7 +476,7 @@ pub fn trace(t: &TraceReport) -> String {
 /// `hvlab calibrate`.
 pub fn profile(p: &crate::model::profile::Profile) -> String {
     let mut s = format!("profile {} — {} (mmu {:?})\n", p.name, p.describes, p.mmu);
-    let width = p.costs.keys().map(String::len).max().unwrap_or(0);
+    let width = crate::report::escape::column_width(p.costs.keys().map(String::len));
     for (k, c) in &p.costs {
         let _ = writeln!(
             s,
@@ -564,4 +561,185 @@ pub fn fidelity(reports: &[crate::lab::fidelity::ThreadReport]) -> String {
         out.push_str(&format!("  {line}\n"));
     }
     out
+}
+
+#[cfg(test)]
+mod hostile_records {
+    //! Random records, as an imported file can carry them, through every renderer: the HTML
+    //! report (charts included), the Markdown summary, the fleet page and the terminal. None
+    //! may panic or hang, and none may pass markup or control characters through.
+    #![allow(clippy::unwrap_used)]
+
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use crate::record::{MetricRecord, RunRecord, TimelineEvent, VariantRecord, VariantStatus};
+
+    /// Names: markup, terminal escapes, Markdown, very long runs of one letter, or anything.
+    fn name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("<script>alert('x')</script>".to_string()),
+            Just("\u{1b}]0;title\u{7}\u{1b}[2J\u{1b}]52;c;aGk=\u{7}\u{9b}1m".to_string()),
+            Just("# *a* [l](javascript:x) | `c` \r\n- b".to_string()),
+            (1usize..70_000).prop_map(|n| "W".repeat(n)),
+            "\\PC{0,40}",
+            any::<String>(),
+        ]
+    }
+
+    /// Values: ordinary, extreme, and not finite.
+    fn value() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            0.0..1e6,
+            Just(1e308),
+            Just(-1e308),
+            Just(f64::MAX),
+            Just(f64::MIN_POSITIVE),
+            Just(f64::INFINITY),
+            Just(f64::NEG_INFINITY),
+            Just(f64::NAN),
+            Just(0.0),
+            any::<f64>(),
+        ]
+    }
+
+    fn metric(unit: String, samples: Vec<f64>) -> MetricRecord {
+        let first = samples.first().copied().unwrap_or(f64::NAN);
+        let last = samples.last().copied().unwrap_or(f64::NAN);
+        MetricRecord {
+            unit,
+            median: first,
+            ci95: [first.min(last), first.max(last)],
+            min: first.min(last),
+            max: first.max(last),
+            n: samples.len(),
+            samples,
+        }
+    }
+
+    prop_compose! {
+        fn variant()(
+            name in name(),
+            other in name(),
+            unit in name(),
+            samples in prop::collection::vec(value(), 0..6),
+            points in prop::collection::vec((value(), value()), 0..4),
+        ) -> VariantRecord {
+            let mut metrics = BTreeMap::new();
+            // Every scenario's headline, so the distribution chart is drawn from these values.
+            for headline in ["ready_ms", "ns_per_page", "roundtrip_ns", "sys_ns", "slice_overhead_us"] {
+                metrics.insert(headline.to_string(), metric(unit.clone(), samples.clone()));
+            }
+            metrics.insert(other.clone(), metric(unit, samples));
+            VariantRecord {
+                name,
+                status: VariantStatus::Ok,
+                metrics,
+                findings: Vec::new(),
+                timeline: points
+                    .iter()
+                    .map(|(s, d)| TimelineEvent { ioctl: other.clone(), start_ms: *s, dur_ms: *d, stalled: true })
+                    .collect(),
+                pinned_bytes: points.iter().map(|(a, b)| [*a, *b]).collect(),
+            }
+        }
+    }
+
+    prop_compose! {
+        fn record()(
+            id in name(),
+            scenario in prop::sample::select(vec!["lifecycle", "memory", "exits", "pinning", "percpu"]),
+            cpu in name(),
+            kernel in name(),
+            variants in prop::collection::vec(variant(), 1..4),
+        ) -> RunRecord {
+            let mut host = crate::lab::host::probe();
+            host.cpu = cpu;
+            host.kernel = kernel;
+            RunRecord {
+                run_id: id,
+                scenario: scenario.to_string(),
+                backend: crate::backend::BackendKind::Model,
+                profile: Some("<b>p</b>\u{1b}[1m".into()),
+                host,
+                params: Default::default(),
+                started_at: "2026-11-22T10:00:00Z".into(),
+                finished_at: "2026-11-22T10:00:05Z".into(),
+                variants,
+                verdicts: vec![],
+                noise: None,
+                warnings: vec![],
+            }
+        }
+    }
+
+    /// Runs `f` on another thread and fails if it takes longer than `limit` (a hang) or panics.
+    fn bounded<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(limit)
+            .unwrap_or_else(|e| panic!("a renderer did not finish within {limit:?}: {e}"))
+    }
+
+    fn no_control(what: &str, text: &str) {
+        let bad = text
+            .chars()
+            .find(|c| c.is_control() && *c != '\n' && *c != '\t');
+        assert!(bad.is_none(), "{what} carries control character {bad:?}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        #[test]
+        fn every_renderer_survives_hostile_records_in_bounded_time_and_escapes_them(r in record()) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().to_path_buf();
+            let records = vec![r];
+            let (records, pages) = bounded(Duration::from_secs(60), move || {
+                crate::report::write(&records, &[], &records, &path).unwrap();
+                let read = |f: &str| std::fs::read_to_string(path.join(f)).unwrap();
+                let pages = (read("index.html"), read("summary.md"), read("fleet.html"));
+                (records, pages)
+            });
+            let (index, summary, fleet) = pages;
+            for (page, text) in [("index.html", &index), ("fleet.html", &fleet), ("summary.md", &summary)] {
+                prop_assert!(!text.contains("<script"), "{} carries a script", page);
+            }
+            // In HTML a quote could close an attribute; Markdown text has none to close.
+            for (page, text) in [("index.html", &index), ("fleet.html", &fleet)] {
+                prop_assert!(!text.contains("'x'"), "{} carries a bare quote", page);
+            }
+            no_control("summary.md", &summary);
+            for v in &records[0].variants {
+                prop_assert!(!summary.contains(&v.name) || !v.name.contains('<'));
+            }
+            let terminal = bounded(Duration::from_secs(60), move || {
+                let r = &records[0];
+                let listing = crate::store::RunListing {
+                    run_id: r.run_id.clone(),
+                    scenario: r.scenario.clone(),
+                    backend: r.backend,
+                    started_at: r.started_at.clone(),
+                    kernel: r.host.kernel.clone(),
+                    kvm_flavour: r.host.kvm_flavour.to_string(),
+                    cpu: r.host.cpu.clone(),
+                    hz: r.host.hz,
+                    variants: r.variants.iter().map(|v| v.name.clone()).collect(),
+                };
+                let hosts = crate::lab::fleet::group_by_host(vec![&listing], |l| {
+                    crate::lab::fleet::HostFingerprint::of_listing(l)
+                });
+                [super::run(r, true), super::run(r, false), super::runs_by_host(&hosts)]
+            });
+            // What the CLI prints: every line through the terminal escape.
+            for text in &terminal {
+                no_control("the terminal", &crate::report::escape::terminal(text));
+            }
+        }
+    }
 }

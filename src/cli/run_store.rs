@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::Error;
 use crate::record::RunRecord;
+use crate::report::escape::terminal as safe;
 use crate::store::{self, Store};
 
 /// An open store that a command saves its runs in, and where runs go when saving fails.
@@ -45,7 +46,11 @@ impl RunStore {
     pub(super) fn save(&mut self, record: &mut RunRecord) -> Result<(), Error> {
         match self.store.save(record) {
             Ok(()) => {
-                eprintln!("stored run {} in {}", record.run_id, self.at.display());
+                eprintln!(
+                    "stored run {} in {}",
+                    safe(&record.run_id),
+                    safe(&self.at.display())
+                );
                 Ok(())
             }
             Err(cause) => Err(self.rescue(record, cause)),
@@ -58,7 +63,7 @@ impl RunStore {
         let printed = if self.json {
             serde_json::to_string_pretty(record).map_err(std::io::Error::other)
         } else {
-            Ok(super::render::run(record, false))
+            Ok(safe(&super::render::run(record, false)).into_owned())
         };
         if let Ok(text) = printed {
             let mut out = std::io::stdout().lock();

@@ -19,6 +19,27 @@ const STALL: RGBColor = RGBColor(214, 39, 40);
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
+/// The largest magnitude a chart axis may reach. Plotters searches key points over the range;
+/// on an infinite one (the span of 1e308 and -1e308 overflows) that search never ends, and far
+/// beyond any measured value the ticks carry no information anyway. A chart whose values pass
+/// this is left out, never drawn.
+const AXIS_LIMIT: f64 = 1e30;
+
+/// The axis range `lo..hi`, or `None` when it cannot be drawn: not finite, beyond
+/// [`AXIS_LIMIT`], or reversed. A range too narrow for its magnitude is widened so ticks can
+/// be placed.
+fn span(lo: f64, hi: f64) -> Option<std::ops::Range<f64>> {
+    let sane = |x: f64| x.is_finite() && x.abs() <= AXIS_LIMIT;
+    if !(sane(lo) && sane(hi)) || hi < lo {
+        return None;
+    }
+    let least = (lo.abs().max(hi.abs()) * 1e-9).max(1e-9);
+    if hi - lo < least {
+        return Some(lo - least..hi + least);
+    }
+    Some(lo..hi)
+}
+
 /// The name of the category at axis position `x` (categories sit at 0, 1, 2, ...).
 fn category_label(names: &[String], x: f64) -> String {
     let i = x.round();
@@ -99,6 +120,13 @@ pub fn distribution(r: &RunRecord, metric: &str) -> Option<String> {
         });
     let names: Vec<String> = vs.iter().map(|v| v.name.clone()).collect();
     let n = vs.len() as f64;
+    let log = lo > 0.0 && hi / lo > 20.0;
+    let y_range = if log {
+        span(lo * 0.8, hi * 1.25)?
+    } else {
+        let pad = ((hi - lo) * 0.1).max(hi.abs() * 0.05).max(1e-9);
+        span((lo - pad).min(0.0), hi + pad)?
+    };
     render(340, |root| {
         let caption = format!("{metric} per repetition ({unit}), median marked");
         let mut b = ChartBuilder::on(root);
@@ -111,6 +139,7 @@ pub fn distribution(r: &RunRecord, metric: &str) -> Option<String> {
             let s = &v.metrics[metric].samples;
             s.iter()
                 .enumerate()
+                .filter(|(_, y)| y.is_finite())
                 .map(|(k, y)| {
                     let jitter = (k as f64 / s.len().max(1) as f64 - 0.5) * 0.4;
                     Circle::new(
@@ -142,11 +171,10 @@ pub fn distribution(r: &RunRecord, metric: &str) -> Option<String> {
                 }
             }};
         }
-        if lo > 0.0 && hi / lo > 20.0 {
-            strips!((lo * 0.8..hi * 1.25).log_scale(), log_tick);
+        if log {
+            strips!(y_range.clone().log_scale(), log_tick);
         } else {
-            let pad = ((hi - lo) * 0.1).max(hi.abs() * 0.05).max(1e-9);
-            strips!((lo - pad).min(0.0)..hi + pad, |y: &f64| linear_tick(*y));
+            strips!(y_range.clone(), |y: &f64| linear_tick(*y));
         }
         Ok(())
     })
@@ -204,13 +232,14 @@ fn row_bars(
 ) -> Option<String> {
     let names: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
     let height = 60 + 34 * u32::try_from(rows.len()).unwrap_or(10);
+    let x_range = span(0.0, (top * 1.15).max(1e-9))?;
     render(height.max(160), |root| {
         let mut c = ChartBuilder::on(root)
             .caption(caption.as_str(), ("sans-serif", 16))
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(label_width)
-            .build_cartesian_2d(0.0..(top * 1.15).max(1e-9), -0.5..rows.len() as f64 - 0.5)?;
+            .build_cartesian_2d(x_range.clone(), -0.5..rows.len() as f64 - 0.5)?;
         let fmt = |y: &f64| category_label(&names, *y);
         c.configure_mesh()
             .y_labels(rows.len() + 1)
@@ -250,6 +279,7 @@ pub fn timeline(r: &RunRecord) -> Option<String> {
         .fold(0.0, f64::max);
     let names: Vec<String> = vs.iter().map(|v| v.name.clone()).collect();
     let height = 70 + 36 * u32::try_from(vs.len()).unwrap_or(10);
+    let x_range = span(0.0, (end * 1.05).max(1e-9))?;
     render(height.max(180), |root| {
         let mut c = ChartBuilder::on(root)
             .caption(
@@ -259,7 +289,7 @@ pub fn timeline(r: &RunRecord) -> Option<String> {
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(150)
-            .build_cartesian_2d(0.0..end * 1.05, -0.5..vs.len() as f64 - 0.5)?;
+            .build_cartesian_2d(x_range.clone(), -0.5..vs.len() as f64 - 0.5)?;
         let fmt = |y: &f64| category_label(&names, *y);
         c.configure_mesh()
             .y_labels(vs.len() + 1)
@@ -307,13 +337,15 @@ pub fn pinned_bytes(r: &RunRecord) -> Option<String> {
         .flat_map(|v| v.pinned_bytes.iter().map(|p| p[1]))
         .fold(0.0, f64::max)
         / f64::from(1u32 << 20);
+    let x_range = span(0.0, end.max(1e-9) * 1.02)?;
+    let y_range = span(0.0, (top * 1.15).max(1.0))?;
     render(340, |root| {
         let mut c = ChartBuilder::on(root)
             .caption("pinned memory over the trace (MiB)", ("sans-serif", 16))
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(60)
-            .build_cartesian_2d(0.0..end.max(1e-9) * 1.02, 0.0..(top * 1.15).max(1.0))?;
+            .build_cartesian_2d(x_range.clone(), y_range.clone())?;
         c.configure_mesh().x_desc("ms").y_desc("MiB").draw()?;
         for (i, v) in vs.iter().enumerate() {
             // A step function: each value holds until the next change.
@@ -361,13 +393,14 @@ pub fn sweep_lines(
     let hi = all.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let lo = all.iter().copied().fold(f64::INFINITY, f64::min).min(0.0);
     let n = xs.len() as f64;
+    let y_range = span(lo, (hi * 1.1).max(lo + 1e-9))?;
     render(360, |root| {
         let mut c = ChartBuilder::on(root)
             .caption(title, ("sans-serif", 16))
             .margin(12)
             .x_label_area_size(50)
             .y_label_area_size(70)
-            .build_cartesian_2d(-0.5..n - 0.5, lo..(hi * 1.1).max(lo + 1e-9))?;
+            .build_cartesian_2d(-0.5..n - 0.5, y_range.clone())?;
         let fmt = |x: &f64| category_label(xs, *x);
         c.configure_mesh()
             .x_labels(xs.len().min(40) + 1)
@@ -460,6 +493,8 @@ pub fn heatmap(
     }
     let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    // The colour scale spans lo..hi (logarithmic over a wide span): it needs a finite range.
+    span(lo, hi)?;
     let (nx, ny) = (xs.len() as f64, ys.len() as f64);
     let height = (90 + 28 * u32::try_from(ys.len()).unwrap_or(40)).clamp(220, 900);
     let label_cells = xs.len() <= 16 && ys.len() <= 30;

@@ -8,10 +8,7 @@ use crate::record::RunRecord;
 use crate::report::words::fmt_value;
 
 pub(super) fn esc(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    super::escape::html(text)
 }
 
 /// A run parameter as written on a page: strings bare, anything else as JSON.

@@ -262,16 +262,17 @@ pub fn page(view: &SweepView) -> String {
 
 /// The Markdown summary of a sweep: the same table.
 pub fn summary(view: &SweepView) -> String {
+    use super::escape::markdown as md;
     let mut s = format!(
         "# hvlab sweep {}\n\n{} on {}, {} points; {} median per point (95% CI).\n\n|",
-        view.id,
-        view.scenario,
-        view.backend,
+        md(&view.id),
+        md(&view.scenario),
+        md(&view.backend),
         view.points(),
-        view.metric
+        md(&view.metric)
     );
     for (k, _) in &view.axes {
-        let _ = write!(s, " {k} |");
+        let _ = write!(s, " {} |", md(k));
     }
     s.push_str(" variant | median | 95% CI |\n|");
     for _ in 0..view.axes.len() + 3 {
@@ -281,14 +282,15 @@ pub fn summary(view: &SweepView) -> String {
     for (values, variant, m) in &view.cells {
         s.push('|');
         for v in values {
-            let _ = write!(s, " {v} |");
+            let _ = write!(s, " {} |", md(&v.to_string()));
         }
         let _ = writeln!(
             s,
-            " {variant} | {} | {} – {} |",
-            fmt_value(m.median, &m.unit),
-            fmt_value(m.ci95[0], &m.unit),
-            fmt_value(m.ci95[1], &m.unit)
+            " {} | {} | {} – {} |",
+            md(variant),
+            md(&fmt_value(m.median, &m.unit)),
+            md(&fmt_value(m.ci95[0], &m.unit)),
+            md(&fmt_value(m.ci95[1], &m.unit))
         );
     }
     s

@@ -246,6 +246,22 @@ pub fn plans(
             why: format!("size must be a non-zero multiple of 2MiB {cap_why}"),
         });
     }
+    if backend == BackendKind::Kvm
+        && let Some((room, source)) = memory_room()
+        && size_bytes > room
+    {
+        // A guest whose memory the host cannot back is OOM-killed part way (with the whole
+        // machine under pressure); refused before any work, with the numbers.
+        return Err(InputError::BadValue {
+            key: "size".into(),
+            value: settings.raw("size").into(),
+            why: format!(
+                "this host can back at most {:.1} GiB now ({source}); the kvm backend needs the whole {:.1} GiB: choose a smaller size, or --backend model",
+                room as f64 / f64::from(1u32 << 30),
+                size_bytes as f64 / f64::from(1u32 << 30),
+            ),
+        });
+    }
     let access = match settings.choice("access", &["read", "write"])? {
         "read" => Access::Read,
         _ => Access::Write,
@@ -460,6 +476,64 @@ impl Experiment for Memory {
             },
         })
     }
+}
+
+/// How much memory a guest can have now: the smaller of `MemAvailable` and the room left under
+/// every memory cgroup limit on the way to the root (v2 `memory.max` minus `memory.current`,
+/// v1 `memory.limit_in_bytes` minus `memory.usage_in_bytes`),
+/// with where the figure comes from; `None` when neither can be read.
+fn memory_room() -> Option<(u64, String)> {
+    let mut best: Option<(u64, String)> = None;
+    let mut consider = |bytes: u64, what: String| {
+        if best.as_ref().is_none_or(|(b, _)| bytes < *b) {
+            best = Some((bytes, what));
+        }
+    };
+    if let Ok(info) = std::fs::read_to_string("/proc/meminfo")
+        && let Some(kib) = info
+            .lines()
+            .find_map(|l| l.strip_prefix("MemAvailable:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    {
+        consider(
+            kib.saturating_mul(1024),
+            "MemAvailable in /proc/meminfo".into(),
+        );
+    }
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    for line in cgroup.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let (root, max_file, current_file) = match controllers {
+            "" => ("/sys/fs/cgroup", "memory.max", "memory.current"),
+            c if c.split(',').any(|c| c == "memory") => (
+                "/sys/fs/cgroup/memory",
+                "memory.limit_in_bytes",
+                "memory.usage_in_bytes",
+            ),
+            _ => continue,
+        };
+        let mut dir = std::path::Path::new(root).join(path.trim_start_matches('/'));
+        loop {
+            let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+            if let (Some(max), Some(current)) = (read(max_file), read(current_file))
+                && let (Ok(max), Ok(current)) =
+                    (max.trim().parse::<u64>(), current.trim().parse::<u64>())
+            {
+                consider(
+                    max.saturating_sub(current),
+                    format!("the memory cgroup limit in {}", dir.display()),
+                );
+            }
+            if !dir.pop() || !dir.starts_with(root) {
+                break;
+            }
+        }
+    }
+    best
 }
 
 #[cfg(test)]

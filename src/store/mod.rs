@@ -73,6 +73,14 @@ pub enum StoreError {
     ReadOnly(String, String),
     /// {0}: no such results database to read runs from: give an existing SQLite file written by hvlab.
     NoSuchFile(PathBuf),
+    /// {0} is an SQLite database, but not hvlab's (it has tables of its own and no hvlab schema version): hvlab leaves it untouched. Point --db at an hvlab results file or a new path.
+    Foreign(PathBuf),
+    /// {0} is not a regular file ({1}): the results database must be a regular file. Point --db at a file path.
+    NotRegular(PathBuf, &'static str),
+    /// `{0}` looks like a URL, but hvlab stores only to SQLite files and PostgreSQL: write postgres://… or postgresql://… (lower case, no leading space) for PostgreSQL, or give a file path for SQLite.
+    UnknownScheme(String),
+    /// Cannot read the results file {0}: {1}. Merging only reads its inputs: check that the file exists and is readable (a read-only file or mount is fine).
+    ReadInput(PathBuf, rusqlite::Error),
     /// {0} is the store being merged into; merge other files into it.
     MergeIntoItself(String),
     /// {path} line {line}: not a run record ({why}). Each line must be one run as `hvlab export --format jsonl` writes it; nothing was imported.
@@ -81,6 +89,15 @@ pub enum StoreError {
         path: PathBuf,
         /// The 1-based line number.
         line: usize,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// {path}: run {run} cannot be stored ({why}); nothing was merged from this file.
+    BadRun {
+        /// The file.
+        path: PathBuf,
+        /// The run.
+        run: String,
         /// What is wrong with it.
         why: String,
     },
@@ -112,8 +129,13 @@ impl StoreError {
                 | StoreError::BadUrl(..)
                 | StoreError::BadTimeout(_)
                 | StoreError::NoSuchFile(_)
+                | StoreError::Foreign(_)
+                | StoreError::NotRegular(..)
+                | StoreError::UnknownScheme(_)
+                | StoreError::ReadInput(..)
                 | StoreError::MergeIntoItself(_)
                 | StoreError::BadLine { .. }
+                | StoreError::BadRun { .. }
                 | StoreError::Read(..)
                 | StoreError::Write(..)
                 | StoreError::Conflicts { .. }
@@ -213,12 +235,38 @@ fn redact(url: &str) -> String {
 /// `~/.local/share/hvlab/hvlab.db`. A `postgres://` URL in either names a PostgreSQL store.
 pub fn resolve_path(explicit: Option<&Path>) -> Result<Location, StoreError> {
     if let Some(p) = explicit {
-        return Ok(Location::parse(p));
+        return checked(p);
     }
     if let Some(p) = std::env::var_os("HVLAB_DB").filter(|v| !v.is_empty()) {
-        return Ok(Location::parse(Path::new(&p)));
+        return checked(Path::new(&p));
     }
     Ok(Location::Sqlite(local_data_dir()?.join("hvlab.db")))
+}
+
+/// [`Location::parse`], refusing a value that looks like a URL of another scheme (or of
+/// PostgreSQL misspelt, capitalised or after a space), which would otherwise become an SQLite
+/// file under a directory named `POSTGRES:`.
+fn checked(text: &Path) -> Result<Location, StoreError> {
+    let location = Location::parse(text);
+    if let (Location::Sqlite(_), Some(s)) = (&location, text.to_str())
+        && looks_like_url(s)
+    {
+        return Err(StoreError::UnknownScheme(s.to_string()));
+    }
+    Ok(location)
+}
+
+/// `scheme:` then `//`, the scheme a letter then letters, digits, `+`, `-` or `.` (RFC 3986),
+/// after any leading white space.
+fn looks_like_url(s: &str) -> bool {
+    let Some((scheme, rest)) = s.trim_start().split_once(':') else {
+        return false;
+    };
+    rest.starts_with("//")
+        && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
 }
 
 /// hvlab's directory for local files: `$XDG_DATA_HOME/hvlab`, else `~/.local/share/hvlab`.
@@ -359,6 +407,19 @@ impl Store {
         Ok(Store { engine, location })
     }
 
+    /// Opens the store at `location` to read it only, as `runs`, `show`, `report`, `export`
+    /// and `compare` do: nothing is created or changed (no file, no schema, no journal mode), a
+    /// missing SQLite file reads as an empty store, and an SQLite file that is not hvlab's is
+    /// refused.
+    pub fn open_read<L: Locate + ?Sized>(location: &L) -> Result<Store, StoreError> {
+        let location = location.location();
+        let engine = match &location {
+            Location::Sqlite(path) => Engine::Sqlite(sqlite::SqliteStore::open_read(path)?),
+            Location::Postgres(url) => Engine::Postgres(postgres::PgStore::open(url)?),
+        };
+        Ok(Store { engine, location })
+    }
+
     /// Where this store is.
     pub fn location(&self) -> &Location {
         &self.location
@@ -484,6 +545,36 @@ fn one_hit(query: &str, hits: Vec<(String, String)>) -> Result<String, StoreErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn db_url_with_an_unknown_or_miscased_scheme_is_refused_listing_the_supported_ones() {
+        for bad in [
+            "POSTGRES:///hvlab",
+            "Postgresql://u@h/db",
+            "postgress://u@h/db",
+            "pg://u@h/db",
+            "mysql://u@h/db",
+            " postgres://u@h/db",
+            "sqlite:///tmp/x.db",
+        ] {
+            let e = resolve_path(Some(Path::new(bad))).unwrap_err();
+            assert!(
+                matches!(e, StoreError::UnknownScheme(_)) && e.is_bad_input(),
+                "{bad}"
+            );
+            let text = e.to_string();
+            assert!(
+                text.contains("postgres://") && text.contains("file path"),
+                "{text}"
+            );
+        }
+        for good in ["results/x.db", "./a:b.db", "c:/x.db", "/tmp/x:y//z.db"] {
+            assert!(
+                matches!(resolve_path(Some(Path::new(good))), Ok(Location::Sqlite(_))),
+                "{good}"
+            );
+        }
+    }
 
     #[test]
     fn the_explicit_path_wins_over_the_environment() {

@@ -60,12 +60,99 @@ fn retry_busy<T>(mut step: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Res
 enum Upgrade {
     Current,
     TooNew(i64),
+    /// Tables, but no hvlab schema version: another program's database.
+    Foreign,
+}
+
+/// The schema version and whether the database has any table or index of its own (SQLite's
+/// internal ones aside), read in one statement: one snapshot, so another hvlab committing its
+/// schema in between cannot make a new store look like another program's.
+fn version_and_tables(conn: &Connection) -> rusqlite::Result<(i64, bool)> {
+    conn.query_row(
+        "SELECT (SELECT user_version FROM pragma_user_version),
+                (SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite!_%' ESCAPE '!')",
+        [],
+        |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)? > 0)),
+    )
+}
+
+/// Another program's database: tables, but no hvlab schema version.
+fn is_foreign(conn: &Connection) -> rusqlite::Result<bool> {
+    version_and_tables(conn).map(|(v, tables)| v == 0 && tables)
+}
+
+/// Refuses a path that exists but is not a regular file (a directory, a FIFO, a device, a
+/// socket): SQLite would block on a FIFO or fail with "disk I/O error" on the others.
+fn require_regular(path: &Path) -> Result<bool, StoreError> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(false);
+    };
+    let t = meta.file_type();
+    let what = if t.is_file() {
+        return Ok(true);
+    } else if t.is_dir() {
+        return Err(StoreError::IsDirectory(path.to_path_buf()));
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a file"
+    };
+    Err(StoreError::NotRegular(path.to_path_buf(), what))
+}
+
+/// `path` as an SQLite `file:` URI (bytes outside the unreserved set percent-encoded), with
+/// `query` appended.
+fn file_uri(path: &Path, query: &str) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut uri = String::from("file:");
+    for &b in absolute.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'/' | b'-' | b'_' | b'.' | b'~') {
+            uri.push(char::from(b));
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri.push('?');
+    uri.push_str(query);
+    uri
+}
+
+/// Opens `path` to read only, creating nothing beside it: as immutable when no `-wal` file
+/// exists (no writer has it open, so there is nothing to coordinate with, and it works on a
+/// read-only mount), else read-only with the usual locking, so the writer's pending pages are
+/// seen.
+fn open_read_only(path: &Path) -> rusqlite::Result<Connection> {
+    use rusqlite::OpenFlags;
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let mut wal = path.as_os_str().to_os_string();
+    wal.push("-wal");
+    let query = if Path::new(&wal).exists() {
+        "mode=ro"
+    } else {
+        "mode=ro&immutable=1"
+    };
+    let conn = Connection::open_with_flags(file_uri(path, query), flags)?;
+    conn.busy_timeout(BUSY_WAIT)?;
+    Ok(conn)
 }
 
 /// Brings the schema to [`schema::LATEST`] in one write transaction (a store already there
 /// needs no write, so a read-only one still opens).
 fn migrate(conn: &Connection) -> rusqlite::Result<Upgrade> {
-    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let (version, tables) = version_and_tables(conn)?;
+    if version == 0 && tables {
+        return Ok(Upgrade::Foreign);
+    }
     if version == schema::LATEST {
         return Ok(Upgrade::Current);
     }
@@ -78,6 +165,9 @@ fn migrate(conn: &Connection) -> rusqlite::Result<Upgrade> {
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         if version > schema::LATEST {
             return Ok(Upgrade::TooNew(version));
+        }
+        if is_foreign(conn)? {
+            return Ok(Upgrade::Foreign);
         }
         for m in schema::pending(version) {
             conn.execute_batch(m.sqlite)?;
@@ -101,9 +191,7 @@ impl SqliteStore {
     /// processes opening or creating the same database at the same time: they wait for each
     /// other's locks, and the schema is migrated in one write transaction.
     pub(super) fn open(path: &Path) -> Result<SqliteStore, StoreError> {
-        if path.is_dir() {
-            return Err(StoreError::IsDirectory(path.to_path_buf()));
-        }
+        require_regular(path)?;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError::CreateDir(dir.to_path_buf(), e))?;
@@ -111,6 +199,11 @@ impl SqliteStore {
         let conn = Connection::open(path).map_err(|e| classify(path, e))?;
         conn.busy_timeout(BUSY_WAIT)
             .map_err(|e| classify(path, e))?;
+        // Another program's database is refused before anything (even the journal mode) is
+        // changed in it.
+        if retry_busy(|| is_foreign(&conn)).map_err(|e| classify(path, e))? {
+            return Err(StoreError::Foreign(path.to_path_buf()));
+        }
         retry_busy(|| conn.pragma_update(None, "journal_mode", "WAL"))
             .map_err(|e| classify(path, e))?;
         conn.pragma_update(None, "foreign_keys", "ON")
@@ -124,11 +217,75 @@ impl SqliteStore {
                     supported: schema::LATEST,
                 });
             }
+            Upgrade::Foreign => return Err(StoreError::Foreign(path.to_path_buf())),
         }
+        // Damage that the header does not show (random bytes over a page) is found before a
+        // run is stored into the file, not afterwards by `runs` and `report`.
+        check_integrity(&conn, path)?;
         Ok(SqliteStore {
             conn,
             path: path.to_path_buf(),
         })
+    }
+
+    /// Opens the database at `path` to read it only: nothing is created or written, and no
+    /// pragma is set on the file (see [`super::Store::open_read`]). A missing or empty file
+    /// reads as an empty store; a store from an older hvlab is read into memory and migrated
+    /// there.
+    pub(super) fn open_read(path: &Path) -> Result<SqliteStore, StoreError> {
+        if !require_regular(path)? {
+            return SqliteStore::in_memory(path, &[]);
+        }
+        let conn = open_read_only(path).map_err(|e| classify(path, e))?;
+        let (version, tables) = version_and_tables(&conn).map_err(|e| classify(path, e))?;
+        if version == 0 {
+            return if tables {
+                Err(StoreError::Foreign(path.to_path_buf()))
+            } else {
+                SqliteStore::in_memory(path, &[])
+            };
+        }
+        if version > schema::LATEST {
+            return Err(StoreError::TooNew {
+                location: path.display().to_string(),
+                found: version,
+                supported: schema::LATEST,
+            });
+        }
+        if version < schema::LATEST {
+            drop(conn);
+            return SqliteStore::in_memory(path, &read_records(path)?);
+        }
+        conn.pragma_update(None, "query_only", "ON")
+            .map_err(|e| classify(path, e))?;
+        Ok(SqliteStore {
+            conn,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// A store in memory holding `records` (id, record JSON), named `path` in messages.
+    fn in_memory(path: &Path, records: &[(String, String)]) -> Result<SqliteStore, StoreError> {
+        let conn = Connection::open_in_memory()?;
+        match migrate(&conn)? {
+            Upgrade::Current => {}
+            Upgrade::TooNew(_) | Upgrade::Foreign => {
+                return Err(StoreError::CorruptFile(
+                    path.to_path_buf(),
+                    "an empty database in memory has a schema".into(),
+                ));
+            }
+        }
+        let mut store = SqliteStore {
+            conn,
+            path: path.to_path_buf(),
+        };
+        for (id, json) in records {
+            let run: RunRecord =
+                serde_json::from_str(json).map_err(|e| StoreError::Corrupt(id.clone(), e))?;
+            store.ingest_inner(&run)?;
+        }
+        Ok(store)
     }
 
     /// The schema version the store is at (after opening: [`schema::LATEST`]).
@@ -323,19 +480,22 @@ fn insert(tx: &Transaction<'_>, row: &RunRow) -> rusqlite::Result<()> {
 /// Every run's id and record in an SQLite results file, oldest first, read without writing
 /// to it (a shard's file is not migrated by merging it); a file from a newer hvlab is refused.
 pub(super) fn read_records(path: &Path) -> Result<Vec<(String, String)>, StoreError> {
-    if !path.is_file() {
+    if !require_regular(path)? {
         return Err(StoreError::NoSuchFile(path.to_path_buf()));
     }
-    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .map_err(|e| classify(path, e))?;
-    conn.busy_timeout(BUSY_WAIT)
-        .map_err(|e| classify(path, e))?;
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |r| r.get(0))
-        .map_err(|e| classify(path, e))?;
+    let classify = |e: rusqlite::Error| match classify(path, e) {
+        StoreError::Open(p, e) => StoreError::ReadInput(p, e),
+        other => other,
+    };
+    let conn = open_read_only(path).map_err(classify)?;
+    let (version, tables) = version_and_tables(&conn).map_err(classify)?;
     if version == 0 {
         // Not an hvlab database (or an empty file): it holds no runs to merge.
-        return Err(StoreError::NotADatabase(path.to_path_buf()));
+        return Err(if tables {
+            StoreError::Foreign(path.to_path_buf())
+        } else {
+            StoreError::NotADatabase(path.to_path_buf())
+        });
     }
     if version > schema::LATEST {
         return Err(StoreError::TooNew {
@@ -347,12 +507,26 @@ pub(super) fn read_records(path: &Path) -> Result<Vec<(String, String)>, StoreEr
     // Every schema version has `runs (id, started_at, record_json)`.
     let mut stmt = conn
         .prepare("SELECT id, record_json FROM runs ORDER BY started_at, id")
-        .map_err(|e| classify(path, e))?;
+        .map_err(classify)?;
     let rows = stmt
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .map_err(classify)?;
+    rows.collect::<Result<_, _>>().map_err(classify)
+}
+
+/// `PRAGMA quick_check`: the b-trees and pages are sound (it skips only the costly index
+/// cross-checks), so a damaged file is refused before anything is written into it.
+fn check_integrity(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let verdict: String = retry_busy(|| conn.query_row("PRAGMA quick_check(1)", [], |r| r.get(0)))
         .map_err(|e| classify(path, e))?;
-    rows.collect::<Result<_, _>>()
-        .map_err(|e| classify(path, e))
+    if verdict == "ok" {
+        Ok(())
+    } else {
+        Err(StoreError::CorruptFile(
+            path.to_path_buf(),
+            format!("integrity check: {verdict}"),
+        ))
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! same content is skipped, and one stored with the same id but different content is kept and
 //! reported, never overwritten or silently dropped.
 
-use std::io::Write;
+use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
 use super::{Ingested, Location, Store, StoreError, sqlite};
@@ -86,6 +86,14 @@ pub fn merge_file(target: &mut Store, source: &Path) -> Result<Tally, StoreError
         .into_iter()
         .map(|(id, json)| serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(id, e)))
         .collect::<Result<Vec<RunRecord>, _>>()?;
+    // Every run is checked before any is stored, as import does.
+    for run in &runs {
+        check_record(run).map_err(|why| StoreError::BadRun {
+            path: source.to_path_buf(),
+            run: run.run_id.clone(),
+            why,
+        })?;
+    }
     ingest_all(target, &runs)
 }
 
@@ -110,13 +118,117 @@ pub fn write_jsonl(runs: &[RunRecord], out: &mut dyn Write) -> Result<(), StoreE
     out.flush().map_err(StoreError::Output)
 }
 
-/// Writes `runs` as JSON Lines to `path`, whole or not at all: into a temporary file beside
-/// it, renamed over `path` once complete, so an interrupted export never looks finished.
+/// Writes `runs` as JSON Lines to `path`. A regular file (or a new one) is written whole or
+/// not at all: into a temporary file beside it, renamed over `path` once complete, so an
+/// interrupted export never looks finished. Anything else is written through, as a shell
+/// redirection would, and never renamed over: a device (`/dev/null`), a FIFO, or a symlink
+/// (`/proc/self/fd/1` and other links: replacing a link's target by path could replace a file
+/// that another process holds open as its output).
 pub fn write_jsonl_file(runs: &[RunRecord], path: &Path) -> Result<(), StoreError> {
     let fail = |e| StoreError::Write(path.to_path_buf(), e);
+    let link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => Err(fail(std::io::Error::new(
+            std::io::ErrorKind::IsADirectory,
+            "it is a directory",
+        ))),
+        Ok(meta) if link || !meta.is_file() => {
+            let descriptor = names_a_descriptor(path);
+            write_through(runs, path, meta.is_file() && !descriptor, descriptor)
+        }
+        Ok(_) => write_replacing(runs, path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !link => write_replacing(runs, path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(fail(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "it is a symbolic link to a missing file",
+        ))),
+        Err(e) => Err(fail(e)),
+    }
+}
+
+/// Whether `path` or a link it leads through is under `/proc` or `/dev` (`/proc/self/fd/1`,
+/// `/dev/stdout`): an open descriptor of some process. Reopening it gives a new file offset,
+/// so a regular file behind it is appended to, never truncated or overwritten from the start
+/// (it may be a log the caller opened with `>>`).
+fn names_a_descriptor(path: &Path) -> bool {
+    let special = |p: &Path| p.starts_with("/proc") || p.starts_with("/dev");
+    let mut at = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    for _ in 0..40 {
+        if special(&at) {
+            return true;
+        }
+        match std::fs::read_link(&at) {
+            Ok(next) => at = at.parent().map_or(next.clone(), |dir| dir.join(&next)),
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+/// Writes into a special file or through a link as it is (`truncate`: the file behind it is a
+/// regular file, whose old content goes; `append`: write at its end). A FIFO is opened without blocking, so one that no
+/// process reads is refused at once instead of hanging the export.
+fn write_through(
+    runs: &[RunRecord],
+    path: &Path,
+    truncate: bool,
+    append: bool,
+) -> Result<(), StoreError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let fail = |e| StoreError::Write(path.to_path_buf(), e);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(truncate)
+        .append(append)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                fail(std::io::Error::other(
+                    "it is a FIFO that no process is reading",
+                ))
+            } else {
+                fail(e)
+            }
+        })?;
+    set_blocking(&file).map_err(fail)?;
+    let mut out = std::io::BufWriter::new(file);
+    write_jsonl(runs, &mut out).map_err(|e| match e {
+        StoreError::Output(e) => fail(e),
+        other => other,
+    })
+}
+
+/// Clears `O_NONBLOCK` (set only to open a FIFO without waiting for a reader), so writes wait
+/// for a slow reader instead of failing with `EAGAIN`.
+fn set_blocking(file: &std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: `fd` is an open descriptor owned by `file` for the duration of both calls;
+    // F_GETFL and F_SETFL only read and set its status flags.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Writes a regular file at `path` whole or not at all (temporary file, then rename).
+fn write_replacing(runs: &[RunRecord], path: &Path) -> Result<(), StoreError> {
+    let fail = |e| StoreError::Write(path.to_path_buf(), e);
     let partial = partial_path(path);
+    // A leftover of a killed export with this pid; create_new below never follows a link.
+    let _ = std::fs::remove_file(&partial);
     let result = (|| {
-        let file = std::fs::File::create(&partial).map_err(fail)?;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&partial)
+            .map_err(fail)?;
         let mut out = std::io::BufWriter::new(file);
         write_jsonl(runs, &mut out).map_err(|e| match e {
             StoreError::Output(e) => fail(e),
@@ -140,27 +252,101 @@ fn partial_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// Reads a JSON Lines file of runs, every line checked before any is returned (so a bad file
-/// imports nothing); blank lines are skipped.
+/// The longest line `import` reads: far above a run with 200,000 samples per metric in
+/// several variants (a few MB), far below what would exhaust memory; a file without line breaks
+/// (`/dev/zero`) is refused when it passes this.
+pub const MAX_LINE_BYTES: usize = 256 << 20;
+
+/// The largest sample magnitude a run may carry: beyond any time in ns, size in bytes or count
+/// a host produces (1e18 ns is 31 years), and small enough that sums and spreads over any number
+/// of samples stay finite, so statistics and charts are never fed an infinite range.
+pub const MAX_SAMPLE: f64 = 1e18;
+
+/// Reads a JSON Lines file of runs, streamed a line at a time with each line bounded
+/// ([`MAX_LINE_BYTES`]); every line is parsed and checked ([`check_record`]) before any is
+/// returned (so a bad file imports nothing); blank lines are skipped.
 pub fn read_jsonl(path: &Path) -> Result<Vec<RunRecord>, StoreError> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| StoreError::Read(path.to_path_buf(), e))?;
-    parse_jsonl(path, &text)
+    let file = std::fs::File::open(path).map_err(|e| StoreError::Read(path.to_path_buf(), e))?;
+    read_jsonl_from(path, std::io::BufReader::new(file), MAX_LINE_BYTES)
+}
+
+/// [`read_jsonl`] on any reader, lines bounded to `max_line` bytes; `path` names it in errors.
+pub fn read_jsonl_from(
+    path: &Path,
+    mut reader: impl std::io::BufRead,
+    max_line: usize,
+) -> Result<Vec<RunRecord>, StoreError> {
+    let bad = |line: usize, why: String| StoreError::BadLine {
+        path: path.to_path_buf(),
+        line,
+        why,
+    };
+    let mut runs = Vec::new();
+    let mut buf = Vec::new();
+    for number in 1.. {
+        buf.clear();
+        let limit = u64::try_from(max_line)
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
+        let read = std::io::Read::take(&mut reader, limit)
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| StoreError::Read(path.to_path_buf(), e))?;
+        if read == 0 {
+            break;
+        }
+        if buf.len() > max_line {
+            return Err(bad(
+                number,
+                format!("longer than {} MiB without a line break", max_line >> 20),
+            ));
+        }
+        let text = std::str::from_utf8(&buf).map_err(|e| bad(number, format!("not UTF-8: {e}")))?;
+        if text.trim().is_empty() {
+            continue;
+        }
+        let run: RunRecord = serde_json::from_str(text).map_err(|e| bad(number, e.to_string()))?;
+        check_record(&run).map_err(|why| bad(number, why))?;
+        runs.push(run);
+    }
+    Ok(runs)
 }
 
 /// [`read_jsonl`] on text already read; `path` names it in errors.
 pub fn parse_jsonl(path: &Path, text: &str) -> Result<Vec<RunRecord>, StoreError> {
-    text.lines()
-        .enumerate()
-        .filter(|(_, line)| !line.trim().is_empty())
-        .map(|(i, line)| {
-            serde_json::from_str(line).map_err(|e| StoreError::BadLine {
-                path: path.to_path_buf(),
-                line: i + 1,
-                why: e.to_string(),
-            })
-        })
-        .collect()
+    read_jsonl_from(path, text.as_bytes(), MAX_LINE_BYTES)
+}
+
+/// What a store could not hold, or a report could not draw, found before anything is stored:
+/// two variants of one name (they collide in the store), a sample that is not finite or beyond
+/// [`MAX_SAMPLE`].
+pub fn check_record(run: &RunRecord) -> Result<(), String> {
+    let mut names = std::collections::BTreeSet::new();
+    for v in &run.variants {
+        if !names.insert(v.name.as_str()) {
+            return Err(format!(
+                "run {} has two variants named `{}`; a run names each variant once",
+                run.run_id, v.name
+            ));
+        }
+        for (metric, m) in &v.metrics {
+            let summary = [m.median, m.ci95[0], m.ci95[1], m.min, m.max];
+            let all = m.samples.iter().chain(summary.iter()).enumerate();
+            for (i, x) in all {
+                if !x.is_finite() || x.abs() > MAX_SAMPLE {
+                    let what = if i < m.samples.len() {
+                        format!("sample {}", i + 1)
+                    } else {
+                        "summary value".to_string()
+                    };
+                    return Err(format!(
+                        "{what} of {metric} in variant {} is {x:e}: not a finite number within ±{MAX_SAMPLE:e}, which no measurement reaches",
+                        v.name
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
