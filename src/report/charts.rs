@@ -120,7 +120,9 @@ pub fn distribution(r: &RunRecord, metric: &str) -> Option<String> {
         });
     let names: Vec<String> = vs.iter().map(|v| v.name.clone()).collect();
     let n = vs.len() as f64;
-    let log = lo > 0.0 && hi / lo > 20.0;
+    // A log axis only over magnitudes plotters can tick: a subnormal or tiny lower end gives
+    // hundreds of decades (an imported record can carry any value).
+    let log = lo >= 1e-30 && hi / lo > 20.0 && hi / lo < 1e30;
     let y_range = if log {
         span(lo * 0.8, hi * 1.25)?
     } else {
