@@ -235,7 +235,11 @@ impl AbComparison {
             exact: self.exact,
         };
         self.min_n = min_n(self.alpha);
-        self.enough_samples = self.exact || verdict::enough(self.n, self.alpha);
+        self.enough_samples = if self.exact {
+            self.n.iter().all(|&n| n >= verdict::MIN_PER_SIDE)
+        } else {
+            verdict::enough(self.n, self.alpha)
+        };
         self.verdict = match verdict::call(&e, self.threshold, self.alpha) {
             Call::Lower => AbVerdict::Faster,
             Call::Higher => AbVerdict::Slower,

@@ -7,8 +7,9 @@
 //! corrected for the number of comparisons judged at once (Holm by default), is below the level
 //! (`ALPHA` for a verdict, [`GATE_ALPHA`] for the `--fail-on-regression` gate), and (3) the
 //! whole 95% interval of the ratio lies beyond the minimum effect (`--threshold`). Two sides
-//! that each have no spread at all (the model's exact counts and costs) are exact: the
-//! difference is their ratio, called when it exceeds the threshold.
+//! that each have no spread at all (the model's exact counts and costs) are exact: with at
+//! least [`MIN_PER_SIDE`] samples each, the difference is their ratio, called when it exceeds
+//! the threshold.
 
 use serde::{Deserialize, Serialize};
 
@@ -109,7 +110,8 @@ pub fn enough(n: [usize; 2], alpha: f64) -> bool {
 /// The rule, at level `alpha` with minimum effect `threshold` (a fraction: 0.05 for 5%).
 pub fn call(e: &Evidence, threshold: f64, alpha: f64) -> Call {
     let (up, down) = (1.0 + threshold, 1.0 - threshold);
-    if e.exact && e.n[0] > 0 && e.n[1] > 0 {
+    // Exact sides skip the rank test (there is no spread to test), not the sample minimum.
+    if e.exact && e.n[0] >= MIN_PER_SIDE && e.n[1] >= MIN_PER_SIDE {
         return if e.ratio > up {
             Call::Higher
         } else if e.ratio < down {
@@ -281,7 +283,7 @@ mod tests {
 
         #[test]
         fn exact_sides_are_called_by_their_ratio_against_the_threshold(
-            a in 0.001f64..1e6, r in 0.2f64..5.0, t in 0.0f64..0.5, n in 1usize..10,
+            a in 0.001f64..1e6, r in 0.2f64..5.0, t in 0.0f64..0.5, n in 4usize..10,
         ) {
             let e = Evidence { n: [n, n], ratio: r, ci95: [r, r], p_adjusted: 1.0, exact: true };
             let want = if r > 1.0 + t { Call::Higher } else if r < 1.0 - t { Call::Lower } else { Call::NoChange };
