@@ -261,6 +261,10 @@ pub enum Finding {
         caused_at: Option<usize>,
         /// Median duration of the stalled ioctl over the repetitions where it stalled.
         median_ms: f64,
+        /// Its shortest and longest duration over those repetitions: where the grace period
+        /// starts against the tick spreads a stall over one to two jiffies.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        range_ms: Option<[f64; 2]>,
         /// Its unstalled baseline.
         #[serde(default)]
         baseline_ms: f64,

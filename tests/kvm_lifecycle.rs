@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{json, kvm_or_skip, median, run, scenario_json, variant};
+use common::{fastest, json, kvm_or_skip, run, scenario_json, variant};
 
 #[test]
 fn irqchip_first_stalls_on_the_memslot_and_memslots_first_does_not() {
@@ -41,7 +41,10 @@ fn irqchip_first_stalls_on_the_memslot_and_memslots_first_does_not() {
     };
     let (slow, fast) = (variant("irqchip-first"), variant("memslots-first"));
     assert_eq!(slow["status"], "ok");
-    let ready = |v: &serde_json::Value| v["metrics"]["ready_ms"]["median"].as_f64().unwrap();
+    // The fastest repetition of each: a busy host (load, steal) only adds time, and it added
+    // up to 3.8 ms to memslots-first's median here; the stall is in every repetition of
+    // irqchip-first, so even its fastest one waits it out.
+    let ready = |v: &serde_json::Value| v["metrics"]["ready_ms"]["min"].as_f64().unwrap();
     // Measured here: ~8 ms vs ~0.5 ms at HZ=250. The stall is a normal SRCU grace period
     // (several jiffies), so even at HZ=1000 the ratio stays well above 3.
     assert!(
@@ -192,7 +195,8 @@ fn registrations_beside_a_running_vcpu_stall_the_next_memslot_update() {
     );
     assert_eq!(with["status"], "ok", "{with}");
     assert_eq!(without["status"], "ok", "{without}");
-    let memslot = |r: &serde_json::Value| median(r, "boot-activation", "boot.memslot_ms");
+    // Fastest repetitions: a busy host only adds time (see fastest()).
+    let memslot = |r: &serde_json::Value| fastest(r, "boot-activation", "boot.memslot_ms");
     // Measured here: ~7 ms after 8 deferred registrations against ~0.05 ms without: the
     // update waits out the grace period the first registration started (> 1 jiffy).
     assert!(
@@ -205,8 +209,15 @@ fn registrations_beside_a_running_vcpu_stall_the_next_memslot_update() {
     assert!(without["metrics"].get("boot.ioeventfd_us").is_none());
     // A loaded host can slow one update without registrations; the typical one never waits.
     assert_eq!(without["metrics"]["stalls"]["median"], 0.0);
-    let finding = &with["findings"][0];
-    assert_eq!(finding["ioctl"], "KVM_SET_USER_MEMORY_REGION");
+    // The memslot update's stall; on a busy host another ioctl (a preempted
+    // KVM_CREATE_PIT2, say) can be slow often enough to be a finding of its own.
+    let finding = with["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["ioctl"] == "KVM_SET_USER_MEMORY_REGION")
+        .unwrap_or_else(|| panic!("no memslot stall: {}", with["findings"]));
+    assert_eq!(finding["kind"], "srcu-stall");
     assert_eq!(finding["caused_by"], "KVM_IOEVENTFD");
     assert!(finding["stalled_reps"].as_u64().unwrap() >= 6, "{finding}");
 }

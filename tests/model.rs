@@ -437,7 +437,16 @@ fn validate_matches_fault_counts_exactly_on_this_host() {
         .env("HVLAB_DB", dir.path().join("hvlab.db"))
         .output()
         .unwrap();
-    let r = json(&out);
+    // Exit 0, or exit 4 when a time fell outside on a busy host ("cannot judge"); never 1,
+    // and the counts are exact either way.
+    let err = common::stderr(&out);
+    match out.status.code() {
+        Some(0) => {}
+        Some(4) => assert!(err.contains("cannot judge: host busy"), "{err}"),
+        other => panic!("validate exited {other:?}: {err}"),
+    }
+    let r: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("validate printed no JSON ({e}): {err}"));
     let checks = r["checks"].as_array().unwrap();
     assert!(checks.len() >= 20, "{r}");
     let exact: Vec<&Value> = checks

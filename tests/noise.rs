@@ -108,6 +108,26 @@ fn a_run_under_cpu_hogs_records_its_noise_and_warns_that_the_host_is_busy() {
     assert!(lines[host + 1].starts_with("noise: load "), "{text}");
     assert!(lines[host + 1].ends_with("— busy"), "{text}");
     assert!(text.contains("warning: busy host: "), "{text}");
+
+    // The report says it too, in the run's section, before its numbers.
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(&db, &["report", id, "-o", dir.path().to_str().unwrap()]);
+    assert_exit(&out, 0, &[]);
+    let html = std::fs::read_to_string(dir.path().join("index.html")).unwrap();
+    let md = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    let section = html
+        .find(&format!("id=\"{id}\""))
+        .expect("the run's section");
+    let noise_at = html[section..]
+        .find("<p class=\"noise\">noise: load ")
+        .expect(&html);
+    let warning_at = html[section..]
+        .find("<p class=\"warning\">warning: busy host: ")
+        .expect(&html);
+    let table_at = html[section..].find("<table>").expect(&html);
+    assert!(noise_at < table_at && warning_at < table_at, "{html}");
+    assert!(md.contains("Noise: load "), "{md}");
+    assert!(md.contains("**warning**: busy host: "), "{md}");
 }
 
 #[test]

@@ -62,7 +62,8 @@ fn the_report_is_self_contained_and_renders_in_chromium() {
         fidelity < first_run.unwrap_or(usize::MAX),
         "fidelity after the runs"
     );
-    assert!(html.contains("pf_fixed after the fix") && md.contains("pf_fixed after the fix"));
+    // Markdown escapes the underscore, which renders as pf_fixed.
+    assert!(html.contains("pf_fixed after the fix") && md.contains("pf\\_fixed after the fix"));
     assert!(md.contains("| thread | figure | setup | published | model | verdict |"));
     let svgs = html.matches("<svg").count();
     // Per scenario: a distribution plus its own chart; pinning has two.

@@ -22,7 +22,7 @@ fn tracing_hvlab_finds_its_irqchip_stall() {
             "--variant",
             "irqchip-first",
             "--reps",
-            "1",
+            "3",
             "--warmup",
             "0",
             "--no-store",
@@ -46,19 +46,26 @@ fn tracing_hvlab_finds_its_irqchip_stall() {
     assert!(pos("KVM_CREATE_IRQCHIP") < pos("KVM_SET_USER_MEMORY_REGION"));
     assert_eq!(r["first_run"].as_u64().unwrap() as usize, pos("KVM_RUN"));
     // SRCU stalls name their cause; another slow ioctl (a loaded machine) is listed without one.
+    // Three VMs: on a busy host the VMM can be held up between the irqchip and the memslot
+    // update for as long as the grace period lasts, and one VM then does not stall.
     let stalls: Vec<&serde_json::Value> = r["stalls"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|s| !s["caused_by"].is_null())
         .collect();
-    assert_eq!(stalls.len(), 1, "{stalls:?}");
-    assert_eq!(stalls[0]["ioctl"], "KVM_SET_USER_MEMORY_REGION");
-    assert_eq!(stalls[0]["caused_by"], "KVM_CREATE_IRQCHIP");
-    assert_eq!(
-        stalls[0]["caused_by_index"].as_u64().unwrap() as usize,
-        pos("KVM_CREATE_IRQCHIP")
+    assert!(
+        !stalls.is_empty(),
+        "no SRCU stall in 3 VMs: {}",
+        r["stalls"]
     );
+    for s in stalls {
+        assert_eq!(s["ioctl"], "KVM_SET_USER_MEMORY_REGION", "{s}");
+        assert_eq!(s["caused_by"], "KVM_CREATE_IRQCHIP", "{s}");
+        let cause = s["caused_by_index"].as_u64().unwrap() as usize;
+        assert_eq!(names[cause], "KVM_CREATE_IRQCHIP", "{s}");
+        assert!(cause < s["index"].as_u64().unwrap() as usize, "{s}");
+    }
 }
 
 #[test]

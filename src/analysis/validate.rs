@@ -115,10 +115,15 @@ pub fn check_count(
     ))
 }
 
-/// The median stall duration of a variant's first stall finding.
-pub fn stall_ms(r: &RunRecord, variant: &str) -> Option<f64> {
+/// The median stall duration of a variant's first stall finding, with its range over the
+/// stalled repetitions (the median alone where the record has no range).
+pub fn stall_ms(r: &RunRecord, variant: &str) -> Option<(f64, [f64; 2])> {
     r.variant(variant)?.findings.iter().find_map(|f| match f {
-        Finding::SrcuStall { median_ms, .. } => Some(*median_ms),
+        Finding::SrcuStall {
+            median_ms,
+            range_ms,
+            ..
+        } => Some((*median_ms, range_ms.unwrap_or([*median_ms, *median_ms]))),
         _ => None,
     })
 }

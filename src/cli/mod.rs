@@ -617,6 +617,12 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 } else {
                     print_text(&render::fleet_compare(&a, &b, &outcome))?;
                 }
+                busy_gate(
+                    fail_on_regression && outcome.regression,
+                    outcome.confounded && !outcome.beyond_busy_noise,
+                    &outcome.busy,
+                    "B looks slower, but some runs of the fleet were measured on a busy host",
+                )?;
                 return regression_exit(fail_on_regression, outcome.regression, &outcome.too_few);
             }
             if scenario.is_some() || variant.is_some() {
@@ -647,12 +653,12 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                     print_text(&format!("  [{}] {}", comparison_label(c), c))?;
                 }
             }
-            if fail_on_regression && regressed && outcome.confounded {
-                return Err(Error::HostBusy {
-                    why: outcome.busy.iter().flatten().next().cloned().unwrap_or_default(),
-                    what: "B looks slower, but A and B are different runs and a busy host inflates a run's times by as much as the change (1.7× in A/A runs here at load 8-12), so the gate cannot tell a regression from the host getting busier: rerun both on a quiet host (--quiet-host waits for one) or pinned with --cpu; variants compared within one run are judged, since interleaving spreads the noise over both".into(),
-                });
-            }
+            busy_gate(
+                fail_on_regression && regressed,
+                outcome.confounded && !outcome.beyond_busy_noise,
+                &outcome.busy,
+                "B looks slower, but A and B are different runs",
+            )?;
             return regression_exit(fail_on_regression, regressed, too_few);
         }
         Command::Merge { files, json } => {
@@ -877,6 +883,27 @@ fn run_one(
 
 /// `hvlab compare`'s exit: with `--fail-on-regression`, 1 on a regression, and an error when
 /// some comparison had too few samples to judge.
+/// The regression gate between runs measured apart: when a busy run is on either side and
+/// no slowdown exceeds what a busy host does to a run, a regression cannot be told from the
+/// host getting busier: exit 4 ("cannot judge"), never 1.
+fn busy_gate(
+    regressed: bool,
+    confounded: bool,
+    busy: &[Vec<String>; 2],
+    what: &str,
+) -> Result<(), Error> {
+    if regressed && confounded {
+        return Err(Error::HostBusy {
+            why: busy.iter().flatten().next().cloned().unwrap_or_default(),
+            what: format!(
+                "{what}, and a busy host inflates a run's times by as much as the change (up to 1.7× in A/A runs here at load 8-12; a slowdown is still called when its whole 95% interval is above {:.1}×), so the gate cannot tell a regression from the host getting busier: rerun both on a quiet host (--quiet-host waits for one) or pinned with --cpu; variants compared within one run are judged, since interleaving spreads the noise over both",
+                lab::compare::BUSY_INFLATION
+            ),
+        });
+    }
+    Ok(())
+}
+
 fn regression_exit(
     fail_on_regression: bool,
     regression: bool,

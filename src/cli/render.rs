@@ -327,6 +327,15 @@ pub fn fleet_compare(a: &str, b: &str, o: &crate::lab::compare::FleetOutcome) ->
         "A = {a} ({} runs)\nB = {b} ({} runs)\n{} on {}",
         o.runs[0], o.runs[1], o.scenario, o.metric
     );
+    for (side, busy) in ["A", "B"].iter().zip(&o.busy) {
+        if let Some(why) = busy.first() {
+            let _ = writeln!(
+                s,
+                "warning: {} run(s) of side {side} were measured on a busy host ({why}): their times may be inflated",
+                busy.len()
+            );
+        }
+    }
     for c in &o.comparisons {
         let _ = writeln!(s, "{}:", c.variant);
         for h in &c.per_host {

@@ -21,7 +21,7 @@ h1{border-bottom:2px solid #1f77b4}h2{margin-top:2em;border-bottom:1px solid #cc
 table{border-collapse:collapse;margin:.5em 0;font-size:.9em}td,th{border:1px solid #ddd;padding:.2em .6em;text-align:right}\
 th{background:#f3f6fa}td:first-child,th:first-child{text-align:left}.finding{background:#fff6e5;border-left:4px solid #ff7f0e;padding:.4em .8em;margin:.3em 0}\
 .verdict{background:#eef6ee;border-left:4px solid #2ca02c;padding:.4em .8em;margin:.3em 0}.status{color:#a33}\
-figure{margin:1em 0}figcaption{font-size:.85em;color:#555}.host td{text-align:left}";
+figure{margin:1em 0}figcaption{font-size:.85em;color:#555}.host td{text-align:left}.warning{color:#a40}";
 
 /// The whole page.
 pub fn page(records: &[RunRecord], fidelity: &[ThreadReport]) -> String {
@@ -95,6 +95,21 @@ fn run(s: &mut String, r: &RunRecord) {
             .collect::<Vec<_>>()
             .join(", "))
     );
+    // The conditions of the measurement come before its numbers: a busy host inflates them.
+    if let Some(n) = &r.noise {
+        let _ = write!(
+            s,
+            "<p class=\"noise\">noise: {}</p>",
+            esc(&super::words::noise_line(n))
+        );
+    }
+    for w in &r.warnings {
+        let _ = write!(
+            s,
+            "<p class=\"warning\">warning: {}</p>",
+            esc(&w.to_string())
+        );
+    }
     for (caption, svg) in charts_for(r) {
         let _ = write!(
             s,

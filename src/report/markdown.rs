@@ -40,6 +40,12 @@ pub fn summary(records: &[RunRecord], fidelity: &[ThreadReport]) -> String {
             r.host.kvm_flavour,
             r.host.hz
         );
+        if let Some(n) = &r.noise {
+            let _ = writeln!(s, "Noise: {}.\n", md(&super::words::noise_line(n)));
+        }
+        for w in &r.warnings {
+            let _ = writeln!(s, "- **warning**: {}", md(&w.to_string()));
+        }
         for v in &r.variants {
             if !v.is_ok() {
                 let _ = writeln!(s, "- **{}**: {}", md(&v.name), md(&v.status.to_string()));

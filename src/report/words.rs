@@ -305,6 +305,7 @@ impl fmt::Display for Finding {
                 jiffies,
                 stalled_reps,
                 reps,
+                ..
             } => {
                 let what = match (caused_at, caused_by) {
                     (Some(at), _) if at == step => {

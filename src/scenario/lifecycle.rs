@@ -39,7 +39,7 @@ use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::{StallCause, Verdict, against_fastest};
 use crate::analysis::stall::{Baselines, Stall, find_stalls, kernel_effects};
 use crate::analysis::statistics::median;
-use crate::analysis::validate::{Check, Rule, check, judge, stall_ms};
+use crate::analysis::validate::{Check, Rule, check, judge_in_band, stall_ms};
 use crate::backend::host::HostInfo;
 use crate::backend::ioctl_table::BusRegistration;
 use crate::backend::ioctl_table::SrcuKernel;
@@ -487,6 +487,10 @@ fn analyse_variant(
                     caused_by: Some(cause),
                     caused_at: Some(at),
                     median_ms,
+                    range_ms: Some([
+                        durs.iter().copied().fold(f64::INFINITY, f64::min) / 1e6,
+                        durs.iter().copied().fold(f64::NEG_INFINITY, f64::max) / 1e6,
+                    ]),
                     baseline_ms: baseline,
                     jiffies,
                     stalled_reps: seen,
@@ -644,8 +648,10 @@ impl Experiment for Lifecycle {
                 let mut out: Vec<Check> = Vec::new();
                 out.extend(check(model, kvm, v, "stalls", Rule::Exact(0.0)));
                 out.extend(check(model, kvm, v, "ready_ms", time));
-                if let (Some(p), Some(m)) = (stall_ms(model, v), stall_ms(kvm, v)) {
-                    out.push(judge(INFO.name, v, "stall_ms", "ms", p, m, time));
+                if let (Some((p, _)), Some((m, band))) = (stall_ms(model, v), stall_ms(kvm, v)) {
+                    out.push(judge_in_band(
+                        INFO.name, v, "stall_ms", "ms", p, m, band, time,
+                    ));
                 }
                 out.extend(check(model, kvm, v, "boot.memslot_ms", time));
                 out
@@ -783,9 +789,17 @@ mod tests {
                     caused_by,
                     stalled_reps,
                     reps,
+                    median_ms,
+                    range_ms,
                     ..
                 },
             ] => {
+                // validate judges the model's stall within this range (tick phase spreads it).
+                let [low, high] = range_ms.expect("a stall carries its range");
+                assert!(
+                    low <= *median_ms && *median_ms <= high,
+                    "{low} {median_ms} {high}"
+                );
                 assert_eq!(ioctl, "KVM_SET_USER_MEMORY_REGION");
                 assert_eq!(*step, 3);
                 assert_eq!(caused_by.as_deref(), Some("KVM_CREATE_IRQCHIP"));

@@ -135,6 +135,14 @@ pub fn median(r: &serde_json::Value, name: &str, metric: &str) -> f64 {
         .unwrap_or_else(|| panic!("{name}.{metric} missing: {}", variant(r, name)["metrics"]))
 }
 
+/// The smallest sample of `metric` of variant `name`: a busy host only adds time, so the
+/// fastest repetition is the one closest to the mechanism's own cost.
+pub fn fastest(r: &serde_json::Value, name: &str, metric: &str) -> f64 {
+    variant(r, name)["metrics"][metric]["min"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{name}.{metric} missing: {}", variant(r, name)["metrics"]))
+}
+
 /// Every stored run as JSON, by id, read back with `hvlab runs` + `hvlab show`.
 pub fn runs_by_id<D: AsRef<OsStr> + ?Sized>(db: &D) -> BTreeMap<String, serde_json::Value> {
     let listing = json(&run(db, &["runs", "--json", "--limit", "100000"]));
