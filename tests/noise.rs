@@ -126,7 +126,7 @@ fn a_run_under_cpu_hogs_records_its_noise_and_warns_that_the_host_is_busy() {
         .expect(&html);
     let table_at = html[section..].find("<table>").expect(&html);
     assert!(noise_at < table_at && warning_at < table_at, "{html}");
-    assert!(md.contains("Noise: load "), "{md}");
+    assert!(md.contains("\nnoise: load "), "{md}");
     assert!(md.contains("**warning**: busy host: "), "{md}");
 }
 

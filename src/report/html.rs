@@ -99,7 +99,7 @@ fn run(s: &mut String, r: &RunRecord) {
     if let Some(n) = &r.noise {
         let _ = write!(
             s,
-            "<p class=\"noise\">noise: {}</p>",
+            "<p class=\"noise\">{}</p>",
             esc(&super::words::noise_line(n))
         );
     }

@@ -41,7 +41,7 @@ pub fn summary(records: &[RunRecord], fidelity: &[ThreadReport]) -> String {
             r.host.hz
         );
         if let Some(n) = &r.noise {
-            let _ = writeln!(s, "Noise: {}.\n", md(&super::words::noise_line(n)));
+            let _ = writeln!(s, "{}.\n", md(&super::words::noise_line(n)));
         }
         for w in &r.warnings {
             let _ = writeln!(s, "- **warning**: {}", md(&w.to_string()));
