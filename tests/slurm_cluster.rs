@@ -23,7 +23,7 @@ const SUITE_ARGS: &str = "--backend model --profile pvm-epyc --reps 3 --warmup 0
 
 /// What a program of the cluster needs to find it: its configuration (and through it munge's
 /// socket), and no Slurm job of the caller's.
-fn slurm_env(c: &mut Command, conf: &Path) -> &mut Command {
+fn slurm_env<'a>(c: &'a mut Command, conf: &Path) -> &'a mut Command {
     for k in hvlab::lab::shard::VARIABLES {
         c.env_remove(k);
     }
@@ -162,13 +162,8 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
     fn wait_for(&mut self, what: &str, deadline: Duration, mut ready: impl FnMut() -> bool) {
         let start = Instant::now();
         while !ready() {
-            for (name, child) in &mut self.daemons {
-                if let Ok(Some(status)) = child.try_wait() {
-                    panic!(
-                        "{name} exited ({status}) while waiting for {what}:\n{}",
-                        self.logs()
-                    );
-                }
+            if let Some(gone) = self.exited() {
+                panic!("{gone} while waiting for {what}:\n{}", self.logs());
             }
             assert!(
                 start.elapsed() < deadline,
@@ -177,6 +172,14 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
             );
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// `NAME exited (STATUS)` for a daemon that is gone.
+    fn exited(&mut self) -> Option<String> {
+        self.daemons.iter_mut().find_map(|(name, child)| match child.try_wait() {
+            Ok(Some(status)) => Some(format!("{name} exited ({status})")),
+            _ => None,
+        })
     }
 
     fn logs(&self) -> String {
@@ -258,10 +261,8 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
                 slurm(&conf, "squeue", &["-t", "all"]).unwrap_or_default(),
                 self.logs()
             );
-            for (name, child) in &mut self.daemons {
-                if let Ok(Some(status)) = child.try_wait() {
-                    panic!("{name} exited ({status}) during the jobs:\n{}", self.logs());
-                }
+            if let Some(gone) = self.exited() {
+                panic!("{gone} during the jobs:\n{}", self.logs());
             }
             std::thread::sleep(Duration::from_millis(500));
         }
