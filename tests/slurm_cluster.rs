@@ -75,9 +75,18 @@ impl Cluster {
             .arg("--foreground")
             .arg(format!("--key-file={}", key.display()))
             .arg(format!("--socket={}", socket.display()))
-            .arg(format!("--pid-file={}", root.join("sock/munged.pid").display()))
-            .arg(format!("--seed-file={}", root.join("key/munged.seed").display()))
-            .arg(format!("--log-file={}", root.join("log/munged.log").display()))
+            .arg(format!(
+                "--pid-file={}",
+                root.join("sock/munged.pid").display()
+            ))
+            .arg(format!(
+                "--seed-file={}",
+                root.join("key/munged.seed").display()
+            ))
+            .arg(format!(
+                "--log-file={}",
+                root.join("log/munged.log").display()
+            ))
             .stdout(log(&root, "munged.out"))
             .stderr(log(&root, "munged.out"))
             .spawn()
@@ -139,8 +148,7 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
         cluster.daemons.push(("slurmctld", ctld));
         let conf2 = conf.clone();
         cluster.wait_for("slurmctld to answer", Duration::from_secs(30), || {
-            slurm(&conf2, "scontrol", &["ping"])
-                .is_ok_and(|out| out.contains("is UP"))
+            slurm(&conf2, "scontrol", &["ping"]).is_ok_and(|out| out.contains("is UP"))
         });
         let slurmd = Command::new("slurmd")
             .args(["-D", "-N", "localhost", "-f"])
@@ -176,17 +184,19 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 
     /// `NAME exited (STATUS)` for a daemon that is gone.
     fn exited(&mut self) -> Option<String> {
-        self.daemons.iter_mut().find_map(|(name, child)| match child.try_wait() {
-            Ok(Some(status)) => Some(format!("{name} exited ({status})")),
-            _ => None,
-        })
+        self.daemons
+            .iter_mut()
+            .find_map(|(name, child)| match child.try_wait() {
+                Ok(Some(status)) => Some(format!("{name} exited ({status})")),
+                _ => None,
+            })
     }
 
     fn logs(&self) -> String {
         let mut out = String::new();
         for name in ["munged.out", "slurmctld.out", "slurmd.out"] {
-            let text = std::fs::read_to_string(self.dir.path().join("log").join(name))
-                .unwrap_or_default();
+            let text =
+                std::fs::read_to_string(self.dir.path().join("log").join(name)).unwrap_or_default();
             let tail: Vec<&str> = text.lines().rev().take(15).collect();
             out.push_str(&format!("--- {name} (last lines)\n"));
             for l in tail.into_iter().rev() {
@@ -247,9 +257,16 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
             let text = slurm(&conf, "scontrol", &["-o", "show", "job", id]).unwrap_or_default();
             !text.is_empty()
                 && text.lines().all(|l| {
-                    ["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"]
-                        .iter()
-                        .any(|s| l.contains(&format!("JobState={s} ")))
+                    [
+                        "COMPLETED",
+                        "FAILED",
+                        "CANCELLED",
+                        "TIMEOUT",
+                        "OUT_OF_MEMORY",
+                        "NODE_FAIL",
+                    ]
+                    .iter()
+                    .any(|s| l.contains(&format!("JobState={s} ")))
                 })
         };
         let what = format!("end of jobs {ids:?}");
@@ -416,8 +433,7 @@ fn assert_success(out: &Output, what: &str) {
 }
 
 #[test]
-fn the_slurm_example_on_a_real_cluster_merges_the_whole_suite_and_cancels_a_failed_arrays_merge()
-{
+fn the_slurm_example_on_a_real_cluster_merges_the_whole_suite_and_cancels_a_failed_arrays_merge() {
     let test = "the_slurm_example_on_a_real_cluster";
     if !slurm_or_skip(test) {
         return;
@@ -513,7 +529,12 @@ fn the_slurm_example_on_a_real_cluster_merges_the_whole_suite_and_cancels_a_fail
         .collect();
     shards.sort();
     assert_eq!(shards.len(), 4, "one shard file per task: {shards:?}");
-    let again = again.args(&shards).arg("--db").arg(&suite_db).output().unwrap();
+    let again = again
+        .args(&shards)
+        .arg("--db")
+        .arg(&suite_db)
+        .output()
+        .unwrap();
     assert_success(&again, "the second merge");
     let said = String::from_utf8_lossy(&again.stdout);
     let total = said
@@ -545,7 +566,10 @@ fn the_slurm_example_on_a_real_cluster_merges_the_whole_suite_and_cancels_a_fail
     let merge_state = cluster.states(&merge);
     assert_eq!(
         merge_state[0],
-        ("CANCELLED".to_string(), "DependencyNeverSatisfied".to_string()),
+        (
+            "CANCELLED".to_string(),
+            "DependencyNeverSatisfied".to_string()
+        ),
         "the merge of a failed array"
     );
     let task_log =

@@ -329,7 +329,11 @@ fn with_no_store_a_sweep_too_big_for_the_store_runs_and_prints_every_point() {
     let grid = axis("devices", 0, 19);
     let mut args = BASE.to_vec();
     args.extend(["--grid", &grid]);
-    assert_exit(&run(&db, &args), 2, &["20 points", "MiB free", "--no-store"]);
+    assert_exit(
+        &run(&db, &args),
+        2,
+        &["20 points", "MiB free", "--no-store"],
+    );
     args.push("--no-store");
     let out = run(&db, &args);
     assert!(out.status.success(), "{}", common::stderr(&out));

@@ -401,7 +401,13 @@ pub fn free_bytes(path: &std::path::Path) -> Option<u64> {
     let dir = path
         .ancestors()
         .skip(1)
-        .map(|d| if d.as_os_str().is_empty() { std::path::Path::new(".") } else { d })
+        .map(|d| {
+            if d.as_os_str().is_empty() {
+                std::path::Path::new(".")
+            } else {
+                d
+            }
+        })
         .find(|d| d.is_dir())?;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     // SAFETY: `c` is a NUL-terminated path that outlives the call; `st` is a plain C struct
@@ -477,9 +483,7 @@ pub fn preflight(
             let line = crate::report::words::sweep_store_cost(&cost, free);
             Ok((Some(cost), line))
         }
-        Err(e @ (Error::Input(_) | Error::Model(crate::model::ModelError::Profile(_)))) => {
-            Err(e)
-        }
+        Err(e @ (Error::Input(_) | Error::Model(crate::model::ModelError::Profile(_)))) => Err(e),
         Err(e) => Ok((
             None,
             format!("warning: the store size of this sweep was not estimated: {e}"),
