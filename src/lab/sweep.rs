@@ -778,6 +778,44 @@ mod tests {
     }
 
     #[test]
+    fn the_store_cost_measures_a_real_record_for_this_shards_points() {
+        let s = spec(&["vcpus=1,2,3,4,5"], &[], &["irqchip-first"]);
+        let host = crate::lab::host::probe();
+        let profile = crate::model::profile::Profile::load("pvm-epyc").unwrap();
+        let backend = |seed| -> Result<Box<dyn Backend>, Error> {
+            Ok(Box::new(crate::model::ModelBackend::new(
+                profile.clone(),
+                host.clone(),
+                seed,
+            )))
+        };
+        let whole = store_cost(&s, Shard::WHOLE, backend).unwrap();
+        assert_eq!(whole.points, 5);
+        assert_eq!(whole.probes, vec![0, 4]);
+        // One variant's metrics, 3 repetitions each.
+        assert!(
+            whole.samples[0] >= 3 && whole.samples[0] % 3 == 0,
+            "{whole:?}"
+        );
+        assert!(whole.bytes_per_point[0] > 0, "{whole:?}");
+        assert_eq!(whole.bytes, whole.bytes_per_point.map(|b| b * 5));
+        let second = store_cost(&s, Shard::new(1, 2).unwrap(), backend).unwrap();
+        assert_eq!(second.points, 2, "points 2 and 4 of 5");
+        assert_eq!(second.bytes_per_point, whole.bytes_per_point);
+
+        let dir = tempfile::tempdir().unwrap();
+        let at = crate::store::Location::Sqlite(dir.path().join("not-yet/hvlab.db"));
+        assert!(check_room(&s, &whole, &at).is_ok());
+        let mut huge = whole.clone();
+        huge.bytes = [u64::MAX / 2; 2];
+        let e = check_room(&s, &huge, &at).unwrap_err().to_string();
+        assert!(e.contains("free") && e.contains("--no-store"), "{e}");
+        // A PostgreSQL server's free space is not seen from here: nothing to refuse on.
+        let pg = crate::store::Location::Postgres("postgres://localhost/hvlab".into());
+        assert!(check_room(&s, &huge, &pg).is_ok());
+    }
+
+    #[test]
     fn a_storage_error_stops_the_sweep() {
         let p = plan(&spec(&["vcpus=1,2,3,4,5,6"], &[], &["memslots-first"])).unwrap();
         let host = crate::lab::host::probe();

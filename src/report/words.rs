@@ -708,3 +708,21 @@ pub fn sweep_too_big(c: &crate::lab::sweep::StoreCost, store: &str, free: u64) -
         bytes(free)
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_in_binary_units_with_three_digits() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(1023), "1023 B");
+        assert_eq!(bytes(1024), "1.00 KiB");
+        assert_eq!(bytes(115_000), "112 KiB");
+        assert_eq!(bytes(80 << 30), "80.0 GiB");
+        assert_eq!(bytes(u64::MAX), "16.0 EiB");
+        assert_eq!(byte_range([112 << 10, 168 << 10]), "112–168 KiB");
+        assert_eq!(byte_range([900 << 10, 2 << 20]), "900 KiB–2.00 MiB");
+        assert_eq!(byte_range([5, 5]), "5 B");
+    }
+}
