@@ -185,39 +185,59 @@ fn a_full_disk_after_measuring_prints_the_run_and_keeps_it_for_import() {
 
 #[test]
 fn a_failed_save_in_a_suite_sweep_keeps_the_run_in_a_recovery_file() {
+    use std::io::{BufRead, Read};
     let test = "a_failed_save_in_a_suite_sweep_keeps_the_run_in_a_recovery_file";
     let dir = tempfile::tempdir().expect("tempdir");
     let small = dir.path().join("small");
     std::fs::create_dir(&small).expect("mkdir");
-    let Some(_mounted) = Tmpfs::mount(test, &small, "1m") else {
+    let Some(_mounted) = Tmpfs::mount(test, &small, "16m") else {
         return;
     };
     let db = small.join("full.db");
     let data = dir.path().join("data");
-    let first = common::run(
-        &db,
-        &["run", "lifecycle", "--backend", "model", "--reps", "4"],
-    );
-    assert!(first.status.success(), "{}", stderr(&first));
-    fill(&small);
-    let out = hvlab()
+    // A sweep that fits the free space when it starts (a full disk is refused before any
+    // point runs, tests/sweep_cli.rs), on a disk that another writer fills once its first
+    // point is stored: 60 points of 110–170 KiB (about 10 MiB of 16), one at a time.
+    let mut child = hvlab()
         .args([
             "sweep",
             "lifecycle",
             "--backend",
             "model",
             "--grid",
-            "vcpus=1,2",
+            &format!(
+                "devices={}",
+                (0..60).map(|d| d.to_string()).collect::<Vec<_>>().join(",")
+            ),
             "--reps",
-            "300",
+            "5",
+            "--jobs",
+            "1",
         ])
         .arg("--db")
         .arg(&db)
         .env("XDG_DATA_HOME", &data)
-        .output()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .expect("spawn");
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(4), "{err}");
+    let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut err = String::new();
+    loop {
+        let mut line = String::new();
+        if lines.read_line(&mut line).expect("stderr") == 0 {
+            break;
+        }
+        err.push_str(&line);
+        if line.starts_with("stored run") {
+            fill(&small);
+            break;
+        }
+    }
+    lines.read_to_string(&mut err).expect("stderr");
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(4), "{err}");
+    assert!(err.contains("was measured but not stored"), "{err}");
     let kept = recovery_path(&err);
     let lines = std::fs::read_to_string(&kept).expect("recovery file");
     assert!(!lines.trim().is_empty());

@@ -1226,6 +1226,17 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
         seed: args.measure.seed,
         profile: args.measure.profile.clone(),
     };
+    let host = host::probe();
+    let model_profile = backends::ModelProfile::named(args.measure.profile.as_deref());
+    // What the points would take in the store, refused above its free space (exit 2).
+    let store_cost = if args.measure.no_store {
+        None
+    } else {
+        let at = store::resolve_path(db)?;
+        let (cost, line) = lab::sweep::preflight(&spec, shard, &at, &host, &model_profile)?;
+        eprintln!("{}", safe(&line));
+        cost
+    };
     let plan = lab::sweep::plan(&spec)?;
     args.measure.interference.check()?;
     // Check the database before measuring, so a bad --db does not cost a sweep.
@@ -1235,8 +1246,6 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
         Some(RunStore::open(db, args.measure.json)?)
     };
     args.measure.interference.apply()?;
-    let host = host::probe();
-    let model_profile = backends::ModelProfile::named(args.measure.profile.as_deref());
     let threads = match args.backend {
         BackendKind::Kvm => 1,
         BackendKind::Model => {
@@ -1258,6 +1267,8 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
     );
     let progress = TermProgress::new("sweep", json);
     let mut run_ids = Vec::new();
+    // --no-store: the results are printed, as they are the only copy.
+    let mut unstored = Vec::new();
     let outcome = lab::sweep::run(
         &plan,
         shard,
@@ -1267,15 +1278,25 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
         |mut record| {
             if let Some(store) = &mut store {
                 store.save(&mut record)?;
+            } else if !json {
+                print_text(&render::run(&record, false))?;
+                print_text("")?;
             }
-            run_ids.push(record.run_id);
+            run_ids.push(record.run_id.clone());
+            if store.is_none() && json {
+                unstored.push(record);
+            }
             Ok(())
         },
     )?;
     if json {
-        print_json(&serde_json::json!({
-            "sweep": outcome, "shard": shard.to_string(), "runs": run_ids
-        }))?;
+        let mut doc = serde_json::json!({
+            "sweep": outcome, "shard": shard.to_string(), "runs": run_ids, "store_cost": store_cost
+        });
+        if store.is_none() {
+            doc["records"] = serde_json::to_value(&unstored).map_err(std::io::Error::other)?;
+        }
+        print_json(&doc)?;
     } else {
         for why in &outcome.skipped {
             eprintln!("skipped {why}");

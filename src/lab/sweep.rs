@@ -168,10 +168,9 @@ impl std::fmt::Debug for SweepPlan {
 /// queue a billion runs.
 pub const MAX_POINTS: usize = 1_000_000;
 
-/// Expands and validates a sweep: every point is checked as `hvlab run` would check it, so
-/// a bad key or value is refused (exit 2) before anything runs.
-pub fn plan(spec: &SweepSpec) -> Result<SweepPlan, InputError> {
-    let info = spec.scenario.info();
+/// The sweep's point count, refused above [`MAX_POINTS`]; an axis that is also a `--set` or
+/// `variant` beside `--variant` is refused too.
+pub fn point_count(spec: &SweepSpec) -> Result<usize, InputError> {
     for axis in &spec.axes {
         if axis.key == VARIANT_AXIS {
             if !spec.variants.is_empty() {
@@ -195,70 +194,84 @@ pub fn plan(spec: &SweepSpec) -> Result<SweepPlan, InputError> {
             });
         }
     }
-    let total = spec
-        .axes
+    spec.axes
         .iter()
         .try_fold(1usize, |n, a| n.checked_mul(a.values.len()))
         .filter(|n| *n <= MAX_POINTS)
         .ok_or_else(|| InputError::BadValue {
             key: "--grid".into(),
-            value: spec
-                .axes
-                .iter()
-                .map(|a| format!("{} values of {}", a.values.len(), a.key))
-                .collect::<Vec<_>>()
-                .join(" × "),
+            value: axes_text(&spec.axes),
             why: format!("a sweep has at most {MAX_POINTS} points; split it into several"),
-        })?;
-    let mut points = Vec::with_capacity(total);
-    for position in 0..total {
-        // Mixed radix, last axis fastest.
-        let mut rest = position;
-        let mut values = vec![(String::new(), String::new()); spec.axes.len()];
-        for (slot, axis) in values.iter_mut().zip(&spec.axes).rev() {
-            let n = axis.values.len();
-            *slot = (axis.key.clone(), axis.values[rest % n].clone());
-            rest /= n;
-        }
-        let mut sets = spec.sets.clone();
-        let mut variants = spec.variants.clone();
-        for (k, v) in &values {
-            if k == VARIANT_AXIS {
-                variants = vec![v.clone()];
-            } else {
-                sets.push(format!("{k}={v}"));
-            }
-        }
-        let key = format!(
-            "{}/{}/{}",
-            info.name,
-            spec.backend,
-            values
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(",")
-        );
-        let request = RunRequest {
-            variants,
-            sets,
-            reps: spec.reps,
-            warmup: spec.warmup,
-            seed: unit_seed(&key, spec.seed),
-        };
-        let point = Point {
-            position,
-            key,
-            values,
-            request,
-        };
-        scenario::check(info, &point.request, spec.backend).map_err(|e| InputError::BadValue {
-            key: "--grid point".into(),
-            value: point.label(),
-            why: e.to_string(),
-        })?;
-        points.push(point);
+        })
+}
+
+/// `3 values of vcpus × 2 values of devices`, for messages.
+fn axes_text(axes: &[Axis]) -> String {
+    axes.iter()
+        .map(|a| format!("{} values of {}", a.values.len(), a.key))
+        .collect::<Vec<_>>()
+        .join(" × ")
+}
+
+/// The point at `position` (below [`point_count`]), checked as `hvlab run` would check it.
+fn point_at(spec: &SweepSpec, position: usize) -> Result<Point, InputError> {
+    let info = spec.scenario.info();
+    // Mixed radix, last axis fastest.
+    let mut rest = position;
+    let mut values = vec![(String::new(), String::new()); spec.axes.len()];
+    for (slot, axis) in values.iter_mut().zip(&spec.axes).rev() {
+        let n = axis.values.len();
+        *slot = (axis.key.clone(), axis.values[rest % n].clone());
+        rest /= n;
     }
+    let mut sets = spec.sets.clone();
+    let mut variants = spec.variants.clone();
+    for (k, v) in &values {
+        if k == VARIANT_AXIS {
+            variants = vec![v.clone()];
+        } else {
+            sets.push(format!("{k}={v}"));
+        }
+    }
+    let key = format!(
+        "{}/{}/{}",
+        info.name,
+        spec.backend,
+        values
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let request = RunRequest {
+        variants,
+        sets,
+        reps: spec.reps,
+        warmup: spec.warmup,
+        seed: unit_seed(&key, spec.seed),
+    };
+    let point = Point {
+        position,
+        key,
+        values,
+        request,
+    };
+    scenario::check(info, &point.request, spec.backend).map_err(|e| InputError::BadValue {
+        key: "--grid point".into(),
+        value: point.label(),
+        why: e.to_string(),
+    })?;
+    Ok(point)
+}
+
+/// Expands and validates a sweep: every point is checked as `hvlab run` would check it, so
+/// a bad key or value is refused (exit 2) before anything runs.
+pub fn plan(spec: &SweepSpec) -> Result<SweepPlan, InputError> {
+    let info = spec.scenario.info();
+    let total = point_count(spec)?;
+    let points = (0..total)
+        .map(|position| point_at(spec, position))
+        .collect::<Result<Vec<_>, _>>()?;
     let definition = format!(
         "{}|{}|{:?}|{:?}|{:?}|{:?}|{}|{}|{}|{}",
         info.name,
@@ -279,6 +292,203 @@ pub fn plan(spec: &SweepSpec) -> Result<SweepPlan, InputError> {
         axes: spec.axes.clone(),
         points,
     })
+}
+
+/// What storing one shard of a sweep would take, measured before any point runs: rule 6 of
+/// issue 16 (a 10^6-point sweep was accepted that needed about 80 GB).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct StoreCost {
+    /// Points this shard would store.
+    pub points: usize,
+    /// The positions of the points probed (the first and the last of the grid).
+    pub probes: Vec<usize>,
+    /// Samples one probed point stores (its variants × metrics × reps), fewest and most.
+    pub samples: [usize; 2],
+    /// Bytes one probed point added to an SQLite store, fewest and most.
+    pub bytes_per_point: [u64; 2],
+    /// Bytes all the shard's points would add, at the fewest and the most per point.
+    pub bytes: [u64; 2],
+    /// The backend the probes ran on (the model, also for a kvm sweep).
+    pub measured_on: BackendKind,
+}
+
+/// Copies of each probe record saved into the scratch store: growth is counted in whole
+/// pages (4 KiB), so one copy of a small record would read as a page or none.
+const PROBE_COPIES: u32 = 8;
+
+/// Measures what the shard's points would take in an SQLite store: the grid's first and last
+/// points run on the model (a kvm sweep's points too: a guest costs seconds, and the model
+/// writes the same variants and metrics, though not the host's extra counters) and each
+/// record is saved [`PROBE_COPIES`] times into a scratch store, whose growth on disk is the
+/// size of a point, rows, indexes and record JSON included. Nothing is assumed about the
+/// size of a row.
+pub fn store_cost(
+    spec: &SweepSpec,
+    shard: Shard,
+    model: impl Fn(u64) -> Result<Box<dyn Backend>, Error>,
+) -> Result<StoreCost, Error> {
+    let total = point_count(spec)?;
+    let points = (0..total).filter(|p| shard.selects(*p)).count();
+    let mut probes = vec![0];
+    if total > 1 {
+        probes.push(total - 1);
+    }
+    let info = spec.scenario.info();
+    let (mut samples, mut bytes_per_point) = ([usize::MAX, 0], [u64::MAX, 0]);
+    for &position in &probes {
+        let mut request = point_at(spec, position)?.request;
+        request.warmup = 0;
+        if spec.backend == BackendKind::Kvm && request.variants.is_empty() {
+            // All variants on kvm: not the model-only ones.
+            request.variants = info.variants.iter().map(|v| v.name.to_string()).collect();
+        }
+        let mut backend = model(request.seed)?;
+        let mut record =
+            scenario::run_scenario(spec.scenario, backend.as_mut(), &request, &Silent)?;
+        // The same tags a stored point carries, with an id of the same length.
+        tag(&mut record, "sw-000000000000", &spec.axes, position);
+        let n: usize = record
+            .variants
+            .iter()
+            .flat_map(|v| v.metrics.values())
+            .map(|m| m.samples.len())
+            .sum();
+        let size = stored_size(&record)?;
+        samples = [samples[0].min(n), samples[1].max(n)];
+        bytes_per_point = [bytes_per_point[0].min(size), bytes_per_point[1].max(size)];
+    }
+    let points_u64 = u64::try_from(points).unwrap_or(u64::MAX);
+    Ok(StoreCost {
+        points,
+        probes,
+        samples,
+        bytes_per_point,
+        bytes: bytes_per_point.map(|b| b.saturating_mul(points_u64)),
+        measured_on: BackendKind::Model,
+    })
+}
+
+/// Bytes `record` adds to an SQLite store: the growth of a scratch store (closed, so its
+/// write-ahead log is checkpointed into the file) over [`PROBE_COPIES`] saves.
+fn stored_size(record: &RunRecord) -> Result<u64, Error> {
+    let dir = tempfile::Builder::new().prefix("hvlab-probe").tempdir()?;
+    let path = dir.path().join("probe.db");
+    let on_disk = |path: &std::path::Path| -> Result<u64, Error> {
+        // A WAL left behind (it is not, when the last connection closes) still counts.
+        let wal = path.with_extension("db-wal");
+        Ok(std::fs::metadata(path)?.len() + std::fs::metadata(&wal).map_or(0, |m| m.len()))
+    };
+    drop(crate::store::Store::open(&path)?);
+    let empty = on_disk(&path)?;
+    {
+        let mut store = crate::store::Store::open(&path)?;
+        for _ in 0..PROBE_COPIES {
+            // Saving the same id again stores it under a fresh suffix of the same length.
+            let mut copy = record.clone();
+            store.save(&mut copy)?;
+        }
+    }
+    Ok(on_disk(&path)?
+        .saturating_sub(empty)
+        .div_ceil(u64::from(PROBE_COPIES)))
+}
+
+/// Bytes free to an unprivileged writer on the filesystem that holds (or will hold) `path`.
+pub fn free_bytes(path: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    // The store's directory may not exist yet: its nearest existing ancestor is where it
+    // will be made.
+    let dir = path
+        .ancestors()
+        .skip(1)
+        .map(|d| {
+            if d.as_os_str().is_empty() {
+                std::path::Path::new(".")
+            } else {
+                d
+            }
+        })
+        .find(|d| d.is_dir())?;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `c` is a NUL-terminated path that outlives the call; `st` is a plain C struct
+    // the kernel fills, zeroed first so no field is read uninitialized.
+    let st = unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &raw mut st) != 0 {
+            return None;
+        }
+        st
+    };
+    Some(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
+/// Refuses (exit 2) a sweep whose points would take more than the free space of the SQLite
+/// store's filesystem, naming both; the remedies include `--no-store`. A PostgreSQL
+/// server's free space cannot be seen from here, so only the estimate is said.
+pub fn check_room(
+    spec: &SweepSpec,
+    cost: &StoreCost,
+    store: &crate::store::Location,
+) -> Result<(), InputError> {
+    let crate::store::Location::Sqlite(path) = store else {
+        return Ok(());
+    };
+    match free_bytes(path) {
+        Some(free) if cost.bytes[1] > free => Err(InputError::BadValue {
+            key: "--grid".into(),
+            value: axes_text(&spec.axes),
+            why: crate::report::words::sweep_too_big(cost, &path.display().to_string(), free),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Before a sweep's points are expanded and checked one by one (10^6 of them take seconds
+/// and most of a GiB): what this shard's points would take in `store`, refused (exit 2) when
+/// more than its filesystem has free. Returns the cost, when it could be measured, and the
+/// line to print: the estimate, or why there is none (a probe that cannot run on the model
+/// or a scratch store that cannot be written only costs the check, not the sweep).
+pub fn preflight(
+    spec: &SweepSpec,
+    shard: Shard,
+    store: &crate::store::Location,
+    host: &crate::backend::host::HostInfo,
+    profile: &super::backends::ModelProfile<'_>,
+) -> Result<(Option<StoreCost>, String), Error> {
+    let measured = match spec.backend {
+        BackendKind::Model => store_cost(spec, shard, |seed| {
+            super::backends::make(BackendKind::Model, host.clone(), profile, seed)
+        }),
+        // Only the shape of the record is wanted: the nearest built-in profile, without the
+        // note about it a model sweep would print.
+        BackendKind::Kvm => crate::model::default_profile(host, None)
+            .map_err(|e| Error::Model(e.into()))
+            .and_then(|(p, _)| {
+                store_cost(spec, shard, |seed| -> Result<Box<dyn Backend>, Error> {
+                    Ok(Box::new(crate::model::ModelBackend::new(
+                        p.clone(),
+                        host.clone(),
+                        seed,
+                    )))
+                })
+            }),
+    };
+    match measured {
+        Ok(cost) => {
+            check_room(spec, &cost, store)?;
+            let free = match store {
+                crate::store::Location::Sqlite(path) => free_bytes(path),
+                crate::store::Location::Postgres(_) => None,
+            };
+            let line = crate::report::words::sweep_store_cost(&cost, free);
+            Ok((Some(cost), line))
+        }
+        Err(e @ (Error::Input(_) | Error::Model(crate::model::ModelError::Profile(_)))) => Err(e),
+        Err(e) => Ok((
+            None,
+            format!("warning: the store size of this sweep was not estimated: {e}"),
+        )),
+    }
 }
 
 /// What a sweep (or one shard of it) did.
@@ -326,20 +536,22 @@ fn run_point(
         }
         Err(e) => return PointResult::Failed(format!("{}: {e}", point.label())),
     }
-    record.params.insert("sweep".into(), plan.id.clone().into());
+    tag(&mut record, &plan.id, &plan.axes, point.position);
+    PointResult::Ran(Box::new(record))
+}
+
+/// The parameters that make a run a point of sweep `id`.
+fn tag(record: &mut RunRecord, id: &str, axes: &[Axis], position: usize) {
+    record.params.insert("sweep".into(), id.into());
     record.params.insert(
         "sweep_grid".into(),
-        plan.axes
-            .iter()
+        axes.iter()
             .map(|a| a.key.as_str())
             .collect::<Vec<_>>()
             .join(",")
             .into(),
     );
-    record
-        .params
-        .insert("sweep_point".into(), point.position.into());
-    PointResult::Ran(Box::new(record))
+    record.params.insert("sweep_point".into(), position.into());
 }
 
 /// Runs this shard's points on `threads` threads (1: in this thread, as kvm needs), each on
@@ -563,6 +775,44 @@ mod tests {
         assert_eq!(one[3].params["sweep"], p.id.as_str());
         assert_eq!(one[3].params["sweep_grid"], "vcpus,devices");
         assert_eq!(one[3].params["vcpus"], 2);
+    }
+
+    #[test]
+    fn the_store_cost_measures_a_real_record_for_this_shards_points() {
+        let s = spec(&["vcpus=1,2,3,4,5"], &[], &["irqchip-first"]);
+        let host = crate::lab::host::probe();
+        let profile = crate::model::profile::Profile::load("pvm-epyc").unwrap();
+        let backend = |seed| -> Result<Box<dyn Backend>, Error> {
+            Ok(Box::new(crate::model::ModelBackend::new(
+                profile.clone(),
+                host.clone(),
+                seed,
+            )))
+        };
+        let whole = store_cost(&s, Shard::WHOLE, backend).unwrap();
+        assert_eq!(whole.points, 5);
+        assert_eq!(whole.probes, vec![0, 4]);
+        // One variant's metrics, 3 repetitions each.
+        assert!(
+            whole.samples[0] >= 3 && whole.samples[0] % 3 == 0,
+            "{whole:?}"
+        );
+        assert!(whole.bytes_per_point[0] > 0, "{whole:?}");
+        assert_eq!(whole.bytes, whole.bytes_per_point.map(|b| b * 5));
+        let second = store_cost(&s, Shard::new(1, 2).unwrap(), backend).unwrap();
+        assert_eq!(second.points, 2, "points 2 and 4 of 5");
+        assert_eq!(second.bytes_per_point, whole.bytes_per_point);
+
+        let dir = tempfile::tempdir().unwrap();
+        let at = crate::store::Location::Sqlite(dir.path().join("not-yet/hvlab.db"));
+        assert!(check_room(&s, &whole, &at).is_ok());
+        let mut huge = whole.clone();
+        huge.bytes = [u64::MAX / 2; 2];
+        let e = check_room(&s, &huge, &at).unwrap_err().to_string();
+        assert!(e.contains("free") && e.contains("--no-store"), "{e}");
+        // A PostgreSQL server's free space is not seen from here: nothing to refuse on.
+        let pg = crate::store::Location::Postgres("postgres://localhost/hvlab".into());
+        assert!(check_room(&s, &huge, &pg).is_ok());
     }
 
     #[test]

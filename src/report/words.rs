@@ -616,3 +616,114 @@ pub fn noise_line(n: &crate::backend::noise::Noise) -> String {
         }
     )
 }
+
+/// A size in bytes with a binary unit, three significant digits (`80.3 GiB`, `412 KiB`).
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    // Precision beyond 2^53 bytes is not shown anyway.
+    #[allow(clippy::cast_precision_loss)]
+    let mut v = n as f64 / 1024.0;
+    let mut unit = UNITS[0];
+    for &next in &UNITS[1..] {
+        if v < 1024.0 {
+            break;
+        }
+        v /= 1024.0;
+        unit = next;
+    }
+    let text = if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    };
+    format!("{text} {unit}")
+}
+
+/// `412 KiB`, or `400–412 KiB` when the two ends differ.
+fn byte_range([lo, hi]: [u64; 2]) -> String {
+    let (a, b) = (bytes(lo), bytes(hi));
+    if a == b {
+        a
+    } else {
+        match (a.rsplit_once(' '), b.rsplit_once(' ')) {
+            (Some((x, u)), Some((y, v))) if u == v => format!("{x}–{y} {u}"),
+            _ => format!("{a}–{b}"),
+        }
+    }
+}
+
+/// How a sweep's store cost was found, for the estimate line and the refusal.
+fn store_cost_basis(c: &crate::lab::sweep::StoreCost) -> String {
+    let samples = if c.samples[0] == c.samples[1] {
+        group_thousands_usize(c.samples[0])
+    } else {
+        format!(
+            "{}–{}",
+            group_thousands_usize(c.samples[0]),
+            group_thousands_usize(c.samples[1])
+        )
+    };
+    format!(
+        "{} per point of {samples} samples (variants × metrics × reps), measured by storing point{} {} of the grid, run on the {}, in a scratch store",
+        byte_range(c.bytes_per_point),
+        if c.probes.len() == 1 { "" } else { "s" },
+        c.probes
+            .iter()
+            .map(|p| group_thousands_usize(p + 1))
+            .collect::<Vec<_>>()
+            .join(" and "),
+        c.measured_on,
+    )
+}
+
+fn group_thousands_usize(n: usize) -> String {
+    #[allow(clippy::cast_precision_loss)] // counts of points and samples, far below 2^53
+    group_thousands(n as f64)
+}
+
+/// The line a sweep prints before it runs: what its points will take in the store.
+pub fn sweep_store_cost(c: &crate::lab::sweep::StoreCost, free: Option<u64>) -> String {
+    format!(
+        "store: the {} point{} of this shard will take about {} ({}){}",
+        group_thousands_usize(c.points),
+        if c.points == 1 { "" } else { "s" },
+        byte_range(c.bytes),
+        store_cost_basis(c),
+        free.map_or_else(String::new, |f| format!("; {} free there", bytes(f)))
+    )
+}
+
+/// Why a sweep is refused: its points would take more than the store's filesystem has free.
+pub fn sweep_too_big(c: &crate::lab::sweep::StoreCost, store: &str, free: u64) -> String {
+    format!(
+        "its {} point{} would take about {} in the store {store} ({}), but its filesystem has {} free. Shrink the grid or --reps, split the sweep with --shard i/N into stores on several filesystems (then `hvlab merge`), point --db at a filesystem with room, or run it with --no-store, which prints every point's results and stores nothing",
+        group_thousands_usize(c.points),
+        if c.points == 1 { "" } else { "s" },
+        byte_range(c.bytes),
+        store_cost_basis(c),
+        bytes(free)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_in_binary_units_with_three_digits() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(1023), "1023 B");
+        assert_eq!(bytes(1024), "1.00 KiB");
+        assert_eq!(bytes(115_000), "112 KiB");
+        assert_eq!(bytes(80 << 30), "80.0 GiB");
+        assert_eq!(bytes(u64::MAX), "16.0 EiB");
+        assert_eq!(byte_range([112 << 10, 168 << 10]), "112–168 KiB");
+        assert_eq!(byte_range([900 << 10, 2 << 20]), "900 KiB–2.00 MiB");
+        assert_eq!(byte_range([5, 5]), "5 B");
+    }
+}
