@@ -6,61 +6,7 @@ use super::statistics::{bootstrap_ratio_ci, exact_rank_p, median, seed_for};
 use super::verdict::{self, ALPHA, Call, Correction, Evidence};
 use crate::record::VariantRecord;
 
-/// The outcome of comparing a faster candidate against a slower one on one metric.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Verdict {
-    /// The metric compared.
-    pub metric: String,
-    /// The side with the lower median.
-    pub faster: String,
-    /// The side with the higher median.
-    pub slower: String,
-    /// median(slower) / median(faster): how many times faster `faster` is.
-    pub ratio: f64,
-    /// 95% bootstrap CI of that ratio.
-    pub ci95: [f64; 2],
-    /// Whether the verdict rule ([`verdict::call`]) calls the difference: at least 4 samples
-    /// per side, the exact rank test below 5% after Holm's correction over the variants
-    /// compared, and the whole interval beyond the 5% minimum effect.
-    pub significant: bool,
-    /// Too few samples on a side for the rule to call anything.
-    #[serde(default)]
-    pub too_few: bool,
-    /// Samples of the faster and the slower side.
-    #[serde(default)]
-    pub n: [usize; 2],
-    /// The exact rank test's p-value, and after Holm's correction.
-    #[serde(default)]
-    pub p_value: f64,
-    /// The p-value after Holm's correction over the comparisons made together.
-    #[serde(default)]
-    pub p_adjusted: f64,
-    /// The unit of the medians.
-    #[serde(default)]
-    pub unit: String,
-    /// Medians of the faster and the slower side.
-    #[serde(default)]
-    pub medians: [f64; 2],
-    /// The stall that explains the gap, where the analysis found one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cause: Option<StallCause>,
-    /// Neither side has any spread (the model's exact values): judged by the ratio alone.
-    #[serde(default)]
-    pub exact: bool,
-}
-
-/// An SRCU stall that explains why the slower side of a verdict is slower.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StallCause {
-    /// The ioctl that waited.
-    pub ioctl: String,
-    /// The registration that started the grace period.
-    pub caused_by: Option<String>,
-    /// How long it took (median), ms.
-    pub median_ms: f64,
-    /// Its excess, in jiffies.
-    pub jiffies: f64,
-}
+pub use crate::record::{StallCause, Verdict};
 
 /// Compares two sample sets of a lower-is-better metric. `unit` labels the medians.
 pub fn compare(

@@ -6,3 +6,4 @@ pub mod stall;
 pub mod statistics;
 pub mod validate;
 pub mod verdict;
+pub mod words;

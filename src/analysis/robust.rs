@@ -2,8 +2,6 @@
 //! and two modes (a split at the widest gap). Both are said next to the median, with a remedy,
 //! like hyperfine's warnings; neither changes the median or the verdict.
 
-use serde::{Deserialize, Serialize};
-
 use super::statistics::median;
 use crate::backend::noise::Noise;
 use crate::record::{RunRecord, Warning};
@@ -38,14 +36,7 @@ pub fn outliers(samples: &[f64], k: f64) -> Vec<usize> {
         .collect()
 }
 
-/// Two modes of one sample set: each group's median and size, lower first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Modes {
-    /// Median of the lower and of the upper group.
-    pub medians: [f64; 2],
-    /// Samples in each group.
-    pub counts: [usize; 2],
-}
+pub use super::statistics::Modes;
 
 /// Fewest samples in which two modes are looked for.
 pub const BIMODAL_MIN_N: usize = 6;

@@ -254,6 +254,15 @@ fn normal_cdf(z: f64) -> f64 {
     0.5 * (1.0 + if x >= 0.0 { erf } else { -erf })
 }
 
+/// Two modes of one sample set: each group's median and size, lower first.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Modes {
+    /// Median of the lower and of the upper group.
+    pub medians: [f64; 2],
+    /// Samples in each group.
+    pub counts: [usize; 2],
+}
+
 /// Median, its 95% CI, and the range of one sample set.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {

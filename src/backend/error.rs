@@ -74,3 +74,25 @@ impl KvmError {
         )
     }
 }
+
+/// What a [`Backend`](super::Backend) fails with, beside the trait: the KVM backend's errors,
+/// and the two ways any backend (the model's profile, a future one's configuration) refuses a
+/// plan. The binary's error wraps it and owns the exit codes.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The KVM backend.
+    #[error(transparent)]
+    Kvm(#[from] KvmError),
+    /// The backend cannot run this plan on this host (exit 3; the variant is unsupported).
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// The backend's own configuration (the model's cost profile) lacks or spoils what the
+    /// plan needs: bad input (exit 2). The message is the configuration's own.
+    #[error(transparent)]
+    Config(Box<dyn std::error::Error + Send + Sync + 'static>),
+}
+
+// A construction order KVM cannot execute: bad input (exit 2), refused before any VM is built.
+/// Bad construction order: {0}.
+#[derive(Debug, thiserror::Error, displaydoc::Display)]
+pub struct BadOrder(pub String);

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::ioctl_table::SrcuEffect;
-use crate::error::InputError;
+use crate::backend::error::BadOrder;
 
 /// One ioctl on a timeline.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,8 +135,8 @@ pub struct ConstructionPlan {
 
 impl ConstructionPlan {
     /// Rejects orders KVM cannot execute, saying why, before any VM is built.
-    pub fn validate(&self) -> Result<(), InputError> {
-        let bad = |why: String| Err(InputError::BadOrder(why));
+    pub fn validate(&self) -> Result<(), BadOrder> {
+        let bad = |why: String| Err(BadOrder(why));
         let pos = |s: Step| self.steps.iter().position(|x| *x == s);
         if self.steps.first() != Some(&CreateVm) {
             return bad("the order must start with create-vm".into());

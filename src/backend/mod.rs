@@ -20,7 +20,7 @@ pub mod pinning;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::Error;
+use error::BackendError;
 use exits::{ExitPlan, ExitResult};
 use host::HostInfo;
 use lifecycle::{ConstructionPlan, ConstructionTrace};
@@ -78,17 +78,17 @@ pub trait Backend {
     }
 
     /// `lifecycle`: builds one VM in the plan's order and returns every ioctl's timing.
-    fn construct_vm(&mut self, plan: &ConstructionPlan) -> Result<ConstructionTrace, Error>;
+    fn construct_vm(&mut self, plan: &ConstructionPlan) -> Result<ConstructionTrace, BackendError>;
 
     /// `memory`: one pass of first touches over a freshly backed region.
-    fn touch_memory(&mut self, plan: &TouchPlan) -> Result<TouchResult, Error>;
+    fn touch_memory(&mut self, plan: &TouchPlan) -> Result<TouchResult, BackendError>;
 
     /// `exits`: one batch of exit roundtrips of one kind.
-    fn exit_roundtrips(&mut self, plan: &ExitPlan) -> Result<ExitResult, Error>;
+    fn exit_roundtrips(&mut self, plan: &ExitPlan) -> Result<ExitResult, BackendError>;
 
     /// `pinning`: one context-switch trace under a pin policy.
-    fn pin_trace(&mut self, plan: &PinPlan) -> Result<PinResult, Error>;
+    fn pin_trace(&mut self, plan: &PinPlan) -> Result<PinResult, BackendError>;
 
     /// `percpu`: one prediction of per-CPU access costs.
-    fn percpu(&mut self, plan: &PercpuPlan) -> Result<PercpuResult, Error>;
+    fn percpu(&mut self, plan: &PercpuPlan) -> Result<PercpuResult, BackendError>;
 }

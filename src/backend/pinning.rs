@@ -1,7 +1,7 @@
 //! The pinning vocabulary and the pin manager both backends run: a context-switch trace to
 //! replay under a pin policy, what it cost, and [`PinCache`], which decides when to pin.
 
-use crate::error::Error;
+use crate::backend::error::BackendError as Error;
 
 /// When pins are taken and released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

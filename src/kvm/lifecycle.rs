@@ -174,7 +174,7 @@ fn run_while_booting(
     }
     // SAFETY: `dup` is a VM fd this function just created and hands over.
     let vm_fd = unsafe { kvm.create_vmfd_from_rawfd(dup) }
-        .map_err(KvmError::ioctl("KVM_CREATE_VM (dup)"))?;
+        .map_err(crate::kvm::ioctl_error("KVM_CREATE_VM (dup)"))?;
     let clock = vm.clock();
     // SAFETY: pthread_self has no preconditions.
     let vcpu_thread = unsafe { libc::pthread_self() };

@@ -71,7 +71,7 @@ pub fn section(
             let (vcpu_after, vm_after) = readers.snapshot()?;
             let tsc_ticks = vcpu
                 .get_regs()
-                .map_err(KvmError::ioctl("KVM_GET_REGS"))?
+                .map_err(crate::kvm::ioctl_error("KVM_GET_REGS"))?
                 .rbx;
             let mut kvm_stats = Vec::new();
             for (reader, b, a, prefix) in [

@@ -25,13 +25,11 @@ use kvm_ioctls::Kvm;
 pub use crate::backend::error::KvmError;
 pub use crate::backend::host::kvm_device_path;
 
-impl KvmError {
-    /// Wraps an ioctl error with the KVM name of the operation.
-    pub fn ioctl(op: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> KvmError {
-        move |e| KvmError::Ioctl {
-            op,
-            source: std::io::Error::from_raw_os_error(e.errno()),
-        }
+/// Wraps an ioctl error with the KVM name of the operation.
+pub fn ioctl_error(op: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> KvmError {
+    move |e| KvmError::Ioctl {
+        op,
+        source: std::io::Error::from_raw_os_error(e.errno()),
     }
 }
 
@@ -119,35 +117,36 @@ impl crate::backend::Backend for KvmBackend {
     fn construct_vm(
         &mut self,
         plan: &crate::backend::lifecycle::ConstructionPlan,
-    ) -> Result<crate::backend::lifecycle::ConstructionTrace, crate::error::Error> {
+    ) -> Result<crate::backend::lifecycle::ConstructionTrace, crate::backend::error::BackendError>
+    {
         Ok(lifecycle::construct(&self.kvm, plan)?)
     }
 
     fn touch_memory(
         &mut self,
         plan: &crate::backend::memory::TouchPlan,
-    ) -> Result<crate::backend::memory::TouchResult, crate::error::Error> {
+    ) -> Result<crate::backend::memory::TouchResult, crate::backend::error::BackendError> {
         Ok(stage2::touch(&self.kvm, &self.host, plan)?)
     }
 
     fn exit_roundtrips(
         &mut self,
         plan: &crate::backend::exits::ExitPlan,
-    ) -> Result<crate::backend::exits::ExitResult, crate::error::Error> {
+    ) -> Result<crate::backend::exits::ExitResult, crate::backend::error::BackendError> {
         Ok(exits::roundtrips(&self.kvm, &self.host, plan)?)
     }
 
     fn pin_trace(
         &mut self,
         plan: &crate::backend::pinning::PinPlan,
-    ) -> Result<crate::backend::pinning::PinResult, crate::error::Error> {
+    ) -> Result<crate::backend::pinning::PinResult, crate::backend::error::BackendError> {
         pinning::pin_trace(&self.kvm, &self.host, plan)
     }
 
     fn percpu(
         &mut self,
         _: &crate::backend::percpu::PercpuPlan,
-    ) -> Result<crate::backend::percpu::PercpuResult, crate::error::Error> {
+    ) -> Result<crate::backend::percpu::PercpuResult, crate::backend::error::BackendError> {
         Err(KvmError::Unsupported(
             "per-CPU page tables need a per-vCPU-CR3 guest; use --backend model".into(),
         )

@@ -14,8 +14,8 @@ use super::measure::{section, unexpected};
 use super::memory::{Backing, GuestMemory};
 use super::pin::{IoUringPinner, MlockPinner, check_memlock};
 use super::vm::Vm;
+use crate::backend::error::BackendError as Error;
 use crate::backend::pinning::{PinCache, PinMethod, PinPlan, PinResult, Pinner, RECORDS_PER_MS};
-use crate::error::Error;
 
 const STRIDE_PAD: u64 = 2 << 20;
 

@@ -61,7 +61,7 @@ pub(super) fn timed<T>(
         dur_ns: ns_since(start, end),
         flags: None,
     });
-    out.map_err(KvmError::ioctl(name))
+    out.map_err(crate::kvm::ioctl_error(name))
 }
 
 /// `KVM_IOEVENTFD` on a 4-byte MMIO doorbell of `fd` with a datamatch, the way virtio-mmio
@@ -95,9 +95,11 @@ impl Vm {
         // A system ioctl on /dev/kvm, not part of the VM's construction: read before the clock.
         let cpuid = kvm
             .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
-            .map_err(KvmError::ioctl("KVM_GET_SUPPORTED_CPUID"))?;
+            .map_err(crate::kvm::ioctl_error("KVM_GET_SUPPORTED_CPUID"))?;
         let clock = Instant::now();
-        let fd = kvm.create_vm().map_err(KvmError::ioctl("KVM_CREATE_VM"))?;
+        let fd = kvm
+            .create_vm()
+            .map_err(crate::kvm::ioctl_error("KVM_CREATE_VM"))?;
         let end = Instant::now();
         Ok(Vm {
             vcpus: Vec::new(),

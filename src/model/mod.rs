@@ -13,6 +13,7 @@ pub mod srcu;
 
 use rand_chacha::ChaCha8Rng;
 
+use crate::backend::error::BackendError as Error;
 use crate::backend::exits::{ExitKind, ExitPlan, ExitResult, PmuConfig, RaceReport};
 use crate::backend::host::{HostInfo, KvmFlavour};
 use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace};
@@ -20,7 +21,6 @@ use crate::backend::memory::{TouchPlan, TouchResult};
 use crate::backend::percpu::{PercpuPlan, PercpuResult};
 use crate::backend::pinning::{PinPlan, PinResult};
 use crate::backend::{Backend, BackendKind};
-use crate::error::Error;
 use profile::{MmuKind, Profile, ProfileError};
 
 /// Model errors.
@@ -30,6 +30,17 @@ pub enum ModelError {
     Profile(#[from] ProfileError),
     /// unsupported: {0}
     Unsupported(String),
+}
+
+impl From<ModelError> for Error {
+    /// What the model refuses through the [`Backend`] trait: a profile that lacks or spoils a
+    /// cost is bad input, a plan the modelled host cannot run is unsupported.
+    fn from(e: ModelError) -> Error {
+        match e {
+            ModelError::Profile(p) => Error::Config(Box::new(p)),
+            ModelError::Unsupported(why) => Error::Unsupported(why),
+        }
+    }
 }
 
 /// The model backend with one profile.

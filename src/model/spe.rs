@@ -14,10 +14,10 @@
 //! handled and profiling restarts).
 
 use super::profile::{Profile, ProfileError};
+use crate::backend::error::BackendError as Error;
 use crate::backend::pinning::{
     PinCache, PinPlan, PinPolicy, PinResult, Pinner, RECORDS_PER_PAGE, buffer_addr,
 };
-use crate::error::Error;
 
 /// Pin costs: fixed parts per operation, per-page parts.
 #[derive(Debug, Clone, Copy)]

@@ -25,12 +25,13 @@ use super::{Chart, Experiment, Observed, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
 use crate::analysis::validate::check;
+use crate::backend::error::BackendError;
 use crate::backend::exits::{
     ExitKind, ExitPlan, ExitResult, PmuConfig, PmuOutcome, PmuScheme, SwitchedVia,
 };
 use crate::backend::host::HostInfo;
 use crate::backend::{Backend, BackendKind};
-use crate::error::{Error, InputError};
+use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::VariantStatus;
 use crate::record::{Finding, SelfCheck, VariantRecord};
@@ -378,7 +379,11 @@ impl Experiment for Exits {
         plans(settings, request, backend)
     }
 
-    fn execute(&self, backend: &mut dyn Backend, plan: &ExitPlan) -> Result<ExitResult, Error> {
+    fn execute(
+        &self,
+        backend: &mut dyn Backend,
+        plan: &ExitPlan,
+    ) -> Result<ExitResult, BackendError> {
         backend.exit_roundtrips(plan)
     }
 

@@ -40,12 +40,13 @@ use crate::analysis::compare::{StallCause, Verdict, against_fastest};
 use crate::analysis::stall::{Baselines, Stall, find_stalls, kernel_effects};
 use crate::analysis::statistics::median;
 use crate::analysis::validate::{Check, Rule, check, judge, stall_ms};
+use crate::backend::error::BackendError;
 use crate::backend::host::HostInfo;
 use crate::backend::ioctl_table::BusRegistration;
 use crate::backend::ioctl_table::SrcuKernel;
 use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace, Step, Strategy};
 use crate::backend::{Backend, BackendKind};
-use crate::error::{Error, InputError};
+use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::VariantStatus;
 use crate::record::{Finding, TimelineEvent, VariantRecord};
@@ -316,7 +317,9 @@ pub fn plans(
                 back_to_back,
                 reader_pct,
             };
-            plan.validate().map(|()| (name, plan))
+            plan.validate()
+                .map(|()| (name, plan))
+                .map_err(InputError::from)
         })
         .collect()
 }
@@ -585,7 +588,7 @@ impl Experiment for Lifecycle {
         &self,
         backend: &mut dyn Backend,
         plan: &ConstructionPlan,
-    ) -> Result<ConstructionTrace, Error> {
+    ) -> Result<ConstructionTrace, BackendError> {
         backend.construct_vm(plan)
     }
 

@@ -24,6 +24,7 @@ use super::{Chart, Experiment, Observed, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
 use crate::analysis::validate::{Rule, check, check_count};
+use crate::backend::error::BackendError;
 use crate::backend::guest::Backing;
 use crate::backend::guest::Cpl;
 use crate::backend::guest::GuestPage;
@@ -32,7 +33,7 @@ use crate::backend::memory::{
     Access, HostBacking, Pattern, PrefetchLoop, Stage2Mmu, Touch, TouchPlan, TouchResult,
 };
 use crate::backend::{Backend, BackendKind};
-use crate::error::{Error, InputError};
+use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::VariantStatus;
 use crate::record::{Finding, VariantRecord};
@@ -417,7 +418,11 @@ impl Experiment for Memory {
         plans(settings, request, backend)
     }
 
-    fn execute(&self, backend: &mut dyn Backend, plan: &TouchPlan) -> Result<TouchResult, Error> {
+    fn execute(
+        &self,
+        backend: &mut dyn Backend,
+        plan: &TouchPlan,
+    ) -> Result<TouchResult, BackendError> {
         backend.touch_memory(plan)
     }
 

@@ -13,6 +13,7 @@ pub mod samples;
 use serde::Serialize;
 
 use crate::analysis::validate::{Check, Rule};
+use crate::backend::error::BackendError;
 use crate::backend::host::HostInfo;
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
@@ -191,7 +192,11 @@ pub trait Experiment: Sync {
     ) -> Result<Vec<(String, Self::Plan)>, InputError>;
 
     /// Executes one plan on a backend: one repetition.
-    fn execute(&self, backend: &mut dyn Backend, plan: &Self::Plan) -> Result<Self::Sample, Error>;
+    fn execute(
+        &self,
+        backend: &mut dyn Backend,
+        plan: &Self::Plan,
+    ) -> Result<Self::Sample, BackendError>;
 
     /// Metrics, findings and verdicts from every variant's samples.
     fn analyse(&self, observed: Observed<'_, Self::Plan, Self::Sample>) -> ScenarioOutcome;
@@ -286,7 +291,7 @@ impl<T: Experiment> Scenario for T {
             .into_iter()
             .unzip();
         let results = runner::repeat(&names, request, progress, |vi| {
-            Experiment::execute(self, backend, &plans[vi])
+            Experiment::execute(self, backend, &plans[vi]).map_err(Error::from)
         });
         Ok(self.analyse(Observed {
             names: &names,

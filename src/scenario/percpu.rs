@@ -18,9 +18,10 @@ use super::samples::{Series, per_variant};
 use super::{Experiment, Observed};
 use super::{MetricInfo, ScenarioInfo, Showcase, VariantInfo};
 use crate::analysis::compare::against_fastest;
+use crate::backend::error::BackendError;
 use crate::backend::percpu::{PercpuPlan, PercpuResult, PercpuScheme, Workload};
 use crate::backend::{Backend, BackendKind};
-use crate::error::{Error, InputError};
+use crate::error::InputError;
 use crate::record::{Finding, VariantRecord};
 
 /// The catalog entry.
@@ -364,7 +365,11 @@ impl Experiment for Percpu {
         plans(settings, request)
     }
 
-    fn execute(&self, backend: &mut dyn Backend, plan: &PercpuPlan) -> Result<PercpuResult, Error> {
+    fn execute(
+        &self,
+        backend: &mut dyn Backend,
+        plan: &PercpuPlan,
+    ) -> Result<PercpuResult, BackendError> {
         backend.percpu(plan)
     }
 

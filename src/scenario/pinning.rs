@@ -21,9 +21,10 @@ use super::samples::{Series, per_variant};
 use super::{Chart, Experiment, Observed};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
+use crate::backend::error::BackendError;
 use crate::backend::pinning::{PinMethod, PinPlan, PinPolicy, PinResult};
 use crate::backend::{Backend, BackendKind};
-use crate::error::{Error, InputError};
+use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::{Finding, VariantRecord};
 
@@ -378,7 +379,11 @@ impl Experiment for Pinning {
         plans(settings, request, backend)
     }
 
-    fn execute(&self, backend: &mut dyn Backend, plan: &PinPlan) -> Result<PinResult, Error> {
+    fn execute(
+        &self,
+        backend: &mut dyn Backend,
+        plan: &PinPlan,
+    ) -> Result<PinResult, BackendError> {
         backend.pin_trace(plan)
     }
 

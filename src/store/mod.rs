@@ -378,7 +378,7 @@ fn same_content(stored_json: &str, incoming: &RunRecord) -> bool {
 /// A run id with a fresh random suffix, for a run whose id is taken.
 fn renamed(id: &str) -> String {
     let stem = id.rsplit_once('-').map_or(id, |(stem, _)| stem);
-    format!("{stem}-{}", crate::scenario::runner::run_id_suffix())
+    format!("{stem}-{}", crate::record::run_id_suffix())
 }
 
 /// An open results store.
