@@ -109,7 +109,7 @@ pub enum Error {
     Model(#[from] crate::model::ModelError),
     /// A kernel under test in a VM (`hvlab vm`, `hvlab kab`).
     #[error(transparent)]
-    Vm(#[from] crate::lab::vm::VmError),
+    Vm(#[from] crate::kernel::vm::VmError),
     /// Writing output.
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),

@@ -12,6 +12,7 @@ pub mod analysis;
 pub mod backend;
 pub mod cli;
 pub mod error;
+pub mod kernel;
 #[cfg(hvlab_kvm)]
 pub mod kvm;
 pub mod lab;

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::kernel::{Kernel, KernelError, check_kvm};
+use super::{Kernel, KernelError, check_kvm};
 use crate::record::RunRecord;
 
 /// What can stop a VM.
