@@ -9,7 +9,6 @@ use hvlab::backend::exits::{ExitPlan, ExitResult};
 use hvlab::backend::host::{HostInfo, probe_with};
 use hvlab::backend::lifecycle::{ConstructionPlan, ConstructionTrace};
 use hvlab::backend::memory::{TouchPlan, TouchResult};
-use hvlab::backend::percpu::{PercpuPlan, PercpuResult};
 use hvlab::backend::pinning::{PinPlan, PinResult};
 use hvlab::backend::{Backend, BackendKind};
 use hvlab::record::{Finding, RunRecord, SelfCheck, VariantStatus};
@@ -117,10 +116,6 @@ impl Backend for FakeBackend {
 
     fn pin_trace(&mut self, _: &PinPlan) -> Result<PinResult, BackendError> {
         Err(not_scripted("pinning"))
-    }
-
-    fn percpu(&mut self, _: &PercpuPlan) -> Result<PercpuResult, BackendError> {
-        Err(not_scripted("percpu"))
     }
 }
 
@@ -239,4 +234,18 @@ fn exits_plans_follow_the_request_and_refuse_a_model_variant_on_a_real_backend()
     request.variants = vec!["cpuid".into(), "cpuid".into()];
     let err = hvlab::scenario::check(info, &request, BackendKind::Kvm).unwrap_err();
     assert!(err.to_string().contains("more than once"), "{err}");
+}
+
+#[test]
+fn a_backend_without_a_percpu_predictor_is_refused_before_the_percpu_scenario_runs() {
+    let mut fake = FakeBackend::new();
+    // The fake describes itself as a real backend: it has no predictor to hand out.
+    assert!(!fake.capabilities().percpu && fake.percpu().is_none());
+    let info = hvlab::scenario::find("percpu").expect("percpu is registered");
+    let err = hvlab::scenario::run(info, &mut fake, &RunRequest::default(), &Silent).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "The kvm backend cannot run scenario percpu yet; it runs on: model."
+    );
+    assert_eq!(err.exit_code(), 2);
 }

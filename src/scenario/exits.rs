@@ -199,25 +199,13 @@ pub fn plans(
     let iterations = u64::from(settings.u32_in("iterations", 1..=10_000_000)?);
     let cpl = parse_cpl(settings)?;
     let timeout = Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 100..=3_600_000)?));
-    if backend == BackendKind::Kvm {
-        settings.reject_model_only()?;
-    }
+    settings.reject_model_only_on(backend)?;
     let host_pebs = settings.u32_in("host_pebs", 0..=1)? == 1;
     let host_pebs_data_cfg = settings.u32_in("host_pebs_data_cfg", 0..=1)? == 1;
     let guest_pebs_data_cfg = u64::from(settings.u32_in("guest_pebs_data_cfg", 0..=255)?);
-    let names: Vec<String> = if request.variants.is_empty() {
-        INFO.variants_for(backend)
-            .map(|v| v.name.to_string())
-            .collect()
-    } else {
-        request.variants.clone()
-    };
-    names
+    INFO.selected_variants(request, backend)?
         .into_iter()
         .map(|name| {
-            if !INFO.variants_for(backend).any(|v| v.name == name) {
-                return Err(INFO.unknown_variant(&name, backend));
-            }
             let pmu = |guest_vpmu, guest_pebs, scheme| {
                 Some(PmuConfig {
                     guest_vpmu,

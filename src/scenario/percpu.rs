@@ -243,12 +243,7 @@ pub fn plans(
             value: wname.into(),
             why: "the workload has no event mix defined".into(),
         })?;
-    let names: Vec<String> = if request.variants.is_empty() {
-        VARIANTS.iter().map(|v| v.name.to_string()).collect()
-    } else {
-        request.variants.clone()
-    };
-    names
+    INFO.selected_variants(request, BackendKind::Model)?
         .into_iter()
         .map(|name| {
             let scheme = match name.as_str() {
@@ -370,7 +365,12 @@ impl Experiment for Percpu {
         backend: &mut dyn Backend,
         plan: &PercpuPlan,
     ) -> Result<PercpuResult, BackendError> {
-        backend.percpu(plan)
+        match backend.percpu() {
+            Some(p) => p.predict_percpu(plan),
+            None => Err(BackendError::Unsupported(
+                "per-CPU page tables need a per-vCPU-CR3 guest; use --backend model".into(),
+            )),
+        }
     }
 
     fn showcases(&self) -> &'static [Showcase] {

@@ -64,10 +64,63 @@ impl std::fmt::Display for BackendKind {
     }
 }
 
+/// What a backend can do, as data: scenarios, the lab and the renderer ask this, never which
+/// backend it is, so a new backend describes itself once instead of touching every branch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Samples are timed on this host's clock and carry its noise (false: the model's exact
+    /// values, which the host's load does not touch).
+    pub real_time: bool,
+    /// Fault and exit counts are KVM's own statistics (false: the backend counts its own).
+    pub kvm_stats: bool,
+    /// Guests live in this host's memory, so a plan is bounded by it (guest size, pinned
+    /// buffers, transparent huge pages).
+    pub real_memory: bool,
+    /// It runs what this host lacks: the model-only variants and parameters.
+    pub modelled: bool,
+    /// It predicts per-CPU access costs (`percpu`, [`Backend::percpu`]).
+    pub percpu: bool,
+}
+
+impl BackendKind {
+    /// What a backend of this kind can do (a backend can say more: [`Backend::capabilities`]).
+    pub fn capabilities(self) -> Capabilities {
+        match self {
+            BackendKind::Kvm => Capabilities {
+                real_time: true,
+                kvm_stats: true,
+                real_memory: true,
+                modelled: false,
+                percpu: false,
+            },
+            BackendKind::Model => Capabilities {
+                real_time: false,
+                kvm_stats: false,
+                real_memory: false,
+                modelled: true,
+                percpu: true,
+            },
+        }
+    }
+}
+
+/// `percpu`: a backend that predicts per-CPU access costs. Only the model does (a real host
+/// would need a guest with a CR3 per vCPU), so the trait is apart from [`Backend`], which
+/// hands it out where it exists ([`Backend::percpu`]).
+pub trait PercpuPredictor {
+    /// One prediction of per-CPU access costs.
+    fn predict_percpu(&mut self, plan: &PercpuPlan) -> Result<PercpuResult, BackendError>;
+}
+
 /// A source of samples.
 pub trait Backend {
-    /// Which backend this is.
+    /// Which backend this is (the name a run is stored under).
     fn kind(&self) -> BackendKind;
+
+    /// What it can do: by default what its kind can.
+    fn capabilities(&self) -> Capabilities {
+        self.kind().capabilities()
+    }
 
     /// The host the samples describe.
     fn host(&self) -> &HostInfo;
@@ -89,6 +142,8 @@ pub trait Backend {
     /// `pinning`: one context-switch trace under a pin policy.
     fn pin_trace(&mut self, plan: &PinPlan) -> Result<PinResult, BackendError>;
 
-    /// `percpu`: one prediction of per-CPU access costs.
-    fn percpu(&mut self, plan: &PercpuPlan) -> Result<PercpuResult, BackendError>;
+    /// `percpu`: the predictor, where this backend has one (none by default).
+    fn percpu(&mut self) -> Option<&mut dyn PercpuPredictor> {
+        None
+    }
 }

@@ -145,14 +145,4 @@ impl crate::backend::Backend for KvmBackend {
     ) -> Result<crate::backend::pinning::PinResult, crate::backend::error::BackendError> {
         pinning::pin_trace(&self.kvm, &self.host, plan)
     }
-
-    fn percpu(
-        &mut self,
-        _: &crate::backend::percpu::PercpuPlan,
-    ) -> Result<crate::backend::percpu::PercpuResult, crate::backend::error::BackendError> {
-        Err(KvmError::Unsupported(
-            "per-CPU page tables need a per-vCPU-CR3 guest; use --backend model".into(),
-        )
-        .into())
-    }
 }

@@ -21,7 +21,7 @@ use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace};
 use crate::backend::memory::{TouchPlan, TouchResult};
 use crate::backend::percpu::{PercpuPlan, PercpuResult};
 use crate::backend::pinning::{PinPlan, PinResult};
-use crate::backend::{Backend, BackendKind};
+use crate::backend::{Backend, BackendKind, PercpuPredictor};
 use profile::{MmuKind, Profile, ProfileError};
 
 /// Model errors.
@@ -48,7 +48,11 @@ impl From<ModelError> for Error {
 #[derive(Debug)]
 pub struct ModelBackend {
     profile: Profile,
+    /// The host this backend presents: the modelled one (see [`ModelBackend::new`]), with the
+    /// HZ of the last VM it built. Stored with the run; scenarios read the jiffy from it.
     host: HostInfo,
+    /// The modelled host's HZ and where it came from, before a plan overrides it.
+    profile_hz: (u32, String),
     rng: ChaCha8Rng,
     /// Where the timer ticks fall for the next VM built back to back.
     lifecycle: srcu::BackToBack,
@@ -74,6 +78,7 @@ impl ModelBackend {
         host.tdp_mmu = Some(profile.mmu == MmuKind::TdpMmu);
         ModelBackend {
             profile,
+            profile_hz: (host.hz, host.hz_source.clone()),
             host,
             rng: srcu::rng(seed),
             lifecycle: srcu::BackToBack::default(),
@@ -111,6 +116,12 @@ impl Backend for ModelBackend {
     }
 
     fn construct_vm(&mut self, plan: &ConstructionPlan) -> Result<ConstructionTrace, Error> {
+        // The kernel this VM is built on ticks at the plan's HZ (`--set hz`) when it names one:
+        // that is the host this backend presents from now on, the one the run stores.
+        (self.host.hz, self.host.hz_source) = match plan.hz {
+            Some(hz) => (hz, "--set hz".to_string()),
+            None => self.profile_hz.clone(),
+        };
         let costs = srcu::LifecycleCosts::from_profile(&self.profile, plan.hz)
             .map_err(ModelError::from)?
             .on_cores(self.host.cores);
@@ -187,7 +198,13 @@ impl Backend for ModelBackend {
         spe::run(&costs, plan)
     }
 
-    fn percpu(&mut self, plan: &PercpuPlan) -> Result<PercpuResult, Error> {
+    fn percpu(&mut self) -> Option<&mut dyn PercpuPredictor> {
+        Some(self)
+    }
+}
+
+impl PercpuPredictor for ModelBackend {
+    fn predict_percpu(&mut self, plan: &PercpuPlan) -> Result<PercpuResult, Error> {
         let costs = percpu::PercpuCosts::from_profile(&self.profile).map_err(ModelError::from)?;
         Ok(percpu::predict(&costs, plan))
     }
