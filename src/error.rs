@@ -2,7 +2,7 @@
 //! host cannot run what was asked, 4 a measurement or storage failure. (1 is reserved for a
 //! failed verdict, which is not an error.)
 
-use crate::backend::error::KvmError;
+use crate::backend::error::{BackendError, BadOrder, KvmError};
 use crate::store::StoreError;
 use crate::trace::TraceError;
 
@@ -80,6 +80,12 @@ pub enum InputError {
     TooFewToJudge(String, usize),
 }
 
+impl From<BadOrder> for InputError {
+    fn from(BadOrder(why): BadOrder) -> InputError {
+        InputError::BadOrder(why)
+    }
+}
+
 /// Everything that can stop a command.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -89,6 +95,9 @@ pub enum Error {
     /// The KVM backend.
     #[error(transparent)]
     Kvm(#[from] KvmError),
+    /// A backend refused a plan (the KVM backend's own errors are [`Error::Kvm`]).
+    #[error(transparent)]
+    Backend(BackendError),
     /// The results store.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -100,7 +109,7 @@ pub enum Error {
     Model(#[from] crate::model::ModelError),
     /// A kernel under test in a VM (`hvlab vm`, `hvlab kab`).
     #[error(transparent)]
-    Vm(#[from] crate::lab::vm::VmError),
+    Vm(#[from] crate::kernel::vm::VmError),
     /// Writing output.
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
@@ -199,6 +208,16 @@ pub enum Error {
     },
 }
 
+impl From<BackendError> for Error {
+    /// The KVM backend's errors keep their one variant, whichever way they came.
+    fn from(e: BackendError) -> Error {
+        match e {
+            BackendError::Kvm(k) => Error::Kvm(k),
+            other => Error::Backend(other),
+        }
+    }
+}
+
 impl Error {
     /// The error and each cause below it that adds something (thiserror's transparent
     /// wrappers repeat their inner message), outermost first.
@@ -229,6 +248,8 @@ impl Error {
             Error::Store(e) if e.is_bad_input() => 2,
             Error::Model(crate::model::ModelError::Profile(e)) if !e.is_write() => 2,
             Error::Model(crate::model::ModelError::Unsupported(_)) => 3,
+            Error::Backend(BackendError::Config(_)) => 2,
+            Error::Backend(BackendError::Unsupported(_)) => 3,
             _ => 4,
         }
     }

@@ -8,18 +8,20 @@
 //! table); `kvm` and `model` import it and never each other or the scenarios. [`lab`] holds
 //! the logic above single runs (calibration); [`trace`] attributes another VMM's ioctls.
 
-pub mod analysis;
-pub mod backend;
 pub mod cli;
 pub mod error;
-#[cfg(hvlab_kvm)]
-pub mod kvm;
+pub mod kernel;
 pub mod lab;
-pub mod model;
-pub mod record;
 pub mod report;
 pub mod scenario;
-pub mod store;
 pub mod trace;
 
 pub use error::{Error, InputError};
+// The layers below, each its own crate, under the names the code and the tests use.
+pub use hvlab_analysis as analysis;
+pub use hvlab_analysis::record;
+pub use hvlab_core as backend;
+#[cfg(hvlab_kvm)]
+pub use hvlab_kvm as kvm;
+pub use hvlab_model as model;
+pub use hvlab_store as store;

@@ -21,6 +21,60 @@ fn ioctl_ms(r: &Value, v: &str, ioctl: &str) -> f64 {
 }
 
 #[test]
+fn a_model_run_with_set_hz_stores_the_host_it_modelled() {
+    let (_dir, db) = common::db();
+    let out = run(
+        &db,
+        &[
+            "run",
+            "lifecycle",
+            "--backend",
+            "model",
+            "--profile",
+            "pvm-epyc",
+            "--set",
+            "hz=1000",
+            "--variant",
+            "irqchip-first",
+            "--reps",
+            "4",
+            "--json",
+        ],
+    );
+    let printed = json(&out);
+    let id = printed["run_id"].as_str().unwrap();
+    let stored = json(&run(&db, &["show", id, "--json"]));
+    for r in [&printed, &stored] {
+        // pvm-epyc models a 250 Hz host; the run asked for 1000 Hz and the host it stores says so.
+        assert_eq!(r["host"]["hz"], 1000, "{}", r["host"]);
+        assert_eq!(r["host"]["hz_source"], "--set hz", "{}", r["host"]);
+    }
+    // Without --set hz the profile's HZ is the host's.
+    let plain = json(&run(
+        &db,
+        &[
+            "run",
+            "lifecycle",
+            "--backend",
+            "model",
+            "--profile",
+            "pvm-epyc",
+            "--variant",
+            "irqchip-first",
+            "--reps",
+            "4",
+            "--json",
+        ],
+    ));
+    assert_eq!(plain["host"]["hz"], 250, "{}", plain["host"]);
+    assert_eq!(
+        plain["host"]["hz_source"], "profile pvm-epyc",
+        "{}",
+        plain["host"]
+    );
+}
+
+#[test]
 fn the_lifecycle_stall_lasts_one_to_two_jiffies_and_follows_hz() {
     let mut stalls = Vec::new();
     for (hz, jiffy_ms) in [("hz=100", 10.0), ("hz=250", 4.0), ("hz=1000", 1.0)] {

@@ -7,9 +7,10 @@
 
 use std::time::Duration;
 
+use hvlab::backend::error::BackendError;
 use hvlab::backend::exits::{ExitKind, ExitPlan, ExitResult};
 use hvlab::backend::{Backend, BackendKind};
-use hvlab::error::{Error, InputError};
+use hvlab::error::InputError;
 use hvlab::model::ModelBackend;
 use hvlab::model::profile::Profile;
 use hvlab::record::{VariantRecord, VariantStatus};
@@ -91,7 +92,11 @@ impl Experiment for CpuidBatch {
             .collect()
     }
 
-    fn execute(&self, backend: &mut dyn Backend, plan: &ExitPlan) -> Result<ExitResult, Error> {
+    fn execute(
+        &self,
+        backend: &mut dyn Backend,
+        plan: &ExitPlan,
+    ) -> Result<ExitResult, BackendError> {
         backend.exit_roundtrips(plan)
     }
 

@@ -8,9 +8,9 @@ use clap::Args;
 
 use crate::analysis::compare::AbVerdict;
 use crate::error::{Error, InputError};
+use crate::kernel::vm::{self, Accel, Boot, VmConfig, VmError};
+use crate::kernel::{self, Kernel};
 use crate::lab::kab::{self, MetricAb, ScenarioAb, Trust};
-use crate::lab::kernel::{self, Kernel};
-use crate::lab::vm::{self, Accel, Boot, VmConfig, VmError};
 use crate::record::RunRecord;
 use crate::scenario;
 use crate::store::{self, Store};

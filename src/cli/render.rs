@@ -3,7 +3,6 @@
 
 use std::fmt::Write;
 
-use crate::backend::BackendKind;
 use crate::backend::host::{HostInfo, KvmFlavour};
 use crate::record::{MetricRecord, RunRecord};
 use crate::report::words::fmt_value;
@@ -208,7 +207,7 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
     for w in &r.warnings {
         let _ = writeln!(s, "warning: {w}");
     }
-    if r.backend == BackendKind::Kvm && h.cpu_emulated() {
+    if r.backend.capabilities().real_time && h.cpu_emulated() {
         let _ = writeln!(
             s,
             "note: this host's CPU is emulated in software ({}): every exit is emulated, so times here are not meaningful; counts are",

@@ -60,7 +60,7 @@ fn busy_of(side: &Side) -> Vec<String> {
     side.runs
         .iter()
         .filter_map(|r| r.noise.as_ref().filter(|n| n.is_busy()))
-        .map(|n| crate::report::words::busy_words(&n.busy))
+        .map(|n| crate::analysis::words::busy_words(&n.busy))
         .collect()
 }
 

@@ -16,7 +16,7 @@ use crate::analysis::statistics::{median, seed_for};
 use crate::record::{Finding, RunRecord};
 use crate::scenario::runner::DEFAULT_SEED;
 
-use super::vm::Accel;
+use crate::kernel::vm::Accel;
 
 /// How far a metric can be trusted on this accelerator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -9,12 +9,10 @@ pub mod fidelity;
 pub mod fleet;
 pub mod host;
 pub mod kab;
-pub mod kernel;
 pub mod shard;
 pub mod suite;
 pub mod sweep;
 pub mod validate;
-pub mod vm;
 
 use std::path::PathBuf;
 

@@ -5,7 +5,8 @@
 use std::fmt::Write;
 
 use super::charts;
-use super::html::{STYLE, esc};
+use super::escape::html as esc;
+use super::style::STYLE;
 use crate::lab::fleet::{HostFingerprint, HostGroup, group_by_host, host_value};
 use crate::record::RunRecord;
 use crate::report::words::fmt_value;

@@ -6,6 +6,7 @@ pub mod escape;
 mod fleet;
 mod html;
 mod markdown;
+mod style;
 mod sweep;
 pub mod words;
 

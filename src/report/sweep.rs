@@ -210,7 +210,7 @@ pub fn page(view: &SweepView) -> String {
         s,
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>hvlab sweep {id}</title><style>{style}</style></head><body><h1>hvlab sweep <code>{id}</code></h1><p>{scenario} on {backend}: {n} points over {axes}; variants {variants}. Each value is the median of {metric} at one point with its 95% bootstrap CI and range.</p>",
         id = esc(&view.id),
-        style = super::html::STYLE,
+        style = super::style::STYLE,
         scenario = esc(&view.scenario),
         backend = esc(&view.backend),
         n = view.points(),

@@ -25,12 +25,13 @@ use super::{Chart, Experiment, Observed, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
 use crate::analysis::validate::check;
+use crate::backend::error::BackendError;
 use crate::backend::exits::{
     ExitKind, ExitPlan, ExitResult, PmuConfig, PmuOutcome, PmuScheme, SwitchedVia,
 };
 use crate::backend::host::HostInfo;
 use crate::backend::{Backend, BackendKind};
-use crate::error::{Error, InputError};
+use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::VariantStatus;
 use crate::record::{Finding, SelfCheck, VariantRecord};
@@ -198,25 +199,13 @@ pub fn plans(
     let iterations = u64::from(settings.u32_in("iterations", 1..=10_000_000)?);
     let cpl = parse_cpl(settings)?;
     let timeout = Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 100..=3_600_000)?));
-    if backend == BackendKind::Kvm {
-        settings.reject_model_only()?;
-    }
+    settings.reject_model_only_on(backend)?;
     let host_pebs = settings.u32_in("host_pebs", 0..=1)? == 1;
     let host_pebs_data_cfg = settings.u32_in("host_pebs_data_cfg", 0..=1)? == 1;
     let guest_pebs_data_cfg = u64::from(settings.u32_in("guest_pebs_data_cfg", 0..=255)?);
-    let names: Vec<String> = if request.variants.is_empty() {
-        INFO.variants_for(backend)
-            .map(|v| v.name.to_string())
-            .collect()
-    } else {
-        request.variants.clone()
-    };
-    names
+    INFO.selected_variants(request, backend)?
         .into_iter()
         .map(|name| {
-            if !INFO.variants_for(backend).any(|v| v.name == name) {
-                return Err(INFO.unknown_variant(&name, backend));
-            }
             let pmu = |guest_vpmu, guest_pebs, scheme| {
                 Some(PmuConfig {
                     guest_vpmu,
@@ -378,7 +367,11 @@ impl Experiment for Exits {
         plans(settings, request, backend)
     }
 
-    fn execute(&self, backend: &mut dyn Backend, plan: &ExitPlan) -> Result<ExitResult, Error> {
+    fn execute(
+        &self,
+        backend: &mut dyn Backend,
+        plan: &ExitPlan,
+    ) -> Result<ExitResult, BackendError> {
         backend.exit_roundtrips(plan)
     }
 

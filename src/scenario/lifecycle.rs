@@ -40,12 +40,13 @@ use crate::analysis::compare::{StallCause, Verdict, against_fastest};
 use crate::analysis::stall::{Baselines, Stall, find_stalls, kernel_effects};
 use crate::analysis::statistics::median;
 use crate::analysis::validate::{Check, Rule, check, judge_in_band, stall_ms};
+use crate::backend::error::BackendError;
 use crate::backend::host::HostInfo;
 use crate::backend::ioctl_table::BusRegistration;
 use crate::backend::ioctl_table::SrcuKernel;
 use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace, Step, Strategy};
 use crate::backend::{Backend, BackendKind};
-use crate::error::{Error, InputError};
+use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::VariantStatus;
 use crate::record::{Finding, TimelineEvent, VariantRecord};
@@ -280,25 +281,20 @@ pub fn plans(
     let boot_ms = settings.u32_in("boot_ms", 0..=10_000)?;
     let back_to_back =
         settings.choice("spacing", &["back-to-back", "independent"])? == "back-to-back";
-    if backend == BackendKind::Kvm {
-        settings.reject_model_only()?;
-    }
+    settings.reject_model_only_on(backend)?;
     let mut chosen: Vec<(String, Vec<Step>)> = Vec::new();
     let custom = settings.raw("order");
     if settings.is_set("order") {
         chosen.push(("custom".into(), parse_order(custom)?));
     }
-    let named: Vec<String> = if request.variants.is_empty() && !settings.is_set("order") {
-        INFO.variants_for(backend)
-            .map(|v| v.name.to_string())
-            .collect()
+    // `--set order` without `--variant` runs the custom order alone.
+    let named = if request.variants.is_empty() && settings.is_set("order") {
+        Vec::new()
     } else {
-        request.variants.clone()
+        INFO.selected_variants(request, backend)?
     };
     for name in named {
-        let steps = order_of(&name)
-            .filter(|_| INFO.variants_for(backend).any(|v| v.name == name))
-            .ok_or_else(|| INFO.unknown_variant(&name, backend))?;
+        let steps = order_of(&name).ok_or_else(|| INFO.unknown_variant(&name, backend))?;
         chosen.push((name, steps));
     }
     chosen
@@ -316,7 +312,9 @@ pub fn plans(
                 back_to_back,
                 reader_pct,
             };
-            plan.validate().map(|()| (name, plan))
+            plan.validate()
+                .map(|()| (name, plan))
+                .map_err(InputError::from)
         })
         .collect()
 }
@@ -589,19 +587,21 @@ impl Experiment for Lifecycle {
         &self,
         backend: &mut dyn Backend,
         plan: &ConstructionPlan,
-    ) -> Result<ConstructionTrace, Error> {
+    ) -> Result<ConstructionTrace, BackendError> {
         backend.construct_vm(plan)
     }
 
     fn analyse(&self, o: Observed<'_, ConstructionPlan, ConstructionTrace>) -> ScenarioOutcome {
         // Stalls are judged against the jiffy and the SRCU semantics of the kernel that
-        // produced the timelines (the model reports its own exactly).
-        let jiffy_ns = o
-            .plans
-            .first()
-            .and_then(|p| p.hz)
-            .map_or_else(|| o.host.jiffy_ns(), |hz| 1_000_000_000 / u64::from(hz));
-        analyse(o.names, o.results, jiffy_ns, o.host.srcu_kernel(), o.seed)
+        // produced the timelines: the host the backend presents (the model's modelled host,
+        // with `--set hz` applied).
+        analyse(
+            o.names,
+            o.results,
+            o.host.jiffy_ns(),
+            o.host.srcu_kernel(),
+            o.seed,
+        )
     }
 
     fn charts(&self, _record: &RunRecord) -> Vec<Chart> {

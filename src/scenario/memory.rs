@@ -24,6 +24,7 @@ use super::{Chart, Experiment, Observed, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
 use crate::analysis::validate::{Rule, check, check_count};
+use crate::backend::error::BackendError;
 use crate::backend::guest::Backing;
 use crate::backend::guest::Cpl;
 use crate::backend::guest::GuestPage;
@@ -32,7 +33,7 @@ use crate::backend::memory::{
     Access, HostBacking, Pattern, PrefetchLoop, Stage2Mmu, Touch, TouchPlan, TouchResult,
 };
 use crate::backend::{Backend, BackendKind};
-use crate::error::{Error, InputError};
+use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::VariantStatus;
 use crate::record::{Finding, VariantRecord};
@@ -218,9 +219,7 @@ pub fn plans(
     request: &RunRequest,
     backend: BackendKind,
 ) -> Result<Vec<(String, TouchPlan)>, InputError> {
-    if backend == BackendKind::Kvm {
-        settings.reject_model_only()?;
-    }
+    settings.reject_model_only_on(backend)?;
     let model_backing = match settings.choice("backing", &["lazy", "populated", "thp"])? {
         "lazy" => Backing::Lazy,
         "thp" => Backing::Thp,
@@ -231,7 +230,7 @@ pub fn plans(
     // A real VM needs the memory; the model keeps ordered passes as runs of identical blocks
     // (up to 16TiB: page indices are u32, and users model VMs of 1-12TiB) but a random order
     // page by page (model::mmu::PER_PAGE_MAX_PAGES).
-    let (cap, cap_why) = if backend == BackendKind::Kvm || pattern == Pattern::Random {
+    let (cap, cap_why) = if backend.capabilities().real_memory || pattern == Pattern::Random {
         (
             64u64 << 30,
             "up to 64GiB (on the model: random orders; seq, reverse and stride up to 16TiB)",
@@ -246,7 +245,7 @@ pub fn plans(
             why: format!("size must be a non-zero multiple of 2MiB {cap_why}"),
         });
     }
-    if backend == BackendKind::Kvm
+    if backend.capabilities().real_memory
         && let Some((room, source)) = memory_room()
         && size_bytes > room
     {
@@ -277,19 +276,9 @@ pub fn plans(
     let window = settings.u32_in("window", 1..=512)? as usize;
     let cpl = parse_cpl(settings)?;
     let timeout = Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 100..=3_600_000)?));
-    let names: Vec<String> = if request.variants.is_empty() {
-        INFO.variants_for(backend)
-            .map(|v| v.name.to_string())
-            .collect()
-    } else {
-        request.variants.clone()
-    };
-    names
+    INFO.selected_variants(request, backend)?
         .into_iter()
         .map(|name| {
-            if !INFO.variants_for(backend).any(|v| v.name == name) {
-                return Err(INFO.unknown_variant(&name, backend));
-            }
             let (backing, prefetch) = match name.as_str() {
                 "lazy" => (HostBacking::Anonymous(Backing::Lazy), None),
                 "populated" => (HostBacking::Anonymous(Backing::Populated), None),
@@ -417,7 +406,11 @@ impl Experiment for Memory {
         plans(settings, request, backend)
     }
 
-    fn execute(&self, backend: &mut dyn Backend, plan: &TouchPlan) -> Result<TouchResult, Error> {
+    fn execute(
+        &self,
+        backend: &mut dyn Backend,
+        plan: &TouchPlan,
+    ) -> Result<TouchResult, BackendError> {
         backend.touch_memory(plan)
     }
 
@@ -427,10 +420,10 @@ impl Experiment for Memory {
 
     fn charts(&self, record: &RunRecord) -> Vec<Chart> {
         // The model counts its own faults; the kvm backend reports KVM's statistic.
-        let metric = if record.backend == BackendKind::Model {
-            "faults"
-        } else {
+        let metric = if record.backend.capabilities().kvm_stats {
             "kvm.vcpu.pf_fixed"
+        } else {
+            "faults"
         };
         vec![Chart::Bars {
             metric,
@@ -440,7 +433,7 @@ impl Experiment for Memory {
 
     fn context(&self, record: &RunRecord) -> Vec<String> {
         let thp = &record.host.thp;
-        if record.backend == BackendKind::Kvm && thp != "never" {
+        if record.backend.capabilities().real_memory && thp != "never" {
             vec![format!(
                 "THP {thp}: lazy, populated, uffd and the system memory opt out per mapping (MADV_NOHUGEPAGE); thp opts in (MADV_HUGEPAGE)"
             )]

@@ -13,6 +13,7 @@ pub mod samples;
 use serde::Serialize;
 
 use crate::analysis::validate::{Check, Rule};
+use crate::backend::error::BackendError;
 use crate::backend::host::HostInfo;
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
@@ -72,7 +73,7 @@ impl ScenarioInfo {
         &self,
         backend: BackendKind,
     ) -> impl Iterator<Item = &'static VariantInfo> + use<> {
-        let model: &'static [VariantInfo] = if backend == BackendKind::Model {
+        let model: &'static [VariantInfo] = if backend.capabilities().modelled {
             self.model_variants
         } else {
             &[]
@@ -83,7 +84,7 @@ impl ScenarioInfo {
     /// The error for a variant `backend` cannot run, naming those it can.
     pub fn unknown_variant(&self, name: &str, backend: BackendKind) -> InputError {
         let mut known: Vec<&str> = self.variants_for(backend).map(|v| v.name).collect();
-        if backend == BackendKind::Kvm && self.model_variants.iter().any(|v| v.name == name) {
+        if !backend.capabilities().modelled && self.model_variants.iter().any(|v| v.name == name) {
             known.push("(it is a model variant: add --backend model)");
         }
         InputError::UnknownVariant {
@@ -91,6 +92,33 @@ impl ScenarioInfo {
             scenario: self.name.to_string(),
             known: known.join(", "),
         }
+    }
+
+    /// The variants a run on `backend` measures, in order: those the request names, each one
+    /// `backend` runs (else the error naming those it does), or by default every one it runs.
+    /// Every scenario's plans start from this selection.
+    pub fn selected_variants(
+        &self,
+        request: &RunRequest,
+        backend: BackendKind,
+    ) -> Result<Vec<String>, InputError> {
+        if request.variants.is_empty() {
+            return Ok(self
+                .variants_for(backend)
+                .map(|v| v.name.to_string())
+                .collect());
+        }
+        request
+            .variants
+            .iter()
+            .map(|name| {
+                if self.variants_for(backend).any(|v| v.name == name) {
+                    Ok(name.clone())
+                } else {
+                    Err(self.unknown_variant(name, backend))
+                }
+            })
+            .collect()
     }
 
     /// Refuses a backend this scenario does not run on, naming those it does.
@@ -191,7 +219,11 @@ pub trait Experiment: Sync {
     ) -> Result<Vec<(String, Self::Plan)>, InputError>;
 
     /// Executes one plan on a backend: one repetition.
-    fn execute(&self, backend: &mut dyn Backend, plan: &Self::Plan) -> Result<Self::Sample, Error>;
+    fn execute(
+        &self,
+        backend: &mut dyn Backend,
+        plan: &Self::Plan,
+    ) -> Result<Self::Sample, BackendError>;
 
     /// Metrics, findings and verdicts from every variant's samples.
     fn analyse(&self, observed: Observed<'_, Self::Plan, Self::Sample>) -> ScenarioOutcome;
@@ -286,7 +318,7 @@ impl<T: Experiment> Scenario for T {
             .into_iter()
             .unzip();
         let results = runner::repeat(&names, request, progress, |vi| {
-            Experiment::execute(self, backend, &plans[vi])
+            Experiment::execute(self, backend, &plans[vi]).map_err(Error::from)
         });
         Ok(self.analyse(Observed {
             names: &names,
@@ -411,7 +443,7 @@ pub fn run_scenario(
         crate::backend::noise::Noise::between(&before, &after, &crate::backend::noise::take_reps());
     let mut record = runner::assemble(info, backend, &settings, request, started, outcome);
     // The model's samples are exact: the host's noise does not touch them, so it is not said.
-    if backend.kind() == BackendKind::Kvm {
+    if backend.capabilities().real_time {
         record.warnings = crate::analysis::robust::warnings(&record, info.headline, Some(&noise));
         record.noise = Some(noise);
     } else {

@@ -81,6 +81,17 @@ impl Settings {
         self.explicit.contains(key)
     }
 
+    /// Refuses model-only parameters when `backend` is a real one.
+    pub fn reject_model_only_on(
+        &self,
+        backend: crate::backend::BackendKind,
+    ) -> Result<(), InputError> {
+        if !backend.capabilities().modelled {
+            self.reject_model_only()?;
+        }
+        Ok(())
+    }
+
     /// Refuses model-only parameters given to a real backend.
     pub fn reject_model_only(&self) -> Result<(), InputError> {
         match self.model_only.iter().find(|k| self.is_set(k)) {
@@ -155,8 +166,7 @@ impl Settings {
         self.values
             .iter()
             .filter(|(k, _)| {
-                backend == crate::backend::BackendKind::Model
-                    || !self.model_only.contains(&k.as_str())
+                backend.capabilities().modelled || !self.model_only.contains(&k.as_str())
             })
             .map(|(k, v)| {
                 let value = v

@@ -18,9 +18,10 @@ use super::samples::{Series, per_variant};
 use super::{Experiment, Observed};
 use super::{MetricInfo, ScenarioInfo, Showcase, VariantInfo};
 use crate::analysis::compare::against_fastest;
+use crate::backend::error::BackendError;
 use crate::backend::percpu::{PercpuPlan, PercpuResult, PercpuScheme, Workload};
 use crate::backend::{Backend, BackendKind};
-use crate::error::{Error, InputError};
+use crate::error::InputError;
 use crate::record::{Finding, VariantRecord};
 
 /// The catalog entry.
@@ -242,12 +243,7 @@ pub fn plans(
             value: wname.into(),
             why: "the workload has no event mix defined".into(),
         })?;
-    let names: Vec<String> = if request.variants.is_empty() {
-        VARIANTS.iter().map(|v| v.name.to_string()).collect()
-    } else {
-        request.variants.clone()
-    };
-    names
+    INFO.selected_variants(request, BackendKind::Model)?
         .into_iter()
         .map(|name| {
             let scheme = match name.as_str() {
@@ -364,8 +360,17 @@ impl Experiment for Percpu {
         plans(settings, request)
     }
 
-    fn execute(&self, backend: &mut dyn Backend, plan: &PercpuPlan) -> Result<PercpuResult, Error> {
-        backend.percpu(plan)
+    fn execute(
+        &self,
+        backend: &mut dyn Backend,
+        plan: &PercpuPlan,
+    ) -> Result<PercpuResult, BackendError> {
+        match backend.percpu() {
+            Some(p) => p.predict_percpu(plan),
+            None => Err(BackendError::Unsupported(
+                "per-CPU page tables need a per-vCPU-CR3 guest; use --backend model".into(),
+            )),
+        }
     }
 
     fn showcases(&self) -> &'static [Showcase] {

@@ -21,9 +21,10 @@ use super::samples::{Series, per_variant};
 use super::{Chart, Experiment, Observed};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
+use crate::backend::error::BackendError;
 use crate::backend::pinning::{PinMethod, PinPlan, PinPolicy, PinResult};
 use crate::backend::{Backend, BackendKind};
-use crate::error::{Error, InputError};
+use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::{Finding, VariantRecord};
 
@@ -221,18 +222,11 @@ pub fn plans(
         records_per_ms: u64::from(settings.u32_in("records_per_ms", 0..=1_000_000)?),
         unmap_pct: settings.u32_in("unmap_pct", 0..=100)?,
     };
-    if backend == BackendKind::Kvm {
-        settings.reject_model_only()?;
+    settings.reject_model_only_on(backend)?;
+    if backend.capabilities().real_memory {
         check_guest_fits(&base, settings)?;
     }
-    let names: Vec<String> = if request.variants.is_empty() {
-        INFO.variants_for(backend)
-            .map(|v| v.name.to_string())
-            .collect()
-    } else {
-        request.variants.clone()
-    };
-    names
+    INFO.selected_variants(request, backend)?
         .into_iter()
         .map(|name| {
             let policy = match name.as_str() {
@@ -240,7 +234,7 @@ pub fn plans(
                 "keep" => PinPolicy::Keep,
                 "intersect" => PinPolicy::Intersect,
                 "aging" => PinPolicy::Aging(aging_ns),
-                "no-pin" if backend == BackendKind::Model => PinPolicy::NoPin,
+                "no-pin" => PinPolicy::NoPin,
                 _ => return Err(INFO.unknown_variant(&name, backend)),
             };
             Ok((
@@ -378,7 +372,11 @@ impl Experiment for Pinning {
         plans(settings, request, backend)
     }
 
-    fn execute(&self, backend: &mut dyn Backend, plan: &PinPlan) -> Result<PinResult, Error> {
+    fn execute(
+        &self,
+        backend: &mut dyn Backend,
+        plan: &PinPlan,
+    ) -> Result<PinResult, BackendError> {
         backend.pin_trace(plan)
     }
 

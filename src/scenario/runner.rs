@@ -3,8 +3,6 @@
 
 use std::time::SystemTime;
 
-use rand::RngExt;
-
 use super::ScenarioInfo;
 use super::params::Settings;
 use crate::analysis::compare::Verdict;
@@ -79,7 +77,8 @@ pub fn failure_status(err: &Error) -> VariantStatus {
     match err {
         Error::Kvm(e) if e.is_host_limitation() => VariantStatus::Unsupported(why),
         Error::Input(_) => VariantStatus::Unsupported(why),
-        Error::Model(crate::model::ModelError::Unsupported(why)) => {
+        Error::Model(crate::model::ModelError::Unsupported(why))
+        | Error::Backend(crate::backend::error::BackendError::Unsupported(why)) => {
             VariantStatus::Unsupported(why.clone())
         }
         _ => VariantStatus::Failed(why),
@@ -127,12 +126,7 @@ pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
 
-/// The random end of a run id: 64 bits from the OS-seeded generator as 16 hex digits, so two
-/// runs started in the same second do not collide (the store still renames on a collision).
-pub fn run_id_suffix() -> String {
-    let bits: u64 = rand::rng().random();
-    format!("{bits:016x}")
-}
+pub use crate::record::run_id_suffix;
 
 /// Builds the run record around a scenario's outcome.
 pub fn assemble(

@@ -1,0 +1,313 @@
+//! A/B comparison of two sample sets: ratio of medians with a bootstrap CI, and a verdict.
+
+use serde::{Deserialize, Serialize};
+
+use super::statistics::{bootstrap_ratio_ci, exact_rank_p, median, seed_for};
+use super::verdict::{self, ALPHA, Call, Correction, Evidence};
+use crate::record::VariantRecord;
+
+pub use crate::record::{StallCause, Verdict};
+
+/// Compares two sample sets of a lower-is-better metric. `unit` labels the medians.
+pub fn compare(
+    metric: &str,
+    unit: &str,
+    (name_a, a): (&str, &[f64]),
+    (name_b, b): (&str, &[f64]),
+    seed: u64,
+) -> Verdict {
+    let (ma, mb) = (median(a), median(b));
+    let ((fast, fast_s, fast_m), (slow, slow_s, slow_m)) = if ma <= mb {
+        ((name_a, a, ma), (name_b, b, mb))
+    } else {
+        ((name_b, b, mb), (name_a, a, ma))
+    };
+    let ratio = slow_m / fast_m;
+    let ci95 = bootstrap_ratio_ci(slow_s, fast_s, seed);
+    let p_value = exact_rank_p(fast_s, slow_s);
+    let mut v = Verdict {
+        metric: metric.to_string(),
+        faster: fast.to_string(),
+        slower: slow.to_string(),
+        ratio,
+        ci95,
+        significant: false,
+        too_few: false,
+        n: [fast_s.len(), slow_s.len()],
+        p_value,
+        p_adjusted: p_value,
+        unit: unit.to_string(),
+        medians: [fast_m, slow_m],
+        cause: None,
+        exact: false,
+    };
+    v.exact = verdict::constant(fast_s) && verdict::constant(slow_s);
+    v.rejudge();
+    v
+}
+
+/// The minimum effect a variant verdict in a run must show (`run` has no `--threshold`).
+pub const RUN_THRESHOLD: f64 = 0.05;
+
+impl Verdict {
+    /// Applies the verdict rule to this verdict's evidence (its `p_adjusted` as it stands).
+    fn rejudge(&mut self) {
+        let e = Evidence {
+            n: self.n,
+            ratio: self.ratio,
+            ci95: self.ci95,
+            p_adjusted: self.p_adjusted,
+            exact: self.exact,
+        };
+        let call = verdict::call(&e, RUN_THRESHOLD, ALPHA);
+        self.too_few = call == Call::TooFew;
+        self.significant = call == Call::Higher;
+    }
+}
+
+/// Every variant that produced `metric` against the one with the lowest median of it (lower is
+/// better), in variant order, in the metric's recorded unit.
+pub fn against_fastest(variants: &[VariantRecord], metric: &str, seed: u64) -> Vec<Verdict> {
+    let ok: Vec<&VariantRecord> = variants
+        .iter()
+        .filter(|v| v.is_ok() && v.metrics.contains_key(metric))
+        .collect();
+    let Some(best) = ok.iter().min_by(|a, b| {
+        a.metrics[metric]
+            .median
+            .total_cmp(&b.metrics[metric].median)
+    }) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Verdict> = ok
+        .iter()
+        .filter(|v| v.name != best.name)
+        .map(|v| {
+            compare(
+                metric,
+                &best.metrics[metric].unit,
+                (&best.name, &best.metrics[metric].samples),
+                (&v.name, &v.metrics[metric].samples),
+                seed_for(seed, &["verdict", &best.name, &v.name]),
+            )
+        })
+        .collect();
+    // The variants are judged together: Holm over their p-values.
+    let adjusted = verdict::holm(&out.iter().map(|v| v.p_value).collect::<Vec<_>>());
+    for (v, p) in out.iter_mut().zip(adjusted) {
+        v.p_adjusted = p;
+        v.rejudge();
+    }
+    out
+}
+
+/// An A/B comparison of two builds, hosts or policies on one metric (lower is better).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AbComparison {
+    /// The metric.
+    pub metric: String,
+    /// Its unit.
+    pub unit: String,
+    /// What side A is (run ids, variant).
+    pub a: String,
+    /// What side B is.
+    pub b: String,
+    /// Samples per side (per-run medians when a side has several runs).
+    pub n: [usize; 2],
+    /// Medians.
+    pub median: [f64; 2],
+    /// median(B) / median(A).
+    pub ratio: f64,
+    /// 95% bootstrap CI of the ratio.
+    pub ci95: [f64; 2],
+    /// Two-sided p-value of the exact rank (permutation) test.
+    pub p_value: f64,
+    /// The p-value after the correction for the comparisons judged together.
+    #[serde(default)]
+    pub p_adjusted: f64,
+    /// The correction applied.
+    #[serde(default)]
+    pub correction: Correction,
+    /// How many comparisons were judged together.
+    #[serde(default)]
+    pub judged_together: usize,
+    /// The level a difference is called at (0.05; 0.01 for `--fail-on-regression`).
+    #[serde(default)]
+    pub alpha: f64,
+    /// Samples per side the rule needs at this level (equal sides).
+    pub min_n: usize,
+    /// Whether these sample counts can give a verdict at all (at least 4 per side and
+    /// `2 / C(nA + nB, nA) < alpha`).
+    pub enough_samples: bool,
+    /// Neither side has any spread: judged by the ratio alone.
+    #[serde(default)]
+    pub exact: bool,
+    /// B against A.
+    pub verdict: AbVerdict,
+    /// The threshold a change must exceed, as a fraction.
+    pub threshold: f64,
+}
+
+/// What an A/B comparison concluded; serialized as the words scripts match on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AbVerdict {
+    /// B is significantly faster.
+    #[serde(rename = "faster")]
+    Faster,
+    /// B is significantly slower: a regression.
+    #[serde(rename = "slower")]
+    Slower,
+    /// No change beyond the threshold with confidence.
+    #[serde(rename = "no significant change")]
+    NoChange,
+    /// Too few samples for the exact test to reach the level.
+    #[serde(rename = "too few samples")]
+    TooFew,
+}
+
+/// The fewest samples per side the rule can call anything with at level `alpha`.
+pub fn min_n(alpha: f64) -> usize {
+    super::statistics::exact_min_n(alpha).max(verdict::MIN_PER_SIDE)
+}
+
+impl AbComparison {
+    /// Applies the verdict rule to this comparison's evidence at its level.
+    fn rejudge(&mut self) {
+        let e = Evidence {
+            n: self.n,
+            ratio: self.ratio,
+            ci95: self.ci95,
+            p_adjusted: self.p_adjusted,
+            exact: self.exact,
+        };
+        self.min_n = min_n(self.alpha);
+        self.enough_samples = if self.exact {
+            self.n.iter().all(|&n| n >= verdict::MIN_PER_SIDE)
+        } else {
+            verdict::enough(self.n, self.alpha)
+        };
+        self.verdict = match verdict::call(&e, self.threshold, self.alpha) {
+            Call::Lower => AbVerdict::Faster,
+            Call::Higher => AbVerdict::Slower,
+            Call::NoChange => AbVerdict::NoChange,
+            Call::TooFew => AbVerdict::TooFew,
+        };
+    }
+}
+
+/// Judges comparisons made together (every metric and variant of one `compare`): corrects
+/// their p-values with `correction` and calls each at level `alpha`.
+pub fn judge_together(comparisons: &mut [&mut AbComparison], alpha: f64, correction: Correction) {
+    let p: Vec<f64> = comparisons.iter().map(|c| c.p_value).collect();
+    let adjusted = verdict::adjust(&p, correction);
+    let m = comparisons.len();
+    for (c, p) in comparisons.iter_mut().zip(adjusted) {
+        c.p_adjusted = p;
+        c.correction = correction;
+        c.judged_together = m;
+        c.alpha = alpha;
+        c.rejudge();
+    }
+}
+
+/// Compares side B against side A by the verdict rule ([`verdict::call`]) as one comparison
+/// at p < 0.05; [`judge_together`] corrects a family of them and sets their level. A change
+/// counts when the exact rank test gives p below the level and the whole 95% interval of the
+/// ratio lies beyond `threshold` (a fraction, 0.05 for 5%). With fewer than 4 samples a side,
+/// the verdict is [`AbVerdict::TooFew`] and the text says how many are needed.
+pub fn ab(
+    metric: &str,
+    unit: &str,
+    (name_a, a): (&str, &[f64]),
+    (name_b, b): (&str, &[f64]),
+    threshold: f64,
+    seed: u64,
+) -> AbComparison {
+    let (ma, mb) = (median(a), median(b));
+    let ratio = mb / ma;
+    let ci95 = bootstrap_ratio_ci(b, a, seed);
+    let p_value = exact_rank_p(a, b);
+    let mut c = AbComparison {
+        metric: metric.into(),
+        unit: unit.into(),
+        a: name_a.into(),
+        b: name_b.into(),
+        n: [a.len(), b.len()],
+        median: [ma, mb],
+        ratio,
+        ci95,
+        p_value,
+        p_adjusted: p_value,
+        correction: Correction::Holm,
+        judged_together: 1,
+        alpha: ALPHA,
+        min_n: min_n(ALPHA),
+        enough_samples: false,
+        exact: verdict::constant(a) && verdict::constant(b),
+        verdict: AbVerdict::NoChange,
+        threshold,
+    };
+    c.rejudge();
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdict_names_the_faster_side_whichever_order_it_is_given_in() {
+        let slow = [7.4, 7.6, 7.5, 7.7, 7.5, 7.6];
+        let fast = [0.10, 0.11, 0.12, 0.11, 0.10, 0.11];
+        for v in [
+            compare(
+                "ready_ms",
+                "ms",
+                ("irqchip-first", &slow),
+                ("memslots-first", &fast),
+                1,
+            ),
+            compare(
+                "ready_ms",
+                "ms",
+                ("memslots-first", &fast),
+                ("irqchip-first", &slow),
+                1,
+            ),
+        ] {
+            assert_eq!(v.faster, "memslots-first");
+            assert!(v.significant);
+            assert!(v.ratio > 60.0 && v.ratio < 80.0, "{}", v.ratio);
+            assert!(v.ci95[0] > 1.0);
+            assert!(v.to_string().starts_with("memslots-first is "), "{v}");
+        }
+    }
+
+    #[test]
+    fn ab_verdicts_respect_direction_and_threshold() {
+        let a = [7.4, 7.6, 7.5, 7.7, 7.5, 7.6, 7.4, 7.8];
+        let b = [0.50, 0.51, 0.49, 0.52, 0.50, 0.48, 0.51, 0.50];
+        let v = ab("ready_ms", "ms", ("A", &a), ("B", &b), 0.05, 1);
+        assert_eq!(v.verdict, AbVerdict::Faster);
+        assert!(v.ci95[1] < 1.0);
+        assert_eq!(
+            ab("ready_ms", "ms", ("B", &b), ("A", &a), 0.05, 1).verdict,
+            AbVerdict::Slower
+        );
+        // A real but tiny change stays under the threshold.
+        let c: Vec<f64> = a.iter().map(|x| x * 1.02).collect();
+        assert_eq!(
+            ab("ready_ms", "ms", ("A", &a), ("C", &c), 0.05, 1).verdict,
+            AbVerdict::NoChange
+        );
+    }
+
+    #[test]
+    fn overlapping_samples_are_no_significant_difference() {
+        let a = [1.0, 1.2, 0.9, 1.1, 1.0, 1.05];
+        let b = [1.1, 0.95, 1.0, 1.15, 1.0, 0.98];
+        let v = compare("ready_ms", "ms", ("a", &a), ("b", &b), 1);
+        assert!(!v.significant, "{v:?}");
+        assert!(v.to_string().contains("no significant difference"));
+    }
+}

@@ -1,0 +1,12 @@
+//! Statistics, stall detection and comparisons: pure functions over samples and timelines.
+
+pub mod compare;
+pub mod record;
+pub mod robust;
+pub mod stall;
+pub mod statistics;
+pub mod validate;
+pub mod verdict;
+pub mod words;
+
+use hvlab_core as backend;

@@ -1,0 +1,569 @@
+//! The run record: what a run produced, in the shape of the output contract (DESIGN.md,
+//! "Output contract"). The store persists it, `--json` prints it, the report reads it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize, Serializer};
+
+use crate::backend::BackendKind;
+use crate::backend::host::HostInfo;
+use crate::backend::noise::{BusyReason, Noise};
+use crate::statistics::{Modes, Summary};
+
+/// The random end of a run id: 64 bits from the OS-seeded generator as 16 hex digits, so two
+/// runs started in the same second do not collide (the store still renames on a collision).
+pub fn run_id_suffix() -> String {
+    use rand::RngExt;
+    let bits: u64 = rand::rng().random();
+    format!("{bits:016x}")
+}
+
+/// One run: scenario × backend × variants × repetitions on one host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// `<started_at>-<scenario>-<backend>-<4 hex>`.
+    pub run_id: String,
+    /// Scenario name.
+    pub scenario: String,
+    /// Which backend produced it (`kvm` or `model` in JSON and the store).
+    pub backend: BackendKind,
+    /// The model's cost profile, when the backend is the model.
+    pub profile: Option<String>,
+    /// Host fingerprint.
+    pub host: HostInfo,
+    /// Every parameter in effect, defaults included.
+    pub params: BTreeMap<String, serde_json::Value>,
+    /// RFC 3339, UTC.
+    pub started_at: String,
+    /// RFC 3339, UTC.
+    pub finished_at: String,
+    /// Results per variant, in the order they were asked for.
+    pub variants: Vec<VariantRecord>,
+    /// Comparisons of the variants on the scenario's headline metric.
+    #[serde(default, serialize_with = "verdicts_with_text")]
+    pub verdicts: Vec<Verdict>,
+    /// The noise the run was measured in (kvm runs; absent in runs stored before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<Noise>,
+    /// What the reader must know before trusting the numbers: a busy host, outliers, two
+    /// modes; each with its remedy in its `message`.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        serialize_with = "warnings_with_messages"
+    )]
+    pub warnings: Vec<Warning>,
+}
+
+/// A warning about a run's numbers, as data; the sentence is its `Display` (`report::words`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Warning {
+    /// Another process competed for the CPU during the run.
+    BusyHost {
+        /// What the busy rule saw.
+        reasons: Vec<BusyReason>,
+        /// Whether the measuring threads were pinned (`--cpu`).
+        pinned: bool,
+    },
+    /// Samples far from the median of a variant's headline metric (median ± k·MAD).
+    Outliers {
+        /// The variant.
+        variant: String,
+        /// The metric.
+        metric: String,
+        /// How many samples are outliers.
+        count: usize,
+        /// Samples.
+        n: usize,
+        /// The rule's k (scaled MADs).
+        k: f64,
+    },
+    /// A variant's headline metric has two modes: the median alone would hide one.
+    Bimodal {
+        /// The variant.
+        variant: String,
+        /// The metric.
+        metric: String,
+        /// Its unit.
+        unit: String,
+        /// Each mode's median and sample count, lower first.
+        modes: Modes,
+    },
+    /// The clock source changed during the run: times before and after may not compare.
+    ClockSourceChanged {
+        /// The one at the start.
+        from: String,
+    },
+}
+
+/// Warnings in JSON: the data, and the sentence (`message`).
+fn warnings_with_messages<S: Serializer>(w: &[Warning], s: S) -> Result<S::Ok, S::Error> {
+    with_words(w, "message", s)
+}
+
+impl RunRecord {
+    /// The variant called `name`.
+    pub fn variant(&self, name: &str) -> Option<&VariantRecord> {
+        self.variants.iter().find(|v| v.name == name)
+    }
+}
+
+/// Whether a variant produced samples. Written as `ok`, `unsupported: why` (the host cannot
+/// run it: exit 3 when no variant ran) or `failed: why` (a measurement failed: exit 4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VariantStatus {
+    /// Samples were taken.
+    Ok,
+    /// This host cannot run it.
+    Unsupported(String),
+    /// A measurement failed.
+    Failed(String),
+}
+
+impl VariantStatus {
+    /// Reads the written form back.
+    pub fn parse(text: &str) -> VariantStatus {
+        if text == "ok" {
+            VariantStatus::Ok
+        } else if let Some(why) = text.strip_prefix("unsupported: ") {
+            VariantStatus::Unsupported(why.to_string())
+        } else {
+            VariantStatus::Failed(text.strip_prefix("failed: ").unwrap_or(text).to_string())
+        }
+    }
+}
+
+impl std::fmt::Display for VariantStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VariantStatus::Ok => f.write_str("ok"),
+            VariantStatus::Unsupported(why) => write!(f, "unsupported: {why}"),
+            VariantStatus::Failed(why) => write!(f, "failed: {why}"),
+        }
+    }
+}
+
+impl From<&str> for VariantStatus {
+    fn from(text: &str) -> VariantStatus {
+        VariantStatus::parse(text)
+    }
+}
+
+impl PartialEq<&str> for VariantStatus {
+    fn eq(&self, other: &&str) -> bool {
+        *self == VariantStatus::parse(other)
+    }
+}
+
+impl Serialize for VariantStatus {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for VariantStatus {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<VariantStatus, D::Error> {
+        String::deserialize(d).map(|t| VariantStatus::parse(&t))
+    }
+}
+
+/// One variant's results.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VariantRecord {
+    /// Variant name.
+    pub name: String,
+    /// Whether it produced samples, and why not.
+    pub status: VariantStatus,
+    /// Metric name → summary and samples.
+    pub metrics: BTreeMap<String, MetricRecord>,
+    /// What the analysis found.
+    #[serde(default, serialize_with = "findings_with_messages")]
+    pub findings: Vec<Finding>,
+    /// One representative ioctl timeline (lifecycle: the median repetition), for charts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<TimelineEvent>,
+    /// Pinned bytes over time, [ms, bytes] (pinning: the first repetition), for charts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pinned_bytes: Vec<[f64; 2]>,
+}
+
+/// One ioctl on a representative timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimelineEvent {
+    /// KVM name.
+    pub ioctl: String,
+    /// Start, ms from the first ioctl.
+    pub start_ms: f64,
+    /// Duration, ms.
+    pub dur_ms: f64,
+    /// It stalled on a grace period.
+    pub stalled: bool,
+}
+
+impl VariantRecord {
+    /// Whether the variant produced samples.
+    pub fn is_ok(&self) -> bool {
+        self.status == VariantStatus::Ok
+    }
+}
+
+/// One metric of one variant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricRecord {
+    /// `ms`, `ns`, `count`, ...
+    pub unit: String,
+    /// Median of the samples.
+    #[serde(serialize_with = "compact")]
+    pub median: f64,
+    /// 95% bootstrap CI of the median.
+    #[serde(serialize_with = "compact_pair")]
+    pub ci95: [f64; 2],
+    /// Smallest sample.
+    #[serde(serialize_with = "compact")]
+    pub min: f64,
+    /// Largest sample.
+    #[serde(serialize_with = "compact")]
+    pub max: f64,
+    /// Sample count.
+    pub n: usize,
+    /// Every sample, in repetition order.
+    #[serde(serialize_with = "compact_vec")]
+    pub samples: Vec<f64>,
+}
+
+impl MetricRecord {
+    /// Summarises samples of a metric.
+    pub fn new(unit: &str, samples: Vec<f64>, seed: u64) -> MetricRecord {
+        let s = Summary::of(&samples, seed);
+        MetricRecord {
+            unit: unit.to_string(),
+            median: s.median,
+            ci95: s.ci95,
+            min: s.min,
+            max: s.max,
+            n: s.n,
+            samples,
+        }
+    }
+}
+
+/// Something the analysis found, as data. The sentence a person reads is the finding's
+/// `Display`, written by the one renderer (`report::words`); JSON carries both (`message`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Finding {
+    /// An ioctl waited for an SRCU grace period, started by an earlier registration or (at
+    /// `caused_at == step`) its own.
+    SrcuStall {
+        /// The stalled ioctl.
+        ioctl: String,
+        /// Its position in the construction order (0-based index of the ioctl).
+        step: usize,
+        /// The registration that started the grace period, when one was found.
+        caused_by: Option<String>,
+        /// That registration's position.
+        #[serde(default)]
+        caused_at: Option<usize>,
+        /// Median duration of the stalled ioctl over the repetitions where it stalled.
+        median_ms: f64,
+        /// Its shortest and longest duration over those repetitions: where the grace period
+        /// starts against the tick spreads a stall over one to two jiffies.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        range_ms: Option<[f64; 2]>,
+        /// Its unstalled baseline.
+        #[serde(default)]
+        baseline_ms: f64,
+        /// Median excess over its unstalled baseline, in jiffies.
+        jiffies: f64,
+        /// Repetitions in which this step stalled.
+        stalled_reps: usize,
+        /// Repetitions measured.
+        reps: usize,
+    },
+    /// An ioctl repeatedly slower than its baseline by more than half a jiffy, for no reason
+    /// the analysis knows: it cannot wait for SRCU on this kernel, or no grace period was in
+    /// flight.
+    SlowIoctl {
+        /// The slow ioctl.
+        ioctl: String,
+        /// Its position in the construction order (0-based index of the ioctl).
+        step: usize,
+        /// Median duration over the repetitions where it was slow.
+        median_ms: f64,
+        /// Its baseline.
+        #[serde(default)]
+        baseline_ms: f64,
+        /// Median excess over its baseline, in jiffies.
+        jiffies: f64,
+        /// Repetitions in which this step was slow.
+        slow_reps: usize,
+        /// Repetitions measured.
+        reps: usize,
+    },
+    /// A measured value that disagrees with what the scenario expects of it.
+    SelfCheck {
+        /// What was checked.
+        check: SelfCheck,
+        /// The variant.
+        #[serde(default)]
+        variant: String,
+        /// The metric checked.
+        metric: String,
+        /// What it should be.
+        expected: f64,
+        /// What it was (median).
+        observed: f64,
+    },
+    /// Stage-2 faults against pages touched: how many pages each fault mapped, and why.
+    FaultsPerPage {
+        /// Pages the guest touched.
+        pages: u64,
+        /// `kvm.vcpu.pf_fixed` (median).
+        pf_fixed: f64,
+        /// Of those, faults on the guest's own page-table pages.
+        table_pages: f64,
+        /// The stage-2 MMU, when known.
+        mmu: Option<crate::backend::memory::Stage2Mmu>,
+    },
+    /// userfaultfd faults against pages touched.
+    UserfaultfdFaults {
+        /// Pages the guest touched.
+        pages: u64,
+        /// userfaultfd faults (median).
+        faults: f64,
+    },
+    /// The aging policy released pins in the idle tail.
+    PinsAged {
+        /// Age after which a pin is released, ms.
+        after_ms: u64,
+        /// Bytes still pinned at the end.
+        pinned_bytes_end: u64,
+        /// Length of the idle tail, ms.
+        tail_ms: u64,
+    },
+    /// Records written while the buffer could not be pinned.
+    Blackouts {
+        /// Records lost (median).
+        records: f64,
+        /// Buffer size.
+        buffer_bytes: u64,
+        /// The pin cap.
+        cap_bytes: u64,
+    },
+    /// Records lost while SPE stopped on stage-2 faults on an unpinned buffer (no-pin).
+    FaultBlackouts {
+        /// Records lost (median).
+        records: f64,
+        /// Stage-2 faults on the buffer (median).
+        faults: f64,
+        /// Percent of the buffer the host unmapped at every switch-out.
+        unmap_pct: u32,
+    },
+    /// How KVM switches the perf MSRs for a PMU configuration (model).
+    PmuMsrLists {
+        /// MSRs in the VM-entry and VM-exit MSR-load lists.
+        load_list: Vec<String>,
+        /// MSRs in the VMCS's dedicated fields.
+        vmcs_fields: Vec<String>,
+        /// MSRs dropped because host and guest values are equal.
+        dropped: Vec<String>,
+        /// Explicit WRMSRs before VM-entry.
+        wrmsrs: u32,
+    },
+    /// Guest PEBS is cut while the host uses PEBS (model).
+    GuestPebsDisabled,
+    /// What the race explorer found for a PMU scheme.
+    RaceExplored(crate::backend::exits::RaceReport),
+    /// Which inputs of a percpu prediction are assumptions.
+    PercpuAssumptions {
+        /// The workload.
+        workload: String,
+        /// CPUs modelled.
+        cpus: u32,
+    },
+}
+
+/// The self-checks scenarios make on their own measurements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SelfCheck {
+    /// `kvm.vcpu.exits` per iteration is not 1: the host's statistic misses roundtrips.
+    ExitsStatistic,
+    /// The exit reached the VMM a different number of times than the variant assumes.
+    UserspaceExits,
+}
+
+/// The outcome of comparing a faster candidate against a slower one on one metric.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// The metric compared.
+    pub metric: String,
+    /// The side with the lower median.
+    pub faster: String,
+    /// The side with the higher median.
+    pub slower: String,
+    /// median(slower) / median(faster): how many times faster `faster` is.
+    pub ratio: f64,
+    /// 95% bootstrap CI of that ratio.
+    pub ci95: [f64; 2],
+    /// Whether the verdict rule (the verdict rule (`analysis::verdict::call`)) calls the difference: at least 4 samples
+    /// per side, the exact rank test below 5% after Holm's correction over the variants
+    /// compared, and the whole interval beyond the 5% minimum effect.
+    pub significant: bool,
+    /// Too few samples on a side for the rule to call anything.
+    #[serde(default)]
+    pub too_few: bool,
+    /// Samples of the faster and the slower side.
+    #[serde(default)]
+    pub n: [usize; 2],
+    /// The exact rank test's p-value, and after Holm's correction.
+    #[serde(default)]
+    pub p_value: f64,
+    /// The p-value after Holm's correction over the comparisons made together.
+    #[serde(default)]
+    pub p_adjusted: f64,
+    /// The unit of the medians.
+    #[serde(default)]
+    pub unit: String,
+    /// Medians of the faster and the slower side.
+    #[serde(default)]
+    pub medians: [f64; 2],
+    /// The stall that explains the gap, where the analysis found one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<StallCause>,
+    /// Neither side has any spread (the model's exact values): judged by the ratio alone.
+    #[serde(default)]
+    pub exact: bool,
+}
+
+/// An SRCU stall that explains why the slower side of a verdict is slower.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StallCause {
+    /// The ioctl that waited.
+    pub ioctl: String,
+    /// The registration that started the grace period.
+    pub caused_by: Option<String>,
+    /// How long it took (median), ms.
+    pub median_ms: f64,
+    /// Its excess, in jiffies.
+    pub jiffies: f64,
+}
+
+/// Verdicts in JSON: the data, and the sentence (`text`).
+fn verdicts_with_text<S: Serializer>(verdicts: &[Verdict], s: S) -> Result<S::Ok, S::Error> {
+    with_words(verdicts, "text", s)
+}
+
+/// Each item's fields and, under `key`, its sentence from the renderer (`Display`, written in
+/// `report::words`): the JSON form of typed findings and verdicts.
+pub fn worded<T: Serialize + std::fmt::Display>(
+    items: &[T],
+    key: &str,
+) -> Result<Vec<serde_json::Value>, serde_json::Error> {
+    items
+        .iter()
+        .map(|item| {
+            let mut value = serde_json::to_value(item)?;
+            if let Some(map) = value.as_object_mut() {
+                map.insert(key.into(), item.to_string().into());
+            }
+            Ok(value)
+        })
+        .collect()
+}
+
+fn with_words<T: Serialize + std::fmt::Display, S: Serializer>(
+    items: &[T],
+    key: &str,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::Error as _;
+    worded(items, key).map_err(S::Error::custom)?.serialize(s)
+}
+
+/// Findings in JSON: the data, and the sentence (`message`) scripts and people read.
+fn findings_with_messages<S: Serializer>(findings: &[Finding], s: S) -> Result<S::Ok, S::Error> {
+    with_words(findings, "message", s)
+}
+
+/// Integers as integers (counts stay exact), everything else rounded to 9 significant
+/// decimals so binary noise like 0.30000000000000004 does not reach the output.
+fn compact<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if v.fract() == 0.0 && v.abs() < 9.0e15 {
+        // Exactly integral and within i64's exact range.
+        #[allow(clippy::cast_possible_truncation)]
+        return s.serialize_i64(*v as i64);
+    }
+    if !v.is_finite() {
+        return s.serialize_none();
+    }
+    let rounded = format!("{v:.9}").parse::<f64>().unwrap_or(*v);
+    s.serialize_f64(rounded)
+}
+
+fn compact_pair<S: Serializer>(v: &[f64; 2], s: S) -> Result<S::Ok, S::Error> {
+    compact_vec(&v.to_vec(), s)
+}
+
+fn compact_vec<S: Serializer>(v: &Vec<f64>, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeSeq;
+    struct Compact(f64);
+    impl Serialize for Compact {
+        fn serialize<S2: Serializer>(&self, s: S2) -> Result<S2::Ok, S2::Error> {
+            compact(&self.0, s)
+        }
+    }
+    let mut seq = s.serialize_seq(Some(v.len()))?;
+    for x in v {
+        seq.serialize_element(&Compact(*x))?;
+    }
+    seq.end()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variant_status_writes_and_reads_the_contract_strings() {
+        for (status, text) in [
+            (VariantStatus::Ok, "ok"),
+            (
+                VariantStatus::Unsupported("needs KVM_CAP_X".into()),
+                "unsupported: needs KVM_CAP_X",
+            ),
+            (
+                VariantStatus::Failed("guest shut down".into()),
+                "failed: guest shut down",
+            ),
+        ] {
+            let json = serde_json::to_string(&status).unwrap();
+            assert_eq!(json, format!("\"{text}\""));
+            assert_eq!(
+                serde_json::from_str::<VariantStatus>(&json).unwrap(),
+                status
+            );
+            assert_eq!(status, text);
+        }
+    }
+
+    #[test]
+    fn counts_serialize_as_exact_integers_and_times_without_binary_noise() {
+        let m = MetricRecord::new("count", vec![65537.0, 65537.0, 65537.0], 1);
+        let j = serde_json::to_string(&m).unwrap();
+        assert!(j.contains("\"median\":65537,"), "{j}");
+        assert!(j.contains("\"samples\":[65537,65537,65537]"), "{j}");
+        let t = MetricRecord::new("ms", vec![0.1 + 0.2], 1);
+        let j = serde_json::to_string(&t).unwrap();
+        assert!(j.contains("0.3,") || j.contains("0.3]"), "{j}");
+    }
+
+    #[test]
+    fn records_round_trip_through_json() {
+        let m = MetricRecord::new("ms", vec![7.5, 7.6, 7.4], 3);
+        let back: MetricRecord = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+        assert_eq!(back.samples, m.samples);
+        assert_eq!(back.median, m.median);
+    }
+}

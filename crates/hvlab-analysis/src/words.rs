@@ -1,0 +1,387 @@
+//! The sentences of the analysis's own types: a verdict, an A/B comparison, a finding, a
+//! warning. Their `Display` must sit in the crate that defines them, and a record's JSON
+//! carries these sentences beside the data (`text`, `message`); every other rendering is in
+//! the report's words module, which re-exports the helpers below so callers see one place.
+
+use std::fmt;
+
+use crate::backend::memory::Stage2Mmu;
+use crate::compare::{AbComparison, AbVerdict, Verdict};
+use crate::record::{Finding, SelfCheck};
+
+/// A value with its unit and sensible precision.
+pub fn fmt_value(v: f64, unit: &str) -> String {
+    if unit == "count" {
+        return format!("{v}");
+    }
+    let digits = if v.abs() >= 100.0 {
+        1
+    } else if v.abs() >= 1.0 {
+        2
+    } else {
+        3
+    };
+    format!("{v:.digits$} {unit}")
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (fast, slow, metric, ratio, ci) = (
+            &self.faster,
+            &self.slower,
+            &self.metric,
+            self.ratio,
+            self.ci95,
+        );
+        let [fast_m, slow_m] = self.medians;
+        if self.too_few {
+            write!(
+                f,
+                "{fast} and {slow}: no verdict on {metric} ({} vs {}, ratio {ratio:.2}×): n = {} vs {} is too few (the rule needs at least {} per side); run more repetitions (--reps {})",
+                fmt_value(fast_m, &self.unit),
+                fmt_value(slow_m, &self.unit),
+                self.n[0],
+                self.n[1],
+                crate::compare::min_n(crate::verdict::ALPHA),
+                crate::compare::min_n(crate::verdict::ALPHA),
+            )?;
+        } else if self.significant {
+            // Small ratios need more digits to be told from 1.
+            let d = if ratio < 10.0 { 2 } else { 1 };
+            write!(
+                f,
+                "{fast} is {ratio:.d$}× faster than {slow} on {metric}: {} vs {} (95% CI of the ratio {:.d$}–{:.d$}×)",
+                fmt_value(fast_m, &self.unit),
+                fmt_value(slow_m, &self.unit),
+                ci[0],
+                ci[1]
+            )?;
+        } else {
+            write!(
+                f,
+                "{fast} and {slow}: no significant difference on {metric} ({} vs {}, ratio {ratio:.2}×, 95% CI {:.2}–{:.2}×)",
+                fmt_value(fast_m, &self.unit),
+                fmt_value(slow_m, &self.unit),
+                ci[0],
+                ci[1]
+            )?;
+        }
+        if let Some(c) = &self.cause {
+            let by = c
+                .caused_by
+                .as_deref()
+                .map_or(String::new(), |c| format!(" started by {c}"));
+            write!(
+                f,
+                "; cause: {} waited {} ({:.1} jiffies) for the SRCU grace period{by}",
+                c.ioctl,
+                fmt_value(c.median_ms, "ms"),
+                c.jiffies
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for AbComparison {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ratio = self.ratio;
+        let change = match self.verdict {
+            AbVerdict::Faster => format!("{:.2}× faster", 1.0 / ratio),
+            AbVerdict::Slower => format!("{ratio:.2}× slower (a regression)"),
+            AbVerdict::TooFew => format!(
+                "no verdict: n = {} vs {} is too few for the exact rank test to reach p < {} (it needs at least {} per side); run more repetitions (--reps {} or more) or compare more runs",
+                self.n[1], self.n[0], self.alpha, self.min_n, self.min_n
+            ),
+            AbVerdict::NoChange => "no significant change".to_string(),
+        };
+        write!(
+            f,
+            "{}: B {} vs A {}: {change} (ratio B/A {ratio:.3}, 95% CI {:.3}–{:.3}; exact rank test p = {:.2e}, {:.2e} after {} over {} judged together, called at p < {}; n = {} vs {}; threshold {:.0}%)",
+            self.metric,
+            fmt_value(self.median[1], &self.unit),
+            fmt_value(self.median[0], &self.unit),
+            self.ci95[0],
+            self.ci95[1],
+            self.p_value,
+            self.p_adjusted,
+            match self.correction {
+                crate::verdict::Correction::Holm => "Holm",
+                crate::verdict::Correction::BenjaminiHochberg => "Benjamini-Hochberg",
+            },
+            self.judged_together,
+            self.alpha,
+            self.n[1],
+            self.n[0],
+            self.threshold * 100.0
+        )
+    }
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Finding::SrcuStall {
+                ioctl,
+                step,
+                caused_by,
+                caused_at,
+                median_ms,
+                baseline_ms,
+                jiffies,
+                stalled_reps,
+                reps,
+                ..
+            } => {
+                let what = match (caused_at, caused_by) {
+                    (Some(at), _) if at == step => {
+                        "a whole SRCU grace period of its own (synchronize_srcu() while vCPUs run)"
+                            .to_string()
+                    }
+                    (Some(at), Some(cause)) => {
+                        format!("the SRCU grace period started by {cause} (ioctl #{at})")
+                    }
+                    (None, Some(cause)) => format!("the SRCU grace period started by {cause}"),
+                    _ => "an SRCU grace period".to_string(),
+                };
+                write!(
+                    f,
+                    "{ioctl} (ioctl #{step}) waited for {what}: {median_ms:.2} ms, {jiffies:.1} jiffies over its {baseline_ms:.3} ms baseline, in {stalled_reps} of {reps} reps"
+                )
+            }
+            Finding::SlowIoctl {
+                ioctl,
+                step,
+                median_ms,
+                baseline_ms,
+                jiffies,
+                slow_reps,
+                reps,
+            } => write!(
+                f,
+                "{ioctl} (ioctl #{step}) was slow, cause unknown: {median_ms:.2} ms, {jiffies:.1} jiffies over its {baseline_ms:.3} ms baseline, in {slow_reps} of {reps} reps (it cannot wait for SRCU on this kernel, or no grace period was in flight)"
+            ),
+            Finding::SelfCheck {
+                check,
+                variant,
+                observed,
+                expected,
+                ..
+            } => match check {
+                SelfCheck::ExitsStatistic => write!(
+                    f,
+                    "kvm.vcpu.exits counted {observed:.2} per iteration of {variant} (expected {expected:.2}): this host's exits statistic does not count every roundtrip; trust roundtrip_ns, not the statistic"
+                ),
+                SelfCheck::UserspaceExits => write!(
+                    f,
+                    "{variant} reached the VMM {observed:.2} times per iteration, expected {expected:.0}: the exit was not handled where this variant assumes"
+                ),
+            },
+            Finding::FaultsPerPage {
+                pages,
+                pf_fixed,
+                table_pages,
+                mmu,
+            } => {
+                let data_faults = pf_fixed - table_pages;
+                if data_faults <= 0.0 {
+                    write!(
+                        f,
+                        "kvm.vcpu.pf_fixed = {pf_fixed} for {pages} pages touched: none on the data region, which was mapped before the guest ran; {table_pages} on the guest's own page-table pages"
+                    )
+                } else {
+                    #[allow(clippy::cast_precision_loss)]
+                    let per_fault = *pages as f64 / data_faults;
+                    let split = if *table_pages > 0.0 {
+                        format!(
+                            " = {data_faults} on the data + {table_pages} on the guest's own page-table pages"
+                        )
+                    } else {
+                        String::new()
+                    };
+                    write!(
+                        f,
+                        "kvm.vcpu.pf_fixed = {pf_fixed}{split} for {pages} pages touched: {per_fault:.2} pages mapped per stage-2 fault ({})",
+                        fault_reading(per_fault, *mmu)
+                    )
+                }
+            }
+            Finding::UserfaultfdFaults { pages, faults } => {
+                #[allow(clippy::cast_precision_loss)]
+                let per = *pages as f64 / faults;
+                write!(
+                    f,
+                    "{faults} userfaultfd faults for {pages} pages: {per:.2} pages served per fault"
+                )
+            }
+            Finding::PinsAged {
+                after_ms,
+                pinned_bytes_end,
+                tail_ms,
+            } => write!(
+                f,
+                "aging released the pins {after_ms} ms after their last use: {pinned_bytes_end} bytes pinned at the end of the {tail_ms} ms idle tail"
+            ),
+            Finding::Blackouts {
+                records,
+                buffer_bytes,
+                cap_bytes,
+            } => write!(
+                f,
+                "{records} records fell in blackouts: the buffer ({buffer_bytes} bytes) could not be pinned under the {cap_bytes} byte cap"
+            ),
+            Finding::FaultBlackouts {
+                records,
+                faults,
+                unmap_pct,
+            } => write!(
+                f,
+                "{records} records fell in blackouts: SPE stopped at each of {faults} stage-2 faults on the unpinned buffer until the fault was handled ({unmap_pct}% of the buffer unmapped at every switch-out)"
+            ),
+            Finding::PmuMsrLists {
+                load_list,
+                vmcs_fields,
+                dropped,
+                wrmsrs,
+            } => {
+                let list = |v: &[String]| {
+                    if v.is_empty() {
+                        "none".to_string()
+                    } else {
+                        v.join(", ")
+                    }
+                };
+                write!(
+                    f,
+                    "MSR-load lists: {}; VMCS PERF_GLOBAL_CTRL fields: {}; dropped (host value equals guest value): {}; explicit WRMSRs before VM-entry: {wrmsrs}",
+                    list(load_list),
+                    list(vmcs_fields),
+                    list(dropped)
+                )
+            }
+            Finding::GuestPebsDisabled => f.write_str(
+                "guest PEBS is disabled while the host uses PEBS: its counters are left out of the guest's PERF_GLOBAL_CTRL (the series keeps this restriction, with a FIXME)",
+            ),
+            Finding::RaceExplored(r) => {
+                if r.stale_bit {
+                    write!(
+                        f,
+                        "race explorer ({} scheme): a stale {} bit survives VM-exit: {} (perf's NMI changed the bit after the list captured the host value; {} states explored)",
+                        r.scheme,
+                        r.register,
+                        r.interleaving.join(" → "),
+                        r.states
+                    )
+                } else {
+                    write!(
+                        f,
+                        "race explorer ({} scheme): no interleaving of list building, host PEBS NMI, VM-entry and VM-exit leaves a stale {} bit ({} states explored exhaustively)",
+                        r.scheme, r.register, r.states
+                    )
+                }
+            }
+            Finding::PercpuAssumptions { workload, cpus } => write!(
+                f,
+                "{workload} on {cpus} CPUs: this_cpu ops per kernel event are call-site counts (src/model/percpu.rs), instruction latencies and per-event kernel times come from the profile, the kernel share of wall time is an assumption (src/scenario/percpu.rs WORKLOADS)"
+            ),
+        }
+    }
+}
+
+/// What one stage-2 fault per `per_fault` data pages means on `mmu`.
+fn fault_reading(per_fault: f64, mmu: Option<Stage2Mmu>) -> &'static str {
+    let tdp = matches!(mmu, Some(Stage2Mmu::TdpMmu | Stage2Mmu::TdpLegacy));
+    if per_fault >= 256.0 {
+        if tdp {
+            "huge mappings: the host backed the region with 2 MiB pages, and with TDP stage 2 maps a host huge page whole whatever the guest's own page size"
+        } else {
+            "huge mappings: the host backed the region with 2 MiB pages and the guest maps 2 MiB, so one fault maps 512 pages"
+        }
+    } else if per_fault > 1.5 {
+        match mmu {
+            Some(Stage2Mmu::TdpMmu) => {
+                "part of the region is mapped huge (the TDP MMU never prefetches)"
+            }
+            _ => "SPTE prefetch mapped the present neighbours of each fault (PTE_PREFETCH_NUM = 8)",
+        }
+    } else {
+        match mmu {
+            Some(Stage2Mmu::TdpMmu) => {
+                "one fault per 4 KiB host page: the TDP MMU never prefetches"
+            }
+            Some(Stage2Mmu::TdpLegacy) => {
+                "no prefetch: the neighbours' host pages were not present, and direct_pte_prefetch() never faults a host page in"
+            }
+            Some(Stage2Mmu::Shadow) => {
+                "no prefetch: the neighbours' host pages were not present, or with 4 KiB guest pages the neighbours' guest PTEs have the Accessed bit clear, which FNAME(prefetch_invalid_gpte) skips"
+            }
+            None => {
+                "no prefetch: the neighbours' host pages were not present, or the MMU does not prefetch"
+            }
+        }
+    }
+}
+
+/// What the busy rule saw, in a few words: "load 4.2 on 2 cores, CPU pressure 31%".
+pub fn busy_words(reasons: &[crate::backend::noise::BusyReason]) -> String {
+    use crate::backend::noise::BusyReason;
+    reasons
+        .iter()
+        .map(|r| match r {
+            BusyReason::Load { load1, cores } => format!("load {load1:.1} on {cores} cores"),
+            BusyReason::Runnable { others, cores } => {
+                format!("{others} other runnable task(s) on {cores} cores")
+            }
+            BusyReason::Pressure { some_pct } => {
+                format!("tasks waited for a CPU {some_pct:.0}% of the time")
+            }
+            BusyReason::Steal { pct } => format!("steal {pct:.0}%"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl fmt::Display for crate::record::Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::record::Warning;
+        match self {
+            Warning::BusyHost { reasons, pinned } => write!(
+                f,
+                "busy host: {} during this run: another process competed for the CPU; times may be inflated and spread: run on a quiet host (--quiet-host waits for one){}",
+                busy_words(reasons),
+                if *pinned {
+                    ""
+                } else {
+                    " or pin hvlab with --cpu LIST to a CPU the others do not use"
+                }
+            ),
+            Warning::Outliers {
+                variant,
+                metric,
+                count,
+                n,
+                k,
+            } => write!(
+                f,
+                "{variant}: {count} of {n} samples of {metric} are outliers (beyond the median ± {k}·MAD): something interrupted those repetitions; the median and the rank test are robust to them, but consider a quieter host or more repetitions"
+            ),
+            Warning::Bimodal {
+                variant,
+                metric,
+                unit,
+                modes,
+            } => write!(
+                f,
+                "{variant}: {metric} has two modes: {} ({} samples) and {} ({} samples); the median describes neither alone: look for what differs between the repetitions (a grace period in flight, a timer tick, the other task)",
+                fmt_value(modes.medians[0], unit),
+                modes.counts[0],
+                fmt_value(modes.medians[1], unit),
+                modes.counts[1]
+            ),
+            Warning::ClockSourceChanged { from } => write!(
+                f,
+                "the clock source changed from {from} during the run: times before and after may not compare; the kernel marked it unstable (see dmesg), rerun"
+            ),
+        }
+    }
+}

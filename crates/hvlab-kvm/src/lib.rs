@@ -1,0 +1,148 @@
+//! The real backend: everything that talks to `/dev/kvm`.
+//!
+//! One file per KVM object or concern, in the manner of Firecracker's `vstate/`: the host probe,
+//! the timed VM builder, guest memory, the binary statistics reader, the guest payload, the KVM
+//! ioctl table, the strace-based tracer, and the scenario executors that drive them.
+
+#![cfg(all(feature = "backend", target_arch = "x86_64"))]
+
+pub mod exits;
+pub mod guest;
+pub mod host;
+pub mod lifecycle;
+pub mod measure;
+pub mod memory;
+pub mod pin;
+pub mod pinning;
+pub mod stage2;
+pub mod stats;
+
+pub mod uffd;
+pub mod vm;
+
+use std::path::Path;
+
+use hvlab_core as backend;
+use kvm_ioctls::Kvm;
+
+pub use crate::backend::error::KvmError;
+pub use crate::backend::host::kvm_device_path;
+
+/// Wraps an ioctl error with the KVM name of the operation.
+pub fn ioctl_error(op: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> KvmError {
+    move |e| KvmError::Ioctl {
+        op,
+        source: std::io::Error::from_raw_os_error(e.errno()),
+    }
+}
+
+/// Opens the KVM device, turning the two common failures into messages that say what to do.
+pub fn open_kvm() -> Result<Kvm, KvmError> {
+    let path = kvm_device_path();
+    open_kvm_at(&path)
+}
+
+/// Opens the KVM device at `path`.
+pub fn open_kvm_at(path: &Path) -> Result<Kvm, KvmError> {
+    // Check existence and access ourselves first: the ioctl crate's error loses the path.
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(KvmError::DeviceMissing(path.to_path_buf()));
+        }
+        Err(source) => {
+            return Err(KvmError::Open {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+        Ok(_) => {}
+    }
+    let c_path = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
+        .map_err(|_| KvmError::Open {
+        path: path.to_path_buf(),
+        source: std::io::Error::other("the path contains a NUL byte"),
+    })?;
+    let kvm = Kvm::new_with_path(&c_path).map_err(|e| {
+        if e.errno() == libc::EACCES || e.errno() == libc::EPERM {
+            KvmError::PermissionDenied(path.to_path_buf())
+        } else {
+            KvmError::Open {
+                path: path.to_path_buf(),
+                source: std::io::Error::from_raw_os_error(e.errno()),
+            }
+        }
+    })?;
+    // Opening proves nothing (/dev/null opens too): KVM answers KVM_GET_API_VERSION with 12.
+    let version = kvm.get_api_version();
+    if version != KVM_API_VERSION {
+        let why = if version < 0 {
+            format!(
+                "KVM_GET_API_VERSION failed: {}",
+                std::io::Error::last_os_error()
+            )
+        } else {
+            format!("KVM_GET_API_VERSION returned {version}, not {KVM_API_VERSION}")
+        };
+        return Err(KvmError::NotKvm(path.to_path_buf(), why));
+    }
+    Ok(kvm)
+}
+
+/// The only KVM API version there has ever been.
+const KVM_API_VERSION: i32 = 12;
+
+/// The real backend.
+#[derive(Debug)]
+pub struct KvmBackend {
+    kvm: Kvm,
+    host: host::HostInfo,
+}
+
+impl KvmBackend {
+    /// Opens `/dev/kvm`; fails with a message that says what to do when it cannot.
+    pub fn new(host: host::HostInfo) -> Result<KvmBackend, KvmError> {
+        Ok(KvmBackend {
+            kvm: open_kvm()?,
+            host,
+        })
+    }
+}
+
+impl crate::backend::Backend for KvmBackend {
+    fn kind(&self) -> crate::backend::BackendKind {
+        crate::backend::BackendKind::Kvm
+    }
+
+    fn host(&self) -> &host::HostInfo {
+        &self.host
+    }
+
+    fn construct_vm(
+        &mut self,
+        plan: &crate::backend::lifecycle::ConstructionPlan,
+    ) -> Result<crate::backend::lifecycle::ConstructionTrace, crate::backend::error::BackendError>
+    {
+        Ok(lifecycle::construct(&self.kvm, plan)?)
+    }
+
+    fn touch_memory(
+        &mut self,
+        plan: &crate::backend::memory::TouchPlan,
+    ) -> Result<crate::backend::memory::TouchResult, crate::backend::error::BackendError> {
+        Ok(stage2::touch(&self.kvm, &self.host, plan)?)
+    }
+
+    fn exit_roundtrips(
+        &mut self,
+        plan: &crate::backend::exits::ExitPlan,
+    ) -> Result<crate::backend::exits::ExitResult, crate::backend::error::BackendError> {
+        Ok(exits::roundtrips(&self.kvm, &self.host, plan)?)
+    }
+
+    fn pin_trace(
+        &mut self,
+        plan: &crate::backend::pinning::PinPlan,
+    ) -> Result<crate::backend::pinning::PinResult, crate::backend::error::BackendError> {
+        pinning::pin_trace(&self.kvm, &self.host, plan)
+    }
+}

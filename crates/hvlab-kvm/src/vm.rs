@@ -1,0 +1,292 @@
+//! The timed VM builder: every construction ioctl is a step with a start and a duration on one
+//! clock, so an ordering effect (a grace-period stall) shows up as one slow step.
+
+use std::time::{Duration, Instant};
+
+use kvm_bindings::{CpuId, KVM_MAX_CPUID_ENTRIES, kvm_pit_config, kvm_userspace_memory_region};
+use kvm_ioctls::{IoEventAddress, Kvm, VcpuFd, VmFd};
+use vmm_sys_util::eventfd::EventFd;
+
+use super::KvmError;
+use super::guest::runner::{self, Flow, GuestExit};
+use super::guest::{Cpl, ENTRY_GPA, Signal, long_mode};
+use super::memory::GuestMemory;
+use crate::backend::ioctl_table::KVM_IOEVENTFD_FLAG_DATAMATCH;
+
+/// One ioctl as the builder issued it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimedIoctl {
+    /// KVM name of the request.
+    pub name: &'static str,
+    /// Start, in ns since the builder's clock started (just before `KVM_CREATE_VM`).
+    pub start_ns: u64,
+    /// Duration in ns.
+    pub dur_ns: u64,
+    /// The flags argument, where it decides what the ioctl does (`KVM_IOEVENTFD`).
+    pub flags: Option<u32>,
+}
+
+/// A VM under construction. Fields drop in declaration order: vCPUs and eventfds before the
+/// VM fd, the VM before the memory its memslots point at.
+#[derive(Debug)]
+pub struct Vm {
+    vcpus: Vec<VcpuFd>,
+    ioeventfds: Vec<EventFd>,
+    fd: VmFd,
+    memory: Vec<GuestMemory>,
+    /// What this host's KVM supports, given to every vCPU as its CPUID.
+    cpuid: CpuId,
+    clock: Instant,
+    log: Vec<TimedIoctl>,
+}
+
+/// ns from `clock` to `t` (0 if `t` is earlier).
+pub(super) fn ns_since(clock: Instant, t: Instant) -> u64 {
+    u64::try_from(t.saturating_duration_since(clock).as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Runs one ioctl and appends its timing to `log`, whether it succeeded or not.
+pub(super) fn timed<T>(
+    log: &mut Vec<TimedIoctl>,
+    clock: Instant,
+    name: &'static str,
+    op: impl FnOnce() -> Result<T, kvm_ioctls::Error>,
+) -> Result<T, KvmError> {
+    let start = Instant::now();
+    let out = op();
+    let end = Instant::now();
+    log.push(TimedIoctl {
+        name,
+        start_ns: ns_since(clock, start),
+        dur_ns: ns_since(start, end),
+        flags: None,
+    });
+    out.map_err(crate::ioctl_error(name))
+}
+
+/// `KVM_IOEVENTFD` on a 4-byte MMIO doorbell of `fd` with a datamatch, the way virtio-mmio
+/// VMMs register queue notifications, timed into `log`. The caller keeps the eventfd open
+/// until the VM is gone.
+pub(super) fn register_ioeventfd(
+    fd: &VmFd,
+    log: &mut Vec<TimedIoctl>,
+    clock: Instant,
+    gpa: u64,
+    datamatch: u32,
+) -> Result<EventFd, KvmError> {
+    let evt = EventFd::new(libc::EFD_NONBLOCK).map_err(|e| KvmError::Ioctl {
+        op: "eventfd",
+        source: e,
+    })?;
+    let registered = timed(log, clock, "KVM_IOEVENTFD", || {
+        fd.register_ioevent(&evt, &IoEventAddress::Mmio(gpa), datamatch)
+    });
+    // kvm-ioctls sets DATAMATCH for a value to match; an assign, never a deassign.
+    if let Some(last) = log.last_mut() {
+        last.flags = Some(KVM_IOEVENTFD_FLAG_DATAMATCH);
+    }
+    registered?;
+    Ok(evt)
+}
+
+impl Vm {
+    /// `KVM_CREATE_VM`; the builder's clock starts just before it.
+    pub fn create(kvm: &Kvm) -> Result<Vm, KvmError> {
+        // A system ioctl on /dev/kvm, not part of the VM's construction: read before the clock.
+        let cpuid = kvm
+            .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
+            .map_err(crate::ioctl_error("KVM_GET_SUPPORTED_CPUID"))?;
+        let clock = Instant::now();
+        let fd = kvm
+            .create_vm()
+            .map_err(crate::ioctl_error("KVM_CREATE_VM"))?;
+        let end = Instant::now();
+        Ok(Vm {
+            vcpus: Vec::new(),
+            ioeventfds: Vec::new(),
+            fd,
+            memory: Vec::new(),
+            cpuid,
+            clock,
+            log: vec![TimedIoctl {
+                name: "KVM_CREATE_VM",
+                start_ns: 0,
+                dur_ns: ns_since(clock, end),
+                flags: None,
+            }],
+        })
+    }
+
+    fn timed<T>(
+        &mut self,
+        name: &'static str,
+        op: impl FnOnce(&VmFd, &mut Vec<VcpuFd>) -> Result<T, kvm_ioctls::Error>,
+    ) -> Result<T, KvmError> {
+        let (fd, vcpus) = (&self.fd, &mut self.vcpus);
+        timed(&mut self.log, self.clock, name, || op(fd, vcpus))
+    }
+
+    /// `KVM_SET_TSS_ADDR` (VMX needs three pages for real-mode emulation; other flavours accept
+    /// and ignore it).
+    pub fn set_tss_addr(&mut self, gpa: usize) -> Result<(), KvmError> {
+        self.timed("KVM_SET_TSS_ADDR", |vm, _| vm.set_tss_address(gpa))
+    }
+
+    /// `KVM_CREATE_IRQCHIP`: the PIC pair and IOAPIC, registered on the PIO and MMIO buses.
+    pub fn create_irqchip(&mut self) -> Result<(), KvmError> {
+        self.timed("KVM_CREATE_IRQCHIP", |vm, _| vm.create_irq_chip())
+    }
+
+    /// `KVM_CREATE_PIT2`: the i8254, registered on the PIO bus.
+    pub fn create_pit2(&mut self) -> Result<(), KvmError> {
+        self.timed("KVM_CREATE_PIT2", |vm, _| {
+            vm.create_pit2(kvm_pit_config::default())
+        })
+    }
+
+    /// `KVM_ENABLE_CAP(KVM_CAP_PMU_CAPABILITY, KVM_PMU_CAP_DISABLE)`: no vPMU for this VM.
+    /// Must precede vCPU creation.
+    pub fn disable_pmu(&mut self) -> Result<(), KvmError> {
+        let mut cap = kvm_bindings::kvm_enable_cap {
+            cap: kvm_bindings::KVM_CAP_PMU_CAPABILITY,
+            ..Default::default()
+        };
+        cap.args[0] = u64::from(kvm_bindings::KVM_PMU_CAP_DISABLE);
+        self.timed("KVM_ENABLE_CAP", |vm, _| vm.enable_cap(&cap))
+    }
+
+    /// `KVM_SET_USER_MEMORY_REGION` mapping `memory` at `gpa` in the next free slot.
+    pub fn add_memslot(&mut self, gpa: u64, memory: GuestMemory) -> Result<u32, KvmError> {
+        let slot = u32::try_from(self.memory.len())
+            .map_err(|_| KvmError::Layout("too many memslots".into()))?;
+        let region = kvm_userspace_memory_region {
+            slot,
+            guest_phys_addr: gpa,
+            memory_size: memory.len() as u64,
+            userspace_addr: memory.host_addr(),
+            flags: 0,
+        };
+        // The memory moves into `self` before the ioctl so it provably outlives the memslot.
+        self.memory.push(memory);
+        self.timed("KVM_SET_USER_MEMORY_REGION", |vm, _| {
+            // SAFETY: the region describes a live mapping owned by this Vm, which drops the VM
+            // fd (and with it the memslot) before unmapping.
+            unsafe { vm.set_user_memory_region(region) }
+        })?;
+        Ok(slot)
+    }
+
+    /// `KVM_CREATE_VCPU` with the next id, then `KVM_SET_CPUID2` with everything the host
+    /// supports, as every VMM does before any other vCPU state: since Linux 6.12.112 (stable)
+    /// `KVM_SET_SREGS` checks EFER against the guest CPUID (`kvm_valid_efer()`), so long mode
+    /// needs CPUID.80000001H:EDX.LM. Returns the vCPU's index.
+    pub fn create_vcpu(&mut self) -> Result<usize, KvmError> {
+        let id = self.vcpus.len() as u64;
+        self.timed("KVM_CREATE_VCPU", |vm, vcpus| {
+            vcpus.push(vm.create_vcpu(id)?);
+            Ok(())
+        })?;
+        let index = self.vcpus.len() - 1;
+        let (cpuid, vcpus) = (&self.cpuid, &self.vcpus);
+        timed(&mut self.log, self.clock, "KVM_SET_CPUID2", || {
+            vcpus[index].set_cpuid2(cpuid)
+        })?;
+        Ok(index)
+    }
+
+    /// `KVM_IOEVENTFD` on a 4-byte MMIO doorbell with a datamatch, the way virtio-mmio VMMs
+    /// register queue notifications.
+    pub fn register_ioeventfd_mmio(&mut self, gpa: u64, datamatch: u32) -> Result<(), KvmError> {
+        let evt = register_ioeventfd(&self.fd, &mut self.log, self.clock, gpa, datamatch)?;
+        self.ioeventfds.push(evt);
+        Ok(())
+    }
+
+    /// Points vCPU `index` at the real-mode lifecycle payload and runs it until the guest
+    /// signals `Ready`. Any other exit is an error carrying the exit and the registers; a
+    /// guest that neither signals nor exits within `timeout` is interrupted by the watchdog.
+    pub fn run_until_signal(&mut self, index: usize, timeout: Duration) -> Result<(), KvmError> {
+        let (clock, log) = (self.clock, &mut self.log);
+        let vcpu = self
+            .vcpus
+            .get_mut(index)
+            .ok_or_else(|| KvmError::Internal(format!("no vCPU {index} to run")))?;
+        // Real mode at the payload: CS base 0, IP at the entry point.
+        let mut sregs = timed(log, clock, "KVM_GET_SREGS", || vcpu.get_sregs())?;
+        sregs.cs.base = 0;
+        sregs.cs.selector = 0;
+        timed(log, clock, "KVM_SET_SREGS", || vcpu.set_sregs(&sregs))?;
+        let mut regs = timed(log, clock, "KVM_GET_REGS", || vcpu.get_regs())?;
+        regs.rip = ENTRY_GPA;
+        regs.rflags = 0x2;
+        timed(log, clock, "KVM_SET_REGS", || vcpu.set_regs(&regs))?;
+
+        let start = Instant::now();
+        let mut ready_at = None;
+        runner::run(vcpu, timeout, |exit| match exit {
+            GuestExit::Signal {
+                signal: Signal::Ready,
+                at,
+                ..
+            } => {
+                ready_at = Some(at);
+                Ok(Flow::Stop)
+            }
+            other => Err(KvmError::Guest(format!(
+                "unexpected {other:?} before the ready signal"
+            ))),
+        })?;
+        let end = ready_at.unwrap_or_else(Instant::now);
+        log.push(TimedIoctl {
+            name: "KVM_RUN",
+            start_ns: ns_since(clock, start),
+            dur_ns: ns_since(start, end),
+            flags: None,
+        });
+        Ok(())
+    }
+
+    /// Puts vCPU `index` in 64-bit mode at `cpl`, at the payload's entry point.
+    pub fn setup_long_mode(&mut self, index: usize, cpl: Cpl) -> Result<(), KvmError> {
+        let (clock, log) = (self.clock, &mut self.log);
+        let vcpu = self
+            .vcpus
+            .get_mut(index)
+            .ok_or_else(|| KvmError::Internal(format!("no vCPU {index}")))?;
+        let mut sregs = timed(log, clock, "KVM_GET_SREGS", || vcpu.get_sregs())?;
+        long_mode::set_long_mode(&mut sregs, cpl);
+        timed(log, clock, "KVM_SET_SREGS", || vcpu.set_sregs(&sregs))?;
+        let regs = long_mode::entry_regs();
+        timed(log, clock, "KVM_SET_REGS", || vcpu.set_regs(&regs))
+    }
+
+    /// vCPU `index`, to run.
+    pub fn vcpu_mut(&mut self, index: usize) -> Option<&mut VcpuFd> {
+        self.vcpus.get_mut(index)
+    }
+
+    /// The clock every timing of this VM counts from (just before `KVM_CREATE_VM`).
+    pub fn clock(&self) -> Instant {
+        self.clock
+    }
+
+    /// ns since the clock started.
+    pub fn elapsed_ns(&self) -> u64 {
+        ns_since(self.clock, Instant::now())
+    }
+
+    /// Every ioctl issued so far, in order.
+    pub fn log(&self) -> &[TimedIoctl] {
+        &self.log
+    }
+
+    /// The VM fd.
+    pub fn fd(&self) -> &VmFd {
+        &self.fd
+    }
+
+    /// vCPU `index`.
+    pub fn vcpu(&self, index: usize) -> Option<&VcpuFd> {
+        self.vcpus.get(index)
+    }
+}

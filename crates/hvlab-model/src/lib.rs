@@ -1,0 +1,268 @@
+//! The model backend: executable models of the kernel mechanisms behind each scenario, driven
+//! by a cost profile. Deterministic: the same seed gives the same output on every machine.
+//!
+//! One module per mechanism: [`srcu`] (lifecycle), [`mmu`] (memory), [`pmu`] (exits),
+//! [`spe`] (pinning), [`percpu`]; [`profile`] holds the costs.
+
+pub mod mmu;
+pub mod percpu;
+pub mod pmu;
+pub mod profile;
+pub mod spe;
+pub mod srcu;
+
+use hvlab_core as backend;
+use rand_chacha::ChaCha8Rng;
+
+use crate::backend::error::BackendError as Error;
+use crate::backend::exits::{ExitKind, ExitPlan, ExitResult, PmuConfig, RaceReport};
+use crate::backend::host::{HostInfo, KvmFlavour};
+use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace};
+use crate::backend::memory::{TouchPlan, TouchResult};
+use crate::backend::percpu::{PercpuPlan, PercpuResult};
+use crate::backend::pinning::{PinPlan, PinResult};
+use crate::backend::{Backend, BackendKind, PercpuPredictor};
+use profile::{MmuKind, Profile, ProfileError};
+
+/// Model errors.
+#[derive(Debug, thiserror::Error, displaydoc::Display)]
+pub enum ModelError {
+    /// {0}
+    Profile(#[from] ProfileError),
+    /// unsupported: {0}
+    Unsupported(String),
+}
+
+impl From<ModelError> for Error {
+    /// What the model refuses through the [`Backend`] trait: a profile that lacks or spoils a
+    /// cost is bad input, a plan the modelled host cannot run is unsupported.
+    fn from(e: ModelError) -> Error {
+        match e {
+            ModelError::Profile(p) => Error::Config(Box::new(p)),
+            ModelError::Unsupported(why) => Error::Unsupported(why),
+        }
+    }
+}
+
+/// The model backend with one profile.
+#[derive(Debug)]
+pub struct ModelBackend {
+    profile: Profile,
+    /// The host this backend presents: the modelled one (see [`ModelBackend::new`]), with the
+    /// HZ of the last VM it built. Stored with the run; scenarios read the jiffy from it.
+    host: HostInfo,
+    /// The modelled host's HZ and where it came from, before a plan overrides it.
+    profile_hz: (u32, String),
+    rng: ChaCha8Rng,
+    /// Where the timer ticks fall for the next VM built back to back.
+    lifecycle: srcu::BackToBack,
+    /// The PEBS race explorer's reports by configuration: the same for every batch and rep,
+    /// and a state-space search each time.
+    races: Vec<((PmuConfig, pmu::PebsCpu), Vec<RaceReport>)>,
+}
+
+impl ModelBackend {
+    /// A model of the host `profile` describes; `host` is the machine running the model (its
+    /// fingerprint is stored with the run), `seed` drives every random draw.
+    pub fn new(profile: Profile, mut host: HostInfo, seed: u64) -> ModelBackend {
+        // The run describes the modelled host: its HZ and paging, not this machine's.
+        if let Ok(hz) = profile.get("hz", "model") {
+            // Profiles give HZ as a small whole number.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            {
+                host.hz = hz.max(1.0) as u32;
+            }
+            host.hz_source = format!("profile {}", profile.name);
+        }
+        host.tdp = Some(profile.mmu != MmuKind::Shadow);
+        host.tdp_mmu = Some(profile.mmu == MmuKind::TdpMmu);
+        ModelBackend {
+            profile,
+            profile_hz: (host.hz, host.hz_source.clone()),
+            host,
+            rng: srcu::rng(seed),
+            lifecycle: srcu::BackToBack::default(),
+            races: Vec::new(),
+        }
+    }
+
+    /// The profile.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    /// [`pmu::explore`] for `cfg` on `cpu`, explored once per backend.
+    fn races(&mut self, cfg: PmuConfig, cpu: pmu::PebsCpu) -> Vec<RaceReport> {
+        if let Some((_, races)) = self.races.iter().find(|(key, _)| *key == (cfg, cpu)) {
+            return races.clone();
+        }
+        let races = pmu::explore(cfg, cpu);
+        self.races.push(((cfg, cpu), races.clone()));
+        races
+    }
+}
+
+impl Backend for ModelBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Model
+    }
+
+    fn host(&self) -> &HostInfo {
+        &self.host
+    }
+
+    fn profile_name(&self) -> Option<String> {
+        Some(self.profile.name.clone())
+    }
+
+    fn construct_vm(&mut self, plan: &ConstructionPlan) -> Result<ConstructionTrace, Error> {
+        // The kernel this VM is built on ticks at the plan's HZ (`--set hz`) when it names one:
+        // that is the host this backend presents from now on, the one the run stores.
+        (self.host.hz, self.host.hz_source) = match plan.hz {
+            Some(hz) => (hz, "--set hz".to_string()),
+            None => self.profile_hz.clone(),
+        };
+        let costs = srcu::LifecycleCosts::from_profile(&self.profile, plan.hz)
+            .map_err(ModelError::from)?
+            .on_cores(self.host.cores);
+        Ok(srcu::construct(
+            &costs,
+            plan,
+            &mut self.rng,
+            &mut self.lifecycle,
+        ))
+    }
+
+    fn touch_memory(&mut self, plan: &TouchPlan) -> Result<TouchResult, Error> {
+        let costs = mmu::MmuCosts::from_profile(&self.profile).map_err(ModelError::from)?;
+        if plan.backing == crate::backend::memory::HostBacking::PreFault
+            && costs.mmu == MmuKind::Shadow
+        {
+            return Err(ModelError::Unsupported(format!(
+                "KVM_PRE_FAULT_MEMORY needs TDP; profile {} describes shadow paging",
+                self.profile.name
+            ))
+            .into());
+        }
+        mmu::touch(&costs, plan).map_err(|e| ModelError::Unsupported(e.to_string()).into())
+    }
+
+    fn exit_roundtrips(&mut self, plan: &ExitPlan) -> Result<ExitResult, Error> {
+        let g = |k| self.profile.get(k, "pmu").map_err(ModelError::from);
+        let ghz = g("cpu_ghz")?;
+        let base = match plan.kind {
+            ExitKind::Cpuid | ExitKind::Hypercall => g("exit_kernel_ns")?,
+            // An ioeventfd write completes in the kernel but goes through the MMIO bus.
+            ExitKind::Ioeventfd => (g("exit_kernel_ns")? + g("exit_userspace_ns")?) / 3.0,
+            ExitKind::Fastpath => g("exit_fastpath_cycles")? / ghz,
+            _ => g("exit_userspace_ns")?,
+        };
+        // Only PMU variants read the PMU costs, so a profile calibrated before they existed
+        // still runs the plain exit kinds.
+        let pmu = match plan.pmu {
+            Some(cfg) => {
+                let cpu = pmu::PebsCpu {
+                    isolation: g("pebs_isolation")? != 0.0,
+                    ..pmu::PebsCpu::isolated()
+                };
+                let costs = pmu::SwitchCosts {
+                    load_entry: g("msr_load_entry_cycles")?,
+                    list: g("msr_load_list_cycles")?,
+                    wrmsr: g("wrmsr_cycles")?,
+                };
+                let mut outcome = pmu::switch_plan(cfg, cpu);
+                outcome.races = self.races(cfg, cpu);
+                let extra = pmu::switch_cycles(&outcome, &costs) / ghz;
+                Some((outcome, extra))
+            }
+            None => None,
+        };
+        let per_iter = base + pmu.as_ref().map_or(0.0, |(_, ns)| *ns);
+        let n = plan.iterations;
+        let userspace = if plan.kind.exits_to_userspace() { n } else { 0 };
+        Ok(ExitResult {
+            iterations: n,
+            // Non-negative model time.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            elapsed_ns: (per_iter * n as f64).round() as u64,
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            tsc_ticks: (per_iter * n as f64 * ghz).round() as u64,
+            userspace_exits: userspace,
+            kvm_stats: Vec::new(),
+            pmu: pmu.map(|(o, _)| o),
+        })
+    }
+
+    fn pin_trace(&mut self, plan: &PinPlan) -> Result<PinResult, Error> {
+        let costs = spe::PinCosts::from_profile(&self.profile).map_err(ModelError::from)?;
+        spe::run(&costs, plan)
+    }
+
+    fn percpu(&mut self) -> Option<&mut dyn PercpuPredictor> {
+        Some(self)
+    }
+}
+
+impl PercpuPredictor for ModelBackend {
+    fn predict_percpu(&mut self, plan: &PercpuPlan) -> Result<PercpuResult, Error> {
+        let costs = percpu::PercpuCosts::from_profile(&self.profile).map_err(ModelError::from)?;
+        Ok(percpu::predict(&costs, plan))
+    }
+}
+
+/// The built-in profile nearest to a host of `flavour`, and how well it matches.
+pub fn builtin_for(flavour: KvmFlavour) -> (&'static str, &'static str) {
+    match flavour {
+        KvmFlavour::Vmx => ("intel-spr-vmx", "the built-in profile for VMX hosts"),
+        KvmFlavour::Svm => (
+            "intel-spr-vmx",
+            "no built-in profile describes an SVM host; the nearest is intel-spr-vmx (x86, TDP MMU)",
+        ),
+        KvmFlavour::Arm64 => ("neoverse-n2-spe", "the built-in profile for arm64 hosts"),
+        KvmFlavour::Pvm | KvmFlavour::None => ("pvm-epyc", "the built-in profile for PVM hosts"),
+    }
+}
+
+/// A profile calibrated by an older hvlab lacks the costs added since: they come from the
+/// built-in profile calibrate starts from, marked as such, with a note to recalibrate.
+fn complete_from_builtin(
+    host: &HostInfo,
+    path: &std::path::Path,
+) -> Result<(Profile, Option<String>), ProfileError> {
+    let origin = path.to_string_lossy().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ProfileError::Read(origin.clone(), e))?;
+    let mut p: Profile = toml::from_str(&text)
+        .map_err(|e| ProfileError::Parse(origin.clone(), String::new(), Box::new(e)))?;
+    let (name, _) = builtin_for(host.kvm_flavour);
+    let added = p.inherit(&Profile::load(name)?, |provenance| {
+        format!(
+            "not in the calibrated profile (written by an older hvlab); from built-in profile {name}: {provenance}"
+        )
+    });
+    p.validate(&origin)?;
+    let note = format!(
+        "the calibrated profile {origin} predates {}; they come from built-in profile {name} until `hvlab calibrate` runs again",
+        added.join(", ")
+    );
+    Ok((p, Some(note)))
+}
+
+/// The profile to use when none is given: the one calibrated on this host, else the built-in
+/// closest to it, with a note when that is not a match for this host's flavour.
+pub fn default_profile(
+    host: &HostInfo,
+    calibrated: Option<&std::path::Path>,
+) -> Result<(Profile, Option<String>), ProfileError> {
+    if let Some(path) = calibrated.filter(|p| p.exists()) {
+        let origin = path.to_string_lossy();
+        return match Profile::load(&origin) {
+            Err(ProfileError::Missing { .. }) => complete_from_builtin(host, path),
+            loaded => Ok((loaded?, None)),
+        };
+    }
+    let (name, how) = builtin_for(host.kvm_flavour);
+    let note = (host.kvm_flavour == KvmFlavour::Svm).then(|| {
+        format!("no calibrated profile for this host, and {how}; `hvlab calibrate` measures one")
+    });
+    Ok((Profile::load(name)?, note))
+}

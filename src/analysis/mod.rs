@@ -1,8 +1,0 @@
-//! Statistics, stall detection and comparisons: pure functions over samples and timelines.
-
-pub mod compare;
-pub mod robust;
-pub mod stall;
-pub mod statistics;
-pub mod validate;
-pub mod verdict;

@@ -1,0 +1,1012 @@
+//! `hvlab vm`: boot a kernel under test in a throwaway QEMU VM, load KVM in it, run hvlab
+//! commands there and bring their runs back.
+//!
+//! The guest is an initramfs (built here, uncompressed newc cpio): a static busybox, the KVM
+//! modules of the kernel in load order, this hvlab binary with its shared libraries, and an
+//! `/init` that loads the modules, runs the commands one by one under a time limit and sends
+//! each command's output and the runs stored so far back on the second serial port as framed
+//! files (`@@hvlab-file NAME SIZE\n` then SIZE bytes). A guest that oopses or panics later
+//! still leaves every completed command's results behind. The console (first serial port)
+//! goes to a log file; `oops=panic panic=-1` with `-no-reboot` make any oops end QEMU.
+//!
+//! Accelerators: `kvm` where /dev/kvm is VMX or SVM with nested virtualization; `tcg`
+//! otherwise, with an AMD CPU model that has SVM and NPT (QEMU's TCG emulates SVM, not VMX).
+//! TCG runs single-threaded: with `thread=multi` Linux 6.12 and 7.2 guests oopsed on an
+//! `int3` in `__schedule` (a text-poke another vCPU had not yet seen).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::{Kernel, KernelError, check_kvm};
+use crate::record::RunRecord;
+
+/// What can stop a VM.
+#[derive(Debug, thiserror::Error, displaydoc::Display)]
+pub enum VmError {
+    /// {0}
+    Kernel(#[from] KernelError),
+    /// {tool} is not installed: hvlab vm needs it ({why}). Install it: apt-get install {package}.
+    MissingTool {
+        /// The program.
+        tool: String,
+        /// What it is for.
+        why: String,
+        /// The Debian package.
+        package: String,
+    },
+    /// Bad --kvm-param `{0}`: expected MODULE.PARAM=VALUE with MODULE kvm, kvm_amd or kvm_intel, e.g. --kvm-param kvm_amd.npt=1.
+    BadKvmParam(String),
+    /// Module {module} has no parameter {param} in kernel {release} (it has: {known}); fix --kvm-param.
+    NoSuchParam {
+        /// The module.
+        module: String,
+        /// The parameter.
+        param: String,
+        /// The kernel.
+        release: String,
+        /// Its parameters.
+        known: String,
+    },
+    /// --accel kvm needs /dev/kvm with VMX or SVM and nested virtualization; this host's is {0}. Use --accel tcg (or auto).
+    NoNestedKvm(String),
+    /// The guest kernel oopsed or panicked ({runs} completed runs were kept):
+    /// {excerpt}
+    /// full serial log: {log}
+    GuestOops {
+        /// The first lines of the oops.
+        excerpt: String,
+        /// The console log.
+        log: PathBuf,
+        /// Runs brought back before it.
+        runs: usize,
+    },
+    /// The VM ran past its time limit of {secs} s and was stopped ({runs} completed runs were kept); serial log: {log}. Raise --timeout, or run fewer repetitions.
+    TimedOut {
+        /// The limit.
+        secs: u64,
+        /// The console log.
+        log: PathBuf,
+        /// Runs brought back before it.
+        runs: usize,
+    },
+    /// KVM did not load in the guest: {why}; serial log: {log}
+    ModuleLoad {
+        /// insmod's messages.
+        why: String,
+        /// The console log.
+        log: PathBuf,
+    },
+    /// The guest ended without sending its results (QEMU {status}); serial log: {log}
+    NoResults {
+        /// QEMU's exit status.
+        status: String,
+        /// The console log.
+        log: PathBuf,
+    },
+    /// Interrupted by {name}: QEMU was stopped; nothing is left running.
+    Interrupted {
+        /// The signal number.
+        signal: i32,
+        /// Its name.
+        name: &'static str,
+    },
+    /// Cannot use {0}: {1}
+    Io(PathBuf, std::io::Error),
+}
+
+impl VmError {
+    /// 2 bad input, 3 the host cannot, 4 the guest or the measurement failed.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            VmError::Kernel(e) => e.exit_code(),
+            VmError::MissingTool { .. } | VmError::BadKvmParam(_) | VmError::NoSuchParam { .. } => {
+                2
+            }
+            VmError::NoNestedKvm(_) => 3,
+            VmError::Interrupted { signal, .. } => 128 + signal,
+            _ => 4,
+        }
+    }
+}
+
+/// `--accel`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Accel {
+    /// kvm where nested VMX/SVM exists, else tcg.
+    Auto,
+    /// The host's KVM (nested virtualization).
+    Kvm,
+    /// QEMU's emulator.
+    Tcg,
+}
+
+impl std::fmt::Display for Accel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Accel::Auto => "auto",
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        })
+    }
+}
+
+/// How a VM is booted.
+#[derive(Debug, Clone)]
+pub struct VmConfig {
+    /// Asked accelerator.
+    pub accel: Accel,
+    /// vCPUs.
+    pub cpus: u32,
+    /// Memory in MiB.
+    pub mem_mib: u32,
+    /// `MODULE.PARAM=VALUE`.
+    pub kvm_params: Vec<String>,
+    /// Per guest command.
+    pub cmd_timeout: Duration,
+}
+
+impl Default for VmConfig {
+    fn default() -> VmConfig {
+        VmConfig {
+            accel: Accel::Auto,
+            cpus: 1,
+            mem_mib: 2048,
+            kvm_params: Vec::new(),
+            cmd_timeout: Duration::from_secs(900),
+        }
+    }
+}
+
+/// The accelerator chosen and the one line that says why.
+#[derive(Debug, Clone, Serialize)]
+pub struct AccelChoice {
+    /// `kvm` or `tcg`.
+    pub accel: Accel,
+    /// QEMU's `-cpu`.
+    pub cpu_model: String,
+    /// The vendor module the guest loads.
+    pub vendor_module: String,
+    /// Why.
+    pub why: String,
+}
+
+/// Picks the accelerator: nested VMX/SVM KVM when asked or available, TCG with an SVM+NPT CPU
+/// model otherwise.
+pub fn choose_accel(asked: Accel) -> Result<AccelChoice, VmError> {
+    let (vendor, nested) = host_nested();
+    let usable = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok();
+    let describe = match (&vendor, nested, usable) {
+        (_, _, false) => "absent or not usable".to_string(),
+        (Some(v), true, true) => format!("{v} with nesting"),
+        (Some(v), false, true) => format!("{v} without nested virtualization"),
+        (None, _, true) => "PVM (no VMX or SVM: a stock kernel cannot run as its guest)".into(),
+    };
+    let nested_ok = usable && nested && vendor.is_some();
+    match asked {
+        Accel::Kvm if !nested_ok => Err(VmError::NoNestedKvm(describe)),
+        Accel::Kvm | Accel::Auto if nested_ok => {
+            let v = vendor.unwrap_or_default();
+            Ok(AccelChoice {
+                accel: Accel::Kvm,
+                cpu_model: "host".into(),
+                vendor_module: if v == "vmx" { "kvm_intel" } else { "kvm_amd" }.into(),
+                why: format!(
+                    "accel: kvm (/dev/kvm is {describe}); the kernel under test runs KVM nested"
+                ),
+            })
+        }
+        _ => Ok(AccelChoice {
+            accel: Accel::Tcg,
+            cpu_model: "EPYC,+svm,+npt".into(),
+            vendor_module: "kvm_amd".into(),
+            why: format!(
+                "accel: tcg, single-threaded, AMD EPYC model with SVM+NPT (/dev/kvm here is {describe}); guest times measure the emulator"
+            ),
+        }),
+    }
+}
+
+/// The host CPU's virtualization extension and whether its KVM module allows nesting.
+fn host_nested() -> (Option<String>, bool) {
+    for (vendor, module) in [("vmx", "kvm_intel"), ("svm", "kvm_amd")] {
+        let p = format!("/sys/module/{module}/parameters/nested");
+        if let Ok(v) = std::fs::read_to_string(&p) {
+            let on = matches!(v.trim(), "Y" | "1" | "y");
+            return (Some(vendor.to_string()), on);
+        }
+    }
+    (None, false)
+}
+
+/// What one guest command did.
+#[derive(Debug, Clone, Serialize)]
+pub struct GuestCommand {
+    /// hvlab's arguments.
+    pub args: Vec<String>,
+    /// Exit code in the guest (137: killed at its time limit).
+    pub rc: Option<i32>,
+    /// What it printed.
+    pub stdout: String,
+    /// Its stderr.
+    pub stderr: String,
+}
+
+/// What a boot brought back.
+#[derive(Debug, Clone, Serialize)]
+pub struct Boot {
+    /// `uname -r` in the guest.
+    pub release: String,
+    /// The accelerator.
+    pub accel: AccelChoice,
+    /// Per command, in order.
+    pub commands: Vec<GuestCommand>,
+    /// Every run the guest stored, tagged with the kernel under test.
+    #[serde(skip)]
+    pub runs: Vec<RunRecord>,
+    /// The serial console log.
+    pub console: PathBuf,
+    /// Seconds from starting QEMU to the first hvlab command in the guest.
+    pub to_first_command_s: Option<f64>,
+    /// Seconds QEMU ran.
+    pub wall_s: f64,
+}
+
+// ---- the initramfs ----
+
+/// A newc ("070701") cpio archive, as the kernel unpacks into its initial rootfs.
+struct Cpio {
+    out: Vec<u8>,
+    ino: u32,
+}
+
+impl Cpio {
+    fn new() -> Cpio {
+        Cpio {
+            out: Vec::new(),
+            ino: 1,
+        }
+    }
+
+    fn entry(&mut self, name: &str, mode: u32, data: &[u8]) {
+        let name = name.trim_start_matches('/');
+        let namesize = name.len() + 1;
+        let header = format!(
+            "070701{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}",
+            self.ino,
+            mode,
+            0,
+            0,
+            1,
+            0,
+            data.len(),
+            0,
+            0,
+            0,
+            0,
+            namesize,
+            0
+        );
+        self.ino += 1;
+        self.out.extend_from_slice(header.as_bytes());
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.push(0);
+        self.pad();
+        self.out.extend_from_slice(data);
+        self.pad();
+    }
+
+    fn pad(&mut self) {
+        while !self.out.len().is_multiple_of(4) {
+            self.out.push(0);
+        }
+    }
+
+    fn dir(&mut self, name: &str) {
+        self.entry(name, 0o040_755, &[]);
+    }
+
+    fn file(&mut self, name: &str, exec: bool, data: &[u8]) {
+        self.entry(name, if exec { 0o100_755 } else { 0o100_644 }, data);
+    }
+
+    fn symlink(&mut self, name: &str, target: &str) {
+        self.entry(name, 0o120_777, target.as_bytes());
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        self.entry("TRAILER!!!", 0, &[]);
+        while !self.out.len().is_multiple_of(512) {
+            self.out.push(0);
+        }
+        self.out
+    }
+}
+
+/// A tool on PATH.
+fn which(tool: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(tool))
+            .find(|p| p.is_file())
+    })
+}
+
+/// The static busybox the guest's userland is.
+fn busybox() -> Result<PathBuf, VmError> {
+    for p in ["/bin/busybox", "/usr/bin/busybox"] {
+        let path = PathBuf::from(p);
+        if let Ok(out) = Command::new(&path).arg("--list").output() {
+            let list = String::from_utf8_lossy(&out.stdout);
+            if list.lines().any(|l| l == "insmod") && list.lines().any(|l| l == "timeout") {
+                return Ok(path);
+            }
+        }
+    }
+    Err(VmError::MissingTool {
+        tool: "busybox (static, with insmod)".into(),
+        why: "the guest's userland".into(),
+        package: "busybox-static".into(),
+    })
+}
+
+/// QEMU, or what to install.
+pub fn qemu() -> Result<PathBuf, VmError> {
+    which("qemu-system-x86_64").ok_or_else(|| VmError::MissingTool {
+        tool: "qemu-system-x86_64".into(),
+        why: "it boots the kernel under test".into(),
+        package: "qemu-system-x86".into(),
+    })
+}
+
+/// A module's bytes, decompressed.
+fn module_bytes(path: &Path) -> Result<Vec<u8>, VmError> {
+    let name = path.to_string_lossy();
+    let tool = if name.ends_with(".xz") {
+        Some(("xz", "xz-utils"))
+    } else if name.ends_with(".zst") {
+        Some(("zstd", "zstd"))
+    } else if name.ends_with(".gz") {
+        Some(("gzip", "gzip"))
+    } else {
+        None
+    };
+    let Some((tool, package)) = tool else {
+        return std::fs::read(path).map_err(|e| VmError::Io(path.to_path_buf(), e));
+    };
+    let out = Command::new(tool)
+        .args(["-dc"])
+        .arg(path)
+        .output()
+        .map_err(|_| VmError::MissingTool {
+            tool: tool.into(),
+            why: "it decompresses the kernel's modules".into(),
+            package: package.into(),
+        })?;
+    if !out.status.success() {
+        return Err(VmError::Io(
+            path.to_path_buf(),
+            std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+        ));
+    }
+    Ok(out.stdout)
+}
+
+/// A string field of a module's `.modinfo` section (`depends`, every `parm`).
+fn modinfo(bytes: &[u8], key: &str) -> Vec<String> {
+    let pat = format!("{key}=");
+    let pat = pat.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(pos) = bytes[i..].windows(pat.len()).position(|w| w == pat) {
+        let at = i + pos;
+        let starts_field = at == 0 || bytes[at - 1] == 0;
+        let end = bytes[at..]
+            .iter()
+            .position(|&b| b == 0)
+            .map_or(bytes.len(), |e| at + e);
+        if starts_field {
+            out.push(String::from_utf8_lossy(&bytes[at + pat.len()..end]).into_owned());
+        }
+        i = end.max(at + 1);
+    }
+    out
+}
+
+/// The KVM modules in load order (dependencies first), decompressed: (file name, bytes).
+fn kvm_modules(kernel: &Kernel, vendor: &str) -> Result<Vec<(String, Vec<u8>)>, VmError> {
+    let mut order: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut seen: Vec<String> = Vec::new();
+    fn add(
+        kernel: &Kernel,
+        name: &str,
+        seen: &mut Vec<String>,
+        order: &mut Vec<(String, Vec<u8>)>,
+    ) -> Result<(), VmError> {
+        let canon = name.replace('-', "_");
+        if seen.contains(&canon) {
+            return Ok(());
+        }
+        seen.push(canon.clone());
+        let Some(file) = kernel.module_file(&canon) else {
+            return Err(KernelError::NoSuchModule {
+                module: canon,
+                release: kernel.release.clone(),
+            }
+            .into());
+        };
+        let bytes = module_bytes(&file)?;
+        for dep in modinfo(&bytes, "depends")
+            .iter()
+            .flat_map(|d| d.split(','))
+            .filter(|d| !d.is_empty())
+        {
+            add(kernel, dep, seen, order)?;
+        }
+        order.push((format!("{canon}.ko"), bytes));
+        Ok(())
+    }
+    if kernel.modules.is_some() && kernel.module_file(vendor).is_some() {
+        add(kernel, vendor, &mut seen, &mut order)?;
+    }
+    Ok(order)
+}
+
+/// `--kvm-param`s checked against the modules (or the built-in KVM): module → "p=v p=v".
+fn module_args(
+    kernel: &Kernel,
+    modules: &[(String, Vec<u8>)],
+    vendor: &str,
+    params: &[String],
+) -> Result<BTreeMap<String, Vec<String>>, VmError> {
+    let mut args: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // npt=1 explicitly: an SVM host with TDP is what hvlab's users run.
+    if vendor == "kvm_amd" {
+        args.entry("kvm_amd".into())
+            .or_default()
+            .push("npt=1".into());
+    }
+    for p in params {
+        let (lhs, value) = p
+            .split_once('=')
+            .ok_or_else(|| VmError::BadKvmParam(p.clone()))?;
+        let (module, param) = lhs
+            .split_once('.')
+            .ok_or_else(|| VmError::BadKvmParam(p.clone()))?;
+        let module = module.replace('-', "_");
+        if module.is_empty() || param.is_empty() || value.is_empty() {
+            return Err(VmError::BadKvmParam(p.clone()));
+        }
+        let Some((_, bytes)) = modules.iter().find(|(n, _)| n == &format!("{module}.ko")) else {
+            let built_in = module == "kvm" || module == vendor;
+            if built_in && kernel.kvm_built_in(vendor) {
+                args.entry(module)
+                    .or_default()
+                    .push(format!("{param}={value}"));
+                continue;
+            }
+            return Err(KernelError::NoSuchModule {
+                module,
+                release: kernel.release.clone(),
+            }
+            .into());
+        };
+        // `parmtype=NAME:TYPE` exists for every module_param; `parm=` only for described ones.
+        let known: Vec<String> = modinfo(bytes, "parmtype")
+            .iter()
+            .chain(modinfo(bytes, "parm").iter())
+            .filter_map(|d| d.split(':').next().map(str::to_string))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if !known.iter().any(|k| k == param) {
+            return Err(VmError::NoSuchParam {
+                module,
+                param: param.into(),
+                release: kernel.release.clone(),
+                known: known.join(", "),
+            });
+        }
+        let list = args.entry(module).or_default();
+        list.retain(|a| !a.starts_with(&format!("{param}=")));
+        list.push(format!("{param}={value}"));
+    }
+    Ok(args)
+}
+
+/// The guest's `/init`.
+const INIT: &str = r#"#!/bin/sh
+export PATH=/bin HOME=/var HVLAB_DB=/var/h.db
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+r=/var/r
+mkdir -p $r /boot
+stty -F /dev/ttyS1 raw -echo 2>/dev/null
+send() { printf '@@hvlab-file %s %s\n' "$1" "$(wc -c <"$2")" >/dev/ttyS1; cat "$2" >/dev/ttyS1; }
+uname -r >$r/release
+[ -f /etc/kconfig ] && cp /etc/kconfig /boot/config-$(uname -r)
+: >$r/modules.err
+while read -r m args; do
+    [ -n "$m" ] || continue
+    insmod /modules/$m $args 2>>$r/modules.err || echo "insmod $m $args failed" >>$r/modules.err
+done </modules/order
+[ -e /dev/kvm ] || echo "no /dev/kvm after loading the modules" >>$r/modules.err
+send release $r/release
+send modules.err $r/modules.err
+echo "@@hvlab-ready $(cut -d' ' -f1 /proc/uptime)" >/dev/console
+n=0
+while IFS= read -r line; do
+    n=$((n + 1))
+    oldifs=$IFS
+    IFS=$(printf '\037')
+    set -- $line
+    IFS=$oldifs
+    echo "@@hvlab-command $n" >/dev/console
+    timeout -s KILL $CMD_TIMEOUT hvlab "$@" >$r/$n.out 2>$r/$n.err </dev/null
+    echo $? >$r/$n.rc
+    hvlab export -o $r/$n.jsonl >/dev/null 2>$r/export.err || : >$r/$n.jsonl
+    for f in out err rc jsonl; do send $n.$f $r/$n.$f; done
+done </etc/cmds
+echo "@@hvlab-done" >/dev/ttyS1
+sync
+poweroff -f
+"#;
+
+/// hvlab's binary without its debug information where `strip` exists: an eighth of the
+/// bytes for QEMU to load and the guest to unpack, seconds of boot under TCG.
+fn stripped(exe: &Path, workdir: &Path) -> Result<Vec<u8>, VmError> {
+    let out = workdir.join("hvlab.stripped");
+    let ok = which("strip").is_some()
+        && Command::new("strip")
+            .arg("-o")
+            .arg(&out)
+            .arg(exe)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+    let path = if ok { out.as_path() } else { exe };
+    let bytes = std::fs::read(path).map_err(|e| VmError::Io(path.to_path_buf(), e))?;
+    let _ = std::fs::remove_file(&out);
+    Ok(bytes)
+}
+
+/// Builds the initramfs for `commands`.
+fn initramfs(
+    kernel: &Kernel,
+    choice: &AccelChoice,
+    cfg: &VmConfig,
+    commands: &[Vec<String>],
+    workdir: &Path,
+) -> Result<Vec<u8>, VmError> {
+    let busybox = busybox()?;
+    let modules = kvm_modules(kernel, &choice.vendor_module)?;
+    let args = module_args(kernel, &modules, &choice.vendor_module, &cfg.kvm_params)?;
+    let mut c = Cpio::new();
+    for d in [
+        "bin", "dev", "proc", "sys", "tmp", "var", "etc", "modules", "boot",
+    ] {
+        c.dir(d);
+    }
+    let bb = std::fs::read(&busybox).map_err(|e| VmError::Io(busybox.clone(), e))?;
+    c.file("bin/busybox", true, &bb);
+    let list = Command::new(&busybox)
+        .arg("--list")
+        .output()
+        .map_err(|e| VmError::Io(busybox.clone(), e))?;
+    for applet in String::from_utf8_lossy(&list.stdout).lines() {
+        if applet != "busybox" && !applet.is_empty() {
+            c.symlink(&format!("bin/{applet}"), "busybox");
+        }
+    }
+    let mut order = String::new();
+    for (name, bytes) in &modules {
+        c.file(&format!("modules/{name}"), false, bytes);
+        let m = name.trim_end_matches(".ko");
+        let a = args.get(m).map(|v| v.join(" ")).unwrap_or_default();
+        order.push_str(&format!("{name} {a}\n"));
+    }
+    c.file("modules/order", false, order.as_bytes());
+    if let Some(config) = &kernel.config {
+        let text = std::fs::read(config).map_err(|e| VmError::Io(config.clone(), e))?;
+        c.file("etc/kconfig", false, &text);
+    }
+    let exe = std::env::current_exe().map_err(|e| VmError::Io(PathBuf::from("hvlab"), e))?;
+    let bin = stripped(&exe, workdir)?;
+    c.file("bin/hvlab", true, &bin);
+    // Its shared libraries, at the paths the loader looks for them.
+    if let Ok(out) = Command::new("ldd").arg(&exe).output() {
+        let mut dirs: Vec<String> = Vec::new();
+        for lib in String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .filter(|w| w.starts_with('/'))
+        {
+            let path = Path::new(lib);
+            let mut dir = String::new();
+            for part in path.parent().iter().flat_map(|p| p.components()).skip(1) {
+                dir.push_str(&part.as_os_str().to_string_lossy());
+                if !dirs.contains(&dir) {
+                    c.dir(&dir);
+                    dirs.push(dir.clone());
+                }
+                dir.push('/');
+            }
+            let bytes = std::fs::read(path).map_err(|e| VmError::Io(path.to_path_buf(), e))?;
+            c.file(lib, true, &bytes);
+        }
+    }
+    let cmds: String = commands.iter().map(|a| a.join("\u{1f}") + "\n").collect();
+    c.file("etc/cmds", false, cmds.as_bytes());
+    let init = format!(
+        "#!/bin/sh\nCMD_TIMEOUT={}\n{}",
+        cfg.cmd_timeout.as_secs(),
+        INIT.trim_start_matches("#!/bin/sh\n")
+    );
+    c.file("init", true, init.as_bytes());
+    Ok(c.finish())
+}
+
+// ---- running QEMU ----
+
+static STOP: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_stop(sig: libc::c_int) {
+    STOP.store(sig, Ordering::SeqCst);
+}
+
+/// SIGINT/SIGTERM/SIGHUP only record themselves while QEMU runs, so the loop can stop it.
+struct StopSignals(Vec<(libc::c_int, libc::sigaction)>);
+
+impl StopSignals {
+    fn install() -> StopSignals {
+        STOP.store(0, Ordering::SeqCst);
+        let mut old = Vec::new();
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            // SAFETY: a zeroed sigaction is "no flags, empty mask"; the handler only stores
+            // into an atomic, which is async-signal-safe; `prev` is written by the kernel.
+            unsafe {
+                let mut act: libc::sigaction = std::mem::zeroed();
+                act.sa_sigaction = on_stop as extern "C" fn(libc::c_int) as usize;
+                let mut prev: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, &raw const act, &raw mut prev) == 0 {
+                    old.push((sig, prev));
+                }
+            }
+        }
+        StopSignals(old)
+    }
+}
+
+impl Drop for StopSignals {
+    fn drop(&mut self) {
+        for (sig, prev) in &self.0 {
+            // SAFETY: restores the handler that was in place before `install`.
+            unsafe { libc::sigaction(*sig, prev, std::ptr::null_mut()) };
+        }
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
+        _ => "a signal",
+    }
+}
+
+/// The framed files the guest sent, in order (a truncated last frame is dropped).
+fn frames(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    let tag = b"@@hvlab-file ";
+    while let Some(pos) = bytes[i..].windows(tag.len()).position(|w| w == tag) {
+        let start = i + pos + tag.len();
+        let Some(nl) = bytes[start..].iter().position(|&b| b == b'\n') else {
+            break;
+        };
+        let header = String::from_utf8_lossy(&bytes[start..start + nl]).into_owned();
+        let mut parts = header.split_whitespace();
+        let (Some(name), Some(Ok(size))) = (parts.next(), parts.next().map(str::parse::<usize>))
+        else {
+            i = start;
+            continue;
+        };
+        let body = start + nl + 1;
+        if body + size > bytes.len() {
+            break;
+        }
+        out.push((name.to_string(), bytes[body..body + size].to_vec()));
+        i = body + size;
+    }
+    out
+}
+
+/// The first lines of an oops or panic in the console log.
+pub fn oops_excerpt(console: &str) -> Option<String> {
+    const MARKS: [&str; 7] = [
+        "Oops:",
+        "BUG:",
+        "Kernel panic",
+        "general protection fault",
+        "int3:",
+        "kernel BUG at",
+        "WARNING: CPU:",
+    ];
+    let lines: Vec<&str> = console.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| MARKS.iter().any(|m| l.contains(m)) && !l.contains("@@hvlab"))?;
+    // A lone WARNING does not end the guest; only report it when the guest then died.
+    if lines[at].contains("WARNING: CPU:") && !console.contains("Kernel panic") {
+        return None;
+    }
+    Some(
+        lines[at..]
+            .iter()
+            .take(8)
+            .map(|l| format!("  {}", l.trim_end()))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+}
+
+/// Boots `kernel` and runs `commands` (hvlab argument lists) in it; `workdir` receives the
+/// console log. Runs that completed are returned in `Boot::runs` even when the guest failed
+/// later: the caller stores them, then reports the error ([`finish`]).
+pub fn boot(
+    kernel: &Kernel,
+    cfg: &VmConfig,
+    commands: &[Vec<String>],
+    workdir: &Path,
+) -> Result<(Boot, Option<VmError>), VmError> {
+    let qemu = qemu()?;
+    let choice = choose_accel(cfg.accel)?;
+    check_kvm(kernel, &choice.vendor_module)?;
+    std::fs::create_dir_all(workdir).map_err(|e| VmError::Io(workdir.to_path_buf(), e))?;
+    let initrd_bytes = initramfs(kernel, &choice, cfg, commands, workdir)?;
+    let initrd = workdir.join("initramfs.cpio");
+    std::fs::write(&initrd, &initrd_bytes).map_err(|e| VmError::Io(initrd.clone(), e))?;
+    drop(initrd_bytes);
+    let console = workdir.join("console.log");
+    let results = workdir.join("results.bin");
+    let _ = std::fs::remove_file(&results);
+    let mut cmd = Command::new(&qemu);
+    match choice.accel {
+        Accel::Kvm => cmd.args(["-accel", "kvm"]),
+        _ => cmd.args(["-accel", "tcg,thread=single"]),
+    };
+    // qboot, where QEMU ships it, skips SeaBIOS's device probing: a second or two under TCG.
+    if Path::new("/usr/share/qemu/qboot.rom").is_file() {
+        cmd.args(["-bios", "qboot.rom"]);
+    }
+    cmd.args(["-cpu", &choice.cpu_model])
+        .args(["-smp", &cfg.cpus.to_string()])
+        .args(["-m", &cfg.mem_mib.to_string()])
+        .args([
+            "-display",
+            "none",
+            "-no-reboot",
+            "-monitor",
+            "none",
+            "-nodefaults",
+        ])
+        .arg("-serial")
+        .arg(format!("file:{}", console.display()))
+        .arg("-serial")
+        .arg(format!("file:{}", results.display()))
+        .arg("-kernel")
+        .arg(&kernel.image)
+        .arg("-initrd")
+        .arg(&initrd)
+        .args([
+            "-append",
+            "console=ttyS0 quiet panic=-1 oops=panic nmi_watchdog=0 tsc=unstable",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    let qemu_err = workdir.join("qemu.err");
+    let err_file =
+        std::fs::File::create(&qemu_err).map_err(|e| VmError::Io(qemu_err.clone(), e))?;
+    cmd.stderr(err_file);
+    // Its own process group: a terminal's Ctrl-C reaches hvlab, which stops QEMU itself.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let limit = Duration::from_secs(120)
+        + cfg.cmd_timeout * u32::try_from(commands.len()).unwrap_or(u32::MAX).max(1);
+    let signals = StopSignals::install();
+    let start = Instant::now();
+    let mut child = cmd.spawn().map_err(|e| VmError::Io(qemu.clone(), e))?;
+    let mut first_cmd: Option<f64> = None;
+    let mut failure: Option<VmError> = None;
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| VmError::Io(qemu.clone(), e))? {
+            break Some(status);
+        }
+        let sig = STOP.load(Ordering::SeqCst);
+        if sig != 0 {
+            let _ = child.kill();
+            let _ = child.wait();
+            drop(signals);
+            return Err(VmError::Interrupted {
+                signal: sig,
+                name: signal_name(sig),
+            });
+        }
+        if first_cmd.is_none()
+            && std::fs::read(&console).is_ok_and(|b| b.windows(14).any(|w| w == b"@@hvlab-ready "))
+        {
+            first_cmd = Some(start.elapsed().as_secs_f64());
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            failure = Some(VmError::TimedOut {
+                secs: limit.as_secs(),
+                log: console.clone(),
+                runs: 0,
+            });
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    drop(signals);
+    let wall_s = start.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(&initrd);
+    let text = String::from_utf8_lossy(&std::fs::read(&console).unwrap_or_default()).into_owned();
+    if first_cmd.is_none() && text.contains("@@hvlab-ready ") {
+        first_cmd = Some(wall_s);
+    }
+    let raw = std::fs::read(&results).unwrap_or_default();
+    let files: BTreeMap<String, Vec<u8>> = frames(&raw).into_iter().collect();
+    let get = |n: &str| {
+        files
+            .get(n)
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+    };
+    let release = get("release")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    let mut runs: BTreeMap<String, RunRecord> = BTreeMap::new();
+    for (i, args) in commands.iter().enumerate() {
+        let n = i + 1;
+        let rc = get(&format!("{n}.rc")).and_then(|s| s.trim().parse().ok());
+        if let Some(jsonl) = get(&format!("{n}.jsonl")) {
+            for line in jsonl.lines().filter(|l| !l.trim().is_empty()) {
+                if let Ok(mut r) = serde_json::from_str::<RunRecord>(line) {
+                    tag(&mut r, kernel, &choice);
+                    runs.insert(r.run_id.clone(), r);
+                }
+            }
+        }
+        out.push(GuestCommand {
+            args: args.clone(),
+            rc,
+            stdout: get(&format!("{n}.out")).unwrap_or_default(),
+            stderr: get(&format!("{n}.err")).unwrap_or_default(),
+        });
+    }
+    let mut runs: Vec<RunRecord> = runs.into_values().collect();
+    runs.sort_by(|a, b| a.started_at.cmp(&b.started_at));
+    let kept = runs.len();
+    let modules_err = get("modules.err").unwrap_or_default();
+    if let Some(excerpt) = oops_excerpt(&text) {
+        failure = Some(VmError::GuestOops {
+            excerpt,
+            log: console.clone(),
+            runs: kept,
+        });
+    } else if let Some(VmError::TimedOut { secs, log, .. }) = failure {
+        failure = Some(VmError::TimedOut {
+            secs,
+            log,
+            runs: kept,
+        });
+    } else if !modules_err.trim().is_empty() {
+        failure = Some(VmError::ModuleLoad {
+            why: modules_err.trim().replace('\n', "; "),
+            log: console.clone(),
+        });
+    } else if !files.contains_key("modules.err")
+        || (!raw.windows(12).any(|w| w == b"@@hvlab-done") && failure.is_none())
+    {
+        failure = Some(VmError::NoResults {
+            status: status.map_or_else(|| "killed".into(), |s| s.to_string()),
+            log: console.clone(),
+        });
+    }
+    let boot = Boot {
+        release,
+        accel: choice,
+        commands: out,
+        runs,
+        console,
+        to_first_command_s: first_cmd,
+        wall_s,
+    };
+    Ok((boot, failure))
+}
+
+/// Marks a run as made on a kernel under test, in its host fingerprint.
+fn tag(run: &mut RunRecord, kernel: &Kernel, choice: &AccelChoice) {
+    run.host.under_test = Some(crate::backend::host::UnderTest {
+        release: run.host.kernel.clone(),
+        spec: kernel.spec.clone(),
+        source: kernel.source.clone(),
+        accel: choice.accel.to_string(),
+        cpu_model: choice.cpu_model.clone(),
+    });
+}
+
+/// Stores the runs in `store` idempotently.
+pub fn store_runs(
+    store: &mut crate::store::Store,
+    runs: &[RunRecord],
+) -> Result<crate::store::transfer::Tally, crate::store::StoreError> {
+    crate::store::transfer::ingest_all(store, runs)
+}
+
+/// Writes `text` to stderr, ignoring a closed stream.
+pub fn say(text: &str) {
+    let _ = writeln!(std::io::stderr(), "{text}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_survive_a_truncated_tail() {
+        let mut raw = b"noise@@hvlab-file a 3\nxyz@@hvlab-file b 2\nhi".to_vec();
+        raw.extend_from_slice(b"@@hvlab-file c 10\nshort");
+        let f = frames(&raw);
+        assert_eq!(
+            f,
+            vec![
+                ("a".to_string(), b"xyz".to_vec()),
+                ("b".to_string(), b"hi".to_vec())
+            ]
+        );
+    }
+
+    #[test]
+    fn an_oops_is_quoted_from_its_first_line() {
+        let log =
+            "booting\n[ 1.0] int3: 0000 [#1] PREEMPT SMP NOPTI\n[ 1.0] RIP: __schedule+0x1\nmore\n";
+        let e = oops_excerpt(log).unwrap();
+        assert!(e.starts_with("  [ 1.0] int3: 0000"), "{e}");
+        assert!(e.contains("__schedule"));
+        assert_eq!(oops_excerpt("clean boot\n@@hvlab-ready 3.1\n"), None);
+    }
+
+    #[test]
+    fn modinfo_reads_depends_and_parameters() {
+        let bytes =
+            b"\x7fELF....\0depends=kvm,ccp\0parm=npt:Enable NPT\0parm=nested:bool\0xdepends=no\0";
+        assert_eq!(modinfo(bytes, "depends"), vec!["kvm,ccp"]);
+        assert_eq!(
+            modinfo(bytes, "parm"),
+            vec!["npt:Enable NPT", "nested:bool"]
+        );
+    }
+
+    #[test]
+    fn a_cpio_archive_ends_with_its_trailer_on_a_block() {
+        let mut c = Cpio::new();
+        c.file("init", true, b"#!/bin/sh\n");
+        let out = c.finish();
+        assert_eq!(out.len() % 512, 0);
+        assert!(out.starts_with(b"070701"));
+        assert!(out.windows(10).any(|w| w == b"TRAILER!!!"));
+    }
+}

@@ -1,0 +1,8 @@
+//! The style sheet every page of the report shares (the run page, the fleet, a sweep).
+
+pub(super) const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1000px;color:#222}\
+h1{border-bottom:2px solid #1f77b4}h2{margin-top:2em;border-bottom:1px solid #ccc}\
+table{border-collapse:collapse;margin:.5em 0;font-size:.9em}td,th{border:1px solid #ddd;padding:.2em .6em;text-align:right}\
+th{background:#f3f6fa}td:first-child,th:first-child{text-align:left}.finding{background:#fff6e5;border-left:4px solid #ff7f0e;padding:.4em .8em;margin:.3em 0}\
+.verdict{background:#eef6ee;border-left:4px solid #2ca02c;padding:.4em .8em;margin:.3em 0}.status{color:#a33}\
+figure{margin:1em 0}figcaption{font-size:.85em;color:#555}.host td{text-align:left}.warning{color:#a40}";
