@@ -7,6 +7,7 @@
 //! neither imports the other or the scenarios (as cloud-hypervisor's `hypervisor` crate
 //! defines the types its callers pass). Each mechanism adds one method to [`Backend`].
 
+pub mod dirty;
 pub mod error;
 pub mod exits;
 pub mod guest;
@@ -21,6 +22,7 @@ pub mod pinning;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
+use dirty::{DirtyPlan, DirtyResult};
 use exits::{ExitPlan, ExitResult};
 use host::HostInfo;
 use lifecycle::{ConstructionPlan, ConstructionTrace};
@@ -91,4 +93,7 @@ pub trait Backend {
 
     /// `percpu`: one prediction of per-CPU access costs.
     fn percpu(&mut self, plan: &PercpuPlan) -> Result<PercpuResult, Error>;
+
+    /// `dirty`: passes of guest writes over a logged memslot, the log collected after each.
+    fn dirty_log(&mut self, plan: &DirtyPlan) -> Result<DirtyResult, Error>;
 }

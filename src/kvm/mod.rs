@@ -4,6 +4,7 @@
 //! the timed VM builder, guest memory, the binary statistics reader, the guest payload, the KVM
 //! ioctl table, the strace-based tracer, and the scenario executors that drive them.
 
+pub mod dirty;
 pub mod exits;
 pub mod guest;
 pub mod host;
@@ -152,5 +153,12 @@ impl crate::backend::Backend for KvmBackend {
             "per-CPU page tables need a per-vCPU-CR3 guest; use --backend model".into(),
         )
         .into())
+    }
+
+    fn dirty_log(
+        &mut self,
+        plan: &crate::backend::dirty::DirtyPlan,
+    ) -> Result<crate::backend::dirty::DirtyResult, crate::error::Error> {
+        Ok(dirty::dirty_log(&self.kvm, &self.host, plan)?)
     }
 }
