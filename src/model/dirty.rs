@@ -483,7 +483,8 @@ mod tests {
     ];
 
     #[test]
-    fn every_mode_finds_exactly_the_pages_a_pass_wrote_and_faults_once_on_each_but_the_ring_filler() {
+    fn every_mode_finds_exactly_the_pages_a_pass_wrote_and_faults_once_on_each_but_the_ring_filler()
+    {
         for mode in MODES {
             for stride in [1, 3, 64, 1000] {
                 let p = plan(mode, stride);

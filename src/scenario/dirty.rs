@@ -367,7 +367,10 @@ fn analyse_variant(
     let median = |m: &str| metrics.get(m).map(|r| r.median);
     let findings = vec![Finding::DirtyLog {
         variant: name.to_string(),
-        pages: plan.written_per_pass(),
+        pages: results
+            .first()
+            .and_then(|r| r.passes.first())
+            .map_or(0, |p| p.written),
         passes: u64::from(plan.passes) * results.len() as u64,
         wp_faults: median("wp_faults"),
         ioctls: median("collect_ioctls").unwrap_or(0.0),
