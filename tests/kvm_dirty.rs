@@ -1,6 +1,10 @@
 //! The dirty scenario: exact dirty-page counts on real /dev/kvm for every way of collecting
 //! the log, the model counting the same, and bad input refused before any VM is built.
-#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+#![allow(
+    clippy::unwrap_used,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss
+)] // test code: a panic is the failure report; counts are checked whole and non-negative
 
 mod common;
 
