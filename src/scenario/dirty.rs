@@ -231,6 +231,22 @@ pub fn plans(
             why: "size must be a non-zero multiple of 2MiB up to 64GiB".into(),
         });
     }
+    if backend == BackendKind::Kvm
+        && let Some((room, source)) = super::memory::memory_room()
+        && size_bytes > room
+    {
+        // The region is populated before the guest runs: more than the host can back would
+        // bring the OOM killer, so it is refused before any work, with the numbers.
+        return Err(InputError::BadValue {
+            key: "size".into(),
+            value: settings.raw("size").into(),
+            why: format!(
+                "this host can back at most {:.1} GiB now ({source}); the kvm backend populates the whole {:.1} GiB: choose a smaller size, or --backend model",
+                room as f64 / f64::from(1u32 << 30),
+                size_bytes as f64 / f64::from(1u32 << 30),
+            ),
+        });
+    }
     let passes = settings.u32_in("passes", 1..=100)?;
     let stride = settings.u32_in("stride", 1..=4096)?;
     let ring = parse_ring(settings)?;
