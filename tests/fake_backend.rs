@@ -117,6 +117,13 @@ impl Backend for FakeBackend {
     fn pin_trace(&mut self, _: &PinPlan) -> Result<PinResult, BackendError> {
         Err(not_scripted("pinning"))
     }
+
+    fn dirty_log(
+        &mut self,
+        _: &hvlab::backend::dirty::DirtyPlan,
+    ) -> Result<hvlab::backend::dirty::DirtyResult, BackendError> {
+        Err(not_scripted("dirty logging"))
+    }
 }
 
 fn run_exits(backend: &mut FakeBackend, variants: &[&str]) -> RunRecord {

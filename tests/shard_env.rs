@@ -92,7 +92,7 @@ fn kubernetes_indexes_and_the_flag_select_the_same_shards() {
         );
         assert_eq!(units(&counted), units(&flag));
     }
-    // Eleven model units (five scenarios, six showcases: lifecycle 2, exits 1, pinning 1,
+    // Twelve model units (six scenarios, six showcases: lifecycle 2, exits 1, pinning 1,
     // percpu 2) over 4 shards: the first shard gets units 0, 4 and 8.
     let first = units(&plan(&[], &["--backend", "model", "--shard", "1/4"]));
     assert_eq!(
@@ -231,7 +231,7 @@ fn three_slurm_shards_of_the_model_suite_store_what_one_unsharded_suite_stores()
     let whole = common::contents_by_unit(&whole_db);
     assert_eq!(
         whole.len(),
-        11,
+        12,
         "every model scenario and showcase: {:?}",
         whole.keys()
     );

@@ -13,6 +13,8 @@ use crate::record::{MetricRecord, RunRecord};
 use crate::scenario::runner::{Progress, RunRequest};
 use crate::scenario::{self, exits, lifecycle, memory};
 
+mod dirty;
+
 /// A metric of a variant that ran, or the calibration error naming what is missing.
 fn metric<'a>(r: &'a RunRecord, variant: &str, metric: &str) -> Result<&'a MetricRecord, Error> {
     r.variant(variant)
@@ -458,5 +460,6 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
             pin_bytes >> 20
         )),
     );
+    dirty::calibrate(backend, progress, &mut p, &tag, small)?;
     Ok(p)
 }

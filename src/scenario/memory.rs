@@ -475,7 +475,7 @@ impl Experiment for Memory {
 /// every memory cgroup limit on the way to the root (v2 `memory.max` minus `memory.current`,
 /// v1 `memory.limit_in_bytes` minus `memory.usage_in_bytes`),
 /// with where the figure comes from; `None` when neither can be read.
-fn memory_room() -> Option<(u64, String)> {
+pub(crate) fn memory_room() -> Option<(u64, String)> {
     let mut best: Option<(u64, String)> = None;
     let mut consider = |bytes: u64, what: String| {
         if best.as_ref().is_none_or(|(b, _)| bytes < *b) {

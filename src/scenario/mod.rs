@@ -1,6 +1,7 @@
 //! Scenario definitions: parameters, variants and metrics of every experiment, and the
 //! catalog. Scenarios drive a [`Backend`](crate::backend::Backend); they do not know which one.
 
+pub mod dirty;
 pub mod exits;
 pub mod lifecycle;
 pub mod memory;
@@ -351,12 +352,13 @@ impl<T: Experiment> Scenario for T {
 }
 
 /// Every scenario hvlab has, in catalog order.
-pub static REGISTRY: [&dyn Scenario; 5] = [
+pub static REGISTRY: [&dyn Scenario; 6] = [
     &lifecycle::Lifecycle,
     &memory::Memory,
     &exits::Exits,
     &pinning::Pinning,
     &percpu::Percpu,
+    &dirty::Dirty,
 ];
 
 /// Every scenario's catalog entry.

@@ -375,6 +375,22 @@ pub enum Finding {
     GuestPebsDisabled,
     /// What the race explorer found for a PMU scheme.
     RaceExplored(crate::backend::exits::RaceReport),
+    /// Dirty logging: the log reported exactly the pages each pass wrote (a pass where it did
+    /// not fails the variant instead), and what collecting it took per pass.
+    DirtyLog {
+        /// The variant (`bitmap`, `clear`, `ring`).
+        variant: String,
+        /// Pages written per pass.
+        pages: u64,
+        /// Measured passes over all repetitions.
+        passes: u64,
+        /// Write-protect faults per pass (median), where the backend counts them.
+        wp_faults: Option<f64>,
+        /// Collection ioctls per pass (median).
+        ioctls: f64,
+        /// `KVM_EXIT_DIRTY_RING_FULL` exits per pass (median), for the ring.
+        ring_full_exits: Option<f64>,
+    },
     /// Which inputs of a percpu prediction are assumptions.
     PercpuAssumptions {
         /// The workload.

@@ -214,6 +214,34 @@ impl fmt::Display for Finding {
                     "{faults} userfaultfd faults for {pages} pages: {per:.2} pages served per fault"
                 )
             }
+            Finding::DirtyLog {
+                variant,
+                pages,
+                passes,
+                wp_faults,
+                ioctls,
+                ring_full_exits,
+            } => {
+                write!(
+                    f,
+                    "{variant}: the log reported exactly the {pages} pages each pass wrote, in all {passes} passes; {ioctls:.0} collection ioctls per pass"
+                )?;
+                if let Some(wp) = wp_faults {
+                    #[allow(clippy::cast_precision_loss)]
+                    let per = wp / (*pages).max(1) as f64;
+                    write!(
+                        f,
+                        "; {wp:.0} write-protect faults per pass ({per:.4} per page written)"
+                    )?;
+                }
+                match ring_full_exits {
+                    Some(n) if *n > 0.0 => write!(
+                        f,
+                        "; the ring filled {n:.0} times per pass (KVM_EXIT_DIRTY_RING_FULL: the vCPU stopped until the VMM harvested it, and the write that filled it faulted again after the reset)"
+                    ),
+                    _ => Ok(()),
+                }
+            }
             Finding::PinsAged {
                 after_ms,
                 pinned_bytes_end,

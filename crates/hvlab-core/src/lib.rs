@@ -7,6 +7,7 @@
 //! neither imports the other or the scenarios (as cloud-hypervisor's `hypervisor` crate
 //! defines the types its callers pass). Each mechanism adds one method to [`Backend`].
 
+pub mod dirty;
 pub mod error;
 pub mod exits;
 pub mod guest;
@@ -20,6 +21,7 @@ pub mod pinning;
 
 use serde::{Deserialize, Serialize};
 
+use dirty::{DirtyPlan, DirtyResult};
 use error::BackendError;
 use exits::{ExitPlan, ExitResult};
 use host::HostInfo;
@@ -146,4 +148,7 @@ pub trait Backend {
     fn percpu(&mut self) -> Option<&mut dyn PercpuPredictor> {
         None
     }
+
+    /// `dirty`: passes of guest writes over a logged memslot, the log collected after each.
+    fn dirty_log(&mut self, plan: &DirtyPlan) -> Result<DirtyResult, BackendError>;
 }

@@ -6,6 +6,7 @@
 
 #![cfg(all(feature = "backend", target_arch = "x86_64"))]
 
+pub mod dirty;
 pub mod exits;
 pub mod guest;
 pub mod host;
@@ -144,5 +145,12 @@ impl crate::backend::Backend for KvmBackend {
         plan: &crate::backend::pinning::PinPlan,
     ) -> Result<crate::backend::pinning::PinResult, crate::backend::error::BackendError> {
         pinning::pin_trace(&self.kvm, &self.host, plan)
+    }
+
+    fn dirty_log(
+        &mut self,
+        plan: &crate::backend::dirty::DirtyPlan,
+    ) -> Result<crate::backend::dirty::DirtyResult, crate::backend::error::BackendError> {
+        Ok(dirty::dirty_log(&self.kvm, &self.host, plan)?)
     }
 }

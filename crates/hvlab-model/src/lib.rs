@@ -4,6 +4,7 @@
 //! One module per mechanism: [`srcu`] (lifecycle), [`mmu`] (memory), [`pmu`] (exits),
 //! [`spe`] (pinning), [`percpu`]; [`profile`] holds the costs.
 
+pub mod dirty;
 pub mod mmu;
 pub mod percpu;
 pub mod pmu;
@@ -200,6 +201,18 @@ impl Backend for ModelBackend {
 
     fn percpu(&mut self) -> Option<&mut dyn PercpuPredictor> {
         Some(self)
+    }
+
+    fn dirty_log(
+        &mut self,
+        plan: &crate::backend::dirty::DirtyPlan,
+    ) -> Result<crate::backend::dirty::DirtyResult, Error> {
+        dirty::admit(plan).map_err(ModelError::Unsupported)?;
+        // A profile without the dirty-logging costs (calibrated before they existed, or a
+        // host nobody measured them on) cannot run this scenario: a limitation, said as one.
+        let costs = dirty::DirtyCosts::from_profile(&self.profile)
+            .map_err(|e| ModelError::Unsupported(e.to_string()))?;
+        Ok(dirty::run(&costs, plan))
     }
 }
 

@@ -1,0 +1,621 @@
+//! `dirty`: dirty logging, by bitmap, by manual-protect clear, and by the dirty ring.
+//!
+//! Live migration and snapshots ask KVM which guest pages changed. KVM write-protects a
+//! logged memslot's SPTEs; a guest write faults, KVM makes the SPTE writable again and records
+//! the page — a bit in the slot's bitmap or an entry on the vCPU's dirty ring. The VMM then
+//! collects: `KVM_GET_DIRTY_LOG` hands over the bitmap and re-protects in the same call
+//! (`kvm_get_dirty_log_protect()`); with `KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2` it only copies,
+//! and `KVM_CLEAR_DIRTY_LOG` re-protects chunk by chunk (`kvm_clear_dirty_log_protect()`);
+//! with `KVM_CAP_DIRTY_LOG_RING` the VMM reads the ring's entries and `KVM_RESET_DIRTY_RINGS`
+//! re-protects them (`kvm_dirty_ring_reset()`), and a ring that fills stops the vCPU with
+//! `KVM_EXIT_DIRTY_RING_FULL` until it is harvested.
+//!
+//! Each repetition builds a fresh VM whose data region (a memslot at 4 GiB with
+//! `KVM_MEM_LOG_DIRTY_PAGES`, populated 4 KiB host memory) a CPL3 guest loop writes: the first
+//! byte of every `stride`-th page per pass. A first pass maps the pages (its log is collected
+//! and discarded); then `passes` measured passes, each followed by the variant's collection.
+//! Every metric is the mean over the measured passes of one repetition; `kvm.vcpu.*` and
+//! `kvm.vm.*` are statistic deltas per pass. The log must report exactly the pages the pass
+//! wrote: a pass where it does not fails the variant.
+
+use std::time::Duration;
+
+use super::memory::parse_cpl;
+use super::params::{ParamInfo, Settings};
+use super::runner::{RunRequest, ScenarioOutcome};
+use super::samples::{Series, per_variant};
+use super::{Chart, Experiment, Observed};
+use super::{MetricInfo, ScenarioInfo, VariantInfo};
+use crate::analysis::compare::{RUN_THRESHOLD, Verdict, compare};
+use crate::analysis::statistics::seed_for;
+use crate::analysis::verdict::{self, ALPHA, Call, Evidence};
+use crate::backend::dirty::{BITMAP_WORD_PAGES, DirtyPlan, DirtyResult, LogMode};
+use crate::backend::guest::DATA_MAX_BYTES;
+use crate::backend::{Backend, BackendKind};
+use crate::error::InputError;
+use crate::record::{Finding, RunRecord, VariantRecord, VariantStatus};
+
+/// The catalog entry.
+pub static INFO: ScenarioInfo = ScenarioInfo {
+    name: "dirty",
+    summary: "dirty logging: write-protect faults, and collecting the log by bitmap, manual-protect clear or dirty ring",
+    variants: &VARIANTS,
+    model_variants: &[],
+    params: &PARAMS,
+    metrics: &METRICS,
+    headline: "collect_ms",
+    backends: &[BackendKind::Kvm, BackendKind::Model],
+    default_reps: 5,
+    default_warmup: 1,
+};
+
+static VARIANTS: [VariantInfo; 3] = [
+    VariantInfo {
+        name: "bitmap",
+        doc: "KVM_GET_DIRTY_LOG after each pass: the bitmap handed over and its pages write-protected in one call",
+    },
+    VariantInfo {
+        name: "clear",
+        doc: "KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2: KVM_GET_DIRTY_LOG copies, KVM_CLEAR_DIRTY_LOG re-protects in chunks of --set chunk pages",
+    },
+    VariantInfo {
+        name: "ring",
+        doc: "KVM_CAP_DIRTY_LOG_RING of --set ring entries: harvest the ring and KVM_RESET_DIRTY_RINGS, also whenever it fills (KVM_EXIT_DIRTY_RING_FULL)",
+    },
+];
+
+static PARAMS: [ParamInfo; 7] = [
+    ParamInfo {
+        name: "size",
+        default: "64MiB",
+        doc: "logged data region, a multiple of 2 MiB up to 64GiB (64 MiB keeps the suite short; the issue's figures use 256MiB)",
+        model_only: false,
+    },
+    ParamInfo {
+        name: "passes",
+        default: "4",
+        doc: "measured passes per repetition, after one unmeasured pass that maps the pages (1-100)",
+        model_only: false,
+    },
+    ParamInfo {
+        name: "stride",
+        default: "1",
+        doc: "a pass writes every stride-th 4 KiB page from the first (1-4096)",
+        model_only: false,
+    },
+    ParamInfo {
+        name: "ring",
+        default: "4096",
+        doc: "dirty-ring entries per vCPU (16 bytes each): a power of two from 256, at most the host's KVM_CAP_DIRTY_LOG_RING",
+        model_only: false,
+    },
+    ParamInfo {
+        name: "chunk",
+        default: "4096",
+        doc: "pages per KVM_CLEAR_DIRTY_LOG call (clear): a multiple of 64",
+        model_only: false,
+    },
+    ParamInfo {
+        name: "guest.cpl",
+        default: "",
+        doc: "0 or 3; default 3 on PVM (CPL0 is emulated there), 0 elsewhere",
+        model_only: false,
+    },
+    ParamInfo {
+        name: "timeout_ms",
+        default: "60000",
+        doc: "watchdog for one pass, ms",
+        model_only: false,
+    },
+];
+
+static METRICS: [MetricInfo; 14] = [
+    MetricInfo {
+        name: "collect_ms",
+        unit: "ms",
+        doc: "VMM time collecting one pass's log: get (bitmap); get + clears (clear); harvests + resets, mid-pass ones included (ring)",
+    },
+    MetricInfo {
+        name: "collect_ns_per_page",
+        unit: "ns",
+        doc: "collect_ms per page found dirty",
+    },
+    MetricInfo {
+        name: "dirty_ns_per_page",
+        unit: "ns",
+        doc: "host time from the guest's Start to End signal per page written, ring harvests excluded: a write-protect fault each",
+    },
+    MetricInfo {
+        name: "get_ms",
+        unit: "ms",
+        doc: "KVM_GET_DIRTY_LOG per pass (bitmap, clear)",
+    },
+    MetricInfo {
+        name: "clear_ms",
+        unit: "ms",
+        doc: "KVM_CLEAR_DIRTY_LOG calls per pass (clear)",
+    },
+    MetricInfo {
+        name: "harvest_ms",
+        unit: "ms",
+        doc: "reading the ring's entries and marking them harvested, per pass (ring)",
+    },
+    MetricInfo {
+        name: "reset_ms",
+        unit: "ms",
+        doc: "KVM_RESET_DIRTY_RINGS calls per pass (ring)",
+    },
+    MetricInfo {
+        name: "pages_written",
+        unit: "count",
+        doc: "pages the guest wrote per pass",
+    },
+    MetricInfo {
+        name: "pages_dirty",
+        unit: "count",
+        doc: "distinct pages the collected log reported per pass (equal to pages_written, or the variant fails)",
+    },
+    MetricInfo {
+        name: "wp_faults",
+        unit: "count",
+        doc: "write-protect faults per pass: kvm.vcpu.pf_taken over the pass (every page is mapped by then); the model counts its own",
+    },
+    MetricInfo {
+        name: "collect_ioctls",
+        unit: "count",
+        doc: "collection ioctls per pass (gets, clears, ring resets)",
+    },
+    MetricInfo {
+        name: "ring_full_exits",
+        unit: "count",
+        doc: "KVM_EXIT_DIRTY_RING_FULL exits per pass (ring)",
+    },
+    MetricInfo {
+        name: "kvm.vcpu.<stat>",
+        unit: "count",
+        doc: "vCPU statistics that changed during a pass, per pass",
+    },
+    MetricInfo {
+        name: "kvm.vm.<stat>",
+        unit: "count",
+        doc: "VM statistics that changed during a pass, per pass",
+    },
+];
+
+/// The smallest ring KVM takes: one page of 16-byte entries (`kvm_vm_ioctl_enable_dirty_log_ring()`).
+const RING_MIN_ENTRIES: u64 = 256;
+
+/// The ring size from `ring`: a power of two from [`RING_MIN_ENTRIES`]; the host's maximum is
+/// the backend's to check (it needs /dev/kvm).
+fn parse_ring(settings: &Settings) -> Result<u64, InputError> {
+    let raw = settings.raw("ring");
+    raw.parse::<u64>()
+        .ok()
+        .filter(|n| n.is_power_of_two() && *n >= RING_MIN_ENTRIES && *n <= 1 << 24)
+        .ok_or_else(|| InputError::BadValue {
+            key: "ring".into(),
+            value: raw.into(),
+            why: format!(
+                "ring is a number of 16-byte entries, a power of two from {RING_MIN_ENTRIES} (one page); KVM allows up to 65536 (1 MiB), `hvlab host` shows this host's KVM_CAP_DIRTY_LOG_RING"
+            ),
+        })
+}
+
+/// The clear chunk from `chunk`: whole bitmap words, as `KVM_CLEAR_DIRTY_LOG` requires.
+fn parse_chunk(settings: &Settings) -> Result<u64, InputError> {
+    let raw = settings.raw("chunk");
+    raw.parse::<u64>()
+        .ok()
+        .filter(|n| *n > 0 && n % BITMAP_WORD_PAGES == 0 && *n <= 1 << 32)
+        .ok_or_else(|| InputError::BadValue {
+            key: "chunk".into(),
+            value: raw.into(),
+            why: "chunk is a number of pages that is a non-zero multiple of 64 (KVM_CLEAR_DIRTY_LOG works on whole 64-page bitmap words): 64, 4096, 262144".into(),
+        })
+}
+
+/// The requested variants with their plans.
+pub fn plans(
+    settings: &Settings,
+    request: &RunRequest,
+    backend: BackendKind,
+) -> Result<Vec<(String, DirtyPlan)>, InputError> {
+    if backend == BackendKind::Kvm {
+        settings.reject_model_only()?;
+    }
+    let size_bytes = settings.bytes("size")?;
+    if size_bytes == 0 || size_bytes % (2 << 20) != 0 || size_bytes > DATA_MAX_BYTES {
+        return Err(InputError::BadValue {
+            key: "size".into(),
+            value: settings.raw("size").into(),
+            why: "size must be a non-zero multiple of 2MiB up to 64GiB".into(),
+        });
+    }
+    if backend == BackendKind::Kvm
+        && let Some((room, source)) = super::memory::memory_room()
+        && size_bytes > room
+    {
+        // The region is populated before the guest runs: more than the host can back would
+        // bring the OOM killer, so it is refused before any work, with the numbers.
+        return Err(InputError::BadValue {
+            key: "size".into(),
+            value: settings.raw("size").into(),
+            why: format!(
+                "this host can back at most {:.1} GiB now ({source}); the kvm backend populates the whole {:.1} GiB: choose a smaller size, or --backend model",
+                room as f64 / f64::from(1u32 << 30),
+                size_bytes as f64 / f64::from(1u32 << 30),
+            ),
+        });
+    }
+    let passes = settings.u32_in("passes", 1..=100)?;
+    let stride = settings.u32_in("stride", 1..=4096)?;
+    let ring = parse_ring(settings)?;
+    let chunk = parse_chunk(settings)?;
+    let cpl = parse_cpl(settings)?;
+    let timeout = Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 100..=3_600_000)?));
+    let names: Vec<String> = if request.variants.is_empty() {
+        INFO.variants_for(backend)
+            .map(|v| v.name.to_string())
+            .collect()
+    } else {
+        request.variants.clone()
+    };
+    names
+        .into_iter()
+        .map(|name| {
+            let mode = match name.as_str() {
+                "bitmap" => LogMode::Bitmap,
+                "clear" => LogMode::Clear { chunk_pages: chunk },
+                "ring" => LogMode::Ring { entries: ring },
+                _ => return Err(INFO.unknown_variant(&name, backend)),
+            };
+            Ok((
+                name,
+                DirtyPlan {
+                    size_bytes,
+                    passes,
+                    stride,
+                    mode,
+                    cpl,
+                    timeout,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// The first pass of a repetition whose log disagrees with what the guest wrote, in words.
+fn count_mismatch(results: &[DirtyResult]) -> Option<String> {
+    results.iter().enumerate().find_map(|(rep, r)| {
+        r.passes.iter().enumerate().find_map(|(i, p)| {
+            (p.found != p.written).then(|| {
+                format!(
+                    "the dirty log reported {} pages in pass {} of repetition {}, the guest wrote {}",
+                    p.found,
+                    i + 1,
+                    rep + 1,
+                    p.written
+                )
+            })
+        })
+    })
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> f64 {
+    let (sum, n) = values.fold((0.0, 0u32), |(s, n), v| (s + v, n + 1));
+    sum / f64::from(n.max(1))
+}
+
+fn analyse_variant(
+    name: &str,
+    plan: &DirtyPlan,
+    results: &[DirtyResult],
+    seed: u64,
+) -> VariantRecord {
+    if let Some(why) = count_mismatch(results) {
+        return VariantRecord {
+            name: name.to_string(),
+            status: VariantStatus::Failed(why),
+            metrics: Default::default(),
+            findings: Vec::new(),
+            timeline: Vec::new(),
+            pinned_bytes: Vec::new(),
+        };
+    }
+    let mut series = Series::new();
+    for (rep, r) in results.iter().enumerate() {
+        let p = &r.passes;
+        let per = |f: &dyn Fn(&crate::backend::dirty::DirtyPass) -> f64| mean(p.iter().map(f));
+        series
+            .at(rep)
+            .push("collect_ms", "ms", per(&|x| x.collect_ns() as f64 / 1e6))
+            .push(
+                "collect_ns_per_page",
+                "ns",
+                per(&|x| x.collect_ns() as f64 / x.found.max(1) as f64),
+            )
+            .push(
+                "dirty_ns_per_page",
+                "ns",
+                per(&|x| x.dirty_ns as f64 / x.written.max(1) as f64),
+            )
+            .push("pages_written", "count", per(&|x| x.written as f64))
+            .push("pages_dirty", "count", per(&|x| x.found as f64))
+            .push("collect_ioctls", "count", per(&|x| x.ioctls as f64));
+        match plan.mode {
+            LogMode::Bitmap => {
+                series.push("get_ms", "ms", per(&|x| x.get_ns as f64 / 1e6));
+            }
+            LogMode::Clear { .. } => {
+                series
+                    .push("get_ms", "ms", per(&|x| x.get_ns as f64 / 1e6))
+                    .push("clear_ms", "ms", per(&|x| x.clear_ns as f64 / 1e6));
+            }
+            LogMode::Ring { .. } => {
+                series
+                    .push("harvest_ms", "ms", per(&|x| x.harvest_ns as f64 / 1e6))
+                    .push("reset_ms", "ms", per(&|x| x.reset_ns as f64 / 1e6))
+                    .push(
+                        "ring_full_exits",
+                        "count",
+                        per(&|x| x.ring_full_exits as f64),
+                    );
+            }
+        }
+        if p.iter().all(|x| x.wp_faults.is_some()) {
+            series.push(
+                "wp_faults",
+                "count",
+                per(&|x| x.wp_faults.unwrap_or(0) as f64),
+            );
+        }
+        let mut stats: std::collections::BTreeMap<&str, (&str, f64)> = Default::default();
+        for pass in p {
+            for (stat, unit, delta) in &pass.kvm_stats {
+                stats.entry(stat.as_str()).or_insert((unit.as_str(), 0.0)).1 += *delta as f64;
+            }
+        }
+        for (stat, (unit, total)) in stats {
+            series.push(stat, unit, total / p.len().max(1) as f64);
+        }
+    }
+    let metrics = series.finish(results.len(), name, seed);
+    let median = |m: &str| metrics.get(m).map(|r| r.median);
+    let findings = vec![Finding::DirtyLog {
+        variant: name.to_string(),
+        pages: results
+            .first()
+            .and_then(|r| r.passes.first())
+            .map_or(0, |p| p.written),
+        passes: u64::from(plan.passes) * results.len() as u64,
+        wp_faults: median("wp_faults"),
+        ioctls: median("collect_ioctls").unwrap_or(0.0),
+        ring_full_exits: median("ring_full_exits"),
+    }];
+    VariantRecord {
+        name: name.to_string(),
+        status: VariantStatus::Ok,
+        metrics,
+        findings,
+        timeline: Vec::new(),
+        pinned_bytes: Vec::new(),
+    }
+}
+
+/// The ring's collection against each bitmap variant's (`bitmap`: get; `clear`: get + clears)
+/// on `collect_ms`, judged together by the verdict rule (Holm over the comparisons).
+pub fn ring_verdicts(variants: &[VariantRecord], seed: u64) -> Vec<Verdict> {
+    let metric = INFO.headline;
+    let ok = |name: &str| {
+        variants
+            .iter()
+            .find(|v| v.name == name && v.is_ok())
+            .and_then(|v| v.metrics.get(metric).map(|m| (v, m)))
+    };
+    let Some((ring, ring_m)) = ok("ring") else {
+        return Vec::new();
+    };
+    let mut out: Vec<Verdict> = ["bitmap", "clear"]
+        .into_iter()
+        .filter_map(ok)
+        .map(|(other, m)| {
+            compare(
+                metric,
+                &ring_m.unit,
+                (&ring.name, &ring_m.samples),
+                (&other.name, &m.samples),
+                seed_for(seed, &["verdict", &ring.name, &other.name]),
+            )
+        })
+        .collect();
+    let adjusted = verdict::holm(&out.iter().map(|v| v.p_value).collect::<Vec<_>>());
+    for (v, p) in out.iter_mut().zip(adjusted) {
+        v.p_adjusted = p;
+        let call = verdict::call(
+            &Evidence {
+                n: v.n,
+                ratio: v.ratio,
+                ci95: v.ci95,
+                p_adjusted: p,
+                exact: v.exact,
+            },
+            RUN_THRESHOLD,
+            ALPHA,
+        );
+        v.too_few = call == Call::TooFew;
+        v.significant = call == Call::Higher;
+    }
+    out
+}
+
+/// Metrics, findings, and the ring-against-bitmap verdicts.
+pub fn analyse(
+    names: &[String],
+    plans: &[DirtyPlan],
+    results: &[Result<Vec<DirtyResult>, VariantStatus>],
+    seed: u64,
+) -> ScenarioOutcome {
+    let variants = per_variant(names, results, |i, name, r| {
+        analyse_variant(name, &plans[i], r, seed)
+    });
+    let verdicts = ring_verdicts(&variants, seed);
+    ScenarioOutcome { variants, verdicts }
+}
+
+/// The dirty scenario.
+#[derive(Debug)]
+pub struct Dirty;
+
+impl Experiment for Dirty {
+    type Plan = DirtyPlan;
+    type Sample = DirtyResult;
+
+    fn info(&self) -> &'static ScenarioInfo {
+        &INFO
+    }
+
+    fn plans(
+        &self,
+        settings: &Settings,
+        request: &RunRequest,
+        backend: BackendKind,
+    ) -> Result<Vec<(String, DirtyPlan)>, InputError> {
+        plans(settings, request, backend)
+    }
+
+    fn execute(
+        &self,
+        backend: &mut dyn Backend,
+        plan: &DirtyPlan,
+    ) -> Result<DirtyResult, crate::backend::error::BackendError> {
+        backend.dirty_log(plan)
+    }
+
+    fn analyse(&self, o: Observed<'_, DirtyPlan, DirtyResult>) -> ScenarioOutcome {
+        analyse(o.names, o.plans, o.results, o.seed)
+    }
+
+    fn charts(&self, _record: &RunRecord) -> Vec<Chart> {
+        vec![
+            Chart::Bars {
+                metric: "collect_ms",
+                title: "collecting one pass's dirty log, by method",
+            },
+            Chart::Bars {
+                metric: "dirty_ns_per_page",
+                title: "guest time per page written (a write-protect fault each)",
+            },
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::dirty::DirtyPass;
+
+    fn settings(sets: &[&str]) -> Settings {
+        Settings::parse(
+            &INFO,
+            &sets.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+        )
+        .unwrap()
+    }
+
+    fn plan_of(sets: &[&str], variant: &str) -> Result<DirtyPlan, InputError> {
+        let req = RunRequest {
+            variants: vec![variant.into()],
+            ..RunRequest::default()
+        };
+        plans(&settings(sets), &req, BackendKind::Kvm).map(|mut v| v.remove(0).1)
+    }
+
+    #[test]
+    fn variants_map_to_log_modes_with_their_parameters() {
+        assert_eq!(plan_of(&[], "bitmap").unwrap().mode, LogMode::Bitmap);
+        assert_eq!(
+            plan_of(&["chunk=128"], "clear").unwrap().mode,
+            LogMode::Clear { chunk_pages: 128 }
+        );
+        assert_eq!(
+            plan_of(&["ring=65536"], "ring").unwrap().mode,
+            LogMode::Ring { entries: 65536 }
+        );
+        assert_eq!(plan_of(&[], "bitmap").unwrap().size_bytes, 256 << 20);
+    }
+
+    #[test]
+    fn bad_rings_chunks_and_sizes_say_what_is_allowed() {
+        for (set, needle) in [
+            ("ring=1000", "power of two"),
+            ("ring=128", "from 256"),
+            ("chunk=100", "multiple of 64"),
+            ("chunk=0", "multiple of 64"),
+            ("size=3MiB", "multiple of 2MiB"),
+            ("passes=0", "from 1 to 100"),
+        ] {
+            let msg = plan_of(&[set], "ring").unwrap_err().to_string();
+            assert!(msg.contains(needle), "{set}: {msg}");
+        }
+        assert!(
+            plan_of(&[], "ringz")
+                .unwrap_err()
+                .to_string()
+                .contains("bitmap, clear, ring")
+        );
+    }
+
+    fn result(found: u64, collect_ns: u64) -> DirtyResult {
+        DirtyResult {
+            passes: vec![
+                DirtyPass {
+                    written: 100,
+                    found,
+                    dirty_ns: 100_000,
+                    get_ns: collect_ns,
+                    ioctls: 1,
+                    wp_faults: Some(100),
+                    ..DirtyPass::default()
+                };
+                2
+            ],
+        }
+    }
+
+    #[test]
+    fn a_log_that_misses_a_page_fails_the_variant_and_names_the_counts() {
+        let plan = plan_of(&[], "bitmap").unwrap();
+        let out = analyse(
+            &["bitmap".into()],
+            &[plan],
+            &[Ok(vec![result(100, 10), result(99, 10)])],
+            1,
+        );
+        let status = out.variants[0].status.to_string();
+        assert!(status.starts_with("failed: "), "{status}");
+        assert!(
+            status.contains("reported 99 pages in pass 1 of repetition 2, the guest wrote 100"),
+            "{status}"
+        );
+    }
+
+    #[test]
+    fn the_ring_is_judged_against_the_bitmap_on_collection_time() {
+        let bitmap = plan_of(&[], "bitmap").unwrap();
+        let ring = plan_of(&[], "ring").unwrap();
+        let slow: Vec<DirtyResult> = (0..5).map(|i| result(100, 2_000_000 + i * 1000)).collect();
+        let fast: Vec<DirtyResult> = (0..5).map(|i| result(100, 500_000 + i * 1000)).collect();
+        let out = analyse(
+            &["bitmap".into(), "ring".into()],
+            &[bitmap, ring],
+            &[Ok(slow), Ok(fast)],
+            1,
+        );
+        assert_eq!(out.verdicts.len(), 1);
+        let v = &out.verdicts[0];
+        assert_eq!((v.faster.as_str(), v.slower.as_str()), ("ring", "bitmap"));
+        assert!(v.significant && v.ratio > 3.9, "{v:?}");
+        let f = out.variants[1].findings[0].to_string();
+        assert!(f.contains("exactly the 100 pages"), "{f}");
+    }
+}
