@@ -801,7 +801,11 @@ mod tests {
         assert_eq!(whole.bytes, whole.bytes_per_point.map(|b| b * 5));
         let second = store_cost(&s, Shard::new(1, 2).unwrap(), backend).unwrap();
         assert_eq!(second.points, 2, "points 2 and 4 of 5");
-        assert_eq!(second.bytes_per_point, whole.bytes_per_point);
+        // Measured again from a fresh scratch store: the file grows by whole pages, so the
+        // two measurements agree to a few percent, not to the byte.
+        for (a, b) in second.bytes_per_point.iter().zip(&whole.bytes_per_point) {
+            assert!(a.abs_diff(*b) * 10 <= *b, "{second:?} vs {whole:?}");
+        }
 
         let dir = tempfile::tempdir().unwrap();
         let at = crate::store::Location::Sqlite(dir.path().join("not-yet/hvlab.db"));

@@ -541,7 +541,7 @@ mod tests {
             plan_of(&["ring=65536"], "ring").unwrap().mode,
             LogMode::Ring { entries: 65536 }
         );
-        assert_eq!(plan_of(&[], "bitmap").unwrap().size_bytes, 256 << 20);
+        assert_eq!(plan_of(&[], "bitmap").unwrap().size_bytes, 64 << 20);
     }
 
     #[test]
