@@ -24,6 +24,7 @@ const COMMANDS: &[&str] = &[
     "run memory --reps 1 --warmup 0 --set size=8MiB --json",
     "run memory --reps 1 --warmup 0 --set size=8MiB --set guest_page=4k --json",
     "run pinning --reps 1 --warmup 0 --json",
+    "run dirty --reps 2 --warmup 0 --set size=8MiB --set passes=2 --json",
     // --force: an emulated host's own readings call it busy (its vCPUs wait on the emulator),
     // and its costs are the emulator's anyway; what is checked is that calibrate completes.
     "calibrate --force --json",
@@ -260,6 +261,15 @@ fn check(r: &Results) {
     for v in pinning["variants"].as_array().unwrap() {
         assert_eq!(v["status"], "ok", "{k}: pinning {}", v["name"]);
         assert_eq!(metric(v, "blackout_records"), Some(0.0));
+    }
+
+    // Dirty logging with NPT: every variant's log holds exactly the pages each pass wrote.
+    let dirty = r.json(command_index("run dirty"));
+    assert_ran(r, &dirty, "dirty");
+    for v in dirty["variants"].as_array().unwrap() {
+        assert_eq!(v["status"], "ok", "{k}: dirty {}", v["name"]);
+        assert_eq!(metric(v, "pages_written"), Some(2048.0), "{k}: {v}");
+        assert_eq!(metric(v, "pages_dirty"), Some(2048.0), "{k}: {v}");
     }
 
     // calibrate writes only positive costs (what it copies from a built-in profile keeps
