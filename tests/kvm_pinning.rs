@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{kvm_or_skip, median, scenario_json, variant};
+use common::{fastest, kvm_or_skip, median, scenario_json, variant};
 
 fn pinning(sets: &[&str], variants: &[&str]) -> serde_json::Value {
     scenario_json("pinning", sets, variants, &["--reps", "2", "--warmup", "0"])
@@ -19,13 +19,19 @@ fn eager_pins_on_every_switch_and_keep_once_with_no_blackouts() {
         &["eager", "keep", "aging"],
     );
     assert_eq!(r["backend"], "kvm");
-    // 30 re-pins against one first pin (which also faults the pages in): measured ~20x here.
-    assert!(
-        median(&r, "eager", "pin_ms") > 5.0 * median(&r, "keep", "pin_ms"),
-        "eager {} ms vs keep {} ms",
-        median(&r, "eager", "pin_ms"),
-        median(&r, "keep", "pin_ms")
+    // What each policy decided is exact: eager pins on every one of the 30 enables, keep and
+    // aging once (the trace has no idle gap long enough to age the pin before its tail).
+    assert_eq!(median(&r, "eager", "pins"), 30.0);
+    assert_eq!(median(&r, "keep", "pins"), 1.0);
+    assert_eq!(median(&r, "aging", "pins"), 1.0);
+    // Eager repeats keep's single pin and adds 29 re-pins of resident pages, so it costs more.
+    // How much more depends on the first pin's faults: ~20x on a warm host, 3.7x on a fresh CI
+    // machine whose first touch of the buffer also faulted in the outer host.
+    let (eager, keep) = (
+        fastest(&r, "eager", "pin_ms"),
+        fastest(&r, "keep", "pin_ms"),
     );
+    assert!(eager > 1.5 * keep, "eager {eager} ms vs keep {keep} ms");
     for v in ["eager", "keep", "aging"] {
         assert_eq!(median(&r, v, "blackout_records"), 0.0, "{v}");
         assert_eq!(

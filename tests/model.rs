@@ -326,6 +326,10 @@ fn pinning_every_variant_with_units_and_eager_pays_for_every_switch() {
         }
     }
     assert!(median(&r, "eager", "pin_ms") >= 10.0 * median(&r, "keep", "pin_ms"));
+    // The same pin manager decides on both backends: one pin per enable, or one in all.
+    assert_eq!(median(&r, "eager", "pins"), 100.0);
+    assert_eq!(median(&r, "keep", "pins"), 1.0);
+    assert_eq!(median(&r, "no-pin", "pins"), 0.0);
     assert_eq!(median(&r, "eager", "blackout_records"), 0.0);
     assert_eq!(median(&r, "keep", "blackout_records"), 0.0);
     assert_eq!(median(&r, "aging", "pinned_bytes_end"), 0.0);

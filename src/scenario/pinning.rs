@@ -141,7 +141,12 @@ static PARAMS: [ParamInfo; 12] = [
     },
 ];
 
-static METRICS: [MetricInfo; 9] = [
+static METRICS: [MetricInfo; 10] = [
+    MetricInfo {
+        name: "pins",
+        unit: "count",
+        doc: "pin operations over the trace (exact: what the policy decided, not how long it took)",
+    },
     MetricInfo {
         name: "pin_ms",
         unit: "ms",
@@ -295,6 +300,7 @@ fn analyse_variant(name: &str, plan: &PinPlan, traces: &[PinResult], seed: u64) 
         let overhead = (t.pin_ns + t.unpin_ns + t.walk_ns + t.fault_ns) as f64;
         series
             .at(rep)
+            .push("pins", "count", t.pins as f64)
             .push("pin_ms", "ms", t.pin_ns as f64 / 1e6)
             .push("unpin_ms", "ms", t.unpin_ns as f64 / 1e6)
             .push("walk_ms", "ms", t.walk_ns as f64 / 1e6)

@@ -52,6 +52,8 @@ pub struct PinPlan {
 /// What one trace did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PinResult {
+    /// Pin operations (a re-enable of a buffer still pinned is not one).
+    pub pins: u64,
     /// Time pinning.
     pub pin_ns: u64,
     /// Time unpinning.
@@ -131,6 +133,7 @@ impl<P: Pinner> PinCache<P> {
             pins: Vec::new(),
             resident: Vec::new(),
             out: PinResult {
+                pins: 0,
                 pin_ns: 0,
                 unpin_ns: 0,
                 pinned_bytes_max: 0,
@@ -223,6 +226,7 @@ impl<P: Pinner> PinCache<P> {
         }
         let resident = self.resident.contains(&addr);
         let ns = self.pinner.pin(addr, bytes, resident)?;
+        self.out.pins += 1;
         self.out.pin_ns += ns;
         spent += ns;
         if !resident {
