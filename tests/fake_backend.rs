@@ -124,6 +124,13 @@ impl Backend for FakeBackend {
     ) -> Result<hvlab::backend::dirty::DirtyResult, BackendError> {
         Err(not_scripted("dirty logging"))
     }
+
+    fn update_memslots(
+        &mut self,
+        _: &hvlab::backend::memslots::MemslotPlan,
+    ) -> Result<hvlab::backend::memslots::MemslotResult, BackendError> {
+        Err(not_scripted("memslot updates"))
+    }
 }
 
 fn run_exits(backend: &mut FakeBackend, variants: &[&str]) -> RunRecord {

@@ -132,11 +132,19 @@ fn the_array_tasks_store_one_shard_each_and_the_merge_job_gathers_them() {
     }
     scenarios.sort();
     // Each model unit once: every scenario, and its showcases on the threads' profiles.
-    assert_eq!(scenarios.len(), 12, "{scenarios:?}");
+    assert_eq!(scenarios.len(), 13, "{scenarios:?}");
     scenarios.dedup();
     assert_eq!(
         scenarios,
-        ["dirty", "exits", "lifecycle", "memory", "percpu", "pinning"],
+        [
+            "dirty",
+            "exits",
+            "lifecycle",
+            "memory",
+            "memslots",
+            "percpu",
+            "pinning"
+        ],
         "the three tasks ran each model scenario once"
     );
     // The merge job's own command, as Slurm would run it once the array succeeded.
@@ -148,7 +156,7 @@ fn the_array_tasks_store_one_shard_each_and_the_merge_job_gathers_them() {
     );
     let suite = dir.path().join("suite-4242.db");
     let runs = common::json(&common::run(&suite, &["runs", "--json"]));
-    assert_eq!(runs["runs"].as_array().unwrap().len(), 12, "{runs}");
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 13, "{runs}");
     assert!(dir.path().join("report-4242/index.html").exists());
 }
 

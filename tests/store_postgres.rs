@@ -678,11 +678,11 @@ fn three_suite_shards_merged_into_postgres_equal_one_unsharded_suite() {
     }
     let mut merge = vec!["merge", "--json"];
     merge.extend(files.iter().map(String::as_str));
-    // Six scenarios and six showcases.
-    assert_eq!(tally(&run(&sharded, &merge)), (12, 0, 0));
+    // Seven scenarios and six showcases.
+    assert_eq!(tally(&run(&sharded, &merge)), (13, 0, 0));
     suite(&whole, None);
     let (a, b) = (contents_by_unit(&sharded), contents_by_unit(&whole));
-    assert_eq!(a.len(), 12);
+    assert_eq!(a.len(), 13);
     assert_eq!(a, b, "the same runs, ids and times aside");
 }
 

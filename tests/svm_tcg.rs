@@ -25,6 +25,7 @@ const COMMANDS: &[&str] = &[
     "run memory --reps 1 --warmup 0 --set size=8MiB --set guest_page=4k --json",
     "run pinning --reps 1 --warmup 0 --json",
     "run dirty --reps 2 --warmup 0 --set size=8MiB --set passes=2 --json",
+    "run memslots --reps 2 --warmup 0 --set slots=64 --json",
     // --force: an emulated host's own readings call it busy (its vCPUs wait on the emulator),
     // and its costs are the emulator's anyway; what is checked is that calibrate completes.
     "calibrate --force --json",
@@ -270,6 +271,14 @@ fn check(r: &Results) {
         assert_eq!(v["status"], "ok", "{k}: dirty {}", v["name"]);
         assert_eq!(metric(v, "pages_written"), Some(2048.0), "{k}: {v}");
         assert_eq!(metric(v, "pages_dirty"), Some(2048.0), "{k}: {v}");
+    }
+
+    // Memslot updates through kvm_set_memslot() on an NPT host: every kind runs.
+    let memslots = r.json(command_index("run memslots"));
+    assert_ran(r, &memslots, "memslots");
+    for v in memslots["variants"].as_array().unwrap() {
+        assert_eq!(v["status"], "ok", "{k}: memslots {}", v["name"]);
+        assert!(metric(v, "op_us").is_some_and(|us| us > 0.0), "{k}: {v}");
     }
 
     // calibrate writes only positive costs (what it copies from a built-in profile keeps

@@ -5,6 +5,7 @@ pub mod dirty;
 pub mod exits;
 pub mod lifecycle;
 pub mod memory;
+pub mod memslots;
 pub mod params;
 pub mod percpu;
 pub mod pinning;
@@ -352,13 +353,14 @@ impl<T: Experiment> Scenario for T {
 }
 
 /// Every scenario hvlab has, in catalog order.
-pub static REGISTRY: [&dyn Scenario; 6] = [
+pub static REGISTRY: [&dyn Scenario; 7] = [
     &lifecycle::Lifecycle,
     &memory::Memory,
     &exits::Exits,
     &pinning::Pinning,
     &percpu::Percpu,
     &dirty::Dirty,
+    &memslots::Memslots,
 ];
 
 /// Every scenario's catalog entry.

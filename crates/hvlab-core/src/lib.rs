@@ -15,6 +15,7 @@ pub mod host;
 pub mod ioctl_table;
 pub mod lifecycle;
 pub mod memory;
+pub mod memslots;
 pub mod noise;
 pub mod percpu;
 pub mod pinning;
@@ -27,6 +28,7 @@ use exits::{ExitPlan, ExitResult};
 use host::HostInfo;
 use lifecycle::{ConstructionPlan, ConstructionTrace};
 use memory::{TouchPlan, TouchResult};
+use memslots::{MemslotPlan, MemslotResult};
 use percpu::{PercpuPlan, PercpuResult};
 use pinning::{PinPlan, PinResult};
 
@@ -151,4 +153,7 @@ pub trait Backend {
 
     /// `dirty`: passes of guest writes over a logged memslot, the log collected after each.
     fn dirty_log(&mut self, plan: &DirtyPlan) -> Result<DirtyResult, BackendError>;
+
+    /// `memslots`: one VM's memslots added, moved or deleted one by one, each update timed.
+    fn update_memslots(&mut self, plan: &MemslotPlan) -> Result<MemslotResult, BackendError>;
 }

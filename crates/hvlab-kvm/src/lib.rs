@@ -13,6 +13,7 @@ pub mod host;
 pub mod lifecycle;
 pub mod measure;
 pub mod memory;
+pub mod memslots;
 pub mod pin;
 pub mod pinning;
 pub mod stage2;
@@ -152,5 +153,12 @@ impl crate::backend::Backend for KvmBackend {
         plan: &crate::backend::dirty::DirtyPlan,
     ) -> Result<crate::backend::dirty::DirtyResult, crate::backend::error::BackendError> {
         Ok(dirty::dirty_log(&self.kvm, &self.host, plan)?)
+    }
+
+    fn update_memslots(
+        &mut self,
+        plan: &crate::backend::memslots::MemslotPlan,
+    ) -> Result<crate::backend::memslots::MemslotResult, crate::backend::error::BackendError> {
+        Ok(memslots::update_memslots(&self.kvm, plan)?)
     }
 }

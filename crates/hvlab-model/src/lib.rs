@@ -5,6 +5,7 @@
 //! [`spe`] (pinning), [`percpu`]; [`profile`] holds the costs.
 
 pub mod dirty;
+pub mod memslots;
 pub mod mmu;
 pub mod percpu;
 pub mod pmu;
@@ -213,6 +214,21 @@ impl Backend for ModelBackend {
         let costs = dirty::DirtyCosts::from_profile(&self.profile)
             .map_err(|e| ModelError::Unsupported(e.to_string()))?;
         Ok(dirty::run(&costs, plan))
+    }
+
+    fn update_memslots(
+        &mut self,
+        plan: &crate::backend::memslots::MemslotPlan,
+    ) -> Result<crate::backend::memslots::MemslotResult, Error> {
+        // A profile without the memslot costs (calibrated before they existed) cannot run
+        // this scenario: a limitation, said as one.
+        let costs = memslots::MemslotCosts::from_profile(&self.profile)
+            .map_err(|e| ModelError::Unsupported(e.to_string()))?;
+        Ok(memslots::run(
+            &costs,
+            plan,
+            rand::RngExt::random(&mut self.rng),
+        ))
     }
 }
 

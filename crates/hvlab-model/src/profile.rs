@@ -217,6 +217,7 @@ const LATER_KEYS: &[(&str, Range)] = &[
     ("unpin_fixed_ns", Range::Real(0.0, MAX_NS)),
     ("stage2_map_page_ns", Range::Real(0.0, MAX_NS)),
     ("pmbirq_latency_ns", Range::Real(0.0, MAX_NS)),
+    ("memslot_tree_level_ns", Range::Real(0.0, MAX_NS)),
 ];
 
 /// Built-in profiles: (name, TOML).
@@ -363,6 +364,14 @@ impl Profile {
             }
         }
         Ok(())
+    }
+
+    /// A cost in whole nanoseconds (non-negative), for models that count time in `u64`.
+    pub fn ns(&self, key: &str, needed_by: &'static str) -> Result<u64, ProfileError> {
+        let v = self.get(key, needed_by)?;
+        // Costs are non-negative nanoseconds well inside u64.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        Ok(v.max(0.0).round() as u64)
     }
 
     /// A cost the model `needed_by` cannot do without.

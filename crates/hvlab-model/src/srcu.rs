@@ -524,10 +524,7 @@ pub struct LifecycleCosts {
 }
 
 fn ns(p: &Profile, key: &str) -> Result<u64, ProfileError> {
-    let v = p.get(key, "srcu")?;
-    // Costs are non-negative nanoseconds well inside u64.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    Ok(v.max(0.0).round() as u64)
+    p.ns(key, "srcu")
 }
 
 impl LifecycleCosts {
