@@ -44,10 +44,12 @@ fn the_model_counts_one_swap_for_an_add_and_two_for_a_move_or_delete() {
     assert_eq!(median(&r, "add", "swaps_per_op"), 1.0);
     assert_eq!(median(&r, "move", "swaps_per_op"), 2.0);
     assert_eq!(median(&r, "delete", "swaps_per_op"), 2.0);
-    // O(log n) set edits: 4096 slots cost a few tree levels more than one slot, nothing like
-    // the grace periods.
+    // The id lookup's chain (n / 128) and the trees' depth (log n) grow with the slots: at
+    // 4096, a few µs on a create of ~40 µs, nothing like the O(n) copy of kernels before 5.17.
     let growth = median(&r, "add", "growth");
-    assert!((1.0..1.05).contains(&growth), "{growth}");
+    assert!((1.0..1.5).contains(&growth), "{growth}");
+    // A delete shrinks the VM: its first updates walk the longest chains.
+    assert!(median(&r, "delete", "growth") < 1.0);
 }
 
 #[test]

@@ -15,9 +15,24 @@ use super::KvmError;
 use super::memory::GuestMemory;
 use crate::backend::memslots::{MemslotPlan, MemslotResult, SlotOp};
 
-/// Guest-physical address bits this backend assumes every x86-64 host maps (36: even the
-/// smallest MAXPHYADDR of a 64-bit CPU); a plan spanning more is refused before any VM.
-const SAFE_GPA_BITS: u32 = 36;
+/// Guest-physical address bits when the host does not say (36: the smallest MAXPHYADDR of
+/// any x86-64 CPU).
+const FALLBACK_GPA_BITS: u32 = 36;
+
+/// The guest-physical address bits a VM here can use: MAXPHYADDR from the CPUID leaf
+/// 0x80000008 KVM supports (EAX bits 7:0), which bounds every memslot's end.
+fn guest_phys_bits(kvm: &Kvm) -> u32 {
+    kvm.get_supported_cpuid(kvm_bindings::KVM_MAX_CPUID_ENTRIES)
+        .ok()
+        .and_then(|c| {
+            c.as_slice()
+                .iter()
+                .find(|e| e.function == 0x8000_0008)
+                .map(|e| e.eax & 0xff)
+        })
+        .filter(|bits| (32..=64).contains(bits))
+        .unwrap_or(FALLBACK_GPA_BITS)
+}
 
 /// Refuses a plan the host cannot take, with its limits, before any VM is built.
 fn admit(kvm: &Kvm, plan: &MemslotPlan) -> Result<(), KvmError> {
@@ -30,9 +45,10 @@ fn admit(kvm: &Kvm, plan: &MemslotPlan) -> Result<(), KvmError> {
         )));
     }
     let end = plan.gpa(0, false) + plan.span_bytes();
-    if end > 1u64 << SAFE_GPA_BITS {
+    let bits = guest_phys_bits(kvm);
+    if bits < 64 && end > 1u64 << bits {
         return Err(KvmError::Unsupported(format!(
-            "{} slots of {} bytes, moved above themselves, end at guest-physical {end:#x}, beyond the {SAFE_GPA_BITS}-bit space every x86-64 host maps: use fewer or smaller slots",
+            "{} slots of {} bytes, moved above themselves, end at guest-physical {end:#x}, beyond this host's {bits}-bit guest-physical space: use fewer or smaller slots (--set slot_size)",
             plan.slots, plan.slot_bytes
         )));
     }

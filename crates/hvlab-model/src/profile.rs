@@ -217,7 +217,7 @@ const LATER_KEYS: &[(&str, Range)] = &[
     ("unpin_fixed_ns", Range::Real(0.0, MAX_NS)),
     ("stage2_map_page_ns", Range::Real(0.0, MAX_NS)),
     ("pmbirq_latency_ns", Range::Real(0.0, MAX_NS)),
-    ("memslot_tree_level_ns", Range::Real(0.0, MAX_NS)),
+    ("memslot_node_ns", Range::Real(0.0, MAX_NS)),
 ];
 
 /// Built-in profiles: (name, TOML).
