@@ -289,4 +289,16 @@ impl Vm {
     pub fn vcpu(&self, index: usize) -> Option<&VcpuFd> {
         self.vcpus.get(index)
     }
+
+    /// Every vCPU, to run each on its own thread.
+    pub fn vcpus_mut(&mut self) -> &mut [VcpuFd] {
+        &mut self.vcpus
+    }
+}
+
+/// `KVM_CAP_MAX_VCPUS` of this host's KVM (the most vCPUs one VM may have), or `None` when
+/// /dev/kvm cannot be opened (the run then fails on that, with its own message).
+pub fn max_vcpus() -> Option<u32> {
+    let kvm = crate::open_kvm().ok()?;
+    u32::try_from(kvm.get_max_vcpus()).ok()
 }

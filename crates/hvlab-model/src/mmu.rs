@@ -254,6 +254,8 @@ pub struct Pass {
 pub enum PassError {
     /// A random order over more pages than [`PER_PAGE_MAX_PAGES`].
     RandomTooLarge(u64),
+    /// Several vCPUs over more pages than [`PER_PAGE_MAX_PAGES`].
+    ParallelTooLarge(u64),
 }
 
 impl std::fmt::Display for PassError {
@@ -262,6 +264,10 @@ impl std::fmt::Display for PassError {
             PassError::RandomTooLarge(p) => write!(
                 f,
                 "a random order over {p} pages is modelled page by page, up to {PER_PAGE_MAX_PAGES} pages (64GiB)"
+            ),
+            PassError::ParallelTooLarge(p) => write!(
+                f,
+                "several vCPUs over {p} pages are modelled page by page, up to {PER_PAGE_MAX_PAGES} pages (64GiB)"
             ),
         }
     }
@@ -373,13 +379,13 @@ pub fn pass(p: &Pass) -> Result<(Counts, u64), PassError> {
 /// The costs a pass turns into time.
 #[derive(Debug, Clone, Copy)]
 pub struct MmuCosts {
-    stage2_fault: f64,
-    host_fault: f64,
-    host_fault_huge: f64,
-    prefetch_page: f64,
-    touch_page: f64,
-    uffd_fault: f64,
-    uffd_copy_page: f64,
+    pub(crate) stage2_fault: f64,
+    pub(crate) host_fault: f64,
+    pub(crate) host_fault_huge: f64,
+    pub(crate) prefetch_page: f64,
+    pub(crate) touch_page: f64,
+    pub(crate) uffd_fault: f64,
+    pub(crate) uffd_copy_page: f64,
     /// The host's own MMU.
     pub mmu: MmuKind,
 }
@@ -441,6 +447,7 @@ pub fn touch(costs: &MmuCosts, plan: &TouchPlan) -> Result<TouchResult, PassErro
         uffd_faults: uffd.then_some(c.uffd_faults),
         // The model keeps no guest page tables: it is the data region's stage 2 alone.
         guest_table_pages: None,
+        vcpu_ns: Vec::new(),
         kvm_stats: vec![
             ("faults".into(), "count".into(), count(c.faults)),
             ("prefetched".into(), "count".into(), count(c.prefetched)),
@@ -561,6 +568,7 @@ mod tests {
             cpl: None,
             timeout: std::time::Duration::from_secs(1),
             prefetch: Some(p.prefetch),
+            vcpus: 1,
         };
         let order = plan.page_order();
         #[allow(clippy::cast_possible_truncation)] // test sizes are small
