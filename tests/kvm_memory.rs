@@ -156,3 +156,51 @@ fn variants_the_host_lacks_say_what_is_missing() {
         assert_eq!(r["variants"][0]["status"], "ok");
     }
 }
+
+#[test]
+fn two_and_eight_vcpus_each_fault_their_own_slice_once_per_page() {
+    let Some(_kvm) = kvm_or_skip("memory_vcpus") else {
+        return;
+    };
+    for n in ["2", "8"] {
+        let set = format!("vcpus={n}");
+        let r = memory(&[&set], &["lazy"]);
+        // Every page once, whichever vCPU touched it: the vCPUs' pf_fixed summed. Shadow
+        // paging reads the guest's tables through the host mapping; TDP faults on them too.
+        let tables = if r["host"]["tdp"] == true {
+            metric(&r, "lazy", "guest_table_pages")
+        } else {
+            0.0
+        };
+        assert_eq!(
+            metric(&r, "lazy", "kvm.vcpu.pf_fixed"),
+            PAGES + tables,
+            "vcpus={n}"
+        );
+        // The mean vCPU's rate is its slice over its own time, so the total is at least that
+        // (the slowest vCPU's time bounds the pass) and at most n times it.
+        let (total, each) = (
+            metric(&r, "lazy", "total_pages_per_ms"),
+            metric(&r, "lazy", "vcpu_pages_per_ms"),
+        );
+        let k: f64 = n.parse().unwrap();
+        assert!(
+            total <= k * each * 1.001 && total >= each * 0.999,
+            "vcpus={n}: total {total} pages/ms, per vCPU {each}"
+        );
+    }
+}
+
+#[test]
+fn more_vcpus_than_the_host_allows_is_refused_naming_the_cap() {
+    let Some(_kvm) = kvm_or_skip("memory_vcpus_cap") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = common::run(
+        &dir.path().join("hvlab.db"),
+        &["run", "memory", "--set", "vcpus=100000", "--json"],
+    );
+    common::assert_exit(&out, 2, &["vcpus", "KVM_CAP_MAX_VCPUS", "choose vcpus <="]);
+    assert!(out.stdout.is_empty());
+}

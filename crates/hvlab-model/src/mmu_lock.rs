@@ -311,4 +311,79 @@ mod tests {
         assert_eq!(Machine::with_cpus(2).slice_ns, 1_500_000.0);
         assert_eq!(Machine::with_cpus(64).slice_ns, 3_000_000.0);
     }
+
+    fn costs(mmu: MmuKind) -> MmuCosts {
+        MmuCosts {
+            stage2_fault: 10_000.0,
+            host_fault: 2_000.0,
+            host_fault_huge: 500_000.0,
+            prefetch_page: 40.0,
+            touch_page: 3.0,
+            uffd_fault: 20_000.0,
+            uffd_copy_page: 1_000.0,
+            mmu,
+        }
+    }
+
+    fn plan(vcpus: u32) -> TouchPlan {
+        TouchPlan {
+            size_bytes: 16 << 20,
+            pattern: crate::backend::memory::Pattern::Seq,
+            seed: 1,
+            access: crate::backend::memory::Access::Write,
+            touch: Touch::FirstByte,
+            guest_page: GuestPage::Small,
+            backing: HostBacking::Anonymous(crate::backend::guest::Backing::Lazy),
+            cpl: None,
+            timeout: std::time::Duration::from_secs(1),
+            prefetch: None,
+            vcpus,
+        }
+    }
+
+    fn par(hold: f64, cpus: usize) -> ParallelCosts {
+        ParallelCosts {
+            lock_hold: hold,
+            machine: Machine::with_cpus(cpus),
+        }
+    }
+
+    #[test]
+    fn one_vcpu_costs_what_the_single_vcpu_model_says() {
+        let c = costs(MmuKind::Shadow);
+        let one = touch(&c, &par(1_000.0, 2), &plan(1)).unwrap();
+        let single = crate::mmu::touch(&c, &plan(1)).unwrap();
+        assert_eq!(one.elapsed_ns, single.elapsed_ns);
+        assert_eq!(one.kvm_stats, single.kvm_stats);
+    }
+
+    #[test]
+    fn the_counts_do_not_depend_on_the_vcpus_and_the_cpus_bound_the_rate() {
+        let c = costs(MmuKind::Shadow);
+        let one = touch(&c, &par(1_000.0, 2), &plan(1)).unwrap();
+        let two = touch(&c, &par(1_000.0, 2), &plan(2)).unwrap();
+        let eight = touch(&c, &par(1_000.0, 2), &plan(8)).unwrap();
+        assert_eq!(two.kvm_stats, one.kvm_stats);
+        assert_eq!(eight.kvm_stats, one.kvm_stats);
+        assert_eq!(eight.vcpu_ns.len(), 8);
+        // Two CPUs: at most twice as fast, with eight vCPUs no faster than with two.
+        let speedup = |r: &TouchResult| one.elapsed_ns as f64 / r.elapsed_ns as f64;
+        assert!(speedup(&two) > 1.8 && speedup(&two) <= 2.0, "{}", speedup(&two));
+        assert!(speedup(&eight) <= speedup(&two) * 1.001, "{}", speedup(&eight));
+    }
+
+    #[test]
+    fn an_exclusive_mmu_lock_serialises_faults_and_the_tdp_mmus_shared_one_does_not() {
+        // The whole fault under the lock: with two vCPUs shadow paging gains only the host
+        // faults (2 of 12 µs per page) that run outside it, so the lock's 10 µs per page of
+        // 4096 pages bound the pass.
+        let shadow = costs(MmuKind::Shadow);
+        let one = touch(&shadow, &par(10_000.0, 2), &plan(1)).unwrap().elapsed_ns as f64;
+        let two = touch(&shadow, &par(10_000.0, 2), &plan(2)).unwrap().elapsed_ns as f64;
+        assert!(two >= 4096.0 * 10_000.0 && two > 0.8 * one, "shadow: {one} vs {two}");
+        let tdp = costs(MmuKind::TdpMmu);
+        let one = touch(&tdp, &par(10_000.0, 2), &plan(1)).unwrap().elapsed_ns as f64;
+        let two = touch(&tdp, &par(10_000.0, 2), &plan(2)).unwrap().elapsed_ns as f64;
+        assert!(two < 0.51 * one, "tdp mmu: {one} vs {two}");
+    }
 }
