@@ -30,7 +30,7 @@ use crate::backend::guest::Cpl;
 use crate::backend::guest::GuestPage;
 use crate::backend::host::HostInfo;
 use crate::backend::memory::{
-    Access, HostBacking, Pattern, PrefetchLoop, Stage2Mmu, Touch, TouchPlan, TouchResult,
+    Access, HostBacking, HugeSize, Pattern, PrefetchLoop, Stage2Mmu, Touch, TouchPlan, TouchResult,
 };
 use crate::backend::{Backend, BackendKind};
 use crate::error::InputError;
@@ -52,7 +52,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     default_warmup: 1,
 };
 
-static VARIANTS: [VariantInfo; 6] = [
+static VARIANTS: [VariantInfo; 11] = [
     VariantInfo {
         name: "lazy",
         doc: "plain anonymous 4 KiB memory (MADV_NOHUGEPAGE): every first touch is also a host fault",
@@ -72,6 +72,26 @@ static VARIANTS: [VariantInfo; 6] = [
     VariantInfo {
         name: "uffd-prefetch",
         doc: "userfaultfd serving the faulting page and the unserved rest of its window",
+    },
+    VariantInfo {
+        name: "shmem",
+        doc: "a memfd (shmem) mapped shared: every first touch is a shmem fault",
+    },
+    VariantInfo {
+        name: "hugetlb-2m",
+        doc: "a hugetlb memfd of 2 MiB pages (MFD_HUGETLB); hvlab grows /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages by what it lacks and sets it back afterwards (root)",
+    },
+    VariantInfo {
+        name: "hugetlb-1g",
+        doc: "a hugetlb memfd of 1 GiB pages (size a multiple of 1GiB); the hugepages-1048576kB pool reserved and set back the same way",
+    },
+    VariantInfo {
+        name: "gmem",
+        doc: "guest_memfd (KVM_CREATE_GUEST_MEMFD, mmap-able, shared) as the slot through KVM_SET_USER_MEMORY_REGION2: KVM faults from the file",
+    },
+    VariantInfo {
+        name: "uffd-minor",
+        doc: "a shmem memfd whose page cache is full, mapped lazily: userfaultfd MINOR faults, UFFDIO_CONTINUE over --set window pages",
     },
     VariantInfo {
         name: "prefault",
@@ -157,7 +177,7 @@ static PARAMS: [ParamInfo; 10] = [
     },
 ];
 
-static METRICS: [MetricInfo; 7] = [
+static METRICS: [MetricInfo; 9] = [
     MetricInfo {
         name: "ns_per_page",
         unit: "ns",
@@ -177,6 +197,16 @@ static METRICS: [MetricInfo; 7] = [
         name: "vcpu_pages_per_ms",
         unit: "pages/ms",
         doc: "each vCPU's own rate (its slice over its own time), the mean over the vCPUs of a pass",
+    },
+    MetricInfo {
+        name: "hugetlb_pool_before",
+        unit: "pages",
+        doc: "hugetlb variants: the pool's size before hvlab grew it (it is set back to this after each pass)",
+    },
+    MetricInfo {
+        name: "hugetlb_pool_during",
+        unit: "pages",
+        doc: "hugetlb variants: the pool's size while the pass ran",
     },
     MetricInfo {
         name: "uffd_faults",
@@ -352,6 +382,11 @@ pub fn plans(
                 "uffd" => (HostBacking::Uffd(1), None),
                 "uffd-prefetch" => (HostBacking::Uffd(window), None),
                 "prefault" => (HostBacking::PreFault, None),
+                "shmem" => (HostBacking::Shmem, None),
+                "hugetlb-2m" => (HostBacking::Hugetlb(HugeSize::Mib2), None),
+                "hugetlb-1g" => (HostBacking::Hugetlb(HugeSize::Gib1), None),
+                "gmem" => (HostBacking::GuestMemfd, None),
+                "uffd-minor" => (HostBacking::UffdMinor(window), None),
                 "none" => (
                     HostBacking::Anonymous(model_backing),
                     Some(PrefetchLoop::None),
@@ -428,6 +463,11 @@ fn analyse_variant(
                 / p.vcpu_ns.len() as f64
         };
         series.push("vcpu_pages_per_ms", "pages/ms", vcpu_rate);
+        if let Some((before, during)) = p.hugetlb_pool {
+            series
+                .push("hugetlb_pool_before", "pages", before as f64)
+                .push("hugetlb_pool_during", "pages", during as f64);
+        }
         if let Some(f) = p.uffd_faults {
             series.push("uffd_faults", "count", f as f64);
         }
@@ -720,6 +760,7 @@ mod tests {
             kvm_stats: vec![("kvm.vcpu.pf_fixed".into(), "count".into(), fixed)],
             guest_table_pages: Some(1),
             vcpu_ns: Vec::new(),
+            hugetlb_pool: None,
         };
         let out = analyse(
             &["lazy".into(), "populated".into()],
@@ -755,6 +796,7 @@ mod tests {
             kvm_stats: vec![("kvm.vcpu.pf_fixed".into(), "count".into(), 2053)],
             guest_table_pages: Some(5),
             vcpu_ns: Vec::new(),
+            hugetlb_pool: None,
         };
         let out = analyse(
             &["lazy".into()],

@@ -50,6 +50,40 @@ pub enum HostBacking {
     Uffd(usize),
     /// Lazy memory pre-faulted into stage 2 with `KVM_PRE_FAULT_MEMORY`.
     PreFault,
+    /// A memfd (shmem) mapped shared: every first touch is a shmem fault.
+    Shmem,
+    /// A hugetlb memfd (`MFD_HUGETLB`) of this page size, from a pool hvlab reserves.
+    Hugetlb(HugeSize),
+    /// guest_memfd (`KVM_CREATE_GUEST_MEMFD`, mmap-able and shared) as the slot's memory,
+    /// through `KVM_SET_USER_MEMORY_REGION2`.
+    GuestMemfd,
+    /// A shmem memfd whose page cache is filled through the fd first, mapped lazily:
+    /// userfaultfd MINOR faults answered with `UFFDIO_CONTINUE` over this window (pages).
+    UffdMinor(usize),
+}
+
+/// A hugetlb page size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HugeSize {
+    /// 2 MiB pages.
+    Mib2,
+    /// 1 GiB pages.
+    Gib1,
+}
+
+impl HugeSize {
+    /// Bytes per page.
+    pub fn bytes(self) -> u64 {
+        match self {
+            HugeSize::Mib2 => 2 << 20,
+            HugeSize::Gib1 => 1 << 30,
+        }
+    }
+
+    /// The name of the size's pool under /sys/kernel/mm/hugepages.
+    pub fn sysfs_dir(self) -> String {
+        format!("hugepages-{}kB", self.bytes() / 1024)
+    }
 }
 
 /// The SPTE prefetch loop a model variant runs (the kvm backend runs its kernel's).
@@ -157,6 +191,9 @@ pub struct TouchResult {
     /// With several vCPUs: each one's time from the common start to its own `End`, ns, in
     /// vCPU order (`elapsed_ns` is then the slowest's). Empty for one vCPU.
     pub vcpu_ns: Vec<u64>,
+    /// For a hugetlb backing: the pool's pages before the pass and while it ran (hvlab grew
+    /// it by what was missing and set it back afterwards).
+    pub hugetlb_pool: Option<(u64, u64)>,
 }
 
 /// KVM's own bound on vCPUs per VM when the host cannot be asked (`KVM_MAX_VCPUS`,

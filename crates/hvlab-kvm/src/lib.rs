@@ -9,6 +9,7 @@
 pub mod dirty;
 pub mod exits;
 pub mod guest;
+pub mod hugetlb;
 pub mod host;
 pub mod lifecycle;
 pub mod measure;

@@ -16,6 +16,7 @@ use super::host::HostInfo;
 use super::measure::{section, unexpected};
 use super::stats::{StatsReader, named_deltas};
 use super::memory::{Backing, GuestMemory};
+use super::hugetlb::PoolGuard;
 use super::uffd::UffdServer;
 use super::vm::Vm;
 use crate::backend::memory::{HostBacking, TouchPlan, TouchResult};
@@ -51,10 +52,9 @@ pub fn touch(kvm: &Kvm, host: &HostInfo, plan: &TouchPlan) -> Result<TouchResult
     let mut system = GuestMemory::backed(usize_of(layout.system_bytes)?, Backing::Populated)?;
     layout.write_system(&mut system, &code)?;
     layout.write_index(&mut system, &order)?;
-    let (data, server) = data_region(plan, usize_of(plan.size_bytes)?)?;
     let mut vm = Vm::create(kvm)?;
     vm.add_memslot(0, system)?;
-    vm.add_memslot(DATA_GPA, data)?;
+    let region = add_data_region(&mut vm, kvm, plan)?;
     vm.create_vcpu()?;
     let cpl = plan.cpl.unwrap_or(Cpl::default_for(host.kvm_flavour));
     vm.setup_long_mode(0, cpl)?;
@@ -62,10 +62,15 @@ pub fn touch(kvm: &Kvm, host: &HostInfo, plan: &TouchPlan) -> Result<TouchResult
         pre_fault(&vm, DATA_GPA, plan.size_bytes)?;
     }
     let measured = section(&mut vm, plan.timeout, |exit| Err(unexpected(&exit)))?;
-    let uffd_faults = server
+    let pool = pool_sizes(&region);
+    let uffd_faults = region
+        .server
         .map(UffdServer::finish)
         .transpose()?
         .map(|s| s.faults);
+    // The VM (and its hugetlb mapping) goes before the pool shrinks back.
+    drop(vm);
+    drop(region.pool);
     Ok(TouchResult {
         pages,
         elapsed_ns: measured.elapsed_ns,
@@ -73,25 +78,58 @@ pub fn touch(kvm: &Kvm, host: &HostInfo, plan: &TouchPlan) -> Result<TouchResult
         kvm_stats: measured.kvm_stats,
         guest_table_pages: Some(guest_table_pages(&order, plan.guest_page)),
         vcpu_ns: Vec::new(),
+        hugetlb_pool: pool,
     })
 }
 
-/// The host backing of the data region, with its userfaultfd server where it has one.
-fn data_region(
-    plan: &TouchPlan,
-    size: usize,
-) -> Result<(GuestMemory, Option<UffdServer>), KvmError> {
-    Ok(match plan.backing {
-        HostBacking::Anonymous(backing) => (GuestMemory::backed(size, backing)?, None),
+/// What keeps the data region served while the guest runs: its userfaultfd server and its
+/// hugetlb pool (given back when dropped, after the VM).
+struct DataRegion {
+    server: Option<UffdServer>,
+    pool: Option<PoolGuard>,
+}
+
+/// Backs the data region as the plan says and maps it at [`DATA_GPA`].
+fn add_data_region(vm: &mut Vm, kvm: &Kvm, plan: &TouchPlan) -> Result<DataRegion, KvmError> {
+    let size = usize_of(plan.size_bytes)?;
+    let mut region = DataRegion {
+        server: None,
+        pool: None,
+    };
+    let data = match plan.backing {
+        HostBacking::Anonymous(backing) => GuestMemory::backed(size, backing)?,
         HostBacking::Uffd(window) => {
             let data = GuestMemory::backed(size, Backing::Lazy)?;
-            let server = UffdServer::start(&data, window)?;
-            (data, Some(server))
+            region.server = Some(UffdServer::start(&data, window)?);
+            data
         }
         // Populated first: on memory that is not yet present, KVM_PRE_FAULT_MEMORY (a read
         // fault) maps the shared zero page read-only and every guest write faults again.
-        HostBacking::PreFault => (GuestMemory::backed(size, Backing::Populated)?, None),
-    })
+        HostBacking::PreFault => GuestMemory::backed(size, Backing::Populated)?,
+        HostBacking::Shmem => GuestMemory::memfd(size, None)?,
+        HostBacking::Hugetlb(huge) => {
+            region.pool = Some(PoolGuard::reserve(huge, plan.size_bytes)?);
+            GuestMemory::memfd(size, Some(huge))?
+        }
+        HostBacking::UffdMinor(window) => {
+            let data = GuestMemory::memfd(size, None)?;
+            data.fill_file()?;
+            region.server = Some(UffdServer::start_mode(&data, window, true)?);
+            data
+        }
+        HostBacking::GuestMemfd => {
+            let data = vm.guest_memfd(kvm, size)?;
+            vm.add_gmem_slot(DATA_GPA, data)?;
+            return Ok(region);
+        }
+    };
+    vm.add_memslot(DATA_GPA, data)?;
+    Ok(region)
+}
+
+/// The hugetlb pool's size before and after hvlab grew it, for the pass that used it.
+fn pool_sizes(region: &DataRegion) -> Option<(u64, u64)> {
+    region.pool.as_ref().map(|p| p.before_after)
 }
 
 /// One pass with `plan.vcpus` vCPUs, each on its own host thread touching its own slice
@@ -121,10 +159,9 @@ fn touch_parallel(kvm: &Kvm, host: &HostInfo, plan: &TouchPlan) -> Result<TouchR
         flat.resize(flat.len() + usize_of(*slot)? - o.len(), 0);
     }
     layout.write_index(&mut system, &flat)?;
-    let (data, server) = data_region(plan, usize_of(plan.size_bytes)?)?;
     let mut vm = Vm::create(kvm)?;
     vm.add_memslot(0, system)?;
-    vm.add_memslot(DATA_GPA, data)?;
+    let region = add_data_region(&mut vm, kvm, plan)?;
     let cpl = plan.cpl.unwrap_or(Cpl::default_for(host.kvm_flavour));
     let mut start_gpa = super::guest::layout::INDEX_GPA;
     for (i, (o, slot)) in orders.iter().zip(&slots).enumerate() {
@@ -178,10 +215,14 @@ fn touch_parallel(kvm: &Kvm, host: &HostInfo, plan: &TouchPlan) -> Result<TouchR
             .collect()
     });
     let vm_after = vm_stats.as_ref().map(StatsReader::snapshot).transpose()?;
-    let uffd_faults = server
+    let pool = pool_sizes(&region);
+    let uffd_faults = region
+        .server
         .map(UffdServer::finish)
         .transpose()?
         .map(|s| s.faults);
+    drop(vm);
+    drop(region.pool);
     let passes = outcomes.into_iter().collect::<Result<Vec<_>, _>>()?;
     let start = passes
         .iter()
@@ -212,6 +253,7 @@ fn touch_parallel(kvm: &Kvm, host: &HostInfo, plan: &TouchPlan) -> Result<TouchR
         kvm_stats,
         guest_table_pages: Some(guest_table_pages(&all, plan.guest_page)),
         vcpu_ns,
+        hugetlb_pool: pool,
     })
 }
 

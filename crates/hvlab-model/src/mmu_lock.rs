@@ -252,7 +252,7 @@ pub fn touch(
     Ok(TouchResult {
         pages: touched,
         elapsed_ns: vcpu_ns.iter().copied().max().unwrap_or(0),
-        uffd_faults: matches!(plan.backing, HostBacking::Uffd(_)).then_some(c.uffd_faults),
+        uffd_faults: matches!(plan.backing, HostBacking::Uffd(_) | HostBacking::UffdMinor(_)).then_some(c.uffd_faults),
         guest_table_pages: None,
         kvm_stats: vec![
             ("faults".into(), "count".into(), count(c.faults)),
@@ -260,6 +260,7 @@ pub fn touch(
             ("kvm.vcpu.pf_fixed".into(), "count".into(), count(c.faults)),
         ],
         vcpu_ns,
+        hugetlb_pool: None,
     })
 }
 
