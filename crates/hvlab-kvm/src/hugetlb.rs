@@ -94,12 +94,21 @@ impl PoolGuard {
             return Ok(guard);
         }
         // From here the guard restores the old size, whatever happens next.
-        std::fs::write(&file, want.to_string()).map_err(|source| KvmError::Host {
-            what: format!(
-                "growing the hugetlb pool ({} from {old} to {want} pages; needs root)",
-                file.display()
-            ),
-            source,
+        std::fs::write(&file, want.to_string()).map_err(|source| {
+            if source.kind() == std::io::ErrorKind::PermissionDenied {
+                KvmError::Unsupported(format!(
+                    "growing the hugetlb pool needs root: run as root, or size it first (`echo {want} > {}`)",
+                    file.display()
+                ))
+            } else {
+                KvmError::Host {
+                    what: format!(
+                        "growing the hugetlb pool ({} from {old} to {want} pages)",
+                        file.display()
+                    ),
+                    source,
+                }
+            }
         })?;
         let got = read_u64(&file)?;
         if got < want {

@@ -389,6 +389,15 @@ fn pre_fault(vm: &Vm, gpa: u64, size: u64) -> Result<(), KvmError> {
     let vcpu = vm
         .vcpu(0)
         .ok_or_else(|| KvmError::Internal("no vCPU 0".into()))?;
+    pre_fault_on(vcpu, gpa, size)
+}
+
+/// [`pre_fault`] on the vCPU fd `vcpu` (a vCPU, or a duplicate of one's fd).
+pub(crate) fn pre_fault_on(
+    vcpu: &impl std::os::fd::AsRawFd,
+    gpa: u64,
+    size: u64,
+) -> Result<(), KvmError> {
     let mut range = kvm_bindings::kvm_pre_fault_memory {
         gpa,
         size,
