@@ -228,7 +228,10 @@ fn every_backing_runs_with_exact_counts_or_says_why_not() {
         if status != "ok" {
             // Unsupported with a reason, never a bare failure.
             assert!(status.starts_with("unsupported: "), "{name}: {status}");
-            assert!(status.len() > "unsupported: ".len() + 10, "{name}: {status}");
+            assert!(
+                status.len() > "unsupported: ".len() + 10,
+                "{name}: {status}"
+            );
             continue;
         }
         ran += 1;
@@ -249,7 +252,10 @@ fn every_backing_runs_with_exact_counts_or_says_why_not() {
                     metric(&r, name, "hugetlb_pool_before"),
                     metric(&r, name, "hugetlb_pool_during"),
                 );
-                assert!(during >= before && during <= before + 32.0, "{before} -> {during}");
+                assert!(
+                    during >= before && during <= before + 32.0,
+                    "{before} -> {during}"
+                );
             }
             // The page cache is full: one MINOR fault per window, UFFDIO_CONTINUE maps it.
             "uffd-minor" => assert_eq!(metric(&r, name, "uffd_faults"), PAGES / 8.0),
@@ -259,7 +265,9 @@ fn every_backing_runs_with_exact_counts_or_says_why_not() {
     // shmem and uffd-minor need nothing a Linux 5.14+ host lacks.
     assert!(ran >= 2, "{}", r["variants"]);
     // 64 MiB is no whole 1 GiB page.
-    let one_gib = common::variant(&r, "hugetlb-1g")["status"].as_str().unwrap();
+    let one_gib = common::variant(&r, "hugetlb-1g")["status"]
+        .as_str()
+        .unwrap();
     assert!(
         one_gib.contains("multiple of 1024 MiB") || one_gib.contains("it has:"),
         "{one_gib}"

@@ -274,11 +274,11 @@ pub fn parse_vcpus(
         value: raw.to_string(),
         why,
     };
-    let n = raw
-        .parse::<u32>()
-        .ok()
-        .filter(|n| *n >= 1)
-        .ok_or_else(|| bad(format!("vcpus is a whole number from 1 to {cap} ({source})")))?;
+    let n = raw.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+        bad(format!(
+            "vcpus is a whole number from 1 to {cap} ({source})"
+        ))
+    })?;
     if n > cap {
         return Err(bad(format!(
             "{n} vCPUs exceed {source}, {cap}: choose vcpus <= {cap}"

@@ -248,19 +248,31 @@ mod tests {
 
     #[test]
     fn each_vcpu_owns_one_contiguous_slice_and_together_they_cover_the_region_once() {
-        for pattern in [Pattern::Seq, Pattern::Reverse, Pattern::Random, Pattern::Stride(3)] {
+        for pattern in [
+            Pattern::Seq,
+            Pattern::Reverse,
+            Pattern::Random,
+            Pattern::Stride(3),
+        ] {
             let one = plan(pattern, 1);
             assert_eq!(one.vcpu_orders(), vec![one.page_order()]);
             let orders = plan(pattern, 4).vcpu_orders();
             assert_eq!(orders.len(), 4);
             for (i, o) in orders.iter().enumerate() {
                 let lo = u32::try_from(i).unwrap() * 1024;
-                assert!(o.iter().all(|p| (lo..lo + 1024).contains(p)), "{pattern:?} vCPU {i}");
+                assert!(
+                    o.iter().all(|p| (lo..lo + 1024).contains(p)),
+                    "{pattern:?} vCPU {i}"
+                );
             }
             let mut all: Vec<u32> = orders.concat();
             all.sort_unstable();
             all.dedup();
-            let expect = if pattern == Pattern::Stride(3) { 4 * 342 } else { 4096 };
+            let expect = if pattern == Pattern::Stride(3) {
+                4 * 342
+            } else {
+                4096
+            };
             assert_eq!(all.len(), expect, "{pattern:?}");
         }
         let seq = plan(Pattern::Seq, 2).vcpu_orders();

@@ -172,7 +172,10 @@ mod tests {
         pool(root.path(), "hugepages-2048kB", 0, 0);
         let e = PoolGuard::reserve_in(root.path(), HugeSize::Gib1, 1 << 30).unwrap_err();
         let msg = e.to_string();
-        assert!(msg.contains("no hugepages-1048576kB") && msg.contains("it has: hugepages-2048kB"), "{msg}");
+        assert!(
+            msg.contains("no hugepages-1048576kB") && msg.contains("it has: hugepages-2048kB"),
+            "{msg}"
+        );
         assert!(e.is_host_limitation());
         let e = PoolGuard::reserve_in(root.path(), HugeSize::Mib2, 3 << 20).unwrap_err();
         assert!(e.to_string().contains("multiple of 2 MiB"), "{e}");

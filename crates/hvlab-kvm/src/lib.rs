@@ -9,8 +9,8 @@
 pub mod dirty;
 pub mod exits;
 pub mod guest;
-pub mod hugetlb;
 pub mod host;
+pub mod hugetlb;
 pub mod lifecycle;
 pub mod measure;
 pub mod memory;

@@ -137,11 +137,16 @@ impl GuestMemory {
             .file
             .as_ref()
             .ok_or_else(|| KvmError::Internal("fill_file on anonymous memory".into()))?;
-        rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, self.len as u64)
-            .map_err(|e| KvmError::Host {
-                what: format!("fallocate of {} bytes of guest memfd", self.len),
-                source: e.into(),
-            })
+        rustix::fs::fallocate(
+            file,
+            rustix::fs::FallocateFlags::empty(),
+            0,
+            self.len as u64,
+        )
+        .map_err(|e| KvmError::Host {
+            what: format!("fallocate of {} bytes of guest memfd", self.len),
+            source: e.into(),
+        })
     }
 
     /// `len` bytes with the given backing. `len` must be a multiple of 4 KiB.

@@ -13,10 +13,10 @@ use super::guest::layout::{DATA_GPA, GuestPage, Layout};
 use super::guest::runner::{self, Flow, GuestExit};
 use super::guest::{Cpl, Signal, payload};
 use super::host::HostInfo;
-use super::measure::{section, unexpected};
-use super::stats::{StatsReader, named_deltas};
-use super::memory::{Backing, GuestMemory};
 use super::hugetlb::PoolGuard;
+use super::measure::{section, unexpected};
+use super::memory::{Backing, GuestMemory};
+use super::stats::{StatsReader, named_deltas};
 use super::uffd::UffdServer;
 use super::vm::Vm;
 use crate::backend::memory::{HostBacking, TouchPlan, TouchResult};
@@ -170,7 +170,9 @@ fn touch_parallel(kvm: &Kvm, host: &HostInfo, plan: &TouchPlan) -> Result<TouchR
         let vcpu = vm
             .vcpu_mut(i)
             .ok_or_else(|| KvmError::Internal(format!("no vCPU {i}")))?;
-        let mut regs = vcpu.get_regs().map_err(crate::ioctl_error("KVM_GET_REGS"))?;
+        let mut regs = vcpu
+            .get_regs()
+            .map_err(crate::ioctl_error("KVM_GET_REGS"))?;
         regs.rsi = start_gpa;
         regs.r13 = o.len() as u64;
         vcpu.set_regs(&regs)
@@ -229,7 +231,9 @@ fn touch_parallel(kvm: &Kvm, host: &HostInfo, plan: &TouchPlan) -> Result<TouchR
         .map(|p| p.start)
         .min()
         .ok_or_else(|| KvmError::Internal("no vCPU ran".into()))?;
-    let ns = |t: Instant| u64::try_from(t.saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX);
+    let ns = |t: Instant| {
+        u64::try_from(t.saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX)
+    };
     let vcpu_ns: Vec<u64> = passes.iter().map(|p| ns(p.end)).collect();
     let mut kvm_stats: Vec<(String, String, i128)> = Vec::new();
     for (name, unit, delta) in passes.into_iter().flat_map(|p| p.stats) {
@@ -240,7 +244,9 @@ fn touch_parallel(kvm: &Kvm, host: &HostInfo, plan: &TouchPlan) -> Result<TouchR
     }
     if let (Some(r), Ok(Some(before)), Some(after)) = (
         vm_stats.as_ref(),
-        vm_before.into_inner().map_err(|_| KvmError::Internal("poisoned".into())),
+        vm_before
+            .into_inner()
+            .map_err(|_| KvmError::Internal("poisoned".into())),
         vm_after,
     ) {
         kvm_stats.extend(named_deltas(r.layout(), &before, &after, "kvm.vm"));
@@ -302,7 +308,9 @@ impl Gate {
         // More vCPU threads than cores: yield rather than spin, so the late ones can arrive.
         while !self.released.load(Ordering::SeqCst) {
             if self.failed.load(Ordering::SeqCst) {
-                return Err(KvmError::Guest("another vCPU failed before the start".into()));
+                return Err(KvmError::Guest(
+                    "another vCPU failed before the start".into(),
+                ));
             }
             if Instant::now() > self.deadline {
                 return Err(KvmError::Guest(
@@ -312,7 +320,9 @@ impl Gate {
             std::thread::sleep(Duration::from_micros(20));
         }
         if self.failed.load(Ordering::SeqCst) {
-            return Err(KvmError::Guest("another vCPU failed before the start".into()));
+            return Err(KvmError::Guest(
+                "another vCPU failed before the start".into(),
+            ));
         }
         Ok(Instant::now())
     }
@@ -355,7 +365,11 @@ fn run_slice(
             if let (Some(r), Some(b)) = (reader.as_ref(), before.as_ref()) {
                 stats = named_deltas(r.layout(), b, &r.snapshot()?, "kvm.vcpu");
             }
-            pass = Some(VcpuPass { start, end: at, stats });
+            pass = Some(VcpuPass {
+                start,
+                end: at,
+                stats,
+            });
             Ok(Flow::Stop)
         }
         other => Err(unexpected(&other)),

@@ -17,8 +17,8 @@ use std::thread::JoinHandle;
 // needs no bindgen or libclang (a fresh machine has only the toolchain).
 use linux_raw_sys::general::{
     UFFD_API, UFFD_EVENT_PAGEFAULT, UFFD_FEATURE_MINOR_SHMEM, UFFDIO_REGISTER_MODE_MINOR,
-    UFFDIO_REGISTER_MODE_MISSING, uffd_msg, uffdio_api, uffdio_continue, uffdio_copy,
-    uffdio_range, uffdio_register,
+    UFFDIO_REGISTER_MODE_MISSING, uffd_msg, uffdio_api, uffdio_continue, uffdio_copy, uffdio_range,
+    uffdio_register,
 };
 use linux_raw_sys::ioctl::{UFFDIO_API, UFFDIO_CONTINUE, UFFDIO_COPY, UFFDIO_REGISTER};
 use rustix::mm::UserfaultfdFlags;

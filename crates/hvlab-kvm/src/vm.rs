@@ -206,7 +206,9 @@ impl Vm {
             flags: want,
             ..Default::default()
         };
-        let raw = self.timed("KVM_CREATE_GUEST_MEMFD", |vm, _| vm.create_guest_memfd(gmem))?;
+        let raw = self.timed("KVM_CREATE_GUEST_MEMFD", |vm, _| {
+            vm.create_guest_memfd(gmem)
+        })?;
         // SAFETY: KVM_CREATE_GUEST_MEMFD returned a new fd that nothing else owns.
         let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
         GuestMemory::shared(fd, len)

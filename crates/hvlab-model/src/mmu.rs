@@ -446,7 +446,10 @@ pub fn touch(costs: &MmuCosts, plan: &TouchPlan) -> Result<TouchResult, PassErro
         + c.uffd_faults as f64 * costs.uffd_fault
         + c.uffd_pages as f64 * costs.uffd_copy_page
         + touched as f64 * per_touch;
-    let uffd = matches!(plan.backing, HostBacking::Uffd(_) | HostBacking::UffdMinor(_));
+    let uffd = matches!(
+        plan.backing,
+        HostBacking::Uffd(_) | HostBacking::UffdMinor(_)
+    );
     let count = |n: u64| i128::from(n);
     Ok(TouchResult {
         pages: touched,

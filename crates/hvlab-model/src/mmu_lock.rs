@@ -13,7 +13,7 @@
 
 use std::collections::VecDeque;
 
-use super::mmu::{Counts, Mmu, MmuCosts, PassError, PER_PAGE_MAX_PAGES, prefetch_for};
+use super::mmu::{Counts, Mmu, MmuCosts, PER_PAGE_MAX_PAGES, PassError, prefetch_for};
 use super::profile::{MmuKind, Profile, ProfileError};
 use crate::backend::guest::GuestPage;
 use crate::backend::memory::{HostBacking, Touch, TouchPlan, TouchResult};
@@ -252,7 +252,11 @@ pub fn touch(
     Ok(TouchResult {
         pages: touched,
         elapsed_ns: vcpu_ns.iter().copied().max().unwrap_or(0),
-        uffd_faults: matches!(plan.backing, HostBacking::Uffd(_) | HostBacking::UffdMinor(_)).then_some(c.uffd_faults),
+        uffd_faults: matches!(
+            plan.backing,
+            HostBacking::Uffd(_) | HostBacking::UffdMinor(_)
+        )
+        .then_some(c.uffd_faults),
         guest_table_pages: None,
         kvm_stats: vec![
             ("faults".into(), "count".into(), count(c.faults)),
@@ -369,8 +373,16 @@ mod tests {
         assert_eq!(eight.vcpu_ns.len(), 8);
         // Two CPUs: at most twice as fast, with eight vCPUs no faster than with two.
         let speedup = |r: &TouchResult| one.elapsed_ns as f64 / r.elapsed_ns as f64;
-        assert!(speedup(&two) > 1.8 && speedup(&two) <= 2.0, "{}", speedup(&two));
-        assert!(speedup(&eight) <= speedup(&two) * 1.001, "{}", speedup(&eight));
+        assert!(
+            speedup(&two) > 1.8 && speedup(&two) <= 2.0,
+            "{}",
+            speedup(&two)
+        );
+        assert!(
+            speedup(&eight) <= speedup(&two) * 1.001,
+            "{}",
+            speedup(&eight)
+        );
     }
 
     #[test]
@@ -379,9 +391,16 @@ mod tests {
         // faults (2 of 12 µs per page) that run outside it, so the lock's 10 µs per page of
         // 4096 pages bound the pass.
         let shadow = costs(MmuKind::Shadow);
-        let one = touch(&shadow, &par(10_000.0, 2), &plan(1)).unwrap().elapsed_ns as f64;
-        let two = touch(&shadow, &par(10_000.0, 2), &plan(2)).unwrap().elapsed_ns as f64;
-        assert!(two >= 4096.0 * 10_000.0 && two > 0.8 * one, "shadow: {one} vs {two}");
+        let one = touch(&shadow, &par(10_000.0, 2), &plan(1))
+            .unwrap()
+            .elapsed_ns as f64;
+        let two = touch(&shadow, &par(10_000.0, 2), &plan(2))
+            .unwrap()
+            .elapsed_ns as f64;
+        assert!(
+            two >= 4096.0 * 10_000.0 && two > 0.8 * one,
+            "shadow: {one} vs {two}"
+        );
         let tdp = costs(MmuKind::TdpMmu);
         let one = touch(&tdp, &par(10_000.0, 2), &plan(1)).unwrap().elapsed_ns as f64;
         let two = touch(&tdp, &par(10_000.0, 2), &plan(2)).unwrap().elapsed_ns as f64;

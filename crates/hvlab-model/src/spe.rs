@@ -289,6 +289,27 @@ mod tests {
         assert_eq!(r.blackout_records, 100 * 3 * RECORDS_PER_MS);
     }
 
+    #[test]
+    fn gmem_prefault_maps_each_buffer_once_and_pins_and_walks_nothing() {
+        let gmem = run(&costs(), &plan(PinPolicy::GmemPrefault)).unwrap();
+        assert_eq!((gmem.pins, gmem.prefaults), (0, 1));
+        assert_eq!((gmem.pin_ns, gmem.unpin_ns, gmem.walk_ns), (0, 0, 0));
+        assert_eq!(gmem.pinned_bytes_max, 0);
+        assert_eq!(gmem.blackout_records, 0);
+        let c = costs();
+        assert_eq!(
+            gmem.prefault_ns,
+            ns_of(65536.0 * (c.pin_page + c.stage2_page))
+        );
+        // A relocated buffer is new memory: one pre-fault per generation.
+        let mut moving = plan(PinPolicy::GmemPrefault);
+        moving.relocate_every = 25;
+        assert_eq!(run(&costs(), &moving).unwrap().prefaults, 4);
+        // Cheaper per switch than pinning once and walking on every enable.
+        let keep = run(&costs(), &plan(PinPolicy::Keep)).unwrap();
+        assert!(gmem.prefault_ns < keep.pin_ns + keep.walk_ns);
+    }
+
     use proptest::prelude::*;
 
     proptest! {
