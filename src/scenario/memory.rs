@@ -284,7 +284,7 @@ pub fn parse_vcpus(
             "{n} vCPUs exceed {source}, {cap}: choose vcpus <= {cap}"
         )));
     }
-    if size_bytes % (u64::from(n) * (2 << 20)) != 0 {
+    if !size_bytes.is_multiple_of(u64::from(n) * (2 << 20)) {
         return Err(bad(format!(
             "each vCPU touches its own slice of whole 2MiB pages: make size a multiple of {n} x 2MiB = {}MiB, or change vcpus",
             2 * n

@@ -73,7 +73,7 @@ impl PoolGuard {
                 }
             )));
         }
-        if bytes % size.bytes() != 0 {
+        if !bytes.is_multiple_of(size.bytes()) {
             return Err(KvmError::Unsupported(format!(
                 "a region of {bytes} bytes is not a whole number of {} MiB hugetlb pages: choose a size that is a multiple of {} MiB",
                 size.bytes() >> 20,
