@@ -35,6 +35,7 @@ fn bench(c: &mut Criterion) {
             cpl: Some(Cpl::Three),
             timeout: Duration::from_secs(1),
             prefetch: Some(lp),
+            vcpus: 1,
         };
         group.bench_function(name, |b| b.iter(|| mmu::touch(&costs, &plan).unwrap()));
     }
@@ -70,6 +71,7 @@ fn bench(c: &mut Criterion) {
             cpl: Some(Cpl::Three),
             timeout: Duration::from_secs(1),
             prefetch: Some(PrefetchLoop::Legacy),
+            vcpus: 1,
         };
         group.bench_function(name, |b| b.iter(|| mmu::touch(&costs, &plan).unwrap()));
     }

@@ -156,3 +156,122 @@ fn variants_the_host_lacks_say_what_is_missing() {
         assert_eq!(r["variants"][0]["status"], "ok");
     }
 }
+
+#[test]
+fn two_and_eight_vcpus_each_fault_their_own_slice_once_per_page() {
+    let Some(_kvm) = kvm_or_skip("memory_vcpus") else {
+        return;
+    };
+    for n in ["2", "8"] {
+        let set = format!("vcpus={n}");
+        let r = memory(&[&set], &["lazy"]);
+        // Every page once, whichever vCPU touched it: the vCPUs' pf_fixed summed. Shadow
+        // paging reads the guest's tables through the host mapping; TDP faults on them too.
+        let tables = if r["host"]["tdp"] == true {
+            metric(&r, "lazy", "guest_table_pages")
+        } else {
+            0.0
+        };
+        assert_eq!(
+            metric(&r, "lazy", "kvm.vcpu.pf_fixed"),
+            PAGES + tables,
+            "vcpus={n}"
+        );
+        // The mean vCPU's rate is its slice over its own time, so the total is at least that
+        // (the slowest vCPU's time bounds the pass) and at most n times it.
+        let (total, each) = (
+            metric(&r, "lazy", "total_pages_per_ms"),
+            metric(&r, "lazy", "vcpu_pages_per_ms"),
+        );
+        let k: f64 = n.parse().unwrap();
+        assert!(
+            total <= k * each * 1.001 && total >= each * 0.999,
+            "vcpus={n}: total {total} pages/ms, per vCPU {each}"
+        );
+    }
+}
+
+#[test]
+fn more_vcpus_than_the_host_allows_is_refused_naming_the_cap() {
+    let Some(_kvm) = kvm_or_skip("memory_vcpus_cap") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = common::run(
+        &dir.path().join("hvlab.db"),
+        &["run", "memory", "--set", "vcpus=100000", "--json"],
+    );
+    common::assert_exit(&out, 2, &["vcpus", "KVM_CAP_MAX_VCPUS", "choose vcpus <="]);
+    assert!(out.stdout.is_empty());
+}
+
+fn hugetlb_pool(dir: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/sys/kernel/mm/hugepages/{dir}/nr_hugepages"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
+#[test]
+fn every_backing_runs_with_exact_counts_or_says_why_not() {
+    let Some(_kvm) = kvm_or_skip("memory_backings") else {
+        return;
+    };
+    let pool_before = hugetlb_pool("hugepages-2048kB");
+    let r = memory(
+        &["window=8"],
+        &["shmem", "hugetlb-2m", "hugetlb-1g", "gmem", "uffd-minor"],
+    );
+    let tdp = r["host"]["tdp"] == true;
+    let mut ran = 0;
+    for v in r["variants"].as_array().unwrap() {
+        let (name, status) = (v["name"].as_str().unwrap(), v["status"].as_str().unwrap());
+        if status != "ok" {
+            // Unsupported with a reason, never a bare failure.
+            assert!(status.starts_with("unsupported: "), "{name}: {status}");
+            assert!(
+                status.len() > "unsupported: ".len() + 10,
+                "{name}: {status}"
+            );
+            continue;
+        }
+        ran += 1;
+        let tables = if tdp {
+            metric(&r, name, "guest_table_pages")
+        } else {
+            0.0
+        };
+        let fixed = metric(&r, name, "kvm.vcpu.pf_fixed");
+        match name {
+            // Lazy 4 KiB file pages: one fault per page (no neighbour is present).
+            "shmem" | "gmem" => assert_eq!(fixed, PAGES + tables, "{name}"),
+            // 2 MiB host pages under 2 MiB guest pages: one fault per huge page.
+            "hugetlb-2m" => {
+                assert_eq!(fixed, PAGES / 512.0 + tables, "{name}");
+                // Grown by what the 32 pages lacked, no more.
+                let (before, during) = (
+                    metric(&r, name, "hugetlb_pool_before"),
+                    metric(&r, name, "hugetlb_pool_during"),
+                );
+                assert!(
+                    during >= before && during <= before + 32.0,
+                    "{before} -> {during}"
+                );
+            }
+            // The page cache is full: one MINOR fault per window, UFFDIO_CONTINUE maps it.
+            "uffd-minor" => assert_eq!(metric(&r, name, "uffd_faults"), PAGES / 8.0),
+            _ => {}
+        }
+    }
+    // shmem and uffd-minor need nothing a Linux 5.14+ host lacks.
+    assert!(ran >= 2, "{}", r["variants"]);
+    // 64 MiB is no whole 1 GiB page.
+    let one_gib = common::variant(&r, "hugetlb-1g")["status"]
+        .as_str()
+        .unwrap();
+    assert!(
+        one_gib.contains("multiple of 1024 MiB") || one_gib.contains("it has:"),
+        "{one_gib}"
+    );
+    // The pool is back to the size it had.
+    assert_eq!(hugetlb_pool("hugepages-2048kB"), pool_before);
+}

@@ -85,3 +85,42 @@ fn io_uring_registration_pins_too() {
         4.0 * 1024.0 * 1024.0
     );
 }
+
+#[test]
+fn gmem_prefault_runs_where_the_host_can_and_otherwise_names_the_missing_capability() {
+    let Some(_kvm) = kvm_or_skip("pinning_gmem_prefault") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = common::run(
+        &dir.path().join("hvlab.db"),
+        &[
+            "run",
+            "pinning",
+            "--variant",
+            "gmem-prefault",
+            "--set",
+            "slices=10",
+            "--reps",
+            "2",
+            "--warmup",
+            "0",
+            "--json",
+        ],
+    );
+    if out.status.code() == Some(3) {
+        // This PVM host: guest_memfd yes, KVM_PRE_FAULT_MEMORY no.
+        let err = common::stderr(&out);
+        assert!(
+            err.contains("gmem-prefault: unsupported: gmem-prefault needs guest_memfd and KVM_PRE_FAULT_MEMORY")
+                || err.contains("guest_memfd here is private-only"),
+            "{err}"
+        );
+        assert!(out.stdout.is_empty());
+        return;
+    }
+    let r = common::json(&out);
+    assert_eq!(common::median(&r, "gmem-prefault", "pins"), 0.0);
+    assert_eq!(common::median(&r, "gmem-prefault", "prefaults"), 1.0);
+    assert_eq!(common::median(&r, "gmem-prefault", "blackout_records"), 0.0);
+}

@@ -554,3 +554,36 @@ fn a_calibrated_profile_from_an_older_hvlab_is_completed_from_its_base_with_a_no
         common::stderr(&out)
     );
 }
+
+#[test]
+fn the_model_predicts_many_vcpus_from_the_same_fault_path_on_the_hosts_cpus() {
+    let rate = |vcpus: &str, backing: &str| {
+        let v = format!("vcpus={vcpus}");
+        let b = format!("backing={backing}");
+        let r = model("memory", &["size=64MiB", &v, &b], &["legacy"], "pvm-epyc");
+        // Every page faults once whichever vCPU touches it (lazy: no neighbour is present).
+        if backing == "lazy" {
+            assert_eq!(median(&r, "legacy", "kvm.vcpu.pf_fixed"), 16384.0);
+        }
+        (
+            median(&r, "legacy", "total_pages_per_ms"),
+            median(&r, "legacy", "vcpu_pages_per_ms"),
+        )
+    };
+    for backing in ["lazy", "populated"] {
+        let (one, _) = rate("1", backing);
+        let (two, two_each) = rate("2", backing);
+        let (eight, eight_each) = rate("8", backing);
+        // pvm-epyc has 2 host CPUs: two vCPUs nearly double the rate, eight add nothing more
+        // and each runs at about a quarter of the two-vCPU pace.
+        assert!(
+            two > 1.5 * one && two <= 2.0 * one * 1.001,
+            "{backing}: {one} -> {two}"
+        );
+        assert!(eight <= two * 1.001, "{backing}: {two} -> {eight}");
+        assert!(
+            eight_each < two_each / 3.0,
+            "{backing}: {two_each} -> {eight_each}"
+        );
+    }
+}

@@ -30,7 +30,7 @@ use crate::backend::guest::Cpl;
 use crate::backend::guest::GuestPage;
 use crate::backend::host::HostInfo;
 use crate::backend::memory::{
-    Access, HostBacking, Pattern, PrefetchLoop, Stage2Mmu, Touch, TouchPlan, TouchResult,
+    Access, HostBacking, HugeSize, Pattern, PrefetchLoop, Stage2Mmu, Touch, TouchPlan, TouchResult,
 };
 use crate::backend::{Backend, BackendKind};
 use crate::error::InputError;
@@ -52,7 +52,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     default_warmup: 1,
 };
 
-static VARIANTS: [VariantInfo; 6] = [
+static VARIANTS: [VariantInfo; 11] = [
     VariantInfo {
         name: "lazy",
         doc: "plain anonymous 4 KiB memory (MADV_NOHUGEPAGE): every first touch is also a host fault",
@@ -72,6 +72,26 @@ static VARIANTS: [VariantInfo; 6] = [
     VariantInfo {
         name: "uffd-prefetch",
         doc: "userfaultfd serving the faulting page and the unserved rest of its window",
+    },
+    VariantInfo {
+        name: "shmem",
+        doc: "a memfd (shmem) mapped shared: every first touch is a shmem fault",
+    },
+    VariantInfo {
+        name: "hugetlb-2m",
+        doc: "a hugetlb memfd of 2 MiB pages (MFD_HUGETLB); hvlab grows /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages by what it lacks and sets it back afterwards (root)",
+    },
+    VariantInfo {
+        name: "hugetlb-1g",
+        doc: "a hugetlb memfd of 1 GiB pages (size a multiple of 1GiB); the hugepages-1048576kB pool reserved and set back the same way",
+    },
+    VariantInfo {
+        name: "gmem",
+        doc: "guest_memfd (KVM_CREATE_GUEST_MEMFD, mmap-able, shared) as the slot through KVM_SET_USER_MEMORY_REGION2: KVM faults from the file",
+    },
+    VariantInfo {
+        name: "uffd-minor",
+        doc: "a shmem memfd whose page cache is full, mapped lazily: userfaultfd MINOR faults, UFFDIO_CONTINUE over --set window pages",
     },
     VariantInfo {
         name: "prefault",
@@ -94,7 +114,7 @@ static MODEL_VARIANTS: [VariantInfo; 3] = [
     },
 ];
 
-static PARAMS: [ParamInfo; 9] = [
+static PARAMS: [ParamInfo; 10] = [
     ParamInfo {
         name: "size",
         default: "256MiB",
@@ -144,6 +164,12 @@ static PARAMS: [ParamInfo; 9] = [
         model_only: false,
     },
     ParamInfo {
+        name: "vcpus",
+        default: "1",
+        doc: "vCPUs touching the region at once, each its own slice (size a multiple of vcpus x 2MiB); at most the host's KVM_CAP_MAX_VCPUS",
+        model_only: false,
+    },
+    ParamInfo {
         name: "backing",
         default: "populated",
         doc: "model prefetch variants: host memory lazy, populated or thp",
@@ -151,7 +177,7 @@ static PARAMS: [ParamInfo; 9] = [
     },
 ];
 
-static METRICS: [MetricInfo; 5] = [
+static METRICS: [MetricInfo; 9] = [
     MetricInfo {
         name: "ns_per_page",
         unit: "ns",
@@ -161,6 +187,26 @@ static METRICS: [MetricInfo; 5] = [
         name: "total_ms",
         unit: "ms",
         doc: "host time of the pass",
+    },
+    MetricInfo {
+        name: "total_pages_per_ms",
+        unit: "pages/ms",
+        doc: "pages touched by all vCPUs per ms from the common start to the last vCPU's End",
+    },
+    MetricInfo {
+        name: "vcpu_pages_per_ms",
+        unit: "pages/ms",
+        doc: "each vCPU's own rate (its slice over its own time), the mean over the vCPUs of a pass",
+    },
+    MetricInfo {
+        name: "hugetlb_pool_before",
+        unit: "pages",
+        doc: "hugetlb variants: the pool's size before hvlab grew it (it is set back to this after each pass)",
+    },
+    MetricInfo {
+        name: "hugetlb_pool_during",
+        unit: "pages",
+        doc: "hugetlb variants: the pool's size while the pass ran",
     },
     MetricInfo {
         name: "uffd_faults",
@@ -211,6 +257,55 @@ pub fn parse_cpl(settings: &Settings) -> Result<Option<Cpl>, InputError> {
             why: "guest.cpl is 0 or 3".into(),
         }),
     }
+}
+
+/// `vcpus`: at least 1, at most the host's `KVM_CAP_MAX_VCPUS` on the kvm backend (asked
+/// before any VM is built) or KVM's own `KVM_MAX_VCPUS` on the model, and the region must
+/// split into whole 2 MiB pages per vCPU.
+pub fn parse_vcpus(
+    settings: &Settings,
+    backend: BackendKind,
+    size_bytes: u64,
+) -> Result<u32, InputError> {
+    let raw = settings.raw("vcpus");
+    let (cap, source) = host_max_vcpus(backend);
+    let bad = |why: String| InputError::BadValue {
+        key: "vcpus".into(),
+        value: raw.to_string(),
+        why,
+    };
+    let n = raw.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+        bad(format!(
+            "vcpus is a whole number from 1 to {cap} ({source})"
+        ))
+    })?;
+    if n > cap {
+        return Err(bad(format!(
+            "{n} vCPUs exceed {source}, {cap}: choose vcpus <= {cap}"
+        )));
+    }
+    if !size_bytes.is_multiple_of(u64::from(n) * (2 << 20)) {
+        return Err(bad(format!(
+            "each vCPU touches its own slice of whole 2MiB pages: make size a multiple of {n} x 2MiB = {}MiB, or change vcpus",
+            2 * n
+        )));
+    }
+    Ok(n)
+}
+
+/// The most vCPUs a VM may have on `backend`, and where that figure comes from.
+fn host_max_vcpus(backend: BackendKind) -> (u32, &'static str) {
+    #[cfg(hvlab_kvm)]
+    if backend.capabilities().real_memory
+        && let Some(cap) = crate::kvm::vm::max_vcpus()
+    {
+        return (cap, "this host's KVM_CAP_MAX_VCPUS");
+    }
+    let _ = backend;
+    (
+        crate::backend::memory::MODEL_MAX_VCPUS,
+        "KVM_MAX_VCPUS on x86",
+    )
 }
 
 /// The requested variants with their plans.
@@ -274,6 +369,7 @@ pub fn plans(
         _ => GuestPage::Huge,
     };
     let window = settings.u32_in("window", 1..=512)? as usize;
+    let vcpus = parse_vcpus(settings, backend, size_bytes)?;
     let cpl = parse_cpl(settings)?;
     let timeout = Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 100..=3_600_000)?));
     INFO.selected_variants(request, backend)?
@@ -286,6 +382,11 @@ pub fn plans(
                 "uffd" => (HostBacking::Uffd(1), None),
                 "uffd-prefetch" => (HostBacking::Uffd(window), None),
                 "prefault" => (HostBacking::PreFault, None),
+                "shmem" => (HostBacking::Shmem, None),
+                "hugetlb-2m" => (HostBacking::Hugetlb(HugeSize::Mib2), None),
+                "hugetlb-1g" => (HostBacking::Hugetlb(HugeSize::Gib1), None),
+                "gmem" => (HostBacking::GuestMemfd, None),
+                "uffd-minor" => (HostBacking::UffdMinor(window), None),
                 "none" => (
                     HostBacking::Anonymous(model_backing),
                     Some(PrefetchLoop::None),
@@ -310,6 +411,7 @@ pub fn plans(
                 cpl,
                 timeout,
                 prefetch,
+                vcpus,
             };
             Ok((name, plan))
         })
@@ -348,6 +450,24 @@ fn analyse_variant(
                 p.elapsed_ns as f64 / p.pages.max(1) as f64,
             )
             .push("total_ms", "ms", p.elapsed_ns as f64 / 1e6);
+        let wall_ms = p.elapsed_ns.max(1) as f64 / 1e6;
+        series.push("total_pages_per_ms", "pages/ms", p.pages as f64 / wall_ms);
+        let vcpu_rate = if p.vcpu_ns.is_empty() {
+            p.pages as f64 / wall_ms
+        } else {
+            let slice = p.pages as f64 / p.vcpu_ns.len() as f64;
+            p.vcpu_ns
+                .iter()
+                .map(|ns| slice / (*ns).max(1) as f64 * 1e6)
+                .sum::<f64>()
+                / p.vcpu_ns.len() as f64
+        };
+        series.push("vcpu_pages_per_ms", "pages/ms", vcpu_rate);
+        if let Some((before, during)) = p.hugetlb_pool {
+            series
+                .push("hugetlb_pool_before", "pages", before as f64)
+                .push("hugetlb_pool_during", "pages", during as f64);
+        }
         if let Some(f) = p.uffd_faults {
             series.push("uffd_faults", "count", f as f64);
         }
@@ -639,6 +759,8 @@ mod tests {
             uffd_faults: None,
             kvm_stats: vec![("kvm.vcpu.pf_fixed".into(), "count".into(), fixed)],
             guest_table_pages: Some(1),
+            vcpu_ns: Vec::new(),
+            hugetlb_pool: None,
         };
         let out = analyse(
             &["lazy".into(), "populated".into()],
@@ -673,6 +795,8 @@ mod tests {
             uffd_faults: None,
             kvm_stats: vec![("kvm.vcpu.pf_fixed".into(), "count".into(), 2053)],
             guest_table_pages: Some(5),
+            vcpu_ns: Vec::new(),
+            hugetlb_pool: None,
         };
         let out = analyse(
             &["lazy".into()],

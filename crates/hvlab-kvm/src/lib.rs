@@ -10,6 +10,7 @@ pub mod dirty;
 pub mod exits;
 pub mod guest;
 pub mod host;
+pub mod hugetlb;
 pub mod lifecycle;
 pub mod measure;
 pub mod memory;

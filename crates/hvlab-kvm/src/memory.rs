@@ -1,9 +1,11 @@
 //! Guest memory: anonymous host mappings that back memslots, unmapped on drop, with the host
 //! backings the memory scenario compares.
 
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 
 pub use crate::backend::guest::Backing;
+pub use crate::backend::memory::HugeSize;
 
 use super::KvmError;
 
@@ -19,6 +21,9 @@ pub struct GuestMemory {
     /// The usable, possibly 2 MiB-aligned, part.
     ptr: NonNull<u8>,
     len: usize,
+    /// The file behind a shared mapping (memfd, hugetlb memfd, guest_memfd); closed after the
+    /// unmap.
+    file: Option<OwnedFd>,
 }
 
 // SAFETY: the mapping is plain memory owned by this value; moving it to another thread moves
@@ -60,6 +65,87 @@ impl GuestMemory {
             map_len: len,
             ptr: map,
             len,
+            file: None,
+        })
+    }
+
+    /// `len` bytes of a new memfd (shmem, or hugetlb of `huge` pages), mapped shared and
+    /// lazily: nothing is allocated until touched. A hugetlb mapping reserves its pages from
+    /// the pool at mmap time, so a short pool fails here, not in the guest.
+    pub fn memfd(len: usize, huge: Option<HugeSize>) -> Result<GuestMemory, KvmError> {
+        let mut flags = rustix::fs::MemfdFlags::CLOEXEC;
+        if let Some(h) = huge {
+            flags |= rustix::fs::MemfdFlags::HUGETLB
+                | match h {
+                    HugeSize::Mib2 => rustix::fs::MemfdFlags::HUGE_2MB,
+                    HugeSize::Gib1 => rustix::fs::MemfdFlags::HUGE_1GB,
+                };
+        }
+        let fd = rustix::fs::memfd_create("hvlab-guest", flags).map_err(|e| KvmError::Host {
+            what: "memfd_create for guest memory".into(),
+            source: e.into(),
+        })?;
+        rustix::fs::ftruncate(&fd, len as u64).map_err(|e| KvmError::Host {
+            what: format!("sizing the guest memfd to {len} bytes"),
+            source: e.into(),
+        })?;
+        GuestMemory::shared(fd, len)
+    }
+
+    /// Maps `len` bytes of `file` shared (a memfd or an mmap-able guest_memfd).
+    pub fn shared(file: OwnedFd, len: usize) -> Result<GuestMemory, KvmError> {
+        // SAFETY: a fresh shared mapping of a file we own, at an address of the kernel's
+        // choosing; it aliases only the file, which nothing else maps. Checked before use.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(KvmError::Mmap {
+                bytes: len,
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        let map = NonNull::new(addr.cast::<u8>()).ok_or_else(|| KvmError::Mmap {
+            bytes: len,
+            source: std::io::Error::other("mmap returned NULL"),
+        })?;
+        Ok(GuestMemory {
+            map,
+            map_len: len,
+            ptr: map,
+            len,
+            file: Some(file),
+        })
+    }
+
+    /// The file behind a shared mapping.
+    pub fn file(&self) -> Option<BorrowedFd<'_>> {
+        self.file.as_ref().map(AsFd::as_fd)
+    }
+
+    /// Allocates every page of the file (its page cache, for shmem) without mapping any in
+    /// this process: what a userfaultfd MINOR fault then finds.
+    pub fn fill_file(&self) -> Result<(), KvmError> {
+        let file = self
+            .file
+            .as_ref()
+            .ok_or_else(|| KvmError::Internal("fill_file on anonymous memory".into()))?;
+        rustix::fs::fallocate(
+            file,
+            rustix::fs::FallocateFlags::empty(),
+            0,
+            self.len as u64,
+        )
+        .map_err(|e| KvmError::Host {
+            what: format!("fallocate of {} bytes of guest memfd", self.len),
+            source: e.into(),
         })
     }
 
@@ -94,6 +180,7 @@ impl GuestMemory {
                     map_len,
                     ptr,
                     len,
+                    file: None,
                 };
                 mem.advise(libc::MADV_HUGEPAGE)?;
                 Ok(mem)

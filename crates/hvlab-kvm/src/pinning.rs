@@ -15,7 +15,9 @@ use super::memory::{Backing, GuestMemory};
 use super::pin::{IoUringPinner, MlockPinner, check_memlock};
 use super::vm::Vm;
 use crate::backend::error::BackendError as Error;
-use crate::backend::pinning::{PinCache, PinMethod, PinPlan, PinResult, Pinner, RECORDS_PER_MS};
+use crate::backend::pinning::{
+    PinCache, PinMethod, PinPlan, PinPolicy, PinResult, Pinner, RECORDS_PER_MS,
+};
 
 const STRIDE_PAD: u64 = 2 << 20;
 
@@ -23,13 +25,31 @@ const STRIDE_PAD: u64 = 2 << 20;
 /// `off_ns` (other tasks run); after it, an idle tail lets the aging timer act.
 pub fn pin_trace(kvm: &Kvm, host: &HostInfo, plan: &PinPlan) -> Result<PinResult, Error> {
     let _ = host;
-    if plan.policy == crate::backend::pinning::PinPolicy::NoPin {
+    if plan.policy == PinPolicy::NoPin {
         return Err(KvmError::Unsupported(
             "no-pin is model-only: without SPE hardware the kvm backend cannot see records lost to stage-2 faults".into(),
         )
         .into());
     }
-    check_memlock(plan.cap_bytes, plan.buffer_bytes)?;
+    let gmem = plan.policy == PinPolicy::GmemPrefault;
+    if gmem {
+        let cap = |nr: u32| kvm.check_extension_raw(libc::c_ulong::from(nr)) > 0;
+        let (has_gmem, has_prefault) = (
+            cap(kvm_bindings::KVM_CAP_GUEST_MEMFD),
+            cap(kvm_bindings::KVM_CAP_PRE_FAULT_MEMORY),
+        );
+        if !(has_gmem && has_prefault) {
+            let yes = |b: bool| if b { "yes" } else { "no" };
+            return Err(KvmError::Unsupported(format!(
+                "gmem-prefault needs guest_memfd and KVM_PRE_FAULT_MEMORY; this host's KVM has KVM_CAP_GUEST_MEMFD: {}, KVM_CAP_PRE_FAULT_MEMORY: {} (the memory scenario's gmem variant runs guest_memfd alone)",
+                yes(has_gmem),
+                yes(has_prefault)
+            ))
+            .into());
+        }
+    } else {
+        check_memlock(plan.cap_bytes, plan.buffer_bytes)?;
+    }
     let generations = if plan.relocate_every == 0 {
         1
     } else {
@@ -51,10 +71,30 @@ pub fn pin_trace(kvm: &Kvm, host: &HostInfo, plan: &PinPlan) -> Result<PinResult
         |v: u64| usize::try_from(v).map_err(|_| KvmError::Layout("region too large".into()));
     let mut system = GuestMemory::backed(usize_of(layout.system_bytes)?, Backing::Populated)?;
     layout.write_system(&mut system, &code)?;
-    let data = GuestMemory::backed(usize_of(data_bytes)?, Backing::Lazy)?;
-    let host_base = data.as_ptr() as usize;
     let mut vm = Vm::create(kvm)?;
     vm.add_memslot(0, system)?;
+    if gmem {
+        // The whole data region in guest_memfd; each buffer is pre-faulted on first enable.
+        let data = vm.guest_memfd(kvm, usize_of(data_bytes)?)?;
+        vm.add_gmem_slot(DATA_GPA, data)?;
+        vm.create_vcpu()?;
+        vm.setup_long_mode(0, crate::guest::Cpl::Three)?;
+        let vcpu = vm
+            .vcpu(0)
+            .ok_or_else(|| KvmError::Internal("no vCPU 0".into()))?;
+        // SAFETY: the vCPU fd stays open for this borrow (the Vm owns it and outlives it).
+        let borrowed =
+            unsafe { std::os::fd::BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(vcpu)) };
+        let fd = borrowed
+            .try_clone_to_owned()
+            .map_err(|source| KvmError::Host {
+                what: "duplicating the vCPU fd for KVM_PRE_FAULT_MEMORY".into(),
+                source,
+            })?;
+        return run(&mut vm, plan, records, PrefaultPinner { vcpu: fd });
+    }
+    let data = GuestMemory::backed(usize_of(data_bytes)?, Backing::Lazy)?;
+    let host_base = data.as_ptr() as usize;
     vm.add_memslot(DATA_GPA, data)?;
     vm.create_vcpu()?;
     vm.setup_long_mode(0, crate::guest::Cpl::Three)?;
@@ -140,4 +180,26 @@ fn run<P: Pinner>(
     // Whatever is still pinned is released with the pinner (and the VM's memory).
     drop(pinner);
     Ok(result)
+}
+
+/// gmem-prefault's "pinner": pins nothing; maps a buffer's guest_memfd pages at stage 2 with
+/// `KVM_PRE_FAULT_MEMORY` (on a duplicate of vCPU 0's fd, which the run loop holds).
+struct PrefaultPinner {
+    vcpu: std::os::fd::OwnedFd,
+}
+
+impl Pinner for PrefaultPinner {
+    fn pin(&mut self, _: u64, _: u64, _: bool) -> Result<u64, Error> {
+        Err(KvmError::Internal("gmem-prefault never pins".into()).into())
+    }
+
+    fn unpin(&mut self, _: u64, _: u64) -> Result<u64, Error> {
+        Err(KvmError::Internal("gmem-prefault never unpins".into()).into())
+    }
+
+    fn prefault(&mut self, addr: u64, bytes: u64) -> Result<u64, Error> {
+        let t = Instant::now();
+        super::stage2::pre_fault_on(&self.vcpu, addr, bytes)?;
+        Ok(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
 }

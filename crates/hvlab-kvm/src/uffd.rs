@@ -3,7 +3,10 @@
 //!
 //! The region is registered in missing mode; a thread serves each fault with `UFFDIO_COPY` of
 //! the faulting page and, with a window W > 1, of the following not-yet-served pages up to the
-//! end of the W-aligned block, so a sequential reader faults once per block.
+//! end of the W-aligned block, so a sequential reader faults once per block. In MINOR mode (a
+//! shmem region whose page cache is already full, as after a snapshot restore into a memfd)
+//! the fault is for a page present in the file but not yet mapped, and the server maps the
+//! same window with `UFFDIO_CONTINUE` instead of copying.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
@@ -13,10 +16,11 @@ use std::thread::JoinHandle;
 // The UAPI structs and ioctl numbers come pregenerated from linux-raw-sys, so building hvlab
 // needs no bindgen or libclang (a fresh machine has only the toolchain).
 use linux_raw_sys::general::{
-    UFFD_API, UFFD_EVENT_PAGEFAULT, UFFDIO_REGISTER_MODE_MISSING, uffd_msg, uffdio_api,
-    uffdio_copy, uffdio_range, uffdio_register,
+    UFFD_API, UFFD_EVENT_PAGEFAULT, UFFD_FEATURE_MINOR_SHMEM, UFFDIO_REGISTER_MODE_MINOR,
+    UFFDIO_REGISTER_MODE_MISSING, uffd_msg, uffdio_api, uffdio_continue, uffdio_copy, uffdio_range,
+    uffdio_register,
 };
-use linux_raw_sys::ioctl::{UFFDIO_API, UFFDIO_COPY, UFFDIO_REGISTER};
+use linux_raw_sys::ioctl::{UFFDIO_API, UFFDIO_CONTINUE, UFFDIO_COPY, UFFDIO_REGISTER};
 use rustix::mm::UserfaultfdFlags;
 
 use super::KvmError;
@@ -65,6 +69,16 @@ impl UffdServer {
     /// Registers `region` with a new userfaultfd and starts serving it with `window` pages per
     /// fault. The region must not have been touched yet.
     pub fn start(region: &GuestMemory, window: usize) -> Result<UffdServer, KvmError> {
+        UffdServer::start_mode(region, window, false)
+    }
+
+    /// [`UffdServer::start`] in MINOR mode (`minor`) for a shmem region whose file holds
+    /// every page: faults are answered with `UFFDIO_CONTINUE`.
+    pub fn start_mode(
+        region: &GuestMemory,
+        window: usize,
+        minor: bool,
+    ) -> Result<UffdServer, KvmError> {
         // Not user-mode-only: the faults come from KVM's get_user_pages in the kernel.
         // SAFETY: the call has no memory effects; the fd only ever serves `region`.
         let uffd = unsafe { rustix::mm::userfaultfd(UserfaultfdFlags::CLOEXEC | UserfaultfdFlags::NONBLOCK) }
@@ -76,13 +90,25 @@ impl UffdServer {
             })?;
         let mut api = uffdio_api {
             api: u64::from(UFFD_API),
-            features: 0,
+            features: if minor {
+                u64::from(UFFD_FEATURE_MINOR_SHMEM)
+            } else {
+                0
+            },
             ioctls: 0,
         };
         // SAFETY: UFFDIO_API takes a pointer to a uffdio_api that lives across the call.
-        uffd_ioctl(&uffd, UFFDIO_API, (&raw mut api).cast()).map_err(|source| KvmError::Host {
-            what: "the UFFDIO_API handshake".into(),
-            source,
+        uffd_ioctl(&uffd, UFFDIO_API, (&raw mut api).cast()).map_err(|source| {
+            if minor {
+                KvmError::Unsupported(format!(
+                    "userfaultfd MINOR mode on shmem (UFFD_FEATURE_MINOR_SHMEM, Linux 5.14+): the UFFDIO_API handshake refused it: {source}"
+                ))
+            } else {
+                KvmError::Host {
+                    what: "the UFFDIO_API handshake".into(),
+                    source,
+                }
+            }
         })?;
         let base = region.as_ptr() as usize;
         let len = region.len();
@@ -91,7 +117,11 @@ impl UffdServer {
                 start: base as u64,
                 len: len as u64,
             },
-            mode: u64::from(UFFDIO_REGISTER_MODE_MISSING),
+            mode: u64::from(if minor {
+                UFFDIO_REGISTER_MODE_MINOR
+            } else {
+                UFFDIO_REGISTER_MODE_MISSING
+            }),
             ioctls: 0,
         };
         uffd_ioctl(&uffd, UFFDIO_REGISTER, (&raw mut register).cast()).map_err(|e| {
@@ -105,7 +135,7 @@ impl UffdServer {
             let stop = stop.clone();
             std::thread::Builder::new()
                 .name("hvlab-uffd".into())
-                .spawn(move || serve(&uffd, base, len, window, &stop))
+                .spawn(move || serve(&uffd, base, len, window, minor, &stop))
                 .map_err(|source| KvmError::Host {
                     what: "starting the userfaultfd thread".into(),
                     source,
@@ -201,11 +231,33 @@ fn copy(uffd: &OwnedFd, src: *const u8, dst: usize, len: usize) -> Result<usize,
     }
 }
 
+/// Maps `len` bytes at `dst` from the page cache with `UFFDIO_CONTINUE` and wakes the faulting
+/// threads; returns the bytes mapped (as [`copy`] does).
+fn cont(uffd: &OwnedFd, dst: usize, len: usize) -> Result<usize, String> {
+    let mut args = uffdio_continue {
+        range: uffdio_range {
+            start: dst as u64,
+            len: len as u64,
+        },
+        mode: 0,
+        mapped: 0,
+    };
+    match uffd_ioctl(uffd, UFFDIO_CONTINUE, (&raw mut args).cast()) {
+        Ok(()) => Ok(len),
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(len),
+        Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+            Ok(usize::try_from(args.mapped).unwrap_or(0))
+        }
+        Err(e) => Err(format!("UFFDIO_CONTINUE of {len} bytes: {e}")),
+    }
+}
+
 fn serve(
     uffd: &OwnedFd,
     base: usize,
     len: usize,
     window: usize,
+    minor: bool,
     stop: &AtomicBool,
 ) -> Result<UffdStats, String> {
     let pages = len / PAGE;
@@ -251,7 +303,11 @@ fn serve(
                 // `source` holds at least `count` pages (count ≤ window) and the destination
                 // run lies in the registered region; an interrupted copy leaves the rest to
                 // fault again and be served then.
-                let bytes = copy(uffd, source.as_ptr(), base + first * PAGE, count * PAGE)?;
+                let bytes = if minor {
+                    cont(uffd, base + first * PAGE, count * PAGE)?
+                } else {
+                    copy(uffd, source.as_ptr(), base + first * PAGE, count * PAGE)?
+                };
                 let done = bytes / PAGE;
                 served[first..first + done].fill(true);
                 stats.pages_served += done as u64;

@@ -13,6 +13,14 @@ use super::guest::{Cpl, ENTRY_GPA, Signal, long_mode};
 use super::memory::GuestMemory;
 use crate::backend::ioctl_table::KVM_IOEVENTFD_FLAG_DATAMATCH;
 
+/// `KVM_CAP_GUEST_MEMFD_FLAGS` (Linux 6.18, include/uapi/linux/kvm.h): the guest_memfd flags
+/// this VM may use; not in kvm-bindings 0.14.
+const KVM_CAP_GUEST_MEMFD_FLAGS: libc::c_ulong = 244;
+/// `GUEST_MEMFD_FLAG_MMAP`: the VMM may mmap the guest_memfd.
+const GUEST_MEMFD_FLAG_MMAP: u64 = 1 << 0;
+/// `GUEST_MEMFD_FLAG_INIT_SHARED`: its memory starts shared (usable by a plain VM).
+const GUEST_MEMFD_FLAG_INIT_SHARED: u64 = 1 << 1;
+
 /// One ioctl as the builder issued it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimedIoctl {
@@ -176,6 +184,65 @@ impl Vm {
         Ok(slot)
     }
 
+    /// A guest_memfd of `len` bytes that the VMM can map (`KVM_CREATE_GUEST_MEMFD` with
+    /// `GUEST_MEMFD_FLAG_MMAP | GUEST_MEMFD_FLAG_INIT_SHARED`, Linux 6.18): shared memory a
+    /// plain VM type can use, faulted from the file rather than from a userspace mapping.
+    /// Hosts whose `KVM_CAP_GUEST_MEMFD_FLAGS` lacks those flags only have private
+    /// guest_memfd, which needs a confidential VM type: unsupported, with the reason.
+    pub fn guest_memfd(&mut self, kvm: &Kvm, len: usize) -> Result<GuestMemory, KvmError> {
+        if kvm.check_extension_raw(libc::c_ulong::from(kvm_bindings::KVM_CAP_GUEST_MEMFD)) <= 0 {
+            return Err(KvmError::MissingCap("KVM_CAP_GUEST_MEMFD"));
+        }
+        let flags = self.fd.check_extension_raw(KVM_CAP_GUEST_MEMFD_FLAGS);
+        let want = GUEST_MEMFD_FLAG_MMAP | GUEST_MEMFD_FLAG_INIT_SHARED;
+        if u64::try_from(flags).unwrap_or(0) & want != want {
+            return Err(KvmError::Unsupported(format!(
+                "guest_memfd here is private-only (KVM_CAP_GUEST_MEMFD_FLAGS = {flags}, lacking GUEST_MEMFD_FLAG_MMAP | GUEST_MEMFD_FLAG_INIT_SHARED): a plain VM cannot use it, and this host's KVM_CAP_VM_TYPES = {} offers no confidential VM type",
+                kvm.check_extension_raw(libc::c_ulong::from(kvm_bindings::KVM_CAP_VM_TYPES))
+            )));
+        }
+        let gmem = kvm_bindings::kvm_create_guest_memfd {
+            size: len as u64,
+            flags: want,
+            ..Default::default()
+        };
+        let raw = self.timed("KVM_CREATE_GUEST_MEMFD", |vm, _| {
+            vm.create_guest_memfd(gmem)
+        })?;
+        // SAFETY: KVM_CREATE_GUEST_MEMFD returned a new fd that nothing else owns.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+        GuestMemory::shared(fd, len)
+    }
+
+    /// `KVM_SET_USER_MEMORY_REGION2` mapping the guest_memfd `memory` (from
+    /// [`Vm::guest_memfd`]) at `gpa` in the next free slot, `KVM_MEM_GUEST_MEMFD`.
+    pub fn add_gmem_slot(&mut self, gpa: u64, memory: GuestMemory) -> Result<u32, KvmError> {
+        let slot = u32::try_from(self.memory.len())
+            .map_err(|_| KvmError::Layout("too many memslots".into()))?;
+        let gmem = memory
+            .file()
+            .map(|f| std::os::fd::AsRawFd::as_raw_fd(&f))
+            .and_then(|fd| u32::try_from(fd).ok())
+            .ok_or_else(|| KvmError::Internal("guest_memfd slot without its file".into()))?;
+        let region = kvm_bindings::kvm_userspace_memory_region2 {
+            slot,
+            flags: kvm_bindings::KVM_MEM_GUEST_MEMFD,
+            guest_phys_addr: gpa,
+            memory_size: memory.len() as u64,
+            userspace_addr: memory.host_addr(),
+            guest_memfd_offset: 0,
+            guest_memfd: gmem,
+            ..Default::default()
+        };
+        self.memory.push(memory);
+        self.timed("KVM_SET_USER_MEMORY_REGION2", |vm, _| {
+            // SAFETY: the region describes a live mapping and guest_memfd owned by this Vm,
+            // which drops the VM fd (and with it the memslot) before both.
+            unsafe { vm.set_user_memory_region2(region) }
+        })?;
+        Ok(slot)
+    }
+
     /// `KVM_CREATE_VCPU` with the next id, then `KVM_SET_CPUID2` with everything the host
     /// supports, as every VMM does before any other vCPU state: since Linux 6.12.112 (stable)
     /// `KVM_SET_SREGS` checks EFER against the guest CPUID (`kvm_valid_efer()`), so long mode
@@ -289,4 +356,16 @@ impl Vm {
     pub fn vcpu(&self, index: usize) -> Option<&VcpuFd> {
         self.vcpus.get(index)
     }
+
+    /// Every vCPU, to run each on its own thread.
+    pub fn vcpus_mut(&mut self) -> &mut [VcpuFd] {
+        &mut self.vcpus
+    }
+}
+
+/// `KVM_CAP_MAX_VCPUS` of this host's KVM (the most vCPUs one VM may have), or `None` when
+/// /dev/kvm cannot be opened (the run then fails on that, with its own message).
+pub fn max_vcpus() -> Option<u32> {
+    let kvm = crate::open_kvm().ok()?;
+    u32::try_from(kvm.get_max_vcpus()).ok()
 }

@@ -7,6 +7,7 @@
 pub mod dirty;
 pub mod memslots;
 pub mod mmu;
+pub mod mmu_lock;
 pub mod percpu;
 pub mod pmu;
 pub mod profile;
@@ -145,6 +146,13 @@ impl Backend for ModelBackend {
                 self.profile.name
             ))
             .into());
+        }
+        if plan.vcpus > 1 {
+            // A profile without the contention inputs cannot say what many vCPUs do.
+            let par = mmu_lock::ParallelCosts::from_profile(&self.profile)
+                .map_err(|e| ModelError::Unsupported(e.to_string()))?;
+            return mmu_lock::touch(&costs, &par, plan)
+                .map_err(|e| ModelError::Unsupported(e.to_string()).into());
         }
         mmu::touch(&costs, plan).map_err(|e| ModelError::Unsupported(e.to_string()).into())
     }

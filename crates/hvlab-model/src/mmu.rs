@@ -62,8 +62,14 @@ impl Mmu {
         let (populated, host_huge, uffd_window) = match host {
             HostBacking::Anonymous(Backing::Populated) => (true, false, None),
             HostBacking::Anonymous(Backing::Thp) => (false, true, None),
-            HostBacking::Anonymous(Backing::Lazy) | HostBacking::PreFault => (false, false, None),
-            HostBacking::Uffd(w) => (false, false, Some(w.max(1))),
+            // File backings fault their pages in as anonymous memory does: shmem and
+            // guest_memfd 4 KiB at a time, hugetlb a huge page at a time.
+            HostBacking::Anonymous(Backing::Lazy)
+            | HostBacking::PreFault
+            | HostBacking::Shmem
+            | HostBacking::GuestMemfd => (false, false, None),
+            HostBacking::Hugetlb(_) => (false, true, None),
+            HostBacking::Uffd(w) | HostBacking::UffdMinor(w) => (false, false, Some(w.max(1))),
         };
         let mut mmu = Mmu {
             spte: vec![false; pages],
@@ -199,9 +205,12 @@ fn lcm(a: usize, b: usize) -> usize {
 /// aligned) and the 2 MiB SPTE of a huge mapping all divide it.
 fn independent_block(host: HostBacking) -> usize {
     let host_unit = match host {
-        HostBacking::Anonymous(Backing::Thp) => HUGE_PAGES,
-        HostBacking::Uffd(w) => w.max(1),
-        HostBacking::Anonymous(_) | HostBacking::PreFault => 1,
+        HostBacking::Anonymous(Backing::Thp) | HostBacking::Hugetlb(_) => HUGE_PAGES,
+        HostBacking::Uffd(w) | HostBacking::UffdMinor(w) => w.max(1),
+        HostBacking::Anonymous(_)
+        | HostBacking::PreFault
+        | HostBacking::Shmem
+        | HostBacking::GuestMemfd => 1,
     };
     lcm(PTE_PREFETCH_NUM, host_unit)
 }
@@ -254,6 +263,8 @@ pub struct Pass {
 pub enum PassError {
     /// A random order over more pages than [`PER_PAGE_MAX_PAGES`].
     RandomTooLarge(u64),
+    /// Several vCPUs over more pages than [`PER_PAGE_MAX_PAGES`].
+    ParallelTooLarge(u64),
 }
 
 impl std::fmt::Display for PassError {
@@ -262,6 +273,10 @@ impl std::fmt::Display for PassError {
             PassError::RandomTooLarge(p) => write!(
                 f,
                 "a random order over {p} pages is modelled page by page, up to {PER_PAGE_MAX_PAGES} pages (64GiB)"
+            ),
+            PassError::ParallelTooLarge(p) => write!(
+                f,
+                "several vCPUs over {p} pages are modelled page by page, up to {PER_PAGE_MAX_PAGES} pages (64GiB)"
             ),
         }
     }
@@ -373,13 +388,13 @@ pub fn pass(p: &Pass) -> Result<(Counts, u64), PassError> {
 /// The costs a pass turns into time.
 #[derive(Debug, Clone, Copy)]
 pub struct MmuCosts {
-    stage2_fault: f64,
-    host_fault: f64,
-    host_fault_huge: f64,
-    prefetch_page: f64,
-    touch_page: f64,
-    uffd_fault: f64,
-    uffd_copy_page: f64,
+    pub(crate) stage2_fault: f64,
+    pub(crate) host_fault: f64,
+    pub(crate) host_fault_huge: f64,
+    pub(crate) prefetch_page: f64,
+    pub(crate) touch_page: f64,
+    pub(crate) uffd_fault: f64,
+    pub(crate) uffd_copy_page: f64,
     /// The host's own MMU.
     pub mmu: MmuKind,
 }
@@ -431,7 +446,10 @@ pub fn touch(costs: &MmuCosts, plan: &TouchPlan) -> Result<TouchResult, PassErro
         + c.uffd_faults as f64 * costs.uffd_fault
         + c.uffd_pages as f64 * costs.uffd_copy_page
         + touched as f64 * per_touch;
-    let uffd = matches!(plan.backing, HostBacking::Uffd(_));
+    let uffd = matches!(
+        plan.backing,
+        HostBacking::Uffd(_) | HostBacking::UffdMinor(_)
+    );
     let count = |n: u64| i128::from(n);
     Ok(TouchResult {
         pages: touched,
@@ -441,6 +459,8 @@ pub fn touch(costs: &MmuCosts, plan: &TouchPlan) -> Result<TouchResult, PassErro
         uffd_faults: uffd.then_some(c.uffd_faults),
         // The model keeps no guest page tables: it is the data region's stage 2 alone.
         guest_table_pages: None,
+        vcpu_ns: Vec::new(),
+        hugetlb_pool: None,
         kvm_stats: vec![
             ("faults".into(), "count".into(), count(c.faults)),
             ("prefetched".into(), "count".into(), count(c.prefetched)),
@@ -561,6 +581,7 @@ mod tests {
             cpl: None,
             timeout: std::time::Duration::from_secs(1),
             prefetch: Some(p.prefetch),
+            vcpus: 1,
         };
         let order = plan.page_order();
         #[allow(clippy::cast_possible_truncation)] // test sizes are small

@@ -79,12 +79,36 @@ pub fn touch_loop(
     access: Access,
     touch: Touch,
 ) -> Result<Vec<u8>, KvmError> {
+    touch_loop_with(Some((pages, index_bytes)), access, touch)
+}
+
+/// [`touch_loop`] for one of several vCPUs: the VMM sets `RSI` to the start of this vCPU's
+/// (page-aligned) slice of the touch-order array and `R13` to its length, so every vCPU runs
+/// the same code on its own slice.
+pub fn touch_slice_loop(access: Access, touch: Touch) -> Result<Vec<u8>, KvmError> {
+    touch_loop_with(None, access, touch)
+}
+
+/// `fixed`: (pages, index bytes) at [`INDEX_GPA`]; `None`: from `RSI`/`R13`.
+fn touch_loop_with(
+    fixed: Option<(u64, u64)>,
+    access: Access,
+    touch: Touch,
+) -> Result<Vec<u8>, KvmError> {
     let build = || -> Result<Vec<u8>, IcedError> {
         let mut a = CodeAssembler::new(64)?;
         // Pre-touch the index array so its faults land before Start.
-        a.mov(rsi, INDEX_GPA)?;
+        match fixed {
+            Some((pages, index_bytes)) => {
+                a.mov(rsi, INDEX_GPA)?;
+                a.mov(r9, INDEX_GPA + index_bytes.max(4096))?;
+                a.mov(r13, pages)?;
+            }
+            None => {
+                a.lea(r9, qword_ptr(rsi + r13 * 4))?;
+            }
+        }
         a.mov(r8, rsi)?;
-        a.mov(r9, INDEX_GPA + index_bytes.max(4096))?;
         let mut pre = a.create_label();
         a.set_label(&mut pre)?;
         a.mov(eax, dword_ptr(r8))?;
@@ -95,7 +119,6 @@ pub fn touch_loop(
         signal(&mut a, Signal::Start)?;
         read_tsc(&mut a, r12)?;
         a.mov(rbx, DATA_GPA)?;
-        a.mov(r13, pages)?;
         a.xor(r10, r10)?;
         let mut next = a.create_label();
         a.set_label(&mut next)?;
