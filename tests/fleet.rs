@@ -84,6 +84,8 @@ fn record(i: usize, h: HostInfo, irqchip_first: f64, memslots_first: f64) -> Run
         verdicts: vec![],
         noise: None,
         warnings: vec![],
+        tag: None,
+        baseline: None,
     }
 }
 

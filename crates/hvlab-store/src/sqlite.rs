@@ -356,7 +356,8 @@ impl SqliteStore {
         let mut stmt = self.conn.prepare(
             "SELECT id, scenario, backend, started_at, kernel, kvm_flavour, cpu, hz,
                     (SELECT json_group_array(name) FROM
-                        (SELECT name FROM variants WHERE run_id = runs.id ORDER BY ordinal))
+                        (SELECT name FROM variants WHERE run_id = runs.id ORDER BY ordinal)),
+                    profile, tag, suite, params_json, baseline
              FROM runs WHERE status = 'complete' ORDER BY started_at DESC, id DESC LIMIT ?1",
         )?;
         let rows = stmt.query_map(params![i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
@@ -380,6 +381,11 @@ impl SqliteStore {
                 variants: variants
                     .and_then(|s| serde_json::from_str(&s).ok())
                     .unwrap_or_default(),
+                profile: r.get(9)?,
+                tag: super::tag_of(r.get(10)?),
+                suite: r.get(11)?,
+                params: super::params_of(&r.get::<_, String>(12)?),
+                baseline: r.get(13)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -438,8 +444,9 @@ fn insert(tx: &Transaction<'_>, row: &RunRow) -> rusqlite::Result<()> {
     tx.execute(
         "INSERT INTO runs (id, scenario, backend, profile, started_at, finished_at, status,
                            kernel, kvm_flavour, hvlab_version, git_rev, cpu, hz,
-                           host_json, params_json, record_json)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'complete', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                           host_json, params_json, record_json, tag, suite, baseline)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'complete', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
+                 ?16, ?17, ?18)",
         params![
             row.id,
             row.scenario,
@@ -456,6 +463,9 @@ fn insert(tx: &Transaction<'_>, row: &RunRow) -> rusqlite::Result<()> {
             row.host_json,
             row.params_json,
             row.record_json,
+            row.tag,
+            row.suite,
+            row.baseline,
         ],
     )?;
     let mut variant =
@@ -566,6 +576,8 @@ mod tests {
             verdicts: vec![],
             noise: None,
             warnings: vec![],
+            tag: None,
+            baseline: None,
         }
     }
 
