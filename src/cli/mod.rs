@@ -518,6 +518,23 @@ fn print_text(text: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// A table from `render`: its header line (the one above the rule of dashes) in bold where
+/// colour is on, the rest as [`print_text`] prints it.
+fn print_table(text: &str) -> Result<(), Error> {
+    let lines: Vec<&str> = text.lines().collect();
+    let rule = lines
+        .iter()
+        .position(|l| !l.is_empty() && l.chars().all(|c| c == '-' || c == ' '));
+    for (i, line) in lines.iter().enumerate() {
+        if rule == Some(i + 1) {
+            habits::print_styled(line, habits::style::HEADER)?;
+        } else {
+            print_text(line)?;
+        }
+    }
+    Ok(())
+}
+
 fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
     match cli.command {
         Command::Host { json } => {
@@ -605,9 +622,11 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             };
             let store = Store::open_read(&store::resolve_path(cli.db.as_deref())?)?;
             let list = lab::select::runs(&store, &filter, limit)?;
-            let hosts = lab::fleet::group_by_host(list.iter().collect(), |l| {
+            let mut hosts = lab::fleet::group_by_host(list.iter().collect(), |l| {
                 lab::fleet::HostFingerprint::of_listing(l)
             });
+            // Real hosts first, then model profiles.
+            hosts.sort_by_key(|h| !h.fingerprint.is_real());
             if json {
                 let hosts: Vec<serde_json::Value> = hosts
                     .iter()
@@ -615,7 +634,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                     .collect();
                 print_json(&serde_json::json!({ "runs": list, "hosts": hosts }))?;
             } else {
-                print_text(&render::runs_by_host(&hosts))?;
+                print_table(&render::runs_by_host(&hosts))?;
             }
         }
         Command::Sweeps { json } => {
@@ -624,7 +643,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             if json {
                 print_json(&serde_json::json!({ "sweeps": sweeps }))?;
             } else {
-                print_text(&render::sweeps(&sweeps))?;
+                print_table(&render::sweeps(&sweeps))?;
             }
         }
         Command::Completions { shell } => habits::completions(shell)?,
@@ -781,7 +800,12 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                     }
                 }
                 for c in results {
-                    print_text(&format!("  [{}] {}", comparison_label(c), c))?;
+                    let style = match c.verdict {
+                        crate::analysis::compare::AbVerdict::Faster => habits::style::GOOD,
+                        crate::analysis::compare::AbVerdict::Slower => habits::style::BAD,
+                        _ => anstyle::Style::new(),
+                    };
+                    habits::print_styled(&format!("  [{}] {}", comparison_label(c), c), style)?;
                 }
             }
             busy_gate(
@@ -1482,7 +1506,7 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
             // The table of the whole sweep as stored (other shards' points included).
             let records = Store::open_read(&store::resolve_path(db)?)?.sweep_runs(&outcome.id)?;
             if !records.is_empty() {
-                print_text(&render::sweep_table(&records))?;
+                print_table(&render::sweep_table(&records))?;
             }
             print_text(&format!("report: hvlab report --sweep {}", outcome.id))?;
         }

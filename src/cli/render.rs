@@ -382,11 +382,21 @@ pub fn runs_by_host(hosts: &[crate::lab::fleet::HostGroup<&RunListing>]) -> Stri
             shown_params(r),
             group,
             tag,
-            r.variants.join(","),
+            variants_in_short(&r.variants),
         ]);
     }
     let _ = write!(s, "{}", trimmed(&t));
     s.trim_end().to_string()
+}
+
+/// A run's variants: up to four by name, then how many more.
+fn variants_in_short(names: &[String]) -> String {
+    const SHOWN: usize = 4;
+    if names.len() <= SHOWN {
+        names.join(",")
+    } else {
+        format!("{},… ({} in all)", names[..SHOWN].join(","), names.len())
+    }
 }
 
 /// A table's text without the trailing blanks of its last column.

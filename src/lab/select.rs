@@ -103,7 +103,7 @@ fn suite_of(store: &Store, listing: &[RunListing], id: &str) -> Result<Vec<RunRe
 fn known<'a>(ids: impl Iterator<Item = &'a str>) -> String {
     let ids: Vec<&str> = ids.take(8).collect();
     if ids.is_empty() {
-        "none is stored".into()
+        "none".into()
     } else {
         ids.join(", ")
     }
