@@ -2,6 +2,8 @@
 //! accepts, a man page, `--quiet`, colour that follows `--color` and `NO_COLOR`, CSV export,
 //! and bad values refused with exit 2 naming the valid ones.
 
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
 mod common;
 
 use common::{assert_exit, db, hvlab, run, tool_or_skip};

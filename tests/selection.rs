@@ -2,6 +2,8 @@
 //! showcases) with `--all`, a suite whole, a model run's host as the modelled one, and the
 //! filters of `hvlab runs`. Model backend only: no /dev/kvm needed.
 
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
 mod common;
 
 use common::{assert_exit, db, json, run};

@@ -296,7 +296,7 @@ pub fn table(header: &[&str]) -> comfy_table::Table {
             .header_separator(comfy_table::LineStyle::none().fill('-').junction(' ')),
     )
     .set_content_arrangement(comfy_table::ContentArrangement::Disabled)
-    .set_header(header.iter().map(|h| comfy_table::Cell::new(h)));
+    .set_header(header.iter().map(comfy_table::Cell::new));
     t
 }
 
