@@ -167,6 +167,7 @@ fn a_model_run_stores_the_modelled_host_and_its_hz_after_set() {
 #[test]
 fn runs_filters_pick_by_scenario_backend_host_sweep_and_time() {
     let (_dir, db) = db();
+    let mut profile = String::new();
     for scenario in ["lifecycle", "percpu"] {
         let out = run(
             &db,
@@ -183,6 +184,7 @@ fn runs_filters_pick_by_scenario_backend_host_sweep_and_time() {
             ],
         );
         assert_exit(&out, 0, &[]);
+        profile = json(&out)["profile"].as_str().unwrap().to_string();
     }
     let out = run(
         &db,
@@ -212,6 +214,9 @@ fn runs_filters_pick_by_scenario_backend_host_sweep_and_time() {
     assert_eq!(count(&["--backend", "kvm"]), 0);
     assert_eq!(count(&["--sweep", &sweep_id]), 3);
     assert_eq!(count(&["--host", "no-such-host"]), 0);
+    // A model run's host is its profile, not the machine that computed it.
+    assert_eq!(count(&["--host", &profile]), 5);
+    assert_eq!(count(&["--host", "linux"]), 0);
     assert_eq!(count(&["--since", "1h"]), 5);
     assert_eq!(count(&["--since", "2099-01-01"]), 0);
     // The table shows each point's axis value.

@@ -279,12 +279,19 @@ impl RunFilter {
                 .as_deref()
                 .is_none_or(|t| l.started_at.as_str() >= t)
             && self.host.as_ref().is_none_or(|h| {
-                HostFingerprint::of_listing(l)
-                    .to_string()
-                    .to_lowercase()
-                    .contains(&h.to_lowercase())
+                host_words(&HostFingerprint::of_listing(l)).contains(&h.to_lowercase())
             })
     }
+}
+
+/// What `--host` matches: a real host's fingerprint, or a model run's profile and HZ (never
+/// the machine that computed it, which is not its host).
+fn host_words(host: &HostFingerprint) -> String {
+    match &host.profile {
+        Some(p) => format!("model profile {p} · HZ={}", host.hz),
+        None => host.to_string(),
+    }
+    .to_lowercase()
 }
 
 /// The runs of a listing that `filter` accepts, newest first, at most `limit`.
