@@ -259,6 +259,9 @@ fn a_finished_sweep_prints_its_table_of_axis_values_and_headline() {
         .collect();
     assert_eq!(rows.len(), 2, "{text}");
     assert!(rows.iter().all(|r| r.contains(" ms [")), "{text}");
+    // In grid order.
+    assert!(rows[0].trim_start().starts_with("100 "), "{text}");
+    assert!(rows[1].trim_start().starts_with("1000 "), "{text}");
 }
 
 #[test]

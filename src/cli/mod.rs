@@ -1419,7 +1419,7 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
     } else {
         let at = store::resolve_path(db)?;
         let (cost, line) = lab::sweep::preflight(&spec, shard, &at, &host, &model_profile)?;
-        eprintln!("{}", safe(&line));
+        habits::note(&line);
         cost
     };
     let plan = lab::sweep::plan(&spec)?;
@@ -1443,13 +1443,13 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
         }
     };
     let json = args.measure.json;
-    eprintln!(
+    habits::note(&format!(
         "sweep {}: {} on {}, {} points; shard {shard} ({source})",
         plan.id,
         info.name,
         args.backend,
         plan.points.len()
-    );
+    ));
     let progress = TermProgress::new("sweep", json);
     let mut run_ids = Vec::new();
     // --no-store: the results are printed, as they are the only copy.

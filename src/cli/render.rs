@@ -434,6 +434,14 @@ pub fn sweeps(groups: &[crate::lab::select::Group]) -> String {
 /// A finished sweep: one row per point (its axis values) and the headline metric of each
 /// variant, median with its 95% CI and unit.
 pub fn sweep_table(records: &[RunRecord]) -> String {
+    // Grid order (points stored in the same second list in id order).
+    let mut records: Vec<&RunRecord> = records.iter().collect();
+    records.sort_by_key(|r| {
+        r.params
+            .get("sweep_point")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(u64::MAX)
+    });
     let Some(first) = records.first() else {
         return String::new();
     };
@@ -455,7 +463,7 @@ pub fn sweep_table(records: &[RunRecord]) -> String {
         Some(other) => other.to_string(),
         None => String::new(),
     };
-    for r in records {
+    for r in &records {
         for v in &r.variants {
             let mut row: Vec<String> = axes
                 .iter()
