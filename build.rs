@@ -31,6 +31,32 @@ fn main() {
     if x86 && std::env::var_os("CARGO_FEATURE_KVM").is_some() {
         println!("cargo::rustc-cfg=hvlab_kvm");
     }
-    println!("cargo:rerun-if-changed=.git/HEAD");
-    println!("cargo:rerun-if-changed=.git/index");
+    // A worktree's `.git` is a file, and a path that does not exist makes cargo rerun this
+    // script on every build: ask git where HEAD, the branch it points at and the index are.
+    for path in git_paths() {
+        println!("cargo:rerun-if-changed={path}");
+    }
+}
+
+/// HEAD, the ref it names (a commit moves the ref, not HEAD) and the index, as absolute
+/// paths.
+fn git_paths() -> Vec<String> {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .and_then(|out| String::from_utf8(out.stdout).ok())
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+    };
+    let mut what = vec!["HEAD".to_string(), "index".to_string()];
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        what.push(branch);
+    }
+    what.iter()
+        .filter_map(|w| git(&["rev-parse", "--path-format=absolute", "--git-path", w]))
+        .filter(|p| std::path::Path::new(p).exists())
+        .collect()
 }

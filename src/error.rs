@@ -59,8 +59,27 @@ pub enum InputError {
     ProfileWithKvm,
     /// No runs stored yet: run `hvlab suite` (or `hvlab run SCENARIO`) first.
     NoRuns,
-    /// No run of sweep `{0}` is stored here; `hvlab sweep` prints its id, and shards stored elsewhere must be merged first (`hvlab merge`).
-    NoSuchSweep(String),
+    /// No run of sweep `{id}` is stored here; the stored sweeps are: {known} (`hvlab sweeps` lists them; shards stored elsewhere must be merged first with `hvlab merge`).
+    NoSuchSweep {
+        /// What was given.
+        id: String,
+        /// The sweeps stored.
+        known: String,
+    },
+    /// No run of suite `{id}` is stored here; the stored suites are: {known} (`hvlab runs --all` shows each run's suite; shards stored elsewhere must be merged first with `hvlab merge`).
+    NoSuchSuite {
+        /// What was given.
+        id: String,
+        /// The suites stored.
+        known: String,
+    },
+    /// No baseline `{name}` is saved in this store; the saved baselines are: {known}. Save one with `hvlab run SCENARIO --save-baseline NAME`.
+    NoSuchBaseline {
+        /// What was given.
+        name: String,
+        /// The baselines saved.
+        known: String,
+    },
     /// One side of the comparison names two variants, {0} and {1}: name one variant per side.
     TwoVariantsOnOneSide(String, String),
     /// Both sides must be runs of the same scenario, but run {0} is {1} and run {2} is {3}: compare runs of one scenario.

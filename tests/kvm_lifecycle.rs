@@ -171,7 +171,7 @@ fn the_suite_runs_every_scenario_and_stores_it() {
     ));
     let runs = r["runs"].as_array().unwrap();
     assert!(runs.iter().any(|x| x["scenario"] == "lifecycle"));
-    let stored = json(&run(&db, &["runs", "--json"]));
+    let stored = json(&run(&db, &["runs", "--all", "--json"]));
     assert_eq!(stored["runs"].as_array().unwrap().len(), runs.len());
 }
 

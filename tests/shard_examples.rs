@@ -115,7 +115,8 @@ fn the_array_tasks_store_one_shard_each_and_the_merge_job_gathers_them() {
             String::from_utf8_lossy(&out.stderr)
         );
         let db = dir.path().join(format!("shard-4242-{id}.db"));
-        let runs = common::json(&common::run(&db, &["runs", "--json"]));
+        // --all: the showcases are internal runs, left out of `runs` by default.
+        let runs = common::json(&common::run(&db, &["runs", "--all", "--json"]));
         let here: Vec<String> = runs["runs"]
             .as_array()
             .unwrap()
@@ -155,8 +156,18 @@ fn the_array_tasks_store_one_shard_each_and_the_merge_job_gathers_them() {
         String::from_utf8_lossy(&out.stderr)
     );
     let suite = dir.path().join("suite-4242.db");
-    let runs = common::json(&common::run(&suite, &["runs", "--json"]));
+    let runs = common::json(&common::run(&suite, &["runs", "--all", "--json"]));
     assert_eq!(runs["runs"].as_array().unwrap().len(), 13, "{runs}");
+    // Every run of the merged job carries the array's suite id, so the report is the whole
+    // suite, whichever task ran each unit.
+    assert!(
+        runs["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["suite"] == "su-slurm-4242"),
+        "{runs}"
+    );
     assert!(dir.path().join("report-4242/index.html").exists());
 }
 

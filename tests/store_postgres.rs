@@ -496,6 +496,83 @@ fn a_version_1_postgres_store_is_migrated_and_a_newer_one_refused() {
 }
 
 #[test]
+fn postgres_stores_tags_suites_and_baselines_and_an_old_showcase_is_tagged_by_the_migration() {
+    let Some(pg) = Cluster::start("postgres_stores_tags_suites_and_baselines") else {
+        return;
+    };
+    let url = pg.database("tags");
+    // A showcase stored by an hvlab of schema 1, before runs had tags.
+    let mut record = scenario_json(
+        "lifecycle",
+        &[],
+        &[],
+        &["--backend", "model", "--reps", "4"],
+    );
+    record["params"]["showcase"] = "the thread's setup".into();
+    record["params"]["suite"] = "su-old".into();
+    let id = record["run_id"].as_str().expect("id").to_string();
+    let mut client = pg.client(&url);
+    client.batch_execute(V1_POSTGRES).expect("v1 schema");
+    client
+        .execute(
+            "INSERT INTO runs VALUES ($1, 'lifecycle', 'model', NULL, $2, $3, 'complete', $4,
+                                     $5, '0.1.0', 'old', $6, $7, $8)",
+            &[
+                &id,
+                &record["started_at"].as_str(),
+                &record["finished_at"].as_str(),
+                &record["host"]["kernel"].as_str(),
+                &record["host"]["kvm_flavour"].as_str(),
+                &record["host"].to_string(),
+                &record["params"].to_string(),
+                &record.to_string(),
+            ],
+        )
+        .expect("v1 run");
+    // Internal: not among the user's runs, listed with --all as a showcase of its suite.
+    let mine = json(&run(&url, &["runs", "--json"]));
+    assert_eq!(mine["runs"].as_array().expect("runs").len(), 0, "{mine}");
+    let all = json(&run(&url, &["runs", "--all", "--json"]));
+    assert_eq!(all["runs"][0]["tag"], "showcase", "{all}");
+    assert_eq!(all["runs"][0]["suite"], "su-old", "{all}");
+
+    // A baseline saved in PostgreSQL and compared against.
+    let args = [
+        "run",
+        "lifecycle",
+        "--backend",
+        "model",
+        "--variant",
+        "irqchip-first",
+        "--reps",
+        "5",
+        "--warmup",
+        "0",
+        "--json",
+    ];
+    let mut save = args.to_vec();
+    save.extend(["--save-baseline", "main"]);
+    let base = json(&run(&url, &save));
+    assert_eq!(base["baseline"], "main");
+    json(&run(&url, &args));
+    let listed = json(&run(&url, &["runs", "--json"]));
+    let saved: Vec<&serde_json::Value> = listed["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .filter(|r| r["baseline"] == "main")
+        .collect();
+    assert_eq!(saved.len(), 1, "{listed}");
+    assert_eq!(saved[0]["run_id"], base["run_id"], "{listed}");
+    assert_exit(&run(&url, &["compare", "--baseline", "main"]), 0, &[]);
+    assert_exit(
+        &run(&url, &["compare", "--baseline", "nope"]),
+        2,
+        &["main (lifecycle on model)"],
+    );
+}
+
+#[test]
 fn hvlab_db_in_the_environment_selects_postgres() {
     let Some(pg) = Cluster::start("hvlab_db_in_the_environment_selects_postgres") else {
         return;

@@ -1,5 +1,6 @@
 //! The command line (clap) and dispatch. This is the only layer that prints.
 
+pub mod habits;
 mod kernel;
 mod progress;
 mod render;
@@ -31,12 +32,18 @@ use run_store::RunStore;
 /// hvlab — the hypervisor fast-path lab: where does virtualization cost time on this host, did a
 /// kernel or policy change make it worse, and what would a fix buy?
 #[derive(Debug, Parser)]
-#[command(name = "hvlab", version, about, long_about = None)]
+#[command(name = "hvlab", version = habits::VERSION, about, long_about = None, styles = habits::styles())]
 pub struct Cli {
     /// Results store: an SQLite file, or a postgres://… URL for a shared PostgreSQL store
     /// [default: $HVLAB_DB, else $XDG_DATA_HOME/hvlab/hvlab.db]
     #[arg(long, global = true, value_name = "PATH|URL")]
     db: Option<PathBuf>,
+    /// No progress bars or notes on stderr: results, warnings and errors only
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    /// Colour: auto (on a terminal, unless NO_COLOR is set), always, or never
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = clap::ColorChoice::Auto)]
+    color: clap::ColorChoice,
     #[command(subcommand)]
     command: Command,
 }
@@ -61,11 +68,41 @@ enum Command {
     Suite(SuiteArgs),
     /// One scenario over a grid of parameters (and variants): one stored run per point
     Sweep(SweepArgs),
-    /// Stored runs, newest first
+    /// Stored runs, newest first: your own (internal runs of validate and the suite's
+    /// showcases with --all), with their parameters, profile and sweep or suite
     Runs {
         /// How many
         #[arg(long, default_value_t = 20)]
         limit: usize,
+        /// Only this scenario
+        #[arg(long)]
+        scenario: Option<String>,
+        /// Only this backend
+        #[arg(long, value_enum)]
+        backend: Option<BackendKind>,
+        /// Only hosts whose description contains this (kernel, CPU, flavour, or a model
+        /// profile), ignoring case
+        #[arg(long, value_name = "TEXT")]
+        host: Option<String>,
+        /// Only the points of this sweep (`hvlab sweeps` lists them)
+        #[arg(long, value_name = "ID")]
+        sweep: Option<String>,
+        /// Only the runs of this suite
+        #[arg(long, value_name = "ID")]
+        suite: Option<String>,
+        /// Only runs started since: a time (2026-11-24T10:00:00Z), a date (2026-11-24, UTC) or
+        /// an age (2h, 3days)
+        #[arg(long, value_name = "TIME")]
+        since: Option<String>,
+        /// Internal runs too (validate, the suite's showcases)
+        #[arg(long)]
+        all: bool,
+        /// One JSON document on stdout
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stored sweeps, newest first: id, scenario, backend, points
+    Sweeps {
         /// One JSON document on stdout
         #[arg(long)]
         json: bool,
@@ -93,10 +130,17 @@ enum Command {
     /// host selector (key=value terms joined by commas over kernel, cpu, flavour, hz, backend,
     /// e.g. kernel=6.18,cpu=EPYC), compared per matched host and overall
     Compare {
-        /// Side A (the baseline)
-        a: String,
+        /// Side A (the baseline); with --baseline, the run to judge against it [default: the
+        /// newest of your runs of a scenario the baseline has]
+        #[arg(required_unless_present = "baseline")]
+        a: Option<String>,
         /// Side B (the candidate)
-        b: String,
+        #[arg(required_unless_present = "baseline")]
+        b: Option<String>,
+        /// Compare against a named baseline (saved with `hvlab run … --save-baseline NAME`):
+        /// A is the baseline's run of the same scenario and backend, B the run given
+        #[arg(long, value_name = "NAME", conflicts_with = "b")]
+        baseline: Option<String>,
         /// With selectors: the scenario [default: the one scenario the selected runs share]
         #[arg(long)]
         scenario: Option<String>,
@@ -123,11 +167,18 @@ enum Command {
     },
     /// Write a self-contained HTML report (and a Markdown summary) of stored runs
     Report {
-        /// Runs to include [default: the latest run of each scenario on each backend]
+        /// Runs to include [default: your newest suite whole, else the latest of your runs
+        /// of each scenario on each backend]
         runs: Vec<String>,
         /// Report a sweep instead: its points as lines or heatmaps, and a table
-        #[arg(long, value_name = "ID", conflicts_with = "runs")]
+        #[arg(long, value_name = "ID", conflicts_with_all = ["runs", "suite"])]
         sweep: Option<String>,
+        /// Report a whole suite: every unit (the latest run of each), whichever shard ran it
+        #[arg(long, value_name = "ID", conflicts_with = "runs")]
+        suite: Option<String>,
+        /// Choose among internal runs too (validate, the suite's showcases)
+        #[arg(long)]
+        all: bool,
         /// Output directory
         #[arg(short, long, default_value = "hvlab-report")]
         output: PathBuf,
@@ -143,9 +194,9 @@ enum Command {
     },
     /// Write stored runs for another site (one run record per line)
     Export {
-        /// Format
-        #[arg(long, value_enum, default_value_t = store::transfer::Format::Jsonl)]
-        format: store::transfer::Format,
+        /// Format: jsonl for another site (`import` reads it), csv for a spreadsheet
+        #[arg(long, value_enum, default_value_t = store::transfer::ExportFormat::Jsonl)]
+        format: store::transfer::ExportFormat,
         /// Runs to export (ids or unique parts) [default: every run]
         runs: Vec<String>,
         /// Output file [default: stdout]
@@ -192,6 +243,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print a shell completion script: hvlab completions bash > /etc/bash_completion.d/hvlab
+    Completions {
+        /// The shell
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff): hvlab man | man -l -
+    Man,
     /// The model against the kvm backend on this host, metric by metric; exit 1 beyond tolerance
     Validate {
         /// Cost profile [default: the calibrated one; calibrates first when there is none]
@@ -227,6 +286,10 @@ struct RunArgs {
     /// Include KVM statistics in the terminal output
     #[arg(short, long)]
     verbose: bool,
+    /// Save the run as the named baseline of its scenario and backend (criterion's habit):
+    /// `hvlab compare --baseline NAME` judges later runs against it; saving again moves it
+    #[arg(long, value_name = "NAME", value_parser = parse_baseline_name, conflicts_with = "no_store")]
+    save_baseline: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -413,7 +476,17 @@ pub fn main() -> ExitCode {
     if args.get(1).is_some_and(|a| a == trace::SHIM_ARG) {
         return ExitCode::from(u8::try_from(trace::shim(&args[2..])).unwrap_or(127));
     }
-    let cli = Cli::parse();
+    // clap's own help and errors follow --color too, so it is read before parsing.
+    let color = habits::color_in(&args);
+    habits::apply_color(color);
+    let matches = <Cli as clap::CommandFactory>::command()
+        .color(color)
+        .get_matches_from(args);
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    habits::set_quiet(cli.quiet);
     match dispatch(cli) {
         Ok(code) => code,
         // A reader that stopped early (`| head`) is not an error worth a message, as for
@@ -445,6 +518,23 @@ fn print_text(text: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// A table from `render`: its header line (the one above the rule of dashes) in bold where
+/// colour is on, the rest as [`print_text`] prints it.
+fn print_table(text: &str) -> Result<(), Error> {
+    let lines: Vec<&str> = text.lines().collect();
+    let rule = lines
+        .iter()
+        .position(|l| !l.is_empty() && l.chars().all(|c| c == '-' || c == ' '));
+    for (i, line) in lines.iter().enumerate() {
+        if rule == Some(i + 1) {
+            habits::print_styled(line, habits::style::HEADER)?;
+        } else {
+            print_text(line)?;
+        }
+    }
+    Ok(())
+}
+
 fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
     match cli.command {
         Command::Host { json } => {
@@ -473,7 +563,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             let request = request_of(info, &args.measure, args.variants, args.sets);
             scenario::check(info, &request, args.backend)?;
             for notice in scenario::scenario(info.name)?.notices(&request) {
-                eprintln!("note: {notice}");
+                habits::note(&format!("note: {notice}"));
             }
             args.measure.interference.check()?;
             // Check the database before measuring, so a bad --db does not cost a run.
@@ -491,6 +581,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             )?;
             let mut record = run_one(info, backend.as_mut(), &request, args.measure.json)?;
             scenario::judge(&record)?;
+            record.baseline = args.save_baseline.clone();
             if let Some(s) = &mut run_store {
                 s.save(&mut record)?;
             }
@@ -503,12 +594,39 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         Command::Suite(args) => suite(cli.db.as_deref(), &args)?,
         Command::Vm(args) => return kernel::vm(cli.db.as_deref(), &args),
         Command::Kab(args) => return kernel::kab(cli.db.as_deref(), &args),
-        Command::Runs { limit, json } => {
+        Command::Runs {
+            limit,
+            scenario,
+            backend,
+            host,
+            sweep,
+            suite,
+            since,
+            all,
+            json,
+        } => {
+            if let Some(s) = &scenario {
+                scenario::find(s)?;
+            }
+            let filter = lab::select::RunFilter {
+                since: since
+                    .as_deref()
+                    .map(|t| lab::select::parse_since(t, std::time::SystemTime::now()))
+                    .transpose()?,
+                scenario,
+                backend,
+                host,
+                sweep,
+                suite,
+                all,
+            };
             let store = Store::open_read(&store::resolve_path(cli.db.as_deref())?)?;
-            let list = store.list(limit)?;
-            let hosts = lab::fleet::group_by_host(list.iter().collect(), |l| {
+            let list = lab::select::runs(&store, &filter, limit)?;
+            let mut hosts = lab::fleet::group_by_host(list.iter().collect(), |l| {
                 lab::fleet::HostFingerprint::of_listing(l)
             });
+            // Real hosts first, then model profiles.
+            hosts.sort_by_key(|h| !h.fingerprint.is_real());
             if json {
                 let hosts: Vec<serde_json::Value> = hosts
                     .iter()
@@ -516,9 +634,20 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                     .collect();
                 print_json(&serde_json::json!({ "runs": list, "hosts": hosts }))?;
             } else {
-                print_text(&render::runs_by_host(&hosts))?;
+                print_table(&render::runs_by_host(&hosts))?;
             }
         }
+        Command::Sweeps { json } => {
+            let store = Store::open_read(&store::resolve_path(cli.db.as_deref())?)?;
+            let sweeps = lab::select::sweeps(&store.list(usize::MAX >> 1)?);
+            if json {
+                print_json(&serde_json::json!({ "sweeps": sweeps }))?;
+            } else {
+                print_table(&render::sweeps(&sweeps))?;
+            }
+        }
+        Command::Completions { shell } => habits::completions(shell)?,
+        Command::Man => habits::man()?,
         Command::Show { run, json, verbose } => {
             let store = Store::open_read(&store::resolve_path(cli.db.as_deref())?)?;
             let record = store.load(&run)?;
@@ -533,12 +662,18 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             runs,
             sweep: Some(id),
             output,
+            ..
         } => {
             debug_assert!(runs.is_empty());
             let store = Store::open_read(&store::resolve_path(cli.db.as_deref())?)?;
             let records = store.sweep_runs(&id)?;
-            let view = crate::report::SweepView::of(&id, &records)
-                .ok_or_else(|| InputError::NoSuchSweep(id.clone()))?;
+            let Some(view) = crate::report::SweepView::of(&id, &records) else {
+                return Err(InputError::NoSuchSweep {
+                    id: id.clone(),
+                    known: lab::select::known_sweeps(&store)?,
+                }
+                .into());
+            };
             let path = write_report_with(&output, "-o DIR", |dir| {
                 crate::report::write_sweep(&view, dir)
             })?;
@@ -551,23 +686,33 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         Command::Report {
             runs,
             sweep: None,
+            suite,
+            all,
             output,
         } => {
             let store = Store::open_read(&store::resolve_path(cli.db.as_deref())?)?;
-            // The fleet page shows the latest run of each scenario and backend on every host.
-            // The index shows the latest of those per scenario and backend (or the runs named).
-            let (fleet, latest) = if runs.is_empty() {
-                let fleet = lab::fleet::latest_per_host(&store)?;
-                let latest = lab::latest_runs(&fleet);
-                (fleet, Some(latest))
+            // The fleet page shows the latest of the user's runs of each scenario and backend
+            // on every host (model profiles apart). The index shows a suite whole, the runs
+            // named, or by default the newest suite or the latest run per scenario and backend.
+            let (fleet, chosen) = if let Some(id) = &suite {
+                let records = lab::select::suite(&store, id)?;
+                (records.clone(), records)
+            } else if runs.is_empty() {
+                let sel = lab::select::default_report(&store, all)?;
+                if let Some(id) = &sel.suite {
+                    habits::note(&format!(
+                        "reporting suite {id}, your newest (another: --suite ID, or name runs)"
+                    ));
+                }
+                (sel.fleet, sel.runs)
             } else {
                 let records = runs
                     .iter()
                     .map(|r| store.load(r))
                     .collect::<Result<Vec<_>, _>>()?;
-                (records, None)
+                (records.clone(), records)
             };
-            let records = latest.as_deref().unwrap_or(&fleet);
+            let records = &chosen;
             if records.is_empty() {
                 return Err(InputError::NoRuns.into());
             }
@@ -584,6 +729,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         Command::Compare {
             a,
             b,
+            baseline,
             scenario,
             variant,
             metric,
@@ -598,6 +744,10 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 ..lab::compare::Judging::new(threshold, fail_on_regression)
             };
             let store = Store::open_read(&store::resolve_path(cli.db.as_deref())?)?;
+            let (a, b) = match &baseline {
+                Some(name) => lab::select::against_baseline(&store, name, a.as_deref())?,
+                None => (a.unwrap_or_default(), b.unwrap_or_default()),
+            };
             if lab::fleet::Selector::looks_like(&a) || lab::fleet::Selector::looks_like(&b) {
                 let (sa, sb) = (
                     lab::fleet::Selector::parse(&a)?,
@@ -650,7 +800,12 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                     }
                 }
                 for c in results {
-                    print_text(&format!("  [{}] {}", comparison_label(c), c))?;
+                    let style = match c.verdict {
+                        crate::analysis::compare::AbVerdict::Faster => habits::style::GOOD,
+                        crate::analysis::compare::AbVerdict::Slower => habits::style::BAD,
+                        _ => anstyle::Style::new(),
+                    };
+                    habits::print_styled(&format!("  [{}] {}", comparison_label(c), c), style)?;
                 }
             }
             busy_gate(
@@ -686,7 +841,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             }
         }
         Command::Export {
-            format: store::transfer::Format::Jsonl,
+            format,
             runs,
             output,
         } => {
@@ -694,10 +849,14 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             let records = store::transfer::select(&store, &runs)?;
             match &output {
                 Some(path) => {
-                    store::transfer::write_jsonl_file(&records, path)?;
-                    eprintln!("exported {} run(s) to {}", records.len(), path.display());
+                    store::transfer::write_file(&records, path, format)?;
+                    habits::note(&format!(
+                        "exported {} run(s) to {}",
+                        records.len(),
+                        path.display()
+                    ));
                 }
-                None => store::transfer::write_jsonl(&records, &mut std::io::stdout().lock())?,
+                None => format.write(&records, &mut std::io::stdout().lock())?,
             }
         }
         Command::Import {
@@ -1032,6 +1191,22 @@ fn write_report_with(
     })
 }
 
+/// `--save-baseline`: a name of letters, digits, `.`, `_` and `-` (it is typed again later).
+fn parse_baseline_name(text: &str) -> Result<String, String> {
+    if !text.is_empty()
+        && text.len() <= 64
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        Ok(text.to_string())
+    } else {
+        Err(format!(
+            "`{text}` is not a baseline name: use 1 to 64 letters, digits, `.`, `_` or `-`, such as main or before-fix"
+        ))
+    }
+}
+
 /// `--tolerance`: a finite percentage above 0 (at most 100000: a huge one checks only the
 /// exact counts).
 fn parse_tolerance(text: &str) -> Result<f64, String> {
@@ -1097,14 +1272,22 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
     let h = host::probe();
     let model_profile = backends::ModelProfile::named(args.measure.profile.as_deref());
     let json = args.measure.json;
+    let suite_id = lab::suite::suite_id(
+        args.backend,
+        shard,
+        args.measure.seed,
+        std::env::var("SLURM_ARRAY_JOB_ID").ok().as_deref(),
+        &crate::scenario::runner::now_rfc3339(),
+    );
     if !shard.is_whole() {
-        eprintln!("suite shard {shard} ({source})");
+        eprintln!("suite {suite_id} shard {shard} ({source})");
     }
     let lab::suite::SuiteOutcome {
         records,
         skipped,
         units,
     } = lab::suite::run(
+        &suite_id,
         &h,
         args.backend,
         shard,
@@ -1137,7 +1320,7 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
     };
     if args.measure.json {
         print_json(&serde_json::json!({
-            "shard": shard.to_string(), "units": units,
+            "suite": suite_id, "shard": shard.to_string(), "units": units,
             "runs": records, "skipped": skipped, "fidelity": fidelity, "report": report
         }))?;
     } else {
@@ -1145,7 +1328,7 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
             eprintln!("skipped {s}");
         }
         print_text(&format!(
-            "suite{}: {} run(s) on {} ({}), {} skipped",
+            "suite {suite_id}{}: {} run(s) on {} ({}), {} skipped",
             if shard.is_whole() {
                 String::new()
             } else {
@@ -1168,7 +1351,9 @@ fn suite(db: Option<&std::path::Path>, args: &SuiteArgs) -> Result<(), Error> {
         }
     }
     if units.is_empty() {
-        eprintln!("note: shard {shard} has no units: the suite has fewer units than shards");
+        habits::note(&format!(
+            "note: shard {shard} has no units: the suite has fewer units than shards"
+        ));
     } else if let Some(e) = shard_without_kvm(shard, &units, &records, &skipped) {
         return Err(e);
     } else if records.is_empty() {
@@ -1234,7 +1419,7 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
     } else {
         let at = store::resolve_path(db)?;
         let (cost, line) = lab::sweep::preflight(&spec, shard, &at, &host, &model_profile)?;
-        eprintln!("{}", safe(&line));
+        habits::note(&line);
         cost
     };
     let plan = lab::sweep::plan(&spec)?;
@@ -1258,13 +1443,13 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
         }
     };
     let json = args.measure.json;
-    eprintln!(
+    habits::note(&format!(
         "sweep {}: {} on {}, {} points; shard {shard} ({source})",
         plan.id,
         info.name,
         args.backend,
         plan.points.len()
-    );
+    ));
     let progress = TermProgress::new("sweep", json);
     let mut run_ids = Vec::new();
     // --no-store: the results are printed, as they are the only copy.
@@ -1318,6 +1503,11 @@ fn sweep(db: Option<&std::path::Path>, args: &SweepArgs) -> Result<ExitCode, Err
             outcome.failed.len()
         ))?;
         if store.is_some() && outcome.ran > 0 {
+            // The table of the whole sweep as stored (other shards' points included).
+            let records = Store::open_read(&store::resolve_path(db)?)?.sweep_runs(&outcome.id)?;
+            if !records.is_empty() {
+                print_table(&render::sweep_table(&records))?;
+            }
             print_text(&format!("report: hvlab report --sweep {}", outcome.id))?;
         }
     }

@@ -16,6 +16,7 @@ pub struct TermProgress {
 impl TermProgress {
     /// A bar labelled `prefix` when stderr is a terminal and `quiet` is false.
     pub fn new(prefix: &str, quiet: bool) -> TermProgress {
+        let quiet = quiet || super::habits::quiet();
         let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
             let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
             let style = ProgressStyle::with_template(

@@ -287,35 +287,208 @@ pub fn tally(what: &str, t: &crate::store::transfer::Tally) -> String {
     s
 }
 
-/// `hvlab runs`: the runs under the host that produced them.
+/// A table with hvlab's look: no borders, a header rule, columns padded to their content
+/// (comfy-table measures display width, so long or non-ASCII names keep columns aligned).
+pub fn table(header: &[&str]) -> comfy_table::Table {
+    let mut t = comfy_table::Table::new();
+    t.load_style(
+        comfy_table::TableStyle::new()
+            .header_separator(comfy_table::LineStyle::none().fill('-').junction(' ')),
+    )
+    .set_content_arrangement(comfy_table::ContentArrangement::Disabled)
+    .set_header(header.iter().map(comfy_table::Cell::new));
+    t
+}
+
+/// The parameters of a listed run worth showing: those set away from the scenario's default
+/// (a sweep's axes among them), without the bookkeeping every run carries.
+pub fn shown_params(r: &RunListing) -> String {
+    const BOOKKEEPING: [&str; 9] = [
+        "reps",
+        "warmup",
+        "seed",
+        "suite",
+        "suite_unit",
+        "showcase",
+        "sweep",
+        "sweep_grid",
+        "sweep_point",
+    ];
+    let defaults = scenario::find(&r.scenario).map(|i| i.params).unwrap_or(&[]);
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    r.params
+        .iter()
+        .filter(|(k, _)| !BOOKKEEPING.contains(&k.as_str()))
+        .filter(|(k, v)| {
+            defaults
+                .iter()
+                .find(|p| p.name == k.as_str())
+                .is_none_or(|p| p.default != text(v))
+        })
+        .map(|(k, v)| format!("{k}={}", text(v)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `hvlab runs`: the hosts (real ones, then model profiles) named H1, H2, ..., then one table
+/// of the runs, newest first, with their parameters, profile and sweep or suite.
 pub fn runs_by_host(hosts: &[crate::lab::fleet::HostGroup<&RunListing>]) -> String {
     if hosts.is_empty() {
         return "no runs stored yet; `hvlab run lifecycle` or `hvlab suite` makes some".into();
     }
     let mut s = String::new();
-    let width = crate::report::escape::column_width(
-        hosts.iter().flat_map(|h| &h.runs).map(|r| r.run_id.len()),
-    );
-    for h in hosts {
+    let mut rows: Vec<(usize, &RunListing)> = Vec::new();
+    for (i, h) in hosts.iter().enumerate() {
         let _ = writeln!(
             s,
-            "{} ({} run{})",
+            "H{} = {} ({} run{})",
+            i + 1,
             h.fingerprint,
             h.runs.len(),
             if h.runs.len() == 1 { "" } else { "s" }
         );
-        for r in &h.runs {
-            let _ = writeln!(
-                s,
-                "  {:<width$}  {:<10} {:<6} {}",
-                r.run_id,
-                r.scenario,
-                r.backend.to_string(),
-                r.variants.join(",")
-            );
+        rows.extend(h.runs.iter().map(|r| (i, *r)));
+    }
+    rows.sort_by(|a, b| (&b.1.started_at, &b.1.run_id).cmp(&(&a.1.started_at, &a.1.run_id)));
+    let mut t = table(&[
+        "run",
+        "scenario",
+        "backend",
+        "host",
+        "params",
+        "sweep/suite",
+        "tag",
+        "variants",
+    ]);
+    for (i, r) in rows {
+        let group = r
+            .sweep()
+            .map(str::to_string)
+            .or_else(|| r.suite.clone())
+            .unwrap_or_default();
+        let tag = match (&r.tag, &r.baseline) {
+            (Some(t), _) => t.to_string(),
+            (None, Some(b)) => format!("baseline {b}"),
+            (None, None) => String::new(),
+        };
+        t.add_row(vec![
+            r.run_id.clone(),
+            r.scenario.clone(),
+            r.backend.to_string(),
+            format!("H{}", i + 1),
+            shown_params(r),
+            group,
+            tag,
+            variants_in_short(&r.variants),
+        ]);
+    }
+    let _ = write!(s, "{}", trimmed(&t));
+    s.trim_end().to_string()
+}
+
+/// A run's variants: up to four by name, then how many more.
+fn variants_in_short(names: &[String]) -> String {
+    const SHOWN: usize = 4;
+    if names.len() <= SHOWN {
+        names.join(",")
+    } else {
+        format!("{},… ({} in all)", names[..SHOWN].join(","), names.len())
+    }
+}
+
+/// A table's text without the trailing blanks of its last column.
+pub fn trimmed(t: &comfy_table::Table) -> String {
+    t.to_string()
+        .lines()
+        .map(str::trim_end)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `hvlab sweeps`: one row per sweep, newest first.
+pub fn sweeps(groups: &[crate::lab::select::Group]) -> String {
+    if groups.is_empty() {
+        return "no sweeps stored; `hvlab sweep SCENARIO --grid KEY=V1,V2` makes one".into();
+    }
+    let mut t = table(&["sweep", "scenario", "backend", "points", "first", "last"]);
+    for g in groups {
+        t.add_row(vec![
+            g.id.clone(),
+            g.scenarios.join(","),
+            g.backends
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            g.runs.to_string(),
+            g.first.clone(),
+            g.last.clone(),
+        ]);
+    }
+    trimmed(&t)
+}
+
+/// A finished sweep: one row per point (its axis values) and the headline metric of each
+/// variant, median with its 95% CI and unit.
+pub fn sweep_table(records: &[RunRecord]) -> String {
+    // Grid order (points stored in the same second list in id order).
+    let mut records: Vec<&RunRecord> = records.iter().collect();
+    records.sort_by_key(|r| {
+        r.params
+            .get("sweep_point")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(u64::MAX)
+    });
+    let Some(first) = records.first() else {
+        return String::new();
+    };
+    let Ok(info) = scenario::find(&first.scenario) else {
+        return String::new();
+    };
+    let axes: Vec<String> = first
+        .params
+        .get("sweep_grid")
+        .and_then(serde_json::Value::as_str)
+        .map(|g| g.split(',').map(str::to_string).collect())
+        .unwrap_or_default();
+    let mut header: Vec<String> = axes.clone();
+    header.push("variant".into());
+    header.push(format!("{} (median, 95% CI)", info.headline));
+    let mut t = table(&header.iter().map(String::as_str).collect::<Vec<_>>());
+    let text = |v: Option<&serde_json::Value>| match v {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    };
+    for r in &records {
+        for v in &r.variants {
+            let mut row: Vec<String> = axes
+                .iter()
+                .map(|a| {
+                    if a == "variant" {
+                        v.name.clone()
+                    } else {
+                        text(r.params.get(a))
+                    }
+                })
+                .collect();
+            row.push(v.name.clone());
+            row.push(match v.metrics.get(info.headline) {
+                Some(m) => format!(
+                    "{} [{} – {}]",
+                    fmt_value(m.median, &m.unit),
+                    fmt_value(m.ci95[0], &m.unit),
+                    fmt_value(m.ci95[1], &m.unit)
+                ),
+                None => v.status.to_string(),
+            });
+            t.add_row(row);
         }
     }
-    s.trim_end().to_string()
+    trimmed(&t)
 }
 
 /// `hvlab compare SELECTOR SELECTOR`: per matched host, then overall.
@@ -679,6 +852,8 @@ mod hostile_records {
                 verdicts: vec![],
                 noise: None,
                 warnings: vec![],
+                tag: None,
+                baseline: None,
             }
         }
     }
@@ -738,6 +913,11 @@ mod hostile_records {
                     cpu: r.host.cpu.clone(),
                     hz: r.host.hz,
                     variants: r.variants.iter().map(|v| v.name.clone()).collect(),
+                    profile: r.profile.clone(),
+                    tag: r.tag,
+                    suite: None,
+                    baseline: None,
+                    params: r.params.clone(),
                 };
                 let hosts = crate::lab::fleet::group_by_host(vec![&listing], |l| {
                     crate::lab::fleet::HostFingerprint::of_listing(l)

@@ -46,11 +46,11 @@ impl RunStore {
     pub(super) fn save(&mut self, record: &mut RunRecord) -> Result<(), Error> {
         match self.store.save(record) {
             Ok(()) => {
-                eprintln!(
+                super::habits::note(&format!(
                     "stored run {} in {}",
-                    safe(&record.run_id),
-                    safe(&self.at.display())
-                );
+                    record.run_id,
+                    self.at.display()
+                ));
                 Ok(())
             }
             Err(cause) => Err(self.rescue(record, cause)),

@@ -36,16 +36,30 @@ pub struct HostFingerprint {
     pub flavour: String,
     /// Timer ticks per second.
     pub hz: u32,
+    /// A model run's host is the modelled one: its cost profile (and the HZ it ran at, after
+    /// any `--set hz`), kept apart from the machine that computed it (the fields above), so
+    /// model profiles never count as real hosts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
 }
 
 impl HostFingerprint {
-    /// The fingerprint of a host description.
+    /// The fingerprint of a host description (a real host).
     pub fn of(host: &HostInfo) -> HostFingerprint {
         HostFingerprint {
             kernel: host.kernel.clone(),
             cpu: host.cpu.clone(),
             flavour: host.kvm_flavour.to_string(),
             hz: host.hz,
+            profile: None,
+        }
+    }
+
+    /// The fingerprint of a run: its host, or for a model run the modelled host.
+    pub fn of_run(run: &RunRecord) -> HostFingerprint {
+        HostFingerprint {
+            profile: modelled(run.backend, run.profile.as_deref()),
+            ..HostFingerprint::of(&run.host)
         }
     }
 
@@ -56,7 +70,13 @@ impl HostFingerprint {
             cpu: run.cpu.clone(),
             flavour: run.kvm_flavour.clone(),
             hz: run.hz,
+            profile: modelled(run.backend, run.profile.as_deref()),
         }
+    }
+
+    /// Whether this is a real host (not a model profile).
+    pub fn is_real(&self) -> bool {
+        self.profile.is_none()
     }
 
     /// The value of one fingerprint field, for matching hosts across two selectors.
@@ -71,8 +91,20 @@ impl HostFingerprint {
     }
 }
 
+/// The profile a model run models (`?` for a model run stored without one).
+fn modelled(backend: BackendKind, profile: Option<&str>) -> Option<String> {
+    (backend == BackendKind::Model).then(|| profile.unwrap_or("?").to_string())
+}
+
 impl fmt::Display for HostFingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(profile) = &self.profile {
+            return write!(
+                f,
+                "model profile {profile} · HZ={} (computed on Linux {} · {})",
+                self.hz, self.kernel, self.cpu
+            );
+        }
         write!(
             f,
             "Linux {} · {} · {} · HZ={}",
@@ -110,14 +142,16 @@ pub fn group_by_host<T>(
     groups
 }
 
-/// The latest run of each scenario on each backend on each host, hosts in order of their
-/// latest run: what the report's fleet page shows by default.
-pub fn latest_per_host(store: &Store) -> Result<Vec<RunRecord>, Error> {
+/// The latest run of each scenario on each backend on each host (a model profile counting as
+/// its own host), hosts in order of their latest run: what the report's fleet page shows by
+/// default. Internal runs (validate, showcases) only with `all`.
+pub fn latest_per_host(store: &Store, all: bool) -> Result<Vec<RunRecord>, Error> {
     // Chosen from the listing, which carries the fingerprint; only the chosen runs are read.
     let mut seen = BTreeSet::new();
     store
         .list(100_000)?
         .iter()
+        .filter(|l| all || l.is_users())
         .filter(|l| {
             seen.insert((
                 l.scenario.clone(),
@@ -387,6 +421,8 @@ mod tests {
             verdicts: vec![],
             noise: None,
             warnings: vec![],
+            tag: None,
+            baseline: None,
         }
     }
 

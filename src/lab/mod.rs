@@ -9,6 +9,7 @@ pub mod fidelity;
 pub mod fleet;
 pub mod host;
 pub mod kab;
+pub mod select;
 pub mod shard;
 pub mod suite;
 pub mod sweep;

@@ -134,6 +134,11 @@ impl Shard {
         position % self.count as usize == self.index as usize
     }
 
+    /// How many shards the job has.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
     /// Whether this is the whole job.
     pub fn is_whole(&self) -> bool {
         self.count == 1

@@ -82,6 +82,43 @@ pub fn units(only: Option<BackendKind>) -> Vec<Unit> {
         .collect()
 }
 
+/// The id every run of one suite job carries (its `suite` parameter). Shards of one job must
+/// agree on it without talking to each other: a Slurm array's job id names the job; other
+/// shards (Kubernetes, `--shard i/N` by hand) hash what makes the job (its units, base seed,
+/// revision and shard count), so a rerun of the same job on the same revision shares the id
+/// and a report keeps the latest run of each unit. A whole suite in one process is named by
+/// its start and a random part.
+pub fn suite_id(
+    only: Option<BackendKind>,
+    shard: Shard,
+    base_seed: u64,
+    slurm_job: Option<&str>,
+    started_at: &str,
+) -> String {
+    if let Some(job) =
+        slurm_job.filter(|j| !j.is_empty() && j.chars().all(|c| c.is_ascii_alphanumeric()))
+    {
+        return format!("su-slurm-{job}");
+    }
+    if shard.is_whole() {
+        let stamp: String = started_at
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect();
+        let random = crate::record::run_id_suffix();
+        return format!("su-{stamp}-{}", &random[..4]);
+    }
+    let keys: Vec<String> = units(only).iter().map(Unit::key).collect();
+    let definition = format!(
+        "{}|{}|{}|{}",
+        keys.join(","),
+        shard.count(),
+        env!("CARGO_PKG_VERSION"),
+        env!("HVLAB_GIT_REV")
+    );
+    format!("su-{:012x}", unit_seed(&definition, base_seed) >> 16)
+}
+
 /// The keys of the units `shard` runs.
 pub fn plan(only: Option<BackendKind>, shard: Shard) -> Vec<String> {
     units(only)
@@ -96,9 +133,11 @@ pub fn plan(only: Option<BackendKind>, shard: Shard) -> Vec<String> {
 /// the unit), `request` and `progress` say how each scenario runs (its seed is replaced by the
 /// unit's, a pure function of the unit and `base_seed`, so a unit's result does not depend on
 /// which shard ran it), and `keep` gets every run that produced samples (to store and show
-/// it) before the next starts.
+/// it) before the next starts. Every run carries `suite_id` (its `suite` parameter), so a
+/// report shows the whole suite, whichever shards ran its units.
 #[allow(clippy::too_many_arguments)]
 pub fn run<P: Progress>(
+    suite_id: &str,
     host: &HostInfo,
     only: Option<BackendKind>,
     shard: Shard,
@@ -153,8 +192,10 @@ pub fn run<P: Progress>(
         record
             .params
             .insert("suite_unit".into(), key.clone().into());
+        record.params.insert("suite".into(), suite_id.into());
         if let Some((_, sc)) = unit.showcase {
             record.params.insert("showcase".into(), sc.why.into());
+            record.tag = Some(crate::record::RunTag::Showcase);
         }
         if let Err(e) = scenario::judge(&record) {
             skipped.push(format!("{} on {kind}: {e}", info.name));

@@ -68,6 +68,9 @@ pub fn validate(
         if let Some(n) = real.noise.as_ref().filter(|n| n.is_busy()) {
             busy.push(n.clone());
         }
+        // Internal: left out of the default report, `runs` and the fleet page.
+        real.tag = Some(crate::record::RunTag::Validate);
+        predicted.tag = Some(crate::record::RunTag::Validate);
         keep(&mut real)?;
         keep(&mut predicted)?;
         for v in point.variants {

@@ -16,15 +16,20 @@ pub const FILE: &str = "fleet.html";
 
 /// The whole page.
 pub fn page(records: &[RunRecord]) -> String {
-    let hosts = group_by_host(records.iter().collect(), |r| HostFingerprint::of(&r.host));
+    // Real hosts first, then model profiles (each its own "host": the modelled one).
+    let mut hosts = group_by_host(records.iter().collect(), |r| HostFingerprint::of_run(r));
+    hosts.sort_by_key(|h| !h.fingerprint.is_real());
+    let real = hosts.iter().filter(|h| h.fingerprint.is_real()).count();
     let mut s = String::new();
     let _ = write!(
         s,
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>hvlab fleet</title><style>{STYLE}</style></head><body><h1>hvlab fleet</h1><p><a href=\"index.html\">Back to the report</a></p><p>{} run{} on {} host{}. A host is a fingerprint: kernel release, CPU model, KVM flavour and HZ. A host's value is its run's median with the 95% bootstrap CI, or with several runs the median of the run medians with their min–max.</p><h2>Hosts</h2><table class=\"fleet-hosts\"><tr><th>host</th><th>kernel</th><th>CPU</th><th>KVM</th><th>HZ</th><th>runs</th><th>scenarios</th></tr>",
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>hvlab fleet</title><style>{STYLE}</style></head><body><h1>hvlab fleet</h1><p><a href=\"index.html\">Back to the report</a></p><p>{} run{} on {} real host{} and {} model profile{}. A host is a fingerprint: kernel release, CPU model, KVM flavour and HZ; a model run's host is its profile at the HZ it ran with. A host's value is its run's median with the 95% bootstrap CI, or with several runs the median of the run medians with their min–max.</p><h2>Hosts</h2><table class=\"fleet-hosts\"><tr><th>host</th><th>kernel</th><th>CPU</th><th>KVM</th><th>HZ</th><th>runs</th><th>scenarios</th></tr>",
         records.len(),
         if records.len() == 1 { "" } else { "s" },
-        hosts.len(),
-        if hosts.len() == 1 { "" } else { "s" }
+        real,
+        if real == 1 { "" } else { "s" },
+        hosts.len() - real,
+        if hosts.len() - real == 1 { "" } else { "s" }
     );
     for (i, h) in hosts.iter().enumerate() {
         let mut scenarios: Vec<String> = h
@@ -38,9 +43,17 @@ pub fn page(records: &[RunRecord]) -> String {
             s,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             label(i),
-            esc(&h.fingerprint.kernel),
-            esc(&h.fingerprint.cpu),
-            esc(&h.fingerprint.flavour),
+            esc(h
+                .fingerprint
+                .profile
+                .as_ref()
+                .map_or(&h.fingerprint.kernel, |_| "model")),
+            esc(h.fingerprint.profile.as_ref().unwrap_or(&h.fingerprint.cpu)),
+            esc(if h.fingerprint.is_real() {
+                &h.fingerprint.flavour
+            } else {
+                "model"
+            }),
             h.fingerprint.hz,
             h.runs.len(),
             esc(&scenarios.join(", "))

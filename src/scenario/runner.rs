@@ -155,6 +155,8 @@ pub fn assemble(
         verdicts: outcome.verdicts,
         noise: None,
         warnings: Vec::new(),
+        tag: None,
+        baseline: None,
     }
 }
 

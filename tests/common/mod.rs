@@ -143,9 +143,10 @@ pub fn fastest(r: &serde_json::Value, name: &str, metric: &str) -> f64 {
         .unwrap_or_else(|| panic!("{name}.{metric} missing: {}", variant(r, name)["metrics"]))
 }
 
-/// Every stored run as JSON, by id, read back with `hvlab runs` + `hvlab show`.
+/// Every stored run as JSON (internal ones too), by id, read back with `hvlab runs --all` +
+/// `hvlab show`.
 pub fn runs_by_id<D: AsRef<OsStr> + ?Sized>(db: &D) -> BTreeMap<String, serde_json::Value> {
-    let listing = json(&run(db, &["runs", "--json", "--limit", "100000"]));
+    let listing = json(&run(db, &["runs", "--all", "--json", "--limit", "100000"]));
     listing["runs"]
         .as_array()
         .expect("runs")
@@ -171,6 +172,12 @@ pub fn contents_by_unit<D: AsRef<OsStr> + ?Sized>(db: &D) -> BTreeMap<String, se
         for volatile in ["run_id", "started_at", "finished_at"] {
             record.as_object_mut().expect("record").remove(volatile);
         }
+        // The suite's id names the job (one process, or the shards of one array), not what
+        // a unit computed.
+        record["params"]
+            .as_object_mut()
+            .expect("params")
+            .remove("suite");
         assert!(out.insert(key, record).is_none(), "a unit ran twice");
     }
     out

@@ -53,6 +53,50 @@ pub struct RunRecord {
         serialize_with = "warnings_with_messages"
     )]
     pub warnings: Vec<Warning>,
+    /// Who made the run when it was not the user asking for it: internal runs are left out
+    /// of the default report, `hvlab runs` and the fleet page (absent: the user's run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<RunTag>,
+    /// The named baseline this run was saved as (`hvlab run … --save-baseline NAME`), which
+    /// `hvlab compare --baseline NAME` compares against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
+}
+
+/// What made an internal run. (`hvlab calibrate` stores no run: its measurements become the
+/// profile.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunTag {
+    /// `hvlab validate`, the model against the kvm backend.
+    Validate,
+    /// A suite unit that shows a kernel thread's finding on the model with the thread's
+    /// hardware profile.
+    Showcase,
+}
+
+impl RunTag {
+    /// Every tag, for messages and parsing.
+    pub const ALL: [RunTag; 2] = [RunTag::Validate, RunTag::Showcase];
+
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunTag::Validate => "validate",
+            RunTag::Showcase => "showcase",
+        }
+    }
+
+    /// Reads a stored name back (an unknown one, from a newer hvlab, is `None`).
+    pub fn parse(text: &str) -> Option<RunTag> {
+        RunTag::ALL.into_iter().find(|t| t.as_str() == text)
+    }
+}
+
+impl std::fmt::Display for RunTag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A warning about a run's numbers, as data; the sentence is its `Display` (`report::words`).

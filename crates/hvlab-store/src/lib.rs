@@ -166,6 +166,40 @@ pub struct RunListing {
     pub hz: u32,
     /// Variant names.
     pub variants: Vec<String>,
+    /// The model's cost profile (model runs).
+    pub profile: Option<String>,
+    /// What made an internal run (absent: the user's).
+    pub tag: Option<crate::record::RunTag>,
+    /// The suite the run belongs to.
+    pub suite: Option<String>,
+    /// The named baseline it was saved as.
+    pub baseline: Option<String>,
+    /// Every parameter in effect (a sweep's id is its `sweep`).
+    pub params: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
+impl RunListing {
+    /// The sweep the run is a point of.
+    pub fn sweep(&self) -> Option<&str> {
+        self.params.get("sweep").and_then(serde_json::Value::as_str)
+    }
+
+    /// Whether the user asked for this run (not calibrate, validate or a showcase).
+    pub fn is_users(&self) -> bool {
+        self.tag.is_none()
+    }
+}
+
+/// Reads the listing's JSON parameters, empty when unreadable (the record itself is checked
+/// when loaded).
+fn params_of(json: &str) -> std::collections::BTreeMap<String, serde_json::Value> {
+    serde_json::from_str(json).unwrap_or_default()
+}
+
+/// A stored tag; one this hvlab does not know (a newer one's) counts as internal, so a
+/// newer store's internal runs never show as the user's.
+fn tag_of(text: Option<String>) -> Option<crate::record::RunTag> {
+    text.map(|t| crate::record::RunTag::parse(&t).unwrap_or(crate::record::RunTag::Showcase))
 }
 
 /// Where the results are: an SQLite file or a PostgreSQL database.
@@ -307,6 +341,9 @@ struct RunRow {
     git_rev: String,
     cpu: String,
     hz: i64,
+    tag: Option<String>,
+    suite: Option<String>,
+    baseline: Option<String>,
     host_json: String,
     params_json: String,
     record_json: String,
@@ -337,6 +374,13 @@ impl RunRow {
             git_rev: run.host.git_rev.clone(),
             cpu: run.host.cpu.clone(),
             hz: i64::from(run.host.hz),
+            tag: run.tag.map(|t| t.to_string()),
+            suite: run
+                .params
+                .get("suite")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string),
+            baseline: run.baseline.clone(),
             host_json: json(&run.host)?,
             params_json: json(&run.params)?,
             record_json: json(run)?,

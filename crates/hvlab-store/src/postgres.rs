@@ -316,7 +316,8 @@ impl PgStore {
                 .query(
                     "SELECT id, scenario, backend, started_at, kernel, kvm_flavour, cpu, hz,
                             coalesce((SELECT array_agg(name ORDER BY ordinal) FROM variants
-                                      WHERE run_id = runs.id), '{}')
+                                      WHERE run_id = runs.id), '{}'),
+                            profile, tag, suite, params_json, baseline
                      FROM runs WHERE status = 'complete'
                      ORDER BY started_at DESC, id DESC LIMIT $1",
                     &[&i64::try_from(limit).unwrap_or(i64::MAX)],
@@ -342,6 +343,11 @@ impl PgStore {
                         cpu: r.try_get(6)?,
                         hz: u32::try_from(r.try_get::<_, i64>(7)?).unwrap_or(0),
                         variants: r.try_get(8)?,
+                        profile: r.try_get(9)?,
+                        tag: super::tag_of(r.try_get(10)?),
+                        suite: r.try_get(11)?,
+                        params: super::params_of(r.try_get::<_, &str>(12)?),
+                        baseline: r.try_get(13)?,
                     })
                 })();
                 listing.map_err(&pg)
@@ -470,8 +476,9 @@ async fn insert_run(tx: &mut Transaction<'_>, row: &RunRow) -> Result<bool, toki
         .execute(
             "INSERT INTO runs (id, scenario, backend, profile, started_at, finished_at, status,
                                kernel, kvm_flavour, hvlab_version, git_rev, cpu, hz,
-                               host_json, params_json, record_json)
-             VALUES ($1, $2, $3, $4, $5, $6, 'complete', $7, $8, $9, $10, $11, $12, $13, $14, $15)
+                               host_json, params_json, record_json, tag, suite, baseline)
+             VALUES ($1, $2, $3, $4, $5, $6, 'complete', $7, $8, $9, $10, $11, $12, $13, $14, $15,
+                     $16, $17, $18)
              ON CONFLICT (id) DO NOTHING",
             &[
                 &row.id,
@@ -489,6 +496,9 @@ async fn insert_run(tx: &mut Transaction<'_>, row: &RunRow) -> Result<bool, toki
                 &row.host_json,
                 &row.params_json,
                 &row.record_json,
+                &row.tag,
+                &row.suite,
+                &row.baseline,
             ],
         )
         .await?;

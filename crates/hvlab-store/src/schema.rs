@@ -21,7 +21,7 @@ pub struct Migration {
 }
 
 /// The version this hvlab writes.
-pub const LATEST: i64 = 2;
+pub const LATEST: i64 = 3;
 
 /// Migration 1's tables, written once for both engines: they differ only in the names of the
 /// 64-bit integer and float types.
@@ -107,6 +107,33 @@ ALTER TABLE runs ADD COLUMN hz BIGINT NOT NULL DEFAULT 0;
 UPDATE runs SET cpu = coalesce(host_json::jsonb ->> 'cpu', ''),
                 hz = coalesce((host_json::jsonb ->> 'hz')::bigint, 0);
 CREATE INDEX IF NOT EXISTS runs_by_host ON runs (kernel, cpu, kvm_flavour, hz);
+",
+    },
+    Migration {
+        version: 3,
+        what: "a run's tag (internal runs: validate, showcase), suite id and baseline name as columns, for selecting runs",
+        // Runs stored before: a tag in the record (none yet), a suite showcase by its
+        // `showcase` parameter, the suite id by its `suite` parameter.
+        sqlite: "
+ALTER TABLE runs ADD COLUMN tag TEXT;
+ALTER TABLE runs ADD COLUMN suite TEXT;
+ALTER TABLE runs ADD COLUMN baseline TEXT;
+UPDATE runs SET tag = coalesce(json_extract(record_json, '$.tag'),
+                               CASE WHEN json_extract(params_json, '$.showcase') IS NOT NULL
+                                    THEN 'showcase' END),
+                suite = json_extract(params_json, '$.suite'),
+                baseline = json_extract(record_json, '$.baseline');
+CREATE INDEX IF NOT EXISTS runs_by_suite ON runs (suite);
+",
+        postgres: "
+ALTER TABLE runs ADD COLUMN tag TEXT;
+ALTER TABLE runs ADD COLUMN suite TEXT;
+ALTER TABLE runs ADD COLUMN baseline TEXT;
+UPDATE runs SET tag = coalesce(record_json::jsonb ->> 'tag',
+                               CASE WHEN params_json::jsonb ? 'showcase' THEN 'showcase' END),
+                suite = params_json::jsonb ->> 'suite',
+                baseline = record_json::jsonb ->> 'baseline';
+CREATE INDEX IF NOT EXISTS runs_by_suite ON runs (suite);
 ",
     },
 ];

@@ -356,7 +356,8 @@ impl SqliteStore {
         let mut stmt = self.conn.prepare(
             "SELECT id, scenario, backend, started_at, kernel, kvm_flavour, cpu, hz,
                     (SELECT json_group_array(name) FROM
-                        (SELECT name FROM variants WHERE run_id = runs.id ORDER BY ordinal))
+                        (SELECT name FROM variants WHERE run_id = runs.id ORDER BY ordinal)),
+                    profile, tag, suite, params_json, baseline
              FROM runs WHERE status = 'complete' ORDER BY started_at DESC, id DESC LIMIT ?1",
         )?;
         let rows = stmt.query_map(params![i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
@@ -380,6 +381,11 @@ impl SqliteStore {
                 variants: variants
                     .and_then(|s| serde_json::from_str(&s).ok())
                     .unwrap_or_default(),
+                profile: r.get(9)?,
+                tag: super::tag_of(r.get(10)?),
+                suite: r.get(11)?,
+                params: super::params_of(&r.get::<_, String>(12)?),
+                baseline: r.get(13)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -438,8 +444,9 @@ fn insert(tx: &Transaction<'_>, row: &RunRow) -> rusqlite::Result<()> {
     tx.execute(
         "INSERT INTO runs (id, scenario, backend, profile, started_at, finished_at, status,
                            kernel, kvm_flavour, hvlab_version, git_rev, cpu, hz,
-                           host_json, params_json, record_json)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'complete', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                           host_json, params_json, record_json, tag, suite, baseline)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'complete', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
+                 ?16, ?17, ?18)",
         params![
             row.id,
             row.scenario,
@@ -456,6 +463,9 @@ fn insert(tx: &Transaction<'_>, row: &RunRow) -> rusqlite::Result<()> {
             row.host_json,
             row.params_json,
             row.record_json,
+            row.tag,
+            row.suite,
+            row.baseline,
         ],
     )?;
     let mut variant =
@@ -566,6 +576,8 @@ mod tests {
             verdicts: vec![],
             noise: None,
             warnings: vec![],
+            tag: None,
+            baseline: None,
         }
     }
 
@@ -592,6 +604,81 @@ mod tests {
             vec![7.5, 7.6, 7.4]
         );
         assert_eq!(engine.schema_version().unwrap(), schema::LATEST);
+    }
+
+    #[test]
+    fn a_version_2_store_takes_migration_3_and_its_showcases_and_suites_list_as_such() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let mut showcase = record("2026-11-22T10:00:00Z-lifecycle-model-0001");
+        showcase.params.insert("showcase".into(), "why".into());
+        showcase.params.insert("suite".into(), "su-old".into());
+        let users = record("2026-11-22T10:00:01Z-lifecycle-kvm-0002");
+        {
+            // A store as hvlab wrote it at schema 2: no tag, suite or baseline column.
+            let conn = Connection::open(&path).unwrap();
+            for m in &schema::MIGRATIONS[..2] {
+                conn.execute_batch(m.sqlite).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 2).unwrap();
+            for run in [&showcase, &users] {
+                let row = super::super::RunRow::of(run).unwrap();
+                conn.execute(
+                    "INSERT INTO runs (id, scenario, backend, profile, started_at, finished_at,
+                        status, kernel, kvm_flavour, hvlab_version, git_rev, cpu, hz, host_json,
+                        params_json, record_json)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'complete', ?7, ?8, ?9, ?10, ?11, ?12, ?13,
+                        ?14, ?15)",
+                    params![
+                        row.id,
+                        row.scenario,
+                        row.backend,
+                        row.profile,
+                        row.started_at,
+                        row.finished_at,
+                        row.kernel,
+                        row.kvm_flavour,
+                        row.hvlab_version,
+                        row.git_rev,
+                        row.cpu,
+                        row.hz,
+                        row.host_json,
+                        row.params_json,
+                        row.record_json
+                    ],
+                )
+                .unwrap();
+            }
+        }
+        let store = Store::open(&path).unwrap();
+        let list = store.list(10).unwrap();
+        let by_id = |id: &str| list.iter().find(|l| l.run_id == id).unwrap();
+        let old_showcase = by_id(&showcase.run_id);
+        assert_eq!(old_showcase.tag, Some(crate::record::RunTag::Showcase));
+        assert_eq!(old_showcase.suite.as_deref(), Some("su-old"));
+        assert!(!old_showcase.is_users());
+        assert!(by_id(&users.run_id).is_users());
+        assert_eq!(by_id(&users.run_id).suite, None);
+    }
+
+    #[test]
+    fn a_runs_tag_suite_and_baseline_are_stored_and_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("hvlab.db")).unwrap();
+        let mut validate = record("2026-11-22T10:00:00Z-lifecycle-kvm-0001");
+        validate.tag = Some(crate::record::RunTag::Validate);
+        let mut mine = record("2026-11-22T10:00:01Z-lifecycle-kvm-0002");
+        mine.baseline = Some("main".into());
+        mine.params.insert("suite".into(), "su-x".into());
+        store.save(&mut validate).unwrap();
+        store.save(&mut mine).unwrap();
+        let list = store.list(10).unwrap();
+        assert_eq!(list[0].run_id, mine.run_id);
+        assert_eq!(list[0].baseline.as_deref(), Some("main"));
+        assert_eq!(list[0].suite.as_deref(), Some("su-x"));
+        assert!(list[0].is_users());
+        assert_eq!(list[1].tag, Some(crate::record::RunTag::Validate));
+        assert_eq!(store.load(&validate.run_id).unwrap(), validate);
     }
 
     #[test]

@@ -18,6 +18,109 @@ pub enum Format {
     Jsonl,
 }
 
+/// How `hvlab export` writes runs: for another site (JSON Lines, which `import` reads back) or
+/// for a spreadsheet (CSV, one row per run, variant and metric; not read back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// One run record (JSON, the output contract's shape) per line.
+    Jsonl,
+    /// One row per run, variant and metric: the summary with its unit and 95% CI, no samples.
+    Csv,
+}
+
+impl ExportFormat {
+    /// Writes `runs` to `out` in this format.
+    pub fn write(self, runs: &[RunRecord], out: &mut dyn Write) -> Result<(), StoreError> {
+        match self {
+            ExportFormat::Jsonl => write_jsonl(runs, out),
+            ExportFormat::Csv => write_csv(runs, out),
+        }
+    }
+}
+
+/// The CSV columns, in order.
+pub const CSV_HEADER: [&str; 20] = [
+    "run_id",
+    "started_at",
+    "scenario",
+    "backend",
+    "profile",
+    "kernel",
+    "cpu",
+    "hz",
+    "tag",
+    "suite",
+    "sweep",
+    "params",
+    "variant",
+    "status",
+    "metric",
+    "unit",
+    "median",
+    "ci95_low",
+    "ci95_high",
+    "n",
+];
+
+/// Writes `runs` as CSV (RFC 4180 quoting by the csv crate): one row per run × variant ×
+/// metric, numbers as Rust prints them (shortest round-trip), parameters as `k=v` joined by `;`.
+pub fn write_csv(runs: &[RunRecord], out: &mut dyn Write) -> Result<(), StoreError> {
+    let fail = |e: csv::Error| StoreError::Output(std::io::Error::other(e));
+    let mut w = csv::Writer::from_writer(out);
+    w.write_record(CSV_HEADER).map_err(fail)?;
+    for run in runs {
+        let text = |v: &serde_json::Value| match v {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let params: Vec<String> = run
+            .params
+            .iter()
+            .map(|(k, v)| format!("{k}={}", text(v)))
+            .collect();
+        let param = |k: &str| run.params.get(k).map(text).unwrap_or_default();
+        for v in &run.variants {
+            let status = v.status.to_string();
+            // A variant without samples still gets a row, so its status shows.
+            let rows: Vec<Option<(&String, &crate::record::MetricRecord)>> = if v.metrics.is_empty()
+            {
+                vec![None]
+            } else {
+                v.metrics.iter().map(Some).collect()
+            };
+            for m in rows {
+                let num = |f: fn(&crate::record::MetricRecord) -> String| {
+                    m.map(|(_, m)| f(m)).unwrap_or_default()
+                };
+                w.write_record([
+                    run.run_id.clone(),
+                    run.started_at.clone(),
+                    run.scenario.clone(),
+                    run.backend.to_string(),
+                    run.profile.clone().unwrap_or_default(),
+                    run.host.kernel.clone(),
+                    run.host.cpu.clone(),
+                    run.host.hz.to_string(),
+                    run.tag.map(|t| t.to_string()).unwrap_or_default(),
+                    param("suite"),
+                    param("sweep"),
+                    params.join(";"),
+                    v.name.clone(),
+                    status.clone(),
+                    m.map(|(name, _)| name.clone()).unwrap_or_default(),
+                    num(|m| m.unit.clone()),
+                    num(|m| m.median.to_string()),
+                    num(|m| m.ci95[0].to_string()),
+                    num(|m| m.ci95[1].to_string()),
+                    num(|m| m.n.to_string()),
+                ])
+                .map_err(fail)?;
+            }
+        }
+    }
+    w.flush().map_err(StoreError::Output)
+}
+
 /// What ingesting a set of runs did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Tally {
@@ -125,6 +228,11 @@ pub fn write_jsonl(runs: &[RunRecord], out: &mut dyn Write) -> Result<(), StoreE
 /// (`/proc/self/fd/1` and other links: replacing a link's target by path could replace a file
 /// that another process holds open as its output).
 pub fn write_jsonl_file(runs: &[RunRecord], path: &Path) -> Result<(), StoreError> {
+    write_file(runs, path, ExportFormat::Jsonl)
+}
+
+/// Writes `runs` in `format` to `path`, as [`write_jsonl_file`] does.
+pub fn write_file(runs: &[RunRecord], path: &Path, format: ExportFormat) -> Result<(), StoreError> {
     let fail = |e| StoreError::Write(path.to_path_buf(), e);
     let link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
     match std::fs::metadata(path) {
@@ -134,10 +242,18 @@ pub fn write_jsonl_file(runs: &[RunRecord], path: &Path) -> Result<(), StoreErro
         ))),
         Ok(meta) if link || !meta.is_file() => {
             let descriptor = names_a_descriptor(path);
-            write_through(runs, path, meta.is_file() && !descriptor, descriptor)
+            write_through(
+                runs,
+                path,
+                meta.is_file() && !descriptor,
+                descriptor,
+                format,
+            )
         }
-        Ok(_) => write_replacing(runs, path),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !link => write_replacing(runs, path),
+        Ok(_) => write_replacing(runs, path, format),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !link => {
+            write_replacing(runs, path, format)
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(fail(std::io::Error::new(
             std::io::ErrorKind::NotFound,
             "it is a symbolic link to a missing file",
@@ -173,6 +289,7 @@ fn write_through(
     path: &Path,
     truncate: bool,
     append: bool,
+    format: ExportFormat,
 ) -> Result<(), StoreError> {
     use std::os::unix::fs::OpenOptionsExt;
     let fail = |e| StoreError::Write(path.to_path_buf(), e);
@@ -193,7 +310,7 @@ fn write_through(
         })?;
     set_blocking(&file).map_err(fail)?;
     let mut out = std::io::BufWriter::new(file);
-    write_jsonl(runs, &mut out).map_err(|e| match e {
+    format.write(runs, &mut out).map_err(|e| match e {
         StoreError::Output(e) => fail(e),
         other => other,
     })
@@ -218,7 +335,11 @@ fn set_blocking(file: &std::fs::File) -> std::io::Result<()> {
 }
 
 /// Writes a regular file at `path` whole or not at all (temporary file, then rename).
-fn write_replacing(runs: &[RunRecord], path: &Path) -> Result<(), StoreError> {
+fn write_replacing(
+    runs: &[RunRecord],
+    path: &Path,
+    format: ExportFormat,
+) -> Result<(), StoreError> {
     let fail = |e| StoreError::Write(path.to_path_buf(), e);
     let partial = partial_path(path);
     // A leftover of a killed export with this pid; create_new below never follows a link.
@@ -230,7 +351,7 @@ fn write_replacing(runs: &[RunRecord], path: &Path) -> Result<(), StoreError> {
             .open(&partial)
             .map_err(fail)?;
         let mut out = std::io::BufWriter::new(file);
-        write_jsonl(runs, &mut out).map_err(|e| match e {
+        format.write(runs, &mut out).map_err(|e| match e {
             StoreError::Output(e) => fail(e),
             other => other,
         })?;
