@@ -44,27 +44,37 @@ fn the_report_is_self_contained_and_renders_in_chromium() {
     assert!(out.status.success(), "{}", common::stderr(&out));
     let html = std::fs::read_to_string(out_dir.join("index.html")).unwrap();
     let md = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
-    // Self-contained: nothing to fetch.
-    // The one link is to the fleet page beside it.
+    // Self-contained: nothing to fetch. The links go to the pages beside it and to the
+    // sections of the page itself.
     assert!(
         html.contains("href=\"fleet.html\""),
         "no link to the fleet page"
     );
     assert!(out_dir.join("fleet.html").exists(), "fleet.html missing");
-    common::assert_self_contained(&html, &["fleet.html"]);
-    // The model against the kernel threads comes before the runs, in both renderings, with
-    // the same words.
-    let fidelity = html
-        .find("id=\"fidelity\"")
-        .expect("the fidelity table is in the report");
-    let first_run = html.rfind("lifecycle on model");
     assert!(
-        fidelity < first_run.unwrap_or(usize::MAX),
-        "fidelity after the runs"
+        html.contains("href=\"fidelity.html\""),
+        "no link to the fidelity page"
     );
+    common::assert_self_contained(
+        &html.replace("href=\"#", ""),
+        &["fleet.html", "fidelity.html"],
+    );
+    // The fidelity table is a page of its own, not inline: the index carries its headline.
+    let fidelity = std::fs::read_to_string(out_dir.join("fidelity.html")).unwrap();
+    assert!(
+        !html.contains("<table class=\"fidelity\""),
+        "fidelity table inline"
+    );
+    assert!(fidelity.contains("<table class=\"fidelity\""));
+    common::assert_self_contained(&fidelity, &["index.html"]);
     // Markdown escapes the underscore, which renders as pf_fixed.
-    assert!(html.contains("pf_fixed after the fix") && md.contains("pf\\_fixed after the fix"));
+    assert!(fidelity.contains("pf_fixed after the fix") && md.contains("pf\\_fixed after the fix"));
     assert!(md.contains("| thread | figure | setup | published | model | verdict |"));
+    // Markdown in the same order: the summary table before any run's section.
+    let md_table = md
+        .find("| scenario | backend | host |")
+        .expect("summary table");
+    assert!(md_table < md.find("## lifecycle on model").unwrap());
     let svgs = html.matches("<svg").count();
     // Per scenario: a distribution plus its own chart; pinning has two.
     assert!(svgs >= 11, "{svgs} charts");
@@ -98,7 +108,54 @@ fn the_report_is_self_contained_and_renders_in_chromium() {
     let page = out_dir.join("index.html");
     let shot = dir.path().join("report.png");
     let chromium = |extra: &[&str]| common::chromium(&page, &profile, extra);
-    common::chromium_dom(&page, &profile, svgs);
+    let dom = common::chromium_dom(&page, &profile, svgs);
+    // Summary first, checked on what the browser built: the first table comes before any
+    // chart and has one row per scenario × backend (× profile), each linking to its section.
+    let first_table = dom.find("<table").unwrap();
+    assert!(
+        first_table < dom.find("<svg").unwrap(),
+        "a chart before the summary table"
+    );
+    let table = &dom[first_table..first_table + dom[first_table..].find("</table>").unwrap()];
+    let rows: Vec<&str> = table.split("<tr").skip(2).collect();
+    assert_eq!(rows.len(), 5, "one row per run: {table}");
+    let mut keys: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let cells: Vec<String> = r.split("<td").skip(1).take(2).map(text).collect();
+            cells.join("|")
+        })
+        .collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(
+        keys.len(),
+        5,
+        "scenario × backend × profile repeats: {table}"
+    );
+    for row in &rows {
+        let id = row
+            .split("href=\"#")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        assert!(
+            dom.contains(&format!("id=\"{id}\"")),
+            "link to no section: {id}"
+        );
+    }
+    // The first screen: the summary table fits in it with its verdicts.
+    let first = dir.path().join("first-screen.png");
+    let first_out = chromium(&[
+        &format!("--screenshot={}", first.display()),
+        "--window-size=1280,900",
+    ]);
+    assert!(first_out.status.success());
+    if let Ok(keep) = std::env::var("HVLAB_REPORT_FIRST_SCREEN") {
+        std::fs::copy(&first, keep).unwrap();
+    }
     let shot_out = chromium(&[
         &format!("--screenshot={}", shot.display()),
         "--window-size=1000,2400",
@@ -117,4 +174,21 @@ fn the_report_is_self_contained_and_renders_in_chromium() {
     if let Ok(keep) = std::env::var("HVLAB_REPORT_SCREENSHOT") {
         std::fs::copy(&shot, keep).unwrap();
     }
+}
+
+/// The text of an HTML fragment: everything outside tags (the rest of a cut-off opening tag
+/// `<td ...>` included).
+fn text(fragment: &str) -> String {
+    let fragment = fragment.split_once('>').map_or(fragment, |(_, rest)| rest);
+    let mut out = String::new();
+    let mut in_tag = false;
+    for c in fragment.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out
 }

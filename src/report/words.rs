@@ -184,7 +184,7 @@ pub const HOW_TO_READ: [(&str, &str); 5] = [
     ),
     (
         "model row",
-        "the backend `model` is hvlab's executable model of the kernel mechanism with a cost profile (in brackets): a prediction for that host, not a measurement here. See the fidelity page for how well it matches the kernel threads.",
+        "the backend `model` is hvlab's executable model of the kernel mechanism with a cost profile (in parentheses): a prediction for that host, not a measurement here. See the fidelity page for how well it matches the kernel threads.",
     ),
     (
         "setup",
