@@ -76,6 +76,8 @@ fn the_report_is_self_contained_and_renders_in_chromium() {
         .expect("summary table");
     assert!(md_table < md.find("## lifecycle on model").unwrap());
     let svgs = html.matches("<svg").count();
+    assert_fonts_readable(&html);
+    assert_fonts_readable(&std::fs::read_to_string(out_dir.join("fleet.html")).unwrap());
     // Per scenario: a distribution plus its own chart; pinning has two.
     assert!(svgs >= 11, "{svgs} charts");
     for scenario in [
@@ -174,6 +176,132 @@ fn the_report_is_self_contained_and_renders_in_chromium() {
     if let Ok(keep) = std::env::var("HVLAB_REPORT_SCREENSHOT") {
         std::fs::copy(&shot, keep).unwrap();
     }
+    // The fleet page's bar charts, in the browser too.
+    let fleet = out_dir.join("fleet.html");
+    let fleet_svgs = std::fs::read_to_string(&fleet)
+        .unwrap()
+        .matches("<svg")
+        .count();
+    assert!(fleet_svgs >= 5, "{fleet_svgs} fleet charts");
+    common::chromium_dom(&fleet, &profile, fleet_svgs);
+    screenshot(
+        &fleet,
+        &profile,
+        &dir.path().join("fleet.png"),
+        "HVLAB_FLEET_SCREENSHOT",
+    );
+}
+
+/// Every text on every chart is at least 11 px (plotters writes `font-size` in px).
+fn assert_fonts_readable(html: &str) {
+    let sizes: Vec<f64> = html
+        .split("font-size=\"")
+        .skip(1)
+        .map(|rest| rest.split('"').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(!sizes.is_empty(), "no chart text");
+    let least = sizes.iter().copied().fold(f64::INFINITY, f64::min);
+    assert!(least >= 11.0, "a chart label of {least} px");
+}
+
+/// A screenshot of `page` that Chromium rendered to a real image; kept where `keep_env` says.
+fn screenshot(
+    page: &std::path::Path,
+    profile: &std::path::Path,
+    png: &std::path::Path,
+    keep_env: &str,
+) {
+    let out = common::chromium(
+        page,
+        profile,
+        &[
+            &format!("--screenshot={}", png.display()),
+            "--window-size=1000,2400",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bytes = std::fs::read(png).unwrap();
+    assert!(
+        bytes.starts_with(b"\x89PNG") && bytes.len() > 20_000,
+        "screenshot of {} bytes",
+        bytes.len()
+    );
+    if let Ok(keep) = std::env::var(keep_env) {
+        std::fs::copy(png, keep).unwrap();
+    }
+}
+
+/// A 48-point sweep over two axes: every heatmap on one colour scale, drawn once as a colour
+/// bar above them, each heatmap without a scale of its own; renders in Chromium.
+#[test]
+fn a_sweep_page_has_one_colour_scale_with_one_colour_bar() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("hvlab.db");
+    let out = run(
+        &db,
+        &[
+            "sweep",
+            "lifecycle",
+            "--backend",
+            "model",
+            "--profile",
+            "pvm-epyc",
+            "--reps",
+            "5",
+            "--warmup",
+            "0",
+            "--grid",
+            "vcpus=1,2,4,8,16,32",
+            "--grid",
+            "devices=0,1,2,4,8,16,32,64",
+            "--variant",
+            "irqchip-first",
+            "--variant",
+            "memslots-first",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let sweep = common::json(&out);
+    assert_eq!(sweep["sweep"]["points"], 48);
+    let id = sweep["sweep"]["id"].as_str().unwrap();
+    let report = dir.path().join("sweep");
+    let out = run(
+        &db,
+        &["report", "--sweep", id, "-o", report.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let page = report.join("index.html");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert_fonts_readable(&html);
+    assert_eq!(
+        html.matches("class=\"colour-bar\"").count(),
+        1,
+        "one colour bar"
+    );
+    assert!(html.contains("colour scale of every heatmap on this page"));
+    // Two variants: two heatmaps and the bar, the bar first.
+    let svgs = html.matches("<svg").count();
+    assert_eq!(svgs, 3);
+    assert!(
+        html.find("colour-bar").unwrap() < html.find("ready_ms median, irqchip-first").unwrap()
+    );
+    let profile = dir.path().join("chromium-profile");
+    if !tool_or_skip("sweep_page_in_chromium", "chromium") {
+        return;
+    }
+    let dom = common::chromium_dom(&page, &profile, svgs);
+    assert_eq!(dom.matches("colour-bar").count(), 1);
+    screenshot(
+        &page,
+        &profile,
+        &dir.path().join("sweep.png"),
+        "HVLAB_SWEEP_SCREENSHOT",
+    );
 }
 
 /// The text of an HTML fragment: everything outside tags (the rest of a cut-off opening tag

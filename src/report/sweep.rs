@@ -147,6 +147,11 @@ impl SweepView {
                 }
             }
             [(xa, xs), (ya, ys), rest @ ..] => {
+                // One colour scale for every heatmap of the page, so the same colour is the
+                // same value everywhere; the page draws its colour bar once.
+                let Some((lo, hi)) = self.colour_range() else {
+                    return out;
+                };
                 // Every combination of the further axes, first slowest.
                 let mut combos: Vec<Vec<String>> = vec![Vec::new()];
                 for (_, values) in rest {
@@ -185,7 +190,7 @@ impl SweepView {
                             .collect();
                         let title = format!("{} median, {variant}{fixed}", self.metric);
                         if let Some(svg) =
-                            charts::heatmap(&title, (xa, xs), (ya, ys), &cells, &unit)
+                            charts::heatmap(&title, (xa, xs), (ya, ys), &cells, (&unit, lo, hi))
                         {
                             out.push((title, svg));
                         }
@@ -194,6 +199,28 @@ impl SweepView {
             }
         }
         out
+    }
+
+    /// The smallest and largest median of the page: the shared colour scale.
+    fn colour_range(&self) -> Option<(f64, f64)> {
+        let medians = self
+            .cells
+            .iter()
+            .map(|(_, _, m)| m.median)
+            .filter(|v| v.is_finite());
+        let (lo, hi) = medians.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+            (a.min(v), b.max(v))
+        });
+        (lo <= hi).then_some((lo, hi))
+    }
+
+    /// The colour bar of the page's heatmaps, when it has any (two axes or more).
+    pub fn colour_bar(&self) -> Option<String> {
+        if self.axes.len() < 2 {
+            return None;
+        }
+        let (lo, hi) = self.colour_range()?;
+        charts::colour_bar(&self.unit(), lo, hi)
     }
 
     fn points(&self) -> usize {
@@ -223,6 +250,12 @@ pub fn page(view: &SweepView) -> String {
         variants = esc(&view.variants.join(", ")),
         metric = esc(&view.metric),
     );
+    if let Some(bar) = view.colour_bar() {
+        let _ = write!(
+            s,
+            "<figure class=\"colour-bar\">{bar}<figcaption>one colour scale for every heatmap below</figcaption></figure>"
+        );
+    }
     for (caption, svg) in view.charts() {
         let _ = write!(
             s,

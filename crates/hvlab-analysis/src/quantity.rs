@@ -254,6 +254,23 @@ pub fn format(value: f64, unit: &str) -> String {
     format_all(&[value], unit).pop().unwrap_or_default()
 }
 
+/// An axis label: the value on its own best scale, trailing zeros dropped (`1 µs`, `2.5 ms`,
+/// `65,536`).
+pub fn tick(value: f64, unit: &str) -> String {
+    let text = format(value, unit);
+    let (num, rest) =
+        match text.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == ',' || c == '-')) {
+            Some(i) => text.split_at(i),
+            None => (text.as_str(), ""),
+        };
+    if num.contains('.') {
+        let trimmed = num.trim_end_matches('0').trim_end_matches('.');
+        format!("{trimmed}{rest}")
+    } else {
+        text
+    }
+}
+
 /// A range on one scale, the unit once: `7.50–7.70 ms`, `112–168 KiB`.
 pub fn format_range(lo: f64, hi: f64, unit: &str) -> String {
     let both = format_all(&[lo, hi], unit);
@@ -297,6 +314,15 @@ mod tests {
         assert_eq!(format_all(&[0.625, 7.85], "ms"), ["0.625 ms", "7.85 ms"]);
         assert_eq!(format_range(7.5, 7.7, "ms"), "7.50–7.70 ms");
         assert_eq!(format_range(7.5, 7.5, "ms"), "7.50 ms");
+    }
+
+    #[test]
+    fn axis_ticks_drop_trailing_zeros() {
+        assert_eq!(tick(1000.0, "ns"), "1 µs");
+        assert_eq!(tick(2500.0, "us"), "2.5 ms");
+        assert_eq!(tick(65_536.0, "count"), "65,536");
+        assert_eq!(tick(0.5, "%"), "0.5%");
+        assert_eq!(tick(100.0, "cycles"), "100 cycles");
     }
 
     #[test]
