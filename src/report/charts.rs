@@ -293,11 +293,7 @@ pub fn distribution(r: &RunRecord, metric: &str) -> Option<String> {
             .y_label_formatter(&fy)
             .label_style(label_font())
             .axis_desc_style(label_font())
-            .y_desc(if axis.log {
-                format!("{unit} (log scale)")
-            } else {
-                unit.clone()
-            })
+            .y_desc(if axis.log { "log scale" } else { "" })
             .disable_x_mesh()
             .draw()?;
         for (i, v) in vs.iter().enumerate() {
@@ -344,7 +340,7 @@ pub fn bars(r: &RunRecord, metric: &str, title: &str) -> Option<String> {
         .map(|(_, m, ci)| ci[1].max(*m))
         .fold(0.0, f64::max);
     row_bars(
-        format!("{title} ({unit}), median with 95% CI"),
+        format!("{title}, median with 95% CI"),
         unit,
         &rows,
         top,
@@ -363,7 +359,7 @@ pub fn labelled_bars(title: &str, unit: &str, rows: &[(String, f64, [f64; 2])]) 
         .map(|(_, m, s)| s[1].max(*m))
         .filter(|x| x.is_finite())
         .fold(0.0, f64::max);
-    row_bars(format!("{title} ({unit})"), unit, rows, top, 220)
+    row_bars(title.to_string(), unit, rows, top, 220)
 }
 
 /// Horizontal bars, one per `(label, median, [lo, hi])` row, with a whisker over `[lo, hi]`,
@@ -402,7 +398,7 @@ fn row_bars(
             .x_label_formatter(&fx)
             .label_style(label_font())
             .axis_desc_style(label_font())
-            .x_desc(unit)
+            .x_desc("median")
             .disable_y_mesh()
             .draw()?;
         for (i, (_, median, spread)) in rows.iter().enumerate() {
@@ -454,7 +450,9 @@ pub fn timeline(r: &RunRecord) -> Option<String> {
             .y_label_formatter(&fmt)
             .label_style(label_font())
             .axis_desc_style(label_font())
-            .x_desc("ms since KVM_CREATE_VM")
+            .x_label_formatter(&|x: &f64| crate::analysis::quantity::tick(*x, "ms"))
+            .x_max_light_lines(2)
+            .x_desc("since KVM_CREATE_VM")
             .disable_y_mesh()
             .draw()?;
         // Two series, so the legend names both: work, and the grace-period stalls.
@@ -512,16 +510,18 @@ pub fn pinned_bytes(r: &RunRecord) -> Option<String> {
     let y_range = span(0.0, (top * 1.15).max(1.0))?;
     render(340, |root| {
         let mut c = ChartBuilder::on(root)
-            .caption("pinned memory over the trace (MiB)", caption_font())
+            .caption("pinned memory over the trace", caption_font())
             .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(60)
+            .x_label_area_size(44)
+            .y_label_area_size(100)
             .build_cartesian_2d(x_range.clone(), y_range.clone())?;
         c.configure_mesh()
             .label_style(label_font())
             .axis_desc_style(label_font())
-            .x_desc("ms")
-            .y_desc("MiB")
+            .x_label_formatter(&|x: &f64| crate::analysis::quantity::tick(*x, "ms"))
+            .y_label_formatter(&|y: &f64| crate::analysis::quantity::tick(*y, "MiB"))
+            .x_desc("time in the trace")
+            .y_desc("pinned")
             .draw()?;
         for (i, v) in vs.iter().enumerate() {
             // A step function: each value holds until the next change.
@@ -585,11 +585,7 @@ pub fn sweep_lines(
             .label_style(label_font())
             .axis_desc_style(label_font())
             .x_desc(axis_name)
-            .y_desc(if axis.log {
-                format!("{unit} (log scale)")
-            } else {
-                unit.to_string()
-            })
+            .y_desc(if axis.log { "log scale" } else { "" })
             .disable_x_mesh()
             .draw()?;
         for (i, (name, ys)) in series.iter().enumerate() {

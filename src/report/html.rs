@@ -4,6 +4,7 @@ use std::fmt::Write;
 
 use super::charts_for;
 use super::style::STYLE;
+use crate::analysis::quantity::format_range;
 use crate::lab::fidelity::{Agreement, ThreadReport};
 use crate::record::RunRecord;
 use crate::report::words::fmt_value;
@@ -198,11 +199,10 @@ fn run(s: &mut String, r: &RunRecord, setup: &str) {
             for (name, m) in v.metrics.iter().filter(|(k, _)| filter(k)) {
                 let _ = write!(
                     s,
-                    "<tr><td>{}</td><td>{}</td><td>{} – {}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                     esc(name),
                     esc(&fmt_value(m.median, &m.unit)),
-                    esc(&fmt_value(m.ci95[0], &m.unit)),
-                    esc(&fmt_value(m.ci95[1], &m.unit)),
+                    esc(&format_range(m.ci95[0], m.ci95[1], &m.unit)),
                     esc(&fmt_value(m.min, &m.unit)),
                     esc(&fmt_value(m.max, &m.unit)),
                     m.n

@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use super::html::{esc, param_value};
 use super::words::fmt_value;
+use crate::analysis::quantity::format_range;
 use crate::lab::sweep::VARIANT_AXIS;
 use crate::record::{MetricRecord, RunRecord};
 
@@ -279,13 +280,11 @@ pub fn page(view: &SweepView) -> String {
         }
         let _ = write!(
             s,
-            "<td>{}</td><td>{}</td><td>{} – {}</td><td>{} – {}</td><td>{}</td></tr>",
+            "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(variant),
             esc(&fmt_value(m.median, &m.unit)),
-            esc(&fmt_value(m.ci95[0], &m.unit)),
-            esc(&fmt_value(m.ci95[1], &m.unit)),
-            esc(&fmt_value(m.min, &m.unit)),
-            esc(&fmt_value(m.max, &m.unit)),
+            esc(&format_range(m.ci95[0], m.ci95[1], &m.unit)),
+            esc(&format_range(m.min, m.max, &m.unit)),
             m.n
         );
     }
@@ -319,11 +318,10 @@ pub fn summary(view: &SweepView) -> String {
         }
         let _ = writeln!(
             s,
-            " {} | {} | {} – {} |",
+            " {} | {} | {} |",
             md(variant),
             md(&fmt_value(m.median, &m.unit)),
-            md(&fmt_value(m.ci95[0], &m.unit)),
-            md(&fmt_value(m.ci95[1], &m.unit))
+            md(&format_range(m.ci95[0], m.ci95[1], &m.unit))
         );
     }
     s

@@ -167,6 +167,11 @@ fn scale_for(k: Kind, largest: f64) -> Option<(f64, String)> {
             }
             Some((pick.0, pick.1.to_string()))
         }
+        Kind::Bytes(f) if a == 0.0 => BYTE_UNITS
+            .iter()
+            .zip(0..)
+            .find(|(_, i)| 1024f64.powi(*i) == f)
+            .map(|(u, i)| (1024f64.powi(i), (*u).to_string())),
         Kind::Bytes(_) => {
             let mut factor = 1.0;
             let mut unit = BYTE_UNITS[0];
@@ -338,6 +343,7 @@ mod tests {
     #[test]
     fn sizes_use_binary_units_and_zero_is_plain() {
         assert_eq!(format(0.0, "bytes"), "0 B");
+        assert_eq!(format(0.0, "MiB"), "0 MiB");
         assert_eq!(bytes(0), "0 B");
         assert_eq!(bytes(1023), "1,023 B");
         assert_eq!(bytes(1024), "1.00 KiB");
