@@ -241,6 +241,28 @@ pub fn format_all(values: &[f64], unit: &str) -> Vec<String> {
             _ => v.abs(),
         })
         .fold(0.0, f64::max);
+    let smallest = values
+        .iter()
+        .filter(|v| v.is_finite() && **v != 0.0)
+        .map(|v| match k {
+            Kind::Time(f) | Kind::Bytes(f) => (v * f).abs(),
+            _ => v.abs(),
+        })
+        .fold(f64::INFINITY, f64::min);
+    // Three orders of magnitude apart, one scale would print "0.00910 ms vs 40.0 ms": each
+    // value gets its own then.
+    if smallest.is_finite() && largest / smallest > 1000.0 {
+        return values
+            .iter()
+            .map(|v| {
+                let own = match k {
+                    Kind::Time(f) | Kind::Bytes(f) => (v * f).abs(),
+                    _ => v.abs(),
+                };
+                one(*v, scale_for(k, own).as_ref())
+            })
+            .collect();
+    }
     let scale = scale_for(k, largest);
     values.iter().map(|v| one(*v, scale.as_ref())).collect()
 }
@@ -317,6 +339,7 @@ mod tests {
             ["4.67 µs", "42.6 µs"]
         );
         assert_eq!(format_all(&[0.625, 7.85], "ms"), ["0.625 ms", "7.85 ms"]);
+        assert_eq!(format_all(&[0.0091, 40.0], "ms"), ["9.10 µs", "40.0 ms"]);
         assert_eq!(format_range(7.5, 7.7, "ms"), "7.50–7.70 ms");
         assert_eq!(format_range(7.5, 7.5, "ms"), "7.50 ms");
     }
