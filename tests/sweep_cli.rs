@@ -178,8 +178,8 @@ fn the_sweep_report_draws_a_heatmap_and_a_table() {
     let html = std::fs::read_to_string(report.join("index.html")).unwrap();
     assert_eq!(
         html.matches("<svg").count(),
-        1,
-        "one heatmap for one variant"
+        2,
+        "one heatmap for one variant, and the page's colour bar"
     );
     assert!(html.contains("ready_ms median, memslots-first"));
     // Six cells, six table rows.

@@ -16,6 +16,195 @@ const PALETTE: [RGBColor; 6] = [
     RGBColor(23, 190, 207),
 ];
 const STALL: RGBColor = RGBColor(214, 39, 40);
+/// Work on the construction timeline: two shades of one blue, alternating so neighbouring
+/// ioctls stay apart, and far from the stall's red.
+const WORK: [RGBColor; 2] = [RGBColor(31, 119, 180), RGBColor(120, 170, 210)];
+
+/// Text sizes in plotters' points; its SVG writes `size / 1.24` px, so 14 is 11.3 px: no
+/// label below 11 px on any chart.
+const LABEL_PT: u32 = 14;
+const CAPTION_PT: u32 = 18;
+
+fn label_font() -> (&'static str, u32) {
+    ("sans-serif", LABEL_PT)
+}
+
+fn caption_font() -> (&'static str, u32) {
+    ("sans-serif", CAPTION_PT)
+}
+
+/// Values spread over more than this factor go on a log axis (128 beside 65,536 would vanish
+/// on a linear one).
+const LOG_SPREAD: f64 = 100.0;
+
+/// Plotters' coordinate over the axis: linear over `range`, with the axis's own key points
+/// (bold for labels and ticks, light for the minor lines). `DefaultFormatting`, so the chart's
+/// label formatter is used.
+impl plotters::coord::ranged1d::Ranged for Axis {
+    type ValueType = f64;
+    type FormatOption = plotters::coord::ranged1d::DefaultFormatting;
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.range.clone()
+    }
+
+    fn map(&self, v: &f64, limit: (i32, i32)) -> i32 {
+        let width = self.range.end - self.range.start;
+        let pixels = f64::from(limit.1 - limit.0);
+        let at = ((v - self.range.start) / width * pixels + 1e-3).floor();
+        // Clamped to a few chart widths either side: far outside the axis is off the chart.
+        #[allow(clippy::cast_possible_truncation)]
+        let at = at.clamp(-4.0 * pixels.abs() - 1.0, 4.0 * pixels.abs() + 1.0) as i32;
+        limit.0 + at
+    }
+
+    fn key_points<H: plotters::coord::ranged1d::KeyPointHint>(&self, hint: H) -> Vec<f64> {
+        if hint.weight().allow_light_points() {
+            self.light.clone()
+        } else {
+            self.bold.clone()
+        }
+    }
+}
+
+/// A value axis with its own tick marks: plotters' log axis labels a decade twice (its minor
+/// points run to 10×, which is the next decade) and nothing below the first decade, so a log
+/// axis is drawn here as a linear axis over log10 with a label at every decade (and at 2 and 5
+/// when fewer than two decades show) and a light line at every other integer multiple.
+#[derive(Debug, Clone)]
+struct Axis {
+    /// The drawn range (log10 of the values on a log axis).
+    range: std::ops::Range<f64>,
+    /// Labelled points, in drawn coordinates.
+    bold: Vec<f64>,
+    /// Unlabelled minor lines, in drawn coordinates.
+    light: Vec<f64>,
+    log: bool,
+}
+
+impl Axis {
+    /// A linear axis over `lo..hi` with about six round ticks.
+    fn linear(lo: f64, hi: f64) -> Option<Axis> {
+        let range = span(lo, hi)?;
+        let raw = (range.end - range.start) / 6.0;
+        let mag = 10f64.powf(raw.log10().floor());
+        let step = [1.0, 2.0, 5.0, 10.0]
+            .iter()
+            .map(|k| k * mag)
+            .find(|st| *st >= raw)
+            .unwrap_or(10.0 * mag);
+        let first = (range.start / step).ceil();
+        let bold: Vec<f64> = (0..50)
+            .map(|i| (first + f64::from(i)) * step)
+            .take_while(|v| *v <= range.end + step * 1e-9)
+            .map(|v| if v.abs() < step * 1e-9 { 0.0 } else { v })
+            .collect();
+        Some(Axis {
+            range,
+            bold,
+            light: Vec::new(),
+            log: false,
+        })
+    }
+
+    /// A log axis over `lo..hi` (both positive).
+    fn log(lo: f64, hi: f64) -> Option<Axis> {
+        if !(lo > 0.0 && hi > lo) {
+            return None;
+        }
+        let range = span(lo.log10(), hi.log10())?;
+        let (first, last) = (range.start.floor(), range.end.ceil());
+        // 10^±30 at most (span's limit): the loop is short.
+        #[allow(clippy::cast_possible_truncation)]
+        let decades: Vec<i32> = (first as i32..=last as i32).collect();
+        let labelled: &[f64] = if range.end - range.start < 2.0 {
+            &[1.0, 2.0, 5.0]
+        } else {
+            &[1.0]
+        };
+        let (mut bold, mut light) = (Vec::new(), Vec::new());
+        for d in decades {
+            for k in 1..10 {
+                let v = f64::from(k).log10() + f64::from(d);
+                if v < range.start - 1e-9 || v > range.end + 1e-9 {
+                    continue;
+                }
+                if labelled.contains(&f64::from(k)) {
+                    bold.push(v);
+                } else {
+                    light.push(v);
+                }
+            }
+        }
+        Some(Axis {
+            range,
+            bold,
+            light,
+            log: true,
+        })
+    }
+
+    /// Log when the positive values spread more than [`LOG_SPREAD`]×, else linear from zero.
+    fn auto(values: impl IntoIterator<Item = f64>) -> Option<Axis> {
+        let vs: Vec<f64> = values.into_iter().filter(|v| v.is_finite()).collect();
+        let hi = vs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let lo_pos = vs
+            .iter()
+            .copied()
+            .filter(|v| *v > 0.0)
+            .fold(f64::INFINITY, f64::min);
+        let lo = vs.iter().copied().fold(f64::INFINITY, f64::min);
+        if lo >= 0.0 && lo_pos >= 1e-30 && hi / lo_pos > LOG_SPREAD && hi / lo_pos < 1e30 {
+            Axis::log(lo_pos * 0.7, hi * 1.4)
+        } else {
+            let lo = lo.min(0.0);
+            let pad = ((hi - lo) * 0.1).max(hi.abs() * 0.05).max(1e-9);
+            Axis::linear(lo, hi + pad)
+        }
+    }
+
+    /// A value in drawn coordinates (clamped to the axis: a zero on a log axis sits at its
+    /// bottom).
+    fn to(&self, v: f64) -> f64 {
+        if self.log {
+            if v > 0.0 {
+                v.log10().max(self.range.start)
+            } else {
+                self.range.start
+            }
+        } else {
+            v
+        }
+    }
+
+    /// The value at a drawn coordinate.
+    fn value(&self, a: f64) -> f64 {
+        if self.log { 10f64.powf(a) } else { a }
+    }
+
+    /// Where bars start: zero, or the bottom of a log axis.
+    fn base(&self) -> f64 {
+        if self.log { self.range.start } else { 0.0 }
+    }
+
+    /// The axis as a plotters coordinate (it draws its own key points, see [`Ranged`]).
+    fn coord(&self) -> Axis {
+        self.clone()
+    }
+
+    /// The label at drawn coordinate `a`, in `unit` on the formatter's scale.
+    fn label(&self, a: f64, unit: &str) -> String {
+        let v = self.value(a);
+        // Round-off from log10/powf: 99999.99 is the decade 100000 (six digits kept).
+        let v = if self.log && v > 0.0 {
+            let p = 10f64.powf(v.log10().floor() - 5.0);
+            (v / p).round() * p
+        } else {
+            v
+        };
+        crate::analysis::quantity::tick(v, unit)
+    }
+}
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
@@ -72,36 +261,8 @@ fn ok_with<'a>(r: &'a RunRecord, metric: &str) -> Vec<&'a VariantRecord> {
         .collect()
 }
 
-/// A log axis's label: only at 1, 2 and 5 times a power of ten. Plotters puts a key point at
-/// every integer multiple, so 9 and 10 (or 90 and 100) would print over each other.
-fn log_tick(v: &f64) -> String {
-    if !(v.is_finite() && *v > 0.0) {
-        return String::new();
-    }
-    let mantissa = v / 10f64.powf(v.log10().floor());
-    if [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .any(|k| (mantissa - k).abs() < 1e-6)
-    {
-        linear_tick(*v)
-    } else {
-        String::new()
-    }
-}
-
-/// A linear axis's label: no trailing zeros, no binary noise.
-fn linear_tick(v: f64) -> String {
-    let s = format!("{v:.6}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" {
-        "0".to_string()
-    } else {
-        s.to_string()
-    }
-}
-
 /// Every sample of `metric` per variant as points, the median as a bar; log scale when the
-/// variants span more than 20×.
+/// samples span more than 100×.
 pub fn distribution(r: &RunRecord, metric: &str) -> Option<String> {
     let vs = ok_with(r, metric);
     if vs.is_empty() {
@@ -113,70 +274,48 @@ pub fn distribution(r: &RunRecord, metric: &str) -> Option<String> {
         .flat_map(|v| v.metrics[metric].samples.iter().copied())
         .filter(|x| x.is_finite())
         .collect();
-    let (lo, hi) = all
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
-            (a.min(*x), b.max(*x))
-        });
     let names: Vec<String> = vs.iter().map(|v| v.name.clone()).collect();
     let n = vs.len() as f64;
-    // A log axis only over magnitudes plotters can tick: a subnormal or tiny lower end gives
-    // hundreds of decades (an imported record can carry any value).
-    let log = lo >= 1e-30 && hi / lo > 20.0 && hi / lo < 1e30;
-    let y_range = if log {
-        span(lo * 0.8, hi * 1.25)?
-    } else {
-        let pad = ((hi - lo) * 0.1).max(hi.abs() * 0.05).max(1e-9);
-        span((lo - pad).min(0.0), hi + pad)?
-    };
+    let axis = Axis::auto(all.iter().copied())?;
     render(340, |root| {
-        let caption = format!("{metric} per repetition ({unit}), median marked");
-        let mut b = ChartBuilder::on(root);
-        b.caption(caption, ("sans-serif", 16))
+        let caption = format!("{metric} per repetition, median marked");
+        let mut c = ChartBuilder::on(root)
+            .caption(caption, caption_font())
             .margin(12)
             .x_label_area_size(70)
-            .y_label_area_size(70);
+            .y_label_area_size(90)
+            .build_cartesian_2d(-0.5..n - 0.5, axis.coord())?;
         let fmt = |x: &f64| category_label(&names, *x);
-        let points = |v: &VariantRecord, i: usize| -> Vec<Circle<(f64, f64), u32>> {
+        let fy = |y: &f64| axis.label(*y, &unit);
+        c.configure_mesh()
+            .x_labels(vs.len() + 1)
+            .x_label_formatter(&fmt)
+            .y_label_formatter(&fy)
+            .label_style(label_font())
+            .axis_desc_style(label_font())
+            .y_desc(if axis.log { "log scale" } else { "" })
+            .disable_x_mesh()
+            .draw()?;
+        for (i, v) in vs.iter().enumerate() {
             let s = &v.metrics[metric].samples;
-            s.iter()
-                .enumerate()
-                .filter(|(_, y)| y.is_finite())
-                .map(|(k, y)| {
-                    let jitter = (k as f64 / s.len().max(1) as f64 - 0.5) * 0.4;
-                    Circle::new(
-                        (i as f64 + jitter, *y),
-                        3,
-                        PALETTE[i % PALETTE.len()].mix(0.6).filled(),
-                    )
-                })
-                .collect()
-        };
-        // The same strips on either axis; the two coordinate types share no trait object.
-        macro_rules! strips {
-            ($y:expr, $y_fmt:expr) => {{
-                let mut c = b.build_cartesian_2d(-0.5..n - 0.5, $y)?;
-                c.configure_mesh()
-                    .x_labels(vs.len() + 1)
-                    .x_label_formatter(&fmt)
-                    .y_label_formatter(&$y_fmt)
-                    .y_desc(unit.as_str())
-                    .disable_x_mesh()
-                    .draw()?;
-                for (i, v) in vs.iter().enumerate() {
-                    c.draw_series(points(v, i))?;
-                    let m = v.metrics[metric].median;
-                    c.draw_series(std::iter::once(PathElement::new(
-                        vec![(i as f64 - 0.3, m), (i as f64 + 0.3, m)],
-                        BLACK.stroke_width(2),
-                    )))?;
-                }
-            }};
-        }
-        if log {
-            strips!(y_range.clone().log_scale(), log_tick);
-        } else {
-            strips!(y_range.clone(), |y: &f64| linear_tick(*y));
+            c.draw_series(
+                s.iter()
+                    .enumerate()
+                    .filter(|(_, y)| y.is_finite())
+                    .map(|(k, y)| {
+                        let jitter = (k as f64 / s.len().max(1) as f64 - 0.5) * 0.4;
+                        Circle::new(
+                            (i as f64 + jitter, axis.to(*y)),
+                            3,
+                            PALETTE[i % PALETTE.len()].mix(0.6).filled(),
+                        )
+                    }),
+            )?;
+            let m = axis.to(v.metrics[metric].median);
+            c.draw_series(std::iter::once(PathElement::new(
+                vec![(i as f64 - 0.3, m), (i as f64 + 0.3, m)],
+                BLACK.stroke_width(2),
+            )))?;
         }
         Ok(())
     })
@@ -201,7 +340,7 @@ pub fn bars(r: &RunRecord, metric: &str, title: &str) -> Option<String> {
         .map(|(_, m, ci)| ci[1].max(*m))
         .fold(0.0, f64::max);
     row_bars(
-        format!("{title} ({unit}), median with 95% CI"),
+        format!("{title}, median with 95% CI"),
         unit,
         &rows,
         top,
@@ -220,7 +359,7 @@ pub fn labelled_bars(title: &str, unit: &str, rows: &[(String, f64, [f64; 2])]) 
         .map(|(_, m, s)| s[1].max(*m))
         .filter(|x| x.is_finite())
         .fold(0.0, f64::max);
-    row_bars(format!("{title} ({unit})"), unit, rows, top, 220)
+    row_bars(title.to_string(), unit, rows, top, 220)
 }
 
 /// Horizontal bars, one per `(label, median, [lo, hi])` row, with a whisker over `[lo, hi]`,
@@ -233,30 +372,43 @@ fn row_bars(
     label_width: u32,
 ) -> Option<String> {
     let names: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
-    let height = 60 + 34 * u32::try_from(rows.len()).unwrap_or(10);
-    let x_range = span(0.0, (top * 1.15).max(1e-9))?;
-    render(height.max(160), |root| {
+    let height = 70 + 34 * u32::try_from(rows.len()).unwrap_or(10);
+    let axis = Axis::auto(
+        rows.iter()
+            .flat_map(|(_, m, s)| [*m, s[0], s[1]])
+            .chain([top]),
+    )?;
+    let caption = if axis.log {
+        format!("{caption}, log scale")
+    } else {
+        caption
+    };
+    render(height.max(170), |root| {
         let mut c = ChartBuilder::on(root)
-            .caption(caption.as_str(), ("sans-serif", 16))
+            .caption(caption.as_str(), caption_font())
             .margin(12)
-            .x_label_area_size(36)
+            .x_label_area_size(40)
             .y_label_area_size(label_width)
-            .build_cartesian_2d(x_range.clone(), -0.5..rows.len() as f64 - 0.5)?;
+            .build_cartesian_2d(axis.coord(), -0.5..rows.len() as f64 - 0.5)?;
         let fmt = |y: &f64| category_label(&names, *y);
+        let fx = |x: &f64| axis.label(*x, unit);
         c.configure_mesh()
             .y_labels(rows.len() + 1)
             .y_label_formatter(&fmt)
-            .x_desc(unit)
+            .x_label_formatter(&fx)
+            .label_style(label_font())
+            .axis_desc_style(label_font())
+            .x_desc("median")
             .disable_y_mesh()
             .draw()?;
         for (i, (_, median, spread)) in rows.iter().enumerate() {
             let y = i as f64;
             c.draw_series(std::iter::once(Rectangle::new(
-                [(0.0, y - 0.32), (*median, y + 0.32)],
+                [(axis.base(), y - 0.32), (axis.to(*median), y + 0.32)],
                 PALETTE[i % PALETTE.len()].filled(),
             )))?;
             c.draw_series(std::iter::once(PathElement::new(
-                vec![(spread[0], y), (spread[1], y)],
+                vec![(axis.to(spread[0]), y), (axis.to(spread[1]), y)],
                 BLACK.stroke_width(2),
             )))?;
         }
@@ -282,40 +434,55 @@ pub fn timeline(r: &RunRecord) -> Option<String> {
     let names: Vec<String> = vs.iter().map(|v| v.name.clone()).collect();
     let height = 70 + 36 * u32::try_from(vs.len()).unwrap_or(10);
     let x_range = span(0.0, (end * 1.05).max(1e-9))?;
-    render(height.max(180), |root| {
+    render(height.max(200), |root| {
         let mut c = ChartBuilder::on(root)
             .caption(
-                "construction timeline (median repetition): each ioctl, grace-period stalls in red",
-                ("sans-serif", 16),
+                "construction timeline (median repetition): each ioctl",
+                caption_font(),
             )
             .margin(12)
-            .x_label_area_size(36)
+            .x_label_area_size(40)
             .y_label_area_size(150)
             .build_cartesian_2d(x_range.clone(), -0.5..vs.len() as f64 - 0.5)?;
         let fmt = |y: &f64| category_label(&names, *y);
         c.configure_mesh()
             .y_labels(vs.len() + 1)
             .y_label_formatter(&fmt)
-            .x_desc("ms since KVM_CREATE_VM")
+            .label_style(label_font())
+            .axis_desc_style(label_font())
+            .x_label_formatter(&|x: &f64| crate::analysis::quantity::tick(*x, "ms"))
+            .x_max_light_lines(2)
+            .x_desc("since KVM_CREATE_VM")
             .disable_y_mesh()
             .draw()?;
+        // Two series, so the legend names both: work, and the grace-period stalls.
+        let (mut work, mut stalls) = (Vec::new(), Vec::new());
         for (i, v) in vs.iter().enumerate() {
             let y = i as f64;
-            c.draw_series(v.timeline.iter().enumerate().map(|(k, e)| {
-                let color = if e.stalled {
-                    STALL
+            for (k, e) in v.timeline.iter().enumerate() {
+                let rect = [
+                    (e.start_ms, y - 0.3),
+                    (e.start_ms + e.dur_ms.max(end / 800.0), y + 0.3),
+                ];
+                if e.stalled {
+                    stalls.push(Rectangle::new(rect, STALL.filled()));
                 } else {
-                    PALETTE[k % PALETTE.len()]
-                };
-                Rectangle::new(
-                    [
-                        (e.start_ms, y - 0.3),
-                        (e.start_ms + e.dur_ms.max(end / 800.0), y + 0.3),
-                    ],
-                    color.filled(),
-                )
-            }))?;
+                    work.push(Rectangle::new(rect, WORK[k % WORK.len()].filled()));
+                }
+            }
         }
+        c.draw_series(work)?
+            .label("ioctl (work)")
+            .legend(|(x, y)| Rectangle::new([(x, y - 6), (x + 16, y + 6)], WORK[0].filled()));
+        c.draw_series(stalls)?
+            .label("waiting for an SRCU grace period (stall)")
+            .legend(|(x, y)| Rectangle::new([(x, y - 6), (x + 16, y + 6)], STALL.filled()));
+        c.configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .label_font(label_font())
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()?;
         Ok(())
     })
 }
@@ -343,12 +510,19 @@ pub fn pinned_bytes(r: &RunRecord) -> Option<String> {
     let y_range = span(0.0, (top * 1.15).max(1.0))?;
     render(340, |root| {
         let mut c = ChartBuilder::on(root)
-            .caption("pinned memory over the trace (MiB)", ("sans-serif", 16))
+            .caption("pinned memory over the trace", caption_font())
             .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(60)
+            .x_label_area_size(44)
+            .y_label_area_size(100)
             .build_cartesian_2d(x_range.clone(), y_range.clone())?;
-        c.configure_mesh().x_desc("ms").y_desc("MiB").draw()?;
+        c.configure_mesh()
+            .label_style(label_font())
+            .axis_desc_style(label_font())
+            .x_label_formatter(&|x: &f64| crate::analysis::quantity::tick(*x, "ms"))
+            .y_label_formatter(&|y: &f64| crate::analysis::quantity::tick(*y, "MiB"))
+            .x_desc("time in the trace")
+            .y_desc("pinned")
+            .draw()?;
         for (i, v) in vs.iter().enumerate() {
             // A step function: each value holds until the next change.
             let mut pts = Vec::new();
@@ -364,6 +538,7 @@ pub fn pinned_bytes(r: &RunRecord) -> Option<String> {
                 });
         }
         c.configure_series_labels()
+            .label_font(label_font())
             .background_style(WHITE.mix(0.9))
             .border_style(BLACK)
             .draw()?;
@@ -379,7 +554,7 @@ pub type SweepSeries = (String, Vec<Option<(f64, [f64; 2])>>);
 /// whiskers; the x axis is the axis's values in sweep order (evenly spaced).
 pub fn sweep_lines(
     title: &str,
-    axis: &str,
+    axis_name: &str,
     xs: &[String],
     series: &[SweepSeries],
     unit: &str,
@@ -392,24 +567,25 @@ pub fn sweep_lines(
     if all.is_empty() || xs.is_empty() {
         return None;
     }
-    let hi = all.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let lo = all.iter().copied().fold(f64::INFINITY, f64::min).min(0.0);
     let n = xs.len() as f64;
-    let y_range = span(lo, (hi * 1.1).max(lo + 1e-9))?;
-    render(360, |root| {
+    let axis = Axis::auto(all.iter().copied())?;
+    render(380, |root| {
         let mut c = ChartBuilder::on(root)
-            .caption(title, ("sans-serif", 16))
+            .caption(title, caption_font())
             .margin(12)
-            .x_label_area_size(50)
-            .y_label_area_size(70)
-            .build_cartesian_2d(-0.5..n - 0.5, y_range.clone())?;
+            .x_label_area_size(56)
+            .y_label_area_size(90)
+            .build_cartesian_2d(-0.5..n - 0.5, axis.coord())?;
         let fmt = |x: &f64| category_label(xs, *x);
+        let fy = |y: &f64| axis.label(*y, unit);
         c.configure_mesh()
             .x_labels(xs.len().min(40) + 1)
             .x_label_formatter(&fmt)
-            .y_label_formatter(&|y: &f64| linear_tick(*y))
-            .x_desc(axis)
-            .y_desc(unit)
+            .y_label_formatter(&fy)
+            .label_style(label_font())
+            .axis_desc_style(label_font())
+            .x_desc(axis_name)
+            .y_desc(if axis.log { "log scale" } else { "" })
             .disable_x_mesh()
             .draw()?;
         for (i, (name, ys)) in series.iter().enumerate() {
@@ -417,12 +593,12 @@ pub fn sweep_lines(
             let pts: Vec<(f64, f64)> = ys
                 .iter()
                 .enumerate()
-                .filter_map(|(k, y)| y.map(|(m, _)| (k as f64, m)))
+                .filter_map(|(k, y)| y.map(|(m, _)| (k as f64, axis.to(m))))
                 .collect();
             c.draw_series(ys.iter().enumerate().filter_map(|(k, y)| {
                 y.map(|(_, ci)| {
                     PathElement::new(
-                        vec![(k as f64, ci[0]), (k as f64, ci[1])],
+                        vec![(k as f64, axis.to(ci[0])), (k as f64, axis.to(ci[1]))],
                         color.stroke_width(1),
                     )
                 })
@@ -435,6 +611,7 @@ pub fn sweep_lines(
                 });
         }
         c.configure_series_labels()
+            .label_font(label_font())
             .background_style(WHITE.mix(0.9))
             .border_style(BLACK)
             .draw()?;
@@ -442,10 +619,16 @@ pub fn sweep_lines(
     })
 }
 
+/// Whether a colour scale over `lo..hi` is logarithmic: when the values span more than 20×, so
+/// one outlier does not wash out the rest.
+fn log_colours(lo: f64, hi: f64) -> bool {
+    lo > 0.0 && hi / lo > 20.0
+}
+
 /// The colour of `v` on a white-to-blue-to-red scale between `lo` and `hi` (logarithmic when
-/// the values span more than 20×, so one outlier does not wash out the rest).
+/// [`log_colours`]).
 fn heat(v: f64, lo: f64, hi: f64) -> RGBColor {
-    let t = if lo > 0.0 && hi / lo > 20.0 {
+    let t = if log_colours(lo, hi) {
         (v / lo).ln() / (hi / lo).ln()
     } else if hi > lo {
         (v - lo) / (hi - lo)
@@ -474,44 +657,30 @@ fn heat(v: f64, lo: f64, hi: f64) -> RGBColor {
     RGBColor(mix(a.0, b.0), mix(a.1, b.1), mix(a.2, b.2))
 }
 
-/// A sweep over two axes: one cell per point coloured by its headline median, the value
-/// written in the cell (when the grid is small enough to read it). `cells[y][x]`.
+/// A sweep over two axes: one cell per point coloured by its headline median on the scale
+/// `lo..hi` that every heatmap of the page shares (its colour bar is [`colour_bar`]), the
+/// value written in the cell when the grid is small enough to read it. `cells[y][x]`.
 pub fn heatmap(
     title: &str,
     (x_axis, xs): (&str, &[String]),
     (y_axis, ys): (&str, &[String]),
     cells: &[Vec<Option<f64>>],
-    unit: &str,
+    (unit, lo, hi): (&str, f64, f64),
 ) -> Option<String> {
-    let values: Vec<f64> = cells
-        .iter()
-        .flatten()
-        .flatten()
-        .copied()
-        .filter(|v| v.is_finite())
-        .collect();
-    if values.is_empty() || xs.is_empty() || ys.is_empty() {
+    let any = cells.iter().flatten().flatten().any(|v| v.is_finite());
+    if !any || xs.is_empty() || ys.is_empty() {
         return None;
     }
-    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     // The colour scale spans lo..hi (logarithmic over a wide span): it needs a finite range.
     span(lo, hi)?;
     let (nx, ny) = (xs.len() as f64, ys.len() as f64);
-    let height = (90 + 28 * u32::try_from(ys.len()).unwrap_or(40)).clamp(220, 900);
-    let label_cells = xs.len() <= 16 && ys.len() <= 30;
+    let height = (100 + 30 * u32::try_from(ys.len()).unwrap_or(40)).clamp(230, 900);
+    let label_cells = xs.len() <= 12 && ys.len() <= 30;
     render(height, |root| {
         let mut c = ChartBuilder::on(root)
-            .caption(
-                format!(
-                    "{title} ({unit}; pale = low, red = high: {} to {})",
-                    linear_tick(lo),
-                    linear_tick(hi)
-                ),
-                ("sans-serif", 15),
-            )
+            .caption(title, caption_font())
             .margin(12)
-            .x_label_area_size(50)
+            .x_label_area_size(56)
             .y_label_area_size(90)
             .build_cartesian_2d(-0.5..nx - 0.5, -0.5..ny - 0.5)?;
         let fx = |x: &f64| category_label(xs, *x);
@@ -521,6 +690,8 @@ pub fn heatmap(
             .y_labels(ys.len().min(40) + 1)
             .x_label_formatter(&fx)
             .y_label_formatter(&fy)
+            .label_style(label_font())
+            .axis_desc_style(label_font())
             .x_desc(x_axis)
             .y_desc(y_axis)
             .disable_mesh()
@@ -535,12 +706,9 @@ pub fn heatmap(
                 )))?;
                 if let (Some(v), true) = (v, label_cells) {
                     c.draw_series(std::iter::once(Text::new(
-                        format!("{:.3}", v)
-                            .trim_end_matches('0')
-                            .trim_end_matches('.')
-                            .to_string(),
+                        crate::analysis::quantity::tick(*v, unit),
                         (x, y),
-                        ("sans-serif", 11)
+                        label_font()
                             .into_font()
                             .color(&BLACK)
                             .pos(Pos::new(HPos::Center, VPos::Center)),
@@ -552,20 +720,75 @@ pub fn heatmap(
     })
 }
 
+/// The colour bar of a page's heatmaps: the shared scale `lo..hi` as a gradient with its
+/// ticks (a log axis when the colours are logarithmic).
+pub fn colour_bar(unit: &str, lo: f64, hi: f64) -> Option<String> {
+    span(lo, hi)?;
+    let log = log_colours(lo, hi);
+    let axis = if log {
+        Axis::log(lo, hi)?
+    } else if hi > lo {
+        Axis::linear(lo, hi)?
+    } else {
+        Axis::linear(
+            lo - 0.5_f64.max(lo.abs() * 0.1),
+            hi + 0.5_f64.max(hi.abs() * 0.1),
+        )?
+    };
+    render(130, |root| {
+        let mut c = ChartBuilder::on(root)
+            .caption(
+                format!(
+                    "colour scale of every heatmap on this page: {} (pale) to {} (red){}",
+                    crate::analysis::quantity::format(lo, unit),
+                    crate::analysis::quantity::format(hi, unit),
+                    if log { ", logarithmic" } else { "" }
+                ),
+                label_font(),
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(20)
+            .build_cartesian_2d(axis.coord(), 0.0..1.0)?;
+        let fx = |x: &f64| axis.label(*x, unit);
+        c.configure_mesh()
+            .x_label_formatter(&fx)
+            .label_style(label_font())
+            .disable_y_axis()
+            .disable_mesh()
+            .draw()?;
+        let (a, b) = (axis.range.start, axis.range.end);
+        let steps = 120;
+        c.draw_series((0..steps).map(|i| {
+            let x0 = a + (b - a) * f64::from(i) / f64::from(steps);
+            let x1 = a + (b - a) * f64::from(i + 1) / f64::from(steps);
+            let v = axis.value((x0 + x1) / 2.0);
+            Rectangle::new([(x0, 0.0), (x1, 1.0)], heat(v, lo, hi).filled())
+        }))?;
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn log_axis_labels_only_one_two_five_so_neighbours_never_collide() {
-        assert_eq!(log_tick(&10.0), "10");
-        assert_eq!(log_tick(&9.0), "");
-        assert_eq!(log_tick(&20.0), "20");
-        assert_eq!(log_tick(&0.5), "0.5");
-        assert_eq!(log_tick(&90.0), "");
-        assert_eq!(log_tick(&100.0), "100");
-        assert_eq!(linear_tick(2.50), "2.5");
-        assert_eq!(linear_tick(0.30000000000000004), "0.3");
+    fn a_log_axis_labels_every_decade_once_and_draws_minor_lines_between() {
+        // 2.3 µs to 65,536 µs: every decade from 10 to 10,000 µs labelled, each once.
+        let axis = Axis::log(2.3, 65_536.0).unwrap();
+        let labels: Vec<String> = axis.bold.iter().map(|a| axis.label(*a, "us")).collect();
+        assert_eq!(labels, ["10 µs", "100 µs", "1 ms", "10 ms"]);
+        assert!(axis.light.len() >= 30, "minor lines: {:?}", axis.light);
+        // Under two decades, 2 and 5 are labelled too, so no value sits below every label.
+        let narrow = Axis::log(2.3, 50.0).unwrap();
+        let labels: Vec<String> = narrow.bold.iter().map(|a| narrow.label(*a, "ns")).collect();
+        assert_eq!(labels, ["5 ns", "10 ns", "20 ns", "50 ns"]);
+        // 128 beside 65,536 goes on a log axis; 2 beside 3 does not.
+        assert!(Axis::auto([128.0, 65_536.0]).unwrap().log);
+        assert!(!Axis::auto([2.0, 3.0]).unwrap().log);
+        let lin = Axis::linear(0.0, 7.3).unwrap();
+        assert_eq!(lin.bold, [0.0, 2.0, 4.0, 6.0]);
     }
 
     #[test]
@@ -586,13 +809,23 @@ mod tests {
             vec![Some(1.0), Some(2.0), None],
             vec![Some(4.0), Some(8.0), Some(16.0)],
         ];
-        let svg = heatmap("ready_ms", ("vcpus", &xs), ("devices", &ys), &cells, "ms").unwrap();
+        let svg = heatmap(
+            "ready_ms",
+            ("vcpus", &xs),
+            ("devices", &ys),
+            &cells,
+            ("ms", 1.0, 16.0),
+        )
+        .unwrap();
         assert_eq!(svg.matches("<rect").count() - 1, 6, "one cell per point");
         assert!(
-            svg.contains(">\n16\n<") && svg.contains(">\nvcpus\n<"),
+            svg.contains(">\n16 ms\n<") && svg.contains(">\nvcpus\n<"),
             "{svg}"
         );
-        assert!(heatmap("t", ("x", &xs), ("y", &ys), &[vec![None]], "ms").is_none());
+        assert!(heatmap("t", ("x", &xs), ("y", &ys), &[vec![None]], ("ms", 1.0, 2.0)).is_none());
+        let bar = colour_bar("ms", 1.04, 20.7).unwrap();
+        assert!(bar.matches("<rect").count() > 100, "a gradient");
+        assert!(bar.contains("1.04 ms (pale) to 20.7 ms (red)"), "{bar}");
         let series = vec![(
             "a".to_string(),
             vec![Some((1.0, [0.9, 1.1])), None, Some((3.0, [2.5, 3.5]))],

@@ -120,6 +120,36 @@ mod tests {
         );
     }
 
+    /// What an HTML parser makes of escaped text: the five entities `html` writes, decoded.
+    fn unescape(text: &str) -> String {
+        text.replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&quot;", "\"")
+            .replace("&#39;", "'")
+            .replace("&amp;", "&")
+    }
+
+    proptest::proptest! {
+        /// Any text, escaped, carries no character that could end an element's content or a
+        /// quoted attribute of either kind, no bare `&` (every one starts a known entity), and
+        /// reads back as the original.
+        #[test]
+        fn html_escaping_leaves_no_special_character_and_round_trips(text in "\\PC*|[<>&'\"a-z ;#]*") {
+            let out = html(&text);
+            for c in ['<', '>', '"', '\''] {
+                proptest::prop_assert!(!out.contains(c), "{c} survives in {out}");
+            }
+            for (i, _) in out.match_indices('&') {
+                let rest = &out[i..];
+                proptest::prop_assert!(
+                    ["&amp;", "&lt;", "&gt;", "&quot;", "&#39;"].iter().any(|e| rest.starts_with(e)),
+                    "a bare & in {out}"
+                );
+            }
+            proptest::prop_assert_eq!(unescape(&out), text);
+        }
+    }
+
     #[test]
     fn columns_never_exceed_the_bound() {
         assert_eq!(column_width([3, 70_000]), MAX_COLUMN);

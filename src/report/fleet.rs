@@ -7,6 +7,7 @@ use std::fmt::Write;
 use super::charts;
 use super::escape::html as esc;
 use super::style::STYLE;
+use crate::analysis::quantity::format_range as range;
 use crate::lab::fleet::{HostFingerprint, HostGroup, group_by_host, host_value};
 use crate::record::RunRecord;
 use crate::report::words::fmt_value;
@@ -150,12 +151,11 @@ fn section(s: &mut String, hosts: &[HostGroup<&RunRecord>], scenario: &str, back
         for (i, h, x) in &rows {
             let _ = write!(
                 s,
-                "<tr><td>{} ({})</td><td>{}</td><td>{} – {}</td><td>{}</td></tr>",
+                "<tr><td>{} ({})</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 label(*i),
                 esc(&h.fingerprint.to_string()),
                 esc(&fmt_value(x.median, &x.unit)),
-                esc(&fmt_value(x.spread[0], &x.unit)),
-                esc(&fmt_value(x.spread[1], &x.unit)),
+                esc(&range(x.spread[0], x.spread[1], &x.unit)),
                 x.runs
             );
         }

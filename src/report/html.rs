@@ -4,6 +4,7 @@ use std::fmt::Write;
 
 use super::charts_for;
 use super::style::STYLE;
+use crate::analysis::quantity::format_range;
 use crate::lab::fidelity::{Agreement, ThreadReport};
 use crate::record::RunRecord;
 use crate::report::words::fmt_value;
@@ -17,14 +18,37 @@ pub(super) fn param_value(v: &serde_json::Value) -> String {
     v.as_str().map_or_else(|| v.to_string(), String::from)
 }
 
-/// The whole page.
+/// The file of the fidelity page, beside `index.html`.
+pub const FIDELITY_FILE: &str = "fidelity.html";
+
+/// The whole page, summary first: one table (a row per run, each linking to its section),
+/// how to read it, the host, and then each run's section, verdicts first.
 pub fn page(records: &[RunRecord], fidelity: &[ThreadReport]) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>hvlab report</title><style>{STYLE}</style></head><body><h1>hvlab report</h1><p><a href=\"{}\">Fleet: the runs by host</a></p>",
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>hvlab report</title><style>{STYLE}</style></head><body><h1>hvlab report</h1>"
+    );
+    summary_table(&mut s, records);
+    let _ = write!(
+        s,
+        "<p class=\"links\">{} run{}. <a href=\"{}\">Fleet: the runs by host</a>",
+        records.len(),
+        if records.len() == 1 { "" } else { "s" },
         super::fleet::FILE
     );
+    if !fidelity.is_empty() {
+        let _ = write!(
+            s,
+            " · <a href=\"{FIDELITY_FILE}\">{}</a>",
+            esc(&super::words::fidelity_headline(fidelity))
+        );
+    }
+    s.push_str("</p><details class=\"how\" open><summary>How to read this</summary><dl>");
+    for (term, text) in super::words::HOW_TO_READ {
+        let _ = write!(s, "<dt>{}</dt><dd>{}</dd>", esc(term), esc(text));
+    }
+    s.push_str("</dl></details>");
     if let Some(h) = records.first().map(|r| &r.host) {
         let _ = write!(
             s,
@@ -41,43 +65,93 @@ pub fn page(records: &[RunRecord], fidelity: &[ThreadReport]) -> String {
             esc(&h.git_rev)
         );
     }
-    let _ = write!(
-        s,
-        "<p>{} runs. Every number is a median with its 95% bootstrap confidence interval and range.</p><h2>Summary</h2><ul class=\"summary\">",
-        records.len()
-    );
-    // The verdicts first, one line per scenario and backend; the details follow.
-    for r in records {
-        let _ = write!(s, "<li>{}</li>", esc(&super::words::run_headline(r)));
-    }
-    if !fidelity.is_empty() {
-        let _ = write!(
-            s,
-            "<li>{}</li>",
-            esc(&super::words::fidelity_headline(fidelity))
-        );
-    }
-    s.push_str("</ul>");
-    if !fidelity.is_empty() {
-        fidelity_table(&mut s, fidelity);
-    }
-    for r in records {
-        run(&mut s, r);
+    let setups = super::words::distinguishing_params(records);
+    for (r, setup) in records.iter().zip(&setups) {
+        run(&mut s, r, setup);
     }
     s.push_str("</body></html>\n");
     s
 }
 
-fn run(s: &mut String, r: &RunRecord) {
+/// The opening table: a row per run (scenario × backend × host, with the profile or the
+/// kernel under test and the parameters that set it apart), each linking to its section.
+fn summary_table(s: &mut String, records: &[RunRecord]) {
+    let rows = super::words::summary_rows(records);
+    let any_setup = rows.iter().any(|r| !r.setup.is_empty());
+    s.push_str("<table class=\"summary\"><tr><th>scenario</th><th>backend</th><th>host</th>");
+    if any_setup {
+        s.push_str("<th>setup</th>");
+    }
+    s.push_str("<th>verdict</th><th>the number</th><th>what it buys</th></tr>");
+    for row in &rows {
+        let _ = write!(
+            s,
+            "<tr><td><a href=\"#{}\">{}</a></td><td>{}</td><td>{}</td>",
+            esc(&row.run_id),
+            esc(&row.scenario),
+            esc(&row.backend),
+            esc(&row.host)
+        );
+        if any_setup {
+            let _ = write!(s, "<td>{}</td>", esc(&row.setup));
+        }
+        let _ = write!(
+            s,
+            "<td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&row.verdict),
+            esc(&row.number),
+            esc(&row.buys)
+        );
+    }
+    s.push_str("</table>");
+}
+
+/// The fidelity page: the model against the kernel threads, one row per published figure.
+pub fn fidelity_page(fidelity: &[ThreadReport]) -> String {
+    let mut s = String::new();
     let _ = write!(
         s,
-        "<h2 id=\"{}\">{} on {}{}</h2><p>run <code>{}</code>, {} to {}; parameters: {}</p>",
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>hvlab fidelity</title><style>{STYLE}</style></head><body><h1>Fidelity: the model against the kernel threads</h1><p><a href=\"index.html\">Back to the report</a></p><p class=\"verdict\">{}</p>",
+        esc(&super::words::fidelity_headline(fidelity))
+    );
+    fidelity_table(&mut s, fidelity);
+    s.push_str("</body></html>\n");
+    s
+}
+
+fn run(s: &mut String, r: &RunRecord, setup: &str) {
+    let _ = write!(
+        s,
+        "<h2 id=\"{}\">{} on {}{}{}</h2>",
         esc(&r.run_id),
         esc(&r.scenario),
         esc(&r.backend.to_string()),
         r.profile
             .as_ref()
             .map_or(String::new(), |p| format!(" (profile {})", esc(p))),
+        if setup.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", esc(setup))
+        }
+    );
+    // The section opens with what it found: verdicts, then findings; the evidence follows.
+    for v in &r.verdicts {
+        let _ = write!(s, "<p class=\"verdict\">{}</p>", esc(&v.to_string()));
+    }
+    for v in &r.variants {
+        for f in &v.findings {
+            let _ = write!(
+                s,
+                "<p class=\"finding\">{}: {}</p>",
+                esc(&v.name),
+                esc(&f.to_string())
+            );
+        }
+    }
+    let _ = write!(
+        s,
+        "<p>run <code>{}</code>, {} to {}; parameters: {}</p>",
         esc(&r.run_id),
         esc(&r.started_at),
         esc(&r.finished_at),
@@ -125,11 +199,10 @@ fn run(s: &mut String, r: &RunRecord) {
             for (name, m) in v.metrics.iter().filter(|(k, _)| filter(k)) {
                 let _ = write!(
                     s,
-                    "<tr><td>{}</td><td>{}</td><td>{} – {}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                     esc(name),
                     esc(&fmt_value(m.median, &m.unit)),
-                    esc(&fmt_value(m.ci95[0], &m.unit)),
-                    esc(&fmt_value(m.ci95[1], &m.unit)),
+                    esc(&format_range(m.ci95[0], m.ci95[1], &m.unit)),
                     esc(&fmt_value(m.min, &m.unit)),
                     esc(&fmt_value(m.max, &m.unit)),
                     m.n
@@ -143,12 +216,6 @@ fn run(s: &mut String, r: &RunRecord) {
             table(s, &|k| k.starts_with("kvm."));
             s.push_str("</details>");
         }
-        for f in &v.findings {
-            let _ = write!(s, "<p class=\"finding\">{}</p>", esc(&f.to_string()));
-        }
-    }
-    for v in &r.verdicts {
-        let _ = write!(s, "<p class=\"verdict\">{}</p>", esc(&v.to_string()));
     }
 }
 

@@ -6,34 +6,84 @@ use super::escape::markdown as md;
 use crate::lab::fidelity::ThreadReport;
 use crate::record::RunRecord;
 
-/// The summary of every run.
+/// The summary of every run, in the order of the HTML page: the table first, how to read
+/// it, then each run with its verdicts first; the fidelity table last.
 pub fn summary(records: &[RunRecord], fidelity: &[ThreadReport]) -> String {
-    let mut s = String::from("# hvlab report\n\n## Summary\n\n");
-    for r in records {
-        let _ = writeln!(s, "- {}", md(&super::words::run_headline(r)));
+    let mut s = String::from("# hvlab report\n\n");
+    let rows = super::words::summary_rows(records);
+    let any_setup = rows.iter().any(|r| !r.setup.is_empty());
+    s.push_str("| scenario | backend | host |");
+    if any_setup {
+        s.push_str(" setup |");
     }
-    if !fidelity.is_empty() {
-        let _ = writeln!(s, "- {}", md(&super::words::fidelity_headline(fidelity)));
-        s.push_str("\n## Fidelity: the model against the kernel threads\n\n| thread | figure | setup | published | model | verdict |\n|---|---|---|---|---|---|\n");
-        for cells in super::words::fidelity_cells(fidelity) {
-            let row: Vec<String> = cells.iter().map(|c| md(c)).collect();
-            let _ = writeln!(s, "| {} |", row.join(" | "));
-        }
-        s.push('\n');
-        for line in super::words::fidelity_fitted(fidelity) {
-            let _ = writeln!(s, "- {}", md(&line));
-        }
+    s.push_str(" verdict | the number | what it buys |\n|---|---|---|");
+    if any_setup {
+        s.push_str("---|");
     }
-    s.push('\n');
-    for r in records {
+    s.push_str("---|---|---|\n");
+    for row in &rows {
+        let _ = write!(
+            s,
+            "| [{}](#{}) | {} | {} |",
+            md(&row.scenario),
+            anchor(&row.run_id),
+            md(&row.backend),
+            md(&row.host)
+        );
+        if any_setup {
+            let _ = write!(s, " {} |", md(&row.setup));
+        }
         let _ = writeln!(
             s,
-            "## {} on {}{}\n\nRun {} on {} ({}, {}, HZ={}).\n",
+            " {} | {} | {} |",
+            md(&row.verdict),
+            md(&row.number),
+            md(&row.buys)
+        );
+    }
+    s.push_str("\nHow to read this:\n\n");
+    for (term, text) in super::words::HOW_TO_READ {
+        let _ = writeln!(s, "- **{}**: {}", md(term), md(text));
+    }
+    if !fidelity.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n{} (table at the end).",
+            md(&super::words::fidelity_headline(fidelity))
+        );
+    }
+    s.push('\n');
+    let setups = super::words::distinguishing_params(records);
+    for (r, setup) in records.iter().zip(&setups) {
+        let _ = writeln!(
+            s,
+            "<a id=\"{}\"></a>\n\n## {} on {}{}{}\n",
+            anchor(&r.run_id),
             md(&r.scenario),
             r.backend,
             r.profile
                 .as_ref()
                 .map_or(String::new(), |p| format!(" (profile {})", md(p))),
+            if setup.is_empty() {
+                String::new()
+            } else {
+                format!(", {}", md(setup))
+            }
+        );
+        for v in &r.verdicts {
+            let _ = writeln!(s, "- **verdict**: {}", md(&v.to_string()));
+        }
+        for v in &r.variants {
+            if !v.is_ok() {
+                let _ = writeln!(s, "- **{}**: {}", md(&v.name), md(&v.status.to_string()));
+            }
+            for f in &v.findings {
+                let _ = writeln!(s, "- **{}**: {}", md(&v.name), md(&f.to_string()));
+            }
+        }
+        let _ = writeln!(
+            s,
+            "\nRun {} on {} ({}, {}, HZ={}).\n",
             md(&r.run_id),
             md(&r.host.kernel),
             md(&r.host.cpu),
@@ -46,21 +96,32 @@ pub fn summary(records: &[RunRecord], fidelity: &[ThreadReport]) -> String {
         for w in &r.warnings {
             let _ = writeln!(s, "- **warning**: {}", md(&w.to_string()));
         }
-        for v in &r.variants {
-            if !v.is_ok() {
-                let _ = writeln!(s, "- **{}**: {}", md(&v.name), md(&v.status.to_string()));
-            }
-            for f in &v.findings {
-                let _ = writeln!(s, "- **{}**: {}", md(&v.name), md(&f.to_string()));
-            }
-        }
-        if !r.verdicts.is_empty() {
-            let _ = writeln!(s, "\nVerdicts:\n");
-            for v in &r.verdicts {
-                let _ = writeln!(s, "- {}", md(&v.to_string()));
-            }
-        }
         s.push('\n');
     }
+    if !fidelity.is_empty() {
+        s.push_str("## Fidelity: the model against the kernel threads\n\n| thread | figure | setup | published | model | verdict |\n|---|---|---|---|---|---|\n");
+        for cells in super::words::fidelity_cells(fidelity) {
+            let row: Vec<String> = cells.iter().map(|c| md(c)).collect();
+            let _ = writeln!(s, "| {} |", row.join(" | "));
+        }
+        s.push('\n');
+        for line in super::words::fidelity_fitted(fidelity) {
+            let _ = writeln!(s, "- {}", md(&line));
+        }
+    }
     s
+}
+
+/// A run id as an anchor: only characters that need no escaping in a link or an attribute.
+fn anchor(run_id: &str) -> String {
+    run_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
 }

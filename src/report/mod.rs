@@ -41,24 +41,25 @@ pub fn charts_for(r: &RunRecord) -> Vec<(String, String)> {
     out
 }
 
-/// Writes `index.html`, `summary.md` and the fleet page `fleet.html` (the `fleet` runs grouped
-/// by host) into `dir`; returns the index's path. `fidelity`, when given, is the model against
-/// the kernel threads: the report shows it before the runs, so a reader sees where the model
-/// can be trusted before reading its numbers. Written as [`publish`] writes.
+/// Writes `index.html` (summary first), `summary.md` and the fleet page `fleet.html` (the
+/// `fleet` runs grouped by host) into `dir`; returns the index's path. `fidelity`, when given,
+/// is the model against the kernel threads: its headline is linked from the index, its table
+/// is a page of its own (`fidelity.html`). Written as [`publish`] writes.
 pub fn write(
     records: &[RunRecord],
     fidelity: &[ThreadReport],
     fleet: &[RunRecord],
     dir: &Path,
 ) -> std::io::Result<PathBuf> {
-    publish(
-        dir,
-        &[
-            ("index.html", html::page(records, fidelity)),
-            (fleet::FILE, fleet::page(fleet)),
-            ("summary.md", markdown::summary(records, fidelity)),
-        ],
-    )?;
+    let mut files = vec![
+        ("index.html", html::page(records, fidelity)),
+        (fleet::FILE, fleet::page(fleet)),
+        ("summary.md", markdown::summary(records, fidelity)),
+    ];
+    if !fidelity.is_empty() {
+        files.push((html::FIDELITY_FILE, html::fidelity_page(fidelity)));
+    }
+    publish(dir, &files)?;
     Ok(dir.join("index.html"))
 }
 

@@ -5,4 +5,6 @@ h1{border-bottom:2px solid #1f77b4}h2{margin-top:2em;border-bottom:1px solid #cc
 table{border-collapse:collapse;margin:.5em 0;font-size:.9em}td,th{border:1px solid #ddd;padding:.2em .6em;text-align:right}\
 th{background:#f3f6fa}td:first-child,th:first-child{text-align:left}.finding{background:#fff6e5;border-left:4px solid #ff7f0e;padding:.4em .8em;margin:.3em 0}\
 .verdict{background:#eef6ee;border-left:4px solid #2ca02c;padding:.4em .8em;margin:.3em 0}.status{color:#a33}\
-figure{margin:1em 0}figcaption{font-size:.85em;color:#555}.host td{text-align:left}.warning{color:#a40}";
+figure{margin:1em 0}figcaption{font-size:.85em;color:#555}.host td{text-align:left}.warning{color:#a40}\
+table.summary td,table.summary th{text-align:left;vertical-align:top}table.summary{font-size:.95em}\
+.how dt{font-weight:600;margin-top:.3em}.how dd{margin-left:1.5em}.links{margin:.6em 0}";

@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use super::html::{esc, param_value};
 use super::words::fmt_value;
+use crate::analysis::quantity::format_range;
 use crate::lab::sweep::VARIANT_AXIS;
 use crate::record::{MetricRecord, RunRecord};
 
@@ -147,6 +148,11 @@ impl SweepView {
                 }
             }
             [(xa, xs), (ya, ys), rest @ ..] => {
+                // One colour scale for every heatmap of the page, so the same colour is the
+                // same value everywhere; the page draws its colour bar once.
+                let Some((lo, hi)) = self.colour_range() else {
+                    return out;
+                };
                 // Every combination of the further axes, first slowest.
                 let mut combos: Vec<Vec<String>> = vec![Vec::new()];
                 for (_, values) in rest {
@@ -185,7 +191,7 @@ impl SweepView {
                             .collect();
                         let title = format!("{} median, {variant}{fixed}", self.metric);
                         if let Some(svg) =
-                            charts::heatmap(&title, (xa, xs), (ya, ys), &cells, &unit)
+                            charts::heatmap(&title, (xa, xs), (ya, ys), &cells, (&unit, lo, hi))
                         {
                             out.push((title, svg));
                         }
@@ -194,6 +200,28 @@ impl SweepView {
             }
         }
         out
+    }
+
+    /// The smallest and largest median of the page: the shared colour scale.
+    fn colour_range(&self) -> Option<(f64, f64)> {
+        let medians = self
+            .cells
+            .iter()
+            .map(|(_, _, m)| m.median)
+            .filter(|v| v.is_finite());
+        let (lo, hi) = medians.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+            (a.min(v), b.max(v))
+        });
+        (lo <= hi).then_some((lo, hi))
+    }
+
+    /// The colour bar of the page's heatmaps, when it has any (two axes or more).
+    pub fn colour_bar(&self) -> Option<String> {
+        if self.axes.len() < 2 {
+            return None;
+        }
+        let (lo, hi) = self.colour_range()?;
+        charts::colour_bar(&self.unit(), lo, hi)
     }
 
     fn points(&self) -> usize {
@@ -223,6 +251,12 @@ pub fn page(view: &SweepView) -> String {
         variants = esc(&view.variants.join(", ")),
         metric = esc(&view.metric),
     );
+    if let Some(bar) = view.colour_bar() {
+        let _ = write!(
+            s,
+            "<figure class=\"colour-bar\">{bar}<figcaption>one colour scale for every heatmap below</figcaption></figure>"
+        );
+    }
     for (caption, svg) in view.charts() {
         let _ = write!(
             s,
@@ -246,13 +280,11 @@ pub fn page(view: &SweepView) -> String {
         }
         let _ = write!(
             s,
-            "<td>{}</td><td>{}</td><td>{} – {}</td><td>{} – {}</td><td>{}</td></tr>",
+            "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(variant),
             esc(&fmt_value(m.median, &m.unit)),
-            esc(&fmt_value(m.ci95[0], &m.unit)),
-            esc(&fmt_value(m.ci95[1], &m.unit)),
-            esc(&fmt_value(m.min, &m.unit)),
-            esc(&fmt_value(m.max, &m.unit)),
+            esc(&format_range(m.ci95[0], m.ci95[1], &m.unit)),
+            esc(&format_range(m.min, m.max, &m.unit)),
             m.n
         );
     }
@@ -286,11 +318,10 @@ pub fn summary(view: &SweepView) -> String {
         }
         let _ = writeln!(
             s,
-            " {} | {} | {} – {} |",
+            " {} | {} | {} |",
             md(variant),
             md(&fmt_value(m.median, &m.unit)),
-            md(&fmt_value(m.ci95[0], &m.unit)),
-            md(&fmt_value(m.ci95[1], &m.unit))
+            md(&format_range(m.ci95[0], m.ci95[1], &m.unit))
         );
     }
     s

@@ -38,41 +38,168 @@ pub fn run_headline(r: &RunRecord) -> String {
     )
 }
 
-/// A figure with its unit, at a precision a person reads at a glance (counts exact).
-pub fn figure(value: f64, unit: &str) -> String {
-    let text = if !value.is_finite() {
-        "n/a".to_string()
-    } else if value.fract() == 0.0 && value.abs() < 1e15 {
-        // Whole numbers (counts) stay exact, grouped by thousands.
-        group_thousands(value)
-    } else if value.abs() >= 100.0 {
-        format!("{value:.0}")
-    } else if value.abs() >= 10.0 {
-        format!("{value:.1}")
-    } else if value.abs() >= 1.0 {
-        format!("{value:.2}")
-    } else {
-        // Three significant digits, so a figure judged against a precise published one
-        // (strace's 0.137 ms) shows the digits the verdict turned on.
-        format!("{value:.3}")
-    };
-    if unit == "×" || unit == "%" {
-        format!("{text}{unit}")
-    } else {
-        format!("{text} {unit}")
+/// One row of the report's opening table: a run, its verdict in a few words, the number that
+/// matters with its CI, what the faster variant buys, and the parameters that set this run
+/// apart from the other runs of its scenario (without them two rows can seem to contradict).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SummaryRow {
+    /// The run's id: the anchor of its section.
+    pub run_id: String,
+    /// Scenario.
+    pub scenario: String,
+    /// `kvm`, or `model (profile)`.
+    pub backend: String,
+    /// The host the numbers describe, short: kernel (or kernel under test), flavour, HZ.
+    pub host: String,
+    /// `key=value` for each parameter that differs between runs of this scenario.
+    pub setup: String,
+    /// The headline verdict, a few words.
+    pub verdict: String,
+    /// The headline metric of the variant the verdict favours, with its unit and 95% CI.
+    pub number: String,
+    /// What choosing the faster variant saves: "memslots-first saves 7.2 ms of 7.85 ms".
+    pub buys: String,
+}
+
+/// Parameters that never set a run apart for a reader (bookkeeping of sweeps).
+const BOOKKEEPING: [&str; 3] = ["sweep", "sweep_point", "sweep_grid"];
+
+/// Per record, the `key=value` pairs of parameters whose values differ between the records of
+/// the same scenario.
+pub fn distinguishing_params(records: &[RunRecord]) -> Vec<String> {
+    records
+        .iter()
+        .map(|r| {
+            let peers: Vec<&RunRecord> = records
+                .iter()
+                .filter(|o| o.scenario == r.scenario)
+                .collect();
+            r.params
+                .iter()
+                .filter(|(k, _)| !BOOKKEEPING.contains(&k.as_str()))
+                .filter(|(k, v)| peers.iter().any(|o| o.params.get(*k) != Some(v)))
+                .map(|(k, v)| {
+                    format!(
+                        "{k}={}",
+                        v.as_str().map_or_else(|| v.to_string(), String::from)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .collect()
+}
+
+/// The host a run's numbers describe, in a few words.
+pub fn short_host(r: &RunRecord) -> String {
+    let h = &r.host;
+    match &h.under_test {
+        Some(u) => format!("Linux {} under test ({}), HZ {}", u.release, u.accel, h.hz),
+        None => format!("Linux {}, {}, HZ {}", h.kernel, h.kvm_flavour, h.hz),
     }
 }
 
-fn group_thousands(value: f64) -> String {
-    let digits = format!("{:.0}", value.abs());
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
+/// The opening table of a report: one row per run.
+pub fn summary_rows(records: &[RunRecord]) -> Vec<SummaryRow> {
+    let setups = distinguishing_params(records);
+    records
+        .iter()
+        .zip(setups)
+        .map(|(r, setup)| summary_row(r, setup))
+        .collect()
+}
+
+fn summary_row(r: &RunRecord, setup: String) -> SummaryRow {
+    let q = crate::analysis::quantity::ratio;
+    let headline = crate::scenario::find(&r.scenario)
+        .map(|i| i.headline.to_string())
+        .unwrap_or_default();
+    let strongest = r
+        .verdicts
+        .iter()
+        .filter(|v| v.significant)
+        .max_by(|a, b| a.ratio.total_cmp(&b.ratio));
+    let ran = r.variants.iter().filter(|v| v.is_ok()).count();
+    let verdict = match strongest {
+        Some(v) => format!("{} {} faster than {}", v.faster, q(v.ratio), v.slower),
+        None if r.verdicts.iter().any(|v| v.too_few) => "too few samples for a verdict".to_string(),
+        None if !r.verdicts.is_empty() => "no significant difference".to_string(),
+        None if ran == 0 => "no variant ran".to_string(),
+        None => format!(
+            "{ran} of {} variants ran; nothing compared",
+            r.variants.len()
+        ),
+    };
+    // The number that matters: the favoured variant's headline, else the first that has it.
+    let variant = strongest
+        .and_then(|v| r.variants.iter().find(|x| x.name == v.faster))
+        .or_else(|| {
+            r.variants
+                .iter()
+                .find(|x| x.is_ok() && x.metrics.contains_key(&headline))
+        });
+    let number = variant
+        .and_then(|v| v.metrics.get(&headline).map(|m| (v, m)))
+        .map_or_else(String::new, |(v, m)| {
+            format!(
+                "{}: {headline} {} (95% CI {})",
+                v.name,
+                fmt_value(m.median, &m.unit),
+                crate::analysis::quantity::format_range(m.ci95[0], m.ci95[1], &m.unit)
+            )
+        });
+    let buys = strongest.map_or_else(String::new, |v| {
+        let [fast, slow] = v.medians;
+        let both = crate::analysis::quantity::format_all(&[slow - fast, slow], &v.unit);
+        format!("{} saves {} of {}", v.faster, both[0], both[1])
+    });
+    SummaryRow {
+        run_id: r.run_id.clone(),
+        scenario: r.scenario.clone(),
+        backend: r
+            .profile
+            .as_ref()
+            .map_or_else(|| r.backend.to_string(), |p| format!("{} ({p})", r.backend)),
+        host: short_host(r),
+        setup,
+        verdict,
+        number,
+        buys,
     }
-    if value < 0.0 { format!("-{out}") } else { out }
+}
+
+/// "How to read this": what a reader needs before the numbers, one line each.
+pub const HOW_TO_READ: [(&str, &str); 5] = [
+    (
+        "median and 95% CI",
+        "every time is the median of the repetitions; the CI is a bootstrap 95% confidence interval of that median (of the ratio, for a comparison). Non-overlapping CIs are a real difference; a verdict also needs an exact rank test at p < 0.05 and at least 4 samples per side.",
+    ),
+    (
+        "stall",
+        "an ioctl that waited for an SRCU grace period started by an earlier ioctl: about a jiffy or more (4 ms at HZ=250), named with its cause.",
+    ),
+    (
+        "count",
+        "an exact number of events (faults, exits, pins), shown without a unit; a median of identical counts is that count.",
+    ),
+    (
+        "model row",
+        "the backend `model` is hvlab's executable model of the kernel mechanism with a cost profile (in parentheses): a prediction for that host, not a measurement here. See the fidelity page for how well it matches the kernel threads.",
+    ),
+    (
+        "setup",
+        "the parameters that differ between runs of the same scenario; compare rows only with the setup in mind.",
+    ),
+];
+
+/// A figure with its unit, at a precision a person reads at a glance (counts exact): the one
+/// formatter, [`crate::analysis::quantity`].
+pub fn figure(value: f64, unit: &str) -> String {
+    fmt_value(value, unit)
+}
+
+fn group_thousands(value: f64) -> String {
+    crate::analysis::quantity::count(value)
 }
 
 /// A published range: one value, or low–high, or "< high" when the thread gives a bound.
@@ -84,11 +211,7 @@ pub fn published_range(p: &crate::lab::fidelity::Published) -> String {
     } else if p.high.is_infinite() {
         format!("> {}", figure(p.low, p.unit))
     } else {
-        format!(
-            "{}–{}",
-            figure(p.low, p.unit).trim_end_matches(p.unit).trim_end(),
-            figure(p.high, p.unit)
-        )
+        crate::analysis::quantity::format_range(p.low, p.high, p.unit)
     }
 }
 
@@ -98,10 +221,9 @@ pub fn model_figure(m: &crate::lab::fidelity::ModelFigure) -> String {
         figure(m.median, m.unit)
     } else {
         format!(
-            "{} ({}–{}, n={})",
+            "{} ({}, n={})",
             figure(m.median, m.unit),
-            figure(m.min, m.unit).trim_end_matches(m.unit).trim_end(),
-            figure(m.max, m.unit),
+            crate::analysis::quantity::format_range(m.min, m.max, m.unit),
             m.n
         )
     }
@@ -239,42 +361,13 @@ pub fn noise_line(n: &crate::backend::noise::Noise) -> String {
 
 /// A size in bytes with a binary unit, three significant digits (`80.3 GiB`, `412 KiB`).
 pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    // Precision beyond 2^53 bytes is not shown anyway.
-    #[allow(clippy::cast_precision_loss)]
-    let mut v = n as f64 / 1024.0;
-    let mut unit = UNITS[0];
-    for &next in &UNITS[1..] {
-        if v < 1024.0 {
-            break;
-        }
-        v /= 1024.0;
-        unit = next;
-    }
-    let text = if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
-    };
-    format!("{text} {unit}")
+    crate::analysis::quantity::bytes(n)
 }
 
 /// `412 KiB`, or `400–412 KiB` when the two ends differ.
+#[allow(clippy::cast_precision_loss)] // sizes: precision beyond 2^53 bytes is not shown
 fn byte_range([lo, hi]: [u64; 2]) -> String {
-    let (a, b) = (bytes(lo), bytes(hi));
-    if a == b {
-        a
-    } else {
-        match (a.rsplit_once(' '), b.rsplit_once(' ')) {
-            (Some((x, u)), Some((y, v))) if u == v => format!("{x}–{y} {u}"),
-            _ => format!("{a}–{b}"),
-        }
-    }
+    crate::analysis::quantity::format_range(lo as f64, hi as f64, "B")
 }
 
 /// How a sweep's store cost was found, for the estimate line and the refusal.
@@ -337,13 +430,13 @@ mod tests {
     #[test]
     fn sizes_read_in_binary_units_with_three_digits() {
         assert_eq!(bytes(0), "0 B");
-        assert_eq!(bytes(1023), "1023 B");
+        assert_eq!(bytes(1023), "1,023 B");
         assert_eq!(bytes(1024), "1.00 KiB");
         assert_eq!(bytes(115_000), "112 KiB");
         assert_eq!(bytes(80 << 30), "80.0 GiB");
         assert_eq!(bytes(u64::MAX), "16.0 EiB");
         assert_eq!(byte_range([112 << 10, 168 << 10]), "112–168 KiB");
-        assert_eq!(byte_range([900 << 10, 2 << 20]), "900 KiB–2.00 MiB");
+        assert_eq!(byte_range([900 << 10, 2 << 20]), "0.879–2.00 MiB");
         assert_eq!(byte_range([5, 5]), "5 B");
     }
 }

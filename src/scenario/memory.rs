@@ -808,7 +808,7 @@ mod tests {
         assert_eq!(v.metrics["guest_table_pages"].median, 5.0);
         let msg = v.findings[0].to_string();
         assert!(
-            msg.contains("= 2048 on the data + 5 on the guest's own page-table pages"),
+            msg.contains("= 2,048 on the data + 5 on the guest's own page-table pages"),
             "{msg}"
         );
         assert!(msg.contains("1.00 pages mapped per stage-2 fault"), "{msg}");

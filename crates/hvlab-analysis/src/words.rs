@@ -9,19 +9,17 @@ use crate::backend::memory::Stage2Mmu;
 use crate::compare::{AbComparison, AbVerdict, Verdict};
 use crate::record::{Finding, SelfCheck};
 
-/// A value with its unit and sensible precision.
+/// A value with its unit and sensible precision: the one formatter (`crate::quantity`), so
+/// the terminal, Markdown and HTML print `24.6 ms` and never `24630000.0 ns`.
 pub fn fmt_value(v: f64, unit: &str) -> String {
-    if unit == "count" {
-        return format!("{v}");
-    }
-    let digits = if v.abs() >= 100.0 {
-        1
-    } else if v.abs() >= 1.0 {
-        2
-    } else {
-        3
-    };
-    format!("{v:.digits$} {unit}")
+    crate::quantity::format(v, unit)
+}
+
+/// Two values of one unit on one scale, for a sentence that compares them.
+fn fmt_pair(a: f64, b: f64, unit: &str) -> (String, String) {
+    let mut both = crate::quantity::format_all(&[a, b], unit);
+    let second = both.pop().unwrap_or_default();
+    (both.pop().unwrap_or_default(), second)
 }
 
 impl fmt::Display for Verdict {
@@ -34,36 +32,34 @@ impl fmt::Display for Verdict {
             self.ci95,
         );
         let [fast_m, slow_m] = self.medians;
+        // Both sides on one scale: "0.625 ms vs 7.85 ms", never "625 µs vs 7.85 ms".
+        let (fast_t, slow_t) = fmt_pair(fast_m, slow_m, &self.unit);
+        let q = crate::quantity::ratio;
         if self.too_few {
             write!(
                 f,
-                "{fast} and {slow}: no verdict on {metric} ({} vs {}, ratio {ratio:.2}×): n = {} vs {} is too few (the rule needs at least {} per side); run more repetitions (--reps {})",
-                fmt_value(fast_m, &self.unit),
-                fmt_value(slow_m, &self.unit),
+                "{fast} and {slow}: no verdict on {metric} ({fast_t} vs {slow_t}, ratio {}): n = {} vs {} is too few (the rule needs at least {} per side); run more repetitions (--reps {})",
+                q(ratio),
                 self.n[0],
                 self.n[1],
                 crate::compare::min_n(crate::verdict::ALPHA),
                 crate::compare::min_n(crate::verdict::ALPHA),
             )?;
         } else if self.significant {
-            // Small ratios need more digits to be told from 1.
-            let d = if ratio < 10.0 { 2 } else { 1 };
             write!(
                 f,
-                "{fast} is {ratio:.d$}× faster than {slow} on {metric}: {} vs {} (95% CI of the ratio {:.d$}–{:.d$}×)",
-                fmt_value(fast_m, &self.unit),
-                fmt_value(slow_m, &self.unit),
-                ci[0],
-                ci[1]
+                "{fast} is {} faster than {slow} on {metric}: {fast_t} vs {slow_t} (95% CI of the ratio {}–{})",
+                q(ratio),
+                q(ci[0]).trim_end_matches('×'),
+                q(ci[1])
             )?;
         } else {
             write!(
                 f,
-                "{fast} and {slow}: no significant difference on {metric} ({} vs {}, ratio {ratio:.2}×, 95% CI {:.2}–{:.2}×)",
-                fmt_value(fast_m, &self.unit),
-                fmt_value(slow_m, &self.unit),
-                ci[0],
-                ci[1]
+                "{fast} and {slow}: no significant difference on {metric} ({fast_t} vs {slow_t}, ratio {}, 95% CI {}–{})",
+                q(ratio),
+                q(ci[0]).trim_end_matches('×'),
+                q(ci[1])
             )?;
         }
         if let Some(c) = &self.cause {
@@ -86,25 +82,25 @@ impl fmt::Display for Verdict {
 impl fmt::Display for AbComparison {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ratio = self.ratio;
+        let q = crate::quantity::ratio;
         let change = match self.verdict {
-            AbVerdict::Faster => format!("{:.2}× faster", 1.0 / ratio),
-            AbVerdict::Slower => format!("{ratio:.2}× slower (a regression)"),
+            AbVerdict::Faster => format!("{} faster", q(1.0 / ratio)),
+            AbVerdict::Slower => format!("{} slower (a regression)", q(ratio)),
             AbVerdict::TooFew => format!(
                 "no verdict: n = {} vs {} is too few for the exact rank test to reach p < {} (it needs at least {} per side); run more repetitions (--reps {} or more) or compare more runs",
                 self.n[1], self.n[0], self.alpha, self.min_n, self.min_n
             ),
             AbVerdict::NoChange => "no significant change".to_string(),
         };
+        let (b, a) = fmt_pair(self.median[1], self.median[0], &self.unit);
         write!(
             f,
-            "{}: B {} vs A {}: {change} (ratio B/A {ratio:.3}, 95% CI {:.3}–{:.3}; exact rank test p = {:.2e}, {:.2e} after {} over {} judged together, called at p < {}; n = {} vs {}; threshold {:.0}%)",
+            "{}: B {b} vs A {a}: {change} (ratio B/A {ratio:.3}, 95% CI {:.3}–{:.3}; exact rank test {}, {} after {} over {} judged together, called at p < {}; n = {} vs {}; threshold {:.0}%)",
             self.metric,
-            fmt_value(self.median[1], &self.unit),
-            fmt_value(self.median[0], &self.unit),
             self.ci95[0],
             self.ci95[1],
-            self.p_value,
-            self.p_adjusted,
+            crate::quantity::p_equals(self.p_value),
+            crate::quantity::p_value(self.p_adjusted),
             match self.correction {
                 crate::verdict::Correction::Holm => "Holm",
                 crate::verdict::Correction::BenjaminiHochberg => "Benjamini-Hochberg",
@@ -146,7 +142,9 @@ impl fmt::Display for Finding {
                 };
                 write!(
                     f,
-                    "{ioctl} (ioctl #{step}) waited for {what}: {median_ms:.2} ms, {jiffies:.1} jiffies over its {baseline_ms:.3} ms baseline, in {stalled_reps} of {reps} reps"
+                    "{ioctl} (ioctl #{step}) waited for {what}: {}, {jiffies:.1} jiffies over its {} baseline, in {stalled_reps} of {reps} reps",
+                    fmt_value(*median_ms, "ms"),
+                    fmt_value(*baseline_ms, "ms")
                 )
             }
             Finding::SlowIoctl {
@@ -159,7 +157,9 @@ impl fmt::Display for Finding {
                 reps,
             } => write!(
                 f,
-                "{ioctl} (ioctl #{step}) was slow, cause unknown: {median_ms:.2} ms, {jiffies:.1} jiffies over its {baseline_ms:.3} ms baseline, in {slow_reps} of {reps} reps (it cannot wait for SRCU on this kernel, or no grace period was in flight)"
+                "{ioctl} (ioctl #{step}) was slow, cause unknown: {}, {jiffies:.1} jiffies over its {} baseline, in {slow_reps} of {reps} reps (it cannot wait for SRCU on this kernel, or no grace period was in flight)",
+                fmt_value(*median_ms, "ms"),
+                fmt_value(*baseline_ms, "ms")
             ),
             Finding::SelfCheck {
                 check,
@@ -184,24 +184,33 @@ impl fmt::Display for Finding {
                 mmu,
             } => {
                 let data_faults = pf_fixed - table_pages;
+                let c = crate::quantity::count;
+                #[allow(clippy::cast_precision_loss)] // page counts, far below 2^53
+                let pages_t = c(*pages as f64);
                 if data_faults <= 0.0 {
                     write!(
                         f,
-                        "kvm.vcpu.pf_fixed = {pf_fixed} for {pages} pages touched: none on the data region, which was mapped before the guest ran; {table_pages} on the guest's own page-table pages"
+                        "kvm.vcpu.pf_fixed = {} for {} pages touched: none on the data region, which was mapped before the guest ran; {} on the guest's own page-table pages",
+                        c(*pf_fixed),
+                        pages_t,
+                        c(*table_pages)
                     )
                 } else {
                     #[allow(clippy::cast_precision_loss)]
                     let per_fault = *pages as f64 / data_faults;
                     let split = if *table_pages > 0.0 {
                         format!(
-                            " = {data_faults} on the data + {table_pages} on the guest's own page-table pages"
+                            " = {} on the data + {} on the guest's own page-table pages",
+                            c(data_faults),
+                            c(*table_pages)
                         )
                     } else {
                         String::new()
                     };
                     write!(
                         f,
-                        "kvm.vcpu.pf_fixed = {pf_fixed}{split} for {pages} pages touched: {per_fault:.2} pages mapped per stage-2 fault ({})",
+                        "kvm.vcpu.pf_fixed = {}{split} for {pages_t} pages touched: {per_fault:.2} pages mapped per stage-2 fault ({})",
+                        c(*pf_fixed),
                         fault_reading(per_fault, *mmu)
                     )
                 }
@@ -248,7 +257,8 @@ impl fmt::Display for Finding {
                 tail_ms,
             } => write!(
                 f,
-                "aging released the pins {after_ms} ms after their last use: {pinned_bytes_end} bytes pinned at the end of the {tail_ms} ms idle tail"
+                "aging released the pins {after_ms} ms after their last use: {} pinned at the end of the {tail_ms} ms idle tail",
+                crate::quantity::bytes(*pinned_bytes_end)
             ),
             Finding::Blackouts {
                 records,
@@ -256,7 +266,10 @@ impl fmt::Display for Finding {
                 cap_bytes,
             } => write!(
                 f,
-                "{records} records fell in blackouts: the buffer ({buffer_bytes} bytes) could not be pinned under the {cap_bytes} byte cap"
+                "{} records fell in blackouts: the buffer ({}) could not be pinned under the {} cap",
+                crate::quantity::count(*records),
+                crate::quantity::bytes(*buffer_bytes),
+                crate::quantity::bytes(*cap_bytes)
             ),
             Finding::FaultBlackouts {
                 records,
@@ -264,7 +277,9 @@ impl fmt::Display for Finding {
                 unmap_pct,
             } => write!(
                 f,
-                "{records} records fell in blackouts: SPE stopped at each of {faults} stage-2 faults on the unpinned buffer until the fault was handled ({unmap_pct}% of the buffer unmapped at every switch-out)"
+                "{} records fell in blackouts: SPE stopped at each of {} stage-2 faults on the unpinned buffer until the fault was handled ({unmap_pct}% of the buffer unmapped at every switch-out)",
+                crate::quantity::count(*records),
+                crate::quantity::count(*faults)
             ),
             Finding::PmuMsrLists {
                 load_list,
