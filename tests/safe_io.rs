@@ -239,7 +239,10 @@ fn report_does_not_follow_a_symlink_planted_at_index_html() {
         0,
         &[],
     );
-    assert_eq!(names(&out_dir), ["fleet.html", "index.html", "summary.md"]);
+    assert_eq!(
+        names(&out_dir),
+        ["fidelity.html", "fleet.html", "index.html", "summary.md"]
+    );
 }
 
 #[test]

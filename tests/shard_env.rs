@@ -92,15 +92,16 @@ fn kubernetes_indexes_and_the_flag_select_the_same_shards() {
         );
         assert_eq!(units(&counted), units(&flag));
     }
-    // Twelve model units (six scenarios, six showcases: lifecycle 2, exits 1, pinning 1,
-    // percpu 2) over 4 shards: the first shard gets units 0, 4 and 8.
+    // Thirteen model units (seven scenarios, six showcases: lifecycle 2, exits 1, pinning 1,
+    // percpu 2) over 4 shards: the first shard gets units 0, 4, 8 and 12.
     let first = units(&plan(&[], &["--backend", "model", "--shard", "1/4"]));
     assert_eq!(
         first,
         vec![
             "suite/lifecycle/model",
             "suite/exits/model",
-            "suite/percpu/model"
+            "suite/percpu/model",
+            "suite/memslots/model"
         ]
     );
 }
@@ -231,7 +232,7 @@ fn three_slurm_shards_of_the_model_suite_store_what_one_unsharded_suite_stores()
     let whole = common::contents_by_unit(&whole_db);
     assert_eq!(
         whole.len(),
-        12,
+        13,
         "every model scenario and showcase: {:?}",
         whole.keys()
     );

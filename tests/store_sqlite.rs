@@ -126,9 +126,9 @@ fn export_then_import_round_trips_and_bad_input_is_named() {
     );
     assert!(ids(&fresh).is_empty());
     assert_exit(
-        &run(&fresh, &["export", "--format", "csv"]),
+        &run(&fresh, &["export", "--format", "xml"]),
         2,
-        &["invalid value 'csv'", "jsonl"],
+        &["invalid value 'xml'", "jsonl", "csv"],
     );
     assert_exit(
         &run(&fresh, &["import", "/nonexistent/runs.jsonl"]),

@@ -401,8 +401,24 @@ fn variants_in_short(names: &[String]) -> String {
 
 /// A table's text without the trailing blanks of its last column.
 pub fn trimmed(t: &comfy_table::Table) -> String {
-    t.to_string()
-        .lines()
+    // comfy-table measures widths in u16 and cuts what is wider: a table holding such a cell
+    // (a hostile imported run id) prints unaligned, two spaces between cells, every cell whole.
+    const WIDEST: usize = u16::MAX as usize / 2;
+    let rows = || t.header().into_iter().chain(t.row_iter());
+    let text = if rows().any(|r| r.cell_iter().any(|c| c.content().len() > WIDEST)) {
+        rows()
+            .map(|r| {
+                r.cell_iter()
+                    .map(comfy_table::Cell::content)
+                    .collect::<Vec<_>>()
+                    .join("  ")
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    } else {
+        t.to_string()
+    };
+    text.lines()
         .map(str::trim_end)
         .collect::<Vec<_>>()
         .join("\n")
