@@ -26,9 +26,8 @@ use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Experiment, Observed};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
-use crate::analysis::compare::{RUN_THRESHOLD, Verdict, compare};
+use crate::analysis::compare::{Verdict, compare, judge_variants_together};
 use crate::analysis::statistics::seed_for;
-use crate::analysis::verdict::{self, ALPHA, Call, Evidence};
 use crate::backend::dirty::{BITMAP_WORD_PAGES, DirtyPlan, DirtyResult, LogMode};
 use crate::backend::guest::DATA_MAX_BYTES;
 use crate::backend::{Backend, BackendKind};
@@ -428,23 +427,7 @@ pub fn ring_verdicts(variants: &[VariantRecord], seed: u64) -> Vec<Verdict> {
             )
         })
         .collect();
-    let adjusted = verdict::holm(&out.iter().map(|v| v.p_value).collect::<Vec<_>>());
-    for (v, p) in out.iter_mut().zip(adjusted) {
-        v.p_adjusted = p;
-        let call = verdict::call(
-            &Evidence {
-                n: v.n,
-                ratio: v.ratio,
-                ci95: v.ci95,
-                p_adjusted: p,
-                exact: v.exact,
-            },
-            RUN_THRESHOLD,
-            ALPHA,
-        );
-        v.too_few = call == Call::TooFew;
-        v.significant = call == Call::Higher;
-    }
+    judge_variants_together(&mut out);
     out
 }
 

@@ -92,13 +92,17 @@ pub fn against_fastest(variants: &[VariantRecord], metric: &str, seed: u64) -> V
             )
         })
         .collect();
-    // The variants are judged together: Holm over their p-values.
-    let adjusted = verdict::holm(&out.iter().map(|v| v.p_value).collect::<Vec<_>>());
-    for (v, p) in out.iter_mut().zip(adjusted) {
+    judge_variants_together(&mut out);
+    out
+}
+
+/// Verdicts of one run's variants judged together: Holm over their p-values, then the rule.
+pub fn judge_variants_together(verdicts: &mut [Verdict]) {
+    let adjusted = verdict::holm(&verdicts.iter().map(|v| v.p_value).collect::<Vec<_>>());
+    for (v, p) in verdicts.iter_mut().zip(adjusted) {
         v.p_adjusted = p;
         v.rejudge();
     }
-    out
 }
 
 /// An A/B comparison of two builds, hosts or policies on one metric (lower is better).
