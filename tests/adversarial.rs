@@ -7,7 +7,7 @@
     clippy::cast_possible_wrap
 )] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

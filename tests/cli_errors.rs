@@ -2,7 +2,7 @@
 //! panic: 2 for bad input, 3 when the host cannot run what was asked.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use common::{assert_exit, db, hvlab, run, stderr};
 

@@ -1,7 +1,7 @@
 //! `hvlab compare`: A/B verdicts with confidence intervals, for people and for CI.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use common::{json, kvm_or_skip, run};
 

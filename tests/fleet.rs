@@ -4,7 +4,7 @@
 //! the store API: no KVM needed.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -2,8 +2,6 @@
 //! in-process. Nothing panics; every rejection is bad input (exit 2) and names the key.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-mod common;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hvlab::Error;

@@ -1,7 +1,7 @@
 //! Nothing hangs, whatever the peer (issue 16, rule 3): a PostgreSQL server that accepts a
 //! connection and never answers ends in an error naming it, within the connect timeout.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -6,16 +6,12 @@
 //! and skip loudly otherwise; they share hvlab's kernel cache, so each kernel downloads once.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 use common::{assert_exit, db, hvlab, stderr};
 use serde_json::Value;
-
-/// One guest at a time: two emulated hosts on two cores starve each other's watchdogs.
-static BOOTS: Mutex<()> = Mutex::new(());
 
 fn booting(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
     if std::env::var_os("HVLAB_SVM_TCG").is_none() {
@@ -27,11 +23,7 @@ fn booting(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
     if !common::tool_or_skip(test, "qemu-system-x86_64") {
         return None;
     }
-    Some(
-        BOOTS
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-    )
+    Some(common::boot_turn())
 }
 
 #[test]

@@ -6,7 +6,7 @@
     clippy::cast_sign_loss
 )] // test code: a panic is the failure report; counts are checked whole and non-negative
 
-mod common;
+use crate::common;
 
 use common::{assert_exit, kvm_or_skip};
 use serde_json::Value;

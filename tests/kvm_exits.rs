@@ -1,7 +1,7 @@
 //! The exits scenario on real /dev/kvm.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use common::{kvm_or_skip, median, variant};
 use serde_json::Value;

@@ -2,7 +2,7 @@
 //! descriptors, and guests that misbehave being reported instead of hanging.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

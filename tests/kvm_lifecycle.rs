@@ -2,7 +2,7 @@
 //! Timing assertions are ratios with wide margins; counts and attributions are exact.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use common::{fastest, json, kvm_or_skip, run, scenario_json, variant};
 

@@ -2,7 +2,7 @@
 //! ratios with wide margins.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use common::kvm_or_skip;
 use serde_json::Value;

@@ -3,7 +3,7 @@
 //! same slot), and the model counts the swaps `kvm_set_memslot()` makes.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use common::{assert_exit, fastest, kvm_or_skip, median, scenario_json, variant};
 

@@ -1,7 +1,7 @@
 //! The pinning scenario on real KVM with real pins.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use common::{fastest, kvm_or_skip, median, scenario_json, variant};
 

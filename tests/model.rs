@@ -1,7 +1,7 @@
 //! The model backend through the command line: every scenario, every variant, deterministic.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use common::{json, kvm_or_skip, median, run, scenario_json, variant};
 use serde_json::Value;

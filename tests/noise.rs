@@ -2,7 +2,7 @@
 //! host is busy, and the interference options refuse bad input naming the valid range.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Command, Stdio};
 

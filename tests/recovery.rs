@@ -3,7 +3,7 @@
 //! full JSON with `--json`) and keeps it in a recovery file that `hvlab import` takes, named
 //! by the error.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! with nothing failing to load.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use common::{run, tool_or_skip};
 

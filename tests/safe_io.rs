@@ -3,7 +3,7 @@
 //! with exit 2 before any work, and never hangs on extreme values. One test (or more) per case.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use common::{assert_exit, db, json, run};
 

@@ -3,7 +3,7 @@
 //! results as one unsharded run.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -4,7 +4,7 @@
 //! matches its completions.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -5,7 +5,7 @@
 //! (hvlab not on PATH) gets its merge job cancelled instead of pending forever.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! (initdb + pg_ctl, unprivileged, on a Unix socket in a temporary directory, stopped on
 //! drop even when a test panics). Tests skip loudly where no cluster can be started.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;

@@ -1,7 +1,7 @@
 //! merge, export and import on SQLite stores (no server needed), schema migration of a
 //! version-1 file, and the errors of bad input.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -10,7 +10,7 @@
 //! or two per kernel.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 
@@ -347,8 +347,9 @@ fn svm_npt_hosts_run_every_scenario() {
         );
         return;
     };
-    // One kernel at a time: two emulated hosts on two cores would starve each other's
-    // watchdogs.
+    // One kernel at a time, and not beside `hvlab vm`'s boots: two emulated hosts on two cores
+    // would starve each other's watchdogs.
+    let _turn = common::boot_turn();
     for kernel in kernels.split(',').map(str::trim).filter(|k| !k.is_empty()) {
         check(&boot(kernel));
     }

@@ -2,7 +2,7 @@
 //! tagged with the sweep, the same results with any thread count, and the sweep report.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

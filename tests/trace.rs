@@ -1,7 +1,7 @@
 //! `hvlab trace` against real programs: hvlab itself, and QEMU's microvm.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // test code: a panic is the failure report
 
-mod common;
+use crate::common;
 
 use common::{hvlab, json, kvm_or_skip, tool_or_skip};
 

@@ -368,6 +368,63 @@ pub fn fetch(version: &str) -> Result<Kernel, KernelError> {
     Ok(k)
 }
 
+/// The kernel source of series `series` (Debian's `linux-source-SERIES`), unpacked once in
+/// the cache: the selftests side-by-side benchmark builds the KVM selftests from it.
+pub fn fetch_source(series: &str) -> Result<PathBuf, KernelError> {
+    if series.is_empty() || !series.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err(KernelError::UnknownSpec(format!("debian:{series}")));
+    }
+    let sources = cache_dir().join("sources");
+    std::fs::create_dir_all(&sources).map_err(|e| KernelError::Io(sources.clone(), e))?;
+    let tree = sources.join(format!("linux-source-{series}"));
+    if tree.join(".complete").is_file() {
+        return Ok(tree);
+    }
+    let apt = Apt::new()?;
+    if !apt.lists_fresh() {
+        need_space(&sources)?;
+        apt.update()?;
+    }
+    // The tarball is ~150 MiB and unpacks to ~1.5 GiB.
+    need_space(&sources)?;
+    let package = format!("linux-source-{series}");
+    let debs = sources.join(format!("{package}.debs"));
+    let _ = std::fs::remove_dir_all(&debs);
+    std::fs::create_dir_all(&debs).map_err(|e| KernelError::Io(debs.clone(), e))?;
+    eprintln!("kernel: fetching {package}");
+    apt.run(
+        "apt-get",
+        &["-qq", "download", &package],
+        &debs,
+        &format!("download {package}"),
+    )?;
+    let tmp = sources.join(format!("{package}.tmp"));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).map_err(|e| KernelError::Io(tmp.clone(), e))?;
+    // The package holds usr/src/linux-source-SERIES.tar.xz: unpack the tarball's tree.
+    let script = format!(
+        "dpkg-deb --fsys-tarfile {package}_*.deb | tar -xO --wildcards './usr/src/{package}.tar.xz' | tar -xJ -C '{}' --strip-components=1",
+        tmp.display()
+    );
+    let out = Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(&debs)
+        .output()
+        .map_err(|e| KernelError::Io(debs.clone(), e))?;
+    if !out.status.success() {
+        return Err(KernelError::Apt {
+            what: format!("unpack {package}"),
+            output: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    let _ = std::fs::remove_dir_all(&debs);
+    std::fs::write(tmp.join(".complete"), format!("{package} (Debian)\n"))
+        .map_err(|e| KernelError::Io(tmp.clone(), e))?;
+    let _ = std::fs::remove_dir_all(&tree);
+    std::fs::rename(&tmp, &tree).map_err(|e| KernelError::Io(tree.clone(), e))?;
+    Ok(tree)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

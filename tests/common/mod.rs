@@ -66,6 +66,16 @@ pub fn kvm_or_skip(test: &str) -> Option<KvmTurn> {
     }
 }
 
+/// Holds this binary's turn to boot a guest under QEMU TCG: two emulated hosts on two cores
+/// starve each other's watchdogs, and the first boot of a kernel fills hvlab's kernel cache.
+pub fn boot_turn() -> std::sync::MutexGuard<'static, ()> {
+    static BOOTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A test that failed while holding the turn poisons the lock; the next still runs.
+    BOOTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Whether `program` is on PATH; loud when not.
 pub fn tool_or_skip(test: &str, program: &str) -> bool {
     let found = Command::new("sh")

@@ -90,7 +90,7 @@ impl DirtyCaps {
 /// The guest: forever, signal `Start`, write the first byte of every `stride`-th page of the
 /// data region, signal `End`. The VMM collects the log between `End` and the next `Start`.
 /// No stack, no other memory: the only guest writes in a pass are the ones counted.
-fn dirty_loop(written: u64, stride: u64) -> Result<Vec<u8>, KvmError> {
+pub fn dirty_loop(written: u64, stride: u64) -> Result<Vec<u8>, KvmError> {
     let build = || -> Result<Vec<u8>, IcedError> {
         let mut a = CodeAssembler::new(64)?;
         let mut pass = a.create_label();

@@ -1,0 +1,9 @@
+//! Tests that boot kernels under test in QEMU (`hvlab vm`, `hvlab kab`, the emulated SVM+NPT
+//! host), in one binary: they run when `HVLAB_SVM_TCG` is set and share hvlab's kernel cache.
+
+mod common;
+
+#[path = "kernel_vm.rs"]
+mod kernel_vm;
+#[path = "svm_tcg.rs"]
+mod svm_tcg;
