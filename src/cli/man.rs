@@ -46,17 +46,33 @@ fn subcommand(cmd: &clap::Command, name: &str) -> Result<clap::Command, Error> {
     .into())
 }
 
+/// `cmd` and every visible subcommand under it, nested ones included, parents first.
+fn with_subcommands(cmd: &clap::Command) -> Vec<clap::Command> {
+    let mut all = vec![cmd.clone()];
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        all.extend(with_subcommands(sub));
+    }
+    all
+}
+
+/// The page of `cmd`, its footer naming hvlab's version (a subcommand has none of its own).
+fn man(cmd: clap::Command) -> clap_mangen::Man {
+    clap_mangen::Man::new(cmd).source(format!("hvlab {}", super::habits::VERSION))
+}
+
 /// Runs `hvlab man`.
 pub fn run(args: &ManArgs) -> Result<(), Error> {
     let cmd = command();
-    let page = match &args.subcommand {
-        Some(name) => Some(subcommand(&cmd, name)?),
-        None => None,
+    let pages = match &args.subcommand {
+        Some(name) => vec![subcommand(&cmd, name)?],
+        None if args.dir.is_some() => with_subcommands(&cmd),
+        None => vec![cmd],
     };
     let Some(dir) = &args.dir else {
-        let man = clap_mangen::Man::new(page.unwrap_or(cmd));
         let mut out = std::io::stdout().lock();
-        man.render(&mut out)?;
+        for page in pages {
+            man(page).render(&mut out)?;
+        }
         out.flush()?;
         return Ok(());
     };
@@ -67,21 +83,18 @@ pub fn run(args: &ManArgs) -> Result<(), Error> {
         why: format!("{e}; give a writable directory"),
     };
     std::fs::create_dir_all(dir).map_err(unwritable)?;
-    match page {
-        Some(page) => {
-            let path = clap_mangen::Man::new(page)
-                .generate_to(dir)
-                .map_err(unwritable)?;
-            super::habits::note(&format!("wrote {}", path.display()));
-        }
-        None => {
-            // Every page, nested subcommands included, as clap_mangen names them.
-            clap_mangen::generate_to(cmd, dir).map_err(unwritable)?;
-            super::habits::note(&format!(
-                "wrote hvlab.1 and a page per subcommand (hvlab-SUBCOMMAND.1) into {}",
-                dir.display()
-            ));
-        }
+    let mut names = Vec::new();
+    for page in pages {
+        let man = man(page);
+        man.generate_to(dir).map_err(unwritable)?;
+        names.push(man.get_filename());
     }
+    super::habits::note(&format!(
+        "wrote {} man page{} into {}: {}",
+        names.len(),
+        if names.len() == 1 { "" } else { "s" },
+        dir.display(),
+        names.join(", ")
+    ));
     Ok(())
 }
