@@ -344,7 +344,10 @@ fn a_sweep_page_has_one_colour_scale_with_one_colour_bar() {
     assert_eq!(dom.matches("colour-bar").count(), 1);
     for width in [1280, 390] {
         let overflow = overflow_at(&page, &profile, width);
-        assert!(overflow <= 0, "the sweep page at {width} px is {overflow} px too wide");
+        assert!(
+            overflow <= 0,
+            "the sweep page at {width} px is {overflow} px too wide"
+        );
     }
     screenshot(
         &page,
