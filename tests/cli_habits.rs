@@ -93,6 +93,81 @@ fn man_prints_a_roff_page_with_the_commands() {
     assert!(page.contains("completions"), "{page}");
 }
 
+/// The subcommands as `hvlab --help` lists them (clap's own `help` aside).
+fn subcommands() -> Vec<String> {
+    let out = hvlab().arg("--help").output().unwrap();
+    let help = stdout(&out);
+    let list = help.split("Commands:").nth(1).expect("a Commands: section");
+    let names: Vec<String> = list
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| *n != "help")
+        .map(String::from)
+        .collect();
+    assert!(names.len() > 10, "{help}");
+    names
+}
+
+#[test]
+fn man_subcommand_prints_that_subcommands_page() {
+    let out = hvlab().args(["man", "run"]).output().unwrap();
+    assert_exit(&out, 0, &[]);
+    let page = stdout(&out);
+    assert!(page.contains(".TH hvlab-run 1"), "{page}");
+    assert!(page.contains("hvlab\\-run \\- "), "the NAME line: {page}");
+    assert!(page.contains("\\fBhvlab run\\fR"), "the synopsis: {page}");
+    assert!(
+        page.contains("save\\-baseline"),
+        "run's own options: {page}"
+    );
+    assert!(
+        page.contains("hvlab 0.1.0 (git "),
+        "the version footer: {page}"
+    );
+}
+
+#[test]
+fn man_dir_writes_a_roff_page_for_hvlab_and_every_subcommand() {
+    let dir = tempfile::tempdir().unwrap();
+    let pages = dir.path().join("man1");
+    let out = hvlab()
+        .args(["man", "--dir", pages.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_exit(&out, 0, &[]);
+    let top = std::fs::read_to_string(pages.join("hvlab.1")).unwrap();
+    assert!(top.contains(".TH hvlab 1"), "{top}");
+    let subs = subcommands();
+    for sub in &subs {
+        let page = std::fs::read_to_string(pages.join(format!("hvlab-{sub}.1")))
+            .unwrap_or_else(|e| panic!("hvlab-{sub}.1: {e}"));
+        assert!(
+            page.contains(&format!(".TH hvlab-{sub} 1")),
+            "hvlab-{sub}.1: {page}"
+        );
+        assert!(page.contains(".SH SYNOPSIS"), "hvlab-{sub}.1");
+        assert!(
+            top.contains(&format!("hvlab\\-{sub}(1)")),
+            "hvlab.1 lists {sub}"
+        );
+    }
+    let written = std::fs::read_dir(&pages).unwrap().count();
+    assert_eq!(
+        written,
+        subs.len() + 1,
+        "one page per subcommand and hvlab.1"
+    );
+}
+
+#[test]
+fn man_of_an_unknown_subcommand_is_bad_input_naming_the_valid_ones() {
+    let out = hvlab().args(["man", "rnu"]).output().unwrap();
+    assert_exit(&out, 2, &["rnu", "run", "report", "sweeps", "completions"]);
+    assert!(out.stdout.is_empty(), "no page printed");
+}
+
 #[test]
 fn a_bad_color_value_is_bad_input_naming_the_choices() {
     let out = hvlab()

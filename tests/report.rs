@@ -190,6 +190,52 @@ fn the_report_is_self_contained_and_renders_in_chromium() {
         &dir.path().join("fleet.png"),
         "HVLAB_FLEET_SCREENSHOT",
     );
+    // A laptop and a phone: no page is wider than the window (wide tables and charts scroll
+    // inside the page), and the phone's screenshot is a real image.
+    for page in ["index.html", "fleet.html", "fidelity.html"] {
+        for width in [1280, 390] {
+            let overflow = overflow_at(&out_dir.join(page), &profile, width);
+            assert!(
+                overflow <= 0,
+                "{page} at {width} px is {overflow} px wider than the window"
+            );
+        }
+    }
+    let phone = dir.path().join("phone.png");
+    let out = chromium(&[
+        &format!("--screenshot={}", phone.display()),
+        "--window-size=390,1800",
+    ]);
+    assert!(out.status.success());
+    let png = std::fs::read(&phone).unwrap();
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 20_000);
+    if let Ok(keep) = std::env::var("HVLAB_REPORT_PHONE_SCREENSHOT") {
+        std::fs::copy(&phone, keep).unwrap();
+    }
+}
+
+/// How many px `page` laid out in a window `width` px wide is wider than the window (0 or less:
+/// it fits). Measured on a copy of the page with a script appended (the report has none).
+fn overflow_at(page: &std::path::Path, profile: &std::path::Path, width: u32) -> i64 {
+    let html = std::fs::read_to_string(page).unwrap();
+    let probe = page.with_file_name(format!("probe-{width}.html"));
+    let script = "<script>document.body.setAttribute('data-overflow', \
+        String(document.documentElement.scrollWidth - window.innerWidth))</script>";
+    std::fs::write(&probe, html.replace("</body>", &format!("{script}</body>"))).unwrap();
+    let out = common::chromium(
+        &probe,
+        profile,
+        &["--dump-dom", &format!("--window-size={width},900")],
+    );
+    std::fs::remove_file(&probe).unwrap();
+    assert!(out.status.success());
+    let dom = String::from_utf8_lossy(&out.stdout);
+    dom.split("data-overflow=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no measurement in {}", page.display()))
+        .parse()
+        .unwrap()
 }
 
 /// Every text on every chart is at least 11 px (plotters writes `font-size` in px).
@@ -296,6 +342,13 @@ fn a_sweep_page_has_one_colour_scale_with_one_colour_bar() {
     }
     let dom = common::chromium_dom(&page, &profile, svgs);
     assert_eq!(dom.matches("colour-bar").count(), 1);
+    for width in [1280, 390] {
+        let overflow = overflow_at(&page, &profile, width);
+        assert!(
+            overflow <= 0,
+            "the sweep page at {width} px is {overflow} px too wide"
+        );
+    }
     screenshot(
         &page,
         &profile,

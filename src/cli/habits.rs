@@ -120,12 +120,3 @@ pub fn completions(shell: clap_complete::Shell) -> Result<(), Error> {
     out.flush()?;
     Ok(())
 }
-
-/// `hvlab man`: the man page (roff) on stdout.
-pub fn man() -> Result<(), Error> {
-    let page = clap_mangen::Man::new(Cli::command());
-    let mut out = std::io::stdout().lock();
-    page.render(&mut out)?;
-    out.flush()?;
-    Ok(())
-}

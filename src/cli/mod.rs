@@ -2,6 +2,7 @@
 
 pub mod habits;
 mod kernel;
+mod man;
 mod progress;
 mod render;
 mod run_store;
@@ -249,8 +250,8 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff): hvlab man | man -l -
-    Man,
+    /// Print a man page (roff): hvlab man | man -l -, hvlab man run; or write them all: --dir DIR
+    Man(man::ManArgs),
     /// The model against the kvm backend on this host, metric by metric; exit 1 beyond tolerance
     Validate {
         /// Cost profile [default: the calibrated one; calibrates first when there is none]
@@ -647,7 +648,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             }
         }
         Command::Completions { shell } => habits::completions(shell)?,
-        Command::Man => habits::man()?,
+        Command::Man(args) => man::run(&args)?,
         Command::Show { run, json, verbose } => {
             let store = Store::open_read(&store::resolve_path(cli.db.as_deref())?)?;
             let record = store.load(&run)?;

@@ -1,4 +1,5 @@
-//! Escaping for every place text from a record lands: the terminal, Markdown and HTML. Names,
+//! Escaping for the places text from a record lands that no template engine covers: the
+//! terminal and Markdown (HTML is askama's: the report's templates escape every value). Names,
 //! ids and host fields come from imported files too, so none of them is trusted: on a terminal
 //! an ESC byte starts a control sequence (window title, screen clear, OSC 52 clipboard write),
 //! in Markdown `<script>` is raw HTML that renderers pass through.
@@ -64,22 +65,6 @@ pub fn markdown(text: &str) -> String {
     out
 }
 
-/// Text for HTML element content and quoted attribute values (both quote kinds).
-pub fn html(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// At most this many columns of padding: a name longer than this is printed whole but does not
 /// widen the table (Rust's formatter refuses widths past `u16::MAX`, and a 65,536-character
 /// imported name must not panic).
@@ -110,44 +95,6 @@ mod tests {
         assert!(!md.contains('<') && !md.contains('>'), "{md}");
         assert!(!md.contains('\n'), "{md}");
         assert!(md.contains("\\*x\\*") && md.contains("\\|"), "{md}");
-    }
-
-    #[test]
-    fn html_escapes_both_quotes() {
-        assert_eq!(
-            html("<a href='x' b=\"y\">&"),
-            "&lt;a href=&#39;x&#39; b=&quot;y&quot;&gt;&amp;"
-        );
-    }
-
-    /// What an HTML parser makes of escaped text: the five entities `html` writes, decoded.
-    fn unescape(text: &str) -> String {
-        text.replace("&lt;", "<")
-            .replace("&gt;", ">")
-            .replace("&quot;", "\"")
-            .replace("&#39;", "'")
-            .replace("&amp;", "&")
-    }
-
-    proptest::proptest! {
-        /// Any text, escaped, carries no character that could end an element's content or a
-        /// quoted attribute of either kind, no bare `&` (every one starts a known entity), and
-        /// reads back as the original.
-        #[test]
-        fn html_escaping_leaves_no_special_character_and_round_trips(text in "\\PC*|[<>&'\"a-z ;#]*") {
-            let out = html(&text);
-            for c in ['<', '>', '"', '\''] {
-                proptest::prop_assert!(!out.contains(c), "{c} survives in {out}");
-            }
-            for (i, _) in out.match_indices('&') {
-                let rest = &out[i..];
-                proptest::prop_assert!(
-                    ["&amp;", "&lt;", "&gt;", "&quot;", "&#39;"].iter().any(|e| rest.starts_with(e)),
-                    "a bare & in {out}"
-                );
-            }
-            proptest::prop_assert_eq!(unescape(&out), text);
-        }
     }
 
     #[test]

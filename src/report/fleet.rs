@@ -2,11 +2,9 @@
 //! and variant the headline median of each host as a chart. Self-contained like the index:
 //! inline CSS and SVG, no scripts; its only link goes back to `index.html`.
 
-use std::fmt::Write;
+use askama::Template;
 
 use super::charts;
-use super::escape::html as esc;
-use super::style::STYLE;
 use crate::analysis::quantity::format_range as range;
 use crate::lab::fleet::{HostFingerprint, HostGroup, group_by_host, host_value};
 use crate::record::RunRecord;
@@ -15,65 +13,108 @@ use crate::report::words::fmt_value;
 /// The page's file name, beside `index.html`.
 pub const FILE: &str = "fleet.html";
 
+#[derive(Template)]
+#[template(path = "fleet.html")]
+struct Fleet {
+    intro: String,
+    hosts: Vec<HostRow>,
+    sections: Vec<Section>,
+}
+
+struct HostRow {
+    label: String,
+    kernel: String,
+    cpu: String,
+    kvm: String,
+    hz: u32,
+    runs: usize,
+    scenarios: String,
+}
+
+/// A scenario on a backend: per variant, the headline of each host.
+struct Section {
+    title: String,
+    metric: String,
+    hosts: usize,
+    variants: Vec<VariantView>,
+}
+
+struct VariantView {
+    name: String,
+    chart: Option<String>,
+    rows: Vec<ValueRow>,
+}
+
+struct ValueRow {
+    host: String,
+    median: String,
+    spread: String,
+    runs: usize,
+}
+
 /// The whole page.
-pub fn page(records: &[RunRecord]) -> String {
+pub fn page(records: &[RunRecord]) -> askama::Result<String> {
     // Real hosts first, then model profiles (each its own "host": the modelled one).
     let mut hosts = group_by_host(records.iter().collect(), |r| HostFingerprint::of_run(r));
     hosts.sort_by_key(|h| !h.fingerprint.is_real());
     let real = hosts.iter().filter(|h| h.fingerprint.is_real()).count();
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>hvlab fleet</title><style>{STYLE}</style></head><body><h1>hvlab fleet</h1><p><a href=\"index.html\">Back to the report</a></p><p>{} run{} on {} real host{} and {} model profile{}. A host is a fingerprint: kernel release, CPU model, KVM flavour and HZ; a model run's host is its profile at the HZ it ran with. A host's value is its run's median with the 95% bootstrap CI, or with several runs the median of the run medians with their min–max.</p><h2>Hosts</h2><table class=\"fleet-hosts\"><tr><th>host</th><th>kernel</th><th>CPU</th><th>KVM</th><th>HZ</th><th>runs</th><th>scenarios</th></tr>",
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    let intro = format!(
+        "{} run{} on {} real host{} and {} model profile{}. A host is a fingerprint: kernel release, CPU model, KVM flavour and HZ; a model run's host is its profile at the HZ it ran with. A host's value is its run's median with the 95% bootstrap CI, or with several runs the median of the run medians with their min–max.",
         records.len(),
-        if records.len() == 1 { "" } else { "s" },
+        plural(records.len()),
         real,
-        if real == 1 { "" } else { "s" },
+        plural(real),
         hosts.len() - real,
-        if hosts.len() - real == 1 { "" } else { "s" }
+        plural(hosts.len() - real)
     );
-    for (i, h) in hosts.iter().enumerate() {
-        let mut scenarios: Vec<String> = h
-            .runs
-            .iter()
-            .map(|r| format!("{} on {}", r.scenario, r.backend))
-            .collect();
-        scenarios.sort();
-        scenarios.dedup();
-        let _ = write!(
-            s,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            label(i),
-            esc(h
-                .fingerprint
-                .profile
-                .as_ref()
-                .map_or(&h.fingerprint.kernel, |_| "model")),
-            esc(h.fingerprint.profile.as_ref().unwrap_or(&h.fingerprint.cpu)),
-            esc(if h.fingerprint.is_real() {
-                &h.fingerprint.flavour
-            } else {
-                "model"
-            }),
-            h.fingerprint.hz,
-            h.runs.len(),
-            esc(&scenarios.join(", "))
-        );
-    }
-    s.push_str("</table>");
+    let host_rows = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let mut scenarios: Vec<String> = h
+                .runs
+                .iter()
+                .map(|r| format!("{} on {}", r.scenario, r.backend))
+                .collect();
+            scenarios.sort();
+            scenarios.dedup();
+            let f = &h.fingerprint;
+            HostRow {
+                label: label(i),
+                kernel: f
+                    .profile
+                    .as_ref()
+                    .map_or(f.kernel.clone(), |_| "model".into()),
+                cpu: f.profile.as_ref().unwrap_or(&f.cpu).clone(),
+                kvm: if f.is_real() {
+                    f.flavour.to_string()
+                } else {
+                    "model".into()
+                },
+                hz: f.hz,
+                runs: h.runs.len(),
+                scenarios: scenarios.join(", "),
+            }
+        })
+        .collect();
     // Scenario × backend in order of first appearance, then each variant.
-    let mut sections: Vec<(String, String)> = Vec::new();
+    let mut keys: Vec<(String, String)> = Vec::new();
     for r in records {
         let key = (r.scenario.clone(), r.backend.to_string());
-        if !sections.contains(&key) {
-            sections.push(key);
+        if !keys.contains(&key) {
+            keys.push(key);
         }
     }
-    for (scenario, backend) in &sections {
-        section(&mut s, &hosts, scenario, backend);
-    }
-    s.push_str("</body></html>\n");
-    s
+    let fleet = Fleet {
+        intro,
+        hosts: host_rows,
+        sections: keys
+            .iter()
+            .filter_map(|(scenario, backend)| section(&hosts, scenario, backend))
+            .collect(),
+    };
+    Ok(fleet.render()? + "\n")
 }
 
 /// `H1`, `H2`, ...: the short names charts use for hosts.
@@ -81,10 +122,8 @@ fn label(i: usize) -> String {
     format!("H{}", i + 1)
 }
 
-fn section(s: &mut String, hosts: &[HostGroup<&RunRecord>], scenario: &str, backend: &str) {
-    let Ok(info) = crate::scenario::find(scenario) else {
-        return;
-    };
+fn section(hosts: &[HostGroup<&RunRecord>], scenario: &str, backend: &str) -> Option<Section> {
+    let info = crate::scenario::find(scenario).ok()?;
     let metric = info.headline;
     // The runs of this section per host, keeping each host's label.
     let per_host: Vec<(usize, &HostGroup<&RunRecord>, Vec<&RunRecord>)> = hosts
@@ -101,33 +140,25 @@ fn section(s: &mut String, hosts: &[HostGroup<&RunRecord>], scenario: &str, back
         })
         .filter(|(_, _, runs)| !runs.is_empty())
         .collect();
-    let mut variants: Vec<String> = Vec::new();
+    let mut names: Vec<String> = Vec::new();
     for (_, _, runs) in &per_host {
         for r in runs {
             for v in &r.variants {
-                if !variants.contains(&v.name) {
-                    variants.push(v.name.clone());
+                if !names.contains(&v.name) {
+                    names.push(v.name.clone());
                 }
             }
         }
     }
-    let _ = write!(
-        s,
-        "<h2>{} on {}</h2><p>{} per host ({} hosts).</p>",
-        esc(scenario),
-        esc(backend),
-        esc(metric),
-        per_host.len()
-    );
-    for v in &variants {
+    let mut variants = Vec::new();
+    for v in &names {
         let rows: Vec<(usize, &HostGroup<&RunRecord>, crate::lab::fleet::HostValue)> = per_host
             .iter()
             .filter_map(|(i, h, runs)| host_value(runs, v, metric).map(|x| (*i, *h, x)))
             .collect();
-        if rows.is_empty() {
+        let Some(unit) = rows.first().map(|r| r.2.unit.clone()) else {
             continue;
-        }
-        let unit = rows[0].2.unit.clone();
+        };
         let bars: Vec<(String, f64, [f64; 2])> = rows
             .iter()
             .map(|(i, h, x)| {
@@ -138,27 +169,24 @@ fn section(s: &mut String, hosts: &[HostGroup<&RunRecord>], scenario: &str, back
                 )
             })
             .collect();
-        let _ = write!(s, "<h3>{}</h3>", esc(v));
-        if let Some(svg) = charts::labelled_bars(&format!("{v}: {metric} per host"), &unit, &bars) {
-            let _ = write!(
-                s,
-                "<figure>{svg}<figcaption>{}: median {} per host; whisker: 95% CI of one run, or min–max of several run medians</figcaption></figure>",
-                esc(v),
-                esc(metric)
-            );
-        }
-        s.push_str("<table><tr><th>host</th><th>median</th><th>spread</th><th>runs</th></tr>");
-        for (i, h, x) in &rows {
-            let _ = write!(
-                s,
-                "<tr><td>{} ({})</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                label(*i),
-                esc(&h.fingerprint.to_string()),
-                esc(&fmt_value(x.median, &x.unit)),
-                esc(&range(x.spread[0], x.spread[1], &x.unit)),
-                x.runs
-            );
-        }
-        s.push_str("</table>");
+        variants.push(VariantView {
+            name: v.clone(),
+            chart: charts::labelled_bars(&format!("{v}: {metric} per host"), &unit, &bars),
+            rows: rows
+                .iter()
+                .map(|(i, h, x)| ValueRow {
+                    host: format!("{} ({})", label(*i), h.fingerprint),
+                    median: fmt_value(x.median, &x.unit),
+                    spread: range(x.spread[0], x.spread[1], &x.unit),
+                    runs: x.runs,
+                })
+                .collect(),
+        });
     }
+    Some(Section {
+        title: format!("{scenario} on {backend}"),
+        metric: metric.to_string(),
+        hosts: per_host.len(),
+        variants,
+    })
 }

@@ -3,7 +3,9 @@
 
 use std::fmt::Write;
 
-use super::html::{esc, param_value};
+use askama::Template;
+
+use super::html::{Figure, param_value};
 use super::words::fmt_value;
 use crate::analysis::quantity::format_range;
 use crate::lab::sweep::VARIANT_AXIS;
@@ -231,65 +233,63 @@ impl SweepView {
     }
 }
 
+#[derive(Template)]
+#[template(path = "sweep.html")]
+struct SweepPage {
+    id: String,
+    intro: String,
+    colour_bar: Option<String>,
+    charts: Vec<Figure>,
+    axes: Vec<String>,
+    metric: String,
+    rows: Vec<PointRow>,
+}
+
+/// A point of the sweep and one variant's headline there.
+struct PointRow {
+    values: Vec<String>,
+    variant: String,
+    median: String,
+    ci: String,
+    range: String,
+    n: usize,
+}
+
 /// The HTML page of a sweep: self-contained, like the run report.
-pub fn page(view: &SweepView) -> String {
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>hvlab sweep {id}</title><style>{style}</style></head><body><h1>hvlab sweep <code>{id}</code></h1><p>{scenario} on {backend}: {n} points over {axes}; variants {variants}. Each value is the median of {metric} at one point with its 95% bootstrap CI and range.</p>",
-        id = esc(&view.id),
-        style = super::style::STYLE,
-        scenario = esc(&view.scenario),
-        backend = esc(&view.backend),
-        n = view.points(),
-        axes = esc(&view
-            .axes
+pub fn page(view: &SweepView) -> askama::Result<String> {
+    let page = SweepPage {
+        id: view.id.clone(),
+        intro: format!(
+            "{} on {}: {} points over {}; variants {}. Each value is the median of {} at one point with its 95% bootstrap CI and range.",
+            view.scenario,
+            view.backend,
+            view.points(),
+            view.axes
+                .iter()
+                .map(|(k, vs)| format!("{k} ({})", vs.join(", ")))
+                .collect::<Vec<_>>()
+                .join(" × "),
+            view.variants.join(", "),
+            view.metric
+        ),
+        colour_bar: view.colour_bar(),
+        charts: Figure::all(view.charts()),
+        axes: view.axes.iter().map(|(k, _)| k.clone()).collect(),
+        metric: view.metric.clone(),
+        rows: view
+            .cells
             .iter()
-            .map(|(k, vs)| format!("{k} ({})", vs.join(", ")))
-            .collect::<Vec<_>>()
-            .join(" × ")),
-        variants = esc(&view.variants.join(", ")),
-        metric = esc(&view.metric),
-    );
-    if let Some(bar) = view.colour_bar() {
-        let _ = write!(
-            s,
-            "<figure class=\"colour-bar\">{bar}<figcaption>one colour scale for every heatmap below</figcaption></figure>"
-        );
-    }
-    for (caption, svg) in view.charts() {
-        let _ = write!(
-            s,
-            "<figure>{svg}<figcaption>{}</figcaption></figure>",
-            esc(&caption)
-        );
-    }
-    s.push_str("<h2>Points</h2><table><tr>");
-    for (k, _) in &view.axes {
-        let _ = write!(s, "<th>{}</th>", esc(k));
-    }
-    let _ = write!(
-        s,
-        "<th>variant</th><th>{} median</th><th>95% CI</th><th>min – max</th><th>n</th></tr>",
-        esc(&view.metric)
-    );
-    for (values, variant, m) in &view.cells {
-        s.push_str("<tr>");
-        for v in values {
-            let _ = write!(s, "<td>{}</td>", esc(v));
-        }
-        let _ = write!(
-            s,
-            "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(variant),
-            esc(&fmt_value(m.median, &m.unit)),
-            esc(&format_range(m.ci95[0], m.ci95[1], &m.unit)),
-            esc(&format_range(m.min, m.max, &m.unit)),
-            m.n
-        );
-    }
-    s.push_str("</table></body></html>\n");
-    s
+            .map(|(values, variant, m)| PointRow {
+                values: values.clone(),
+                variant: variant.clone(),
+                median: fmt_value(m.median, &m.unit),
+                ci: format_range(m.ci95[0], m.ci95[1], &m.unit),
+                range: format_range(m.min, m.max, &m.unit),
+                n: m.n,
+            })
+            .collect(),
+    };
+    Ok(page.render()? + "\n")
 }
 
 /// The Markdown summary of a sweep: the same table.
