@@ -40,8 +40,14 @@ fn userspace_exits_come_back_once_per_iteration_and_in_kernel_ones_never() {
     }
     assert_eq!(median(&r, "cpuid", "userspace_exits_per_iter"), 0.0);
     assert_eq!(median(&r, "ioeventfd", "userspace_exits_per_iter"), 0.0);
-    // A userspace roundtrip costs more than one KVM completes itself (19× here).
-    assert!(median(&r, "pio-out", "roundtrip_ns") > 2.0 * median(&r, "cpuid", "roundtrip_ns"));
+    // A userspace roundtrip costs more than one KVM completes itself: about 2× on the nested
+    // PVM hosts, where every exit already pays the switch to the outer host (29 µs against
+    // 14 µs), so the margin leaves room for a busy host.
+    let (pio, cpuid) = (
+        median(&r, "pio-out", "roundtrip_ns"),
+        median(&r, "cpuid", "roundtrip_ns"),
+    );
+    assert!(pio > 1.3 * cpuid, "pio-out {pio} ns against cpuid {cpuid} ns");
     assert!(median(&r, "pio-out", "roundtrip_ns") > median(&r, "ioeventfd", "roundtrip_ns"));
     assert!(median(&r, "pio-out", "tsc_per_iter") > 0.0);
     // Every variant printed with median and CI.
