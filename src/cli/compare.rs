@@ -48,70 +48,91 @@ pub(super) struct CompareArgs {
     json: bool,
 }
 
-/// `hvlab compare`: resolves the sides (a named baseline, runs, or host selectors), judges
-/// them, prints the verdicts and applies the gate.
-pub(super) fn compare(db: Option<&Path>, args: CompareArgs) -> Result<ExitCode, Error> {
-    let CompareArgs {
-        a,
-        b,
-        baseline,
-        scenario,
-        variant,
-        metric,
-        threshold,
-        fail_on_regression,
-        correction,
-        json,
-    } = args;
-    let threshold = lab::compare::parse_threshold(&threshold)?;
+/// `hvlab compare`: resolves the sides (a named baseline, runs, or host selectors), then
+/// compares hosts or runs.
+pub(super) fn compare(db: Option<&Path>, args: &CompareArgs) -> Result<ExitCode, Error> {
+    let threshold = lab::compare::parse_threshold(&args.threshold)?;
     let judging = lab::compare::Judging {
-        correction,
-        ..lab::compare::Judging::new(threshold, fail_on_regression)
+        correction: args.correction,
+        ..lab::compare::Judging::new(threshold, args.fail_on_regression)
     };
     let store = Store::open_read(&store::resolve_path(db)?)?;
-    let (a, b) = match &baseline {
-        Some(name) => lab::select::against_baseline(&store, name, a.as_deref())?,
-        None => (a.unwrap_or_default(), b.unwrap_or_default()),
+    let (a, b) = match &args.baseline {
+        Some(name) => lab::select::against_baseline(&store, name, args.a.as_deref())?,
+        None => (
+            args.a.clone().unwrap_or_default(),
+            args.b.clone().unwrap_or_default(),
+        ),
     };
     if lab::fleet::Selector::looks_like(&a) || lab::fleet::Selector::looks_like(&b) {
-        let (sa, sb) = (
-            lab::fleet::Selector::parse(&a)?,
-            lab::fleet::Selector::parse(&b)?,
-        );
-        let outcome = lab::compare::compare_fleet(
-            &store,
-            &sa,
-            &sb,
-            scenario.as_deref(),
-            variant.as_deref(),
-            metric.as_deref(),
-            judging,
-        )?;
-        if json {
-            print_json(&outcome)?;
-        } else {
-            print_text(&render::fleet_compare(&a, &b, &outcome))?;
-        }
-        busy_gate(
-            fail_on_regression && outcome.regression,
-            outcome.confounded && !outcome.beyond_busy_noise,
-            &outcome.busy,
-            "B looks slower, but some runs of the fleet were measured on a busy host",
-        )?;
-        return regression_exit(fail_on_regression, outcome.regression, &outcome.too_few);
+        compare_hosts(&store, [&a, &b], args, judging)
+    } else {
+        compare_runs(&store, [&a, &b], args, judging)
     }
-    if scenario.is_some() || variant.is_some() {
+}
+
+/// B's hosts against A's, per matched host and overall, then the gate.
+fn compare_hosts(
+    store: &Store,
+    [a, b]: [&str; 2],
+    args: &CompareArgs,
+    judging: lab::compare::Judging,
+) -> Result<ExitCode, Error> {
+    let (sa, sb) = (
+        lab::fleet::Selector::parse(a)?,
+        lab::fleet::Selector::parse(b)?,
+    );
+    let outcome = lab::compare::compare_fleet(
+        store,
+        &sa,
+        &sb,
+        args.scenario.as_deref(),
+        args.variant.as_deref(),
+        args.metric.as_deref(),
+        judging,
+    )?;
+    if args.json {
+        print_json(&outcome)?;
+    } else {
+        print_text(&render::fleet_compare(a, b, &outcome))?;
+    }
+    busy_gate(
+        args.fail_on_regression && outcome.regression,
+        outcome.confounded && !outcome.beyond_busy_noise,
+        &outcome.busy,
+        "B looks slower, but some runs of the fleet were measured on a busy host",
+    )?;
+    regression_exit(
+        args.fail_on_regression,
+        outcome.regression,
+        &outcome.too_few,
+    )
+}
+
+/// Run B (or its variant, or runs) against A, every variant pair judged together, then the
+/// gate.
+fn compare_runs(
+    store: &Store,
+    [a, b]: [&str; 2],
+    args: &CompareArgs,
+    judging: lab::compare::Judging,
+) -> Result<ExitCode, Error> {
+    if args.scenario.is_some() || args.variant.is_some() {
         return Err(InputError::BadValue {
             key: "--scenario/--variant".into(),
-            value: scenario.or(variant).unwrap_or_default(),
+            value: args
+                .scenario
+                .clone()
+                .or_else(|| args.variant.clone())
+                .unwrap_or_default(),
             why: "they go with host selectors (kernel=6.18); with runs, name the variant as RUN:variant".into(),
         }
         .into());
     }
-    let outcome = lab::compare::compare(&store, &a, &b, metric.as_deref(), judging)?;
+    let outcome = lab::compare::compare(store, a, b, args.metric.as_deref(), judging)?;
     let (results, regressed, too_few) =
         (&outcome.comparisons, outcome.regression, &outcome.too_few);
-    if json {
+    if args.json {
         print_json(
             &serde_json::json!({ "comparisons": crate::record::worded(results, "text").map_err(|e| Error::Output(e.into()))?, "regression": regressed, "busy": {"a": outcome.busy[0], "b": outcome.busy[1]}, "confounded": outcome.confounded }),
         )?;
@@ -134,16 +155,14 @@ pub(super) fn compare(db: Option<&Path>, args: CompareArgs) -> Result<ExitCode, 
         }
     }
     busy_gate(
-        fail_on_regression && regressed,
+        args.fail_on_regression && regressed,
         outcome.confounded && !outcome.beyond_busy_noise,
         &outcome.busy,
         "B looks slower, but A and B are different runs",
     )?;
-    regression_exit(fail_on_regression, regressed, too_few)
+    regression_exit(args.fail_on_regression, regressed, too_few)
 }
 
-/// `hvlab compare`'s exit: with `--fail-on-regression`, 1 on a regression, and an error when
-/// some comparison had too few samples to judge.
 /// The regression gate between runs measured apart: when a busy run is on either side and
 /// no slowdown exceeds what a busy host does to a run, a regression cannot be told from the
 /// host getting busier: exit 4 ("cannot judge"), never 1.
@@ -165,6 +184,8 @@ fn busy_gate(
     Ok(())
 }
 
+/// `hvlab compare`'s exit: with `--fail-on-regression`, 1 on a regression, and an error when
+/// some comparison had too few samples to judge.
 fn regression_exit(
     fail_on_regression: bool,
     regression: bool,

@@ -316,7 +316,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         Command::Trace(args) => tracer::trace(&args),
         Command::Vm(args) => kernel::vm(db, &args),
         Command::Kab(args) => kernel::kab(db, &args),
-        Command::Compare(args) => compare::compare(db, args),
+        Command::Compare(args) => compare::compare(db, &args),
         Command::Report(args) => report::report(db, args),
         Command::Merge(args) => transfer::merge(db, &args),
         Command::Export(args) => transfer::export(db, &args),
