@@ -144,6 +144,21 @@ struct MeasureArgs {
     interference: InterferenceArgs,
 }
 
+impl MeasureArgs {
+    /// The store the runs go to (none with `--no-store`), opened and checked for writing
+    /// before anything is measured, so a bad `--db` costs no run.
+    fn run_store(
+        &self,
+        db: Option<&std::path::Path>,
+    ) -> Result<Option<run_store::RunStore>, Error> {
+        if self.no_store {
+            Ok(None)
+        } else {
+            run_store::RunStore::open(db, self.json).map(Some)
+        }
+    }
+}
+
 /// Interference control: where the measuring threads run and whether to wait for a quiet host.
 #[derive(Debug, Args, Default)]
 struct InterferenceArgs {

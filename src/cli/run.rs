@@ -6,7 +6,6 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::progress::TermProgress;
-use super::run_store::RunStore;
 use super::{MeasureArgs, habits, print_json, print_text, render, request_of};
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
@@ -53,11 +52,7 @@ pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
     }
     args.measure.interference.check()?;
     // Check the database before measuring, so a bad --db does not cost a run.
-    let mut run_store = if args.measure.no_store {
-        None
-    } else {
-        Some(RunStore::open(db, args.measure.json)?)
-    };
+    let mut run_store = args.measure.run_store(db)?;
     args.measure.interference.apply()?;
     let say = |note: &str| habits::note(&format!("note: {note}"));
     let mut backend = backends::make(

@@ -8,7 +8,6 @@ use clap::Args;
 
 use super::paths::{check_output_dir, write_report};
 use super::progress::TermProgress;
-use super::run_store::RunStore;
 use super::{MeasureArgs, ShardArgs, habits, print_json, print_text, render, request_of};
 use crate::backend::BackendKind;
 use crate::backend::error::KvmError;
@@ -63,11 +62,7 @@ pub(super) fn suite(db: Option<&Path>, args: &SuiteArgs) -> Result<ExitCode, Err
     // Refuse an unwritable report directory or database before measuring for a minute.
     check_output_dir(&args.report, "the report", "--report DIR")?;
     args.measure.interference.check()?;
-    let mut run_store = if args.measure.no_store {
-        None
-    } else {
-        Some(RunStore::open(db, args.measure.json)?)
-    };
+    let mut run_store = args.measure.run_store(db)?;
     args.measure.interference.apply()?;
     let h = host::probe();
     let say = |note: &str| habits::note(&format!("note: {note}"));

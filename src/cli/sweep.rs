@@ -6,7 +6,6 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::progress::TermProgress;
-use super::run_store::RunStore;
 use super::{MeasureArgs, ShardArgs, habits, print_json, print_table, print_text, render};
 use crate::backend::BackendKind;
 use crate::error::{Error, InputError};
@@ -84,11 +83,7 @@ pub(super) fn sweep(db: Option<&Path>, args: &SweepArgs) -> Result<ExitCode, Err
     let plan = lab::sweep::plan(&spec)?;
     args.measure.interference.check()?;
     // Check the database before measuring, so a bad --db does not cost a sweep.
-    let mut store = if args.measure.no_store {
-        None
-    } else {
-        Some(RunStore::open(db, args.measure.json)?)
-    };
+    let mut store = args.measure.run_store(db)?;
     args.measure.interference.apply()?;
     let threads = match args.backend {
         BackendKind::Kvm => 1,
@@ -151,7 +146,10 @@ pub(super) fn sweep(db: Option<&Path>, args: &SweepArgs) -> Result<ExitCode, Err
         print_text(&render::sweep_summary(
             &outcome,
             shard,
-            store.as_ref().map(RunStore::display).as_deref(),
+            store
+                .as_ref()
+                .map(super::run_store::RunStore::display)
+                .as_deref(),
         ))?;
         if store.is_some() && outcome.ran > 0 {
             // The table of the whole sweep as stored (other shards' points included).
