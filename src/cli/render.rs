@@ -760,6 +760,79 @@ pub fn fidelity(reports: &[crate::lab::fidelity::ThreadReport]) -> String {
     out
 }
 
+// ---- What the suite and a sweep did, in words (issue 18: lab returns data, this words it) ----
+
+/// What `hvlab suite` sums up at its end.
+pub struct SuiteSummary<'a> {
+    /// The suite's id.
+    pub suite_id: &'a str,
+    /// The shard this process ran.
+    pub shard: crate::lab::shard::Shard,
+    /// The host it ran on.
+    pub host: &'a HostInfo,
+    /// The runs that produced samples.
+    pub records: &'a [RunRecord],
+    /// How many units were skipped.
+    pub skipped: usize,
+    /// The model against the kernel threads.
+    pub fidelity: &'a [crate::lab::fidelity::ThreadReport],
+    /// The report written, when any run produced samples.
+    pub report: Option<&'a std::path::Path>,
+}
+
+/// The suite's closing account: what ran where, one headline per run, the fidelity headline
+/// and the report's path.
+pub fn suite_summary(s: &SuiteSummary<'_>) -> String {
+    let mut lines = vec![format!(
+        "suite {}{}: {} run(s) on {} ({}), {} skipped",
+        s.suite_id,
+        if s.shard.is_whole() {
+            String::new()
+        } else {
+            format!(" shard {}", s.shard)
+        },
+        s.records.len(),
+        s.host.kernel,
+        s.host.kvm_flavour,
+        s.skipped
+    )];
+    lines.extend(
+        s.records
+            .iter()
+            .map(|r| format!("  {}", crate::report::words::run_headline(r))),
+    );
+    lines.push(format!(
+        "  {} (hvlab fidelity prints the table)",
+        crate::report::words::fidelity_headline(s.fidelity)
+    ));
+    if let Some(path) = s.report {
+        lines.push(format!("report: {}", path.display()));
+    }
+    lines.join("\n")
+}
+
+/// The line a sweep ends with: how many of its points this shard ran, where they went, and
+/// how many were skipped or failed.
+pub fn sweep_summary(
+    o: &crate::lab::sweep::SweepOutcome,
+    shard: crate::lab::shard::Shard,
+    stored_in: Option<&str>,
+) -> String {
+    format!(
+        "sweep {}: {} of {} points in shard {shard}; {} ran ({}), {} skipped, {} failed",
+        o.id,
+        o.units.len(),
+        o.points,
+        o.ran,
+        stored_in.map_or_else(
+            || "not stored: --no-store".to_string(),
+            |s| format!("stored in {s}")
+        ),
+        o.skipped.len(),
+        o.failed.len()
+    )
+}
+
 #[cfg(test)]
 mod hostile_records {
     //! Random records, as an imported file can carry them, through every renderer: the HTML

@@ -47,22 +47,44 @@ pub fn make(
     }
 }
 
+/// What to do with a note about the profile chosen (the CLI says it on stderr).
+pub type Notes<'a> = &'a (dyn Fn(&str) + Sync);
+
 /// The model's cost profile for the backends one command opens: resolved (see
 /// [`model_profile`]) when the first model backend is opened, then reused, so a suite reads it
 /// and says its note once, and a command that opens no model backend never reads it.
-#[derive(Debug)]
 pub struct ModelProfile<'a> {
     named: Option<&'a str>,
+    notes: Option<Notes<'a>>,
     resolved: Mutex<Option<Profile>>,
+}
+
+impl std::fmt::Debug for ModelProfile<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelProfile")
+            .field("named", &self.named)
+            .field("resolved", &self.resolved)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<'a> ModelProfile<'a> {
     /// `named` (a built-in name or a TOML path), else this host's default: see
-    /// [`model_profile`].
+    /// [`model_profile`]. A note about the default goes nowhere; see [`Self::noting`].
     pub fn named(named: Option<&'a str>) -> ModelProfile<'a> {
         ModelProfile {
             named,
+            notes: None,
             resolved: Mutex::new(None),
+        }
+    }
+
+    /// The same, handing the note about the default profile (when it does not describe this
+    /// host's flavour) to `notes` when it is resolved.
+    pub fn noting(self, notes: Notes<'a>) -> ModelProfile<'a> {
+        ModelProfile {
+            notes: Some(notes),
+            ..self
         }
     }
 
@@ -73,7 +95,10 @@ impl<'a> ModelProfile<'a> {
         if let Some(p) = &*resolved {
             return Ok(p.clone());
         }
-        let p = model_profile(host, self.named)?;
+        let (p, note) = model_profile(host, self.named)?;
+        if let (Some(note), Some(notes)) = (note, self.notes) {
+            notes(&note);
+        }
         *resolved = Some(p.clone());
         Ok(p)
     }
@@ -82,17 +107,13 @@ impl<'a> ModelProfile<'a> {
 /// The model's cost profile: `profile` (a built-in name or a TOML path), else this host's
 /// calibrated profile, else the nearest built-in one, with a note when that one does not
 /// describe this host's flavour.
-pub fn model_profile(host: &HostInfo, profile: Option<&str>) -> Result<Profile, Error> {
+pub fn model_profile(
+    host: &HostInfo,
+    profile: Option<&str>,
+) -> Result<(Profile, Option<String>), Error> {
     Ok(match profile {
-        Some(p) => Profile::load(p).map_err(ModelError::from)?,
-        None => {
-            let (profile, note) =
-                model::default_profile(host, Some(&super::calibrated_profile_path()?))
-                    .map_err(ModelError::from)?;
-            if let Some(note) = note {
-                eprintln!("note: {note}");
-            }
-            profile
-        }
+        Some(p) => (Profile::load(p).map_err(ModelError::from)?, None),
+        None => model::default_profile(host, Some(&super::calibrated_profile_path()?))
+            .map_err(ModelError::from)?,
     })
 }

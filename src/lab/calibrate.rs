@@ -5,7 +5,7 @@
 //! from the built-in profile closest to this host, and say so.
 
 use crate::backend::Backend;
-use crate::backend::host::KvmFlavour;
+use crate::backend::host::{HostInfo, KvmFlavour};
 use crate::error::Error;
 use crate::kvm::pin;
 use crate::model::profile::{MmuKind, Profile};
@@ -141,6 +141,32 @@ fn put_measured_fraction(p: &mut Profile, key: &str, value: f64, provenance: Str
 /// Measures a profile named `this-host` with the kvm backend.
 pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<Profile, Error> {
     let host = backend.host().clone();
+    let when = crate::scenario::runner::now_rfc3339();
+    let mut p = base_profile(&host, &when)?;
+    // On an emulated CPU (QEMU TCG) every fault and exit costs milliseconds and the times mean
+    // nothing: calibrate there at small points so it finishes, and the profile still gets
+    // every value through the same formulas.
+    let small = host.cpu_emulated();
+    let (size, pin_bytes, iterations) = if small {
+        ("size=8MiB", 8usize << 20, "iterations=200")
+    } else {
+        ("size=64MiB", 64usize << 20, "iterations=5000")
+    };
+    let tag = |what: &str| format!("hvlab calibrate {when}: {what}");
+    host_facts(&mut p, &host, &tag);
+    lifecycle_costs(backend, progress, &mut p, &tag)?;
+    srcu_costs(&mut p, &host, &tag);
+    memory_costs(backend, progress, &mut p, &tag, size)?;
+    exit_costs(backend, progress, &mut p, &tag, iterations)?;
+    pin_costs(&mut p, &tag, pin_bytes)?;
+    dirty::calibrate(backend, progress, &mut p, &tag, small)?;
+    Ok(p)
+}
+
+/// The built-in profile closest to this host, renamed `this-host`, every value saying it was
+/// not measured until a step below measures it; the MMU and what the profile describes are
+/// this host's.
+fn base_profile(host: &HostInfo, when: &str) -> Result<Profile, Error> {
     let (base_name, base_match) = crate::model::builtin_for(host.kvm_flavour);
     let mut p = Profile::load(base_name).map_err(crate::model::ModelError::from)?;
     for cost in p.costs.values_mut() {
@@ -155,21 +181,16 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
         (_, Some(true)) => MmuKind::TdpMmu,
         _ => MmuKind::Tdp,
     };
-    let when = crate::scenario::runner::now_rfc3339();
     p.describes = format!(
         "{} ({}), {} KVM, Linux {}, HZ={}, calibrated {when}",
         host.cpu, host.cores, host.kvm_flavour, host.kernel, host.hz
     );
-    // On an emulated CPU (QEMU TCG) every fault and exit costs milliseconds and the times mean
-    // nothing: calibrate there at small points so it finishes, and the profile still gets
-    // every value through the same formulas.
-    let small = host.cpu_emulated();
-    let (size, pin_bytes, iterations) = if small {
-        ("size=8MiB", 8usize << 20, "iterations=200")
-    } else {
-        ("size=64MiB", 64usize << 20, "iterations=5000")
-    };
-    let tag = |what: &str| format!("hvlab calibrate {when}: {what}");
+    Ok(p)
+}
+
+/// What this host is rather than what it costs: its HZ, and whether creating the first vCPU
+/// adds a memslot on its flavour.
+fn host_facts(p: &mut Profile, host: &HostInfo, tag: &dyn Fn(&str) -> String) {
     p.set("hz", f64::from(host.hz), "Hz", tag(&host.hz_source));
     // Which vCPU creation swaps memslots is a property of the flavour's code, not a cost.
     let (adds, why) = match host.kvm_flavour {
@@ -192,8 +213,15 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
         "bool",
         tag(&format!("{} KVM: {why}", host.kvm_flavour)),
     );
+}
 
-    // Lifecycle: ioctl costs from the unstalled order, the wake-up latency from the stall.
+/// Lifecycle: ioctl costs from the unstalled order, and the VMM's own time between them.
+fn lifecycle_costs(
+    backend: &mut dyn Backend,
+    progress: &dyn Progress,
+    p: &mut Profile,
+    tag: &dyn Fn(&str) -> String,
+) -> Result<(), Error> {
     let lc = run(
         backend,
         &lifecycle::INFO,
@@ -225,7 +253,7 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
     ] {
         let q = per_q(ioctl, n)?;
         put_measured(
-            &mut p,
+            p,
             key,
             q[1],
             "ns",
@@ -246,7 +274,7 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
         regs += per(ioctl, 4.0)?;
     }
     put_measured(
-        &mut p,
+        p,
         "ioctl_regs_ns",
         regs,
         "ns",
@@ -278,7 +306,7 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
         .collect();
     let q = quartiles(&gaps);
     put_measured(
-        &mut p,
+        p,
         "vmm_gap_ns",
         q[1],
         "ns",
@@ -287,13 +315,18 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
             spread(q, 1.0, "ns", gaps.len())
         )),
     );
+    Ok(())
+}
+
+/// SRCU: the wake-up of a sleeping task, and how often a timer's kworker finds its CPU busy.
+fn srcu_costs(p: &mut Profile, host: &HostInfo, tag: &dyn Fn(&str) -> String) {
     // SRCU hands each step of a grace period to a sleeping task (the grace-period work, the
     // callback invocation, the synchronizer): measured directly as a thread wake-up, not
     // solved from a stall, so the lifecycle stalls validate compares stay predictions.
     let wakeups = thread_wakeups_ns(2_000);
     let q = quartiles(&wakeups);
     put_measured(
-        &mut p,
+        p,
         "srcu_wakeup_ns",
         q[1],
         "ns",
@@ -309,7 +342,7 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
     let (busy, overshoot) = busy_cpu_fraction(400, jiffy_ns / 4.0);
     let q = quartiles(&overshoot);
     put_measured_fraction(
-        &mut p,
+        p,
         "srcu_timer_cpu_busy",
         busy,
         tag(&format!(
@@ -318,8 +351,16 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
             spread(q, 1e-3, "us", overshoot.len())
         )),
     );
+}
 
-    // Memory: fault costs from passes whose fault and prefetch counts are known.
+/// Memory: fault costs from passes whose fault and prefetch counts are known.
+fn memory_costs(
+    backend: &mut dyn Backend,
+    progress: &dyn Progress,
+    p: &mut Profile,
+    tag: &dyn Fn(&str) -> String,
+    size: &str,
+) -> Result<(), Error> {
     let m2 = run(
         backend,
         &memory::INFO,
@@ -341,7 +382,7 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
         .map_err(crate::model::ModelError::from)?;
     let fault = med(&m4, "populated", "ns_per_page")? - touch;
     put_measured(
-        &mut p,
+        p,
         "stage2_fault_ns",
         fault,
         "ns",
@@ -354,7 +395,7 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
     } else {
         let solved = (8.0 * t_pop - fault) / 7.0;
         put_measured(
-            &mut p,
+            p,
             "prefetch_page_ns",
             solved,
             "ns",
@@ -366,7 +407,7 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
     };
     let t_lazy = med(&m2, "lazy", "ns_per_page")?;
     put_measured(
-        &mut p,
+        p,
         "host_fault_ns",
         t_lazy - fault,
         "ns",
@@ -374,7 +415,7 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
     );
     if let Ok(t_thp) = med(&m2, "thp", "ns_per_page") {
         put_measured(
-            &mut p,
+            p,
             "host_fault_huge_ns",
             t_thp * 512.0 - fault,
             "ns",
@@ -385,21 +426,31 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
     let t8 = med(&m2, "uffd-prefetch", "ns_per_page")?;
     let copy = (8.0 * t8 - t1) / 7.0 - prefetch;
     put_measured(
-        &mut p,
+        p,
         "uffd_copy_page_ns",
         copy,
         "ns",
         tag("memory uffd and uffd-prefetch (window 8): (8 x T8 - T1) / 7 - prefetch_page_ns"),
     );
     put_measured(
-        &mut p,
+        p,
         "uffd_fault_ns",
         t1 - fault - copy.max(0.0),
         "ns",
         tag("memory uffd: T1 - stage2_fault_ns - uffd_copy_page_ns"),
     );
 
-    // Exits.
+    Ok(())
+}
+
+/// Exits: the roundtrip to userspace (PIO) and in the kernel (CPUID), and the TSC rate.
+fn exit_costs(
+    backend: &mut dyn Backend,
+    progress: &dyn Progress,
+    p: &mut Profile,
+    tag: &dyn Fn(&str) -> String,
+    iterations: &str,
+) -> Result<(), Error> {
     let ex = run(
         backend,
         &exits::INFO,
@@ -410,31 +461,35 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
     )?;
     let pio = med(&ex, "pio-out", "roundtrip_ns")?;
     put_measured(
-        &mut p,
+        p,
         "exit_userspace_ns",
         pio,
         "ns",
         tag("exits pio-out roundtrip_ns"),
     );
     put_measured(
-        &mut p,
+        p,
         "exit_kernel_ns",
         med(&ex, "cpuid", "roundtrip_ns")?,
         "ns",
         tag("exits cpuid roundtrip_ns"),
     );
     put_measured(
-        &mut p,
+        p,
         "cpu_ghz",
         med(&ex, "pio-out", "tsc_per_iter")? / pio,
         "GHz",
         tag("exits pio-out tsc_per_iter / roundtrip_ns (TSC rate)"),
     );
 
-    // Pinning with mlock.
+    Ok(())
+}
+
+/// Pinning with mlock: first pin, re-pin and unpin per page.
+fn pin_costs(p: &mut Profile, tag: &dyn Fn(&str) -> String, pin_bytes: usize) -> Result<(), Error> {
     let m = pin::mlock_costs(pin_bytes)?;
     put_measured(
-        &mut p,
+        p,
         "pin_page_ns",
         m.pin_page_ns,
         "ns",
@@ -444,14 +499,14 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
         )),
     );
     put_measured(
-        &mut p,
+        p,
         "repin_page_ns",
         m.repin_page_ns,
         "ns",
         tag("mlock of the same, resident, buffer, per page"),
     );
     put_measured(
-        &mut p,
+        p,
         "unpin_page_ns",
         m.unpin_page_ns,
         "ns",
@@ -460,6 +515,5 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
             pin_bytes >> 20
         )),
     );
-    dirty::calibrate(backend, progress, &mut p, &tag, small)?;
-    Ok(p)
+    Ok(())
 }

@@ -57,9 +57,12 @@ fn run_ids(side: &Side) -> Vec<&str> {
 
 /// What the busy rule saw in each busy run of a side.
 fn busy_of(side: &Side) -> Vec<String> {
-    side.runs
-        .iter()
-        .filter_map(|r| r.noise.as_ref().filter(|n| n.is_busy()))
+    busy_runs(side.runs.iter())
+}
+
+/// What the busy rule saw in each of `runs` that was measured on a busy host.
+fn busy_runs<'a>(runs: impl Iterator<Item = &'a RunRecord>) -> Vec<String> {
+    runs.filter_map(|r| r.noise.as_ref().filter(|n| n.is_busy()))
         .map(|n| crate::analysis::words::busy_words(&n.busy))
         .collect()
 }
@@ -342,23 +345,10 @@ pub fn compare_fleet(
     metric: Option<&str>,
     judging: Judging,
 ) -> Result<FleetOutcome, Error> {
-    let threshold = judging.threshold;
     if let Some(name) = scenario {
         scenario::find(name)?;
     }
-    // Picked from the listing, which carries the host and backend; only picked runs are read,
-    // each once even when both selectors pick it.
-    let mut picked: Vec<([bool; 2], RunRecord)> = Vec::new();
-    for l in store.list(usize::MAX)? {
-        if scenario.is_some_and(|s| s != l.scenario) {
-            continue;
-        }
-        let host = HostFingerprint::of_listing(&l);
-        let on = [a, b].map(|sel| sel.matches_host(&host, l.backend));
-        if on.contains(&true) {
-            picked.push((on, store.load(&l.run_id)?));
-        }
-    }
+    let picked = pick(store, [a, b], scenario)?;
     let side = |i: usize| -> Vec<&RunRecord> {
         picked
             .iter()
@@ -367,6 +357,59 @@ pub fn compare_fleet(
             .collect()
     };
     let sides = [side(0), side(1)];
+    let scenario_name = one_scenario_on_one_backend(&sides, [a, b], scenario)?;
+    let info = scenario::find(&scenario_name)?;
+    let metric = metric.unwrap_or(info.headline).to_string();
+    let variants = fleet_variants(&sides, variant, &metric)?;
+    let pairing = HostMatch::for_selectors(a, b);
+    let mut comparisons = variants
+        .iter()
+        .map(|v| compare_variant(&sides, v, &metric, &pairing, judging.threshold))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Every per-host and overall comparison of every variant is judged together.
+    judge_together(
+        &mut comparisons
+            .iter_mut()
+            .flat_map(|c| {
+                std::iter::once(&mut c.overall)
+                    .chain(c.per_host.iter_mut().map(|h| &mut h.comparison))
+            })
+            .collect::<Vec<_>>(),
+        judging.alpha,
+        judging.correction,
+    );
+    Ok(fleet_outcome(scenario_name, metric, &sides, comparisons))
+}
+
+/// The runs either selector picks, with which sides pick each. Picked from the listing, which
+/// carries the host and backend; only picked runs are read, each once even when both
+/// selectors pick it.
+fn pick(
+    store: &Store,
+    selectors: [&Selector; 2],
+    scenario: Option<&str>,
+) -> Result<Vec<([bool; 2], RunRecord)>, Error> {
+    let mut picked = Vec::new();
+    for l in store.list(usize::MAX)? {
+        if scenario.is_some_and(|s| s != l.scenario) {
+            continue;
+        }
+        let host = HostFingerprint::of_listing(&l);
+        let on = selectors.map(|sel| sel.matches_host(&host, l.backend));
+        if on.contains(&true) {
+            picked.push((on, store.load(&l.run_id)?));
+        }
+    }
+    Ok(picked)
+}
+
+/// The one scenario both sides' runs share, refusing an empty side, several scenarios or
+/// both backends.
+fn one_scenario_on_one_backend(
+    sides: &[Vec<&RunRecord>; 2],
+    [a, b]: [&Selector; 2],
+    scenario: Option<&str>,
+) -> Result<String, Error> {
     for (side, sel) in sides.iter().zip([a, b]) {
         if side.is_empty() {
             return Err(InputError::NoSuchRun(match scenario {
@@ -399,15 +442,24 @@ pub fn compare_fleet(
         }
         .into());
     }
-    let scenario_name = sides[0][0].scenario.clone();
-    let info = scenario::find(&scenario_name)?;
-    let metric = metric.unwrap_or(info.headline).to_string();
-    let ok_on = |runs: &[&RunRecord], v: &str| {
-        runs.iter().any(|r| {
-            r.variant(v)
-                .is_some_and(|x| x.is_ok() && x.metrics.contains_key(&metric))
-        })
-    };
+    Ok(sides[0][0].scenario.clone())
+}
+
+/// Whether some run of `runs` has `metric` for variant `v`.
+fn has_metric(runs: &[&RunRecord], v: &str, metric: &str) -> bool {
+    runs.iter().any(|r| {
+        r.variant(v)
+            .is_some_and(|x| x.is_ok() && x.metrics.contains_key(metric))
+    })
+}
+
+/// The variants to compare: the one asked for, else every variant both sides ran with the
+/// metric, in side A's order.
+fn fleet_variants(
+    sides: &[Vec<&RunRecord>; 2],
+    variant: Option<&str>,
+    metric: &str,
+) -> Result<Vec<String>, Error> {
     let variants: Vec<String> = match variant {
         Some(v) => vec![v.to_string()],
         None => {
@@ -415,8 +467,8 @@ pub fn compare_fleet(
             for r in &sides[0] {
                 for v in &r.variants {
                     if !vs.contains(&v.name)
-                        && ok_on(&sides[0], &v.name)
-                        && ok_on(&sides[1], &v.name)
+                        && has_metric(&sides[0], &v.name, metric)
+                        && has_metric(&sides[1], &v.name, metric)
                     {
                         vs.push(v.name.clone());
                     }
@@ -428,119 +480,145 @@ pub fn compare_fleet(
     if variants.is_empty() {
         return Err(InputError::NoSharedVariant.into());
     }
-    let pairing = HostMatch::for_selectors(a, b);
-    let mut comparisons = Vec::new();
-    for v in &variants {
-        for (side, name) in sides.iter().zip(['A', 'B']) {
-            if !ok_on(side, v) {
-                return Err(InputError::MissingMetric {
-                    side: name,
-                    metric: metric.clone(),
-                    variant: v.clone(),
-                }
-                .into());
+    Ok(variants)
+}
+
+/// Variant `v` across the fleet: per matched host, and overall (not judged yet).
+fn compare_variant(
+    sides: &[Vec<&RunRecord>; 2],
+    v: &str,
+    metric: &str,
+    pairing: &HostMatch,
+    threshold: f64,
+) -> Result<FleetComparison, Error> {
+    for (side, name) in sides.iter().zip(['A', 'B']) {
+        if !has_metric(side, v, metric) {
+            return Err(InputError::MissingMetric {
+                side: name,
+                metric: metric.to_string(),
+                variant: v.to_string(),
             }
+            .into());
         }
-        let unit = sides[0]
+    }
+    let unit = sides[0]
+        .iter()
+        .find_map(|r| r.variant(v).and_then(|x| x.metrics.get(metric)))
+        .map_or(String::new(), |m| m.unit.clone());
+    let with_metric = |i: usize| -> Vec<&RunRecord> {
+        sides[i]
             .iter()
-            .find_map(|r| r.variant(v).and_then(|x| x.metrics.get(&metric)))
-            .map_or(String::new(), |m| m.unit.clone());
-        let with_metric = |i: usize| -> Vec<&RunRecord> {
-            sides[i]
-                .iter()
-                .copied()
-                .filter(|r| {
-                    r.variant(v)
-                        .is_some_and(|x| x.is_ok() && x.metrics.contains_key(&metric))
-                })
-                .collect()
+            .copied()
+            .filter(|r| {
+                r.variant(v)
+                    .is_some_and(|x| x.is_ok() && x.metrics.contains_key(metric))
+            })
+            .collect()
+    };
+    let (ra, rb) = (with_metric(0), with_metric(1));
+    let (ka, kb) = (by_key(pairing, &ra), by_key(pairing, &rb));
+    let only = |x: &BTreeMap<String, Vec<&RunRecord>>, y: &BTreeMap<String, Vec<&RunRecord>>| {
+        x.keys()
+            .filter(|k| !y.contains_key(*k))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    Ok(FleetComparison {
+        variant: v.to_string(),
+        only_a: only(&ka, &kb),
+        only_b: only(&kb, &ka),
+        per_host: per_host(&ka, &kb, v, metric, &unit, threshold),
+        overall: overall(&ra, &rb, v, metric, &unit, threshold),
+    })
+}
+
+/// Variant `v` on each host key both sides have.
+fn per_host(
+    ka: &BTreeMap<String, Vec<&RunRecord>>,
+    kb: &BTreeMap<String, Vec<&RunRecord>>,
+    v: &str,
+    metric: &str,
+    unit: &str,
+    threshold: f64,
+) -> Vec<HostComparison> {
+    let hosts_of = |runs: &[&RunRecord]| {
+        let mut h: Vec<HostFingerprint> =
+            runs.iter().map(|r| HostFingerprint::of(&r.host)).collect();
+        h.sort();
+        h.dedup();
+        h
+    };
+    let mut out = Vec::new();
+    for (key, runs_a) in ka {
+        let Some(runs_b) = kb.get(key) else { continue };
+        let (Some(xa), Some(xb)) = (
+            pooled_samples(runs_a.iter().copied(), v, metric),
+            pooled_samples(runs_b.iter().copied(), v, metric),
+        ) else {
+            continue;
         };
-        let (ra, rb) = (with_metric(0), with_metric(1));
-        let (ka, kb) = (by_key(&pairing, &ra), by_key(&pairing, &rb));
-        let hosts_of = |runs: &[&RunRecord]| {
-            let mut h: Vec<HostFingerprint> =
-                runs.iter().map(|r| HostFingerprint::of(&r.host)).collect();
-            h.sort();
-            h.dedup();
-            h
+        let label = if key.is_empty() {
+            "all hosts"
+        } else {
+            key.as_str()
         };
-        let mut per_host = Vec::new();
-        for (key, runs_a) in &ka {
-            let Some(runs_b) = kb.get(key) else { continue };
-            let (Some(xa), Some(xb)) = (
-                pooled_samples(runs_a.iter().copied(), v, &metric),
-                pooled_samples(runs_b.iter().copied(), v, &metric),
-            ) else {
-                continue;
-            };
-            let label = if key.is_empty() {
-                "all hosts"
-            } else {
-                key.as_str()
-            };
-            per_host.push(HostComparison {
-                host: key.clone(),
-                a_hosts: hosts_of(runs_a),
-                b_hosts: hosts_of(runs_b),
-                comparison: crate::analysis::compare::ab(
-                    &metric,
-                    &unit,
-                    (&format!("A:{v} on {label}"), &xa),
-                    (&format!("B:{v} on {label}"), &xb),
-                    threshold,
-                    seed_for(DEFAULT_SEED, &["fleet", v, key]),
-                ),
-            });
-        }
-        let only = |x: &BTreeMap<String, Vec<&RunRecord>>,
-                    y: &BTreeMap<String, Vec<&RunRecord>>| {
-            x.keys()
-                .filter(|k| !y.contains_key(*k))
-                .cloned()
-                .collect::<Vec<_>>()
-        };
-        // Overall: one value per host (its median of per-run medians), so a host with many runs
-        // weighs no more than one with a single run.
-        let host_medians = |runs: &[&RunRecord]| -> Vec<f64> {
-            let mut per: BTreeMap<HostFingerprint, Vec<f64>> = BTreeMap::new();
-            for r in runs {
-                if let Some(m) = r.variant(v).and_then(|x| x.metrics.get(&metric)) {
-                    per.entry(HostFingerprint::of(&r.host))
-                        .or_default()
-                        .push(m.median);
-                }
-            }
-            per.values().map(|ms| median(ms)).collect()
-        };
-        let (ma, mb) = (host_medians(&ra), host_medians(&rb));
-        let overall = crate::analysis::compare::ab(
-            &metric,
-            &unit,
-            (&format!("A:{v} ({} hosts)", ma.len()), &ma),
-            (&format!("B:{v} ({} hosts)", mb.len()), &mb),
-            threshold,
-            seed_for(DEFAULT_SEED, &["fleet", v, "overall"]),
-        );
-        comparisons.push(FleetComparison {
-            variant: v.clone(),
-            only_a: only(&ka, &kb),
-            only_b: only(&kb, &ka),
-            per_host,
-            overall,
+        out.push(HostComparison {
+            host: key.clone(),
+            a_hosts: hosts_of(runs_a),
+            b_hosts: hosts_of(runs_b),
+            comparison: crate::analysis::compare::ab(
+                metric,
+                unit,
+                (&format!("A:{v} on {label}"), &xa),
+                (&format!("B:{v} on {label}"), &xb),
+                threshold,
+                seed_for(DEFAULT_SEED, &["fleet", v, key]),
+            ),
         });
     }
-    // Every per-host and overall comparison of every variant is judged together.
-    judge_together(
-        &mut comparisons
-            .iter_mut()
-            .flat_map(|c| {
-                std::iter::once(&mut c.overall)
-                    .chain(c.per_host.iter_mut().map(|h| &mut h.comparison))
-            })
-            .collect::<Vec<_>>(),
-        judging.alpha,
-        judging.correction,
-    );
+    out
+}
+
+/// Variant `v` over every host of each side: one value per host (its median of per-run
+/// medians), so a host with many runs weighs no more than one with a single run.
+fn overall(
+    ra: &[&RunRecord],
+    rb: &[&RunRecord],
+    v: &str,
+    metric: &str,
+    unit: &str,
+    threshold: f64,
+) -> AbComparison {
+    let host_medians = |runs: &[&RunRecord]| -> Vec<f64> {
+        let mut per: BTreeMap<HostFingerprint, Vec<f64>> = BTreeMap::new();
+        for r in runs {
+            if let Some(m) = r.variant(v).and_then(|x| x.metrics.get(metric)) {
+                per.entry(HostFingerprint::of(&r.host))
+                    .or_default()
+                    .push(m.median);
+            }
+        }
+        per.values().map(|ms| median(ms)).collect()
+    };
+    let (ma, mb) = (host_medians(ra), host_medians(rb));
+    crate::analysis::compare::ab(
+        metric,
+        unit,
+        (&format!("A:{v} ({} hosts)", ma.len()), &ma),
+        (&format!("B:{v} ({} hosts)", mb.len()), &mb),
+        threshold,
+        seed_for(DEFAULT_SEED, &["fleet", v, "overall"]),
+    )
+}
+
+/// The outcome of judged comparisons: regressions, the comparisons too small to judge, and
+/// the busy hosts that confound them.
+fn fleet_outcome(
+    scenario: String,
+    metric: String,
+    sides: &[Vec<&RunRecord>; 2],
+    comparisons: Vec<FleetComparison>,
+) -> FleetOutcome {
     let regression = comparisons.iter().any(|c| {
         c.overall.verdict == AbVerdict::Slower
             || c.per_host
@@ -557,21 +635,15 @@ pub fn compare_fleet(
             )
         })
         .collect();
-    let busy = [0, 1].map(|i| {
-        sides[i]
-            .iter()
-            .filter_map(|r| r.noise.as_ref().filter(|n| n.is_busy()))
-            .map(|n| crate::report::words::busy_words(&n.busy))
-            .collect::<Vec<_>>()
-    });
+    let busy = sides.each_ref().map(|runs| busy_runs(runs.iter().copied()));
     let confounded = busy.iter().any(|b| !b.is_empty());
     let beyond_busy_noise = beyond_busy_noise(comparisons.iter().flat_map(|c| {
         std::iter::once(&c.overall)
             .chain(c.per_host.iter().map(|h| &h.comparison))
             .map(|x| (&x.verdict, x.ci95[0]))
     }));
-    Ok(FleetOutcome {
-        scenario: scenario_name,
+    FleetOutcome {
+        scenario,
         metric,
         runs: [sides[0].len(), sides[1].len()],
         comparisons,
@@ -580,7 +652,7 @@ pub fn compare_fleet(
         busy,
         confounded,
         beyond_busy_noise,
-    })
+    }
 }
 
 /// Runs by their host's pairing key.

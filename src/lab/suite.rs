@@ -19,10 +19,31 @@ use super::shard::{Shard, unit_seed};
 pub struct SuiteOutcome {
     /// The runs that produced samples, in registry order.
     pub records: Vec<RunRecord>,
-    /// "scenario on backend: why", for each pair this host could not run.
-    pub skipped: Vec<String>,
+    /// Each unit this host could not run, and why.
+    pub skipped: Vec<Skipped>,
     /// The keys of the units this shard ran (or tried), in job order.
     pub units: Vec<String>,
+}
+
+/// A unit the suite could not run on this host (worded by `report::words::skipped_unit`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The scenario.
+    pub scenario: &'static str,
+    /// The backend.
+    pub backend: BackendKind,
+    /// Why: the message of the error that stopped it.
+    pub why: String,
+}
+
+impl Skipped {
+    fn new(info: &ScenarioInfo, backend: BackendKind, why: &Error) -> Skipped {
+        Skipped {
+            scenario: info.name,
+            backend,
+            why: why.to_string(),
+        }
+    }
 }
 
 /// One unit of the suite: a scenario on a backend, or on the model with the profile of the
@@ -170,7 +191,7 @@ pub fn run<P: Progress>(
         let mut b = match opened {
             Ok(b) => b,
             Err(Error::Kvm(e)) if e.is_host_limitation() => {
-                skipped.push(format!("{} on {kind}: {e}", info.name));
+                skipped.push(Skipped::new(info, kind, &Error::Kvm(e)));
                 continue;
             }
             Err(e) => return Err(e),
@@ -198,7 +219,7 @@ pub fn run<P: Progress>(
             record.tag = Some(crate::record::RunTag::Showcase);
         }
         if let Err(e) = scenario::judge(&record) {
-            skipped.push(format!("{} on {kind}: {e}", info.name));
+            skipped.push(Skipped::new(info, kind, &e));
             continue;
         }
         keep(&mut record)?;

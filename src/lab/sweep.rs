@@ -206,7 +206,7 @@ pub fn point_count(spec: &SweepSpec) -> Result<usize, InputError> {
 }
 
 /// `3 values of vcpus × 2 values of devices`, for messages.
-fn axes_text(axes: &[Axis]) -> String {
+pub fn axes_text(axes: &[Axis]) -> String {
     axes.iter()
         .map(|a| format!("{} values of {}", a.values.len(), a.key))
         .collect::<Vec<_>>()
@@ -422,39 +422,54 @@ pub fn free_bytes(path: &std::path::Path) -> Option<u64> {
     Some(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
-/// Refuses (exit 2) a sweep whose points would take more than the free space of the SQLite
-/// store's filesystem, naming both; the remedies include `--no-store`. A PostgreSQL
-/// server's free space cannot be seen from here, so only the estimate is said.
-pub fn check_room(
-    spec: &SweepSpec,
-    cost: &StoreCost,
-    store: &crate::store::Location,
-) -> Result<(), InputError> {
+/// Whether this shard's points fit the free space of the SQLite store's filesystem:
+/// `Err(free bytes)` when they would take more. A PostgreSQL server's free space cannot be
+/// seen from here, so it always fits.
+pub fn check_room(cost: &StoreCost, store: &crate::store::Location) -> Result<(), u64> {
     let crate::store::Location::Sqlite(path) = store else {
         return Ok(());
     };
     match free_bytes(path) {
-        Some(free) if cost.bytes[1] > free => Err(InputError::BadValue {
-            key: "--grid".into(),
-            value: axes_text(&spec.axes),
-            why: crate::report::words::sweep_too_big(cost, &path.display().to_string(), free),
-        }),
+        Some(free) if cost.bytes[1] > free => Err(free),
         _ => Ok(()),
     }
 }
 
+/// What the store-cost check before a sweep found (worded by `report::words`).
+#[derive(Debug)]
+pub enum Preflight {
+    /// The points fit; `free` is what the store's filesystem has free, when known.
+    Fits {
+        /// What this shard's points would take.
+        cost: StoreCost,
+        /// Bytes free where the store is (none for PostgreSQL).
+        free: Option<u64>,
+    },
+    /// The points would take more than the store's filesystem has free: the sweep is refused
+    /// (exit 2); the remedies include `--no-store`.
+    NoRoom {
+        /// What this shard's points would take.
+        cost: StoreCost,
+        /// The store's file.
+        store: std::path::PathBuf,
+        /// Bytes free there.
+        free: u64,
+    },
+    /// Not measured (a probe that cannot run on the model, a scratch store that cannot be
+    /// written): only the check is lost, not the sweep.
+    NotEstimated(Error),
+}
+
 /// Before a sweep's points are expanded and checked one by one (10^6 of them take seconds
-/// and most of a GiB): what this shard's points would take in `store`, refused (exit 2) when
-/// more than its filesystem has free. Returns the cost, when it could be measured, and the
-/// line to print: the estimate, or why there is none (a probe that cannot run on the model
-/// or a scratch store that cannot be written only costs the check, not the sweep).
+/// and most of a GiB): what this shard's points would take in `store`, and whether its
+/// filesystem has room for them.
 pub fn preflight(
     spec: &SweepSpec,
     shard: Shard,
     store: &crate::store::Location,
     host: &crate::backend::host::HostInfo,
     profile: &super::backends::ModelProfile<'_>,
-) -> Result<(Option<StoreCost>, String), Error> {
+) -> Result<Preflight, Error> {
     let measured = match spec.backend {
         BackendKind::Model => store_cost(spec, shard, |seed| {
             super::backends::make(BackendKind::Model, host.clone(), profile, seed)
@@ -474,25 +489,27 @@ pub fn preflight(
             }),
     };
     match measured {
-        Ok(cost) => {
-            check_room(spec, &cost, store)?;
-            let free = match store {
-                crate::store::Location::Sqlite(path) => free_bytes(path),
-                crate::store::Location::Postgres(_) => None,
-            };
-            let line = crate::report::words::sweep_store_cost(&cost, free);
-            Ok((Some(cost), line))
-        }
+        Ok(cost) => Ok(match (check_room(&cost, store), store) {
+            (Err(free), crate::store::Location::Sqlite(path)) => Preflight::NoRoom {
+                cost,
+                store: path.clone(),
+                free,
+            },
+            _ => Preflight::Fits {
+                free: match store {
+                    crate::store::Location::Sqlite(path) => free_bytes(path),
+                    crate::store::Location::Postgres(_) => None,
+                },
+                cost,
+            },
+        }),
         Err(e @ (Error::Input(_) | Error::Model(crate::model::ModelError::Profile(_)))) => Err(e),
-        Err(e) => Ok((
-            None,
-            format!("warning: the store size of this sweep was not estimated: {e}"),
-        )),
+        Err(e) => Ok(Preflight::NotEstimated(e)),
     }
 }
 
 /// What a sweep (or one shard of it) did.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default)]
 pub struct SweepOutcome {
     /// The sweep's id.
     pub id: String,
@@ -502,16 +519,34 @@ pub struct SweepOutcome {
     pub units: Vec<String>,
     /// Points that produced samples (each handed to `keep`, which stores it).
     pub ran: usize,
-    /// "point: why" for points this host could not run.
-    pub skipped: Vec<String>,
-    /// "point: why" for points whose measurement failed.
-    pub failed: Vec<String>,
+    /// Points this host could not run, and why.
+    pub skipped: Vec<PointProblem>,
+    /// Points whose measurement failed, and why.
+    pub failed: Vec<PointProblem>,
+}
+
+/// A point that did not run, and why (worded by `report::words::point_problem`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PointProblem {
+    /// The point's label ([`Point::label`]).
+    pub point: String,
+    /// The message of the error that stopped it.
+    pub why: String,
+}
+
+impl PointProblem {
+    fn new(point: &Point, why: &Error) -> PointProblem {
+        PointProblem {
+            point: point.label(),
+            why: why.to_string(),
+        }
+    }
 }
 
 enum PointResult {
     Ran(Box<RunRecord>),
-    Skipped(String),
-    Failed(String),
+    Skipped(PointProblem),
+    Failed(PointProblem),
 }
 
 fn run_point(
@@ -524,17 +559,17 @@ fn run_point(
     });
     let mut record = match outcome {
         Ok(r) => r,
-        Err(Error::Kvm(e)) if e.is_host_limitation() => {
-            return PointResult::Skipped(format!("{}: {e}", point.label()));
+        Err(e) if matches!(&e, Error::Kvm(k) if k.is_host_limitation()) => {
+            return PointResult::Skipped(PointProblem::new(point, &e));
         }
-        Err(e) => return PointResult::Failed(format!("{}: {e}", point.label())),
+        Err(e) => return PointResult::Failed(PointProblem::new(point, &e)),
     };
     match scenario::judge(&record) {
         Ok(()) => {}
         Err(e @ Error::AllUnsupported { .. }) => {
-            return PointResult::Skipped(format!("{}: {e}", point.label()));
+            return PointResult::Skipped(PointProblem::new(point, &e));
         }
-        Err(e) => return PointResult::Failed(format!("{}: {e}", point.label())),
+        Err(e) => return PointResult::Failed(PointProblem::new(point, &e)),
     }
     tag(&mut record, &plan.id, &plan.axes, point.position);
     PointResult::Ran(Box::new(record))
@@ -809,14 +844,14 @@ mod tests {
 
         let dir = tempfile::tempdir().unwrap();
         let at = crate::store::Location::Sqlite(dir.path().join("not-yet/hvlab.db"));
-        assert!(check_room(&s, &whole, &at).is_ok());
+        assert!(check_room(&whole, &at).is_ok());
         let mut huge = whole.clone();
         huge.bytes = [u64::MAX / 2; 2];
-        let e = check_room(&s, &huge, &at).unwrap_err().to_string();
-        assert!(e.contains("free") && e.contains("--no-store"), "{e}");
+        let free = check_room(&huge, &at).unwrap_err();
+        assert!(free > 0 && free < huge.bytes[1], "{free}");
         // A PostgreSQL server's free space is not seen from here: nothing to refuse on.
         let pg = crate::store::Location::Postgres("postgres://localhost/hvlab".into());
-        assert!(check_room(&s, &huge, &pg).is_ok());
+        assert!(check_room(&huge, &pg).is_ok());
     }
 
     #[test]

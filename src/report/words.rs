@@ -423,6 +423,23 @@ pub fn sweep_too_big(c: &crate::lab::sweep::StoreCost, store: &str, free: u64) -
     )
 }
 
+// ---- What lab's suite and sweeps could not do, in words (issue 18, "cli2" block) ----
+
+/// A suite unit this host could not run: `scenario on backend: why`.
+pub fn skipped_unit(s: &crate::lab::suite::Skipped) -> String {
+    format!("{} on {}: {}", s.scenario, s.backend, s.why)
+}
+
+/// A sweep point that did not run: `k1=v1, k2=v2: why`.
+pub fn point_problem(p: &crate::lab::sweep::PointProblem) -> String {
+    format!("{}: {}", p.point, p.why)
+}
+
+/// Why a sweep goes on without a store-cost estimate.
+pub fn sweep_cost_unknown(why: &crate::error::Error) -> String {
+    format!("warning: the store size of this sweep was not estimated: {why}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -438,5 +455,27 @@ mod tests {
         assert_eq!(byte_range([112 << 10, 168 << 10]), "112–168 KiB");
         assert_eq!(byte_range([900 << 10, 2 << 20]), "0.879–2.00 MiB");
         assert_eq!(byte_range([5, 5]), "5 B");
+    }
+
+    #[test]
+    fn a_sweep_too_big_for_its_store_names_the_free_space_and_the_remedies() {
+        let cost = crate::lab::sweep::StoreCost {
+            points: 1_000_000,
+            probes: vec![0, 999_999],
+            samples: [60, 60],
+            bytes_per_point: [80 << 10, 84 << 10],
+            bytes: [80 << 30, 84 << 30],
+            measured_on: crate::backend::BackendKind::Model,
+        };
+        let why = sweep_too_big(&cost, "/data/hvlab.db", 5 << 30);
+        for says in [
+            "1,000,000 points",
+            "/data/hvlab.db",
+            "5.00 GiB free",
+            "--shard",
+            "--no-store",
+        ] {
+            assert!(why.contains(says), "{says}: {why}");
+        }
     }
 }

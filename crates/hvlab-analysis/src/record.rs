@@ -293,7 +293,8 @@ impl MetricRecord {
 }
 
 /// Something the analysis found, as data. The sentence a person reads is the finding's
-/// `Display`, written by the one renderer (`report::words`); JSON carries both (`message`).
+/// `Display`, written beside the other analysis words in this crate (`words.rs`); JSON carries
+/// both (`message`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Finding {

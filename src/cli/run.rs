@@ -1,0 +1,102 @@
+//! `hvlab run`: one scenario on one backend, stored.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::progress::TermProgress;
+use super::{MeasureArgs, habits, print_json, print_text, render, request_of};
+use crate::backend::{Backend, BackendKind};
+use crate::error::{Error, InputError};
+use crate::lab::{backends, host};
+use crate::record::RunRecord;
+use crate::scenario::runner::RunRequest;
+use crate::scenario::{self, ScenarioInfo};
+
+#[derive(Debug, Args)]
+pub(super) struct RunArgs {
+    /// Scenario (see `hvlab list`)
+    scenario: String,
+    /// Backend
+    #[arg(long, value_enum, default_value_t = BackendKind::Kvm)]
+    backend: BackendKind,
+    /// Variant to run (repeatable); default: all
+    #[arg(long = "variant", value_name = "V")]
+    variants: Vec<String>,
+    /// Scenario parameter key=value (repeatable), see `hvlab list`
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+    #[command(flatten)]
+    measure: MeasureArgs,
+    /// Include KVM statistics in the terminal output
+    #[arg(short, long)]
+    verbose: bool,
+    /// Save the run as the named baseline of its scenario and backend (criterion's habit):
+    /// `hvlab compare --baseline NAME` judges later runs against it; saving again moves it
+    #[arg(long, value_name = "NAME", value_parser = parse_baseline_name, conflicts_with = "no_store")]
+    save_baseline: Option<String>,
+}
+
+/// `hvlab run`: checks everything it can before measuring (the request, the options, the
+/// store), then runs, judges, stores and prints.
+pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
+    let info = scenario::find(&args.scenario)?;
+    if args.backend == BackendKind::Kvm && args.measure.profile.is_some() {
+        return Err(InputError::ProfileWithKvm.into());
+    }
+    let request = request_of(info, &args.measure, args.variants, args.sets);
+    scenario::check(info, &request, args.backend)?;
+    for notice in scenario::scenario(info.name)?.notices(&request) {
+        habits::note(&format!("note: {notice}"));
+    }
+    args.measure.interference.check()?;
+    // Check the database before measuring, so a bad --db does not cost a run.
+    let mut run_store = args.measure.run_store(db)?;
+    args.measure.interference.apply()?;
+    let say = |note: &str| habits::note(&format!("note: {note}"));
+    let mut backend = backends::make(
+        args.backend,
+        host::probe(),
+        &backends::ModelProfile::named(args.measure.profile.as_deref()).noting(&say),
+        args.measure.seed,
+    )?;
+    let mut record = run_one(info, backend.as_mut(), &request, args.measure.json)?;
+    scenario::judge(&record)?;
+    record.baseline = args.save_baseline;
+    if let Some(s) = &mut run_store {
+        s.save(&mut record)?;
+    }
+    if args.measure.json {
+        print_json(&record)?;
+    } else {
+        print_text(&render::run(&record, args.verbose))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_one(
+    info: &ScenarioInfo,
+    backend: &mut dyn Backend,
+    request: &RunRequest,
+    json: bool,
+) -> Result<RunRecord, Error> {
+    let progress = TermProgress::new(info.name, json);
+    scenario::run(info, backend, request, &progress)
+}
+
+/// `--save-baseline`: a name of letters, digits, `.`, `_` and `-` (it is typed again later).
+fn parse_baseline_name(text: &str) -> Result<String, String> {
+    if !text.is_empty()
+        && text.len() <= 64
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        Ok(text.to_string())
+    } else {
+        Err(format!(
+            "`{text}` is not a baseline name: use 1 to 64 letters, digits, `.`, `_` or `-`, such as main or before-fix"
+        ))
+    }
+}

@@ -1,0 +1,170 @@
+//! `hvlab suite`: every scenario on every backend this host can run (or one shard of it),
+//! stored, then a report.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::paths::{check_output_dir, write_report};
+use super::progress::TermProgress;
+use super::{MeasureArgs, ShardArgs, habits, print_json, print_text, render, request_of};
+use crate::backend::BackendKind;
+use crate::backend::error::KvmError;
+use crate::error::Error;
+use crate::lab::{self, backends, host};
+use crate::record::RunRecord;
+use crate::report::words;
+use crate::scenario::runner::DEFAULT_SEED;
+
+#[derive(Debug, Args)]
+pub(super) struct SuiteArgs {
+    #[command(flatten)]
+    measure: MeasureArgs,
+    /// Where to write the report
+    #[arg(long, default_value = "hvlab-report")]
+    report: PathBuf,
+    /// Only this backend's runs [default: every backend this host can run]
+    #[arg(long, value_enum)]
+    backend: Option<BackendKind>,
+    #[command(flatten)]
+    shard: ShardArgs,
+    /// Print the units this shard would run, and run nothing
+    #[arg(long)]
+    plan: bool,
+}
+
+/// `hvlab suite`: `--plan` lists this shard's units; otherwise checks the report directory
+/// and the store, runs the shard's units, stores each run, writes the report and sums up.
+pub(super) fn suite(db: Option<&Path>, args: &SuiteArgs) -> Result<ExitCode, Error> {
+    let (shard, source) = lab::shard::resolve(
+        args.shard.shard.as_deref(),
+        args.shard.shard_count,
+        &lab::shard::process_env(),
+    )?;
+    if args.plan {
+        let units = lab::suite::plan(args.backend, shard);
+        if args.measure.json {
+            print_json(&serde_json::json!({
+                "shard": shard.to_string(), "source": source.to_string(), "units": units
+            }))?;
+        } else {
+            print_text(&format!(
+                "shard {shard} ({source}): {} unit(s)",
+                units.len()
+            ))?;
+            for u in &units {
+                print_text(&format!("  {u}"))?;
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Refuse an unwritable report directory or database before measuring for a minute.
+    check_output_dir(&args.report, "the report", "--report DIR")?;
+    args.measure.interference.check()?;
+    let mut run_store = args.measure.run_store(db)?;
+    args.measure.interference.apply()?;
+    let h = host::probe();
+    let say = |note: &str| habits::note(&format!("note: {note}"));
+    let model_profile = backends::ModelProfile::named(args.measure.profile.as_deref()).noting(&say);
+    let json = args.measure.json;
+    let suite_id = lab::suite::suite_id(
+        args.backend,
+        shard,
+        args.measure.seed,
+        std::env::var("SLURM_ARRAY_JOB_ID").ok().as_deref(),
+        &crate::scenario::runner::now_rfc3339(),
+    );
+    if !shard.is_whole() {
+        eprintln!("suite {suite_id} shard {shard} ({source})");
+    }
+    let lab::suite::SuiteOutcome {
+        records,
+        skipped,
+        units,
+    } = lab::suite::run(
+        &suite_id,
+        &h,
+        args.backend,
+        shard,
+        args.measure.seed,
+        |kind, host, seed| backends::make(kind, host, &model_profile, seed),
+        |info| request_of(info, &args.measure, Vec::new(), Vec::new()),
+        |info| TermProgress::new(info.name, json),
+        |record| {
+            if let Some(s) = &mut run_store {
+                s.save(record)?;
+            }
+            if !json {
+                print_text(&render::run(record, false))?;
+                print_text("")?;
+            }
+            Ok(())
+        },
+    )?;
+    let fidelity = lab::fidelity::evaluate(&h, None, DEFAULT_SEED)?;
+    let report = if records.is_empty() {
+        None
+    } else {
+        Some(write_report(
+            &records,
+            &fidelity,
+            &records,
+            &args.report,
+            "--report DIR",
+        )?)
+    };
+    let skipped_words: Vec<String> = skipped.iter().map(words::skipped_unit).collect();
+    if args.measure.json {
+        print_json(&serde_json::json!({
+            "suite": suite_id, "shard": shard.to_string(), "units": units,
+            "runs": records, "skipped": skipped_words, "fidelity": fidelity, "report": report
+        }))?;
+    } else {
+        for s in &skipped_words {
+            eprintln!("skipped {s}");
+        }
+        print_text(&render::suite_summary(&render::SuiteSummary {
+            suite_id: &suite_id,
+            shard,
+            host: &h,
+            records: &records,
+            skipped: skipped.len(),
+            fidelity: &fidelity,
+            report: report.as_deref(),
+        }))?;
+    }
+    if units.is_empty() {
+        habits::note(&format!(
+            "note: shard {shard} has no units: the suite has fewer units than shards"
+        ));
+    } else if let Some(e) = shard_without_kvm(shard, &units, &records, &skipped) {
+        return Err(e);
+    } else if records.is_empty() {
+        return Err(KvmError::DeviceMissing(crate::backend::host::kvm_device_path()).into());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A shard (not the whole suite, which runs what the host supports) that was given kvm units
+/// and ran none: an error, so the array task fails instead of passing `afterok`.
+fn shard_without_kvm(
+    shard: lab::shard::Shard,
+    units: &[String],
+    records: &[RunRecord],
+    skipped: &[lab::suite::Skipped],
+) -> Option<Error> {
+    let kvm_units = units
+        .iter()
+        .filter(|u| u.split('/').nth(2) == Some("kvm"))
+        .count();
+    let kvm_ran = records.iter().any(|r| r.backend == BackendKind::Kvm);
+    (!shard.is_whole() && kvm_units > 0 && !kvm_ran).then(|| Error::ShardWithoutKvm {
+        shard: shard.to_string(),
+        count: kvm_units,
+        reasons: skipped
+            .iter()
+            .find(|s| s.backend == BackendKind::Kvm)
+            .map_or_else(|| "every kvm unit was skipped".into(), words::skipped_unit),
+    })
+}
