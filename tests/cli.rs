@@ -19,6 +19,8 @@ mod fleet;
 mod fuzz_inputs;
 #[path = "hangs.rs"]
 mod hangs;
+#[path = "import_graph.rs"]
+mod import_graph;
 #[path = "model.rs"]
 mod model;
 #[path = "recovery.rs"]
@@ -43,3 +45,30 @@ mod store_sqlite;
 mod sweep_cli;
 #[path = "toy_scenario.rs"]
 mod toy_scenario;
+
+/// With `autotests = false`, a test file no root names would never build or run: every file
+/// in tests/ is one of the three roots or included by one of them.
+#[test]
+fn every_test_file_is_in_a_test_binary() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let roots = ["cli.rs", "kvm.rs", "kernels.rs"];
+    let included: String = roots
+        .iter()
+        .map(|r| std::fs::read_to_string(dir.join(r)).expect("read a test root"))
+        .collect();
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("read tests/") {
+        let name = entry.expect("a tests/ entry").file_name();
+        let name = name.to_string_lossy().into_owned();
+        if name.ends_with(".rs")
+            && !roots.contains(&name.as_str())
+            && !included.contains(&format!("#[path = \"{name}\"]"))
+        {
+            missing.push(name);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "tests/{missing:?} are in no test binary: add each to tests/cli.rs, kvm.rs or kernels.rs"
+    );
+}

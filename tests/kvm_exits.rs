@@ -47,7 +47,10 @@ fn userspace_exits_come_back_once_per_iteration_and_in_kernel_ones_never() {
         median(&r, "pio-out", "roundtrip_ns"),
         median(&r, "cpuid", "roundtrip_ns"),
     );
-    assert!(pio > 1.3 * cpuid, "pio-out {pio} ns against cpuid {cpuid} ns");
+    assert!(
+        pio > 1.3 * cpuid,
+        "pio-out {pio} ns against cpuid {cpuid} ns"
+    );
     assert!(median(&r, "pio-out", "roundtrip_ns") > median(&r, "ioeventfd", "roundtrip_ns"));
     assert!(median(&r, "pio-out", "tsc_per_iter") > 0.0);
     // Every variant printed with median and CI.
