@@ -29,8 +29,9 @@ use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::{Verdict, compare, judge_variants_together};
 use crate::analysis::statistics::seed_for;
 use crate::backend::dirty::{BITMAP_WORD_PAGES, DirtyPlan, DirtyResult, LogMode};
+use crate::backend::guest::Cpl;
 use crate::backend::guest::DATA_MAX_BYTES;
-use crate::backend::{Backend, BackendKind};
+use crate::backend::{BackendKind, Capabilities};
 use crate::error::InputError;
 use crate::record::{Finding, RunRecord, VariantRecord, VariantStatus};
 
@@ -213,76 +214,6 @@ fn parse_chunk(settings: &Settings) -> Result<u64, InputError> {
         })
 }
 
-/// The requested variants with their plans.
-pub fn plans(
-    settings: &Settings,
-    request: &RunRequest,
-    backend: BackendKind,
-) -> Result<Vec<(String, DirtyPlan)>, InputError> {
-    if backend == BackendKind::Kvm {
-        settings.reject_model_only()?;
-    }
-    let size_bytes = settings.bytes("size")?;
-    if size_bytes == 0 || size_bytes % (2 << 20) != 0 || size_bytes > DATA_MAX_BYTES {
-        return Err(InputError::BadValue {
-            key: "size".into(),
-            value: settings.raw("size").into(),
-            why: "size must be a non-zero multiple of 2MiB up to 64GiB".into(),
-        });
-    }
-    if backend == BackendKind::Kvm
-        && let Some((room, source)) = super::memory::memory_room()
-        && size_bytes > room
-    {
-        // The region is populated before the guest runs: more than the host can back would
-        // bring the OOM killer, so it is refused before any work, with the numbers.
-        return Err(InputError::BadValue {
-            key: "size".into(),
-            value: settings.raw("size").into(),
-            why: format!(
-                "this host can back at most {:.1} GiB now ({source}); the kvm backend populates the whole {:.1} GiB: choose a smaller size, or --backend model",
-                room as f64 / f64::from(1u32 << 30),
-                size_bytes as f64 / f64::from(1u32 << 30),
-            ),
-        });
-    }
-    let passes = settings.u32_in("passes", 1..=100)?;
-    let stride = settings.u32_in("stride", 1..=4096)?;
-    let ring = parse_ring(settings)?;
-    let chunk = parse_chunk(settings)?;
-    let cpl = parse_cpl(settings)?;
-    let timeout = Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 100..=3_600_000)?));
-    let names: Vec<String> = if request.variants.is_empty() {
-        INFO.variants_for(backend)
-            .map(|v| v.name.to_string())
-            .collect()
-    } else {
-        request.variants.clone()
-    };
-    names
-        .into_iter()
-        .map(|name| {
-            let mode = match name.as_str() {
-                "bitmap" => LogMode::Bitmap,
-                "clear" => LogMode::Clear { chunk_pages: chunk },
-                "ring" => LogMode::Ring { entries: ring },
-                _ => return Err(INFO.unknown_variant(&name, backend)),
-            };
-            Ok((
-                name,
-                DirtyPlan {
-                    size_bytes,
-                    passes,
-                    stride,
-                    mode,
-                    cpl,
-                    timeout,
-                },
-            ))
-        })
-        .collect()
-}
-
 /// The first pass of a repetition whose log disagrees with what the guest wrote, in words.
 fn count_mismatch(results: &[DirtyResult]) -> Option<String> {
     results.iter().enumerate().find_map(|(rep, r)| {
@@ -449,29 +380,95 @@ pub fn analyse(
 #[derive(Debug)]
 pub struct Dirty;
 
+/// The parameters of one run.
+#[derive(Debug, Clone, Copy)]
+pub struct DirtyParams {
+    /// Guest memory written and logged, bytes.
+    pub size_bytes: u64,
+    /// Passes per repetition.
+    pub passes: u32,
+    /// Pages between two writes.
+    pub stride: u32,
+    /// Dirty ring entries per vCPU.
+    pub ring: u64,
+    /// Pages per `KVM_CLEAR_DIRTY_LOG` call.
+    pub chunk: u64,
+    /// Guest privilege level of the writes.
+    pub cpl: Option<Cpl>,
+    /// Watchdog per repetition.
+    pub timeout: Duration,
+}
+
 impl Experiment for Dirty {
     type Plan = DirtyPlan;
-    type Sample = DirtyResult;
+    type Params = DirtyParams;
+    const INFO: &'static ScenarioInfo = &INFO;
 
-    fn info(&self) -> &'static ScenarioInfo {
-        &INFO
+    fn params(&self, settings: &Settings, can: Capabilities) -> Result<DirtyParams, InputError> {
+        let size_bytes = settings.bytes("size")?;
+        if size_bytes == 0 || size_bytes % (2 << 20) != 0 || size_bytes > DATA_MAX_BYTES {
+            return Err(InputError::BadValue {
+                key: "size".into(),
+                value: settings.raw("size").into(),
+                why: "size must be a non-zero multiple of 2MiB up to 64GiB".into(),
+            });
+        }
+        if can.real_memory
+            && let Some((room, source)) = super::memory::memory_room()
+            && size_bytes > room
+        {
+            // The region is populated before the guest runs: more than the host can back would
+            // bring the OOM killer, so it is refused before any work, with the numbers.
+            return Err(InputError::BadValue {
+                key: "size".into(),
+                value: settings.raw("size").into(),
+                why: format!(
+                    "this host can back at most {:.1} GiB now ({source}); the kvm backend populates the whole {:.1} GiB: choose a smaller size, or --backend model",
+                    room as f64 / f64::from(1u32 << 30),
+                    size_bytes as f64 / f64::from(1u32 << 30),
+                ),
+            });
+        }
+        let passes = settings.u32_in("passes", 1..=100)?;
+        let stride = settings.u32_in("stride", 1..=4096)?;
+        let ring = parse_ring(settings)?;
+        let chunk = parse_chunk(settings)?;
+        let cpl = parse_cpl(settings)?;
+        let timeout =
+            Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 100..=3_600_000)?));
+        Ok(DirtyParams {
+            size_bytes,
+            passes,
+            stride,
+            ring,
+            chunk,
+            cpl,
+            timeout,
+        })
     }
 
-    fn plans(
+    fn plan(
         &self,
-        settings: &Settings,
-        request: &RunRequest,
-        backend: BackendKind,
-    ) -> Result<Vec<(String, DirtyPlan)>, InputError> {
-        plans(settings, request, backend)
-    }
-
-    fn execute(
-        &self,
-        backend: &mut dyn Backend,
-        plan: &DirtyPlan,
-    ) -> Result<DirtyResult, crate::backend::error::BackendError> {
-        backend.dirty_log(plan)
+        p: &DirtyParams,
+        name: &str,
+        _: &RunRequest,
+    ) -> Result<Option<DirtyPlan>, InputError> {
+        let mode = match name {
+            "bitmap" => LogMode::Bitmap,
+            "clear" => LogMode::Clear {
+                chunk_pages: p.chunk,
+            },
+            "ring" => LogMode::Ring { entries: p.ring },
+            _ => return Ok(None),
+        };
+        Ok(Some(DirtyPlan {
+            size_bytes: p.size_bytes,
+            passes: p.passes,
+            stride: p.stride,
+            mode,
+            cpl: p.cpl,
+            timeout: p.timeout,
+        }))
     }
 
     fn analyse(&self, o: Observed<'_, DirtyPlan, DirtyResult>) -> ScenarioOutcome {
@@ -510,7 +507,13 @@ mod tests {
             variants: vec![variant.into()],
             ..RunRequest::default()
         };
-        plans(&settings(sets), &req, BackendKind::Kvm).map(|mut v| v.remove(0).1)
+        super::super::planned(
+            &Dirty,
+            &settings(sets),
+            &req,
+            BackendKind::Kvm.capabilities(),
+        )
+        .map(|mut v| v.remove(0).1)
     }
 
     #[test]

@@ -40,12 +40,11 @@ use crate::analysis::compare::{StallCause, Verdict, against_fastest};
 use crate::analysis::stall::{Baselines, Stall, find_stalls, kernel_effects};
 use crate::analysis::statistics::median;
 use crate::analysis::validate::{Check, Rule, check, judge_in_band, stall_ms};
-use crate::backend::error::BackendError;
 use crate::backend::host::HostInfo;
 use crate::backend::ioctl_table::BusRegistration;
 use crate::backend::ioctl_table::SrcuKernel;
 use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace, Step, Strategy};
-use crate::backend::{Backend, BackendKind};
+use crate::backend::{BackendKind, Capabilities};
 use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::VariantStatus;
@@ -250,71 +249,6 @@ pub fn parse_order(text: &str) -> Result<Vec<Step>, InputError> {
                     Step::ALL.map(Step::name).join(", ")
                 ))
             })
-        })
-        .collect()
-}
-
-/// The variants a request asks for, each with its validated plan: every variant `backend`
-/// can run by default, or those given with --variant, plus `custom` when --set order= is given.
-pub fn plans(
-    settings: &Settings,
-    request: &RunRequest,
-    backend: BackendKind,
-) -> Result<Vec<(String, ConstructionPlan)>, InputError> {
-    let vcpus = settings.u32_in("vcpus", 1..=64)?;
-    let devices = settings.u32_in("devices", 0..=256)?;
-    let mem_mib = settings.u32_in("mem_mib", 1..=4096)?;
-    let timeout_ms = settings.u32_in("timeout_ms", 10..=60_000)?;
-    let strategy = match settings.choice(
-        "strategy",
-        &["always-defer", "always-sync", "lifecycle-keyed"],
-    )? {
-        "always-sync" => Strategy::AlwaysSync,
-        "lifecycle-keyed" => Strategy::LifecycleKeyed,
-        _ => Strategy::AlwaysDefer,
-    };
-    let hz = match settings.raw("hz") {
-        "" => None,
-        _ => Some(settings.u32_in("hz", 24..=10_000)?),
-    };
-    let reader_pct = settings.u32_in("reader_pct", 0..=90)?;
-    let boot_ms = settings.u32_in("boot_ms", 0..=10_000)?;
-    let back_to_back =
-        settings.choice("spacing", &["back-to-back", "independent"])? == "back-to-back";
-    settings.reject_model_only_on(backend)?;
-    let mut chosen: Vec<(String, Vec<Step>)> = Vec::new();
-    let custom = settings.raw("order");
-    if settings.is_set("order") {
-        chosen.push(("custom".into(), parse_order(custom)?));
-    }
-    // `--set order` without `--variant` runs the custom order alone.
-    let named = if request.variants.is_empty() && settings.is_set("order") {
-        Vec::new()
-    } else {
-        INFO.selected_variants(request, backend)?
-    };
-    for name in named {
-        let steps = order_of(&name).ok_or_else(|| INFO.unknown_variant(&name, backend))?;
-        chosen.push((name, steps));
-    }
-    chosen
-        .into_iter()
-        .map(|(name, steps)| {
-            let plan = ConstructionPlan {
-                steps,
-                vcpus,
-                devices,
-                mem_bytes: mem_mib as usize * (1 << 20),
-                run_timeout: Duration::from_millis(u64::from(timeout_ms)),
-                strategy,
-                hz,
-                boot_ms,
-                back_to_back,
-                reader_pct,
-            };
-            plan.validate()
-                .map(|()| (name, plan))
-                .map_err(InputError::from)
         })
         .collect()
 }
@@ -566,29 +500,113 @@ static SHOWCASES: [Showcase; 2] = [
 #[derive(Debug)]
 pub struct Lifecycle;
 
+/// The parameters of one run.
+#[derive(Debug, Clone)]
+pub struct LifecycleParams {
+    /// vCPUs per VM.
+    pub vcpus: u32,
+    /// Emulated devices per VM.
+    pub devices: u32,
+    /// Guest memory, MiB.
+    pub mem_mib: u32,
+    /// Watchdog of the boot activation's vCPU run, ms.
+    pub timeout_ms: u32,
+    /// When io-bus registration waits for its grace period (model).
+    pub strategy: Strategy,
+    /// The modelled kernel's HZ, when set (model).
+    pub hz: Option<u32>,
+    /// Share of a concurrent SRCU reader's time inside its read section, percent (model).
+    pub reader_pct: u32,
+    /// Guest boot time before the activation, ms (model).
+    pub boot_ms: u32,
+    /// VMs built back to back (false: independent, each after the last one's grace period).
+    pub back_to_back: bool,
+    /// The `--set order=` sequence, run as variant `custom`.
+    pub order: Option<Vec<Step>>,
+}
+
+impl LifecycleParams {
+    /// The validated plan that builds a VM in the order `steps`.
+    fn construction(&self, steps: Vec<Step>) -> Result<ConstructionPlan, InputError> {
+        let plan = ConstructionPlan {
+            steps,
+            vcpus: self.vcpus,
+            devices: self.devices,
+            mem_bytes: self.mem_mib as usize * (1 << 20),
+            run_timeout: Duration::from_millis(u64::from(self.timeout_ms)),
+            strategy: self.strategy,
+            hz: self.hz,
+            boot_ms: self.boot_ms,
+            back_to_back: self.back_to_back,
+            reader_pct: self.reader_pct,
+        };
+        plan.validate().map(|()| plan).map_err(InputError::from)
+    }
+}
+
 impl Experiment for Lifecycle {
     type Plan = ConstructionPlan;
-    type Sample = ConstructionTrace;
+    type Params = LifecycleParams;
+    const INFO: &'static ScenarioInfo = &INFO;
 
-    fn info(&self) -> &'static ScenarioInfo {
-        &INFO
+    fn params(&self, settings: &Settings, _: Capabilities) -> Result<LifecycleParams, InputError> {
+        let strategy = match settings.choice(
+            "strategy",
+            &["always-defer", "always-sync", "lifecycle-keyed"],
+        )? {
+            "always-sync" => Strategy::AlwaysSync,
+            "lifecycle-keyed" => Strategy::LifecycleKeyed,
+            _ => Strategy::AlwaysDefer,
+        };
+        Ok(LifecycleParams {
+            vcpus: settings.u32_in("vcpus", 1..=64)?,
+            devices: settings.u32_in("devices", 0..=256)?,
+            mem_mib: settings.u32_in("mem_mib", 1..=4096)?,
+            timeout_ms: settings.u32_in("timeout_ms", 10..=60_000)?,
+            strategy,
+            hz: match settings.raw("hz") {
+                "" => None,
+                _ => Some(settings.u32_in("hz", 24..=10_000)?),
+            },
+            reader_pct: settings.u32_in("reader_pct", 0..=90)?,
+            boot_ms: settings.u32_in("boot_ms", 0..=10_000)?,
+            back_to_back: settings.choice("spacing", &["back-to-back", "independent"])?
+                == "back-to-back",
+            order: match settings.is_set("order") {
+                true => Some(parse_order(settings.raw("order"))?),
+                false => None,
+            },
+        })
     }
 
+    fn plan(
+        &self,
+        p: &LifecycleParams,
+        name: &str,
+        _: &RunRequest,
+    ) -> Result<Option<ConstructionPlan>, InputError> {
+        order_of(name)
+            .map(|steps| p.construction(steps))
+            .transpose()
+    }
+
+    /// The named variants, after `custom` when `--set order=` is given.
     fn plans(
         &self,
-        settings: &Settings,
+        p: &LifecycleParams,
         request: &RunRequest,
-        backend: BackendKind,
+        can: Capabilities,
     ) -> Result<Vec<(String, ConstructionPlan)>, InputError> {
-        plans(settings, request, backend)
-    }
-
-    fn execute(
-        &self,
-        backend: &mut dyn Backend,
-        plan: &ConstructionPlan,
-    ) -> Result<ConstructionTrace, BackendError> {
-        backend.construct_vm(plan)
+        let mut chosen = Vec::new();
+        if let Some(steps) = &p.order {
+            chosen.push(("custom".to_string(), p.construction(steps.clone())?));
+        }
+        // `--set order` without `--variant` runs the custom order alone.
+        if !request.variants.is_empty() || p.order.is_none() {
+            let names = INFO.selected_variants(request, can)?;
+            chosen.extend(super::plan_each(self, p, names, request, can)?);
+        }
+        Ok(chosen)
     }
 
     fn analyse(&self, o: Observed<'_, ConstructionPlan, ConstructionTrace>) -> ScenarioOutcome {

@@ -15,9 +15,8 @@ pub mod samples;
 use serde::Serialize;
 
 use crate::analysis::validate::{Check, Rule};
-use crate::backend::error::BackendError;
 use crate::backend::host::HostInfo;
-use crate::backend::{Backend, BackendKind};
+use crate::backend::{Backend, BackendKind, Capabilities, Execute};
 use crate::error::{Error, InputError};
 use crate::record::{RunRecord, VariantStatus};
 use params::{ParamInfo, Settings};
@@ -73,9 +72,9 @@ impl ScenarioInfo {
     /// The variants `backend` runs by default.
     pub fn variants_for(
         &self,
-        backend: BackendKind,
+        backend: Capabilities,
     ) -> impl Iterator<Item = &'static VariantInfo> + use<> {
-        let model: &'static [VariantInfo] = if backend.capabilities().modelled {
+        let model: &'static [VariantInfo] = if backend.modelled {
             self.model_variants
         } else {
             &[]
@@ -84,9 +83,9 @@ impl ScenarioInfo {
     }
 
     /// The error for a variant `backend` cannot run, naming those it can.
-    pub fn unknown_variant(&self, name: &str, backend: BackendKind) -> InputError {
+    pub fn unknown_variant(&self, name: &str, backend: Capabilities) -> InputError {
         let mut known: Vec<&str> = self.variants_for(backend).map(|v| v.name).collect();
-        if !backend.capabilities().modelled && self.model_variants.iter().any(|v| v.name == name) {
+        if !backend.modelled && self.model_variants.iter().any(|v| v.name == name) {
             known.push("(it is a model variant: add --backend model)");
         }
         InputError::UnknownVariant {
@@ -102,7 +101,7 @@ impl ScenarioInfo {
     pub fn selected_variants(
         &self,
         request: &RunRequest,
-        backend: BackendKind,
+        backend: Capabilities,
     ) -> Result<Vec<String>, InputError> {
         if request.variants.is_empty() {
             return Ok(self
@@ -199,40 +198,52 @@ pub struct Observed<'a, P, S> {
     pub seed: u64,
 }
 
-/// An experiment, as its file defines it: the catalog entry, how a request becomes one plan per
-/// variant, which backend call executes a plan, and how the samples are read. The run itself
-/// (warm-up, interleaved repetitions, failure isolation, the record) is the same for every
-/// scenario and lives in [`Scenario::run`]. Nothing outside the file names the scenario.
+/// What one execution of an experiment's plan returns.
+pub type SampleOf<E> = <<E as Experiment>::Plan as Execute>::Output;
+
+/// An experiment, as its file defines it: the catalog entry, its parameters as a type, the
+/// plan of each variant (which names the backend call that executes it, [`Execute`]), and how
+/// the samples are read. Selecting the variants, refusing what a backend cannot run, the run
+/// itself (warm-up, interleaved repetitions, failure isolation, the record) are the same for
+/// every scenario and live here. Nothing outside the file names the scenario.
 pub trait Experiment: Sync {
     /// One variant's plan.
-    type Plan;
-    /// What one execution of a plan returns.
-    type Sample;
-
+    type Plan: Execute;
+    /// The parameters, parsed once from `--set` values ([`Experiment::params`]).
+    type Params;
     /// Name, variants, parameters (each declared once), metrics, backends.
-    fn info(&self) -> &'static ScenarioInfo;
+    const INFO: &'static ScenarioInfo;
 
-    /// One plan per requested variant; bad input is an error naming the fix.
+    /// The parameters from `--set` values (defaults filled in), checked against what the
+    /// backend can do; bad input is an error naming the fix.
+    fn params(&self, settings: &Settings, can: Capabilities) -> Result<Self::Params, InputError>;
+
+    /// The plan of the variant `name`, or `None` when the scenario has no such variant.
+    fn plan(
+        &self,
+        params: &Self::Params,
+        name: &str,
+        request: &RunRequest,
+    ) -> Result<Option<Self::Plan>, InputError>;
+
+    /// One plan per requested variant: by default those [`ScenarioInfo::selected_variants`]
+    /// picks, each planned by [`Experiment::plan`].
     fn plans(
         &self,
-        settings: &Settings,
+        params: &Self::Params,
         request: &RunRequest,
-        backend: BackendKind,
-    ) -> Result<Vec<(String, Self::Plan)>, InputError>;
-
-    /// Executes one plan on a backend: one repetition.
-    fn execute(
-        &self,
-        backend: &mut dyn Backend,
-        plan: &Self::Plan,
-    ) -> Result<Self::Sample, BackendError>;
+        can: Capabilities,
+    ) -> Result<Vec<(String, Self::Plan)>, InputError> {
+        let names = Self::INFO.selected_variants(request, can)?;
+        plan_each(self, params, names, request, can)
+    }
 
     /// Metrics, findings and verdicts from every variant's samples.
-    fn analyse(&self, observed: Observed<'_, Self::Plan, Self::Sample>) -> ScenarioOutcome;
+    fn analyse(&self, observed: Observed<'_, Self::Plan, SampleOf<Self>>) -> ScenarioOutcome;
 
     /// The charts after the headline distribution (default: the headline by variant).
     fn charts(&self, _record: &RunRecord) -> Vec<Chart> {
-        let headline = Experiment::info(self).headline;
+        let headline = Self::INFO.headline;
         vec![Chart::Bars {
             metric: headline,
             title: headline,
@@ -260,6 +271,37 @@ pub trait Experiment: Sync {
     }
 }
 
+/// The plans of `names`, in order: each one's [`Experiment::plan`], or the error naming the
+/// variants `can` runs.
+pub fn plan_each<E: Experiment + ?Sized>(
+    experiment: &E,
+    params: &E::Params,
+    names: Vec<String>,
+    request: &RunRequest,
+    can: Capabilities,
+) -> Result<Vec<(String, E::Plan)>, InputError> {
+    names
+        .into_iter()
+        .map(|name| match experiment.plan(params, &name, request)? {
+            Some(plan) => Ok((name, plan)),
+            None => Err(E::INFO.unknown_variant(&name, can)),
+        })
+        .collect()
+}
+
+/// The plans of a request: its parameters, refused where they are the model's and `can` is
+/// not modelled, then one plan per requested variant.
+pub fn planned<E: Experiment + ?Sized>(
+    experiment: &E,
+    settings: &Settings,
+    request: &RunRequest,
+    can: Capabilities,
+) -> Result<Vec<(String, E::Plan)>, InputError> {
+    let params = experiment.params(settings, can)?;
+    settings.reject_model_only_on(can)?;
+    experiment.plans(&params, request, can)
+}
+
 /// A scenario as the registry, CLI, suite, report and validate see it: every [`Experiment`]
 /// is one, whatever its plan and sample types.
 pub trait Scenario: Sync {
@@ -271,7 +313,7 @@ pub trait Scenario: Sync {
         &self,
         settings: &Settings,
         request: &RunRequest,
-        backend: BackendKind,
+        can: Capabilities,
     ) -> Result<(), InputError>;
     /// Runs the requested variants on `backend`: warm-up, then repetitions with the variants
     /// interleaved, each variant's failure kept to itself; then the analysis.
@@ -296,16 +338,16 @@ pub trait Scenario: Sync {
 
 impl<T: Experiment> Scenario for T {
     fn info(&self) -> &'static ScenarioInfo {
-        Experiment::info(self)
+        T::INFO
     }
 
     fn check(
         &self,
         settings: &Settings,
         request: &RunRequest,
-        backend: BackendKind,
+        can: Capabilities,
     ) -> Result<(), InputError> {
-        self.plans(settings, request, backend).map(drop)
+        planned(self, settings, request, can).map(drop)
     }
 
     fn run(
@@ -315,12 +357,12 @@ impl<T: Experiment> Scenario for T {
         request: &RunRequest,
         progress: &dyn Progress,
     ) -> Result<ScenarioOutcome, Error> {
-        let (names, plans): (Vec<String>, Vec<T::Plan>) = self
-            .plans(settings, request, backend.kind())?
-            .into_iter()
-            .unzip();
+        let (names, plans): (Vec<String>, Vec<T::Plan>) =
+            planned(self, settings, request, backend.capabilities())?
+                .into_iter()
+                .unzip();
         let results = runner::repeat(&names, request, progress, |vi| {
-            Experiment::execute(self, backend, &plans[vi]).map_err(Error::from)
+            plans[vi].execute(backend).map_err(Error::from)
         });
         Ok(self.analyse(Observed {
             names: &names,
@@ -413,7 +455,7 @@ pub fn check(
 ) -> Result<(), InputError> {
     reject_duplicate_variants(request)?;
     let settings = Settings::parse(info, &request.sets)?;
-    scenario(info.name)?.check(&settings, request, backend)
+    scenario(info.name)?.check(&settings, request, backend.capabilities())
 }
 
 /// Runs a registered scenario on a backend and returns the complete record (not yet stored).

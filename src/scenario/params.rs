@@ -84,9 +84,9 @@ impl Settings {
     /// Refuses model-only parameters when `backend` is a real one.
     pub fn reject_model_only_on(
         &self,
-        backend: crate::backend::BackendKind,
+        backend: crate::backend::Capabilities,
     ) -> Result<(), InputError> {
-        if !backend.capabilities().modelled {
+        if !backend.modelled {
             self.reject_model_only()?;
         }
         Ok(())
