@@ -44,7 +44,7 @@ static INFO: ScenarioInfo = ScenarioInfo {
         doc: "host time per CPUID roundtrip",
     }],
     headline: "roundtrip_ns",
-    backends: &[BackendKind::Kvm, BackendKind::Model],
+    runs_on: hvlab::scenario::any_backend,
     default_reps: 3,
     default_warmup: 0,
 };

@@ -423,6 +423,22 @@ pub fn sweep_too_big(c: &crate::lab::sweep::StoreCost, store: &str, free: u64) -
     )
 }
 
+// Scenario notices (typed in `scenario::Notice`).
+
+/// A scenario's notice, in words.
+pub fn notice(n: &crate::scenario::Notice) -> String {
+    use crate::scenario::Notice;
+    match n {
+        Notice::CustomOrderAlongside { variants } => format!(
+            "running the --set order= sequence as variant `custom` alongside --variant {}",
+            variants.join(", ")
+        ),
+        Notice::ThpMode { mode } => format!(
+            "THP {mode}: lazy, populated, uffd and the system memory opt out per mapping (MADV_NOHUGEPAGE); thp opts in (MADV_HUGEPAGE)"
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,10 +28,10 @@ use super::{Chart, Experiment, Observed};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::{Verdict, compare, judge_variants_together};
 use crate::analysis::statistics::seed_for;
+use crate::backend::Capabilities;
 use crate::backend::dirty::{BITMAP_WORD_PAGES, DirtyPlan, DirtyResult, LogMode};
 use crate::backend::guest::Cpl;
 use crate::backend::guest::DATA_MAX_BYTES;
-use crate::backend::{BackendKind, Capabilities};
 use crate::error::InputError;
 use crate::record::{Finding, RunRecord, VariantRecord, VariantStatus};
 
@@ -44,7 +44,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     params: &PARAMS,
     metrics: &METRICS,
     headline: "collect_ms",
-    backends: &[BackendKind::Kvm, BackendKind::Model],
+    runs_on: super::any_backend,
     default_reps: 5,
     default_warmup: 1,
 };
@@ -492,6 +492,7 @@ impl Experiment for Dirty {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::BackendKind;
     use crate::backend::dirty::DirtyPass;
 
     fn settings(sets: &[&str]) -> Settings {

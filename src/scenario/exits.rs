@@ -25,12 +25,12 @@ use super::{Chart, Experiment, Observed, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
 use crate::analysis::validate::check;
+use crate::backend::Capabilities;
 use crate::backend::exits::{
     ExitKind, ExitPlan, ExitResult, PmuConfig, PmuOutcome, PmuScheme, SwitchedVia,
 };
 use crate::backend::guest::Cpl;
 use crate::backend::host::HostInfo;
-use crate::backend::{BackendKind, Capabilities};
 use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::VariantStatus;
@@ -45,7 +45,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     params: &PARAMS,
     metrics: &METRICS,
     headline: "roundtrip_ns",
-    backends: &[BackendKind::Kvm, BackendKind::Model],
+    runs_on: super::any_backend,
     default_reps: 10,
     default_warmup: 1,
 };
@@ -419,6 +419,7 @@ impl Experiment for Exits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::BackendKind;
 
     #[test]
     fn every_variant_has_a_kind_and_unknown_ones_list_the_rest() {

@@ -34,17 +34,17 @@ use std::time::Duration;
 use super::params::{ParamInfo, Settings};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Chart, Experiment, Observed, Showcase, ValidationPoint};
+use super::{Chart, Experiment, Notice, Observed, Showcase, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::{StallCause, Verdict, against_fastest};
 use crate::analysis::stall::{Baselines, Stall, find_stalls, kernel_effects};
 use crate::analysis::statistics::median;
 use crate::analysis::validate::{Check, Rule, check, judge_in_band, stall_ms};
+use crate::backend::Capabilities;
 use crate::backend::host::HostInfo;
 use crate::backend::ioctl_table::BusRegistration;
 use crate::backend::ioctl_table::SrcuKernel;
 use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace, Step, Strategy};
-use crate::backend::{BackendKind, Capabilities};
 use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::VariantStatus;
@@ -61,7 +61,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     headline: "ready_ms",
     default_reps: 20,
     default_warmup: 2,
-    backends: &[BackendKind::Kvm, BackendKind::Model],
+    runs_on: super::any_backend,
 };
 
 static VARIANTS: [VariantInfo; 6] = [
@@ -626,16 +626,15 @@ impl Experiment for Lifecycle {
         vec![Chart::Timeline]
     }
 
-    fn notices(&self, request: &RunRequest) -> Vec<String> {
+    fn notices(&self, request: &RunRequest) -> Vec<Notice> {
         let custom = request
             .sets
             .iter()
             .any(|s| s.trim_start().starts_with("order"));
         if custom && !request.variants.is_empty() {
-            vec![format!(
-                "running the --set order= sequence as variant `custom` alongside --variant {}",
-                request.variants.join(", ")
-            )]
+            vec![Notice::CustomOrderAlongside {
+                variants: request.variants.clone(),
+            }]
         } else {
             Vec::new()
         }

@@ -20,10 +20,11 @@ use std::time::Duration;
 use super::params::{ParamInfo, Settings};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Chart, Experiment, Observed, ValidationPoint};
+use super::{Chart, Experiment, Notice, Observed, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
 use crate::analysis::validate::{Rule, check, check_count};
+use crate::backend::Capabilities;
 use crate::backend::guest::Backing;
 use crate::backend::guest::Cpl;
 use crate::backend::guest::GuestPage;
@@ -31,7 +32,6 @@ use crate::backend::host::HostInfo;
 use crate::backend::memory::{
     Access, HostBacking, HugeSize, Pattern, PrefetchLoop, Stage2Mmu, Touch, TouchPlan, TouchResult,
 };
-use crate::backend::{BackendKind, Capabilities};
 use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::VariantStatus;
@@ -46,7 +46,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     params: &PARAMS,
     metrics: &METRICS,
     headline: "ns_per_page",
-    backends: &[BackendKind::Kvm, BackendKind::Model],
+    runs_on: super::any_backend,
     default_reps: 5,
     default_warmup: 1,
 };
@@ -564,12 +564,10 @@ impl Experiment for Memory {
         }]
     }
 
-    fn context(&self, record: &RunRecord) -> Vec<String> {
+    fn context(&self, record: &RunRecord) -> Vec<Notice> {
         let thp = &record.host.thp;
         if record.backend.capabilities().real_memory && thp != "never" {
-            vec![format!(
-                "THP {thp}: lazy, populated, uffd and the system memory opt out per mapping (MADV_NOHUGEPAGE); thp opts in (MADV_HUGEPAGE)"
-            )]
+            vec![Notice::ThpMode { mode: thp.clone() }]
         } else {
             Vec::new()
         }
@@ -665,6 +663,7 @@ pub(crate) fn memory_room() -> Option<(u64, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::BackendKind;
     use crate::scenario::params::Settings;
 
     fn plans(

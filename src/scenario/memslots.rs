@@ -16,8 +16,8 @@ use super::samples::{Series, per_variant};
 use super::{Chart, Experiment, Observed};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
+use crate::backend::Capabilities;
 use crate::backend::memslots::{MemslotPlan, MemslotResult, SlotOp};
-use crate::backend::{BackendKind, Capabilities};
 use crate::error::InputError;
 use crate::record::{RunRecord, VariantRecord, VariantStatus};
 
@@ -30,7 +30,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     params: &PARAMS,
     metrics: &METRICS,
     headline: "op_us",
-    backends: &[BackendKind::Kvm, BackendKind::Model],
+    runs_on: super::any_backend,
     default_reps: 5,
     default_warmup: 1,
 };
@@ -221,6 +221,7 @@ impl Experiment for Memslots {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::BackendKind;
 
     fn plan_of(sets: &[&str], variant: &str) -> Result<MemslotPlan, InputError> {
         let settings = Settings::parse(

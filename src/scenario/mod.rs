@@ -59,8 +59,9 @@ pub struct ScenarioInfo {
     pub metrics: &'static [MetricInfo],
     /// The metric verdicts compare variants on.
     pub headline: &'static str,
-    /// Backends that can run it.
-    pub backends: &'static [BackendKind],
+    /// Whether a backend that can do this runs it (listed as the backends that can).
+    #[serde(rename = "backends", serialize_with = "serialize_backends")]
+    pub runs_on: fn(Capabilities) -> bool,
     /// Repetitions when --reps is not given (a pass of `memory` takes a second; a lifecycle
     /// construction a few ms).
     pub default_reps: u32,
@@ -68,7 +69,32 @@ pub struct ScenarioInfo {
     pub default_warmup: u32,
 }
 
+/// A scenario every backend runs: its plans ask nothing a backend may lack.
+pub fn any_backend(_: Capabilities) -> bool {
+    true
+}
+
+/// `runs_on` as the catalog shows it: the backends whose capabilities it accepts.
+fn serialize_backends<S: serde::Serializer>(
+    runs_on: &fn(Capabilities) -> bool,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_seq(
+        BackendKind::ALL
+            .into_iter()
+            .filter(|b| runs_on(b.capabilities())),
+    )
+}
+
 impl ScenarioInfo {
+    /// The backends that run it, in the order runs are listed.
+    pub fn backends(&self) -> Vec<BackendKind> {
+        BackendKind::ALL
+            .into_iter()
+            .filter(|b| (self.runs_on)(b.capabilities()))
+            .collect()
+    }
+
     /// The variants `backend` runs by default.
     pub fn variants_for(
         &self,
@@ -124,14 +150,20 @@ impl ScenarioInfo {
 
     /// Refuses a backend this scenario does not run on, naming those it does.
     pub fn require_backend(&self, backend: BackendKind) -> Result<(), InputError> {
-        if self.backends.contains(&backend) {
+        self.require(backend, backend.capabilities())
+    }
+
+    /// Refuses a backend whose capabilities `can` this scenario does not run on (named
+    /// `backend`), naming those it does: from the description, before any plan.
+    pub fn require(&self, backend: BackendKind, can: Capabilities) -> Result<(), InputError> {
+        if (self.runs_on)(can) {
             return Ok(());
         }
         Err(InputError::BackendCannotRun {
             backend: backend.to_string(),
             scenario: self.name.to_string(),
             supported: self
-                .backends
+                .backends()
                 .iter()
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
@@ -154,6 +186,22 @@ pub enum Chart {
     },
     /// Pinned bytes over time.
     PinnedBytes,
+}
+
+/// What a scenario tells the user about a run, as data: the renderer words it
+/// (`report::words::notice`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// `--set order=` runs as variant `custom` beside the variants named with --variant.
+    CustomOrderAlongside {
+        /// The named variants.
+        variants: Vec<String>,
+    },
+    /// The host's transparent huge page mode shaped the real-memory backings.
+    ThpMode {
+        /// The mode (`always`, `madvise`).
+        mode: String,
+    },
 }
 
 /// Where `hvlab validate` compares the model with the kvm backend, and how.
@@ -251,12 +299,12 @@ pub trait Experiment: Sync {
     }
 
     /// What the user should know about how a request will run, before it runs.
-    fn notices(&self, _request: &RunRequest) -> Vec<String> {
+    fn notices(&self, _request: &RunRequest) -> Vec<Notice> {
         Vec::new()
     }
 
-    /// Lines for a run's header: how the host shaped what was measured.
-    fn context(&self, _record: &RunRecord) -> Vec<String> {
+    /// For a run's header: how the host shaped what was measured.
+    fn context(&self, _record: &RunRecord) -> Vec<Notice> {
         Vec::new()
     }
 
@@ -327,9 +375,9 @@ pub trait Scenario: Sync {
     /// See [`Experiment::charts`].
     fn charts(&self, record: &RunRecord) -> Vec<Chart>;
     /// See [`Experiment::notices`].
-    fn notices(&self, request: &RunRequest) -> Vec<String>;
+    fn notices(&self, request: &RunRequest) -> Vec<Notice>;
     /// See [`Experiment::context`].
-    fn context(&self, record: &RunRecord) -> Vec<String>;
+    fn context(&self, record: &RunRecord) -> Vec<Notice>;
     /// See [`Experiment::validation`].
     fn validation(&self, host: &HostInfo) -> Option<ValidationPoint>;
     /// See [`Experiment::showcases`].
@@ -377,11 +425,11 @@ impl<T: Experiment> Scenario for T {
         Experiment::charts(self, record)
     }
 
-    fn notices(&self, request: &RunRequest) -> Vec<String> {
+    fn notices(&self, request: &RunRequest) -> Vec<Notice> {
         Experiment::notices(self, request)
     }
 
-    fn context(&self, record: &RunRecord) -> Vec<String> {
+    fn context(&self, record: &RunRecord) -> Vec<Notice> {
         Experiment::context(self, record)
     }
 
@@ -477,7 +525,7 @@ pub fn run_scenario(
     progress: &dyn Progress,
 ) -> Result<RunRecord, Error> {
     let info = s.info();
-    info.require_backend(backend.kind())?;
+    info.require(backend.kind(), backend.capabilities())?;
     reject_duplicate_variants(request)?;
     let settings = Settings::parse(info, &request.sets)?;
     let started = runner::now_rfc3339();

@@ -24,6 +24,11 @@ use crate::backend::{BackendKind, Capabilities};
 use crate::error::InputError;
 use crate::record::{Finding, VariantRecord};
 
+/// Only a backend that predicts per-CPU access costs runs it.
+fn has_predictor(can: Capabilities) -> bool {
+    can.percpu
+}
+
 /// The catalog entry.
 pub static INFO: ScenarioInfo = ScenarioInfo {
     name: "percpu",
@@ -33,7 +38,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     params: &PARAMS,
     metrics: &METRICS,
     headline: "sys_ns",
-    backends: &[BackendKind::Model],
+    runs_on: has_predictor,
     default_reps: 5,
     default_warmup: 0,
 };

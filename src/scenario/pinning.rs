@@ -21,8 +21,8 @@ use super::samples::{Series, per_variant};
 use super::{Chart, Experiment, Observed};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
+use crate::backend::Capabilities;
 use crate::backend::pinning::{PinMethod, PinPlan, PinPolicy, PinResult};
-use crate::backend::{BackendKind, Capabilities};
 use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::{Finding, VariantRecord};
@@ -36,7 +36,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     params: &PARAMS,
     metrics: &METRICS,
     headline: "slice_overhead_us",
-    backends: &[BackendKind::Kvm, BackendKind::Model],
+    runs_on: super::any_backend,
     default_reps: 5,
     default_warmup: 0,
 };
