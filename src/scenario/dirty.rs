@@ -21,7 +21,7 @@
 use std::time::Duration;
 
 use super::memory::parse_cpl;
-use super::params::{ParamInfo, Settings};
+use super::params::{ParamInfo, SetParam, Settings};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Experiment, Observed};
@@ -379,6 +379,33 @@ pub fn analyse(
 /// The dirty scenario.
 #[derive(Debug)]
 pub struct Dirty;
+
+/// A dirty parameter set in code (the calibration's setups).
+#[derive(Debug, Clone, Copy)]
+pub enum Set {
+    /// `size`, MiB.
+    SizeMib(u64),
+    /// `passes`.
+    Passes(u32),
+    /// `stride`, pages.
+    Stride(u32),
+    /// `ring`, entries.
+    Ring(u64),
+    /// `chunk`, pages.
+    Chunk(u64),
+}
+
+impl SetParam for Set {
+    fn key_value(&self) -> (&'static str, String) {
+        match *self {
+            Set::SizeMib(mib) => ("size", format!("{mib}MiB")),
+            Set::Passes(n) => ("passes", n.to_string()),
+            Set::Stride(n) => ("stride", n.to_string()),
+            Set::Ring(n) => ("ring", n.to_string()),
+            Set::Chunk(n) => ("chunk", n.to_string()),
+        }
+    }
+}
 
 /// The parameters of one run.
 #[derive(Debug, Clone, Copy)]

@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use super::memory::parse_cpl;
-use super::params::{ParamInfo, Settings};
+use super::params::{ParamInfo, SetParam, Settings};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Experiment, Observed, ValidationPoint};
@@ -290,6 +290,28 @@ fn pmu_findings(pmu: &PmuOutcome) -> Vec<Finding> {
 /// The exits scenario.
 #[derive(Debug)]
 pub struct Exits;
+
+/// An exits parameter set in code (the lab's published setups).
+#[derive(Debug, Clone, Copy)]
+pub enum Set {
+    /// `iterations`.
+    Iterations(u32),
+    /// `host_pebs`.
+    HostPebs(bool),
+    /// `host_pebs_data_cfg`.
+    HostPebsDataCfg(bool),
+}
+
+impl SetParam for Set {
+    fn key_value(&self) -> (&'static str, String) {
+        let flag = |on: bool| u8::from(on).to_string();
+        match *self {
+            Set::Iterations(n) => ("iterations", n.to_string()),
+            Set::HostPebs(on) => ("host_pebs", flag(on)),
+            Set::HostPebsDataCfg(on) => ("host_pebs_data_cfg", flag(on)),
+        }
+    }
+}
 
 /// The parameters of one run.
 #[derive(Debug, Clone, Copy)]

@@ -31,7 +31,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::params::{ParamInfo, Settings};
+use super::params::{ParamInfo, SetParam, Settings};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Experiment, Notice, Observed, Showcase, ValidationPoint};
@@ -499,6 +499,42 @@ static SHOWCASES: [Showcase; 2] = [
 /// The lifecycle scenario.
 #[derive(Debug)]
 pub struct Lifecycle;
+
+/// A lifecycle parameter set in code (the lab's published setups).
+#[derive(Debug, Clone, Copy)]
+pub enum Set {
+    /// `strategy`.
+    Strategy(Strategy),
+    /// `vcpus`.
+    Vcpus(u32),
+    /// `hz`.
+    Hz(u32),
+    /// `spacing`: VMs built back to back (false: independent).
+    BackToBack(bool),
+}
+
+impl SetParam for Set {
+    fn key_value(&self) -> (&'static str, String) {
+        match *self {
+            Set::Strategy(s) => ("strategy", strategy_name(s).to_string()),
+            Set::Vcpus(n) => ("vcpus", n.to_string()),
+            Set::Hz(hz) => ("hz", hz.to_string()),
+            Set::BackToBack(b) => (
+                "spacing",
+                if b { "back-to-back" } else { "independent" }.to_string(),
+            ),
+        }
+    }
+}
+
+/// A registration strategy as `--set strategy=` names it.
+pub fn strategy_name(strategy: Strategy) -> &'static str {
+    match strategy {
+        Strategy::AlwaysDefer => "always-defer",
+        Strategy::AlwaysSync => "always-sync",
+        Strategy::LifecycleKeyed => "lifecycle-keyed",
+    }
+}
 
 /// The parameters of one run.
 #[derive(Debug, Clone)]

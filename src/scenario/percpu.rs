@@ -12,7 +12,7 @@
 //! instruction sequences and the per-event op counts. On x86 both schemes are one `%gs`
 //! instruction and the change is zero. A kvm backend with per-vCPU page tables comes later.
 
-use super::params::{ParamInfo, Settings};
+use super::params::{ParamInfo, SetParam, Settings};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Experiment, Observed};
@@ -312,6 +312,24 @@ static SHOWCASES: [Showcase; 2] = [
 /// The percpu scenario.
 #[derive(Debug)]
 pub struct Percpu;
+
+/// A percpu parameter set in code (the lab's published setups).
+#[derive(Debug, Clone, Copy)]
+pub enum Set {
+    /// `cpus`.
+    Cpus(u32),
+    /// `workload`, by name.
+    Workload(&'static str),
+}
+
+impl SetParam for Set {
+    fn key_value(&self) -> (&'static str, String) {
+        match *self {
+            Set::Cpus(n) => ("cpus", n.to_string()),
+            Set::Workload(name) => ("workload", name.to_string()),
+        }
+    }
+}
 
 /// The parameters of one run.
 #[derive(Debug, Clone, Copy)]

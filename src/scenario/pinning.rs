@@ -15,7 +15,7 @@
 //! driven by a guest that rings enable/disable doorbells around each slice and writes records
 //! into its buffer.
 
-use super::params::{ParamInfo, Settings};
+use super::params::{ParamInfo, SetParam, Settings};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Experiment, Observed};
@@ -316,6 +316,30 @@ fn analyse_variant(name: &str, plan: &PinPlan, traces: &[PinResult], seed: u64) 
 /// The pinning scenario.
 #[derive(Debug)]
 pub struct Pinning;
+
+/// A pinning parameter set in code (the lab's published setups).
+#[derive(Debug, Clone, Copy)]
+pub enum Set {
+    /// `buffer`, MiB.
+    BufferMib(u32),
+    /// `slices`.
+    Slices(u32),
+    /// `mode`: one buffer per task (false: per CPU).
+    PerTask(bool),
+    /// `records_per_ms`.
+    RecordsPerMs(u32),
+}
+
+impl SetParam for Set {
+    fn key_value(&self) -> (&'static str, String) {
+        match *self {
+            Set::BufferMib(mib) => ("buffer", format!("{mib}MiB")),
+            Set::Slices(n) => ("slices", n.to_string()),
+            Set::PerTask(t) => ("mode", if t { "per-task" } else { "per-cpu" }.to_string()),
+            Set::RecordsPerMs(n) => ("records_per_ms", n.to_string()),
+        }
+    }
+}
 
 /// The parameters of one run.
 #[derive(Debug, Clone)]
