@@ -18,9 +18,7 @@
 //! `kvm.vm.*` are statistic deltas per pass. The log must report exactly the pages the pass
 //! wrote: a pass where it does not fails the variant.
 
-use std::time::Duration;
-
-use super::memory::parse_cpl;
+use super::memory::GuestRun;
 use super::params::{ParamInfo, SetParam, Settings};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
@@ -30,7 +28,6 @@ use crate::analysis::compare::{Verdict, compare, judge_variants_together};
 use crate::analysis::statistics::seed_for;
 use crate::backend::Capabilities;
 use crate::backend::dirty::{BITMAP_WORD_PAGES, DirtyPlan, DirtyResult, LogMode};
-use crate::backend::guest::Cpl;
 use crate::backend::guest::DATA_MAX_BYTES;
 use crate::error::InputError;
 use crate::record::{Finding, RunRecord, VariantRecord, VariantStatus};
@@ -420,10 +417,8 @@ pub struct DirtyParams {
     pub ring: u64,
     /// Pages per `KVM_CLEAR_DIRTY_LOG` call.
     pub chunk: u64,
-    /// Guest privilege level of the writes.
-    pub cpl: Option<Cpl>,
-    /// Watchdog per repetition.
-    pub timeout: Duration,
+    /// The guest's privilege level and watchdog per repetition.
+    pub guest: GuestRun,
 }
 
 impl Experiment for Dirty {
@@ -460,17 +455,14 @@ impl Experiment for Dirty {
         let stride = settings.u32_in("stride", 1..=4096)?;
         let ring = parse_ring(settings)?;
         let chunk = parse_chunk(settings)?;
-        let cpl = parse_cpl(settings)?;
-        let timeout =
-            Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 100..=3_600_000)?));
+        let guest = GuestRun::parse(settings)?;
         Ok(DirtyParams {
             size_bytes,
             passes,
             stride,
             ring,
             chunk,
-            cpl,
-            timeout,
+            guest,
         })
     }
 
@@ -493,8 +485,8 @@ impl Experiment for Dirty {
             passes: p.passes,
             stride: p.stride,
             mode,
-            cpl: p.cpl,
-            timeout: p.timeout,
+            cpl: p.guest.cpl,
+            timeout: p.guest.timeout,
         }))
     }
 

@@ -15,9 +15,7 @@
 //! statistics' deltas per iteration. `kvm.vcpu.exits` should be 1.0 per iteration; where a host
 //! does not count every roundtrip in it (PVM does not) a self-check finding says so.
 
-use std::time::Duration;
-
-use super::memory::parse_cpl;
+use super::memory::GuestRun;
 use super::params::{ParamInfo, SetParam, Settings};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
@@ -29,7 +27,6 @@ use crate::backend::Capabilities;
 use crate::backend::exits::{
     ExitKind, ExitPlan, ExitResult, PmuConfig, PmuOutcome, PmuScheme, SwitchedVia,
 };
-use crate::backend::guest::Cpl;
 use crate::backend::host::HostInfo;
 use crate::error::InputError;
 use crate::record::RunRecord;
@@ -318,10 +315,8 @@ impl SetParam for Set {
 pub struct ExitParams {
     /// Roundtrips per batch.
     pub iterations: u64,
-    /// Guest privilege level of the exiting instruction.
-    pub cpl: Option<Cpl>,
-    /// Watchdog per batch.
-    pub timeout: Duration,
+    /// The guest's privilege level and watchdog per batch.
+    pub guest: GuestRun,
     /// The host has a PEBS event of its own (model).
     pub host_pebs: bool,
     /// The host's PEBS event uses PEBS_DATA_CFG (model).
@@ -338,10 +333,7 @@ impl Experiment for Exits {
     fn params(&self, settings: &Settings, _: Capabilities) -> Result<ExitParams, InputError> {
         Ok(ExitParams {
             iterations: u64::from(settings.u32_in("iterations", 1..=10_000_000)?),
-            cpl: parse_cpl(settings)?,
-            timeout: Duration::from_millis(u64::from(
-                settings.u32_in("timeout_ms", 100..=3_600_000)?,
-            )),
+            guest: GuestRun::parse(settings)?,
             host_pebs: settings.u32_in("host_pebs", 0..=1)? == 1,
             host_pebs_data_cfg: settings.u32_in("host_pebs_data_cfg", 0..=1)? == 1,
             guest_pebs_data_cfg: u64::from(settings.u32_in("guest_pebs_data_cfg", 0..=255)?),
@@ -383,8 +375,8 @@ impl Experiment for Exits {
         Ok(Some(ExitPlan {
             kind,
             iterations: p.iterations,
-            cpl: p.cpl,
-            timeout: p.timeout,
+            cpl: p.guest.cpl,
+            timeout: p.guest.timeout,
             pmu,
         }))
     }

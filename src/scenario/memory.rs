@@ -258,6 +258,28 @@ pub fn parse_cpl(settings: &Settings) -> Result<Option<Cpl>, InputError> {
     }
 }
 
+/// How a scenario's guest runs: its privilege level and its watchdog (`guest.cpl`,
+/// `timeout_ms`), the two parameters every scenario that runs guest code shares.
+#[derive(Debug, Clone, Copy)]
+pub struct GuestRun {
+    /// The guest's privilege level (None: this host's default).
+    pub cpl: Option<Cpl>,
+    /// Watchdog per repetition.
+    pub timeout: Duration,
+}
+
+impl GuestRun {
+    /// `guest.cpl`, and `timeout_ms` from 100 ms to an hour.
+    pub fn parse(settings: &Settings) -> Result<GuestRun, InputError> {
+        Ok(GuestRun {
+            cpl: parse_cpl(settings)?,
+            timeout: Duration::from_millis(u64::from(
+                settings.u32_in("timeout_ms", 100..=3_600_000)?,
+            )),
+        })
+    }
+}
+
 /// `vcpus`: at least 1, at most the host's `KVM_CAP_MAX_VCPUS` on the kvm backend (asked
 /// before any VM is built) or KVM's own `KVM_MAX_VCPUS` on the model, and the region must
 /// split into whole 2 MiB pages per vCPU.
@@ -417,10 +439,8 @@ pub struct MemoryParams {
     pub window: usize,
     /// vCPUs touching their own slices.
     pub vcpus: u32,
-    /// Guest privilege level of the touches.
-    pub cpl: Option<Cpl>,
-    /// Watchdog per pass.
-    pub timeout: Duration,
+    /// The guest's privilege level and watchdog per pass.
+    pub guest: GuestRun,
 }
 
 impl Experiment for Memory {
@@ -484,9 +504,7 @@ impl Experiment for Memory {
         };
         let window = settings.u32_in("window", 1..=512)? as usize;
         let vcpus = parse_vcpus(settings, can, size_bytes)?;
-        let cpl = parse_cpl(settings)?;
-        let timeout =
-            Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 100..=3_600_000)?));
+        let guest = GuestRun::parse(settings)?;
         Ok(MemoryParams {
             model_backing,
             size_bytes,
@@ -496,8 +514,7 @@ impl Experiment for Memory {
             guest_page,
             window,
             vcpus,
-            cpl,
-            timeout,
+            guest,
         })
     }
 
@@ -540,8 +557,8 @@ impl Experiment for Memory {
             touch: p.touch,
             guest_page: p.guest_page,
             backing,
-            cpl: p.cpl,
-            timeout: p.timeout,
+            cpl: p.guest.cpl,
+            timeout: p.guest.timeout,
             prefetch,
             vcpus: p.vcpus,
         }))
