@@ -1,5 +1,5 @@
-//! A sixth scenario takes one file: this one. It implements `Experiment` (plans, which backend
-//! call executes one, how to read the samples) over a plan type the backends already speak (a
+//! A sixth scenario takes one file: this one. It implements `Experiment` (its parameters, the
+//! plan of each variant, how to read the samples) over a plan type the backends already speak (a
 //! batch of CPUID exits); the generic machinery checks its input, repeats it on the model
 //! backend with variants interleaved, and assembles its record. Listing it in the CLI,
 //! suite, report and validate would take one more line: its entry in `scenario::REGISTRY`.
@@ -7,9 +7,8 @@
 
 use std::time::Duration;
 
-use hvlab::backend::error::BackendError;
 use hvlab::backend::exits::{ExitKind, ExitPlan, ExitResult};
-use hvlab::backend::{Backend, BackendKind};
+use hvlab::backend::{BackendKind, Capabilities};
 use hvlab::error::InputError;
 use hvlab::model::ModelBackend;
 use hvlab::model::profile::Profile;
@@ -45,7 +44,7 @@ static INFO: ScenarioInfo = ScenarioInfo {
         doc: "host time per CPUID roundtrip",
     }],
     headline: "roundtrip_ns",
-    backends: &[BackendKind::Kvm, BackendKind::Model],
+    runs_on: hvlab::scenario::any_backend,
     default_reps: 3,
     default_warmup: 0,
 };
@@ -54,50 +53,32 @@ struct CpuidBatch;
 
 impl Experiment for CpuidBatch {
     type Plan = ExitPlan;
-    type Sample = ExitResult;
+    type Params = Duration;
+    const INFO: &'static ScenarioInfo = &INFO;
 
-    fn info(&self) -> &'static ScenarioInfo {
-        &INFO
+    fn params(&self, settings: &Settings, _: Capabilities) -> Result<Duration, InputError> {
+        let ms = settings.u32_in("timeout_ms", 10..=60_000)?;
+        Ok(Duration::from_millis(u64::from(ms)))
     }
 
-    fn plans(
+    fn plan(
         &self,
-        settings: &Settings,
-        request: &RunRequest,
-        backend: BackendKind,
-    ) -> Result<Vec<(String, ExitPlan)>, InputError> {
-        let timeout = Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 10..=60_000)?));
-        let names: Vec<String> = if request.variants.is_empty() {
-            INFO.variants.iter().map(|v| v.name.to_string()).collect()
-        } else {
-            request.variants.clone()
+        timeout: &Duration,
+        name: &str,
+        _: &RunRequest,
+    ) -> Result<Option<ExitPlan>, InputError> {
+        let iterations = match name {
+            "small" => 100,
+            "large" => 10_000,
+            _ => return Ok(None),
         };
-        names
-            .into_iter()
-            .map(|name| {
-                let iterations = match name.as_str() {
-                    "small" => 100,
-                    "large" => 10_000,
-                    _ => return Err(INFO.unknown_variant(&name, backend)),
-                };
-                let plan = ExitPlan {
-                    kind: ExitKind::Cpuid,
-                    iterations,
-                    cpl: None,
-                    timeout,
-                    pmu: None,
-                };
-                Ok((name, plan))
-            })
-            .collect()
-    }
-
-    fn execute(
-        &self,
-        backend: &mut dyn Backend,
-        plan: &ExitPlan,
-    ) -> Result<ExitResult, BackendError> {
-        backend.exit_roundtrips(plan)
+        Ok(Some(ExitPlan {
+            kind: ExitKind::Cpuid,
+            iterations,
+            cpl: None,
+            timeout: *timeout,
+            pmu: None,
+        }))
     }
 
     fn analyse(&self, o: Observed<'_, ExitPlan, ExitResult>) -> ScenarioOutcome {

@@ -67,7 +67,7 @@ pub fn host(h: &HostInfo) -> String {
     let _ = writeln!(s, "scenarios");
     for info in scenario::catalog() {
         let backends: Vec<String> = info
-            .backends
+            .backends()
             .iter()
             .map(|b| match b {
                 crate::backend::BackendKind::Kvm if !h.kvm_usable() => {
@@ -86,7 +86,7 @@ pub fn host(h: &HostInfo) -> String {
 pub fn list(catalog: &[&ScenarioInfo]) -> String {
     let mut s = String::new();
     for info in catalog {
-        let backends: Vec<String> = info.backends.iter().map(ToString::to_string).collect();
+        let backends: Vec<String> = info.backends().iter().map(ToString::to_string).collect();
         let _ = writeln!(s, "{} — {}", info.name, info.summary);
         let _ = writeln!(
             s,
@@ -215,8 +215,8 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
         );
     }
     if let Ok(scenario) = scenario::scenario(&r.scenario) {
-        for line in scenario.context(r) {
-            let _ = writeln!(s, "{line}");
+        for notice in scenario.context(r) {
+            let _ = writeln!(s, "{}", crate::report::words::notice(&notice));
         }
     }
     let reps = r

@@ -48,7 +48,7 @@ pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
     let request = request_of(info, &args.measure, args.variants, args.sets);
     scenario::check(info, &request, args.backend)?;
     for notice in scenario::scenario(info.name)?.notices(&request) {
-        habits::note(&format!("note: {notice}"));
+        habits::note(&format!("note: {}", crate::report::words::notice(&notice)));
     }
     args.measure.interference.check()?;
     // Check the database before measuring, so a bad --db does not cost a run.

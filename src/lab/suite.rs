@@ -82,16 +82,16 @@ pub fn units(only: Option<BackendKind>) -> Vec<Unit> {
     REGISTRY
         .iter()
         .flat_map(|s| {
-            let plain = s.info().backends.iter().map(|b| Unit {
+            let plain = s.info().backends().into_iter().map(|b| Unit {
                 scenario: *s,
-                backend: *b,
+                backend: b,
                 showcase: None,
             });
             let showcases = s
                 .showcases()
                 .iter()
                 .enumerate()
-                .filter(|_| s.info().backends.contains(&BackendKind::Model))
+                .filter(|_| s.info().backends().contains(&BackendKind::Model))
                 .map(|(i, sc)| Unit {
                     scenario: *s,
                     backend: BackendKind::Model,

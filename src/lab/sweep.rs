@@ -338,7 +338,7 @@ pub fn store_cost(
     for &position in &probes {
         let mut request = point_at(spec, position)?.request;
         request.warmup = 0;
-        if spec.backend == BackendKind::Kvm && request.variants.is_empty() {
+        if !spec.backend.capabilities().modelled && request.variants.is_empty() {
             // All variants on kvm: not the model-only ones.
             request.variants = info.variants.iter().map(|v| v.name.to_string()).collect();
         }
@@ -470,13 +470,14 @@ pub fn preflight(
     host: &crate::backend::host::HostInfo,
     profile: &super::backends::ModelProfile<'_>,
 ) -> Result<Preflight, Error> {
-    let measured = match spec.backend {
-        BackendKind::Model => store_cost(spec, shard, |seed| {
-            super::backends::make(BackendKind::Model, host.clone(), profile, seed)
-        }),
+    let measured = if spec.backend.capabilities().modelled {
+        store_cost(spec, shard, |seed| {
+            super::backends::make(spec.backend, host.clone(), profile, seed)
+        })
+    } else {
         // Only the shape of the record is wanted: the nearest built-in profile, without the
         // note about it a model sweep would print.
-        BackendKind::Kvm => crate::model::default_profile(host, None)
+        crate::model::default_profile(host, None)
             .map_err(|e| Error::Model(e.into()))
             .and_then(|(p, _)| {
                 store_cost(spec, shard, |seed| -> Result<Box<dyn Backend>, Error> {
@@ -486,7 +487,7 @@ pub fn preflight(
                         seed,
                     )))
                 })
-            }),
+            })
     };
     match measured {
         Ok(cost) => Ok(match (check_room(&cost, store), store) {

@@ -440,6 +440,22 @@ pub fn sweep_cost_unknown(why: &crate::error::Error) -> String {
     format!("warning: the store size of this sweep was not estimated: {why}")
 }
 
+// Scenario notices (typed in `scenario::Notice`).
+
+/// A scenario's notice, in words.
+pub fn notice(n: &crate::scenario::Notice) -> String {
+    use crate::scenario::Notice;
+    match n {
+        Notice::CustomOrderAlongside { variants } => format!(
+            "running the --set order= sequence as variant `custom` alongside --variant {}",
+            variants.join(", ")
+        ),
+        Notice::ThpMode { mode } => format!(
+            "THP {mode}: lazy, populated, uffd and the system memory opt out per mapping (MADV_NOHUGEPAGE); thp opts in (MADV_HUGEPAGE)"
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,19 +18,17 @@
 //! `kvm.vm.*` are statistic deltas per pass. The log must report exactly the pages the pass
 //! wrote: a pass where it does not fails the variant.
 
-use std::time::Duration;
-
-use super::memory::parse_cpl;
-use super::params::{ParamInfo, Settings};
+use super::memory::GuestRun;
+use super::params::{ParamInfo, SetParam, Settings};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Experiment, Observed};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::{Verdict, compare, judge_variants_together};
 use crate::analysis::statistics::seed_for;
+use crate::backend::Capabilities;
 use crate::backend::dirty::{BITMAP_WORD_PAGES, DirtyPlan, DirtyResult, LogMode};
 use crate::backend::guest::DATA_MAX_BYTES;
-use crate::backend::{Backend, BackendKind};
 use crate::error::InputError;
 use crate::record::{Finding, RunRecord, VariantRecord, VariantStatus};
 
@@ -43,7 +41,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     params: &PARAMS,
     metrics: &METRICS,
     headline: "collect_ms",
-    backends: &[BackendKind::Kvm, BackendKind::Model],
+    runs_on: super::any_backend,
     default_reps: 5,
     default_warmup: 1,
 };
@@ -213,76 +211,6 @@ fn parse_chunk(settings: &Settings) -> Result<u64, InputError> {
         })
 }
 
-/// The requested variants with their plans.
-pub fn plans(
-    settings: &Settings,
-    request: &RunRequest,
-    backend: BackendKind,
-) -> Result<Vec<(String, DirtyPlan)>, InputError> {
-    if backend == BackendKind::Kvm {
-        settings.reject_model_only()?;
-    }
-    let size_bytes = settings.bytes("size")?;
-    if size_bytes == 0 || size_bytes % (2 << 20) != 0 || size_bytes > DATA_MAX_BYTES {
-        return Err(InputError::BadValue {
-            key: "size".into(),
-            value: settings.raw("size").into(),
-            why: "size must be a non-zero multiple of 2MiB up to 64GiB".into(),
-        });
-    }
-    if backend == BackendKind::Kvm
-        && let Some((room, source)) = super::memory::memory_room()
-        && size_bytes > room
-    {
-        // The region is populated before the guest runs: more than the host can back would
-        // bring the OOM killer, so it is refused before any work, with the numbers.
-        return Err(InputError::BadValue {
-            key: "size".into(),
-            value: settings.raw("size").into(),
-            why: format!(
-                "this host can back at most {:.1} GiB now ({source}); the kvm backend populates the whole {:.1} GiB: choose a smaller size, or --backend model",
-                room as f64 / f64::from(1u32 << 30),
-                size_bytes as f64 / f64::from(1u32 << 30),
-            ),
-        });
-    }
-    let passes = settings.u32_in("passes", 1..=100)?;
-    let stride = settings.u32_in("stride", 1..=4096)?;
-    let ring = parse_ring(settings)?;
-    let chunk = parse_chunk(settings)?;
-    let cpl = parse_cpl(settings)?;
-    let timeout = Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 100..=3_600_000)?));
-    let names: Vec<String> = if request.variants.is_empty() {
-        INFO.variants_for(backend)
-            .map(|v| v.name.to_string())
-            .collect()
-    } else {
-        request.variants.clone()
-    };
-    names
-        .into_iter()
-        .map(|name| {
-            let mode = match name.as_str() {
-                "bitmap" => LogMode::Bitmap,
-                "clear" => LogMode::Clear { chunk_pages: chunk },
-                "ring" => LogMode::Ring { entries: ring },
-                _ => return Err(INFO.unknown_variant(&name, backend)),
-            };
-            Ok((
-                name,
-                DirtyPlan {
-                    size_bytes,
-                    passes,
-                    stride,
-                    mode,
-                    cpl,
-                    timeout,
-                },
-            ))
-        })
-        .collect()
-}
-
 /// The first pass of a repetition whose log disagrees with what the guest wrote, in words.
 fn count_mismatch(results: &[DirtyResult]) -> Option<String> {
     results.iter().enumerate().find_map(|(rep, r)| {
@@ -449,29 +377,117 @@ pub fn analyse(
 #[derive(Debug)]
 pub struct Dirty;
 
+/// A dirty parameter set in code (the calibration's setups).
+#[derive(Debug, Clone, Copy)]
+pub enum Set {
+    /// `size`, MiB.
+    SizeMib(u64),
+    /// `passes`.
+    Passes(u32),
+    /// `stride`, pages.
+    Stride(u32),
+    /// `ring`, entries.
+    Ring(u64),
+    /// `chunk`, pages.
+    Chunk(u64),
+}
+
+impl SetParam for Set {
+    fn key_value(&self) -> (&'static str, String) {
+        match *self {
+            Set::SizeMib(mib) => ("size", format!("{mib}MiB")),
+            Set::Passes(n) => ("passes", n.to_string()),
+            Set::Stride(n) => ("stride", n.to_string()),
+            Set::Ring(n) => ("ring", n.to_string()),
+            Set::Chunk(n) => ("chunk", n.to_string()),
+        }
+    }
+}
+
+/// The parameters of one run.
+#[derive(Debug, Clone, Copy)]
+pub struct DirtyParams {
+    /// Guest memory written and logged, bytes.
+    pub size_bytes: u64,
+    /// Passes per repetition.
+    pub passes: u32,
+    /// Pages between two writes.
+    pub stride: u32,
+    /// Dirty ring entries per vCPU.
+    pub ring: u64,
+    /// Pages per `KVM_CLEAR_DIRTY_LOG` call.
+    pub chunk: u64,
+    /// The guest's privilege level and watchdog per repetition.
+    pub guest: GuestRun,
+}
+
 impl Experiment for Dirty {
     type Plan = DirtyPlan;
-    type Sample = DirtyResult;
+    type Params = DirtyParams;
+    const INFO: &'static ScenarioInfo = &INFO;
 
-    fn info(&self) -> &'static ScenarioInfo {
-        &INFO
+    fn params(&self, settings: &Settings, can: Capabilities) -> Result<DirtyParams, InputError> {
+        let size_bytes = settings.bytes("size")?;
+        if size_bytes == 0 || size_bytes % (2 << 20) != 0 || size_bytes > DATA_MAX_BYTES {
+            return Err(InputError::BadValue {
+                key: "size".into(),
+                value: settings.raw("size").into(),
+                why: "size must be a non-zero multiple of 2MiB up to 64GiB".into(),
+            });
+        }
+        if can.real_memory
+            && let Some((room, source)) = super::memory::memory_room()
+            && size_bytes > room
+        {
+            // The region is populated before the guest runs: more than the host can back would
+            // bring the OOM killer, so it is refused before any work, with the numbers.
+            return Err(InputError::BadValue {
+                key: "size".into(),
+                value: settings.raw("size").into(),
+                why: format!(
+                    "this host can back at most {:.1} GiB now ({source}); the kvm backend populates the whole {:.1} GiB: choose a smaller size, or --backend model",
+                    room as f64 / f64::from(1u32 << 30),
+                    size_bytes as f64 / f64::from(1u32 << 30),
+                ),
+            });
+        }
+        let passes = settings.u32_in("passes", 1..=100)?;
+        let stride = settings.u32_in("stride", 1..=4096)?;
+        let ring = parse_ring(settings)?;
+        let chunk = parse_chunk(settings)?;
+        let guest = GuestRun::parse(settings)?;
+        Ok(DirtyParams {
+            size_bytes,
+            passes,
+            stride,
+            ring,
+            chunk,
+            guest,
+        })
     }
 
-    fn plans(
+    fn plan(
         &self,
-        settings: &Settings,
-        request: &RunRequest,
-        backend: BackendKind,
-    ) -> Result<Vec<(String, DirtyPlan)>, InputError> {
-        plans(settings, request, backend)
-    }
-
-    fn execute(
-        &self,
-        backend: &mut dyn Backend,
-        plan: &DirtyPlan,
-    ) -> Result<DirtyResult, crate::backend::error::BackendError> {
-        backend.dirty_log(plan)
+        p: &DirtyParams,
+        name: &str,
+        _: &RunRequest,
+    ) -> Result<Option<DirtyPlan>, InputError> {
+        let mode = match name {
+            "bitmap" => LogMode::Bitmap,
+            "clear" => LogMode::Clear {
+                chunk_pages: p.chunk,
+            },
+            "ring" => LogMode::Ring { entries: p.ring },
+            _ => return Ok(None),
+        };
+        Ok(Some(DirtyPlan {
+            size_bytes: p.size_bytes,
+            passes: p.passes,
+            stride: p.stride,
+            mode,
+            cpl: p.guest.cpl,
+            timeout: p.guest.timeout,
+        }))
     }
 
     fn analyse(&self, o: Observed<'_, DirtyPlan, DirtyResult>) -> ScenarioOutcome {
@@ -495,6 +511,7 @@ impl Experiment for Dirty {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::BackendKind;
     use crate::backend::dirty::DirtyPass;
 
     fn settings(sets: &[&str]) -> Settings {
@@ -510,7 +527,13 @@ mod tests {
             variants: vec![variant.into()],
             ..RunRequest::default()
         };
-        plans(&settings(sets), &req, BackendKind::Kvm).map(|mut v| v.remove(0).1)
+        super::super::planned(
+            &Dirty,
+            &settings(sets),
+            &req,
+            BackendKind::Kvm.capabilities(),
+        )
+        .map(|mut v| v.remove(0).1)
     }
 
     #[test]

@@ -15,22 +15,19 @@
 //! statistics' deltas per iteration. `kvm.vcpu.exits` should be 1.0 per iteration; where a host
 //! does not count every roundtrip in it (PVM does not) a self-check finding says so.
 
-use std::time::Duration;
-
-use super::memory::parse_cpl;
-use super::params::{ParamInfo, Settings};
+use super::memory::GuestRun;
+use super::params::{ParamInfo, SetParam, Settings};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Experiment, Observed, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
 use crate::analysis::validate::check;
-use crate::backend::error::BackendError;
+use crate::backend::Capabilities;
 use crate::backend::exits::{
     ExitKind, ExitPlan, ExitResult, PmuConfig, PmuOutcome, PmuScheme, SwitchedVia,
 };
 use crate::backend::host::HostInfo;
-use crate::backend::{Backend, BackendKind};
 use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::VariantStatus;
@@ -45,7 +42,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     params: &PARAMS,
     metrics: &METRICS,
     headline: "roundtrip_ns",
-    backends: &[BackendKind::Kvm, BackendKind::Model],
+    runs_on: super::any_backend,
     default_reps: 10,
     default_warmup: 1,
 };
@@ -190,65 +187,6 @@ static METRICS: [MetricInfo; 4] = [
     },
 ];
 
-/// The requested variants with their plans.
-pub fn plans(
-    settings: &Settings,
-    request: &RunRequest,
-    backend: BackendKind,
-) -> Result<Vec<(String, ExitPlan)>, InputError> {
-    let iterations = u64::from(settings.u32_in("iterations", 1..=10_000_000)?);
-    let cpl = parse_cpl(settings)?;
-    let timeout = Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 100..=3_600_000)?));
-    settings.reject_model_only_on(backend)?;
-    let host_pebs = settings.u32_in("host_pebs", 0..=1)? == 1;
-    let host_pebs_data_cfg = settings.u32_in("host_pebs_data_cfg", 0..=1)? == 1;
-    let guest_pebs_data_cfg = u64::from(settings.u32_in("guest_pebs_data_cfg", 0..=255)?);
-    INFO.selected_variants(request, backend)?
-        .into_iter()
-        .map(|name| {
-            let pmu = |guest_vpmu, guest_pebs, scheme| {
-                Some(PmuConfig {
-                    guest_vpmu,
-                    guest_pebs,
-                    host_pebs,
-                    host_pebs_data_cfg,
-                    guest_pebs_data_cfg,
-                    scheme,
-                })
-            };
-            // The thread measures PMU switching over a fastpath exit.
-            let fast = ExitKind::Fastpath;
-            let (kind, pmu) = match name.as_str() {
-                "fastpath" => (fast, None),
-                "vpmu-none" => (fast, pmu(false, false, PmuScheme::Old)),
-                "vpmu-old" => (fast, pmu(true, false, PmuScheme::Old)),
-                "vpmu-new" => (fast, pmu(true, false, PmuScheme::New)),
-                "vpmu-quiesced" => (fast, pmu(true, false, PmuScheme::NewQuiesced)),
-                "pebs-old" => (fast, pmu(true, true, PmuScheme::Old)),
-                "pebs-new" => (fast, pmu(true, true, PmuScheme::New)),
-                "pebs-quiesced" => (fast, pmu(true, true, PmuScheme::NewQuiesced)),
-                other => (
-                    ExitKind::ALL
-                        .into_iter()
-                        .find(|k| k.name() == other)
-                        .ok_or_else(|| INFO.unknown_variant(other, backend))?,
-                    None,
-                ),
-            };
-            Ok((
-                name,
-                ExitPlan {
-                    kind,
-                    iterations,
-                    cpl,
-                    timeout,
-                    pmu,
-                },
-            ))
-        })
-        .collect()
-}
-
 /// Metrics, self-check findings and verdicts.
 pub fn analyse(
     names: &[String],
@@ -350,29 +288,97 @@ fn pmu_findings(pmu: &PmuOutcome) -> Vec<Finding> {
 #[derive(Debug)]
 pub struct Exits;
 
+/// An exits parameter set in code (the lab's published setups).
+#[derive(Debug, Clone, Copy)]
+pub enum Set {
+    /// `iterations`.
+    Iterations(u32),
+    /// `host_pebs`.
+    HostPebs(bool),
+    /// `host_pebs_data_cfg`.
+    HostPebsDataCfg(bool),
+}
+
+impl SetParam for Set {
+    fn key_value(&self) -> (&'static str, String) {
+        let flag = |on: bool| u8::from(on).to_string();
+        match *self {
+            Set::Iterations(n) => ("iterations", n.to_string()),
+            Set::HostPebs(on) => ("host_pebs", flag(on)),
+            Set::HostPebsDataCfg(on) => ("host_pebs_data_cfg", flag(on)),
+        }
+    }
+}
+
+/// The parameters of one run.
+#[derive(Debug, Clone, Copy)]
+pub struct ExitParams {
+    /// Roundtrips per batch.
+    pub iterations: u64,
+    /// The guest's privilege level and watchdog per batch.
+    pub guest: GuestRun,
+    /// The host has a PEBS event of its own (model).
+    pub host_pebs: bool,
+    /// The host's PEBS event uses PEBS_DATA_CFG (model).
+    pub host_pebs_data_cfg: bool,
+    /// The guest's PEBS_DATA_CFG value (model).
+    pub guest_pebs_data_cfg: u64,
+}
+
 impl Experiment for Exits {
     type Plan = ExitPlan;
-    type Sample = ExitResult;
+    type Params = ExitParams;
+    const INFO: &'static ScenarioInfo = &INFO;
 
-    fn info(&self) -> &'static ScenarioInfo {
-        &INFO
+    fn params(&self, settings: &Settings, _: Capabilities) -> Result<ExitParams, InputError> {
+        Ok(ExitParams {
+            iterations: u64::from(settings.u32_in("iterations", 1..=10_000_000)?),
+            guest: GuestRun::parse(settings)?,
+            host_pebs: settings.u32_in("host_pebs", 0..=1)? == 1,
+            host_pebs_data_cfg: settings.u32_in("host_pebs_data_cfg", 0..=1)? == 1,
+            guest_pebs_data_cfg: u64::from(settings.u32_in("guest_pebs_data_cfg", 0..=255)?),
+        })
     }
 
-    fn plans(
+    fn plan(
         &self,
-        settings: &Settings,
-        request: &RunRequest,
-        backend: BackendKind,
-    ) -> Result<Vec<(String, ExitPlan)>, InputError> {
-        plans(settings, request, backend)
-    }
-
-    fn execute(
-        &self,
-        backend: &mut dyn Backend,
-        plan: &ExitPlan,
-    ) -> Result<ExitResult, BackendError> {
-        backend.exit_roundtrips(plan)
+        p: &ExitParams,
+        name: &str,
+        _: &RunRequest,
+    ) -> Result<Option<ExitPlan>, InputError> {
+        let pmu = |guest_vpmu, guest_pebs, scheme| {
+            Some(PmuConfig {
+                guest_vpmu,
+                guest_pebs,
+                host_pebs: p.host_pebs,
+                host_pebs_data_cfg: p.host_pebs_data_cfg,
+                guest_pebs_data_cfg: p.guest_pebs_data_cfg,
+                scheme,
+            })
+        };
+        // The thread measures PMU switching over a fastpath exit.
+        let fast = ExitKind::Fastpath;
+        let (kind, pmu) = match name {
+            "fastpath" => (fast, None),
+            "vpmu-none" => (fast, pmu(false, false, PmuScheme::Old)),
+            "vpmu-old" => (fast, pmu(true, false, PmuScheme::Old)),
+            "vpmu-new" => (fast, pmu(true, false, PmuScheme::New)),
+            "vpmu-quiesced" => (fast, pmu(true, false, PmuScheme::NewQuiesced)),
+            "pebs-old" => (fast, pmu(true, true, PmuScheme::Old)),
+            "pebs-new" => (fast, pmu(true, true, PmuScheme::New)),
+            "pebs-quiesced" => (fast, pmu(true, true, PmuScheme::NewQuiesced)),
+            other => match ExitKind::ALL.into_iter().find(|k| k.name() == other) {
+                Some(kind) => (kind, None),
+                None => return Ok(None),
+            },
+        };
+        Ok(Some(ExitPlan {
+            kind,
+            iterations: p.iterations,
+            cpl: p.guest.cpl,
+            timeout: p.guest.timeout,
+            pmu,
+        }))
     }
 
     fn analyse(&self, o: Observed<'_, ExitPlan, ExitResult>) -> ScenarioOutcome {
@@ -427,11 +433,13 @@ impl Experiment for Exits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::BackendKind;
 
     #[test]
     fn every_variant_has_a_kind_and_unknown_ones_list_the_rest() {
         let settings = Settings::parse(&INFO, &[]).unwrap();
-        let all = plans(&settings, &RunRequest::default(), BackendKind::Kvm).unwrap();
+        let kvm = BackendKind::Kvm.capabilities();
+        let all = super::super::planned(&Exits, &settings, &RunRequest::default(), kvm).unwrap();
         assert_eq!(all.len(), 10);
         assert!(all.iter().all(|(n, p)| p.kind.name() == n));
         let req = RunRequest {
@@ -439,7 +447,7 @@ mod tests {
             ..RunRequest::default()
         };
         assert!(
-            plans(&settings, &req, BackendKind::Kvm)
+            super::super::planned(&Exits, &settings, &req, kvm)
                 .unwrap_err()
                 .to_string()
                 .contains("ioeventfd")

@@ -31,21 +31,20 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::params::{ParamInfo, Settings};
+use super::params::{ParamInfo, SetParam, Settings};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Chart, Experiment, Observed, Showcase, ValidationPoint};
+use super::{Chart, Experiment, Notice, Observed, Showcase, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::{StallCause, Verdict, against_fastest};
 use crate::analysis::stall::{Baselines, Stall, find_stalls, kernel_effects};
 use crate::analysis::statistics::median;
 use crate::analysis::validate::{Check, Rule, check, judge_in_band, stall_ms};
-use crate::backend::error::BackendError;
+use crate::backend::Capabilities;
 use crate::backend::host::HostInfo;
 use crate::backend::ioctl_table::BusRegistration;
 use crate::backend::ioctl_table::SrcuKernel;
 use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace, Step, Strategy};
-use crate::backend::{Backend, BackendKind};
 use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::VariantStatus;
@@ -62,7 +61,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     headline: "ready_ms",
     default_reps: 20,
     default_warmup: 2,
-    backends: &[BackendKind::Kvm, BackendKind::Model],
+    runs_on: super::any_backend,
 };
 
 static VARIANTS: [VariantInfo; 6] = [
@@ -250,71 +249,6 @@ pub fn parse_order(text: &str) -> Result<Vec<Step>, InputError> {
                     Step::ALL.map(Step::name).join(", ")
                 ))
             })
-        })
-        .collect()
-}
-
-/// The variants a request asks for, each with its validated plan: every variant `backend`
-/// can run by default, or those given with --variant, plus `custom` when --set order= is given.
-pub fn plans(
-    settings: &Settings,
-    request: &RunRequest,
-    backend: BackendKind,
-) -> Result<Vec<(String, ConstructionPlan)>, InputError> {
-    let vcpus = settings.u32_in("vcpus", 1..=64)?;
-    let devices = settings.u32_in("devices", 0..=256)?;
-    let mem_mib = settings.u32_in("mem_mib", 1..=4096)?;
-    let timeout_ms = settings.u32_in("timeout_ms", 10..=60_000)?;
-    let strategy = match settings.choice(
-        "strategy",
-        &["always-defer", "always-sync", "lifecycle-keyed"],
-    )? {
-        "always-sync" => Strategy::AlwaysSync,
-        "lifecycle-keyed" => Strategy::LifecycleKeyed,
-        _ => Strategy::AlwaysDefer,
-    };
-    let hz = match settings.raw("hz") {
-        "" => None,
-        _ => Some(settings.u32_in("hz", 24..=10_000)?),
-    };
-    let reader_pct = settings.u32_in("reader_pct", 0..=90)?;
-    let boot_ms = settings.u32_in("boot_ms", 0..=10_000)?;
-    let back_to_back =
-        settings.choice("spacing", &["back-to-back", "independent"])? == "back-to-back";
-    settings.reject_model_only_on(backend)?;
-    let mut chosen: Vec<(String, Vec<Step>)> = Vec::new();
-    let custom = settings.raw("order");
-    if settings.is_set("order") {
-        chosen.push(("custom".into(), parse_order(custom)?));
-    }
-    // `--set order` without `--variant` runs the custom order alone.
-    let named = if request.variants.is_empty() && settings.is_set("order") {
-        Vec::new()
-    } else {
-        INFO.selected_variants(request, backend)?
-    };
-    for name in named {
-        let steps = order_of(&name).ok_or_else(|| INFO.unknown_variant(&name, backend))?;
-        chosen.push((name, steps));
-    }
-    chosen
-        .into_iter()
-        .map(|(name, steps)| {
-            let plan = ConstructionPlan {
-                steps,
-                vcpus,
-                devices,
-                mem_bytes: mem_mib as usize * (1 << 20),
-                run_timeout: Duration::from_millis(u64::from(timeout_ms)),
-                strategy,
-                hz,
-                boot_ms,
-                back_to_back,
-                reader_pct,
-            };
-            plan.validate()
-                .map(|()| (name, plan))
-                .map_err(InputError::from)
         })
         .collect()
 }
@@ -566,29 +500,149 @@ static SHOWCASES: [Showcase; 2] = [
 #[derive(Debug)]
 pub struct Lifecycle;
 
+/// A lifecycle parameter set in code (the lab's published setups).
+#[derive(Debug, Clone, Copy)]
+pub enum Set {
+    /// `strategy`.
+    Strategy(Strategy),
+    /// `vcpus`.
+    Vcpus(u32),
+    /// `hz`.
+    Hz(u32),
+    /// `spacing`: VMs built back to back (false: independent).
+    BackToBack(bool),
+}
+
+impl SetParam for Set {
+    fn key_value(&self) -> (&'static str, String) {
+        match *self {
+            Set::Strategy(s) => ("strategy", strategy_name(s).to_string()),
+            Set::Vcpus(n) => ("vcpus", n.to_string()),
+            Set::Hz(hz) => ("hz", hz.to_string()),
+            Set::BackToBack(b) => (
+                "spacing",
+                if b { "back-to-back" } else { "independent" }.to_string(),
+            ),
+        }
+    }
+}
+
+/// A registration strategy as `--set strategy=` names it.
+pub fn strategy_name(strategy: Strategy) -> &'static str {
+    match strategy {
+        Strategy::AlwaysDefer => "always-defer",
+        Strategy::AlwaysSync => "always-sync",
+        Strategy::LifecycleKeyed => "lifecycle-keyed",
+    }
+}
+
+/// The parameters of one run.
+#[derive(Debug, Clone)]
+pub struct LifecycleParams {
+    /// vCPUs per VM.
+    pub vcpus: u32,
+    /// Emulated devices per VM.
+    pub devices: u32,
+    /// Guest memory, MiB.
+    pub mem_mib: u32,
+    /// Watchdog of the boot activation's vCPU run, ms.
+    pub timeout_ms: u32,
+    /// When io-bus registration waits for its grace period (model).
+    pub strategy: Strategy,
+    /// The modelled kernel's HZ, when set (model).
+    pub hz: Option<u32>,
+    /// Share of a concurrent SRCU reader's time inside its read section, percent (model).
+    pub reader_pct: u32,
+    /// Guest boot time before the activation, ms (model).
+    pub boot_ms: u32,
+    /// VMs built back to back (false: independent, each after the last one's grace period).
+    pub back_to_back: bool,
+    /// The `--set order=` sequence, run as variant `custom`.
+    pub order: Option<Vec<Step>>,
+}
+
+impl LifecycleParams {
+    /// The validated plan that builds a VM in the order `steps`.
+    fn construction(&self, steps: Vec<Step>) -> Result<ConstructionPlan, InputError> {
+        let plan = ConstructionPlan {
+            steps,
+            vcpus: self.vcpus,
+            devices: self.devices,
+            mem_bytes: self.mem_mib as usize * (1 << 20),
+            run_timeout: Duration::from_millis(u64::from(self.timeout_ms)),
+            strategy: self.strategy,
+            hz: self.hz,
+            boot_ms: self.boot_ms,
+            back_to_back: self.back_to_back,
+            reader_pct: self.reader_pct,
+        };
+        plan.validate().map(|()| plan).map_err(InputError::from)
+    }
+}
+
 impl Experiment for Lifecycle {
     type Plan = ConstructionPlan;
-    type Sample = ConstructionTrace;
+    type Params = LifecycleParams;
+    const INFO: &'static ScenarioInfo = &INFO;
 
-    fn info(&self) -> &'static ScenarioInfo {
-        &INFO
+    fn params(&self, settings: &Settings, _: Capabilities) -> Result<LifecycleParams, InputError> {
+        let strategy = match settings.choice(
+            "strategy",
+            &["always-defer", "always-sync", "lifecycle-keyed"],
+        )? {
+            "always-sync" => Strategy::AlwaysSync,
+            "lifecycle-keyed" => Strategy::LifecycleKeyed,
+            _ => Strategy::AlwaysDefer,
+        };
+        Ok(LifecycleParams {
+            vcpus: settings.u32_in("vcpus", 1..=64)?,
+            devices: settings.u32_in("devices", 0..=256)?,
+            mem_mib: settings.u32_in("mem_mib", 1..=4096)?,
+            timeout_ms: settings.u32_in("timeout_ms", 10..=60_000)?,
+            strategy,
+            hz: match settings.raw("hz") {
+                "" => None,
+                _ => Some(settings.u32_in("hz", 24..=10_000)?),
+            },
+            reader_pct: settings.u32_in("reader_pct", 0..=90)?,
+            boot_ms: settings.u32_in("boot_ms", 0..=10_000)?,
+            back_to_back: settings.choice("spacing", &["back-to-back", "independent"])?
+                == "back-to-back",
+            order: match settings.is_set("order") {
+                true => Some(parse_order(settings.raw("order"))?),
+                false => None,
+            },
+        })
     }
 
+    fn plan(
+        &self,
+        p: &LifecycleParams,
+        name: &str,
+        _: &RunRequest,
+    ) -> Result<Option<ConstructionPlan>, InputError> {
+        order_of(name)
+            .map(|steps| p.construction(steps))
+            .transpose()
+    }
+
+    /// The named variants, after `custom` when `--set order=` is given.
     fn plans(
         &self,
-        settings: &Settings,
+        p: &LifecycleParams,
         request: &RunRequest,
-        backend: BackendKind,
+        can: Capabilities,
     ) -> Result<Vec<(String, ConstructionPlan)>, InputError> {
-        plans(settings, request, backend)
-    }
-
-    fn execute(
-        &self,
-        backend: &mut dyn Backend,
-        plan: &ConstructionPlan,
-    ) -> Result<ConstructionTrace, BackendError> {
-        backend.construct_vm(plan)
+        let mut chosen = Vec::new();
+        if let Some(steps) = &p.order {
+            chosen.push(("custom".to_string(), p.construction(steps.clone())?));
+        }
+        // `--set order` without `--variant` runs the custom order alone.
+        if !request.variants.is_empty() || p.order.is_none() {
+            let names = INFO.selected_variants(request, can)?;
+            chosen.extend(super::plan_each(self, p, names, request, can)?);
+        }
+        Ok(chosen)
     }
 
     fn analyse(&self, o: Observed<'_, ConstructionPlan, ConstructionTrace>) -> ScenarioOutcome {
@@ -608,16 +662,15 @@ impl Experiment for Lifecycle {
         vec![Chart::Timeline]
     }
 
-    fn notices(&self, request: &RunRequest) -> Vec<String> {
+    fn notices(&self, request: &RunRequest) -> Vec<Notice> {
         let custom = request
             .sets
             .iter()
             .any(|s| s.trim_start().starts_with("order"));
         if custom && !request.variants.is_empty() {
-            vec![format!(
-                "running the --set order= sequence as variant `custom` alongside --variant {}",
-                request.variants.join(", ")
-            )]
+            vec![Notice::CustomOrderAlongside {
+                variants: request.variants.clone(),
+            }]
         } else {
             Vec::new()
         }

@@ -20,11 +20,11 @@ use std::time::Duration;
 use super::params::{ParamInfo, Settings};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Chart, Experiment, Observed, ValidationPoint};
+use super::{Chart, Experiment, Notice, Observed, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
 use crate::analysis::validate::{Rule, check, check_count};
-use crate::backend::error::BackendError;
+use crate::backend::Capabilities;
 use crate::backend::guest::Backing;
 use crate::backend::guest::Cpl;
 use crate::backend::guest::GuestPage;
@@ -32,7 +32,6 @@ use crate::backend::host::HostInfo;
 use crate::backend::memory::{
     Access, HostBacking, HugeSize, Pattern, PrefetchLoop, Stage2Mmu, Touch, TouchPlan, TouchResult,
 };
-use crate::backend::{Backend, BackendKind};
 use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::VariantStatus;
@@ -47,7 +46,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     params: &PARAMS,
     metrics: &METRICS,
     headline: "ns_per_page",
-    backends: &[BackendKind::Kvm, BackendKind::Model],
+    runs_on: super::any_backend,
     default_reps: 5,
     default_warmup: 1,
 };
@@ -259,12 +258,34 @@ pub fn parse_cpl(settings: &Settings) -> Result<Option<Cpl>, InputError> {
     }
 }
 
+/// How a scenario's guest runs: its privilege level and its watchdog (`guest.cpl`,
+/// `timeout_ms`), the two parameters every scenario that runs guest code shares.
+#[derive(Debug, Clone, Copy)]
+pub struct GuestRun {
+    /// The guest's privilege level (None: this host's default).
+    pub cpl: Option<Cpl>,
+    /// Watchdog per repetition.
+    pub timeout: Duration,
+}
+
+impl GuestRun {
+    /// `guest.cpl`, and `timeout_ms` from 100 ms to an hour.
+    pub fn parse(settings: &Settings) -> Result<GuestRun, InputError> {
+        Ok(GuestRun {
+            cpl: parse_cpl(settings)?,
+            timeout: Duration::from_millis(u64::from(
+                settings.u32_in("timeout_ms", 100..=3_600_000)?,
+            )),
+        })
+    }
+}
+
 /// `vcpus`: at least 1, at most the host's `KVM_CAP_MAX_VCPUS` on the kvm backend (asked
 /// before any VM is built) or KVM's own `KVM_MAX_VCPUS` on the model, and the region must
 /// split into whole 2 MiB pages per vCPU.
 pub fn parse_vcpus(
     settings: &Settings,
-    backend: BackendKind,
+    backend: Capabilities,
     size_bytes: u64,
 ) -> Result<u32, InputError> {
     let raw = settings.raw("vcpus");
@@ -294,9 +315,9 @@ pub fn parse_vcpus(
 }
 
 /// The most vCPUs a VM may have on `backend`, and where that figure comes from.
-fn host_max_vcpus(backend: BackendKind) -> (u32, &'static str) {
+fn host_max_vcpus(backend: Capabilities) -> (u32, &'static str) {
     #[cfg(hvlab_kvm)]
-    if backend.capabilities().real_memory
+    if backend.real_memory
         && let Some(cap) = crate::kvm::vm::max_vcpus()
     {
         return (cap, "this host's KVM_CAP_MAX_VCPUS");
@@ -306,116 +327,6 @@ fn host_max_vcpus(backend: BackendKind) -> (u32, &'static str) {
         crate::backend::memory::MODEL_MAX_VCPUS,
         "KVM_MAX_VCPUS on x86",
     )
-}
-
-/// The requested variants with their plans.
-pub fn plans(
-    settings: &Settings,
-    request: &RunRequest,
-    backend: BackendKind,
-) -> Result<Vec<(String, TouchPlan)>, InputError> {
-    settings.reject_model_only_on(backend)?;
-    let model_backing = match settings.choice("backing", &["lazy", "populated", "thp"])? {
-        "lazy" => Backing::Lazy,
-        "thp" => Backing::Thp,
-        _ => Backing::Populated,
-    };
-    let size_bytes = settings.bytes("size")?;
-    let pattern = parse_pattern(settings)?;
-    // A real VM needs the memory; the model keeps ordered passes as runs of identical blocks
-    // (up to 16TiB: page indices are u32, and users model VMs of 1-12TiB) but a random order
-    // page by page (model::mmu::PER_PAGE_MAX_PAGES).
-    let (cap, cap_why) = if backend.capabilities().real_memory || pattern == Pattern::Random {
-        (
-            64u64 << 30,
-            "up to 64GiB (on the model: random orders; seq, reverse and stride up to 16TiB)",
-        )
-    } else {
-        (16u64 << 40, "up to 16TiB")
-    };
-    if size_bytes == 0 || size_bytes % (2 << 20) != 0 || size_bytes > cap {
-        return Err(InputError::BadValue {
-            key: "size".into(),
-            value: settings.raw("size").into(),
-            why: format!("size must be a non-zero multiple of 2MiB {cap_why}"),
-        });
-    }
-    if backend.capabilities().real_memory
-        && let Some((room, source)) = memory_room()
-        && size_bytes > room
-    {
-        // A guest whose memory the host cannot back is OOM-killed part way (with the whole
-        // machine under pressure); refused before any work, with the numbers.
-        return Err(InputError::BadValue {
-            key: "size".into(),
-            value: settings.raw("size").into(),
-            why: format!(
-                "this host can back at most {:.1} GiB now ({source}); the kvm backend needs the whole {:.1} GiB: choose a smaller size, or --backend model",
-                room as f64 / f64::from(1u32 << 30),
-                size_bytes as f64 / f64::from(1u32 << 30),
-            ),
-        });
-    }
-    let access = match settings.choice("access", &["read", "write"])? {
-        "read" => Access::Read,
-        _ => Access::Write,
-    };
-    let touch = match settings.choice("touch", &["first-byte", "whole-page"])? {
-        "whole-page" => Touch::WholePage,
-        _ => Touch::FirstByte,
-    };
-    let guest_page = match settings.choice("guest_page", &["4k", "2m"])? {
-        "4k" => GuestPage::Small,
-        _ => GuestPage::Huge,
-    };
-    let window = settings.u32_in("window", 1..=512)? as usize;
-    let vcpus = parse_vcpus(settings, backend, size_bytes)?;
-    let cpl = parse_cpl(settings)?;
-    let timeout = Duration::from_millis(u64::from(settings.u32_in("timeout_ms", 100..=3_600_000)?));
-    INFO.selected_variants(request, backend)?
-        .into_iter()
-        .map(|name| {
-            let (backing, prefetch) = match name.as_str() {
-                "lazy" => (HostBacking::Anonymous(Backing::Lazy), None),
-                "populated" => (HostBacking::Anonymous(Backing::Populated), None),
-                "thp" => (HostBacking::Anonymous(Backing::Thp), None),
-                "uffd" => (HostBacking::Uffd(1), None),
-                "uffd-prefetch" => (HostBacking::Uffd(window), None),
-                "prefault" => (HostBacking::PreFault, None),
-                "shmem" => (HostBacking::Shmem, None),
-                "hugetlb-2m" => (HostBacking::Hugetlb(HugeSize::Mib2), None),
-                "hugetlb-1g" => (HostBacking::Hugetlb(HugeSize::Gib1), None),
-                "gmem" => (HostBacking::GuestMemfd, None),
-                "uffd-minor" => (HostBacking::UffdMinor(window), None),
-                "none" => (
-                    HostBacking::Anonymous(model_backing),
-                    Some(PrefetchLoop::None),
-                ),
-                "legacy-skip-trailing" => (
-                    HostBacking::Anonymous(model_backing),
-                    Some(PrefetchLoop::LegacySkipTrailing),
-                ),
-                _ => (
-                    HostBacking::Anonymous(model_backing),
-                    Some(PrefetchLoop::Legacy),
-                ),
-            };
-            let plan = TouchPlan {
-                size_bytes,
-                pattern,
-                seed: request.seed,
-                access,
-                touch,
-                guest_page,
-                backing,
-                cpl,
-                timeout,
-                prefetch,
-                vcpus,
-            };
-            Ok((name, plan))
-        })
-        .collect()
 }
 
 /// Metrics, prefetch findings and verdicts from every variant's passes.
@@ -509,29 +420,148 @@ fn analyse_variant(
 #[derive(Debug)]
 pub struct Memory;
 
+/// The parameters of one run.
+#[derive(Debug, Clone, Copy)]
+pub struct MemoryParams {
+    /// The anonymous backing of the model's prefetch variants.
+    pub model_backing: Backing,
+    /// Guest memory touched, bytes.
+    pub size_bytes: u64,
+    /// Order of the first touches.
+    pub pattern: Pattern,
+    /// Read or write touches.
+    pub access: Access,
+    /// One byte or the whole page per touch.
+    pub touch: Touch,
+    /// The guest's page size.
+    pub guest_page: GuestPage,
+    /// Pages resolved per userfault by the prefetching variants.
+    pub window: usize,
+    /// vCPUs touching their own slices.
+    pub vcpus: u32,
+    /// The guest's privilege level and watchdog per pass.
+    pub guest: GuestRun,
+}
+
 impl Experiment for Memory {
     type Plan = TouchPlan;
-    type Sample = TouchResult;
+    type Params = MemoryParams;
+    const INFO: &'static ScenarioInfo = &INFO;
 
-    fn info(&self) -> &'static ScenarioInfo {
-        &INFO
+    fn params(&self, settings: &Settings, can: Capabilities) -> Result<MemoryParams, InputError> {
+        let model_backing = match settings.choice("backing", &["lazy", "populated", "thp"])? {
+            "lazy" => Backing::Lazy,
+            "thp" => Backing::Thp,
+            _ => Backing::Populated,
+        };
+        let size_bytes = settings.bytes("size")?;
+        let pattern = parse_pattern(settings)?;
+        // A real VM needs the memory; the model keeps ordered passes as runs of identical blocks
+        // (up to 16TiB: page indices are u32, and users model VMs of 1-12TiB) but a random order
+        // page by page (model::mmu::PER_PAGE_MAX_PAGES).
+        let (cap, cap_why) = if can.real_memory || pattern == Pattern::Random {
+            (
+                64u64 << 30,
+                "up to 64GiB (on the model: random orders; seq, reverse and stride up to 16TiB)",
+            )
+        } else {
+            (16u64 << 40, "up to 16TiB")
+        };
+        if size_bytes == 0 || size_bytes % (2 << 20) != 0 || size_bytes > cap {
+            return Err(InputError::BadValue {
+                key: "size".into(),
+                value: settings.raw("size").into(),
+                why: format!("size must be a non-zero multiple of 2MiB {cap_why}"),
+            });
+        }
+        if can.real_memory
+            && let Some((room, source)) = memory_room()
+            && size_bytes > room
+        {
+            // A guest whose memory the host cannot back is OOM-killed part way (with the whole
+            // machine under pressure); refused before any work, with the numbers.
+            return Err(InputError::BadValue {
+                key: "size".into(),
+                value: settings.raw("size").into(),
+                why: format!(
+                    "this host can back at most {:.1} GiB now ({source}); the kvm backend needs the whole {:.1} GiB: choose a smaller size, or --backend model",
+                    room as f64 / f64::from(1u32 << 30),
+                    size_bytes as f64 / f64::from(1u32 << 30),
+                ),
+            });
+        }
+        let access = match settings.choice("access", &["read", "write"])? {
+            "read" => Access::Read,
+            _ => Access::Write,
+        };
+        let touch = match settings.choice("touch", &["first-byte", "whole-page"])? {
+            "whole-page" => Touch::WholePage,
+            _ => Touch::FirstByte,
+        };
+        let guest_page = match settings.choice("guest_page", &["4k", "2m"])? {
+            "4k" => GuestPage::Small,
+            _ => GuestPage::Huge,
+        };
+        let window = settings.u32_in("window", 1..=512)? as usize;
+        let vcpus = parse_vcpus(settings, can, size_bytes)?;
+        let guest = GuestRun::parse(settings)?;
+        Ok(MemoryParams {
+            model_backing,
+            size_bytes,
+            pattern,
+            access,
+            touch,
+            guest_page,
+            window,
+            vcpus,
+            guest,
+        })
     }
 
-    fn plans(
+    fn plan(
         &self,
-        settings: &Settings,
+        p: &MemoryParams,
+        name: &str,
         request: &RunRequest,
-        backend: BackendKind,
-    ) -> Result<Vec<(String, TouchPlan)>, InputError> {
-        plans(settings, request, backend)
-    }
-
-    fn execute(
-        &self,
-        backend: &mut dyn Backend,
-        plan: &TouchPlan,
-    ) -> Result<TouchResult, BackendError> {
-        backend.touch_memory(plan)
+    ) -> Result<Option<TouchPlan>, InputError> {
+        let (backing, prefetch) = match name {
+            "lazy" => (HostBacking::Anonymous(Backing::Lazy), None),
+            "populated" => (HostBacking::Anonymous(Backing::Populated), None),
+            "thp" => (HostBacking::Anonymous(Backing::Thp), None),
+            "uffd" => (HostBacking::Uffd(1), None),
+            "uffd-prefetch" => (HostBacking::Uffd(p.window), None),
+            "prefault" => (HostBacking::PreFault, None),
+            "shmem" => (HostBacking::Shmem, None),
+            "hugetlb-2m" => (HostBacking::Hugetlb(HugeSize::Mib2), None),
+            "hugetlb-1g" => (HostBacking::Hugetlb(HugeSize::Gib1), None),
+            "gmem" => (HostBacking::GuestMemfd, None),
+            "uffd-minor" => (HostBacking::UffdMinor(p.window), None),
+            "none" => (
+                HostBacking::Anonymous(p.model_backing),
+                Some(PrefetchLoop::None),
+            ),
+            "legacy-skip-trailing" => (
+                HostBacking::Anonymous(p.model_backing),
+                Some(PrefetchLoop::LegacySkipTrailing),
+            ),
+            _ => (
+                HostBacking::Anonymous(p.model_backing),
+                Some(PrefetchLoop::Legacy),
+            ),
+        };
+        Ok(Some(TouchPlan {
+            size_bytes: p.size_bytes,
+            pattern: p.pattern,
+            seed: request.seed,
+            access: p.access,
+            touch: p.touch,
+            guest_page: p.guest_page,
+            backing,
+            cpl: p.guest.cpl,
+            timeout: p.guest.timeout,
+            prefetch,
+            vcpus: p.vcpus,
+        }))
     }
 
     fn analyse(&self, o: Observed<'_, TouchPlan, TouchResult>) -> ScenarioOutcome {
@@ -551,12 +581,10 @@ impl Experiment for Memory {
         }]
     }
 
-    fn context(&self, record: &RunRecord) -> Vec<String> {
+    fn context(&self, record: &RunRecord) -> Vec<Notice> {
         let thp = &record.host.thp;
         if record.backend.capabilities().real_memory && thp != "never" {
-            vec![format!(
-                "THP {thp}: lazy, populated, uffd and the system memory opt out per mapping (MADV_NOHUGEPAGE); thp opts in (MADV_HUGEPAGE)"
-            )]
+            vec![Notice::ThpMode { mode: thp.clone() }]
         } else {
             Vec::new()
         }
@@ -652,7 +680,16 @@ pub(crate) fn memory_room() -> Option<(u64, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::BackendKind;
     use crate::scenario::params::Settings;
+
+    fn plans(
+        settings: &Settings,
+        request: &RunRequest,
+        backend: BackendKind,
+    ) -> Result<Vec<(String, TouchPlan)>, InputError> {
+        crate::scenario::planned(&Memory, settings, request, backend.capabilities())
+    }
 
     fn settings(sets: &[&str]) -> Settings {
         Settings::parse(

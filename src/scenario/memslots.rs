@@ -16,8 +16,8 @@ use super::samples::{Series, per_variant};
 use super::{Chart, Experiment, Observed};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
+use crate::backend::Capabilities;
 use crate::backend::memslots::{MemslotPlan, MemslotResult, SlotOp};
-use crate::backend::{Backend, BackendKind};
 use crate::error::InputError;
 use crate::record::{RunRecord, VariantRecord, VariantStatus};
 
@@ -30,7 +30,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     params: &PARAMS,
     metrics: &METRICS,
     headline: "op_us",
-    backends: &[BackendKind::Kvm, BackendKind::Model],
+    runs_on: super::any_backend,
     default_reps: 5,
     default_warmup: 1,
 };
@@ -150,21 +150,21 @@ fn analyse_variant(name: &str, results: &[MemslotResult], seed: u64) -> VariantR
 #[derive(Debug)]
 pub struct Memslots;
 
+/// The parameters of one run.
+#[derive(Debug, Clone, Copy)]
+pub struct MemslotsParams {
+    /// Memslots per VM.
+    pub slots: u32,
+    /// Bytes per memslot.
+    pub slot_bytes: u64,
+}
+
 impl Experiment for Memslots {
     type Plan = MemslotPlan;
-    type Sample = MemslotResult;
+    type Params = MemslotsParams;
+    const INFO: &'static ScenarioInfo = &INFO;
 
-    fn info(&self) -> &'static ScenarioInfo {
-        &INFO
-    }
-
-    fn plans(
-        &self,
-        settings: &Settings,
-        request: &RunRequest,
-        backend: BackendKind,
-    ) -> Result<Vec<(String, MemslotPlan)>, InputError> {
-        settings.reject_model_only_on(backend)?;
+    fn params(&self, settings: &Settings, _: Capabilities) -> Result<MemslotsParams, InputError> {
         let slots = settings.u32_in("slots", 1..=MAX_SLOTS)?;
         let slot_bytes = settings.bytes("slot_size")?;
         if slot_bytes == 0 || slot_bytes % 4096 != 0 || slot_bytes > 1 << 30 {
@@ -174,33 +174,26 @@ impl Experiment for Memslots {
                 why: "slot_size must be a non-zero multiple of 4KiB up to 1GiB".into(),
             });
         }
-        INFO.selected_variants(request, backend)?
-            .into_iter()
-            .map(|name| {
-                let op = match name.as_str() {
-                    "add" => SlotOp::Add,
-                    "move" => SlotOp::Move,
-                    "delete" => SlotOp::Delete,
-                    _ => return Err(INFO.unknown_variant(&name, backend)),
-                };
-                Ok((
-                    name,
-                    MemslotPlan {
-                        slots,
-                        slot_bytes,
-                        op,
-                    },
-                ))
-            })
-            .collect()
+        Ok(MemslotsParams { slots, slot_bytes })
     }
 
-    fn execute(
+    fn plan(
         &self,
-        backend: &mut dyn Backend,
-        plan: &MemslotPlan,
-    ) -> Result<MemslotResult, crate::backend::error::BackendError> {
-        backend.update_memslots(plan)
+        p: &MemslotsParams,
+        name: &str,
+        _: &RunRequest,
+    ) -> Result<Option<MemslotPlan>, InputError> {
+        let op = match name {
+            "add" => SlotOp::Add,
+            "move" => SlotOp::Move,
+            "delete" => SlotOp::Delete,
+            _ => return Ok(None),
+        };
+        Ok(Some(MemslotPlan {
+            slots: p.slots,
+            slot_bytes: p.slot_bytes,
+            op,
+        }))
     }
 
     fn analyse(&self, o: Observed<'_, MemslotPlan, MemslotResult>) -> ScenarioOutcome {
@@ -228,6 +221,7 @@ impl Experiment for Memslots {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::BackendKind;
 
     fn plan_of(sets: &[&str], variant: &str) -> Result<MemslotPlan, InputError> {
         let settings = Settings::parse(
@@ -238,9 +232,8 @@ mod tests {
             variants: vec![variant.into()],
             ..RunRequest::default()
         };
-        Memslots
-            .plans(&settings, &req, BackendKind::Kvm)
-            .map(|mut v| v.remove(0).1)
+        let kvm = BackendKind::Kvm.capabilities();
+        crate::scenario::planned(&Memslots, &settings, &req, kvm).map(|mut v| v.remove(0).1)
     }
 
     #[test]

@@ -15,9 +15,8 @@ pub mod samples;
 use serde::Serialize;
 
 use crate::analysis::validate::{Check, Rule};
-use crate::backend::error::BackendError;
 use crate::backend::host::HostInfo;
-use crate::backend::{Backend, BackendKind};
+use crate::backend::{Backend, BackendKind, Capabilities, Execute};
 use crate::error::{Error, InputError};
 use crate::record::{RunRecord, VariantStatus};
 use params::{ParamInfo, Settings};
@@ -60,8 +59,9 @@ pub struct ScenarioInfo {
     pub metrics: &'static [MetricInfo],
     /// The metric verdicts compare variants on.
     pub headline: &'static str,
-    /// Backends that can run it.
-    pub backends: &'static [BackendKind],
+    /// Whether a backend that can do this runs it (listed as the backends that can).
+    #[serde(rename = "backends", serialize_with = "serialize_backends")]
+    pub runs_on: fn(Capabilities) -> bool,
     /// Repetitions when --reps is not given (a pass of `memory` takes a second; a lifecycle
     /// construction a few ms).
     pub default_reps: u32,
@@ -69,13 +69,38 @@ pub struct ScenarioInfo {
     pub default_warmup: u32,
 }
 
+/// A scenario every backend runs: its plans ask nothing a backend may lack.
+pub fn any_backend(_: Capabilities) -> bool {
+    true
+}
+
+/// `runs_on` as the catalog shows it: the backends whose capabilities it accepts.
+fn serialize_backends<S: serde::Serializer>(
+    runs_on: &fn(Capabilities) -> bool,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_seq(
+        BackendKind::ALL
+            .into_iter()
+            .filter(|b| runs_on(b.capabilities())),
+    )
+}
+
 impl ScenarioInfo {
+    /// The backends that run it, in the order runs are listed.
+    pub fn backends(&self) -> Vec<BackendKind> {
+        BackendKind::ALL
+            .into_iter()
+            .filter(|b| (self.runs_on)(b.capabilities()))
+            .collect()
+    }
+
     /// The variants `backend` runs by default.
     pub fn variants_for(
         &self,
-        backend: BackendKind,
+        backend: Capabilities,
     ) -> impl Iterator<Item = &'static VariantInfo> + use<> {
-        let model: &'static [VariantInfo] = if backend.capabilities().modelled {
+        let model: &'static [VariantInfo] = if backend.modelled {
             self.model_variants
         } else {
             &[]
@@ -84,9 +109,9 @@ impl ScenarioInfo {
     }
 
     /// The error for a variant `backend` cannot run, naming those it can.
-    pub fn unknown_variant(&self, name: &str, backend: BackendKind) -> InputError {
+    pub fn unknown_variant(&self, name: &str, backend: Capabilities) -> InputError {
         let mut known: Vec<&str> = self.variants_for(backend).map(|v| v.name).collect();
-        if !backend.capabilities().modelled && self.model_variants.iter().any(|v| v.name == name) {
+        if !backend.modelled && self.model_variants.iter().any(|v| v.name == name) {
             known.push("(it is a model variant: add --backend model)");
         }
         InputError::UnknownVariant {
@@ -102,7 +127,7 @@ impl ScenarioInfo {
     pub fn selected_variants(
         &self,
         request: &RunRequest,
-        backend: BackendKind,
+        backend: Capabilities,
     ) -> Result<Vec<String>, InputError> {
         if request.variants.is_empty() {
             return Ok(self
@@ -125,14 +150,20 @@ impl ScenarioInfo {
 
     /// Refuses a backend this scenario does not run on, naming those it does.
     pub fn require_backend(&self, backend: BackendKind) -> Result<(), InputError> {
-        if self.backends.contains(&backend) {
+        self.require(backend, backend.capabilities())
+    }
+
+    /// Refuses a backend whose capabilities `can` this scenario does not run on (named
+    /// `backend`), naming those it does: from the description, before any plan.
+    pub fn require(&self, backend: BackendKind, can: Capabilities) -> Result<(), InputError> {
+        if (self.runs_on)(can) {
             return Ok(());
         }
         Err(InputError::BackendCannotRun {
             backend: backend.to_string(),
             scenario: self.name.to_string(),
             supported: self
-                .backends
+                .backends()
                 .iter()
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
@@ -155,6 +186,22 @@ pub enum Chart {
     },
     /// Pinned bytes over time.
     PinnedBytes,
+}
+
+/// What a scenario tells the user about a run, as data: the renderer words it
+/// (`report::words::notice`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// `--set order=` runs as variant `custom` beside the variants named with --variant.
+    CustomOrderAlongside {
+        /// The named variants.
+        variants: Vec<String>,
+    },
+    /// The host's transparent huge page mode shaped the real-memory backings.
+    ThpMode {
+        /// The mode (`always`, `madvise`).
+        mode: String,
+    },
 }
 
 /// Where `hvlab validate` compares the model with the kvm backend, and how.
@@ -199,40 +246,52 @@ pub struct Observed<'a, P, S> {
     pub seed: u64,
 }
 
-/// An experiment, as its file defines it: the catalog entry, how a request becomes one plan per
-/// variant, which backend call executes a plan, and how the samples are read. The run itself
-/// (warm-up, interleaved repetitions, failure isolation, the record) is the same for every
-/// scenario and lives in [`Scenario::run`]. Nothing outside the file names the scenario.
+/// What one execution of an experiment's plan returns.
+pub type SampleOf<E> = <<E as Experiment>::Plan as Execute>::Output;
+
+/// An experiment, as its file defines it: the catalog entry, its parameters as a type, the
+/// plan of each variant (which names the backend call that executes it, [`Execute`]), and how
+/// the samples are read. Selecting the variants, refusing what a backend cannot run, the run
+/// itself (warm-up, interleaved repetitions, failure isolation, the record) are the same for
+/// every scenario and live here. Nothing outside the file names the scenario.
 pub trait Experiment: Sync {
     /// One variant's plan.
-    type Plan;
-    /// What one execution of a plan returns.
-    type Sample;
-
+    type Plan: Execute;
+    /// The parameters, parsed once from `--set` values ([`Experiment::params`]).
+    type Params;
     /// Name, variants, parameters (each declared once), metrics, backends.
-    fn info(&self) -> &'static ScenarioInfo;
+    const INFO: &'static ScenarioInfo;
 
-    /// One plan per requested variant; bad input is an error naming the fix.
+    /// The parameters from `--set` values (defaults filled in), checked against what the
+    /// backend can do; bad input is an error naming the fix.
+    fn params(&self, settings: &Settings, can: Capabilities) -> Result<Self::Params, InputError>;
+
+    /// The plan of the variant `name`, or `None` when the scenario has no such variant.
+    fn plan(
+        &self,
+        params: &Self::Params,
+        name: &str,
+        request: &RunRequest,
+    ) -> Result<Option<Self::Plan>, InputError>;
+
+    /// One plan per requested variant: by default those [`ScenarioInfo::selected_variants`]
+    /// picks, each planned by [`Experiment::plan`].
     fn plans(
         &self,
-        settings: &Settings,
+        params: &Self::Params,
         request: &RunRequest,
-        backend: BackendKind,
-    ) -> Result<Vec<(String, Self::Plan)>, InputError>;
-
-    /// Executes one plan on a backend: one repetition.
-    fn execute(
-        &self,
-        backend: &mut dyn Backend,
-        plan: &Self::Plan,
-    ) -> Result<Self::Sample, BackendError>;
+        can: Capabilities,
+    ) -> Result<Vec<(String, Self::Plan)>, InputError> {
+        let names = Self::INFO.selected_variants(request, can)?;
+        plan_each(self, params, names, request, can)
+    }
 
     /// Metrics, findings and verdicts from every variant's samples.
-    fn analyse(&self, observed: Observed<'_, Self::Plan, Self::Sample>) -> ScenarioOutcome;
+    fn analyse(&self, observed: Observed<'_, Self::Plan, SampleOf<Self>>) -> ScenarioOutcome;
 
     /// The charts after the headline distribution (default: the headline by variant).
     fn charts(&self, _record: &RunRecord) -> Vec<Chart> {
-        let headline = Experiment::info(self).headline;
+        let headline = Self::INFO.headline;
         vec![Chart::Bars {
             metric: headline,
             title: headline,
@@ -240,12 +299,12 @@ pub trait Experiment: Sync {
     }
 
     /// What the user should know about how a request will run, before it runs.
-    fn notices(&self, _request: &RunRequest) -> Vec<String> {
+    fn notices(&self, _request: &RunRequest) -> Vec<Notice> {
         Vec::new()
     }
 
-    /// Lines for a run's header: how the host shaped what was measured.
-    fn context(&self, _record: &RunRecord) -> Vec<String> {
+    /// For a run's header: how the host shaped what was measured.
+    fn context(&self, _record: &RunRecord) -> Vec<Notice> {
         Vec::new()
     }
 
@@ -260,6 +319,37 @@ pub trait Experiment: Sync {
     }
 }
 
+/// The plans of `names`, in order: each one's [`Experiment::plan`], or the error naming the
+/// variants `can` runs.
+pub fn plan_each<E: Experiment + ?Sized>(
+    experiment: &E,
+    params: &E::Params,
+    names: Vec<String>,
+    request: &RunRequest,
+    can: Capabilities,
+) -> Result<Vec<(String, E::Plan)>, InputError> {
+    names
+        .into_iter()
+        .map(|name| match experiment.plan(params, &name, request)? {
+            Some(plan) => Ok((name, plan)),
+            None => Err(E::INFO.unknown_variant(&name, can)),
+        })
+        .collect()
+}
+
+/// The plans of a request: its parameters, refused where they are the model's and `can` is
+/// not modelled, then one plan per requested variant.
+pub fn planned<E: Experiment + ?Sized>(
+    experiment: &E,
+    settings: &Settings,
+    request: &RunRequest,
+    can: Capabilities,
+) -> Result<Vec<(String, E::Plan)>, InputError> {
+    let params = experiment.params(settings, can)?;
+    settings.reject_model_only_on(can)?;
+    experiment.plans(&params, request, can)
+}
+
 /// A scenario as the registry, CLI, suite, report and validate see it: every [`Experiment`]
 /// is one, whatever its plan and sample types.
 pub trait Scenario: Sync {
@@ -271,7 +361,7 @@ pub trait Scenario: Sync {
         &self,
         settings: &Settings,
         request: &RunRequest,
-        backend: BackendKind,
+        can: Capabilities,
     ) -> Result<(), InputError>;
     /// Runs the requested variants on `backend`: warm-up, then repetitions with the variants
     /// interleaved, each variant's failure kept to itself; then the analysis.
@@ -285,9 +375,9 @@ pub trait Scenario: Sync {
     /// See [`Experiment::charts`].
     fn charts(&self, record: &RunRecord) -> Vec<Chart>;
     /// See [`Experiment::notices`].
-    fn notices(&self, request: &RunRequest) -> Vec<String>;
+    fn notices(&self, request: &RunRequest) -> Vec<Notice>;
     /// See [`Experiment::context`].
-    fn context(&self, record: &RunRecord) -> Vec<String>;
+    fn context(&self, record: &RunRecord) -> Vec<Notice>;
     /// See [`Experiment::validation`].
     fn validation(&self, host: &HostInfo) -> Option<ValidationPoint>;
     /// See [`Experiment::showcases`].
@@ -296,16 +386,16 @@ pub trait Scenario: Sync {
 
 impl<T: Experiment> Scenario for T {
     fn info(&self) -> &'static ScenarioInfo {
-        Experiment::info(self)
+        T::INFO
     }
 
     fn check(
         &self,
         settings: &Settings,
         request: &RunRequest,
-        backend: BackendKind,
+        can: Capabilities,
     ) -> Result<(), InputError> {
-        self.plans(settings, request, backend).map(drop)
+        planned(self, settings, request, can).map(drop)
     }
 
     fn run(
@@ -315,12 +405,12 @@ impl<T: Experiment> Scenario for T {
         request: &RunRequest,
         progress: &dyn Progress,
     ) -> Result<ScenarioOutcome, Error> {
-        let (names, plans): (Vec<String>, Vec<T::Plan>) = self
-            .plans(settings, request, backend.kind())?
-            .into_iter()
-            .unzip();
+        let (names, plans): (Vec<String>, Vec<T::Plan>) =
+            planned(self, settings, request, backend.capabilities())?
+                .into_iter()
+                .unzip();
         let results = runner::repeat(&names, request, progress, |vi| {
-            Experiment::execute(self, backend, &plans[vi]).map_err(Error::from)
+            plans[vi].execute(backend).map_err(Error::from)
         });
         Ok(self.analyse(Observed {
             names: &names,
@@ -335,11 +425,11 @@ impl<T: Experiment> Scenario for T {
         Experiment::charts(self, record)
     }
 
-    fn notices(&self, request: &RunRequest) -> Vec<String> {
+    fn notices(&self, request: &RunRequest) -> Vec<Notice> {
         Experiment::notices(self, request)
     }
 
-    fn context(&self, record: &RunRecord) -> Vec<String> {
+    fn context(&self, record: &RunRecord) -> Vec<Notice> {
         Experiment::context(self, record)
     }
 
@@ -413,7 +503,7 @@ pub fn check(
 ) -> Result<(), InputError> {
     reject_duplicate_variants(request)?;
     let settings = Settings::parse(info, &request.sets)?;
-    scenario(info.name)?.check(&settings, request, backend)
+    scenario(info.name)?.check(&settings, request, backend.capabilities())
 }
 
 /// Runs a registered scenario on a backend and returns the complete record (not yet stored).
@@ -435,7 +525,7 @@ pub fn run_scenario(
     progress: &dyn Progress,
 ) -> Result<RunRecord, Error> {
     let info = s.info();
-    info.require_backend(backend.kind())?;
+    info.require(backend.kind(), backend.capabilities())?;
     reject_duplicate_variants(request)?;
     let settings = Settings::parse(info, &request.sets)?;
     let started = runner::now_rfc3339();

@@ -29,6 +29,24 @@ pub struct Settings {
     explicit: std::collections::BTreeSet<String>,
 }
 
+/// A parameter set in code, typed: each scenario's `Set` enum spells its values as its own
+/// parser reads them back, so the lab never writes `key=value` text.
+pub trait SetParam {
+    /// The key, and the value as `--set` spells it.
+    fn key_value(&self) -> (&'static str, String);
+}
+
+/// The `--set` arguments of typed parameters, in order.
+pub fn sets_of<P: SetParam>(params: &[P]) -> Vec<String> {
+    params
+        .iter()
+        .map(|p| {
+            let (key, value) = p.key_value();
+            format!("{key}={value}")
+        })
+        .collect()
+}
+
 /// Splits `key=value`.
 pub fn parse_set(arg: &str) -> Result<(String, String), InputError> {
     match arg.split_once('=') {
@@ -84,9 +102,9 @@ impl Settings {
     /// Refuses model-only parameters when `backend` is a real one.
     pub fn reject_model_only_on(
         &self,
-        backend: crate::backend::BackendKind,
+        backend: crate::backend::Capabilities,
     ) -> Result<(), InputError> {
-        if !backend.capabilities().modelled {
+        if !backend.modelled {
             self.reject_model_only()?;
         }
         Ok(())

@@ -12,17 +12,22 @@
 //! instruction sequences and the per-event op counts. On x86 both schemes are one `%gs`
 //! instruction and the change is zero. A kvm backend with per-vCPU page tables comes later.
 
-use super::params::{ParamInfo, Settings};
+use super::params::{ParamInfo, SetParam, Settings};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Experiment, Observed};
 use super::{MetricInfo, ScenarioInfo, Showcase, VariantInfo};
 use crate::analysis::compare::against_fastest;
-use crate::backend::error::BackendError;
+
 use crate::backend::percpu::{PercpuPlan, PercpuResult, PercpuScheme, Workload};
-use crate::backend::{Backend, BackendKind};
+use crate::backend::{BackendKind, Capabilities};
 use crate::error::InputError;
 use crate::record::{Finding, VariantRecord};
+
+/// Only a backend that predicts per-CPU access costs runs it.
+fn has_predictor(can: Capabilities) -> bool {
+    can.percpu
+}
 
 /// The catalog entry.
 pub static INFO: ScenarioInfo = ScenarioInfo {
@@ -33,7 +38,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     params: &PARAMS,
     metrics: &METRICS,
     headline: "sys_ns",
-    backends: &[BackendKind::Model],
+    runs_on: has_predictor,
     default_reps: 5,
     default_warmup: 0,
 };
@@ -228,41 +233,6 @@ fn workload_names() -> [&'static str; WORKLOADS.len()] {
     WORKLOADS.map(|w| w.name)
 }
 
-/// The requested variants with their plans.
-pub fn plans(
-    settings: &Settings,
-    request: &RunRequest,
-) -> Result<Vec<(String, PercpuPlan)>, InputError> {
-    let cpus = settings.u32_in("cpus", 1..=MAX_CPUS)?;
-    let wname = settings.choice("workload", &workload_names())?;
-    let workload = WORKLOADS
-        .into_iter()
-        .find(|w| w.name == wname)
-        .ok_or_else(|| InputError::BadValue {
-            key: "workload".into(),
-            value: wname.into(),
-            why: "the workload has no event mix defined".into(),
-        })?;
-    INFO.selected_variants(request, BackendKind::Model)?
-        .into_iter()
-        .map(|name| {
-            let scheme = match name.as_str() {
-                "offset" => PercpuScheme::Offset,
-                "local-map" => PercpuScheme::LocalMap,
-                _ => return Err(INFO.unknown_variant(&name, BackendKind::Model)),
-            };
-            Ok((
-                name,
-                PercpuPlan {
-                    scheme,
-                    cpus,
-                    workload,
-                },
-            ))
-        })
-        .collect()
-}
-
 /// Today's (offset scheme) prediction, against which both variants' changes are stated.
 #[derive(Debug, Clone, Copy)]
 struct Today {
@@ -343,34 +313,81 @@ static SHOWCASES: [Showcase; 2] = [
 #[derive(Debug)]
 pub struct Percpu;
 
+/// A percpu parameter set in code (the lab's published setups).
+#[derive(Debug, Clone, Copy)]
+pub enum Set {
+    /// `cpus`.
+    Cpus(u32),
+    /// `workload`, by name.
+    Workload(&'static str),
+}
+
+impl SetParam for Set {
+    fn key_value(&self) -> (&'static str, String) {
+        match *self {
+            Set::Cpus(n) => ("cpus", n.to_string()),
+            Set::Workload(name) => ("workload", name.to_string()),
+        }
+    }
+}
+
+/// The parameters of one run.
+#[derive(Debug, Clone, Copy)]
+pub struct PercpuParams {
+    /// CPUs of the modelled machine.
+    pub cpus: u32,
+    /// The event mix.
+    pub workload: Workload,
+}
+
 impl Experiment for Percpu {
     type Plan = PercpuPlan;
-    type Sample = PercpuResult;
+    type Params = PercpuParams;
+    const INFO: &'static ScenarioInfo = &INFO;
 
-    fn info(&self) -> &'static ScenarioInfo {
-        &INFO
+    fn params(&self, settings: &Settings, _: Capabilities) -> Result<PercpuParams, InputError> {
+        let cpus = settings.u32_in("cpus", 1..=MAX_CPUS)?;
+        let wname = settings.choice("workload", &workload_names())?;
+        let workload = WORKLOADS
+            .into_iter()
+            .find(|w| w.name == wname)
+            .ok_or_else(|| InputError::BadValue {
+                key: "workload".into(),
+                value: wname.into(),
+                why: "the workload has no event mix defined".into(),
+            })?;
+        Ok(PercpuParams { cpus, workload })
     }
 
+    fn plan(
+        &self,
+        p: &PercpuParams,
+        name: &str,
+        _: &RunRequest,
+    ) -> Result<Option<PercpuPlan>, InputError> {
+        let scheme = match name {
+            "offset" => PercpuScheme::Offset,
+            "local-map" => PercpuScheme::LocalMap,
+            _ => return Ok(None),
+        };
+        Ok(Some(PercpuPlan {
+            scheme,
+            cpus: p.cpus,
+            workload: p.workload,
+        }))
+    }
+
+    /// Its variants are all the model's: a backend without the predictor is refused before
+    /// ([`ScenarioInfo::require_backend`]), so they are selected as the model's.
     fn plans(
         &self,
-        settings: &Settings,
+        p: &PercpuParams,
         request: &RunRequest,
-        _backend: BackendKind,
+        _: Capabilities,
     ) -> Result<Vec<(String, PercpuPlan)>, InputError> {
-        plans(settings, request)
-    }
-
-    fn execute(
-        &self,
-        backend: &mut dyn Backend,
-        plan: &PercpuPlan,
-    ) -> Result<PercpuResult, BackendError> {
-        match backend.percpu() {
-            Some(p) => p.predict_percpu(plan),
-            None => Err(BackendError::Unsupported(
-                "per-CPU page tables need a per-vCPU-CR3 guest; use --backend model".into(),
-            )),
-        }
+        let model = BackendKind::Model.capabilities();
+        let names = INFO.selected_variants(request, model)?;
+        super::plan_each(self, p, names, request, model)
     }
 
     fn showcases(&self) -> &'static [Showcase] {
@@ -401,12 +418,17 @@ impl Experiment for Percpu {
 mod tests {
     use super::*;
 
+    fn plans(settings: &Settings) -> Result<Vec<(String, PercpuPlan)>, InputError> {
+        let model = BackendKind::Model.capabilities();
+        crate::scenario::planned(&Percpu, settings, &RunRequest::default(), model)
+    }
+
     #[test]
     fn every_showcase_is_a_valid_setup_on_a_built_in_profile() {
         for s in &SHOWCASES {
             let sets: Vec<String> = s.sets.iter().map(ToString::to_string).collect();
             let settings = Settings::parse(&INFO, &sets).unwrap();
-            assert_eq!(plans(&settings, &RunRequest::default()).unwrap().len(), 2);
+            assert_eq!(plans(&settings).unwrap().len(), 2);
             crate::model::profile::Profile::load(s.profile).unwrap();
         }
     }
@@ -415,7 +437,7 @@ mod tests {
     fn unknown_workloads_and_cpu_counts_are_refused_by_name() {
         for bad in ["workload=mm-stress", "cpus=0", "cpus=5000"] {
             let settings = Settings::parse(&INFO, &[bad.to_string()]).unwrap();
-            let err = plans(&settings, &RunRequest::default()).unwrap_err();
+            let err = plans(&settings).unwrap_err();
             let key = bad.split('=').next().unwrap();
             assert!(err.to_string().contains(key), "{bad}: {err}");
         }

@@ -15,15 +15,14 @@
 //! driven by a guest that rings enable/disable doorbells around each slice and writes records
 //! into its buffer.
 
-use super::params::{ParamInfo, Settings};
+use super::params::{ParamInfo, SetParam, Settings};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Experiment, Observed};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
-use crate::backend::error::BackendError;
+use crate::backend::Capabilities;
 use crate::backend::pinning::{PinMethod, PinPlan, PinPolicy, PinResult};
-use crate::backend::{Backend, BackendKind};
 use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::{Finding, VariantRecord};
@@ -37,7 +36,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     params: &PARAMS,
     metrics: &METRICS,
     headline: "slice_overhead_us",
-    backends: &[BackendKind::Kvm, BackendKind::Model],
+    runs_on: super::any_backend,
     default_reps: 5,
     default_warmup: 0,
 };
@@ -208,66 +207,6 @@ static METRICS: [MetricInfo; 12] = [
     },
 ];
 
-/// The requested variants with their plans.
-pub fn plans(
-    settings: &Settings,
-    request: &RunRequest,
-    backend: BackendKind,
-) -> Result<Vec<(String, PinPlan)>, InputError> {
-    let buffer_bytes = settings.bytes("buffer")?;
-    if buffer_bytes < 4096 || buffer_bytes % 4096 != 0 {
-        return Err(InputError::BadValue {
-            key: "buffer".into(),
-            value: settings.raw("buffer").into(),
-            why: "the buffer is a whole number of 4 KiB pages".into(),
-        });
-    }
-    let per_task = settings.choice("mode", &["per-task", "per-cpu"])? == "per-task";
-    let aging_ns = u64::from(settings.u32_in("aging_ms", 1..=3_600_000)?) * 1_000_000;
-    let base = PinPlan {
-        buffer_bytes,
-        slices: settings.u32_in("slices", 1..=1_000_000)?,
-        per_task,
-        cap_bytes: settings.bytes("cap")?,
-        policy: PinPolicy::Eager,
-        slice_ns: u64::from(settings.u32_in("slice_us", 1..=10_000_000)?) * 1000,
-        off_ns: u64::from(settings.u32_in("off_us", 0..=10_000_000)?) * 1000,
-        relocate_every: settings.u32_in("relocate_every", 0..=1_000_000)?,
-        tail_ns: u64::from(settings.u32_in("tail_ms", 0..=3_600_000)?) * 1_000_000,
-        method: match settings.choice("pin", &["mlock", "io_uring"])? {
-            "io_uring" => PinMethod::IoUring,
-            _ => PinMethod::Mlock,
-        },
-        records_per_ms: u64::from(settings.u32_in("records_per_ms", 0..=1_000_000)?),
-        unmap_pct: settings.u32_in("unmap_pct", 0..=100)?,
-    };
-    settings.reject_model_only_on(backend)?;
-    if backend.capabilities().real_memory {
-        check_guest_fits(&base, settings)?;
-    }
-    INFO.selected_variants(request, backend)?
-        .into_iter()
-        .map(|name| {
-            let policy = match name.as_str() {
-                "eager" => PinPolicy::Eager,
-                "keep" => PinPolicy::Keep,
-                "intersect" => PinPolicy::Intersect,
-                "aging" => PinPolicy::Aging(aging_ns),
-                "no-pin" => PinPolicy::NoPin,
-                "gmem-prefault" => PinPolicy::GmemPrefault,
-                _ => return Err(INFO.unknown_variant(&name, backend)),
-            };
-            Ok((
-                name,
-                PinPlan {
-                    policy,
-                    ..base.clone()
-                },
-            ))
-        })
-        .collect()
-}
-
 /// The kvm backend maps every buffer generation (one per relocation) plus 2 MiB of padding
 /// into one guest data region of at most 64 GiB: refuse plans that cannot fit while parsing,
 /// not after measuring.
@@ -378,29 +317,97 @@ fn analyse_variant(name: &str, plan: &PinPlan, traces: &[PinResult], seed: u64) 
 #[derive(Debug)]
 pub struct Pinning;
 
+/// A pinning parameter set in code (the lab's published setups).
+#[derive(Debug, Clone, Copy)]
+pub enum Set {
+    /// `buffer`, MiB.
+    BufferMib(u32),
+    /// `slices`.
+    Slices(u32),
+    /// `mode`: one buffer per task (false: per CPU).
+    PerTask(bool),
+    /// `records_per_ms`.
+    RecordsPerMs(u32),
+}
+
+impl SetParam for Set {
+    fn key_value(&self) -> (&'static str, String) {
+        match *self {
+            Set::BufferMib(mib) => ("buffer", format!("{mib}MiB")),
+            Set::Slices(n) => ("slices", n.to_string()),
+            Set::PerTask(t) => ("mode", if t { "per-task" } else { "per-cpu" }.to_string()),
+            Set::RecordsPerMs(n) => ("records_per_ms", n.to_string()),
+        }
+    }
+}
+
+/// The parameters of one run.
+#[derive(Debug, Clone)]
+pub struct PinningParams {
+    /// Every variant's plan but its policy (the variant's).
+    pub base: PinPlan,
+    /// The `aging` policy's idle time before an unpin, ns.
+    pub aging_ns: u64,
+}
+
 impl Experiment for Pinning {
     type Plan = PinPlan;
-    type Sample = PinResult;
+    type Params = PinningParams;
+    const INFO: &'static ScenarioInfo = &INFO;
 
-    fn info(&self) -> &'static ScenarioInfo {
-        &INFO
+    fn params(&self, settings: &Settings, can: Capabilities) -> Result<PinningParams, InputError> {
+        let buffer_bytes = settings.bytes("buffer")?;
+        if buffer_bytes < 4096 || buffer_bytes % 4096 != 0 {
+            return Err(InputError::BadValue {
+                key: "buffer".into(),
+                value: settings.raw("buffer").into(),
+                why: "the buffer is a whole number of 4 KiB pages".into(),
+            });
+        }
+        let per_task = settings.choice("mode", &["per-task", "per-cpu"])? == "per-task";
+        let aging_ns = u64::from(settings.u32_in("aging_ms", 1..=3_600_000)?) * 1_000_000;
+        let base = PinPlan {
+            buffer_bytes,
+            slices: settings.u32_in("slices", 1..=1_000_000)?,
+            per_task,
+            cap_bytes: settings.bytes("cap")?,
+            policy: PinPolicy::Eager,
+            slice_ns: u64::from(settings.u32_in("slice_us", 1..=10_000_000)?) * 1000,
+            off_ns: u64::from(settings.u32_in("off_us", 0..=10_000_000)?) * 1000,
+            relocate_every: settings.u32_in("relocate_every", 0..=1_000_000)?,
+            tail_ns: u64::from(settings.u32_in("tail_ms", 0..=3_600_000)?) * 1_000_000,
+            method: match settings.choice("pin", &["mlock", "io_uring"])? {
+                "io_uring" => PinMethod::IoUring,
+                _ => PinMethod::Mlock,
+            },
+            records_per_ms: u64::from(settings.u32_in("records_per_ms", 0..=1_000_000)?),
+            unmap_pct: settings.u32_in("unmap_pct", 0..=100)?,
+        };
+        if can.real_memory {
+            check_guest_fits(&base, settings)?;
+        }
+        Ok(PinningParams { base, aging_ns })
     }
 
-    fn plans(
+    fn plan(
         &self,
-        settings: &Settings,
-        request: &RunRequest,
-        backend: BackendKind,
-    ) -> Result<Vec<(String, PinPlan)>, InputError> {
-        plans(settings, request, backend)
-    }
-
-    fn execute(
-        &self,
-        backend: &mut dyn Backend,
-        plan: &PinPlan,
-    ) -> Result<PinResult, BackendError> {
-        backend.pin_trace(plan)
+        p: &PinningParams,
+        name: &str,
+        _: &RunRequest,
+    ) -> Result<Option<PinPlan>, InputError> {
+        let policy = match name {
+            "eager" => PinPolicy::Eager,
+            "keep" => PinPolicy::Keep,
+            "intersect" => PinPolicy::Intersect,
+            "aging" => PinPolicy::Aging(p.aging_ns),
+            "no-pin" => PinPolicy::NoPin,
+            "gmem-prefault" => PinPolicy::GmemPrefault,
+            _ => return Ok(None),
+        };
+        Ok(Some(PinPlan {
+            policy,
+            ..p.base.clone()
+        }))
     }
 
     fn analyse(&self, o: Observed<'_, PinPlan, PinResult>) -> ScenarioOutcome {

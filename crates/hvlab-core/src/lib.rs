@@ -157,3 +157,50 @@ pub trait Backend {
     /// `memslots`: one VM's memslots added, moved or deleted one by one, each update timed.
     fn update_memslots(&mut self, plan: &MemslotPlan) -> Result<MemslotResult, BackendError>;
 }
+
+/// A plan that knows which [`Backend`] call executes it, so a scenario names its plan type
+/// and nothing else: one execution is one repetition.
+pub trait Execute {
+    /// What one execution returns.
+    type Output;
+
+    /// Executes the plan once on `backend`.
+    fn execute(&self, backend: &mut dyn Backend) -> Result<Self::Output, BackendError>;
+}
+
+/// Each mechanism's plan runs through its one method of [`Backend`].
+macro_rules! executes {
+    ($($plan:ty => $output:ty, $method:ident;)*) => {$(
+        impl Execute for $plan {
+            type Output = $output;
+
+            fn execute(&self, backend: &mut dyn Backend) -> Result<$output, BackendError> {
+                backend.$method(self)
+            }
+        }
+    )*};
+}
+
+executes! {
+    ConstructionPlan => ConstructionTrace, construct_vm;
+    TouchPlan => TouchResult, touch_memory;
+    ExitPlan => ExitResult, exit_roundtrips;
+    PinPlan => PinResult, pin_trace;
+    DirtyPlan => DirtyResult, dirty_log;
+    MemslotPlan => MemslotResult, update_memslots;
+}
+
+impl Execute for PercpuPlan {
+    type Output = PercpuResult;
+
+    /// The scenario is refused before it runs on a backend without the predictor
+    /// ([`Capabilities::percpu`]); this error is for a caller that skipped that check.
+    fn execute(&self, backend: &mut dyn Backend) -> Result<PercpuResult, BackendError> {
+        match backend.percpu() {
+            Some(p) => p.predict_percpu(self),
+            None => Err(BackendError::Unsupported(
+                "per-CPU page tables need a per-vCPU-CR3 guest; use --backend model".into(),
+            )),
+        }
+    }
+}

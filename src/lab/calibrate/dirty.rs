@@ -15,7 +15,8 @@ use crate::backend::Backend;
 use crate::error::Error;
 use crate::model::profile::Profile;
 use crate::record::RunRecord;
-use crate::scenario::dirty;
+use crate::scenario::dirty::{self, Set};
+use crate::scenario::params::sets_of;
 use crate::scenario::runner::Progress;
 
 fn med(r: &RunRecord, variant: &str, metric: &str) -> Option<f64> {
@@ -42,26 +43,27 @@ pub fn calibrate(
     } else {
         (64u64 << 20, 512u64 << 20, 16u64 << 20)
     };
-    let set = |bytes: u64| format!("size={}MiB", bytes >> 20);
+    let a_sets = sets_of(&[Set::SizeMib(big >> 20), Set::Passes(3), Set::Ring(65536)]);
     let a = run(
         backend,
         &dirty::INFO,
         &["bitmap", "ring"],
-        &[set(big).as_str(), "passes=3", "ring=65536"],
+        &a_sets.iter().map(String::as_str).collect::<Vec<_>>(),
         5,
         progress,
     )?;
     let copy = |bytes: u64, backend: &mut dyn Backend| {
+        let copy_sets = sets_of(&[
+            Set::SizeMib(bytes >> 20),
+            Set::Passes(3),
+            Set::Stride(4096),
+            Set::Chunk(262_144),
+        ]);
         run(
             backend,
             &dirty::INFO,
             &["clear"],
-            &[
-                set(bytes).as_str(),
-                "passes=3",
-                "stride=4096",
-                "chunk=262144",
-            ],
+            &copy_sets.iter().map(String::as_str).collect::<Vec<_>>(),
             5,
             progress,
         )

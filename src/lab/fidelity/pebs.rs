@@ -14,6 +14,8 @@ use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
 use crate::backend::host::HostInfo;
 use crate::error::Error;
 use crate::model::profile::Profile;
+use crate::scenario::exits::Set;
+use crate::scenario::params::sets_of;
 
 /// The thread.
 pub struct Pebs;
@@ -41,23 +43,23 @@ impl Thread for Pebs {
     }
 
     fn rows(&self, host: &HostInfo, profile: &Profile, seed: u64) -> Result<Vec<Row>, Error> {
-        let run = |host_pebs: &str| {
+        let run = |host_pebs: bool| {
             super::model_run(
                 host,
                 "exits",
                 profile,
                 &["vpmu-old", "vpmu-new", "pebs-old", "pebs-new"],
-                &[
-                    "iterations=1000".to_string(),
-                    format!("host_pebs={host_pebs}"),
-                    "host_pebs_data_cfg=1".to_string(),
-                ],
+                &sets_of(&[
+                    Set::Iterations(1000),
+                    Set::HostPebs(host_pebs),
+                    Set::HostPebsDataCfg(true),
+                ]),
                 1,
                 seed,
             )
         };
-        let quiet = run("0")?;
-        let busy = run("1")?;
+        let quiet = run(false)?;
+        let busy = run(true)?;
         let m = |r, v, k| super::metric(r, v, k).map(|m| m.median);
         let saved = |r, old, new| -> Result<f64, Error> {
             Ok(m(r, old, "msr_writes_per_roundtrip")? - m(r, new, "msr_writes_per_roundtrip")?)

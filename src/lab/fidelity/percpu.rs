@@ -14,6 +14,8 @@ use crate::backend::host::HostInfo;
 use crate::error::Error;
 use crate::model::profile::Profile;
 use crate::record::RunRecord;
+use crate::scenario::params::sets_of;
+use crate::scenario::percpu::Set;
 
 /// The thread.
 pub struct Percpu;
@@ -21,7 +23,7 @@ pub struct Percpu;
 /// The thread's machine.
 const PROFILE: &str = "arm64-server-160";
 /// Its CPUs ("160 core AmpereOne machine").
-const CPUS: &str = "cpus=160";
+const CPUS: u32 = 160;
 
 /// The thread's two experiments: the cover letter's benchmarks (kernel build, vm, mmapfork)
 /// and its regression tests (memcg creation, fork).
@@ -58,13 +60,13 @@ impl Thread for Percpu {
     }
 
     fn rows(&self, host: &HostInfo, profile: &Profile, seed: u64) -> Result<Vec<Row>, Error> {
-        let run = |workload: &str| {
+        let run = |workload: &'static str| {
             super::model_run(
                 host,
                 "percpu",
                 profile,
                 &["offset", "local-map"],
-                &[CPUS.to_string(), format!("workload={workload}")],
+                &sets_of(&[Set::Cpus(CPUS), Set::Workload(workload)]),
                 1,
                 seed,
             )
@@ -221,10 +223,7 @@ mod tests {
                 "percpu",
                 &profile,
                 &["offset", "local-map"],
-                &[
-                    format!("cpus={cpus}"),
-                    "workload=stress-ng-fork".to_string(),
-                ],
+                &sets_of(&[Set::Cpus(cpus), Set::Workload("stress-ng-fork")]),
                 1,
                 1,
             )

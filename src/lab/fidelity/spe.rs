@@ -14,6 +14,8 @@ use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
 use crate::backend::host::HostInfo;
 use crate::error::Error;
 use crate::model::profile::Profile;
+use crate::scenario::params::sets_of;
+use crate::scenario::pinning::Set;
 
 /// The thread.
 pub struct Spe;
@@ -52,18 +54,18 @@ impl Thread for Spe {
     }
 
     fn rows(&self, host: &HostInfo, profile: &Profile, seed: u64) -> Result<Vec<Row>, Error> {
-        let run = |buffer: &str, variants: &[&str], extra: &[&str]| {
+        let run = |buffer_mib: u32, variants: &[&str], extra: &[Set]| {
             let mut sets = vec![
-                format!("buffer={buffer}"),
-                "slices=100".to_string(),
-                "mode=per-task".to_string(),
+                Set::BufferMib(buffer_mib),
+                Set::Slices(100),
+                Set::PerTask(true),
             ];
-            sets.extend(extra.iter().map(ToString::to_string));
-            super::model_run(host, "pinning", profile, variants, &sets, 1, seed)
+            sets.extend_from_slice(extra);
+            super::model_run(host, "pinning", profile, variants, &sets_of(&sets), 1, seed)
         };
         // The 256 MiB setup once, pinned per enable and not pinned.
-        let large = run("256MiB", &["eager", "no-pin"], &["records_per_ms=0"])?;
-        let small = run("4MiB", &["eager"], &[])?;
+        let large = run(256, &["eager", "no-pin"], &[Set::RecordsPerMs(0)])?;
+        let small = run(4, &["eager"], &[])?;
         // `perf record ... -- perf stat true` at 256 MiB: the thread gives that run's switch
         // count only at 4 MiB (71 in the guest), so the model takes 71.
         let stat = super::model_run(
@@ -71,12 +73,12 @@ impl Thread for Spe {
             "pinning",
             profile,
             &["eager"],
-            &[
-                "buffer=256MiB".to_string(),
-                format!("slices={PERF_STAT_SWITCHES}"),
-                "mode=per-task".to_string(),
-                "records_per_ms=0".to_string(),
-            ],
+            &sets_of(&[
+                Set::BufferMib(256),
+                Set::Slices(PERF_STAT_SWITCHES),
+                Set::PerTask(true),
+                Set::RecordsPerMs(0),
+            ]),
             1,
             seed,
         )?;

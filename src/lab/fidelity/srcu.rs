@@ -9,9 +9,12 @@
 
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
 use crate::backend::host::HostInfo;
+use crate::backend::lifecycle::Strategy;
 use crate::error::Error;
 use crate::model::profile::Profile;
 use crate::record::RunRecord;
+use crate::scenario::lifecycle::Set;
+use crate::scenario::params::sets_of;
 
 /// The thread.
 pub struct Srcu;
@@ -25,7 +28,7 @@ const VMS: u32 = 200;
 fn run(
     host: &HostInfo,
     profile: &Profile,
-    strategy: &str,
+    strategy: Strategy,
     hz: Option<u32>,
     seed: u64,
 ) -> Result<RunRecord, Error> {
@@ -36,7 +39,7 @@ fn run(
 fn run_vcpus(
     host: &HostInfo,
     profile: &Profile,
-    strategy: &str,
+    strategy: Strategy,
     vcpus: u32,
     seed: u64,
 ) -> Result<RunRecord, Error> {
@@ -46,24 +49,24 @@ fn run_vcpus(
 fn run_with(
     host: &HostInfo,
     profile: &Profile,
-    strategy: &str,
+    strategy: Strategy,
     hz: Option<u32>,
     vcpus: u32,
     seed: u64,
 ) -> Result<RunRecord, Error> {
     let mut sets = vec![
-        format!("strategy={strategy}"),
-        format!("vcpus={vcpus}"),
-        "spacing=independent".to_string(),
+        Set::Strategy(strategy),
+        Set::Vcpus(vcpus),
+        Set::BackToBack(false),
     ];
     // The profile's own HZ (100) unless the row needs another.
-    sets.extend(hz.map(|hz| format!("hz={hz}")));
+    sets.extend(hz.map(Set::Hz));
     super::model_run(
         host,
         "lifecycle",
         profile,
         &["firecracker-order"],
-        &sets,
+        &sets_of(&sets),
         VMS,
         seed,
     )
@@ -111,14 +114,14 @@ impl Thread for Srcu {
     }
 
     fn rows(&self, host: &HostInfo, profile: &Profile, seed: u64) -> Result<Vec<Row>, Error> {
-        let after = run(host, profile, "always-defer", None, seed)?;
-        let before = run(host, profile, "always-sync", None, seed)?;
-        let after_1000 = run(host, profile, "always-defer", Some(1000), seed)?;
-        let before_1000 = run(host, profile, "always-sync", Some(1000), seed)?;
+        let after = run(host, profile, Strategy::AlwaysDefer, None, seed)?;
+        let before = run(host, profile, Strategy::AlwaysSync, None, seed)?;
+        let after_1000 = run(host, profile, Strategy::AlwaysDefer, Some(1000), seed)?;
+        let before_1000 = run(host, profile, Strategy::AlwaysSync, Some(1000), seed)?;
         let (a, b) = (first_vcpu(&after)?, first_vcpu(&before)?);
         let (a1000, b1000) = (first_vcpu(&after_1000)?, first_vcpu(&before_1000)?);
-        let before2 = run_vcpus(host, profile, "always-sync", 2, seed)?;
-        let after2 = run_vcpus(host, profile, "always-defer", 2, seed)?;
+        let before2 = run_vcpus(host, profile, Strategy::AlwaysSync, 2, seed)?;
+        let after2 = run_vcpus(host, profile, Strategy::AlwaysDefer, 2, seed)?;
         let setup = |what: &str, hz: u32| {
             format!("Firecracker order on x86 VMX, HZ={hz}, {what}; {VMS} microVMs")
         };
@@ -309,7 +312,7 @@ mod tests {
         let host = crate::backend::host::probe_with(String::new(), Default::default());
         let mut p = super::super::profile(PROFILE).unwrap();
         p.costs.get_mut("srcu_timer_cpu_busy").unwrap().value = 0.0;
-        let after = run(&host, &p, "always-defer", None, 1).unwrap();
+        let after = run(&host, &p, Strategy::AlwaysDefer, None, 1).unwrap();
         let a = first_vcpu(&after).unwrap();
         assert!(a.max < 25.182, "{}", a.max);
         assert!(a.min < 10.0, "{}", a.min);
