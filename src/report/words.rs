@@ -359,10 +359,8 @@ pub fn noise_line(n: &crate::backend::noise::Noise) -> String {
     )
 }
 
-/// A size in bytes with a binary unit, three significant digits (`80.3 GiB`, `412 KiB`).
-pub fn bytes(n: u64) -> String {
-    crate::analysis::quantity::bytes(n)
-}
+/// Sizes in bytes read as the one formatter writes them (`80.3 GiB`, `412 KiB`).
+pub use crate::analysis::quantity::bytes;
 
 /// `412 KiB`, or `400–412 KiB` when the two ends differ.
 #[allow(clippy::cast_precision_loss)] // sizes: precision beyond 2^53 bytes is not shown
