@@ -131,6 +131,21 @@ fn busy_cpu_fraction(n: u32, late_ns: f64) -> (f64, Vec<f64>) {
     (late as f64 / f64::from(n.max(1)), overshoot)
 }
 
+/// Quartiles of times on a circle of `period` ns (phases against a tick): unwrapped around
+/// their circular mean, so a cluster that straddles the tick is not split in two.
+fn circular_quartiles(values: &[f64], period: f64) -> [f64; 3] {
+    let turn = std::f64::consts::TAU / period;
+    let (sin, cos) = values.iter().fold((0.0, 0.0), |(s, c), v| {
+        (s + (v * turn).sin(), c + (v * turn).cos())
+    });
+    let centre = sin.atan2(cos).rem_euclid(std::f64::consts::TAU) / turn;
+    let unwrapped: Vec<f64> = values
+        .iter()
+        .map(|v| centre + (v - centre + period / 2.0).rem_euclid(period) - period / 2.0)
+        .collect();
+    quartiles(&unwrapped)
+}
+
 /// Sets a measured fraction, 0 included (an idle host is a measurement too).
 fn put_measured_fraction(p: &mut Profile, key: &str, value: f64, provenance: String) {
     if value.is_finite() && (0.0..=1.0).contains(&value) {
@@ -315,6 +330,30 @@ fn lifecycle_costs(
             spread(q, 1.0, "ns", gaps.len())
         )),
     );
+    // Where the ticks fall when a back-to-back build starts (the VMM's teardown and setup
+    // between builds decide it): the time since the last tick at each KVM_CREATE_VM, over every
+    // build of both variants. A property of the VMM and the host's tick, not of a stall.
+    let jiffy_ns = 1e9 / f64::from(backend.host().hz.max(1));
+    let phases: Vec<f64> = ["memslots-first", "irqchip-first"]
+        .iter()
+        .filter_map(|v| metric(&lc, v, "tick_phase_ms").ok())
+        .flat_map(|m| m.samples.iter().map(|ms| ms * 1e6))
+        .collect();
+    if !phases.is_empty() {
+        let q = circular_quartiles(&phases, jiffy_ns);
+        let from = tag(&format!(
+            "lifecycle memslots-first and irqchip-first, time since the last tick (CLOCK_MONOTONIC - CLOCK_MONOTONIC_COARSE) at each back-to-back KVM_CREATE_VM, modulo the {:.0} us jiffy: {}",
+            jiffy_ns / 1e3,
+            spread(q, 1.0, "ns", phases.len())
+        ));
+        p.set(
+            "build_tick_phase_ns",
+            q[1].rem_euclid(jiffy_ns),
+            "ns",
+            from.clone(),
+        );
+        p.set("build_tick_phase_iqr_ns", q[2] - q[0], "ns", from);
+    }
     Ok(())
 }
 
@@ -516,4 +555,22 @@ fn pin_costs(p: &mut Profile, tag: &dyn Fn(&str) -> String, pin_bytes: usize) ->
         )),
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::circular_quartiles;
+
+    #[test]
+    fn phases_that_straddle_the_tick_stay_one_cluster() {
+        // 3.9, 3.95, 0.05 and 0.1 ms after a tick of 4 ms: one cluster 0.2 ms wide around the
+        // tick, not two at the ends of the jiffy.
+        let q = circular_quartiles(&[3.9e6, 3.95e6, 0.05e6, 0.1e6, 4.0e6], 4e6);
+        assert!(q[2] - q[0] < 0.3e6, "{q:?}");
+        let median = q[1].rem_euclid(4e6);
+        assert!(!(0.2e6..3.8e6).contains(&median), "{q:?}");
+        // A cluster in the middle of the jiffy is left as it is.
+        let q = circular_quartiles(&[1.9e6, 2.0e6, 2.1e6], 4e6);
+        assert!((q[1] - 2.0e6).abs() < 1.0, "{q:?}");
+    }
 }

@@ -156,7 +156,7 @@ static PARAMS: [ParamInfo; 10] = [
     },
 ];
 
-static METRICS: [MetricInfo; 7] = [
+static METRICS: [MetricInfo; 9] = [
     MetricInfo {
         name: "ready_ms",
         unit: "ms",
@@ -171,6 +171,16 @@ static METRICS: [MetricInfo; 7] = [
         name: "stalls",
         unit: "count",
         doc: "SRCU stalls per VM: ioctls that can wait for kvm->srcu on this kernel, slower than their unstalled baseline by more than half a jiffy while a grace period was in flight",
+    },
+    MetricInfo {
+        name: "between_builds_ms",
+        unit: "ms",
+        doc: "the VMM's time from the previous build's last step to this build's KVM_CREATE_VM (teardown and setup): where the timer ticks fall for this build's grace periods, per VM built back to back",
+    },
+    MetricInfo {
+        name: "tick_phase_ms",
+        unit: "ms",
+        doc: "time from the last timer tick to KVM_CREATE_VM (CLOCK_MONOTONIC less CLOCK_MONOTONIC_COARSE on kvm; the model's own ticks): SRCU's delayed work fires on ticks, so this sets a stall's length, per VM",
     },
     MetricInfo {
         name: "boot.ioeventfd_us",
@@ -377,6 +387,12 @@ fn analyse_variant(
         }
         for (ioctl, ns) in per_ioctl {
             series.push(&format!("ioctl.{ioctl}_ms"), "ms", ms(ns));
+        }
+        if let Some(gap) = trace.since_last_ns {
+            series.push("between_builds_ms", "ms", ms(gap));
+        }
+        if let Some(phase) = trace.tick_phase_ns {
+            series.push("tick_phase_ms", "ms", ms(phase));
         }
         if let Some((registrations, memslot)) = boot_phase(trace) {
             if !registrations.is_empty() {
@@ -794,6 +810,8 @@ mod tests {
             ready_ns: t,
             kvm_stats: vec![("kvm.vcpu.io_exits".into(), "count".into(), 1)],
             srcu_effects: Vec::new(),
+            since_last_ns: None,
+            tick_phase_ns: None,
         }
     }
 

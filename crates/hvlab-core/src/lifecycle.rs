@@ -216,6 +216,25 @@ pub struct ConstructionTrace {
     /// What each ioctl did to SRCU, when the backend knows exactly (the model); empty: the
     /// kernel's semantics decide, by ioctl and flags ([`SrcuKernel`]).
     pub srcu_effects: Vec<SrcuEffect>,
+    /// Time from the end of the previous build's last step on the same backend to this
+    /// build's `KVM_CREATE_VM`, ns: the VMM tearing that VM down and setting this one up. It
+    /// sets where the timer ticks fall when this build's grace periods start (`None`: the
+    /// first build, or builds that are not back to back).
+    pub since_last_ns: Option<u64>,
+    /// Time from the last timer tick to `KVM_CREATE_VM`, ns, where the backend can see the
+    /// ticks (`None`: it cannot).
+    pub tick_phase_ns: Option<u64>,
+}
+
+impl ConstructionTrace {
+    /// When the build's last step ended, on its own clock (ns since `KVM_CREATE_VM`).
+    #[must_use]
+    pub fn end_ns(&self) -> u64 {
+        self.ioctls
+            .iter()
+            .map(|e| e.start_ns + e.dur_ns)
+            .fold(self.ready_ns, u64::max)
+    }
 }
 
 #[cfg(test)]

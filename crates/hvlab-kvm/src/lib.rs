@@ -99,6 +99,9 @@ const KVM_API_VERSION: i32 = 12;
 pub struct KvmBackend {
     kvm: Kvm,
     host: host::HostInfo,
+    /// When the last VM this backend built finished its last step (the next build's
+    /// `since_last_ns` is measured from it).
+    last_build_end: Option<std::time::Instant>,
 }
 
 impl KvmBackend {
@@ -107,6 +110,7 @@ impl KvmBackend {
         Ok(KvmBackend {
             kvm: open_kvm()?,
             host,
+            last_build_end: None,
         })
     }
 }
@@ -125,7 +129,10 @@ impl crate::backend::Backend for KvmBackend {
         plan: &crate::backend::lifecycle::ConstructionPlan,
     ) -> Result<crate::backend::lifecycle::ConstructionTrace, crate::backend::error::BackendError>
     {
-        Ok(lifecycle::construct(&self.kvm, plan)?)
+        let (mut trace, clock) = lifecycle::construct(&self.kvm, plan)?;
+        trace.since_last_ns = self.last_build_end.map(|end| vm::ns_since(end, clock));
+        self.last_build_end = clock.checked_add(std::time::Duration::from_nanos(trace.end_ns()));
+        Ok(trace)
     }
 
     fn touch_memory(

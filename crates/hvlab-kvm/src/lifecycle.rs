@@ -49,7 +49,12 @@ fn boot_steps_of(plan: &ConstructionPlan) -> &[Step] {
 /// Guest memory is mapped and the payload written before the clock starts: that is VMM work
 /// independent of the order under test. Orders with boot steps run a long-mode guest that keeps
 /// spinning after its signal, on this thread, while a second thread does the boot steps.
-pub fn construct(kvm: &Kvm, plan: &ConstructionPlan) -> Result<ConstructionTrace, KvmError> {
+/// Returns the trace and the VM's clock origin (the instant of `KVM_CREATE_VM`), from which
+/// the caller measures the time between back-to-back builds.
+pub fn construct(
+    kvm: &Kvm,
+    plan: &ConstructionPlan,
+) -> Result<(ConstructionTrace, Instant), KvmError> {
     // Present exactly when the order boots. Declared before the VM so it is unmapped after the
     // VM (and its memslot) is gone.
     let boot_memory = if boot_steps_of(plan).is_empty() {
@@ -131,12 +136,18 @@ pub fn construct(kvm: &Kvm, plan: &ConstructionPlan) -> Result<ConstructionTrace
         })
         .collect();
     ioctls.sort_by_key(|e| e.start_ns);
-    Ok(ConstructionTrace {
-        ioctls,
-        ready_ns,
-        kvm_stats,
-        srcu_effects: Vec::new(),
-    })
+    let clock = vm.clock();
+    Ok((
+        ConstructionTrace {
+            ioctls,
+            ready_ns,
+            kvm_stats,
+            srcu_effects: Vec::new(),
+            since_last_ns: None,
+            tick_phase_ns: Some(vm.tick_phase_ns()),
+        },
+        clock,
+    ))
 }
 
 /// The statistics a fresh VM or vCPU accumulated since it was created (they start at zero).
@@ -199,7 +210,9 @@ fn run_while_booting(
                 // SAFETY: the vCPU thread outlives this scope; the kick signal has a no-op
                 // handler installed by the runner's watchdog.
                 unsafe { libc::pthread_kill(vcpu_thread, kick_signal()) };
-                std::thread::sleep(Duration::from_millis(1));
+                // Short: the time until the next build starts sets where its ticks fall, and
+                // the vCPU is usually out after the first kick.
+                std::thread::sleep(Duration::from_micros(50));
             }
             out
         });

@@ -45,7 +45,56 @@ pub struct Vm {
     /// What this host's KVM supports, given to every vCPU as its CPUID.
     cpuid: CpuId,
     clock: Instant,
+    /// Time since the last timer tick when the clock started (see [`since_last_tick_ns`]).
+    tick_phase_ns: u64,
     log: Vec<TimedIoctl>,
+}
+
+/// Time since the last timer tick, ns. `CLOCK_MONOTONIC_COARSE` is the time of the last
+/// timekeeping update, which the tick makes (`tick_do_update_jiffies64()` →
+/// `update_wall_time()`) but in whole tick lengths from the clocksource's own origin
+/// (`timekeeping_advance()` keeps the remainder): it lags the tick by a constant, measured
+/// once ([`coarse_lag_ns`]). Where a build starts against the tick decides how long its grace
+/// periods wait, since SRCU's delayed work fires on ticks.
+pub(crate) fn since_last_tick_ns() -> u64 {
+    let lag = coarse_lag_ns();
+    let (fine, coarse) = fine_and_coarse_ns();
+    u64::try_from((fine - coarse - lag).max(0)).unwrap_or(0)
+}
+
+fn fine_and_coarse_ns() -> (i128, i128) {
+    use rustix::time::{ClockId, clock_gettime};
+    let ns =
+        |t: rustix::time::Timespec| i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec);
+    let coarse = clock_gettime(ClockId::MonotonicCoarse);
+    let fine = clock_gettime(ClockId::Monotonic);
+    (ns(fine), ns(coarse))
+}
+
+/// How far `CLOCK_MONOTONIC_COARSE` lags the tick that updated it: `fine - coarse` seen just
+/// after the coarse clock steps (a tick just happened), the least of a few steps (the first
+/// look after a step is late by the loop's own time at most). Spins for a few ticks, once per
+/// process.
+fn coarse_lag_ns() -> i128 {
+    static LAG: std::sync::OnceLock<i128> = std::sync::OnceLock::new();
+    *LAG.get_or_init(|| {
+        let deadline = Instant::now() + std::time::Duration::from_millis(60);
+        let (_, mut last) = fine_and_coarse_ns();
+        let mut lag: Option<i128> = None;
+        let mut steps = 0;
+        while steps < 4 && Instant::now() < deadline {
+            let (fine, coarse) = fine_and_coarse_ns();
+            if coarse != last {
+                // The first step may be seen late (the loop started mid-jiffy): skip it.
+                if steps > 0 {
+                    lag = Some(lag.map_or(fine - coarse, |l| l.min(fine - coarse)));
+                }
+                steps += 1;
+                last = coarse;
+            }
+        }
+        lag.unwrap_or(0)
+    })
 }
 
 /// ns from `clock` to `t` (0 if `t` is earlier).
@@ -104,6 +153,7 @@ impl Vm {
         let cpuid = kvm
             .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
             .map_err(crate::ioctl_error("KVM_GET_SUPPORTED_CPUID"))?;
+        let tick_phase_ns = since_last_tick_ns();
         let clock = Instant::now();
         let fd = kvm
             .create_vm()
@@ -116,6 +166,7 @@ impl Vm {
             memory: Vec::new(),
             cpuid,
             clock,
+            tick_phase_ns,
             log: vec![TimedIoctl {
                 name: "KVM_CREATE_VM",
                 start_ns: 0,
@@ -330,6 +381,11 @@ impl Vm {
     /// vCPU `index`, to run.
     pub fn vcpu_mut(&mut self, index: usize) -> Option<&mut VcpuFd> {
         self.vcpus.get_mut(index)
+    }
+
+    /// Time since the last timer tick when `KVM_CREATE_VM` was issued, ns.
+    pub fn tick_phase_ns(&self) -> u64 {
+        self.tick_phase_ns
     }
 
     /// The clock every timing of this VM counts from (just before `KVM_CREATE_VM`).

@@ -521,6 +521,10 @@ pub struct LifecycleCosts {
     regs: u64,
     first_run: u64,
     gap: u64,
+    /// Where back-to-back builds start against the tick on a measured host: the time since
+    /// the last tick at `KVM_CREATE_VM`, median and interquartile range, ns (`None`: not
+    /// measured; each build starts where the last ended).
+    build_tick_phase: Option<(u64, u64)>,
 }
 
 fn ns(p: &Profile, key: &str) -> Result<u64, ProfileError> {
@@ -551,6 +555,16 @@ impl LifecycleCosts {
             regs: ns(p, "ioctl_regs_ns")?,
             first_run: ns(p, "first_run_ns")?,
             gap: ns(p, "vmm_gap_ns")?,
+            build_tick_phase: match (
+                p.costs.contains_key("build_tick_phase_ns"),
+                p.costs.contains_key("build_tick_phase_iqr_ns"),
+            ) {
+                (true, true) => Some((
+                    ns(p, "build_tick_phase_ns")?,
+                    ns(p, "build_tick_phase_iqr_ns")?,
+                )),
+                _ => None,
+            },
         })
     }
 
@@ -576,6 +590,19 @@ impl LifecycleCosts {
     /// One jiffy.
     pub fn jiffy_ns(&self) -> u64 {
         1_000_000_000 / self.hz
+    }
+
+    /// Where a back-to-back build starts on a measured host: the time since the last tick, a
+    /// uniform draw with the measured median and interquartile range (`[m - iqr, m + iqr]`
+    /// has that IQR), within one jiffy.
+    fn draw_build_tick_phase(&self, rng: &mut ChaCha8Rng) -> Option<u64> {
+        let (median, iqr) = self.build_tick_phase?;
+        let since_tick = if iqr == 0 {
+            median
+        } else {
+            rng.random_range(median.saturating_sub(iqr)..=median + iqr)
+        };
+        Some(since_tick % self.jiffy_ns())
     }
 }
 
@@ -675,7 +702,9 @@ impl Timeline<'_> {
 /// Where the ticks fall for the next VM when VMs are built back to back: the phase the last
 /// build left. A stall ends just after a tick, so the next build starts at a fixed point of
 /// the jiffy, and its stall has the same length — which is why repeated builds on one host
-/// stall for nearly the same time every repetition.
+/// stall for nearly the same time every repetition. The VMM's teardown and setup between
+/// builds move that point: a calibrated profile gives where this host's builds start
+/// (`build_tick_phase_ns`), and back-to-back builds start there instead.
 #[derive(Debug, Clone, Default)]
 pub struct BackToBack {
     next_phase_ns: Option<u64>,
@@ -694,8 +723,18 @@ pub fn construct(
 ) -> ConstructionTrace {
     let jiffy = costs.jiffy_ns();
     let drawn = rng.random_range(0..jiffy);
-    let phase = match series.next_phase_ns {
-        Some(p) if plan.back_to_back => p % jiffy,
+    // Ticks fall at `phase + k × jiffy`: a build starting `s` after a tick has its next tick
+    // `jiffy - s` away.
+    let measured = if plan.back_to_back {
+        costs
+            .draw_build_tick_phase(rng)
+            .map(|since_tick| (jiffy - since_tick) % jiffy)
+    } else {
+        None
+    };
+    let phase = match (measured, series.next_phase_ns) {
+        (Some(p), _) => p,
+        (None, Some(p)) if plan.back_to_back => p % jiffy,
         _ => drawn,
     };
     let seed = rng.random::<u64>();
@@ -785,6 +824,10 @@ pub fn construct(
         ready_ns,
         kvm_stats: Vec::new(),
         srcu_effects: t.effects,
+        // The model does not time the VMM between builds.
+        since_last_ns: None,
+        // The build starts `phase` before a tick: the last tick was `jiffy - phase` ago.
+        tick_phase_ns: Some((jiffy - phase) % jiffy),
     }
 }
 
@@ -888,6 +931,54 @@ mod tests {
         assert!(longest > 7 * costs.jiffy_ns() / 4, "{longest}");
         plan.back_to_back = false;
         assert!(spread(&plan).0 > costs.jiffy_ns() / 2);
+    }
+
+    #[test]
+    fn a_measured_start_against_the_tick_sets_where_back_to_back_builds_stall() {
+        let mut p = Profile::load("pvm-epyc").unwrap();
+        let plan = ConstructionPlan {
+            steps: vec![
+                Step::CreateVm,
+                Step::Irqchip,
+                Step::Memslot,
+                Step::Vcpus,
+                Step::Run,
+            ],
+            vcpus: 1,
+            devices: 0,
+            mem_bytes: 1 << 24,
+            run_timeout: std::time::Duration::from_secs(1),
+            strategy: Strategy::AlwaysDefer,
+            hz: None,
+            boot_ms: 0,
+            back_to_back: true,
+            reader_pct: 0,
+        };
+        let jiffy = LifecycleCosts::from_profile(&p, None).unwrap().jiffy_ns();
+        // Builds that start `since_tick` after a tick: the stall of the memslot (ioctl 2) and
+        // the phase the trace reports, from the fifth build on.
+        let mut at = |since_tick: u64| {
+            p.set("build_tick_phase_ns", since_tick as f64, "ns", "test");
+            p.set("build_tick_phase_iqr_ns", 0.0, "ns", "test");
+            let costs = LifecycleCosts::from_profile(&p, None).unwrap();
+            let (mut r, mut series) = (rng(5), BackToBack::default());
+            let traces: Vec<ConstructionTrace> = (0..5)
+                .map(|_| construct(&costs, &plan, &mut r, &mut series))
+                .collect();
+            let last = &traces[4];
+            (last.ioctls[2].dur_ns, last.tick_phase_ns)
+        };
+        let (early, early_phase) = at(jiffy / 10);
+        let (late, late_phase) = at(jiffy / 2);
+        assert_eq!(early_phase, Some(jiffy / 10));
+        assert_eq!(late_phase, Some(jiffy / 2));
+        // The grace period's work fires on the second tick after the registration: a build
+        // that starts later in the jiffy waits that much less.
+        let shift = early - late;
+        assert!(
+            shift.abs_diff(jiffy / 2 - jiffy / 10) < jiffy / 50,
+            "{early} vs {late}"
+        );
     }
 
     #[test]
