@@ -525,6 +525,8 @@ pub struct LifecycleCosts {
     /// the last tick at `KVM_CREATE_VM`, median and interquartile range, ns (`None`: not
     /// measured; each build starts where the last ended).
     build_tick_phase: Option<(u64, u64)>,
+    /// `KVM_SET_CPUID2` per vCPU, where the profile prices it (x86 VMMs issue it).
+    cpuid: Option<u64>,
 }
 
 fn ns(p: &Profile, key: &str) -> Result<u64, ProfileError> {
@@ -564,6 +566,10 @@ impl LifecycleCosts {
                     ns(p, "build_tick_phase_iqr_ns")?,
                 )),
                 _ => None,
+            },
+            cpuid: match p.costs.contains_key("ioctl_cpuid_ns") {
+                true => Some(ns(p, "ioctl_cpuid_ns")?),
+                false => None,
             },
         })
     }
@@ -787,6 +793,10 @@ pub fn construct(
                         }
                         t.repeated(X86_ADDRESS_SPACES, Timeline::memslot_swap)
                     });
+                    // The VMM gives each vCPU its CPUID, as every x86 VMM does.
+                    if let Some(cpuid) = costs.cpuid {
+                        t.ioctl("KVM_SET_CPUID2", cpuid, |_| 0);
+                    }
                 }
             }
             Step::Ioeventfds | Step::BootIoeventfds => {
