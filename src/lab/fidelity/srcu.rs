@@ -314,6 +314,32 @@ mod tests {
         }
     }
 
+    /// An idle registration before 7d9a0273 is the ioctl's own work and an expedited grace
+    /// period on idle SRCU: one hand-off on the caller's CPU (the grace-period work) and two
+    /// across CPUs (callback invocation on the boot CPU's srcu_data, the caller's wake-up).
+    #[test]
+    fn an_idle_registration_pays_one_local_hand_off_and_two_across_cpus() {
+        let host = crate::backend::host::probe_with(String::new(), Default::default());
+        let p = super::super::profile(PROFILE).unwrap();
+        let rows = Srcu.rows(&host, &p, 1).unwrap();
+        let us = |k: &str| p.get(k, "test").unwrap() / 1e3;
+        let expected =
+            us("ioctl_ioeventfd_ns") + us("srcu_local_handoff_ns") + 2.0 * us("srcu_wakeup_ns");
+        for quantity in [
+            "registration before 7d9a0273, most common",
+            "registration before 7d9a0273, longest",
+        ] {
+            let row = rows.iter().find(|r| r.quantity.contains(quantity)).unwrap();
+            assert!(
+                (row.model.median - expected).abs() < 0.01,
+                "{row:#?} vs {expected}"
+            );
+        }
+        // Cheaper than three hand-offs across CPUs, the price before the local one was told
+        // apart.
+        assert!(expected < us("ioctl_ioeventfd_ns") + 3.0 * us("srcu_wakeup_ns"));
+    }
+
     /// On an idle host (no busy CPU) the wait is the timer alone: 1-2 jiffies after the
     /// irqchip, so the vCPU, starting a little later, can wait a hair under one grace period
     /// and never reaches 2.5 jiffies. The busy host is what the thread's figures need.
