@@ -218,6 +218,7 @@ const LATER_KEYS: &[(&str, Range)] = &[
     ("stage2_map_page_ns", Range::Real(0.0, MAX_NS)),
     ("pmbirq_latency_ns", Range::Real(0.0, MAX_NS)),
     ("memslot_node_ns", Range::Real(0.0, MAX_NS)),
+    ("srcu_local_handoff_ns", Range::Real(0.0, MAX_NS)),
 ];
 
 /// Built-in profiles: (name, TOML).

@@ -97,8 +97,11 @@ pub struct Srcu {
     jiffy_ns: u64,
     /// Ticks fall at `phase_ns + k × jiffy_ns`.
     phase_ns: u64,
-    /// A hand-off to a sleeping task: a workqueue item starting, a synchronizer waking.
+    /// A hand-off to a sleeping task on another CPU: a workqueue item starting there, a
+    /// synchronizer woken from there.
     wakeup_ns: u64,
+    /// A hand-off on the CPU that queues the work (see [`Srcu::queue_work`]).
+    local_handoff_ns: u64,
     /// How often the CPU a grace-period timer fires on is running another task.
     timer_cpu_busy: f64,
     completed: u64,
@@ -140,6 +143,7 @@ impl Srcu {
             jiffy_ns,
             phase_ns: phase_ns % jiffy_ns,
             wakeup_ns,
+            local_handoff_ns: wakeup_ns,
             timer_cpu_busy: 0.0,
             completed: 0,
             state: GpState::Idle,
@@ -169,6 +173,12 @@ impl Srcu {
     /// host): the kworker the timer wakes then waits for that task (see [`Srcu::work_runs`]).
     pub fn set_timer_cpu_busy(&mut self, fraction: f64) {
         self.timer_cpu_busy = fraction.clamp(0.0, 1.0);
+    }
+
+    /// The price of a hand-off on the queuing CPU (see [`Srcu::queue_work`]); until set, the
+    /// same as a hand-off to another CPU.
+    pub fn set_local_handoff(&mut self, ns: u64) {
+        self.local_handoff_ns = ns;
     }
 
     /// `n` vCPUs in `KVM_RUN`, each inside an SRCU read-side section a fraction `occupancy` of
@@ -271,9 +281,21 @@ impl Srcu {
     }
 
     /// `queue_delayed_work()` of the grace-period work: a no-op while it is pending.
+    ///
+    /// With no delay the work goes to the queuing CPU's own pool: `rcu_gp_wq` is a per-CPU
+    /// workqueue (`WQ_MEM_RECLAIM`, not `WQ_UNBOUND`), so `__queue_work()` given
+    /// `WORK_CPU_UNBOUND` picks `raw_smp_processor_id()`. The queuer is the synchronizer
+    /// (`srcu_funnel_gp_start()`, then it sleeps in `wait_for_completion()`) or the kworker
+    /// itself (`srcu_reschedule()` from `process_srcu()`): the kworker runs next on that same
+    /// CPU, a local hand-off with no idle exit and no IPI. Delayed work goes through the timer
+    /// ([`Srcu::work_runs`]).
     fn queue_work(&mut self, t: u64, delay: u64) {
         if self.work_at.is_none() {
-            self.work_at = Some(self.work_runs(t, delay));
+            self.work_at = Some(if delay == 0 {
+                t + self.local_handoff_ns
+            } else {
+                self.work_runs(t, delay)
+            });
         }
     }
 
@@ -496,9 +518,13 @@ impl Srcu {
     }
 
     /// How long an expedited synchronization takes on an idle SRCU with no readers: the
-    /// grace-period work, callback invocation and the caller's wake-up, one hand-off each.
+    /// grace-period work on the caller's CPU (a local hand-off, [`Srcu::queue_work`]), then
+    /// two hand-offs across CPUs: `srcu_gp_end()` queues callback invocation on the boot
+    /// CPU's `srcu_data` (an `SRCU_SIZE_SMALL` srcu_struct keeps every callback there;
+    /// `srcu_schedule_cbs_sdp()` → `queue_work_on(sdp->cpu)`), and `srcu_invoke_callbacks()`
+    /// → `wakeme_after_rcu()` → `complete()` wakes the caller back on its own CPU.
     pub fn idle_expedited_ns(&self) -> u64 {
-        3 * self.wakeup_ns
+        self.local_handoff_ns + 2 * self.wakeup_ns
     }
 }
 
@@ -507,6 +533,9 @@ impl Srcu {
 pub struct LifecycleCosts {
     hz: u64,
     wakeup_ns: u64,
+    /// A hand-off on the same CPU (`srcu_local_handoff_ns`; a profile without it prices it as
+    /// `srcu_wakeup_ns`).
+    local_handoff_ns: u64,
     timer_cpu_busy: f64,
     /// Host CPUs the VMM, its vCPU threads and the kworkers share.
     cores: u32,
@@ -544,6 +573,11 @@ impl LifecycleCosts {
             }
             .max(1),
             wakeup_ns: ns(p, "srcu_wakeup_ns")?,
+            local_handoff_ns: if p.costs.contains_key("srcu_local_handoff_ns") {
+                ns(p, "srcu_local_handoff_ns")?
+            } else {
+                ns(p, "srcu_wakeup_ns")?
+            },
             timer_cpu_busy: p.get("srcu_timer_cpu_busy", "srcu")?,
             cores: 0,
             first_vcpu_adds_memslot: ns(p, "first_vcpu_adds_memslot")? != 0,
@@ -749,6 +783,7 @@ pub fn construct(
         srcu: {
             let mut s = Srcu::new(jiffy, phase, costs.wakeup_ns, seed);
             s.set_timer_cpu_busy(costs.timer_cpu_busy);
+            s.set_local_handoff(costs.local_handoff_ns);
             s
         },
         strategy: plan.strategy,
@@ -874,6 +909,26 @@ mod tests {
                 normal: 0
             }
         );
+    }
+
+    /// The grace-period work runs on the synchronizer's CPU; callback invocation and the
+    /// synchronizer's wake-up cross CPUs (the boot CPU's `srcu_data`).
+    #[test]
+    fn an_idle_expedited_sync_pays_one_local_hand_off_and_two_across_cpus() {
+        let local = 1_000;
+        let mut s = Srcu::new(JIFFY, 1_000_000, WAKE, 0);
+        s.set_local_handoff(local);
+        assert_eq!(s.synchronize_expedited(2_000_000), local + 2 * WAKE);
+        assert_eq!(s.idle_expedited_ns(), local + 2 * WAKE);
+        // A profile that gives the local hand-off prices lifecycle's swaps with it; one that
+        // does not keeps three remote hand-offs.
+        let vmx =
+            LifecycleCosts::from_profile(&Profile::load("intel-spr-vmx").unwrap(), None).unwrap();
+        assert!(vmx.local_handoff_ns < vmx.wakeup_ns);
+        let mut p = Profile::load("intel-spr-vmx").unwrap();
+        p.costs.remove("srcu_local_handoff_ns");
+        let old = LifecycleCosts::from_profile(&p, None).unwrap();
+        assert_eq!(old.local_handoff_ns, old.wakeup_ns);
     }
 
     #[test]

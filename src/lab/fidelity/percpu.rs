@@ -46,8 +46,11 @@ const WHY_FORK: &str = "the thread blames the per-CPU allocations of fork (rss c
      whole chunk is freed; priced that way (every allocated byte's page mapped and unmapped in \
      all 160 tables, plus a broadcast flush: 0.4 us per fork) the upkeep stays below the \
      saving of fork's ~350 this_cpu ops (3.4 us), so the model predicts a gain; it crosses \
-     over only near 1400 CPUs. Whatever else patch 9 (local percpu vm area) adds per \
-     allocation is not described in the thread and is left out";
+     over only near 1400 CPUs. On arm64 fork copies no kernel page table (the kernel's are \
+     TTBR1's, one per CPU, not per mm: pgd_alloc() builds only the user's), and the author \
+     says the allocation fast path \"basically just updates an allocation bitmap\": the \
+     thread gives no per-fork cost that could turn the sign, and whatever else patch 9 (local \
+     percpu vm area) adds per allocation is left out rather than fitted on the 1%";
 
 impl Thread for Percpu {
     fn info(&self) -> &'static ThreadInfo {

@@ -34,10 +34,16 @@ const STAT_256M: &str = "000/perf-stat-true-256MiB";
 const PERF_STAT_SWITCHES: u32 = 71;
 
 const PER_SWITCH_NOTE: &str = "the model prices the stage-1 walk, pin, stage-2 map, unmap and \
-     unpin of the 1024 pages per switch; the guest also pays per switch its SPE driver's \
-     buffer management and trapped PMB* register writes (a few microseconds) and the slowdown \
-     the pins cause everything else (the task ran at 0.068 GHz with SPE vs 0.328 GHz \
-     without), which the model does not price: it stays below the 1.28 ms the runs imply";
+     unpin of the 1024 pages per switch (0.69 ms, its per-page stage-2 price fitted at 256 MiB). \
+     What else the guest pays per switch and the model leaves out is too small to close the \
+     gap: the SPE driver's own work (arm_spe_pmu_stop(): drain, PMBLIMITR_EL1 cleared, \
+     perf_aux_output_end(); arm_spe_pmu_start(): perf_aux_output_begin(), PMBPTR_EL1 and \
+     PMBLIMITR_EL1 written) is a handful of trapped register accesses and AUX-header updates, \
+     microseconds at the profile's 0.5 us per trapped access, against 0.06-0.6 ms missing. The \
+     rest is not a per-switch price the thread gives: the time the pins steal shows as the \
+     task running at 0.068 GHz, and `perf record` also enables and disables the buffer at \
+     the switches of `perf stat` itself, which the 71 (those of `true`) do not count. Left \
+     outside rather than fitted";
 
 const DEBUG_WHY: &str = "the thread measured this on a kernel with lockdep and kmemleak, which \
      instrument every lock and allocation in the pin path; the profile prices a production \
@@ -165,8 +171,14 @@ impl Thread for Spe {
                 Some(
                     "at the 4 s run's 40 ms per switch, 50 s is ~1250 switches, not the 71 the \
                      4 MiB perf-stat run shows: the thread does not give this run's switch count, \
-                     and the model does not make one up (slow pins make the task run longer and \
-                     be switched out more, which the model's fixed trace does not follow)",
+                     and the model does not make one up. The mechanism that multiplies them is \
+                     the scheduler's: the guest (one vCPU, HZ=250) charges the 40 ms a pin \
+                     holds its vCPU in the host to the running task (not steal time: the vCPU \
+                     thread was running), so the tick pending when the vCPU returns \
+                     (sched_tick() → update_curr()) finds the task far past its slice and preempts it for any runnable task, and each \
+                     preemption is another unpin and pin; the thread's RCU stall trace shows \
+                     perf preempted in a page fault the same way. How many times depends on \
+                     what else is runnable in the guest, which the thread does not give",
                 ),
             )
             .of(STAT_256M),
@@ -182,9 +194,13 @@ impl Thread for Spe {
                 ),
                 ModelFigure::of(stat_total, 1e-3, "s"),
                 Some(
-                    "the model has no debug-kernel price; the thread's debug/normal ratio is \
-                     3.6x here (3 min / 50 s) against 5x for perf record ... true (20 s / 4 s), \
-                     which one per-pin cost cannot give both of",
+                    "the model has no debug-kernel price: no source independent of this thread \
+                     gives what lockdep and kmemleak add to pin_user_pages() and the stage-2 \
+                     map and unmap (every lock acquisition checked, every allocation tracked), \
+                     and taking it from the 20 s would fit it on a figure of the same runs; the \
+                     thread's debug/normal ratio is also 3.6x here (3 min / 50 s) against 5x for \
+                     perf record ... true (20 s / 4 s), which one per-pin price cannot give both \
+                     of, and this run's switch count is unknown (the normal-kernel row)",
                 ),
             )
             .of(STAT_256M),

@@ -83,10 +83,16 @@ const WHY_OVER_ONE_GP: &str = "the irqchip's call_srcu() starts a normal grace p
      spans 1-3 jiffies and its shortest over the microVMs stays above one";
 
 /// Why an idle expedited grace period costs what the model says.
-const WHY_REGISTRATION: &str = "an expedited grace period on idle SRCU is three hand-offs to \
-     sleeping tasks (grace-period work, callback invocation, the caller); the profile assumes \
-     5 us per hand-off on a bare-metal server, not measured on the thread's host: the thread's \
-     6 us for the whole registration says a hand-off there costs about 2 us";
+const WHY_REGISTRATION: &str = "an expedited grace period on idle SRCU is the grace-period \
+     work on the caller's own CPU (rcu_gp_wq is per-CPU: srcu_funnel_gp_start() → \
+     queue_delayed_work() with no delay picks the queuing CPU; a local hand-off, ~1.1 us from \
+     a bare-metal pinned ping-pong), then two hand-offs across CPUs: srcu_gp_end() queues \
+     callback invocation on the boot CPU's srcu_data (SRCU_SIZE_SMALL), and \
+     srcu_invoke_callbacks() → complete() wakes the caller back, each priced at the profile's \
+     assumed 5 us wake-up of an idle core (not measured on the thread's host). ~6 us for the \
+     whole registration needs the VMM thread on the boot CPU (every hand-off local, ~3.4 us in \
+     all) or cross-CPU wake-ups near 2 us: the thread says neither, so the model keeps the \
+     general case";
 
 /// The second `KVM_CREATE_VCPU` of each VM, ms: the run reports both vCPUs' time as one
 /// metric, so the second is that less the first of the one-vCPU run of the same seed (the
@@ -206,9 +212,13 @@ impl Thread for Srcu {
                 ),
                 ModelFigure::from_values(&[second_before.median, second_after.median], "ms"),
                 Some(
-                    "the second vCPU waits for nothing in either kernel; its time is the \
-                     profile's assumed vCPU creation cost (intel-spr-vmx, a bare-metal \
-                     estimate), not measured on the thread's host",
+                    "the second vCPU waits for nothing in either kernel; its time is \
+                     kvm_vm_ioctl_create_vcpu() → kvm_arch_vcpu_create() (the vCPU, its VMCS, \
+                     MMU and LAPIC pages, the guest FPU state, the vCPU fd), priced at the \
+                     profile's assumed 80 us (intel-spr-vmx, a bare-metal estimate); no \
+                     independent VMX figure is at hand: on this PVM host, loaded, the second \
+                     vCPU of firecracker-order measured ~55 us (medians of 10 VMs with 2 and \
+                     1 vCPUs, 0.142 and 0.087 ms), nested and not the thread's machine",
                 ),
             )
             .of(STRACE_100),
@@ -302,6 +312,32 @@ mod tests {
                 .unwrap();
             assert_eq!(row.agreement, super::super::Agreement::Within, "{row:#?}");
         }
+    }
+
+    /// An idle registration before 7d9a0273 is the ioctl's own work and an expedited grace
+    /// period on idle SRCU: one hand-off on the caller's CPU (the grace-period work) and two
+    /// across CPUs (callback invocation on the boot CPU's srcu_data, the caller's wake-up).
+    #[test]
+    fn an_idle_registration_pays_one_local_hand_off_and_two_across_cpus() {
+        let host = crate::backend::host::probe_with(String::new(), Default::default());
+        let p = super::super::profile(PROFILE).unwrap();
+        let rows = Srcu.rows(&host, &p, 1).unwrap();
+        let us = |k: &str| p.get(k, "test").unwrap() / 1e3;
+        let expected =
+            us("ioctl_ioeventfd_ns") + us("srcu_local_handoff_ns") + 2.0 * us("srcu_wakeup_ns");
+        for quantity in [
+            "registration before 7d9a0273, most common",
+            "registration before 7d9a0273, longest",
+        ] {
+            let row = rows.iter().find(|r| r.quantity.contains(quantity)).unwrap();
+            assert!(
+                (row.model.median - expected).abs() < 0.01,
+                "{row:#?} vs {expected}"
+            );
+        }
+        // Cheaper than three hand-offs across CPUs, the price before the local one was told
+        // apart.
+        assert!(expected < us("ioctl_ioeventfd_ns") + 3.0 * us("srcu_wakeup_ns"));
     }
 
     /// On an idle host (no busy CPU) the wait is the timer alone: 1-2 jiffies after the
