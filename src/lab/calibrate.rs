@@ -89,6 +89,22 @@ fn put_measured(p: &mut Profile, key: &str, value: f64, unit: &str, provenance: 
     }
 }
 
+/// The same ping-pong with both threads on one CPU (the grace-period work `rcu_gp_wq` runs on
+/// the CPU that queued it: a wake-up without crossing CPUs). Run on a thread of its own, pinned
+/// to the CPU it started on, so the caller keeps its affinity; empty if pinning fails.
+fn local_wakeups_ns(round_trips: u32) -> Vec<f64> {
+    std::thread::spawn(move || {
+        // SAFETY: sched_getcpu has no preconditions; it returns -1 on failure.
+        let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).ok();
+        match cpu.map(|c| hvlab_core::noise::pin_to(&[c])) {
+            Some(Ok(())) => thread_wakeups_ns(round_trips),
+            _ => Vec::new(),
+        }
+    })
+    .join()
+    .unwrap_or_default()
+}
+
 /// Times for one thread to wake another that sleeps on a channel: half of each ping-pong
 /// round trip, over `round_trips`.
 fn thread_wakeups_ns(round_trips: u32) -> Vec<f64> {
@@ -376,6 +392,20 @@ fn srcu_costs(p: &mut Profile, host: &HostInfo, tag: &dyn Fn(&str) -> String) {
             spread(q, 1.0, "ns", wakeups.len())
         )),
     );
+    let local = local_wakeups_ns(2_000);
+    if !local.is_empty() {
+        let q = quartiles(&local);
+        put_measured(
+            p,
+            "srcu_local_handoff_ns",
+            q[1],
+            "ns",
+            tag(&format!(
+                "half of each round trip of the same ping-pong with both threads pinned to one CPU: a wake-up that does not cross CPUs, {}",
+                spread(q, 1.0, "ns", local.len())
+            )),
+        );
+    }
     // What else a stall depends on: whether the kworker a grace-period timer wakes finds its
     // CPU busy. Measured as the share of short sleeps that overshoot by more than a quarter
     // jiffy: a woken task that waited for the CPU's running task.

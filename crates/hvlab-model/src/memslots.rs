@@ -17,7 +17,7 @@
 //!   absent (a create), half of them on average when it is present. O(n), with a small slope.
 //!
 //! Inputs: the profile's memslot ioctl (`ioctl_memslot_ns`, a create on a VM with one or two
-//! slots, its one swap's grace period included), the SRCU hand-off (`srcu_wakeup_ns`), and the
+//! slots, its one swap's grace period included), the SRCU hand-offs (`srcu_wakeup_ns` across CPUs, `srcu_local_handoff_ns` on the caller's CPU), and the
 //! cost of visiting one slot in a chain or a tree (`memslot_node_ns`: a dependent load). The create's own work (its set edits and
 //! `kvm_prepare_memory_region()`: the slot's arch metadata, x86's `kvm_alloc_memslot_metadata()`)
 //! is the ioctl less the grace period the SRCU model gives it. A move prepares the new slot
@@ -43,6 +43,8 @@ const ID_HASH_BUCKETS: u64 = 1 << 7;
 pub struct MemslotCosts {
     hz: u64,
     wakeup_ns: u64,
+    /// A hand-off on the caller's CPU (the grace-period work's queue is per CPU).
+    local_handoff_ns: u64,
     /// The create ioctl on a one- or two-slot VM, its grace period included.
     create_ns: u64,
     node_ns: u64,
@@ -54,6 +56,11 @@ impl MemslotCosts {
         Ok(MemslotCosts {
             hz: p.ns("hz", "memslots")?.max(1),
             wakeup_ns: p.ns("srcu_wakeup_ns", "memslots")?,
+            // A profile without it prices the hand-off as a wake-up across CPUs, as before.
+            local_handoff_ns: match p.costs.contains_key("srcu_local_handoff_ns") {
+                true => p.ns("srcu_local_handoff_ns", "memslots")?,
+                false => p.ns("srcu_wakeup_ns", "memslots")?,
+            },
             create_ns: p.ns("ioctl_memslot_ns", "memslots")?,
             node_ns: p.ns("memslot_node_ns", "memslots")?,
         })
@@ -79,6 +86,7 @@ pub fn run(costs: &MemslotCosts, plan: &MemslotPlan, seed: u64) -> MemslotResult
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let phase = rng.random_range(0..jiffy);
     let mut srcu = Srcu::new(jiffy, phase, costs.wakeup_ns, seed);
+    srcu.set_local_handoff(costs.local_handoff_ns);
     // The create's own work besides its grace period and its set edits at one slot.
     let prepare_work = costs
         .create_ns
@@ -124,6 +132,7 @@ mod tests {
         MemslotCosts {
             hz: 250,
             wakeup_ns: 12_000,
+            local_handoff_ns: 3_000,
             create_ns: 38_000,
             node_ns: 5,
         }
@@ -147,7 +156,8 @@ mod tests {
     #[test]
     fn a_move_prepares_like_a_create_and_waits_for_a_second_grace_period() {
         let c = costs();
-        let gp = 3 * c.wakeup_ns;
+        // One hand-off on the caller's CPU, two across CPUs.
+        let gp = c.local_handoff_ns + 2 * c.wakeup_ns;
         let m = run(&c, &plan(1, SlotOp::Move), 1);
         assert_eq!(
             m.op_ns,
@@ -168,8 +178,10 @@ mod tests {
         assert_eq!(r.op_ns[0], 38_000);
         assert_eq!(*r.op_ns.last().unwrap(), 38_000 + 5 * 255 + 4 * 5 * 15);
         // A delete finds its id half way down a chain of 256, and swaps twice.
-        let d = run(&costs(), &plan(32_768, SlotOp::Delete), 1);
-        assert_eq!(d.op_ns[0], 5 * 128 + 2 * (36_000 + 4 * 5 * 16));
-        assert_eq!(*d.op_ns.last().unwrap(), 2 * (36_000 + 4 * 5));
+        let c = costs();
+        let gp = c.local_handoff_ns + 2 * c.wakeup_ns;
+        let d = run(&c, &plan(32_768, SlotOp::Delete), 1);
+        assert_eq!(d.op_ns[0], 5 * 128 + 2 * (gp + 4 * 5 * 16));
+        assert_eq!(*d.op_ns.last().unwrap(), 2 * (gp + 4 * 5));
     }
 }
