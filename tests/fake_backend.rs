@@ -556,16 +556,19 @@ fn notices_are_data_the_renderer_words() {
     assert!(lifecycle.notices(&alone).is_empty());
 }
 
+/// The answer a test scripts for one kind of plan.
+type Script<P, R> = Box<dyn FnMut(&P) -> R>;
+
 /// A backend whose answers are closures the test writes, and which keeps every plan it was
 /// handed: a test checks what the scenario asked for as well as what it made of the answers.
 /// A call the test did not script is refused as unsupported.
 struct Scripted {
     host: HostInfo,
     can: Capabilities,
-    build: Option<Box<dyn FnMut(&ConstructionPlan) -> ConstructionTrace>>,
-    touch: Option<Box<dyn FnMut(&TouchPlan) -> TouchResult>>,
-    pin: Option<Box<dyn FnMut(&PinPlan) -> PinResult>>,
-    log: Option<Box<dyn FnMut(&DirtyPlan) -> DirtyResult>>,
+    build: Option<Script<ConstructionPlan, ConstructionTrace>>,
+    touch: Option<Script<TouchPlan, TouchResult>>,
+    pin: Option<Script<PinPlan, PinResult>>,
+    log: Option<Script<DirtyPlan, DirtyResult>>,
     built: Vec<ConstructionPlan>,
     touched: Vec<TouchPlan>,
     pinned: Vec<PinPlan>,
@@ -1304,7 +1307,10 @@ fn dirty_script(short: u64) -> Box<dyn FnMut(&DirtyPlan) -> DirtyResult> {
     })
 }
 
-fn dirty_log_finding(r: &RunRecord, v: &str) -> Option<(u64, u64, Option<f64>, f64, Option<f64>)> {
+/// A `DirtyLog` finding's numbers: pages, passes, wp_faults, ioctls, ring_full_exits.
+type DirtyLogCounts = (u64, u64, Option<f64>, f64, Option<f64>);
+
+fn dirty_log_finding(r: &RunRecord, v: &str) -> Option<DirtyLogCounts> {
     variant(r, v).findings.iter().find_map(|f| match f {
         Finding::DirtyLog {
             pages,

@@ -54,7 +54,7 @@ pub fn size_text(bytes: u64) -> String {
     const UNITS: [(u32, &str); 4] = [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")];
     UNITS
         .iter()
-        .find(|(shift, _)| bytes != 0 && bytes % (1u64 << shift) == 0)
+        .find(|(shift, _)| bytes != 0 && bytes.is_multiple_of(1u64 << shift))
         .map_or_else(
             || bytes.to_string(),
             |(shift, unit)| format!("{}{unit}", bytes >> shift),
