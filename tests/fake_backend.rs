@@ -421,10 +421,38 @@ fn a_scenario_asks_the_backend_what_it_can_do_not_which_kind_it_is() {
 
 #[test]
 fn the_lab_s_typed_parameters_are_spelled_as_each_scenario_s_parser_reads_them() {
+    use hvlab::backend::guest::{Backing, GuestPage};
     use hvlab::backend::lifecycle::Strategy;
+    use hvlab::backend::memory::{Pattern, Touch};
     use hvlab::scenario::params::{Settings, sets_of};
-    use hvlab::scenario::{dirty, exits, lifecycle, percpu, pinning};
+    use hvlab::scenario::{dirty, exits, lifecycle, memory, percpu, pinning};
     let cases: Vec<(&str, Vec<String>)> = vec![
+        (
+            "memory",
+            sets_of(&[
+                memory::Set::Size(6 << 30),
+                memory::Set::Pattern(Pattern::Stride(4)),
+                memory::Set::Touch(Touch::WholePage),
+                memory::Set::GuestPage(GuestPage::Small),
+                memory::Set::Backing(Backing::Thp),
+            ]),
+        ),
+        (
+            "memory",
+            sets_of(&[
+                memory::Set::Pattern(Pattern::Random),
+                memory::Set::Touch(Touch::FirstByte),
+                memory::Set::GuestPage(GuestPage::Huge),
+                memory::Set::Backing(Backing::Lazy),
+            ]),
+        ),
+        (
+            "memory",
+            sets_of(&[
+                memory::Set::Pattern(Pattern::Reverse),
+                memory::Set::Backing(Backing::Populated),
+            ]),
+        ),
         (
             "lifecycle",
             sets_of(&[
@@ -491,6 +519,13 @@ fn the_lab_s_typed_parameters_are_spelled_as_each_scenario_s_parser_reads_them()
         vec!["strategy=always-sync", "spacing=back-to-back"]
     );
     assert_eq!(sets_of(&[dirty::Set::SizeMib(512)]), vec!["size=512MiB"]);
+    assert_eq!(
+        sets_of(&[
+            memory::Set::Size(6 << 30),
+            memory::Set::Pattern(Pattern::Seq)
+        ]),
+        vec!["size=6GiB", "pattern=seq"]
+    );
 }
 
 #[test]
@@ -519,4 +554,938 @@ fn notices_are_data_the_renderer_words() {
         ..RunRequest::default()
     };
     assert!(lifecycle.notices(&alone).is_empty());
+}
+
+/// The answer a test scripts for one kind of plan.
+type Script<P, R> = Box<dyn FnMut(&P) -> R>;
+
+/// A backend whose answers are closures the test writes, and which keeps every plan it was
+/// handed: a test checks what the scenario asked for as well as what it made of the answers.
+/// A call the test did not script is refused as unsupported.
+struct Scripted {
+    host: HostInfo,
+    can: Capabilities,
+    build: Option<Script<ConstructionPlan, ConstructionTrace>>,
+    touch: Option<Script<TouchPlan, TouchResult>>,
+    pin: Option<Script<PinPlan, PinResult>>,
+    log: Option<Script<DirtyPlan, DirtyResult>>,
+    built: Vec<ConstructionPlan>,
+    touched: Vec<TouchPlan>,
+    pinned: Vec<PinPlan>,
+    logged: Vec<DirtyPlan>,
+}
+
+impl Scripted {
+    /// A real (not modelled) backend of `kvm` kind, on a host at HZ=250 with shadow paging.
+    fn new() -> Scripted {
+        let mut host = probe_with("not asked: a fake backend".into(), BTreeMap::new());
+        host.hz = 250;
+        host.tdp = Some(false);
+        host.tdp_mmu = None;
+        Scripted {
+            host,
+            can: BackendKind::Kvm.capabilities(),
+            build: None,
+            touch: None,
+            pin: None,
+            log: None,
+            built: Vec::new(),
+            touched: Vec::new(),
+            pinned: Vec::new(),
+            logged: Vec::new(),
+        }
+    }
+
+    fn modelled(mut self) -> Scripted {
+        self.can.modelled = true;
+        self
+    }
+}
+
+impl Backend for Scripted {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Kvm
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.can
+    }
+
+    fn host(&self) -> &HostInfo {
+        &self.host
+    }
+
+    fn construct_vm(&mut self, plan: &ConstructionPlan) -> Result<ConstructionTrace, BackendError> {
+        self.built.push(plan.clone());
+        let script = self
+            .build
+            .as_mut()
+            .ok_or_else(|| not_scripted("VM construction"))?;
+        Ok(script(plan))
+    }
+
+    fn touch_memory(&mut self, plan: &TouchPlan) -> Result<TouchResult, BackendError> {
+        self.touched.push(plan.clone());
+        let script = self
+            .touch
+            .as_mut()
+            .ok_or_else(|| not_scripted("memory touches"))?;
+        Ok(script(plan))
+    }
+
+    fn exit_roundtrips(&mut self, _: &ExitPlan) -> Result<ExitResult, BackendError> {
+        Err(not_scripted("exits"))
+    }
+
+    fn pin_trace(&mut self, plan: &PinPlan) -> Result<PinResult, BackendError> {
+        self.pinned.push(plan.clone());
+        let script = self.pin.as_mut().ok_or_else(|| not_scripted("pinning"))?;
+        Ok(script(plan))
+    }
+
+    fn dirty_log(&mut self, plan: &DirtyPlan) -> Result<DirtyResult, BackendError> {
+        self.logged.push(plan.clone());
+        let script = self
+            .log
+            .as_mut()
+            .ok_or_else(|| not_scripted("dirty logging"))?;
+        Ok(script(plan))
+    }
+
+    fn update_memslots(&mut self, _: &MemslotPlan) -> Result<MemslotResult, BackendError> {
+        Err(not_scripted("memslot updates"))
+    }
+}
+
+fn request_of(variants: &[&str], sets: &[&str], reps: u32) -> RunRequest {
+    RunRequest {
+        variants: variants.iter().map(ToString::to_string).collect(),
+        sets: sets.iter().map(ToString::to_string).collect(),
+        reps,
+        warmup: 0,
+        ..RunRequest::default()
+    }
+}
+
+fn run_on(
+    backend: &mut Scripted,
+    scenario: &str,
+    variants: &[&str],
+    sets: &[&str],
+    reps: u32,
+) -> Result<RunRecord, hvlab::error::Error> {
+    let info = hvlab::scenario::find(scenario).expect("registered");
+    hvlab::scenario::run(info, backend, &request_of(variants, sets, reps), &Silent)
+}
+
+/// Refused before anything runs, naming `--backend model`.
+fn refused_as_model_only(backend: &mut Scripted, scenario: &str, variants: &[&str], sets: &[&str]) {
+    let err = run_on(backend, scenario, variants, sets, 2).expect_err("refused");
+    assert!(
+        err.to_string().contains("--backend model"),
+        "{scenario} {variants:?} {sets:?}: {err}"
+    );
+    assert_eq!(err.exit_code(), 2, "{err}");
+}
+
+// ---- lifecycle ----
+
+/// The fake kernel: every ioctl costs 20 µs (plus up to 4 µs of jitter); `KVM_CREATE_IRQCHIP`
+/// and `KVM_IOEVENTFD` start a grace period unless the plan synchronizes, and the next
+/// `KVM_SET_USER_MEMORY_REGION` waits `stall_ns` for it. Each ioctl's SRCU effect is reported,
+/// as the model reports its own.
+fn srcu_kernel_script(stall_ns: u64) -> Box<dyn FnMut(&ConstructionPlan) -> ConstructionTrace> {
+    use hvlab::backend::ioctl_table::SrcuEffect;
+    use hvlab::backend::lifecycle::{IoctlEvent, Step, Strategy};
+    let mut calls = 0u64;
+    Box::new(move |plan: &ConstructionPlan| {
+        let defers = plan.strategy != Strategy::AlwaysSync;
+        let mut ioctls = Vec::new();
+        let mut effects = Vec::new();
+        let (mut now, mut pending) = (0u64, false);
+        for step in &plan.steps {
+            let (name, times) = match step {
+                Step::CreateVm => ("KVM_CREATE_VM", 1),
+                Step::TssAddr => ("KVM_SET_TSS_ADDR", 1),
+                Step::Irqchip => ("KVM_CREATE_IRQCHIP", 1),
+                Step::Pit => ("KVM_CREATE_PIT2", 1),
+                Step::Memslot | Step::BootMemslot => ("KVM_SET_USER_MEMORY_REGION", 1),
+                Step::Vcpus => ("KVM_CREATE_VCPU", plan.vcpus),
+                Step::Ioeventfds | Step::BootIoeventfds => ("KVM_IOEVENTFD", plan.devices),
+                Step::Run => ("KVM_RUN", 1),
+            };
+            for _ in 0..times {
+                calls += 1;
+                let waits = name == "KVM_SET_USER_MEMORY_REGION";
+                let starts_gp = defers && matches!(name, "KVM_CREATE_IRQCHIP" | "KVM_IOEVENTFD");
+                let mut dur = 20_000 + (calls % 5) * 1_000;
+                if waits && pending {
+                    dur += stall_ns;
+                    pending = false;
+                }
+                pending |= starts_gp;
+                ioctls.push(IoctlEvent {
+                    name: name.into(),
+                    start_ns: now,
+                    dur_ns: dur,
+                    flags: None,
+                });
+                effects.push(SrcuEffect {
+                    waits,
+                    starts_gp,
+                    own_gp: false,
+                });
+                now += dur + 1_000;
+            }
+        }
+        ConstructionTrace {
+            ioctls,
+            ready_ns: now,
+            kvm_stats: Vec::new(),
+            srcu_effects: effects,
+        }
+    })
+}
+
+fn srcu_stalls(r: &RunRecord, v: &str) -> Vec<(String, Option<String>, f64, usize, usize)> {
+    variant(r, v)
+        .findings
+        .iter()
+        .filter_map(|f| match f {
+            Finding::SrcuStall {
+                ioctl,
+                caused_by,
+                jiffies,
+                stalled_reps,
+                reps,
+                ..
+            } => Some((
+                ioctl.clone(),
+                caused_by.clone(),
+                *jiffies,
+                *stalled_reps,
+                *reps,
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn lifecycle_on_a_fake_kernel_finds_the_scripted_srcu_stall_and_blames_the_registration() {
+    let mut fake = Scripted::new();
+    fake.build = Some(srcu_kernel_script(8_000_000));
+    let r = run_on(
+        &mut fake,
+        "lifecycle",
+        &["irqchip-first", "memslots-first"],
+        &[],
+        6,
+    )
+    .expect("runs");
+    // irqchip-first registers the irqchip's bus (a grace period), then its memslot waits
+    // 8 ms: two jiffies at the fake host's HZ=250, in every repetition.
+    let stalls = srcu_stalls(&r, "irqchip-first");
+    assert_eq!(stalls.len(), 1, "{stalls:?}");
+    let (ioctl, cause, jiffies, seen, reps) = &stalls[0];
+    assert_eq!(ioctl, "KVM_SET_USER_MEMORY_REGION");
+    assert_eq!(cause.as_deref(), Some("KVM_CREATE_IRQCHIP"));
+    assert!((jiffies - 2.0).abs() < 0.01, "{jiffies}");
+    assert_eq!((*seen, *reps), (6, 6));
+    assert_eq!(variant(&r, "irqchip-first").metrics["stalls"].median, 1.0);
+    // memslots-first puts its memslot before any registration: no stall.
+    assert!(srcu_stalls(&r, "memslots-first").is_empty(), "{r:#?}");
+    assert_eq!(variant(&r, "memslots-first").metrics["stalls"].median, 0.0);
+    // The verdict calls irqchip-first slower and names the stall as the cause.
+    assert_eq!(r.verdicts.len(), 1, "{:#?}", r.verdicts);
+    let v = &r.verdicts[0];
+    assert_eq!(
+        (v.faster.as_str(), v.slower.as_str()),
+        ("memslots-first", "irqchip-first")
+    );
+    assert!(v.significant && v.ratio > 10.0, "{v:#?}");
+    let cause = v.cause.as_ref().expect("the stall explains the gap");
+    assert_eq!(cause.ioctl, "KVM_SET_USER_MEMORY_REGION");
+    assert_eq!(cause.caused_by.as_deref(), Some("KVM_CREATE_IRQCHIP"));
+}
+
+#[test]
+fn lifecycle_judges_stalls_in_the_jiffies_of_the_host_the_backend_presents() {
+    // The same 8 ms wait is two jiffies at HZ=250 and eight at HZ=1000.
+    for (hz, want) in [(250u32, 2.0), (1000, 8.0)] {
+        let mut fake = Scripted::new();
+        fake.host.hz = hz;
+        fake.build = Some(srcu_kernel_script(8_000_000));
+        let r = run_on(
+            &mut fake,
+            "lifecycle",
+            &["irqchip-first", "memslots-first"],
+            &[],
+            4,
+        )
+        .expect("runs");
+        let stalls = srcu_stalls(&r, "irqchip-first");
+        assert_eq!(stalls.len(), 1, "HZ={hz}: {stalls:?}");
+        assert!((stalls[0].2 - want).abs() < 0.05, "HZ={hz}: {stalls:?}");
+    }
+    // At HZ=100 half a jiffy is 5 ms: a 4 ms wait is not called a stall.
+    let mut fake = Scripted::new();
+    fake.host.hz = 100;
+    fake.build = Some(srcu_kernel_script(4_000_000));
+    let r = run_on(
+        &mut fake,
+        "lifecycle",
+        &["irqchip-first", "memslots-first"],
+        &[],
+        4,
+    )
+    .expect("runs");
+    assert!(srcu_stalls(&r, "irqchip-first").is_empty(), "{r:#?}");
+}
+
+#[test]
+fn lifecycle_plans_follow_the_request_and_model_parameters_need_a_modelled_backend() {
+    use hvlab::backend::lifecycle::Strategy;
+    let mut fake = Scripted::new();
+    fake.build = Some(srcu_kernel_script(8_000_000));
+    let r = run_on(
+        &mut fake,
+        "lifecycle",
+        &["qemu-order", "boot-activation"],
+        &["vcpus=3", "devices=5"],
+        2,
+    )
+    .expect("runs");
+    let steps = |v: &str| hvlab::scenario::lifecycle::order_of(v).expect("a named order");
+    assert_eq!(fake.built.len(), 4, "2 variants x 2 repetitions");
+    // The runner takes the variants in turns; each was built once per repetition.
+    for v in ["qemu-order", "boot-activation"] {
+        let built = fake.built.iter().filter(|p| p.steps == steps(v)).count();
+        assert_eq!(built, 2, "{v}: {:?}", fake.built);
+    }
+    for plan in &fake.built {
+        assert_eq!((plan.vcpus, plan.devices), (3, 5), "{plan:?}");
+        assert_eq!(plan.strategy, Strategy::AlwaysDefer, "the default strategy");
+    }
+    // What the fake built is what the record measured: 3 vCPUs created per build.
+    assert!(
+        variant(&r, "qemu-order")
+            .metrics
+            .contains_key("ioctl.KVM_CREATE_VCPU_ms")
+    );
+    // boot-activation's registrations after the run are measured as the boot phase.
+    assert!(
+        variant(&r, "boot-activation")
+            .metrics
+            .contains_key("boot.ioeventfd_us")
+    );
+    assert!(
+        variant(&r, "boot-activation")
+            .metrics
+            .contains_key("boot.memslot_ms")
+    );
+    // The kernel's strategy and HZ are the model's to choose, not a real backend's.
+    let mut real = Scripted::new();
+    refused_as_model_only(
+        &mut real,
+        "lifecycle",
+        &["irqchip-first"],
+        &["strategy=always-sync"],
+    );
+    refused_as_model_only(&mut real, "lifecycle", &["irqchip-first"], &["hz=1000"]);
+    assert!(real.built.is_empty(), "refused before any VM was built");
+    // A modelled backend gets the strategy in its plans, and a synchronizing kernel stalls
+    // no memslot.
+    let mut modelled = Scripted::new().modelled();
+    modelled.build = Some(srcu_kernel_script(8_000_000));
+    let r = run_on(
+        &mut modelled,
+        "lifecycle",
+        &["irqchip-first", "memslots-first"],
+        &["strategy=always-sync"],
+        4,
+    )
+    .expect("runs");
+    assert!(
+        modelled
+            .built
+            .iter()
+            .all(|p| p.strategy == Strategy::AlwaysSync)
+    );
+    assert!(srcu_stalls(&r, "irqchip-first").is_empty(), "{r:#?}");
+}
+
+// ---- memory ----
+
+/// The fake memory: per 4 KiB page, populated memory costs 100 ns and one stage-2 fault per
+/// 2 MiB; lazy memory 1 µs and a fault per page; userfaultfd 3 µs a page, one uffd fault per
+/// window. Up to 4% jitter. The guest's page tables take `table_pages` pages.
+fn memory_script(table_pages: u64) -> Box<dyn FnMut(&TouchPlan) -> TouchResult> {
+    use hvlab::backend::guest::Backing;
+    use hvlab::backend::memory::HostBacking;
+    let mut calls = 0u64;
+    Box::new(move |plan: &TouchPlan| {
+        calls += 1;
+        let pages = plan.size_bytes / 4096;
+        let (ns, pf_fixed, uffd) = match plan.backing {
+            HostBacking::Anonymous(Backing::Populated) => (100, pages / 512, None),
+            HostBacking::Uffd(window) => (3_000, pages, Some(pages / window as u64)),
+            _ => (1_000, pages, None),
+        };
+        TouchResult {
+            pages,
+            elapsed_ns: pages * ns * (100 + calls % 5) / 100,
+            uffd_faults: uffd,
+            kvm_stats: vec![(
+                "kvm.vcpu.pf_fixed".into(),
+                "count".into(),
+                i128::from(pf_fixed),
+            )],
+            guest_table_pages: Some(table_pages),
+            vcpu_ns: Vec::new(),
+            hugetlb_pool: None,
+        }
+    })
+}
+
+fn faults_per_page(r: &RunRecord, v: &str) -> Option<(u64, f64, f64)> {
+    variant(r, v).findings.iter().find_map(|f| match f {
+        Finding::FaultsPerPage {
+            pages,
+            pf_fixed,
+            table_pages,
+            ..
+        } => Some((*pages, *pf_fixed, *table_pages)),
+        _ => None,
+    })
+}
+
+#[test]
+fn memory_on_a_fake_backend_reports_scripted_costs_and_faults_and_calls_populated_faster() {
+    let mut fake = Scripted::new();
+    fake.touch = Some(memory_script(3));
+    let r = run_on(
+        &mut fake,
+        "memory",
+        &["lazy", "populated", "uffd-prefetch"],
+        &["size=8MiB", "window=64"],
+        6,
+    )
+    .expect("runs");
+    let median = |v: &str, m: &str| variant(&r, v).metrics[m].median;
+    for (v, ns) in [
+        ("lazy", 1_000.0),
+        ("populated", 100.0),
+        ("uffd-prefetch", 3_000.0),
+    ] {
+        let m = median(v, "ns_per_page");
+        assert!(
+            (ns..=ns * 1.04).contains(&m),
+            "{v}: {m} ns/page, scripted {ns}"
+        );
+    }
+    // 2048 pages: lazy faults each, populated once per 2 MiB; a shadow-paging host's guest
+    // page tables fault at no stage 2, so the table pages the fake reported are not counted.
+    assert_eq!(faults_per_page(&r, "lazy"), Some((2048, 2048.0, 0.0)));
+    assert_eq!(faults_per_page(&r, "populated"), Some((2048, 4.0, 0.0)));
+    // uffd-prefetch resolves 64 pages per userfault, as --set window=64 asked.
+    let uffd = variant(&r, "uffd-prefetch")
+        .findings
+        .iter()
+        .find_map(|f| match f {
+            Finding::UserfaultfdFaults { pages, faults } => Some((*pages, *faults)),
+            _ => None,
+        });
+    assert_eq!(uffd, Some((2048, 32.0)));
+    assert!(
+        variant(&r, "lazy")
+            .findings
+            .iter()
+            .all(|f| !matches!(f, Finding::UserfaultfdFaults { .. }))
+    );
+    // The cheapest backing is judged faster than each other one.
+    assert_eq!(r.verdicts.len(), 2, "{:#?}", r.verdicts);
+    for v in &r.verdicts {
+        assert_eq!(v.faster, "populated", "{v:#?}");
+        assert!(v.significant, "{v:#?}");
+    }
+    let lazy = r
+        .verdicts
+        .iter()
+        .find(|v| v.slower == "lazy")
+        .expect("lazy judged");
+    assert!((9.0..11.0).contains(&lazy.ratio), "{lazy:#?}");
+}
+
+#[test]
+fn memory_counts_the_guest_s_page_table_faults_only_where_tdp_makes_them_stage_2_faults() {
+    let mut fake = Scripted::new();
+    fake.host.tdp = Some(true);
+    fake.host.tdp_mmu = Some(true);
+    fake.touch = Some(memory_script(3));
+    let r = run_on(&mut fake, "memory", &["lazy"], &["size=8MiB"], 3).expect("runs");
+    assert_eq!(faults_per_page(&r, "lazy"), Some((2048, 2048.0, 3.0)));
+    assert_eq!(variant(&r, "lazy").metrics["guest_table_pages"].median, 3.0);
+}
+
+#[test]
+fn memory_plans_follow_the_request_and_model_variants_need_a_modelled_backend() {
+    use hvlab::backend::guest::{Backing, GuestPage};
+    use hvlab::backend::memory::{Access, HostBacking, Pattern, PrefetchLoop, Touch};
+    let mut fake = Scripted::new();
+    fake.touch = Some(memory_script(0));
+    let sets = [
+        "size=4MiB",
+        "pattern=reverse",
+        "access=read",
+        "touch=whole-page",
+        "guest_page=4k",
+        "window=16",
+    ];
+    run_on(&mut fake, "memory", &["uffd-prefetch", "lazy"], &sets, 1).expect("runs");
+    let backings: Vec<HostBacking> = fake.touched.iter().map(|p| p.backing).collect();
+    assert_eq!(
+        backings,
+        vec![HostBacking::Uffd(16), HostBacking::Anonymous(Backing::Lazy)]
+    );
+    for p in &fake.touched {
+        assert_eq!(p.size_bytes, 4 << 20);
+        assert_eq!(p.pattern, Pattern::Reverse);
+        assert_eq!(p.access, Access::Read);
+        assert_eq!(p.touch, Touch::WholePage);
+        assert_eq!(p.guest_page, GuestPage::Small);
+        assert_eq!(
+            p.prefetch, None,
+            "a real backend runs its kernel's prefetch"
+        );
+        assert_eq!(p.seed, RunRequest::default().seed);
+    }
+    // The model's prefetch loops and its host backing are the model's alone.
+    let mut real = Scripted::new();
+    refused_as_model_only(&mut real, "memory", &["legacy"], &[]);
+    refused_as_model_only(&mut real, "memory", &["lazy"], &["backing=thp"]);
+    assert!(real.touched.is_empty(), "refused before any pass ran");
+    let mut modelled = Scripted::new().modelled();
+    modelled.touch = Some(memory_script(0));
+    run_on(
+        &mut modelled,
+        "memory",
+        &["legacy-skip-trailing", "legacy"],
+        &["size=4MiB", "backing=thp"],
+        1,
+    )
+    .expect("runs");
+    let loops: Vec<(HostBacking, Option<PrefetchLoop>)> = modelled
+        .touched
+        .iter()
+        .map(|p| (p.backing, p.prefetch))
+        .collect();
+    assert_eq!(
+        loops,
+        vec![
+            (
+                HostBacking::Anonymous(Backing::Thp),
+                Some(PrefetchLoop::LegacySkipTrailing)
+            ),
+            (
+                HostBacking::Anonymous(Backing::Thp),
+                Some(PrefetchLoop::Legacy)
+            ),
+        ]
+    );
+}
+
+// ---- pinning ----
+
+/// The fake pin manager: a pin costs 50 µs, an unpin 20 µs, a stage-1 walk 10 µs per slice.
+/// `eager` pins and unpins every slice, `keep` and `intersect` pin once (`intersect` once
+/// more when the buffer moves), `aging` pins and unpins once and ends with nothing pinned. A buffer
+/// larger than the cap loses 7 records. Up to 4% jitter.
+fn pin_script() -> Box<dyn FnMut(&PinPlan) -> PinResult> {
+    use hvlab::backend::pinning::PinPolicy;
+    let mut calls = 0u64;
+    Box::new(move |plan: &PinPlan| {
+        calls += 1;
+        let slices = u64::from(plan.slices);
+        let (pins, unpins) = match plan.policy {
+            PinPolicy::Eager => (slices, slices),
+            PinPolicy::Intersect => (2, 1),
+            PinPolicy::Aging(_) => (1, 1),
+            _ => (1, 0),
+        };
+        let jitter = |ns: u64| ns * (100 + calls % 5) / 100;
+        let end = match plan.policy {
+            PinPolicy::Aging(_) => 0,
+            _ => plan.buffer_bytes,
+        };
+        PinResult {
+            pins,
+            pin_ns: jitter(pins * 50_000),
+            unpin_ns: jitter(unpins * 20_000),
+            pinned_bytes_max: plan.buffer_bytes,
+            pinned_bytes_end: end,
+            blackout_records: if plan.buffer_bytes > plan.cap_bytes {
+                7
+            } else {
+                0
+            },
+            walk_ns: jitter(slices * 10_000),
+            stage2_faults: 0,
+            fault_ns: 0,
+            prefaults: 0,
+            prefault_ns: 0,
+            slices: plan.slices,
+            timeline: vec![(0, plan.buffer_bytes), (1_000, end)],
+        }
+    })
+}
+
+#[test]
+fn pinning_on_a_fake_backend_calls_keeping_the_pin_faster_and_words_aging_and_blackouts() {
+    let mut fake = Scripted::new();
+    fake.pin = Some(pin_script());
+    let r = run_on(
+        &mut fake,
+        "pinning",
+        &["eager", "keep", "intersect", "aging"],
+        &[
+            "buffer=8MiB",
+            "cap=4MiB",
+            "slices=20",
+            "aging_ms=7",
+            "tail_ms=30",
+        ],
+        6,
+    )
+    .expect("runs");
+    let median = |v: &str, m: &str| variant(&r, v).metrics[m].median;
+    // eager: 20 x (50 + 20 + 10) µs over 20 slices; keep: (50 + 20 x 10) µs over 20.
+    assert!((80.0..=80.0 * 1.04).contains(&median("eager", "slice_overhead_us")));
+    assert!((12.5..=12.5 * 1.04).contains(&median("keep", "slice_overhead_us")));
+    assert_eq!(median("eager", "pins"), 20.0);
+    assert_eq!(median("keep", "pins"), 1.0);
+    assert_eq!(r.verdicts.len(), 3, "{:#?}", r.verdicts);
+    assert!(
+        r.verdicts.iter().all(|v| v.faster == "keep"),
+        "{:#?}",
+        r.verdicts
+    );
+    let eager = r
+        .verdicts
+        .iter()
+        .find(|v| v.slower == "eager")
+        .expect("eager judged");
+    assert!(
+        eager.significant && (6.0..7.0).contains(&eager.ratio),
+        "{eager:#?}"
+    );
+    // The buffer exceeds the cap: every policy that pins loses the scripted records, said
+    // with the request's sizes.
+    for v in ["eager", "keep"] {
+        let blackouts = variant(&r, v).findings.iter().find_map(|f| match f {
+            Finding::Blackouts {
+                records,
+                buffer_bytes,
+                cap_bytes,
+            } => Some((*records, *buffer_bytes, *cap_bytes)),
+            _ => None,
+        });
+        assert_eq!(blackouts, Some((7.0, 8 << 20, 4 << 20)), "{v}");
+    }
+    // Aging is reported with its threshold and tail as asked, and what it left pinned.
+    let aged = variant(&r, "aging").findings.iter().find_map(|f| match f {
+        Finding::PinsAged {
+            after_ms,
+            pinned_bytes_end,
+            tail_ms,
+        } => Some((*after_ms, *pinned_bytes_end, *tail_ms)),
+        _ => None,
+    });
+    assert_eq!(aged, Some((7, 0, 30)));
+    assert!(
+        variant(&r, "keep")
+            .findings
+            .iter()
+            .all(|f| !matches!(f, Finding::PinsAged { .. }))
+    );
+}
+
+#[test]
+fn pinning_plans_follow_the_request_and_no_pin_needs_a_modelled_backend() {
+    use hvlab::backend::pinning::PinPolicy;
+    let mut fake = Scripted::new();
+    fake.pin = Some(pin_script());
+    run_on(
+        &mut fake,
+        "pinning",
+        &["aging", "intersect"],
+        &[
+            "buffer=2MiB",
+            "slices=9",
+            "mode=per-cpu",
+            "aging_ms=3",
+            "relocate_every=4",
+        ],
+        1,
+    )
+    .expect("runs");
+    let policies: Vec<PinPolicy> = fake.pinned.iter().map(|p| p.policy).collect();
+    assert_eq!(
+        policies,
+        vec![PinPolicy::Aging(3_000_000), PinPolicy::Intersect]
+    );
+    for p in &fake.pinned {
+        assert_eq!(
+            (p.buffer_bytes, p.slices, p.per_task, p.relocate_every),
+            (2 << 20, 9, false, 4)
+        );
+    }
+    let mut real = Scripted::new();
+    refused_as_model_only(&mut real, "pinning", &["no-pin"], &[]);
+    assert!(real.pinned.is_empty());
+    let mut modelled = Scripted::new().modelled();
+    modelled.pin = Some(pin_script());
+    run_on(&mut modelled, "pinning", &["no-pin"], &[], 1).expect("runs");
+    assert_eq!(modelled.pinned[0].policy, PinPolicy::NoPin);
+}
+
+// ---- dirty ----
+
+/// The fake dirty log: every pass writes every `stride`-th page at 500 ns a page, and the log
+/// reports them all, except that the `short`-th call in clear mode (1-based; 0: never) reports
+/// one page fewer in its second pass. Collection: bitmap 2 ms a get; clear 0.5 ms a get and
+/// 0.25 ms a chunk; ring 3 ms of harvest and 1 ms of reset, and a ring-full exit each time
+/// the soft limit fills. Up to 4% jitter.
+fn dirty_script(short: u64) -> Box<dyn FnMut(&DirtyPlan) -> DirtyResult> {
+    use hvlab::backend::dirty::{DirtyPass, LogMode};
+    let (mut calls, mut clears) = (0u64, 0u64);
+    Box::new(move |plan: &DirtyPlan| {
+        calls += 1;
+        let jitter = |ns: u64| ns * (100 + calls % 5) / 100;
+        let written = plan.written_per_pass();
+        if matches!(plan.mode, LogMode::Clear { .. }) {
+            clears += 1;
+        }
+        let passes = (1..=plan.passes)
+            .map(|pass| {
+                let found =
+                    if clears == short && pass == 2 && matches!(plan.mode, LogMode::Clear { .. }) {
+                        written - 1
+                    } else {
+                        written
+                    };
+                let mut p = DirtyPass {
+                    written,
+                    found,
+                    dirty_ns: jitter(written * 500),
+                    wp_faults: Some(written),
+                    ..DirtyPass::default()
+                };
+                match plan.mode {
+                    LogMode::Bitmap => {
+                        p.get_ns = jitter(2_000_000);
+                        p.ioctls = 1;
+                    }
+                    LogMode::Clear { chunk_pages } => {
+                        let chunks = plan.pages().div_ceil(chunk_pages);
+                        p.get_ns = jitter(500_000);
+                        p.clear_ns = jitter(chunks * 250_000);
+                        p.ioctls = 1 + chunks;
+                    }
+                    LogMode::Ring { .. } => {
+                        let full = written / plan.ring_soft_limit().unwrap_or(u64::MAX);
+                        p.harvest_ns = jitter(3_000_000);
+                        p.reset_ns = jitter(1_000_000);
+                        p.ring_full_exits = full;
+                        p.ioctls = 1 + full;
+                    }
+                }
+                p
+            })
+            .collect();
+        DirtyResult { passes }
+    })
+}
+
+/// A `DirtyLog` finding's numbers: pages, passes, wp_faults, ioctls, ring_full_exits.
+type DirtyLogCounts = (u64, u64, Option<f64>, f64, Option<f64>);
+
+fn dirty_log_finding(r: &RunRecord, v: &str) -> Option<DirtyLogCounts> {
+    variant(r, v).findings.iter().find_map(|f| match f {
+        Finding::DirtyLog {
+            pages,
+            passes,
+            wp_faults,
+            ioctls,
+            ring_full_exits,
+            ..
+        } => Some((*pages, *passes, *wp_faults, *ioctls, *ring_full_exits)),
+        _ => None,
+    })
+}
+
+const DIRTY_SETS: [&str; 5] = ["size=8MiB", "passes=3", "stride=2", "chunk=256", "ring=512"];
+
+#[test]
+fn dirty_on_a_fake_backend_calls_the_scripted_slower_ring_slower_and_reports_its_counts() {
+    let mut fake = Scripted::new();
+    fake.log = Some(dirty_script(0));
+    let r = run_on(
+        &mut fake,
+        "dirty",
+        &["bitmap", "clear", "ring"],
+        &DIRTY_SETS,
+        5,
+    )
+    .expect("runs");
+    let median = |v: &str, m: &str| variant(&r, v).metrics[m].median;
+    // 2048 pages, every second one written: 1024 per pass, all found.
+    for v in ["bitmap", "clear", "ring"] {
+        assert_eq!(median(v, "pages_written"), 1024.0, "{v}");
+        assert_eq!(median(v, "pages_dirty"), 1024.0, "{v}");
+        assert_eq!(median(v, "wp_faults"), 1024.0, "{v}");
+    }
+    for (v, ms) in [("bitmap", 2.0), ("clear", 2.5), ("ring", 4.0)] {
+        let m = median(v, "collect_ms");
+        assert!((ms..=ms * 1.04).contains(&m), "{v}: {m} ms, scripted {ms}");
+    }
+    // The ring's soft limit is 512 - 64 entries: two ring-full exits per 1024 pages.
+    assert_eq!(
+        dirty_log_finding(&r, "ring"),
+        Some((1024, 15, Some(1024.0), 3.0, Some(2.0)))
+    );
+    // Eight 256-page chunks cleared after the get.
+    assert_eq!(
+        dirty_log_finding(&r, "clear"),
+        Some((1024, 15, Some(1024.0), 9.0, None))
+    );
+    // The ring is judged against each bitmap variant and called slower than both.
+    assert_eq!(r.verdicts.len(), 2, "{:#?}", r.verdicts);
+    for v in &r.verdicts {
+        assert_eq!(v.slower, "ring", "{v:#?}");
+        assert!(v.significant, "{v:#?}");
+    }
+    let faster: Vec<&str> = r.verdicts.iter().map(|v| v.faster.as_str()).collect();
+    assert!(
+        faster.contains(&"bitmap") && faster.contains(&"clear"),
+        "{faster:?}"
+    );
+}
+
+#[test]
+fn dirty_fails_a_variant_whose_log_misses_a_page_the_guest_wrote() {
+    let mut fake = Scripted::new();
+    // The first clear repetition's second pass reports 1023 of 1024 pages.
+    fake.log = Some(dirty_script(1));
+    let r = run_on(
+        &mut fake,
+        "dirty",
+        &["bitmap", "clear", "ring"],
+        &DIRTY_SETS,
+        3,
+    )
+    .expect("runs");
+    match &variant(&r, "clear").status {
+        VariantStatus::Failed(why) => assert_eq!(
+            why,
+            "the dirty log reported 1023 pages in pass 2 of repetition 1, the guest wrote 1024"
+        ),
+        other => panic!("a log that misses a written page fails the variant: {other:?}"),
+    }
+    assert!(variant(&r, "bitmap").is_ok() && variant(&r, "ring").is_ok());
+    // Only the ring against bitmap is judged: a failed variant has no collection time.
+    assert_eq!(r.verdicts.len(), 1, "{:#?}", r.verdicts);
+    assert_eq!(r.verdicts[0].faster, "bitmap");
+}
+
+#[test]
+fn dirty_plans_follow_the_request() {
+    use hvlab::backend::dirty::LogMode;
+    let mut fake = Scripted::new();
+    fake.log = Some(dirty_script(0));
+    run_on(
+        &mut fake,
+        "dirty",
+        &["ring", "clear", "bitmap"],
+        &DIRTY_SETS,
+        1,
+    )
+    .expect("runs");
+    let modes: Vec<LogMode> = fake.logged.iter().map(|p| p.mode).collect();
+    assert_eq!(
+        modes,
+        vec![
+            LogMode::Ring { entries: 512 },
+            LogMode::Clear { chunk_pages: 256 },
+            LogMode::Bitmap
+        ]
+    );
+    for p in &fake.logged {
+        assert_eq!((p.size_bytes, p.passes, p.stride), (8 << 20, 3, 2));
+    }
+}
+
+#[test]
+fn showcases_and_validation_points_ask_for_the_parameters_they_asked_for_as_text() {
+    use hvlab::scenario::params::sets_of;
+    // What each showcase and validation point asked before they were typed: the runs they
+    // make (and the parameters stored with them) stay the same.
+    let showcases: Vec<(&str, Vec<String>)> = hvlab::scenario::REGISTRY
+        .iter()
+        .flat_map(|s| {
+            s.showcases()
+                .iter()
+                .map(|c| (s.info().name, sets_of(c.sets)))
+        })
+        .collect();
+    let text = |v: &[&str]| v.iter().map(ToString::to_string).collect::<Vec<_>>();
+    assert_eq!(
+        showcases,
+        vec![
+            (
+                "lifecycle",
+                text(&["strategy=always-defer", "spacing=independent"])
+            ),
+            (
+                "lifecycle",
+                text(&["strategy=lifecycle-keyed", "spacing=independent"])
+            ),
+            ("exits", text(&["host_pebs=1", "iterations=1000"])),
+            ("pinning", text(&["buffer=256MiB", "slices=100"])),
+            ("percpu", text(&["workload=kernel-build", "cpus=160"])),
+            ("percpu", text(&["workload=stress-ng-fork", "cpus=4096"])),
+        ]
+    );
+    let mut host = probe_with("not asked: a fake backend".into(), BTreeMap::new());
+    for (emulated, kernel) in [(false, "6.18.0"), (true, "6.12.0")] {
+        host.hypervisor = Some(
+            if emulated {
+                "TCGTCGTCGTCG"
+            } else {
+                "KVMKVMKVM"
+            }
+            .into(),
+        );
+        host.kernel = kernel.into();
+        let points: BTreeMap<&str, (Vec<String>, Vec<String>)> = hvlab::scenario::REGISTRY
+            .iter()
+            .filter_map(|s| {
+                let p = s.validation(&host)?;
+                Some((s.info().name, (sets_of(p.sets), sets_of(p.model_sets))))
+            })
+            .collect();
+        let (size, iterations, strategy) = if emulated {
+            ("size=16MiB", "iterations=200", "strategy=always-sync")
+        } else {
+            ("size=128MiB", "iterations=5000", "strategy=always-defer")
+        };
+        let want: BTreeMap<&str, (Vec<String>, Vec<String>)> = [
+            ("memory", (text(&[size, "pattern=random"]), vec![])),
+            ("exits", (text(&[iterations]), vec![])),
+            ("lifecycle", (vec![], text(&[strategy]))),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(points, want, "emulated: {emulated}");
+    }
 }

@@ -10,6 +10,7 @@ use crate::error::Error;
 use crate::kvm::pin;
 use crate::model::profile::{MmuKind, Profile};
 use crate::record::{MetricRecord, RunRecord};
+use crate::scenario::params::{SetParam, sets_of};
 use crate::scenario::runner::{Progress, RunRequest};
 use crate::scenario::{self, exits, lifecycle, memory};
 
@@ -60,13 +61,13 @@ fn run(
     backend: &mut dyn Backend,
     info: &'static scenario::ScenarioInfo,
     variants: &[&str],
-    sets: &[&str],
+    sets: &[&dyn SetParam],
     reps: u32,
     progress: &dyn Progress,
 ) -> Result<RunRecord, Error> {
     let request = RunRequest {
         variants: variants.iter().map(|s| s.to_string()).collect(),
-        sets: sets.iter().map(|s| s.to_string()).collect(),
+        sets: sets_of(sets),
         reps,
         warmup: 1,
         ..RunRequest::default()
@@ -179,9 +180,17 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
     // every value through the same formulas.
     let small = host.cpu_emulated();
     let (size, pin_bytes, iterations) = if small {
-        ("size=8MiB", 8usize << 20, "iterations=200")
+        (
+            memory::Set::Size(8 << 20),
+            8usize << 20,
+            exits::Set::Iterations(200),
+        )
     } else {
-        ("size=64MiB", 64usize << 20, "iterations=5000")
+        (
+            memory::Set::Size(64 << 20),
+            64usize << 20,
+            exits::Set::Iterations(5000),
+        )
     };
     let tag = |what: &str| format!("hvlab calibrate {when}: {what}");
     host_facts(&mut p, &host, &tag);
@@ -430,13 +439,13 @@ fn memory_costs(
     progress: &dyn Progress,
     p: &mut Profile,
     tag: &dyn Fn(&str) -> String,
-    size: &str,
+    size: memory::Set,
 ) -> Result<(), Error> {
     let m2 = run(
         backend,
         &memory::INFO,
         &["lazy", "populated", "thp", "uffd", "uffd-prefetch"],
-        &[size],
+        &[&size],
         3,
         progress,
     )?;
@@ -444,7 +453,10 @@ fn memory_costs(
         backend,
         &memory::INFO,
         &["populated"],
-        &[size, "guest_page=4k"],
+        &[
+            &size,
+            &memory::Set::GuestPage(crate::backend::guest::GuestPage::Small),
+        ],
         3,
         progress,
     )?;
@@ -520,13 +532,13 @@ fn exit_costs(
     progress: &dyn Progress,
     p: &mut Profile,
     tag: &dyn Fn(&str) -> String,
-    iterations: &str,
+    iterations: exits::Set,
 ) -> Result<(), Error> {
     let ex = run(
         backend,
         &exits::INFO,
         &["pio-out", "cpuid"],
-        &[iterations],
+        &[&iterations],
         5,
         progress,
     )?;

@@ -202,7 +202,7 @@ pub fn run<P: Progress>(
             Some((_, sc)) => RunRequest {
                 seed,
                 variants: sc.variants.iter().map(ToString::to_string).collect(),
-                sets: sc.sets.iter().map(ToString::to_string).collect(),
+                sets: crate::scenario::params::sets_of(sc.sets),
                 ..base
             },
         };

@@ -6,6 +6,7 @@ use crate::backend::Backend;
 use crate::backend::host::HostInfo;
 use crate::error::Error;
 use crate::record::RunRecord;
+use crate::scenario::params::sets_of;
 use crate::scenario::runner::{DEFAULT_SEED, Progress, RunRequest};
 use crate::scenario::{self, REGISTRY};
 
@@ -56,14 +57,14 @@ pub fn validate(
         let info = s.info();
         let request = RunRequest {
             variants: point.variants.iter().map(|v| v.to_string()).collect(),
-            sets: point.sets.clone(),
+            sets: sets_of(point.sets),
             reps: info.default_reps.min(10),
             warmup: 1,
             seed: DEFAULT_SEED,
         };
         let mut real = scenario::run_scenario(*s, kvm, &request, progress)?;
         let mut model_request = request.clone();
-        model_request.sets.extend(point.model_sets.iter().cloned());
+        model_request.sets.extend(sets_of(point.model_sets));
         let mut predicted = scenario::run_scenario(*s, model, &model_request, progress)?;
         if let Some(n) = real.noise.as_ref().filter(|n| n.is_busy()) {
             busy.push(n.clone());

@@ -398,7 +398,7 @@ impl Experiment for Exits {
                 "pebs-old",
                 "pebs-new",
             ],
-            sets: &["host_pebs=1", "iterations=1000"],
+            sets: &[&Set::HostPebs(true), &Set::Iterations(1000)],
             why: "003 (PEBS_ENABLE on KVM transitions): on a PEBS-isolating Intel server with a host PEBS event, the series drops 7 MSR writes per fastpath roundtrip (3 with guest PEBS); the race explorer finds the stuck PEBS_ENABLE bit before it for every guest, a stale PERF_GLOBAL_CTRL after it, and neither once KVM zeroes PERF_GLOBAL_CTRL first",
         }]
     }
@@ -412,15 +412,15 @@ impl Experiment for Exits {
 
     fn validation(&self, host: &HostInfo) -> Option<ValidationPoint> {
         // An emulated CPU takes tens of microseconds per exit: fewer iterations there.
-        let iterations = if host.cpu_emulated() {
-            "iterations=200"
+        let sets: super::params::Sets = if host.cpu_emulated() {
+            &[&Set::Iterations(200)]
         } else {
-            "iterations=5000"
+            &[&Set::Iterations(5000)]
         };
         Some(ValidationPoint {
             variants: &["pio-out", "mmio-read", "cpuid"],
-            sets: vec![iterations.to_string()],
-            model_sets: Vec::new(),
+            sets,
+            model_sets: &[],
             checks: |model, kvm, v, time| {
                 check(model, kvm, v, "roundtrip_ns", time)
                     .into_iter()

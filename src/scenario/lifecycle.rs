@@ -501,13 +501,19 @@ static SHOWCASES: [Showcase; 2] = [
     Showcase {
         profile: "x86-vmx-hz100",
         variants: &["firecracker-order", "boot-activation"],
-        sets: &["strategy=always-defer", "spacing=independent"],
+        sets: &[
+            &Set::Strategy(Strategy::AlwaysDefer),
+            &Set::BackToBack(false),
+        ],
         why: "001, Linux 6.18 (call_srcu in registration): the first KVM_CREATE_VCPU waits out the irqchip's normal grace period, 1-2 jiffies (10-20 ms at HZ=100)",
     },
     Showcase {
         profile: "x86-vmx-hz100",
         variants: &["firecracker-order", "boot-activation"],
-        sets: &["strategy=lifecycle-keyed", "spacing=independent"],
+        sets: &[
+            &Set::Strategy(Strategy::LifecycleKeyed),
+            &Set::BackToBack(false),
+        ],
         why: "001, Sean's fix (sync until the first vCPU, then defer): no creation stall; registrations during boot still defer, so the next memslot update waits",
     },
 ];
@@ -698,9 +704,9 @@ impl Experiment for Lifecycle {
 
     fn validation(&self, host: &HostInfo) -> Option<ValidationPoint> {
         // The model runs the SRCU scheme of the kernel it is checked against.
-        let strategy = match host.srcu_kernel().registration {
-            BusRegistration::Synchronizes => "strategy=always-sync",
-            BusRegistration::Defers => "strategy=always-defer",
+        let model_sets: super::params::Sets = match host.srcu_kernel().registration {
+            BusRegistration::Synchronizes => &[&Set::Strategy(Strategy::AlwaysSync)],
+            BusRegistration::Defers => &[&Set::Strategy(Strategy::AlwaysDefer)],
         };
         Some(ValidationPoint {
             variants: &[
@@ -711,8 +717,8 @@ impl Experiment for Lifecycle {
                 "firecracker-order",
                 "boot-activation",
             ],
-            sets: Vec::new(),
-            model_sets: vec![strategy.to_string()],
+            sets: &[],
+            model_sets,
             checks: |model, kvm, v, time| {
                 let mut out: Vec<Check> = Vec::new();
                 out.extend(check(model, kvm, v, "stalls", Rule::Exact(0.0)));

@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use super::params::{ParamInfo, Settings};
+use super::params::{ParamInfo, SetParam, Settings, size_text};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Experiment, Notice, Observed, ValidationPoint};
@@ -241,6 +241,47 @@ fn parse_pattern(settings: &Settings) -> Result<Pattern, InputError> {
             .filter(|k| (1..=4096).contains(k))
             .map(Pattern::Stride)
             .ok_or_else(bad),
+    }
+}
+
+/// A memory parameter set in code (the lab's published setups and calibration points),
+/// spelled as the parsers above and in [`Memory::params`] read it.
+#[derive(Debug, Clone, Copy)]
+pub enum Set {
+    /// `size`, bytes (a multiple of 2 MiB).
+    Size(u64),
+    /// `pattern`.
+    Pattern(Pattern),
+    /// `touch`.
+    Touch(Touch),
+    /// `guest_page`.
+    GuestPage(GuestPage),
+    /// `backing`, the model's prefetch variants' host memory.
+    Backing(Backing),
+}
+
+impl SetParam for Set {
+    fn key_value(&self) -> (&'static str, String) {
+        let text = |s: &str| s.to_string();
+        match *self {
+            Set::Size(bytes) => ("size", size_text(bytes)),
+            Set::Pattern(p) => (
+                "pattern",
+                match p {
+                    Pattern::Seq => text("seq"),
+                    Pattern::Reverse => text("reverse"),
+                    Pattern::Random => text("random"),
+                    Pattern::Stride(k) => format!("stride={k}"),
+                },
+            ),
+            Set::Touch(Touch::FirstByte) => ("touch", text("first-byte")),
+            Set::Touch(Touch::WholePage) => ("touch", text("whole-page")),
+            Set::GuestPage(GuestPage::Small) => ("guest_page", text("4k")),
+            Set::GuestPage(GuestPage::Huge) => ("guest_page", text("2m")),
+            Set::Backing(Backing::Lazy) => ("backing", text("lazy")),
+            Set::Backing(Backing::Populated) => ("backing", text("populated")),
+            Set::Backing(Backing::Thp) => ("backing", text("thp")),
+        }
     }
 }
 
@@ -593,15 +634,15 @@ impl Experiment for Memory {
     fn validation(&self, host: &HostInfo) -> Option<ValidationPoint> {
         // Not the calibration point (64 MiB, sequential): a new size and order. An emulated
         // CPU takes milliseconds per fault: a small one there.
-        let size = if host.cpu_emulated() {
-            "size=16MiB"
+        let sets: super::params::Sets = if host.cpu_emulated() {
+            &[&Set::Size(16 << 20), &Set::Pattern(Pattern::Random)]
         } else {
-            "size=128MiB"
+            &[&Set::Size(128 << 20), &Set::Pattern(Pattern::Random)]
         };
         Some(ValidationPoint {
             variants: &["lazy", "populated", "uffd-prefetch"],
-            sets: vec![size.to_string(), "pattern=random".to_string()],
-            model_sets: Vec::new(),
+            sets,
+            model_sets: &[],
             checks: |model, kvm, v, time| {
                 // The guest's own page tables fault too with TDP (a known extra the kvm run
                 // counts); beyond that a stray fault or two (the guest's stack) is allowed,

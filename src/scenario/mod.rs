@@ -209,10 +209,11 @@ pub enum Notice {
 pub struct ValidationPoint {
     /// The variants compared.
     pub variants: &'static [&'static str],
-    /// `--set` for both backends: a point calibration did not use.
-    pub sets: Vec<String>,
-    /// `--set` for the model alone (what it must know of the kernel it is checked against).
-    pub model_sets: Vec<String>,
+    /// The scenario's parameters on both backends: a point calibration did not use.
+    pub sets: params::Sets,
+    /// Its parameters for the model alone (what it must know of the kernel it is checked
+    /// against).
+    pub model_sets: params::Sets,
     /// The checks of one variant: (model run, kvm run, variant, how times are judged).
     pub checks: fn(&RunRecord, &RunRecord, &str, Rule) -> Vec<Check>,
 }
@@ -225,8 +226,8 @@ pub struct Showcase {
     pub profile: &'static str,
     /// Variants (empty: the scenario's default model variants).
     pub variants: &'static [&'static str],
-    /// `--set` parameters.
-    pub sets: &'static [&'static str],
+    /// The scenario's parameters.
+    pub sets: params::Sets,
     /// Why this setup: the thread and what it shows.
     pub why: &'static str,
 }

@@ -31,12 +31,38 @@ pub struct Settings {
 
 /// A parameter set in code, typed: each scenario's `Set` enum spells its values as its own
 /// parser reads them back, so the lab never writes `key=value` text.
-pub trait SetParam {
+pub trait SetParam: std::fmt::Debug + Sync {
     /// The key, and the value as `--set` spells it.
     fn key_value(&self) -> (&'static str, String);
 }
 
-/// The `--set` arguments of typed parameters, in order.
+/// Typed parameters of any scenario, held by reference (showcases, validation points and the
+/// lab's setups are fixed in code).
+impl<T: SetParam + ?Sized> SetParam for &T {
+    fn key_value(&self) -> (&'static str, String) {
+        (**self).key_value()
+    }
+}
+
+/// Typed parameters of whichever scenario a shared struct (a showcase, a validation point)
+/// belongs to: `sets_of` spells them for the run request, once.
+pub type Sets = &'static [&'static dyn SetParam];
+
+/// A byte size as `--set` spells it: the largest binary unit that divides it whole (`6GiB`,
+/// `64MiB`, `4096`), which [`parse_size`] reads back to the same number.
+pub fn size_text(bytes: u64) -> String {
+    const UNITS: [(u32, &str); 4] = [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")];
+    UNITS
+        .iter()
+        .find(|(shift, _)| bytes != 0 && bytes.is_multiple_of(1u64 << shift))
+        .map_or_else(
+            || bytes.to_string(),
+            |(shift, unit)| format!("{}{unit}", bytes >> shift),
+        )
+}
+
+/// The `--set` arguments of typed parameters, in order: the one place typed parameters
+/// become the text `Settings` reads.
 pub fn sets_of<P: SetParam>(params: &[P]) -> Vec<String> {
     params
         .iter()
@@ -269,6 +295,25 @@ mod tests {
         assert_eq!(parse_size("lots"), None);
         assert_eq!(parse_size("12XB"), None);
         assert_eq!(parse_size("99999999999T"), None);
+    }
+
+    #[test]
+    fn sizes_are_spelled_as_they_parse_back() {
+        for bytes in [
+            6u64 << 30,
+            64 << 20,
+            16 << 20,
+            512 << 10,
+            4096,
+            4097,
+            3 << 40,
+            0,
+        ] {
+            assert_eq!(parse_size(&size_text(bytes)), Some(bytes), "{bytes}");
+        }
+        assert_eq!(size_text(6 << 30), "6GiB");
+        assert_eq!(size_text(128 << 20), "128MiB");
+        assert_eq!(size_text(4097), "4097");
     }
 
     #[test]

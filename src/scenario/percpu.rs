@@ -298,13 +298,13 @@ static SHOWCASES: [Showcase; 2] = [
     Showcase {
         profile: "arm64-server-160",
         variants: &[],
-        sets: &["workload=kernel-build", "cpus=160"],
+        sets: &[&Set::Workload("kernel-build"), &Set::Cpus(160)],
         why: "002: the RFC's kernel build on its 160-core AmpereOne; dropping the preempt toggle saves about 13% of kernel time",
     },
     Showcase {
         profile: "arm64-server-160",
         variants: &[],
-        sets: &["workload=stress-ng-fork", "cpus=4096"],
+        sets: &[&Set::Workload("stress-ng-fork"), &Set::Cpus(4096)],
         why: "002: fork's per-CPU allocations are mapped into every CPU's page table; at 4096 CPUs that upkeep outweighs the saving and fork regresses",
     },
 ];
@@ -426,7 +426,7 @@ mod tests {
     #[test]
     fn every_showcase_is_a_valid_setup_on_a_built_in_profile() {
         for s in &SHOWCASES {
-            let sets: Vec<String> = s.sets.iter().map(ToString::to_string).collect();
+            let sets = crate::scenario::params::sets_of(s.sets);
             let settings = Settings::parse(&INFO, &sets).unwrap();
             assert_eq!(plans(&settings).unwrap().len(), 2);
             crate::model::profile::Profile::load(s.profile).unwrap();

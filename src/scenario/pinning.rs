@@ -422,7 +422,7 @@ impl Experiment for Pinning {
         &[super::Showcase {
             profile: "neoverse-n2-spe",
             variants: &[],
-            sets: &["buffer=256MiB", "slices=100"],
+            sets: &[&Set::BufferMib(256), &Set::Slices(100)],
             why: "000 (SPE buffer pinned at stage 2): with a 256 MiB buffer in per-task mode, pinning on every enable costs ~40 ms per context switch; keeping the pin leaves the stage-1 walk on every enable; not pinning costs nothing per switch but loses records to stage-2 faults",
         }]
     }

@@ -16,7 +16,6 @@ use crate::error::Error;
 use crate::model::profile::Profile;
 use crate::record::RunRecord;
 use crate::scenario::dirty::{self, Set};
-use crate::scenario::params::sets_of;
 use crate::scenario::runner::Progress;
 
 fn med(r: &RunRecord, variant: &str, metric: &str) -> Option<f64> {
@@ -43,27 +42,25 @@ pub fn calibrate(
     } else {
         (64u64 << 20, 512u64 << 20, 16u64 << 20)
     };
-    let a_sets = sets_of(&[Set::SizeMib(big >> 20), Set::Passes(3), Set::Ring(65536)]);
     let a = run(
         backend,
         &dirty::INFO,
         &["bitmap", "ring"],
-        &a_sets.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[&Set::SizeMib(big >> 20), &Set::Passes(3), &Set::Ring(65536)],
         5,
         progress,
     )?;
     let copy = |bytes: u64, backend: &mut dyn Backend| {
-        let copy_sets = sets_of(&[
-            Set::SizeMib(bytes >> 20),
-            Set::Passes(3),
-            Set::Stride(4096),
-            Set::Chunk(262_144),
-        ]);
         run(
             backend,
             &dirty::INFO,
             &["clear"],
-            &copy_sets.iter().map(String::as_str).collect::<Vec<_>>(),
+            &[
+                &Set::SizeMib(bytes >> 20),
+                &Set::Passes(3),
+                &Set::Stride(4096),
+                &Set::Chunk(262_144),
+            ],
             5,
             progress,
         )

@@ -8,20 +8,24 @@
 //! (`model::mmu`); no profile value enters a count, so nothing here is fitted.
 
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
+use crate::backend::guest::{Backing, GuestPage};
 use crate::backend::host::HostInfo;
+use crate::backend::memory::{Pattern, Touch};
 use crate::error::Error;
 use crate::model::profile::Profile;
+use crate::scenario::memory::Set;
+use crate::scenario::params::sets_of;
 
 /// The thread.
 pub struct Prefetch;
 
-/// The setup as `--set` parameters of the `memory` scenario.
-const SETUP: [&str; 5] = [
-    "size=6GiB",
-    "pattern=seq",
-    "touch=first-byte",
-    "guest_page=4k",
-    "backing=populated",
+/// The setup as parameters of the `memory` scenario.
+const SETUP: [Set; 5] = [
+    Set::Size(6 << 30),
+    Set::Pattern(Pattern::Seq),
+    Set::Touch(Touch::FirstByte),
+    Set::GuestPage(GuestPage::Small),
+    Set::Backing(Backing::Populated),
 ];
 
 impl Thread for Prefetch {
@@ -37,7 +41,7 @@ impl Thread for Prefetch {
     fn rows(&self, host: &HostInfo, profile: &Profile, seed: u64) -> Result<Vec<Row>, Error> {
         // The legacy MMU's loop is what the thread changes; the profile only supplies the
         // MMU's prefetch behaviour for the variants, and times this table does not read.
-        let sets: Vec<String> = SETUP.iter().map(ToString::to_string).collect();
+        let sets = sets_of(&SETUP);
         let run = super::model_run(
             host,
             "memory",
