@@ -743,6 +743,8 @@ fn srcu_kernel_script(stall_ns: u64) -> Box<dyn FnMut(&ConstructionPlan) -> Cons
             ready_ns: now,
             kvm_stats: Vec::new(),
             srcu_effects: effects,
+            since_last_ns: None,
+            tick_phase_ns: None,
         }
     })
 }
