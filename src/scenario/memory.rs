@@ -51,7 +51,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     default_warmup: 1,
 };
 
-static VARIANTS: [VariantInfo; 11] = [
+static VARIANTS: [VariantInfo; 12] = [
     VariantInfo {
         name: "lazy",
         doc: "plain anonymous 4 KiB memory (MADV_NOHUGEPAGE): every first touch is also a host fault",
@@ -91,6 +91,10 @@ static VARIANTS: [VariantInfo; 11] = [
     VariantInfo {
         name: "uffd-minor",
         doc: "a shmem memfd whose page cache is full, mapped lazily: userfaultfd MINOR faults, UFFDIO_CONTINUE over --set window pages",
+    },
+    VariantInfo {
+        name: "uffd-minor-hugetlb",
+        doc: "a hugetlb memfd of 2 MiB pages whose page cache is full, mapped lazily: userfaultfd MINOR faults (UFFD_FEATURE_MINOR_HUGETLBFS), one UFFDIO_CONTINUE per huge page; the pool reserved and set back as for hugetlb-2m",
     },
     VariantInfo {
         name: "prefault",
@@ -536,6 +540,7 @@ impl Experiment for Memory {
             "hugetlb-1g" => (HostBacking::Hugetlb(HugeSize::Gib1), None),
             "gmem" => (HostBacking::GuestMemfd, None),
             "uffd-minor" => (HostBacking::UffdMinor(p.window), None),
+            "uffd-minor-hugetlb" => (HostBacking::UffdMinorHugetlb, None),
             "none" => (
                 HostBacking::Anonymous(p.model_backing),
                 Some(PrefetchLoop::None),
