@@ -219,7 +219,10 @@ fn check(r: &Results) {
             // 1 GiB pages on 8 MiB, a hugetlb pool the guest cannot grow, and guest_memfd that
             // is private-only before Linux 6.18:
             // unsupported, with the reason.
-            if matches!(name, "hugetlb-1g" | "hugetlb-2m" | "gmem")
+            if matches!(
+                name,
+                "hugetlb-1g" | "hugetlb-2m" | "uffd-minor-hugetlb" | "gmem"
+            )
                 && v["status"]
                     .as_str()
                     .unwrap_or("")
