@@ -222,11 +222,10 @@ fn check(r: &Results) {
             if matches!(
                 name,
                 "hugetlb-1g" | "hugetlb-2m" | "uffd-minor-hugetlb" | "gmem"
-            )
-                && v["status"]
-                    .as_str()
-                    .unwrap_or("")
-                    .starts_with("unsupported: ")
+            ) && v["status"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("unsupported: ")
             {
                 continue;
             }

@@ -441,6 +441,8 @@ pub enum Set {
     Ring(u64),
     /// `chunk`, pages.
     Chunk(u64),
+    /// `vcpus`.
+    Vcpus(u32),
 }
 
 impl SetParam for Set {
@@ -451,6 +453,7 @@ impl SetParam for Set {
             Set::Stride(n) => ("stride", n.to_string()),
             Set::Ring(n) => ("ring", n.to_string()),
             Set::Chunk(n) => ("chunk", n.to_string()),
+            Set::Vcpus(n) => ("vcpus", n.to_string()),
         }
     }
 }

@@ -292,6 +292,24 @@ pub fn parse_vcpus(
     backend: Capabilities,
     size_bytes: u64,
 ) -> Result<u32, InputError> {
+    let n = parse_vcpu_count(settings, backend)?;
+    let bad = |why: String| InputError::BadValue {
+        key: "vcpus".into(),
+        value: settings.raw("vcpus").to_string(),
+        why,
+    };
+    if !size_bytes.is_multiple_of(u64::from(n) * (2 << 20)) {
+        return Err(bad(format!(
+            "each vCPU touches its own slice of whole 2MiB pages: make size a multiple of {n} x 2MiB = {}MiB, or change vcpus",
+            2 * n
+        )));
+    }
+    Ok(n)
+}
+
+/// `vcpus` alone: from 1 to the host's `KVM_CAP_MAX_VCPUS` on the kvm backend (asked before
+/// any VM is built), or KVM's own `KVM_MAX_VCPUS` on the model.
+pub fn parse_vcpu_count(settings: &Settings, backend: Capabilities) -> Result<u32, InputError> {
     let raw = settings.raw("vcpus");
     let (cap, source) = host_max_vcpus(backend);
     let bad = |why: String| InputError::BadValue {
@@ -307,12 +325,6 @@ pub fn parse_vcpus(
     if n > cap {
         return Err(bad(format!(
             "{n} vCPUs exceed {source}, {cap}: choose vcpus <= {cap}"
-        )));
-    }
-    if !size_bytes.is_multiple_of(u64::from(n) * (2 << 20)) {
-        return Err(bad(format!(
-            "each vCPU touches its own slice of whole 2MiB pages: make size a multiple of {n} x 2MiB = {}MiB, or change vcpus",
-            2 * n
         )));
     }
     Ok(n)
