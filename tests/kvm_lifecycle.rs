@@ -261,7 +261,7 @@ fn with_many_vcpus_each_runs_and_kvm_and_the_model_count_the_same_stalls() {
             .unwrap(),
     );
     assert!(first > 20.0 * other, "first {first} ms, others {other} ms");
-    assert!(stalls_on(&v, "KVM_CREATE_VCPU"), "{}", v["findings"]);
+    assert!(stalls_on(v, "KVM_CREATE_VCPU"), "{}", v["findings"]);
     let Some(_kvm) = kvm_or_skip("lifecycle_vcpus") else {
         return;
     };
@@ -277,8 +277,8 @@ fn with_many_vcpus_each_runs_and_kvm_and_the_model_count_the_same_stalls() {
         let (k, m) = (variant(&kvm, name), variant(&model, name));
         assert_eq!(k["status"], "ok", "{k}");
         // Every vCPU was created and ran the guest to its signal.
-        assert_eq!(on_timeline(&k, "KVM_CREATE_VCPU"), 4, "{name}");
-        assert_eq!(on_timeline(&k, "KVM_RUN"), 4, "{name}");
+        assert_eq!(on_timeline(k, "KVM_CREATE_VCPU"), 4, "{name}");
+        assert_eq!(on_timeline(k, "KVM_RUN"), 4, "{name}");
         assert!(k["metrics"]["vcpu.other_create_ms"]["n"].as_u64() == Some(6));
         // The same stalls: irqchip-first's memslot, nothing in memslots-first; PVM adds no
         // APIC-access memslot, so no vCPU creation waits, on either backend.
@@ -288,12 +288,12 @@ fn with_many_vcpus_each_runs_and_kvm_and_the_model_count_the_same_stalls() {
             k["findings"], m["findings"]
         );
         assert!(
-            !stalls_on(&k, "KVM_CREATE_VCPU"),
+            !stalls_on(k, "KVM_CREATE_VCPU"),
             "{name}: {}",
             k["findings"]
         );
         assert!(
-            !stalls_on(&m, "KVM_CREATE_VCPU"),
+            !stalls_on(m, "KVM_CREATE_VCPU"),
             "{name}: {}",
             m["findings"]
         );
