@@ -172,3 +172,90 @@ fn a_ring_above_the_kernels_maximum_exits_3_naming_the_limit() {
     // The host's own limit, from KVM_CAP_DIRTY_LOG_RING, before any VM is built.
     assert_exit(&out, 3, &["KVM_CAP_DIRTY_LOG_RING", "131072 entries"]);
 }
+
+#[test]
+fn many_vcpus_each_dirty_their_own_slice_and_the_log_still_counts_exactly() {
+    let Some(_kvm) = kvm_or_skip("dirty_vcpus") else {
+        return;
+    };
+    // 8 vCPUs of 1024 pages each against a soft limit of 960: each ring fills once a pass.
+    for n in [2u64, 8] {
+        let r = dirty("kvm", &[&format!("vcpus={n}"), "ring=1024"], &[]);
+        let model = dirty("model", &[&format!("vcpus={n}"), "ring=1024"], &[]);
+        for v in ["bitmap", "clear", "ring"] {
+            assert_eq!(exact(&r, v, "pages_written"), PAGES, "{n} {v}");
+            assert_eq!(exact(&r, v, "pages_dirty"), PAGES, "{n} {v}");
+            for m in ["pages_dirty", "wp_faults", "collect_ioctls"] {
+                assert_eq!(exact(&model, v, m), exact(&r, v, m), "{n} {v}.{m}");
+            }
+            // Each vCPU's own rate is its share of the total's: with n of them, at most the
+            // total, and the total at least the slowest vCPU's share.
+            let (total, each) = (
+                metric(&r, v, "total_pages_per_ms"),
+                metric(&r, v, "vcpu_pages_per_ms"),
+            );
+            assert!(
+                each <= total * 1.001 && each * n as f64 >= total * 0.999,
+                "{n} {v}: {each} of {total}"
+            );
+        }
+        let per_vcpu = PAGES / n;
+        let full = per_vcpu / 960;
+        assert_eq!(exact(&r, "ring", "ring_full_exits"), full * n, "{n}");
+        assert_eq!(exact(&r, "ring", "wp_faults"), PAGES + full * n, "{n}");
+        assert_eq!(exact(&r, "bitmap", "wp_faults"), PAGES, "{n}");
+    }
+}
+
+#[test]
+fn more_vcpus_than_the_host_allows_exit_2_before_any_vm() {
+    let Some(_kvm) = kvm_or_skip("dirty_vcpus_cap") else {
+        return;
+    };
+    let (_dir, db) = common::db();
+    let out = common::run(
+        &db,
+        &["run", "dirty", "--no-store", "--set", "vcpus=100000"],
+    );
+    assert_exit(&out, 2, &["vcpus", "KVM_CAP_MAX_VCPUS", "choose vcpus <="]);
+    assert!(out.stdout.is_empty());
+}
+
+fn hugetlb_pool(dir: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/sys/kernel/mm/hugepages/{dir}/nr_hugepages"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
+#[test]
+fn the_log_counts_exactly_on_shmem_and_hugetlb_and_refuses_guest_memfd() {
+    let Some(_kvm) = kvm_or_skip("dirty_backings") else {
+        return;
+    };
+    let pool_before = hugetlb_pool("hugepages-2048kB");
+    for backing in ["shmem", "hugetlb-2m"] {
+        let r = dirty("kvm", &[&format!("backing={backing}")], &["bitmap", "ring"]);
+        for v in ["bitmap", "ring"] {
+            let status = common::variant(&r, v)["status"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            if backing == "hugetlb-2m" && status.starts_with("unsupported: ") {
+                // A host whose memory cannot give 16 huge pages says so; nothing else may.
+                assert!(status.contains("hugepages-2048kB"), "{status}");
+                continue;
+            }
+            // Logged in 4 KiB pages whatever backs them: one fault and one dirty page each.
+            assert_eq!(exact(&r, v, "pages_dirty"), PAGES, "{backing} {v}");
+            assert_eq!(exact(&r, "bitmap", "wp_faults"), PAGES, "{backing}");
+        }
+    }
+    assert_eq!(hugetlb_pool("hugepages-2048kB"), pool_before);
+    // guest_memfd cannot be logged: asked alone, every variant is unsupported, exit 3.
+    let (_dir, db) = common::db();
+    let out = common::run(
+        &db,
+        &["run", "dirty", "--no-store", "--set", "backing=gmem"],
+    );
+    assert_exit(&out, 3, &["guest_memfd", "KVM_MEM_LOG_DIRTY_PAGES"]);
+}

@@ -219,7 +219,14 @@ fn every_backing_runs_with_exact_counts_or_says_why_not() {
     let pool_before = hugetlb_pool("hugepages-2048kB");
     let r = memory(
         &["window=8"],
-        &["shmem", "hugetlb-2m", "hugetlb-1g", "gmem", "uffd-minor"],
+        &[
+            "shmem",
+            "hugetlb-2m",
+            "hugetlb-1g",
+            "gmem",
+            "uffd-minor",
+            "uffd-minor-hugetlb",
+        ],
     );
     let tdp = r["host"]["tdp"] == true;
     let mut ran = 0;
@@ -259,6 +266,13 @@ fn every_backing_runs_with_exact_counts_or_says_why_not() {
             }
             // The page cache is full: one MINOR fault per window, UFFDIO_CONTINUE maps it.
             "uffd-minor" => assert_eq!(metric(&r, name, "uffd_faults"), PAGES / 8.0),
+            // On hugetlbfs the fault and the CONTINUE are a whole 2 MiB page, and stage 2
+            // maps it whole; the pool is reserved and set back as for hugetlb-2m.
+            "uffd-minor-hugetlb" => {
+                assert_eq!(metric(&r, name, "uffd_faults"), PAGES / 512.0);
+                assert_eq!(fixed, PAGES / 512.0 + tables, "{name}");
+                assert!(metric(&r, name, "hugetlb_pool_during") >= 32.0);
+            }
             _ => {}
         }
     }

@@ -219,11 +219,13 @@ fn check(r: &Results) {
             // 1 GiB pages on 8 MiB, a hugetlb pool the guest cannot grow, and guest_memfd that
             // is private-only before Linux 6.18:
             // unsupported, with the reason.
-            if matches!(name, "hugetlb-1g" | "hugetlb-2m" | "gmem")
-                && v["status"]
-                    .as_str()
-                    .unwrap_or("")
-                    .starts_with("unsupported: ")
+            if matches!(
+                name,
+                "hugetlb-1g" | "hugetlb-2m" | "uffd-minor-hugetlb" | "gmem"
+            ) && v["status"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("unsupported: ")
             {
                 continue;
             }
@@ -233,7 +235,7 @@ fn check(r: &Results) {
             assert_eq!(tables, if guest_page == "4k" { 5.0 } else { 1.0 });
             let data = match name {
                 // Host huge pages: stage 2 maps each whole, whatever the guest's page size.
-                "thp" | "hugetlb-2m" => pages / 512.0,
+                "thp" | "hugetlb-2m" | "uffd-minor-hugetlb" => pages / 512.0,
                 "prefault" => 0.0,
                 _ => pages,
             };
@@ -247,11 +249,15 @@ fn check(r: &Results) {
                 "uffd-prefetch" | "uffd-minor" => {
                     assert_eq!(metric(v, "uffd_faults"), Some(pages / 8.0));
                 }
+                "uffd-minor-hugetlb" => assert_eq!(metric(v, "uffd_faults"), Some(pages / 512.0)),
                 _ => {}
             }
             let note = v["findings"][0]["message"].as_str().unwrap();
             assert!(!note.contains("SPTE prefetch"), "{k}: {name}: {note}");
-            if !matches!(name, "prefault" | "thp" | "hugetlb-2m") {
+            if !matches!(
+                name,
+                "prefault" | "thp" | "hugetlb-2m" | "uffd-minor-hugetlb"
+            ) {
                 assert!(
                     note.contains("TDP MMU never prefetches"),
                     "{k}: {name}: {note}"

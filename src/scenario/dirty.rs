@@ -17,6 +17,14 @@
 //! Every metric is the mean over the measured passes of one repetition; `kvm.vcpu.*` and
 //! `kvm.vm.*` are statistic deltas per pass. The log must report exactly the pages the pass
 //! wrote: a pass where it does not fails the variant.
+//!
+//! With `vcpus` > 1 the region is split into one contiguous slice per vCPU (memstress's
+//! shape); every vCPU writes its own slice on its own host thread, all meeting at each pass's
+//! start and end, and the VMM collects while they wait. Per-vCPU rings fill on their own. With
+//! shadow paging every write-protect fault takes `kvm->mmu_lock` for write
+//! (`FNAME(page_fault)`), which is what the vCPUs contend on; the model runs that lock.
+//! `backing` picks the region's host memory: anonymous, shmem, or hugetlb (logged in 4 KiB
+//! pages all the same: KVM never maps a logged slot huge); guest_memfd cannot be logged.
 
 use super::memory::GuestRun;
 use super::params::{ParamInfo, SetParam, Settings};
@@ -27,8 +35,9 @@ use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::{Verdict, compare, judge_variants_together};
 use crate::analysis::statistics::seed_for;
 use crate::backend::Capabilities;
-use crate::backend::dirty::{BITMAP_WORD_PAGES, DirtyPlan, DirtyResult, LogMode};
+use crate::backend::dirty::{BITMAP_WORD_PAGES, DirtyBacking, DirtyPlan, DirtyResult, LogMode};
 use crate::backend::guest::DATA_MAX_BYTES;
+use crate::backend::memory::HugeSize;
 use crate::error::InputError;
 use crate::record::{Finding, RunRecord, VariantRecord, VariantStatus};
 
@@ -61,7 +70,7 @@ static VARIANTS: [VariantInfo; 3] = [
     },
 ];
 
-static PARAMS: [ParamInfo; 7] = [
+static PARAMS: [ParamInfo; 9] = [
     ParamInfo {
         name: "size",
         default: "64MiB",
@@ -93,6 +102,18 @@ static PARAMS: [ParamInfo; 7] = [
         model_only: false,
     },
     ParamInfo {
+        name: "vcpus",
+        default: "1",
+        doc: "vCPUs writing at once, each its own slice (size a multiple of vcpus x 2MiB); at most the host's KVM_CAP_MAX_VCPUS",
+        model_only: false,
+    },
+    ParamInfo {
+        name: "backing",
+        default: "anon",
+        doc: "the region's host memory, populated: anon (4 KiB anonymous), shmem (memfd), hugetlb-2m, hugetlb-1g (MFD_HUGETLB; hvlab grows the pool and sets it back, root), gmem (guest_memfd: KVM cannot log it, said as unsupported)",
+        model_only: false,
+    },
+    ParamInfo {
         name: "guest.cpl",
         default: "",
         doc: "0 or 3; default 3 on PVM (CPL0 is emulated there), 0 elsewhere",
@@ -106,7 +127,7 @@ static PARAMS: [ParamInfo; 7] = [
     },
 ];
 
-static METRICS: [MetricInfo; 14] = [
+static METRICS: [MetricInfo; 16] = [
     MetricInfo {
         name: "collect_ms",
         unit: "ms",
@@ -121,6 +142,16 @@ static METRICS: [MetricInfo; 14] = [
         name: "dirty_ns_per_page",
         unit: "ns",
         doc: "host time from the guest's Start to End signal per page written, ring harvests excluded: a write-protect fault each",
+    },
+    MetricInfo {
+        name: "total_pages_per_ms",
+        unit: "pages/ms",
+        doc: "pages written by all vCPUs per ms, from the common start to the last vCPU's End",
+    },
+    MetricInfo {
+        name: "vcpu_pages_per_ms",
+        unit: "pages/ms",
+        doc: "each vCPU's own rate (its slice's writes over its own time), the mean over the vCPUs of a pass",
     },
     MetricInfo {
         name: "get_ms",
@@ -233,6 +264,20 @@ fn mean(values: impl Iterator<Item = f64>) -> f64 {
     sum / f64::from(n.max(1))
 }
 
+/// A pass's mean per-vCPU rate, pages/ms: each vCPU's share of the writes over its own
+/// time; one vCPU's is the pass's.
+fn vcpu_rate(p: &crate::backend::dirty::DirtyPass) -> f64 {
+    if p.vcpu_ns.is_empty() {
+        return p.written as f64 / (p.dirty_ns.max(1) as f64 / 1e6);
+    }
+    let share = p.written as f64 / p.vcpu_ns.len() as f64;
+    p.vcpu_ns
+        .iter()
+        .map(|ns| share / ((*ns).max(1) as f64 / 1e6))
+        .sum::<f64>()
+        / p.vcpu_ns.len() as f64
+}
+
 fn analyse_variant(
     name: &str,
     plan: &DirtyPlan,
@@ -266,6 +311,12 @@ fn analyse_variant(
                 "ns",
                 per(&|x| x.dirty_ns as f64 / x.written.max(1) as f64),
             )
+            .push(
+                "total_pages_per_ms",
+                "pages/ms",
+                per(&|x| x.written as f64 / (x.dirty_ns.max(1) as f64 / 1e6)),
+            )
+            .push("vcpu_pages_per_ms", "pages/ms", per(&vcpu_rate))
             .push("pages_written", "count", per(&|x| x.written as f64))
             .push("pages_dirty", "count", per(&|x| x.found as f64))
             .push("collect_ioctls", "count", per(&|x| x.ioctls as f64));
@@ -390,6 +441,8 @@ pub enum Set {
     Ring(u64),
     /// `chunk`, pages.
     Chunk(u64),
+    /// `vcpus`.
+    Vcpus(u32),
 }
 
 impl SetParam for Set {
@@ -400,6 +453,7 @@ impl SetParam for Set {
             Set::Stride(n) => ("stride", n.to_string()),
             Set::Ring(n) => ("ring", n.to_string()),
             Set::Chunk(n) => ("chunk", n.to_string()),
+            Set::Vcpus(n) => ("vcpus", n.to_string()),
         }
     }
 }
@@ -417,8 +471,41 @@ pub struct DirtyParams {
     pub ring: u64,
     /// Pages per `KVM_CLEAR_DIRTY_LOG` call.
     pub chunk: u64,
+    /// vCPUs writing their own slices at once.
+    pub vcpus: u32,
+    /// The region's host memory.
+    pub backing: DirtyBacking,
     /// The guest's privilege level and watchdog per repetition.
     pub guest: GuestRun,
+}
+
+/// `backing`: the names and what they give; a 1 GiB hugetlb region must be whole pages.
+fn parse_backing(settings: &Settings, size_bytes: u64) -> Result<DirtyBacking, InputError> {
+    let backing = match settings.choice(
+        "backing",
+        &["anon", "shmem", "hugetlb-2m", "hugetlb-1g", "gmem"],
+    )? {
+        "shmem" => DirtyBacking::Shmem,
+        "hugetlb-2m" => DirtyBacking::Hugetlb(HugeSize::Mib2),
+        "hugetlb-1g" => DirtyBacking::Hugetlb(HugeSize::Gib1),
+        "gmem" => DirtyBacking::GuestMemfd,
+        _ => DirtyBacking::Anonymous,
+    };
+    if let DirtyBacking::Hugetlb(huge) = backing
+        && !size_bytes.is_multiple_of(huge.bytes())
+    {
+        return Err(InputError::BadValue {
+            key: "size".into(),
+            value: settings.raw("size").into(),
+            why: format!(
+                "backing={} takes whole {} MiB pages: make size a multiple of {} MiB",
+                settings.raw("backing"),
+                huge.bytes() >> 20,
+                huge.bytes() >> 20
+            ),
+        });
+    }
+    Ok(backing)
 }
 
 impl Experiment for Dirty {
@@ -455,6 +542,8 @@ impl Experiment for Dirty {
         let stride = settings.u32_in("stride", 1..=4096)?;
         let ring = parse_ring(settings)?;
         let chunk = parse_chunk(settings)?;
+        let vcpus = super::memory::parse_vcpus(settings, can, size_bytes)?;
+        let backing = parse_backing(settings, size_bytes)?;
         let guest = GuestRun::parse(settings)?;
         Ok(DirtyParams {
             size_bytes,
@@ -462,6 +551,8 @@ impl Experiment for Dirty {
             stride,
             ring,
             chunk,
+            vcpus,
+            backing,
             guest,
         })
     }
@@ -487,6 +578,8 @@ impl Experiment for Dirty {
             mode,
             cpl: p.guest.cpl,
             timeout: p.guest.timeout,
+            vcpus: p.vcpus,
+            backing: p.backing,
         }))
     }
 
@@ -548,6 +641,12 @@ mod tests {
             LogMode::Ring { entries: 65536 }
         );
         assert_eq!(plan_of(&[], "bitmap").unwrap().size_bytes, 64 << 20);
+        let many = plan_of(&["vcpus=8", "backing=hugetlb-2m"], "ring").unwrap();
+        assert_eq!(
+            (many.vcpus, many.backing),
+            (8, DirtyBacking::Hugetlb(HugeSize::Mib2))
+        );
+        assert_eq!(many.written_per_pass(), 16384);
     }
 
     #[test]
@@ -559,6 +658,11 @@ mod tests {
             ("chunk=0", "multiple of 64"),
             ("size=3MiB", "multiple of 2MiB"),
             ("passes=0", "from 1 to 100"),
+            ("vcpus=5000", "KVM_CAP_MAX_VCPUS"),
+            ("vcpus=0", "vcpus is a whole number"),
+            ("vcpus=3", "multiple of 3 x 2MiB"),
+            ("backing=hugetlb-1g", "multiple of 1024 MiB"),
+            ("backing=ntfs", "anon, shmem, hugetlb-2m, hugetlb-1g, gmem"),
         ] {
             let msg = plan_of(&[set], "ring").unwrap_err().to_string();
             assert!(msg.contains(needle), "{set}: {msg}");

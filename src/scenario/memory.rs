@@ -51,7 +51,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     default_warmup: 1,
 };
 
-static VARIANTS: [VariantInfo; 11] = [
+static VARIANTS: [VariantInfo; 12] = [
     VariantInfo {
         name: "lazy",
         doc: "plain anonymous 4 KiB memory (MADV_NOHUGEPAGE): every first touch is also a host fault",
@@ -91,6 +91,10 @@ static VARIANTS: [VariantInfo; 11] = [
     VariantInfo {
         name: "uffd-minor",
         doc: "a shmem memfd whose page cache is full, mapped lazily: userfaultfd MINOR faults, UFFDIO_CONTINUE over --set window pages",
+    },
+    VariantInfo {
+        name: "uffd-minor-hugetlb",
+        doc: "a hugetlb memfd of 2 MiB pages whose page cache is full, mapped lazily: userfaultfd MINOR faults (UFFD_FEATURE_MINOR_HUGETLBFS), one UFFDIO_CONTINUE per huge page; the pool reserved and set back as for hugetlb-2m",
     },
     VariantInfo {
         name: "prefault",
@@ -329,6 +333,24 @@ pub fn parse_vcpus(
     backend: Capabilities,
     size_bytes: u64,
 ) -> Result<u32, InputError> {
+    let n = parse_vcpu_count(settings, backend)?;
+    let bad = |why: String| InputError::BadValue {
+        key: "vcpus".into(),
+        value: settings.raw("vcpus").to_string(),
+        why,
+    };
+    if !size_bytes.is_multiple_of(u64::from(n) * (2 << 20)) {
+        return Err(bad(format!(
+            "each vCPU touches its own slice of whole 2MiB pages: make size a multiple of {n} x 2MiB = {}MiB, or change vcpus",
+            2 * n
+        )));
+    }
+    Ok(n)
+}
+
+/// `vcpus` alone: from 1 to the host's `KVM_CAP_MAX_VCPUS` on the kvm backend (asked before
+/// any VM is built), or KVM's own `KVM_MAX_VCPUS` on the model.
+pub fn parse_vcpu_count(settings: &Settings, backend: Capabilities) -> Result<u32, InputError> {
     let raw = settings.raw("vcpus");
     let (cap, source) = host_max_vcpus(backend);
     let bad = |why: String| InputError::BadValue {
@@ -344,12 +366,6 @@ pub fn parse_vcpus(
     if n > cap {
         return Err(bad(format!(
             "{n} vCPUs exceed {source}, {cap}: choose vcpus <= {cap}"
-        )));
-    }
-    if !size_bytes.is_multiple_of(u64::from(n) * (2 << 20)) {
-        return Err(bad(format!(
-            "each vCPU touches its own slice of whole 2MiB pages: make size a multiple of {n} x 2MiB = {}MiB, or change vcpus",
-            2 * n
         )));
     }
     Ok(n)
@@ -577,6 +593,7 @@ impl Experiment for Memory {
             "hugetlb-1g" => (HostBacking::Hugetlb(HugeSize::Gib1), None),
             "gmem" => (HostBacking::GuestMemfd, None),
             "uffd-minor" => (HostBacking::UffdMinor(p.window), None),
+            "uffd-minor-hugetlb" => (HostBacking::UffdMinorHugetlb, None),
             "none" => (
                 HostBacking::Anonymous(p.model_backing),
                 Some(PrefetchLoop::None),

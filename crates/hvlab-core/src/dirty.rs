@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use super::guest::Cpl;
+use super::memory::HugeSize;
 
 /// Bytes of one dirty-ring entry (`struct kvm_dirty_gfn`: flags u32, slot u32, offset u64).
 pub const RING_ENTRY_BYTES: u64 = 16;
@@ -50,6 +51,35 @@ impl LogMode {
     }
 }
 
+/// Where the logged region's host memory comes from. Every backing is populated before the
+/// guest runs, so the first (unmeasured) pass costs stage-2 faults only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirtyBacking {
+    /// Anonymous 4 KiB memory (`MADV_NOHUGEPAGE`), populated.
+    Anonymous,
+    /// A shmem memfd mapped shared, populated.
+    Shmem,
+    /// A hugetlb memfd (`MFD_HUGETLB`) of this page size from a pool hvlab reserves and sets
+    /// back. A logged slot is still mapped and logged in 4 KiB pages: KVM never maps a
+    /// dirty-logged slot huge (`kvm_mmu_max_mapping_level()` under `kvm_slot_dirty_track_enabled()`).
+    Hugetlb(HugeSize),
+    /// guest_memfd: KVM refuses `KVM_MEM_LOG_DIRTY_PAGES` on a `KVM_MEM_GUEST_MEMFD` slot
+    /// (`check_memory_region_flags()`), so no backend runs it.
+    GuestMemfd,
+}
+
+impl DirtyBacking {
+    /// Why the dirty log cannot use this backing on any kernel; `None` when it can.
+    pub fn refusal(self) -> Option<&'static str> {
+        match self {
+            DirtyBacking::GuestMemfd => Some(
+                "guest_memfd cannot be dirty-logged: KVM refuses KVM_MEM_LOG_DIRTY_PAGES on a KVM_MEM_GUEST_MEMFD slot (check_memory_region_flags() drops the flag from the valid ones); use backing=anon, shmem or hugetlb-2m",
+            ),
+            _ => None,
+        }
+    }
+}
+
 /// One run of dirty-logging passes in a fresh VM.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DirtyPlan {
@@ -65,6 +95,11 @@ pub struct DirtyPlan {
     pub cpl: Option<Cpl>,
     /// Watchdog for each pass.
     pub timeout: Duration,
+    /// vCPUs writing at once, each its own contiguous slice of the region (memstress's
+    /// shape); the region is a multiple of `vcpus` × 2 MiB.
+    pub vcpus: u32,
+    /// The region's host memory.
+    pub backing: DirtyBacking,
 }
 
 impl DirtyPlan {
@@ -73,9 +108,31 @@ impl DirtyPlan {
         self.size_bytes / 4096
     }
 
-    /// Pages one pass writes: every `stride`-th from page 0.
+    /// Pages in each vCPU's slice.
+    pub fn slice_pages(&self) -> u64 {
+        self.pages() / u64::from(self.vcpus.max(1))
+    }
+
+    /// The first page of vCPU `i`'s slice.
+    pub fn slice_start(&self, i: u32) -> u64 {
+        u64::from(i) * self.slice_pages()
+    }
+
+    /// Pages one vCPU writes per pass: every `stride`-th of its slice, from the slice's first.
+    pub fn written_per_vcpu(&self) -> u64 {
+        self.slice_pages().div_ceil(u64::from(self.stride.max(1)))
+    }
+
+    /// Pages one pass writes, over every vCPU.
     pub fn written_per_pass(&self) -> u64 {
-        self.pages().div_ceil(u64::from(self.stride.max(1)))
+        self.written_per_vcpu() * u64::from(self.vcpus.max(1))
+    }
+
+    /// The pages vCPU `i` writes in a pass, in order.
+    pub fn vcpu_pages(&self, i: u32) -> impl Iterator<Item = u64> + use<> {
+        let start = self.slice_start(i);
+        let stride = usize::try_from(self.stride.max(1)).unwrap_or(1);
+        (start..start + self.slice_pages()).step_by(stride)
     }
 
     /// The ring's soft limit: a vCPU whose ring holds this many unreset entries exits with
@@ -113,6 +170,10 @@ pub struct DirtyPass {
     pub wp_faults: Option<u64>,
     /// KVM statistics that changed during the pass: (metric name, unit, delta).
     pub kvm_stats: Vec<(String, String, i128)>,
+    /// With several vCPUs: each one's dirtying time from the common start to its own `End`,
+    /// its ring-full stops excluded, ns, in vCPU order (`dirty_ns` is then the slowest's).
+    /// Empty for one vCPU.
+    pub vcpu_ns: Vec<u64>,
 }
 
 impl DirtyPass {
@@ -158,6 +219,8 @@ mod tests {
             mode,
             cpl: None,
             timeout: Duration::from_secs(1),
+            vcpus: 1,
+            backing: DirtyBacking::Anonymous,
         }
     }
 
@@ -166,6 +229,27 @@ mod tests {
         let p = plan(LogMode::Bitmap);
         assert_eq!(p.pages(), 2048);
         assert_eq!(p.written_per_pass(), 683); // 0, 3, ..., 2046
+        assert_eq!(p.vcpu_pages(0).count(), 683);
+    }
+
+    #[test]
+    fn each_vcpu_writes_its_own_slice_and_the_slices_cover_what_one_would_write_at_stride_one() {
+        let p = DirtyPlan {
+            vcpus: 4,
+            stride: 1,
+            ..plan(LogMode::Bitmap)
+        };
+        assert_eq!(p.slice_pages(), 512);
+        assert_eq!(p.written_per_pass(), 2048);
+        let mut all: Vec<u64> = (0..4).flat_map(|i| p.vcpu_pages(i)).collect();
+        assert_eq!(all.len(), 2048);
+        all.dedup();
+        assert_eq!(all, (0..2048).collect::<Vec<_>>());
+        // A stride restarts in each slice: 512 pages at stride 3 is 171 writes each.
+        let s = DirtyPlan { stride: 3, ..p };
+        assert_eq!(s.written_per_vcpu(), 171);
+        assert_eq!(s.vcpu_pages(1).next(), Some(512));
+        assert!(s.vcpu_pages(1).all(|pg| (512..1024).contains(&pg)));
     }
 
     #[test]

@@ -60,6 +60,10 @@ pub enum HostBacking {
     /// A shmem memfd whose page cache is filled through the fd first, mapped lazily:
     /// userfaultfd MINOR faults answered with `UFFDIO_CONTINUE` over this window (pages).
     UffdMinor(usize),
+    /// A hugetlb memfd of 2 MiB pages whose page cache is filled through the fd first,
+    /// mapped lazily: userfaultfd MINOR faults (`UFFD_FEATURE_MINOR_HUGETLBFS`), one
+    /// `UFFDIO_CONTINUE` per huge page, from a pool hvlab reserves as for [`HostBacking::Hugetlb`].
+    UffdMinorHugetlb,
 }
 
 /// A hugetlb page size.

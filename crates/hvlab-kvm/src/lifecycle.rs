@@ -44,7 +44,8 @@ fn boot_steps_of(plan: &ConstructionPlan) -> &[Step] {
         .map_or(&[], |run| &plan.steps[run + 1..])
 }
 
-/// Builds one VM in the plan's order and runs vCPU 0 until the guest signals.
+/// Builds one VM in the plan's order and runs each vCPU in turn until the guest signals (boot
+/// orders: vCPU 0, which keeps spinning).
 ///
 /// Guest memory is mapped and the payload written before the clock starts: that is VMM work
 /// independent of the order under test. Orders with boot steps run a long-mode guest that keeps
@@ -110,8 +111,12 @@ pub fn construct(
                     ready_ns = Some(ready);
                     boot_log = log;
                 }
+                // Every vCPU runs the guest to its signal, in turn: the VM is ready when the
+                // last has.
                 None => {
-                    vm.run_until_signal(0, plan.run_timeout)?;
+                    for index in 0..vm.vcpus_mut().len().max(1) {
+                        vm.run_until_signal(index, plan.run_timeout)?;
+                    }
                     ready_ns = Some(vm.elapsed_ns());
                 }
             },

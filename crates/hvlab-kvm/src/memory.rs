@@ -207,8 +207,8 @@ impl GuestMemory {
         Ok(())
     }
 
-    /// Makes every page present and writable in the host.
-    fn populate(&self) -> Result<(), KvmError> {
+    /// Makes every page present and writable in the host (anonymous, shmem or hugetlb).
+    pub fn populate(&self) -> Result<(), KvmError> {
         // SAFETY: advising our own mapping; MADV_POPULATE_WRITE only faults pages in.
         let rc = unsafe {
             libc::madvise(

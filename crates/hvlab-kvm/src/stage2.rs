@@ -15,7 +15,7 @@ use super::guest::{Cpl, Signal, payload};
 use super::host::HostInfo;
 use super::hugetlb::PoolGuard;
 use super::measure::{section, unexpected};
-use super::memory::{Backing, GuestMemory};
+use super::memory::{Backing, GuestMemory, HugeSize};
 use super::stats::{StatsReader, named_deltas};
 use super::uffd::UffdServer;
 use super::vm::Vm;
@@ -115,6 +115,13 @@ fn add_data_region(vm: &mut Vm, kvm: &Kvm, plan: &TouchPlan) -> Result<DataRegio
             let data = GuestMemory::memfd(size, None)?;
             data.fill_file()?;
             region.server = Some(UffdServer::start_mode(&data, window, true)?);
+            data
+        }
+        HostBacking::UffdMinorHugetlb => {
+            region.pool = Some(PoolGuard::reserve(HugeSize::Mib2, plan.size_bytes)?);
+            let data = GuestMemory::memfd(size, Some(HugeSize::Mib2))?;
+            data.fill_file()?;
+            region.server = Some(UffdServer::start_minor_hugetlb(&data)?);
             data
         }
         HostBacking::GuestMemfd => {

@@ -6,7 +6,9 @@
 //! end of the W-aligned block, so a sequential reader faults once per block. In MINOR mode (a
 //! shmem region whose page cache is already full, as after a snapshot restore into a memfd)
 //! the fault is for a page present in the file but not yet mapped, and the server maps the
-//! same window with `UFFDIO_CONTINUE` instead of copying.
+//! same window with `UFFDIO_CONTINUE` instead of copying. On a hugetlb memfd
+//! (`UFFD_FEATURE_MINOR_HUGETLBFS`) the unit is the huge page: a fault names one, and
+//! `UFFDIO_CONTINUE` maps it whole (its range must be huge-page aligned).
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
@@ -16,9 +18,9 @@ use std::thread::JoinHandle;
 // The UAPI structs and ioctl numbers come pregenerated from linux-raw-sys, so building hvlab
 // needs no bindgen or libclang (a fresh machine has only the toolchain).
 use linux_raw_sys::general::{
-    UFFD_API, UFFD_EVENT_PAGEFAULT, UFFD_FEATURE_MINOR_SHMEM, UFFDIO_REGISTER_MODE_MINOR,
-    UFFDIO_REGISTER_MODE_MISSING, uffd_msg, uffdio_api, uffdio_continue, uffdio_copy, uffdio_range,
-    uffdio_register,
+    UFFD_API, UFFD_EVENT_PAGEFAULT, UFFD_FEATURE_MINOR_HUGETLBFS, UFFD_FEATURE_MINOR_SHMEM,
+    UFFDIO_REGISTER_MODE_MINOR, UFFDIO_REGISTER_MODE_MISSING, uffd_msg, uffdio_api,
+    uffdio_continue, uffdio_copy, uffdio_range, uffdio_register,
 };
 use linux_raw_sys::ioctl::{UFFDIO_API, UFFDIO_CONTINUE, UFFDIO_COPY, UFFDIO_REGISTER};
 use rustix::mm::UserfaultfdFlags;
@@ -28,12 +30,43 @@ use super::memory::GuestMemory;
 
 const PAGE: usize = 4096;
 
+/// How faults are registered and answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Missing pages, `UFFDIO_COPY`.
+    Missing,
+    /// Pages in a shmem file's cache not yet mapped, `UFFDIO_CONTINUE` 4 KiB at a time.
+    MinorShmem,
+    /// The same on hugetlbfs, a 2 MiB page at a time.
+    MinorHugetlb,
+}
+
+impl Mode {
+    /// The unit of a fault, bytes.
+    fn page(self) -> usize {
+        match self {
+            Mode::MinorHugetlb => 2 << 20,
+            Mode::Missing | Mode::MinorShmem => PAGE,
+        }
+    }
+
+    /// The userfaultfd feature a minor mode needs, in words.
+    fn feature(self) -> &'static str {
+        match self {
+            Mode::MinorHugetlb => {
+                "userfaultfd MINOR mode on hugetlbfs (UFFD_FEATURE_MINOR_HUGETLBFS, Linux 5.13+)"
+            }
+            _ => "userfaultfd MINOR mode on shmem (UFFD_FEATURE_MINOR_SHMEM, Linux 5.14+)",
+        }
+    }
+}
+
 /// What the server did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct UffdStats {
     /// Page-fault events read.
     pub faults: u64,
-    /// Pages copied in.
+    /// Pages copied in or mapped: 4 KiB pages, or huge pages on hugetlbfs.
     pub pages_served: u64,
 }
 
@@ -79,6 +112,22 @@ impl UffdServer {
         window: usize,
         minor: bool,
     ) -> Result<UffdServer, KvmError> {
+        let mode = if minor {
+            Mode::MinorShmem
+        } else {
+            Mode::Missing
+        };
+        UffdServer::start_with(region, window, mode)
+    }
+
+    /// MINOR mode on a hugetlb memfd of 2 MiB pages whose file holds every page: each fault
+    /// is answered with one `UFFDIO_CONTINUE` of its huge page.
+    pub fn start_minor_hugetlb(region: &GuestMemory) -> Result<UffdServer, KvmError> {
+        UffdServer::start_with(region, 1, Mode::MinorHugetlb)
+    }
+
+    fn start_with(region: &GuestMemory, window: usize, mode: Mode) -> Result<UffdServer, KvmError> {
+        let minor = mode != Mode::Missing;
         // Not user-mode-only: the faults come from KVM's get_user_pages in the kernel.
         // SAFETY: the call has no memory effects; the fd only ever serves `region`.
         let uffd = unsafe { rustix::mm::userfaultfd(UserfaultfdFlags::CLOEXEC | UserfaultfdFlags::NONBLOCK) }
@@ -90,18 +139,19 @@ impl UffdServer {
             })?;
         let mut api = uffdio_api {
             api: u64::from(UFFD_API),
-            features: if minor {
-                u64::from(UFFD_FEATURE_MINOR_SHMEM)
-            } else {
-                0
-            },
+            features: u64::from(match mode {
+                Mode::Missing => 0,
+                Mode::MinorShmem => UFFD_FEATURE_MINOR_SHMEM,
+                Mode::MinorHugetlb => UFFD_FEATURE_MINOR_HUGETLBFS,
+            }),
             ioctls: 0,
         };
         // SAFETY: UFFDIO_API takes a pointer to a uffdio_api that lives across the call.
         uffd_ioctl(&uffd, UFFDIO_API, (&raw mut api).cast()).map_err(|source| {
             if minor {
                 KvmError::Unsupported(format!(
-                    "userfaultfd MINOR mode on shmem (UFFD_FEATURE_MINOR_SHMEM, Linux 5.14+): the UFFDIO_API handshake refused it: {source}"
+                    "{}: the UFFDIO_API handshake refused it: {source}",
+                    mode.feature()
                 ))
             } else {
                 KvmError::Host {
@@ -135,7 +185,7 @@ impl UffdServer {
             let stop = stop.clone();
             std::thread::Builder::new()
                 .name("hvlab-uffd".into())
-                .spawn(move || serve(&uffd, base, len, window, minor, &stop))
+                .spawn(move || serve(&uffd, base, len, window, mode, &stop))
                 .map_err(|source| KvmError::Host {
                     what: "starting the userfaultfd thread".into(),
                     source,
@@ -257,12 +307,17 @@ fn serve(
     base: usize,
     len: usize,
     window: usize,
-    minor: bool,
+    mode: Mode,
     stop: &AtomicBool,
 ) -> Result<UffdStats, String> {
-    let pages = len / PAGE;
+    let unit = mode.page();
+    let pages = len / unit;
     let mut served = vec![false; pages];
-    let source = vec![0u8; window.max(1) * PAGE];
+    let source = if mode == Mode::Missing {
+        vec![0u8; window.max(1) * PAGE]
+    } else {
+        Vec::new()
+    };
     let mut stats = UffdStats::default();
     let mut pfd = libc::pollfd {
         fd: uffd.as_raw_fd(),
@@ -292,10 +347,12 @@ fn serve(
             // SAFETY: for a page-fault event the kernel fills the `pagefault` member.
             let addr = unsafe { msg.arg.pagefault.address };
             stats.faults += 1;
+            // Hugetlb faults name the huge page (the address rounded down, unless
+            // UFFD_FEATURE_EXACT_ADDRESS); dividing by the unit covers both.
             let page = usize::try_from(addr)
                 .unwrap_or(usize::MAX)
                 .saturating_sub(base)
-                / PAGE;
+                / unit;
             if page >= pages {
                 return Err(format!("fault at {addr:#x} outside the registered region"));
             }
@@ -303,12 +360,12 @@ fn serve(
                 // `source` holds at least `count` pages (count ≤ window) and the destination
                 // run lies in the registered region; an interrupted copy leaves the rest to
                 // fault again and be served then.
-                let bytes = if minor {
-                    cont(uffd, base + first * PAGE, count * PAGE)?
+                let bytes = if mode == Mode::Missing {
+                    copy(uffd, source.as_ptr(), base + first * unit, count * unit)?
                 } else {
-                    copy(uffd, source.as_ptr(), base + first * PAGE, count * PAGE)?
+                    cont(uffd, base + first * unit, count * unit)?
                 };
-                let done = bytes / PAGE;
+                let done = bytes / unit;
                 served[first..first + done].fill(true);
                 stats.pages_served += done as u64;
             }

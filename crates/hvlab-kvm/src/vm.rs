@@ -339,6 +339,17 @@ impl Vm {
         regs.rflags = 0x2;
         timed(log, clock, "KVM_SET_REGS", || vcpu.set_regs(&regs))?;
 
+        if index > 0 {
+            // With an in-kernel local APIC an application processor starts in
+            // wait-for-SIPI (KVM_MP_STATE_UNINITIALIZED); the guest here has no BSP to send
+            // INIT-SIPI, so the VMM starts it as runnable.
+            let runnable = kvm_bindings::kvm_mp_state {
+                mp_state: kvm_bindings::KVM_MP_STATE_RUNNABLE,
+            };
+            timed(log, clock, "KVM_SET_MP_STATE", || {
+                vcpu.set_mp_state(runnable)
+            })?;
+        }
         let start = Instant::now();
         let mut ready_at = None;
         runner::run(vcpu, timeout, |exit| match exit {

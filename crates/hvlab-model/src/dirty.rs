@@ -18,12 +18,24 @@
 //! - `KVM_RESET_DIRTY_RINGS` (`kvm_dirty_ring_reset()`): harvested entries are consumed in
 //!   order, runs of the same slot within 64 pages coalesced into one mask, each mask
 //!   re-protected with `kvm_arch_mmu_enable_log_dirty_pt_masked()`.
+//!
+//! With several vCPUs (`plan.vcpus`), each writes its own slice and pushes on its own ring;
+//! their write-protect faults meet at `kvm->mmu_lock`. With shadow paging the fault is
+//! `FNAME(page_fault)` (paging_tmpl.h), which makes the SPTE writable in `FNAME(fetch)` under
+//! `write_lock(&vcpu->kvm->mmu_lock)`: the lock is held `mmu_lock_hold_ns` of the fault,
+//! exclusively, as in [`crate::mmu_lock`] for a first touch. With EPT/NPT the direct paths
+//! try `fast_page_fault()` first, which makes an MMU-writable SPTE writable with a cmpxchg
+//! and no lock (`fast_pf_fix_direct_spte()`), so their faults never wait for each other. A
+//! ring reset re-protects under the lock too (`kvm_reset_dirty_gfn()` takes
+//! `KVM_MMU_LOCK()` around each mask). The vCPU threads share the host's CPUs as
+//! [`crate::mmu_lock::simulate`] schedules them.
 
 use crate::backend::dirty::{
     BITMAP_WORD_PAGES, DirtyPass, DirtyPlan, DirtyResult, LogMode, RING_RSVD_ENTRIES,
 };
 
-use super::profile::{Profile, ProfileError};
+use super::mmu_lock::{Machine, ParallelCosts, Segment, simulate};
+use super::profile::{MmuKind, Profile, ProfileError};
 
 /// What each step costs, from the profile.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -47,6 +59,12 @@ pub struct DirtyCosts {
     pub reset_ns: f64,
     /// One exit to the VMM and back (`exit_userspace_ns`): a `KVM_EXIT_DIRTY_RING_FULL`.
     pub exit_ns: f64,
+    /// ns of a write-protect fault spent holding `mmu_lock` exclusively: `mmu_lock_hold_ns`
+    /// with shadow paging, 0 where `fast_page_fault()` fixes the SPTE without the lock (TDP).
+    /// Read only for several vCPUs.
+    pub lock_hold_ns: f64,
+    /// The host CPUs the vCPU threads share (`host_cpus`); one for a single vCPU.
+    pub machine: Machine,
 }
 
 impl DirtyCosts {
@@ -62,6 +80,23 @@ impl DirtyCosts {
             harvest_ns: g("dirty_ring_harvest_ns")?,
             reset_ns: g("dirty_ring_reset_ns")?,
             exit_ns: g("exit_userspace_ns")?,
+            lock_hold_ns: 0.0,
+            machine: Machine::with_cpus(1),
+        })
+    }
+
+    /// The same costs with the contention inputs a many-vCPU pass reads (`mmu_lock_hold_ns`,
+    /// `host_cpus`), for the profile's MMU.
+    pub fn with_vcpus(self, p: &Profile) -> Result<DirtyCosts, ProfileError> {
+        let par = ParallelCosts::from_profile(p)?;
+        let hold = match p.mmu {
+            MmuKind::Shadow => par.lock_hold.min(self.wp_fault_ns),
+            MmuKind::Tdp | MmuKind::TdpMmu => 0.0,
+        };
+        Ok(DirtyCosts {
+            lock_hold_ns: hold,
+            machine: par.machine,
+            ..self
         })
     }
 }
@@ -199,7 +234,7 @@ impl Spte {
 }
 
 /// Events of one pass, counted.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Counts {
     wp_faults: u64,
     plain_writes: u64,
@@ -216,11 +251,11 @@ struct Counts {
     reset_ioctls: u64,
 }
 
-/// The slot, its bitmap and (in ring mode) the vCPU's ring.
+/// The slot, its bitmap and (in ring mode) each vCPU's ring.
 struct Slot {
     spte: Spte,
     bitmap: Vec<u64>,
-    ring: Option<DirtyRing>,
+    rings: Vec<DirtyRing>,
     /// Pages the VMM learned were dirty this pass (ring mode harvests mid-pass).
     seen: Vec<bool>,
 }
@@ -236,18 +271,20 @@ impl Slot {
                 writable: vec![false; pages],
             },
             bitmap: vec![0; pages.div_ceil(64)],
-            ring: plan.ring_soft_limit().map(|_| match plan.mode {
-                LogMode::Ring { entries } => DirtyRing::new(entries),
-                _ => DirtyRing::new(0),
-            }),
+            rings: match plan.mode {
+                LogMode::Ring { entries } => (0..plan.vcpus.max(1))
+                    .map(|_| DirtyRing::new(entries))
+                    .collect(),
+                _ => Vec::new(),
+            },
             seen: vec![false; pages],
         }
     }
 
-    /// `mark_page_dirty_in_slot()`: the ring or the bitmap. True when the ring asks the vCPU
-    /// to exit.
-    fn mark_dirty(&mut self, page: u64) -> bool {
-        match self.ring.as_mut() {
+    /// `mark_page_dirty_in_slot()`: the writing vCPU's ring, or the bitmap. True when the ring
+    /// asks the vCPU to exit.
+    fn mark_dirty(&mut self, vcpu: usize, page: u64) -> bool {
+        match self.rings.get_mut(vcpu) {
             Some(ring) => ring.push(page),
             None => {
                 if let Some(w) = usize::try_from(page / 64)
@@ -261,8 +298,8 @@ impl Slot {
         }
     }
 
-    /// A guest write to `page`.
-    fn write(&mut self, page: u64, c: &mut Counts) {
+    /// A guest write to `page` by `vcpu`.
+    fn write(&mut self, vcpu: usize, page: u64, c: &mut Counts) {
         let Ok(i) = usize::try_from(page) else { return };
         if self.spte.writable.get(i) == Some(&true) {
             c.plain_writes += 1;
@@ -274,35 +311,42 @@ impl Slot {
         }
         self.spte.present[i] = true;
         self.spte.writable[i] = true;
-        if self.mark_dirty(page) {
+        if self.mark_dirty(vcpu, page) {
             // KVM_EXIT_DIRTY_RING_FULL is raised on the way back into the guest, before the
             // faulting write retires (`kvm_dirty_ring_check_request()` in
             // `vcpu_enter_guest()`): the VMM harvests and resets, which write-protects this
             // page again, and the retried write faults a second time and is pushed again.
             c.ring_full_exits += 1;
-            self.harvest_and_reset(c);
+            self.harvest_and_reset(Some(vcpu), c);
             c.wp_faults += 1;
             self.spte.writable[i] = true;
-            self.mark_dirty(page);
+            self.mark_dirty(vcpu, page);
         }
     }
 
-    fn harvest_and_reset(&mut self, c: &mut Counts) {
-        let Some(ring) = self.ring.as_mut() else {
+    /// The VMM harvests one vCPU's ring (a ring-full stop) or every ring (after the pass),
+    /// then one `KVM_RESET_DIRTY_RINGS` resets the harvested entries of each.
+    fn harvest_and_reset(&mut self, vcpu: Option<usize>, c: &mut Counts) {
+        if self.rings.is_empty() {
             return;
-        };
-        for page in ring.harvest() {
-            if let Some(s) = usize::try_from(page)
-                .ok()
-                .and_then(|p| self.seen.get_mut(p))
-            {
-                *s = true;
-            }
-            c.harvested += 1;
         }
-        let (n, protected) = ring.reset(&mut self.spte);
-        c.reset_entries += n;
-        c.reset_protected += protected;
+        for (i, ring) in self.rings.iter_mut().enumerate() {
+            if vcpu.is_some_and(|v| v != i) {
+                continue;
+            }
+            for page in ring.harvest() {
+                if let Some(s) = usize::try_from(page)
+                    .ok()
+                    .and_then(|p| self.seen.get_mut(p))
+                {
+                    *s = true;
+                }
+                c.harvested += 1;
+            }
+            let (n, protected) = ring.reset(&mut self.spte);
+            c.reset_entries += n;
+            c.reset_protected += protected;
+        }
         c.reset_ioctls += 1;
     }
 
@@ -365,7 +409,7 @@ impl Slot {
                 popcount(&got)
             }
             LogMode::Ring { .. } => {
-                self.harvest_and_reset(c);
+                self.harvest_and_reset(None, c);
                 let found = self.seen.iter().filter(|s| **s).count() as u64;
                 self.seen.fill(false);
                 found
@@ -392,6 +436,9 @@ pub const RING_MAX_ENTRIES: u64 = 65536;
 
 /// Refuses what the modelled kernel would refuse, in words naming its limit.
 pub fn admit(plan: &DirtyPlan) -> Result<(), String> {
+    if let Some(why) = plan.backing.refusal() {
+        return Err(why.to_string());
+    }
     match plan.mode {
         LogMode::Ring { entries } if entries > RING_MAX_ENTRIES => Err(format!(
             "a ring of {entries} entries exceeds the kernel's KVM_DIRTY_RING_MAX_ENTRIES ({RING_MAX_ENTRIES} entries, 1 MiB); choose ring <= {RING_MAX_ENTRIES}"
@@ -400,33 +447,124 @@ pub fn admit(plan: &DirtyPlan) -> Result<(), String> {
     }
 }
 
+/// One vCPU's pass as work on its thread: segments outside and inside `mmu_lock`, and the
+/// ring-full stops' own time (excluded from its dirtying time, as the kvm backend does).
+#[derive(Debug, Default)]
+struct Lane {
+    segments: Vec<Segment>,
+    pending: f64,
+    paused: f64,
+}
+
+impl Lane {
+    fn push(&mut self, free: f64, locked: f64) {
+        self.pending += free;
+        if locked > 0.0 {
+            self.segments.push(Segment {
+                work_ns: self.pending,
+                locked: false,
+            });
+            self.segments.push(Segment {
+                work_ns: locked,
+                locked: true,
+            });
+            self.pending = 0.0;
+        }
+    }
+
+    fn finish(mut self) -> (Vec<Segment>, f64) {
+        if self.pending > 0.0 {
+            self.segments.push(Segment {
+                work_ns: self.pending,
+                locked: false,
+            });
+        }
+        (self.segments, self.paused)
+    }
+}
+
+/// The work of one write, from what it did to the counts (`d`: after less before): the
+/// plain write, or the fault (its locked part held exclusively), and a ring-full stop with
+/// its harvest and reset (the reset's re-protection under the lock).
+fn lane_write(costs: &DirtyCosts, lane: &mut Lane, d: &Counts) {
+    let hold = costs.lock_hold_ns;
+    lane.push(d.plain_writes as f64 * costs.touch_ns, 0.0);
+    if d.ring_full_exits == 0 {
+        let f = d.wp_faults as f64;
+        lane.push(f * (costs.wp_fault_ns - hold), f * hold);
+        return;
+    }
+    // The fault, the exit, the VMM's harvest and reset, and the retried fault.
+    lane.push(costs.wp_fault_ns - hold, hold);
+    lane.push(d.ring_full_exits as f64 * costs.exit_ns, 0.0);
+    let stop_free = d.harvested as f64 * costs.harvest_ns
+        + d.reset_ioctls as f64 * costs.ioctl_ns
+        + d.reset_entries as f64 * costs.reset_ns;
+    let stop_locked = d.reset_protected as f64 * costs.protect_ns;
+    lane.paused += stop_free + stop_locked;
+    let stop_hold = if hold > 0.0 { stop_locked } else { 0.0 };
+    lane.push(stop_free + stop_locked - stop_hold, stop_hold);
+    let retried = d.wp_faults.saturating_sub(1) as f64;
+    lane.push(retried * (costs.wp_fault_ns - hold), retried * hold);
+}
+
+fn minus(a: &Counts, b: &Counts) -> Counts {
+    Counts {
+        wp_faults: a.wp_faults - b.wp_faults,
+        plain_writes: a.plain_writes - b.plain_writes,
+        ring_full_exits: a.ring_full_exits - b.ring_full_exits,
+        words: a.words - b.words,
+        protected: a.protected - b.protected,
+        ioctls: a.ioctls - b.ioctls,
+        get_words: a.get_words - b.get_words,
+        get_protected: a.get_protected - b.get_protected,
+        get_ioctls: a.get_ioctls - b.get_ioctls,
+        harvested: a.harvested - b.harvested,
+        reset_entries: a.reset_entries - b.reset_entries,
+        reset_protected: a.reset_protected - b.reset_protected,
+        reset_ioctls: a.reset_ioctls - b.reset_ioctls,
+    }
+}
+
 /// Runs the plan: one pass that maps every written page (collected, not reported), then
-/// `plan.passes` measured passes, each followed by the collection.
+/// `plan.passes` measured passes, each followed by the collection. Each vCPU writes its
+/// slice; with several, their passes run at once on the host's CPUs (`simulate`), and a
+/// pass lasts until the slowest ends.
 pub fn run(costs: &DirtyCosts, plan: &DirtyPlan) -> DirtyResult {
     let mut slot = Slot::new(plan);
-    let stride = u64::from(plan.stride.max(1));
+    let vcpus = plan.vcpus.max(1);
     let mut passes = Vec::with_capacity(plan.passes as usize);
     for index in 0..=plan.passes {
         let mut c = Counts::default();
         let mut written = 0;
-        let mut page = 0;
-        while page < plan.pages() {
-            slot.write(page, &mut c);
-            written += 1;
-            page += stride;
+        let mut lanes: Vec<Lane> = Vec::with_capacity(vcpus as usize);
+        // The slices are disjoint and each vCPU pushes on its own ring, so the counts do not
+        // depend on how the vCPUs interleave: each runs its slice in turn here, and the
+        // simulation puts them side by side in time.
+        for v in 0..vcpus {
+            let mut lane = Lane::default();
+            for page in plan.vcpu_pages(v) {
+                let before = c.clone();
+                slot.write(v as usize, page, &mut c);
+                lane_write(costs, &mut lane, &minus(&c, &before));
+                written += 1;
+            }
+            lanes.push(lane);
         }
+        let (work, paused): (Vec<Vec<Segment>>, Vec<f64>) =
+            lanes.into_iter().map(Lane::finish).unzip();
         // Mid-pass ring resets count as collection work, as the kvm backend times them.
         let found = slot.collect(plan, &mut c);
         if index == 0 {
             continue;
         }
+        let finish = simulate(&work, costs.machine);
+        let vcpu_ns: Vec<u64> = finish.iter().zip(&paused).map(|(f, p)| ns(f - p)).collect();
         let wp = c.wp_faults;
         passes.push(DirtyPass {
             written,
             found,
-            dirty_ns: ns(wp as f64 * costs.wp_fault_ns
-                + c.plain_writes as f64 * costs.touch_ns
-                + c.ring_full_exits as f64 * costs.exit_ns),
+            dirty_ns: vcpu_ns.iter().copied().max().unwrap_or(0),
             get_ns: ns(c.get_ioctls as f64 * costs.ioctl_ns
                 + c.get_words as f64 * costs.word_ns
                 + c.get_protected as f64 * costs.protect_ns),
@@ -441,6 +579,7 @@ pub fn run(costs: &DirtyCosts, plan: &DirtyPlan) -> DirtyResult {
             ring_full_exits: c.ring_full_exits,
             wp_faults: Some(wp),
             kvm_stats: Vec::new(),
+            vcpu_ns: if vcpus > 1 { vcpu_ns } else { Vec::new() },
         });
     }
     DirtyResult { passes }
@@ -462,6 +601,8 @@ mod tests {
             harvest_ns: 3.0,
             reset_ns: 4.0,
             exit_ns: 10_000.0,
+            lock_hold_ns: 0.0,
+            machine: Machine::with_cpus(1),
         }
     }
 
@@ -473,6 +614,8 @@ mod tests {
             mode,
             cpl: None,
             timeout: Duration::from_secs(1),
+            vcpus: 1,
+            backing: crate::backend::dirty::DirtyBacking::Anonymous,
         }
     }
 
@@ -548,5 +691,73 @@ mod tests {
         assert!(!spte.writable[3] && !spte.writable[200] && spte.writable[4]);
         // Nothing left to reset, nothing protected twice.
         assert_eq!(ring.reset(&mut spte), (0, 0));
+    }
+
+    fn with(vcpus: u32, mode: LogMode) -> DirtyPlan {
+        DirtyPlan {
+            vcpus,
+            ..plan(mode, 1)
+        }
+    }
+
+    fn contended(hold: f64, cpus: usize) -> DirtyCosts {
+        DirtyCosts {
+            lock_hold_ns: hold,
+            machine: Machine::with_cpus(cpus),
+            ..costs()
+        }
+    }
+
+    #[test]
+    fn with_many_vcpus_the_log_still_finds_exactly_the_pages_written_and_each_ring_fills_on_its_own()
+     {
+        for vcpus in [2, 8] {
+            for mode in MODES {
+                let p = with(vcpus, mode);
+                let out = run(&contended(300.0, 2), &p);
+                for pass in &out.passes {
+                    assert_eq!(pass.written, 16384, "{vcpus} {mode:?}");
+                    assert_eq!(pass.found, pass.written, "{vcpus} {mode:?}");
+                    assert_eq!(
+                        pass.wp_faults,
+                        Some(pass.written + pass.ring_full_exits),
+                        "{vcpus} {mode:?}"
+                    );
+                    assert_eq!(pass.vcpu_ns.len(), vcpus as usize);
+                }
+            }
+        }
+        // 16384 pages over 2 vCPUs: 8192 each against a soft limit of 4032, two exits each;
+        // over 8, 2048 each: none.
+        let two = run(&costs(), &with(2, LogMode::Ring { entries: 4096 }));
+        assert_eq!(two.passes[0].ring_full_exits, 4);
+        let eight = run(&costs(), &with(8, LogMode::Ring { entries: 4096 }));
+        assert_eq!(eight.passes[0].ring_full_exits, 0);
+    }
+
+    #[test]
+    fn an_exclusive_mmu_lock_bounds_what_more_vcpus_buy_and_the_cpus_bound_the_rest() {
+        let dirty =
+            |c: &DirtyCosts, vcpus| run(c, &with(vcpus, LogMode::Bitmap)).passes[0].dirty_ns as f64;
+        // No lock held (TDP's fast_page_fault): two vCPUs on two CPUs halve the pass; eight
+        // on two do no better.
+        let free = contended(0.0, 2);
+        let one = dirty(&free, 1);
+        assert_eq!(one, 16384.0 * 1000.0);
+        assert!(
+            (dirty(&free, 2) / one - 0.5).abs() < 0.01,
+            "{}",
+            dirty(&free, 2)
+        );
+        assert!(dirty(&free, 8) >= dirty(&free, 2) * 0.999);
+        // Shadow paging, 400 of the fault's 1000 ns under the lock: 2 vCPUs are bounded by
+        // the lock's 400 ns per page, at least (but the fault's 600 free ns run beside it).
+        let shadow = contended(400.0, 2);
+        assert_eq!(dirty(&shadow, 1), one, "one vCPU never waits");
+        let two = dirty(&shadow, 2);
+        assert!(two >= 16384.0 * 400.0 && two < one, "{two}");
+        // The whole fault under the lock: no gain at all from a second vCPU.
+        let all = contended(1000.0, 2);
+        assert!(dirty(&all, 2) >= one * 0.999, "{}", dirty(&all, 2));
     }
 }

@@ -219,8 +219,14 @@ impl Backend for ModelBackend {
         dirty::admit(plan).map_err(ModelError::Unsupported)?;
         // A profile without the dirty-logging costs (calibrated before they existed, or a
         // host nobody measured them on) cannot run this scenario: a limitation, said as one.
-        let costs = dirty::DirtyCosts::from_profile(&self.profile)
+        let mut costs = dirty::DirtyCosts::from_profile(&self.profile)
             .map_err(|e| ModelError::Unsupported(e.to_string()))?;
+        if plan.vcpus > 1 {
+            // A profile without the contention inputs cannot say what many vCPUs do.
+            costs = costs
+                .with_vcpus(&self.profile)
+                .map_err(|e| ModelError::Unsupported(e.to_string()))?;
+        }
         Ok(dirty::run(&costs, plan))
     }
 

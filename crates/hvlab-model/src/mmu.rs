@@ -70,6 +70,8 @@ impl Mmu {
             | HostBacking::GuestMemfd => (false, false, None),
             HostBacking::Hugetlb(_) => (false, true, None),
             HostBacking::Uffd(w) | HostBacking::UffdMinor(w) => (false, false, Some(w.max(1))),
+            // One minor fault per huge page, which maps whole.
+            HostBacking::UffdMinorHugetlb => (false, true, Some(HUGE_PAGES)),
         };
         let mut mmu = Mmu {
             spte: vec![false; pages],
@@ -205,7 +207,9 @@ fn lcm(a: usize, b: usize) -> usize {
 /// aligned) and the 2 MiB SPTE of a huge mapping all divide it.
 fn independent_block(host: HostBacking) -> usize {
     let host_unit = match host {
-        HostBacking::Anonymous(Backing::Thp) | HostBacking::Hugetlb(_) => HUGE_PAGES,
+        HostBacking::Anonymous(Backing::Thp)
+        | HostBacking::Hugetlb(_)
+        | HostBacking::UffdMinorHugetlb => HUGE_PAGES,
         HostBacking::Uffd(w) | HostBacking::UffdMinor(w) => w.max(1),
         HostBacking::Anonymous(_)
         | HostBacking::PreFault
@@ -448,7 +452,7 @@ pub fn touch(costs: &MmuCosts, plan: &TouchPlan) -> Result<TouchResult, PassErro
         + touched as f64 * per_touch;
     let uffd = matches!(
         plan.backing,
-        HostBacking::Uffd(_) | HostBacking::UffdMinor(_)
+        HostBacking::Uffd(_) | HostBacking::UffdMinor(_) | HostBacking::UffdMinorHugetlb
     );
     let count = |n: u64| i128::from(n);
     Ok(TouchResult {
@@ -520,6 +524,25 @@ mod tests {
         );
         let c = pass(64, HostBacking::Uffd(1), PrefetchLoop::Legacy, 0..64);
         assert_eq!((c.faults, c.uffd_faults), (64, 64));
+    }
+
+    #[test]
+    fn a_minor_fault_on_hugetlbfs_serves_and_maps_a_whole_huge_page() {
+        let mut m = Mmu::new(
+            2048,
+            HostBacking::UffdMinorHugetlb,
+            PrefetchLoop::None,
+            true,
+        );
+        for g in 0..2048 {
+            m.access(g);
+        }
+        let c = m.counts;
+        // 8 MiB: four huge pages, one fault, one CONTINUE and one 2 MiB SPTE each.
+        assert_eq!(
+            (c.faults, c.uffd_faults, c.uffd_pages, c.huge_mappings),
+            (4, 4, 2048, 4)
+        );
     }
 
     use proptest::prelude::*;

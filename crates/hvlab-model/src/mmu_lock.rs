@@ -254,7 +254,7 @@ pub fn touch(
         elapsed_ns: vcpu_ns.iter().copied().max().unwrap_or(0),
         uffd_faults: matches!(
             plan.backing,
-            HostBacking::Uffd(_) | HostBacking::UffdMinor(_)
+            HostBacking::Uffd(_) | HostBacking::UffdMinor(_) | HostBacking::UffdMinorHugetlb
         )
         .then_some(c.uffd_faults),
         guest_table_pages: None,
