@@ -271,6 +271,7 @@ fn lifecycle_costs(
         progress,
     )?;
     let lc_builds = metric(&lc, "memslots-first", "ready_ms")?.samples.len();
+    boot_start_costs(backend, progress, p, tag)?;
     // Unstalled costs, as medians: validate compares the model's medians with the kvm
     // side's, and the gap below is solved build by build against the same builds' ioctls, so
     // every part of a build is the same statistic of one set of builds. (Lower quartiles of
@@ -382,6 +383,71 @@ fn lifecycle_costs(
         p.set("build_tick_phase_iqr_ns", q[2] - q[0], "ns", from);
     }
     Ok(())
+}
+
+/// An order that boots: the first `KVM_RUN` of its 64-bit guest (boot-activation's run ioctl)
+/// and the VMM's start of the boot thread (a `dup()` of an fd and a thread spawn, timed here).
+fn boot_start_costs(
+    backend: &mut dyn Backend,
+    progress: &dyn Progress,
+    p: &mut Profile,
+    tag: &dyn Fn(&str) -> String,
+) -> Result<(), Error> {
+    let boot = run(
+        backend,
+        &lifecycle::INFO,
+        &["boot-activation"],
+        &[],
+        5,
+        progress,
+    )?;
+    let runs = &metric(&boot, "boot-activation", "ioctl.KVM_RUN_ms")?.samples;
+    let q = quartiles(runs).map(|ms| ms * 1e6);
+    put_measured(
+        p,
+        "first_run_long_mode_ns",
+        q[1],
+        "ns",
+        tag(&format!(
+            "lifecycle boot-activation, ioctl.KVM_RUN_ms (a 64-bit CPL3 guest to its first exit): {}",
+            spread(q, 1.0, "ns", runs.len())
+        )),
+    );
+    let starts = boot_thread_starts_ns(200);
+    let q = quartiles(&starts);
+    put_measured(
+        p,
+        "boot_thread_start_ns",
+        q[1],
+        "ns",
+        tag(&format!(
+            "dup() of an fd and a scoped thread spawn, until the spawner goes on: {}",
+            spread(q, 1.0, "ns", starts.len())
+        )),
+    );
+    Ok(())
+}
+
+/// What the kvm backend does before a booting guest's first run, timed `n` times: duplicate an
+/// fd for the boot thread and spawn it.
+fn boot_thread_starts_ns(n: u32) -> Vec<f64> {
+    (0..n)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            // SAFETY: dup() of standard input's fd number; a failure returns -1, closed below
+            // only when valid.
+            let fd = unsafe { libc::dup(0) };
+            std::thread::scope(|s| {
+                s.spawn(|| std::hint::black_box(fd));
+            });
+            let elapsed = start.elapsed().as_nanos() as f64;
+            if fd >= 0 {
+                // SAFETY: `fd` is the descriptor dup() just returned, owned here.
+                unsafe { libc::close(fd) };
+            }
+            elapsed
+        })
+        .collect()
 }
 
 /// SRCU: the wake-up of a sleeping task, and how often a timer's kworker finds its CPU busy.

@@ -221,6 +221,16 @@ const LATER_KEYS: &[(&str, Range)] = &[
     ("srcu_local_handoff_ns", Range::Real(0.0, MAX_NS)),
 ];
 
+/// Costs only a measured host has (`hvlab calibrate` writes them): checked when present; the
+/// model falls back to its simpler mechanism without them (each names its fallback).
+const OPTIONAL_KEYS: &[(&str, Range)] = &[
+    ("build_tick_phase_ns", Range::Real(0.0, MAX_NS)),
+    ("build_tick_phase_iqr_ns", Range::Real(0.0, MAX_NS)),
+    ("ioctl_cpuid_ns", Range::Real(0.0, MAX_NS)),
+    ("boot_thread_start_ns", Range::Real(0.0, MAX_NS)),
+    ("first_run_long_mode_ns", Range::Real(0.0, MAX_NS)),
+];
+
 /// Built-in profiles: (name, TOML).
 pub const BUILT_IN: &[(&str, &str)] = &[
     ("pvm-epyc", include_str!("../../../profiles/pvm-epyc.toml")),
@@ -342,7 +352,7 @@ impl Profile {
                 });
             }
         }
-        for (key, range) in LATER_KEYS {
+        for (key, range) in LATER_KEYS.iter().chain(OPTIONAL_KEYS) {
             if let Some(cost) = self.costs.get(*key)
                 && !range.admits(cost.value)
             {
