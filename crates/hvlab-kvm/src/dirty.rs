@@ -95,35 +95,28 @@ impl DirtyCaps {
 /// data region, signal `End`. The VMM collects the log between `End` and the next `Start`.
 /// No stack, no other memory: the only guest writes in a pass are the ones counted.
 pub fn dirty_loop(written: u64, stride: u64) -> Result<Vec<u8>, KvmError> {
-    let build = || -> Result<Vec<u8>, IcedError> {
-        let mut a = CodeAssembler::new(64)?;
-        let mut pass = a.create_label();
-        a.set_label(&mut pass)?;
-        a.mov(dx, u32::from(SIGNAL_PORT))?;
-        a.mov(al, u32::from(Signal::Start.al()))?;
-        a.out(dx, al)?;
+    pass_loop(stride, |a| {
         a.mov(rbx, DATA_GPA)?;
-        a.mov(rcx, written)?;
-        a.mov(r8, stride * 4096)?;
-        let mut next = a.create_label();
-        a.set_label(&mut next)?;
-        a.mov(byte_ptr(rbx), 1u32)?;
-        a.add(rbx, r8)?;
-        a.dec(rcx)?;
-        a.jnz(next)?;
-        a.mov(dx, u32::from(SIGNAL_PORT))?;
-        a.mov(al, u32::from(Signal::End.al()))?;
-        a.out(dx, al)?;
-        a.jmp(pass)?;
-        a.assemble(CODE_GPA)
-    };
-    build().map_err(|e| KvmError::Assemble(e.to_string()))
+        a.mov(rcx, written)
+    })
 }
 
 /// [`dirty_loop`] for one of several vCPUs: the slice's first page comes in `rsi` (a GPA)
 /// and its write count in `r13`, set by the VMM before the first run; the inner loop is the
 /// same four instructions.
 pub fn dirty_slice_loop(stride: u64) -> Result<Vec<u8>, KvmError> {
+    pass_loop(stride, |a| {
+        a.mov(rbx, rsi)?;
+        a.mov(rcx, r13)
+    })
+}
+
+/// The pass both loops make: signal `Start`, load the first page into `rbx` and the count
+/// into `rcx` (`load`), write one byte every `stride` pages, signal `End`, again.
+fn pass_loop(
+    stride: u64,
+    load: impl Fn(&mut CodeAssembler) -> Result<(), IcedError>,
+) -> Result<Vec<u8>, KvmError> {
     let build = || -> Result<Vec<u8>, IcedError> {
         let mut a = CodeAssembler::new(64)?;
         let mut pass = a.create_label();
@@ -131,8 +124,7 @@ pub fn dirty_slice_loop(stride: u64) -> Result<Vec<u8>, KvmError> {
         a.mov(dx, u32::from(SIGNAL_PORT))?;
         a.mov(al, u32::from(Signal::Start.al()))?;
         a.out(dx, al)?;
-        a.mov(rbx, rsi)?;
-        a.mov(rcx, r13)?;
+        load(&mut a)?;
         a.mov(r8, stride * 4096)?;
         let mut next = a.create_label();
         a.set_label(&mut next)?;

@@ -990,18 +990,10 @@ mod tests {
         assert_eq!(s.cb_timer, Some(16_000_000));
     }
 
-    #[test]
-    fn back_to_back_builds_stall_alike_and_independent_ones_spread() {
-        let p = Profile::load("pvm-epyc").unwrap();
-        let costs = LifecycleCosts::from_profile(&p, None).unwrap();
-        let mut plan = ConstructionPlan {
-            steps: vec![
-                Step::CreateVm,
-                Step::Irqchip,
-                Step::Memslot,
-                Step::Vcpus,
-                Step::Run,
-            ],
+    /// One vCPU, no devices, 16 MiB, no boot time: the plan of the construction tests.
+    fn one_vcpu_plan(steps: &[Step], back_to_back: bool) -> ConstructionPlan {
+        ConstructionPlan {
+            steps: steps.to_vec(),
             vcpus: 1,
             devices: 0,
             mem_bytes: 1 << 24,
@@ -1009,9 +1001,25 @@ mod tests {
             strategy: Strategy::AlwaysDefer,
             hz: None,
             boot_ms: 0,
-            back_to_back: true,
+            back_to_back,
             reader_pct: 0,
-        };
+        }
+    }
+
+    #[test]
+    fn back_to_back_builds_stall_alike_and_independent_ones_spread() {
+        let p = Profile::load("pvm-epyc").unwrap();
+        let costs = LifecycleCosts::from_profile(&p, None).unwrap();
+        let mut plan = one_vcpu_plan(
+            &[
+                Step::CreateVm,
+                Step::Irqchip,
+                Step::Memslot,
+                Step::Vcpus,
+                Step::Run,
+            ],
+            true,
+        );
         let spread = |plan: &ConstructionPlan| {
             let (mut r, mut series) = (rng(3), BackToBack::default());
             let stalls: Vec<u64> = (0..20)
@@ -1035,27 +1043,15 @@ mod tests {
     #[test]
     fn a_booting_order_starts_its_thread_and_runs_the_64_bit_guest_where_measured() {
         let mut p = Profile::load("pvm-epyc").unwrap();
-        let plan = |boots: bool| ConstructionPlan {
-            steps: if boots {
-                vec![
-                    Step::CreateVm,
-                    Step::Memslot,
-                    Step::Vcpus,
-                    Step::Run,
-                    Step::BootMemslot,
-                ]
-            } else {
-                vec![Step::CreateVm, Step::Memslot, Step::Vcpus, Step::Run]
-            },
-            vcpus: 1,
-            devices: 0,
-            mem_bytes: 1 << 24,
-            run_timeout: std::time::Duration::from_secs(1),
-            strategy: Strategy::AlwaysDefer,
-            hz: None,
-            boot_ms: 0,
-            back_to_back: false,
-            reader_pct: 0,
+        let plan = |boots: bool| {
+            let steps = [
+                Step::CreateVm,
+                Step::Memslot,
+                Step::Vcpus,
+                Step::Run,
+                Step::BootMemslot,
+            ];
+            one_vcpu_plan(&steps[..if boots { 5 } else { 4 }], false)
         };
         let ready = |p: &Profile, boots: bool| {
             let costs = LifecycleCosts::from_profile(p, None).unwrap();
@@ -1086,24 +1082,16 @@ mod tests {
     #[test]
     fn a_measured_start_against_the_tick_sets_where_back_to_back_builds_stall() {
         let mut p = Profile::load("pvm-epyc").unwrap();
-        let plan = ConstructionPlan {
-            steps: vec![
+        let plan = one_vcpu_plan(
+            &[
                 Step::CreateVm,
                 Step::Irqchip,
                 Step::Memslot,
                 Step::Vcpus,
                 Step::Run,
             ],
-            vcpus: 1,
-            devices: 0,
-            mem_bytes: 1 << 24,
-            run_timeout: std::time::Duration::from_secs(1),
-            strategy: Strategy::AlwaysDefer,
-            hz: None,
-            boot_ms: 0,
-            back_to_back: true,
-            reader_pct: 0,
-        };
+            true,
+        );
         let jiffy = LifecycleCosts::from_profile(&p, None).unwrap().jiffy_ns();
         // Builds that start `since_tick` after a tick: the stall of the memslot (ioctl 2) and
         // the phase the trace reports, from the fifth build on.
