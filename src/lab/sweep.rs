@@ -750,7 +750,7 @@ mod tests {
     #[test]
     fn bad_points_are_refused_before_anything_runs_naming_key_and_value() {
         for (axes, sets, says) in [
-            (&["vcpus=1,65"][..], &[][..], "vcpus=65"),
+            (&["vcpus=1,100000"][..], &[][..], "vcpus=100000"),
             (&["cores=1,2"][..], &[][..], "cores"),
             (&["variant=irqchip-first,nope"][..], &[][..], "nope"),
             (&["vcpus=1,2"][..], &["vcpus=4"][..], "also a --grid axis"),
