@@ -565,6 +565,16 @@ fn ns(p: &Profile, key: &str) -> Result<u64, ProfileError> {
     p.ns(key, "srcu")
 }
 
+/// A cost only a measured profile has (`None` without it: the model's simpler mechanism).
+fn optional_ns(p: &Profile, key: &str) -> Result<Option<u64>, ProfileError> {
+    p.costs.contains_key(key).then(|| ns(p, key)).transpose()
+}
+
+/// Two measured costs that only mean something together.
+fn optional_pair(p: &Profile, a: &str, b: &str) -> Result<Option<(u64, u64)>, ProfileError> {
+    Ok(optional_ns(p, a)?.zip(optional_ns(p, b)?))
+}
+
 impl LifecycleCosts {
     /// Reads the lifecycle costs; `hz` overrides the profile's.
     pub fn from_profile(p: &Profile, hz: Option<u32>) -> Result<LifecycleCosts, ProfileError> {
@@ -576,10 +586,9 @@ impl LifecycleCosts {
             }
             .max(1),
             wakeup_ns: ns(p, "srcu_wakeup_ns")?,
-            local_handoff_ns: if p.costs.contains_key("srcu_local_handoff_ns") {
-                ns(p, "srcu_local_handoff_ns")?
-            } else {
-                ns(p, "srcu_wakeup_ns")?
+            local_handoff_ns: match optional_ns(p, "srcu_local_handoff_ns")? {
+                Some(local) => local,
+                None => ns(p, "srcu_wakeup_ns")?,
             },
             timer_cpu_busy: p.get("srcu_timer_cpu_busy", "srcu")?,
             cores: 0,
@@ -594,30 +603,9 @@ impl LifecycleCosts {
             regs: ns(p, "ioctl_regs_ns")?,
             first_run: ns(p, "first_run_ns")?,
             gap: ns(p, "vmm_gap_ns")?,
-            build_tick_phase: match (
-                p.costs.contains_key("build_tick_phase_ns"),
-                p.costs.contains_key("build_tick_phase_iqr_ns"),
-            ) {
-                (true, true) => Some((
-                    ns(p, "build_tick_phase_ns")?,
-                    ns(p, "build_tick_phase_iqr_ns")?,
-                )),
-                _ => None,
-            },
-            cpuid: match p.costs.contains_key("ioctl_cpuid_ns") {
-                true => Some(ns(p, "ioctl_cpuid_ns")?),
-                false => None,
-            },
-            boot_start: match (
-                p.costs.contains_key("boot_thread_start_ns"),
-                p.costs.contains_key("first_run_long_mode_ns"),
-            ) {
-                (true, true) => Some((
-                    ns(p, "boot_thread_start_ns")?,
-                    ns(p, "first_run_long_mode_ns")?,
-                )),
-                _ => None,
-            },
+            build_tick_phase: optional_pair(p, "build_tick_phase_ns", "build_tick_phase_iqr_ns")?,
+            cpuid: optional_ns(p, "ioctl_cpuid_ns")?,
+            boot_start: optional_pair(p, "boot_thread_start_ns", "first_run_long_mode_ns")?,
         })
     }
 
