@@ -54,12 +54,20 @@ pub struct Vm {
 /// timekeeping update, which the tick makes (`tick_do_update_jiffies64()` →
 /// `update_wall_time()`) but in whole tick lengths from the clocksource's own origin
 /// (`timekeeping_advance()` keeps the remainder): it lags the tick by a constant, measured
-/// once ([`coarse_lag_ns`]). Where a build starts against the tick decides how long its grace
+/// once ([`coarse_tick`]). Where a build starts against the tick decides how long its grace
 /// periods wait, since SRCU's delayed work fires on ticks.
 pub(crate) fn since_last_tick_ns() -> u64 {
-    let lag = coarse_lag_ns();
+    let tick = coarse_tick();
     let (fine, coarse) = fine_and_coarse_ns();
-    u64::try_from((fine - coarse - lag).max(0)).unwrap_or(0)
+    let since = fine - coarse - tick.lag_ns;
+    // Wrapped onto the tick, not clamped: where the lag was read late (a slow or emulated
+    // CPU), clamping would pile every early reading onto 0 and fake a phase.
+    let since = if tick.len_ns > 0 {
+        since.rem_euclid(tick.len_ns)
+    } else {
+        since.max(0)
+    };
+    u64::try_from(since).unwrap_or(0)
 }
 
 fn fine_and_coarse_ns() -> (i128, i128) {
@@ -71,16 +79,25 @@ fn fine_and_coarse_ns() -> (i128, i128) {
     (ns(fine), ns(coarse))
 }
 
-/// How far `CLOCK_MONOTONIC_COARSE` lags the tick that updated it: `fine - coarse` seen just
-/// after the coarse clock steps (a tick just happened), the least of a few steps (the first
-/// look after a step is late by the loop's own time at most). Spins for a few ticks, once per
-/// process.
-fn coarse_lag_ns() -> i128 {
-    static LAG: std::sync::OnceLock<i128> = std::sync::OnceLock::new();
-    *LAG.get_or_init(|| {
+/// The coarse clock against the tick: how far it lags the tick that updated it, and the
+/// tick's length.
+#[derive(Clone, Copy)]
+struct CoarseTick {
+    /// `fine - coarse` seen just after the coarse clock steps (a tick just happened), the
+    /// least of a few steps: the first look after a step is late by the loop's own time at most.
+    lag_ns: i128,
+    /// The least step of the coarse clock: one tick (a tickless CPU may skip several).
+    len_ns: i128,
+}
+
+/// Spins for a few ticks, once per process, to read [`CoarseTick`].
+fn coarse_tick() -> CoarseTick {
+    static TICK: std::sync::OnceLock<CoarseTick> = std::sync::OnceLock::new();
+    *TICK.get_or_init(|| {
         let deadline = Instant::now() + std::time::Duration::from_millis(60);
         let (_, mut last) = fine_and_coarse_ns();
         let mut lag: Option<i128> = None;
+        let mut len: Option<i128> = None;
         let mut steps = 0;
         while steps < 4 && Instant::now() < deadline {
             let (fine, coarse) = fine_and_coarse_ns();
@@ -88,12 +105,16 @@ fn coarse_lag_ns() -> i128 {
                 // The first step may be seen late (the loop started mid-jiffy): skip it.
                 if steps > 0 {
                     lag = Some(lag.map_or(fine - coarse, |l| l.min(fine - coarse)));
+                    len = Some(len.map_or(coarse - last, |l| l.min(coarse - last)));
                 }
                 steps += 1;
                 last = coarse;
             }
         }
-        lag.unwrap_or(0)
+        CoarseTick {
+            lag_ns: lag.unwrap_or(0),
+            len_ns: len.unwrap_or(0),
+        }
     })
 }
 
