@@ -410,7 +410,8 @@ impl<T: Experiment> Scenario for T {
             planned(self, settings, request, backend.capabilities())?
                 .into_iter()
                 .unzip();
-        let results = runner::repeat(&names, request, progress, |vi| {
+        let real_time = backend.capabilities().real_time;
+        let results = runner::repeat(&names, request, real_time, progress, |vi| {
             plans[vi].execute(backend).map_err(Error::from)
         });
         Ok(self.analyse(Observed {
@@ -530,15 +531,18 @@ pub fn run_scenario(
     reject_duplicate_variants(request)?;
     let settings = Settings::parse(info, &request.sets)?;
     let started = runner::now_rfc3339();
+    // The model's samples are exact: the host's noise does not touch them, so it is neither
+    // watched nor said.
+    let real_time = backend.capabilities().real_time;
     let _ = crate::backend::noise::take_reps();
-    let before = crate::backend::noise::Snapshot::take();
+    let before = real_time.then(crate::backend::noise::Snapshot::take);
     let outcome = s.run(backend, &settings, request, progress)?;
-    let after = crate::backend::noise::Snapshot::take();
-    let noise =
-        crate::backend::noise::Noise::between(&before, &after, &crate::backend::noise::take_reps());
+    let noise = before.map(|before| {
+        let after = crate::backend::noise::Snapshot::take();
+        crate::backend::noise::Noise::between(&before, &after, &crate::backend::noise::take_reps())
+    });
     let mut record = runner::assemble(info, backend, &settings, request, started, outcome);
-    // The model's samples are exact: the host's noise does not touch them, so it is not said.
-    if backend.capabilities().real_time {
+    if let Some(noise) = noise {
         record.warnings = crate::analysis::robust::warnings(&record, info.headline, Some(&noise));
         record.noise = Some(noise);
     } else {

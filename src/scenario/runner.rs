@@ -88,10 +88,12 @@ pub fn failure_status(err: &Error) -> VariantStatus {
 /// Runs `trial(variant index)` `warmup + reps` times per variant. Variants are interleaved
 /// round-robin so slow drift on a shared machine spreads over all of them instead of biasing
 /// whichever ran last. A variant whose trial fails stops there and keeps its error; the
-/// others go on.
+/// others go on. `real_time`: the trials are timed on this host, so each one's noise is
+/// watched (the model's exact samples skip the two /proc reads and two syscalls a trial).
 pub fn repeat<T>(
     variants: &[String],
     request: &RunRequest,
+    real_time: bool,
     progress: &dyn Progress,
     mut trial: impl FnMut(usize) -> Result<T, Error>,
 ) -> Vec<Result<Vec<T>, VariantStatus>> {
@@ -107,9 +109,13 @@ pub fn repeat<T>(
             let Ok(samples) = &mut out[vi] else { continue };
             // The measuring thread's switches and the runnable tasks, around (not inside) the
             // timed trial.
-            crate::backend::noise::rep_start();
+            if real_time {
+                crate::backend::noise::rep_start();
+            }
             let result = trial(vi);
-            crate::backend::noise::rep_end();
+            if real_time {
+                crate::backend::noise::rep_end();
+            }
             match result {
                 Ok(sample) if round >= request.warmup => samples.push(sample),
                 Ok(_) => {}
@@ -174,7 +180,7 @@ mod tests {
             ..RunRequest::default()
         };
         let mut calls = Vec::new();
-        let out = repeat(&names, &req, &Silent, |vi| {
+        let out = repeat(&names, &req, true, &Silent, |vi| {
             calls.push(vi);
             Ok(calls.len())
         });
@@ -191,7 +197,7 @@ mod tests {
             warmup: 0,
             ..RunRequest::default()
         };
-        let out = repeat(&names, &req, &Silent, |vi| match vi {
+        let out = repeat(&names, &req, true, &Silent, |vi| match vi {
             1 => Err(KvmError::MissingCap("KVM_CAP_PMU_CAPABILITY").into()),
             2 => Err(KvmError::Guest("triple fault".into()).into()),
             _ => Ok(()),

@@ -65,10 +65,68 @@ pub fn fnv1a(state: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
     })
 }
 
-fn resample_median(samples: &[f64], rng: &mut ChaCha8Rng, scratch: &mut Vec<f64>) -> f64 {
-    scratch.clear();
-    scratch.extend((0..samples.len()).map(|_| samples[rng.random_range(0..samples.len())]));
-    median_in_place(scratch)
+/// Bootstrap medians of one sample, found by counting ranks instead of sorting each resample.
+///
+/// A resample draws the same indices, in the same order, as sorting would need; its median is
+/// then the order statistic where the running count of drawn ranks crosses the middle, which
+/// is O(n) a resample instead of O(n log n). The values are exactly the sorted ones
+/// (`f64::total_cmp` orders both), so intervals are unchanged bit for bit. Sorting was three
+/// quarters of `hvlab fidelity`'s time.
+struct MedianResampler {
+    /// The sample in `f64::total_cmp` order.
+    sorted: Vec<f64>,
+    /// Where each sample (in its original order) sits in `sorted`.
+    rank: Vec<usize>,
+    /// How often each rank was drawn in the current resample.
+    drawn: Vec<u32>,
+}
+
+impl MedianResampler {
+    fn new(samples: &[f64]) -> Self {
+        let mut order: Vec<usize> = (0..samples.len()).collect();
+        order.sort_by(|&a, &b| samples[a].total_cmp(&samples[b]));
+        let mut rank = vec![0; samples.len()];
+        for (r, &i) in order.iter().enumerate() {
+            rank[i] = r;
+        }
+        MedianResampler {
+            sorted: order.iter().map(|&i| samples[i]).collect(),
+            rank,
+            drawn: vec![0; samples.len()],
+        }
+    }
+
+    /// The median of one resample (n draws with replacement); `NaN` for no samples.
+    fn median(&mut self, rng: &mut ChaCha8Rng) -> f64 {
+        let n = self.rank.len();
+        if n == 0 {
+            return f64::NAN;
+        }
+        self.drawn.fill(0);
+        for _ in 0..n {
+            self.drawn[self.rank[rng.random_range(0..n)]] += 1;
+        }
+        // The order statistics k = mid - 1 and mid (0-based) of the resample.
+        let mid = n / 2;
+        let (mut below_mid, mut at_mid) = (None, None);
+        let mut seen = 0usize;
+        for (r, &count) in self.drawn.iter().enumerate() {
+            seen += count as usize;
+            if below_mid.is_none() && mid > 0 && seen > mid - 1 {
+                below_mid = Some(self.sorted[r]);
+            }
+            if seen > mid {
+                at_mid = Some(self.sorted[r]);
+                break;
+            }
+        }
+        let at_mid = at_mid.unwrap_or(f64::NAN);
+        if n % 2 == 1 {
+            at_mid
+        } else {
+            (below_mid.unwrap_or(f64::NAN) + at_mid) / 2.0
+        }
+    }
 }
 
 /// Percentile-bootstrap 95% CI of the median.
@@ -83,10 +141,8 @@ pub fn bootstrap_median_ci(samples: &[f64], seed: u64) -> [f64; 2] {
         return [samples[0], samples[0]];
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut scratch = Vec::with_capacity(samples.len());
-    let mut medians: Vec<f64> = (0..RESAMPLES)
-        .map(|_| resample_median(samples, &mut rng, &mut scratch))
-        .collect();
+    let mut resampler = MedianResampler::new(samples);
+    let mut medians: Vec<f64> = (0..RESAMPLES).map(|_| resampler.median(&mut rng)).collect();
     medians.sort_unstable_by(f64::total_cmp);
     [
         quantile_sorted(&medians, 0.025),
@@ -100,11 +156,11 @@ pub fn bootstrap_ratio_ci(a: &[f64], b: &[f64], seed: u64) -> [f64; 2] {
         return [f64::NAN, f64::NAN];
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut scratch = Vec::with_capacity(a.len().max(b.len()));
+    let (mut from_a, mut from_b) = (MedianResampler::new(a), MedianResampler::new(b));
     let mut ratios: Vec<f64> = (0..RESAMPLES)
         .map(|_| {
-            let ma = resample_median(a, &mut rng, &mut scratch);
-            let mb = resample_median(b, &mut rng, &mut scratch);
+            let ma = from_a.median(&mut rng);
+            let mb = from_b.median(&mut rng);
             ma / mb
         })
         .filter(|r| r.is_finite())
@@ -296,6 +352,34 @@ impl Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counting ranks gives each resample's median exactly as sorting the drawn values does:
+    /// odd and even sizes, ties, signed zeros, one sample.
+    #[test]
+    fn counted_resample_medians_equal_sorted_ones_bit_for_bit() {
+        let mut shapes: Vec<Vec<f64>> = vec![
+            vec![4.0],
+            vec![2.0, 1.0],
+            vec![0.0, -0.0, 0.0, -0.0, 1.0],
+            vec![3.0, 3.0, 3.0, 1.0, 1.0, 2.0],
+            exponential(41, 2.0, 5),
+            normal(200, 10.0, 3.0, 6),
+        ];
+        shapes.push(shapes[4].iter().map(|x| x.round()).collect());
+        for sample in &shapes {
+            let (mut counted, mut sorted) =
+                (ChaCha8Rng::seed_from_u64(11), ChaCha8Rng::seed_from_u64(11));
+            let mut resampler = MedianResampler::new(sample);
+            for _ in 0..300 {
+                let mut drawn: Vec<f64> = (0..sample.len())
+                    .map(|_| sample[sorted.random_range(0..sample.len())])
+                    .collect();
+                let expected = median_in_place(&mut drawn);
+                let got = resampler.median(&mut counted);
+                assert_eq!(got.to_bits(), expected.to_bits(), "{sample:?}");
+            }
+        }
+    }
 
     /// Inverse-CDF samples of known distributions, from a fixed seed.
     fn normal(n: usize, mean: f64, sd: f64, seed: u64) -> Vec<f64> {
