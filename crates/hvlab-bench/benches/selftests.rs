@@ -3,8 +3,8 @@
 //! hvlab's matching variant in alternating rounds, and writes the side-by-side table.
 //!
 //! ```sh
-//! cargo bench --bench selftests -- --build             # fetch, build, run 3 rounds
-//! cargo bench --bench selftests -- --rounds 5 --size-mib 256
+//! cargo bench -p hvlab-bench --bench selftests -- --build             # fetch, build, run 3 rounds
+//! cargo bench -p hvlab-bench --bench selftests -- --rounds 5 --size-mib 256
 //! ```
 //!
 //! Without `--build` and with no selftests built in hvlab's cache it says how and exits 0:
@@ -43,9 +43,10 @@ struct Args {
     /// Dirtying passes per dirty-log run.
     #[arg(long, default_value_t = 3)]
     passes: u32,
-    /// Where the Markdown table goes.
-    #[arg(long, default_value = "target/selftests-side-by-side.md")]
-    out: PathBuf,
+    /// Where the Markdown table goes [default: selftests-side-by-side.md in the workspace's
+    /// target directory].
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// Print only the instructions per page of each guest loop, without running anything.
     #[arg(long)]
     loops_only: bool,
@@ -81,7 +82,7 @@ fn run(args: &Args) -> Result<(), String> {
     }
     let Some(dir) = selftests_dir(args)? else {
         println!(
-            "selftests bench: no KVM selftests built in {}; run `cargo bench --bench selftests -- --build` to fetch linux-source-{} from Debian (~150 MiB) and build them (a few minutes)",
+            "selftests bench: no KVM selftests built in {}; run `cargo bench -p hvlab-bench --bench selftests -- --build` to fetch linux-source-{} from Debian (~150 MiB) and build them (a few minutes)",
             cache_tree(&args.series).display(),
             args.series
         );
@@ -189,11 +190,15 @@ fn run(args: &Args) -> Result<(), String> {
     let loops = loop_sentence(&dir);
     let table = render(args, &rows, &loops, &host());
     println!("{table}");
-    if let Some(parent) = args.out.parent() {
+    let out = match &args.out {
+        Some(path) => path.clone(),
+        None => hvlab_bench::target_dir()?.join("selftests-side-by-side.md"),
+    };
+    if let Some(parent) = out.parent() {
         std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
     }
-    std::fs::write(&args.out, &table).map_err(|e| format!("{}: {e}", args.out.display()))?;
-    eprintln!("selftests bench: wrote {}", args.out.display());
+    std::fs::write(&out, &table).map_err(|e| format!("{}: {e}", out.display()))?;
+    eprintln!("selftests bench: wrote {}", out.display());
     Ok(())
 }
 
@@ -310,7 +315,7 @@ fn average(text: &str, label: &str) -> Option<f64> {
 
 /// `hvlab ARGS --backend kvm --json --no-store` as JSON.
 fn hvlab(args: &[&str]) -> Result<Value, String> {
-    let out = Command::new(env!("CARGO_BIN_EXE_hvlab"))
+    let out = Command::new(hvlab_bench::hvlab_binary()?)
         .args(args)
         .args(["--backend", "kvm", "--json", "--no-store", "--quiet"])
         .output()

@@ -4,7 +4,7 @@
 //! one process (ABBA), so the host's drift hits both; the answer is the ratio with its 95%
 //! interval, and the median of the per-batch paired ratios. Target: within 1%.
 //!
-//! `cargo bench --bench exit_overhead` (needs /dev/kvm; `HVLAB_BENCH_EXITS` sets the batch).
+//! `cargo bench -p hvlab-bench --bench exit_overhead` (needs /dev/kvm; `HVLAB_BENCH_EXITS` sets the batch).
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // bench code: a panic is the failure report
 
 use std::time::{Duration, Instant};
