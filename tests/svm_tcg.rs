@@ -321,7 +321,7 @@ fn check(r: &Results) {
             continue;
         }
         measured += 1;
-        if key == "build_tick_phase_ns" {
+        if key == "build_tick_phase_ns" || key == "boot_tick_phase_ns" {
             // A position on the tick, not a cost: a build may start right at a tick.
             let hz = calibrated["profile"]["costs"]["hz"]["value"]
                 .as_f64()

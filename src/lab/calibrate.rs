@@ -398,7 +398,7 @@ fn boot_start_costs(
         &lifecycle::INFO,
         &["boot-activation"],
         &[],
-        5,
+        10,
         progress,
     )?;
     let runs = &metric(&boot, "boot-activation", "ioctl.KVM_RUN_ms")?.samples;
@@ -413,6 +413,26 @@ fn boot_start_costs(
             spread(q, 1.0, "ns", runs.len())
         )),
     );
+    // Where the first registration beside the running guest falls against the tick: the
+    // VMM's sleep of boot_ms and its wake-up decide it, and with it how long the grace
+    // period it starts waits for the timer wheel.
+    let jiffy_ns = 1e9 / f64::from(backend.host().hz.max(1));
+    if let Ok(m) = metric(&boot, "boot-activation", "boot.tick_phase_ms") {
+        let phases: Vec<f64> = m.samples.iter().map(|ms| ms * 1e6).collect();
+        let q = circular_quartiles(&phases, jiffy_ns);
+        let from = tag(&format!(
+            "lifecycle boot-activation, time since the last tick at the first KVM_IOEVENTFD beside the running vCPU (tick_phase_ms plus its start on the VM's clock), modulo the {:.0} us jiffy: {}",
+            jiffy_ns / 1e3,
+            spread(q, 1.0, "ns", phases.len())
+        ));
+        p.set(
+            "boot_tick_phase_ns",
+            q[1].rem_euclid(jiffy_ns),
+            "ns",
+            from.clone(),
+        );
+        p.set("boot_tick_phase_iqr_ns", q[2] - q[0], "ns", from);
+    }
     let starts = boot_thread_starts_ns(200);
     let q = quartiles(&starts);
     put_measured(

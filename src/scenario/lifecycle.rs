@@ -44,7 +44,7 @@ use crate::backend::Capabilities;
 use crate::backend::host::HostInfo;
 use crate::backend::ioctl_table::BusRegistration;
 use crate::backend::ioctl_table::SrcuKernel;
-use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace, Step, Strategy};
+use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace, IoctlEvent, Step, Strategy};
 use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::VariantStatus;
@@ -156,7 +156,7 @@ static PARAMS: [ParamInfo; 10] = [
     },
 ];
 
-static METRICS: [MetricInfo; 11] = [
+static METRICS: [MetricInfo; 12] = [
     MetricInfo {
         name: "ready_ms",
         unit: "ms",
@@ -181,6 +181,11 @@ static METRICS: [MetricInfo; 11] = [
         name: "tick_phase_ms",
         unit: "ms",
         doc: "time from the last timer tick to KVM_CREATE_VM (CLOCK_MONOTONIC less CLOCK_MONOTONIC_COARSE on kvm; the model's own ticks): SRCU's delayed work fires on ticks, so this sets a stall's length, per VM",
+    },
+    MetricInfo {
+        name: "boot.tick_phase_ms",
+        unit: "ms",
+        doc: "boot orders: time from the last timer tick to the first registration while vCPU 0 runs (tick_phase_ms plus its start on the VM's clock, modulo the jiffy): where that grace period starts against the ticks, per VM",
     },
     MetricInfo {
         name: "vcpu.first_create_ms",
@@ -369,6 +374,15 @@ fn boot_phase(trace: &ConstructionTrace) -> Option<(Vec<u64>, Option<u64>)> {
     Some((registrations, memslot))
 }
 
+/// The first `KVM_IOEVENTFD` after `KVM_RUN`: a boot order's first registration beside the
+/// running vCPU.
+fn first_boot_registration(trace: &ConstructionTrace) -> Option<&IoctlEvent> {
+    let run = trace.ioctls.iter().position(|e| e.name == "KVM_RUN")?;
+    trace.ioctls[run + 1..]
+        .iter()
+        .find(|e| e.name == "KVM_IOEVENTFD")
+}
+
 /// A stall as it recurs across repetitions: (ioctl index, ioctl, the event blamed: index, name).
 type StallKey = (usize, String, Option<(usize, String)>);
 
@@ -403,6 +417,15 @@ fn analyse_variant(
         }
         if let Some(phase) = trace.tick_phase_ns {
             series.push("tick_phase_ms", "ms", ms(phase));
+        }
+        if let (Some(phase), Some(first)) = (trace.tick_phase_ns, first_boot_registration(trace))
+            && jiffy_ns > 0
+        {
+            series.push(
+                "boot.tick_phase_ms",
+                "ms",
+                ms((phase + first.start_ns) % jiffy_ns),
+            );
         }
         if let Some((registrations, memslot)) = boot_phase(trace) {
             if !registrations.is_empty() {

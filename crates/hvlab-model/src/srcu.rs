@@ -554,6 +554,11 @@ pub struct LifecycleCosts {
     /// the last tick at `KVM_CREATE_VM`, median and interquartile range, ns (`None`: not
     /// measured; each build starts where the last ended).
     build_tick_phase: Option<(u64, u64)>,
+    /// Where an order that boots makes its first registration beside the running vCPU on a
+    /// measured host: the time since the last tick, median and interquartile range, ns
+    /// (`None`: not measured; it registers exactly `boot_ms` after the first exit). The VMM's
+    /// sleep and wake-up decide it, not the grace period it starts.
+    boot_tick_phase: Option<(u64, u64)>,
     /// `KVM_SET_CPUID2` per vCPU, where the profile prices it (x86 VMMs issue it).
     cpuid: Option<u64>,
     /// Orders that boot, where the profile measured them: starting the boot thread (VMM
@@ -604,6 +609,7 @@ impl LifecycleCosts {
             first_run: ns(p, "first_run_ns")?,
             gap: ns(p, "vmm_gap_ns")?,
             build_tick_phase: optional_pair(p, "build_tick_phase_ns", "build_tick_phase_iqr_ns")?,
+            boot_tick_phase: optional_pair(p, "boot_tick_phase_ns", "boot_tick_phase_iqr_ns")?,
             cpuid: optional_ns(p, "ioctl_cpuid_ns")?,
             boot_start: optional_pair(p, "boot_thread_start_ns", "first_run_long_mode_ns")?,
         })
@@ -637,7 +643,17 @@ impl LifecycleCosts {
     /// uniform draw with the measured median and interquartile range (`[m - iqr, m + iqr]`
     /// has that IQR), within one jiffy.
     fn draw_build_tick_phase(&self, rng: &mut ChaCha8Rng) -> Option<u64> {
-        let (median, iqr) = self.build_tick_phase?;
+        self.draw_tick_phase(self.build_tick_phase, rng)
+    }
+
+    /// Where a booting order's first registration falls on a measured host, drawn as
+    /// [`Self::draw_build_tick_phase`] draws a build's start.
+    fn draw_boot_tick_phase(&self, rng: &mut ChaCha8Rng) -> Option<u64> {
+        self.draw_tick_phase(self.boot_tick_phase, rng)
+    }
+
+    fn draw_tick_phase(&self, measured: Option<(u64, u64)>, rng: &mut ChaCha8Rng) -> Option<u64> {
+        let (median, iqr) = measured?;
         let since_tick = if iqr == 0 {
             median
         } else {
@@ -779,6 +795,12 @@ pub fn construct(
         _ => drawn,
     };
     let seed = rng.random::<u64>();
+    let boots = plan.steps.contains(&Step::BootIoeventfds);
+    let boot_since_tick = if boots {
+        costs.draw_boot_tick_phase(rng)
+    } else {
+        None
+    };
     let mut t = Timeline {
         costs,
         srcu: {
@@ -837,8 +859,14 @@ pub fn construct(
             }
             Step::Ioeventfds | Step::BootIoeventfds => {
                 if *step == Step::BootIoeventfds {
-                    // The guest boots: time passes with vCPU 0 in KVM_RUN.
+                    // The guest boots: time passes with vCPU 0 in KVM_RUN. On a measured
+                    // host the VMM's wake-up then lands where it measured against the tick
+                    // (ticks fall at `phase + k × jiffy`).
                     t.now += u64::from(plan.boot_ms) * 1_000_000;
+                    if let Some(target) = boot_since_tick {
+                        let since_tick = (t.now + jiffy - phase) % jiffy;
+                        t.now += (target + jiffy - since_tick) % jiffy;
+                    }
                 }
                 for _ in 0..plan.devices {
                     t.ioctl("KVM_IOEVENTFD", costs.ioeventfd, Timeline::register);
