@@ -163,6 +163,24 @@ fn circular_quartiles(values: &[f64], period: f64) -> [f64; 3] {
     quartiles(&unwrapped)
 }
 
+/// Sets `<key>_ns` and `<key>_iqr_ns`: where on the tick `phases` (ns since the last tick)
+/// cluster, by quartiles on the circle, with `what` and the spread as provenance.
+fn put_tick_phase(p: &mut Profile, key: &str, phases: &[f64], jiffy_ns: f64, what: &str) {
+    let q = circular_quartiles(phases, jiffy_ns);
+    let from = format!(
+        "{what}, modulo the {:.0} us jiffy: {}",
+        jiffy_ns / 1e3,
+        spread(q, 1.0, "ns", phases.len())
+    );
+    p.set(
+        &format!("{key}_ns"),
+        q[1].rem_euclid(jiffy_ns),
+        "ns",
+        from.clone(),
+    );
+    p.set(&format!("{key}_iqr_ns"), q[2] - q[0], "ns", from);
+}
+
 /// Sets a measured fraction, 0 included (an idle host is a measurement too).
 fn put_measured_fraction(p: &mut Profile, key: &str, value: f64, provenance: String) {
     if value.is_finite() && (0.0..=1.0).contains(&value) {
@@ -368,19 +386,15 @@ fn lifecycle_costs(
         .flat_map(|m| m.samples.iter().map(|ms| ms * 1e6))
         .collect();
     if !phases.is_empty() {
-        let q = circular_quartiles(&phases, jiffy_ns);
-        let from = tag(&format!(
-            "lifecycle memslots-first and irqchip-first, time since the last tick (CLOCK_MONOTONIC - CLOCK_MONOTONIC_COARSE) at each back-to-back KVM_CREATE_VM, modulo the {:.0} us jiffy: {}",
-            jiffy_ns / 1e3,
-            spread(q, 1.0, "ns", phases.len())
-        ));
-        p.set(
-            "build_tick_phase_ns",
-            q[1].rem_euclid(jiffy_ns),
-            "ns",
-            from.clone(),
+        put_tick_phase(
+            p,
+            "build_tick_phase",
+            &phases,
+            jiffy_ns,
+            &tag(
+                "lifecycle memslots-first and irqchip-first, time since the last tick (CLOCK_MONOTONIC - CLOCK_MONOTONIC_COARSE) at each back-to-back KVM_CREATE_VM",
+            ),
         );
-        p.set("build_tick_phase_iqr_ns", q[2] - q[0], "ns", from);
     }
     Ok(())
 }
@@ -419,19 +433,15 @@ fn boot_start_costs(
     let jiffy_ns = 1e9 / f64::from(backend.host().hz.max(1));
     if let Ok(m) = metric(&boot, "boot-activation", "boot.tick_phase_ms") {
         let phases: Vec<f64> = m.samples.iter().map(|ms| ms * 1e6).collect();
-        let q = circular_quartiles(&phases, jiffy_ns);
-        let from = tag(&format!(
-            "lifecycle boot-activation, time since the last tick at the first KVM_IOEVENTFD beside the running vCPU (tick_phase_ms plus its start on the VM's clock), modulo the {:.0} us jiffy: {}",
-            jiffy_ns / 1e3,
-            spread(q, 1.0, "ns", phases.len())
-        ));
-        p.set(
-            "boot_tick_phase_ns",
-            q[1].rem_euclid(jiffy_ns),
-            "ns",
-            from.clone(),
+        put_tick_phase(
+            p,
+            "boot_tick_phase",
+            &phases,
+            jiffy_ns,
+            &tag(
+                "lifecycle boot-activation, time since the last tick at the first KVM_IOEVENTFD beside the running vCPU (tick_phase_ms plus its start on the VM's clock)",
+            ),
         );
-        p.set("boot_tick_phase_iqr_ns", q[2] - q[0], "ns", from);
     }
     let starts = boot_thread_starts_ns(200);
     let q = quartiles(&starts);
