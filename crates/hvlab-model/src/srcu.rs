@@ -639,19 +639,9 @@ impl LifecycleCosts {
         1_000_000_000 / self.hz
     }
 
-    /// Where a back-to-back build starts on a measured host: the time since the last tick, a
-    /// uniform draw with the measured median and interquartile range (`[m - iqr, m + iqr]`
-    /// has that IQR), within one jiffy.
-    fn draw_build_tick_phase(&self, rng: &mut ChaCha8Rng) -> Option<u64> {
-        self.draw_tick_phase(self.build_tick_phase, rng)
-    }
-
-    /// Where a booting order's first registration falls on a measured host, drawn as
-    /// [`Self::draw_build_tick_phase`] draws a build's start.
-    fn draw_boot_tick_phase(&self, rng: &mut ChaCha8Rng) -> Option<u64> {
-        self.draw_tick_phase(self.boot_tick_phase, rng)
-    }
-
+    /// Where a build starts, or a booting order's first registration falls, on a measured
+    /// host: the time since the last tick, a uniform draw with the measured median and
+    /// interquartile range (`[m - iqr, m + iqr]` has that IQR), within one jiffy.
     fn draw_tick_phase(&self, measured: Option<(u64, u64)>, rng: &mut ChaCha8Rng) -> Option<u64> {
         let (median, iqr) = measured?;
         let since_tick = if iqr == 0 {
@@ -784,7 +774,7 @@ pub fn construct(
     // `jiffy - s` away.
     let measured = if plan.back_to_back {
         costs
-            .draw_build_tick_phase(rng)
+            .draw_tick_phase(costs.build_tick_phase, rng)
             .map(|since_tick| (jiffy - since_tick) % jiffy)
     } else {
         None
@@ -797,7 +787,7 @@ pub fn construct(
     let seed = rng.random::<u64>();
     let boots = plan.steps.contains(&Step::BootIoeventfds);
     let boot_since_tick = if boots {
-        costs.draw_boot_tick_phase(rng)
+        costs.draw_tick_phase(costs.boot_tick_phase, rng)
     } else {
         None
     };
