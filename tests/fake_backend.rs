@@ -1481,7 +1481,13 @@ fn showcases_and_validation_points_ask_for_the_parameters_they_asked_for_as_text
         } else {
             ("size=128MiB", "iterations=5000", "strategy=always-defer")
         };
+        let dirty = if emulated {
+            text(&["size=16MiB", "passes=1", "vcpus=2"])
+        } else {
+            text(&["size=128MiB", "passes=3", "vcpus=8"])
+        };
         let want: BTreeMap<&str, (Vec<String>, Vec<String>)> = [
+            ("dirty", (dirty, vec![])),
             ("memory", (text(&[size, "pattern=random"]), vec![])),
             ("exits", (text(&[iterations]), vec![])),
             ("lifecycle", (vec![], text(&[strategy]))),

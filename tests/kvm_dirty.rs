@@ -204,6 +204,20 @@ fn many_vcpus_each_dirty_their_own_slice_and_the_log_still_counts_exactly() {
         assert_eq!(exact(&r, "ring", "ring_full_exits"), full * n, "{n}");
         assert_eq!(exact(&r, "ring", "wp_faults"), PAGES + full * n, "{n}");
         assert_eq!(exact(&r, "bitmap", "wp_faults"), PAGES, "{n}");
+        // The run's own vCPU threads are in its noise record: on a host with fewer cores
+        // they wait for each other, which must not read as another process (the busy rule
+        // would then refuse every many-vCPU verdict and validation).
+        let noise = &r["noise"];
+        let own = noise["own_threads"].as_u64().unwrap_or(1);
+        assert_eq!(own, n, "{noise}");
+        let cores = noise["cores"].as_u64().unwrap();
+        if n > cores {
+            let reasons = noise["busy"].as_array().unwrap();
+            assert!(
+                reasons.iter().all(|b| b["kind"] != "pressure"),
+                "{n} vCPUs on {cores} cores: their own waiting called busy: {noise}"
+            );
+        }
     }
 }
 

@@ -153,7 +153,8 @@ fn calibrate_measuring_noise(
     use crate::backend::noise::{Noise, Snapshot, take_reps};
     let before = Snapshot::take();
     let mut profile = backends::calibrate(backend, progress)?;
-    let noise = Noise::between(&before, &Snapshot::take(), &take_reps());
+    // Calibration's widest step runs two vCPUs: no more threads than cores.
+    let noise = Noise::between(&before, &Snapshot::take(), &take_reps(), 1);
     profile.describes = format!(
         "{}; measured in {}",
         profile.describes,

@@ -185,22 +185,32 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
         r.run_id
     );
     let h = &r.host;
-    let _ = writeln!(
-        s,
-        "host: {}, {}, {} ({}), vPMU {}, HZ={}, THP {}, {} cores",
-        h.kernel,
-        h.cpu,
-        h.kvm_flavour,
-        match h.tdp {
-            Some(true) => "TDP",
-            Some(false) => "shadow paging",
-            None => "paging unknown",
-        },
-        if h.vpmu == Some(true) { "on" } else { "off" },
-        h.hz,
-        h.thp,
-        h.cores
-    );
+    let paging = match h.tdp {
+        Some(true) => "TDP",
+        Some(false) => "shadow paging",
+        None => "paging unknown",
+    };
+    if let (false, Some(profile)) = (r.backend.capabilities().real_time, &r.profile) {
+        // The paging and HZ are the profile's: a line that read as this machine's would
+        // call an Intel PVM host "TDP" under an arm64 profile.
+        let _ = writeln!(
+            s,
+            "modelled host: profile {profile}, {paging}, HZ={} (the model ran on {}, {})",
+            h.hz, h.kernel, h.cpu
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "host: {}, {}, {} ({paging}), vPMU {}, HZ={}, THP {}, {} cores",
+            h.kernel,
+            h.cpu,
+            h.kvm_flavour,
+            if h.vpmu == Some(true) { "on" } else { "off" },
+            h.hz,
+            h.thp,
+            h.cores
+        );
+    }
     if let Some(n) = &r.noise {
         let _ = writeln!(s, "{}", crate::report::words::noise_line(n));
     }

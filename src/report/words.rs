@@ -308,6 +308,12 @@ pub fn noise_line(n: &crate::backend::noise::Noise) -> String {
         "load {:.1}→{:.1} on {} cores, {} other runnable (median; max {})",
         n.load1[0], n.load1[1], n.cores, n.runnable_others[0], n.runnable_others[1]
     )];
+    if n.oversubscribed() {
+        parts.push(format!(
+            "{} threads of this run on {} cores (their own waiting is not counted as busy)",
+            n.own_threads, n.cores
+        ));
+    }
     if let Some(some) = n.cpu_pressure_some_pct {
         parts.push(format!(
             "CPU pressure {some:.0}% some / {:.0}% full",

@@ -30,13 +30,15 @@ use super::memory::GuestRun;
 use super::params::{ParamInfo, SetParam, Settings};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Chart, Experiment, Observed};
+use super::{Chart, Experiment, Observed, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::{Verdict, compare, judge_variants_together};
 use crate::analysis::statistics::seed_for;
+use crate::analysis::validate::{Rule, check};
 use crate::backend::Capabilities;
 use crate::backend::dirty::{BITMAP_WORD_PAGES, DirtyBacking, DirtyPlan, DirtyResult, LogMode};
 use crate::backend::guest::DATA_MAX_BYTES;
+use crate::backend::host::HostInfo;
 use crate::backend::memory::HugeSize;
 use crate::error::InputError;
 use crate::record::{Finding, RunRecord, VariantRecord, VariantStatus};
@@ -585,6 +587,38 @@ impl Experiment for Dirty {
 
     fn analyse(&self, o: Observed<'_, DirtyPlan, DirtyResult>) -> ScenarioOutcome {
         analyse(o.names, o.plans, o.results, o.seed)
+    }
+
+    fn runnable_threads(&self, plan: &DirtyPlan) -> u32 {
+        plan.vcpus
+    }
+
+    fn validation(&self, host: &HostInfo) -> Option<ValidationPoint> {
+        // calibrate times one vCPU and two at 64 MiB (the write-protect fault and the
+        // mmu_lock hold): eight vCPUs on a new size is what the model must predict from them,
+        // each ring filling once a pass (4096 pages a slice against a 4096-entry ring). An
+        // emulated CPU takes milliseconds per fault: a small point there, times unjudged.
+        let sets: super::params::Sets = if host.cpu_emulated() {
+            &[&Set::SizeMib(16), &Set::Passes(1), &Set::Vcpus(2)]
+        } else {
+            &[&Set::SizeMib(128), &Set::Passes(3), &Set::Vcpus(8)]
+        };
+        Some(ValidationPoint {
+            variants: &["bitmap", "ring"],
+            sets,
+            model_sets: &[],
+            checks: |model, kvm, v, time| {
+                [
+                    check(model, kvm, v, "pages_dirty", Rule::Exact(0.0)),
+                    check(model, kvm, v, "wp_faults", Rule::Exact(0.0)),
+                    check(model, kvm, v, "ring_full_exits", Rule::Exact(0.0)),
+                    check(model, kvm, v, "total_pages_per_ms", time),
+                ]
+                .into_iter()
+                .flatten()
+                .collect()
+            },
+        })
     }
 
     fn charts(&self, _record: &RunRecord) -> Vec<Chart> {

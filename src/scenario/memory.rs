@@ -648,6 +648,10 @@ impl Experiment for Memory {
         }
     }
 
+    fn runnable_threads(&self, plan: &TouchPlan) -> u32 {
+        plan.vcpus
+    }
+
     fn validation(&self, host: &HostInfo) -> Option<ValidationPoint> {
         // Not the calibration point (64 MiB, sequential): a new size and order. An emulated
         // CPU takes milliseconds per fault: a small one there.

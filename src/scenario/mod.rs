@@ -309,6 +309,12 @@ pub trait Experiment: Sync {
         Vec::new()
     }
 
+    /// Threads one plan keeps runnable at once (vCPUs writing in parallel), for the noise
+    /// rule: a run with more of them than cores loads the host itself.
+    fn runnable_threads(&self, _plan: &Self::Plan) -> u32 {
+        1
+    }
+
     /// Where `validate` checks the model against the kvm backend on `host`, if anywhere.
     fn validation(&self, _host: &HostInfo) -> Option<ValidationPoint> {
         None
@@ -373,6 +379,10 @@ pub trait Scenario: Sync {
         request: &RunRequest,
         progress: &dyn Progress,
     ) -> Result<ScenarioOutcome, Error>;
+    /// The most threads any planned variant keeps runnable at once
+    /// ([`Experiment::runnable_threads`]); 1 when the request does not plan.
+    fn runnable_threads(&self, settings: &Settings, request: &RunRequest, can: Capabilities)
+    -> u32;
     /// See [`Experiment::charts`].
     fn charts(&self, record: &RunRecord) -> Vec<Chart>;
     /// See [`Experiment::notices`].
@@ -421,6 +431,21 @@ impl<T: Experiment> Scenario for T {
             host: backend.host(),
             seed: request.seed,
         }))
+    }
+
+    fn runnable_threads(
+        &self,
+        settings: &Settings,
+        request: &RunRequest,
+        can: Capabilities,
+    ) -> u32 {
+        planned(self, settings, request, can).map_or(1, |plans| {
+            plans
+                .iter()
+                .map(|(_, p)| Experiment::runnable_threads(self, p))
+                .max()
+                .unwrap_or(1)
+        })
     }
 
     fn charts(&self, record: &RunRecord) -> Vec<Chart> {
@@ -535,11 +560,21 @@ pub fn run_scenario(
     // watched nor said.
     let real_time = backend.capabilities().real_time;
     let _ = crate::backend::noise::take_reps();
+    let own_threads = if real_time {
+        s.runnable_threads(&settings, request, backend.capabilities())
+    } else {
+        1
+    };
     let before = real_time.then(crate::backend::noise::Snapshot::take);
     let outcome = s.run(backend, &settings, request, progress)?;
     let noise = before.map(|before| {
         let after = crate::backend::noise::Snapshot::take();
-        crate::backend::noise::Noise::between(&before, &after, &crate::backend::noise::take_reps())
+        crate::backend::noise::Noise::between(
+            &before,
+            &after,
+            &crate::backend::noise::take_reps(),
+            own_threads,
+        )
     });
     let mut record = runner::assemble(info, backend, &settings, request, started, outcome);
     if let Some(noise) = noise {

@@ -247,8 +247,23 @@ pub struct Noise {
     /// How long `--quiet-host` waited before the run, s, and whether the host became quiet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quiet_wait: Option<QuietWait>,
+    /// Threads the run itself keeps runnable at once (its vCPUs writing in parallel): more
+    /// than the cores makes the run its own load and CPU pressure, which the busy rule then
+    /// does not count against the host. Absent (1) in runs stored before it was recorded.
+    #[serde(default = "one_thread", skip_serializing_if = "is_one_thread")]
+    pub own_threads: u32,
     /// What made the host busy by the busy rule; empty on a quiet host.
     pub busy: Vec<BusyReason>,
+}
+
+fn one_thread() -> u32 {
+    1
+}
+
+// serde's skip_serializing_if hands the field by reference.
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_one_thread(n: &u32) -> bool {
+    *n == 1
 }
 
 /// What `--quiet-host` did.
@@ -300,8 +315,9 @@ pub const BUSY_PRESSURE_PCT: f64 = 20.0;
 pub const BUSY_STEAL_PCT: f64 = 10.0;
 
 impl Noise {
-    /// The noise between two snapshots, with the repetitions recorded in between.
-    pub fn between(start: &Snapshot, end: &Snapshot, reps: &[RepNoise]) -> Noise {
+    /// The noise between two snapshots, with the repetitions recorded in between, of a run
+    /// that kept `own_threads` of its threads runnable at once.
+    pub fn between(start: &Snapshot, end: &Snapshot, reps: &[RepNoise], own_threads: u32) -> Noise {
         let cores = online_cpus();
         let wall_us = end.at.duration_since(start.at).as_secs_f64() * 1e6;
         let pct = |d: u64, of: f64| (of > 0.0).then(|| (d as f64 / of * 100.0).min(100.0));
@@ -352,6 +368,7 @@ impl Noise {
             wall_s: wall_us / 1e6,
             pinned_cpus: None,
             quiet_wait: None,
+            own_threads: own_threads.max(1),
             busy: Vec::new(),
         };
         if let Ok(c) = CONTROL.lock() {
@@ -362,14 +379,18 @@ impl Noise {
         noise
     }
 
-    /// The busy rule: the 1-minute load (hvlab's own thread included) at or above the core
-    /// count; or, after the median repetition, other runnable tasks numbering at least
+    /// The busy rule: the 1-minute load (hvlab's own threads included) at or above the core
+    /// count plus the run's threads beyond its first; or, after the median repetition (when
+    /// the run's vCPU threads have stopped), other runnable tasks numbering at least
     /// max(1, cores − 1), so hvlab's threads had no free CPU beside the measuring one; or
-    /// tasks waiting for a CPU in at least 20% of the run (PSI); or steal of 10% or more.
+    /// tasks waiting for a CPU in at least 20% of the run (PSI), unless the run's own threads
+    /// outnumber the cores (then they wait for each other, and PSI cannot tell them from
+    /// others: the runnable count and steal still can); or steal of 10% or more.
     pub fn busy_reasons(&self) -> Vec<BusyReason> {
         let mut out = Vec::new();
         let load1 = self.load1[0].max(self.load1[1]);
-        if load1 >= self.cores as f64 {
+        let own_beyond_first = f64::from(self.own_threads.saturating_sub(1));
+        if load1 >= self.cores as f64 + own_beyond_first {
             out.push(BusyReason::Load {
                 load1,
                 cores: self.cores,
@@ -384,6 +405,7 @@ impl Noise {
         }
         if let Some(some_pct) = self.cpu_pressure_some_pct
             && some_pct >= BUSY_PRESSURE_PCT
+            && !self.oversubscribed()
         {
             out.push(BusyReason::Pressure { some_pct });
         }
@@ -393,6 +415,11 @@ impl Noise {
             out.push(BusyReason::Steal { pct });
         }
         out
+    }
+
+    /// Whether the run's own threads outnumbered the cores, so they waited for each other.
+    pub fn oversubscribed(&self) -> bool {
+        self.own_threads as usize > self.cores
     }
 
     /// Whether the busy rule called the host busy.
@@ -551,10 +578,45 @@ mod tests {
             wall_s: 10.0,
             pinned_cpus: None,
             quiet_wait: None,
+            own_threads: 1,
             busy: Vec::new(),
         };
         n.busy = n.busy_reasons();
         n
+    }
+
+    fn with_threads(mut n: Noise, own: u32) -> Noise {
+        n.own_threads = own;
+        n.busy = n.busy_reasons();
+        n
+    }
+
+    #[test]
+    fn a_run_with_more_threads_than_cores_is_not_busy_from_its_own_waiting() {
+        // Eight vCPUs on two cores: the run's own load and pressure (as measured here: load
+        // 0.9 to 2.1, PSI some 87%) are not another process.
+        let own = with_threads(noise(2.1, 0, Some(87.0), Some(2.0)), 8);
+        assert!(own.oversubscribed());
+        assert!(!own.is_busy(), "{:?}", own.busy);
+        // One more process beside them still shows, in the runnable count, the load beyond
+        // the run's own threads, and steal.
+        assert!(matches!(
+            with_threads(noise(2.1, 1, Some(87.0), None), 8).busy[..],
+            [BusyReason::Runnable { others: 1, .. }]
+        ));
+        assert!(matches!(
+            with_threads(noise(9.5, 0, None, None), 8).busy[..],
+            [BusyReason::Load { .. }]
+        ));
+        assert!(matches!(
+            with_threads(noise(1.0, 0, None, Some(12.0)), 8).busy[..],
+            [BusyReason::Steal { .. }]
+        ));
+        // Two threads on two cores do not wait for each other: pressure still counts.
+        assert!(matches!(
+            with_threads(noise(0.5, 0, Some(31.0), None), 2).busy[..],
+            [BusyReason::Pressure { .. }]
+        ));
     }
 
     #[test]

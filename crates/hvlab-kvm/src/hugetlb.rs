@@ -114,14 +114,30 @@ impl PoolGuard {
         if got < want {
             // The kernel gives what it can find contiguous; less is a host limitation.
             return Err(KvmError::Unsupported(format!(
-                "the host could give only {got} of the {want} {} pages asked for in {} (memory too fragmented or too small); the pool is set back to {old}",
+                "the host could give only {got} of the {want} {} pages asked for in {} (memory too fragmented or too small); the pool is set back to {old}; {}",
                 size.sysfs_dir(),
-                file.display()
+                file.display(),
+                how_to_get(size, want)
             )));
         }
         let mut guard = guard;
         guard.before_after = (old, got);
         Ok(guard)
+    }
+}
+
+/// What a user can do when the running kernel cannot find the pages.
+fn how_to_get(size: HugeSize, pages: u64) -> String {
+    match size {
+        // Above the buddy allocator's largest block, a page is a whole aligned range of
+        // movable or free memory (alloc_contig_pages()), rarely found once a host has run a
+        // while: only the boot-time reservation is sure.
+        HugeSize::Gib1 => format!(
+            "1 GiB pages need a whole aligned GiB of free or movable memory, which a running host seldom has: reserve them at boot (`hugepagesz=1G hugepages={pages}` on the kernel command line)"
+        ),
+        HugeSize::Mib2 => format!(
+            "compact memory and retry (`echo 1 > /proc/sys/vm/compact_memory`), or reserve the pages at boot (`hugepages={pages}` on the kernel command line)"
+        ),
     }
 }
 
@@ -179,5 +195,17 @@ mod tests {
         assert!(e.is_host_limitation());
         let e = PoolGuard::reserve_in(root.path(), HugeSize::Mib2, 3 << 20).unwrap_err();
         assert!(e.to_string().contains("multiple of 2 MiB"), "{e}");
+    }
+
+    #[test]
+    fn a_shortfall_says_how_to_reserve_the_pages_at_boot() {
+        for (size, boot) in [
+            (HugeSize::Gib1, "`hugepagesz=1G hugepages=3`"),
+            (HugeSize::Mib2, "`hugepages=3`"),
+        ] {
+            let msg = how_to_get(size, 3);
+            assert!(msg.contains(boot), "{msg}");
+        }
+        assert!(how_to_get(HugeSize::Mib2, 3).contains("compact_memory"));
     }
 }
