@@ -348,6 +348,23 @@ fn check(r: &Results) {
     let validated = r.json(command_index("validate"));
     assert_eq!(validated["failed"], 0, "{k}: {validated}");
     let checks = validated["checks"].as_array().unwrap();
+    // Every validation point is compared or said to be uncomparable, with the reason: a
+    // point one side could not run never vanishes from the table.
+    let unjudged = validated["unjudged"].as_array().unwrap();
+    for scenario in ["lifecycle", "memory", "exits", "dirty"] {
+        assert!(
+            checks.iter().any(|c| c["scenario"] == scenario)
+                || unjudged.iter().any(|u| u["scenario"] == scenario),
+            "{k}: validate said nothing of {scenario}: {validated}"
+        );
+    }
+    for u in unjudged {
+        let status = u["status"].as_str().unwrap();
+        assert!(
+            status.starts_with("unsupported: ") && status.len() > 20,
+            "{k}: {u}"
+        );
+    }
     assert!(
         checks
             .iter()

@@ -247,10 +247,11 @@ fn validate_with(
     if json {
         print_json(&serde_json::json!({
             "tolerance_pct": tolerance, "checks": checks, "failed": failed,
-            "busy": busy, "cannot_judge": validation.cannot_judge()
+            "busy": busy, "cannot_judge": validation.cannot_judge(),
+            "unjudged": validation.unjudged
         }))?;
     } else {
-        print_text(&render::validation(checks, tolerance))?;
+        print_text(&render::validation(checks, &validation.unjudged, tolerance))?;
     }
     if validation.cannot_judge() {
         return Err(Error::HostBusy {

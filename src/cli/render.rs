@@ -695,7 +695,11 @@ pub fn profile(p: &crate::model::profile::Profile) -> String {
 }
 
 /// `hvlab validate`.
-pub fn validation(checks: &[crate::analysis::validate::Check], tolerance: f64) -> String {
+pub fn validation(
+    checks: &[crate::analysis::validate::Check],
+    unjudged: &[crate::lab::validate::Unjudged],
+    tolerance: f64,
+) -> String {
     let mut s = format!(
         "{:<10} {:<20} {:<20} {:>14} {:>14} {:>9}  verdict\n",
         "scenario", "variant", "metric", "model", "kvm", "error"
@@ -742,6 +746,21 @@ pub fn validation(checks: &[crate::analysis::validate::Check], tolerance: f64) -
             "; {} times shown but not judged: this host's CPU is emulated",
             checks.len() - judged
         );
+    }
+    if !unjudged.is_empty() {
+        let _ = write!(
+            s,
+            "\n\nnot compared ({} point variant{} one side could not run):",
+            unjudged.len(),
+            if unjudged.len() == 1 { "" } else { "s" }
+        );
+        for u in unjudged {
+            let _ = write!(
+                s,
+                "\n  {} {} on {}: {}",
+                u.scenario, u.variant, u.side, u.status
+            );
+        }
     }
     s
 }

@@ -271,6 +271,18 @@ fn host_facts(p: &mut Profile, host: &HostInfo, tag: &dyn Fn(&str) -> String) {
         "bool",
         tag(&format!("{} KVM: {why}", host.kvm_flavour)),
     );
+    // How dirty pages are logged is the module's setting, not a cost: with Intel PML the CPU
+    // logs writes itself and nothing is write-protected, a mechanism the model does not run.
+    let pml_file = "/sys/module/kvm_intel/parameters/pml";
+    let (pml, why) = match std::fs::read_to_string(pml_file) {
+        Ok(v) if v.trim() == "Y" => (1.0, format!("{pml_file} is Y")),
+        Ok(v) => (0.0, format!("{pml_file} is {}", v.trim())),
+        Err(_) => (
+            0.0,
+            format!("no {pml_file}: dirty pages are logged by write-protection"),
+        ),
+    };
+    p.set("dirty_log_pml", pml, "bool", tag(&why));
 }
 
 /// Lifecycle: ioctl costs from the unstalled order, and the VMM's own time between them.

@@ -17,6 +17,23 @@ pub struct Validation {
     pub checks: Vec<Check>,
     /// The noise of each kvm run that the busy rule called busy.
     pub busy: Vec<crate::backend::noise::Noise>,
+    /// Point variants one side could not run, so none of their metrics was compared: said,
+    /// never dropped in silence.
+    pub unjudged: Vec<Unjudged>,
+}
+
+/// A validation point's variant that produced no check, and why.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Unjudged {
+    /// Scenario.
+    pub scenario: String,
+    /// Variant.
+    pub variant: String,
+    /// The side that did not run it: `kvm` (the host's limitation) or `model` (a profile or
+    /// mechanism the model lacks here).
+    pub side: &'static str,
+    /// Its status: `unsupported: ...` or `failed: ...`.
+    pub status: String,
 }
 
 impl Validation {
@@ -50,6 +67,7 @@ pub fn validate(
     };
     let mut checks = Vec::new();
     let mut busy = Vec::new();
+    let mut unjudged = Vec::new();
     for s in &REGISTRY {
         let Some(point) = s.validation(host) else {
             continue;
@@ -75,8 +93,30 @@ pub fn validate(
         keep(&mut real)?;
         keep(&mut predicted)?;
         for v in point.variants {
-            checks.extend((point.checks)(&predicted, &real, v, time_rule));
+            let not_run = [("kvm", &real), ("model", &predicted)]
+                .into_iter()
+                .filter_map(|(side, r)| {
+                    let status = r
+                        .variant(v)
+                        .map_or_else(|| "not run".to_string(), |x| x.status.to_string());
+                    (status != "ok").then(|| Unjudged {
+                        scenario: info.name.to_string(),
+                        variant: (*v).to_string(),
+                        side,
+                        status,
+                    })
+                })
+                .collect::<Vec<_>>();
+            if not_run.is_empty() {
+                checks.extend((point.checks)(&predicted, &real, v, time_rule));
+            } else {
+                unjudged.extend(not_run);
+            }
         }
     }
-    Ok(Validation { checks, busy })
+    Ok(Validation {
+        checks,
+        busy,
+        unjudged,
+    })
 }

@@ -434,6 +434,22 @@ fn ns(v: f64) -> u64 {
 /// takes, what `KVM_CAP_DIRTY_LOG_RING` reports (× 16 bytes) where the ring exists.
 pub const RING_MAX_ENTRIES: u64 = 65536;
 
+/// Whether the profile's host logs dirty pages the way this model does: by write-protection.
+/// With Intel PML (`dirty_log_pml`) `kvm_arch_mmu_enable_log_dirty_pt_masked()` clears dirty
+/// bits instead (`kvm_mmu_clear_dirty_pt_masked()`, since `cpu_dirty_log_size` is set) and
+/// the CPU records each first write in a 512-entry buffer, flushed on a PML-full exit or any
+/// exit (`vmx_flush_pml_buffer()`): no write-protect fault at all, which this model does not
+/// run.
+pub fn admit_profile(p: &Profile) -> Result<(), String> {
+    match p.costs.get("dirty_log_pml") {
+        Some(c) if c.value >= 0.5 => Err(format!(
+            "profile {} describes a host that logs dirty pages with Intel PML (dirty_log_pml = 1: the CPU logs each first write, nothing is write-protected); the model mirrors write-protection (shadow paging, AMD NPT, arm64 stage 2), not PML: on this host run dirty with --backend kvm",
+            p.name
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Refuses what the modelled kernel would refuse, in words naming its limit.
 pub fn admit(plan: &DirtyPlan) -> Result<(), String> {
     if let Some(why) = plan.backing.refusal() {
@@ -645,6 +661,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_profile_of_a_pml_host_is_refused_and_the_others_admitted() {
+        let pml = Profile::load("intel-spr-vmx").unwrap();
+        let why = admit_profile(&pml).unwrap_err();
+        assert!(
+            why.contains("PML") && why.contains("--backend kvm"),
+            "{why}"
+        );
+        // Inherited: the HZ=100 profile is intel-spr-vmx's host.
+        assert!(admit_profile(&Profile::load("x86-vmx-hz100").unwrap()).is_err());
+        for name in ["pvm-epyc", "neoverse-n2-spe", "arm64-server-160"] {
+            assert_eq!(
+                admit_profile(&Profile::load(name).unwrap()),
+                Ok(()),
+                "{name}"
+            );
+        }
+        let mut off = pml;
+        off.set("dirty_log_pml", 0.0, "bool", "kvm_intel.pml=N");
+        assert_eq!(admit_profile(&off), Ok(()));
     }
 
     #[test]

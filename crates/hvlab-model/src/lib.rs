@@ -217,6 +217,7 @@ impl Backend for ModelBackend {
         plan: &crate::backend::dirty::DirtyPlan,
     ) -> Result<crate::backend::dirty::DirtyResult, Error> {
         dirty::admit(plan).map_err(ModelError::Unsupported)?;
+        dirty::admit_profile(&self.profile).map_err(ModelError::Unsupported)?;
         // A profile without the dirty-logging costs (calibrated before they existed, or a
         // host nobody measured them on) cannot run this scenario: a limitation, said as one.
         let mut costs = dirty::DirtyCosts::from_profile(&self.profile)

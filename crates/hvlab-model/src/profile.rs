@@ -231,6 +231,8 @@ const OPTIONAL_KEYS: &[(&str, Range)] = &[
     ("ioctl_cpuid_ns", Range::Real(0.0, MAX_NS)),
     ("boot_thread_start_ns", Range::Real(0.0, MAX_NS)),
     ("first_run_long_mode_ns", Range::Real(0.0, MAX_NS)),
+    // How the host logs dirty pages (1: Intel PML); absent is write-protection.
+    ("dirty_log_pml", Range::Flag),
 ];
 
 /// Built-in profiles: (name, TOML).
