@@ -92,7 +92,7 @@ pub enum ProfileError {
     Read(String, std::io::Error),
     /// Profile {0} is not valid TOML for a profile{1}: {2}
     Parse(String, String, Box<toml::de::Error>),
-    /// Profile {profile} has no `{key}`, which {needed_by} needs; add a [costs.{key}] table with value, unit and provenance (every built-in profile has one: `hvlab run SCENARIO --backend model --profile pvm-epyc` uses one), or run `hvlab calibrate`, which writes a complete profile.
+    /// Profile {profile} has no `{key}`, which {needed_by} needs; {have}; or add a [costs.{key}] table with value, unit and provenance, or run `hvlab calibrate` where the kvm backend can measure it.
     Missing {
         /// The profile.
         profile: String,
@@ -100,6 +100,8 @@ pub enum ProfileError {
         key: String,
         /// The model that needs it.
         needed_by: &'static str,
+        /// Which built-in profiles give it, in words.
+        have: String,
     },
     /// Cannot write profile {0}: {1}
     Write(String, std::io::Error),
@@ -256,6 +258,25 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     ),
 ];
 
+/// The built-in profiles that give `key` themselves, as advice: `--profile NAME` runs with it.
+/// Read from their text, so naming them never parses (or fails on) a profile.
+fn built_ins_with(key: &str) -> String {
+    let table = format!("[costs.{key}]");
+    let names: Vec<&str> = BUILT_IN
+        .iter()
+        .filter(|(_, text)| text.contains(&table))
+        .map(|(name, _)| *name)
+        .collect();
+    if names.is_empty() {
+        "no built-in profile gives it".into()
+    } else {
+        format!(
+            "a built-in profile that gives it runs instead (--profile {})",
+            names.join(" or --profile ")
+        )
+    }
+}
+
 impl Profile {
     /// A built-in profile by name, or a TOML file by path.
     pub fn load(name_or_path: &str) -> Result<Profile, ProfileError> {
@@ -345,6 +366,7 @@ impl Profile {
                     profile: origin.into(),
                     key: (*key).into(),
                     needed_by: "the model",
+                    have: built_ins_with(key),
                 });
             };
             if !range.admits(cost.value) {
@@ -401,6 +423,7 @@ impl Profile {
                 profile: self.name.clone(),
                 key: key.into(),
                 needed_by,
+                have: built_ins_with(key),
             })
     }
 
@@ -435,6 +458,18 @@ impl Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_cost_names_the_built_ins_that_give_it() {
+        let p = Profile::load("neoverse-n2-spe").unwrap();
+        let e = p.get("dirty_wp_fault_ns", "dirty").unwrap_err().to_string();
+        assert!(
+            e.contains("--profile pvm-epyc") && !e.contains("intel"),
+            "{e}"
+        );
+        assert!(built_ins_with("no_such_cost").contains("no built-in profile"));
+        assert!(built_ins_with("hz").contains("--profile intel-spr-vmx or --profile"));
+    }
 
     #[test]
     fn every_built_in_profile_parses_and_cites_every_value() {
