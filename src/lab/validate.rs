@@ -96,10 +96,12 @@ pub fn validate(
             let not_run = [("kvm", &real), ("model", &predicted)]
                 .into_iter()
                 .filter_map(|(side, r)| {
-                    let status = r
-                        .variant(v)
-                        .map_or_else(|| "not run".to_string(), |x| x.status.to_string());
-                    (status != "ok").then(|| Unjudged {
+                    let status = match r.variant(v) {
+                        Some(x) if x.is_ok() => return None,
+                        Some(x) => x.status.to_string(),
+                        None => "not run".to_string(),
+                    };
+                    Some(Unjudged {
                         scenario: info.name.to_string(),
                         variant: (*v).to_string(),
                         side,
