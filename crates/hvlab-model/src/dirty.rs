@@ -441,8 +441,15 @@ pub const RING_MAX_ENTRIES: u64 = 65536;
 /// exit (`vmx_flush_pml_buffer()`): no write-protect fault at all, which this model does not
 /// run.
 pub fn admit_profile(p: &Profile) -> Result<(), String> {
-    match p.costs.get("dirty_log_pml") {
-        Some(c) if c.value >= 0.5 => Err(format!(
+    // Read through `get` when present, so the profile records the read as for any cost.
+    let pml = p
+        .costs
+        .contains_key("dirty_log_pml")
+        .then(|| p.get("dirty_log_pml", "dirty"))
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    match pml {
+        Some(flag) if flag >= 0.5 => Err(format!(
             "profile {} describes a host that logs dirty pages with Intel PML (dirty_log_pml = 1: the CPU logs each first write, nothing is write-protected); the model mirrors write-protection (shadow paging, AMD NPT, arm64 stage 2), not PML: on this host run dirty with --backend kvm",
             p.name
         )),
