@@ -301,8 +301,10 @@ fn kab_finds_the_001_regression_between_6_12_and_7_3_on_real_kernels() {
             "irqchip-first",
             "--boots",
             "1",
+            // 12, not 6: with 6 per side, two repetitions of A stretched by the emulator on a
+            // busy host left the memslot update at p = 0.13 in one CI run (inconclusive).
             "--reps",
-            "6",
+            "12",
             "--json",
             "--fail-on-regression",
         ])
@@ -314,6 +316,7 @@ fn kab_finds_the_001_regression_between_6_12_and_7_3_on_real_kernels() {
     let v: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("kab printed no JSON ({e}): {err}"));
     assert_eq!(v["regression"], true, "{v}");
+    assert!(v["inconclusive"].is_u64(), "{v}");
     assert_eq!(out.status.code(), Some(1), "{err}");
     let variant = &v["scenarios"][0]["variants"][0];
     assert_eq!(variant["variant"], "irqchip-first");

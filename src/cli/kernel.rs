@@ -111,7 +111,9 @@ pub struct KabArgs {
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=50))]
     boots: u32,
     /// Repetitions per variant in each boot
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    // 10, so 20 per side with the default boots: two emulator hiccups on one side sink a rank
+    // test over 6 per side, and a repetition costs far less than a boot.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     reps: u32,
     /// Smallest change that counts for judged jiffies and times
     #[arg(long, default_value = "5%")]
@@ -359,10 +361,17 @@ pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
         .flat_map(|s| &s.variants)
         .flat_map(|v| &v.metrics)
         .any(|m| m.regression);
+    let inconclusive = judged
+        .iter()
+        .flat_map(|s| &s.variants)
+        .flat_map(|v| &v.metrics)
+        .filter(|m| m.inconclusive.is_some())
+        .count();
     if args.json {
         crate::cli::print_json(&serde_json::json!({
             "a": kernels[0], "b": kernels[1], "accel": choice, "boots": boots,
             "wall_s": start.elapsed().as_secs_f64(), "scenarios": judged, "regression": regression,
+            "inconclusive": inconclusive,
         }))?;
     } else {
         println!(
@@ -447,11 +456,13 @@ fn render(
                         } else if word == "same" {
                             same += 1;
                             same_here.push(format!("{} {}", m.metric, num(m.median[0])));
-                        } else if word.starts_with("varies") {
+                        } else if word.starts_with("varies") && m.inconclusive.is_none() {
                             varying += 1;
                         } else {
                             let tag = if m.regression {
                                 format!("REGRESSION: {word}")
+                            } else if m.inconclusive.is_some() {
+                                format!("INCONCLUSIVE: {word}")
                             } else {
                                 word.to_string()
                             };
@@ -465,9 +476,16 @@ fn render(
                     }
                     Trust::Jiffies => {
                         let c = m.comparison.as_ref();
-                        let verdict = c.map_or("not judged", |c| verdict_word(c.verdict));
+                        let verdict = match c {
+                            Some(_) if m.inconclusive.is_some() => "B higher, not established",
+                            Some(c) => verdict_word(c.verdict),
+                            None => "not judged",
+                        };
                         let p = c.map_or(String::new(), |c| {
-                            format!(", rank test p = {:.3}", c.p_value)
+                            format!(
+                                ", rank test p = {:.3}, 95% CI of the ratio {:.2}–{:.2}",
+                                c.p_value, c.ci95[0], c.ci95[1]
+                            )
                         });
                         let significant = c.is_some_and(|c| {
                             c.verdict != AbVerdict::NoChange && c.verdict != AbVerdict::TooFew
@@ -478,6 +496,8 @@ fn render(
                         }
                         let tag = if m.regression {
                             "REGRESSION, jiffies"
+                        } else if m.inconclusive.is_some() {
+                            "INCONCLUSIVE, jiffies"
                         } else {
                             "jiffies"
                         };
@@ -569,8 +589,29 @@ fn render(
             })
         })
         .collect();
+    let undecided: Vec<String> = judged
+        .iter()
+        .flat_map(|s| {
+            s.variants.iter().flat_map(move |v| {
+                v.metrics.iter().filter_map(move |m| {
+                    m.inconclusive
+                        .as_ref()
+                        .map(|why| format!("{} {} {}: {why}", s.scenario, v.variant, m.metric))
+                })
+            })
+        })
+        .collect();
     out.push(String::new());
-    if regressions.is_empty() {
+    if regressions.is_empty() && !undecided.is_empty() {
+        // Not "no regression": B looked worse and the samples could not say whether it is.
+        out.push(format!(
+            "verdict: INCONCLUSIVE, no regression shown, but {} judged metric(s) higher on B than the samples can separate from noise:",
+            undecided.len()
+        ));
+        for u in undecided.iter().take(12) {
+            out.push(format!("  {u}"));
+        }
+    } else if regressions.is_empty() {
         out.push(
             "verdict: no regression of a judged metric (counts exact, jiffies rank-tested)".into(),
         );
@@ -581,6 +622,15 @@ fn render(
         ));
         for r in regressions.iter().take(12) {
             out.push(format!("  {r}"));
+        }
+        if !undecided.is_empty() {
+            out.push(format!(
+                "and {} judged metric(s) higher on B, inconclusive with these samples:",
+                undecided.len()
+            ));
+            for u in undecided.iter().take(12) {
+                out.push(format!("  {u}"));
+            }
         }
     }
     out.push(format!("A/B wall time: {wall:.0} s"));

@@ -51,6 +51,10 @@ pub struct MetricAb {
     pub not_judged: Option<String>,
     /// Whether B regressed on it.
     pub regression: bool,
+    /// When B looks worse by more than would count, but the rank test cannot tell it from
+    /// noise with these samples: what was seen and what would decide it. Never a regression,
+    /// never silently "no change" either.
+    pub inconclusive: Option<String>,
 }
 
 /// One variant of one scenario.
@@ -196,10 +200,14 @@ pub fn judge(
                     );
                     // A grace period is whole ticks: a change under half a jiffy is not one
                     // gained or lost, whatever the test says about the emulator's noise.
-                    if m.regression && m.median[1] - m.median[0] < 0.5 {
-                        m.regression = false;
-                        m.not_judged =
-                            Some("longer by less than half a jiffy: no grace period gained".into());
+                    if m.median[1] - m.median[0] < 0.5 {
+                        m.inconclusive = None;
+                        if m.regression {
+                            m.regression = false;
+                            m.not_judged = Some(
+                                "longer by less than half a jiffy: no grace period gained".into(),
+                            );
+                        }
                     }
                     metrics.push(m);
                 }
@@ -284,6 +292,7 @@ fn count(
     } else {
         "varies between repetitions, no significant change (rank test)"
     };
+    let inconclusive = (p >= 0.05 && mb > ma * (1.0 + threshold)).then(|| undecided(p, &xa, &xb));
     MetricAb {
         metric: name.to_string(),
         unit: unit.to_string(),
@@ -294,6 +303,7 @@ fn count(
         comparison: None,
         not_judged: None,
         regression: word.starts_with("higher"),
+        inconclusive,
     }
 }
 
@@ -320,6 +330,7 @@ fn exact(name: &str, unit: &str, xa: Vec<f64>, xb: Vec<f64>) -> MetricAb {
         comparison: None,
         not_judged: None,
         regression: word == "higher",
+        inconclusive: None,
     }
 }
 
@@ -335,6 +346,27 @@ fn rank(
     let seed = seed_for(DEFAULT_SEED, &["kab", name]);
     let c = ab(name, unit, ("A", &xa), ("B", &xb), threshold, seed);
     let regression = not_judged.is_none() && c.verdict == AbVerdict::Slower;
+    // B beyond the threshold on the median, yet not significant: too few samples against
+    // this much noise (a few emulator hiccups on one side sink a 6-sample rank test).
+    let inconclusive = (not_judged.is_none()
+        && c.verdict == AbVerdict::NoChange
+        && c.ratio > 1.0 + threshold)
+        .then(|| {
+            if c.p_adjusted < c.alpha {
+                format!(
+                    "B's median is {:.2}× A's and the rank test separates them (p = {:.3}), but the 95% CI of the ratio ({:.2}–{:.2}) reaches below the +{:.0}% threshold, so with n = {} vs {} the change's size is not established; more repetitions (--reps) or boots (--boots) can decide",
+                    c.ratio,
+                    c.p_value,
+                    c.ci95[0],
+                    c.ci95[1],
+                    threshold * 100.0,
+                    xb.len(),
+                    xa.len()
+                )
+            } else {
+                undecided(c.p_value, &xa, &xb)
+            }
+        });
     MetricAb {
         metric: name.to_string(),
         unit: unit.to_string(),
@@ -345,7 +377,17 @@ fn rank(
         comparison: not_judged.is_none().then_some(c),
         not_judged,
         regression,
+        inconclusive,
     }
+}
+
+/// Why a worse-looking B is not a verdict yet, and what would make one.
+fn undecided(p: f64, xa: &[f64], xb: &[f64]) -> String {
+    format!(
+        "B's median is higher, but with n = {} vs {} the rank test cannot tell it from noise (p = {p:.3}); more repetitions (--reps) or boots (--boots) can decide",
+        xb.len(),
+        xa.len()
+    )
 }
 
 #[cfg(test)]
@@ -384,5 +426,89 @@ mod tests {
         );
         assert!(m.comparison.is_none());
         assert!(!m.regression);
+        assert!(
+            m.inconclusive.is_none(),
+            "a time not judged is not undecided either"
+        );
+    }
+
+    /// The memslot update's jiffies from a CI run where two of A's six repetitions were
+    /// stretched by the emulator: B is 5× A on the median, p = 0.13. Not a regression, and
+    /// not "no change" either: inconclusive, saying what would decide it.
+    #[test]
+    fn a_worse_b_the_test_cannot_separate_is_inconclusive_not_no_change() {
+        let a = vec![0.106, 0.099, 0.189, 1.431, 0.735, 0.102];
+        let b = vec![1.658, 0.735, 0.626, 1.270, 0.514, 0.776];
+        let m = rank("ioctl.X", "jiffies", Trust::Jiffies, a, b, 0.05, None);
+        assert!(!m.regression);
+        assert_eq!(
+            m.comparison.as_ref().map(|c| c.verdict),
+            Some(AbVerdict::NoChange)
+        );
+        let why = m.inconclusive.expect("inconclusive");
+        assert!(
+            why.contains("n = 6 vs 6") && why.contains("--reps"),
+            "{why}"
+        );
+        // The same spread with the samples a default kab takes (20 per side) decides it.
+        let a: Vec<f64> = [
+            0.106, 0.099, 0.189, 1.431, 0.735, 0.102, 0.09, 0.08, 0.1, 0.11,
+        ]
+        .repeat(2);
+        let b: Vec<f64> = [1.658, 0.735, 0.626, 1.270, 0.514, 0.776, 0.9, 0.8, 1.1, 0.7].repeat(2);
+        let m = rank("ioctl.X", "jiffies", Trust::Jiffies, a, b, 0.05, None);
+        assert!(m.regression && m.inconclusive.is_none());
+        // Separated by the rank test, but the ratio's interval reaches below the threshold.
+        let a: Vec<f64> = (0..20).map(|i| 1.0 + f64::from(i) * 0.01).collect();
+        let b: Vec<f64> = a.iter().map(|x| x * 1.08).collect();
+        let m = rank("ioctl.X", "jiffies", Trust::Jiffies, a, b, 0.05, None);
+        let c = m.comparison.as_ref().expect("judged");
+        assert!(c.p_value < 0.05 && c.ci95[0] < 1.05, "{c:?}");
+        let why = m.inconclusive.expect("inconclusive");
+        assert!(why.contains("reaches below the +5% threshold"), "{why}");
+        // Equal sides are neither.
+        let m = rank(
+            "ioctl.X",
+            "jiffies",
+            Trust::Jiffies,
+            vec![0.1; 6],
+            vec![0.1; 6],
+            0.05,
+            None,
+        );
+        assert!(!m.regression && m.inconclusive.is_none());
+    }
+
+    #[test]
+    fn a_count_higher_on_b_without_significance_is_inconclusive() {
+        let m = count(
+            "stalls",
+            "count",
+            vec![0.0, 1.0, 0.0],
+            vec![1.0, 0.0, 1.0],
+            Accel::Tcg,
+            0.05,
+        );
+        assert!(!m.regression);
+        assert!(m.inconclusive.is_some(), "{m:?}");
+        // Lower on B, or higher by less than the threshold: nothing to decide.
+        let m = count(
+            "stalls",
+            "count",
+            vec![1.0, 0.0, 1.0],
+            vec![0.0, 1.0, 0.0],
+            Accel::Tcg,
+            0.05,
+        );
+        assert!(m.inconclusive.is_none());
+        let m = count(
+            "x",
+            "count",
+            vec![100.0, 101.0, 99.0],
+            vec![101.0, 100.0, 102.0],
+            Accel::Tcg,
+            0.05,
+        );
+        assert!(m.inconclusive.is_none());
     }
 }
