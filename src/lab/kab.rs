@@ -432,6 +432,11 @@ mod tests {
         );
     }
 
+    /// An ioctl's jiffies, judged at kab's default threshold.
+    fn jiffies(a: Vec<f64>, b: Vec<f64>) -> MetricAb {
+        rank("ioctl.X", "jiffies", Trust::Jiffies, a, b, 0.05, None)
+    }
+
     /// The memslot update's jiffies from a CI run where two of A's six repetitions were
     /// stretched by the emulator: B is 5× A on the median, p = 0.13. Not a regression, and
     /// not "no change" either: inconclusive, saying what would decide it.
@@ -439,7 +444,7 @@ mod tests {
     fn a_worse_b_the_test_cannot_separate_is_inconclusive_not_no_change() {
         let a = vec![0.106, 0.099, 0.189, 1.431, 0.735, 0.102];
         let b = vec![1.658, 0.735, 0.626, 1.270, 0.514, 0.776];
-        let m = rank("ioctl.X", "jiffies", Trust::Jiffies, a, b, 0.05, None);
+        let m = jiffies(a, b);
         assert!(!m.regression);
         assert_eq!(
             m.comparison.as_ref().map(|c| c.verdict),
@@ -456,26 +461,18 @@ mod tests {
         ]
         .repeat(2);
         let b: Vec<f64> = [1.658, 0.735, 0.626, 1.270, 0.514, 0.776, 0.9, 0.8, 1.1, 0.7].repeat(2);
-        let m = rank("ioctl.X", "jiffies", Trust::Jiffies, a, b, 0.05, None);
+        let m = jiffies(a, b);
         assert!(m.regression && m.inconclusive.is_none());
         // Separated by the rank test, but the ratio's interval reaches below the threshold.
         let a: Vec<f64> = (0..20).map(|i| 1.0 + f64::from(i) * 0.01).collect();
         let b: Vec<f64> = a.iter().map(|x| x * 1.08).collect();
-        let m = rank("ioctl.X", "jiffies", Trust::Jiffies, a, b, 0.05, None);
+        let m = jiffies(a, b);
         let c = m.comparison.as_ref().expect("judged");
         assert!(c.p_value < 0.05 && c.ci95[0] < 1.05, "{c:?}");
         let why = m.inconclusive.expect("inconclusive");
         assert!(why.contains("reaches below the +5% threshold"), "{why}");
         // Equal sides are neither.
-        let m = rank(
-            "ioctl.X",
-            "jiffies",
-            Trust::Jiffies,
-            vec![0.1; 6],
-            vec![0.1; 6],
-            0.05,
-            None,
-        );
+        let m = jiffies(vec![0.1; 6], vec![0.1; 6]);
         assert!(!m.regression && m.inconclusive.is_none());
     }
 
@@ -492,23 +489,12 @@ mod tests {
         assert!(!m.regression);
         assert!(m.inconclusive.is_some(), "{m:?}");
         // Lower on B, or higher by less than the threshold: nothing to decide.
-        let m = count(
-            "stalls",
-            "count",
-            vec![1.0, 0.0, 1.0],
-            vec![0.0, 1.0, 0.0],
-            Accel::Tcg,
-            0.05,
-        );
-        assert!(m.inconclusive.is_none());
-        let m = count(
-            "x",
-            "count",
-            vec![100.0, 101.0, 99.0],
-            vec![101.0, 100.0, 102.0],
-            Accel::Tcg,
-            0.05,
-        );
-        assert!(m.inconclusive.is_none());
+        for (a, b) in [
+            (vec![1.0, 0.0, 1.0], vec![0.0, 1.0, 0.0]),
+            (vec![100.0, 101.0, 99.0], vec![101.0, 100.0, 102.0]),
+        ] {
+            let m = count("x", "count", a, b, Accel::Tcg, 0.05);
+            assert!(m.inconclusive.is_none(), "{m:?}");
+        }
     }
 }
