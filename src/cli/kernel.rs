@@ -602,19 +602,16 @@ fn render(
         })
         .collect();
     out.push(String::new());
-    if regressions.is_empty() && !undecided.is_empty() {
-        // Not "no regression": B looked worse and the samples could not say whether it is.
-        out.push(format!(
-            "verdict: INCONCLUSIVE, no regression shown, but {} judged metric(s) higher on B than the samples can separate from noise:",
-            undecided.len()
-        ));
-        for u in undecided.iter().take(12) {
-            out.push(format!("  {u}"));
-        }
-    } else if regressions.is_empty() {
-        out.push(
-            "verdict: no regression of a judged metric (counts exact, jiffies rank-tested)".into(),
-        );
+    if regressions.is_empty() {
+        out.push(if undecided.is_empty() {
+            "verdict: no regression of a judged metric (counts exact, jiffies rank-tested)".into()
+        } else {
+            // Not "no regression": B looked worse and the samples could not say whether it is.
+            format!(
+                "verdict: INCONCLUSIVE, no regression shown, but {} judged metric(s) higher on B than the samples can separate from noise:",
+                undecided.len()
+            )
+        });
     } else {
         out.push(format!(
             "verdict: REGRESSION in B on {} judged metric(s):",
@@ -628,10 +625,10 @@ fn render(
                 "and {} judged metric(s) higher on B, inconclusive with these samples:",
                 undecided.len()
             ));
-            for u in undecided.iter().take(12) {
-                out.push(format!("  {u}"));
-            }
         }
+    }
+    for u in undecided.iter().take(12) {
+        out.push(format!("  {u}"));
     }
     out.push(format!("A/B wall time: {wall:.0} s"));
     out.join("\n")

@@ -292,7 +292,10 @@ fn count(
     } else {
         "varies between repetitions, no significant change (rank test)"
     };
-    let inconclusive = (p >= 0.05 && mb > ma * (1.0 + threshold)).then(|| undecided(p, &xa, &xb));
+    let inconclusive = (p >= 0.05 && mb > ma * (1.0 + threshold)).then(|| {
+        let unsettled = format!("the rank test cannot tell it from noise (p = {p:.3})");
+        undecided("B's median is higher, but", &unsettled, &xa, &xb)
+    });
     MetricAb {
         metric: name.to_string(),
         unit: unit.to_string(),
@@ -352,20 +355,28 @@ fn rank(
         && c.verdict == AbVerdict::NoChange
         && c.ratio > 1.0 + threshold)
         .then(|| {
-            if c.p_adjusted < c.alpha {
-                format!(
-                    "B's median is {:.2}× A's and the rank test separates them (p = {:.3}), but the 95% CI of the ratio ({:.2}–{:.2}) reaches below the +{:.0}% threshold, so with n = {} vs {} the change's size is not established; more repetitions (--reps) or boots (--boots) can decide",
-                    c.ratio,
-                    c.p_value,
-                    c.ci95[0],
-                    c.ci95[1],
-                    threshold * 100.0,
-                    xb.len(),
-                    xa.len()
+            let (seen, unsettled) = if c.p_adjusted < c.alpha {
+                (
+                    format!(
+                        "B's median is {:.2}× A's and the rank test separates them (p = {:.3}), but the 95% CI of the ratio ({:.2}–{:.2}) reaches below the +{:.0}% threshold, so",
+                        c.ratio,
+                        c.p_value,
+                        c.ci95[0],
+                        c.ci95[1],
+                        threshold * 100.0,
+                    ),
+                    "the change's size is not established".to_string(),
                 )
             } else {
-                undecided(c.p_value, &xa, &xb)
-            }
+                (
+                    "B's median is higher, but".to_string(),
+                    format!(
+                        "the rank test cannot tell it from noise (p = {:.3})",
+                        c.p_value
+                    ),
+                )
+            };
+            undecided(&seen, &unsettled, &xa, &xb)
         });
     MetricAb {
         metric: name.to_string(),
@@ -381,10 +392,11 @@ fn rank(
     }
 }
 
-/// Why a worse-looking B is not a verdict yet, and what would make one.
-fn undecided(p: f64, xa: &[f64], xb: &[f64]) -> String {
+/// Why a worse-looking B is not a verdict yet (what was seen, what is unsettled with these
+/// samples), and what would make one.
+fn undecided(seen: &str, unsettled: &str, xa: &[f64], xb: &[f64]) -> String {
     format!(
-        "B's median is higher, but with n = {} vs {} the rank test cannot tell it from noise (p = {p:.3}); more repetitions (--reps) or boots (--boots) can decide",
+        "{seen} with n = {} vs {} {unsettled}; more repetitions (--reps) or boots (--boots) can decide",
         xb.len(),
         xa.len()
     )
