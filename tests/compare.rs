@@ -32,7 +32,7 @@ fn two_runs_of_the_same_build_show_no_significant_change() {
     assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
     let r = json(&out);
     for c in r["comparisons"].as_array().unwrap() {
-        assert_eq!(c["verdict"], "no significant change", "{c}");
+        assert_eq!(c["verdict"], "no change", "{c}");
     }
 }
 
@@ -67,7 +67,7 @@ fn irqchip_first_against_memslots_first_points_the_right_way() {
     let busy = shown["noise"]["busy"]
         .as_array()
         .is_some_and(|b| !b.is_empty());
-    if busy && c["verdict"] == "no significant change" {
+    if busy && c["verdict"] == "no change" {
         // At load 7 on these 2 cores scheduling delays are as long as the stall (memslots-first
         // went from 0.5 to 6.1 ms, medians 11.9 vs 6.1 ms over 30 each): the rule may then not
         // call it, but it must never call it the wrong way, and the run says the host was busy.

@@ -391,7 +391,7 @@ fn verdict_word(v: AbVerdict) -> &'static str {
         AbVerdict::Faster => "B shorter",
         AbVerdict::Slower => "B longer",
         AbVerdict::NoChange => "no significant change",
-        AbVerdict::TooFew => "too few samples for the rank test",
+        AbVerdict::NotDecided => "not decided by the rank test",
     }
 }
 
@@ -488,7 +488,7 @@ fn render(
                             )
                         });
                         let significant = c.is_some_and(|c| {
-                            c.verdict != AbVerdict::NoChange && c.verdict != AbVerdict::TooFew
+                            c.verdict != AbVerdict::NoChange && c.verdict != AbVerdict::NotDecided
                         });
                         if m.median[0].max(m.median[1]) < 0.5 && !significant {
                             quiet += 1;

@@ -352,7 +352,7 @@ fn rank(
     // B beyond the threshold on the median, yet not significant: too few samples against
     // this much noise (a few emulator hiccups on one side sink a 6-sample rank test).
     let inconclusive = (not_judged.is_none()
-        && c.verdict == AbVerdict::NoChange
+        && c.verdict == AbVerdict::NotDecided
         && c.ratio > 1.0 + threshold)
         .then(|| {
             let (seen, unsettled) = if c.p_adjusted < c.alpha {
@@ -460,7 +460,7 @@ mod tests {
         assert!(!m.regression);
         assert_eq!(
             m.comparison.as_ref().map(|c| c.verdict),
-            Some(AbVerdict::NoChange)
+            Some(AbVerdict::NotDecided)
         );
         let why = m.inconclusive.expect("inconclusive");
         assert!(

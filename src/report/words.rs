@@ -19,8 +19,10 @@ pub fn run_headline(r: &RunRecord) -> String {
             || {
                 if r.verdicts.is_empty() {
                     "no comparison".to_string()
+                } else if r.verdicts.iter().any(|v| v.undecided.is_some()) {
+                    "NOT DECIDED between variants (see the verdicts)".to_string()
                 } else {
-                    "no significant difference between variants".to_string()
+                    "NO CHANGE between variants".to_string()
                 }
             },
             ToString::to_string,
@@ -122,8 +124,8 @@ fn summary_row(r: &RunRecord, setup: String) -> SummaryRow {
     let ran = r.variants.iter().filter(|v| v.is_ok()).count();
     let verdict = match strongest {
         Some(v) => format!("{} {} faster than {}", v.faster, q(v.ratio), v.slower),
-        None if r.verdicts.iter().any(|v| v.too_few) => "too few samples for a verdict".to_string(),
-        None if !r.verdicts.is_empty() => "no significant difference".to_string(),
+        None if r.verdicts.iter().any(|v| v.undecided.is_some()) => "NOT DECIDED".to_string(),
+        None if !r.verdicts.is_empty() => "NO CHANGE".to_string(),
         None if ran == 0 => "no variant ran".to_string(),
         None => format!(
             "{ran} of {} variants ran; nothing compared",

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::statistics::{bootstrap_ratio_ci, exact_rank_p, median, seed_for};
-use super::verdict::{self, ALPHA, Call, Correction, Evidence};
+use super::verdict::{self, ALPHA, Call, Correction, Evidence, Family, Undecided};
 use crate::record::VariantRecord;
 
 pub use crate::record::{StallCause, Verdict};
@@ -40,9 +40,10 @@ pub fn compare(
         medians: [fast_m, slow_m],
         cause: None,
         exact: false,
+        undecided: None,
     };
     v.exact = verdict::constant(fast_s) && verdict::constant(slow_s);
-    v.rejudge();
+    v.rejudge(Family::alone(v.n, ALPHA));
     v
 }
 
@@ -50,17 +51,24 @@ pub fn compare(
 pub const RUN_THRESHOLD: f64 = 0.05;
 
 impl Verdict {
-    /// Applies the verdict rule to this verdict's evidence (its `p_adjusted` as it stands).
-    fn rejudge(&mut self) {
+    /// Applies the verdict rule to this verdict's evidence (its `p_adjusted` as it stands, its
+    /// place in the family judged with it).
+    fn rejudge(&mut self, family: Family) {
         let e = Evidence {
             n: self.n,
             ratio: self.ratio,
             ci95: self.ci95,
+            p_value: self.p_value,
             p_adjusted: self.p_adjusted,
+            family,
             exact: self.exact,
         };
         let call = verdict::call(&e, RUN_THRESHOLD, ALPHA);
-        self.too_few = call == Call::TooFew;
+        self.undecided = match call {
+            Call::NotDecided(why) => Some(why),
+            _ => None,
+        };
+        self.too_few = matches!(self.undecided, Some(Undecided::TooFew { .. }));
         self.significant = call == Call::Higher;
     }
 }
@@ -98,10 +106,13 @@ pub fn against_fastest(variants: &[VariantRecord], metric: &str, seed: u64) -> V
 
 /// Verdicts of one run's variants judged together: Holm over their p-values, then the rule.
 pub fn judge_variants_together(verdicts: &mut [Verdict]) {
-    let adjusted = verdict::holm(&verdicts.iter().map(|v| v.p_value).collect::<Vec<_>>());
-    for (v, p) in verdicts.iter_mut().zip(adjusted) {
+    let p: Vec<f64> = verdicts.iter().map(|v| v.p_value).collect();
+    let n: Vec<[usize; 2]> = verdicts.iter().map(|v| v.n).collect();
+    let adjusted = verdict::holm(&p);
+    let families = verdict::family(&p, &n, Correction::Holm, ALPHA);
+    for ((v, p), family) in verdicts.iter_mut().zip(adjusted).zip(families) {
         v.p_adjusted = p;
-        v.rejudge();
+        v.rejudge(family);
     }
 }
 
@@ -148,6 +159,9 @@ pub struct AbComparison {
     pub exact: bool,
     /// B against A.
     pub verdict: AbVerdict,
+    /// Why it was not decided and what would decide it ([`AbVerdict::NotDecided`] only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undecided: Option<Undecided>,
     /// The threshold a change must exceed, as a fraction.
     pub threshold: f64,
 }
@@ -161,12 +175,13 @@ pub enum AbVerdict {
     /// B is significantly slower: a regression.
     #[serde(rename = "slower")]
     Slower,
-    /// No change beyond the threshold with confidence.
-    #[serde(rename = "no significant change")]
+    /// No change beyond the threshold, where the test could have called one.
+    #[serde(rename = "no change")]
     NoChange,
-    /// Too few samples for the exact test to reach the level.
-    #[serde(rename = "too few samples")]
-    TooFew,
+    /// Not decided: too few samples, a level the family's correction puts out of reach, or a
+    /// difference the samples cannot establish (`undecided` says which, and what decides it).
+    #[serde(rename = "not decided")]
+    NotDecided,
 }
 
 /// The fewest samples per side the rule can call anything with at level `alpha`.
@@ -176,25 +191,32 @@ pub fn min_n(alpha: f64) -> usize {
 
 impl AbComparison {
     /// Applies the verdict rule to this comparison's evidence at its level.
-    fn rejudge(&mut self) {
+    fn rejudge(&mut self, family: Family) {
         let e = Evidence {
             n: self.n,
             ratio: self.ratio,
             ci95: self.ci95,
+            p_value: self.p_value,
             p_adjusted: self.p_adjusted,
+            family,
             exact: self.exact,
         };
         self.min_n = min_n(self.alpha);
         self.enough_samples = if self.exact {
             self.n.iter().all(|&n| n >= verdict::MIN_PER_SIDE)
         } else {
-            verdict::enough(self.n, self.alpha)
+            self.n.iter().all(|&n| n >= verdict::MIN_PER_SIDE) && family.attainable < self.alpha
         };
-        self.verdict = match verdict::call(&e, self.threshold, self.alpha) {
+        let call = verdict::call(&e, self.threshold, self.alpha);
+        self.undecided = match call {
+            Call::NotDecided(why) => Some(why),
+            _ => None,
+        };
+        self.verdict = match call {
             Call::Lower => AbVerdict::Faster,
             Call::Higher => AbVerdict::Slower,
             Call::NoChange => AbVerdict::NoChange,
-            Call::TooFew => AbVerdict::TooFew,
+            Call::NotDecided(_) => AbVerdict::NotDecided,
         };
     }
 }
@@ -203,22 +225,25 @@ impl AbComparison {
 /// their p-values with `correction` and calls each at level `alpha`.
 pub fn judge_together(comparisons: &mut [&mut AbComparison], alpha: f64, correction: Correction) {
     let p: Vec<f64> = comparisons.iter().map(|c| c.p_value).collect();
+    let n: Vec<[usize; 2]> = comparisons.iter().map(|c| c.n).collect();
     let adjusted = verdict::adjust(&p, correction);
+    let families = verdict::family(&p, &n, correction, alpha);
     let m = comparisons.len();
-    for (c, p) in comparisons.iter_mut().zip(adjusted) {
+    for ((c, p), family) in comparisons.iter_mut().zip(adjusted).zip(families) {
         c.p_adjusted = p;
         c.correction = correction;
         c.judged_together = m;
         c.alpha = alpha;
-        c.rejudge();
+        c.rejudge(family);
     }
 }
 
 /// Compares side B against side A by the verdict rule ([`verdict::call`]) as one comparison
 /// at p < 0.05; [`judge_together`] corrects a family of them and sets their level. A change
 /// counts when the exact rank test gives p below the level and the whole 95% interval of the
-/// ratio lies beyond `threshold` (a fraction, 0.05 for 5%). With fewer than 4 samples a side,
-/// the verdict is [`AbVerdict::TooFew`] and the text says how many are needed.
+/// ratio lies beyond `threshold` (a fraction, 0.05 for 5%). When nothing could be called (too
+/// few samples, or a difference the samples cannot establish) the verdict is
+/// [`AbVerdict::NotDecided`] and the text says what would decide it.
 pub fn ab(
     metric: &str,
     unit: &str,
@@ -249,9 +274,10 @@ pub fn ab(
         enough_samples: false,
         exact: verdict::constant(a) && verdict::constant(b),
         verdict: AbVerdict::NoChange,
+        undecided: None,
         threshold,
     };
-    c.rejudge();
+    c.rejudge(Family::alone(c.n, ALPHA));
     c
 }
 
@@ -312,6 +338,6 @@ mod tests {
         let b = [1.1, 0.95, 1.0, 1.15, 1.0, 0.98];
         let v = compare("ready_ms", "ms", ("a", &a), ("b", &b), 1);
         assert!(!v.significant, "{v:?}");
-        assert!(v.to_string().contains("no significant difference"));
+        assert!(v.to_string().contains("NO CHANGE"), "{v}");
     }
 }

@@ -496,6 +496,10 @@ pub struct Verdict {
     /// Neither side has any spread (the model's exact values): judged by the ratio alone.
     #[serde(default)]
     pub exact: bool,
+    /// Why the rule could not decide, and what would decide it (neither `significant` nor a
+    /// "no change" that the samples could have refuted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undecided: Option<crate::verdict::Undecided>,
 }
 
 /// An SRCU stall that explains why the slower side of a verdict is slower.

@@ -299,7 +299,7 @@ pub fn mann_whitney_p(a: &[f64], b: &[f64]) -> f64 {
 }
 
 /// Standard normal CDF (Abramowitz-Stegun 7.1.26 for erf, error < 1.5e-7).
-fn normal_cdf(z: f64) -> f64 {
+pub fn normal_cdf(z: f64) -> f64 {
     let x = z / std::f64::consts::SQRT_2;
     let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
     let poly = t
@@ -308,6 +308,22 @@ fn normal_cdf(z: f64) -> f64 {
                 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
     let erf = 1.0 - poly * (-x * x).exp();
     0.5 * (1.0 + if x >= 0.0 { erf } else { -erf })
+}
+
+/// The standard normal quantile: the `z` with `normal_cdf(z) = q`, by bisection on
+/// [`normal_cdf`] (to 1e-9 in z; `q` is clamped to (1e-15, 1 − 1e-15)).
+pub fn normal_quantile(q: f64) -> f64 {
+    let q = q.clamp(1e-15, 1.0 - 1e-15);
+    let (mut lo, mut hi) = (-9.0f64, 9.0f64);
+    while hi - lo > 1e-9 {
+        let mid = 0.5 * (lo + hi);
+        if normal_cdf(mid) < q {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    0.5 * (lo + hi)
 }
 
 /// Two modes of one sample set: each group's median and size, lower first.
@@ -499,6 +515,9 @@ mod tests {
         assert!((normal_cdf(0.0) - 0.5).abs() < 1e-7);
         assert!((normal_cdf(1.96) - 0.975).abs() < 1e-4);
         assert!((normal_cdf(-1.0) - 0.158_655).abs() < 1e-4);
+        assert!((normal_quantile(0.975) - 1.96).abs() < 1e-3);
+        assert!((normal_quantile(0.5)).abs() < 1e-6);
+        assert!((normal_quantile(0.001) + 3.090).abs() < 1e-3);
     }
 
     #[test]

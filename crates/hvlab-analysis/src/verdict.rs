@@ -1,15 +1,22 @@
 //! The one verdict rule (DESIGN.md, "Verdicts: one rule everywhere"): `run`'s headline,
-//! `compare`, `suite`, `validate` and fleet comparisons all call a difference through
-//! [`call`], after [`adjust`] has corrected the p-values of the metrics judged together.
+//! `compare`, `suite`, `validate`, `kab` and fleet comparisons all call a difference through
+//! [`call`], after [`adjust`] has corrected the p-values of the metrics judged together and
+//! [`family`] has placed each comparison in that family.
 //!
-//! A difference is called when (1) each side has at least [`MIN_PER_SIDE`] samples and the
-//! exact rank test could reach the level with that many, (2) the exact rank test's p-value,
-//! corrected for the number of comparisons judged at once (Holm by default), is below the level
-//! (`ALPHA` for a verdict, [`GATE_ALPHA`] for the `--fail-on-regression` gate), and (3) the
-//! whole 95% interval of the ratio lies beyond the minimum effect (`--threshold`). Two sides
-//! that each have no spread at all (the model's exact counts and costs) are exact: with at
-//! least [`MIN_PER_SIDE`] samples each, the difference is their ratio, called when it exceeds
-//! the threshold.
+//! A difference is called when (1) each side has at least [`MIN_PER_SIDE`] samples, (2) the
+//! exact rank test's p-value, corrected for the number of comparisons judged at once (Holm by
+//! default), is below the level (`ALPHA` for a verdict, [`GATE_ALPHA`] for the
+//! `--fail-on-regression` gate), and (3) the whole 95% interval of the ratio lies beyond the
+//! minimum effect (`--threshold`). Two sides that each have no spread at all (the model's exact
+//! counts and costs) are exact: with at least [`MIN_PER_SIDE`] samples each, the difference is
+//! their ratio, called when it exceeds the threshold.
+//!
+//! A difference not called is NO CHANGE only when one could have been: the strongest rank
+//! evidence these sample counts allow, corrected over the family as judged ([`attainable`]),
+//! reaches the level, and neither the medians nor the interval of their ratio lie beyond the
+//! threshold. Otherwise it is NOT DECIDED ([`Undecided`]), with the samples per side that
+//! would decide it: 5 against 5 in a family of 9 can never reach p < 0.05 (9 · 2/252 = 0.071),
+//! whatever the difference.
 
 use serde::{Deserialize, Serialize};
 
@@ -81,11 +88,52 @@ pub enum Call {
     Lower,
     /// B is higher by more than the threshold.
     Higher,
-    /// No difference beyond the threshold with confidence.
+    /// No difference beyond the threshold, and the test could have called one: the samples
+    /// and the comparisons judged with them allowed it, and the medians agree within the
+    /// threshold.
     NoChange,
-    /// Too few samples on a side to call anything at this level.
-    TooFew,
+    /// Nothing can be said yet: why, and what would decide it.
+    NotDecided(Undecided),
 }
+
+/// Why a comparison was not decided, and the samples per side that would decide it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "kebab-case")]
+pub enum Undecided {
+    /// Fewer than [`MIN_PER_SIDE`] samples on a side.
+    TooFew {
+        /// Samples per side the rule needs.
+        needed: usize,
+    },
+    /// At these sample counts the exact rank test cannot reach the level once corrected for
+    /// the comparisons judged together: no difference, however large, could be called.
+    Unreachable {
+        /// Comparisons judged together.
+        judged_together: usize,
+        /// Samples per side with which it can (`None`: more than [`MAX_PLANNED`]).
+        needed: Option<usize>,
+    },
+    /// The medians differ by more than the threshold, but the rank test or the interval of
+    /// the ratio does not establish it with these samples.
+    NotEstablished {
+        /// Samples per side that would likely establish a difference this large, from the
+        /// observed evidence (`None`: the evidence is too weak to extrapolate).
+        needed: Option<usize>,
+    },
+}
+
+impl Undecided {
+    /// Samples per side that would decide, when known.
+    pub fn needed(&self) -> Option<usize> {
+        match *self {
+            Undecided::TooFew { needed } => Some(needed),
+            Undecided::Unreachable { needed, .. } | Undecided::NotEstablished { needed } => needed,
+        }
+    }
+}
+
+/// The most samples per side hvlab suggests; beyond it a suggestion says "more".
+pub const MAX_PLANNED: usize = 1000;
 
 /// The evidence about one comparison, B against A.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -96,22 +144,86 @@ pub struct Evidence {
     pub ratio: f64,
     /// 95% CI of that ratio.
     pub ci95: [f64; 2],
+    /// The exact rank test's p-value before the correction.
+    pub p_value: f64,
     /// The exact rank test's p-value after the correction for the comparisons judged together.
     pub p_adjusted: f64,
+    /// Where this comparison stands in its family: what it could have reached.
+    pub family: Family,
     /// Neither side has any spread (every sample on a side is the same value).
     pub exact: bool,
 }
 
-/// Whether `n` samples per side are enough for the rule at `alpha`.
-pub fn enough(n: [usize; 2], alpha: f64) -> bool {
-    n[0] >= MIN_PER_SIDE && n[1] >= MIN_PER_SIDE && exact_min_p(n[0], n[1]) < alpha
+/// One comparison's place in the family judged with it: the corrected p-value the strongest
+/// rank evidence its sample counts allow would have got ([`attainable`]), and how many were
+/// judged together.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Family {
+    /// Comparisons judged together (1 alone).
+    pub judged_together: usize,
+    /// The corrected p-value at complete separation of the two sides (the exact test's floor,
+    /// [`exact_min_p`]), the other comparisons' p-values as they are.
+    pub attainable: f64,
+    /// Samples per side with which the floor, corrected over the family, is below the level
+    /// (`None` beyond [`MAX_PLANNED`]).
+    pub needed: Option<usize>,
+}
+
+impl Family {
+    /// A comparison judged alone at level `alpha`.
+    pub fn alone(n: [usize; 2], alpha: f64) -> Family {
+        family(&[1.0], &[n], Correction::Holm, alpha)
+            .pop()
+            .unwrap_or(Family {
+                judged_together: 1,
+                attainable: exact_min_p(n[0], n[1]),
+                needed: None,
+            })
+    }
+}
+
+/// The corrected p-value comparison `i` of a family would have had at the strongest rank
+/// evidence its sample counts allow (`p_floor`, [`exact_min_p`]), the others as observed.
+pub fn attainable(p: &[f64], i: usize, p_floor: f64, correction: Correction) -> f64 {
+    let mut q = p.to_vec();
+    q[i] = p_floor.min(p[i]);
+    adjust(&q, correction)[i]
+}
+
+/// Each comparison's [`Family`] position: `p` the raw p-values, `n` the sample counts per
+/// comparison, judged together with `correction` at level `alpha`.
+pub fn family(p: &[f64], n: &[[usize; 2]], correction: Correction, alpha: f64) -> Vec<Family> {
+    (0..p.len())
+        .map(|i| {
+            let floor = |n: [usize; 2]| exact_min_p(n[0], n[1]);
+            let reaches = |n: [usize; 2]| {
+                n[0] >= MIN_PER_SIDE
+                    && n[1] >= MIN_PER_SIDE
+                    && attainable(p, i, floor(n), correction) < alpha
+            };
+            let start = n[i][0].max(n[i][1]).max(MIN_PER_SIDE);
+            Family {
+                judged_together: p.len(),
+                attainable: attainable(p, i, floor(n[i]), correction),
+                needed: (start..=MAX_PLANNED).find(|&r| reaches([r, r])),
+            }
+        })
+        .collect()
 }
 
 /// The rule, at level `alpha` with minimum effect `threshold` (a fraction: 0.05 for 5%).
 pub fn call(e: &Evidence, threshold: f64, alpha: f64) -> Call {
     let (up, down) = (1.0 + threshold, 1.0 - threshold);
+    if e.n[0] < MIN_PER_SIDE || e.n[1] < MIN_PER_SIDE {
+        let needed = if e.exact {
+            MIN_PER_SIDE
+        } else {
+            e.family.needed.unwrap_or(MIN_PER_SIDE).max(MIN_PER_SIDE)
+        };
+        return Call::NotDecided(Undecided::TooFew { needed });
+    }
     // Exact sides skip the rank test (there is no spread to test), not the sample minimum.
-    if e.exact && e.n[0] >= MIN_PER_SIDE && e.n[1] >= MIN_PER_SIDE {
+    if e.exact {
         return if e.ratio > up {
             Call::Higher
         } else if e.ratio < down {
@@ -120,19 +232,77 @@ pub fn call(e: &Evidence, threshold: f64, alpha: f64) -> Call {
             Call::NoChange
         };
     }
-    if !enough(e.n, alpha) {
-        return Call::TooFew;
+    if e.p_adjusted < alpha {
+        if e.ci95[0] > up {
+            return Call::Higher;
+        }
+        if e.ci95[1] < down {
+            return Call::Lower;
+        }
     }
-    if e.p_adjusted >= alpha {
+    // Not called. "No change" only where a change could have been called: the exact test can
+    // reach the level after the correction, and neither the medians nor the interval say the
+    // sides differ by more than the threshold.
+    if e.family.attainable >= alpha {
+        return Call::NotDecided(Undecided::Unreachable {
+            judged_together: e.family.judged_together,
+            needed: e.family.needed,
+        });
+    }
+    let within = |x: f64| (down..=up).contains(&x);
+    let interval_outside = e.ci95[0] > up || e.ci95[1] < down;
+    if within(e.ratio) && !interval_outside {
         return Call::NoChange;
     }
-    if e.ci95[0] > up {
-        Call::Higher
-    } else if e.ci95[1] < down {
-        Call::Lower
-    } else {
-        Call::NoChange
+    Call::NotDecided(Undecided::NotEstablished {
+        needed: samples_to_establish(e, threshold, alpha),
+    })
+}
+
+/// Samples per side that would likely establish a difference as large as the one observed:
+/// the rank test's z grows with √n (its p must pass the level over the whole family, Holm's
+/// worst case), and the interval's half-width shrinks with √n (it must clear the threshold).
+/// An extrapolation from the evidence, said as such; `None` when the evidence is too weak.
+fn samples_to_establish(e: &Evidence, threshold: f64, alpha: f64) -> Option<usize> {
+    use crate::statistics::normal_quantile;
+    #[allow(clippy::cast_precision_loss)] // sample and family counts, far below 2^53
+    let (n, m) = (
+        e.n[0].min(e.n[1]) as f64,
+        e.family.judged_together.max(1) as f64,
+    );
+    let z_seen = normal_quantile(1.0 - e.p_value / 2.0);
+    let z_needed = normal_quantile(1.0 - alpha / (2.0 * m));
+    if z_seen < 0.3 {
+        return None;
     }
+    let by_test = n * (z_needed / z_seen).powi(2);
+    // The interval's side toward 1, in log space, must clear the threshold.
+    let (log_r, bound, near) = if e.ratio >= 1.0 {
+        (
+            e.ratio.ln(),
+            (1.0 + threshold).ln(),
+            e.ci95[0].max(f64::MIN_POSITIVE).ln(),
+        )
+    } else {
+        (
+            -e.ratio.ln(),
+            -(1.0 - threshold).ln(),
+            -e.ci95[1].max(f64::MIN_POSITIVE).ln(),
+        )
+    };
+    let (half, room) = (log_r - near, log_r - bound);
+    if room <= 0.0 {
+        return None;
+    }
+    let by_interval = if half > room {
+        n * (half / room).powi(2)
+    } else {
+        n
+    };
+    let needed = by_test.max(by_interval).ceil();
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // finite, ≥ n ≥ 4
+    (needed.is_finite() && needed <= MAX_PLANNED as f64)
+        .then(|| (needed as usize).max(e.n[0].max(e.n[1]) + 1))
 }
 
 /// Whether every sample of a side is the same value.
@@ -163,24 +333,95 @@ mod tests {
         assert!(holm(&[]).is_empty());
     }
 
+    /// Evidence for one comparison judged alone at `alpha`.
+    fn alone(n: [usize; 2], ratio: f64, ci95: [f64; 2], p: f64, alpha: f64) -> Evidence {
+        Evidence {
+            n,
+            ratio,
+            ci95,
+            p_value: p,
+            p_adjusted: p,
+            family: Family::alone(n, alpha),
+            exact: false,
+        }
+    }
+
     #[test]
     fn three_per_side_is_too_few_and_four_is_enough_at_five_percent() {
+        let e = alone([3, 3], 9.12, [8.0, 10.0], 0.1, ALPHA);
+        assert_eq!(
+            call(&e, 0.05, ALPHA),
+            Call::NotDecided(Undecided::TooFew { needed: 4 })
+        );
+        let e = alone([4, 4], 9.12, [8.0, 10.0], 2.0 / 70.0, ALPHA);
+        assert_eq!(call(&e, 0.05, ALPHA), Call::Higher);
+        // The gate at 0.01 cannot be reached with 4 per side (2/70 = 0.029); 5 can (2/252).
+        let e = alone([4, 4], 9.12, [8.0, 10.0], 2.0 / 70.0, GATE_ALPHA);
+        assert_eq!(
+            call(&e, 0.05, GATE_ALPHA),
+            Call::NotDecided(Undecided::Unreachable {
+                judged_together: 1,
+                needed: Some(5)
+            })
+        );
+    }
+
+    /// The suite's memory run on kvm: 5 repetitions a side, 9 comparisons under Holm, and
+    /// uffd-minor-hugetlb against uffd at 512× (CI 260–549×). The smallest p at 5 against 5
+    /// is 2/252; times 9 it is 0.071, so nothing could be called: not decided, and 6 a side
+    /// decides (9 · 2/924 = 0.019).
+    #[test]
+    fn a_512x_difference_the_family_cannot_call_is_not_decided_never_no_change() {
+        let p = vec![2.0 / 252.0; 9];
+        let n = vec![[5, 5]; 9];
+        let fam = family(&p, &n, Correction::Holm, ALPHA);
+        let adjusted = holm(&p);
         let e = Evidence {
-            n: [3, 3],
-            ratio: 9.12,
-            ci95: [8.0, 10.0],
-            p_adjusted: 0.1,
+            n: [5, 5],
+            ratio: 512.0,
+            ci95: [260.0, 549.0],
+            p_value: p[0],
+            p_adjusted: adjusted[0],
+            family: fam[0],
             exact: false,
         };
-        assert_eq!(call(&e, 0.05, ALPHA), Call::TooFew);
+        assert!((e.p_adjusted - 9.0 * 2.0 / 252.0).abs() < 1e-12);
+        assert_eq!(
+            call(&e, 0.05, ALPHA),
+            Call::NotDecided(Undecided::Unreachable {
+                judged_together: 9,
+                needed: Some(6)
+            })
+        );
+        // Fewer comparisons (a scenario's declared question: 3 against one baseline) can.
+        let fam = family(&p[..3], &n[..3], Correction::Holm, ALPHA);
         let e = Evidence {
-            n: [4, 4],
-            p_adjusted: 2.0 / 70.0,
+            p_adjusted: holm(&p[..3])[0],
+            family: fam[0],
             ..e
         };
         assert_eq!(call(&e, 0.05, ALPHA), Call::Higher);
-        // The gate at 0.01 needs 5 per side.
-        assert_eq!(call(&e, 0.05, GATE_ALPHA), Call::TooFew);
+    }
+
+    #[test]
+    fn equal_medians_are_no_change_only_where_a_change_could_be_called() {
+        let e = alone([10, 10], 1.01, [0.97, 1.04], 0.7, ALPHA);
+        assert_eq!(call(&e, 0.05, ALPHA), Call::NoChange);
+        // The medians differ by 30% but the test cannot separate them: not "no change".
+        let e = alone([10, 10], 1.3, [0.9, 1.8], 0.2, ALPHA);
+        let Call::NotDecided(Undecided::NotEstablished { needed }) = call(&e, 0.05, ALPHA) else {
+            panic!("{:?}", call(&e, 0.05, ALPHA));
+        };
+        assert!(needed.is_some_and(|k| k > 10), "{needed:?}");
+        // Separated by the test, but the interval reaches into the threshold: not established.
+        let e = alone([10, 10], 1.3, [1.02, 1.6], 0.001, ALPHA);
+        assert!(matches!(
+            call(&e, 0.05, ALPHA),
+            Call::NotDecided(Undecided::NotEstablished { needed: Some(k) }) if k > 10
+        ));
+        // An interval wholly outside the band is never "no change", whatever the medians.
+        let e = alone([10, 10], 1.04, [1.06, 1.2], 0.3, ALPHA);
+        assert!(matches!(call(&e, 0.05, ALPHA), Call::NotDecided(_)));
     }
 
     #[test]
@@ -197,16 +438,16 @@ mod tests {
                     judged(&a, &b, f)
                 })
                 .collect();
-            let adj = holm(&ev.iter().map(|x| x.0).collect::<Vec<_>>());
-            if ev.iter().zip(adj).any(|((_, e), p)| {
-                call(
-                    &Evidence {
-                        p_adjusted: p,
-                        ..*e
-                    },
-                    0.05,
-                    GATE_ALPHA,
-                ) != Call::NoChange
+            let p: Vec<f64> = ev.iter().map(|x| x.0).collect();
+            let fam = family(&p, &[[8, 8]; 5], Correction::Holm, GATE_ALPHA);
+            let adj = holm(&p);
+            if ev.iter().zip(adj).zip(fam).any(|(((_, e), p), family)| {
+                let e = Evidence {
+                    p_adjusted: p,
+                    family,
+                    ..*e
+                };
+                matches!(call(&e, 0.05, GATE_ALPHA), Call::Higher | Call::Lower)
             }) {
                 families_with_a_false_call += 1;
             }
@@ -229,18 +470,96 @@ mod tests {
 
     fn judged(a: &[f64], b: &[f64], seed: u64) -> (f64, Evidence) {
         let p = exact_rank_p(a, b);
+        let n = [a.len(), b.len()];
         let e = Evidence {
-            n: [a.len(), b.len()],
+            n,
             ratio: median(b) / median(a),
             ci95: bootstrap_ratio_ci(b, a, seed),
+            p_value: p,
             p_adjusted: p,
+            family: Family::alone(n, ALPHA),
             exact: false,
         };
         (p, e)
     }
 
+    /// Every p-value the exact rank test can give with `n1` against `n2` distinct samples:
+    /// one arrangement per attainable rank sum of side A (the test depends on nothing else).
+    fn enumerated_p_values(n1: usize, n2: usize) -> Vec<f64> {
+        let n = n1 + n2;
+        let lowest: usize = (1..=n1).sum();
+        let highest: usize = (n2 + 1..=n).sum();
+        (lowest..=highest)
+            .map(|sum| {
+                // Side A: ranks 1..=n1 shifted up from the top one by one until they sum to `sum`.
+                let mut ranks: Vec<usize> = (1..=n1).collect();
+                let mut left = sum - lowest;
+                for k in (0..n1).rev() {
+                    let room = (n2 + k + 1) - ranks[k];
+                    let step = room.min(left);
+                    ranks[k] += step;
+                    left -= step;
+                }
+                #[allow(clippy::cast_precision_loss)]
+                let a: Vec<f64> = ranks.iter().map(|&r| r as f64).collect();
+                #[allow(clippy::cast_precision_loss)]
+                let b: Vec<f64> = (1..=n)
+                    .filter(|r| !ranks.contains(r))
+                    .map(|r| r as f64)
+                    .collect();
+                exact_rank_p(&a, &b)
+            })
+            .collect()
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// The rule's "could a change have been called" against the exact test itself: for
+        /// n ≤ 10 a side and 1–20 comparisons, a comparison is decidable exactly when some
+        /// arrangement of its samples, corrected over the family as observed, reaches the
+        /// level; and an undecidable one is never called "no change".
+        #[test]
+        fn attainable_p_agrees_with_the_exact_tests_enumeration(
+            n1 in 1usize..=10, n2 in 1usize..=10, m in 1usize..=20,
+            others in proptest::collection::vec(0.0f64..1.0, 19),
+            bh in any::<bool>(), gate in any::<bool>(),
+        ) {
+            let correction = if bh { Correction::BenjaminiHochberg } else { Correction::Holm };
+            let alpha = if gate { GATE_ALPHA } else { ALPHA };
+            let mut p: Vec<f64> = others[..m - 1].to_vec();
+            p.insert(0, 1.0);
+            let mut n = vec![[10, 10]; m];
+            n[0] = [n1, n2];
+            let fam = family(&p, &n, correction, alpha);
+            let enumerated = enumerated_p_values(n1, n2);
+            let floor = enumerated.iter().copied().fold(1.0f64, f64::min);
+            prop_assert!((floor - exact_min_p(n1, n2)).abs() < 1e-12, "floor {floor} vs {}", exact_min_p(n1, n2));
+            let reachable = n1 >= MIN_PER_SIDE && n2 >= MIN_PER_SIDE && enumerated.iter().any(|&q| {
+                let mut with = p.clone();
+                with[0] = q;
+                adjust(&with, correction)[0] < alpha
+            });
+            prop_assert_eq!(reachable, n1 >= MIN_PER_SIDE && n2 >= MIN_PER_SIDE && fam[0].attainable < alpha);
+            // Not separated, medians apart: whatever the reason, it is not "no change" unless
+            // a change was reachable.
+            let e = Evidence {
+                n: [n1, n2], ratio: 1.0, ci95: [0.9, 1.1], p_value: 1.0,
+                p_adjusted: adjust(&p, correction)[0], family: fam[0], exact: false,
+            };
+            let c = call(&e, 0.05, alpha);
+            prop_assert_eq!(c == Call::NoChange, reachable, "{:?}", c);
+            // The suggested samples per side do reach it.
+            if let Call::NotDecided(Undecided::Unreachable { needed: Some(k), .. }) = c {
+                let mut with = p.clone();
+                with[0] = exact_min_p(k, k);
+                prop_assert!(adjust(&with, correction)[0] < alpha);
+                if k > MIN_PER_SIDE.max(n1.max(n2)) {
+                    with[0] = exact_min_p(k - 1, k - 1);
+                    prop_assert!(adjust(&with, correction)[0] >= alpha, "{} is not the fewest", k);
+                }
+            }
+        }
 
         #[test]
         fn corrected_p_values_are_at_least_the_raw_ones_and_holm_is_the_stricter(
@@ -272,33 +591,33 @@ mod tests {
             // below 0.01/6.
             let a: Vec<f64> = side(&mut rng, n, 1.0).iter().map(|x| x.min(1.6)).collect();
             let b: Vec<f64> = side(&mut rng, n, 2.0).iter().map(|x| x.min(3.2)).collect();
+            let fam = family(&vec![1.0; metrics], &vec![[n, n]; metrics], Correction::Holm, GATE_ALPHA)[0];
             let (p, e) = judged(&a, &b, seed);
-            let adj = holm(&vec![p; metrics]);
-            let e = Evidence { p_adjusted: adj[0], ..e };
+            let e = Evidence { p_adjusted: holm(&vec![p; metrics])[0], family: fam, ..e };
             prop_assert_eq!(call(&e, 0.05, GATE_ALPHA), Call::Higher);
             let (p, e) = judged(&b, &a, seed);
-            let e = Evidence { p_adjusted: holm(&vec![p; metrics])[0], ..e };
+            let e = Evidence { p_adjusted: holm(&vec![p; metrics])[0], family: fam, ..e };
             prop_assert_eq!(call(&e, 0.05, GATE_ALPHA), Call::Lower);
         }
 
         #[test]
         fn exact_sides_are_called_by_their_ratio_against_the_threshold(
-            a in 0.001f64..1e6, r in 0.2f64..5.0, t in 0.0f64..0.5, n in 4usize..10,
+            r in 0.2f64..5.0, t in 0.0f64..0.5, n in 4usize..10,
         ) {
-            let e = Evidence { n: [n, n], ratio: r, ci95: [r, r], p_adjusted: 1.0, exact: true };
+            let e = Evidence { exact: true, ..alone([n, n], r, [r, r], 1.0, GATE_ALPHA) };
             let want = if r > 1.0 + t { Call::Higher } else if r < 1.0 - t { Call::Lower } else { Call::NoChange };
             prop_assert_eq!(call(&e, t, GATE_ALPHA), want);
-            let _ = a;
         }
 
         #[test]
         fn fewer_than_four_on_a_side_is_never_called(
             n0 in 0usize..4, n1 in 0usize..30, r in 0.1f64..10.0,
         ) {
-            let e = Evidence { n: [n0, n1], ratio: r, ci95: [r, r], p_adjusted: 0.0, exact: false };
-            prop_assert_eq!(call(&e, 0.05, ALPHA), Call::TooFew);
-            let e = Evidence { n: [n1, n0], ..e };
-            prop_assert_eq!(call(&e, 0.05, ALPHA), Call::TooFew);
+            for n in [[n0, n1], [n1, n0]] {
+                let e = alone(n, r, [r, r], 0.0, ALPHA);
+                let c = call(&e, 0.05, ALPHA);
+                prop_assert!(matches!(c, Call::NotDecided(Undecided::TooFew { .. })), "{:?}", c);
+            }
         }
     }
 }

@@ -35,31 +35,35 @@ impl fmt::Display for Verdict {
         // Both sides on one scale: "0.625 ms vs 7.85 ms", never "625 µs vs 7.85 ms".
         let (fast_t, slow_t) = fmt_pair(fast_m, slow_m, &self.unit);
         let q = crate::quantity::ratio;
-        if self.too_few {
+        let ci_text = format!(
+            "95% CI of the ratio {}–{}",
+            q(ci[0]).trim_end_matches('×'),
+            q(ci[1])
+        );
+        if let Some(why) = &self.undecided {
             write!(
                 f,
-                "{fast} and {slow}: no verdict on {metric} ({fast_t} vs {slow_t}, ratio {}): n = {} vs {} is too few (the rule needs at least {} per side); run more repetitions (--reps {})",
+                "{fast} and {slow}: NOT DECIDED on {metric} ({fast_t} vs {slow_t}, ratio {}, {ci_text}): {}",
                 q(ratio),
-                self.n[0],
-                self.n[1],
-                crate::compare::min_n(crate::verdict::ALPHA),
-                crate::compare::min_n(crate::verdict::ALPHA),
+                undecided(
+                    why,
+                    self.n,
+                    self.p_adjusted,
+                    crate::verdict::ALPHA,
+                    "--reps"
+                )
             )?;
         } else if self.significant {
             write!(
                 f,
-                "{fast} is {} faster than {slow} on {metric}: {fast_t} vs {slow_t} (95% CI of the ratio {}–{})",
+                "{fast} is {} faster than {slow} on {metric}: {fast_t} vs {slow_t} ({ci_text})",
                 q(ratio),
-                q(ci[0]).trim_end_matches('×'),
-                q(ci[1])
             )?;
         } else {
             write!(
                 f,
-                "{fast} and {slow}: no significant difference on {metric} ({fast_t} vs {slow_t}, ratio {}, 95% CI {}–{})",
+                "{fast} and {slow}: NO CHANGE on {metric} ({fast_t} vs {slow_t}, ratio {}, {ci_text})",
                 q(ratio),
-                q(ci[0]).trim_end_matches('×'),
-                q(ci[1])
             )?;
         }
         if let Some(c) = &self.cause {
@@ -79,6 +83,60 @@ impl fmt::Display for Verdict {
     }
 }
 
+/// Why a comparison was not decided and what would decide it, in one clause. `how` names
+/// what to raise: `--reps` for a run's variants, samples per side for a comparison.
+fn undecided(
+    why: &crate::verdict::Undecided,
+    n: [usize; 2],
+    p_adjusted: f64,
+    alpha: f64,
+    how: &str,
+) -> String {
+    use crate::verdict::{MAX_PLANNED, MIN_PER_SIDE, Undecided};
+    let decide = |needed: Option<usize>, verb: &str| match (needed, how) {
+        (Some(k), "--reps") => format!("`--reps {k}` {verb}"),
+        (Some(k), how) => format!("{k} {how} {verb}"),
+        (None, _) => format!("more than {MAX_PLANNED} would be needed"),
+    };
+    match *why {
+        Undecided::TooFew { needed } => format!(
+            "n = {} vs {} is too few (the rule needs at least {MIN_PER_SIDE} per side); {}",
+            n[0],
+            n[1],
+            decide(Some(needed), "can decide")
+        ),
+        Undecided::Unreachable {
+            judged_together,
+            needed,
+        } => format!(
+            "{} vs {} samples cannot reach p < {alpha} across {judged_together} comparison{} (the exact rank test's smallest p, corrected, is {}); {}",
+            n[0],
+            n[1],
+            if judged_together == 1 { "" } else { "s" },
+            crate::quantity::p_value(p_floor_corrected(n, judged_together)),
+            decide(needed, "can")
+        ),
+        Undecided::NotEstablished { needed } => format!(
+            "the medians differ by more than the threshold, but with n = {} vs {} the rank test ({} after correction) and the interval do not establish it; {}",
+            n[0],
+            n[1],
+            crate::quantity::p_value(p_adjusted),
+            match needed {
+                Some(_) => decide(needed, "likely would (an estimate from this spread)"),
+                None => "more repetitions can decide".to_string(),
+            }
+        ),
+    }
+}
+
+/// The exact test's floor at `n` times the family size (Holm's first step): what the
+/// strongest evidence would have been corrected to.
+fn p_floor_corrected(n: [usize; 2], judged_together: usize) -> f64 {
+    #[allow(clippy::cast_precision_loss)] // a family of comparisons, far below 2^53
+    let m = judged_together as f64;
+    (crate::statistics::exact_min_p(n[0], n[1]) * m).min(1.0)
+}
+
 impl fmt::Display for AbComparison {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ratio = self.ratio;
@@ -86,11 +144,20 @@ impl fmt::Display for AbComparison {
         let change = match self.verdict {
             AbVerdict::Faster => format!("{} faster", q(1.0 / ratio)),
             AbVerdict::Slower => format!("{} slower (a regression)", q(ratio)),
-            AbVerdict::TooFew => format!(
-                "no verdict: n = {} vs {} is too few for the exact rank test to reach p < {} (it needs at least {} per side); run more repetitions (--reps {} or more) or compare more runs",
-                self.n[1], self.n[0], self.alpha, self.min_n, self.min_n
-            ),
-            AbVerdict::NoChange => "no significant change".to_string(),
+            AbVerdict::NotDecided => match &self.undecided {
+                Some(why) => format!(
+                    "NOT DECIDED: {}",
+                    undecided(
+                        why,
+                        self.n,
+                        self.p_adjusted,
+                        self.alpha,
+                        "samples per side (--reps, or more runs)"
+                    )
+                ),
+                None => "NOT DECIDED".to_string(),
+            },
+            AbVerdict::NoChange => "NO CHANGE".to_string(),
         };
         let (b, a) = fmt_pair(self.median[1], self.median[0], &self.unit);
         write!(
