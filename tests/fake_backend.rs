@@ -745,6 +745,7 @@ fn srcu_kernel_script(stall_ns: u64) -> Box<dyn FnMut(&ConstructionPlan) -> Cons
             srcu_effects: effects,
             since_last_ns: None,
             tick_phase_ns: None,
+            boot_thread: None,
         }
     })
 }

@@ -156,7 +156,7 @@ static PARAMS: [ParamInfo; 10] = [
     },
 ];
 
-static METRICS: [MetricInfo; 12] = [
+static METRICS: [MetricInfo; 15] = [
     MetricInfo {
         name: "ready_ms",
         unit: "ms",
@@ -186,6 +186,21 @@ static METRICS: [MetricInfo; 12] = [
         name: "boot.tick_phase_ms",
         unit: "ms",
         doc: "boot orders: time from the last timer tick to the first registration while vCPU 0 runs (tick_phase_ms plus its start on the VM's clock, modulo the jiffy): where that grace period starts against the ticks, per VM",
+    },
+    MetricInfo {
+        name: "boot.thread_wait_ms",
+        unit: "ms",
+        doc: "boot orders: from the VMM's spawn of its boot thread (just before vCPU 0 enters KVM_RUN) to that thread's first run; a thread left behind the vCPU thread on its CPU runs only once that CPU's tick has it pulled to an idle one, per VM",
+    },
+    MetricInfo {
+        name: "boot.thread_tick_phase_ms",
+        unit: "ms",
+        doc: "boot orders: time from the last timer tick to the boot thread's first run (tick_phase_ms plus its start on the VM's clock, modulo the jiffy), per VM",
+    },
+    MetricInfo {
+        name: "boot.sleep_late_us",
+        unit: "us",
+        doc: "boot orders: how much later than asked the boot thread's boot_ms sleep ended and its first registration began (timer slack, the wake-up), per VM",
     },
     MetricInfo {
         name: "vcpu.first_create_ms",
@@ -426,6 +441,26 @@ fn analyse_variant(
                 "ms",
                 ms((phase + first.start_ns) % jiffy_ns),
             );
+        }
+        if let Some(boot) = trace.boot_thread {
+            series.push(
+                "boot.thread_wait_ms",
+                "ms",
+                ms(boot.started_ns.saturating_sub(boot.spawned_ns)),
+            );
+            if let Some(phase) = trace.tick_phase_ns
+                && jiffy_ns > 0
+            {
+                series.push(
+                    "boot.thread_tick_phase_ms",
+                    "ms",
+                    ms((phase + boot.started_ns) % jiffy_ns),
+                );
+            }
+            if let Some(first) = first_boot_registration(trace) {
+                let late = first.start_ns.saturating_sub(boot.wake_ns);
+                series.push("boot.sleep_late_us", "us", late as f64 / 1e3);
+            }
         }
         if let Some((registrations, memslot)) = boot_phase(trace) {
             if !registrations.is_empty() {
@@ -872,6 +907,7 @@ mod tests {
             srcu_effects: Vec::new(),
             since_last_ns: None,
             tick_phase_ns: None,
+            boot_thread: None,
         }
     }
 

@@ -204,6 +204,19 @@ impl ConstructionPlan {
     }
 }
 
+/// The VMM thread that does a booting order's steps beside the running vCPU, on the build's
+/// clock (ns since `KVM_CREATE_VM`). Where it starts and wakes against the timer tick decides
+/// where the grace period of its first registration starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BootThread {
+    /// The VMM spawned it (just before vCPU 0 enters `KVM_RUN`).
+    pub spawned_ns: u64,
+    /// It first ran.
+    pub started_ns: u64,
+    /// Its `boot_ms` sleep was to end (the sleep's start plus `boot_ms`).
+    pub wake_ns: u64,
+}
+
 /// One VM's construction as a backend observed it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConstructionTrace {
@@ -224,6 +237,9 @@ pub struct ConstructionTrace {
     /// Time from the last timer tick to `KVM_CREATE_VM`, ns, where the backend can see the
     /// ticks (`None`: it cannot).
     pub tick_phase_ns: Option<u64>,
+    /// An order that boots: its boot thread (`None`: the order does not boot, or the backend
+    /// has no such thread).
+    pub boot_thread: Option<BootThread>,
 }
 
 impl ConstructionTrace {

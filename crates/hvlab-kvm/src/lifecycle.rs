@@ -16,7 +16,9 @@ use super::guest::{Cpl, ENTRY_GPA, Signal, payload, signal_payload};
 use super::memory::{Backing, GuestMemory};
 use super::stats::{StatsReader, named_deltas};
 use super::vm::{TimedIoctl, Vm, ns_since, register_ioeventfd, timed};
-use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace, IoctlEvent, Step};
+use crate::backend::lifecycle::{
+    BootThread, ConstructionPlan, ConstructionTrace, IoctlEvent, Step,
+};
 
 /// QEMU's choice; VMX needs three free pages below 4 GiB for real-mode emulation.
 const TSS_GPA: usize = 0xfffb_d000;
@@ -82,6 +84,7 @@ pub fn construct(
     });
     let mut vm = Vm::create(kvm)?;
     let mut boot_log = Vec::new();
+    let mut boot_thread = None;
     let mut ready_ns = None;
     for step in &plan.steps {
         match step {
@@ -107,9 +110,10 @@ pub fn construct(
             }
             Step::Run => match &boot_memory {
                 Some(boot_memory) => {
-                    let (ready, log) = run_while_booting(kvm, &mut vm, plan, boot_memory)?;
+                    let (ready, log, thread) = run_while_booting(kvm, &mut vm, plan, boot_memory)?;
                     ready_ns = Some(ready);
                     boot_log = log;
+                    boot_thread = Some(thread);
                 }
                 // Every vCPU runs the guest to its signal, in turn: the VM is ready when the
                 // last has.
@@ -150,6 +154,7 @@ pub fn construct(
             srcu_effects: Vec::new(),
             since_last_ns: None,
             tick_phase_ns: Some(vm.tick_phase_ns()),
+            boot_thread,
         },
         clock,
     ))
@@ -170,14 +175,15 @@ fn since_creation(owner: &impl std::os::fd::AsRawFd, prefix: &str) -> Vec<(Strin
 
 /// Runs vCPU 0 in 64-bit mode at CPL3 on this thread until it is stopped, while a second
 /// thread waits for the guest's `Start` and then does the plan's boot steps in order, timing
-/// each; then it stops the vCPU. Returns the time of `Start` (the VM is ready) and the boot
-/// thread's ioctls, on the VM's clock.
+/// each; then it stops the vCPU. Returns the time of `Start` (the VM is ready), the boot
+/// thread's ioctls and when the boot thread was spawned, first ran and was to wake, on the VM's
+/// clock.
 fn run_while_booting(
     kvm: &Kvm,
     vm: &mut Vm,
     plan: &ConstructionPlan,
     memory: &GuestMemory,
-) -> Result<(u64, Vec<TimedIoctl>), KvmError> {
+) -> Result<(u64, Vec<TimedIoctl>, BootThread), KvmError> {
     vm.setup_long_mode(0, Cpl::Three)?;
     // A second handle on the VM for the boot thread: the VM's own is borrowed by the vCPU.
     // SAFETY: dup() of a valid open fd; the new fd is owned by the VmFd built from it.
@@ -205,10 +211,15 @@ fn run_while_booting(
         userspace_addr: memory.host_addr(),
         flags: 0,
     };
-    let (run_start, ready_at, booted) = std::thread::scope(|scope| {
+    let (spawned_ns, run_start, ready_at, booted) = std::thread::scope(|scope| {
         let (stop, stopped, vm_fd) = (&stop, &stopped, &vm_fd);
+        // Where the scheduler puts the new thread, and when it first runs, is part of what is
+        // measured: it sets where the boot registrations fall against the tick.
+        let spawned_ns = ns_since(clock, Instant::now());
         let booting = scope.spawn(move || {
-            let out = boot_steps(vm_fd, &started_rx, plan, region, clock, budget);
+            let started_ns = ns_since(clock, Instant::now());
+            let out = boot_steps(vm_fd, &started_rx, plan, region, clock, budget)
+                .map(|(log, wake_ns)| (log, started_ns, wake_ns));
             stop.store(true, Ordering::SeqCst);
             // A kick can land just before the vCPU re-enters KVM_RUN: repeat until it is out.
             while !stopped.load(Ordering::SeqCst) {
@@ -250,9 +261,9 @@ fn run_while_booting(
         let booted = booting
             .join()
             .unwrap_or_else(|_| Err(KvmError::Internal("the boot thread panicked".into())));
-        (run_start, ready_at, ran.and(booted))
+        (spawned_ns, run_start, ready_at, ran.and(booted))
     });
-    let mut log = booted?;
+    let (mut log, started_ns, wake_ns) = booted?;
     let ready_at =
         ready_at.ok_or_else(|| KvmError::Guest("the guest never signalled Start".into()))?;
     log.insert(
@@ -264,12 +275,17 @@ fn run_while_booting(
             flags: None,
         },
     );
-    Ok((ns_since(clock, ready_at), log))
+    let thread = BootThread {
+        spawned_ns,
+        started_ns,
+        wake_ns,
+    };
+    Ok((ns_since(clock, ready_at), log, thread))
 }
 
 /// The boot thread: waits for the guest to run, then does the plan's boot steps in order, each
 /// timed on the VM's clock. Like the model, it lets the guest boot `boot_ms` before
-/// registering the boot ioeventfds.
+/// registering the boot ioeventfds. Returns the ioctls and when that sleep was to end.
 fn boot_steps(
     vm_fd: &VmFd,
     started: &mpsc::Receiver<()>,
@@ -277,17 +293,20 @@ fn boot_steps(
     region: kvm_userspace_memory_region,
     clock: Instant,
     budget: Duration,
-) -> Result<Vec<TimedIoctl>, KvmError> {
+) -> Result<(Vec<TimedIoctl>, u64), KvmError> {
     started
         .recv_timeout(budget)
         .map_err(|_| KvmError::Guest("the guest never signalled Start".into()))?;
     let mut log = Vec::new();
+    let mut wake_ns = ns_since(clock, Instant::now());
     // The eventfds stay open until the VM is gone: KVM holds its own reference.
     let mut fds = Vec::new();
     for step in boot_steps_of(plan) {
         match step {
             Step::BootIoeventfds => {
-                std::thread::sleep(Duration::from_millis(u64::from(plan.boot_ms)));
+                let boot = Duration::from_millis(u64::from(plan.boot_ms));
+                wake_ns = ns_since(clock, Instant::now() + boot);
+                std::thread::sleep(boot);
                 for i in 0..plan.devices {
                     fds.push(register_ioeventfd(
                         vm_fd,
@@ -313,5 +332,5 @@ fn boot_steps(
             }
         }
     }
-    Ok(log)
+    Ok((log, wake_ns))
 }

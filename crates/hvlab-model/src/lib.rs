@@ -125,9 +125,8 @@ impl Backend for ModelBackend {
             Some(hz) => (hz, "--set hz".to_string()),
             None => self.profile_hz.clone(),
         };
-        let costs = srcu::LifecycleCosts::from_profile(&self.profile, plan.hz)
-            .map_err(ModelError::from)?
-            .on_cores(self.host.cores);
+        let costs =
+            srcu::LifecycleCosts::from_profile(&self.profile, plan.hz).map_err(ModelError::from)?;
         Ok(srcu::construct(
             &costs,
             plan,

@@ -228,8 +228,11 @@ const LATER_KEYS: &[(&str, Range)] = &[
 const OPTIONAL_KEYS: &[(&str, Range)] = &[
     ("build_tick_phase_ns", Range::Real(0.0, MAX_NS)),
     ("build_tick_phase_iqr_ns", Range::Real(0.0, MAX_NS)),
-    ("boot_tick_phase_ns", Range::Real(0.0, MAX_NS)),
-    ("boot_tick_phase_iqr_ns", Range::Real(0.0, MAX_NS)),
+    ("boot_build_tick_phase_ns", Range::Real(0.0, MAX_NS)),
+    ("boot_build_tick_phase_iqr_ns", Range::Real(0.0, MAX_NS)),
+    ("boot_thread_tick_bound", Range::Real(0.0, 1.0)),
+    ("boot_thread_pull_ns", Range::Real(0.0, MAX_NS)),
+    ("boot_sleep_late_ns", Range::Real(0.0, MAX_NS)),
     ("ioctl_cpuid_ns", Range::Real(0.0, MAX_NS)),
     ("boot_thread_start_ns", Range::Real(0.0, MAX_NS)),
     ("first_run_long_mode_ns", Range::Real(0.0, MAX_NS)),
