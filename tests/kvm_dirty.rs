@@ -110,12 +110,10 @@ fn the_model_counts_what_kvm_counts() {
         exact(&model, "ring", "ring_full_exits"),
         exact(&kvm, "ring", "ring_full_exits")
     );
-    // The model's times come from a profile measured on these hosts: same order of magnitude.
-    let (k, m) = (
-        metric(&kvm, "bitmap", "dirty_ns_per_page"),
-        metric(&model, "bitmap", "dirty_ns_per_page"),
-    );
-    assert!(m > k / 10.0 && m < k * 10.0, "model {m} ns, kvm {k} ns");
+    // Times are not compared here: the built-in profile's write-protect fault (pvm-epyc, 23.8 µs,
+    // measured on a busy PVM host) and this host's (2.3 µs on a quiet AMD EPYC PVM host,
+    // 10.5 µs on an Intel Xeon one) differ tenfold between machines of the same kind. The
+    // model's times against this host's are `validate`'s dirty point, on a calibrated profile.
 }
 
 #[test]
