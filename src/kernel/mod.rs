@@ -7,6 +7,8 @@
 //! (both layouts: 6.x `boot/vmlinuz-REL` + `lib/modules/REL`, 7.x `usr/lib/modules/REL/`).
 
 pub mod debian;
+pub mod kbuild;
+pub mod patch;
 pub mod vm;
 
 use std::path::{Path, PathBuf};
