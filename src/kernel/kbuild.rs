@@ -35,6 +35,11 @@ impl KConfig {
         Ok(KConfig::parse(&std::fs::read_to_string(path)?))
     }
 
+    /// Every option set, with its value.
+    pub fn options(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.values.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
     /// `y`, `m`, a string or number; `None` when not set.
     pub fn get(&self, option: &str) -> Option<&str> {
         self.values.get(option).map(String::as_str)

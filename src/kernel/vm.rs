@@ -31,6 +31,8 @@ use crate::record::RunRecord;
 pub enum VmError {
     /// {0}
     Kernel(#[from] KernelError),
+    /// {0}
+    Build(Box<super::build::BuildError>),
     /// {tool} is not installed: hvlab vm needs it ({why}). Install it: apt-get install {package}.
     MissingTool {
         /// The program.
@@ -100,11 +102,18 @@ pub enum VmError {
     Io(PathBuf, std::io::Error),
 }
 
+impl From<super::build::BuildError> for VmError {
+    fn from(e: super::build::BuildError) -> VmError {
+        VmError::Build(Box::new(e))
+    }
+}
+
 impl VmError {
     /// 2 bad input, 3 the host cannot, 4 the guest or the measurement failed.
     pub fn exit_code(&self) -> i32 {
         match self {
             VmError::Kernel(e) => e.exit_code(),
+            VmError::Build(e) => e.exit_code(),
             VmError::MissingTool { .. } | VmError::BadKvmParam(_) | VmError::NoSuchParam { .. } => {
                 2
             }
@@ -370,7 +379,7 @@ pub fn qemu() -> Result<PathBuf, VmError> {
 }
 
 /// A module's bytes, decompressed.
-fn module_bytes(path: &Path) -> Result<Vec<u8>, VmError> {
+pub(super) fn module_bytes(path: &Path) -> Result<Vec<u8>, VmError> {
     let name = path.to_string_lossy();
     let tool = if name.ends_with(".xz") {
         Some(("xz", "xz-utils"))
@@ -403,7 +412,7 @@ fn module_bytes(path: &Path) -> Result<Vec<u8>, VmError> {
 }
 
 /// A string field of a module's `.modinfo` section (`depends`, every `parm`).
-fn modinfo(bytes: &[u8], key: &str) -> Vec<String> {
+pub(super) fn modinfo(bytes: &[u8], key: &str) -> Vec<String> {
     let pat = format!("{key}=");
     let pat = pat.as_bytes();
     let mut out = Vec::new();
@@ -773,6 +782,7 @@ pub fn boot(
     let qemu = qemu()?;
     let choice = choose_accel(cfg.accel)?;
     check_kvm(kernel, &choice.vendor_module)?;
+    super::check_guest_config(kernel)?;
     std::fs::create_dir_all(workdir).map_err(|e| VmError::Io(workdir.to_path_buf(), e))?;
     let initrd_bytes = initramfs(kernel, &choice, cfg, commands, workdir)?;
     let initrd = workdir.join("initramfs.cpio");
