@@ -660,7 +660,12 @@ fn how_built(k: &Kernel, b: Option<&BuildInfo>) -> String {
             b.source
         ),
         How::Whole => format!("whole kernel {} from {}", k.release, b.source),
-        How::AsShipped { .. } => format!("Debian's {} as shipped", k.release),
+        How::AsShipped { .. } => {
+            return format!(
+                "Debian's {} as shipped, {patches}: nothing a build uses changes",
+                k.release
+            );
+        }
     };
     let reused = if b.cached && !matches!(b.how, How::AsShipped { .. }) {
         ", reused from the cache"
@@ -1069,21 +1074,6 @@ fn details(judged: &[ScenarioAb]) -> String {
             out.push(format!("  times are shown, not judged: {why}"));
         }
     }
-    let regressions: Vec<String> = judged
-        .iter()
-        .flat_map(|s| {
-            s.variants.iter().flat_map(move |v| {
-                v.metrics.iter().filter(|m| m.regression).map(move |m| {
-                    let unit = if m.trust == Trust::Jiffies {
-                        "jiffies"
-                    } else {
-                        m.unit.as_str()
-                    };
-                    format!("{} {} {} ({unit})", s.scenario, v.variant, m.metric)
-                })
-            })
-        })
-        .collect();
     let undecided: Vec<String> = judged
         .iter()
         .flat_map(|s| {
@@ -1096,34 +1086,229 @@ fn details(judged: &[ScenarioAb]) -> String {
             })
         })
         .collect();
-    out.push(String::new());
-    if regressions.is_empty() {
-        out.push(if undecided.is_empty() {
-            "verdict: no regression of a judged metric (counts exact, jiffies rank-tested)".into()
-        } else {
-            // Not "no regression": B looked worse and the samples could not say whether it is.
-            format!(
-                "verdict: INCONCLUSIVE, no regression shown, but {} judged metric(s) higher on B than the samples can separate from noise:",
-                undecided.len()
-            )
-        });
-    } else {
+    if !undecided.is_empty() {
+        // Not "no change": B looked worse and the samples could not say whether it is.
         out.push(format!(
-            "verdict: REGRESSION in B on {} judged metric(s):",
-            regressions.len()
+            "\nundecided: {} judged metric(s) higher on B than the samples can separate from noise:",
+            undecided.len()
         ));
-        for r in regressions.iter().take(12) {
-            out.push(format!("  {r}"));
-        }
-        if !undecided.is_empty() {
-            out.push(format!(
-                "and {} judged metric(s) higher on B, inconclusive with these samples:",
-                undecided.len()
-            ));
-        }
     }
     for u in undecided.iter().take(12) {
         out.push(format!("  {u}"));
     }
     out.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::kab::{HostSummary, StallReps, WallTimes};
+
+    fn stall(a: Option<usize>, b: Option<usize>, cause: &str) -> StallAb {
+        let side = |n: usize| StallSide {
+            stalled_reps: n,
+            reps: 20,
+            jiffies: [1.63, 1.71],
+        };
+        StallAb {
+            ioctl: "KVM_SET_USER_MEMORY_REGION".into(),
+            cause: cause.into(),
+            a: a.map(side),
+            b: b.map(side),
+        }
+    }
+
+    fn verdict(variant: &str, class: VerdictClass, stalls: Vec<StallAb>) -> VariantVerdict {
+        let reps = |n| StallReps {
+            stalled: n,
+            reps: 20,
+        };
+        let a = usize::from(stalls.iter().any(|s| s.a.is_some())) * 20;
+        let b = usize::from(stalls.iter().any(|s| s.b.is_some())) * 20;
+        VariantVerdict {
+            scenario: "lifecycle".into(),
+            variant: variant.into(),
+            class,
+            stall_reps: Some([reps(a), reps(b)]),
+            stalls,
+            regressions: Vec::new(),
+            improvements: vec![Change {
+                metric: "ioctl.KVM_SET_USER_MEMORY_REGION".into(),
+                unit: "jiffies".into(),
+                a: 1.22,
+                b: 0.062,
+                within_jiffy: false,
+            }],
+            costs: vec![Change {
+                metric: "ioctl.KVM_IOEVENTFD".into(),
+                unit: "jiffies".into(),
+                a: 0.018,
+                b: 0.118,
+                within_jiffy: true,
+            }],
+            undecided: Vec::new(),
+        }
+    }
+
+    /// boot-activation stalls on both kernels: said so, with both sides' counts; "B only"
+    /// appears nowhere.
+    #[test]
+    fn a_stall_on_both_kernels_is_named_on_both_sides() {
+        let v = verdict(
+            "boot-activation",
+            VerdictClass::Unchanged,
+            vec![stall(Some(19), Some(20), "KVM_IOEVENTFD")],
+        );
+        let text = mechanism(&v).join("\n");
+        assert!(
+            text.contains("stalls on both: KVM_SET_USER_MEMORY_REGION waits for the grace period of KVM_IOEVENTFD (A: 19 of 20 repetitions"),
+            "{text}"
+        );
+        assert!(text.contains("B: 20 of 20"), "{text}");
+        assert!(!text.contains("B only"), "{text}");
+        assert!(
+            text.contains("cost: KVM_IOEVENTFD 0.018 → 0.118 jiffies (+0.100)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_fixed_stall_names_its_cause_counts_and_jiffies_in_one_line() {
+        let v = verdict(
+            "irqchip-first",
+            VerdictClass::Fixed,
+            vec![stall(Some(20), None, "KVM_CREATE_IRQCHIP")],
+        );
+        let lines = mechanism(&v);
+        assert_eq!(
+            lines[0],
+            "KVM_SET_USER_MEMORY_REGION no longer waits for the grace period of KVM_CREATE_IRQCHIP: KVM_SET_USER_MEMORY_REGION 1.22 → 0.062 jiffies; repetitions with a stall 20 of 20 → 0 of 20"
+        );
+    }
+
+    fn outcome() -> KabOutcome {
+        let kernel = |spec: &str| Kernel {
+            release: "7.3.4+deb13-amd64".into(),
+            spec: spec.into(),
+            source: "linux-binary-7.3.4+deb13-amd64 7.3.4-1~bpo13+1".into(),
+            image: PathBuf::from("/k/vmlinuz"),
+            config: None,
+            modules: None,
+        };
+        let build = |patches: Vec<build::PatchInfo>| BuildInfo {
+            how: How::Modules {
+                dirs: vec!["arch/x86/kvm".into()],
+                modules: vec!["kvm.ko".into(), "kvm-amd.ko".into()],
+            },
+            source: "linux-source-7.3 7.3.4-1~bpo13+1 (Debian)".into(),
+            config: "Debian's".into(),
+            compiler: "gcc 12.2.0".into(),
+            patches,
+            notes: Vec::new(),
+            steps: vec![build::Step {
+                what: "make M=arch/x86/kvm".into(),
+                secs: 21.0,
+            }],
+            key: "k".into(),
+            cached: false,
+        };
+        let patch = build::PatchInfo {
+            file: "001-lifecycle-keyed.patch".into(),
+            path: PathBuf::from("001-lifecycle-keyed.patch"),
+            sha256: "b7e5481bf6ae2b65ea06ce6ba26fcb906c5d4d3d5eeb7267e7ac73b275434bda".into(),
+            subjects: Vec::new(),
+            files: vec!["virt/kvm/kvm_main.c".into()],
+        };
+        let verdicts = [
+            "irqchip-first",
+            "memslots-first",
+            "devices-after-vcpus",
+            "qemu-order",
+            "firecracker-order",
+            "boot-activation",
+        ]
+        .iter()
+        .map(|v| {
+            verdict(
+                v,
+                VerdictClass::Fixed,
+                vec![stall(Some(20), None, "KVM_CREATE_IRQCHIP")],
+            )
+        })
+        .collect();
+        KabOutcome {
+            hvlab_version: "0.1.0 (abc)".into(),
+            a: kernel("debian:7.3"),
+            b: kernel("debian:7.3+001-lifecycle-keyed.patch"),
+            builds: [Some(build(Vec::new())), Some(build(vec![patch]))],
+            build_steps: Vec::new(),
+            notes: Vec::new(),
+            accel: vm::AccelChoice {
+                accel: Accel::Tcg,
+                cpu_model: "EPYC,+svm,+npt".into(),
+                vendor_module: "kvm_amd".into(),
+                why: "accel: tcg".into(),
+            },
+            host: HostSummary {
+                kernel: "6.18".into(),
+                cpu: "AMD EPYC".into(),
+                cores: 2,
+                hypervisor: Some("KVMKVMKVM".into()),
+            },
+            scenario_names: vec!["lifecycle".into()],
+            boots_per_side: 2,
+            reps: 10,
+            boots: Vec::new(),
+            scenarios: Vec::new(),
+            verdicts,
+            regression: false,
+            inconclusive: 0,
+            wall: WallTimes {
+                build_s: 60.0,
+                boots_s: 30.0,
+                total_s: 90.0,
+            },
+            wall_s: 90.0,
+        }
+    }
+
+    /// What a changelog can quote: short, with the patch's hash, the host, the table, a marked
+    /// place for the model's prediction and the command that reproduces it.
+    #[test]
+    fn the_cover_letter_paragraph_fits_25_lines_and_says_how_to_reproduce() {
+        let text = markdown(
+            &outcome(),
+            "hvlab kab debian:7.3 debian:7.3+001-lifecycle-keyed.patch",
+        );
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines.len() <= 25, "{} lines:\n{text}", lines.len());
+        for needle in [
+            "`001-lifecycle-keyed.patch` (sha256 `b7e5481bf6ae2b65`)",
+            "AMD EPYC",
+            "TCG",
+            "| irqchip-first | **FIXED** | 20/20 → 0/20 |",
+            "KVM_IOEVENTFD 0.018 → 0.118 jiffies",
+            "Model prediction: _(not yet",
+            "Reproduce: `hvlab kab debian:7.3 debian:7.3+001-lifecycle-keyed.patch` (hvlab 0.1.0 (abc))",
+        ] {
+            assert!(text.contains(needle), "no `{needle}` in:\n{text}");
+        }
+    }
+
+    /// The answer comes first: the tally and a line per variant before anything else.
+    #[test]
+    fn the_first_lines_carry_the_verdicts() {
+        let text = render(&outcome());
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].starts_with("kab: B against A, FIXED 6 of 6 variant(s)"),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[1].trim_start().starts_with("FIXED"), "{}", lines[1]);
+        assert!(
+            lines.iter().take(20).any(|l| l.contains("boot-activation")),
+            "{text}"
+        );
+    }
 }

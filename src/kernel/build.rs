@@ -31,7 +31,7 @@ use super::patch::{PatchError, PatchFile, sha256_hex};
 use super::{Kernel, KernelError, cache_dir, from_tree, toolchain};
 
 /// Bumped when the way hvlab builds changes, so older cache entries are not reused.
-const RECIPE: &str = "hvlab-kbuild-1";
+const RECIPE: &str = "hvlab-kbuild-2";
 
 /// Why a patched kernel cannot be built.
 #[derive(Debug, thiserror::Error, displaydoc::Display)]
@@ -70,9 +70,7 @@ pub enum BuildError {
         /// The unpacked source.
         tree: PathBuf,
     },
-    /// The patched kernel does not compile ({step}); the first errors:
-    /// {errors}
-    /// full log: {log}
+    /// The patched kernel does not compile ({step}); the first errors:{errors}full log: {log}
     PatchedCompile {
         /// What was being built.
         step: String,
@@ -81,9 +79,7 @@ pub enum BuildError {
         /// The whole log.
         log: PathBuf,
     },
-    /// The unpatched source does not build on this host ({step}), so no patch can be judged here; the first errors:
-    /// {errors}
-    /// full log: {log}
+    /// The unpatched source does not build on this host ({step}), so no patch can be judged here; the first errors:{errors}full log: {log}
     BaseCompile {
         /// What was being built.
         step: String,
@@ -580,8 +576,12 @@ fn make(tree: &Path, args: &[String], log: &Path) -> Result<(), String> {
 }
 
 /// The first compiler errors of a build log (with the source lines gcc quotes after them),
-/// else its last lines.
+/// else its last lines; one indented line each, between newlines.
 pub fn first_errors(log: &str) -> String {
+    format!("\n{}\n", error_lines(log))
+}
+
+fn error_lines(log: &str) -> String {
     let lines: Vec<&str> = log.lines().collect();
     if let Some(at) = lines
         .iter()
@@ -673,6 +673,9 @@ fn apply(tree: &Path, patches: &[PatchFile], source: &str) -> Result<Vec<String>
             let mut child = Command::new("patch")
                 .args([
                     "-p1",
+                    // Every context line must match, as with `git am`: a hunk placed by fuzz
+                    // may land in the wrong function, and A and B must differ by this patch.
+                    "--fuzz=0",
                     "--forward",
                     "--batch",
                     "--no-backup-if-mismatch",
@@ -749,7 +752,9 @@ fn why_not_applied(output: &str, message: &super::patch::Patch) -> String {
                 .trim_start_matches("FAILED")
                 .trim()
                 .trim_end_matches('.');
-            return format!("hunk #{n}{header} of {target} does not match the source ({at})");
+            return format!(
+                "hunk #{n}{header} of {target} does not match the source ({at}; every context line must match, no fuzz)"
+            );
         }
     }
     let last: Vec<&str> = output.lines().rev().take(3).collect();
@@ -838,7 +843,11 @@ impl<'a> SourceCache<'a> {
         let start = Instant::now();
         let out = f(self);
         let secs = start.elapsed().as_secs_f64();
-        self.progress.end(what, secs);
+        if out.is_ok() {
+            self.progress.end(what, secs);
+        } else {
+            self.progress.end(&format!("{what} failed"), secs);
+        }
         if out.is_ok() {
             self.steps.push(Step {
                 what: what.to_string(),
@@ -1046,20 +1055,15 @@ impl<'a> SourceCache<'a> {
                 let why = placed
                     .iter()
                     .map(|(f, p)| match p {
-                        Placement::NotBuilt { why } => format!("{f} ({why})"),
+                        Placement::NotBuilt { why } => format!("{f}: {why}"),
                         _ => f.clone(),
                     })
                     .collect::<Vec<_>>()
                     .join(", ");
                 // Still refuse a patch that does not apply.
-                let source = self.source_name();
-                for s in sides {
-                    let checked = apply(&tree, &s.patches, &source);
-                    restore(&tree)?;
-                    checked?;
-                }
+                self.check_applies(&tree, sides.iter().copied())?;
                 notes.push(format!(
-                    "the patches touch nothing a build uses ({why}): every side is {} as shipped, so they are the same kernel; judged anyway",
+                    "the patches touch nothing a build uses ({why}); every side is {} as shipped, so they are the same kernel: judged anyway",
                     self.image.release
                 ));
                 Ok(sides
@@ -1092,6 +1096,17 @@ impl<'a> SourceCache<'a> {
                         modules.iter().map(|m| format!("{m}.ko")).collect::<Vec<_>>().join(", ")
                     ));
                 }
+                // Every patch applies before anything is built.
+                let how = format!("modules:{}", dirs.join(","));
+                let unbuilt: Vec<&PatchedSpec> = sides
+                    .iter()
+                    .copied()
+                    .filter(|s| {
+                        self.cached(&self.key(&how, &config_sha, &s.patches))
+                            .is_none()
+                    })
+                    .collect();
+                self.check_applies(&tree, unbuilt.into_iter())?;
                 let mut out = Vec::new();
                 for s in sides {
                     out.push(self.build_modules(s, &dirs, &config_sha)?);
@@ -1105,6 +1120,7 @@ impl<'a> SourceCache<'a> {
                         "every side is built from the same source, minimal config and compiler: they differ by the patch alone".into(),
                     );
                 }
+                self.check_applies(&tree, sides.iter().copied())?;
                 // The side with the fewest patches first: the others build incrementally on it.
                 let mut order: Vec<usize> = (0..sides.len()).collect();
                 order.sort_by_key(|&i| sides[i].patches.len());
@@ -1115,6 +1131,22 @@ impl<'a> SourceCache<'a> {
                 Ok(out.into_iter().flatten().collect())
             }
         }
+    }
+
+    /// Applies each side's patches to `tree` and restores it: a patch that does not apply
+    /// fails before anything is built.
+    fn check_applies<'s>(
+        &self,
+        tree: &Path,
+        sides: impl Iterator<Item = &'s PatchedSpec>,
+    ) -> Result<(), BuildError> {
+        let source = self.source_name();
+        for s in sides.filter(|s| !s.patches.is_empty()) {
+            let checked = apply(tree, &s.patches, &source);
+            restore(tree)?;
+            checked?;
+        }
+        Ok(())
     }
 
     fn key(&self, how: &str, config_sha: &str, patches: &[PatchFile]) -> String {

@@ -145,7 +145,7 @@ fn is_documentation(file: &str) -> bool {
 fn place(tree: &Path, index: &Makefiles, config: &KConfig, file: &str) -> Placement {
     if is_documentation(file) {
         return Placement::NotBuilt {
-            why: "documentation: no kernel build reads it".into(),
+            why: "documentation, which no kernel build reads".into(),
         };
     }
     let (dir, name) = file.rsplit_once('/').unwrap_or(("", file));

@@ -239,25 +239,7 @@ pub fn judge(
                     let xa_j: Vec<f64> = xa.iter().map(|x| x / ja).collect();
                     let xb_j: Vec<f64> = xb.iter().map(|x| x / jb).collect();
                     let metric = name.trim_end_matches("_ms").to_string();
-                    let mut m = rank(
-                        &metric,
-                        "jiffies",
-                        Trust::Jiffies,
-                        xa_j,
-                        xb_j,
-                        threshold,
-                        None,
-                    );
-                    // A grace period is whole ticks: a change under half a jiffy is not one
-                    // gained or lost, whatever the test says about the emulator's noise. It
-                    // is still a cost (an expedited grace period is a fraction of a jiffy).
-                    if m.median[1] - m.median[0] < 0.5 {
-                        m.inconclusive = None;
-                        if m.regression {
-                            m.regression = false;
-                            m.cost = true;
-                        }
-                    }
+                    let m = jiffies_metric(&metric, xa_j, xb_j, threshold);
                     metrics.push(m);
                 }
                 let not_judged = (accel != Accel::Kvm).then(|| {
@@ -289,6 +271,21 @@ pub fn judge(
         });
     }
     out
+}
+
+/// An ioctl's time in jiffies, rank-tested. A grace period is whole ticks: B longer by under
+/// half a jiffy gained none, whatever the test says about the emulator's noise, so it is not
+/// a regression; it is still a cost (an expedited grace period is a fraction of a jiffy).
+fn jiffies_metric(metric: &str, xa: Vec<f64>, xb: Vec<f64>, threshold: f64) -> MetricAb {
+    let mut m = rank(metric, "jiffies", Trust::Jiffies, xa, xb, threshold, None);
+    if m.median[1] - m.median[0] < 0.5 {
+        m.inconclusive = None;
+        if m.regression {
+            m.regression = false;
+            m.cost = true;
+        }
+    }
+    m
 }
 
 /// Counters that follow wall time (timer interrupts, preemptions, halts), not the code path:
@@ -1059,5 +1056,155 @@ mod tests {
             let m = count("x", "count", a, b, Accel::Tcg, 0.05);
             assert!(m.inconclusive.is_none(), "{m:?}");
         }
+    }
+
+    fn variant(metrics: Vec<MetricAb>, stalls: Vec<StallAb>) -> VariantAb {
+        VariantAb {
+            variant: "v".into(),
+            metrics,
+            stalls,
+        }
+    }
+
+    fn stall(a: Option<usize>, b: Option<usize>) -> StallAb {
+        let side = |n: usize| StallSide {
+            stalled_reps: n,
+            reps: 20,
+            jiffies: [1.1, 1.3],
+        };
+        StallAb {
+            ioctl: "KVM_SET_USER_MEMORY_REGION".into(),
+            cause: "KVM_CREATE_IRQCHIP".into(),
+            a: a.map(side),
+            b: b.map(side),
+        }
+    }
+
+    fn stalls(a: Vec<f64>, b: Vec<f64>) -> MetricAb {
+        count("stalls", "count", a, b, Accel::Tcg, 0.05)
+    }
+
+    /// The 001 fix on irqchip-first, as measured on 7.3.4: 1 → 0 stalls in 20 of 20, the
+    /// memslot update 1.22 → 0.062 jiffies.
+    #[test]
+    fn a_stall_a_had_and_b_never_has_is_fixed() {
+        let memslot = jiffies_metric(
+            "ioctl.KVM_SET_USER_MEMORY_REGION",
+            vec![1.22; 20]
+                .iter()
+                .enumerate()
+                .map(|(i, x)| x + i as f64 * 0.01)
+                .collect(),
+            vec![0.062; 20]
+                .iter()
+                .enumerate()
+                .map(|(i, x)| x + i as f64 * 0.001)
+                .collect(),
+            0.05,
+        );
+        let v = verdict(
+            "lifecycle",
+            &variant(
+                vec![stalls(vec![1.0; 20], vec![0.0; 20]), memslot],
+                vec![stall(Some(20), None)],
+            ),
+        );
+        assert_eq!(v.class, VerdictClass::Fixed);
+        assert_eq!(
+            v.stall_reps,
+            Some([
+                StallReps {
+                    stalled: 20,
+                    reps: 20
+                },
+                StallReps {
+                    stalled: 0,
+                    reps: 20
+                }
+            ])
+        );
+        assert!(
+            v.improvements
+                .iter()
+                .any(|c| c.metric.ends_with("MEMORY_REGION") && !c.within_jiffy)
+        );
+    }
+
+    /// An expedited grace period per registration: KVM_IOEVENTFD 0.018 → 0.118 jiffies is
+    /// longer beyond doubt, by under half a jiffy: a cost, not a regression.
+    #[test]
+    fn a_registration_slower_within_a_jiffy_is_a_cost_not_a_regression() {
+        let spread =
+            |base: f64| -> Vec<f64> { (0..20).map(|i| base + f64::from(i) * 0.001).collect() };
+        let m = jiffies_metric("ioctl.KVM_IOEVENTFD", spread(0.018), spread(0.118), 0.05);
+        assert!(m.cost && !m.regression, "{m:?}");
+        let v = verdict(
+            "lifecycle",
+            &variant(vec![stalls(vec![0.0; 20], vec![0.0; 20]), m], vec![]),
+        );
+        assert_eq!(v.class, VerdictClass::Unchanged);
+        assert_eq!(v.costs.len(), 1);
+        assert!((v.costs[0].b - 0.118).abs() < 0.01 && v.costs[0].within_jiffy);
+        // Longer by a grace period's worth: a regression.
+        let m = jiffies_metric("ioctl.KVM_IOEVENTFD", spread(0.018), spread(1.2), 0.05);
+        assert!(m.regression && !m.cost);
+        assert_eq!(
+            verdict("lifecycle", &variant(vec![m], vec![])).class,
+            VerdictClass::Regressed
+        );
+    }
+
+    /// boot-activation under the 001 fix: it stalls on both kernels; the verdict is unchanged,
+    /// and the stall is reported as both sides', never as B's alone.
+    #[test]
+    fn a_stall_on_both_kernels_is_unchanged_and_named_on_both() {
+        let v = verdict(
+            "lifecycle",
+            &variant(
+                vec![stalls(vec![1.0; 20], vec![1.0; 20])],
+                vec![stall(Some(19), Some(20))],
+            ),
+        );
+        assert_eq!(v.class, VerdictClass::Unchanged);
+        assert!(v.stalls[0].a.is_some() && v.stalls[0].b.is_some());
+    }
+
+    #[test]
+    fn a_stall_b_gained_is_a_regression() {
+        let v = verdict(
+            "lifecycle",
+            &variant(
+                vec![stalls(vec![0.0; 20], vec![1.0; 20])],
+                vec![stall(None, Some(20))],
+            ),
+        );
+        assert_eq!(v.class, VerdictClass::Regressed);
+        assert_eq!(v.regressions[0].metric, "stalls");
+    }
+
+    #[test]
+    fn a_grace_period_lost_without_a_stall_count_is_improved() {
+        let m = jiffies_metric("ioctl.KVM_CREATE_VCPU", vec![1.5; 12], vec![0.2; 12], 0.05);
+        let v = verdict("lifecycle", &variant(vec![m], vec![]));
+        assert_eq!(v.class, VerdictClass::Improved);
+        // Shorter by a fraction of a jiffy only: listed, but not a class of its own.
+        let m = jiffies_metric("ioctl.KVM_CREATE_VCPU", vec![0.3; 12], vec![0.2; 12], 0.05);
+        let v = verdict("lifecycle", &variant(vec![m], vec![]));
+        assert_eq!(v.class, VerdictClass::Unchanged);
+        assert!(v.improvements[0].within_jiffy);
+    }
+
+    /// A stalled in 2 of 6 repetitions, B in none: too few to call it fixed.
+    #[test]
+    fn a_rare_stall_gone_is_inconclusive_not_fixed() {
+        let v = verdict(
+            "lifecycle",
+            &variant(
+                vec![stalls(vec![1.0, 0.0, 0.0, 1.0, 0.0, 0.0], vec![0.0; 6])],
+                vec![],
+            ),
+        );
+        assert_eq!(v.class, VerdictClass::Inconclusive);
+        assert_eq!(v.undecided, ["stalls"]);
     }
 }
