@@ -648,7 +648,18 @@ fn how_built(k: &Kernel, b: Option<&BuildInfo>) -> String {
     } else {
         b.patches
             .iter()
-            .map(|p| format!("{} (sha256 {})", p.file, &p.sha256[..16]))
+            .map(|p| {
+                let series = if p.subjects.len() > 1 {
+                    format!(
+                        "a series of {}: {}; ",
+                        p.subjects.len(),
+                        p.subjects.join("; ")
+                    )
+                } else {
+                    String::new()
+                };
+                format!("{} ({series}sha256 {})", p.file, &p.sha256[..16])
+            })
             .collect::<Vec<_>>()
             .join(" + ")
     };
