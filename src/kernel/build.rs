@@ -577,7 +577,7 @@ fn make(tree: &Path, args: &[String], log: &Path) -> Result<(), String> {
 
 /// The first compiler errors of a build log (with the source lines gcc quotes after them),
 /// else its last lines; one indented line each, between newlines.
-pub fn first_errors(log: &str) -> String {
+fn first_errors(log: &str) -> String {
     format!("\n{}\n", error_lines(log))
 }
 
@@ -608,6 +608,22 @@ fn error_lines(log: &str) -> String {
         .map(|l| format!("  {l}"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// A failed build's error: the patch's fault when the side is patched, else this host's.
+fn compile_error<'a>(
+    patched: bool,
+    step: &'a str,
+    log: &'a Path,
+) -> impl FnOnce(String) -> BuildError + 'a {
+    move |errors| {
+        let (step, log) = (step.to_string(), log.to_path_buf());
+        if patched {
+            BuildError::PatchedCompile { step, errors, log }
+        } else {
+            BuildError::BaseCompile { step, errors, log }
+        }
+    }
 }
 
 /// Where a tree keeps the originals of the files a patch changed, and their list.
@@ -800,7 +816,7 @@ fn link_tree(from: &Path, to: &Path) -> Result<(), BuildError> {
 
 /// A module's `vermagic=`.
 fn vermagic(bytes: &[u8]) -> String {
-    super::vm::modinfo(bytes, "vermagic")
+    super::ko::modinfo(bytes, "vermagic")
         .into_iter()
         .next()
         .unwrap_or_default()
@@ -974,7 +990,7 @@ impl<'a> SourceCache<'a> {
             return Ok((tree, note));
         }
         let log = self.log("config");
-        let (debian, debian_text) = self.debian_config(&tree)?;
+        let (_, debian_text) = self.debian_config(&tree)?;
         let base = |e: String| BuildError::BaseCompile {
             step: "the minimal guest config".into(),
             errors: e,
@@ -1034,7 +1050,6 @@ impl<'a> SourceCache<'a> {
                 )
             }
         );
-        let _ = debian;
         std::fs::write(&marker, &note).map_err(io(&marker))?;
         Ok((tree, note))
     }
@@ -1205,6 +1220,29 @@ impl<'a> SourceCache<'a> {
         Ok((tmp, notes, own))
     }
 
+    /// What a fresh build records about itself.
+    fn record(
+        &self,
+        how: How,
+        config: String,
+        side: &PatchedSpec,
+        notes: Vec<String>,
+        steps: Vec<Step>,
+        key: &str,
+    ) -> BuildInfo {
+        BuildInfo {
+            how,
+            source: self.source_name(),
+            config,
+            compiler: self.compiler.clone(),
+            patches: side.patches.iter().map(PatchInfo::from).collect(),
+            notes,
+            steps,
+            key: key.to_string(),
+            cached: false,
+        }
+    }
+
     fn finish_entry(&self, key: &str, tmp: &Path, info: &BuildInfo) -> Result<PathBuf, BuildError> {
         let entry = self.root.join("builds").join(key);
         let json = serde_json::to_string_pretty(info)
@@ -1260,21 +1298,7 @@ impl<'a> SourceCache<'a> {
                                 "modules".to_string(),
                             ];
                             me.timed(&step, |_| {
-                                make(tree, &args, &log).map_err(|errors| {
-                                    if patched {
-                                        BuildError::PatchedCompile {
-                                            step: step.clone(),
-                                            errors,
-                                            log: log.clone(),
-                                        }
-                                    } else {
-                                        BuildError::BaseCompile {
-                                            step: step.clone(),
-                                            errors,
-                                            log: log.clone(),
-                                        }
-                                    }
-                                })
+                                make(tree, &args, &log).map_err(compile_error(patched, &step, &log))
                             })?;
                         }
                         // The image's tree, hard-linked, with the rebuilt modules in place of the
@@ -1309,9 +1333,8 @@ impl<'a> SourceCache<'a> {
                                     let old = dest_dir.join(format!("{stem}{ext}"));
                                     if old.is_file() {
                                         if expected.is_none() {
-                                            expected = super::vm::module_bytes(&old)
-                                                .ok()
-                                                .map(|b| vermagic(&b));
+                                            expected =
+                                                super::ko::bytes(&old).ok().map(|b| vermagic(&b));
                                         }
                                         std::fs::remove_file(&old).map_err(io(&old))?;
                                     }
@@ -1340,20 +1363,11 @@ impl<'a> SourceCache<'a> {
                         }
                         Ok(())
                     })?;
-                let info = BuildInfo {
-                    how: How::Modules {
-                        dirs: dirs.to_vec(),
-                        modules: built_modules,
-                    },
-                    source: self.source_name(),
-                    config: config_note,
-                    compiler: self.compiler.clone(),
-                    patches: side.patches.iter().map(PatchInfo::from).collect(),
-                    notes,
-                    steps,
-                    key: key.clone(),
-                    cached: false,
+                let how = How::Modules {
+                    dirs: dirs.to_vec(),
+                    modules: built_modules,
                 };
+                let info = self.record(how, config_note, side, notes, steps, &key);
                 (self.finish_entry(&key, &tmp, &info)?, info)
             }
         };
@@ -1383,28 +1397,12 @@ impl<'a> SourceCache<'a> {
                 let patched = !side.patches.is_empty();
                 let label = Self::side_label(side);
                 let log = self.log(&format!("whole-{key}"));
-                let mut built_modules = Vec::new();
                 let (tmp, notes, steps) =
                     self.build_entry(&tree.clone(), &key, side, |me, tree, tmp| {
                         let step = format!("make bzImage modules ({label})");
                         me.timed(&step, |_| {
-                            make(tree, &["bzImage".into(), "modules".into()], &log).map_err(
-                                |errors| {
-                                    if patched {
-                                        BuildError::PatchedCompile {
-                                            step: step.clone(),
-                                            errors,
-                                            log: log.clone(),
-                                        }
-                                    } else {
-                                        BuildError::BaseCompile {
-                                            step: step.clone(),
-                                            errors,
-                                            log: log.clone(),
-                                        }
-                                    }
-                                },
-                            )
+                            make(tree, &["bzImage".into(), "modules".into()], &log)
+                                .map_err(compile_error(patched, &step, &log))
                         })?;
                         let rel_file = tree.join("include/config/kernel.release");
                         let release = std::fs::read_to_string(&rel_file)
@@ -1430,27 +1428,10 @@ impl<'a> SourceCache<'a> {
                                 std::fs::create_dir_all(parent).map_err(io(parent))?;
                             }
                             std::fs::copy(&from, &to).map_err(io(&from))?;
-                            built_modules.push(format!(
-                                "{}.ko",
-                                Path::new(rel)
-                                    .file_name()
-                                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
-                            ));
                         }
                         Ok(())
                     })?;
-                let _ = built_modules;
-                let info = BuildInfo {
-                    how: How::Whole,
-                    source: self.source_name(),
-                    config: config_note,
-                    compiler: self.compiler.clone(),
-                    patches: side.patches.iter().map(PatchInfo::from).collect(),
-                    notes,
-                    steps,
-                    key: key.clone(),
-                    cached: false,
-                };
+                let info = self.record(How::Whole, config_note, side, notes, steps, &key);
                 (self.finish_entry(&key, &tmp, &info)?, info)
             }
         };
@@ -1479,6 +1460,14 @@ impl<'a> SourceCache<'a> {
             kernel,
             build: Some(info),
         })
+    }
+}
+
+impl Drop for SourceCache<'_> {
+    /// The downloaded packages are unpacked by now; 160 MiB is not worth keeping for the
+    /// next tree (a second download takes seconds).
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.root.join("debs"));
     }
 }
 
@@ -1546,5 +1535,98 @@ impl KConfig {
                     && !k.starts_with("CC_VERSION")
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIFF: &str = "--- a/virt/kvm/kvm_main.c\n+++ b/virt/kvm/kvm_main.c\n@@ -6070,3 +6070,3 @@ int f(void)\n \ta();\n-\tcall_srcu(x);\n+\tsynchronize_srcu_expedited(x);\n \treturn 0;\n";
+
+    #[test]
+    fn a_spec_splits_at_plus_signs_that_are_not_inside_a_file_name() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let a = dir.path().join("a.patch");
+        let b = dir.path().join("fix+more.patch");
+        std::fs::write(&a, DIFF).expect("write");
+        std::fs::write(&b, DIFF).expect("write");
+        let spec = format!("debian:7.3+{}+{}", a.display(), b.display());
+        let p = PatchedSpec::parse(&spec).expect("parses");
+        assert_eq!(p.base, "debian:7.3");
+        assert_eq!(p.patches.len(), 2);
+        assert_eq!(p.patches[1].name(), "fix+more.patch");
+        assert_eq!(
+            p.touched().into_iter().collect::<Vec<_>>(),
+            ["virt/kvm/kvm_main.c"]
+        );
+        let plain = PatchedSpec::parse("debian:7.3").expect("parses");
+        assert!(plain.patches.is_empty());
+        let e = PatchedSpec::parse(&format!(
+            "debian:7.3+{}/missing.patch",
+            dir.path().display()
+        ))
+        .expect_err("no such file");
+        assert_eq!(e.exit_code(), 2);
+        assert!(
+            e.to_string().contains("missing.patch does not exist"),
+            "{e}"
+        );
+    }
+
+    /// GNU patch's own words, turned into the file, hunk and target.
+    #[test]
+    fn a_failed_hunk_is_named_with_its_header_and_target() {
+        let message = &super::super::patch::parse(Path::new("x.patch"), DIFF).expect("parses")[0];
+        let out =
+            "patching file virt/kvm/kvm_main.c\nHunk #1 FAILED at 6070.\n1 out of 1 hunk FAILED\n";
+        assert_eq!(
+            why_not_applied(out, message),
+            "hunk #1 `@@ -6070,3 +6070,3 @@ int f(void)` of virt/kvm/kvm_main.c does not match the source (at 6070; every context line must match, no fuzz)"
+        );
+        let out = "can't find file to patch at input line 3\nNo file to patch.  Skipping patch.\n";
+        assert!(
+            why_not_applied(out, message).contains("its target virt/kvm/kvm_main.c does not exist")
+        );
+        let out = "patching file virt/kvm/kvm_main.c\nReversed (or previously applied) patch detected!  Skipping patch.\n";
+        assert!(why_not_applied(out, message).contains("already has this change"));
+        let ok = "patching file virt/kvm/kvm_main.c\nHunk #1 succeeded at 6073 (offset 3 lines).\n";
+        assert_eq!(
+            offsets(ok, "x.patch"),
+            ["x.patch: virt/kvm/kvm_main.c: Hunk #1 succeeded at 6073 (offset 3 lines)"]
+        );
+    }
+
+    #[test]
+    fn a_build_log_gives_its_first_compiler_error_with_the_function() {
+        let log = "  CC [M]  arch/x86/kvm/x86.o\nkvm_main.c: In function 'f':\nkvm_main.c:10:5: error: expected ';'\n   10 | x\nmake[2]: *** Error 1\n";
+        let e = first_errors(log);
+        assert!(
+            e.starts_with("\n  kvm_main.c: In function 'f':\n  kvm_main.c:10:5: error"),
+            "{e}"
+        );
+        // No compiler error: the log's last lines.
+        assert!(first_errors("a\nb\nmake: *** [Makefile] Error 2\n").contains("make: ***"));
+    }
+
+    /// The minimal guest keeps Debian's tick, preemption, RCU and KVM choices, set or not.
+    #[test]
+    fn the_guest_config_keeps_debians_tick_preemption_rcu_and_kvm_options() {
+        let debian = "CONFIG_HZ_250=y\nCONFIG_HZ=250\n# CONFIG_HZ_1000 is not set\nCONFIG_PREEMPT_DYNAMIC=y\nCONFIG_TREE_SRCU=y\nCONFIG_KVM=m\nCONFIG_KVM_GUEST=y\nCONFIG_DRM=m\n";
+        assert_eq!(
+            debian_part(debian),
+            [
+                "CONFIG_HZ_250=y",
+                "CONFIG_HZ=250",
+                "# CONFIG_HZ_1000 is not set",
+                "CONFIG_PREEMPT_DYNAMIC=y",
+                "CONFIG_TREE_SRCU=y",
+                "CONFIG_KVM=m",
+            ]
+        );
+        // Every option hvlab checks in a kernel under test is in the guest config.
+        for (option, _) in super::super::GUEST_NEEDS {
+            assert!(GUEST_CONFIG.iter().any(|(k, _)| *k == option), "{option}");
+        }
     }
 }

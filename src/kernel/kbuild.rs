@@ -138,8 +138,6 @@ fn is_documentation(file: &str) -> bool {
         || (!file.contains('/')
             && (matches!(file, "MAINTAINERS" | "CREDITS" | "COPYING" | ".mailmap")
                 || file.starts_with("README")))
-        || file.ends_with(".rst")
-        || file.ends_with(".txt") && !file.contains("Kconfig")
 }
 
 fn place(tree: &Path, index: &Makefiles, config: &KConfig, file: &str) -> Placement {

@@ -9,6 +9,7 @@
 pub mod build;
 pub mod debian;
 pub mod kbuild;
+pub mod ko;
 pub mod patch;
 pub mod toolchain;
 pub mod vm;

@@ -105,12 +105,13 @@ impl PatchFile {
         )
     }
 
-    /// Every file its patches change, `-p1` stripped.
+    /// Every file its patches change, `-p1` stripped: both names of a rename.
     pub fn touched(&self) -> BTreeSet<String> {
         self.patches
             .iter()
             .flat_map(|p| &p.files)
-            .map(|f| f.target().to_string())
+            .flat_map(|f| [f.old.clone(), f.new.clone()])
+            .flatten()
             .collect()
     }
 }

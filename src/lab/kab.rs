@@ -1098,16 +1098,8 @@ mod tests {
     fn a_stall_a_had_and_b_never_has_is_fixed() {
         let memslot = jiffies_metric(
             "ioctl.KVM_SET_USER_MEMORY_REGION",
-            vec![1.22; 20]
-                .iter()
-                .enumerate()
-                .map(|(i, x)| x + i as f64 * 0.01)
-                .collect(),
-            vec![0.062; 20]
-                .iter()
-                .enumerate()
-                .map(|(i, x)| x + i as f64 * 0.001)
-                .collect(),
+            (0..20).map(|i| 1.22 + f64::from(i) * 0.01).collect(),
+            (0..20).map(|i| 0.062 + f64::from(i) * 0.001).collect(),
             0.05,
         );
         let v = verdict(
