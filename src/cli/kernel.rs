@@ -279,10 +279,11 @@ impl Reporter {
         }
     }
 
+    /// A line on stderr (left out with --quiet), above the spinner when one runs.
     fn line(&self, text: &str) {
         match self.active.borrow().as_ref() {
             Some(bar) => bar.println(text),
-            None => eprintln!("{text}"),
+            None => super::habits::note(text),
         }
     }
 
