@@ -1,6 +1,7 @@
 //! `hvlab vm` and `hvlab kab`: kernel specs, bad input, a bzImage with a modules directory,
-//! and the kernel A/B end to end on two Debian kernels (6.12 against 7.3: the 001 regression,
-//! registration's deferred free, on real kernel code).
+//! and the kernel A/B end to end from a patch: the 001 fix rebuilt into Debian 7.3's KVM
+//! modules and judged against the same modules without it, bad patches, and (not in CI) a
+//! whole kernel for a built-in change.
 //!
 //! Tests that fetch kernels or boot them run when `HVLAB_SVM_TCG` is set (`.ci/run` sets it)
 //! and skip loudly otherwise; they share hvlab's kernel cache, so each kernel downloads once.
@@ -284,79 +285,399 @@ fn vm_boots_a_bzimage_with_a_modules_dir_and_keeps_its_runs() {
     assert!(err.contains(" s to the first hvlab command"), "{err}");
 }
 
+/// [`booting`], on a host that can build kernels (`.ci/run` installs the tools).
+fn building(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+    let turn = booting(test)?;
+    ["make", "gcc", "flex", "bison", "pahole"]
+        .iter()
+        .all(|t| common::tool_or_skip(test, t))
+        .then_some(turn)
+}
+
+/// hvlab's cache, as hvlab computes it.
+fn cache_dir() -> PathBuf {
+    let home = std::env::var("HOME").unwrap();
+    std::env::var("HVLAB_CACHE").map_or_else(
+        |_| {
+            std::env::var("XDG_CACHE_HOME").map_or_else(
+                |_| PathBuf::from(home).join(".cache/hvlab"),
+                |x| PathBuf::from(x).join("hvlab"),
+            )
+        },
+        PathBuf::from,
+    )
+}
+
+/// A patch of tests/patches/.
+fn patch(name: &str) -> String {
+    format!("{}/tests/patches/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Complete build entries and unfinished ones (`KEY.tmp`) in the kernel build cache.
+fn build_entries() -> (Vec<String>, Vec<String>) {
+    let mut done = Vec::new();
+    let mut partial = Vec::new();
+    let Ok(sources) = std::fs::read_dir(cache_dir().join("kbuild")) else {
+        return (done, partial);
+    };
+    for source in sources.flatten() {
+        for e in std::fs::read_dir(source.path().join("builds"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".tmp") {
+                partial.push(name);
+            } else if e.path().join("build.json").is_file() {
+                done.push(name);
+            }
+        }
+    }
+    done.sort();
+    (done, partial)
+}
+
+fn verdict_of<'a>(v: &'a Value, variant: &str) -> &'a Value {
+    v["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["variant"] == variant)
+        .unwrap_or_else(|| panic!("no verdict for {variant}: {}", v["verdicts"]))
+}
+
+/// The 001 fix judged from the patch alone on Debian's 7.3: both sides' KVM modules rebuilt
+/// from linux-source-7.3 with Debian's config, the fix FIXED on the three construction
+/// orders that register before the first vCPU, boot-activation still stalling on both, and
+/// the cost of an expedited grace period per early registration. Counts and jiffies only,
+/// never times (TCG).
 #[test]
-fn kab_finds_the_001_regression_between_6_12_and_7_3_on_real_kernels() {
-    let Some(_turn) = booting("kab_finds_the_001_regression") else {
+fn kab_judges_the_001_fix_from_its_patch_module_only_on_7_3() {
+    let Some(_turn) = building("kab_judges_the_001_fix_from_its_patch") else {
+        return;
+    };
+    let (d, db) = db();
+    let md = d.path().join("cover.md");
+    let fix = patch("001-lifecycle-keyed.patch");
+    let args = [
+        "kab",
+        "debian:7.3",
+        &format!("debian:7.3+{fix}"),
+        "--scenario",
+        "lifecycle",
+        "--variant",
+        "irqchip-first",
+        "--variant",
+        "qemu-order",
+        "--variant",
+        "firecracker-order",
+        "--variant",
+        "boot-activation",
+        // One boot a side, 10 repetitions each: the stall counts are exact (20 of 20 → 0 in
+        // every run seen) and the cost is 5×; a second boot pair adds 14 s to CI.
+        "--boots",
+        "1",
+        "--expect-fixed",
+        "irqchip-first",
+        "--markdown",
+        md.to_str().unwrap(),
+        "--json",
+    ];
+    let out = hvlab().arg("--db").arg(&db).args(args).output().unwrap();
+    let err = stderr(&out);
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("kab printed no JSON ({e}): {err}"));
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    // How both sides were made: Debian's image, kvm.ko and friends rebuilt, the patch on B.
+    for side in 0..2 {
+        let b = &v["builds"][side];
+        assert_eq!(b["how"]["kind"], "modules", "{b}");
+        assert_eq!(b["how"]["dirs"][0], "arch/x86/kvm", "{b}");
+        assert!(b["how"]["modules"].to_string().contains("kvm.ko"), "{b}");
+    }
+    assert_eq!(v["builds"][0]["patches"].as_array().unwrap().len(), 0);
+    assert_eq!(
+        v["builds"][1]["patches"][0]["file"],
+        "001-lifecycle-keyed.patch"
+    );
+    assert_eq!(v["builds"][0]["compiler"], v["builds"][1]["compiler"]);
+    assert!(
+        v["notes"].to_string().contains("differ by the patch alone"),
+        "{}",
+        v["notes"]
+    );
+    // FIXED where registrations come before the first vCPU: the stall on the irqchip's grace
+    // period recurs on A and never on B. firecracker-order's B showed one stalled repetition
+    // of 10 and of 20 in some runs (no recurring cause: an emulator pause), hence `<= 1`.
+    for variant in ["irqchip-first", "qemu-order", "firecracker-order"] {
+        let x = verdict_of(&v, variant);
+        assert_eq!(x["class"], "FIXED", "{x}");
+        let stalled = |side: usize| x["stall_reps"][side]["stalled"].as_u64().unwrap();
+        assert!(stalled(0) >= 5 && stalled(1) <= 1, "{x}");
+        let stall = &x["stalls"][0];
+        assert_eq!(stall["cause"], "KVM_CREATE_IRQCHIP", "{x}");
+        assert!(!stall["a"].is_null() && stall["b"].is_null(), "{x}");
+    }
+    // boot-activation registers while a vCPU runs: it still defers, and stalls on both.
+    let boot = verdict_of(&v, "boot-activation");
+    assert_ne!(boot["class"], "FIXED", "{boot}");
+    assert!(
+        boot["stalls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| !s["a"].is_null() && !s["b"].is_null() && s["cause"] == "KVM_IOEVENTFD"),
+        "{boot}"
+    );
+    // The cost: qemu-order's ioeventfds now wait for an expedited grace period each.
+    let qemu = verdict_of(&v, "qemu-order");
+    let cost = qemu["costs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["metric"] == "ioctl.KVM_IOEVENTFD")
+        .unwrap_or_else(|| panic!("no KVM_IOEVENTFD cost: {qemu}"));
+    assert!(
+        cost["b"].as_f64().unwrap() > cost["a"].as_f64().unwrap() * 2.0,
+        "{cost}"
+    );
+    let text = std::fs::read_to_string(&md).unwrap();
+    assert!(text.lines().count() <= 25, "{text}");
+    assert!(text.contains("| irqchip-first | **FIXED** |"), "{text}");
+    // The same patch again builds nothing (a parameter of no module stops it after the
+    // kernel is resolved, before a boot).
+    let again = hvlab()
+        .arg("--db")
+        .arg(&db)
+        .args([
+            "vm",
+            "--kernel",
+            &format!("debian:7.3+{fix}"),
+            "--kvm-param",
+            "kvm_nosuch.x=1",
+            "--",
+            "host",
+        ])
+        .output()
+        .unwrap();
+    assert_exit(
+        &again,
+        2,
+        &["reused from the cache", "Module kvm_nosuch is not among"],
+    );
+    let err = stderr(&again);
+    assert!(!err.contains("build: "), "{err}");
+}
+
+/// Bad patches: named with the file, the hunk and the target, or the compiler's first errors
+/// and the log, exit 2, and nothing stored or left half-built; a documentation-only patch is
+/// judged anyway (A = B), so --expect-fixed fails; missing build tools are named before
+/// anything is fetched (exit 3).
+#[test]
+fn kab_refuses_bad_patches_and_judges_a_documentation_patch_anyway() {
+    let Some(_turn) = building("kab_refuses_bad_patches") else {
+        return;
+    };
+    let (d, db) = db();
+    let kab = |b: &str, extra: &[&str]| {
+        hvlab()
+            .arg("--db")
+            .arg(&db)
+            .args(["kab", "debian:7.3", b, "--variant", "irqchip-first"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // Missing tools: named with their packages, before any fetch.
+    let only_qemu = d.path().join("bin");
+    std::fs::create_dir_all(&only_qemu).unwrap();
+    let qemu = String::from_utf8(
+        std::process::Command::new("sh")
+            .args(["-c", "command -v qemu-system-x86_64"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(qemu.trim(), only_qemu.join("qemu-system-x86_64")).unwrap();
+    let out = hvlab()
+        .arg("--db")
+        .arg(&db)
+        .args([
+            "kab",
+            "debian:7.3",
+            &format!("debian:7.3+{}", patch("001-lifecycle-keyed.patch")),
+        ])
+        .env("PATH", &only_qemu)
+        .output()
+        .unwrap();
+    assert_exit(
+        &out,
+        3,
+        &[
+            "needs make, gcc, flex, bison",
+            "nothing was fetched",
+            "apt-get install make gcc flex bison bc perl patch xz-utils dwarves",
+        ],
+    );
+    let out = kab(&format!("debian:7.3+{}", patch("no-such.patch")), &[]);
+    assert_exit(&out, 2, &["patch file", "no-such.patch does not exist"]);
+    let before = build_entries();
+    // Does not apply: the file, the hunk, the target.
+    let out = kab(
+        &format!("debian:7.3+{}", patch("does-not-apply.patch")),
+        &[],
+    );
+    assert_exit(
+        &out,
+        2,
+        &[
+            "does-not-apply.patch does not apply to linux-source-7.3 ",
+            "hunk #1 `@@ -6070,7 +6070,8 @@` of virt/kvm/kvm_main.c does not match",
+        ],
+    );
+    // Does not compile: the compiler's first error and the full log.
+    let out = kab(
+        &format!("debian:7.3+{}", patch("does-not-compile.patch")),
+        &[],
+    );
+    assert_exit(
+        &out,
+        2,
+        &[
+            "The patched kernel does not compile",
+            "kvm_main.c:",
+            "error: expected ‘;’",
+            "full log: ",
+        ],
+    );
+    let err = stderr(&out);
+    let log = err
+        .lines()
+        .find_map(|l| l.strip_prefix("full log: "))
+        .unwrap();
+    assert!(std::path::Path::new(log.trim()).is_file(), "{log}");
+    // Nothing stored, no build left half-done or marked complete, the trees restored.
+    let after = build_entries();
+    assert!(after.1.is_empty(), "unfinished builds left: {:?}", after.1);
+    // The only build these may add is the unpatched side's.
+    for key in after.0.iter().filter(|k| !before.0.contains(k)) {
+        let info = std::fs::read_dir(cache_dir().join("kbuild"))
+            .unwrap()
+            .flatten()
+            .map(|s| s.path().join("builds").join(key).join("build.json"))
+            .find(|p| p.is_file())
+            .unwrap();
+        let info: Value = serde_json::from_str(&std::fs::read_to_string(info).unwrap()).unwrap();
+        assert_eq!(
+            info["patches"],
+            serde_json::json!([]),
+            "a patched build was kept: {info}"
+        );
+    }
+    let shown = hvlab()
+        .arg("--db")
+        .arg(&db)
+        .args(["runs", "--json"])
+        .output()
+        .unwrap();
+    let runs: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(runs["runs"], serde_json::json!([]), "{runs}");
+    for source in std::fs::read_dir(cache_dir().join("kbuild"))
+        .unwrap()
+        .flatten()
+    {
+        assert!(
+            !source.path().join("modules/.hvlab/journal").exists(),
+            "a patched tree was left"
+        );
+    }
+    // Documentation only: said so, judged anyway (A = B), so it cannot be FIXED.
+    let out = kab(
+        &format!("debian:7.3+{}", patch("doc-only.patch")),
+        &[
+            "--boots",
+            "1",
+            "--reps",
+            "5",
+            "--expect-fixed",
+            "irqchip-first",
+        ],
+    );
+    assert_exit(
+        &out,
+        1,
+        &[
+            "touch nothing a build uses",
+            "judged anyway",
+            "--expect-fixed irqchip-first: its verdict is",
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("UNCHANGED") || text.contains("INCONCLUSIVE"),
+        "{text}"
+    );
+}
+
+/// A built-in change needs a whole kernel: a one-line change to kernel/rcu/srcutree.c (every
+/// call_srcu() starts an expedited grace period, what the call_srcu_expedited() RFC does for
+/// KVM's I/O bus alone) builds the minimal guest kernel for A, then B incrementally, and
+/// boots both. Not in CI: 209 s from a cold build cache on 2 cores (the base build 2 min 47 s,
+/// the patched rebuild 5 s, two boots), 6 s when both kernels are cached.
+#[test]
+#[ignore = "builds a whole kernel (3.5 minutes from a cold cache on 2 cores); run with cargo test -- --ignored"]
+fn kab_builds_whole_kernels_for_a_built_in_change() {
+    let Some(_turn) = building("kab_builds_whole_kernels") else {
         return;
     };
     let (_d, db) = db();
     let out = hvlab()
+        .arg("--db")
+        .arg(&db)
         .args([
             "kab",
-            "debian:6.12",
             "debian:7.3",
-            "--scenario",
-            "lifecycle",
+            &format!("debian:7.3+{}", patch("srcu-call-expedited.patch")),
             "--variant",
             "irqchip-first",
             "--boots",
             "1",
-            // 12, not 6: with 6 per side, two repetitions of A stretched by the emulator on a
-            // busy host left the memslot update at p = 0.13 in one CI run (inconclusive).
-            "--reps",
-            "12",
             "--json",
-            "--fail-on-regression",
         ])
-        .arg("--db")
-        .arg(&db)
         .output()
         .unwrap();
     let err = stderr(&out);
     let v: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("kab printed no JSON ({e}): {err}"));
-    assert_eq!(v["regression"], true, "{v}");
-    assert!(v["inconclusive"].is_u64(), "{v}");
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    let variant = &v["scenarios"][0]["variants"][0];
-    assert_eq!(variant["variant"], "irqchip-first");
-    let metric = |name: &str| {
-        variant["metrics"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|m| m["metric"] == name)
-            .unwrap_or_else(|| panic!("no {name}: {variant}"))
-            .clone()
-    };
-    // Counts: no SRCU stall on 6.12 (registration synchronizes); on 7.3 a stall in some
-    // repetitions (5 of 6 in one run, 3 of 6 in another: under TCG the grace period can end
-    // before the memslot update on a busy host), so rank-tested rather than exact, and not
-    // always significant with 6 repetitions; the jiffies below carry the verdict.
-    let stalls = metric("stalls");
-    assert_eq!(stalls["trust"], "count");
-    let counts = |side: usize| -> Vec<f64> {
-        stalls["samples"][side]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap())
-            .collect()
-    };
-    assert!(counts(0).iter().all(|&c| c == 0.0), "{stalls}");
-    assert!(counts(1).iter().any(|&c| c >= 1.0), "{stalls}");
-    // Jiffies, rank-tested: the memslot update after the irqchip waits out a grace period.
-    let memslot = metric("ioctl.KVM_SET_USER_MEMORY_REGION");
-    assert_eq!(memslot["trust"], "jiffies");
-    assert_eq!(memslot["regression"], true, "{memslot}");
-    assert!(memslot["median"][1].as_f64().unwrap() >= 0.5, "{memslot}");
-    assert!(memslot["median"][0].as_f64().unwrap() < 0.5, "{memslot}");
-    // Times under TCG: shown, never judged, and the output says why.
-    let ready = metric("ready_ms");
-    if v["accel"]["accel"] == "tcg" {
-        assert!(ready["comparison"].is_null());
-        assert!(ready["not_judged"].as_str().unwrap().contains("TCG"));
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    for side in 0..2 {
+        assert_eq!(
+            v["builds"][side]["how"]["kind"], "whole",
+            "{}",
+            v["builds"][side]
+        );
+        assert!(
+            v["builds"][side]["config"]
+                .as_str()
+                .unwrap()
+                .contains("HZ=250"),
+            "{}",
+            v["builds"][side]
+        );
     }
-    let causes = variant["causes"].to_string();
-    assert!(causes.contains("KVM_CREATE_IRQCHIP"), "{causes}");
+    assert!(
+        v["notes"].to_string().contains("kernel/rcu/srcutree.c"),
+        "{}",
+        v["notes"]
+    );
+    assert_eq!(v["a"]["release"], "7.3.4");
+    // The memslot update no longer waits out a normal grace period.
+    assert_eq!(
+        verdict_of(&v, "irqchip-first")["class"],
+        "FIXED",
+        "{}",
+        v["verdicts"]
+    );
 }

@@ -6,12 +6,19 @@ use std::time::Duration;
 
 use clap::Args;
 
+use std::io::IsTerminal;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
 use crate::analysis::compare::AbVerdict;
 use crate::error::{Error, InputError};
-use crate::kernel::vm::{self, Accel, Boot, VmConfig, VmError};
+use crate::kernel::build::{self, BuildInfo, BuildProgress, How};
+use crate::kernel::vm::{self, Accel, Boot, VmConfig};
 use crate::kernel::{self, Kernel};
-use crate::lab::kab::{self, MetricAb, ScenarioAb, Trust};
-use crate::record::RunRecord;
+use crate::lab::kab::{
+    self, BootSummary, Change, KabOutcome, KabProgress, KabRequest, MetricAb, ScenarioAb, StallAb,
+    StallSide, Trust, VariantVerdict, VerdictClass,
+};
 use crate::scenario;
 use crate::store::{self, Store};
 
@@ -72,7 +79,8 @@ impl BootArgs {
 /// `hvlab vm`.
 #[derive(Debug, Args)]
 pub struct VmArgs {
-    /// The kernel: debian:VERSION, a bzImage (with --modules), a build tree, an unpacked package
+    /// The kernel: debian:VERSION, a bzImage (with --modules), a build tree, an unpacked package;
+    /// debian:VERSION+PATCH[+PATCH...] rebuilds Debian's source of that version with the patches
     #[arg(long, value_name = "SPEC")]
     kernel: String,
     /// Modules for a bzImage: DIR/lib/modules/RELEASE (`make modules_install INSTALL_MOD_PATH=DIR`)
@@ -94,9 +102,10 @@ pub struct VmArgs {
 /// `hvlab kab`.
 #[derive(Debug, Args)]
 pub struct KabArgs {
-    /// The baseline kernel (SPEC as for `hvlab vm --kernel`)
+    /// The baseline kernel: SPEC as for `hvlab vm --kernel`, with patches as SPEC+PATCH[+PATCH...]
     base: String,
-    /// The patched kernel
+    /// The patched kernel, e.g. debian:7.3+fix.patch (rebuilt from Debian's source of that
+    /// version; an unpatched debian:7.3 as A is then rebuilt the same way, without the patch)
     patched: String,
     /// Scenario to run (repeatable) [default: lifecycle]
     #[arg(long = "scenario", value_name = "S")]
@@ -121,20 +130,17 @@ pub struct KabArgs {
     /// Exit 1 when B regressed on a judged metric
     #[arg(long)]
     fail_on_regression: bool,
+    /// Exit 1 unless this variant's verdict is FIXED (repeatable): a patch's CI asserting its purpose
+    #[arg(long = "expect-fixed", value_name = "VARIANT")]
+    expect_fixed: Vec<String>,
+    /// Write a paragraph for the patch's cover letter (Markdown, at most 25 lines) here, and a copy beside the stored runs
+    #[arg(long, value_name = "FILE")]
+    markdown: Option<PathBuf>,
     /// One JSON document on stdout
     #[arg(long)]
     json: bool,
     #[command(flatten)]
     boot: BootArgs,
-}
-
-fn logs_dir(release: &str) -> PathBuf {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    kernel::cache_dir()
-        .join("logs")
-        .join(format!("{stamp}-{release}-{}", std::process::id()))
 }
 
 fn open_store(db: Option<&Path>) -> Result<Store, Error> {
@@ -186,10 +192,28 @@ pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
     }
     let mut store = open_store(db)?;
     vm::qemu()?;
-    let kernel = kernel::resolve(&args.kernel, args.modules.as_deref()).map_err(VmError::from)?;
+    let reporter = Reporter::new(false);
+    let resolved = build::resolve(&[&args.kernel], args.modules.as_deref(), &reporter)
+        .map_err(vm::VmError::from)?;
+    drop(reporter);
+    let Some(built) = resolved.sides.into_iter().next() else {
+        return Err(InputError::BadValue {
+            key: "--kernel".into(),
+            value: args.kernel.clone(),
+            why: "it names no kernel".into(),
+        }
+        .into());
+    };
+    let kernel = built.kernel;
     eprintln!("kernel: {}", describe(&kernel));
+    if let Some(b) = &built.build {
+        eprintln!("built: {}", how_built(&kernel, Some(b)));
+    }
+    for n in &resolved.notes {
+        eprintln!("note: {n}");
+    }
     eprintln!("{}", vm::choose_accel(cfg.accel)?.why);
-    let dir = logs_dir(&kernel.release);
+    let dir = kab::logs_dir(&kernel.release);
     let (boot, failure) = vm::boot(&kernel, &cfg, &commands, &dir)?;
     if let Some(s) = boot.to_first_command_s {
         eprintln!(
@@ -240,152 +264,651 @@ fn write_result(dir: &Path, n: usize, c: &vm::GuestCommand) -> Result<(), Error>
     Ok(())
 }
 
+/// Progress on stderr: one line per finished step or boot (kept in CI logs), and an
+/// indicatif spinner while a step runs, on a terminal and without --json.
+struct Reporter {
+    spinners: bool,
+    active: std::cell::RefCell<Option<ProgressBar>>,
+}
+
+impl Reporter {
+    fn new(json: bool) -> Reporter {
+        Reporter {
+            spinners: !json && !super::habits::quiet() && std::io::stderr().is_terminal(),
+            active: std::cell::RefCell::new(None),
+        }
+    }
+
+    /// A line on stderr (left out with --quiet), above the spinner when one runs.
+    fn line(&self, text: &str) {
+        match self.active.borrow().as_ref() {
+            Some(bar) => bar.println(text),
+            None => super::habits::note(text),
+        }
+    }
+
+    fn spin(&self, what: &str) {
+        self.idle();
+        if self.spinners {
+            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            bar.set_message(what.to_string());
+            bar.enable_steady_tick(std::time::Duration::from_millis(120));
+            *self.active.borrow_mut() = Some(bar);
+        }
+    }
+
+    fn idle(&self) {
+        if let Some(bar) = self.active.borrow_mut().take() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Drop for Reporter {
+    fn drop(&mut self) {
+        self.idle();
+    }
+}
+
+impl BuildProgress for Reporter {
+    fn begin(&self, step: &str) {
+        self.spin(step);
+    }
+
+    fn end(&self, step: &str, secs: f64) {
+        self.idle();
+        self.line(&format!("build: {step}: {}", duration(secs)));
+    }
+}
+
+impl KabProgress for Reporter {
+    fn kernels(&self, kernels: &[Kernel; 2], notes: &[String], accel: &vm::AccelChoice) {
+        self.line(&format!("A: {}", describe(&kernels[0])));
+        self.line(&format!("B: {}", describe(&kernels[1])));
+        for n in notes {
+            self.line(&format!("note: {n}"));
+        }
+        self.line(&accel.why);
+    }
+
+    fn boot_start(&self, n: usize, total: usize, side: &str, kernel: &Kernel) {
+        self.spin(&format!("boot {n}/{total}: {side} {}", kernel.release));
+    }
+
+    fn boot_end(&self, boot: &BootSummary) {
+        self.idle();
+        self.line(&format!(
+            "boot {}: {} s to the first command, {:.1} s in all; runs: {} brought back to {} ({} new)",
+            boot.side,
+            boot.to_first_command_s
+                .map_or_else(|| "-".to_string(), |s| format!("{s:.1}")),
+            boot.wall_s,
+            boot.runs,
+            boot.store,
+            boot.stored
+        ));
+        for f in &boot.failures {
+            self.line(&format!(
+                "  hvlab {}: exit {:?}\n{}",
+                f.args.join(" "),
+                f.rc,
+                f.stderr.trim_end()
+            ));
+        }
+    }
+}
+
+/// `1 min 12 s`, `13.2 s`.
+fn duration(secs: f64) -> String {
+    if secs >= 60.0 {
+        let whole = secs.round();
+        format!("{:.0} min {:02.0} s", (whole / 60.0).floor(), whole % 60.0)
+    } else {
+        format!("{secs:.1} s")
+    }
+}
+
+/// The command line as given, quoted for a shell.
+fn command_line() -> String {
+    std::env::args()
+        .enumerate()
+        .map(|(i, a)| {
+            let a = if i == 0 { "hvlab".to_string() } else { a };
+            if a.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./:=+,@%".contains(c))
+            {
+                a
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// `hvlab kab`.
 pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
-    let cfg = args.boot.config()?;
-    let threshold = crate::lab::compare::parse_threshold(&args.threshold)?;
-    let scenarios = if args.scenarios.is_empty() {
-        vec!["lifecycle".to_string()]
-    } else {
-        args.scenarios.clone()
+    let req = KabRequest {
+        base: args.base.clone(),
+        patched: args.patched.clone(),
+        scenarios: if args.scenarios.is_empty() {
+            vec!["lifecycle".to_string()]
+        } else {
+            args.scenarios.clone()
+        },
+        variants: args.variants.clone(),
+        sets: args.sets.clone(),
+        boots: args.boots,
+        reps: args.reps,
+        threshold: crate::lab::compare::parse_threshold(&args.threshold)?,
+        vm: args.boot.config()?,
     };
+    if let Some(v) = args
+        .expect_fixed
+        .iter()
+        .find(|v| !args.variants.is_empty() && !args.variants.contains(v))
+    {
+        return Err(InputError::BadValue {
+            key: "--expect-fixed".into(),
+            value: v.clone(),
+            why: "that variant is not among the --variant ones run".into(),
+        }
+        .into());
+    }
     let mut store = open_store(db)?;
-    vm::qemu()?;
-    let kernels = [
-        kernel::resolve(&args.base, None).map_err(VmError::from)?,
-        kernel::resolve(&args.patched, None).map_err(VmError::from)?,
-    ];
-    let choice = vm::choose_accel(cfg.accel)?;
-    eprintln!(
-        "A: {}\nB: {}\n{}",
-        describe(&kernels[0]),
-        describe(&kernels[1]),
-        choice.why
-    );
-    // --variant and --set go to the scenarios that have them; each must fit at least one.
-    let infos = scenarios
-        .iter()
-        .map(|s| scenario::find(s))
-        .collect::<Result<Vec<_>, _>>()?;
-    let key_of = |kv: &str| kv.split_once('=').map_or(kv, |(k, _)| k).to_string();
-    let has_param = |info: &scenario::ScenarioInfo, kv: &str| {
-        let key = key_of(kv);
-        key.starts_with("guest.") || info.params.iter().any(|p| p.name == key)
-    };
-    let has_variant =
-        |info: &scenario::ScenarioInfo, v: &str| info.variants.iter().any(|x| x.name == v);
-    for kv in &args.sets {
-        if !infos.iter().any(|i| has_param(i, kv)) {
-            return Err(InputError::BadValue {
-                key: "--set".into(),
-                value: kv.clone(),
-                why: format!(
-                    "no scenario of {} has that parameter; `hvlab list` shows them",
-                    scenarios.join(", ")
-                ),
-            }
-            .into());
-        }
-    }
-    for v in &args.variants {
-        if !infos.iter().any(|i| has_variant(i, v)) {
-            return Err(InputError::BadValue {
-                key: "--variant".into(),
-                value: v.clone(),
-                why: format!(
-                    "no scenario of {} has that variant; `hvlab list` shows them",
-                    scenarios.join(", ")
-                ),
-            }
-            .into());
-        }
-    }
-    let commands: Vec<Vec<String>> = infos
-        .iter()
-        .map(|info| {
-            let mut c = vec![
-                "run".to_string(),
-                info.name.to_string(),
-                "--reps".into(),
-                args.reps.to_string(),
-                "--warmup".into(),
-                "1".into(),
-                "--json".into(),
-            ];
-            for v in args.variants.iter().filter(|v| has_variant(info, v)) {
-                c.extend(["--variant".to_string(), v.clone()]);
-            }
-            for kv in args.sets.iter().filter(|kv| has_param(info, kv)) {
-                c.extend(["--set".to_string(), kv.clone()]);
-            }
-            c
-        })
-        .collect();
-    let mut sides: [Vec<RunRecord>; 2] = [Vec::new(), Vec::new()];
-    let mut boots = Vec::new();
-    let order = kab::abba(args.boots);
-    let start = std::time::Instant::now();
-    for (i, &side) in order.iter().enumerate() {
-        let k = &kernels[side];
-        let name = ["A", "B"][side];
-        eprintln!("boot {}/{}: {name} {}", i + 1, order.len(), k.release);
-        let (boot, failure) = vm::boot(k, &cfg, &commands, &logs_dir(&k.release))?;
-        eprintln!(
-            "  {:.1} s to the first command, {:.1} s in all; {}",
-            boot.to_first_command_s.unwrap_or(f64::NAN),
-            boot.wall_s,
-            keep(&mut store, &boot)?
-        );
-        for c in &boot.commands {
-            if c.rc != Some(0) {
-                eprintln!(
-                    "  hvlab {}: exit {:?}\n{}",
-                    c.args.join(" "),
-                    c.rc,
-                    c.stderr.trim_end()
-                );
-            }
-        }
-        sides[side].extend(boot.runs.iter().cloned());
-        boots.push(serde_json::json!({
-            "side": name, "release": boot.release, "to_first_command_s": boot.to_first_command_s,
-            "wall_s": boot.wall_s, "console": boot.console,
-        }));
-        if let Some(f) = failure {
-            return Err(f.into());
-        }
-    }
-    let judged = kab::judge(&scenarios, &sides[0], &sides[1], choice.accel, threshold);
-    let regression = judged
-        .iter()
-        .flat_map(|s| &s.variants)
-        .flat_map(|v| &v.metrics)
-        .any(|m| m.regression);
-    let inconclusive = judged
-        .iter()
-        .flat_map(|s| &s.variants)
-        .flat_map(|v| &v.metrics)
-        .filter(|m| m.inconclusive.is_some())
-        .count();
+    let reporter = Reporter::new(args.json);
+    let outcome = kab::run(&req, &mut store, &reporter)?;
+    drop(reporter);
     if args.json {
-        crate::cli::print_json(&serde_json::json!({
-            "a": kernels[0], "b": kernels[1], "accel": choice, "boots": boots,
-            "wall_s": start.elapsed().as_secs_f64(), "scenarios": judged, "regression": regression,
-            "inconclusive": inconclusive,
-        }))?;
+        super::print_json(&outcome)?;
     } else {
-        println!(
-            "{}",
-            render(&kernels, &choice, &judged, start.elapsed().as_secs_f64())
+        super::print_text(&render(&outcome))?;
+    }
+    if let Some(path) = &args.markdown {
+        let text = markdown(&outcome, &command_line());
+        let fail = |e: std::io::Error| Error::OutputPath {
+            what: "the cover-letter paragraph",
+            path: path.clone(),
+            option: "--markdown FILE",
+            why: e.to_string(),
+        };
+        std::fs::write(path, &text).map_err(fail)?;
+        let beside = match store.location() {
+            store::Location::Sqlite(p) => p
+                .parent()
+                .map_or_else(|| PathBuf::from("kab"), |d| d.join("kab")),
+            store::Location::Postgres(_) => kernel::cache_dir().join("kab"),
+        };
+        let copy = beside.join(format!(
+            "{}-{}.md",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            path.file_stem()
+                .map_or_else(|| "kab".into(), |n| n.to_string_lossy().into_owned())
+        ));
+        std::fs::create_dir_all(&beside)
+            .and_then(|()| std::fs::write(&copy, &text))
+            .map_err(|e| Error::OutputPath {
+                what: "the copy of the cover-letter paragraph beside the stored runs",
+                path: copy.clone(),
+                option: "--db (the copy goes to its directory's kab/)",
+                why: e.to_string(),
+            })?;
+        eprintln!(
+            "cover-letter paragraph: {} (copy beside the stored runs: {})",
+            path.display(),
+            copy.display()
         );
     }
-    Ok(if args.fail_on_regression && regression {
+    let mut failed = args.fail_on_regression && outcome.regression;
+    for v in &args.expect_fixed {
+        match outcome.verdict_of(v) {
+            None => {
+                return Err(InputError::BadValue {
+                    key: "--expect-fixed".into(),
+                    value: v.clone(),
+                    why: format!(
+                        "no scenario run has that variant (judged: {})",
+                        outcome
+                            .verdicts
+                            .iter()
+                            .map(|x| x.variant.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                }
+                .into());
+            }
+            Some(verdict) if verdict.class != VerdictClass::Fixed => {
+                eprintln!(
+                    "--expect-fixed {v}: its verdict is {}, not FIXED",
+                    verdict.class.word()
+                );
+                failed = true;
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(if failed {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     })
 }
 
+/// `1.22`, `0.062`, `20`.
+fn jiffies(v: f64) -> String {
+    num(v)
+}
+
+/// `KVM_SET_USER_MEMORY_REGION waits for the grace period of KVM_CREATE_IRQCHIP`.
+fn stall_words(s: &StallAb) -> String {
+    format!(
+        "{} waits for the grace period of {}",
+        s.ioctl.trim_start_matches("ioctl."),
+        s.cause
+    )
+}
+
+fn stall_side(side: &StallSide) -> String {
+    let [lo, hi] = side.jiffies;
+    let j = if (hi - lo).abs() < 0.05 {
+        format!("{} jiffies", jiffies(lo))
+    } else {
+        format!("{}–{} jiffies", jiffies(lo), jiffies(hi))
+    };
+    format!("{} of {} repetitions, {j}", side.stalled_reps, side.reps)
+}
+
+fn change_words(c: &Change) -> String {
+    format!(
+        "{} {} → {} {}",
+        c.metric.trim_start_matches("ioctl."),
+        num(c.a),
+        num(c.b),
+        c.unit
+    )
+}
+
+/// The mechanism of a verdict, in words: the first line and any further lines.
+fn mechanism(v: &VariantVerdict) -> Vec<String> {
+    let mut out = Vec::new();
+    let reps = |i: usize| {
+        v.stall_reps.map_or(String::new(), |r| {
+            format!("{} of {}", r[i].stalled, r[i].reps)
+        })
+    };
+    let gone: Vec<&StallAb> = v
+        .stalls
+        .iter()
+        .filter(|s| s.a.is_some() && s.b.is_none())
+        .collect();
+    let gained: Vec<&StallAb> = v
+        .stalls
+        .iter()
+        .filter(|s| s.a.is_none() && s.b.is_some())
+        .collect();
+    let both: Vec<&StallAb> = v
+        .stalls
+        .iter()
+        .filter(|s| s.a.is_some() && s.b.is_some())
+        .collect();
+    let moved = |c: &Change| {
+        // The metric that carried the stall, shown beside it.
+        v.stalls
+            .iter()
+            .any(|s| c.metric == s.ioctl || c.metric == format!("ioctl.{}", s.ioctl))
+    };
+    match v.class {
+        VerdictClass::Fixed => {
+            for s in &gone {
+                let carried = v.improvements.iter().find(|c| moved(c));
+                out.push(format!(
+                    "{} no longer waits for the grace period of {}: {}repetitions with a stall {} → {}",
+                    s.ioctl,
+                    s.cause,
+                    carried.map_or(String::new(), |c| format!("{}; ", change_words(c))),
+                    reps(0),
+                    reps(1)
+                ));
+            }
+            if gone.is_empty() {
+                out.push(format!(
+                    "repetitions with a stall {} → {}",
+                    reps(0),
+                    reps(1)
+                ));
+            }
+        }
+        VerdictClass::Regressed => {
+            for s in &gained {
+                let side = s.b.as_ref().map_or(String::new(), stall_side);
+                out.push(format!("B gained a stall: {} ({side})", stall_words(s)));
+            }
+            for c in &v.regressions {
+                out.push(format!("B worse: {}", change_words(c)));
+            }
+            for s in &gone {
+                out.push(format!("(and no longer: {})", stall_words(s)));
+            }
+        }
+        VerdictClass::Improved => {
+            for c in v.improvements.iter().filter(|c| !c.within_jiffy) {
+                out.push(format!("B better: {}", change_words(c)));
+            }
+        }
+        VerdictClass::Inconclusive => {
+            out.push(format!(
+                "the samples cannot settle {} (details below)",
+                v.undecided.join(", ")
+            ));
+        }
+        VerdictClass::Unchanged => {}
+    }
+    if matches!(
+        v.class,
+        VerdictClass::Unchanged | VerdictClass::Inconclusive | VerdictClass::Improved
+    ) {
+        for s in &both {
+            let (a, b) = (s.a.as_ref(), s.b.as_ref());
+            out.push(format!(
+                "stalls on both: {} (A: {}; B: {})",
+                stall_words(s),
+                a.map_or(String::new(), stall_side),
+                b.map_or(String::new(), stall_side)
+            ));
+        }
+        if v.class == VerdictClass::Unchanged && v.stalls.is_empty() {
+            out.push(if v.stall_reps.is_some() {
+                "no stall on either kernel".into()
+            } else {
+                "no judged change".into()
+            });
+        }
+    }
+    let mut costs: Vec<&Change> = v.costs.iter().collect();
+    costs.sort_by(|x, y| (y.b - y.a).total_cmp(&(x.b - x.a)));
+    for c in costs {
+        out.push(format!("cost: {} (+{})", change_words(c), num(c.b - c.a)));
+    }
+    out
+}
+
+/// How a side was made, in one line.
+fn how_built(k: &Kernel, b: Option<&BuildInfo>) -> String {
+    let Some(b) = b else {
+        return format!("{} ({}), as given", k.release, k.source);
+    };
+    let patches = if b.patches.is_empty() {
+        "no patch".to_string()
+    } else {
+        b.patches
+            .iter()
+            .map(|p| {
+                let series = if p.subjects.len() > 1 {
+                    format!(
+                        "a series of {}: {}; ",
+                        p.subjects.len(),
+                        p.subjects.join("; ")
+                    )
+                } else {
+                    String::new()
+                };
+                format!("{} ({series}sha256 {})", p.file, &p.sha256[..16])
+            })
+            .collect::<Vec<_>>()
+            .join(" + ")
+    };
+    let how = match &b.how {
+        How::Modules { modules, .. } => format!(
+            "Debian's {} image with {} rebuilt from {}",
+            k.release,
+            modules.join(", "),
+            b.source
+        ),
+        How::Whole => format!("whole kernel {} from {}", k.release, b.source),
+        How::AsShipped { .. } => {
+            return format!(
+                "Debian's {} as shipped, {patches}: nothing a build uses changes",
+                k.release
+            );
+        }
+    };
+    let reused = if b.cached && !matches!(b.how, How::AsShipped { .. }) {
+        ", reused from the cache"
+    } else {
+        ""
+    };
+    format!("{how}, {patches} ({}{reused})", b.compiler)
+}
+
+fn render(o: &KabOutcome) -> String {
+    let mut out = Vec::new();
+    let mut counts: Vec<(VerdictClass, usize)> = Vec::new();
+    for v in &o.verdicts {
+        match counts.iter_mut().find(|(c, _)| *c == v.class) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((v.class, 1)),
+        }
+    }
+    counts.sort_by_key(|(c, _)| *c as u8);
+    let tally = counts
+        .iter()
+        .map(|(c, n)| format!("{} {n}", c.word()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    out.push(format!(
+        "kab: B against A, {tally} of {} variant(s) ({}; {} boot(s) × {} repetitions a side; {}){}",
+        o.verdicts.len(),
+        o.scenario_names.join(", "),
+        o.boots_per_side,
+        o.reps,
+        o.accel.accel,
+        if o.regression {
+            "; REGRESSION"
+        } else {
+            "; no regression"
+        }
+    ));
+    let width = o
+        .verdicts
+        .iter()
+        .map(|v| v.variant.len())
+        .max()
+        .unwrap_or(0);
+    for v in &o.verdicts {
+        let lines = mechanism(v);
+        let first = lines.first().cloned().unwrap_or_default();
+        out.push(format!(
+            "  {:<12} {:<width$}  {first}",
+            v.class.word(),
+            v.variant
+        ));
+        for l in lines.iter().skip(1) {
+            out.push(format!("  {:<12} {:<width$}  {l}", "", ""));
+        }
+    }
+    if o.verdicts.iter().any(|v| !v.costs.is_empty()) {
+        out.push(
+            "  (cost: B significantly slower by under half a jiffy, so no normal grace period gained; an expedited one takes a fraction of a jiffy)"
+                .into(),
+        );
+    }
+    out.push(format!("A = {}", how_built(&o.a, o.builds[0].as_ref())));
+    out.push(format!("B = {}", how_built(&o.b, o.builds[1].as_ref())));
+    for n in &o.notes {
+        out.push(format!("  {n}"));
+    }
+    let steps: Vec<String> = o
+        .build_steps
+        .iter()
+        .map(|s| (String::new(), s))
+        .chain(o.builds.iter().zip(["A: ", "B: "]).flat_map(|(b, side)| {
+            b.iter()
+                .flat_map(|b| &b.steps)
+                .map(move |s| (side.to_string(), s))
+        }))
+        .map(|(side, s)| format!("{side}{} {}", s.what, duration(s.secs)))
+        .collect();
+    if steps.is_empty() {
+        if o.builds
+            .iter()
+            .any(|b| b.as_ref().is_some_and(|b| b.cached))
+        {
+            out.push(format!(
+                "build: nothing built, both kernels from the cache ({})",
+                duration(o.wall.build_s)
+            ));
+        }
+    } else {
+        out.push(format!(
+            "build: {} ({})",
+            duration(o.wall.build_s),
+            steps.join("; ")
+        ));
+    }
+    let firsts: Vec<f64> = o
+        .boots
+        .iter()
+        .filter_map(|b| b.to_first_command_s)
+        .collect();
+    let lo = firsts.iter().copied().fold(f64::MAX, f64::min);
+    let hi = firsts.iter().copied().fold(f64::MIN, f64::max);
+    out.push(format!(
+        "boots: {} in {} ({:.1}–{:.1} s to the first command); wall time {}",
+        o.boots.len(),
+        duration(o.wall.boots_s),
+        lo,
+        hi,
+        duration(o.wall.total_s)
+    ));
+    out.push(o.accel.why.clone());
+    out.push(String::new());
+    out.push("details, per metric:".into());
+    out.push(details(&o.scenarios));
+    out.join("\n")
+}
+
+/// The cover-letter paragraph: at most 25 lines of Markdown.
+fn markdown(o: &KabOutcome, command: &str) -> String {
+    let mut out = Vec::new();
+    let side = |k: &Kernel, b: Option<&BuildInfo>| -> String {
+        let patches = b.map_or(String::new(), |b| {
+            b.patches
+                .iter()
+                .map(|p| format!(" + `{}` (sha256 `{}`)", p.file, &p.sha256[..16]))
+                .collect::<String>()
+        });
+        let how = match b.map(|b| &b.how) {
+            Some(How::Modules { modules, .. }) => format!(
+                "Debian's image, {} rebuilt from {} with {}",
+                modules.join(", "),
+                b.map_or("", |b| b.source.as_str()),
+                b.map_or("", |b| b.compiler.as_str())
+            ),
+            Some(How::Whole) => format!(
+                "whole kernel from {}, minimal guest config, {}",
+                b.map_or("", |b| b.source.as_str()),
+                b.map_or("", |b| b.compiler.as_str())
+            ),
+            Some(How::AsShipped { .. }) => "Debian's image as shipped".into(),
+            None => k.source.clone(),
+        };
+        format!("`{}`{patches}: {how}", k.release)
+    };
+    out.push(format!(
+        "**hvlab kab**: {} on `{}` ({}, {} cores{}), QEMU {}",
+        o.scenario_names.join(", "),
+        o.host.cpu,
+        o.host.kernel,
+        o.host.cores,
+        o.host
+            .hypervisor
+            .as_ref()
+            .map_or(String::new(), |h| format!(", under {h}")),
+        match o.accel.accel {
+            vm::Accel::Kvm => "with nested KVM".to_string(),
+            _ => format!("TCG ({}; times not judged)", o.accel.cpu_model),
+        }
+    ));
+    out.push(String::new());
+    out.push(format!("- A: {}", side(&o.a, o.builds[0].as_ref())));
+    out.push(format!("- B: {}", side(&o.b, o.builds[1].as_ref())));
+    out.push(format!(
+        "- {} boot(s) × {} repetitions a side, ABBA; counts exact, jiffies rank-tested",
+        o.boots_per_side, o.reps
+    ));
+    out.push(String::new());
+    out.push("| variant | verdict | stalls A → B | before → after | cause | cost |".into());
+    out.push("|---|---|---|---|---|---|".into());
+    let budget = 25 - 6 - 6;
+    for v in o.verdicts.iter().take(budget) {
+        let reps = v.stall_reps.map_or("–".to_string(), |r| {
+            format!(
+                "{}/{} → {}/{}",
+                r[0].stalled, r[0].reps, r[1].stalled, r[1].reps
+            )
+        });
+        let moved = v
+            .improvements
+            .iter()
+            .filter(|c| !c.within_jiffy && c.metric != "stalls")
+            .chain(&v.regressions)
+            .map(change_words)
+            .collect::<Vec<_>>()
+            .join("; ");
+        let cause = v
+            .stalls
+            .iter()
+            .map(|s| {
+                let sides = match (s.a.is_some(), s.b.is_some()) {
+                    (true, true) => "both",
+                    (true, false) => "A only",
+                    _ => "B only",
+                };
+                format!("{} ({sides})", stall_words(s))
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let cost = v
+            .costs
+            .iter()
+            .map(change_words)
+            .collect::<Vec<_>>()
+            .join("; ");
+        let cell = |t: String| {
+            if t.is_empty() {
+                "–".to_string()
+            } else {
+                t.replace('|', "\\|")
+            }
+        };
+        out.push(format!(
+            "| {} | **{}** | {reps} | {} | {} | {} |",
+            v.variant,
+            v.class.word(),
+            cell(moved),
+            cell(cause),
+            cell(cost)
+        ));
+    }
+    out.push(String::new());
+    out.push(
+        "Model prediction: _(not yet: the fidelity work of issue 31 adds hvlab's model prediction here)_"
+            .into(),
+    );
+    out.push(String::new());
+    out.push(format!(
+        "Reproduce: `{command}` (hvlab {})",
+        o.hvlab_version
+    ));
+    out.join("\n") + "\n"
+}
 fn verdict_word(v: AbVerdict) -> &'static str {
     match v {
         AbVerdict::Faster => "B shorter",
@@ -421,17 +944,9 @@ fn side_text(m: &MetricAb, i: usize) -> String {
     )
 }
 
-fn render(
-    kernels: &[Kernel; 2],
-    choice: &vm::AccelChoice,
-    judged: &[ScenarioAb],
-    wall: f64,
-) -> String {
-    let mut out = vec![
-        format!("A = {}", describe(&kernels[0])),
-        format!("B = {}", describe(&kernels[1])),
-        choice.why.clone(),
-    ];
+/// The per-metric comparison, after the verdicts.
+fn details(judged: &[ScenarioAb]) -> String {
+    let mut out: Vec<String> = Vec::new();
     for s in judged {
         out.push(format!(
             "\n{}: {} run(s) on A, {} on B",
@@ -541,9 +1056,6 @@ fn render(
                     }
                 }
             }
-            for c in &v.causes {
-                lines.push(format!("    cause (B only): {c}"));
-            }
             if !same_here.is_empty() {
                 // Fault counts first: they are what a paging change moves.
                 same_here.sort_by_key(|t| !(t.contains("pf_") || t.contains("fault")));
@@ -574,21 +1086,6 @@ fn render(
             out.push(format!("  times are shown, not judged: {why}"));
         }
     }
-    let regressions: Vec<String> = judged
-        .iter()
-        .flat_map(|s| {
-            s.variants.iter().flat_map(move |v| {
-                v.metrics.iter().filter(|m| m.regression).map(move |m| {
-                    let unit = if m.trust == Trust::Jiffies {
-                        "jiffies"
-                    } else {
-                        m.unit.as_str()
-                    };
-                    format!("{} {} {} ({unit})", s.scenario, v.variant, m.metric)
-                })
-            })
-        })
-        .collect();
     let undecided: Vec<String> = judged
         .iter()
         .flat_map(|s| {
@@ -601,35 +1098,229 @@ fn render(
             })
         })
         .collect();
-    out.push(String::new());
-    if regressions.is_empty() {
-        out.push(if undecided.is_empty() {
-            "verdict: no regression of a judged metric (counts exact, jiffies rank-tested)".into()
-        } else {
-            // Not "no regression": B looked worse and the samples could not say whether it is.
-            format!(
-                "verdict: INCONCLUSIVE, no regression shown, but {} judged metric(s) higher on B than the samples can separate from noise:",
-                undecided.len()
-            )
-        });
-    } else {
+    if !undecided.is_empty() {
+        // Not "no change": B looked worse and the samples could not say whether it is.
         out.push(format!(
-            "verdict: REGRESSION in B on {} judged metric(s):",
-            regressions.len()
+            "\nundecided: {} judged metric(s) higher on B than the samples can separate from noise:",
+            undecided.len()
         ));
-        for r in regressions.iter().take(12) {
-            out.push(format!("  {r}"));
-        }
-        if !undecided.is_empty() {
-            out.push(format!(
-                "and {} judged metric(s) higher on B, inconclusive with these samples:",
-                undecided.len()
-            ));
-        }
     }
     for u in undecided.iter().take(12) {
         out.push(format!("  {u}"));
     }
-    out.push(format!("A/B wall time: {wall:.0} s"));
     out.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::kab::{HostSummary, StallReps, WallTimes};
+
+    fn stall(a: Option<usize>, b: Option<usize>, cause: &str) -> StallAb {
+        let side = |n: usize| StallSide {
+            stalled_reps: n,
+            reps: 20,
+            jiffies: [1.63, 1.71],
+        };
+        StallAb {
+            ioctl: "KVM_SET_USER_MEMORY_REGION".into(),
+            cause: cause.into(),
+            a: a.map(side),
+            b: b.map(side),
+        }
+    }
+
+    fn verdict(variant: &str, class: VerdictClass, stalls: Vec<StallAb>) -> VariantVerdict {
+        let reps = |n| StallReps {
+            stalled: n,
+            reps: 20,
+        };
+        let a = usize::from(stalls.iter().any(|s| s.a.is_some())) * 20;
+        let b = usize::from(stalls.iter().any(|s| s.b.is_some())) * 20;
+        VariantVerdict {
+            scenario: "lifecycle".into(),
+            variant: variant.into(),
+            class,
+            stall_reps: Some([reps(a), reps(b)]),
+            stalls,
+            regressions: Vec::new(),
+            improvements: vec![Change {
+                metric: "ioctl.KVM_SET_USER_MEMORY_REGION".into(),
+                unit: "jiffies".into(),
+                a: 1.22,
+                b: 0.062,
+                within_jiffy: false,
+            }],
+            costs: vec![Change {
+                metric: "ioctl.KVM_IOEVENTFD".into(),
+                unit: "jiffies".into(),
+                a: 0.018,
+                b: 0.118,
+                within_jiffy: true,
+            }],
+            undecided: Vec::new(),
+        }
+    }
+
+    /// boot-activation stalls on both kernels: said so, with both sides' counts; "B only"
+    /// appears nowhere.
+    #[test]
+    fn a_stall_on_both_kernels_is_named_on_both_sides() {
+        let v = verdict(
+            "boot-activation",
+            VerdictClass::Unchanged,
+            vec![stall(Some(19), Some(20), "KVM_IOEVENTFD")],
+        );
+        let text = mechanism(&v).join("\n");
+        assert!(
+            text.contains("stalls on both: KVM_SET_USER_MEMORY_REGION waits for the grace period of KVM_IOEVENTFD (A: 19 of 20 repetitions"),
+            "{text}"
+        );
+        assert!(text.contains("B: 20 of 20"), "{text}");
+        assert!(!text.contains("B only"), "{text}");
+        assert!(
+            text.contains("cost: KVM_IOEVENTFD 0.018 → 0.118 jiffies (+0.100)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_fixed_stall_names_its_cause_counts_and_jiffies_in_one_line() {
+        let v = verdict(
+            "irqchip-first",
+            VerdictClass::Fixed,
+            vec![stall(Some(20), None, "KVM_CREATE_IRQCHIP")],
+        );
+        let lines = mechanism(&v);
+        assert_eq!(
+            lines[0],
+            "KVM_SET_USER_MEMORY_REGION no longer waits for the grace period of KVM_CREATE_IRQCHIP: KVM_SET_USER_MEMORY_REGION 1.22 → 0.062 jiffies; repetitions with a stall 20 of 20 → 0 of 20"
+        );
+    }
+
+    fn outcome() -> KabOutcome {
+        let kernel = |spec: &str| Kernel {
+            release: "7.3.4+deb13-amd64".into(),
+            spec: spec.into(),
+            source: "linux-binary-7.3.4+deb13-amd64 7.3.4-1~bpo13+1".into(),
+            image: PathBuf::from("/k/vmlinuz"),
+            config: None,
+            modules: None,
+        };
+        let build = |patches: Vec<build::PatchInfo>| BuildInfo {
+            how: How::Modules {
+                dirs: vec!["arch/x86/kvm".into()],
+                modules: vec!["kvm.ko".into(), "kvm-amd.ko".into()],
+            },
+            source: "linux-source-7.3 7.3.4-1~bpo13+1 (Debian)".into(),
+            config: "Debian's".into(),
+            compiler: "gcc 12.2.0".into(),
+            patches,
+            notes: Vec::new(),
+            steps: vec![build::Step {
+                what: "make M=arch/x86/kvm".into(),
+                secs: 21.0,
+            }],
+            key: "k".into(),
+            cached: false,
+        };
+        let patch = build::PatchInfo {
+            file: "001-lifecycle-keyed.patch".into(),
+            path: PathBuf::from("001-lifecycle-keyed.patch"),
+            sha256: "b7e5481bf6ae2b65ea06ce6ba26fcb906c5d4d3d5eeb7267e7ac73b275434bda".into(),
+            subjects: Vec::new(),
+            files: vec!["virt/kvm/kvm_main.c".into()],
+        };
+        let verdicts = [
+            "irqchip-first",
+            "memslots-first",
+            "devices-after-vcpus",
+            "qemu-order",
+            "firecracker-order",
+            "boot-activation",
+        ]
+        .iter()
+        .map(|v| {
+            verdict(
+                v,
+                VerdictClass::Fixed,
+                vec![stall(Some(20), None, "KVM_CREATE_IRQCHIP")],
+            )
+        })
+        .collect();
+        KabOutcome {
+            hvlab_version: "0.1.0 (abc)".into(),
+            a: kernel("debian:7.3"),
+            b: kernel("debian:7.3+001-lifecycle-keyed.patch"),
+            builds: [Some(build(Vec::new())), Some(build(vec![patch]))],
+            build_steps: Vec::new(),
+            notes: Vec::new(),
+            accel: vm::AccelChoice {
+                accel: Accel::Tcg,
+                cpu_model: "EPYC,+svm,+npt".into(),
+                vendor_module: "kvm_amd".into(),
+                why: "accel: tcg".into(),
+            },
+            host: HostSummary {
+                kernel: "6.18".into(),
+                cpu: "AMD EPYC".into(),
+                cores: 2,
+                hypervisor: Some("KVMKVMKVM".into()),
+            },
+            scenario_names: vec!["lifecycle".into()],
+            boots_per_side: 2,
+            reps: 10,
+            boots: Vec::new(),
+            scenarios: Vec::new(),
+            verdicts,
+            regression: false,
+            inconclusive: 0,
+            wall: WallTimes {
+                build_s: 60.0,
+                boots_s: 30.0,
+                total_s: 90.0,
+            },
+            wall_s: 90.0,
+        }
+    }
+
+    /// What a changelog can quote: short, with the patch's hash, the host, the table, a marked
+    /// place for the model's prediction and the command that reproduces it.
+    #[test]
+    fn the_cover_letter_paragraph_fits_25_lines_and_says_how_to_reproduce() {
+        let text = markdown(
+            &outcome(),
+            "hvlab kab debian:7.3 debian:7.3+001-lifecycle-keyed.patch",
+        );
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines.len() <= 25, "{} lines:\n{text}", lines.len());
+        for needle in [
+            "`001-lifecycle-keyed.patch` (sha256 `b7e5481bf6ae2b65`)",
+            "AMD EPYC",
+            "TCG",
+            "| irqchip-first | **FIXED** | 20/20 → 0/20 |",
+            "KVM_IOEVENTFD 0.018 → 0.118 jiffies",
+            "Model prediction: _(not yet",
+            "Reproduce: `hvlab kab debian:7.3 debian:7.3+001-lifecycle-keyed.patch` (hvlab 0.1.0 (abc))",
+        ] {
+            assert!(text.contains(needle), "no `{needle}` in:\n{text}");
+        }
+    }
+
+    /// The answer comes first: the tally and a line per variant before anything else.
+    #[test]
+    fn the_first_lines_carry_the_verdicts() {
+        let text = render(&outcome());
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].starts_with("kab: B against A, FIXED 6 of 6 variant(s)"),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[1].trim_start().starts_with("FIXED"), "{}", lines[1]);
+        assert!(
+            lines.iter().take(20).any(|l| l.contains("boot-activation")),
+            "{text}"
+        );
+    }
 }

@@ -278,8 +278,45 @@ fn need_space(dir: &Path) -> Result<(), KernelError> {
     }
 }
 
+/// A Debian kernel image in the cache, with the package version it came from: what a patched
+/// build must match exactly.
+#[derive(Debug, Clone)]
+pub struct DebianImage {
+    /// `linux-binary-7.3.4+deb13-amd64` or `linux-image-6.12.57+deb12-amd64-unsigned`.
+    pub package: String,
+    /// The Debian version (`7.3.4-1~bpo13+1`).
+    pub version: String,
+    /// `uname -r`.
+    pub release: String,
+    /// The unpacked kernel.
+    pub kernel: Kernel,
+}
+
+impl DebianImage {
+    /// The upstream version (`7.3.4`).
+    pub fn upstream(&self) -> &str {
+        self.version.split(['-', '~', '+']).next().unwrap_or("")
+    }
+
+    /// `linux-source-7.3`: Debian's source package of this series.
+    pub fn source_package(&self) -> String {
+        let series: Vec<&str> = self.upstream().split('.').take(2).collect();
+        format!("linux-source-{}", series.join("."))
+    }
+
+    /// The unpacked image's directory in the cache.
+    pub fn dir(&self) -> PathBuf {
+        cache_dir().join("kernels").join(&self.release)
+    }
+}
+
 /// The newest kernel of series `version`, unpacked in the cache (downloaded only once).
 pub fn fetch(version: &str) -> Result<Kernel, KernelError> {
+    fetch_image(version).map(|d| d.kernel)
+}
+
+/// [`fetch`], with the package and version it resolved to.
+pub fn fetch_image(version: &str) -> Result<DebianImage, KernelError> {
     if version.is_empty() || !version.chars().all(|c| c.is_ascii_digit() || c == '.') {
         return Err(KernelError::UnknownSpec(format!("debian:{version}")));
     }
@@ -305,11 +342,17 @@ pub fn fetch(version: &str) -> Result<Kernel, KernelError> {
     };
     let dir = kernels.join(&best.release);
     let source = format!("{} {} (Debian)", best.package, best.version);
+    let image = |kernel: Kernel| DebianImage {
+        package: best.package.clone(),
+        version: best.version.clone(),
+        release: best.release.clone(),
+        kernel,
+    };
     if dir.join(".complete").is_file()
         && let Some(mut k) = from_tree(&dir)
     {
         k.source = source;
-        return Ok(k);
+        return Ok(image(k));
     }
     need_space(&kernels)?;
     let packages: Vec<String> = if best.package.starts_with("linux-binary-") {
@@ -365,7 +408,139 @@ pub fn fetch(version: &str) -> Result<Kernel, KernelError> {
         output: "neither boot/vmlinuz-REL nor usr/lib/modules/REL/vmlinuz".into(),
     })?;
     k.source = source;
-    Ok(k)
+    Ok(image(k))
+}
+
+/// Debian's source and headers packages of exactly an image's version, downloaded.
+#[derive(Debug, Clone)]
+pub struct BuildInputs {
+    /// `linux-source-7.3_7.3.4-1~bpo13+1_all.deb`.
+    pub source_deb: PathBuf,
+    /// `linux-headers-7.3.4+deb13-amd64_..._amd64.deb`: the image's `.config` and `Module.symvers`.
+    pub headers_deb: PathBuf,
+    /// `linux-source-7.3 7.3.4-1~bpo13+1 (Debian)`.
+    pub source: String,
+}
+
+/// Downloads `image`'s source and headers packages, of its exact version, into `dir`; a
+/// source of another version is refused, naming both.
+pub fn download_build_inputs(image: &DebianImage, dir: &Path) -> Result<BuildInputs, KernelError> {
+    let apt = Apt::new()?;
+    if !apt.lists_fresh() {
+        need_space(dir)?;
+        apt.update()?;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).map_err(|e| KernelError::Io(dir.to_path_buf(), e))?;
+    need_space(dir)?;
+    let source_pkg = image.source_package();
+    let headers_pkg = format!("linux-headers-{}", image.release);
+    for pkg in [&source_pkg, &headers_pkg] {
+        let shown = apt
+            .run(
+                "apt-cache",
+                &["show", pkg.as_str()],
+                dir,
+                &format!("look up {pkg}"),
+            )
+            .unwrap_or_default();
+        let versions: Vec<String> = shown
+            .lines()
+            .filter_map(|l| l.strip_prefix("Version:").map(|v| v.trim().to_string()))
+            .collect();
+        if !versions.contains(&image.version) {
+            return Err(KernelError::SourceMismatch {
+                image: format!("{} {}", image.package, image.version),
+                package: pkg.clone(),
+                available: if versions.is_empty() {
+                    "none in the suites hvlab searches".into()
+                } else {
+                    versions.join(", ")
+                },
+            });
+        }
+    }
+    let wanted = [
+        format!("{source_pkg}={}", image.version),
+        format!("{headers_pkg}={}", image.version),
+    ];
+    apt.run(
+        "apt-get",
+        &["-qq", "download", &wanted[0], &wanted[1]],
+        dir,
+        &format!("download {}", wanted.join(" ")),
+    )?;
+    let find = |prefix: &str| -> Result<PathBuf, KernelError> {
+        std::fs::read_dir(dir)
+            .map_err(|e| KernelError::Io(dir.to_path_buf(), e))?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{prefix}_")))
+            })
+            .ok_or_else(|| KernelError::Apt {
+                what: format!("download {prefix}"),
+                output: format!("no {prefix}_*.deb in {}", dir.display()),
+            })
+    };
+    Ok(BuildInputs {
+        source_deb: find(&source_pkg)?,
+        headers_deb: find(&headers_pkg)?,
+        source: format!("{source_pkg} {} (Debian)", image.version),
+    })
+}
+
+/// Runs a shell pipeline over cache paths (quoted here), failing with its stderr when any
+/// stage fails (`pipefail`).
+fn pipeline(script: &str, what: &str) -> Result<(), KernelError> {
+    let out = Command::new("bash")
+        .args(["-o", "pipefail", "-c", script])
+        .output()
+        .map_err(|e| KernelError::Io(PathBuf::from("bash"), e))?;
+    if !out.status.success() {
+        return Err(KernelError::Apt {
+            what: what.to_string(),
+            output: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// A path in single quotes for `sh`.
+fn quoted(p: &Path) -> String {
+    format!("'{}'", p.display().to_string().replace('\'', "'\\''"))
+}
+
+/// Unpacks the kernel tree of a `linux-source-SERIES` package into `into` (which must exist):
+/// the tarball inside is decompressed on every core (`xz -T0`, it has many blocks).
+pub fn unpack_source(deb: &Path, into: &Path) -> Result<(), KernelError> {
+    let script = format!(
+        "dpkg-deb --fsys-tarfile {} | tar -xO --wildcards './usr/src/linux-source-*.tar.xz' | xz -T0 -dc | tar -x -C {} --strip-components=1",
+        quoted(deb),
+        quoted(into)
+    );
+    pipeline(&script, &format!("unpack {}", deb.display()))
+}
+
+/// Copies the `.config` and `Module.symvers` of a headers package into `into`.
+pub fn unpack_headers(deb: &Path, release: &str, into: &Path) -> Result<(), KernelError> {
+    let tmp = into.join(".hvlab-headers");
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).map_err(|e| KernelError::Io(tmp.clone(), e))?;
+    let base = format!("./usr/src/linux-headers-{release}");
+    let script = format!(
+        "dpkg-deb --fsys-tarfile {} | tar -x -C {} '{base}/.config' '{base}/Module.symvers'",
+        quoted(deb),
+        quoted(&tmp)
+    );
+    pipeline(&script, &format!("unpack {}", deb.display()))?;
+    for name in [".config", "Module.symvers"] {
+        let from = tmp.join(&base).join(name);
+        std::fs::copy(&from, into.join(name)).map_err(|e| KernelError::Io(from.clone(), e))?;
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+    Ok(())
 }
 
 /// The kernel source of series `series` (Debian's `linux-source-SERIES`), unpacked once in

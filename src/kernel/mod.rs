@@ -6,7 +6,12 @@
 //! a kernel build tree (`arch/x86/boot/bzImage`, `.config`), or an unpacked Debian package tree
 //! (both layouts: 6.x `boot/vmlinuz-REL` + `lib/modules/REL`, 7.x `usr/lib/modules/REL/`).
 
+pub mod build;
 pub mod debian;
+pub mod kbuild;
+pub mod ko;
+pub mod patch;
+pub mod toolchain;
 pub mod vm;
 
 use std::path::{Path, PathBuf};
@@ -58,6 +63,26 @@ pub enum KernelError {
         what: String,
         /// Its last lines.
         output: String,
+    },
+    /// Kernel {release} is built without {option} ({config}), which hvlab in the guest needs for {why}: rebuild it with {option} set.
+    GuestNeeds {
+        /// The kernel.
+        release: String,
+        /// The option.
+        option: String,
+        /// Its config file.
+        config: String,
+        /// What hvlab uses it for.
+        why: &'static str,
+    },
+    /// Debian has no {package} of the image's version ({image}; it has: {available}); hvlab rebuilds a patched kernel only from the source of the image's exact version. Choose the version Debian ships the source for (debian:X.Y.Z).
+    SourceMismatch {
+        /// The image package and version.
+        image: String,
+        /// The source or headers package.
+        package: String,
+        /// The versions Debian has of it.
+        available: String,
     },
     /// Cannot use {0}: {1}
     Io(PathBuf, std::io::Error),
@@ -318,6 +343,49 @@ pub fn bzimage_release(path: &Path) -> Option<String> {
     Some(String::from_utf8_lossy(&text[..end]).into_owned())
 }
 
+/// The options hvlab in the guest needs, and what for. A kernel without `FILE_LOCKING` once
+/// made hvlab report "the results database stayed locked by another hvlab" after 30 s.
+pub const GUEST_NEEDS: [(&str, &str); 7] = [
+    (
+        "CONFIG_FILE_LOCKING",
+        "the results database's file locks (SQLite)",
+    ),
+    ("CONFIG_IO_URING", "the io_uring scenarios"),
+    ("CONFIG_USERFAULTFD", "the userfaultfd scenarios"),
+    ("CONFIG_HUGETLBFS", "hugetlbfs-backed guest memory"),
+    ("CONFIG_TRANSPARENT_HUGEPAGE", "THP-backed guest memory"),
+    ("CONFIG_MEMFD_CREATE", "memfd-backed guest memory"),
+    ("CONFIG_KVM", "the KVM under test"),
+];
+
+/// Checks a kernel's config (when known) for what hvlab in the guest needs, naming the first
+/// option it lacks, before anything boots.
+pub fn check_guest_config(kernel: &Kernel) -> Result<(), KernelError> {
+    let Some(config) = &kernel.config else {
+        return Ok(());
+    };
+    let Ok(text) = std::fs::read_to_string(config) else {
+        return Ok(());
+    };
+    let config_text = kbuild::KConfig::parse(&text);
+    for (option, why) in GUEST_NEEDS {
+        let value = config_text.get(option);
+        let ok = match option {
+            "CONFIG_KVM" => matches!(value, Some("y" | "m")),
+            _ => value == Some("y"),
+        };
+        if !ok {
+            return Err(KernelError::GuestNeeds {
+                release: kernel.release.clone(),
+                option: option.to_string(),
+                config: config.display().to_string(),
+                why,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Checks that the kernel can give a KVM host with `vendor_module` (kvm_amd or kvm_intel).
 pub fn check_kvm(kernel: &Kernel, vendor_module: &str) -> Result<(), KernelError> {
     if kernel.module_file(vendor_module).is_some() || kernel.kvm_built_in(vendor_module) {
@@ -370,5 +438,40 @@ mod tests {
         .unwrap();
         let k = resolve(image.to_str().unwrap(), None).unwrap();
         check_kvm(&k, "kvm_amd").unwrap();
+    }
+
+    #[test]
+    fn a_kernel_without_an_option_hvlab_needs_is_named_before_it_boots() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config");
+        let all = "CONFIG_FILE_LOCKING=y\nCONFIG_IO_URING=y\nCONFIG_USERFAULTFD=y\nCONFIG_HUGETLBFS=y\nCONFIG_TRANSPARENT_HUGEPAGE=y\nCONFIG_MEMFD_CREATE=y\nCONFIG_KVM=m\n";
+        std::fs::write(&config, all).unwrap();
+        let mut k = Kernel {
+            release: "7.3.4".into(),
+            spec: String::new(),
+            source: String::new(),
+            image: dir.path().join("bzImage"),
+            config: Some(config.clone()),
+            modules: None,
+        };
+        check_guest_config(&k).unwrap();
+        std::fs::write(
+            &config,
+            all.replace(
+                "CONFIG_FILE_LOCKING=y\n",
+                "# CONFIG_FILE_LOCKING is not set\n",
+            ),
+        )
+        .unwrap();
+        let e = check_guest_config(&k).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        let text = e.to_string();
+        assert!(
+            text.contains("without CONFIG_FILE_LOCKING") && text.contains("SQLite"),
+            "{text}"
+        );
+        // No config: nothing to check.
+        k.config = None;
+        check_guest_config(&k).unwrap();
     }
 }

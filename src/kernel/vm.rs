@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::ko::modinfo;
 use super::{Kernel, KernelError, check_kvm};
 use crate::record::RunRecord;
 
@@ -31,6 +32,8 @@ use crate::record::RunRecord;
 pub enum VmError {
     /// {0}
     Kernel(#[from] KernelError),
+    /// {0}
+    Build(Box<super::build::BuildError>),
     /// {tool} is not installed: hvlab vm needs it ({why}). Install it: apt-get install {package}.
     MissingTool {
         /// The program.
@@ -100,11 +103,18 @@ pub enum VmError {
     Io(PathBuf, std::io::Error),
 }
 
+impl From<super::build::BuildError> for VmError {
+    fn from(e: super::build::BuildError) -> VmError {
+        VmError::Build(Box::new(e))
+    }
+}
+
 impl VmError {
     /// 2 bad input, 3 the host cannot, 4 the guest or the measurement failed.
     pub fn exit_code(&self) -> i32 {
         match self {
             VmError::Kernel(e) => e.exit_code(),
+            VmError::Build(e) => e.exit_code(),
             VmError::MissingTool { .. } | VmError::BadKvmParam(_) | VmError::NoSuchParam { .. } => {
                 2
             }
@@ -371,56 +381,14 @@ pub fn qemu() -> Result<PathBuf, VmError> {
 
 /// A module's bytes, decompressed.
 fn module_bytes(path: &Path) -> Result<Vec<u8>, VmError> {
-    let name = path.to_string_lossy();
-    let tool = if name.ends_with(".xz") {
-        Some(("xz", "xz-utils"))
-    } else if name.ends_with(".zst") {
-        Some(("zstd", "zstd"))
-    } else if name.ends_with(".gz") {
-        Some(("gzip", "gzip"))
-    } else {
-        None
-    };
-    let Some((tool, package)) = tool else {
-        return std::fs::read(path).map_err(|e| VmError::Io(path.to_path_buf(), e));
-    };
-    let out = Command::new(tool)
-        .args(["-dc"])
-        .arg(path)
-        .output()
-        .map_err(|_| VmError::MissingTool {
+    super::ko::bytes(path).map_err(|e| match e {
+        super::ko::ReadError::Decompressor { tool, package } => VmError::MissingTool {
             tool: tool.into(),
             why: "it decompresses the kernel's modules".into(),
             package: package.into(),
-        })?;
-    if !out.status.success() {
-        return Err(VmError::Io(
-            path.to_path_buf(),
-            std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
-        ));
-    }
-    Ok(out.stdout)
-}
-
-/// A string field of a module's `.modinfo` section (`depends`, every `parm`).
-fn modinfo(bytes: &[u8], key: &str) -> Vec<String> {
-    let pat = format!("{key}=");
-    let pat = pat.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while let Some(pos) = bytes[i..].windows(pat.len()).position(|w| w == pat) {
-        let at = i + pos;
-        let starts_field = at == 0 || bytes[at - 1] == 0;
-        let end = bytes[at..]
-            .iter()
-            .position(|&b| b == 0)
-            .map_or(bytes.len(), |e| at + e);
-        if starts_field {
-            out.push(String::from_utf8_lossy(&bytes[at + pat.len()..end]).into_owned());
-        }
-        i = end.max(at + 1);
-    }
-    out
+        },
+        super::ko::ReadError::Io(path, e) => VmError::Io(path, e),
+    })
 }
 
 /// The KVM modules in load order (dependencies first), decompressed: (file name, bytes).
@@ -773,6 +741,7 @@ pub fn boot(
     let qemu = qemu()?;
     let choice = choose_accel(cfg.accel)?;
     check_kvm(kernel, &choice.vendor_module)?;
+    super::check_guest_config(kernel)?;
     std::fs::create_dir_all(workdir).map_err(|e| VmError::Io(workdir.to_path_buf(), e))?;
     let initrd_bytes = initramfs(kernel, &choice, cfg, commands, workdir)?;
     let initrd = workdir.join("initramfs.cpio");
@@ -987,17 +956,6 @@ mod tests {
         assert!(e.starts_with("  [ 1.0] int3: 0000"), "{e}");
         assert!(e.contains("__schedule"));
         assert_eq!(oops_excerpt("clean boot\n@@hvlab-ready 3.1\n"), None);
-    }
-
-    #[test]
-    fn modinfo_reads_depends_and_parameters() {
-        let bytes =
-            b"\x7fELF....\0depends=kvm,ccp\0parm=npt:Enable NPT\0parm=nested:bool\0xdepends=no\0";
-        assert_eq!(modinfo(bytes, "depends"), vec!["kvm,ccp"]);
-        assert_eq!(
-            modinfo(bytes, "parm"),
-            vec!["npt:Enable NPT", "nested:bool"]
-        );
     }
 
     #[test]

@@ -9,12 +9,26 @@
 //! - times: judged with that test only under `kvm` acceleration; under TCG every guest
 //!   instruction is emulated, so they are shown and not judged.
 
+//!
+//! [`run`] is the whole A/B as a library function (after Firecracker's `git_ab_test`): it
+//! resolves and builds both kernels, boots them in ABBA order, stores their runs and returns
+//! a [`KabOutcome`]; the command line only renders it.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
 use serde::Serialize;
 
 use crate::analysis::compare::{AbComparison, AbVerdict, ab};
 use crate::analysis::statistics::{median, seed_for};
+use crate::error::{Error, InputError};
+use crate::kernel::build::{self, BuildInfo, BuildProgress, Step};
+use crate::kernel::vm::{self, AccelChoice, VmConfig, VmError};
+use crate::kernel::{self, Kernel};
 use crate::record::{Finding, RunRecord};
+use crate::scenario;
 use crate::scenario::runner::DEFAULT_SEED;
+use crate::store::Store;
 
 use crate::kernel::vm::Accel;
 
@@ -55,6 +69,10 @@ pub struct MetricAb {
     /// noise with these samples: what was seen and what would decide it. Never a regression,
     /// never silently "no change" either.
     pub inconclusive: Option<String>,
+    /// B is significantly worse, by less than would make it a regression (a jiffies metric
+    /// longer by under half a jiffy: an expedited grace period, not a normal one).
+    #[serde(default)]
+    pub cost: bool,
 }
 
 /// One variant of one scenario.
@@ -64,8 +82,32 @@ pub struct VariantAb {
     pub variant: String,
     /// Its metrics.
     pub metrics: Vec<MetricAb>,
-    /// What B's runs found that A's did not (an SRCU stall and the registration behind it).
-    pub causes: Vec<String>,
+    /// The SRCU stalls either side's runs found, each with the registration behind it.
+    pub stalls: Vec<StallAb>,
+}
+
+/// One side's share of a stall: repetitions and jiffies.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StallSide {
+    /// Repetitions in which the ioctl stalled (summed over the boots where it recurred).
+    pub stalled_reps: usize,
+    /// Repetitions of the variant on this side.
+    pub reps: usize,
+    /// The lowest and highest per-boot median excess, in jiffies.
+    pub jiffies: [f64; 2],
+}
+
+/// An SRCU stall (an ioctl waiting out a grace period another ioctl started), per side.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StallAb {
+    /// The ioctl that waited.
+    pub ioctl: String,
+    /// The registration whose grace period it waited for.
+    pub cause: String,
+    /// On A, when A's runs found it.
+    pub a: Option<StallSide>,
+    /// On B, when B's runs found it.
+    pub b: Option<StallSide>,
 }
 
 /// One scenario.
@@ -98,12 +140,13 @@ fn pooled(runs: &[&RunRecord], variant: &str, metric: &str) -> Vec<f64> {
         .collect()
 }
 
-/// Per (stalled ioctl, cause): median jiffies per boot, stalled and measured repetitions, kernel.
-type StallSeen = (Vec<f64>, usize, usize, String);
-
-/// The SRCU stalls the runs found, one line per (stalled ioctl, registration behind it).
-fn stall_causes(runs: &[&RunRecord], variant: &str) -> Vec<String> {
-    let mut seen: std::collections::BTreeMap<(String, String), StallSeen> =
+/// The SRCU stalls one side's runs found, per (stalled ioctl, registration behind it).
+fn stalls_of(
+    runs: &[&RunRecord],
+    variant: &str,
+) -> std::collections::BTreeMap<(String, String), StallSide> {
+    let reps: usize = pooled(runs, variant, "stalls").len();
+    let mut seen: std::collections::BTreeMap<(String, String), StallSide> =
         std::collections::BTreeMap::new();
     for r in runs {
         let Some(v) = r.variant(variant) else {
@@ -115,29 +158,36 @@ fn stall_causes(runs: &[&RunRecord], variant: &str) -> Vec<String> {
                 caused_by,
                 jiffies,
                 stalled_reps,
-                reps,
                 ..
             } = f
             {
                 let cause = caused_by
                     .clone()
                     .unwrap_or_else(|| "an unknown registration".into());
-                let e = seen
-                    .entry((ioctl.clone(), cause))
-                    .or_insert_with(|| (Vec::new(), 0, 0, r.host.kernel.clone()));
-                e.0.push(*jiffies);
-                e.1 += stalled_reps;
-                e.2 += reps;
+                let e = seen.entry((ioctl.clone(), cause)).or_insert(StallSide {
+                    stalled_reps: 0,
+                    reps,
+                    jiffies: [f64::MAX, f64::MIN],
+                });
+                e.stalled_reps += stalled_reps;
+                e.jiffies = [e.jiffies[0].min(*jiffies), e.jiffies[1].max(*jiffies)];
             }
         }
     }
-    seen.into_iter()
-        .map(|((ioctl, cause), (jiffies, stalled, reps, kernel))| {
-            let lo = jiffies.iter().copied().fold(f64::MAX, f64::min);
-            let hi = jiffies.iter().copied().fold(f64::MIN, f64::max);
-            format!(
-                "{ioctl} waited for an SRCU grace period started by {cause}: {lo:.1}–{hi:.1} jiffies over its baseline (median per boot), in {stalled} of {reps} repetitions on {kernel}"
-            )
+    seen
+}
+
+/// Both sides' stalls, matched by ioctl and cause.
+fn stalls_ab(ra: &[&RunRecord], rb: &[&RunRecord], variant: &str) -> Vec<StallAb> {
+    let (mut a, mut b) = (stalls_of(ra, variant), stalls_of(rb, variant));
+    let keys: std::collections::BTreeSet<(String, String)> =
+        a.keys().chain(b.keys()).cloned().collect();
+    keys.into_iter()
+        .map(|k| StallAb {
+            a: a.remove(&k),
+            b: b.remove(&k),
+            ioctl: k.0,
+            cause: k.1,
         })
         .collect()
 }
@@ -189,26 +239,7 @@ pub fn judge(
                     let xa_j: Vec<f64> = xa.iter().map(|x| x / ja).collect();
                     let xb_j: Vec<f64> = xb.iter().map(|x| x / jb).collect();
                     let metric = name.trim_end_matches("_ms").to_string();
-                    let mut m = rank(
-                        &metric,
-                        "jiffies",
-                        Trust::Jiffies,
-                        xa_j,
-                        xb_j,
-                        threshold,
-                        None,
-                    );
-                    // A grace period is whole ticks: a change under half a jiffy is not one
-                    // gained or lost, whatever the test says about the emulator's noise.
-                    if m.median[1] - m.median[0] < 0.5 {
-                        m.inconclusive = None;
-                        if m.regression {
-                            m.regression = false;
-                            m.not_judged = Some(
-                                "longer by less than half a jiffy: no grace period gained".into(),
-                            );
-                        }
-                    }
+                    let m = jiffies_metric(&metric, xa_j, xb_j, threshold);
                     metrics.push(m);
                 }
                 let not_judged = (accel != Accel::Kvm).then(|| {
@@ -224,18 +255,10 @@ pub fn judge(
                     not_judged,
                 ));
             }
-            let before = stall_causes(&ra, &v.name);
-            let causes = stall_causes(&rb, &v.name)
-                .into_iter()
-                .filter(|c| {
-                    let head = c.split(" (").next().unwrap_or(c);
-                    !before.iter().any(|b| b.starts_with(head))
-                })
-                .collect();
             variants.push(VariantAb {
                 variant: v.name.clone(),
                 metrics,
-                causes,
+                stalls: stalls_ab(&ra, &rb, &v.name),
             });
         }
         out.push(ScenarioAb {
@@ -248,6 +271,21 @@ pub fn judge(
         });
     }
     out
+}
+
+/// An ioctl's time in jiffies, rank-tested. A grace period is whole ticks: B longer by under
+/// half a jiffy gained none, whatever the test says about the emulator's noise, so it is not
+/// a regression; it is still a cost (an expedited grace period is a fraction of a jiffy).
+fn jiffies_metric(metric: &str, xa: Vec<f64>, xb: Vec<f64>, threshold: f64) -> MetricAb {
+    let mut m = rank(metric, "jiffies", Trust::Jiffies, xa, xb, threshold, None);
+    if m.median[1] - m.median[0] < 0.5 {
+        m.inconclusive = None;
+        if m.regression {
+            m.regression = false;
+            m.cost = true;
+        }
+    }
+    m
 }
 
 /// Counters that follow wall time (timer interrupts, preemptions, halts), not the code path:
@@ -307,6 +345,7 @@ fn count(
         not_judged: None,
         regression: word.starts_with("higher"),
         inconclusive,
+        cost: false,
     }
 }
 
@@ -334,6 +373,7 @@ fn exact(name: &str, unit: &str, xa: Vec<f64>, xb: Vec<f64>) -> MetricAb {
         not_judged: None,
         regression: word == "higher",
         inconclusive: None,
+        cost: false,
     }
 }
 
@@ -389,6 +429,7 @@ fn rank(
         not_judged,
         regression,
         inconclusive,
+        cost: false,
     }
 }
 
@@ -400,6 +441,521 @@ fn undecided(seen: &str, unsettled: &str, xa: &[f64], xb: &[f64]) -> String {
         xb.len(),
         xa.len()
     )
+}
+
+/// A variant's verdict, B against A.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum VerdictClass {
+    /// A stalled and B never does.
+    Fixed,
+    /// B is better on a judged metric, without a regression.
+    Improved,
+    /// B is worse on a judged metric, or gained a stall.
+    Regressed,
+    /// No judged change.
+    Unchanged,
+    /// B looks worse or a stall looks gone, and the samples cannot say.
+    Inconclusive,
+}
+
+impl VerdictClass {
+    /// The word printed.
+    pub fn word(self) -> &'static str {
+        match self {
+            VerdictClass::Fixed => "FIXED",
+            VerdictClass::Improved => "IMPROVED",
+            VerdictClass::Regressed => "REGRESSED",
+            VerdictClass::Unchanged => "UNCHANGED",
+            VerdictClass::Inconclusive => "INCONCLUSIVE",
+        }
+    }
+}
+
+/// A judged metric that moved: medians in its judged unit.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Change {
+    /// The metric.
+    pub metric: String,
+    /// `jiffies`, `count`, or a time unit.
+    pub unit: String,
+    /// A's median.
+    pub a: f64,
+    /// B's median.
+    pub b: f64,
+    /// By less than half a jiffy: no grace period gained or lost.
+    pub within_jiffy: bool,
+}
+
+/// Repetitions with at least one SRCU stall, per side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StallReps {
+    /// Repetitions with a stall.
+    pub stalled: usize,
+    /// Repetitions.
+    pub reps: usize,
+}
+
+/// One variant's verdict, with its mechanism as data.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VariantVerdict {
+    /// The scenario.
+    pub scenario: String,
+    /// The variant.
+    pub variant: String,
+    /// The class.
+    pub class: VerdictClass,
+    /// Repetitions with a stall on A and on B (the `stalls` count), when the scenario counts them.
+    pub stall_reps: Option<[StallReps; 2]>,
+    /// The stalls, matched across sides.
+    pub stalls: Vec<StallAb>,
+    /// Judged metrics B is worse on.
+    pub regressions: Vec<Change>,
+    /// Judged metrics B is better on.
+    pub improvements: Vec<Change>,
+    /// Judged metrics B is significantly worse on by less than a regression (within a jiffy).
+    pub costs: Vec<Change>,
+    /// Metrics B looks worse on that the samples cannot settle.
+    pub undecided: Vec<String>,
+}
+
+fn change(m: &MetricAb, within_jiffy: bool) -> Change {
+    Change {
+        metric: m.metric.clone(),
+        unit: m.unit.clone(),
+        a: m.median[0],
+        b: m.median[1],
+        within_jiffy,
+    }
+}
+
+/// Whether B is judged better on `m`, and whether by under half a jiffy.
+fn better(m: &MetricAb) -> Option<bool> {
+    if m.not_judged.is_some() {
+        return None;
+    }
+    match m.trust {
+        Trust::Count => m
+            .exact
+            .as_deref()
+            .is_some_and(|w| w.starts_with("lower"))
+            .then_some(false),
+        Trust::Jiffies | Trust::Time => {
+            let c = m.comparison.as_ref()?;
+            (c.verdict == AbVerdict::Faster)
+                .then_some(m.trust == Trust::Jiffies && m.median[0] - m.median[1] < 0.5)
+        }
+    }
+}
+
+/// The verdict of one variant: the class, and the stalls and metrics behind it.
+pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
+    let stall_metric = v.metrics.iter().find(|m| m.metric == "stalls");
+    let stall_reps = stall_metric.map(|m| {
+        let side = |i: usize| StallReps {
+            stalled: m.samples[i].iter().filter(|x| **x > 0.0).count(),
+            reps: m.samples[i].len(),
+        };
+        [side(0), side(1)]
+    });
+    let regressions: Vec<Change> = v
+        .metrics
+        .iter()
+        .filter(|m| m.regression)
+        .map(|m| change(m, false))
+        .collect();
+    let costs: Vec<Change> = v
+        .metrics
+        .iter()
+        .filter(|m| m.cost)
+        .map(|m| change(m, true))
+        .collect();
+    let improvements: Vec<Change> = v
+        .metrics
+        .iter()
+        .filter_map(|m| better(m).map(|within| change(m, within)))
+        .collect();
+    let mut undecided: Vec<String> = v
+        .metrics
+        .iter()
+        .filter(|m| m.inconclusive.is_some())
+        .map(|m| m.metric.clone())
+        .collect();
+    let gained = v.stalls.iter().any(|s| s.a.is_none() && s.b.is_some());
+    let on_b = v.stalls.iter().any(|s| s.b.is_some());
+    let gone = v.stalls.iter().any(|s| s.a.is_some() && s.b.is_none());
+    let stalls_judged_lower = stall_metric
+        .and_then(|m| m.exact.as_deref())
+        .is_some_and(|w| w.starts_with("lower"));
+    // Fixed: a stall that recurred on A recurs on B no more, and the stall count says so
+    // beyond noise (an emulator's hiccup can still make one repetition of B look stalled).
+    // Without recurring stalls to match, B must never stall.
+    let stalls_gone = if gone {
+        !on_b
+    } else {
+        stall_reps.is_some_and(|[a, b]| a.stalled > 0 && b.stalled == 0)
+    };
+    if stalls_gone && !stalls_judged_lower {
+        undecided.push("stalls".into());
+    }
+    let class = if !regressions.is_empty() || gained {
+        VerdictClass::Regressed
+    } else if stalls_gone && stalls_judged_lower {
+        VerdictClass::Fixed
+    } else if improvements.iter().any(|c| !c.within_jiffy) {
+        VerdictClass::Improved
+    } else if !undecided.is_empty() {
+        VerdictClass::Inconclusive
+    } else {
+        VerdictClass::Unchanged
+    };
+    VariantVerdict {
+        scenario: scenario.to_string(),
+        variant: v.variant.clone(),
+        class,
+        stall_reps,
+        stalls: v.stalls.clone(),
+        regressions,
+        improvements,
+        costs,
+        undecided,
+    }
+}
+
+/// Every variant's verdict, in the order judged.
+pub fn verdicts(judged: &[ScenarioAb]) -> Vec<VariantVerdict> {
+    judged
+        .iter()
+        .flat_map(|s| s.variants.iter().map(|v| verdict(&s.scenario, v)))
+        .collect()
+}
+
+/// What `hvlab kab` compares, and how.
+#[derive(Debug, Clone)]
+pub struct KabRequest {
+    /// A: a kernel spec, `SPEC[+PATCH...]`.
+    pub base: String,
+    /// B.
+    pub patched: String,
+    /// Scenarios (default `lifecycle`).
+    pub scenarios: Vec<String>,
+    /// Variants to run (all when empty).
+    pub variants: Vec<String>,
+    /// `--set key=value` for the scenarios that have the key.
+    pub sets: Vec<String>,
+    /// Boots per kernel.
+    pub boots: u32,
+    /// Repetitions per variant per boot.
+    pub reps: u32,
+    /// Smallest change that counts for judged jiffies and times (0.05 = 5%).
+    pub threshold: f64,
+    /// How each VM boots.
+    pub vm: VmConfig,
+}
+
+/// Where a kab's progress goes (building is reported through [`BuildProgress`]).
+pub trait KabProgress: BuildProgress {
+    /// Both kernels are ready: what they are and how the VMs run.
+    fn kernels(&self, kernels: &[Kernel; 2], notes: &[String], accel: &AccelChoice);
+    /// Boot `n` of `total` starts.
+    fn boot_start(&self, n: usize, total: usize, side: &str, kernel: &Kernel);
+    /// It ended.
+    fn boot_end(&self, boot: &BootSummary);
+}
+
+/// A guest command that did not exit 0.
+#[derive(Debug, Clone, Serialize)]
+pub struct GuestFailure {
+    /// hvlab's arguments in the guest.
+    pub args: Vec<String>,
+    /// Its exit code.
+    pub rc: Option<i32>,
+    /// What it printed on stderr.
+    pub stderr: String,
+}
+
+/// One boot.
+#[derive(Debug, Clone, Serialize)]
+pub struct BootSummary {
+    /// `A` or `B`.
+    pub side: String,
+    /// `uname -r` in the guest.
+    pub release: String,
+    /// Seconds to the first hvlab command.
+    pub to_first_command_s: Option<f64>,
+    /// Seconds QEMU ran.
+    pub wall_s: f64,
+    /// The serial log.
+    pub console: PathBuf,
+    /// Runs brought back.
+    pub runs: usize,
+    /// Of those, new to the store.
+    pub stored: usize,
+    /// Where they were stored.
+    pub store: String,
+    /// Guest commands that failed.
+    pub failures: Vec<GuestFailure>,
+}
+
+/// This host, as the cover letter names it.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostSummary {
+    /// `uname -r`.
+    pub kernel: String,
+    /// CPU model.
+    pub cpu: String,
+    /// Online CPUs.
+    pub cores: usize,
+    /// The hypervisor this host runs under, when any.
+    pub hypervisor: Option<String>,
+}
+
+/// Wall times of a kab.
+#[derive(Debug, Clone, Serialize)]
+pub struct WallTimes {
+    /// Resolving, fetching and building the kernels.
+    pub build_s: f64,
+    /// The boots.
+    pub boots_s: f64,
+    /// All of it.
+    pub total_s: f64,
+}
+
+/// Everything a kab found: both kernels and how they were made, the boots, the per-metric
+/// comparison and the per-variant verdicts. `--json` prints it as is.
+#[derive(Debug, Clone, Serialize)]
+pub struct KabOutcome {
+    /// hvlab's version and git revision.
+    pub hvlab_version: String,
+    /// Kernel A.
+    pub a: Kernel,
+    /// Kernel B.
+    pub b: Kernel,
+    /// How A and B were built (`None`: used as given).
+    pub builds: [Option<BuildInfo>; 2],
+    /// Steps the builds shared (fetching, unpacking and preparing the source).
+    pub build_steps: Vec<Step>,
+    /// What the reader must know about the pair (`they differ by the patch alone`).
+    pub notes: Vec<String>,
+    /// The accelerator.
+    pub accel: AccelChoice,
+    /// This host.
+    pub host: HostSummary,
+    /// Scenarios run.
+    pub scenario_names: Vec<String>,
+    /// Boots per kernel and repetitions per boot.
+    pub boots_per_side: u32,
+    /// Repetitions per variant per boot.
+    pub reps: u32,
+    /// The boots, in order.
+    pub boots: Vec<BootSummary>,
+    /// The per-metric comparison.
+    pub scenarios: Vec<ScenarioAb>,
+    /// The per-variant verdicts.
+    pub verdicts: Vec<VariantVerdict>,
+    /// Whether B regressed on a judged metric.
+    pub regression: bool,
+    /// Judged metrics the samples could not settle.
+    pub inconclusive: usize,
+    /// Wall times.
+    pub wall: WallTimes,
+    /// Seconds in all (kept for older readers of the JSON).
+    pub wall_s: f64,
+}
+
+impl KabOutcome {
+    /// The verdict of `variant` (in any scenario).
+    pub fn verdict_of(&self, variant: &str) -> Option<&VariantVerdict> {
+        self.verdicts.iter().find(|v| v.variant == variant)
+    }
+}
+
+/// The hvlab command each boot runs, per scenario; `--variant` and `--set` go to the
+/// scenarios that have them, and each must fit at least one.
+fn guest_commands(req: &KabRequest) -> Result<Vec<Vec<String>>, Error> {
+    let infos = req
+        .scenarios
+        .iter()
+        .map(|s| scenario::find(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let key_of = |kv: &str| kv.split_once('=').map_or(kv, |(k, _)| k).to_string();
+    let has_param = |info: &scenario::ScenarioInfo, kv: &str| {
+        let key = key_of(kv);
+        key.starts_with("guest.") || info.params.iter().any(|p| p.name == key)
+    };
+    let has_variant =
+        |info: &scenario::ScenarioInfo, v: &str| info.variants.iter().any(|x| x.name == v);
+    let unknown = |key: &str, value: &str, what: &str| -> Error {
+        InputError::BadValue {
+            key: key.into(),
+            value: value.to_string(),
+            why: format!(
+                "no scenario of {} has that {what}; `hvlab list` shows them",
+                req.scenarios.join(", ")
+            ),
+        }
+        .into()
+    };
+    if let Some(kv) = req
+        .sets
+        .iter()
+        .find(|kv| !infos.iter().any(|i| has_param(i, kv)))
+    {
+        return Err(unknown("--set", kv, "parameter"));
+    }
+    if let Some(v) = req
+        .variants
+        .iter()
+        .find(|v| !infos.iter().any(|i| has_variant(i, v)))
+    {
+        return Err(unknown("--variant", v, "variant"));
+    }
+    Ok(infos
+        .iter()
+        .map(|info| {
+            let mut c = vec![
+                "run".to_string(),
+                info.name.to_string(),
+                "--reps".into(),
+                req.reps.to_string(),
+                "--warmup".into(),
+                "1".into(),
+                "--json".into(),
+            ];
+            for v in req.variants.iter().filter(|v| has_variant(info, v)) {
+                c.extend(["--variant".to_string(), v.clone()]);
+            }
+            for kv in req.sets.iter().filter(|kv| has_param(info, kv)) {
+                c.extend(["--set".to_string(), kv.clone()]);
+            }
+            c
+        })
+        .collect())
+}
+
+/// Where a boot's console log goes.
+pub fn logs_dir(release: &str) -> PathBuf {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    kernel::cache_dir()
+        .join("logs")
+        .join(format!("{stamp}-{release}-{}", std::process::id()))
+}
+
+/// The kernel A/B: resolves (and builds) both kernels, checks them before any boot, boots
+/// them in ABBA order, stores every run as it comes back, and judges B against A.
+pub fn run(
+    req: &KabRequest,
+    store: &mut Store,
+    progress: &dyn KabProgress,
+) -> Result<KabOutcome, Error> {
+    let start = Instant::now();
+    let commands = guest_commands(req)?;
+    vm::qemu()?;
+    let resolved =
+        build::resolve(&[&req.base, &req.patched], None, progress).map_err(VmError::from)?;
+    let [a, b]: [build::Built; 2] = resolved.sides.try_into().map_err(|_| {
+        VmError::Io(
+            PathBuf::from(&req.base),
+            std::io::Error::other("two kernels expected"),
+        )
+    })?;
+    let choice = vm::choose_accel(req.vm.accel)?;
+    let kernels = [a.kernel, b.kernel];
+    // Both kernels can host hvlab, before either boots.
+    for k in &kernels {
+        kernel::check_kvm(k, &choice.vendor_module).map_err(VmError::from)?;
+        kernel::check_guest_config(k).map_err(VmError::from)?;
+    }
+    progress.kernels(&kernels, &resolved.notes, &choice);
+    let build_s = start.elapsed().as_secs_f64();
+    let mut sides: [Vec<RunRecord>; 2] = [Vec::new(), Vec::new()];
+    let mut boots = Vec::new();
+    let order = abba(req.boots);
+    let boots_start = Instant::now();
+    for (i, &side) in order.iter().enumerate() {
+        let k = &kernels[side];
+        let name = ["A", "B"][side];
+        progress.boot_start(i + 1, order.len(), name, k);
+        let (boot, failure) = vm::boot(k, &req.vm, &commands, &logs_dir(&k.release))?;
+        let tally = vm::store_runs(store, &boot.runs)?;
+        let summary = BootSummary {
+            side: name.to_string(),
+            release: boot.release.clone(),
+            to_first_command_s: boot.to_first_command_s,
+            wall_s: boot.wall_s,
+            console: boot.console.clone(),
+            runs: boot.runs.len(),
+            stored: tally.stored,
+            store: store.location().to_string(),
+            failures: boot
+                .commands
+                .iter()
+                .filter(|c| c.rc != Some(0))
+                .map(|c| GuestFailure {
+                    args: c.args.clone(),
+                    rc: c.rc,
+                    stderr: c.stderr.clone(),
+                })
+                .collect(),
+        };
+        progress.boot_end(&summary);
+        boots.push(summary);
+        sides[side].extend(boot.runs);
+        if let Some(f) = failure {
+            return Err(f.into());
+        }
+    }
+    let boots_s = boots_start.elapsed().as_secs_f64();
+    let judged = judge(
+        &req.scenarios,
+        &sides[0],
+        &sides[1],
+        choice.accel,
+        req.threshold,
+    );
+    let all_metrics = || {
+        judged
+            .iter()
+            .flat_map(|s| &s.variants)
+            .flat_map(|v| &v.metrics)
+    };
+    let regression = all_metrics().any(|m| m.regression);
+    let inconclusive = all_metrics().filter(|m| m.inconclusive.is_some()).count();
+    let verdicts = verdicts(&judged);
+    let host = super::host::probe();
+    let total_s = start.elapsed().as_secs_f64();
+    let [ka, kb] = kernels;
+    Ok(KabOutcome {
+        hvlab_version: format!("{} ({})", host.hvlab_version, host.git_rev),
+        a: ka,
+        b: kb,
+        builds: [a.build, b.build],
+        build_steps: resolved.steps,
+        notes: resolved.notes,
+        accel: choice,
+        host: HostSummary {
+            kernel: host.kernel,
+            cpu: host.cpu,
+            cores: host.cores,
+            hypervisor: host.hypervisor,
+        },
+        scenario_names: req.scenarios.clone(),
+        boots_per_side: req.boots,
+        reps: req.reps,
+        boots,
+        scenarios: judged,
+        verdicts,
+        regression,
+        inconclusive,
+        wall: WallTimes {
+            build_s,
+            boots_s,
+            total_s,
+        },
+        wall_s: total_s,
+    })
 }
 
 #[cfg(test)]
@@ -508,5 +1064,168 @@ mod tests {
             let m = count("x", "count", a, b, Accel::Tcg, 0.05);
             assert!(m.inconclusive.is_none(), "{m:?}");
         }
+    }
+
+    fn variant(metrics: Vec<MetricAb>, stalls: Vec<StallAb>) -> VariantAb {
+        VariantAb {
+            variant: "v".into(),
+            metrics,
+            stalls,
+        }
+    }
+
+    fn stall(a: Option<usize>, b: Option<usize>) -> StallAb {
+        let side = |n: usize| StallSide {
+            stalled_reps: n,
+            reps: 20,
+            jiffies: [1.1, 1.3],
+        };
+        StallAb {
+            ioctl: "KVM_SET_USER_MEMORY_REGION".into(),
+            cause: "KVM_CREATE_IRQCHIP".into(),
+            a: a.map(side),
+            b: b.map(side),
+        }
+    }
+
+    fn stalls(a: Vec<f64>, b: Vec<f64>) -> MetricAb {
+        count("stalls", "count", a, b, Accel::Tcg, 0.05)
+    }
+
+    /// The 001 fix on irqchip-first, as measured on 7.3.4: 1 → 0 stalls in 20 of 20, the
+    /// memslot update 1.22 → 0.062 jiffies.
+    #[test]
+    fn a_stall_a_had_and_b_never_has_is_fixed() {
+        let memslot = jiffies_metric(
+            "ioctl.KVM_SET_USER_MEMORY_REGION",
+            (0..20).map(|i| 1.22 + f64::from(i) * 0.01).collect(),
+            (0..20).map(|i| 0.062 + f64::from(i) * 0.001).collect(),
+            0.05,
+        );
+        let v = verdict(
+            "lifecycle",
+            &variant(
+                vec![stalls(vec![1.0; 20], vec![0.0; 20]), memslot],
+                vec![stall(Some(20), None)],
+            ),
+        );
+        assert_eq!(v.class, VerdictClass::Fixed);
+        assert_eq!(
+            v.stall_reps,
+            Some([
+                StallReps {
+                    stalled: 20,
+                    reps: 20
+                },
+                StallReps {
+                    stalled: 0,
+                    reps: 20
+                }
+            ])
+        );
+        assert!(
+            v.improvements
+                .iter()
+                .any(|c| c.metric.ends_with("MEMORY_REGION") && !c.within_jiffy)
+        );
+    }
+
+    /// Under TCG one repetition of B can look stalled (the emulator paused): the recurring
+    /// stall is still gone, and the count is lower beyond noise.
+    #[test]
+    fn a_stray_stalled_repetition_on_b_does_not_hide_a_fix() {
+        let mut b = vec![0.0; 20];
+        b[7] = 1.0;
+        let v = verdict(
+            "lifecycle",
+            &variant(vec![stalls(vec![1.0; 20], b)], vec![stall(Some(20), None)]),
+        );
+        assert_eq!(v.class, VerdictClass::Fixed, "{v:?}");
+        // Without a recurring stall on A to match, B must never stall.
+        let mut b = vec![0.0; 20];
+        b[7] = 1.0;
+        let v = verdict(
+            "lifecycle",
+            &variant(vec![stalls(vec![1.0; 20], b)], vec![]),
+        );
+        assert_eq!(v.class, VerdictClass::Improved, "{v:?}");
+    }
+
+    /// An expedited grace period per registration: KVM_IOEVENTFD 0.018 → 0.118 jiffies is
+    /// longer beyond doubt, by under half a jiffy: a cost, not a regression.
+    #[test]
+    fn a_registration_slower_within_a_jiffy_is_a_cost_not_a_regression() {
+        let spread =
+            |base: f64| -> Vec<f64> { (0..20).map(|i| base + f64::from(i) * 0.001).collect() };
+        let m = jiffies_metric("ioctl.KVM_IOEVENTFD", spread(0.018), spread(0.118), 0.05);
+        assert!(m.cost && !m.regression, "{m:?}");
+        let v = verdict(
+            "lifecycle",
+            &variant(vec![stalls(vec![0.0; 20], vec![0.0; 20]), m], vec![]),
+        );
+        assert_eq!(v.class, VerdictClass::Unchanged);
+        assert_eq!(v.costs.len(), 1);
+        assert!((v.costs[0].b - 0.118).abs() < 0.01 && v.costs[0].within_jiffy);
+        // Longer by a grace period's worth: a regression.
+        let m = jiffies_metric("ioctl.KVM_IOEVENTFD", spread(0.018), spread(1.2), 0.05);
+        assert!(m.regression && !m.cost);
+        assert_eq!(
+            verdict("lifecycle", &variant(vec![m], vec![])).class,
+            VerdictClass::Regressed
+        );
+    }
+
+    /// boot-activation under the 001 fix: it stalls on both kernels; the verdict is unchanged,
+    /// and the stall is reported as both sides', never as B's alone.
+    #[test]
+    fn a_stall_on_both_kernels_is_unchanged_and_named_on_both() {
+        let v = verdict(
+            "lifecycle",
+            &variant(
+                vec![stalls(vec![1.0; 20], vec![1.0; 20])],
+                vec![stall(Some(19), Some(20))],
+            ),
+        );
+        assert_eq!(v.class, VerdictClass::Unchanged);
+        assert!(v.stalls[0].a.is_some() && v.stalls[0].b.is_some());
+    }
+
+    #[test]
+    fn a_stall_b_gained_is_a_regression() {
+        let v = verdict(
+            "lifecycle",
+            &variant(
+                vec![stalls(vec![0.0; 20], vec![1.0; 20])],
+                vec![stall(None, Some(20))],
+            ),
+        );
+        assert_eq!(v.class, VerdictClass::Regressed);
+        assert_eq!(v.regressions[0].metric, "stalls");
+    }
+
+    #[test]
+    fn a_grace_period_lost_without_a_stall_count_is_improved() {
+        let m = jiffies_metric("ioctl.KVM_CREATE_VCPU", vec![1.5; 12], vec![0.2; 12], 0.05);
+        let v = verdict("lifecycle", &variant(vec![m], vec![]));
+        assert_eq!(v.class, VerdictClass::Improved);
+        // Shorter by a fraction of a jiffy only: listed, but not a class of its own.
+        let m = jiffies_metric("ioctl.KVM_CREATE_VCPU", vec![0.3; 12], vec![0.2; 12], 0.05);
+        let v = verdict("lifecycle", &variant(vec![m], vec![]));
+        assert_eq!(v.class, VerdictClass::Unchanged);
+        assert!(v.improvements[0].within_jiffy);
+    }
+
+    /// A stalled in 2 of 6 repetitions, B in none: too few to call it fixed.
+    #[test]
+    fn a_rare_stall_gone_is_inconclusive_not_fixed() {
+        let v = verdict(
+            "lifecycle",
+            &variant(
+                vec![stalls(vec![1.0, 0.0, 0.0, 1.0, 0.0, 0.0], vec![0.0; 6])],
+                vec![],
+            ),
+        );
+        assert_eq!(v.class, VerdictClass::Inconclusive);
+        assert_eq!(v.undecided, ["stalls"]);
     }
 }
