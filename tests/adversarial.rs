@@ -219,7 +219,6 @@ fn two_thousand_runs_back_to_back_are_all_kept() {
     use hvlab::scenario::runner::{RunRequest, Silent};
     let (_d, db) = db();
     let mut store = hvlab::store::Store::open(&db).unwrap();
-    let info = hvlab::scenario::find("percpu").unwrap();
     let mut backend = ModelBackend::new(
         Profile::load("pvm-epyc").unwrap(),
         hvlab::lab::host::probe(),
@@ -228,11 +227,11 @@ fn two_thousand_runs_back_to_back_are_all_kept() {
     let request = RunRequest {
         reps: 1,
         warmup: 0,
-        ..RunRequest::default()
+        ..RunRequest::new(hvlab::scenario::Kind::Percpu.defaults())
     };
     let mut ids = std::collections::BTreeSet::new();
     for _ in 0..2000 {
-        let mut record = hvlab::scenario::run(info, &mut backend, &request, &Silent).unwrap();
+        let mut record = hvlab::scenario::run(&mut backend, &request, &Silent).unwrap();
         store.save(&mut record).unwrap();
         assert!(
             record.run_id.contains("-percpu-model-"),

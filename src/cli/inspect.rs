@@ -27,7 +27,10 @@ pub(super) fn host(json: bool) -> Result<ExitCode, Error> {
 
 /// `hvlab list`: the scenarios.
 pub(super) fn list(json: bool) -> Result<ExitCode, Error> {
-    let catalog = scenario::catalog();
+    let catalog: Vec<scenario::Listing> = scenario::Kind::ALL
+        .into_iter()
+        .map(scenario::Kind::listing)
+        .collect();
     if json {
         print_json(&serde_json::json!({ "scenarios": catalog }))?;
     } else {

@@ -28,8 +28,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::error::{Error, InputError};
 use crate::report::escape::terminal as safe;
-use crate::scenario::ScenarioInfo;
 use crate::scenario::runner::{DEFAULT_SEED, RunRequest};
+use crate::scenario::{Params, ScenarioInfo};
 use crate::trace;
 
 /// hvlab — the hypervisor fast-path lab: where does virtualization cost time on this host, did a
@@ -354,11 +354,11 @@ fn request_of(
     info: &ScenarioInfo,
     m: &MeasureArgs,
     variants: Vec<String>,
-    sets: Vec<String>,
+    params: Params,
 ) -> RunRequest {
     RunRequest {
+        params,
         variants,
-        sets,
         reps: m.reps.unwrap_or(info.default_reps),
         warmup: m.warmup.unwrap_or(info.default_warmup),
         seed: m.seed,

@@ -6,7 +6,7 @@ use std::fmt::Write;
 use crate::backend::host::{HostInfo, KvmFlavour};
 use crate::record::{MetricRecord, RunRecord};
 use crate::report::words::fmt_value;
-use crate::scenario::{self, ScenarioInfo};
+use crate::scenario;
 use crate::store::RunListing;
 use crate::trace::TraceReport;
 
@@ -83,9 +83,10 @@ pub fn host(h: &HostInfo) -> String {
 }
 
 /// `hvlab list`.
-pub fn list(catalog: &[&ScenarioInfo]) -> String {
+pub fn list(catalog: &[scenario::Listing]) -> String {
     let mut s = String::new();
-    for info in catalog {
+    for listing in catalog {
+        let info = listing.info;
         let backends: Vec<String> = info.backends().iter().map(ToString::to_string).collect();
         let _ = writeln!(s, "{} — {}", info.name, info.summary);
         let _ = writeln!(
@@ -104,13 +105,18 @@ pub fn list(catalog: &[&ScenarioInfo]) -> String {
             let _ = writeln!(s, "    {:<20} (model only) {doc}", v.name);
         }
         let _ = writeln!(s, "  parameters (--set key=value):");
-        for p in info.params {
+        for p in &listing.params {
             let default = if p.default.is_empty() {
                 "unset"
             } else {
-                p.default
+                &p.default
             };
-            let _ = writeln!(s, "    {:<14} {:<13} {}", p.name, default, p.doc);
+            let values = match (p.range, p.choices) {
+                (Some([low, high]), _) => format!(" [{low}-{high}]"),
+                (_, Some(choices)) => format!(" [{}]", choices.join("|")),
+                _ => String::new(),
+            };
+            let _ = writeln!(s, "    {:<14} {:<13} {}{values}", p.name, default, p.doc);
         }
         let _ = writeln!(s, "  metrics:");
         for m in info.metrics {
@@ -224,7 +230,7 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
             h.hypervisor.as_deref().unwrap_or("")
         );
     }
-    if let Ok(scenario) = scenario::scenario(&r.scenario) {
+    if let Ok(scenario) = scenario::Kind::named(&r.scenario) {
         for notice in scenario.context(r) {
             let _ = writeln!(s, "{}", crate::report::words::notice(&notice));
         }
@@ -324,7 +330,8 @@ pub fn shown_params(r: &RunListing) -> String {
         "sweep_grid",
         "sweep_point",
     ];
-    let defaults = scenario::find(&r.scenario).map(|i| i.params).unwrap_or(&[]);
+    let defaults =
+        scenario::Kind::named(&r.scenario).map_or_else(|_| Vec::new(), |k| k.param_infos());
     let text = |v: &serde_json::Value| match v {
         serde_json::Value::String(s) => s.clone(),
         other => other.to_string(),

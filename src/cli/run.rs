@@ -41,13 +41,14 @@ pub(super) struct RunArgs {
 /// `hvlab run`: checks everything it can before measuring (the request, the options, the
 /// store), then runs, judges, stores and prints.
 pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
-    let info = scenario::find(&args.scenario)?;
+    let kind = scenario::Kind::named(&args.scenario)?;
     if args.backend == BackendKind::Kvm && args.measure.profile.is_some() {
         return Err(InputError::ProfileWithKvm.into());
     }
-    let request = request_of(info, &args.measure, args.variants, args.sets);
-    scenario::check(info, &request, args.backend)?;
-    for notice in scenario::scenario(info.name)?.notices(&request) {
+    let params = kind.parse(&args.sets, args.backend.capabilities())?;
+    let request = request_of(kind.info(), &args.measure, args.variants, params);
+    scenario::check(&request, args.backend)?;
+    for notice in scenario::notices(&request) {
         habits::note(&format!("note: {}", crate::report::words::notice(&notice)));
     }
     args.measure.interference.check()?;
@@ -61,7 +62,7 @@ pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
         &backends::ModelProfile::named(args.measure.profile.as_deref()).noting(&say),
         args.measure.seed,
     )?;
-    let mut record = run_one(info, backend.as_mut(), &request, args.measure.json)?;
+    let mut record = run_one(kind.info(), backend.as_mut(), &request, args.measure.json)?;
     scenario::judge(&record)?;
     record.baseline = args.save_baseline;
     if let Some(s) = &mut run_store {
@@ -82,7 +83,7 @@ fn run_one(
     json: bool,
 ) -> Result<RunRecord, Error> {
     let progress = TermProgress::new(info.name, json);
-    scenario::run(info, backend, request, &progress)
+    scenario::run(backend, request, &progress)
 }
 
 /// `--save-baseline`: a name of letters, digits, `.`, `_` and `-` (it is typed again later).

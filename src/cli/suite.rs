@@ -89,7 +89,7 @@ pub(super) fn suite(db: Option<&Path>, args: &SuiteArgs) -> Result<ExitCode, Err
         shard,
         args.measure.seed,
         |kind, host, seed| backends::make(kind, host, &model_profile, seed),
-        |info| request_of(info, &args.measure, Vec::new(), Vec::new()),
+        |kind| request_of(kind.info(), &args.measure, Vec::new(), kind.defaults()),
         |info| TermProgress::new(info.name, json),
         |record| {
             if let Some(s) = &mut run_store {

@@ -43,7 +43,7 @@ pub(super) struct SweepArgs {
 /// `hvlab sweep`: validates every point, then runs this shard's points (in parallel on the
 /// model) and stores each as a run.
 pub(super) fn sweep(db: Option<&Path>, args: &SweepArgs) -> Result<ExitCode, Error> {
-    let s = scenario::scenario(&args.scenario)?;
+    let s = scenario::Kind::named(&args.scenario)?;
     let info = s.info();
     if args.backend == BackendKind::Kvm && args.measure.profile.is_some() {
         return Err(InputError::ProfileWithKvm.into());

@@ -10,9 +10,8 @@ use crate::error::Error;
 use crate::kvm::pin;
 use crate::model::profile::{MmuKind, Profile};
 use crate::record::{MetricRecord, RunRecord};
-use crate::scenario::params::{SetParam, sets_of};
 use crate::scenario::runner::{Progress, RunRequest};
-use crate::scenario::{self, exits, lifecycle, memory};
+use crate::scenario::{self, Params, exits, lifecycle, memory};
 
 mod dirty;
 
@@ -59,20 +58,18 @@ fn spread(q: [f64; 3], scale: f64, unit: &str, n: usize) -> String {
 
 fn run(
     backend: &mut dyn Backend,
-    info: &'static scenario::ScenarioInfo,
+    params: impl Into<Params>,
     variants: &[&str],
-    sets: &[&dyn SetParam],
     reps: u32,
     progress: &dyn Progress,
 ) -> Result<RunRecord, Error> {
     let request = RunRequest {
         variants: variants.iter().map(|s| s.to_string()).collect(),
-        sets: sets_of(sets),
         reps,
         warmup: 1,
-        ..RunRequest::default()
+        ..RunRequest::new(params.into())
     };
-    scenario::run(info, backend, &request, progress)
+    scenario::run(backend, &request, progress)
 }
 
 /// Sets a measured cost, unless the measurement did not yield a positive finite number (a
@@ -198,17 +195,9 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
     // every value through the same formulas.
     let small = host.cpu_emulated();
     let (size, pin_bytes, iterations) = if small {
-        (
-            memory::Set::Size(8 << 20),
-            8usize << 20,
-            exits::Set::Iterations(200),
-        )
+        (8u64 << 20, 8usize << 20, 200)
     } else {
-        (
-            memory::Set::Size(64 << 20),
-            64usize << 20,
-            exits::Set::Iterations(5000),
-        )
+        (64u64 << 20, 64usize << 20, 5000)
     };
     let tag = |what: &str| format!("hvlab calibrate {when}: {what}");
     host_facts(&mut p, &host, &tag);
@@ -294,9 +283,8 @@ fn lifecycle_costs(
 ) -> Result<(), Error> {
     let lc = run(
         backend,
-        &lifecycle::INFO,
+        lifecycle::LifecycleParams::default(),
         &["memslots-first", "irqchip-first"],
-        &[],
         10,
         progress,
     )?;
@@ -421,9 +409,8 @@ fn boot_start_costs(
 ) -> Result<(), Error> {
     let boot = run(
         backend,
-        &lifecycle::INFO,
+        lifecycle::LifecycleParams::default(),
         &["boot-activation"],
-        &[],
         10,
         progress,
     )?;
@@ -547,24 +534,26 @@ fn memory_costs(
     progress: &dyn Progress,
     p: &mut Profile,
     tag: &dyn Fn(&str) -> String,
-    size: memory::Set,
+    size_bytes: u64,
 ) -> Result<(), Error> {
+    let at_size = memory::MemoryParams {
+        size_bytes,
+        ..memory::MemoryParams::default()
+    };
     let m2 = run(
         backend,
-        &memory::INFO,
+        at_size,
         &["lazy", "populated", "thp", "uffd", "uffd-prefetch"],
-        &[&size],
         3,
         progress,
     )?;
     let m4 = run(
         backend,
-        &memory::INFO,
+        memory::MemoryParams {
+            guest_page: crate::backend::guest::GuestPage::Small,
+            ..at_size
+        },
         &["populated"],
-        &[
-            &size,
-            &memory::Set::GuestPage(crate::backend::guest::GuestPage::Small),
-        ],
         3,
         progress,
     )?;
@@ -640,13 +629,15 @@ fn exit_costs(
     progress: &dyn Progress,
     p: &mut Profile,
     tag: &dyn Fn(&str) -> String,
-    iterations: exits::Set,
+    iterations: u64,
 ) -> Result<(), Error> {
     let ex = run(
         backend,
-        &exits::INFO,
+        exits::ExitParams {
+            iterations,
+            ..exits::ExitParams::default()
+        },
         &["pio-out", "cpuid"],
-        &[&iterations],
         5,
         progress,
     )?;

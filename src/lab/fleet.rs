@@ -410,7 +410,7 @@ mod tests {
     fn run(id: &str, h: HostInfo) -> RunRecord {
         RunRecord {
             run_id: id.into(),
-            scenario: "lifecycle".into(),
+            scenario: crate::scenario::Kind::Lifecycle.name().into(),
             backend: BackendKind::Kvm,
             profile: None,
             host: h,

@@ -22,7 +22,7 @@ pub use sweep::SweepView;
 /// The charts of one run, in reading order: (caption, SVG). Every run opens with the
 /// distribution of its headline metric; its scenario names the rest.
 pub fn charts_for(r: &RunRecord) -> Vec<(String, String)> {
-    let Ok(scenario) = crate::scenario::scenario(&r.scenario) else {
+    let Ok(scenario) = crate::scenario::Kind::named(&r.scenario) else {
         return Vec::new();
     };
     let headline = scenario.info().headline;

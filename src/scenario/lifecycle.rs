@@ -31,10 +31,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::params::{ParamInfo, SetParam, Settings};
+use super::params::{Choice, Param, Values};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Chart, Experiment, Notice, Observed, Showcase, ValidationPoint};
+use super::{Chart, Notice, Observed, Scenario, Showcase, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::{StallCause, Verdict, against_fastest};
 use crate::analysis::stall::{Baselines, Stall, find_stalls, kernel_effects};
@@ -56,7 +56,6 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     summary: "VM construction order vs SRCU grace periods: which order stalls a memslot update, by how much",
     variants: &VARIANTS,
     model_variants: &MODEL_VARIANTS,
-    params: &PARAMS,
     metrics: &METRICS,
     headline: "ready_ms",
     default_reps: 20,
@@ -93,66 +92,137 @@ static VARIANTS: [VariantInfo; 6] = [
 
 static MODEL_VARIANTS: [VariantInfo; 0] = [];
 
-static PARAMS: [ParamInfo; 10] = [
-    ParamInfo {
+/// `strategy`: how registration frees the old bus array (model).
+static STRATEGY: Choice<Strategy, 3> = Choice {
+    names: ["always-defer", "always-sync", "lifecycle-keyed"],
+    values: [
+        Strategy::AlwaysDefer,
+        Strategy::AlwaysSync,
+        Strategy::LifecycleKeyed,
+    ],
+};
+
+/// `spacing`: VMs built back to back, or independent (model).
+static SPACING: Choice<bool, 2> = Choice {
+    names: ["back-to-back", "independent"],
+    values: [true, false],
+};
+
+/// Each parameter, declared once.
+pub static PARAMS: [Param<LifecycleParams>; 10] = [
+    Param {
         name: "vcpus",
-        default: "1",
         doc: "vCPUs created, at most the host's KVM_CAP_MAX_VCPUS; each runs the guest to its first exit in turn (boot orders: vCPU 0 only)",
+        values: Values::Described,
         model_only: false,
+        read: |p, t| {
+            p.vcpus = super::memory::vcpu_count(t)?;
+            Ok(())
+        },
+        spell: |p| p.vcpus.to_string(),
     },
-    ParamInfo {
+    Param {
         name: "devices",
-        default: "8",
-        doc: "ioeventfds registered (0-256), one per virtio queue doorbell",
+        doc: "ioeventfds registered, one per virtio queue doorbell",
+        values: Values::Range(0, 256),
         model_only: false,
+        read: |p, t| {
+            p.devices = t.whole()?;
+            Ok(())
+        },
+        spell: |p| p.devices.to_string(),
     },
-    ParamInfo {
+    Param {
         name: "order",
-        default: "",
         doc: "custom order, comma-separated steps: create-vm,tss,irqchip,pit,memslot,vcpus,ioeventfds,run",
+        values: Values::Described,
         model_only: false,
+        read: |p, t| {
+            p.order = Some(parse_order(t.raw)?);
+            Ok(())
+        },
+        spell: |p| {
+            p.order.as_ref().map_or_else(String::new, |steps| {
+                steps.iter().map(|s| s.name()).collect::<Vec<_>>().join(",")
+            })
+        },
     },
-    ParamInfo {
+    Param {
         name: "mem_mib",
-        default: "16",
         doc: "guest RAM in the memslot, MiB",
+        values: Values::Range(1, 4096),
         model_only: false,
+        read: |p, t| {
+            p.mem_mib = t.whole()?;
+            Ok(())
+        },
+        spell: |p| p.mem_mib.to_string(),
     },
-    ParamInfo {
+    Param {
         name: "timeout_ms",
-        default: "2000",
         doc: "watchdog for the first KVM_RUN, ms",
+        values: Values::Range(10, 60_000),
         model_only: false,
+        read: |p, t| {
+            p.timeout_ms = t.whole()?;
+            Ok(())
+        },
+        spell: |p| p.timeout_ms.to_string(),
     },
-    ParamInfo {
+    Param {
         name: "boot_ms",
-        default: "50",
-        doc: "boot orders: ms vCPU 0 runs the guest before the boot registrations (0-10000)",
+        doc: "boot orders: ms vCPU 0 runs the guest before the boot registrations",
+        values: Values::Range(0, 10_000),
         model_only: false,
+        read: |p, t| {
+            p.boot_ms = t.whole()?;
+            Ok(())
+        },
+        spell: |p| p.boot_ms.to_string(),
     },
-    ParamInfo {
+    Param {
         name: "strategy",
-        default: "always-defer",
         doc: "model: always-defer (call_srcu, Linux 6.18), always-sync (synchronize_srcu_expedited, before 7d9a0273), lifecycle-keyed (sync until the first vCPU, then defer: the fix in thread 001)",
+        values: Values::Choices(&STRATEGY.names),
         model_only: true,
+        read: |p, t| {
+            p.strategy = STRATEGY.read(t)?;
+            Ok(())
+        },
+        spell: |p| STRATEGY.name(p.strategy).to_string(),
     },
-    ParamInfo {
+    Param {
         name: "hz",
-        default: "",
         doc: "model: timer ticks per second (default: the profile's)",
+        values: Values::Range(24, 10_000),
         model_only: true,
+        read: |p, t| {
+            p.hz = t.optional_whole()?;
+            Ok(())
+        },
+        spell: |p| p.hz.map_or_else(String::new, |hz| hz.to_string()),
     },
-    ParamInfo {
+    Param {
         name: "spacing",
-        default: "back-to-back",
         doc: "model: back-to-back (each VM right after the previous, as the kvm backend's repetitions: the previous stall ended on a tick) or independent (each VM at a random point of a jiffy, as separate VMM processes)",
+        values: Values::Choices(&SPACING.names),
         model_only: true,
+        read: |p, t| {
+            p.back_to_back = SPACING.read(t)?;
+            Ok(())
+        },
+        spell: |p| SPACING.name(p.back_to_back).to_string(),
     },
-    ParamInfo {
+    Param {
         name: "reader_pct",
-        default: "0",
-        doc: "model: percent of the time a running vCPU is an SRCU reader (0-90; handling exits in the kernel; hvlab's guest loop barely exits)",
+        doc: "model: percent of the time a running vCPU is an SRCU reader (handling exits in the kernel; hvlab's guest loop barely exits)",
+        values: Values::Range(0, 90),
         model_only: true,
+        read: |p, t| {
+            p.reader_pct = t.whole()?;
+            Ok(())
+        },
+        spell: |p| p.reader_pct.to_string(),
     },
 ];
 
@@ -547,65 +617,35 @@ fn verdicts(variants: &[VariantRecord], seed: u64) -> Vec<Verdict> {
 }
 
 /// Thread 001 on its own host: Firecracker on x86 at HZ=100, separate microVMs.
-static SHOWCASES: [Showcase; 2] = [
-    Showcase {
-        profile: "x86-vmx-hz100",
-        variants: &["firecracker-order", "boot-activation"],
-        sets: &[
-            &Set::Strategy(Strategy::AlwaysDefer),
-            &Set::BackToBack(false),
-        ],
-        why: "001, Linux 6.18 (call_srcu in registration): the first KVM_CREATE_VCPU waits out the irqchip's normal grace period, 1-2 jiffies (10-20 ms at HZ=100)",
-    },
-    Showcase {
-        profile: "x86-vmx-hz100",
-        variants: &["firecracker-order", "boot-activation"],
-        sets: &[
-            &Set::Strategy(Strategy::LifecycleKeyed),
-            &Set::BackToBack(false),
-        ],
-        why: "001, Sean's fix (sync until the first vCPU, then defer): no creation stall; registrations during boot still defer, so the next memslot update waits",
-    },
-];
+fn showcases() -> Vec<Showcase<LifecycleParams>> {
+    let microvms = |strategy| LifecycleParams {
+        strategy,
+        back_to_back: false,
+        ..LifecycleParams::default()
+    };
+    vec![
+        Showcase {
+            profile: "x86-vmx-hz100",
+            variants: &["firecracker-order", "boot-activation"],
+            params: microvms(Strategy::AlwaysDefer),
+            why: "001, Linux 6.18 (call_srcu in registration): the first KVM_CREATE_VCPU waits out the irqchip's normal grace period, 1-2 jiffies (10-20 ms at HZ=100)",
+        },
+        Showcase {
+            profile: "x86-vmx-hz100",
+            variants: &["firecracker-order", "boot-activation"],
+            params: microvms(Strategy::LifecycleKeyed),
+            why: "001, Sean's fix (sync until the first vCPU, then defer): no creation stall; registrations during boot still defer, so the next memslot update waits",
+        },
+    ]
+}
 
 /// The lifecycle scenario.
 #[derive(Debug)]
 pub struct Lifecycle;
 
-/// A lifecycle parameter set in code (the lab's published setups).
-#[derive(Debug, Clone, Copy)]
-pub enum Set {
-    /// `strategy`.
-    Strategy(Strategy),
-    /// `vcpus`.
-    Vcpus(u32),
-    /// `hz`.
-    Hz(u32),
-    /// `spacing`: VMs built back to back (false: independent).
-    BackToBack(bool),
-}
-
-impl SetParam for Set {
-    fn key_value(&self) -> (&'static str, String) {
-        match *self {
-            Set::Strategy(s) => ("strategy", strategy_name(s).to_string()),
-            Set::Vcpus(n) => ("vcpus", n.to_string()),
-            Set::Hz(hz) => ("hz", hz.to_string()),
-            Set::BackToBack(b) => (
-                "spacing",
-                if b { "back-to-back" } else { "independent" }.to_string(),
-            ),
-        }
-    }
-}
-
 /// A registration strategy as `--set strategy=` names it.
 pub fn strategy_name(strategy: Strategy) -> &'static str {
-    match strategy {
-        Strategy::AlwaysDefer => "always-defer",
-        Strategy::AlwaysSync => "always-sync",
-        Strategy::LifecycleKeyed => "lifecycle-keyed",
-    }
+    STRATEGY.name(strategy)
 }
 
 /// The parameters of one run.
@@ -633,6 +673,23 @@ pub struct LifecycleParams {
     pub order: Option<Vec<Step>>,
 }
 
+impl Default for LifecycleParams {
+    fn default() -> LifecycleParams {
+        LifecycleParams {
+            vcpus: 1,
+            devices: 8,
+            mem_mib: 16,
+            timeout_ms: 2000,
+            strategy: Strategy::AlwaysDefer,
+            hz: None,
+            reader_pct: 0,
+            boot_ms: 50,
+            back_to_back: true,
+            order: None,
+        }
+    }
+}
+
 impl LifecycleParams {
     /// The validated plan that builds a VM in the order `steps`.
     fn construction(&self, steps: Vec<Step>) -> Result<ConstructionPlan, InputError> {
@@ -652,71 +709,37 @@ impl LifecycleParams {
     }
 }
 
-impl Experiment for Lifecycle {
+impl Scenario for Lifecycle {
     type Plan = ConstructionPlan;
     type Params = LifecycleParams;
     const INFO: &'static ScenarioInfo = &INFO;
-
-    fn params(
-        &self,
-        settings: &Settings,
-        can: Capabilities,
-    ) -> Result<LifecycleParams, InputError> {
-        let strategy = match settings.choice(
-            "strategy",
-            &["always-defer", "always-sync", "lifecycle-keyed"],
-        )? {
-            "always-sync" => Strategy::AlwaysSync,
-            "lifecycle-keyed" => Strategy::LifecycleKeyed,
-            _ => Strategy::AlwaysDefer,
-        };
-        Ok(LifecycleParams {
-            vcpus: super::memory::parse_vcpu_count(settings, can)?,
-            devices: settings.u32_in("devices", 0..=256)?,
-            mem_mib: settings.u32_in("mem_mib", 1..=4096)?,
-            timeout_ms: settings.u32_in("timeout_ms", 10..=60_000)?,
-            strategy,
-            hz: match settings.raw("hz") {
-                "" => None,
-                _ => Some(settings.u32_in("hz", 24..=10_000)?),
-            },
-            reader_pct: settings.u32_in("reader_pct", 0..=90)?,
-            boot_ms: settings.u32_in("boot_ms", 0..=10_000)?,
-            back_to_back: settings.choice("spacing", &["back-to-back", "independent"])?
-                == "back-to-back",
-            order: match settings.is_set("order") {
-                true => Some(parse_order(settings.raw("order"))?),
-                false => None,
-            },
-        })
-    }
+    const PARAMS: &'static [Param<LifecycleParams>] = &PARAMS;
 
     fn plan(
         &self,
-        p: &LifecycleParams,
         name: &str,
-        _: &RunRequest,
+        request: &RunRequest<LifecycleParams>,
     ) -> Result<Option<ConstructionPlan>, InputError> {
         order_of(name)
-            .map(|steps| p.construction(steps))
+            .map(|steps| request.params.construction(steps))
             .transpose()
     }
 
     /// The named variants, after `custom` when `--set order=` is given.
     fn plans(
         &self,
-        p: &LifecycleParams,
-        request: &RunRequest,
+        request: &RunRequest<LifecycleParams>,
         can: Capabilities,
     ) -> Result<Vec<(String, ConstructionPlan)>, InputError> {
+        let p = &request.params;
         let mut chosen = Vec::new();
         if let Some(steps) = &p.order {
             chosen.push(("custom".to_string(), p.construction(steps.clone())?));
         }
         // `--set order` without `--variant` runs the custom order alone.
         if !request.variants.is_empty() || p.order.is_none() {
-            let names = INFO.selected_variants(request, can)?;
-            chosen.extend(super::plan_each(self, p, names, request, can)?);
+            let names = INFO.selected_variants(&request.variants, can)?;
+            chosen.extend(super::plan_each(self, names, request, can)?);
         }
         Ok(chosen)
     }
@@ -738,12 +761,8 @@ impl Experiment for Lifecycle {
         vec![Chart::Timeline]
     }
 
-    fn notices(&self, request: &RunRequest) -> Vec<Notice> {
-        let custom = request
-            .sets
-            .iter()
-            .any(|s| s.trim_start().starts_with("order"));
-        if custom && !request.variants.is_empty() {
+    fn notices(&self, request: &RunRequest<LifecycleParams>) -> Vec<Notice> {
+        if request.params.order.is_some() && !request.variants.is_empty() {
             vec![Notice::CustomOrderAlongside {
                 variants: request.variants.clone(),
             }]
@@ -752,15 +771,15 @@ impl Experiment for Lifecycle {
         }
     }
 
-    fn showcases(&self) -> &'static [Showcase] {
-        &SHOWCASES
+    fn showcases(&self) -> Vec<Showcase<LifecycleParams>> {
+        showcases()
     }
 
-    fn validation(&self, host: &HostInfo) -> Option<ValidationPoint> {
+    fn validation(&self, host: &HostInfo) -> Option<ValidationPoint<LifecycleParams>> {
         // The model runs the SRCU scheme of the kernel it is checked against.
-        let model_sets: super::params::Sets = match host.srcu_kernel().registration {
-            BusRegistration::Synchronizes => &[&Set::Strategy(Strategy::AlwaysSync)],
-            BusRegistration::Defers => &[&Set::Strategy(Strategy::AlwaysDefer)],
+        let strategy = match host.srcu_kernel().registration {
+            BusRegistration::Synchronizes => Strategy::AlwaysSync,
+            BusRegistration::Defers => Strategy::AlwaysDefer,
         };
         Some(ValidationPoint {
             variants: &[
@@ -771,8 +790,11 @@ impl Experiment for Lifecycle {
                 "firecracker-order",
                 "boot-activation",
             ],
-            sets: &[],
-            model_sets,
+            params: LifecycleParams::default(),
+            model_params: LifecycleParams {
+                strategy,
+                ..LifecycleParams::default()
+            },
             checks: |model, kvm, v, time| {
                 let mut out: Vec<Check> = Vec::new();
                 out.extend(check(model, kvm, v, "stalls", Rule::Exact(0.0)));

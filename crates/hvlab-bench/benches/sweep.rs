@@ -16,7 +16,7 @@ use hvlab::scenario::runner::{DEFAULT_SEED, Silent};
 use hvlab::store::Store;
 
 fn bench(c: &mut Criterion) {
-    let scenario = hvlab::scenario::scenario("lifecycle").unwrap();
+    let scenario = hvlab::scenario::Kind::Lifecycle;
     let spec = SweepSpec {
         scenario,
         backend: BackendKind::Model,

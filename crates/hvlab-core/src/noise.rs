@@ -9,7 +9,6 @@
 //! Interference control lives here too: `--cpu LIST` ([`parse_cpu_list`], [`pin_to`]) and the
 //! bounded `--quiet-host` wait ([`wait_for_quiet`]).
 
-use std::cell::RefCell;
 use std::fs;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -56,7 +55,7 @@ fn field_after(text: &str, name: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// What one repetition's trial saw, from [`rep_start`] to [`rep_end`].
+/// What one repetition's trial saw, from [`RepWatch::start`] to [`RepWatch::end`].
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct RepNoise {
     /// The measuring thread's involuntary switches during the trial.
@@ -67,34 +66,36 @@ pub struct RepNoise {
     pub runnable_others: u32,
 }
 
-thread_local! {
-    static REPS: RefCell<(Option<ThreadCounters>, Vec<RepNoise>)> =
-        const { RefCell::new((None, Vec::new())) };
+/// A repetition's trial being watched on the measuring thread: the counters at its start.
+#[derive(Debug, Clone, Copy)]
+pub struct RepWatch(ThreadCounters);
+
+impl RepWatch {
+    /// Reads the calling thread's counters before the trial.
+    pub fn start() -> RepWatch {
+        RepWatch(ThreadCounters::read())
+    }
+
+    /// What the trial saw, read on the same thread after it.
+    pub fn end(self) -> RepNoise {
+        let after = ThreadCounters::read();
+        let runnable_others = read_loadavg().map_or(0, |l| l.running.saturating_sub(1));
+        RepNoise::between(self.0, after, runnable_others)
+    }
 }
 
-/// Marks the start of a repetition's trial on this thread (the measurement loop calls it).
-pub fn rep_start() {
-    let c = ThreadCounters::read();
-    REPS.with(|r| r.borrow_mut().0 = Some(c));
-}
-
-/// Marks the end of the trial begun by [`rep_start`] and keeps what it saw.
-pub fn rep_end() {
-    let after = ThreadCounters::read();
-    let runnable_others = read_loadavg().map_or(0, |l| l.running.saturating_sub(1));
-    REPS.with(|r| {
-        let mut r = r.borrow_mut();
-        if let Some(before) = r.0.take() {
-            r.1.push(RepNoise {
-                involuntary: after.involuntary.saturating_sub(before.involuntary),
-                migrations: after
-                    .migrations
-                    .zip(before.migrations)
-                    .map_or(0, |(a, b)| a.saturating_sub(b)),
-                runnable_others,
-            });
+impl RepNoise {
+    /// What happened between two readings of the measuring thread's counters.
+    fn between(before: ThreadCounters, after: ThreadCounters, runnable_others: u32) -> RepNoise {
+        RepNoise {
+            involuntary: after.involuntary.saturating_sub(before.involuntary),
+            migrations: after
+                .migrations
+                .zip(before.migrations)
+                .map_or(0, |(a, b)| a.saturating_sub(b)),
+            runnable_others,
         }
-    });
+    }
 }
 
 /// What the command line did to control interference (`--cpu`, `--quiet-host`), recorded
@@ -113,11 +114,6 @@ pub fn note_quiet_wait(wait: QuietWait) {
     if let Ok(mut c) = CONTROL.lock() {
         c.1 = Some(wait);
     }
-}
-
-/// Takes the repetitions recorded on this thread since the last call.
-pub fn take_reps() -> Vec<RepNoise> {
-    REPS.with(|r| std::mem::take(&mut r.borrow_mut().1))
 }
 
 /// `/proc/loadavg`: the 1-minute load and the tasks runnable now.
@@ -698,13 +694,18 @@ mod tests {
     }
 
     #[test]
-    fn a_trial_on_this_thread_is_recorded_once() {
-        let _ = take_reps();
-        rep_start();
-        std::hint::black_box((0..10_000).sum::<u64>());
-        rep_end();
-        rep_end(); // without a start: nothing
-        assert_eq!(take_reps().len(), 1);
-        assert!(take_reps().is_empty());
+    fn a_trial_counts_only_what_happened_during_it() {
+        let at = |involuntary, voluntary, migrations| ThreadCounters {
+            involuntary,
+            voluntary,
+            migrations,
+        };
+        let seen = RepNoise::between(at(10, 5, Some(3)), at(12, 90, Some(4)), 1);
+        assert_eq!((seen.involuntary, seen.migrations), (2, 1));
+        // Without the kernel's migration count on either side, none is claimed.
+        assert_eq!(
+            RepNoise::between(at(1, 0, None), at(1, 0, Some(9)), 0).migrations,
+            0
+        );
     }
 }

@@ -18,7 +18,7 @@ use crate::backend::Backend;
 use crate::error::Error;
 use crate::model::profile::{MmuKind, Profile};
 use crate::record::RunRecord;
-use crate::scenario::dirty::{self, Set};
+use crate::scenario::dirty::DirtyParams;
 use crate::scenario::runner::Progress;
 
 fn med(r: &RunRecord, variant: &str, metric: &str) -> Option<f64> {
@@ -48,23 +48,27 @@ pub fn calibrate(
     };
     let a = run(
         backend,
-        &dirty::INFO,
+        DirtyParams {
+            size_bytes: big,
+            passes: 3,
+            ring: 65536,
+            ..DirtyParams::default()
+        },
         &["bitmap", "ring"],
-        &[&Set::SizeMib(big >> 20), &Set::Passes(3), &Set::Ring(65536)],
         5,
         progress,
     )?;
-    let copy = |bytes: u64, backend: &mut dyn Backend| {
+    let copy = |size_bytes: u64, backend: &mut dyn Backend| {
         run(
             backend,
-            &dirty::INFO,
+            DirtyParams {
+                size_bytes,
+                passes: 3,
+                stride: 4096,
+                chunk: 262_144,
+                ..DirtyParams::default()
+            },
             &["clear"],
-            &[
-                &Set::SizeMib(bytes >> 20),
-                &Set::Passes(3),
-                &Set::Stride(4096),
-                &Set::Chunk(262_144),
-            ],
             5,
             progress,
         )
@@ -183,13 +187,17 @@ fn mmu_lock_hold(
     if p.mmu != MmuKind::Shadow || backend.host().cores < 2 {
         return Ok(());
     }
-    let mib = if small { 8 } else { 64 };
+    let mib: u64 = if small { 8 } else { 64 };
     let pass = |vcpus: u32, backend: &mut dyn Backend| {
         run(
             backend,
-            &dirty::INFO,
+            DirtyParams {
+                size_bytes: mib << 20,
+                passes: 3,
+                vcpus,
+                ..DirtyParams::default()
+            },
             &["bitmap"],
-            &[&Set::SizeMib(mib), &Set::Passes(3), &Set::Vcpus(vcpus)],
             5,
             progress,
         )

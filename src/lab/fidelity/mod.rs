@@ -22,6 +22,7 @@ use crate::model::ModelBackend;
 use crate::model::ModelError;
 use crate::model::profile::{Profile, ProfileError};
 use crate::record::{MetricRecord, RunRecord};
+use crate::scenario::Params;
 use crate::scenario::runner::{RunRequest, Silent};
 
 /// How a thread's words become a range: one rule for every row (DESIGN.md, "Fidelity").
@@ -323,7 +324,7 @@ pub struct ThreadInfo {
     /// The mechanism and the thread's subject, short.
     pub title: &'static str,
     /// The scenario that reproduces it.
-    pub scenario: &'static str,
+    pub scenario: crate::scenario::Kind,
     /// The built-in profile of the thread's host: every row runs on it.
     pub profile: &'static str,
 }
@@ -340,7 +341,7 @@ pub fn report(thread: &dyn Thread, host: &HostInfo, seed: u64) -> Result<ThreadR
     Ok(ThreadReport {
         id: info.id,
         title: info.title,
-        scenario: info.scenario,
+        scenario: info.scenario.name(),
         rows,
         fitted,
     })
@@ -432,26 +433,25 @@ pub fn evaluate(
 }
 
 /// Runs a registered scenario on the model with a built-in profile: the published setup as
-/// `--set` parameters and variants, the same path `hvlab run --backend model` takes.
+/// the scenario's parameters (which say the scenario) and variants, the same path
+/// `hvlab run --backend model` takes.
 pub fn model_run(
     host: &HostInfo,
-    scenario: &str,
+    params: impl Into<Params>,
     profile: &Profile,
     variants: &[&str],
-    sets: &[String],
     reps: u32,
     seed: u64,
 ) -> Result<RunRecord, Error> {
     let mut backend = ModelBackend::new(profile.clone(), host.clone(), seed);
     let request = RunRequest {
+        params: params.into(),
         variants: variants.iter().map(ToString::to_string).collect(),
-        sets: sets.to_vec(),
         reps,
         warmup: 0,
         seed,
     };
-    let s = crate::scenario::scenario(scenario)?;
-    crate::scenario::run_scenario(s, &mut backend, &request, &Silent)
+    crate::scenario::run(&mut backend, &request, &Silent)
 }
 
 /// Loads a built-in profile for a thread's setup.
@@ -590,7 +590,7 @@ mod tests {
             &ThreadInfo {
                 id: "t",
                 title: "toy",
-                scenario: "none",
+                scenario: crate::scenario::Kind::Exits,
                 profile: "intel-spr-vmx",
             }
         }

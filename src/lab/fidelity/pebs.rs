@@ -14,8 +14,8 @@ use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
 use crate::backend::host::HostInfo;
 use crate::error::Error;
 use crate::model::profile::Profile;
-use crate::scenario::exits::Set;
-use crate::scenario::params::sets_of;
+use crate::scenario::Kind;
+use crate::scenario::exits::ExitParams;
 
 /// The thread.
 pub struct Pebs;
@@ -37,7 +37,7 @@ impl Thread for Pebs {
         &ThreadInfo {
             id: "003",
             title: "PEBS_ENABLE not switched on VM transitions (x86 VMX, PEBS isolation)",
-            scenario: "exits",
+            scenario: Kind::Exits,
             profile: "intel-spr-vmx",
         }
     }
@@ -46,14 +46,14 @@ impl Thread for Pebs {
         let run = |host_pebs: bool| {
             super::model_run(
                 host,
-                "exits",
+                ExitParams {
+                    iterations: 1000,
+                    host_pebs,
+                    host_pebs_data_cfg: true,
+                    ..ExitParams::default()
+                },
                 profile,
                 &["vpmu-old", "vpmu-new", "pebs-old", "pebs-new"],
-                &sets_of(&[
-                    Set::Iterations(1000),
-                    Set::HostPebs(host_pebs),
-                    Set::HostPebsDataCfg(true),
-                ]),
                 1,
                 seed,
             )

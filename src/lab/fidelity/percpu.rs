@@ -14,8 +14,8 @@ use crate::backend::host::HostInfo;
 use crate::error::Error;
 use crate::model::profile::Profile;
 use crate::record::RunRecord;
-use crate::scenario::params::sets_of;
-use crate::scenario::percpu::Set;
+use crate::scenario::Kind;
+use crate::scenario::percpu::{PercpuParams, workload};
 
 /// The thread.
 pub struct Percpu;
@@ -57,19 +57,21 @@ impl Thread for Percpu {
         &ThreadInfo {
             id: "002",
             title: "arm64 per-CPU kernel page tables for this_cpu ops",
-            scenario: "percpu",
+            scenario: Kind::Percpu,
             profile: PROFILE,
         }
     }
 
     fn rows(&self, host: &HostInfo, profile: &Profile, seed: u64) -> Result<Vec<Row>, Error> {
-        let run = |workload: &'static str| {
+        let run = |name: &'static str| {
             super::model_run(
                 host,
-                "percpu",
+                PercpuParams {
+                    cpus: CPUS,
+                    workload: workload(name)?,
+                },
                 profile,
                 &["offset", "local-map"],
-                &sets_of(&[Set::Cpus(CPUS), Set::Workload(workload)]),
                 1,
                 seed,
             )
@@ -223,10 +225,12 @@ mod tests {
         let fork = |cpus: u32| {
             super::super::model_run(
                 &crate::lab::host::probe(),
-                "percpu",
+                PercpuParams {
+                    cpus,
+                    workload: workload("stress-ng-fork").unwrap(),
+                },
                 &profile,
                 &["offset", "local-map"],
-                &sets_of(&[Set::Cpus(cpus), Set::Workload("stress-ng-fork")]),
                 1,
                 1,
             )

@@ -13,27 +13,30 @@ use crate::backend::host::HostInfo;
 use crate::backend::memory::{Pattern, Touch};
 use crate::error::Error;
 use crate::model::profile::Profile;
-use crate::scenario::memory::Set;
-use crate::scenario::params::sets_of;
+use crate::scenario::Kind;
+use crate::scenario::memory::MemoryParams;
 
 /// The thread.
 pub struct Prefetch;
 
 /// The setup as parameters of the `memory` scenario.
-const SETUP: [Set; 5] = [
-    Set::Size(6 << 30),
-    Set::Pattern(Pattern::Seq),
-    Set::Touch(Touch::FirstByte),
-    Set::GuestPage(GuestPage::Small),
-    Set::Backing(Backing::Populated),
-];
+fn setup() -> MemoryParams {
+    MemoryParams {
+        size_bytes: 6 << 30,
+        pattern: Pattern::Seq,
+        touch: Touch::FirstByte,
+        guest_page: GuestPage::Small,
+        model_backing: Backing::Populated,
+        ..MemoryParams::default()
+    }
+}
 
 impl Thread for Prefetch {
     fn info(&self) -> &'static ThreadInfo {
         &ThreadInfo {
             id: "004",
             title: "SPTE prefetch of the trailing run (x86 legacy MMU)",
-            scenario: "memory",
+            scenario: Kind::Memory,
             profile: "intel-spr-vmx",
         }
     }
@@ -41,13 +44,11 @@ impl Thread for Prefetch {
     fn rows(&self, host: &HostInfo, profile: &Profile, seed: u64) -> Result<Vec<Row>, Error> {
         // The legacy MMU's loop is what the thread changes; the profile only supplies the
         // MMU's prefetch behaviour for the variants, and times this table does not read.
-        let sets = sets_of(&SETUP);
         let run = super::model_run(
             host,
-            "memory",
+            setup(),
             profile,
             &["legacy-skip-trailing", "legacy"],
-            &sets,
             1,
             seed,
         )?;

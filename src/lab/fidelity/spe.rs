@@ -14,8 +14,8 @@ use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
 use crate::backend::host::HostInfo;
 use crate::error::Error;
 use crate::model::profile::Profile;
-use crate::scenario::params::sets_of;
-use crate::scenario::pinning::Set;
+use crate::scenario::Kind;
+use crate::scenario::pinning::PinningParams;
 
 /// The thread.
 pub struct Spe;
@@ -54,40 +54,32 @@ impl Thread for Spe {
         &ThreadInfo {
             id: "000",
             title: "SPE buffer pinned per enable at stage 2 (KVM arm64)",
-            scenario: "pinning",
+            scenario: Kind::Pinning,
             profile: "neoverse-n2-spe",
         }
     }
 
     fn rows(&self, host: &HostInfo, profile: &Profile, seed: u64) -> Result<Vec<Row>, Error> {
-        let run = |buffer_mib: u32, variants: &[&str], extra: &[Set]| {
-            let mut sets = vec![
-                Set::BufferMib(buffer_mib),
-                Set::Slices(100),
-                Set::PerTask(true),
-            ];
-            sets.extend_from_slice(extra);
-            super::model_run(host, "pinning", profile, variants, &sets_of(&sets), 1, seed)
+        // Per-task mode: the buffer disabled and enabled at every switch.
+        let per_task = |buffer_mib: u64, slices| PinningParams {
+            buffer_bytes: buffer_mib << 20,
+            slices,
+            per_task: true,
+            ..PinningParams::default()
         };
+        // The filter records nothing.
+        let no_records = |p| PinningParams {
+            records_per_ms: 0,
+            ..p
+        };
+        let run =
+            |params, variants: &[&str]| super::model_run(host, params, profile, variants, 1, seed);
         // The 256 MiB setup once, pinned per enable and not pinned.
-        let large = run(256, &["eager", "no-pin"], &[Set::RecordsPerMs(0)])?;
-        let small = run(4, &["eager"], &[])?;
+        let large = run(no_records(per_task(256, 100)), &["eager", "no-pin"])?;
+        let small = run(per_task(4, 100), &["eager"])?;
         // `perf record ... -- perf stat true` at 256 MiB: the thread gives that run's switch
         // count only at 4 MiB (71 in the guest), so the model takes 71.
-        let stat = super::model_run(
-            host,
-            "pinning",
-            profile,
-            &["eager"],
-            &sets_of(&[
-                Set::BufferMib(256),
-                Set::Slices(PERF_STAT_SWITCHES),
-                Set::PerTask(true),
-                Set::RecordsPerMs(0),
-            ]),
-            1,
-            seed,
-        )?;
+        let stat = run(no_records(per_task(256, PERF_STAT_SWITCHES)), &["eager"])?;
         let per_switch_ms = |r| {
             super::metric(r, "eager", "slice_overhead_us").map(|m| ModelFigure::of(m, 1e-3, "ms"))
         };

@@ -13,8 +13,8 @@ use crate::backend::lifecycle::Strategy;
 use crate::error::Error;
 use crate::model::profile::Profile;
 use crate::record::RunRecord;
-use crate::scenario::lifecycle::Set;
-use crate::scenario::params::sets_of;
+use crate::scenario::Kind;
+use crate::scenario::lifecycle::LifecycleParams;
 
 /// The thread.
 pub struct Srcu;
@@ -54,22 +54,15 @@ fn run_with(
     vcpus: u32,
     seed: u64,
 ) -> Result<RunRecord, Error> {
-    let mut sets = vec![
-        Set::Strategy(strategy),
-        Set::Vcpus(vcpus),
-        Set::BackToBack(false),
-    ];
-    // The profile's own HZ (100) unless the row needs another.
-    sets.extend(hz.map(Set::Hz));
-    super::model_run(
-        host,
-        "lifecycle",
-        profile,
-        &["firecracker-order"],
-        &sets_of(&sets),
-        VMS,
-        seed,
-    )
+    let params = LifecycleParams {
+        strategy,
+        vcpus,
+        back_to_back: false,
+        // The profile's own HZ (100) unless the row needs another.
+        hz,
+        ..LifecycleParams::default()
+    };
+    super::model_run(host, params, profile, &["firecracker-order"], VMS, seed)
 }
 
 /// The experiments: Nikita's strace runs at HZ=100, and what he states besides.
@@ -114,7 +107,7 @@ impl Thread for Srcu {
         &ThreadInfo {
             id: "001",
             title: "call_srcu() in I/O-bus registration stalls the first KVM_CREATE_VCPU (x86, HZ=100)",
-            scenario: "lifecycle",
+            scenario: Kind::Lifecycle,
             profile: PROFILE,
         }
     }
