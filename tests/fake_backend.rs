@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use hvlab::backend::dirty::{DirtyPlan, DirtyResult};
-use hvlab::backend::error::{BackendError, KvmError};
+use hvlab::backend::error::BackendError;
 use hvlab::backend::exits::{ExitPlan, ExitResult};
 use hvlab::backend::host::{HostInfo, probe_with};
 use hvlab::backend::lifecycle::{ConstructionPlan, ConstructionTrace};
@@ -97,7 +97,9 @@ impl Backend for FakeBackend {
     fn exit_roundtrips(&mut self, plan: &ExitPlan) -> Result<ExitResult, BackendError> {
         let name = plan.kind.name();
         if self.missing_cap.contains(&name) {
-            return Err(KvmError::MissingCap("KVM_CAP_FAKE").into());
+            return Err(BackendError::Unsupported(
+                "needs KVM_CAP_FAKE, which this host's KVM does not offer".into(),
+            ));
         }
         if self.unsupported.contains(&name) {
             return Err(BackendError::Unsupported(format!("{name} is not scripted")));

@@ -10,7 +10,6 @@ use super::paths::{check_output_dir, write_report};
 use super::progress::TermProgress;
 use super::{MeasureArgs, ShardArgs, habits, print_json, print_text, render, request_of};
 use crate::backend::BackendKind;
-use crate::backend::error::KvmError;
 use crate::error::Error;
 use crate::lab::{self, backends, host};
 use crate::record::RunRecord;
@@ -141,7 +140,7 @@ pub(super) fn suite(db: Option<&Path>, args: &SuiteArgs) -> Result<ExitCode, Err
     } else if let Some(e) = shard_without_kvm(shard, &units, &records, &skipped) {
         return Err(e);
     } else if records.is_empty() {
-        return Err(KvmError::DeviceMissing(crate::backend::host::kvm_device_path()).into());
+        return Err(backends::no_kvm());
     }
     Ok(ExitCode::SUCCESS)
 }

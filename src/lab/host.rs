@@ -13,7 +13,7 @@ pub fn probe() -> HostInfo {
 #[cfg(not(hvlab_kvm))]
 pub fn probe() -> HostInfo {
     crate::backend::host::probe_with(
-        crate::backend::error::KvmError::NotBuilt.to_string(),
+        crate::error::Error::KvmNotBuilt.to_string(),
         std::collections::BTreeMap::new(),
     )
 }
@@ -21,13 +21,13 @@ pub fn probe() -> HostInfo {
 /// Fails with the access error when `/dev/kvm` cannot be used. A model-only build has nothing
 /// to require: its host description already says it was built without the kvm backend.
 #[cfg(hvlab_kvm)]
-pub fn require_kvm(host: &HostInfo) -> Result<(), crate::backend::error::KvmError> {
-    crate::kvm::host::require_kvm(host)
+pub fn require_kvm(host: &HostInfo) -> Result<(), crate::error::Error> {
+    Ok(crate::kvm::host::require_kvm(host)?)
 }
 
 /// Fails with the access error when `/dev/kvm` cannot be used. A model-only build has nothing
 /// to require: its host description already says it was built without the kvm backend.
 #[cfg(not(hvlab_kvm))]
-pub fn require_kvm(_: &HostInfo) -> Result<(), crate::backend::error::KvmError> {
+pub fn require_kvm(_: &HostInfo) -> Result<(), crate::error::Error> {
     Ok(())
 }

@@ -219,7 +219,7 @@ pub fn against_baseline(
             listing
                 .iter()
                 .find(|l| l.run_id == record.run_id)
-                .ok_or_else(|| Error::from(InputError::NoSuchRun(r.to_string())))?
+                .ok_or_else(|| Error::from(crate::store::StoreError::NoSuchRun(r.to_string())))?
         }
         None => listing
             .iter()

@@ -190,8 +190,8 @@ pub fn run<P: Progress>(
         };
         let mut b = match opened {
             Ok(b) => b,
-            Err(Error::Kvm(e)) if e.is_host_limitation() => {
-                skipped.push(Skipped::new(info, kind, &Error::Kvm(e)));
+            Err(e) if e.is_host_limitation() => {
+                skipped.push(Skipped::new(info, kind, &e));
                 continue;
             }
             Err(e) => return Err(e),

@@ -567,7 +567,7 @@ fn run_point(
         .and_then(|mut b| scenario::run(b.as_mut(), &point.request, &Silent));
     let mut record = match outcome {
         Ok(r) => r,
-        Err(e) if matches!(&e, Error::Kvm(k) if k.is_host_limitation()) => {
+        Err(e) if e.is_host_limitation() => {
             return PointResult::Skipped(PointProblem::new(point, &e));
         }
         Err(e) => return PointResult::Failed(PointProblem::new(point, &e)),

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use super::{Params, ScenarioInfo};
 use crate::analysis::compare::Verdict;
 use crate::backend::Backend;
+use crate::backend::error::BackendError;
 use crate::error::Error;
 use crate::record::{RunRecord, VariantRecord, VariantStatus};
 
@@ -78,12 +79,8 @@ pub struct ScenarioOutcome {
 pub fn failure_status(err: &Error) -> VariantStatus {
     let why = err.chain().join(": ");
     match err {
-        Error::Kvm(e) if e.is_host_limitation() => VariantStatus::Unsupported(why),
         Error::Input(_) => VariantStatus::Unsupported(why),
-        Error::Model(crate::model::ModelError::Unsupported(why))
-        | Error::Backend(crate::backend::error::BackendError::Unsupported(why)) => {
-            VariantStatus::Unsupported(why.clone())
-        }
+        Error::Backend(BackendError::Unsupported(why)) => VariantStatus::Unsupported(why.clone()),
         _ => VariantStatus::Failed(why),
     }
 }
@@ -178,7 +175,6 @@ pub fn assemble<P>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::error::KvmError;
 
     #[test]
     fn warmup_is_discarded_and_variants_interleave() {
@@ -208,9 +204,13 @@ mod tests {
             warmup: 0,
             ..RunRequest::new(())
         };
+        let failed = || std::io::Error::other("The guest did not signal as expected: triple fault");
         let out = repeat(&names, &req, false, &Silent, |vi| match vi {
-            1 => Err(KvmError::MissingCap("KVM_CAP_PMU_CAPABILITY").into()),
-            2 => Err(KvmError::Guest("triple fault".into()).into()),
+            1 => Err(BackendError::Unsupported(
+                "needs KVM_CAP_PMU_CAPABILITY, which this host's KVM does not offer".into(),
+            )
+            .into()),
+            2 => Err(BackendError::Failed(Box::new(failed())).into()),
             _ => Ok(()),
         });
         assert!(out.reps.is_empty(), "unwatched trials say nothing");
@@ -228,12 +228,12 @@ mod tests {
 
     #[test]
     fn a_failure_keeps_its_cause_chain() {
+        /// A backend's failure with a cause below it, as the kvm backend's are.
+        #[derive(Debug, thiserror::Error)]
+        #[error("munlock the pinned buffer: {0}")]
+        struct Munlock(#[source] std::io::Error);
         let io = std::io::Error::from_raw_os_error(libc::ENOMEM);
-        let err: Error = KvmError::Host {
-            what: "munlock the pinned buffer".into(),
-            source: io,
-        }
-        .into();
+        let err: Error = BackendError::Failed(Box::new(Munlock(io))).into();
         let VariantStatus::Failed(why) = failure_status(&err) else {
             panic!("a host operation failing is a failure");
         };

@@ -62,6 +62,18 @@ impl TraceError {
     pub fn is_bad_input(&self) -> bool {
         matches!(self, TraceError::NoCommand | TraceError::BadCommand(..))
     }
+
+    /// What kind of failure it is.
+    pub fn fault(&self) -> crate::backend::error::Fault {
+        use crate::backend::error::Fault;
+        if self.is_host_limitation() {
+            Fault::HostCannot
+        } else if self.is_bad_input() {
+            Fault::BadInput
+        } else {
+            Fault::Failed
+        }
+    }
 }
 
 /// When to stop the traced command.

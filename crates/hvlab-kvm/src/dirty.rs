@@ -84,7 +84,7 @@ impl DirtyCaps {
             }
             LogMode::Clear { .. } => Ok(()),
             LogMode::Ring { entries } => match ring_refusal(entries, i64::from(self.ring().1)) {
-                Some(why) => Err(KvmError::Unsupported(why)),
+                Some(why) => Err(KvmError::Lacks(why)),
                 None => Ok(()),
             },
         }
@@ -522,7 +522,7 @@ fn data_memory(plan: &DirtyPlan) -> Result<(GuestMemory, Option<PoolGuard>), Kvm
             (mem, Some(pool))
         }
         DirtyBacking::GuestMemfd => {
-            return Err(KvmError::Unsupported(
+            return Err(KvmError::Lacks(
                 DirtyBacking::GuestMemfd
                     .refusal()
                     .unwrap_or("guest_memfd cannot be dirty-logged")
@@ -785,11 +785,11 @@ pub fn dirty_log(kvm: &Kvm, host: &HostInfo, plan: &DirtyPlan) -> Result<DirtyRe
     let caps = DirtyCaps::probe(kvm);
     caps.admit(plan.mode)?;
     if let Some(why) = plan.backing.refusal() {
-        return Err(KvmError::Unsupported(why.into()));
+        return Err(KvmError::Lacks(why.into()));
     }
     let max = u32::try_from(kvm.get_max_vcpus()).unwrap_or(u32::MAX);
     if plan.vcpus > max {
-        return Err(KvmError::Unsupported(format!(
+        return Err(KvmError::Lacks(format!(
             "{} vCPUs exceed this host's KVM_CAP_MAX_VCPUS, {max}",
             plan.vcpus
         )));

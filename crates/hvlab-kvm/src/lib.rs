@@ -7,6 +7,7 @@
 #![cfg(all(feature = "backend", target_arch = "x86_64"))]
 
 pub mod dirty;
+pub mod error;
 pub mod exits;
 pub mod guest;
 pub mod host;
@@ -28,8 +29,8 @@ use std::path::Path;
 use hvlab_core as backend;
 use kvm_ioctls::Kvm;
 
-pub use crate::backend::error::KvmError;
 pub use crate::backend::host::kvm_device_path;
+pub use error::KvmError;
 
 /// Wraps an ioctl error with the KVM name of the operation.
 pub fn ioctl_error(op: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> KvmError {

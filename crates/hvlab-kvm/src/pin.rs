@@ -40,7 +40,7 @@ pub fn mlock_costs(bytes: usize) -> Result<MlockCosts, KvmError> {
             if matches!(err.raw_os_error(), Some(libc::ENOMEM | libc::EPERM)) {
                 let limit =
                     rlimit_memlock().map_or("unknown".to_string(), |l| format!("{l} bytes"));
-                return Err(KvmError::Unsupported(format!(
+                return Err(KvmError::Lacks(format!(
                     "{what} of {bytes} bytes refused ({err}); RLIMIT_MEMLOCK is {limit}: raise it (ulimit -l) or grant CAP_IPC_LOCK"
                 )));
             }
@@ -82,7 +82,7 @@ pub fn check_memlock(cap_bytes: u64, buffer_bytes: u64) -> Result<(), KvmError> 
     let need = cap_bytes.min(buffer_bytes.max(cap_bytes));
     match rlimit_memlock() {
         Some(limit) if limit != libc::RLIM_INFINITY && limit < need => {
-            Err(KvmError::Unsupported(format!(
+            Err(KvmError::Lacks(format!(
                 "RLIMIT_MEMLOCK is {limit} bytes but the pin cap is {need}: raise it (ulimit -l), lower --set cap, or grant CAP_IPC_LOCK"
             )))
         }
@@ -122,7 +122,7 @@ impl crate::backend::pinning::Pinner for MlockPinner {
         // which outlives it; mlock changes residency, not contents.
         if unsafe { libc::mlock(self.host(addr), len) } != 0 {
             let err = std::io::Error::last_os_error();
-            return Err(KvmError::Unsupported(format!(
+            return Err(KvmError::Lacks(format!(
                 "mlock of {bytes} bytes refused: {err}; check RLIMIT_MEMLOCK (ulimit -l)"
             ))
             .into());
@@ -194,14 +194,14 @@ impl crate::backend::pinning::Pinner for IoUringPinner {
             .collect();
         let t = Instant::now();
         let ring = io_uring::IoUring::new(2).map_err(|e| {
-            KvmError::Unsupported(format!(
+            KvmError::Lacks(format!(
                 "cannot create an io_uring ({e}); use --set pin=mlock"
             ))
         })?;
         // SAFETY: the iovecs describe guest memory that outlives the ring (the ring is dropped
         // on unpin or with this pinner, before the VM's memory).
         unsafe { ring.submitter().register_buffers(&iovecs) }.map_err(|e| {
-            KvmError::Unsupported(format!(
+            KvmError::Lacks(format!(
                 "io_uring buffer registration of {bytes} bytes refused: {e}; check RLIMIT_MEMLOCK"
             ))
         })?;

@@ -32,7 +32,7 @@ ioctl_iowr_nr!(
 pub fn touch(kvm: &Kvm, host: &HostInfo, plan: &TouchPlan) -> Result<TouchResult, KvmError> {
     match plan.backing {
         HostBacking::Anonymous(Backing::Thp) if host.thp == "never" => {
-            return Err(KvmError::Unsupported(
+            return Err(KvmError::Lacks(
                 "THP is disabled on this host (/sys/kernel/mm/transparent_hugepage/enabled is never)".into(),
             ));
         }

@@ -293,7 +293,7 @@ impl Vm {
         let flags = self.fd.check_extension_raw(KVM_CAP_GUEST_MEMFD_FLAGS);
         let want = GUEST_MEMFD_FLAG_MMAP | GUEST_MEMFD_FLAG_INIT_SHARED;
         if u64::try_from(flags).unwrap_or(0) & want != want {
-            return Err(KvmError::Unsupported(format!(
+            return Err(KvmError::Lacks(format!(
                 "guest_memfd here is private-only (KVM_CAP_GUEST_MEMFD_FLAGS = {flags}, lacking GUEST_MEMFD_FLAG_MMAP | GUEST_MEMFD_FLAG_INIT_SHARED): a plain VM cannot use it, and this host's KVM_CAP_VM_TYPES = {} offers no confidential VM type",
                 kvm.check_extension_raw(libc::c_ulong::from(kvm_bindings::KVM_CAP_VM_TYPES))
             )));

@@ -17,7 +17,7 @@ pub mod srcu;
 use hvlab_core as backend;
 use rand_chacha::ChaCha8Rng;
 
-use crate::backend::error::BackendError as Error;
+use crate::backend::error::{BackendError, Fault};
 use crate::backend::exits::{ExitKind, ExitPlan, ExitResult, PmuConfig, RaceReport};
 use crate::backend::host::{HostInfo, KvmFlavour};
 use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace};
@@ -27,24 +27,39 @@ use crate::backend::pinning::{PinPlan, PinResult};
 use crate::backend::{Backend, BackendKind, PercpuPredictor};
 use profile::{MmuKind, Profile, ProfileError};
 
-/// Model errors.
+/// Model errors: its cost profile (what a plan the modelled host cannot run is, the backend
+/// seam's one [`BackendError::Unsupported`], says).
 #[derive(Debug, thiserror::Error, displaydoc::Display)]
 pub enum ModelError {
     /// {0}
     Profile(#[from] ProfileError),
-    /// unsupported: {0}
-    Unsupported(String),
 }
 
-impl From<ModelError> for Error {
-    /// What the model refuses through the [`Backend`] trait: a profile that lacks or spoils a
-    /// cost is bad input, a plan the modelled host cannot run is unsupported.
-    fn from(e: ModelError) -> Error {
-        match e {
-            ModelError::Profile(p) => Error::Config(Box::new(p)),
-            ModelError::Unsupported(why) => Error::Unsupported(why),
+impl ModelError {
+    /// What kind of failure it is: a profile that cannot be read or lacks a cost is bad input;
+    /// one that cannot be written, a failure.
+    pub fn fault(&self) -> Fault {
+        match self {
+            ModelError::Profile(p) if !p.is_write() => Fault::BadInput,
+            ModelError::Profile(_) => Fault::Failed,
         }
     }
+}
+
+impl From<ModelError> for BackendError {
+    /// What the model refuses through the [`Backend`] trait: a profile that lacks or spoils a
+    /// cost is bad input.
+    fn from(e: ModelError) -> BackendError {
+        match e {
+            ModelError::Profile(p) => BackendError::Config(Box::new(p)),
+        }
+    }
+}
+
+/// The modelled host cannot run a plan (a profile without the costs it needs, a mechanism
+/// the modelled hardware lacks): the variant is unsupported.
+fn unsupported(why: impl std::fmt::Display) -> BackendError {
+    BackendError::Unsupported(why.to_string())
 }
 
 /// The model backend with one profile.
@@ -118,7 +133,7 @@ impl Backend for ModelBackend {
         Some(self.profile.name.clone())
     }
 
-    fn construct_vm(&mut self, plan: &ConstructionPlan) -> Result<ConstructionTrace, Error> {
+    fn construct_vm(&mut self, plan: &ConstructionPlan) -> Result<ConstructionTrace, BackendError> {
         // The kernel this VM is built on ticks at the plan's HZ (`--set hz`) when it names one:
         // that is the host this backend presents from now on, the one the run stores.
         (self.host.hz, self.host.hz_source) = match plan.hz {
@@ -136,28 +151,25 @@ impl Backend for ModelBackend {
         ))
     }
 
-    fn touch_memory(&mut self, plan: &TouchPlan) -> Result<TouchResult, Error> {
+    fn touch_memory(&mut self, plan: &TouchPlan) -> Result<TouchResult, BackendError> {
         let costs = mmu::MmuCosts::from_profile(&self.profile).map_err(ModelError::from)?;
         if plan.backing == crate::backend::memory::HostBacking::PreFault
             && costs.mmu == MmuKind::Shadow
         {
-            return Err(ModelError::Unsupported(format!(
+            return Err(unsupported(format!(
                 "KVM_PRE_FAULT_MEMORY needs TDP; profile {} describes shadow paging",
                 self.profile.name
-            ))
-            .into());
+            )));
         }
         if plan.vcpus > 1 {
             // A profile without the contention inputs cannot say what many vCPUs do.
-            let par = mmu_lock::ParallelCosts::from_profile(&self.profile)
-                .map_err(|e| ModelError::Unsupported(e.to_string()))?;
-            return mmu_lock::touch(&costs, &par, plan)
-                .map_err(|e| ModelError::Unsupported(e.to_string()).into());
+            let par = mmu_lock::ParallelCosts::from_profile(&self.profile).map_err(unsupported)?;
+            return mmu_lock::touch(&costs, &par, plan).map_err(unsupported);
         }
-        mmu::touch(&costs, plan).map_err(|e| ModelError::Unsupported(e.to_string()).into())
+        mmu::touch(&costs, plan).map_err(unsupported)
     }
 
-    fn exit_roundtrips(&mut self, plan: &ExitPlan) -> Result<ExitResult, Error> {
+    fn exit_roundtrips(&mut self, plan: &ExitPlan) -> Result<ExitResult, BackendError> {
         let g = |k| self.profile.get(k, "pmu").map_err(ModelError::from);
         let ghz = g("cpu_ghz")?;
         let base = match plan.kind {
@@ -203,7 +215,7 @@ impl Backend for ModelBackend {
         })
     }
 
-    fn pin_trace(&mut self, plan: &PinPlan) -> Result<PinResult, Error> {
+    fn pin_trace(&mut self, plan: &PinPlan) -> Result<PinResult, BackendError> {
         let costs = spe::PinCosts::from_profile(&self.profile).map_err(ModelError::from)?;
         spe::run(&costs, plan)
     }
@@ -215,18 +227,15 @@ impl Backend for ModelBackend {
     fn dirty_log(
         &mut self,
         plan: &crate::backend::dirty::DirtyPlan,
-    ) -> Result<crate::backend::dirty::DirtyResult, Error> {
-        dirty::admit(plan).map_err(ModelError::Unsupported)?;
-        dirty::admit_profile(&self.profile).map_err(ModelError::Unsupported)?;
+    ) -> Result<crate::backend::dirty::DirtyResult, BackendError> {
+        dirty::admit(plan).map_err(unsupported)?;
+        dirty::admit_profile(&self.profile).map_err(unsupported)?;
         // A profile without the dirty-logging costs (calibrated before they existed, or a
         // host nobody measured them on) cannot run this scenario: a limitation, said as one.
-        let mut costs = dirty::DirtyCosts::from_profile(&self.profile)
-            .map_err(|e| ModelError::Unsupported(e.to_string()))?;
+        let mut costs = dirty::DirtyCosts::from_profile(&self.profile).map_err(unsupported)?;
         if plan.vcpus > 1 {
             // A profile without the contention inputs cannot say what many vCPUs do.
-            costs = costs
-                .with_vcpus(&self.profile)
-                .map_err(|e| ModelError::Unsupported(e.to_string()))?;
+            costs = costs.with_vcpus(&self.profile).map_err(unsupported)?;
         }
         Ok(dirty::run(&costs, plan))
     }
@@ -234,11 +243,10 @@ impl Backend for ModelBackend {
     fn update_memslots(
         &mut self,
         plan: &crate::backend::memslots::MemslotPlan,
-    ) -> Result<crate::backend::memslots::MemslotResult, Error> {
+    ) -> Result<crate::backend::memslots::MemslotResult, BackendError> {
         // A profile without the memslot costs (calibrated before they existed) cannot run
         // this scenario: a limitation, said as one.
-        let costs = memslots::MemslotCosts::from_profile(&self.profile)
-            .map_err(|e| ModelError::Unsupported(e.to_string()))?;
+        let costs = memslots::MemslotCosts::from_profile(&self.profile).map_err(unsupported)?;
         Ok(memslots::run(
             &costs,
             plan,
@@ -248,7 +256,7 @@ impl Backend for ModelBackend {
 }
 
 impl PercpuPredictor for ModelBackend {
-    fn predict_percpu(&mut self, plan: &PercpuPlan) -> Result<PercpuResult, Error> {
+    fn predict_percpu(&mut self, plan: &PercpuPlan) -> Result<PercpuResult, BackendError> {
         let costs = percpu::PercpuCosts::from_profile(&self.profile).map_err(ModelError::from)?;
         Ok(percpu::predict(&costs, plan))
     }

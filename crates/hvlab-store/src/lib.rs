@@ -119,6 +119,15 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// What kind of failure it is: what the user typed, or the store failing.
+    pub fn fault(&self) -> crate::backend::error::Fault {
+        if self.is_bad_input() {
+            crate::backend::error::Fault::BadInput
+        } else {
+            crate::backend::error::Fault::Failed
+        }
+    }
+
     /// Errors caused by what the user typed.
     pub fn is_bad_input(&self) -> bool {
         matches!(
