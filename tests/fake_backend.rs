@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use hvlab::backend::dirty::{DirtyPlan, DirtyResult};
 use hvlab::backend::error::BackendError;
 use hvlab::backend::exits::{ExitPlan, ExitResult};
-use hvlab::backend::host::{HostInfo, probe_with};
+use hvlab::backend::host::HostInfo;
 use hvlab::backend::lifecycle::{ConstructionPlan, ConstructionTrace};
 use hvlab::backend::memory::{TouchPlan, TouchResult};
 use hvlab::backend::memslots::{MemslotPlan, MemslotResult, SlotOp};
@@ -17,6 +17,7 @@ use hvlab::backend::{Backend, BackendKind, Capabilities};
 use hvlab::record::{Finding, RunRecord, SelfCheck, VariantStatus};
 use hvlab::scenario::runner::{RunRequest, Silent};
 use hvlab::scenario::{Kind, Params};
+use hvlab_host::probe::probe_with;
 
 /// `--set` text read into `scenario`'s parameters for a backend that can `can`, as the
 /// command line reads it.

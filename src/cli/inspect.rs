@@ -48,7 +48,7 @@ pub(super) struct RunsArgs {
     #[arg(long)]
     scenario: Option<String>,
     /// Only this backend
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = super::backend_arg())]
     backend: Option<BackendKind>,
     /// Only hosts whose description contains this (kernel, CPU, flavour, or a model
     /// profile), ignoring case

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::backend::BackendKind;
 use crate::error::{Error, InputError};
 use crate::report::escape::terminal as safe;
 use crate::scenario::runner::{DEFAULT_SEED, RunRequest};
@@ -179,7 +180,7 @@ impl InterferenceArgs {
             .cpu
             .as_deref()
             .map(|text| {
-                crate::backend::noise::parse_cpu_list(text).map_err(|why| InputError::BadValue {
+                hvlab_host::noise::parse_cpu_list(text).map_err(|why| InputError::BadValue {
                     key: "--cpu".into(),
                     value: text.into(),
                     why,
@@ -190,7 +191,7 @@ impl InterferenceArgs {
             .quiet_host
             .as_deref()
             .map(|text| {
-                crate::backend::noise::parse_wait(text).map_err(|why| InputError::BadValue {
+                hvlab_host::noise::parse_wait(text).map_err(|why| InputError::BadValue {
                     key: "--quiet-host".into(),
                     value: text.into(),
                     why,
@@ -205,24 +206,24 @@ impl InterferenceArgs {
     fn apply(&self) -> Result<(), Error> {
         let (cpus, wait) = self.check()?;
         if let Some(cpus) = cpus {
-            crate::backend::noise::pin_to(&cpus).map_err(|e| InputError::BadValue {
+            hvlab_host::noise::pin_to(&cpus).map_err(|e| InputError::BadValue {
                 key: "--cpu".into(),
                 value: self.cpu.clone().unwrap_or_default(),
                 why: format!(
                     "the kernel refused the CPU set: {e}; the allowed CPUs are {}",
-                    crate::backend::noise::format_cpu_list(&crate::backend::noise::allowed_cpus())
+                    hvlab_host::noise::format_cpu_list(&hvlab_host::noise::allowed_cpus())
                 ),
             })?;
-            crate::backend::noise::note_pinned(&cpus);
+            hvlab_host::noise::note_pinned(&cpus);
             eprintln!(
                 "pinned the VMM and vCPU threads to CPU {}",
-                crate::backend::noise::format_cpu_list(&cpus)
+                hvlab_host::noise::format_cpu_list(&cpus)
             );
         }
         if let Some(limit) = wait {
-            let cores = crate::backend::noise::online_cpus();
-            let w = crate::backend::noise::wait_for_quiet(limit);
-            crate::backend::noise::note_quiet_wait(w);
+            let cores = hvlab_host::noise::online_cpus();
+            let w = hvlab_host::noise::wait_for_quiet(limit);
+            hvlab_host::noise::note_quiet_wait(w);
             if w.quiet {
                 eprintln!(
                     "quiet host: load {:.1} below {cores} cores after waiting {:.0} s",
@@ -348,6 +349,13 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
 /// A command that either succeeds (exit 0) or fails with an error.
 fn done(result: Result<(), Error>) -> Result<ExitCode, Error> {
     result.map(|()| ExitCode::SUCCESS)
+}
+
+/// `--backend`: the backends, each with what it is, as the help lists them.
+fn backend_arg() -> impl clap::builder::TypedValueParser<Value = BackendKind> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(BackendKind::ALL.map(|b| PossibleValue::new(b.name()).help(b.what())))
+        .map(|name| name.parse().unwrap_or(BackendKind::Kvm))
 }
 
 fn request_of(

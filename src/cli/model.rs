@@ -150,12 +150,12 @@ fn calibrate_measuring_noise(
     backend: &mut dyn Backend,
     progress: &TermProgress,
 ) -> Result<(Profile, crate::backend::noise::Noise), Error> {
-    use crate::backend::noise::{Noise, Snapshot};
+    use hvlab_host::noise::{Snapshot, between};
     let before = Snapshot::take();
     let mut profile = backends::calibrate(backend, progress)?;
     // The host over the whole calibration: its runs' own repetitions are in their records.
     // Calibration's widest step runs two vCPUs: no more threads than cores.
-    let noise = Noise::between(&before, &Snapshot::take(), &[], 1);
+    let noise = between(&before, &Snapshot::take(), &[], 1);
     profile.describes = format!(
         "{}; measured in {}",
         profile.describes,

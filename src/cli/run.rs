@@ -19,7 +19,7 @@ pub(super) struct RunArgs {
     /// Scenario (see `hvlab list`)
     scenario: String,
     /// Backend
-    #[arg(long, value_enum, default_value_t = BackendKind::Kvm)]
+    #[arg(long, value_parser = super::backend_arg(), default_value_t = BackendKind::Kvm)]
     backend: BackendKind,
     /// Variant to run (repeatable); default: all
     #[arg(long = "variant", value_name = "V")]

@@ -24,7 +24,7 @@ pub(super) struct SuiteArgs {
     #[arg(long, default_value = "hvlab-report")]
     report: PathBuf,
     /// Only this backend's runs [default: every backend this host can run]
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = super::backend_arg())]
     backend: Option<BackendKind>,
     #[command(flatten)]
     shard: ShardArgs,

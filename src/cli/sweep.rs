@@ -23,7 +23,7 @@ pub(super) struct SweepArgs {
     #[arg(long = "grid", value_name = "KEY=V1,V2,...", required = true)]
     grid: Vec<String>,
     /// Backend
-    #[arg(long, value_enum, default_value_t = BackendKind::Kvm)]
+    #[arg(long, value_parser = super::backend_arg(), default_value_t = BackendKind::Kvm)]
     backend: BackendKind,
     /// Variant every point runs (repeatable); default: all
     #[arg(long = "variant", value_name = "V")]

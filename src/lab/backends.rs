@@ -38,7 +38,7 @@ pub fn calibrate(_: &mut dyn Backend, _: &dyn Progress) -> Result<Profile, Error
 /// or no kvm backend in this build.
 pub fn no_kvm() -> Error {
     #[cfg(hvlab_kvm)]
-    return crate::kvm::KvmError::DeviceMissing(crate::backend::host::kvm_device_path()).into();
+    return crate::kvm::KvmError::DeviceMissing(hvlab_host::probe::kvm_device_path()).into();
     #[cfg(not(hvlab_kvm))]
     return Error::KvmNotBuilt;
 }

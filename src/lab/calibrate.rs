@@ -94,7 +94,7 @@ fn local_wakeups_ns(round_trips: u32) -> Vec<f64> {
     std::thread::spawn(move || {
         // SAFETY: sched_getcpu has no preconditions; it returns -1 on failure.
         let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).ok();
-        match cpu.map(|c| hvlab_core::noise::pin_to(&[c])) {
+        match cpu.map(|c| hvlab_host::noise::pin_to(&[c])) {
             Some(Ok(())) => thread_wakeups_ns(round_trips),
             _ => Vec::new(),
         }

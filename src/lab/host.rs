@@ -3,19 +3,20 @@
 
 use crate::backend::host::HostInfo;
 
-/// Probes this host.
-#[cfg(hvlab_kvm)]
+/// Probes this host, naming the hvlab that describes it (its version and git revision).
 pub fn probe() -> HostInfo {
-    crate::kvm::host::probe()
-}
-
-/// Probes this host.
-#[cfg(not(hvlab_kvm))]
-pub fn probe() -> HostInfo {
-    crate::backend::host::probe_with(
+    #[cfg(hvlab_kvm)]
+    let host = crate::kvm::host::probe();
+    #[cfg(not(hvlab_kvm))]
+    let host = hvlab_host::probe::probe_with(
         crate::error::Error::KvmNotBuilt.to_string(),
         std::collections::BTreeMap::new(),
-    )
+    );
+    HostInfo {
+        hvlab_version: env!("CARGO_PKG_VERSION").to_string(),
+        git_rev: env!("HVLAB_GIT_REV").to_string(),
+        ..host
+    }
 }
 
 /// Fails with the access error when `/dev/kvm` cannot be used. A model-only build has nothing

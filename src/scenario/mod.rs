@@ -420,14 +420,14 @@ pub fn run_scenario<S: Scenario>(
         .map(|p| scenario.runnable_threads(p))
         .max()
         .unwrap_or(1);
-    let before = can.real_time.then(crate::backend::noise::Snapshot::take);
+    let before = can.real_time.then(hvlab_host::noise::Snapshot::take);
     let repeated = runner::repeat(&names, request, can.real_time, progress, |vi| {
         plans[vi].execute(backend).map_err(Error::from)
     });
     let noise = before.map(|before| {
-        crate::backend::noise::Noise::between(
+        hvlab_host::noise::between(
             &before,
-            &crate::backend::noise::Snapshot::take(),
+            &hvlab_host::noise::Snapshot::take(),
             &repeated.reps,
             own_threads,
         )

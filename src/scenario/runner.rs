@@ -120,9 +120,9 @@ pub fn repeat<T, P>(
             let Ok(samples) = &mut out[vi] else { continue };
             // The measuring thread's switches and the runnable tasks, around (not inside) the
             // timed trial.
-            let watch = real_time.then(crate::backend::noise::RepWatch::start);
+            let watch = real_time.then(hvlab_host::noise::RepWatch::start);
             let result = trial(vi);
-            reps.extend(watch.map(crate::backend::noise::RepWatch::end));
+            reps.extend(watch.map(hvlab_host::noise::RepWatch::end));
             match result {
                 Ok(sample) if round >= request.warmup => samples.push(sample),
                 Ok(_) => {}

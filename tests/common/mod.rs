@@ -45,7 +45,7 @@ pub struct KvmTurn(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
 /// says so loudly: CI on these machines has KVM, so a skip there is a finding, not a pass.
 pub fn kvm_or_skip(test: &str) -> Option<KvmTurn> {
     static KVM: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let device = hvlab::backend::host::kvm_device_path();
+    let device = hvlab_host::probe::kvm_device_path();
     match std::fs::OpenOptions::new()
         .read(true)
         .write(true)

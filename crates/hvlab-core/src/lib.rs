@@ -33,7 +33,7 @@ use percpu::{PercpuPlan, PercpuResult};
 use pinning::{PinPlan, PinResult};
 
 /// Which backend produced a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
     /// Real guests on /dev/kvm.
@@ -45,6 +45,22 @@ pub enum BackendKind {
 impl BackendKind {
     /// Every backend, in the order runs are listed.
     pub const ALL: [BackendKind; 2] = [BackendKind::Kvm, BackendKind::Model];
+
+    /// Its name (`--backend NAME`, a stored run's `backend`).
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Kvm => "kvm",
+            BackendKind::Model => "model",
+        }
+    }
+
+    /// What it is, in a few words (the command line's help lists the backends with it).
+    pub fn what(self) -> &'static str {
+        match self {
+            BackendKind::Kvm => "Real guests on /dev/kvm",
+            BackendKind::Model => "The executable model of the kernel mechanisms",
+        }
+    }
 }
 
 impl std::str::FromStr for BackendKind {
@@ -61,10 +77,7 @@ impl std::str::FromStr for BackendKind {
 
 impl std::fmt::Display for BackendKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            BackendKind::Kvm => "kvm",
-            BackendKind::Model => "model",
-        })
+        f.write_str(self.name())
     }
 }
 

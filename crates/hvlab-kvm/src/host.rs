@@ -52,7 +52,7 @@ pub fn probe() -> HostInfo {
         }
         Err(e) => (e.to_string(), BTreeMap::new()),
     };
-    crate::backend::host::probe_with(kvm_access, capabilities)
+    hvlab_host::probe::probe_with(kvm_access, capabilities)
 }
 
 /// Fails with the access error when `/dev/kvm` cannot be used.

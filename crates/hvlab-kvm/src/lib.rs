@@ -29,8 +29,8 @@ use std::path::Path;
 use hvlab_core as backend;
 use kvm_ioctls::Kvm;
 
-pub use crate::backend::host::kvm_device_path;
 pub use error::KvmError;
+pub use hvlab_host::probe::kvm_device_path;
 
 /// Wraps an ioctl error with the KVM name of the operation.
 pub fn ioctl_error(op: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> KvmError {

@@ -558,7 +558,7 @@ mod tests {
             profile: None,
             // This machine's description, without asking /dev/kvm: the store keeps whatever
             // host a run describes.
-            host: crate::backend::host::probe_with(
+            host: hvlab_host::probe::probe_with(
                 "not asked: a store test".into(),
                 std::collections::BTreeMap::new(),
             ),

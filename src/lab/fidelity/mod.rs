@@ -530,7 +530,7 @@ pub(crate) fn assert_no_provenance_cites<'k>(
 /// cites one of `figures`; the profile comes back with the keys it read.
 #[cfg(test)]
 pub(crate) fn assert_read_inputs_cite_none(thread: &dyn Thread, figures: &[&str]) -> Profile {
-    let host = crate::backend::host::probe_with("model".into(), Default::default());
+    let host = hvlab_host::probe::probe_with("model".into(), Default::default());
     let profile = profile(thread.info().profile).expect("a built-in profile");
     thread.rows(&host, &profile, 1).expect("the thread's rows");
     // Only the values the rows' runs read: the profile also describes other mechanisms, whose
@@ -612,7 +612,7 @@ mod tests {
 
     #[test]
     fn a_row_moving_with_a_value_fitted_in_its_own_experiment_is_fitted_and_no_other() {
-        let host = crate::backend::host::probe_with("model".into(), Default::default());
+        let host = hvlab_host::probe::probe_with("model".into(), Default::default());
         let p = profile("intel-spr-vmx").expect("built-in");
         let mut rows = Toy.rows(&host, &p, 1).expect("toy rows");
         perturb(&Toy, &host, &p, 1, &mut rows).expect("perturbation");
@@ -634,7 +634,7 @@ mod tests {
     }
 
     fn reports() -> Vec<ThreadReport> {
-        let host = crate::backend::host::probe_with("model".into(), Default::default());
+        let host = hvlab_host::probe::probe_with("model".into(), Default::default());
         evaluate(&host, None, 1).expect("every thread runs on the model")
     }
 
@@ -669,7 +669,7 @@ mod tests {
         }
         assert!(
             evaluate(
-                &crate::backend::host::probe_with("model".into(), Default::default()),
+                &hvlab_host::probe::probe_with("model".into(), Default::default()),
                 Some("999"),
                 1
             )

@@ -289,7 +289,7 @@ mod tests {
     /// 25.18 ms sample is reachable, the regressions land in their ranges.
     #[test]
     fn the_grace_period_rows_are_within_the_threads_words() {
-        let host = crate::backend::host::probe_with(String::new(), Default::default());
+        let host = hvlab_host::probe::probe_with(String::new(), Default::default());
         let report = super::super::report(&Srcu, &host, 1).unwrap();
         assert_eq!(report.rows.len(), 8);
         for quantity in [
@@ -312,7 +312,7 @@ mod tests {
     /// across CPUs (callback invocation on the boot CPU's srcu_data, the caller's wake-up).
     #[test]
     fn an_idle_registration_pays_one_local_hand_off_and_two_across_cpus() {
-        let host = crate::backend::host::probe_with(String::new(), Default::default());
+        let host = hvlab_host::probe::probe_with(String::new(), Default::default());
         let p = super::super::profile(PROFILE).unwrap();
         let rows = Srcu.rows(&host, &p, 1).unwrap();
         let us = |k: &str| p.get(k, "test").unwrap() / 1e3;
@@ -338,7 +338,7 @@ mod tests {
     /// and never reaches 2.5 jiffies. The busy host is what the thread's figures need.
     #[test]
     fn an_idle_host_cannot_give_the_threads_longest_sample() {
-        let host = crate::backend::host::probe_with(String::new(), Default::default());
+        let host = hvlab_host::probe::probe_with(String::new(), Default::default());
         let mut p = super::super::profile(PROFILE).unwrap();
         p.costs.get_mut("srcu_timer_cpu_busy").unwrap().value = 0.0;
         let after = run(&host, &p, Strategy::AlwaysDefer, None, 1).unwrap();
