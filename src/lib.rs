@@ -14,6 +14,7 @@ pub mod kernel;
 pub mod lab;
 pub mod report;
 pub mod scenario;
+pub mod sys;
 pub mod trace;
 
 pub use error::{Error, InputError};

@@ -91,14 +91,12 @@ fn put_measured(p: &mut Profile, key: &str, value: f64, unit: &str, provenance: 
 /// the CPU that queued it: a wake-up without crossing CPUs). Run on a thread of its own, pinned
 /// to the CPU it started on, so the caller keeps its affinity; empty if pinning fails.
 fn local_wakeups_ns(round_trips: u32) -> Vec<f64> {
-    std::thread::spawn(move || {
-        // SAFETY: sched_getcpu has no preconditions; it returns -1 on failure.
-        let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).ok();
-        match cpu.map(|c| hvlab_host::noise::pin_to(&[c])) {
-            Some(Ok(())) => thread_wakeups_ns(round_trips),
-            _ => Vec::new(),
-        }
-    })
+    std::thread::spawn(
+        move || match hvlab_host::noise::pin_to(&[rustix::thread::sched_getcpu()]) {
+            Ok(()) => thread_wakeups_ns(round_trips),
+            Err(_) => Vec::new(),
+        },
+    )
     .join()
     .unwrap_or_default()
 }
@@ -463,17 +461,12 @@ fn boot_thread_starts_ns(n: u32) -> Vec<f64> {
     (0..n)
         .map(|_| {
             let start = std::time::Instant::now();
-            // SAFETY: dup() of standard input's fd number; a failure returns -1, closed below
-            // only when valid.
-            let fd = unsafe { libc::dup(0) };
+            let fd = rustix::io::dup(std::io::stdin()).ok();
             std::thread::scope(|s| {
-                s.spawn(|| std::hint::black_box(fd));
+                s.spawn(|| std::hint::black_box(&fd));
             });
             let elapsed = start.elapsed().as_nanos() as f64;
-            if fd >= 0 {
-                // SAFETY: `fd` is the descriptor dup() just returned, owned here.
-                unsafe { libc::close(fd) };
-            }
+            drop(fd);
             elapsed
         })
         .collect()

@@ -403,7 +403,6 @@ fn stored_size(record: &RunRecord) -> Result<u64, Error> {
 
 /// Bytes free to an unprivileged writer on the filesystem that holds (or will hold) `path`.
 pub fn free_bytes(path: &std::path::Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
     // The store's directory may not exist yet: its nearest existing ancestor is where it
     // will be made.
     let dir = path
@@ -417,16 +416,7 @@ pub fn free_bytes(path: &std::path::Path) -> Option<u64> {
             }
         })
         .find(|d| d.is_dir())?;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: `c` is a NUL-terminated path that outlives the call; `st` is a plain C struct
-    // the kernel fills, zeroed first so no field is read uninitialized.
-    let st = unsafe {
-        let mut st: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(c.as_ptr(), &raw mut st) != 0 {
-            return None;
-        }
-        st
-    };
+    let st = rustix::fs::statvfs(dir).ok()?;
     Some(st.f_bavail.saturating_mul(st.f_frsize))
 }
 

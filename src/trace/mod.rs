@@ -14,7 +14,7 @@ pub mod supervise;
 
 pub use analysis::{IoctlTotals, TraceReport, TraceStall, analyse};
 pub use strace::{StraceParser, TracedIoctl, parse_strace};
-pub use supervise::{SHIM_ARG, shim, signal_name, trace};
+pub use supervise::{SHIM_ARG, shim, trace};
 
 use serde::Serialize;
 

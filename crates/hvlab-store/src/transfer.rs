@@ -319,19 +319,11 @@ fn write_through(
 /// Clears `O_NONBLOCK` (set only to open a FIFO without waiting for a reader), so writes wait
 /// for a slow reader instead of failing with `EAGAIN`.
 fn set_blocking(file: &std::fs::File) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let fd = file.as_raw_fd();
-    // SAFETY: `fd` is an open descriptor owned by `file` for the duration of both calls;
-    // F_GETFL and F_SETFL only read and set its status flags.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    if flags < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: as above.
-    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    let flags = rustix::fs::fcntl_getfl(file)?;
+    Ok(rustix::fs::fcntl_setfl(
+        file,
+        flags - rustix::fs::OFlags::NONBLOCK,
+    )?)
 }
 
 /// Writes a regular file at `path` whole or not at all (temporary file, then rename).
