@@ -101,6 +101,27 @@ impl From<BadOrder> for InputError {
     }
 }
 
+/// What writing an export fails with (`crate::export`).
+#[derive(Debug, thiserror::Error, displaydoc::Display)]
+pub enum ExportError {
+    /// Cannot write {0}: {1}. Choose a writable path with -o FILE.
+    Write(std::path::PathBuf, std::io::Error),
+    /// Cannot write the export: {0}
+    Output(std::io::Error),
+    /// cannot render the report page: {0}
+    Render(#[from] askama::Error),
+}
+
+impl ExportError {
+    /// What kind of failure it is: a path the user chose that cannot be written is bad input.
+    pub fn fault(&self) -> Fault {
+        match self {
+            ExportError::Write(..) => Fault::BadInput,
+            _ => Fault::Failed,
+        }
+    }
+}
+
 /// Everything that can stop a command.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -123,6 +144,9 @@ pub enum Error {
     /// The results store.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Writing an export.
+    #[error(transparent)]
+    Export(#[from] ExportError),
     /// The tracer.
     #[error(transparent)]
     Trace(#[from] TraceError),
@@ -258,6 +282,7 @@ impl Error {
             Error::Kvm(e) => code(e.fault()),
             Error::Trace(e) => code(e.fault()),
             Error::Store(e) => code(e.fault()),
+            Error::Export(e) => code(e.fault()),
             Error::Model(e) => code(e.fault()),
             Error::Backend(e) => code(e.fault()),
             _ => 4,

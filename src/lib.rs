@@ -10,9 +10,9 @@
 
 pub mod cli;
 pub mod error;
+pub mod export;
 pub mod kernel;
 pub mod lab;
-pub mod report;
 pub mod scenario;
 pub mod sys;
 pub mod trace;

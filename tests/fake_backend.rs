@@ -558,7 +558,7 @@ fn notices_are_data_the_renderer_words() {
         }]
     );
     assert_eq!(
-        hvlab::report::words::notice(&notices[0]),
+        hvlab::export::words::notice(&notices[0]),
         "running the --set order= sequence as variant `custom` alongside --variant qemu-order"
     );
     // Without --variant the custom order runs alone: nothing to say.

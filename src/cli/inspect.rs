@@ -140,7 +140,7 @@ pub(super) fn show(db: Option<&Path>, args: &ShowArgs) -> Result<ExitCode, Error
     if args.json {
         print_json(&record)?;
     } else {
-        print_text(&render::run(&record, args.verbose))?;
+        super::print_run(&record, args.verbose)?;
     }
     Ok(ExitCode::SUCCESS)
 }

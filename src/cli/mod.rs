@@ -10,7 +10,8 @@ mod man;
 mod model;
 mod paths;
 mod progress;
-mod render;
+// The terminal exporter renders; the command line prints what it renders.
+use crate::export::terminal as render;
 mod report;
 mod run;
 mod run_store;
@@ -28,7 +29,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::backend::BackendKind;
 use crate::error::{Error, InputError};
-use crate::report::escape::terminal as safe;
+use crate::export::escape::terminal as safe;
 use crate::scenario::runner::{DEFAULT_SEED, RunRequest};
 use crate::scenario::{Params, ScenarioInfo};
 use crate::trace;
@@ -298,6 +299,13 @@ fn print_text(text: &str) -> Result<(), Error> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", safe(text))?;
     Ok(())
+}
+
+/// A run's account, as the terminal exporter renders it.
+fn print_run(record: &crate::record::RunRecord, verbose: bool) -> Result<(), Error> {
+    use crate::export::{Export, Exporter, terminal::Terminal};
+    let text = Terminal { verbose }.serialize(&Export::runs(std::slice::from_ref(record)))?;
+    print_text(&String::from_utf8_lossy(&text))
 }
 
 /// A table from `render`: its header line (the one above the rule of dashes) in bold where

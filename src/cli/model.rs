@@ -159,14 +159,14 @@ fn calibrate_measuring_noise(
     profile.describes = format!(
         "{}; measured in {}",
         profile.describes,
-        crate::report::words::noise_line(&noise)
+        crate::export::words::noise_line(&noise)
     );
     Ok((profile, noise))
 }
 
 /// What made the host busy, in words.
 fn busy_why(noise: &crate::backend::noise::Noise) -> String {
-    crate::report::words::busy_words(&noise.busy)
+    crate::export::words::busy_words(&noise.busy)
 }
 
 /// `--tolerance`: a finite percentage above 0 (at most 100000: a huge one checks only the
@@ -243,7 +243,7 @@ fn validate_with(
     let busy: Vec<String> = validation
         .busy
         .iter()
-        .map(|n| crate::report::words::busy_words(&n.busy))
+        .map(|n| crate::export::words::busy_words(&n.busy))
         .collect();
     if json {
         print_json(&serde_json::json!({

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::progress::TermProgress;
-use super::{MeasureArgs, habits, print_json, print_text, render, request_of};
+use super::{MeasureArgs, habits, print_json, request_of};
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
 use crate::lab::{backends, host};
@@ -49,7 +49,7 @@ pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
     let request = request_of(kind.info(), &args.measure, args.variants, params);
     scenario::check(&request, args.backend)?;
     for notice in scenario::notices(&request) {
-        habits::note(&format!("note: {}", crate::report::words::notice(&notice)));
+        habits::note(&format!("note: {}", crate::export::words::notice(&notice)));
     }
     args.measure.interference.check()?;
     // Check the database before measuring, so a bad --db does not cost a run.
@@ -71,7 +71,7 @@ pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
     if args.measure.json {
         print_json(&record)?;
     } else {
-        print_text(&render::run(&record, args.verbose))?;
+        super::print_run(&record, args.verbose)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -11,9 +11,9 @@ use super::progress::TermProgress;
 use super::{MeasureArgs, ShardArgs, habits, print_json, print_text, render, request_of};
 use crate::backend::BackendKind;
 use crate::error::Error;
+use crate::export::words;
 use crate::lab::{self, backends, host};
 use crate::record::RunRecord;
-use crate::report::words;
 use crate::scenario::runner::DEFAULT_SEED;
 
 #[derive(Debug, Args)]
@@ -95,7 +95,7 @@ pub(super) fn suite(db: Option<&Path>, args: &SuiteArgs) -> Result<ExitCode, Err
                 s.save(record)?;
             }
             if !json {
-                print_text(&render::run(record, false))?;
+                super::print_run(record, false)?;
                 print_text("")?;
             }
             Ok(())

@@ -9,8 +9,8 @@ use super::progress::TermProgress;
 use super::{MeasureArgs, ShardArgs, habits, print_json, print_table, print_text, render};
 use crate::backend::BackendKind;
 use crate::error::{Error, InputError};
+use crate::export::words;
 use crate::lab::{self, backends, host};
-use crate::report::words;
 use crate::scenario;
 use crate::store::{self, Store};
 
@@ -118,7 +118,7 @@ pub(super) fn sweep(db: Option<&Path>, args: &SweepArgs) -> Result<ExitCode, Err
             if let Some(store) = &mut store {
                 store.save(&mut record)?;
             } else if !json {
-                print_text(&render::run(&record, false))?;
+                super::print_run(&record, false)?;
                 print_text("")?;
             }
             run_ids.push(record.run_id.clone());

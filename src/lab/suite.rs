@@ -25,7 +25,7 @@ pub struct SuiteOutcome {
     pub units: Vec<String>,
 }
 
-/// A unit the suite could not run on this host (worded by `report::words::skipped_unit`).
+/// A unit the suite could not run on this host (worded by `export::words::skipped_unit`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Skipped {
     /// The scenario.

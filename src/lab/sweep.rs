@@ -433,7 +433,7 @@ pub fn check_room(cost: &StoreCost, store: &crate::store::Location) -> Result<()
     }
 }
 
-/// What the store-cost check before a sweep found (worded by `report::words`).
+/// What the store-cost check before a sweep found (worded by `export::words`).
 #[derive(Debug)]
 pub enum Preflight {
     /// The points fit; `free` is what the store's filesystem has free, when known.
@@ -524,7 +524,7 @@ pub struct SweepOutcome {
     pub failed: Vec<PointProblem>,
 }
 
-/// A point that did not run, and why (worded by `report::words::point_problem`).
+/// A point that did not run, and why (worded by `export::words::point_problem`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PointProblem {
     /// The point's label ([`Point::label`]).

@@ -193,7 +193,7 @@ pub enum Chart {
 }
 
 /// What a scenario tells the user about a run, as data: the renderer words it
-/// (`report::words::notice`).
+/// (`export::words::notice`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Notice {
     /// `--set order=` runs as variant `custom` beside the variants named with --variant.

@@ -105,10 +105,6 @@ pub enum StoreError {
     },
     /// Cannot read {0}: {1}
     Read(PathBuf, std::io::Error),
-    /// Cannot write {0}: {1}. Choose a writable path with -o FILE.
-    Write(PathBuf, std::io::Error),
-    /// Cannot write the export: {0}
-    Output(std::io::Error),
     /// {count} run(s) have the id of a stored run but different content, so they were not stored (the stored copy is kept): {ids}. Run ids end in 64 random bits, so this is a copy that was changed; compare them with `hvlab show ID --json` on each store.
     Conflicts {
         /// How many.
@@ -148,7 +144,6 @@ impl StoreError {
                 | StoreError::BadLine { .. }
                 | StoreError::BadRun { .. }
                 | StoreError::Read(..)
-                | StoreError::Write(..)
                 | StoreError::Conflicts { .. }
         )
     }

@@ -3,8 +3,22 @@
 use std::fmt::Write;
 
 use super::escape::markdown as md;
+use super::sweep::SweepView;
+use super::words::fmt_value;
+use super::{Export, ExportError, Exporter};
+use crate::analysis::quantity::format_range;
 use crate::lab::fidelity::ThreadReport;
 use crate::record::RunRecord;
+
+/// The report's summary (`summary.md`): the table first, then each run in words.
+#[derive(Debug, Clone, Copy)]
+pub struct Markdown;
+
+impl Exporter for Markdown {
+    fn serialize(&self, export: &Export<'_>) -> Result<Vec<u8>, ExportError> {
+        Ok(summary(export.runs, export.fidelity).into_bytes())
+    }
+}
 
 /// The summary of every run, in the order of the HTML page: the table first, how to read
 /// it, then each run with its verdicts first; the fidelity table last.
@@ -124,4 +138,38 @@ fn anchor(run_id: &str) -> String {
             }
         })
         .collect()
+}
+
+/// The Markdown summary of a sweep: the same table.
+pub fn sweep_summary(view: &SweepView) -> String {
+    let mut s = format!(
+        "# hvlab sweep {}\n\n{} on {}, {} points; {} median per point (95% CI).\n\n|",
+        md(&view.id),
+        md(&view.scenario),
+        md(&view.backend),
+        view.points(),
+        md(&view.metric)
+    );
+    for (k, _) in &view.axes {
+        let _ = write!(s, " {} |", md(k));
+    }
+    s.push_str(" variant | median | 95% CI |\n|");
+    for _ in 0..view.axes.len() + 3 {
+        s.push_str("---|");
+    }
+    s.push('\n');
+    for (values, variant, m) in &view.cells {
+        s.push('|');
+        for v in values {
+            let _ = write!(s, " {} |", md(&v.to_string()));
+        }
+        let _ = writeln!(
+            s,
+            " {} | {} | {} |",
+            md(variant),
+            md(&fmt_value(m.median, &m.unit)),
+            md(&format_range(m.ci95[0], m.ci95[1], &m.unit))
+        );
+    }
+    s
 }

@@ -1,14 +1,31 @@
 //! Terminal output: what a person reads at a glance. Every number carries its unit and its
-//! spread.
+//! spread. A run's account is the [`Terminal`] exporter; the command line's other tables
+//! (`hvlab list`, `runs`, `compare`, ...) are rendered here too, and printed by the command
+//! line.
 
 use std::fmt::Write;
 
+use super::{Export, ExportError, Exporter};
 use crate::backend::host::{HostInfo, KvmFlavour};
+use crate::export::words::fmt_value;
 use crate::record::{MetricRecord, RunRecord};
-use crate::report::words::fmt_value;
 use crate::scenario;
 use crate::store::RunListing;
 use crate::trace::TraceReport;
+
+/// Runs as a person reads them: each run's account ([`run`]), one after the other.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Terminal {
+    /// With the KVM statistics of each variant.
+    pub verbose: bool,
+}
+
+impl Exporter for Terminal {
+    fn serialize(&self, export: &Export<'_>) -> Result<Vec<u8>, ExportError> {
+        let accounts: Vec<String> = export.runs.iter().map(|r| run(r, self.verbose)).collect();
+        Ok(accounts.join("\n\n").into_bytes())
+    }
+}
 
 fn yes_no(v: Option<bool>) -> &'static str {
     match v {
@@ -218,7 +235,7 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
         );
     }
     if let Some(n) = &r.noise {
-        let _ = writeln!(s, "{}", crate::report::words::noise_line(n));
+        let _ = writeln!(s, "{}", crate::export::words::noise_line(n));
     }
     for w in &r.warnings {
         let _ = writeln!(s, "warning: {w}");
@@ -232,7 +249,7 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
     }
     if let Ok(scenario) = scenario::Kind::named(&r.scenario) {
         for notice in scenario.context(r) {
-            let _ = writeln!(s, "{}", crate::report::words::notice(&notice));
+            let _ = writeln!(s, "{}", crate::export::words::notice(&notice));
         }
     }
     let reps = r
@@ -271,7 +288,7 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
             .into_iter()
             .filter(|n| verbose || !n.starts_with("kvm."))
             .collect();
-        let width = crate::report::escape::column_width(shown.iter().map(|n| n.len()));
+        let width = crate::export::escape::column_width(shown.iter().map(|n| n.len()));
         for name in shown {
             let _ = writeln!(s, "{}", metric_line(name, &v.metrics[name], width));
         }
@@ -690,7 +707,7 @@ pub fn trace(t: &TraceReport) -> String {
 /// `hvlab calibrate`.
 pub fn profile(p: &crate::model::profile::Profile) -> String {
     let mut s = format!("profile {} — {} (mmu {:?})\n", p.name, p.describes, p.mmu);
-    let width = crate::report::escape::column_width(p.costs.keys().map(String::len));
+    let width = crate::export::escape::column_width(p.costs.keys().map(String::len));
     for (k, c) in &p.costs {
         let _ = writeln!(
             s,
@@ -775,7 +792,7 @@ pub fn validation(
 /// `hvlab fidelity`: the headline, then per thread each published figure against the model,
 /// then what was fitted.
 pub fn fidelity(reports: &[crate::lab::fidelity::ThreadReport]) -> String {
-    use crate::report::words;
+    use crate::export::words;
     let mut out = words::fidelity_headline(reports);
     out.push('\n');
     let cells = words::fidelity_cells(reports);
@@ -835,11 +852,11 @@ pub fn suite_summary(s: &SuiteSummary<'_>) -> String {
     lines.extend(
         s.records
             .iter()
-            .map(|r| format!("  {}", crate::report::words::run_headline(r))),
+            .map(|r| format!("  {}", crate::export::words::run_headline(r))),
     );
     lines.push(format!(
         "  {} (hvlab fidelity prints the table)",
-        crate::report::words::fidelity_headline(s.fidelity)
+        crate::export::words::fidelity_headline(s.fidelity)
     ));
     if let Some(path) = s.report {
         lines.push(format!("report: {}", path.display()));
@@ -1009,7 +1026,7 @@ mod hostile_records {
             let path = dir.path().to_path_buf();
             let records = vec![r];
             let (records, pages) = bounded(Duration::from_secs(60), move || {
-                crate::report::write(&records, &[], &records, &path).unwrap();
+                crate::export::write(&records, &[], &records, &path).unwrap();
                 let read = |f: &str| std::fs::read_to_string(path.join(f)).unwrap();
                 let pages = (read("index.html"), read("summary.md"), read("fleet.html"));
                 (records, pages)
@@ -1057,7 +1074,7 @@ mod hostile_records {
             });
             // What the CLI prints: every line through the terminal escape.
             for text in &terminal {
-                no_control("the terminal", &crate::report::escape::terminal(text));
+                no_control("the terminal", &crate::export::escape::terminal(text));
             }
         }
     }
