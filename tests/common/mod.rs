@@ -36,9 +36,8 @@ pub fn loud_skip(msg: &str) {
 }
 
 /// Holds this test binary's turn on KVM: the tests of one binary run in parallel threads,
-/// and on a 2-core host a suite in one thread doubles another's timed memslot update (CI saw
-/// 1.8 ms for a ~0.05 ms update). Timing tests assert ratios; they need the host to
-/// themselves. Binaries already run one after another.
+/// and on a 2-core host a suite in one thread slows another's timed memslot update many times
+/// over. Timing tests assert ratios; they need the host to themselves. Binaries already run one after another.
 pub struct KvmTurn(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
 
 /// The device when /dev/kvm can be opened, holding this binary's turn on it; when it cannot,
