@@ -2,9 +2,9 @@
 //! host cannot run what was asked, 4 a measurement or storage failure. (1 is reserved for a
 //! failed verdict, which is not an error.)
 
-use crate::backend::error::{BackendError, BadOrder, Fault};
 use crate::store::StoreError;
 use crate::trace::TraceError;
+use hvlab_core::error::{BackendError, BadOrder, Fault};
 
 /// Bad input: the message names the problem and the fix.
 #[derive(Debug, thiserror::Error, displaydoc::Display)]

@@ -5,18 +5,18 @@
 
 use std::collections::BTreeMap;
 
-use hvlab::backend::dirty::{DirtyPlan, DirtyResult};
-use hvlab::backend::error::BackendError;
-use hvlab::backend::exits::{ExitPlan, ExitResult};
-use hvlab::backend::host::HostInfo;
-use hvlab::backend::lifecycle::{ConstructionPlan, ConstructionTrace};
-use hvlab::backend::memory::{TouchPlan, TouchResult};
-use hvlab::backend::memslots::{MemslotPlan, MemslotResult, SlotOp};
-use hvlab::backend::pinning::{PinPlan, PinResult};
-use hvlab::backend::{Backend, BackendKind, Capabilities};
 use hvlab::record::{Finding, RunRecord, SelfCheck, VariantStatus};
 use hvlab::scenario::runner::{RunRequest, Silent};
 use hvlab::scenario::{Kind, Params};
+use hvlab_core::dirty::{DirtyPlan, DirtyResult};
+use hvlab_core::error::BackendError;
+use hvlab_core::exits::{ExitPlan, ExitResult};
+use hvlab_core::host::HostInfo;
+use hvlab_core::lifecycle::{ConstructionPlan, ConstructionTrace};
+use hvlab_core::memory::{TouchPlan, TouchResult};
+use hvlab_core::memslots::{MemslotPlan, MemslotResult, SlotOp};
+use hvlab_core::pinning::{PinPlan, PinResult};
+use hvlab_core::{Backend, BackendKind, Capabilities};
 use hvlab_host::probe::probe_with;
 
 /// `--set` text read into `scenario`'s parameters for a backend that can `can`, as the
@@ -139,15 +139,15 @@ impl Backend for FakeBackend {
 
     fn dirty_log(
         &mut self,
-        _: &hvlab::backend::dirty::DirtyPlan,
-    ) -> Result<hvlab::backend::dirty::DirtyResult, BackendError> {
+        _: &hvlab_core::dirty::DirtyPlan,
+    ) -> Result<hvlab_core::dirty::DirtyResult, BackendError> {
         Err(not_scripted("dirty logging"))
     }
 
     fn update_memslots(
         &mut self,
-        _: &hvlab::backend::memslots::MemslotPlan,
-    ) -> Result<hvlab::backend::memslots::MemslotResult, BackendError> {
+        _: &hvlab_core::memslots::MemslotPlan,
+    ) -> Result<hvlab_core::memslots::MemslotResult, BackendError> {
         Err(not_scripted("memslot updates"))
     }
 }
@@ -430,10 +430,10 @@ fn a_scenario_asks_the_backend_what_it_can_do_not_which_kind_it_is() {
 
 #[test]
 fn the_lab_s_typed_parameters_are_spelled_as_each_scenario_s_parser_reads_them() {
-    use hvlab::backend::guest::{Backing, GuestPage};
-    use hvlab::backend::lifecycle::Strategy;
-    use hvlab::backend::memory::{Pattern, Touch};
     use hvlab::scenario::{Params, dirty, exits, lifecycle, memory, percpu, pinning};
+    use hvlab_core::guest::{Backing, GuestPage};
+    use hvlab_core::lifecycle::Strategy;
+    use hvlab_core::memory::{Pattern, Touch};
     let cases: Vec<Params> = vec![
         Params::Memory(memory::MemoryParams {
             size_bytes: 6 << 30,
@@ -704,8 +704,8 @@ fn refused_as_model_only(backend: &mut Scripted, scenario: &str, variants: &[&st
 /// `KVM_SET_USER_MEMORY_REGION` waits `stall_ns` for it. Each ioctl's SRCU effect is reported,
 /// as the model reports its own.
 fn srcu_kernel_script(stall_ns: u64) -> Box<dyn FnMut(&ConstructionPlan) -> ConstructionTrace> {
-    use hvlab::backend::ioctl_table::SrcuEffect;
-    use hvlab::backend::lifecycle::{IoctlEvent, Step, Strategy};
+    use hvlab_core::ioctl_table::SrcuEffect;
+    use hvlab_core::lifecycle::{IoctlEvent, Step, Strategy};
     let mut calls = 0u64;
     Box::new(move |plan: &ConstructionPlan| {
         let defers = plan.strategy != Strategy::AlwaysSync;
@@ -856,7 +856,7 @@ fn lifecycle_judges_stalls_in_the_jiffies_of_the_host_the_backend_presents() {
 
 #[test]
 fn lifecycle_plans_follow_the_request_and_model_parameters_need_a_modelled_backend() {
-    use hvlab::backend::lifecycle::Strategy;
+    use hvlab_core::lifecycle::Strategy;
     let mut fake = Scripted::new();
     fake.build = Some(srcu_kernel_script(8_000_000));
     let r = run_on(
@@ -932,8 +932,8 @@ fn lifecycle_plans_follow_the_request_and_model_parameters_need_a_modelled_backe
 /// 2 MiB; lazy memory 1 µs and a fault per page; userfaultfd 3 µs a page, one uffd fault per
 /// window. Up to 4% jitter. The guest's page tables take `table_pages` pages.
 fn memory_script(table_pages: u64) -> Box<dyn FnMut(&TouchPlan) -> TouchResult> {
-    use hvlab::backend::guest::Backing;
-    use hvlab::backend::memory::HostBacking;
+    use hvlab_core::guest::Backing;
+    use hvlab_core::memory::HostBacking;
     let mut calls = 0u64;
     Box::new(move |plan: &TouchPlan| {
         calls += 1;
@@ -1041,8 +1041,8 @@ fn memory_counts_the_guest_s_page_table_faults_only_where_tdp_makes_them_stage_2
 
 #[test]
 fn memory_plans_follow_the_request_and_model_variants_need_a_modelled_backend() {
-    use hvlab::backend::guest::{Backing, GuestPage};
-    use hvlab::backend::memory::{Access, HostBacking, Pattern, PrefetchLoop, Touch};
+    use hvlab_core::guest::{Backing, GuestPage};
+    use hvlab_core::memory::{Access, HostBacking, Pattern, PrefetchLoop, Touch};
     let mut fake = Scripted::new();
     fake.touch = Some(memory_script(0));
     let sets = [
@@ -1113,7 +1113,7 @@ fn memory_plans_follow_the_request_and_model_variants_need_a_modelled_backend() 
 /// more when the buffer moves), `aging` pins and unpins once and ends with nothing pinned. A buffer
 /// larger than the cap loses 7 records. Up to 4% jitter.
 fn pin_script() -> Box<dyn FnMut(&PinPlan) -> PinResult> {
-    use hvlab::backend::pinning::PinPolicy;
+    use hvlab_core::pinning::PinPolicy;
     let mut calls = 0u64;
     Box::new(move |plan: &PinPlan| {
         calls += 1;
@@ -1223,7 +1223,7 @@ fn pinning_on_a_fake_backend_calls_keeping_the_pin_faster_and_words_aging_and_bl
 
 #[test]
 fn pinning_plans_follow_the_request_and_no_pin_needs_a_modelled_backend() {
-    use hvlab::backend::pinning::PinPolicy;
+    use hvlab_core::pinning::PinPolicy;
     let mut fake = Scripted::new();
     fake.pin = Some(pin_script());
     run_on(
@@ -1268,7 +1268,7 @@ fn pinning_plans_follow_the_request_and_no_pin_needs_a_modelled_backend() {
 /// 0.25 ms a chunk; ring 3 ms of harvest and 1 ms of reset, and a ring-full exit each time
 /// the soft limit fills. Up to 4% jitter.
 fn dirty_script(short: u64) -> Box<dyn FnMut(&DirtyPlan) -> DirtyResult> {
-    use hvlab::backend::dirty::{DirtyPass, LogMode};
+    use hvlab_core::dirty::{DirtyPass, LogMode};
     let (mut calls, mut clears) = (0u64, 0u64);
     Box::new(move |plan: &DirtyPlan| {
         calls += 1;
@@ -1411,7 +1411,7 @@ fn dirty_fails_a_variant_whose_log_misses_a_page_the_guest_wrote() {
 
 #[test]
 fn dirty_plans_follow_the_request() {
-    use hvlab::backend::dirty::LogMode;
+    use hvlab_core::dirty::LogMode;
     let mut fake = Scripted::new();
     fake.log = Some(dirty_script(0));
     run_on(

@@ -5,10 +5,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hvlab::Error;
-use hvlab::backend::BackendKind;
 use hvlab::model::ModelError;
 use hvlab::model::profile::{BUILT_IN, Profile};
 use hvlab::scenario::runner::RunRequest;
+use hvlab_core::BackendKind;
 use proptest::prelude::*;
 
 const SET_CASES: u32 = 60_000;

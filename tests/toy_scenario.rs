@@ -8,8 +8,6 @@
 
 use std::time::Duration;
 
-use hvlab::backend::BackendKind;
-use hvlab::backend::exits::{ExitKind, ExitPlan, ExitResult};
 use hvlab::error::InputError;
 use hvlab::model::ModelBackend;
 use hvlab::model::profile::Profile;
@@ -18,6 +16,8 @@ use hvlab::scenario::params::{self, Param, Values};
 use hvlab::scenario::runner::{RunRequest, ScenarioOutcome, Silent};
 use hvlab::scenario::samples::{Series, per_variant};
 use hvlab::scenario::{MetricInfo, Observed, Scenario, ScenarioInfo, VariantInfo, run_scenario};
+use hvlab_core::BackendKind;
+use hvlab_core::exits::{ExitKind, ExitPlan, ExitResult};
 
 static INFO: ScenarioInfo = ScenarioInfo {
     name: "cpuid-batch",

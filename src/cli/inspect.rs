@@ -6,11 +6,11 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{print_json, print_table, print_text, render};
-use crate::backend::BackendKind;
 use crate::error::Error;
 use crate::lab::{self, host};
 use crate::scenario;
 use crate::store::{self, Store};
+use hvlab_core::BackendKind;
 
 /// `hvlab host`: the host, then a plain failure when KVM is unusable.
 pub(super) fn host(json: bool) -> Result<ExitCode, Error> {

@@ -27,12 +27,12 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::backend::BackendKind;
 use crate::error::{Error, InputError};
 use crate::export::escape::terminal as safe;
 use crate::scenario::runner::{DEFAULT_SEED, RunRequest};
 use crate::scenario::{Params, ScenarioInfo};
 use crate::trace;
+use hvlab_core::BackendKind;
 
 /// hvlab — the hypervisor fast-path lab: where does virtualization cost time on this host, did a
 /// kernel or policy change make it worse, and what would a fix buy?

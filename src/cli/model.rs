@@ -10,12 +10,12 @@ use super::paths::check_output_file;
 use super::progress::TermProgress;
 use super::run_store::RunStore;
 use super::{InterferenceArgs, print_json, print_text, render};
-use crate::backend::Backend;
 use crate::error::Error;
 use crate::lab::{self, backends, host};
 use crate::model::profile::Profile;
 use crate::model::{ModelBackend, ModelError};
 use crate::scenario::runner::DEFAULT_SEED;
+use hvlab_core::Backend;
 
 #[derive(Debug, Args)]
 pub(super) struct CalibrateArgs {
@@ -149,7 +149,7 @@ pub(super) fn validate(db: Option<&Path>, args: &ValidateArgs) -> Result<ExitCod
 fn calibrate_measuring_noise(
     backend: &mut dyn Backend,
     progress: &TermProgress,
-) -> Result<(Profile, crate::backend::noise::Noise), Error> {
+) -> Result<(Profile, hvlab_core::noise::Noise), Error> {
     use hvlab_host::noise::{Snapshot, between};
     let before = Snapshot::take();
     let mut profile = backends::calibrate(backend, progress)?;
@@ -165,7 +165,7 @@ fn calibrate_measuring_noise(
 }
 
 /// What made the host busy, in words.
-fn busy_why(noise: &crate::backend::noise::Noise) -> String {
+fn busy_why(noise: &hvlab_core::noise::Noise) -> String {
     crate::export::words::busy_words(&noise.busy)
 }
 

@@ -7,12 +7,12 @@ use clap::Args;
 
 use super::progress::TermProgress;
 use super::{MeasureArgs, habits, print_json, request_of};
-use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
 use crate::lab::{backends, host};
 use crate::record::RunRecord;
 use crate::scenario::runner::RunRequest;
 use crate::scenario::{self, ScenarioInfo};
+use hvlab_core::{Backend, BackendKind};
 
 #[derive(Debug, Args)]
 pub(super) struct RunArgs {

@@ -9,12 +9,12 @@ use clap::Args;
 use super::paths::{check_output_dir, write_report};
 use super::progress::TermProgress;
 use super::{MeasureArgs, ShardArgs, habits, print_json, print_text, render, request_of};
-use crate::backend::BackendKind;
 use crate::error::Error;
 use crate::export::words;
 use crate::lab::{self, backends, host};
 use crate::record::RunRecord;
 use crate::scenario::runner::DEFAULT_SEED;
+use hvlab_core::BackendKind;
 
 #[derive(Debug, Args)]
 pub(super) struct SuiteArgs {

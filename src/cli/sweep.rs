@@ -7,12 +7,12 @@ use clap::Args;
 
 use super::progress::TermProgress;
 use super::{MeasureArgs, ShardArgs, habits, print_json, print_table, print_text, render};
-use crate::backend::BackendKind;
 use crate::error::{Error, InputError};
 use crate::export::words;
 use crate::lab::{self, backends, host};
 use crate::scenario;
 use crate::store::{self, Store};
+use hvlab_core::BackendKind;
 
 #[derive(Debug, Args)]
 pub(super) struct SweepArgs {
@@ -176,7 +176,7 @@ fn preflight(
     spec: &lab::sweep::SweepSpec,
     shard: lab::shard::Shard,
     at: &store::Location,
-    host: &crate::backend::host::HostInfo,
+    host: &hvlab_core::host::HostInfo,
     model_profile: &backends::ModelProfile<'_>,
 ) -> Result<Option<lab::sweep::StoreCost>, Error> {
     use lab::sweep::Preflight;

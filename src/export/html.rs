@@ -155,7 +155,7 @@ pub fn page(records: &[RunRecord], fidelity: &[ThreadReport]) -> askama::Result<
     Ok(index.render()? + "\n")
 }
 
-fn host_line(h: &crate::backend::host::HostInfo) -> HostLine {
+fn host_line(h: &hvlab_core::host::HostInfo) -> HostLine {
     HostLine {
         machine: format!(
             "{} ({} cores), {} KVM, Linux {}, HZ={}, {} paging, vPMU {}, THP {}",

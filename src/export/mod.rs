@@ -368,7 +368,7 @@ mod escaping {
         RunRecord {
             run_id: format!("id-{text}"),
             scenario: "lifecycle".into(),
-            backend: crate::backend::BackendKind::Model,
+            backend: hvlab_core::BackendKind::Model,
             profile: Some(format!("prof-{text}")),
             host,
             params,

@@ -6,12 +6,12 @@
 use std::fmt::Write;
 
 use super::{Export, ExportError, Exporter};
-use crate::backend::host::{HostInfo, KvmFlavour};
 use crate::export::words::fmt_value;
 use crate::record::{MetricRecord, RunRecord};
 use crate::scenario;
 use crate::store::RunListing;
 use crate::trace::TraceReport;
+use hvlab_core::host::{HostInfo, KvmFlavour};
 
 /// Runs as a person reads them: each run's account ([`run`]), one after the other.
 #[derive(Debug, Clone, Copy, Default)]
@@ -87,7 +87,7 @@ pub fn host(h: &HostInfo) -> String {
             .backends()
             .iter()
             .map(|b| match b {
-                crate::backend::BackendKind::Kvm if !h.kvm_usable() => {
+                hvlab_core::BackendKind::Kvm if !h.kvm_usable() => {
                     "kvm (unavailable here)".to_string()
                 }
                 other => other.to_string(),
@@ -984,7 +984,7 @@ mod hostile_records {
             RunRecord {
                 run_id: id,
                 scenario: scenario.to_string(),
-                backend: crate::backend::BackendKind::Model,
+                backend: hvlab_core::BackendKind::Model,
                 profile: Some("<b>p</b>\u{1b}[1m".into()),
                 host,
                 params: Default::default(),

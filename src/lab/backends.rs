@@ -3,12 +3,12 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use crate::backend::host::HostInfo;
-use crate::backend::{Backend, BackendKind};
 use crate::error::Error;
 use crate::model::profile::Profile;
 use crate::model::{self, ModelBackend, ModelError};
 use crate::scenario::runner::Progress;
+use hvlab_core::host::HostInfo;
+use hvlab_core::{Backend, BackendKind};
 
 /// Opens `/dev/kvm` as a backend.
 #[cfg(hvlab_kvm)]

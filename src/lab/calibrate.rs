@@ -4,14 +4,14 @@
 //! provenance says which run and which formula. Values calibrate does not measure are copied
 //! from the built-in profile closest to this host, and say so.
 
-use crate::backend::Backend;
-use crate::backend::host::{HostInfo, KvmFlavour};
 use crate::error::Error;
-use crate::kvm::pin;
+use crate::kvm::pinning::pins as pin;
 use crate::model::profile::{MmuKind, Profile};
 use crate::record::{MetricRecord, RunRecord};
 use crate::scenario::runner::{Progress, RunRequest};
 use crate::scenario::{self, Params, exits, lifecycle, memory};
+use hvlab_core::Backend;
+use hvlab_core::host::{HostInfo, KvmFlavour};
 
 mod dirty;
 
@@ -543,7 +543,7 @@ fn memory_costs(
     let m4 = run(
         backend,
         memory::MemoryParams {
-            guest_page: crate::backend::guest::GuestPage::Small,
+            guest_page: hvlab_core::guest::GuestPage::Small,
             ..at_size
         },
         &["populated"],

@@ -1,7 +1,7 @@
 //! The host probe for every build: with the kvm backend it asks `/dev/kvm` for capabilities;
 //! a model-only build describes the host without them and says why.
 
-use crate::backend::host::HostInfo;
+use hvlab_core::host::HostInfo;
 
 /// Probes this host, naming the hvlab that describes it (its version and git revision).
 pub fn probe() -> HostInfo {

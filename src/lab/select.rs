@@ -10,10 +10,10 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::backend::BackendKind;
 use crate::error::{Error, InputError};
 use crate::record::RunRecord;
 use crate::store::{RunListing, Store};
+use hvlab_core::BackendKind;
 
 use super::fleet::HostFingerprint;
 

@@ -5,12 +5,12 @@
 //! into records whose verdicts compare nothing, and lose the interleaving of variants that
 //! spreads a shared machine's drift over all of them.
 
-use crate::backend::host::HostInfo;
-use crate::backend::{Backend, BackendKind};
 use crate::error::Error;
 use crate::record::RunRecord;
 use crate::scenario::runner::{Progress, RunRequest};
 use crate::scenario::{self, Kind, Params, ScenarioInfo, Showcase};
+use hvlab_core::host::HostInfo;
+use hvlab_core::{Backend, BackendKind};
 
 use super::shard::{Shard, unit_seed};
 

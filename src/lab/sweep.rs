@@ -17,12 +17,12 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
-use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
 use crate::record::RunRecord;
 use crate::scenario::params::parse_set;
 use crate::scenario::runner::{Progress, RunRequest, Silent};
 use crate::scenario::{self, Kind};
+use hvlab_core::{Backend, BackendKind};
 
 use super::shard::{Shard, unit_seed};
 
@@ -465,7 +465,7 @@ pub fn preflight(
     spec: &SweepSpec,
     shard: Shard,
     store: &crate::store::Location,
-    host: &crate::backend::host::HostInfo,
+    host: &hvlab_core::host::HostInfo,
     profile: &super::backends::ModelProfile<'_>,
 ) -> Result<Preflight, Error> {
     let measured = if spec.backend.capabilities().modelled {

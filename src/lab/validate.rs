@@ -2,12 +2,12 @@
 //! scenario names (not those calibration used), metric by metric.
 
 use crate::analysis::validate::{Check, Rule};
-use crate::backend::Backend;
-use crate::backend::host::HostInfo;
 use crate::error::Error;
 use crate::record::RunRecord;
 use crate::scenario::runner::{DEFAULT_SEED, Progress, RunRequest};
 use crate::scenario::{self, Kind};
+use hvlab_core::Backend;
+use hvlab_core::host::HostInfo;
 
 /// What validation found, and the noise it was measured in.
 #[derive(Debug, Clone)]
@@ -15,7 +15,7 @@ pub struct Validation {
     /// One per metric judged.
     pub checks: Vec<Check>,
     /// The noise of each kvm run that the busy rule called busy.
-    pub busy: Vec<crate::backend::noise::Noise>,
+    pub busy: Vec<hvlab_core::noise::Noise>,
     /// Point variants one side could not run, so none of their metrics was compared: said,
     /// never dropped in silence.
     pub unjudged: Vec<Unjudged>,

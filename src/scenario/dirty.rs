@@ -35,13 +35,13 @@ use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::{Verdict, compare, judge_variants_together};
 use crate::analysis::statistics::seed_for;
 use crate::analysis::validate::{Rule, check};
-use crate::backend::Capabilities;
-use crate::backend::dirty::{BITMAP_WORD_PAGES, DirtyBacking, DirtyPlan, DirtyResult, LogMode};
-use crate::backend::guest::DATA_MAX_BYTES;
-use crate::backend::host::HostInfo;
-use crate::backend::memory::HugeSize;
 use crate::error::InputError;
 use crate::record::{Finding, RunRecord, VariantRecord, VariantStatus};
+use hvlab_core::Capabilities;
+use hvlab_core::dirty::{BITMAP_WORD_PAGES, DirtyBacking, DirtyPlan, DirtyResult, LogMode};
+use hvlab_core::guest::DATA_MAX_BYTES;
+use hvlab_core::host::HostInfo;
+use hvlab_core::memory::HugeSize;
 
 /// The catalog entry.
 pub static INFO: ScenarioInfo = ScenarioInfo {
@@ -301,7 +301,7 @@ fn mean(values: impl Iterator<Item = f64>) -> f64 {
 
 /// A pass's mean per-vCPU rate, pages/ms: each vCPU's share of the writes over its own
 /// time; one vCPU's is the pass's.
-fn vcpu_rate(p: &crate::backend::dirty::DirtyPass) -> f64 {
+fn vcpu_rate(p: &hvlab_core::dirty::DirtyPass) -> f64 {
     if p.vcpu_ns.is_empty() {
         return p.written as f64 / (p.dirty_ns.max(1) as f64 / 1e6);
     }
@@ -332,7 +332,7 @@ fn analyse_variant(
     let mut series = Series::new();
     for (rep, r) in results.iter().enumerate() {
         let p = &r.passes;
-        let per = |f: &dyn Fn(&crate::backend::dirty::DirtyPass) -> f64| mean(p.iter().map(f));
+        let per = |f: &dyn Fn(&hvlab_core::dirty::DirtyPass) -> f64| mean(p.iter().map(f));
         series
             .at(rep)
             .push("collect_ms", "ms", per(&|x| x.collect_ns() as f64 / 1e6))
@@ -644,8 +644,8 @@ impl Scenario for Dirty {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::BackendKind;
-    use crate::backend::dirty::DirtyPass;
+    use hvlab_core::BackendKind;
+    use hvlab_core::dirty::DirtyPass;
 
     fn plan_of(sets: &[&str], variant: &str) -> Result<DirtyPlan, InputError> {
         crate::scenario::plans_of(&Dirty, sets, &[variant], BackendKind::Kvm)

@@ -23,14 +23,14 @@ use super::{Chart, Observed, Scenario, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
 use crate::analysis::validate::check;
-use crate::backend::exits::{
-    ExitKind, ExitPlan, ExitResult, PmuConfig, PmuOutcome, PmuScheme, SwitchedVia,
-};
-use crate::backend::host::HostInfo;
 use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::VariantStatus;
 use crate::record::{Finding, SelfCheck, VariantRecord};
+use hvlab_core::exits::{
+    ExitKind, ExitPlan, ExitResult, PmuConfig, PmuOutcome, PmuScheme, SwitchedVia,
+};
+use hvlab_core::host::HostInfo;
 
 /// The catalog entry.
 pub static INFO: ScenarioInfo = ScenarioInfo {
@@ -436,7 +436,7 @@ impl Scenario for Exits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::BackendKind;
+    use hvlab_core::BackendKind;
 
     #[test]
     fn every_variant_has_a_kind_and_unknown_ones_list_the_rest() {

@@ -40,15 +40,15 @@ use crate::analysis::compare::{StallCause, Verdict, against_fastest};
 use crate::analysis::stall::{Baselines, Stall, find_stalls, kernel_effects};
 use crate::analysis::statistics::median;
 use crate::analysis::validate::{Check, Rule, check, judge_in_band, stall_ms};
-use crate::backend::Capabilities;
-use crate::backend::host::HostInfo;
-use crate::backend::ioctl_table::BusRegistration;
-use crate::backend::ioctl_table::SrcuKernel;
-use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace, IoctlEvent, Step, Strategy};
 use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::VariantStatus;
 use crate::record::{Finding, TimelineEvent, VariantRecord};
+use hvlab_core::Capabilities;
+use hvlab_core::host::HostInfo;
+use hvlab_core::ioctl_table::BusRegistration;
+use hvlab_core::ioctl_table::SrcuKernel;
+use hvlab_core::lifecycle::{ConstructionPlan, ConstructionTrace, IoctlEvent, Step, Strategy};
 
 /// The catalog entry.
 pub static INFO: ScenarioInfo = ScenarioInfo {
@@ -814,7 +814,7 @@ impl Scenario for Lifecycle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::lifecycle::IoctlEvent;
+    use hvlab_core::lifecycle::IoctlEvent;
 
     const JIFFY: u64 = 4_000_000;
 

@@ -24,18 +24,18 @@ use super::{Chart, Notice, Observed, Scenario, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
 use crate::analysis::validate::{Rule, check, check_count};
-use crate::backend::Capabilities;
-use crate::backend::guest::Backing;
-use crate::backend::guest::Cpl;
-use crate::backend::guest::GuestPage;
-use crate::backend::host::HostInfo;
-use crate::backend::memory::{
-    Access, HostBacking, HugeSize, Pattern, PrefetchLoop, Stage2Mmu, Touch, TouchPlan, TouchResult,
-};
 use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::VariantStatus;
 use crate::record::{Finding, VariantRecord};
+use hvlab_core::Capabilities;
+use hvlab_core::guest::Backing;
+use hvlab_core::guest::Cpl;
+use hvlab_core::guest::GuestPage;
+use hvlab_core::host::HostInfo;
+use hvlab_core::memory::{
+    Access, HostBacking, HugeSize, Pattern, PrefetchLoop, Stage2Mmu, Touch, TouchPlan, TouchResult,
+};
 
 /// The catalog entry.
 pub static INFO: ScenarioInfo = ScenarioInfo {
@@ -440,10 +440,7 @@ fn host_max_vcpus(backend: Capabilities) -> (u32, &'static str) {
         return (cap, "this host's KVM_CAP_MAX_VCPUS");
     }
     let _ = backend;
-    (
-        crate::backend::memory::MODEL_MAX_VCPUS,
-        "KVM_MAX_VCPUS on x86",
-    )
+    (hvlab_core::memory::MODEL_MAX_VCPUS, "KVM_MAX_VCPUS on x86")
 }
 
 /// Metrics, prefetch findings and verdicts from every variant's passes.
@@ -807,7 +804,7 @@ pub(crate) fn memory_room() -> Option<(u64, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::BackendKind;
+    use hvlab_core::BackendKind;
 
     fn plans(sets: &[&str], backend: BackendKind) -> Result<Vec<(String, TouchPlan)>, InputError> {
         crate::scenario::plans_of(&Memory, sets, &[], backend)

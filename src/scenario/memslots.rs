@@ -16,9 +16,9 @@ use super::samples::{Series, per_variant};
 use super::{Chart, Observed, Scenario};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
-use crate::backend::memslots::{MemslotPlan, MemslotResult, SlotOp};
 use crate::error::InputError;
 use crate::record::{RunRecord, VariantRecord, VariantStatus};
+use hvlab_core::memslots::{MemslotPlan, MemslotResult, SlotOp};
 
 /// The catalog entry.
 pub static INFO: ScenarioInfo = ScenarioInfo {
@@ -235,7 +235,7 @@ impl Scenario for Memslots {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::BackendKind;
+    use hvlab_core::BackendKind;
 
     fn plan_of(sets: &[&str], variant: &str) -> Result<MemslotPlan, InputError> {
         crate::scenario::plans_of(&Memslots, sets, &[variant], BackendKind::Kvm)

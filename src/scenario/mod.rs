@@ -1,6 +1,6 @@
 //! Scenario definitions: parameters, variants and metrics of every experiment, the one
 //! [`Scenario`] trait each implements, the run every scenario takes ([`run_scenario`]), and the
-//! registry ([`Kind`], [`Params`]). Scenarios drive a [`Backend`](crate::backend::Backend); they
+//! registry ([`Kind`], [`Params`]). Scenarios drive a [`Backend`](hvlab_core::Backend); they
 //! do not know which one.
 
 pub mod dirty;
@@ -17,10 +17,10 @@ pub mod samples;
 use serde::Serialize;
 
 use crate::analysis::validate::{Check, Rule};
-use crate::backend::host::HostInfo;
-use crate::backend::{Backend, BackendKind, Capabilities, Execute};
 use crate::error::{Error, InputError};
 use crate::record::{RunRecord, VariantStatus};
+use hvlab_core::host::HostInfo;
+use hvlab_core::{Backend, BackendKind, Capabilities, Execute};
 use params::{Param, ParamInfo};
 use runner::{Progress, RunRequest, ScenarioOutcome};
 

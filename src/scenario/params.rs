@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::backend::{BackendKind, Capabilities};
 use crate::error::InputError;
+use hvlab_core::{BackendKind, Capabilities};
 
 /// The values a parameter takes, as `hvlab list` shows them and its reader checks them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,10 +19,10 @@ use super::{MetricInfo, ScenarioInfo, Showcase, VariantInfo};
 use super::{Observed, Scenario};
 use crate::analysis::compare::against_fastest;
 
-use crate::backend::percpu::{PercpuPlan, PercpuResult, PercpuScheme, Workload};
-use crate::backend::{BackendKind, Capabilities};
 use crate::error::InputError;
 use crate::record::{Finding, VariantRecord};
+use hvlab_core::percpu::{PercpuPlan, PercpuResult, PercpuScheme, Workload};
+use hvlab_core::{BackendKind, Capabilities};
 
 /// Only a backend that predicts per-CPU access costs runs it.
 fn has_predictor(can: Capabilities) -> bool {

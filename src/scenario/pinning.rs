@@ -21,11 +21,11 @@ use super::samples::{Series, per_variant};
 use super::{Chart, Observed, Scenario};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
-use crate::backend::Capabilities;
-use crate::backend::pinning::{PinMethod, PinPlan, PinPolicy, PinResult};
 use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::{Finding, VariantRecord};
+use hvlab_core::Capabilities;
+use hvlab_core::pinning::{PinMethod, PinPlan, PinPolicy, PinResult};
 
 /// The catalog entry.
 pub static INFO: ScenarioInfo = ScenarioInfo {
@@ -292,7 +292,7 @@ static METRICS: [MetricInfo; 12] = [
 /// into one guest data region of at most 64 GiB: refuse plans that cannot fit while parsing,
 /// not after measuring.
 fn check_guest_fits(plan: &PinPlan) -> Result<(), InputError> {
-    let max = crate::backend::guest::DATA_MAX_BYTES;
+    let max = hvlab_core::guest::DATA_MAX_BYTES;
     let generations = if plan.relocate_every == 0 {
         1
     } else {

@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 
 use super::{Params, ScenarioInfo};
 use crate::analysis::compare::Verdict;
-use crate::backend::Backend;
-use crate::backend::error::BackendError;
 use crate::error::Error;
 use crate::record::{RunRecord, VariantRecord, VariantStatus};
+use hvlab_core::Backend;
+use hvlab_core::error::BackendError;
 
 /// What the user asked for: the scenario's parameters, typed (the registry's [`Params`] say
 /// which scenario; a scenario's own code sees its own type), and how to repeat.
@@ -92,7 +92,7 @@ pub struct Repeated<T> {
     /// Per variant, in order.
     pub results: Vec<Result<Vec<T>, VariantStatus>>,
     /// One per trial, when the trials were watched (`real_time`).
-    pub reps: Vec<crate::backend::noise::RepNoise>,
+    pub reps: Vec<hvlab_core::noise::RepNoise>,
 }
 
 /// Runs `trial(variant index)` `warmup + reps` times per variant. Variants are interleaved

@@ -64,8 +64,8 @@ impl TraceError {
     }
 
     /// What kind of failure it is.
-    pub fn fault(&self) -> crate::backend::error::Fault {
-        use crate::backend::error::Fault;
+    pub fn fault(&self) -> hvlab_core::error::Fault {
+        use hvlab_core::error::Fault;
         if self.is_host_limitation() {
             Fault::HostCannot
         } else if self.is_bad_input() {
@@ -90,7 +90,7 @@ pub enum Until {
 mod tests {
     use super::strace::parse_seconds_ns;
     use super::*;
-    use crate::backend::ioctl_table::SrcuKernel;
+    use hvlab_core::ioctl_table::SrcuKernel;
 
     const SAMPLE: &str = "\
 4908  1795316198.175000 ioctl(0x3, 0xae01, 0) = 0x8 <0.000398>

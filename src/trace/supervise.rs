@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal};
 
-use crate::backend::host::HostInfo;
-use crate::backend::ioctl_table::SrcuKernel;
 use crate::sys::{self, StopSignals};
+use hvlab_core::host::HostInfo;
+use hvlab_core::ioctl_table::SrcuKernel;
 
 use super::analysis::{TraceReport, analyse};
 use super::strace::StraceParser;

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::backend::BackendKind;
-use crate::backend::host::HostInfo;
-use crate::backend::noise::{BusyReason, Noise};
 use crate::statistics::{Modes, Summary};
+use hvlab_core::BackendKind;
+use hvlab_core::host::HostInfo;
+use hvlab_core::noise::{BusyReason, Noise};
 
 /// The random end of a run id: 64 bits from the OS-seeded generator as 16 hex digits, so two
 /// runs started in the same second do not collide (the store still renames on a collision).
@@ -369,7 +369,7 @@ pub enum Finding {
         /// Of those, faults on the guest's own page-table pages.
         table_pages: f64,
         /// The stage-2 MMU, when known.
-        mmu: Option<crate::backend::memory::Stage2Mmu>,
+        mmu: Option<hvlab_core::memory::Stage2Mmu>,
     },
     /// userfaultfd faults against pages touched.
     UserfaultfdFaults {
@@ -419,7 +419,7 @@ pub enum Finding {
     /// Guest PEBS is cut while the host uses PEBS (model).
     GuestPebsDisabled,
     /// What the race explorer found for a PMU scheme.
-    RaceExplored(crate::backend::exits::RaceReport),
+    RaceExplored(hvlab_core::exits::RaceReport),
     /// Dirty logging: the log reported exactly the pages each pass wrote (a pass where it did
     /// not fails the variant instead), and what collecting it took per pass.
     DirtyLog {

@@ -5,9 +5,9 @@
 
 use std::fmt;
 
-use crate::backend::memory::Stage2Mmu;
 use crate::compare::{AbComparison, AbVerdict, Verdict};
 use crate::record::{Finding, SelfCheck};
+use hvlab_core::memory::Stage2Mmu;
 
 /// A value with its unit and sensible precision: the one formatter (`crate::quantity`), so
 /// the terminal, Markdown and HTML print `24.6 ms` and never `24630000.0 ns`.
@@ -366,8 +366,8 @@ fn fault_reading(per_fault: f64, mmu: Option<Stage2Mmu>) -> &'static str {
 }
 
 /// What the busy rule saw, in a few words: "load 4.2 on 2 cores, CPU pressure 31%".
-pub fn busy_words(reasons: &[crate::backend::noise::BusyReason]) -> String {
-    use crate::backend::noise::BusyReason;
+pub fn busy_words(reasons: &[hvlab_core::noise::BusyReason]) -> String {
+    use hvlab_core::noise::BusyReason;
     reasons
         .iter()
         .map(|r| match r {

@@ -419,9 +419,9 @@ fn selftest_loop_instructions(binary: &Path) -> Result<usize, String> {
 /// The per-page loops of hvlab's guests (memory's touch loop, dirty's pass loop): the
 /// innermost backward branch whose body holds the guest's one-byte store to the page.
 fn hvlab_loop_instructions() -> Result<(usize, usize), String> {
-    use hvlab::backend::memory::{Access, Touch};
     use hvlab::kvm::dirty::dirty_loop;
     use hvlab::kvm::guest::payload::touch_loop;
+    use hvlab_core::memory::{Access, Touch};
     let touch = touch_loop(16, 64, Access::Write, Touch::FirstByte).map_err(|e| e.to_string())?;
     let dirty = dirty_loop(16, 1).map_err(|e| e.to_string())?;
     Ok((loop_around_store(&touch)?, loop_around_store(&dirty)?))

@@ -5,7 +5,21 @@
 //! `/dev/kvm` or from the model. The plan and result types live here, one module per
 //! mechanism, with the host description and the KVM ioctl table: below both backends, so
 //! neither imports the other or the scenarios (as cloud-hypervisor's `hypervisor` crate
-//! defines the types its callers pass). Each mechanism adds one method to [`Backend`].
+//! defines the types its callers pass). Each mechanism adds one method to [`Backend`]. What a
+//! backend fails with stands beside the trait ([`error`]). Nothing here does I/O: the host
+//! probe and the noise meter that fill [`host`] and [`noise`] are `hvlab-host`'s.
+//!
+//! A mechanism has one name in every layer (the README's Layout has the same table):
+//!
+//! | mechanism | scenario | core | kvm | model |
+//! |---|---|---|---|---|
+//! | VM construction vs SRCU | `lifecycle` | `lifecycle` | `lifecycle` | `lifecycle` |
+//! | stage-2 faults, prefetch | `memory` | `memory` | `memory` | `memory` |
+//! | exit roundtrips, PMU switching | `exits` | `exits` | `exits` | `exits` |
+//! | SPE buffer pins | `pinning` | `pinning` | `pinning` | `pinning` |
+//! | per-CPU data access | `percpu` | `percpu` | (model only) | `percpu` |
+//! | dirty logging | `dirty` | `dirty` | `dirty` | `dirty` |
+//! | memslot updates | `memslots` | `memslots` | `memslots` | `memslots` |
 
 pub mod dirty;
 pub mod error;

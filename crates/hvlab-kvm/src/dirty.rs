@@ -25,14 +25,12 @@ use vmm_sys_util::{ioctl_io_nr, ioctl_iowr_nr};
 use super::KvmError;
 use super::guest::layout::{CODE_GPA, DATA_GPA, GuestPage, Layout};
 use super::guest::{Cpl, SIGNAL_PORT, Signal, Watchdog};
+use super::guest_memory::{Backing, GuestMemory};
 use super::host::HostInfo;
 use super::hugetlb::PoolGuard;
-use super::memory::{Backing, GuestMemory};
 use super::stats::{StatsReader, StatsSnapshot, named_deltas};
 use super::vm::{Vm, ns_since};
-use crate::backend::dirty::{
-    DirtyBacking, DirtyPass, DirtyPlan, DirtyResult, LogMode, ring_refusal,
-};
+use hvlab_core::dirty::{DirtyBacking, DirtyPass, DirtyPlan, DirtyResult, LogMode, ring_refusal};
 
 ioctl_iowr_nr!(KVM_CLEAR_DIRTY_LOG, 0xAE, 0xc0, kvm_clear_dirty_log);
 ioctl_io_nr!(KVM_RESET_DIRTY_RINGS, 0xAE, 0xc7);
@@ -157,7 +155,7 @@ unsafe impl Send for Ring {}
 
 impl Ring {
     fn map(vcpu: &VcpuFd, entries: u64) -> Result<Ring, KvmError> {
-        let bytes = usize::try_from(entries * crate::backend::dirty::RING_ENTRY_BYTES)
+        let bytes = usize::try_from(entries * hvlab_core::dirty::RING_ENTRY_BYTES)
             .map_err(|_| KvmError::Layout("dirty ring larger than the address space".into()))?;
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096);
@@ -822,7 +820,7 @@ pub fn dirty_log(kvm: &Kvm, host: &HostInfo, plan: &DirtyPlan) -> Result<DirtyRe
         LogMode::Ring { entries } => enable_cap(
             vm.fd(),
             caps.ring().0,
-            entries * crate::backend::dirty::RING_ENTRY_BYTES,
+            entries * hvlab_core::dirty::RING_ENTRY_BYTES,
             "KVM_ENABLE_CAP(KVM_CAP_DIRTY_LOG_RING)",
         )?,
     }

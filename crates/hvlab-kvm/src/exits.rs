@@ -8,11 +8,11 @@ use super::guest::layout::{GuestPage, IOEVENTFD_GPA, Layout, MMIO_TEST_GPA};
 use super::guest::payload::{self, Vendor};
 use super::guest::runner::{Flow, GuestExit};
 use super::guest::{Cpl, TEST_PORT};
+use super::guest_memory::{Backing, GuestMemory};
 use super::host::HostInfo;
 use super::measure::{section, unexpected};
-use super::memory::{Backing, GuestMemory};
 use super::vm::Vm;
-use crate::backend::exits::{ExitKind, ExitPlan, ExitResult};
+use hvlab_core::exits::{ExitKind, ExitPlan, ExitResult};
 
 /// Runs one batch of the plan in a fresh VM.
 pub fn roundtrips(kvm: &Kvm, host: &HostInfo, plan: &ExitPlan) -> Result<ExitResult, KvmError> {

@@ -4,8 +4,8 @@
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 
-pub use crate::backend::guest::Backing;
-pub use crate::backend::memory::HugeSize;
+pub use hvlab_core::guest::Backing;
+pub use hvlab_core::memory::HugeSize;
 
 use super::KvmError;
 

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use super::KvmError;
-use crate::backend::memory::HugeSize;
+use hvlab_core::memory::HugeSize;
 
 const SYSFS: &str = "/sys/kernel/mm/hugepages";
 

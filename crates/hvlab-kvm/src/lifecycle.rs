@@ -13,10 +13,10 @@ use super::guest::layout::{GuestPage, Layout};
 use super::guest::runner::{self, Flow, GuestExit};
 use super::guest::watchdog::kick_signal;
 use super::guest::{Cpl, ENTRY_GPA, Signal, payload, signal_payload};
-use super::memory::{Backing, GuestMemory};
+use super::guest_memory::{Backing, GuestMemory};
 use super::stats::{StatsReader, named_deltas};
 use super::vm::{TimedIoctl, Vm, ns_since, register_ioeventfd, timed};
-use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace, IoctlEvent, Step};
+use hvlab_core::lifecycle::{ConstructionPlan, ConstructionTrace, IoctlEvent, Step};
 
 /// QEMU's choice; VMX needs three free pages below 4 GiB for real-mode emulation.
 const TSS_GPA: usize = 0xfffb_d000;

@@ -12,14 +12,14 @@ use super::KvmError;
 use super::guest::layout::{DATA_GPA, GuestPage, Layout};
 use super::guest::runner::{self, Flow, GuestExit};
 use super::guest::{Cpl, Signal, payload};
+use super::guest_memory::{Backing, GuestMemory, HugeSize};
 use super::host::HostInfo;
 use super::hugetlb::PoolGuard;
 use super::measure::{section, unexpected};
-use super::memory::{Backing, GuestMemory, HugeSize};
 use super::stats::{StatsReader, named_deltas};
 use super::uffd::UffdServer;
 use super::vm::Vm;
-use crate::backend::memory::{HostBacking, TouchPlan, TouchResult};
+use hvlab_core::memory::{HostBacking, TouchPlan, TouchResult};
 
 ioctl_iowr_nr!(
     KVM_PRE_FAULT_MEMORY,

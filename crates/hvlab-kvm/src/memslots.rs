@@ -12,8 +12,8 @@ use kvm_bindings::kvm_userspace_memory_region;
 use kvm_ioctls::{Kvm, VmFd};
 
 use super::KvmError;
-use super::memory::GuestMemory;
-use crate::backend::memslots::{MemslotPlan, MemslotResult, SlotOp};
+use super::guest_memory::GuestMemory;
+use hvlab_core::memslots::{MemslotPlan, MemslotResult, SlotOp};
 
 /// Guest-physical address bits when the host does not say (36: the smallest MAXPHYADDR of
 /// any x86-64 CPU).

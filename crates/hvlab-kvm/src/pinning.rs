@@ -1,6 +1,8 @@
 //! The `pinning` scenario on real KVM: a guest that plays a profiled task, a pin manager that
 //! pins its buffer's host memory for real.
 
+pub mod pins;
+
 use std::time::{Duration, Instant};
 
 use kvm_ioctls::Kvm;
@@ -9,15 +11,15 @@ use super::KvmError;
 use super::guest::layout::{DATA_GPA, GuestPage, Layout, PIN_DOORBELL_GPA};
 use super::guest::payload::{self, PinLoop};
 use super::guest::runner::{Flow, GuestExit};
+use super::guest_memory::{Backing, GuestMemory};
 use super::host::HostInfo;
 use super::measure::{section, unexpected};
-use super::memory::{Backing, GuestMemory};
-use super::pin::{IoUringPinner, MlockPinner, check_memlock};
 use super::vm::Vm;
-use crate::backend::error::BackendError;
-use crate::backend::pinning::{
+use hvlab_core::error::BackendError;
+use hvlab_core::pinning::{
     PinCache, PinMethod, PinPlan, PinPolicy, PinResult, Pinner, RECORDS_PER_MS,
 };
+use pins::{IoUringPinner, MlockPinner, check_memlock};
 
 const STRIDE_PAD: u64 = 2 << 20;
 
@@ -199,7 +201,7 @@ impl Pinner for PrefaultPinner {
 
     fn prefault(&mut self, addr: u64, bytes: u64) -> Result<u64, BackendError> {
         let t = Instant::now();
-        super::stage2::pre_fault_on(&self.vcpu, addr, bytes)?;
+        super::memory::pre_fault_on(&self.vcpu, addr, bytes)?;
         Ok(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX))
     }
 }

@@ -26,7 +26,7 @@ use linux_raw_sys::ioctl::{UFFDIO_API, UFFDIO_CONTINUE, UFFDIO_COPY, UFFDIO_REGI
 use rustix::mm::UserfaultfdFlags;
 
 use super::KvmError;
-use super::memory::GuestMemory;
+use super::guest_memory::GuestMemory;
 
 const PAGE: usize = 4096;
 

@@ -10,8 +10,8 @@ use vmm_sys_util::eventfd::EventFd;
 use super::KvmError;
 use super::guest::runner::{self, Flow, GuestExit};
 use super::guest::{Cpl, ENTRY_GPA, Signal, long_mode};
-use super::memory::GuestMemory;
-use crate::backend::ioctl_table::KVM_IOEVENTFD_FLAG_DATAMATCH;
+use super::guest_memory::GuestMemory;
+use hvlab_core::ioctl_table::KVM_IOEVENTFD_FLAG_DATAMATCH;
 
 /// `KVM_CAP_GUEST_MEMFD_FLAGS` (Linux 6.18, include/uapi/linux/kvm.h): the guest_memfd flags
 /// this VM may use; not in kvm-bindings 0.14.

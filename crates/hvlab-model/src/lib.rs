@@ -1,30 +1,41 @@
 //! The model backend: executable models of the kernel mechanisms behind each scenario, driven
 //! by a cost profile. Deterministic: the same seed gives the same output on every machine.
 //!
-//! One module per mechanism: [`srcu`] (lifecycle), [`mmu`] (memory), [`pmu`] (exits),
-//! [`spe`] (pinning), [`percpu`]; [`profile`] holds the costs.
+//! One module per mechanism, named as the mechanism, with [`mmu_lock`] (the vCPUs' contention
+//! on `kvm->mmu_lock`, which memory and dirty both model); [`profile`] holds the costs.
+//!
+//! A mechanism has one name in every layer (the README's Layout has the same table):
+//!
+//! | mechanism | scenario | core | kvm | model |
+//! |---|---|---|---|---|
+//! | VM construction vs SRCU | `lifecycle` | `lifecycle` | `lifecycle` | `lifecycle` |
+//! | stage-2 faults, prefetch | `memory` | `memory` | `memory` | `memory` |
+//! | exit roundtrips, PMU switching | `exits` | `exits` | `exits` | `exits` |
+//! | SPE buffer pins | `pinning` | `pinning` | `pinning` | `pinning` |
+//! | per-CPU data access | `percpu` | `percpu` | (model only) | `percpu` |
+//! | dirty logging | `dirty` | `dirty` | `dirty` | `dirty` |
+//! | memslot updates | `memslots` | `memslots` | `memslots` | `memslots` |
 
 pub mod dirty;
+pub mod exits;
+pub mod lifecycle;
+pub mod memory;
 pub mod memslots;
-pub mod mmu;
 pub mod mmu_lock;
 pub mod percpu;
-pub mod pmu;
+pub mod pinning;
 pub mod profile;
-pub mod spe;
-pub mod srcu;
 
-use hvlab_core as backend;
 use rand_chacha::ChaCha8Rng;
 
-use crate::backend::error::{BackendError, Fault};
-use crate::backend::exits::{ExitKind, ExitPlan, ExitResult, PmuConfig, RaceReport};
-use crate::backend::host::{HostInfo, KvmFlavour};
-use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace};
-use crate::backend::memory::{TouchPlan, TouchResult};
-use crate::backend::percpu::{PercpuPlan, PercpuResult};
-use crate::backend::pinning::{PinPlan, PinResult};
-use crate::backend::{Backend, BackendKind, PercpuPredictor};
+use hvlab_core::error::{BackendError, Fault};
+use hvlab_core::exits::{ExitKind, ExitPlan, ExitResult, PmuConfig, RaceReport};
+use hvlab_core::host::{HostInfo, KvmFlavour};
+use hvlab_core::lifecycle::{ConstructionPlan, ConstructionTrace};
+use hvlab_core::memory::{TouchPlan, TouchResult};
+use hvlab_core::percpu::{PercpuPlan, PercpuResult};
+use hvlab_core::pinning::{PinPlan, PinResult};
+use hvlab_core::{Backend, BackendKind, PercpuPredictor};
 use profile::{MmuKind, Profile, ProfileError};
 
 /// Model errors: its cost profile (what a plan the modelled host cannot run is, the backend
@@ -73,10 +84,10 @@ pub struct ModelBackend {
     profile_hz: (u32, String),
     rng: ChaCha8Rng,
     /// Where the timer ticks fall for the next VM built back to back.
-    lifecycle: srcu::BackToBack,
+    lifecycle: lifecycle::BackToBack,
     /// The PEBS race explorer's reports by configuration: the same for every batch and rep,
     /// and a state-space search each time.
-    races: Vec<((PmuConfig, pmu::PebsCpu), Vec<RaceReport>)>,
+    races: Vec<((PmuConfig, exits::PebsCpu), Vec<RaceReport>)>,
 }
 
 impl ModelBackend {
@@ -98,8 +109,8 @@ impl ModelBackend {
             profile,
             profile_hz: (host.hz, host.hz_source.clone()),
             host,
-            rng: srcu::rng(seed),
-            lifecycle: srcu::BackToBack::default(),
+            rng: lifecycle::rng(seed),
+            lifecycle: lifecycle::BackToBack::default(),
             races: Vec::new(),
         }
     }
@@ -109,12 +120,12 @@ impl ModelBackend {
         &self.profile
     }
 
-    /// [`pmu::explore`] for `cfg` on `cpu`, explored once per backend.
-    fn races(&mut self, cfg: PmuConfig, cpu: pmu::PebsCpu) -> Vec<RaceReport> {
+    /// [`exits::explore`] for `cfg` on `cpu`, explored once per backend.
+    fn races(&mut self, cfg: PmuConfig, cpu: exits::PebsCpu) -> Vec<RaceReport> {
         if let Some((_, races)) = self.races.iter().find(|(key, _)| *key == (cfg, cpu)) {
             return races.clone();
         }
-        let races = pmu::explore(cfg, cpu);
+        let races = exits::explore(cfg, cpu);
         self.races.push(((cfg, cpu), races.clone()));
         races
     }
@@ -140,10 +151,10 @@ impl Backend for ModelBackend {
             Some(hz) => (hz, "--set hz".to_string()),
             None => self.profile_hz.clone(),
         };
-        let costs = srcu::LifecycleCosts::from_profile(&self.profile, plan.hz)
+        let costs = lifecycle::LifecycleCosts::from_profile(&self.profile, plan.hz)
             .map_err(ModelError::from)?
             .on_cores(self.host.cores);
-        Ok(srcu::construct(
+        Ok(lifecycle::construct(
             &costs,
             plan,
             &mut self.rng,
@@ -152,9 +163,8 @@ impl Backend for ModelBackend {
     }
 
     fn touch_memory(&mut self, plan: &TouchPlan) -> Result<TouchResult, BackendError> {
-        let costs = mmu::MmuCosts::from_profile(&self.profile).map_err(ModelError::from)?;
-        if plan.backing == crate::backend::memory::HostBacking::PreFault
-            && costs.mmu == MmuKind::Shadow
+        let costs = memory::MmuCosts::from_profile(&self.profile).map_err(ModelError::from)?;
+        if plan.backing == hvlab_core::memory::HostBacking::PreFault && costs.mmu == MmuKind::Shadow
         {
             return Err(unsupported(format!(
                 "KVM_PRE_FAULT_MEMORY needs TDP; profile {} describes shadow paging",
@@ -166,7 +176,7 @@ impl Backend for ModelBackend {
             let par = mmu_lock::ParallelCosts::from_profile(&self.profile).map_err(unsupported)?;
             return mmu_lock::touch(&costs, &par, plan).map_err(unsupported);
         }
-        mmu::touch(&costs, plan).map_err(unsupported)
+        memory::touch(&costs, plan).map_err(unsupported)
     }
 
     fn exit_roundtrips(&mut self, plan: &ExitPlan) -> Result<ExitResult, BackendError> {
@@ -183,18 +193,18 @@ impl Backend for ModelBackend {
         // still runs the plain exit kinds.
         let pmu = match plan.pmu {
             Some(cfg) => {
-                let cpu = pmu::PebsCpu {
+                let cpu = exits::PebsCpu {
                     isolation: g("pebs_isolation")? != 0.0,
-                    ..pmu::PebsCpu::isolated()
+                    ..exits::PebsCpu::isolated()
                 };
-                let costs = pmu::SwitchCosts {
+                let costs = exits::SwitchCosts {
                     load_entry: g("msr_load_entry_cycles")?,
                     list: g("msr_load_list_cycles")?,
                     wrmsr: g("wrmsr_cycles")?,
                 };
-                let mut outcome = pmu::switch_plan(cfg, cpu);
+                let mut outcome = exits::switch_plan(cfg, cpu);
                 outcome.races = self.races(cfg, cpu);
-                let extra = pmu::switch_cycles(&outcome, &costs) / ghz;
+                let extra = exits::switch_cycles(&outcome, &costs) / ghz;
                 Some((outcome, extra))
             }
             None => None,
@@ -216,8 +226,8 @@ impl Backend for ModelBackend {
     }
 
     fn pin_trace(&mut self, plan: &PinPlan) -> Result<PinResult, BackendError> {
-        let costs = spe::PinCosts::from_profile(&self.profile).map_err(ModelError::from)?;
-        spe::run(&costs, plan)
+        let costs = pinning::PinCosts::from_profile(&self.profile).map_err(ModelError::from)?;
+        pinning::run(&costs, plan)
     }
 
     fn percpu(&mut self) -> Option<&mut dyn PercpuPredictor> {
@@ -226,8 +236,8 @@ impl Backend for ModelBackend {
 
     fn dirty_log(
         &mut self,
-        plan: &crate::backend::dirty::DirtyPlan,
-    ) -> Result<crate::backend::dirty::DirtyResult, BackendError> {
+        plan: &hvlab_core::dirty::DirtyPlan,
+    ) -> Result<hvlab_core::dirty::DirtyResult, BackendError> {
         dirty::admit(plan).map_err(unsupported)?;
         dirty::admit_profile(&self.profile).map_err(unsupported)?;
         // A profile without the dirty-logging costs (calibrated before they existed, or a
@@ -242,8 +252,8 @@ impl Backend for ModelBackend {
 
     fn update_memslots(
         &mut self,
-        plan: &crate::backend::memslots::MemslotPlan,
-    ) -> Result<crate::backend::memslots::MemslotResult, BackendError> {
+        plan: &hvlab_core::memslots::MemslotPlan,
+    ) -> Result<hvlab_core::memslots::MemslotResult, BackendError> {
         // A profile without the memslot costs (calibrated before they existed) cannot run
         // this scenario: a limitation, said as one.
         let costs = memslots::MemslotCosts::from_profile(&self.profile).map_err(unsupported)?;

@@ -55,8 +55,8 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::profile::{Profile, ProfileError};
-use crate::backend::ioctl_table::SrcuEffect;
-use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace, IoctlEvent, Step, Strategy};
+use hvlab_core::ioctl_table::SrcuEffect;
+use hvlab_core::lifecycle::{ConstructionPlan, ConstructionTrace, IoctlEvent, Step, Strategy};
 
 /// `SRCU_MAX_INTERVAL`: the longest re-queue delay slow readers cause, jiffies.
 const SRCU_MAX_INTERVAL: u64 = 10;

@@ -16,8 +16,8 @@
 //! once with `KVM_PRE_FAULT_MEMORY`; an enable pins nothing and walks nothing.
 
 use super::profile::{Profile, ProfileError};
-use crate::backend::error::BackendError;
-use crate::backend::pinning::{
+use hvlab_core::error::BackendError;
+use hvlab_core::pinning::{
     PinCache, PinPlan, PinPolicy, PinResult, Pinner, RECORDS_PER_PAGE, buffer_addr,
 };
 
@@ -228,7 +228,7 @@ pub fn run(costs: &PinCosts, plan: &PinPlan) -> Result<PinResult, BackendError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::pinning::RECORDS_PER_MS;
+    use hvlab_core::pinning::RECORDS_PER_MS;
 
     fn plan(policy: PinPolicy) -> PinPlan {
         PinPlan {
@@ -241,7 +241,7 @@ mod tests {
             off_ns: 1_000_000,
             relocate_every: 0,
             tail_ns: 200_000_000,
-            method: crate::backend::pinning::PinMethod::Mlock,
+            method: hvlab_core::pinning::PinMethod::Mlock,
             records_per_ms: RECORDS_PER_MS,
             unmap_pct: 0,
         }
@@ -333,7 +333,7 @@ mod tests {
                 off_ns: 1_000_000,
                 relocate_every,
                 tail_ns: 20_000_000,
-                method: crate::backend::pinning::PinMethod::Mlock,
+                method: hvlab_core::pinning::PinMethod::Mlock,
                 records_per_ms: RECORDS_PER_MS,
                 unmap_pct: 0,
             };

@@ -18,7 +18,6 @@ use std::path::{Path, PathBuf};
 
 use crate::record::RunRecord;
 use hvlab_analysis::record;
-use hvlab_core as backend;
 
 /// Store errors.
 #[derive(Debug, thiserror::Error, displaydoc::Display)]
@@ -116,11 +115,11 @@ pub enum StoreError {
 
 impl StoreError {
     /// What kind of failure it is: what the user typed, or the store failing.
-    pub fn fault(&self) -> crate::backend::error::Fault {
+    pub fn fault(&self) -> hvlab_core::error::Fault {
         if self.is_bad_input() {
-            crate::backend::error::Fault::BadInput
+            hvlab_core::error::Fault::BadInput
         } else {
-            crate::backend::error::Fault::Failed
+            hvlab_core::error::Fault::Failed
         }
     }
 
@@ -157,7 +156,7 @@ pub struct RunListing {
     /// Scenario.
     pub scenario: String,
     /// Backend.
-    pub backend: crate::backend::BackendKind,
+    pub backend: hvlab_core::BackendKind,
     /// Start time.
     pub started_at: String,
     /// Kernel release.

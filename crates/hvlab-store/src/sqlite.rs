@@ -554,7 +554,7 @@ mod tests {
         RunRecord {
             run_id: id.to_string(),
             scenario: "lifecycle".into(),
-            backend: crate::backend::BackendKind::Kvm,
+            backend: hvlab_core::BackendKind::Kvm,
             profile: None,
             // This machine's description, without asking /dev/kvm: the store keeps whatever
             // host a run describes.

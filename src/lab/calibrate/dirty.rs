@@ -14,12 +14,12 @@
 //! (which [`mmu_lock_hold`] explains), from the same pass run by one vCPU and by two.
 
 use super::{put_measured, run};
-use crate::backend::Backend;
 use crate::error::Error;
 use crate::model::profile::{MmuKind, Profile};
 use crate::record::RunRecord;
 use crate::scenario::dirty::DirtyParams;
 use crate::scenario::runner::Progress;
+use hvlab_core::Backend;
 
 fn med(r: &RunRecord, variant: &str, metric: &str) -> Option<f64> {
     r.variant(variant)

@@ -16,7 +16,6 @@ mod srcu;
 
 use serde::Serialize;
 
-use crate::backend::host::HostInfo;
 use crate::error::Error;
 use crate::model::ModelBackend;
 use crate::model::ModelError;
@@ -24,6 +23,7 @@ use crate::model::profile::{Profile, ProfileError};
 use crate::record::{MetricRecord, RunRecord};
 use crate::scenario::Params;
 use crate::scenario::runner::{RunRequest, Silent};
+use hvlab_core::host::HostInfo;
 
 /// How a thread's words become a range: one rule for every row (DESIGN.md, "Fidelity").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -11,11 +11,11 @@
 //! with a per-list part (one cost per entry could not), but that is a fit, not a test.
 
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
-use crate::backend::host::HostInfo;
 use crate::error::Error;
 use crate::model::profile::Profile;
 use crate::scenario::Kind;
 use crate::scenario::exits::ExitParams;
+use hvlab_core::host::HostInfo;
 
 /// The thread.
 pub struct Pebs;

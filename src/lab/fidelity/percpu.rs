@@ -10,12 +10,12 @@
 //! tests (memcg creation, fork) are predictions.
 
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
-use crate::backend::host::HostInfo;
 use crate::error::Error;
 use crate::model::profile::Profile;
 use crate::record::RunRecord;
 use crate::scenario::Kind;
 use crate::scenario::percpu::{PercpuParams, workload};
+use hvlab_core::host::HostInfo;
 
 /// The thread.
 pub struct Percpu;

@@ -8,13 +8,13 @@
 //! (`model::mmu`); no profile value enters a count, so nothing here is fitted.
 
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
-use crate::backend::guest::{Backing, GuestPage};
-use crate::backend::host::HostInfo;
-use crate::backend::memory::{Pattern, Touch};
 use crate::error::Error;
 use crate::model::profile::Profile;
 use crate::scenario::Kind;
 use crate::scenario::memory::MemoryParams;
+use hvlab_core::guest::{Backing, GuestPage};
+use hvlab_core::host::HostInfo;
+use hvlab_core::memory::{Pattern, Touch};
 
 /// The thread.
 pub struct Prefetch;

@@ -11,11 +11,11 @@
 //! `fitted`. The 4 MiB per-switch rows and the `perf stat` runs at 256 MiB are predictions.
 
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
-use crate::backend::host::HostInfo;
 use crate::error::Error;
 use crate::model::profile::Profile;
 use crate::scenario::Kind;
 use crate::scenario::pinning::PinningParams;
+use hvlab_core::host::HostInfo;
 
 /// The thread.
 pub struct Spe;

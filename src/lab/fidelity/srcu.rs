@@ -8,13 +8,13 @@
 //! per-ioctl work from assumed costs that no row's figure went into.
 
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
-use crate::backend::host::HostInfo;
-use crate::backend::lifecycle::Strategy;
 use crate::error::Error;
 use crate::model::profile::Profile;
 use crate::record::RunRecord;
 use crate::scenario::Kind;
 use crate::scenario::lifecycle::LifecycleParams;
+use hvlab_core::host::HostInfo;
+use hvlab_core::lifecycle::Strategy;
 
 /// The thread.
 pub struct Srcu;

@@ -3,8 +3,8 @@
 
 use std::time::Instant;
 
-use super::KvmError;
-use super::memory::{Backing, GuestMemory};
+use crate::KvmError;
+use crate::guest_memory::{Backing, GuestMemory};
 
 /// Measured per-page costs of pinning a buffer with `mlock`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -109,13 +109,13 @@ impl MlockPinner {
     }
 }
 
-impl crate::backend::pinning::Pinner for MlockPinner {
+impl hvlab_core::pinning::Pinner for MlockPinner {
     fn pin(
         &mut self,
         addr: u64,
         bytes: u64,
         _: bool,
-    ) -> Result<u64, crate::backend::error::BackendError> {
+    ) -> Result<u64, hvlab_core::error::BackendError> {
         let len = usize::try_from(bytes).unwrap_or(usize::MAX);
         let t = Instant::now();
         // SAFETY: [addr, addr + bytes) lies in the guest memory this pinner was built over,
@@ -130,7 +130,7 @@ impl crate::backend::pinning::Pinner for MlockPinner {
         Ok(elapsed_ns(t))
     }
 
-    fn unpin(&mut self, addr: u64, bytes: u64) -> Result<u64, crate::backend::error::BackendError> {
+    fn unpin(&mut self, addr: u64, bytes: u64) -> Result<u64, hvlab_core::error::BackendError> {
         let len = usize::try_from(bytes).unwrap_or(usize::MAX);
         let t = Instant::now();
         // SAFETY: as in pin.
@@ -176,13 +176,13 @@ impl IoUringPinner {
 /// io_uring registers at most 1 GiB per buffer.
 const IORING_MAX_BUFFER: u64 = 1 << 30;
 
-impl crate::backend::pinning::Pinner for IoUringPinner {
+impl hvlab_core::pinning::Pinner for IoUringPinner {
     fn pin(
         &mut self,
         addr: u64,
         bytes: u64,
         _: bool,
-    ) -> Result<u64, crate::backend::error::BackendError> {
+    ) -> Result<u64, hvlab_core::error::BackendError> {
         let iovecs: Vec<libc::iovec> = (0..bytes.div_ceil(IORING_MAX_BUFFER))
             .map(|i| {
                 let off = i * IORING_MAX_BUFFER;
@@ -210,7 +210,7 @@ impl crate::backend::pinning::Pinner for IoUringPinner {
         Ok(ns)
     }
 
-    fn unpin(&mut self, addr: u64, _: u64) -> Result<u64, crate::backend::error::BackendError> {
+    fn unpin(&mut self, addr: u64, _: u64) -> Result<u64, hvlab_core::error::BackendError> {
         let t = Instant::now();
         if let Some(i) = self.rings.iter().position(|(a, _)| *a == addr) {
             let (_, ring) = self.rings.remove(i);
