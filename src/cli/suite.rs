@@ -42,20 +42,7 @@ pub(super) fn suite(db: Option<&Path>, args: &SuiteArgs) -> Result<ExitCode, Err
         &lab::shard::process_env(),
     )?;
     if args.plan {
-        let units = lab::suite::plan(args.backend, shard);
-        if args.measure.json {
-            print_json(&serde_json::json!({
-                "shard": shard.to_string(), "source": source.to_string(), "units": units
-            }))?;
-        } else {
-            print_text(&format!(
-                "shard {shard} ({source}): {} unit(s)",
-                units.len()
-            ))?;
-            for u in &units {
-                print_text(&format!("  {u}"))?;
-            }
-        }
+        print_plan(args, shard, &source)?;
         return Ok(ExitCode::SUCCESS);
     }
     // Refuse an unwritable report directory or database before measuring for a minute.
@@ -143,6 +130,29 @@ pub(super) fn suite(db: Option<&Path>, args: &SuiteArgs) -> Result<ExitCode, Err
         return Err(backends::no_kvm());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--plan`: the units this shard would run, and nothing run.
+fn print_plan(
+    args: &SuiteArgs,
+    shard: lab::shard::Shard,
+    source: &impl std::fmt::Display,
+) -> Result<(), Error> {
+    let units = lab::suite::plan(args.backend, shard);
+    if args.measure.json {
+        print_json(&serde_json::json!({
+            "shard": shard.to_string(), "source": source.to_string(), "units": units
+        }))
+    } else {
+        print_text(&format!(
+            "shard {shard} ({source}): {} unit(s)",
+            units.len()
+        ))?;
+        for u in &units {
+            print_text(&format!("  {u}"))?;
+        }
+        Ok(())
+    }
 }
 
 /// A shard (not the whole suite, which runs what the host supports) that was given kvm units

@@ -137,36 +137,50 @@ pub(super) fn sweep(db: Option<&Path>, args: &SweepArgs) -> Result<ExitCode, Err
         }
         print_json(&doc)?;
     } else {
-        for p in &outcome.skipped {
-            eprintln!("skipped {}", words::point_problem(p));
-        }
-        for p in &outcome.failed {
-            eprintln!("failed {}", words::point_problem(p));
-        }
-        print_text(&render::sweep_summary(
-            &outcome,
-            shard,
-            store
-                .as_ref()
-                .map(super::run_store::RunStore::display)
-                .as_deref(),
-        ))?;
-        if store.is_some() && outcome.ran > 0 {
-            // The table of the whole sweep as stored (other shards' points included).
-            let records = Store::open_read(&store::resolve_path(db)?)?.sweep_runs(&outcome.id)?;
-            if !records.is_empty() {
-                print_table(&render::sweep_table(&records))?;
-            }
-            print_text(&format!("report: hvlab report --sweep {}", outcome.id))?;
-        }
+        print_summary(db, &outcome, shard, store.as_ref())?;
     }
-    Ok(if !outcome.failed.is_empty() {
+    Ok(exit_code(&outcome))
+}
+
+/// What a sweep's points did, for a person: the problems, the summary and, when stored, the
+/// whole sweep's table as stored (other shards' points included).
+fn print_summary(
+    db: Option<&Path>,
+    outcome: &lab::sweep::SweepOutcome,
+    shard: lab::shard::Shard,
+    store: Option<&super::run_store::RunStore>,
+) -> Result<(), Error> {
+    for p in &outcome.skipped {
+        eprintln!("skipped {}", words::point_problem(p));
+    }
+    for p in &outcome.failed {
+        eprintln!("failed {}", words::point_problem(p));
+    }
+    print_text(&render::sweep_summary(
+        outcome,
+        shard,
+        store.map(super::run_store::RunStore::display).as_deref(),
+    ))?;
+    if store.is_some() && outcome.ran > 0 {
+        let records = Store::open_read(&store::resolve_path(db)?)?.sweep_runs(&outcome.id)?;
+        if !records.is_empty() {
+            print_table(&render::sweep_table(&records))?;
+        }
+        print_text(&format!("report: hvlab report --sweep {}", outcome.id))?;
+    }
+    Ok(())
+}
+
+/// A sweep with a failed point exits 4; one whose every point was skipped (the host could
+/// not run any), 3.
+fn exit_code(outcome: &lab::sweep::SweepOutcome) -> ExitCode {
+    if !outcome.failed.is_empty() {
         ExitCode::from(4)
     } else if outcome.ran == 0 && !outcome.skipped.is_empty() {
         ExitCode::from(3)
     } else {
         ExitCode::SUCCESS
-    })
+    }
 }
 
 /// The store-cost check before the sweep: its estimate said as a note, a store without room

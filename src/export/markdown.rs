@@ -24,6 +24,39 @@ impl Exporter for Markdown {
 /// it, then each run with its verdicts first; the fidelity table last.
 pub fn summary(records: &[RunRecord], fidelity: &[ThreadReport]) -> String {
     let mut s = String::from("# hvlab report\n\n");
+    summary_table(&mut s, records);
+    s.push_str("\nHow to read this:\n\n");
+    for (term, text) in super::words::HOW_TO_READ {
+        let _ = writeln!(s, "- **{}**: {}", md(term), md(text));
+    }
+    if !fidelity.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n{} (table at the end).",
+            md(&super::words::fidelity_headline(fidelity))
+        );
+    }
+    s.push('\n');
+    let setups = super::words::distinguishing_params(records);
+    for (r, setup) in records.iter().zip(&setups) {
+        run_section(&mut s, r, setup);
+    }
+    if !fidelity.is_empty() {
+        s.push_str("## Fidelity: the model against the kernel threads\n\n| thread | figure | setup | published | model | verdict |\n|---|---|---|---|---|---|\n");
+        for cells in super::words::fidelity_cells(fidelity) {
+            let row: Vec<String> = cells.iter().map(|c| md(c)).collect();
+            let _ = writeln!(s, "| {} |", row.join(" | "));
+        }
+        s.push('\n');
+        for line in super::words::fidelity_fitted(fidelity) {
+            let _ = writeln!(s, "- {}", md(&line));
+        }
+    }
+    s
+}
+
+/// The table every report opens with: a row per run.
+fn summary_table(s: &mut String, records: &[RunRecord]) {
     let rows = super::words::summary_rows(records);
     let any_setup = rows.iter().any(|r| !r.setup.is_empty());
     s.push_str("| scenario | backend | host |");
@@ -55,75 +88,53 @@ pub fn summary(records: &[RunRecord], fidelity: &[ThreadReport]) -> String {
             md(&row.buys)
         );
     }
-    s.push_str("\nHow to read this:\n\n");
-    for (term, text) in super::words::HOW_TO_READ {
-        let _ = writeln!(s, "- **{}**: {}", md(term), md(text));
+}
+
+/// One run in words: its verdicts, each variant's status and findings, where it ran, its
+/// noise and warnings.
+fn run_section(s: &mut String, r: &RunRecord, setup: &str) {
+    let _ = writeln!(
+        s,
+        "<a id=\"{}\"></a>\n\n## {} on {}{}{}\n",
+        anchor(&r.run_id),
+        md(&r.scenario),
+        r.backend,
+        r.profile
+            .as_ref()
+            .map_or(String::new(), |p| format!(" (profile {})", md(p))),
+        if setup.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", md(setup))
+        }
+    );
+    for v in &r.verdicts {
+        let _ = writeln!(s, "- **verdict**: {}", md(&v.to_string()));
     }
-    if !fidelity.is_empty() {
-        let _ = writeln!(
-            s,
-            "\n{} (table at the end).",
-            md(&super::words::fidelity_headline(fidelity))
-        );
+    for v in &r.variants {
+        if !v.is_ok() {
+            let _ = writeln!(s, "- **{}**: {}", md(&v.name), md(&v.status.to_string()));
+        }
+        for f in &v.findings {
+            let _ = writeln!(s, "- **{}**: {}", md(&v.name), md(&f.to_string()));
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\nRun {} on {} ({}, {}, HZ={}).\n",
+        md(&r.run_id),
+        md(&r.host.kernel),
+        md(&r.host.cpu),
+        r.host.kvm_flavour,
+        r.host.hz
+    );
+    if let Some(n) = &r.noise {
+        let _ = writeln!(s, "{}.\n", md(&super::words::noise_line(n)));
+    }
+    for w in &r.warnings {
+        let _ = writeln!(s, "- **warning**: {}", md(&w.to_string()));
     }
     s.push('\n');
-    let setups = super::words::distinguishing_params(records);
-    for (r, setup) in records.iter().zip(&setups) {
-        let _ = writeln!(
-            s,
-            "<a id=\"{}\"></a>\n\n## {} on {}{}{}\n",
-            anchor(&r.run_id),
-            md(&r.scenario),
-            r.backend,
-            r.profile
-                .as_ref()
-                .map_or(String::new(), |p| format!(" (profile {})", md(p))),
-            if setup.is_empty() {
-                String::new()
-            } else {
-                format!(", {}", md(setup))
-            }
-        );
-        for v in &r.verdicts {
-            let _ = writeln!(s, "- **verdict**: {}", md(&v.to_string()));
-        }
-        for v in &r.variants {
-            if !v.is_ok() {
-                let _ = writeln!(s, "- **{}**: {}", md(&v.name), md(&v.status.to_string()));
-            }
-            for f in &v.findings {
-                let _ = writeln!(s, "- **{}**: {}", md(&v.name), md(&f.to_string()));
-            }
-        }
-        let _ = writeln!(
-            s,
-            "\nRun {} on {} ({}, {}, HZ={}).\n",
-            md(&r.run_id),
-            md(&r.host.kernel),
-            md(&r.host.cpu),
-            r.host.kvm_flavour,
-            r.host.hz
-        );
-        if let Some(n) = &r.noise {
-            let _ = writeln!(s, "{}.\n", md(&super::words::noise_line(n)));
-        }
-        for w in &r.warnings {
-            let _ = writeln!(s, "- **warning**: {}", md(&w.to_string()));
-        }
-        s.push('\n');
-    }
-    if !fidelity.is_empty() {
-        s.push_str("## Fidelity: the model against the kernel threads\n\n| thread | figure | setup | published | model | verdict |\n|---|---|---|---|---|---|\n");
-        for cells in super::words::fidelity_cells(fidelity) {
-            let row: Vec<String> = cells.iter().map(|c| md(c)).collect();
-            let _ = writeln!(s, "| {} |", row.join(" | "));
-        }
-        s.push('\n');
-        for line in super::words::fidelity_fitted(fidelity) {
-            let _ = writeln!(s, "- {}", md(&line));
-        }
-    }
-    s
 }
 
 /// A run id as an anchor: only characters that need no escaping in a link or an attribute.

@@ -207,6 +207,37 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
             .map_or(String::new(), |p| format!(" (profile {p})")),
         r.run_id
     );
+    host_lines(&mut s, r);
+    let reps = r
+        .params
+        .get("reps")
+        .map_or("?".to_string(), ToString::to_string);
+    let warmup = r
+        .params
+        .get("warmup")
+        .map_or("?".to_string(), ToString::to_string);
+    let _ = writeln!(
+        s,
+        "{reps} repetitions per variant after {warmup} warm-up, variants interleaved"
+    );
+    // The verdicts open the account, as in hyperfine; each variant's details follow.
+    if !r.verdicts.is_empty() {
+        let _ = writeln!(s, "\nverdicts ({headline}, median with 95% bootstrap CI):");
+        for v in &r.verdicts {
+            let _ = writeln!(s, "  {v}");
+        }
+    }
+    if !r.verdicts.is_empty() {
+        let _ = writeln!(s, "\ndetails:");
+    }
+    for v in &r.variants {
+        variant_lines(&mut s, v, headline, verbose);
+    }
+    s.trim_end().to_string()
+}
+
+/// Where a run was measured: the host (or the modelled one), its noise, warnings and notes.
+fn host_lines(s: &mut String, r: &RunRecord) {
     let h = &r.host;
     let paging = match h.tdp {
         Some(true) => "TDP",
@@ -252,54 +283,33 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
             let _ = writeln!(s, "{}", crate::export::words::notice(&notice));
         }
     }
-    let reps = r
-        .params
-        .get("reps")
-        .map_or("?".to_string(), ToString::to_string);
-    let warmup = r
-        .params
-        .get("warmup")
-        .map_or("?".to_string(), ToString::to_string);
-    let _ = writeln!(
-        s,
-        "{reps} repetitions per variant after {warmup} warm-up, variants interleaved"
-    );
-    // The verdicts open the account, as in hyperfine; each variant's details follow.
-    if !r.verdicts.is_empty() {
-        let _ = writeln!(s, "\nverdicts ({headline}, median with 95% bootstrap CI):");
-        for v in &r.verdicts {
-            let _ = writeln!(s, "  {v}");
-        }
+}
+
+/// One variant's account: its metrics (KVM statistics with `verbose`), then its findings.
+fn variant_lines(s: &mut String, v: &crate::record::VariantRecord, headline: &str, verbose: bool) {
+    let _ = writeln!(s);
+    if !v.is_ok() {
+        let _ = writeln!(s, "{}: {}", v.name, v.status);
+        return;
     }
-    if !r.verdicts.is_empty() {
-        let _ = writeln!(s, "\ndetails:");
+    let _ = writeln!(s, "{}", v.name);
+    let mut names: Vec<&String> = v.metrics.keys().collect();
+    names.sort_by_key(|n| metric_rank(headline, n));
+    let hidden = names.iter().filter(|n| n.starts_with("kvm.")).count();
+    let shown: Vec<&String> = names
+        .into_iter()
+        .filter(|n| verbose || !n.starts_with("kvm."))
+        .collect();
+    let width = crate::export::escape::column_width(shown.iter().map(|n| n.len()));
+    for name in shown {
+        let _ = writeln!(s, "{}", metric_line(name, &v.metrics[name], width));
     }
-    for v in &r.variants {
-        let _ = writeln!(s);
-        if !v.is_ok() {
-            let _ = writeln!(s, "{}: {}", v.name, v.status);
-            continue;
-        }
-        let _ = writeln!(s, "{}", v.name);
-        let mut names: Vec<&String> = v.metrics.keys().collect();
-        names.sort_by_key(|n| metric_rank(headline, n));
-        let hidden = names.iter().filter(|n| n.starts_with("kvm.")).count();
-        let shown: Vec<&String> = names
-            .into_iter()
-            .filter(|n| verbose || !n.starts_with("kvm."))
-            .collect();
-        let width = crate::export::escape::column_width(shown.iter().map(|n| n.len()));
-        for name in shown {
-            let _ = writeln!(s, "{}", metric_line(name, &v.metrics[name], width));
-        }
-        if !verbose && hidden > 0 {
-            let _ = writeln!(s, "  (+{hidden} KVM statistics: -v or --json shows them)");
-        }
-        for f in &v.findings {
-            let _ = writeln!(s, "  ! {f}");
-        }
+    if !verbose && hidden > 0 {
+        let _ = writeln!(s, "  (+{hidden} KVM statistics: -v or --json shows them)");
     }
-    s.trim_end().to_string()
+    for f in &v.findings {
+        let _ = writeln!(s, "  ! {f}");
+    }
 }
 
 /// What `hvlab merge` or `import` did with one source (or all of them).
@@ -601,10 +611,30 @@ pub fn trace(t: &TraceReport) -> String {
             let _ = writeln!(s, "no KVM_RUN seen");
         }
     }
+    pre_run_ioctls(&mut s, t);
+    let _ = writeln!(s, "\nper ioctl (whole trace):");
+    let _ = writeln!(
+        s,
+        "  {:<30} {:>6} {:>11} {:>11} {:>11}",
+        "ioctl", "count", "total ms", "median ms", "max ms"
+    );
+    for x in &t.totals {
+        let _ = writeln!(
+            s,
+            "  {:<30} {:>6} {:>11.3} {:>11.3} {:>11.3}",
+            x.name, x.count, x.total_ms, x.median_ms, x.max_ms
+        );
+    }
+    stall_lines(&mut s, t);
+    s.trim_end().to_string()
+}
+
+/// The ioctls before the first `KVM_RUN`, consecutive repeats folded, stalls marked.
+fn pre_run_ioctls(s: &mut String, t: &TraceReport) {
     let stalled: std::collections::HashMap<usize, &crate::trace::TraceStall> =
         t.stalls.iter().map(|x| (x.index, x)).collect();
     let _ = writeln!(
-        s,
+        *s,
         "\nKVM ioctls before the first KVM_RUN (consecutive repeats folded):"
     );
     let pre = &t.ioctls[..t.first_run.unwrap_or(t.ioctls.len())];
@@ -638,26 +668,17 @@ pub fn trace(t: &TraceReport) -> String {
             }
         });
         let _ = writeln!(
-            s,
+            *s,
             "  #{i:<4} {:>9.3} ms  {:<30} {total:>8.3} ms{mark}",
             pre[i].start_ns as f64 / 1e6,
             format!("{name}{count}")
         );
         i = j + 1;
     }
-    let _ = writeln!(s, "\nper ioctl (whole trace):");
-    let _ = writeln!(
-        s,
-        "  {:<30} {:>6} {:>11} {:>11} {:>11}",
-        "ioctl", "count", "total ms", "median ms", "max ms"
-    );
-    for x in &t.totals {
-        let _ = writeln!(
-            s,
-            "  {:<30} {:>6} {:>11.3} {:>11.3} {:>11.3}",
-            x.name, x.count, x.total_ms, x.median_ms, x.max_ms
-        );
-    }
+}
+
+/// The grace-period stalls and the slow ioctls of unknown cause.
+fn stall_lines(s: &mut String, t: &TraceReport) {
     let jiffy_ms = t.jiffy_ns as f64 / 1e6;
     let (srcu, slow): (Vec<_>, Vec<_>) = t.stalls.iter().partition(|x| x.caused_by.is_some());
     if srcu.is_empty() {
@@ -701,7 +722,6 @@ pub fn trace(t: &TraceReport) -> String {
             );
         }
     }
-    s.trim_end().to_string()
 }
 
 /// `hvlab calibrate`.

@@ -313,6 +313,48 @@ fn vcpu_rate(p: &hvlab_core::dirty::DirtyPass) -> f64 {
         / p.vcpu_ns.len() as f64
 }
 
+/// One repetition's mean per pass of what collecting the log took in `mode` (get and clear,
+/// or harvest, reset and ring-full exits), the write-protect faults, and the KVM statistics.
+fn push_collection(series: &mut Series, mode: LogMode, p: &[hvlab_core::dirty::DirtyPass]) {
+    let per = |f: &dyn Fn(&hvlab_core::dirty::DirtyPass) -> f64| mean(p.iter().map(f));
+    match mode {
+        LogMode::Bitmap => {
+            series.push("get_ms", "ms", per(&|x| x.get_ns as f64 / 1e6));
+        }
+        LogMode::Clear { .. } => {
+            series
+                .push("get_ms", "ms", per(&|x| x.get_ns as f64 / 1e6))
+                .push("clear_ms", "ms", per(&|x| x.clear_ns as f64 / 1e6));
+        }
+        LogMode::Ring { .. } => {
+            series
+                .push("harvest_ms", "ms", per(&|x| x.harvest_ns as f64 / 1e6))
+                .push("reset_ms", "ms", per(&|x| x.reset_ns as f64 / 1e6))
+                .push(
+                    "ring_full_exits",
+                    "count",
+                    per(&|x| x.ring_full_exits as f64),
+                );
+        }
+    }
+    if p.iter().all(|x| x.wp_faults.is_some()) {
+        series.push(
+            "wp_faults",
+            "count",
+            per(&|x| x.wp_faults.unwrap_or(0) as f64),
+        );
+    }
+    let mut stats: std::collections::BTreeMap<&str, (&str, f64)> = Default::default();
+    for pass in p {
+        for (stat, unit, delta) in &pass.kvm_stats {
+            stats.entry(stat.as_str()).or_insert((unit.as_str(), 0.0)).1 += *delta as f64;
+        }
+    }
+    for (stat, (unit, total)) in stats {
+        series.push(stat, unit, total / p.len().max(1) as f64);
+    }
+}
+
 fn analyse_variant(
     name: &str,
     plan: &DirtyPlan,
@@ -355,42 +397,7 @@ fn analyse_variant(
             .push("pages_written", "count", per(&|x| x.written as f64))
             .push("pages_dirty", "count", per(&|x| x.found as f64))
             .push("collect_ioctls", "count", per(&|x| x.ioctls as f64));
-        match plan.mode {
-            LogMode::Bitmap => {
-                series.push("get_ms", "ms", per(&|x| x.get_ns as f64 / 1e6));
-            }
-            LogMode::Clear { .. } => {
-                series
-                    .push("get_ms", "ms", per(&|x| x.get_ns as f64 / 1e6))
-                    .push("clear_ms", "ms", per(&|x| x.clear_ns as f64 / 1e6));
-            }
-            LogMode::Ring { .. } => {
-                series
-                    .push("harvest_ms", "ms", per(&|x| x.harvest_ns as f64 / 1e6))
-                    .push("reset_ms", "ms", per(&|x| x.reset_ns as f64 / 1e6))
-                    .push(
-                        "ring_full_exits",
-                        "count",
-                        per(&|x| x.ring_full_exits as f64),
-                    );
-            }
-        }
-        if p.iter().all(|x| x.wp_faults.is_some()) {
-            series.push(
-                "wp_faults",
-                "count",
-                per(&|x| x.wp_faults.unwrap_or(0) as f64),
-            );
-        }
-        let mut stats: std::collections::BTreeMap<&str, (&str, f64)> = Default::default();
-        for pass in p {
-            for (stat, unit, delta) in &pass.kvm_stats {
-                stats.entry(stat.as_str()).or_insert((unit.as_str(), 0.0)).1 += *delta as f64;
-            }
-        }
-        for (stat, (unit, total)) in stats {
-            series.push(stat, unit, total / p.len().max(1) as f64);
-        }
+        push_collection(&mut series, plan.mode, p);
     }
     let metrics = series.finish(results.len(), name, seed);
     let median = |m: &str| metrics.get(m).map(|r| r.median);

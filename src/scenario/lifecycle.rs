@@ -463,83 +463,70 @@ struct StallSamples {
     jiffies: Vec<f64>,
 }
 
-fn analyse_variant(
-    name: &str,
-    traces: &[ConstructionTrace],
-    baselines: &Baselines,
-    jiffy_ns: u64,
-    kernel: SrcuKernel,
-    seed: u64,
-) -> VariantRecord {
-    let mut series = Series::new();
-    let mut stalled: BTreeMap<StallKey, StallSamples> = BTreeMap::new();
-    for (rep, trace) in traces.iter().enumerate() {
-        series.at(rep).push("ready_ms", "ms", ms(trace.ready_ns));
-        let mut per_ioctl: BTreeMap<&str, u64> = BTreeMap::new();
-        for e in &trace.ioctls {
-            *per_ioctl.entry(e.name.as_str()).or_default() += e.dur_ns;
+/// One build's timings: ready, each ioctl's total, the tick phases, the boot phase, the
+/// first vCPU against the others.
+fn push_timings(series: &mut Series, trace: &ConstructionTrace, jiffy_ns: u64) {
+    series.push("ready_ms", "ms", ms(trace.ready_ns));
+    let mut per_ioctl: BTreeMap<&str, u64> = BTreeMap::new();
+    for e in &trace.ioctls {
+        *per_ioctl.entry(e.name.as_str()).or_default() += e.dur_ns;
+    }
+    for (ioctl, ns) in per_ioctl {
+        series.push(&format!("ioctl.{ioctl}_ms"), "ms", ms(ns));
+    }
+    if let Some(gap) = trace.since_last_ns {
+        series.push("between_builds_ms", "ms", ms(gap));
+    }
+    if let Some(phase) = trace.tick_phase_ns {
+        series.push("tick_phase_ms", "ms", ms(phase));
+    }
+    if let (Some(phase), Some(first)) = (trace.tick_phase_ns, first_boot_registration(trace))
+        && jiffy_ns > 0
+    {
+        series.push(
+            "boot.tick_phase_ms",
+            "ms",
+            ms((phase + first.start_ns) % jiffy_ns),
+        );
+    }
+    if let Some((registrations, memslot)) = boot_phase(trace) {
+        if !registrations.is_empty() {
+            let mean = registrations.iter().sum::<u64>() as f64 / registrations.len() as f64;
+            series.push("boot.ioeventfd_us", "us", mean / 1e3);
         }
-        for (ioctl, ns) in per_ioctl {
-            series.push(&format!("ioctl.{ioctl}_ms"), "ms", ms(ns));
-        }
-        if let Some(gap) = trace.since_last_ns {
-            series.push("between_builds_ms", "ms", ms(gap));
-        }
-        if let Some(phase) = trace.tick_phase_ns {
-            series.push("tick_phase_ms", "ms", ms(phase));
-        }
-        if let (Some(phase), Some(first)) = (trace.tick_phase_ns, first_boot_registration(trace))
-            && jiffy_ns > 0
-        {
-            series.push(
-                "boot.tick_phase_ms",
-                "ms",
-                ms((phase + first.start_ns) % jiffy_ns),
-            );
-        }
-        if let Some((registrations, memslot)) = boot_phase(trace) {
-            if !registrations.is_empty() {
-                let mean = registrations.iter().sum::<u64>() as f64 / registrations.len() as f64;
-                series.push("boot.ioeventfd_us", "us", mean / 1e3);
-            }
-            if let Some(memslot) = memslot {
-                series.push("boot.memslot_ms", "ms", ms(memslot));
-            }
-        }
-        // The first vCPU against the rest: only the first can add a memslot and so wait out
-        // a grace period in flight (`kvm_arch_vcpu_create()` → `kvm_alloc_apic_access_page()`).
-        let creates: Vec<u64> = trace
-            .ioctls
-            .iter()
-            .filter(|e| e.name == "KVM_CREATE_VCPU")
-            .map(|e| e.dur_ns)
-            .collect();
-        if let [first, rest @ ..] = creates.as_slice()
-            && !rest.is_empty()
-        {
-            series.push("vcpu.first_create_ms", "ms", ms(*first)).push(
-                "vcpu.other_create_ms",
-                "ms",
-                ms(rest.iter().sum::<u64>()) / rest.len() as f64,
-            );
-        }
-        let stalls = stalls_of(trace, baselines, jiffy_ns, kernel);
-        let srcu_stalls = stalls.iter().filter(|s| s.caused_by.is_some()).count();
-        series.push("stalls", "count", srcu_stalls as f64);
-        for s in stalls {
-            let entry = stalled.entry((s.index, s.name, s.caused_by)).or_default();
-            entry.durations_ns.push(s.dur_ns as f64);
-            entry.jiffies.push(s.jiffies);
-        }
-        for (stat, unit, value) in &trace.kvm_stats {
-            series.push(stat, unit, *value as f64);
+        if let Some(memslot) = memslot {
+            series.push("boot.memslot_ms", "ms", ms(memslot));
         }
     }
-    let reps = traces.len();
-    let metrics = series.finish(reps, name, seed);
+    // The first vCPU against the rest: only the first can add a memslot and so wait out
+    // a grace period in flight (`kvm_arch_vcpu_create()` → `kvm_alloc_apic_access_page()`).
+    let creates: Vec<u64> = trace
+        .ioctls
+        .iter()
+        .filter(|e| e.name == "KVM_CREATE_VCPU")
+        .map(|e| e.dur_ns)
+        .collect();
+    if let [first, rest @ ..] = creates.as_slice()
+        && !rest.is_empty()
+    {
+        series.push("vcpu.first_create_ms", "ms", ms(*first)).push(
+            "vcpu.other_create_ms",
+            "ms",
+            ms(rest.iter().sum::<u64>()) / rest.len() as f64,
+        );
+    }
+}
+
+/// The stalls that recur (in at least half the repetitions), each as a finding: an SRCU stall
+/// with the grace period it waited for, or a slow ioctl of unknown cause.
+fn recurring_findings(
+    stalled: BTreeMap<StallKey, StallSamples>,
+    reps: usize,
+    baselines: &Baselines,
+) -> Vec<Finding> {
     // A finding must recur: in at least half the repetitions. One slow ioctl in one
     // repetition is noise (a preempted host thread, an emulated host), not a mechanism.
-    let findings = stalled
+    stalled
         .into_iter()
         .filter(|(_, samples)| samples.durations_ns.len() * 2 >= reps)
         .map(|((step, ioctl, caused_by), samples)| {
@@ -575,7 +562,36 @@ fn analyse_variant(
                 },
             }
         })
-        .collect();
+        .collect()
+}
+
+fn analyse_variant(
+    name: &str,
+    traces: &[ConstructionTrace],
+    baselines: &Baselines,
+    jiffy_ns: u64,
+    kernel: SrcuKernel,
+    seed: u64,
+) -> VariantRecord {
+    let mut series = Series::new();
+    let mut stalled: BTreeMap<StallKey, StallSamples> = BTreeMap::new();
+    for (rep, trace) in traces.iter().enumerate() {
+        push_timings(series.at(rep), trace, jiffy_ns);
+        let stalls = stalls_of(trace, baselines, jiffy_ns, kernel);
+        let srcu_stalls = stalls.iter().filter(|s| s.caused_by.is_some()).count();
+        series.push("stalls", "count", srcu_stalls as f64);
+        for s in stalls {
+            let entry = stalled.entry((s.index, s.name, s.caused_by)).or_default();
+            entry.durations_ns.push(s.dur_ns as f64);
+            entry.jiffies.push(s.jiffies);
+        }
+        for (stat, unit, value) in &trace.kvm_stats {
+            series.push(stat, unit, *value as f64);
+        }
+    }
+    let reps = traces.len();
+    let metrics = series.finish(reps, name, seed);
+    let findings = recurring_findings(stalled, reps, baselines);
     VariantRecord {
         name: name.to_string(),
         status: crate::record::VariantStatus::Ok,

@@ -297,6 +297,59 @@ fn run_traced(
         jiffy_ns,
         srcu,
     } = how;
+    let mut cmd = strace_command(strace, command, out, err, show_output)?;
+    let mut group = TracedGroup {
+        child: cmd.spawn().map_err(TraceError::Spawn)?,
+    };
+    let started = Instant::now();
+    let mut parser = StraceParser::new();
+    let mut pos = 0u64;
+    let mut partial = String::new();
+    let ended = loop {
+        if let Some(sig) = StopSignals::pending() {
+            group.stop(sig);
+            return Err(TraceError::Interrupted(sig));
+        }
+        let exited = group.child.try_wait().map_err(TraceError::Read)?;
+        read_new_lines(out, &mut pos, &mut partial, &mut parser)?;
+        if let Some(status) = exited {
+            if !partial.is_empty() {
+                parser.feed(&std::mem::take(&mut partial));
+            }
+            // What it left running (a daemonised VMM) ends with the trace.
+            kill_descendants();
+            break format!("the command exited ({status})");
+        }
+        if until == Until::FirstRun && parser.saw_run() {
+            // Let the KVM_RUN line that is in flight land, then stop the VMM.
+            std::thread::sleep(Duration::from_millis(20));
+            group.kill();
+            read_new_lines(out, &mut pos, &mut partial, &mut parser)?;
+            break "stopped after the first KVM_RUN".to_string();
+        }
+        if started.elapsed() > timeout {
+            group.kill();
+            read_new_lines(out, &mut pos, &mut partial, &mut parser)?;
+            break format!("stopped at the {}s timeout", timeout.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let ioctls = parser.finish();
+    if ioctls.is_empty() {
+        return Err(nothing_traced(err, command, ended));
+    }
+    Ok(analyse(command.to_vec(), ended, ioctls, jiffy_ns, srcu))
+}
+
+/// strace running hvlab's exec shim and `command`: the trace into `out` (through
+/// `/proc/self/fd/N`), strace's own messages into `err`, the command's output shown or not.
+fn strace_command(
+    strace: &Path,
+    command: &[String],
+    out: &File,
+    err: &File,
+    show_output: bool,
+) -> Result<Command, TraceError> {
     let err_file = err.try_clone().map_err(TraceError::Read)?;
     let out_fd = out.as_raw_fd();
     let out_path = PathBuf::from(format!("/proc/self/fd/{out_fd}"));
@@ -336,68 +389,32 @@ fn run_traced(
     } else {
         cmd.stdout(Stdio::null()).stderr(err_file);
     }
-    let mut group = TracedGroup {
-        child: cmd.spawn().map_err(TraceError::Spawn)?,
+    Ok(cmd)
+}
+
+/// Why a trace found no KVM ioctl, from strace's messages: the command could not run,
+/// ptrace is refused, or it ran and made none.
+fn nothing_traced(err: &File, command: &[String], ended: String) -> TraceError {
+    let text = read_all(err);
+    let last = |needle: &str| {
+        text.lines()
+            .rev()
+            .find(|l| l.contains(needle))
+            .map(|l| l.trim().to_string())
     };
-    let started = Instant::now();
-    let mut parser = StraceParser::new();
-    let mut pos = 0u64;
-    let mut partial = String::new();
-    let ended = loop {
-        if let Some(sig) = StopSignals::pending() {
-            group.stop(sig);
-            return Err(TraceError::Interrupted(sig));
-        }
-        let exited = group.child.try_wait().map_err(TraceError::Read)?;
-        read_new_lines(out, &mut pos, &mut partial, &mut parser)?;
-        if let Some(status) = exited {
-            if !partial.is_empty() {
-                parser.feed(&std::mem::take(&mut partial));
-            }
-            // What it left running (a daemonised VMM) ends with the trace.
-            kill_descendants();
-            break format!("the command exited ({status})");
-        }
-        if until == Until::FirstRun && parser.saw_run() {
-            // Let the KVM_RUN line that is in flight land, then stop the VMM.
-            std::thread::sleep(Duration::from_millis(20));
-            group.kill();
-            read_new_lines(out, &mut pos, &mut partial, &mut parser)?;
-            break "stopped after the first KVM_RUN".to_string();
-        }
-        if started.elapsed() > timeout {
-            group.kill();
-            read_new_lines(out, &mut pos, &mut partial, &mut parser)?;
-            break format!("stopped at the {}s timeout", timeout.as_secs());
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let ioctls = parser.finish();
-    if ioctls.is_empty() {
-        let text = read_all(err);
-        let last = |needle: &str| {
-            text.lines()
-                .rev()
-                .find(|l| l.contains(needle))
-                .map(|l| l.trim().to_string())
-        };
-        if let Some(line) = last("hvlab trace: cannot run")
-            .or_else(|| last("Can't stat"))
-            .or_else(|| last("strace: exec"))
-        {
-            return Err(TraceError::BadCommand(command.join(" "), line));
-        }
-        if text.contains("ptrace") || text.contains("Operation not permitted") {
-            return Err(TraceError::Strace(
-                text.trim().lines().last().unwrap_or("").to_string(),
-            ));
-        }
-        return Err(TraceError::NoKvmIoctls {
-            command: command.join(" "),
-            ended,
-        });
+    if let Some(line) = last("hvlab trace: cannot run")
+        .or_else(|| last("Can't stat"))
+        .or_else(|| last("strace: exec"))
+    {
+        return TraceError::BadCommand(command.join(" "), line);
     }
-    Ok(analyse(command.to_vec(), ended, ioctls, jiffy_ns, srcu))
+    if text.contains("ptrace") || text.contains("Operation not permitted") {
+        return TraceError::Strace(text.trim().lines().last().unwrap_or("").to_string());
+    }
+    TraceError::NoKvmIoctls {
+        command: command.join(" "),
+        ended,
+    }
 }
 
 /// Everything in a memory file, lossily as text (what a failed read left out is left out: this

@@ -63,23 +63,7 @@ pub fn construct(
     } else {
         Some(GuestMemory::anonymous(BOOT_MEMSLOT_BYTES)?)
     };
-    let layout = Layout::new(2 << 20, GuestPage::Huge, 0)?;
-    let mut memory = Some(if boot_memory.is_some() {
-        let mut system = GuestMemory::backed(
-            usize::try_from(layout.system_bytes)
-                .map_err(|_| KvmError::Layout("layout too large".into()))?,
-            Backing::Populated,
-        )?;
-        layout.write_system(&mut system, &payload::spin_loop()?)?;
-        system
-    } else {
-        let mut m = GuestMemory::anonymous(plan.mem_bytes)?;
-        m.write(
-            usize::try_from(ENTRY_GPA).unwrap_or(usize::MAX),
-            &signal_payload(),
-        )?;
-        m
-    });
+    let mut memory = Some(guest_memory(plan, boot_memory.is_some())?);
     let mut vm = Vm::create(kvm)?;
     let mut boot_log = Vec::new();
     let mut ready_ns = None;
@@ -153,6 +137,28 @@ pub fn construct(
         },
         clock,
     ))
+}
+
+/// The guest's RAM with its payload written, before the clock starts: a long-mode guest that
+/// keeps spinning for orders that `boot`, else the signal payload at the entry point.
+fn guest_memory(plan: &ConstructionPlan, boot: bool) -> Result<GuestMemory, KvmError> {
+    if boot {
+        let layout = Layout::new(2 << 20, GuestPage::Huge, 0)?;
+        let mut system = GuestMemory::backed(
+            usize::try_from(layout.system_bytes)
+                .map_err(|_| KvmError::Layout("layout too large".into()))?,
+            Backing::Populated,
+        )?;
+        layout.write_system(&mut system, &payload::spin_loop()?)?;
+        Ok(system)
+    } else {
+        let mut m = GuestMemory::anonymous(plan.mem_bytes)?;
+        m.write(
+            usize::try_from(ENTRY_GPA).unwrap_or(usize::MAX),
+            &signal_payload(),
+        )?;
+        Ok(m)
+    }
 }
 
 /// The statistics a fresh VM or vCPU accumulated since it was created (they start at zero).

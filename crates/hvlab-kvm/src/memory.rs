@@ -149,46 +149,7 @@ fn touch_parallel(kvm: &Kvm, host: &HostInfo, plan: &TouchPlan) -> Result<TouchR
     let orders = plan.vcpu_orders();
     let n = orders.len();
     let pages: u64 = orders.iter().map(|o| o.len() as u64).sum();
-    // Each slice of the order array starts on a page of its own, so one vCPU's pre-touch
-    // covers exactly its slice.
-    let slots: Vec<u64> = orders
-        .iter()
-        .map(|o| (o.len() as u64 * 4).next_multiple_of(4096) / 4)
-        .collect();
-    let index_entries: u64 = slots.iter().sum();
-    let layout = Layout::new(plan.size_bytes, plan.guest_page, index_entries)?;
-    let code = payload::touch_slice_loop(plan.access, plan.touch)?;
-    let mut system = GuestMemory::backed(usize_of(layout.system_bytes)?, Backing::Populated)?;
-    layout.write_system(&mut system, &code)?;
-    let mut flat = Vec::with_capacity(usize_of(index_entries)?);
-    for (o, slot) in orders.iter().zip(&slots) {
-        flat.extend_from_slice(o);
-        flat.resize(flat.len() + usize_of(*slot)? - o.len(), 0);
-    }
-    layout.write_index(&mut system, &flat)?;
-    let mut vm = Vm::create(kvm)?;
-    vm.add_memslot(0, system)?;
-    let region = add_data_region(&mut vm, kvm, plan)?;
-    let cpl = plan.cpl.unwrap_or(Cpl::default_for(host.kvm_flavour));
-    let mut start_gpa = super::guest::layout::INDEX_GPA;
-    for (i, (o, slot)) in orders.iter().zip(&slots).enumerate() {
-        vm.create_vcpu()?;
-        vm.setup_long_mode(i, cpl)?;
-        let vcpu = vm
-            .vcpu_mut(i)
-            .ok_or_else(|| KvmError::Internal(format!("no vCPU {i}")))?;
-        let mut regs = vcpu
-            .get_regs()
-            .map_err(crate::ioctl_error("KVM_GET_REGS"))?;
-        regs.rsi = start_gpa;
-        regs.r13 = o.len() as u64;
-        vcpu.set_regs(&regs)
-            .map_err(crate::ioctl_error("KVM_SET_REGS"))?;
-        start_gpa += slot * 4;
-    }
-    if plan.backing == HostBacking::PreFault {
-        pre_fault(&vm, DATA_GPA, plan.size_bytes)?;
-    }
+    let (mut vm, region) = parallel_vm(kvm, host, plan, &orders)?;
     let vm_stats = StatsReader::open(vm.fd()).ok();
     let gate = Gate::new(n, plan.timeout);
     let vm_before = std::sync::Mutex::new(None);
@@ -242,13 +203,7 @@ fn touch_parallel(kvm: &Kvm, host: &HostInfo, plan: &TouchPlan) -> Result<TouchR
         u64::try_from(t.saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX)
     };
     let vcpu_ns: Vec<u64> = passes.iter().map(|p| ns(p.end)).collect();
-    let mut kvm_stats: Vec<(String, String, i128)> = Vec::new();
-    for (name, unit, delta) in passes.into_iter().flat_map(|p| p.stats) {
-        match kvm_stats.iter_mut().find(|(n, _, _)| *n == name) {
-            Some(entry) => entry.2 += delta,
-            None => kvm_stats.push((name, unit, delta)),
-        }
-    }
+    let mut kvm_stats = summed_stats(passes);
     if let (Some(r), Ok(Some(before)), Some(after)) = (
         vm_stats.as_ref(),
         vm_before
@@ -268,6 +223,69 @@ fn touch_parallel(kvm: &Kvm, host: &HostInfo, plan: &TouchPlan) -> Result<TouchR
         vcpu_ns,
         hugetlb_pool: pool,
     })
+}
+
+/// The VM of a parallel pass: the guest code, each vCPU's slice of the order array (on pages
+/// of its own), the data region, and one vCPU per slice pointed at its slice.
+fn parallel_vm(
+    kvm: &Kvm,
+    host: &HostInfo,
+    plan: &TouchPlan,
+    orders: &[Vec<u32>],
+) -> Result<(Vm, DataRegion), KvmError> {
+    // Each slice of the order array starts on a page of its own, so one vCPU's pre-touch
+    // covers exactly its slice.
+    let slots: Vec<u64> = orders
+        .iter()
+        .map(|o| (o.len() as u64 * 4).next_multiple_of(4096) / 4)
+        .collect();
+    let index_entries: u64 = slots.iter().sum();
+    let layout = Layout::new(plan.size_bytes, plan.guest_page, index_entries)?;
+    let code = payload::touch_slice_loop(plan.access, plan.touch)?;
+    let mut system = GuestMemory::backed(usize_of(layout.system_bytes)?, Backing::Populated)?;
+    layout.write_system(&mut system, &code)?;
+    let mut flat = Vec::with_capacity(usize_of(index_entries)?);
+    for (o, slot) in orders.iter().zip(&slots) {
+        flat.extend_from_slice(o);
+        flat.resize(flat.len() + usize_of(*slot)? - o.len(), 0);
+    }
+    layout.write_index(&mut system, &flat)?;
+    let mut vm = Vm::create(kvm)?;
+    vm.add_memslot(0, system)?;
+    let region = add_data_region(&mut vm, kvm, plan)?;
+    let cpl = plan.cpl.unwrap_or(Cpl::default_for(host.kvm_flavour));
+    let mut start_gpa = super::guest::layout::INDEX_GPA;
+    for (i, (o, slot)) in orders.iter().zip(&slots).enumerate() {
+        vm.create_vcpu()?;
+        vm.setup_long_mode(i, cpl)?;
+        let vcpu = vm
+            .vcpu_mut(i)
+            .ok_or_else(|| KvmError::Internal(format!("no vCPU {i}")))?;
+        let mut regs = vcpu
+            .get_regs()
+            .map_err(crate::ioctl_error("KVM_GET_REGS"))?;
+        regs.rsi = start_gpa;
+        regs.r13 = o.len() as u64;
+        vcpu.set_regs(&regs)
+            .map_err(crate::ioctl_error("KVM_SET_REGS"))?;
+        start_gpa += slot * 4;
+    }
+    if plan.backing == HostBacking::PreFault {
+        pre_fault(&vm, DATA_GPA, plan.size_bytes)?;
+    }
+    Ok((vm, region))
+}
+
+/// Every vCPU's statistics, each summed over the vCPUs, in the order first seen.
+fn summed_stats(passes: Vec<VcpuPass>) -> Vec<(String, String, i128)> {
+    let mut kvm_stats: Vec<(String, String, i128)> = Vec::new();
+    for (name, unit, delta) in passes.into_iter().flat_map(|p| p.stats) {
+        match kvm_stats.iter_mut().find(|(n, _, _)| *n == name) {
+            Some(entry) => entry.2 += delta,
+            None => kvm_stats.push((name, unit, delta)),
+        }
+    }
+    kvm_stats
 }
 
 /// What one vCPU's thread measured.

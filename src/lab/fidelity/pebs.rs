@@ -13,6 +13,7 @@
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
 use crate::error::Error;
 use crate::model::profile::Profile;
+use crate::record::RunRecord;
 use crate::scenario::Kind;
 use crate::scenario::exits::ExitParams;
 use hvlab_core::host::HostInfo;
@@ -64,19 +65,11 @@ impl Thread for Pebs {
         let saved = |r, old, new| -> Result<f64, Error> {
             Ok(m(r, old, "msr_writes_per_roundtrip")? - m(r, new, "msr_writes_per_roundtrip")?)
         };
-        let cycles =
-            |r, v| super::metric(r, v, "tsc_per_iter").map(|m| ModelFigure::of(m, 1.0, "cycles"));
-        let delta = |r, old, new| -> Result<ModelFigure, Error> {
-            Ok(ModelFigure::from_values(
-                &[m(r, old, "tsc_per_iter")? - m(r, new, "tsc_per_iter")?],
-                "cycles",
-            ))
-        };
         let setup = "intel-spr-vmx (Sapphire/Emerald Rapids core PMU: PEBS baseline with \
                      isolation), fastpath exit, guest vPMU with one counter";
         let quiet_setup = format!("{setup}; no host PEBS");
         let busy_setup = format!("{setup}; host PEBS event with PEBS_DATA_CFG");
-        let rows = vec![
+        let mut rows = vec![
             Row::judge(
                 "MSR writes saved per roundtrip, guest without PEBS, host PEBS active",
                 busy_setup.clone(),
@@ -101,65 +94,70 @@ impl Thread for Pebs {
                 None,
             )
             .of("003/write-counts"),
-            Row::judge(
+        ];
+        rows.extend(roundtrip_rows(
+            &quiet,
+            &quiet_setup,
+            [
                 "fastpath roundtrip before the series, no host PEBS",
-                quiet_setup.clone(),
+                "fastpath roundtrip after the series, no host PEBS",
+                "cycles saved by the series, no host PEBS",
+            ],
+            [
                 Published::about(
                     1120.0,
                     "cycles",
                     "Sean: \"without PEBS activity in the host ... from ~1120 => ~860 cycles on EMR\"",
                 ),
-                cycles(&quiet, "vpmu-old")?,
-                None,
-            )
-            .of(ROUNDTRIP),
-            Row::judge(
-                "fastpath roundtrip after the series, no host PEBS",
-                quiet_setup.clone(),
                 Published::about(860.0, "cycles", "Sean: \"... ~1120 => ~860 cycles on EMR\""),
-                cycles(&quiet, "vpmu-new")?,
-                None,
-            )
-            .of(ROUNDTRIP),
-            Row::judge(
-                "cycles saved by the series, no host PEBS",
-                quiet_setup,
                 Published::about(260.0, "cycles", "Sean: ~1120 => ~860 cycles: 260"),
-                delta(&quiet, "vpmu-old", "vpmu-new")?,
-                None,
-            )
-            .of(ROUNDTRIP),
-            Row::judge(
+            ],
+            None,
+        )?);
+        rows.extend(roundtrip_rows(
+            &busy,
+            &busy_setup,
+            [
                 "fastpath roundtrip before the series, host PEBS active",
-                busy_setup.clone(),
+                "fastpath roundtrip after the series, host PEBS active",
+                "cycles saved by the series, host PEBS active",
+            ],
+            [
                 Published::about(
                     1450.0,
                     "cycles",
                     "Sean: \"With host PEBS active, the reduction is ~1450 => ~900 cycles\"",
                 ),
-                cycles(&busy, "vpmu-old")?,
-                Some(HOST_PEBS_NOTE),
-            )
-            .of(ROUNDTRIP),
-            Row::judge(
-                "fastpath roundtrip after the series, host PEBS active",
-                busy_setup.clone(),
                 Published::about(900.0, "cycles", "Sean: \"... ~1450 => ~900 cycles\""),
-                cycles(&busy, "vpmu-new")?,
-                Some(HOST_PEBS_NOTE),
-            )
-            .of(ROUNDTRIP),
-            Row::judge(
-                "cycles saved by the series, host PEBS active",
-                busy_setup,
                 Published::about(550.0, "cycles", "Sean: ~1450 => ~900 cycles: 550"),
-                delta(&busy, "vpmu-old", "vpmu-new")?,
-                None,
-            )
-            .of(ROUNDTRIP),
-        ];
+            ],
+            Some(HOST_PEBS_NOTE),
+        )?);
         Ok(rows)
     }
+}
+
+/// A fastpath roundtrip before and after the series, and the cycles it saves, on the run `r`:
+/// `quantities` and `published` in that order; `note` on the two roundtrips.
+fn roundtrip_rows(
+    r: &RunRecord,
+    setup: &str,
+    quantities: [&'static str; 3],
+    published: [Published; 3],
+    note: Option<&'static str>,
+) -> Result<Vec<Row>, Error> {
+    let m = |v, k| super::metric(r, v, k).map(|m| m.median);
+    let cycles = |v| super::metric(r, v, "tsc_per_iter").map(|m| ModelFigure::of(m, 1.0, "cycles"));
+    let saved = ModelFigure::from_values(
+        &[m("vpmu-old", "tsc_per_iter")? - m("vpmu-new", "tsc_per_iter")?],
+        "cycles",
+    );
+    let [before, after, saving] = published;
+    Ok(vec![
+        Row::judge(quantities[0], setup, before, cycles("vpmu-old")?, note).of(ROUNDTRIP),
+        Row::judge(quantities[1], setup, after, cycles("vpmu-new")?, note).of(ROUNDTRIP),
+        Row::judge(quantities[2], setup, saving, saved, None).of(ROUNDTRIP),
+    ])
 }
 
 #[cfg(test)]

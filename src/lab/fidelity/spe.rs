@@ -13,6 +13,7 @@
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
 use crate::error::Error;
 use crate::model::profile::Profile;
+use crate::record::RunRecord;
 use crate::scenario::Kind;
 use crate::scenario::pinning::PinningParams;
 use hvlab_core::host::HostInfo;
@@ -80,12 +81,18 @@ impl Thread for Spe {
         // `perf record ... -- perf stat true` at 256 MiB: the thread gives that run's switch
         // count only at 4 MiB (71 in the guest), so the model takes 71.
         let stat = run(no_records(per_task(256, PERF_STAT_SWITCHES)), &["eager"])?;
-        let per_switch_ms = |r| {
-            super::metric(r, "eager", "slice_overhead_us").map(|m| ModelFigure::of(m, 1e-3, "ms"))
-        };
-        let large_total = super::metric(&large, "eager", "overhead_ms")?;
-        let stat_total = super::metric(&stat, "eager", "overhead_ms")?;
-        let rows = vec![
+        let mut rows = four_mib_rows(&small)?;
+        rows.extend(record_true_rows(&large)?);
+        rows.extend(perf_stat_rows(&stat)?);
+        Ok(rows)
+    }
+}
+
+/// The 4 MiB buffer's cost per switch, from James's words and from his perf-stat runs.
+fn four_mib_rows(small: &RunRecord) -> Result<Vec<Row>, Error> {
+    let per_switch_ms =
+        |r| super::metric(r, "eager", "slice_overhead_us").map(|m| ModelFigure::of(m, 1e-3, "ms"));
+    Ok(vec![
             Row::judge(
                 "per-switch cost with the default 4 MiB buffer",
                 "neoverse-n2-spe, eager (pin + walk per enable), per-task, 4 MiB, 100 switches",
@@ -94,7 +101,7 @@ impl Thread for Spe {
                     "ms",
                     "James: \"Even with the default 4M ... It adds about 1ms to the context switch\"",
                 ),
-                per_switch_ms(&small)?,
+                per_switch_ms(small)?,
                 Some(PER_SWITCH_NOTE),
             )
             .of(STAT_4M),
@@ -107,48 +114,61 @@ impl Thread for Spe {
                     "ms",
                     "James: guest perf stat true, 0.104725080 s with SPE (71 switches) vs 0.013694400 s without: (0.1047 - 0.0137) s / 71",
                 ),
-                per_switch_ms(&small)?,
+                per_switch_ms(small)?,
                 Some(PER_SWITCH_NOTE),
             )
             .of(STAT_4M),
-            Row::judge(
-                "256 MiB, perf record ... true, kernel with lockdep and kmemleak",
-                "neoverse-n2-spe (production kernel), eager, per-task, 256 MiB, 100 switches",
-                Published::about(
-                    20.0,
-                    "s",
-                    "James: \"On a kernel with lockep and kmemleak etc this takes 20s to complete\"",
-                ),
-                ModelFigure::of(large_total, 1e-3, "s"),
-                Some(DEBUG_WHY),
-            )
-            .of(RECORD_TRUE),
-            Row::judge(
-                "one pin + unpin of 256 MiB, kernel with lockdep and kmemleak",
-                "neoverse-n2-spe (production kernel), eager, 256 MiB",
-                Published::about(
-                    0.2,
-                    "s",
-                    "James: \"I measured each pin/unpin taking about 0.2s\"",
-                ),
-                super::metric(&large, "eager", "slice_overhead_us")
-                    .map(|m| ModelFigure::of(m, 1e-6, "s"))?,
-                Some(DEBUG_WHY),
-            )
-            .of(RECORD_TRUE),
-            Row::judge(
-                "256 MiB, perf record ... true, without pinning (as on the host)",
-                "neoverse-n2-spe, no-pin, per-task, 256 MiB, filter records nothing",
-                Published::below(
-                    0.5,
-                    "s",
-                    "James: \"running these on the host all take less than half a second\"",
-                ),
-                super::metric(&large, "no-pin", "overhead_ms")
-                    .map(|m| ModelFigure::of(m, 1e-3, "s"))?,
-                None,
-            )
-            .of("000/host-runs"),
+    ])
+}
+
+/// `perf record ... true` at 256 MiB: pinned per enable (debug kernel), one pin, not pinned.
+fn record_true_rows(large: &RunRecord) -> Result<Vec<Row>, Error> {
+    let large_total = super::metric(large, "eager", "overhead_ms")?;
+    Ok(vec![
+        Row::judge(
+            "256 MiB, perf record ... true, kernel with lockdep and kmemleak",
+            "neoverse-n2-spe (production kernel), eager, per-task, 256 MiB, 100 switches",
+            Published::about(
+                20.0,
+                "s",
+                "James: \"On a kernel with lockep and kmemleak etc this takes 20s to complete\"",
+            ),
+            ModelFigure::of(large_total, 1e-3, "s"),
+            Some(DEBUG_WHY),
+        )
+        .of(RECORD_TRUE),
+        Row::judge(
+            "one pin + unpin of 256 MiB, kernel with lockdep and kmemleak",
+            "neoverse-n2-spe (production kernel), eager, 256 MiB",
+            Published::about(
+                0.2,
+                "s",
+                "James: \"I measured each pin/unpin taking about 0.2s\"",
+            ),
+            super::metric(large, "eager", "slice_overhead_us")
+                .map(|m| ModelFigure::of(m, 1e-6, "s"))?,
+            Some(DEBUG_WHY),
+        )
+        .of(RECORD_TRUE),
+        Row::judge(
+            "256 MiB, perf record ... true, without pinning (as on the host)",
+            "neoverse-n2-spe, no-pin, per-task, 256 MiB, filter records nothing",
+            Published::below(
+                0.5,
+                "s",
+                "James: \"running these on the host all take less than half a second\"",
+            ),
+            super::metric(large, "no-pin", "overhead_ms").map(|m| ModelFigure::of(m, 1e-3, "s"))?,
+            None,
+        )
+        .of("000/host-runs"),
+    ])
+}
+
+/// `perf record ... perf stat true` at 256 MiB, on a normal and on a debug kernel.
+fn perf_stat_rows(stat: &RunRecord) -> Result<Vec<Row>, Error> {
+    let stat_total = super::metric(stat, "eager", "overhead_ms")?;
+    Ok(vec![
             Row::judge(
                 "256 MiB, perf record ... perf stat true, normal kernel",
                 format!(
@@ -196,9 +216,7 @@ impl Thread for Spe {
                 ),
             )
             .of(STAT_256M),
-        ];
-        Ok(rows)
-    }
+    ])
 }
 
 #[cfg(test)]
