@@ -530,18 +530,9 @@ fn check_size(p: &DirtyParams, can: Capabilities) -> Result<(), InputError> {
             "size must be a non-zero multiple of 2MiB up to 64GiB".into()
         ));
     }
-    if can.real_memory
-        && let Some((room, source)) = super::memory::memory_room()
-        && size_bytes > room
-    {
-        // The region is populated before the guest runs: more than the host can back would
-        // bring the OOM killer, so it is refused before any work, with the numbers.
-        return Err(bad(format!(
-            "this host can back at most {:.1} GiB now ({source}); the kvm backend populates the whole {:.1} GiB: choose a smaller size, or --backend model",
-            room as f64 / f64::from(1u32 << 30),
-            size_bytes as f64 / f64::from(1u32 << 30),
-        )));
-    }
+    // The region is populated before the guest runs: more than the host can back would bring
+    // the OOM killer.
+    super::memory::check_room(size_bytes, can, "populates")?;
     super::memory::check_vcpus(p.vcpus, size_bytes)?;
     if let DirtyBacking::Hugetlb(huge) = p.backing
         && !size_bytes.is_multiple_of(huge.bytes())

@@ -7,7 +7,7 @@
 //! PEBS `PEBS_ENABLE`, `DS_AREA`, `PEBS_DATA_CFG`), which `pmu-on`/`pmu-off` compare where
 //! `KVM_CAP_PMU_CAPABILITY` exists. The model variants build those lists per MSR before and
 //! after the PEBS_ENABLE series over a fastpath exit (the thread's base), report the lists,
-//! the writes per roundtrip and the race explorer's findings (`model::pmu`).
+//! the writes per roundtrip and the race explorer's findings (`model::exits`).
 //!
 //! Each repetition builds a VM whose guest runs one exit-causing instruction `iterations`
 //! times between its `Start` and `End` signals. `roundtrip_ns` is host time over that batch per

@@ -586,7 +586,7 @@ impl RunsGuest for MemoryParams {
 /// `size` on `can`: a multiple of 2 MiB that this host can back on a real backend; the
 /// model keeps ordered passes as runs of identical blocks (up to 16TiB: page indices are
 /// u32, and users model VMs of 1-12TiB) but a random order page by page
-/// (model::mmu::PER_PAGE_MAX_PAGES).
+/// (model::memory::PER_PAGE_MAX_PAGES).
 fn check_size(p: &MemoryParams, can: Capabilities) -> Result<(), InputError> {
     let size_bytes = p.size_bytes;
     let (cap, cap_why) = if can.real_memory || p.pattern == Pattern::Random {
@@ -607,19 +607,29 @@ fn check_size(p: &MemoryParams, can: Capabilities) -> Result<(), InputError> {
             "size must be a non-zero multiple of 2MiB {cap_why}"
         )));
     }
-    if can.real_memory
-        && let Some((room, source)) = memory_room()
-        && size_bytes > room
-    {
-        // A guest whose memory the host cannot back is OOM-killed part way (with the whole
-        // machine under pressure); refused before any work, with the numbers.
-        return Err(bad(format!(
-            "this host can back at most {:.1} GiB now ({source}); the kvm backend needs the whole {:.1} GiB: choose a smaller size, or --backend model",
-            room as f64 / f64::from(1u32 << 30),
-            size_bytes as f64 / f64::from(1u32 << 30),
-        )));
+    // A guest whose memory the host cannot back is OOM-killed part way (with the whole
+    // machine under pressure).
+    check_room(size_bytes, can, "needs")
+}
+
+/// On a real backend, refuses a guest region of `size_bytes` that this host cannot back now,
+/// before any work, with the numbers (`use_`: what the kvm backend does with the region).
+pub(crate) fn check_room(size_bytes: u64, can: Capabilities, use_: &str) -> Result<(), InputError> {
+    if !can.real_memory {
+        return Ok(());
     }
-    Ok(())
+    match memory_room() {
+        Some((room, source)) if size_bytes > room => Err(InputError::BadValue {
+            key: "size".into(),
+            value: size_text(size_bytes),
+            why: format!(
+                "this host can back at most {:.1} GiB now ({source}); the kvm backend {use_} the whole {:.1} GiB: choose a smaller size, or --backend model",
+                room as f64 / f64::from(1u32 << 30),
+                size_bytes as f64 / f64::from(1u32 << 30),
+            ),
+        }),
+        _ => Ok(()),
+    }
 }
 
 impl Scenario for Memory {

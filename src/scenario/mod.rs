@@ -498,42 +498,6 @@ pub enum Params {
     Memslots(memslots::MemslotsParams),
 }
 
-/// `$body` with `$s` bound to the scenario `$kind` names.
-macro_rules! with_kind {
-    ($kind:expr, $s:ident => $body:expr) => {
-        match $kind {
-            Kind::Lifecycle => {
-                let $s = &lifecycle::Lifecycle;
-                $body
-            }
-            Kind::Memory => {
-                let $s = &memory::Memory;
-                $body
-            }
-            Kind::Exits => {
-                let $s = &exits::Exits;
-                $body
-            }
-            Kind::Pinning => {
-                let $s = &pinning::Pinning;
-                $body
-            }
-            Kind::Percpu => {
-                let $s = &percpu::Percpu;
-                $body
-            }
-            Kind::Dirty => {
-                let $s = &dirty::Dirty;
-                $body
-            }
-            Kind::Memslots => {
-                let $s = &memslots::Memslots;
-                $body
-            }
-        }
-    };
-}
-
 /// `$body` with `$s` bound to the scenario `$params` are for and `$p` to them, typed.
 macro_rules! with_params {
     ($params:expr, $s:ident, $p:ident => $body:expr) => {
@@ -600,11 +564,6 @@ fn table_of<S: Scenario>(_: &S) -> &'static [Param<S::Params>] {
     S::PARAMS
 }
 
-/// A scenario's defaults, likewise.
-fn defaults_of<S: Scenario>(_: &S) -> S::Params {
-    S::Params::default()
-}
-
 /// Everything `hvlab list` shows about a scenario.
 #[derive(Debug, Clone, Serialize)]
 pub struct Listing {
@@ -629,7 +588,7 @@ impl Kind {
 
     /// The catalog entry.
     pub fn info(self) -> &'static ScenarioInfo {
-        with_kind!(self, s => info_of(s))
+        with_params!(&self.defaults(), s, _p => info_of(s))
     }
 
     /// The name (`hvlab run NAME`).
@@ -649,7 +608,7 @@ impl Kind {
 
     /// Its parameters as `hvlab list` shows them.
     pub fn param_infos(self) -> Vec<ParamInfo> {
-        with_kind!(self, s => params::infos(table_of(s)))
+        with_params!(&self.defaults(), s, _p => params::infos(table_of(s)))
     }
 
     /// What `hvlab list` shows.
@@ -660,36 +619,45 @@ impl Kind {
         }
     }
 
-    /// Its defaults.
+    /// Its defaults: the registry's one match on the kind, which the other dispatches go
+    /// through ([`with_params`]).
     pub fn defaults(self) -> Params {
-        with_kind!(self, s => Params::from(defaults_of(s)))
+        match self {
+            Kind::Lifecycle => Params::Lifecycle(Default::default()),
+            Kind::Memory => Params::Memory(Default::default()),
+            Kind::Exits => Params::Exits(Default::default()),
+            Kind::Pinning => Params::Pinning(Default::default()),
+            Kind::Percpu => Params::Percpu(Default::default()),
+            Kind::Dirty => Params::Dirty(Default::default()),
+            Kind::Memslots => Params::Memslots(Default::default()),
+        }
     }
 
     /// `--set key=value` text read once into its parameters, for a backend that can `can`.
     pub fn parse(self, sets: &[String], can: Capabilities) -> Result<Params, InputError> {
-        with_kind!(self, s => {
+        with_params!(&self.defaults(), s, _p => {
             params::parse(info_of(s).name, table_of(s), sets, can).map(Params::from)
         })
     }
 
     /// See [`Scenario::charts`].
     pub fn charts(self, record: &RunRecord) -> Vec<Chart> {
-        with_kind!(self, s => s.charts(record))
+        with_params!(&self.defaults(), s, _p => s.charts(record))
     }
 
     /// See [`Scenario::context`].
     pub fn context(self, record: &RunRecord) -> Vec<Notice> {
-        with_kind!(self, s => s.context(record))
+        with_params!(&self.defaults(), s, _p => s.context(record))
     }
 
     /// See [`Scenario::validation`].
     pub fn validation(self, host: &HostInfo) -> Option<ValidationPoint<Params>> {
-        with_kind!(self, s => s.validation(host).map(ValidationPoint::erase))
+        with_params!(&self.defaults(), s, _p => s.validation(host).map(ValidationPoint::erase))
     }
 
     /// See [`Scenario::showcases`].
     pub fn showcases(self) -> Vec<Showcase<Params>> {
-        with_kind!(self, s => s.showcases().into_iter().map(Showcase::erase).collect())
+        with_params!(&self.defaults(), s, _p => s.showcases().into_iter().map(Showcase::erase).collect())
     }
 }
 

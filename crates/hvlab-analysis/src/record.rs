@@ -99,7 +99,7 @@ impl std::fmt::Display for RunTag {
     }
 }
 
-/// A warning about a run's numbers, as data; the sentence is its `Display` (`report::words`).
+/// A warning about a run's numbers, as data; the sentence is its `Display` (words.rs).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Warning {
@@ -517,7 +517,7 @@ fn verdicts_with_text<S: Serializer>(verdicts: &[Verdict], s: S) -> Result<S::Ok
 }
 
 /// Each item's fields and, under `key`, its sentence from the renderer (`Display`, written in
-/// `report::words`): the JSON form of typed findings and verdicts.
+/// this crate's words.rs): the JSON form of typed findings and verdicts.
 pub fn worded<T: Serialize + std::fmt::Display>(
     items: &[T],
     key: &str,

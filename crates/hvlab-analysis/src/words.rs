@@ -1,7 +1,8 @@
 //! The sentences of the analysis's own types: a verdict, an A/B comparison, a finding, a
 //! warning. Their `Display` must sit in the crate that defines them, and a record's JSON
 //! carries these sentences beside the data (`text`, `message`); every other rendering is in
-//! the report's words module, which re-exports the helpers below so callers see one place.
+//! the binary's words module (`export::words`), which re-exports the helpers below so callers
+//! see one place.
 
 use std::fmt;
 

@@ -3,7 +3,7 @@
 //! guest with a vPMU, a fastpath VM-exit roundtrip timed in cycles before and after the
 //! series, without and with a host PEBS event.
 //!
-//! The write counts come out of the list builder (`model::pmu`: `intel_guest_get_msrs()` and
+//! The write counts come out of the list builder (`model::exits`: `intel_guest_get_msrs()` and
 //! `atomic_switch_perf_msrs()`), no cost enters them: they are the tests. The cycle figures
 //! read the fastpath exit, the per-entry and the per-list MSR-load costs, all three fitted on
 //! this experiment's two pairs (~1120 => ~860 without host PEBS, ~1450 => ~900 with it), so

@@ -5,7 +5,7 @@
 //! direct MMU; `pf_fixed` counted in L0 before and after the fix.
 //!
 //! The model's counts come out of `__direct_pte_prefetch()` ported loop for loop
-//! (`model::mmu`); no profile value enters a count, so nothing here is fitted.
+//! (`model::memory`); no profile value enters a count, so nothing here is fitted.
 
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
 use crate::error::Error;

@@ -4,7 +4,7 @@
 //! `KVM_CREATE_VCPU` of each microVM timed with strace, before and after 7d9a0273.
 //!
 //! The model runs the `lifecycle` scenario's `firecracker-order` on `x86-vmx-hz100` with each
-//! registration strategy: the waits come from the SRCU machinery (`model::srcu`), the
+//! registration strategy: the waits come from the SRCU machinery (`model::lifecycle`), the
 //! per-ioctl work from assumed costs that no row's figure went into.
 
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
