@@ -26,8 +26,8 @@
 //! `backing` picks the region's host memory: anonymous, shmem, or hugetlb (logged in 4 KiB
 //! pages all the same: KVM never maps a logged slot huge); guest_memfd cannot be logged.
 
-use super::memory::{GuestRun, RunsGuest, guest_cpl, guest_timeout};
-use super::params::{Choice, Param, Text, Values, size_text};
+use super::memory::{GuestRun, guest_cpl, guest_timeout};
+use super::params::{Choice, Param, Text, Values, bytes, choice, size_text, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Observed, Scenario, ValidationPoint};
@@ -85,39 +85,19 @@ static BACKING: Choice<DirtyBacking, 5> = Choice {
 
 /// Each parameter, declared once.
 pub static PARAMS: [Param<DirtyParams>; 9] = [
-    Param {
-        name: "size",
-        doc: "logged data region, a multiple of 2 MiB up to 64GiB (64 MiB keeps the suite short; the issue's figures use 256MiB)",
-        values: Values::Described,
-        model_only: false,
-        read: |p, t| {
-            p.size_bytes = t.bytes()?;
-            Ok(())
-        },
-        spell: |p| size_text(p.size_bytes),
-    },
-    Param {
-        name: "passes",
-        doc: "measured passes per repetition, after one unmeasured pass that maps the pages",
-        values: Values::Range(1, 100),
-        model_only: false,
-        read: |p, t| {
-            p.passes = t.whole()?;
-            Ok(())
-        },
-        spell: |p| p.passes.to_string(),
-    },
-    Param {
-        name: "stride",
-        doc: "a pass writes every stride-th 4 KiB page from the first",
-        values: Values::Range(1, 4096),
-        model_only: false,
-        read: |p, t| {
-            p.stride = t.whole()?;
-            Ok(())
-        },
-        spell: |p| p.stride.to_string(),
-    },
+    bytes!("size" => size_bytes, "logged data region, a multiple of 2 MiB up to 64GiB (64 MiB keeps the suite short; the issue's figures use 256MiB)"),
+    whole!(
+        passes,
+        "measured passes per repetition, after one unmeasured pass that maps the pages",
+        1,
+        100
+    ),
+    whole!(
+        stride,
+        "a pass writes every stride-th 4 KiB page from the first",
+        1,
+        4096
+    ),
     Param {
         name: "ring",
         doc: "dirty-ring entries per vCPU (16 bytes each): a power of two from 256, at most the host's KVM_CAP_DIRTY_LOG_RING",
@@ -151,17 +131,11 @@ pub static PARAMS: [Param<DirtyParams>; 9] = [
         },
         spell: |p| p.vcpus.to_string(),
     },
-    Param {
-        name: "backing",
-        doc: "the region's host memory, populated: anon (4 KiB anonymous), shmem (memfd), hugetlb-2m, hugetlb-1g (MFD_HUGETLB; hvlab grows the pool and sets it back, root), gmem (guest_memfd: KVM cannot log it, said as unsupported)",
-        values: Values::Choices(&BACKING.names),
-        model_only: false,
-        read: |p, t| {
-            p.backing = BACKING.read(t)?;
-            Ok(())
-        },
-        spell: |p| BACKING.name(p.backing).to_string(),
-    },
+    choice!(
+        backing,
+        BACKING,
+        "the region's host memory, populated: anon (4 KiB anonymous), shmem (memfd), hugetlb-2m, hugetlb-1g (MFD_HUGETLB; hvlab grows the pool and sets it back, root), gmem (guest_memfd: KVM cannot log it, said as unsupported)"
+    ),
     guest_cpl(),
     guest_timeout("watchdog for one pass, ms"),
 ];
@@ -506,15 +480,7 @@ impl Default for DirtyParams {
     }
 }
 
-impl RunsGuest for DirtyParams {
-    fn guest(&self) -> &GuestRun {
-        &self.guest
-    }
-
-    fn guest_mut(&mut self) -> &mut GuestRun {
-        &mut self.guest
-    }
-}
+super::memory::runs_guest!(DirtyParams);
 
 /// `size` on `can` (up to 64 GiB, and what this host can back on a real backend), and with
 /// `backing`: a hugetlb region is whole huge pages.

@@ -15,8 +15,8 @@
 //! statistics' deltas per iteration. `kvm.vcpu.exits` should be 1.0 per iteration; where a host
 //! does not count every roundtrip in it (PVM does not) a self-check finding says so.
 
-use super::memory::{GuestRun, RunsGuest, guest_cpl, guest_timeout};
-use super::params::{Param, Values};
+use super::memory::{GuestRun, guest_cpl, guest_timeout};
+use super::params::{Param, Values, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Observed, Scenario, ValidationPoint};
@@ -125,17 +125,7 @@ static MODEL_VARIANTS: [VariantInfo; 8] = [
 
 /// Each parameter, declared once.
 pub static PARAMS: [Param<ExitParams>; 6] = [
-    Param {
-        name: "iterations",
-        doc: "exits per repetition",
-        values: Values::Range(1, 10_000_000),
-        model_only: false,
-        read: |p, t| {
-            p.iterations = u64::from(t.whole()?);
-            Ok(())
-        },
-        spell: |p| p.iterations.to_string(),
-    },
+    whole!(iterations, "exits per repetition", 1, 10_000_000),
     guest_cpl(),
     guest_timeout("watchdog for one repetition, ms"),
     Param {
@@ -160,17 +150,13 @@ pub static PARAMS: [Param<ExitParams>; 6] = [
         },
         spell: |p| u8::from(p.host_pebs_data_cfg).to_string(),
     },
-    Param {
-        name: "guest_pebs_data_cfg",
-        doc: "model: the PEBS guest's PEBS_DATA_CFG (the host's is 3, memory info and GPRs); the thread does not give it, and the default 1 (memory info alone) differs from the host's, so no entry drops out of the lists by coincidence",
-        values: Values::Range(0, 255),
-        model_only: true,
-        read: |p, t| {
-            p.guest_pebs_data_cfg = u64::from(t.whole()?);
-            Ok(())
-        },
-        spell: |p| p.guest_pebs_data_cfg.to_string(),
-    },
+    whole!(
+        guest_pebs_data_cfg,
+        "model: the PEBS guest's PEBS_DATA_CFG (the host's is 3, memory info and GPRs); the thread does not give it, and the default 1 (memory info alone) differs from the host's, so no entry drops out of the lists by coincidence",
+        0,
+        255,
+        model
+    ),
 ];
 
 static METRICS: [MetricInfo; 4] = [
@@ -324,15 +310,7 @@ impl Default for ExitParams {
     }
 }
 
-impl RunsGuest for ExitParams {
-    fn guest(&self) -> &GuestRun {
-        &self.guest
-    }
-
-    fn guest_mut(&mut self) -> &mut GuestRun {
-        &mut self.guest
-    }
-}
+super::memory::runs_guest!(ExitParams);
 
 impl Scenario for Exits {
     type Plan = ExitPlan;

@@ -31,7 +31,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::params::{Choice, Param, Values};
+use super::params::{Choice, Param, Values, choice, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Notice, Observed, Scenario, Showcase, ValidationPoint};
@@ -121,17 +121,12 @@ pub static PARAMS: [Param<LifecycleParams>; 10] = [
         },
         spell: |p| p.vcpus.to_string(),
     },
-    Param {
-        name: "devices",
-        doc: "ioeventfds registered, one per virtio queue doorbell",
-        values: Values::Range(0, 256),
-        model_only: false,
-        read: |p, t| {
-            p.devices = t.whole()?;
-            Ok(())
-        },
-        spell: |p| p.devices.to_string(),
-    },
+    whole!(
+        devices,
+        "ioeventfds registered, one per virtio queue doorbell",
+        0,
+        256
+    ),
     Param {
         name: "order",
         doc: "custom order, comma-separated steps: create-vm,tss,irqchip,pit,memslot,vcpus,ioeventfds,run",
@@ -147,50 +142,20 @@ pub static PARAMS: [Param<LifecycleParams>; 10] = [
             })
         },
     },
-    Param {
-        name: "mem_mib",
-        doc: "guest RAM in the memslot, MiB",
-        values: Values::Range(1, 4096),
-        model_only: false,
-        read: |p, t| {
-            p.mem_mib = t.whole()?;
-            Ok(())
-        },
-        spell: |p| p.mem_mib.to_string(),
-    },
-    Param {
-        name: "timeout_ms",
-        doc: "watchdog for the first KVM_RUN, ms",
-        values: Values::Range(10, 60_000),
-        model_only: false,
-        read: |p, t| {
-            p.timeout_ms = t.whole()?;
-            Ok(())
-        },
-        spell: |p| p.timeout_ms.to_string(),
-    },
-    Param {
-        name: "boot_ms",
-        doc: "boot orders: ms vCPU 0 runs the guest before the boot registrations",
-        values: Values::Range(0, 10_000),
-        model_only: false,
-        read: |p, t| {
-            p.boot_ms = t.whole()?;
-            Ok(())
-        },
-        spell: |p| p.boot_ms.to_string(),
-    },
-    Param {
-        name: "strategy",
-        doc: "model: always-defer (call_srcu, Linux 6.18), always-sync (synchronize_srcu_expedited, before 7d9a0273), lifecycle-keyed (sync until the first vCPU, then defer: the fix in thread 001)",
-        values: Values::Choices(&STRATEGY.names),
-        model_only: true,
-        read: |p, t| {
-            p.strategy = STRATEGY.read(t)?;
-            Ok(())
-        },
-        spell: |p| STRATEGY.name(p.strategy).to_string(),
-    },
+    whole!(mem_mib, "guest RAM in the memslot, MiB", 1, 4096),
+    whole!(timeout_ms, "watchdog for the first KVM_RUN, ms", 10, 60_000),
+    whole!(
+        boot_ms,
+        "boot orders: ms vCPU 0 runs the guest before the boot registrations",
+        0,
+        10_000
+    ),
+    choice!(
+        strategy,
+        STRATEGY,
+        "model: always-defer (call_srcu, Linux 6.18), always-sync (synchronize_srcu_expedited, before 7d9a0273), lifecycle-keyed (sync until the first vCPU, then defer: the fix in thread 001)",
+        model
+    ),
     Param {
         name: "hz",
         doc: "model: timer ticks per second (default: the profile's)",
@@ -202,28 +167,14 @@ pub static PARAMS: [Param<LifecycleParams>; 10] = [
         },
         spell: |p| p.hz.map_or_else(String::new, |hz| hz.to_string()),
     },
-    Param {
-        name: "spacing",
-        doc: "model: back-to-back (each VM right after the previous, as the kvm backend's repetitions: the previous stall ended on a tick) or independent (each VM at a random point of a jiffy, as separate VMM processes)",
-        values: Values::Choices(&SPACING.names),
-        model_only: true,
-        read: |p, t| {
-            p.back_to_back = SPACING.read(t)?;
-            Ok(())
-        },
-        spell: |p| SPACING.name(p.back_to_back).to_string(),
-    },
-    Param {
-        name: "reader_pct",
-        doc: "model: percent of the time a running vCPU is an SRCU reader (handling exits in the kernel; hvlab's guest loop barely exits)",
-        values: Values::Range(0, 90),
-        model_only: true,
-        read: |p, t| {
-            p.reader_pct = t.whole()?;
-            Ok(())
-        },
-        spell: |p| p.reader_pct.to_string(),
-    },
+    choice!("spacing" => back_to_back, SPACING, "model: back-to-back (each VM right after the previous, as the kvm backend's repetitions: the previous stall ended on a tick) or independent (each VM at a random point of a jiffy, as separate VMM processes)", model),
+    whole!(
+        reader_pct,
+        "model: percent of the time a running vCPU is an SRCU reader (handling exits in the kernel; hvlab's guest loop barely exits)",
+        0,
+        90,
+        model
+    ),
 ];
 
 static METRICS: [MetricInfo; 12] = [

@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use super::params::{Choice, Param, Text, Values, size_text};
+use super::params::{Choice, Param, Text, Values, bytes, choice, size_text};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Notice, Observed, Scenario, ValidationPoint};
@@ -142,17 +142,7 @@ static BACKING: Choice<Backing, 3> = Choice {
 
 /// Each parameter, declared once.
 pub static PARAMS: [Param<MemoryParams>; 10] = [
-    Param {
-        name: "size",
-        doc: "data region, a multiple of 2 MiB (up to 64GiB; the model: 16TiB, random 64GiB)",
-        values: Values::Described,
-        model_only: false,
-        read: |p, t| {
-            p.size_bytes = t.bytes()?;
-            Ok(())
-        },
-        spell: |p| size_text(p.size_bytes),
-    },
+    bytes!("size" => size_bytes, "data region, a multiple of 2 MiB (up to 64GiB; the model: 16TiB, random 64GiB)"),
     Param {
         name: "pattern",
         doc: "seq, reverse, random (seeded by --seed), or stride=K (every K-th page)",
@@ -164,39 +154,17 @@ pub static PARAMS: [Param<MemoryParams>; 10] = [
         },
         spell: |p| pattern_text(p.pattern),
     },
-    Param {
-        name: "access",
-        doc: "read or write",
-        values: Values::Choices(&ACCESS.names),
-        model_only: false,
-        read: |p, t| {
-            p.access = ACCESS.read(t)?;
-            Ok(())
-        },
-        spell: |p| ACCESS.name(p.access).to_string(),
-    },
-    Param {
-        name: "touch",
-        doc: "first-byte (one access per page) or whole-page (every cache line)",
-        values: Values::Choices(&TOUCH.names),
-        model_only: false,
-        read: |p, t| {
-            p.touch = TOUCH.read(t)?;
-            Ok(())
-        },
-        spell: |p| TOUCH.name(p.touch).to_string(),
-    },
-    Param {
-        name: "guest_page",
-        doc: "guest page size for the data region: 4k or 2m",
-        values: Values::Choices(&GUEST_PAGE.names),
-        model_only: false,
-        read: |p, t| {
-            p.guest_page = GUEST_PAGE.read(t)?;
-            Ok(())
-        },
-        spell: |p| GUEST_PAGE.name(p.guest_page).to_string(),
-    },
+    choice!(access, ACCESS, "read or write"),
+    choice!(
+        touch,
+        TOUCH,
+        "first-byte (one access per page) or whole-page (every cache line)"
+    ),
+    choice!(
+        guest_page,
+        GUEST_PAGE,
+        "guest page size for the data region: 4k or 2m"
+    ),
     Param {
         name: "window",
         doc: "uffd-prefetch window in pages",
@@ -221,17 +189,7 @@ pub static PARAMS: [Param<MemoryParams>; 10] = [
         },
         spell: |p| p.vcpus.to_string(),
     },
-    Param {
-        name: "backing",
-        doc: "model prefetch variants: host memory lazy, populated or thp",
-        values: Values::Choices(&BACKING.names),
-        model_only: true,
-        read: |p, t| {
-            p.model_backing = BACKING.read(t)?;
-            Ok(())
-        },
-        spell: |p| BACKING.name(p.model_backing).to_string(),
-    },
+    choice!("backing" => model_backing, BACKING, "model prefetch variants: host memory lazy, populated or thp", model),
 ];
 
 static METRICS: [MetricInfo; 9] = [
@@ -573,15 +531,23 @@ impl Default for MemoryParams {
     }
 }
 
-impl RunsGuest for MemoryParams {
-    fn guest(&self) -> &GuestRun {
-        &self.guest
-    }
+/// [`RunsGuest`] for parameters that keep their [`GuestRun`] in a field `guest`.
+macro_rules! runs_guest {
+    ($params:ty) => {
+        impl $crate::scenario::memory::RunsGuest for $params {
+            fn guest(&self) -> &$crate::scenario::memory::GuestRun {
+                &self.guest
+            }
 
-    fn guest_mut(&mut self) -> &mut GuestRun {
-        &mut self.guest
-    }
+            fn guest_mut(&mut self) -> &mut $crate::scenario::memory::GuestRun {
+                &mut self.guest
+            }
+        }
+    };
 }
+pub(crate) use runs_guest;
+
+runs_guest!(MemoryParams);
 
 /// `size` on `can`: a multiple of 2 MiB that this host can back on a real backend; the
 /// model keeps ordered passes as runs of identical blocks (up to 16TiB: page indices are

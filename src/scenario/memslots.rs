@@ -10,7 +10,7 @@
 //! a flat cost per update as slots grow, and a delete or move at about twice a create; the kvm
 //! backend measures both on this host.
 
-use super::params::{Param, Text, Values, size_text};
+use super::params::{Param, Text, Values, size_text, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Observed, Scenario};
@@ -50,17 +50,12 @@ static VARIANTS: [VariantInfo; 3] = [
 
 /// Each parameter, declared once.
 pub static PARAMS: [Param<MemslotsParams>; 2] = [
-    Param {
-        name: "slots",
-        doc: "memslots in the VM (at most x86's KVM_USER_MEM_SLOTS; the kvm backend checks the host's KVM_CAP_NR_MEMSLOTS)",
-        values: Values::Range(1, MAX_SLOTS),
-        model_only: false,
-        read: |p, t| {
-            p.slots = t.whole()?;
-            Ok(())
-        },
-        spell: |p| p.slots.to_string(),
-    },
+    whole!(
+        slots,
+        "memslots in the VM (at most x86's KVM_USER_MEM_SLOTS; the kvm backend checks the host's KVM_CAP_NR_MEMSLOTS)",
+        1,
+        MAX_SLOTS
+    ),
     Param {
         name: "slot_size",
         doc: "bytes per slot, a multiple of 4KiB up to 1GiB; reserved, never touched",

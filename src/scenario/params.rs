@@ -49,6 +49,79 @@ impl<P> std::fmt::Debug for Param<P> {
     }
 }
 
+/// A parameter that is a whole number within a range, kept in the field of its name (`model`:
+/// only the model reads it): `whole!(devices, "doc", 0, 256)`.
+macro_rules! whole {
+    ($field:ident, $doc:expr, $low:expr, $high:expr) => {
+        $crate::scenario::params::whole!($field, $doc, $low, $high, false)
+    };
+    ($field:ident, $doc:expr, $low:expr, $high:expr, model) => {
+        $crate::scenario::params::whole!($field, $doc, $low, $high, true)
+    };
+    ($field:ident, $doc:expr, $low:expr, $high:expr, $model_only:expr) => {
+        $crate::scenario::params::Param {
+            name: stringify!($field),
+            doc: $doc,
+            values: $crate::scenario::params::Values::Range($low, $high),
+            model_only: $model_only,
+            read: |p, t| {
+                p.$field = t.whole()?.into();
+                Ok(())
+            },
+            spell: |p| p.$field.to_string(),
+        }
+    };
+}
+pub(crate) use whole;
+
+/// A parameter that picks one of a [`Choice`]'s values, kept in the field of its name, or of
+/// the name given first (`model`: only the model reads it):
+/// `choice!("spacing" => back_to_back, SPACING, "doc", model)`.
+macro_rules! choice {
+    ($field:ident, $choice:expr, $doc:expr $(, $model:ident)?) => {
+        $crate::scenario::params::choice!(stringify!($field) => $field, $choice, $doc $(, $model)?)
+    };
+    ($name:expr => $field:ident, $choice:expr, $doc:expr) => {
+        $crate::scenario::params::choice!(@ $name, $field, $choice, $doc, false)
+    };
+    ($name:expr => $field:ident, $choice:expr, $doc:expr, model) => {
+        $crate::scenario::params::choice!(@ $name, $field, $choice, $doc, true)
+    };
+    (@ $name:expr, $field:ident, $choice:expr, $doc:expr, $model_only:expr) => {
+        $crate::scenario::params::Param {
+            name: $name,
+            doc: $doc,
+            values: $crate::scenario::params::Values::Choices(&$choice.names),
+            model_only: $model_only,
+            read: |p, t| {
+                p.$field = $choice.read(t)?;
+                Ok(())
+            },
+            spell: |p| $choice.name(p.$field).to_string(),
+        }
+    };
+}
+pub(crate) use choice;
+
+/// A parameter that is a byte size (`256MiB`, `4096`), kept in the field given, spelled as
+/// [`size_text`] spells it: `bytes!("size" => size_bytes, "doc")`.
+macro_rules! bytes {
+    ($name:expr => $field:ident, $doc:expr) => {
+        $crate::scenario::params::Param {
+            name: $name,
+            doc: $doc,
+            values: $crate::scenario::params::Values::Described,
+            model_only: false,
+            read: |p, t| {
+                p.$field = t.bytes()?;
+                Ok(())
+            },
+            spell: |p| $crate::scenario::params::size_text(p.$field),
+        }
+    };
+}
+pub(crate) use bytes;
+
 /// A parameter's `--set` text, with what its reader needs to check it: the declaration (its
 /// name and values, for messages) and what the backend can do (limits that are the host's).
 #[derive(Debug, Clone, Copy)]

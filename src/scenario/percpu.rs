@@ -12,7 +12,7 @@
 //! instruction sequences and the per-event op counts. On x86 both schemes are one `%gs`
 //! instruction and the change is zero. A kvm backend with per-vCPU page tables comes later.
 
-use super::params::{Choice, Param, Values};
+use super::params::{Choice, Param, Values, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{MetricInfo, ScenarioInfo, Showcase, VariantInfo};
@@ -55,18 +55,13 @@ static VARIANTS: [VariantInfo; 2] = [
 
 /// Each parameter, declared once.
 pub static PARAMS: [Param<PercpuParams>; 2] = [
-    Param {
-        name: "cpus",
-        doc: "CPUs, each with its own kernel page table under local-map",
-        // The model has no CPU-count limit of its own; arm64's `NR_CPUS` maximum is 4096.
-        values: Values::Range(1, 4096),
-        model_only: false,
-        read: |p, t| {
-            p.cpus = t.whole()?;
-            Ok(())
-        },
-        spell: |p| p.cpus.to_string(),
-    },
+    // The model has no CPU-count limit of its own; arm64's `NR_CPUS` maximum is 4096.
+    whole!(
+        cpus,
+        "CPUs, each with its own kernel page table under local-map",
+        1,
+        4096
+    ),
     Param {
         name: "workload",
         doc: "the event mix of one item of work",

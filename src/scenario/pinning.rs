@@ -15,7 +15,7 @@
 //! driven by a guest that rings enable/disable doorbells around each slice and writes records
 //! into its buffer.
 
-use super::params::{Choice, Param, Text, Values, size_text};
+use super::params::{Choice, Param, Text, Values, bytes, choice, size_text, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Observed, Scenario};
@@ -93,127 +93,63 @@ pub static PARAMS: [Param<PinningParams>; 12] = [
         },
         spell: |p| size_text(p.buffer_bytes),
     },
-    Param {
-        name: "slices",
-        doc: "times the profiled task is switched in",
-        values: Values::Range(1, 1_000_000),
-        model_only: false,
-        read: |p, t| {
-            p.slices = t.whole()?;
-            Ok(())
-        },
-        spell: |p| p.slices.to_string(),
-    },
-    Param {
-        name: "mode",
-        doc: "per-task (disable/enable on every switch) or per-cpu (enabled throughout)",
-        values: Values::Choices(&MODE.names),
-        model_only: false,
-        read: |p, t| {
-            p.per_task = MODE.read(t)?;
-            Ok(())
-        },
-        spell: |p| MODE.name(p.per_task).to_string(),
-    },
-    Param {
-        name: "cap",
-        doc: "most bytes the pin manager may hold pinned",
-        values: Values::Described,
-        model_only: false,
-        read: |p, t| {
-            p.cap_bytes = t.bytes()?;
-            Ok(())
-        },
-        spell: |p| size_text(p.cap_bytes),
-    },
-    Param {
-        name: "aging_ms",
-        doc: "aging: release a pin unused for this long",
-        values: Values::Range(1, 3_600_000),
-        model_only: false,
-        read: |p, t| {
-            p.aging_ms = t.whole()?;
-            Ok(())
-        },
-        spell: |p| p.aging_ms.to_string(),
-    },
-    Param {
-        name: "slice_us",
-        doc: "how long the profiled task runs per slice (~ a CFS slice)",
-        values: Values::Range(1, 10_000_000),
-        model_only: false,
-        read: |p, t| {
-            p.slice_us = t.whole()?;
-            Ok(())
-        },
-        spell: |p| p.slice_us.to_string(),
-    },
-    Param {
-        name: "off_us",
-        doc: "how long other tasks run between its slices",
-        values: Values::Range(0, 10_000_000),
-        model_only: false,
-        read: |p, t| {
-            p.off_us = t.whole()?;
-            Ok(())
-        },
-        spell: |p| p.off_us.to_string(),
-    },
-    Param {
-        name: "relocate_every",
-        doc: "the guest moves its buffer to new memory every N slices (0: never)",
-        values: Values::Range(0, 1_000_000),
-        model_only: false,
-        read: |p, t| {
-            p.relocate_every = t.whole()?;
-            Ok(())
-        },
-        spell: |p| p.relocate_every.to_string(),
-    },
-    Param {
-        name: "pin",
-        doc: "kvm backend: mlock, or io_uring (buffer registration, which pins with pin_user_pages)",
-        values: Values::Choices(&PIN.names),
-        model_only: false,
-        read: |p, t| {
-            p.pin = PIN.read(t)?;
-            Ok(())
-        },
-        spell: |p| PIN.name(p.pin).to_string(),
-    },
-    Param {
-        name: "tail_ms",
-        doc: "idle time after the last slice (when aging releases pins)",
-        values: Values::Range(0, 3_600_000),
-        model_only: false,
-        read: |p, t| {
-            p.tail_ms = t.whole()?;
-            Ok(())
-        },
-        spell: |p| p.tail_ms.to_string(),
-    },
-    Param {
-        name: "records_per_ms",
-        doc: "model: SPE records written per ms of profiling (0: a filter that records nothing)",
-        values: Values::Range(0, 1_000_000),
-        model_only: true,
-        read: |p, t| {
-            p.records_per_ms = t.whole()?;
-            Ok(())
-        },
-        spell: |p| p.records_per_ms.to_string(),
-    },
-    Param {
-        name: "unmap_pct",
-        doc: "model, no-pin: percent of the buffer the host removes from stage 2 while the task is switched out",
-        values: Values::Range(0, 100),
-        model_only: true,
-        read: |p, t| {
-            p.unmap_pct = t.whole()?;
-            Ok(())
-        },
-        spell: |p| p.unmap_pct.to_string(),
-    },
+    whole!(
+        slices,
+        "times the profiled task is switched in",
+        1,
+        1_000_000
+    ),
+    choice!("mode" => per_task, MODE, "per-task (disable/enable on every switch) or per-cpu (enabled throughout)"),
+    bytes!("cap" => cap_bytes, "most bytes the pin manager may hold pinned"),
+    whole!(
+        aging_ms,
+        "aging: release a pin unused for this long",
+        1,
+        3_600_000
+    ),
+    whole!(
+        slice_us,
+        "how long the profiled task runs per slice (~ a CFS slice)",
+        1,
+        10_000_000
+    ),
+    whole!(
+        off_us,
+        "how long other tasks run between its slices",
+        0,
+        10_000_000
+    ),
+    whole!(
+        relocate_every,
+        "the guest moves its buffer to new memory every N slices (0: never)",
+        0,
+        1_000_000
+    ),
+    choice!(
+        pin,
+        PIN,
+        "kvm backend: mlock, or io_uring (buffer registration, which pins with pin_user_pages)"
+    ),
+    whole!(
+        tail_ms,
+        "idle time after the last slice (when aging releases pins)",
+        0,
+        3_600_000
+    ),
+    whole!(
+        records_per_ms,
+        "model: SPE records written per ms of profiling (0: a filter that records nothing)",
+        0,
+        1_000_000,
+        model
+    ),
+    whole!(
+        unmap_pct,
+        "model, no-pin: percent of the buffer the host removes from stage 2 while the task is switched out",
+        0,
+        100,
+        model
+    ),
 ];
 
 /// `buffer`: a whole number of 4 KiB pages.
