@@ -478,6 +478,7 @@ fn the_lab_s_typed_parameters_are_spelled_as_each_scenario_s_parser_reads_them()
         Params::Percpu(percpu::PercpuParams {
             cpus: 160,
             workload: percpu::workload("stress-ng-fork").expect("a workload"),
+            ..Default::default()
         }),
         Params::Dirty(dirty::DirtyParams {
             size_bytes: 64 << 20,

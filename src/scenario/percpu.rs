@@ -321,6 +321,7 @@ fn showcases() -> Vec<Showcase<PercpuParams>> {
     let on = |name: &str, cpus| PercpuParams {
         workload: workload(name).unwrap_or(WORKLOADS[0]),
         cpus,
+        ..PercpuParams::default()
     };
     vec![
         Showcase {

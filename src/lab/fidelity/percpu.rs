@@ -69,6 +69,7 @@ impl Thread for Percpu {
                 PercpuParams {
                     cpus: CPUS,
                     workload: workload(name)?,
+                    ..PercpuParams::default()
                 },
                 profile,
                 &["offset", "local-map"],
@@ -242,6 +243,7 @@ mod tests {
                 PercpuParams {
                     cpus,
                     workload: workload("stress-ng-fork").unwrap(),
+                    ..PercpuParams::default()
                 },
                 &profile,
                 &["offset", "local-map"],
