@@ -54,7 +54,7 @@ static VARIANTS: [VariantInfo; 2] = [
 ];
 
 /// Each parameter, declared once.
-pub static PARAMS: [Param<PercpuParams>; 2] = [
+pub static PARAMS: [Param<PercpuParams>; 3] = [
     // The model has no CPU-count limit of its own; arm64's `NR_CPUS` maximum is 4096.
     whole!(
         cpus,
@@ -72,6 +72,17 @@ pub static PARAMS: [Param<PercpuParams>; 2] = [
             Ok(())
         },
         spell: |p| p.workload.name.to_string(),
+    },
+    Param {
+        name: "sys_pct",
+        doc: "the kernel's share of an item's wall time, percent (default: the workload's assumed share, which the wall-time figures rest on)",
+        values: Values::Range(1, 100),
+        model_only: false,
+        read: |p, t| {
+            p.sys_pct = t.optional_whole()?;
+            Ok(())
+        },
+        spell: |p| p.sys_pct.map_or_else(String::new, |pct| pct.to_string()),
     },
 ];
 
@@ -350,6 +361,8 @@ pub struct PercpuParams {
     pub cpus: u32,
     /// The event mix.
     pub workload: Workload,
+    /// The kernel's share of an item's wall time, %, in place of the workload's assumption.
+    pub sys_pct: Option<u32>,
 }
 
 impl Default for PercpuParams {
@@ -358,6 +371,19 @@ impl Default for PercpuParams {
         PercpuParams {
             cpus: 160,
             workload: WORKLOADS[0],
+            sys_pct: None,
+        }
+    }
+}
+
+impl PercpuParams {
+    /// The workload with the kernel share `sys_pct` gives it, if any.
+    fn workload(&self) -> Workload {
+        Workload {
+            sys_share: self
+                .sys_pct
+                .map_or(self.workload.sys_share, |pct| f64::from(pct) / 100.0),
+            ..self.workload
         }
     }
 }
@@ -381,7 +407,7 @@ impl Scenario for Percpu {
         Ok(Some(PercpuPlan {
             scheme,
             cpus: request.params.cpus,
-            workload: request.params.workload,
+            workload: request.params.workload(),
         }))
     }
 
@@ -438,6 +464,21 @@ mod tests {
             );
             crate::model::profile::Profile::load(s.profile).unwrap();
         }
+    }
+
+    #[test]
+    fn sys_pct_replaces_the_workloads_assumed_kernel_share() {
+        let share = |sets: &[&str]| {
+            crate::scenario::plans_of(&Percpu, sets, &["offset"], BackendKind::Model).unwrap()[0]
+                .1
+                .workload
+                .sys_share
+        };
+        assert_eq!(share(&[]), 0.3, "kernel-build's assumption");
+        assert_eq!(share(&["sys_pct=60"]), 0.6);
+        assert_eq!(share(&["workload=stress-ng-vm", "sys_pct=57"]), 0.57);
+        let bad = crate::scenario::plans_of(&Percpu, &["sys_pct=0"], &[], BackendKind::Model);
+        assert!(bad.unwrap_err().to_string().contains("from 1 to 100"));
     }
 
     #[test]
