@@ -1,23 +1,23 @@
-//! Records the git revision hvlab was built from; every stored run carries it so results can be
-//! traced back to the code that produced them.
+//! The one build script: records the git revision hvlab was built from (every stored run and
+//! `--version` carry it, so results can be traced back to the code that produced them), and
+//! turns the kvm backend on where it builds.
 use std::process::Command;
 
-fn main() {
-    let rev = Command::new("git")
-        .args(["rev-parse", "--short=12", "HEAD"])
+/// A git command's output, trimmed; `None` when git fails or says nothing.
+fn git(args: &[&str]) -> Option<String> {
+    Command::new("git")
+        .args(args)
         .output()
         .ok()
         .filter(|out| out.status.success())
         .and_then(|out| String::from_utf8(out.stdout).ok())
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".to_string());
-    let dirty = Command::new("git")
-        .args(["status", "--porcelain", "--untracked-files=no"])
-        .output()
-        .ok()
-        .filter(|out| out.status.success())
-        .is_some_and(|out| !out.stdout.is_empty());
+}
+
+fn main() {
+    let rev = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".to_string());
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some();
     let suffix = if dirty && rev != "unknown" {
         "-dirty"
     } else {
@@ -32,31 +32,15 @@ fn main() {
         println!("cargo::rustc-cfg=hvlab_kvm");
     }
     // A worktree's `.git` is a file, and a path that does not exist makes cargo rerun this
-    // script on every build: ask git where HEAD, the branch it points at and the index are.
-    for path in git_paths() {
-        println!("cargo:rerun-if-changed={path}");
-    }
-}
-
-/// HEAD, the ref it names (a commit moves the ref, not HEAD) and the index, as absolute
-/// paths.
-fn git_paths() -> Vec<String> {
-    let git = |args: &[&str]| {
-        Command::new("git")
-            .args(args)
-            .output()
-            .ok()
-            .filter(|out| out.status.success())
-            .and_then(|out| String::from_utf8(out.stdout).ok())
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-    };
+    // script on every build: ask git where HEAD, the branch it points at and the index are
+    // (a commit moves the ref, not HEAD).
     let mut what = vec!["HEAD".to_string(), "index".to_string()];
-    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-        what.push(branch);
-    }
-    what.iter()
+    what.extend(git(&["symbolic-ref", "-q", "HEAD"]));
+    for path in what
+        .iter()
         .filter_map(|w| git(&["rev-parse", "--path-format=absolute", "--git-path", w]))
         .filter(|p| std::path::Path::new(p).exists())
-        .collect()
+    {
+        println!("cargo:rerun-if-changed={path}");
+    }
 }

@@ -2,9 +2,9 @@
 //! host cannot run what was asked, 4 a measurement or storage failure. (1 is reserved for a
 //! failed verdict, which is not an error.)
 
-use crate::backend::error::{BackendError, BadOrder, KvmError};
 use crate::store::StoreError;
 use crate::trace::TraceError;
+use hvlab_core::error::{BackendError, BadOrder, Fault};
 
 /// Bad input: the message names the problem and the fix.
 #[derive(Debug, thiserror::Error, displaydoc::Display)]
@@ -51,10 +51,6 @@ pub enum InputError {
         /// The backends that can.
         supported: String,
     },
-    /// No run matches `{0}`; `hvlab runs` lists the stored runs.
-    NoSuchRun(String),
-    /// `{0}` matches several runs ({1}); give more of the run id.
-    AmbiguousRun(String, String),
     /// --profile chooses the model's cost profile; the kvm backend measures this host. Add --backend model, or drop --profile.
     ProfileWithKvm,
     /// No runs stored yet: run `hvlab suite` (or `hvlab run SCENARIO`) first.
@@ -105,21 +101,52 @@ impl From<BadOrder> for InputError {
     }
 }
 
+/// What writing an export fails with (`crate::export`).
+#[derive(Debug, thiserror::Error, displaydoc::Display)]
+pub enum ExportError {
+    /// Cannot write {0}: {1}. Choose a writable path with -o FILE.
+    Write(std::path::PathBuf, std::io::Error),
+    /// Cannot write the export: {0}
+    Output(std::io::Error),
+    /// cannot render the report page: {0}
+    Render(#[from] askama::Error),
+}
+
+impl ExportError {
+    /// What kind of failure it is: a path the user chose that cannot be written is bad input.
+    pub fn fault(&self) -> Fault {
+        match self {
+            ExportError::Write(..) => Fault::BadInput,
+            _ => Fault::Failed,
+        }
+    }
+}
+
 /// Everything that can stop a command.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Bad input.
     #[error(transparent)]
     Input(#[from] InputError),
-    /// The KVM backend.
+    /// The KVM backend, opening `/dev/kvm` (its failures while running a plan come through
+    /// the backend seam, [`Error::Backend`]).
+    #[cfg(hvlab_kvm)]
     #[error(transparent)]
-    Kvm(#[from] KvmError),
-    /// A backend refused a plan (the KVM backend's own errors are [`Error::Kvm`]).
+    Kvm(#[from] crate::kvm::KvmError),
+    /// This build has no kvm backend: exit 3.
+    #[error(
+        "This hvlab was built without the kvm backend (cargo feature `kvm`, x86-64 hosts): rebuild with default features on x86-64 to measure on /dev/kvm; the model backend works (`--backend model`)."
+    )]
+    KvmNotBuilt,
+    /// A backend running a plan.
     #[error(transparent)]
-    Backend(BackendError),
+    Backend(#[from] BackendError),
     /// The results store.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Writing an export.
+    #[error(transparent)]
+    Export(#[from] ExportError),
     /// The tracer.
     #[error(transparent)]
     Trace(#[from] TraceError),
@@ -227,16 +254,6 @@ pub enum Error {
     },
 }
 
-impl From<BackendError> for Error {
-    /// The KVM backend's errors keep their one variant, whichever way they came.
-    fn from(e: BackendError) -> Error {
-        match e {
-            BackendError::Kvm(k) => Error::Kvm(k),
-            other => Error::Backend(other),
-        }
-    }
-}
-
 impl Error {
     /// The error and each cause below it that adds something (thiserror's transparent
     /// wrappers repeat their inner message), outermost first.
@@ -253,23 +270,37 @@ impl Error {
         out
     }
 
-    /// The process exit code for this error.
+    /// The process exit code for this error: each crate's error says what kind of failure it
+    /// is ([`Fault`]); the kinds and the errors of this crate map to codes here.
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Input(_) | Error::OutputPath { .. } => 2,
-            Error::AllUnsupported { .. } | Error::ShardWithoutKvm { .. } => 3,
-            Error::AllFailed { .. } => 4,
+            Error::AllUnsupported { .. } | Error::ShardWithoutKvm { .. } | Error::KvmNotBuilt => 3,
             Error::Vm(e) => e.exit_code(),
             Error::Interrupted { signal, .. } => 128 + signal,
-            Error::Kvm(e) if e.is_host_limitation() => 3,
-            Error::Trace(e) if e.is_host_limitation() => 3,
-            Error::Trace(e) if e.is_bad_input() => 2,
-            Error::Store(e) if e.is_bad_input() => 2,
-            Error::Model(crate::model::ModelError::Profile(e)) if !e.is_write() => 2,
-            Error::Model(crate::model::ModelError::Unsupported(_)) => 3,
-            Error::Backend(BackendError::Config(_)) => 2,
-            Error::Backend(BackendError::Unsupported(_)) => 3,
+            #[cfg(hvlab_kvm)]
+            Error::Kvm(e) => code(e.fault()),
+            Error::Trace(e) => code(e.fault()),
+            Error::Store(e) => code(e.fault()),
+            Error::Export(e) => code(e.fault()),
+            Error::Model(e) => code(e.fault()),
+            Error::Backend(e) => code(e.fault()),
             _ => 4,
         }
+    }
+
+    /// Whether the host cannot do what was asked (exit 3): a unit or point that needs it is
+    /// skipped, not failed.
+    pub fn is_host_limitation(&self) -> bool {
+        self.exit_code() == 3
+    }
+}
+
+/// The exit code of a kind of failure (DESIGN.md, "Output contract").
+fn code(fault: Fault) -> i32 {
+    match fault {
+        Fault::BadInput => 2,
+        Fault::HostCannot => 3,
+        Fault::Failed => 4,
     }
 }

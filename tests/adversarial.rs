@@ -105,6 +105,12 @@ fn poll(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 fn trace_then_signal(sig: i32, marker_secs: &str) {
+    trace_ignoring_then_signal(None, sig, marker_secs);
+}
+
+/// `hvlab trace` started with `ignored` ignored (as `nohup` starts it), sent `ignored` once the
+/// trace runs (it must go on), then `sig` (it must end, and strace and the command with it).
+fn trace_ignoring_then_signal(ignored: Option<i32>, sig: i32, marker_secs: &str) {
     if !tool_or_skip("trace_signals", "strace") {
         return;
     }
@@ -120,6 +126,9 @@ fn trace_then_signal(sig: i32, marker_secs: &str) {
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
             libc::signal(sig, libc::SIG_DFL);
+            if let Some(ignored) = ignored {
+                libc::signal(ignored, libc::SIG_IGN);
+            }
             Ok(())
         });
     }
@@ -131,6 +140,15 @@ fn trace_then_signal(sig: i32, marker_secs: &str) {
             .iter()
             .any(|p| !p.contains("strace") && !p.contains("hvlab"))
     });
+    if let Some(ignored) = ignored {
+        // SAFETY: signalling the child this test spawned.
+        unsafe { libc::kill(pid as i32, ignored) };
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "hvlab trace ended on signal {ignored}, which its parent ignored"
+        );
+    }
     // SAFETY: signalling the child this test spawned.
     unsafe { libc::kill(pid as i32, sig) };
     let status = child.wait().unwrap();
@@ -169,6 +187,11 @@ fn trace_sigterm_ends_strace_and_the_command() {
 #[test]
 fn trace_sigkill_ends_strace_and_the_command() {
     trace_then_signal(libc::SIGKILL, "1003.5");
+}
+
+#[test]
+fn trace_started_under_nohup_keeps_sighup_ignored() {
+    trace_ignoring_then_signal(Some(libc::SIGHUP), libc::SIGINT, "1004.5");
 }
 
 #[test]
@@ -219,7 +242,6 @@ fn two_thousand_runs_back_to_back_are_all_kept() {
     use hvlab::scenario::runner::{RunRequest, Silent};
     let (_d, db) = db();
     let mut store = hvlab::store::Store::open(&db).unwrap();
-    let info = hvlab::scenario::find("percpu").unwrap();
     let mut backend = ModelBackend::new(
         Profile::load("pvm-epyc").unwrap(),
         hvlab::lab::host::probe(),
@@ -228,11 +250,11 @@ fn two_thousand_runs_back_to_back_are_all_kept() {
     let request = RunRequest {
         reps: 1,
         warmup: 0,
-        ..RunRequest::default()
+        ..RunRequest::new(hvlab::scenario::Kind::Percpu.defaults())
     };
     let mut ids = std::collections::BTreeSet::new();
     for _ in 0..2000 {
-        let mut record = hvlab::scenario::run(info, &mut backend, &request, &Silent).unwrap();
+        let mut record = hvlab::scenario::run(&mut backend, &request, &Silent).unwrap();
         store.save(&mut record).unwrap();
         assert!(
             record.run_id.contains("-percpu-model-"),

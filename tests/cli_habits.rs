@@ -284,7 +284,7 @@ fn csv_export_has_one_row_per_run_variant_and_metric() {
         .iter()
         .map(str::to_string)
         .collect();
-    assert_eq!(header, hvlab_store::transfer::CSV_HEADER.to_vec());
+    assert_eq!(header, hvlab::export::csv::CSV_HEADER.to_vec());
     let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
     let expected: usize = record["variants"]
         .as_array()

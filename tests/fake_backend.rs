@@ -5,17 +5,31 @@
 
 use std::collections::BTreeMap;
 
-use hvlab::backend::dirty::{DirtyPlan, DirtyResult};
-use hvlab::backend::error::{BackendError, KvmError};
-use hvlab::backend::exits::{ExitPlan, ExitResult};
-use hvlab::backend::host::{HostInfo, probe_with};
-use hvlab::backend::lifecycle::{ConstructionPlan, ConstructionTrace};
-use hvlab::backend::memory::{TouchPlan, TouchResult};
-use hvlab::backend::memslots::{MemslotPlan, MemslotResult, SlotOp};
-use hvlab::backend::pinning::{PinPlan, PinResult};
-use hvlab::backend::{Backend, BackendKind, Capabilities};
 use hvlab::record::{Finding, RunRecord, SelfCheck, VariantStatus};
 use hvlab::scenario::runner::{RunRequest, Silent};
+use hvlab::scenario::{Kind, Params};
+use hvlab_core::dirty::{DirtyPlan, DirtyResult};
+use hvlab_core::error::BackendError;
+use hvlab_core::exits::{ExitPlan, ExitResult};
+use hvlab_core::host::HostInfo;
+use hvlab_core::lifecycle::{ConstructionPlan, ConstructionTrace};
+use hvlab_core::memory::{TouchPlan, TouchResult};
+use hvlab_core::memslots::{MemslotPlan, MemslotResult, SlotOp};
+use hvlab_core::pinning::{PinPlan, PinResult};
+use hvlab_core::{Backend, BackendKind, Capabilities};
+use hvlab_host::probe::probe_with;
+
+/// `--set` text read into `scenario`'s parameters for a backend that can `can`, as the
+/// command line reads it.
+fn params(scenario: &str, sets: &[&str], can: Capabilities) -> Result<Params, hvlab::InputError> {
+    let sets: Vec<String> = sets.iter().map(ToString::to_string).collect();
+    Kind::named(scenario)?.parse(&sets, can)
+}
+
+/// The same, for sets the test knows are good.
+fn good(scenario: &str, sets: &[&str]) -> Params {
+    params(scenario, sets, BackendKind::Model.capabilities()).expect("good parameters")
+}
 
 /// A backend that answers exit batches from a script: a cost per exit kind, the userspace
 /// exits and `kvm.vcpu.exits` it reports per roundtrip, and kinds it refuses.
@@ -84,7 +98,9 @@ impl Backend for FakeBackend {
     fn exit_roundtrips(&mut self, plan: &ExitPlan) -> Result<ExitResult, BackendError> {
         let name = plan.kind.name();
         if self.missing_cap.contains(&name) {
-            return Err(KvmError::MissingCap("KVM_CAP_FAKE").into());
+            return Err(BackendError::Unsupported(
+                "needs KVM_CAP_FAKE, which this host's KVM does not offer".into(),
+            ));
         }
         if self.unsupported.contains(&name) {
             return Err(BackendError::Unsupported(format!("{name} is not scripted")));
@@ -123,15 +139,15 @@ impl Backend for FakeBackend {
 
     fn dirty_log(
         &mut self,
-        _: &hvlab::backend::dirty::DirtyPlan,
-    ) -> Result<hvlab::backend::dirty::DirtyResult, BackendError> {
+        _: &hvlab_core::dirty::DirtyPlan,
+    ) -> Result<hvlab_core::dirty::DirtyResult, BackendError> {
         Err(not_scripted("dirty logging"))
     }
 
     fn update_memslots(
         &mut self,
-        _: &hvlab::backend::memslots::MemslotPlan,
-    ) -> Result<hvlab::backend::memslots::MemslotResult, BackendError> {
+        _: &hvlab_core::memslots::MemslotPlan,
+    ) -> Result<hvlab_core::memslots::MemslotResult, BackendError> {
         Err(not_scripted("memslot updates"))
     }
 }
@@ -139,13 +155,11 @@ impl Backend for FakeBackend {
 fn run_exits(backend: &mut FakeBackend, variants: &[&str]) -> RunRecord {
     let request = RunRequest {
         variants: variants.iter().map(ToString::to_string).collect(),
-        sets: vec!["iterations=1000".into()],
         reps: 8,
         warmup: 0,
-        ..RunRequest::default()
+        ..RunRequest::new(good("exits", &["iterations=1000"]))
     };
-    let info = hvlab::scenario::find("exits").expect("exits is registered");
-    hvlab::scenario::run(info, backend, &request, &Silent).expect("the exits run completes")
+    hvlab::scenario::run(backend, &request, &Silent).expect("the exits run completes")
 }
 
 fn variant<'a>(r: &'a RunRecord, name: &str) -> &'a hvlab::record::VariantRecord {
@@ -238,18 +252,17 @@ fn a_variant_the_backend_refuses_is_unsupported_and_the_others_still_run() {
 
 #[test]
 fn exits_plans_follow_the_request_and_refuse_a_model_variant_on_a_real_backend() {
-    let info = hvlab::scenario::find("exits").expect("exits is registered");
     let mut request = RunRequest {
         variants: vec!["vpmu-old".into()],
-        ..RunRequest::default()
+        ..RunRequest::new(Kind::Exits.defaults())
     };
-    let err = hvlab::scenario::check(info, &request, BackendKind::Kvm).unwrap_err();
+    let err = hvlab::scenario::check(&request, BackendKind::Kvm).unwrap_err();
     assert!(
         err.to_string().contains("add --backend model"),
         "a model variant on a real backend says how to run it: {err}"
     );
     request.variants = vec!["cpuid".into(), "cpuid".into()];
-    let err = hvlab::scenario::check(info, &request, BackendKind::Kvm).unwrap_err();
+    let err = hvlab::scenario::check(&request, BackendKind::Kvm).unwrap_err();
     assert!(err.to_string().contains("more than once"), "{err}");
 }
 
@@ -258,8 +271,8 @@ fn a_backend_without_a_percpu_predictor_is_refused_before_the_percpu_scenario_ru
     let mut fake = FakeBackend::new();
     // The fake describes itself as a real backend: it has no predictor to hand out.
     assert!(!fake.capabilities().percpu && fake.percpu().is_none());
-    let info = hvlab::scenario::find("percpu").expect("percpu is registered");
-    let err = hvlab::scenario::run(info, &mut fake, &RunRequest::default(), &Silent).unwrap_err();
+    let request = RunRequest::new(Kind::Percpu.defaults());
+    let err = hvlab::scenario::run(&mut fake, &request, &Silent).unwrap_err();
     assert_eq!(
         err.to_string(),
         "The kvm backend cannot run scenario percpu yet; it runs on: model."
@@ -347,13 +360,11 @@ impl Backend for FakeSlots {
 
 fn run_memslots(backend: &mut FakeSlots, sets: &[&str]) -> RunRecord {
     let request = RunRequest {
-        sets: sets.iter().map(ToString::to_string).collect(),
         reps: 5,
         warmup: 0,
-        ..RunRequest::default()
+        ..RunRequest::new(good("memslots", sets))
     };
-    let info = hvlab::scenario::find("memslots").expect("memslots is registered");
-    hvlab::scenario::run(info, backend, &request, &Silent).expect("the memslots run completes")
+    hvlab::scenario::run(backend, &request, &Silent).expect("the memslots run completes")
 }
 
 #[test]
@@ -391,19 +402,17 @@ fn a_scenario_asks_the_backend_what_it_can_do_not_which_kind_it_is() {
     let mut can = BackendKind::Kvm.capabilities();
     can.modelled = true;
     let mut fake = FakeSlots::new(can);
-    let info = hvlab::scenario::find("exits").expect("exits is registered");
     let request = RunRequest {
         variants: vec!["vpmu-old".into()],
-        sets: vec!["iterations=10".into()],
         reps: 2,
         warmup: 0,
-        ..RunRequest::default()
+        ..RunRequest::new(good("exits", &["iterations=10"]))
     };
-    let r = hvlab::scenario::run(info, &mut fake, &request, &Silent).expect("runs");
+    let r = hvlab::scenario::run(&mut fake, &request, &Silent).expect("runs");
     assert!(variant(&r, "vpmu-old").is_ok(), "{r:#?}");
     // The same backend describing itself as real is refused the variant, naming the fix.
     let mut fake = FakeSlots::new(BackendKind::Kvm.capabilities());
-    let err = hvlab::scenario::run(info, &mut fake, &request, &Silent).unwrap_err();
+    let err = hvlab::scenario::run(&mut fake, &request, &Silent).unwrap_err();
     assert!(err.to_string().contains("add --backend model"), "{err}");
     // And one that says it predicts per-CPU costs is let into percpu (then finds no
     // predictor to run: each variant is unsupported, not refused up front).
@@ -421,123 +430,128 @@ fn a_scenario_asks_the_backend_what_it_can_do_not_which_kind_it_is() {
 
 #[test]
 fn the_lab_s_typed_parameters_are_spelled_as_each_scenario_s_parser_reads_them() {
-    use hvlab::backend::guest::{Backing, GuestPage};
-    use hvlab::backend::lifecycle::Strategy;
-    use hvlab::backend::memory::{Pattern, Touch};
-    use hvlab::scenario::params::{Settings, sets_of};
-    use hvlab::scenario::{dirty, exits, lifecycle, memory, percpu, pinning};
-    let cases: Vec<(&str, Vec<String>)> = vec![
-        (
-            "memory",
-            sets_of(&[
-                memory::Set::Size(6 << 30),
-                memory::Set::Pattern(Pattern::Stride(4)),
-                memory::Set::Touch(Touch::WholePage),
-                memory::Set::GuestPage(GuestPage::Small),
-                memory::Set::Backing(Backing::Thp),
-            ]),
-        ),
-        (
-            "memory",
-            sets_of(&[
-                memory::Set::Pattern(Pattern::Random),
-                memory::Set::Touch(Touch::FirstByte),
-                memory::Set::GuestPage(GuestPage::Huge),
-                memory::Set::Backing(Backing::Lazy),
-            ]),
-        ),
-        (
-            "memory",
-            sets_of(&[
-                memory::Set::Pattern(Pattern::Reverse),
-                memory::Set::Backing(Backing::Populated),
-            ]),
-        ),
-        (
-            "lifecycle",
-            sets_of(&[
-                lifecycle::Set::Strategy(Strategy::LifecycleKeyed),
-                lifecycle::Set::Vcpus(2),
-                lifecycle::Set::Hz(1000),
-                lifecycle::Set::BackToBack(false),
-            ]),
-        ),
-        (
-            "pinning",
-            sets_of(&[
-                pinning::Set::BufferMib(256),
-                pinning::Set::Slices(71),
-                pinning::Set::PerTask(true),
-                pinning::Set::RecordsPerMs(0),
-            ]),
-        ),
-        (
-            "exits",
-            sets_of(&[
-                exits::Set::Iterations(1000),
-                exits::Set::HostPebs(true),
-                exits::Set::HostPebsDataCfg(false),
-            ]),
-        ),
-        (
-            "percpu",
-            sets_of(&[
-                percpu::Set::Cpus(160),
-                percpu::Set::Workload("stress-ng-fork"),
-            ]),
-        ),
-        (
-            "dirty",
-            sets_of(&[
-                dirty::Set::SizeMib(64),
-                dirty::Set::Passes(3),
-                dirty::Set::Stride(4096),
-                dirty::Set::Ring(65536),
-                dirty::Set::Chunk(262_144),
-            ]),
-        ),
+    use hvlab::scenario::{Params, dirty, exits, lifecycle, memory, percpu, pinning};
+    use hvlab_core::guest::{Backing, GuestPage};
+    use hvlab_core::lifecycle::Strategy;
+    use hvlab_core::memory::{Pattern, Touch};
+    let cases: Vec<Params> = vec![
+        Params::Memory(memory::MemoryParams {
+            size_bytes: 6 << 30,
+            pattern: Pattern::Stride(4),
+            touch: Touch::WholePage,
+            guest_page: GuestPage::Small,
+            model_backing: Backing::Thp,
+            ..Default::default()
+        }),
+        Params::Memory(memory::MemoryParams {
+            pattern: Pattern::Random,
+            touch: Touch::FirstByte,
+            guest_page: GuestPage::Huge,
+            model_backing: Backing::Lazy,
+            ..Default::default()
+        }),
+        Params::Memory(memory::MemoryParams {
+            pattern: Pattern::Reverse,
+            model_backing: Backing::Populated,
+            ..Default::default()
+        }),
+        Params::Lifecycle(lifecycle::LifecycleParams {
+            strategy: Strategy::LifecycleKeyed,
+            vcpus: 2,
+            hz: Some(1000),
+            back_to_back: false,
+            ..Default::default()
+        }),
+        Params::Pinning(pinning::PinningParams {
+            buffer_bytes: 256 << 20,
+            slices: 71,
+            per_task: true,
+            records_per_ms: 0,
+            ..Default::default()
+        }),
+        Params::Exits(exits::ExitParams {
+            iterations: 1000,
+            host_pebs: true,
+            host_pebs_data_cfg: false,
+            ..Default::default()
+        }),
+        Params::Percpu(percpu::PercpuParams {
+            cpus: 160,
+            workload: percpu::workload("stress-ng-fork").expect("a workload"),
+            ..Default::default()
+        }),
+        Params::Dirty(dirty::DirtyParams {
+            size_bytes: 64 << 20,
+            passes: 3,
+            stride: 4096,
+            ring: 65536,
+            chunk: 262_144,
+            ..Default::default()
+        }),
     ];
-    for (name, sets) in cases {
-        let info = hvlab::scenario::find(name).expect("registered");
-        let request = RunRequest {
-            sets: sets.clone(),
-            ..RunRequest::default()
-        };
-        hvlab::scenario::check(info, &request, BackendKind::Model)
-            .unwrap_or_else(|e| panic!("{name} {sets:?}: {e}"));
-        let settings = Settings::parse(info, &sets).expect("known keys");
-        assert!(sets.iter().all(|s| {
-            let (k, v) = s.split_once('=').expect("key=value");
-            settings.is_set(k) && settings.raw(k) == v
-        }));
+    for params in cases {
+        // What a record keeps, as `--set` text: it reads back to the same value.
+        let sets: Vec<String> = params
+            .record(BackendKind::Model)
+            .iter()
+            .map(|(k, v)| match v {
+                serde_json::Value::String(s) => format!("{k}={s}"),
+                other => format!("{k}={other}"),
+            })
+            .filter(|kv| !kv.ends_with('='))
+            .collect();
+        let read = params
+            .kind()
+            .parse(&sets, BackendKind::Model.capabilities())
+            .unwrap_or_else(|e| panic!("{sets:?}: {e}"));
+        assert_eq!(format!("{read:?}"), format!("{params:?}"), "{sets:?}");
+        let request = RunRequest::new(params);
+        hvlab::scenario::check(&request, BackendKind::Model)
+            .unwrap_or_else(|e| panic!("{sets:?}: {e}"));
     }
+    let spelled = |p: Params| -> Vec<String> {
+        p.record(BackendKind::Model)
+            .into_iter()
+            .filter(|(k, _)| ["strategy", "spacing", "size", "pattern"].contains(&k.as_str()))
+            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+            .collect()
+    };
     assert_eq!(
-        sets_of(&[
-            lifecycle::Set::Strategy(Strategy::AlwaysSync),
-            lifecycle::Set::BackToBack(true)
-        ]),
-        vec!["strategy=always-sync", "spacing=back-to-back"]
+        spelled(Params::Lifecycle(lifecycle::LifecycleParams {
+            strategy: Strategy::AlwaysSync,
+            back_to_back: true,
+            ..Default::default()
+        })),
+        vec!["spacing=back-to-back", "strategy=always-sync"]
     );
-    assert_eq!(sets_of(&[dirty::Set::SizeMib(512)]), vec!["size=512MiB"]);
     assert_eq!(
-        sets_of(&[
-            memory::Set::Size(6 << 30),
-            memory::Set::Pattern(Pattern::Seq)
-        ]),
-        vec!["size=6GiB", "pattern=seq"]
+        spelled(Params::Dirty(dirty::DirtyParams {
+            size_bytes: 512 << 20,
+            ..Default::default()
+        })),
+        vec!["size=512MiB"]
+    );
+    assert_eq!(
+        spelled(Params::Memory(memory::MemoryParams {
+            size_bytes: 6 << 30,
+            pattern: Pattern::Seq,
+            ..Default::default()
+        })),
+        vec!["pattern=seq", "size=6GiB"]
     );
 }
 
 #[test]
 fn notices_are_data_the_renderer_words() {
     use hvlab::scenario::Notice;
-    let lifecycle = hvlab::scenario::scenario("lifecycle").expect("registered");
     let request = RunRequest {
         variants: vec!["qemu-order".into()],
-        sets: vec!["order=create-vm,memslot,irqchip,vcpus,run".into()],
-        ..RunRequest::default()
+        ..RunRequest::new(good(
+            "lifecycle",
+            &["order=create-vm,memslot,irqchip,vcpus,run"],
+        ))
     };
-    let notices = lifecycle.notices(&request);
+    let notices = hvlab::scenario::notices(&request);
     assert_eq!(
         notices,
         vec![Notice::CustomOrderAlongside {
@@ -545,15 +559,12 @@ fn notices_are_data_the_renderer_words() {
         }]
     );
     assert_eq!(
-        hvlab::report::words::notice(&notices[0]),
+        hvlab::export::words::notice(&notices[0]),
         "running the --set order= sequence as variant `custom` alongside --variant qemu-order"
     );
     // Without --variant the custom order runs alone: nothing to say.
-    let alone = RunRequest {
-        sets: request.sets.clone(),
-        ..RunRequest::default()
-    };
-    assert!(lifecycle.notices(&alone).is_empty());
+    let alone = RunRequest::new(request.params.clone());
+    assert!(hvlab::scenario::notices(&alone).is_empty());
 }
 
 /// The answer a test scripts for one kind of plan.
@@ -657,13 +668,12 @@ impl Backend for Scripted {
     }
 }
 
-fn request_of(variants: &[&str], sets: &[&str], reps: u32) -> RunRequest {
+fn request_of(params: Params, variants: &[&str], reps: u32) -> RunRequest {
     RunRequest {
         variants: variants.iter().map(ToString::to_string).collect(),
-        sets: sets.iter().map(ToString::to_string).collect(),
         reps,
         warmup: 0,
-        ..RunRequest::default()
+        ..RunRequest::new(params)
     }
 }
 
@@ -674,8 +684,8 @@ fn run_on(
     sets: &[&str],
     reps: u32,
 ) -> Result<RunRecord, hvlab::error::Error> {
-    let info = hvlab::scenario::find(scenario).expect("registered");
-    hvlab::scenario::run(info, backend, &request_of(variants, sets, reps), &Silent)
+    let params = params(scenario, sets, backend.capabilities())?;
+    hvlab::scenario::run(backend, &request_of(params, variants, reps), &Silent)
 }
 
 /// Refused before anything runs, naming `--backend model`.
@@ -695,8 +705,8 @@ fn refused_as_model_only(backend: &mut Scripted, scenario: &str, variants: &[&st
 /// `KVM_SET_USER_MEMORY_REGION` waits `stall_ns` for it. Each ioctl's SRCU effect is reported,
 /// as the model reports its own.
 fn srcu_kernel_script(stall_ns: u64) -> Box<dyn FnMut(&ConstructionPlan) -> ConstructionTrace> {
-    use hvlab::backend::ioctl_table::SrcuEffect;
-    use hvlab::backend::lifecycle::{IoctlEvent, Step, Strategy};
+    use hvlab_core::ioctl_table::SrcuEffect;
+    use hvlab_core::lifecycle::{IoctlEvent, Step, Strategy};
     let mut calls = 0u64;
     Box::new(move |plan: &ConstructionPlan| {
         let defers = plan.strategy != Strategy::AlwaysSync;
@@ -848,7 +858,7 @@ fn lifecycle_judges_stalls_in_the_jiffies_of_the_host_the_backend_presents() {
 
 #[test]
 fn lifecycle_plans_follow_the_request_and_model_parameters_need_a_modelled_backend() {
-    use hvlab::backend::lifecycle::Strategy;
+    use hvlab_core::lifecycle::Strategy;
     let mut fake = Scripted::new();
     fake.build = Some(srcu_kernel_script(8_000_000));
     let r = run_on(
@@ -924,8 +934,8 @@ fn lifecycle_plans_follow_the_request_and_model_parameters_need_a_modelled_backe
 /// 2 MiB; lazy memory 1 µs and a fault per page; userfaultfd 3 µs a page, one uffd fault per
 /// window. Up to 4% jitter. The guest's page tables take `table_pages` pages.
 fn memory_script(table_pages: u64) -> Box<dyn FnMut(&TouchPlan) -> TouchResult> {
-    use hvlab::backend::guest::Backing;
-    use hvlab::backend::memory::HostBacking;
+    use hvlab_core::guest::Backing;
+    use hvlab_core::memory::HostBacking;
     let mut calls = 0u64;
     Box::new(move |plan: &TouchPlan| {
         calls += 1;
@@ -1033,8 +1043,8 @@ fn memory_counts_the_guest_s_page_table_faults_only_where_tdp_makes_them_stage_2
 
 #[test]
 fn memory_plans_follow_the_request_and_model_variants_need_a_modelled_backend() {
-    use hvlab::backend::guest::{Backing, GuestPage};
-    use hvlab::backend::memory::{Access, HostBacking, Pattern, PrefetchLoop, Touch};
+    use hvlab_core::guest::{Backing, GuestPage};
+    use hvlab_core::memory::{Access, HostBacking, Pattern, PrefetchLoop, Touch};
     let mut fake = Scripted::new();
     fake.touch = Some(memory_script(0));
     let sets = [
@@ -1061,7 +1071,7 @@ fn memory_plans_follow_the_request_and_model_variants_need_a_modelled_backend() 
             p.prefetch, None,
             "a real backend runs its kernel's prefetch"
         );
-        assert_eq!(p.seed, RunRequest::default().seed);
+        assert_eq!(p.seed, hvlab::scenario::runner::DEFAULT_SEED);
     }
     // The model's prefetch loops and its host backing are the model's alone.
     let mut real = Scripted::new();
@@ -1105,7 +1115,7 @@ fn memory_plans_follow_the_request_and_model_variants_need_a_modelled_backend() 
 /// more when the buffer moves), `aging` pins and unpins once and ends with nothing pinned. A buffer
 /// larger than the cap loses 7 records. Up to 4% jitter.
 fn pin_script() -> Box<dyn FnMut(&PinPlan) -> PinResult> {
-    use hvlab::backend::pinning::PinPolicy;
+    use hvlab_core::pinning::PinPolicy;
     let mut calls = 0u64;
     Box::new(move |plan: &PinPlan| {
         calls += 1;
@@ -1215,7 +1225,7 @@ fn pinning_on_a_fake_backend_calls_keeping_the_pin_faster_and_words_aging_and_bl
 
 #[test]
 fn pinning_plans_follow_the_request_and_no_pin_needs_a_modelled_backend() {
-    use hvlab::backend::pinning::PinPolicy;
+    use hvlab_core::pinning::PinPolicy;
     let mut fake = Scripted::new();
     fake.pin = Some(pin_script());
     run_on(
@@ -1260,7 +1270,7 @@ fn pinning_plans_follow_the_request_and_no_pin_needs_a_modelled_backend() {
 /// 0.25 ms a chunk; ring 3 ms of harvest and 1 ms of reset, and a ring-full exit each time
 /// the soft limit fills. Up to 4% jitter.
 fn dirty_script(short: u64) -> Box<dyn FnMut(&DirtyPlan) -> DirtyResult> {
-    use hvlab::backend::dirty::{DirtyPass, LogMode};
+    use hvlab_core::dirty::{DirtyPass, LogMode};
     let (mut calls, mut clears) = (0u64, 0u64);
     Box::new(move |plan: &DirtyPlan| {
         calls += 1;
@@ -1403,7 +1413,7 @@ fn dirty_fails_a_variant_whose_log_misses_a_page_the_guest_wrote() {
 
 #[test]
 fn dirty_plans_follow_the_request() {
-    use hvlab::backend::dirty::LogMode;
+    use hvlab_core::dirty::LogMode;
     let mut fake = Scripted::new();
     fake.log = Some(dirty_script(0));
     run_on(
@@ -1430,33 +1440,50 @@ fn dirty_plans_follow_the_request() {
 
 #[test]
 fn showcases_and_validation_points_ask_for_the_parameters_they_asked_for_as_text() {
-    use hvlab::scenario::params::sets_of;
     // What each showcase and validation point asked before they were typed: the runs they
     // make (and the parameters stored with them) stay the same.
-    let showcases: Vec<(&str, Vec<String>)> = hvlab::scenario::REGISTRY
-        .iter()
-        .flat_map(|s| {
-            s.showcases()
-                .iter()
-                .map(|c| (s.info().name, sets_of(c.sets)))
+    let as_text = |kind: Kind, sets: &[&str]| format!("{:?}", good(kind.name(), sets));
+    let showcases: Vec<(&str, String)> = Kind::ALL
+        .into_iter()
+        .flat_map(|k| {
+            k.showcases()
+                .into_iter()
+                .map(move |c| (k.name(), format!("{:?}", c.params)))
         })
         .collect();
-    let text = |v: &[&str]| v.iter().map(ToString::to_string).collect::<Vec<_>>();
     assert_eq!(
         showcases,
         vec![
             (
                 "lifecycle",
-                text(&["strategy=always-defer", "spacing=independent"])
+                as_text(
+                    Kind::Lifecycle,
+                    &["strategy=always-defer", "spacing=independent"]
+                )
             ),
             (
                 "lifecycle",
-                text(&["strategy=lifecycle-keyed", "spacing=independent"])
+                as_text(
+                    Kind::Lifecycle,
+                    &["strategy=lifecycle-keyed", "spacing=independent"]
+                )
             ),
-            ("exits", text(&["host_pebs=1", "iterations=1000"])),
-            ("pinning", text(&["buffer=256MiB", "slices=100"])),
-            ("percpu", text(&["workload=kernel-build", "cpus=160"])),
-            ("percpu", text(&["workload=stress-ng-fork", "cpus=4096"])),
+            (
+                "exits",
+                as_text(Kind::Exits, &["host_pebs=1", "iterations=1000"])
+            ),
+            (
+                "pinning",
+                as_text(Kind::Pinning, &["buffer=256MiB", "slices=100"])
+            ),
+            (
+                "percpu",
+                as_text(Kind::Percpu, &["workload=kernel-build", "cpus=160"])
+            ),
+            (
+                "percpu",
+                as_text(Kind::Percpu, &["workload=stress-ng-fork", "cpus=4096"])
+            ),
         ]
     );
     let mut host = probe_with("not asked: a fake backend".into(), BTreeMap::new());
@@ -1470,11 +1497,12 @@ fn showcases_and_validation_points_ask_for_the_parameters_they_asked_for_as_text
             .into(),
         );
         host.kernel = kernel.into();
-        let points: BTreeMap<&str, (Vec<String>, Vec<String>)> = hvlab::scenario::REGISTRY
-            .iter()
-            .filter_map(|s| {
-                let p = s.validation(&host)?;
-                Some((s.info().name, (sets_of(p.sets), sets_of(p.model_sets))))
+        let points: BTreeMap<&str, (String, String)> = Kind::ALL
+            .into_iter()
+            .filter_map(|k| {
+                let p = k.validation(&host)?;
+                let show = |p: &Params| format!("{p:?}");
+                Some((k.name(), (show(&p.params), show(&p.model_params))))
             })
             .collect();
         let (size, iterations, strategy) = if emulated {
@@ -1482,16 +1510,23 @@ fn showcases_and_validation_points_ask_for_the_parameters_they_asked_for_as_text
         } else {
             ("size=128MiB", "iterations=5000", "strategy=always-defer")
         };
-        let dirty = if emulated {
-            text(&["size=16MiB", "passes=1", "vcpus=2"])
+        let dirty: &[&str] = if emulated {
+            &["size=16MiB", "passes=1", "vcpus=2"]
         } else {
-            text(&["size=128MiB", "passes=3", "vcpus=8"])
+            &["size=128MiB", "passes=3", "vcpus=8"]
         };
-        let want: BTreeMap<&str, (Vec<String>, Vec<String>)> = [
-            ("dirty", (dirty, vec![])),
-            ("memory", (text(&[size, "pattern=random"]), vec![])),
-            ("exits", (text(&[iterations]), vec![])),
-            ("lifecycle", (vec![], text(&[strategy]))),
+        let both = |kind: Kind, sets: &[&str]| (as_text(kind, sets), as_text(kind, sets));
+        let want: BTreeMap<&str, (String, String)> = [
+            ("dirty", both(Kind::Dirty, dirty)),
+            ("memory", both(Kind::Memory, &[size, "pattern=random"])),
+            ("exits", both(Kind::Exits, &[iterations])),
+            (
+                "lifecycle",
+                (
+                    as_text(Kind::Lifecycle, &[]),
+                    as_text(Kind::Lifecycle, &[strategy]),
+                ),
+            ),
         ]
         .into_iter()
         .collect();

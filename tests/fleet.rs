@@ -9,10 +9,10 @@ use crate::common;
 use std::collections::BTreeMap;
 
 use common::{assert_exit, json, run, tool_or_skip};
-use hvlab::backend::BackendKind;
-use hvlab::backend::host::{HostInfo, KvmFlavour};
 use hvlab::record::{MetricRecord, RunRecord, VariantRecord, VariantStatus};
 use hvlab::store::Store;
+use hvlab_core::BackendKind;
+use hvlab_core::host::{HostInfo, KvmFlavour};
 
 const CPUS: [(&str, KvmFlavour, f64); 4] = [
     ("AMD EPYC 7763 64-Core Processor", KvmFlavour::Svm, 7.0),

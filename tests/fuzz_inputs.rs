@@ -5,10 +5,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hvlab::Error;
-use hvlab::backend::BackendKind;
 use hvlab::model::ModelError;
 use hvlab::model::profile::{BUILT_IN, Profile};
 use hvlab::scenario::runner::RunRequest;
+use hvlab_core::BackendKind;
 use proptest::prelude::*;
 
 const SET_CASES: u32 = 60_000;
@@ -88,7 +88,12 @@ fn scenario() -> impl Strategy<Value = &'static hvlab::scenario::ScenarioInfo> {
 
 /// A key: mostly the scenario's own, sometimes another scenario's or junk.
 fn key(info: &'static hvlab::scenario::ScenarioInfo) -> impl Strategy<Value = String> {
-    let own: Vec<String> = info.params.iter().map(|p| p.name.to_string()).collect();
+    let own: Vec<String> = hvlab::scenario::Kind::named(info.name)
+        .map(|k| k.param_infos())
+        .unwrap_or_default()
+        .iter()
+        .map(|p| p.name.to_string())
+        .collect();
     prop_oneof![
         4 => prop::sample::select(own),
         1 => "[a-z_.]{1,10}",
@@ -144,11 +149,11 @@ fn random_set_values_are_accepted_or_refused_as_bad_input_naming_the_key() {
             } else {
                 BackendKind::Kvm
             };
-            let request = RunRequest {
-                sets: sets.clone(),
-                ..RunRequest::default()
-            };
-            if let Err(e) = hvlab::scenario::check(info, &request, backend) {
+            // Read at the edge as `hvlab run` reads it, then checked as it checks it.
+            let checked = hvlab::scenario::Kind::named(info.name)
+                .and_then(|k| k.parse(&sets, backend.capabilities()))
+                .and_then(|p| hvlab::scenario::check(&RunRequest::new(p), backend));
+            if let Err(e) = checked {
                 let msg = e.to_string();
                 let code = Error::from(e).exit_code();
                 prop_assert_eq!(code, 2, "{}", msg);

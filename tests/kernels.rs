@@ -3,7 +3,5 @@
 
 mod common;
 
-#[path = "kernel_vm.rs"]
 mod kernel_vm;
-#[path = "svm_tcg.rs"]
 mod svm_tcg;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use hvlab::kvm::guest::layout::{CODE_GPA, GuestPage, Layout};
 use hvlab::kvm::guest::runner;
 use hvlab::kvm::guest::{Cpl, ENTRY_GPA, signal_payload};
-use hvlab::kvm::memory::{Backing, GuestMemory};
+use hvlab::kvm::guest_memory::{Backing, GuestMemory};
 use hvlab::kvm::stats::{StatKind, StatsReader, StatsSnapshot, deltas};
 use hvlab::kvm::vm::Vm;
 use hvlab::kvm::{KvmError, open_kvm};

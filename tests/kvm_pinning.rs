@@ -25,8 +25,8 @@ fn eager_pins_on_every_switch_and_keep_once_with_no_blackouts() {
     assert_eq!(median(&r, "keep", "pins"), 1.0);
     assert_eq!(median(&r, "aging", "pins"), 1.0);
     // Eager repeats keep's single pin and adds 29 re-pins of resident pages, so it costs more.
-    // How much more depends on the first pin's faults: ~20x on a warm host, 3.7x on a fresh CI
-    // machine whose first touch of the buffer also faulted in the outer host.
+    // How much more depends on the first pin's faults: far more on a warm host than on a fresh
+    // machine, whose first touch of the buffer also faults in the outer host.
     let (eager, keep) = (
         fastest(&r, "eager", "pin_ms"),
         fastest(&r, "keep", "pin_ms"),

@@ -341,7 +341,7 @@ fn a_suite_shard_without_access_to_dev_kvm_fails_with_exit_3_and_keeps_the_hosts
     let Some(_turn) = common::kvm_or_skip(test) else {
         return;
     };
-    let device = hvlab::backend::host::kvm_device_path();
+    let device = hvlab_host::probe::kvm_device_path();
     let nobody_can_open = Command::new("setpriv")
         .args([
             "--reuid=65534",

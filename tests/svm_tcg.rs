@@ -155,8 +155,8 @@ fn check(r: &Results) {
     assert_eq!(host["kvm_flavour"], "svm", "{k}: {host}");
     assert_eq!(host["tdp"], true, "{k}: {host}");
     let release = host["kernel"].as_str().unwrap().to_string();
-    let synchronizing = hvlab::backend::ioctl_table::SrcuKernel::of(&release, false).registration
-        == hvlab::backend::ioctl_table::BusRegistration::Synchronizes;
+    let synchronizing = hvlab_core::ioctl_table::SrcuKernel::of(&release, false).registration
+        == hvlab_core::ioctl_table::BusRegistration::Synchronizes;
 
     // lifecycle: every order builds a VM; on kernels whose registrations synchronize no
     // grace period is ever in flight, so no SRCU stall may be reported, whatever TCG's noise.

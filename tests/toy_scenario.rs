@@ -1,22 +1,23 @@
-//! A sixth scenario takes one file: this one. It implements `Experiment` (its parameters, the
-//! plan of each variant, how to read the samples) over a plan type the backends already speak (a
-//! batch of CPUID exits); the generic machinery checks its input, repeats it on the model
-//! backend with variants interleaved, and assembles its record. Listing it in the CLI,
-//! suite, report and validate would take one more line: its entry in `scenario::REGISTRY`.
+//! A sixth scenario takes one file: this one. It implements `Scenario` (its parameters, each
+//! declared once in its table; the plan of each variant; how to read the samples) over a plan
+//! type the backends already speak (a batch of CPUID exits); the generic machinery reads its
+//! `--set` text, checks its input, repeats it on the model backend with variants interleaved,
+//! and assembles its record. Listing it in the CLI, suite, report and validate would take its
+//! entry in the registry (`scenario::Kind` and `scenario::Params`).
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use std::time::Duration;
 
-use hvlab::backend::exits::{ExitKind, ExitPlan, ExitResult};
-use hvlab::backend::{BackendKind, Capabilities};
 use hvlab::error::InputError;
 use hvlab::model::ModelBackend;
 use hvlab::model::profile::Profile;
 use hvlab::record::{VariantRecord, VariantStatus};
-use hvlab::scenario::params::{ParamInfo, Settings};
+use hvlab::scenario::params::{self, Param, Values};
 use hvlab::scenario::runner::{RunRequest, ScenarioOutcome, Silent};
 use hvlab::scenario::samples::{Series, per_variant};
-use hvlab::scenario::{Experiment, MetricInfo, Observed, ScenarioInfo, VariantInfo, run_scenario};
+use hvlab::scenario::{MetricInfo, Observed, Scenario, ScenarioInfo, VariantInfo, run_scenario};
+use hvlab_core::BackendKind;
+use hvlab_core::exits::{ExitKind, ExitPlan, ExitResult};
 
 static INFO: ScenarioInfo = ScenarioInfo {
     name: "cpuid-batch",
@@ -32,12 +33,6 @@ static INFO: ScenarioInfo = ScenarioInfo {
         },
     ],
     model_variants: &[],
-    params: &[ParamInfo {
-        name: "timeout_ms",
-        default: "1000",
-        doc: "watchdog per batch",
-        model_only: false,
-    }],
     metrics: &[MetricInfo {
         name: "roundtrip_ns",
         unit: "ns",
@@ -49,23 +44,44 @@ static INFO: ScenarioInfo = ScenarioInfo {
     default_warmup: 0,
 };
 
+/// The toy's parameters: the watchdog per batch.
+#[derive(Debug, Clone)]
+struct Batch {
+    timeout: Duration,
+}
+
+impl Default for Batch {
+    fn default() -> Batch {
+        Batch {
+            timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+static PARAMS: [Param<Batch>; 1] = [Param {
+    name: "timeout_ms",
+    doc: "watchdog per batch",
+    values: Values::Range(10, 60_000),
+    model_only: false,
+    read: |p, t| {
+        p.timeout = Duration::from_millis(u64::from(t.whole()?));
+        Ok(())
+    },
+    spell: |p| p.timeout.as_millis().to_string(),
+}];
+
 struct CpuidBatch;
 
-impl Experiment for CpuidBatch {
+impl Scenario for CpuidBatch {
     type Plan = ExitPlan;
-    type Params = Duration;
+    type Params = Batch;
     const INFO: &'static ScenarioInfo = &INFO;
-
-    fn params(&self, settings: &Settings, _: Capabilities) -> Result<Duration, InputError> {
-        let ms = settings.u32_in("timeout_ms", 10..=60_000)?;
-        Ok(Duration::from_millis(u64::from(ms)))
-    }
+    const PARAMS: &'static [Param<Batch>] = &PARAMS;
 
     fn plan(
         &self,
-        timeout: &Duration,
         name: &str,
-        _: &RunRequest,
+        request: &RunRequest<Batch>,
     ) -> Result<Option<ExitPlan>, InputError> {
         let iterations = match name {
             "small" => 100,
@@ -76,7 +92,7 @@ impl Experiment for CpuidBatch {
             kind: ExitKind::Cpuid,
             iterations,
             cpl: None,
-            timeout: *timeout,
+            timeout: request.params.timeout,
             pmu: None,
         }))
     }
@@ -117,7 +133,7 @@ fn a_sixth_scenario_runs_through_the_generic_machinery() {
     let request = RunRequest {
         reps: 3,
         warmup: 0,
-        ..RunRequest::default()
+        ..RunRequest::new(Batch::default())
     };
     let record = run_scenario(&CpuidBatch, &mut model(), &request, &Silent).unwrap();
     assert_eq!(record.scenario, "cpuid-batch");
@@ -130,7 +146,7 @@ fn a_sixth_scenario_runs_through_the_generic_machinery() {
         assert_eq!(m.n, 3);
         assert!(m.median > 0.0);
     }
-    // The parameter declared once in INFO is in the record, with its default.
+    // The parameter declared once in its table is in the record, with its default.
     assert_eq!(record.params["timeout_ms"], 1000);
 }
 
@@ -138,19 +154,26 @@ fn a_sixth_scenario_runs_through_the_generic_machinery() {
 fn the_generic_machinery_checks_a_new_scenarios_input() {
     let bad = RunRequest {
         variants: vec!["huge".into()],
-        ..RunRequest::default()
+        ..RunRequest::new(Batch::default())
     };
     let e = run_scenario(&CpuidBatch, &mut model(), &bad, &Silent).unwrap_err();
     assert!(e.to_string().contains("small, large"), "{e}");
     let twice = RunRequest {
         variants: vec!["small".into(), "small".into()],
-        ..RunRequest::default()
+        ..RunRequest::new(Batch::default())
     };
     assert!(run_scenario(&CpuidBatch, &mut model(), &twice, &Silent).is_err());
-    let set = RunRequest {
-        sets: vec!["timeout_ms=5".into()],
-        ..RunRequest::default()
-    };
-    let e = run_scenario(&CpuidBatch, &mut model(), &set, &Silent).unwrap_err();
-    assert!(e.to_string().contains("timeout_ms"), "{e}");
+    let can = BackendKind::Model.capabilities();
+    let e = params::parse(INFO.name, &PARAMS, &["timeout_ms=5".into()], can).unwrap_err();
+    assert!(
+        e.to_string().contains("timeout_ms") && e.to_string().contains("from 10 to 60000"),
+        "{e}"
+    );
+    let read = params::parse(INFO.name, &PARAMS, &["timeout_ms=250".into()], can).unwrap();
+    assert_eq!(read.timeout, Duration::from_millis(250));
+    let listed = params::infos(&PARAMS);
+    assert_eq!(
+        (listed[0].default.as_str(), listed[0].range),
+        ("1000", Some([10, 60_000]))
+    );
 }

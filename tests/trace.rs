@@ -132,7 +132,7 @@ fn tracing_qemu_microvm_lists_construction_and_flags_the_stall() {
             .any(|s| s["duration_ms"].as_f64().unwrap() > jiffy_ms / 2.0)
     );
     for s in &before_run {
-        let can_wait = hvlab::backend::ioctl_table::srcu_effect(
+        let can_wait = hvlab_core::ioctl_table::srcu_effect(
             s["ioctl"].as_str().unwrap(),
             None,
             &hvlab::lab::host::probe().srcu_kernel(),

@@ -11,7 +11,7 @@ use clap::{ColorChoice, CommandFactory};
 
 use super::Cli;
 use crate::error::Error;
-use crate::report::escape::terminal as safe;
+use crate::export::escape::terminal as safe;
 
 /// `hvlab --version`: the crate version and the git revision it was built from (`-dirty` when
 /// the tree had uncommitted changes).

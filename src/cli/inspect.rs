@@ -6,11 +6,11 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{print_json, print_table, print_text, render};
-use crate::backend::BackendKind;
 use crate::error::Error;
 use crate::lab::{self, host};
 use crate::scenario;
 use crate::store::{self, Store};
+use hvlab_core::BackendKind;
 
 /// `hvlab host`: the host, then a plain failure when KVM is unusable.
 pub(super) fn host(json: bool) -> Result<ExitCode, Error> {
@@ -27,7 +27,10 @@ pub(super) fn host(json: bool) -> Result<ExitCode, Error> {
 
 /// `hvlab list`: the scenarios.
 pub(super) fn list(json: bool) -> Result<ExitCode, Error> {
-    let catalog = scenario::catalog();
+    let catalog: Vec<scenario::Listing> = scenario::Kind::ALL
+        .into_iter()
+        .map(scenario::Kind::listing)
+        .collect();
     if json {
         print_json(&serde_json::json!({ "scenarios": catalog }))?;
     } else {
@@ -45,7 +48,7 @@ pub(super) struct RunsArgs {
     #[arg(long)]
     scenario: Option<String>,
     /// Only this backend
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = super::backend_arg())]
     backend: Option<BackendKind>,
     /// Only hosts whose description contains this (kernel, CPU, flavour, or a model
     /// profile), ignoring case
@@ -137,7 +140,7 @@ pub(super) fn show(db: Option<&Path>, args: &ShowArgs) -> Result<ExitCode, Error
     if args.json {
         print_json(&record)?;
     } else {
-        print_text(&render::run(&record, args.verbose))?;
+        super::print_run(&record, args.verbose)?;
     }
     Ok(ExitCode::SUCCESS)
 }

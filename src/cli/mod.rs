@@ -10,7 +10,8 @@ mod man;
 mod model;
 mod paths;
 mod progress;
-mod render;
+// The terminal exporter renders; the command line prints what it renders.
+use crate::export::terminal as render;
 mod report;
 mod run;
 mod run_store;
@@ -27,10 +28,11 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::error::{Error, InputError};
-use crate::report::escape::terminal as safe;
-use crate::scenario::ScenarioInfo;
+use crate::export::escape::terminal as safe;
 use crate::scenario::runner::{DEFAULT_SEED, RunRequest};
+use crate::scenario::{Params, ScenarioInfo};
 use crate::trace;
+use hvlab_core::BackendKind;
 
 /// hvlab — the hypervisor fast-path lab: where does virtualization cost time on this host, did a
 /// kernel or policy change make it worse, and what would a fix buy?
@@ -179,7 +181,7 @@ impl InterferenceArgs {
             .cpu
             .as_deref()
             .map(|text| {
-                crate::backend::noise::parse_cpu_list(text).map_err(|why| InputError::BadValue {
+                hvlab_host::noise::parse_cpu_list(text).map_err(|why| InputError::BadValue {
                     key: "--cpu".into(),
                     value: text.into(),
                     why,
@@ -190,7 +192,7 @@ impl InterferenceArgs {
             .quiet_host
             .as_deref()
             .map(|text| {
-                crate::backend::noise::parse_wait(text).map_err(|why| InputError::BadValue {
+                hvlab_host::noise::parse_wait(text).map_err(|why| InputError::BadValue {
                     key: "--quiet-host".into(),
                     value: text.into(),
                     why,
@@ -205,24 +207,24 @@ impl InterferenceArgs {
     fn apply(&self) -> Result<(), Error> {
         let (cpus, wait) = self.check()?;
         if let Some(cpus) = cpus {
-            crate::backend::noise::pin_to(&cpus).map_err(|e| InputError::BadValue {
+            hvlab_host::noise::pin_to(&cpus).map_err(|e| InputError::BadValue {
                 key: "--cpu".into(),
                 value: self.cpu.clone().unwrap_or_default(),
                 why: format!(
                     "the kernel refused the CPU set: {e}; the allowed CPUs are {}",
-                    crate::backend::noise::format_cpu_list(&crate::backend::noise::allowed_cpus())
+                    hvlab_host::noise::format_cpu_list(&hvlab_host::noise::allowed_cpus())
                 ),
             })?;
-            crate::backend::noise::note_pinned(&cpus);
+            hvlab_host::noise::note_pinned(&cpus);
             eprintln!(
                 "pinned the VMM and vCPU threads to CPU {}",
-                crate::backend::noise::format_cpu_list(&cpus)
+                hvlab_host::noise::format_cpu_list(&cpus)
             );
         }
         if let Some(limit) = wait {
-            let cores = crate::backend::noise::online_cpus();
-            let w = crate::backend::noise::wait_for_quiet(limit);
-            crate::backend::noise::note_quiet_wait(w);
+            let cores = hvlab_host::noise::online_cpus();
+            let w = hvlab_host::noise::wait_for_quiet(limit);
+            hvlab_host::noise::note_quiet_wait(w);
             if w.quiet {
                 eprintln!(
                     "quiet host: load {:.1} below {cores} cores after waiting {:.0} s",
@@ -299,6 +301,13 @@ fn print_text(text: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// A run's account, as the terminal exporter renders it.
+fn print_run(record: &crate::record::RunRecord, verbose: bool) -> Result<(), Error> {
+    use crate::export::{Export, Exporter, terminal::Terminal};
+    let text = Terminal { verbose }.serialize(&Export::runs(std::slice::from_ref(record)))?;
+    print_text(&String::from_utf8_lossy(&text))
+}
+
 /// A table from `render`: its header line (the one above the rule of dashes) in bold where
 /// colour is on, the rest as [`print_text`] prints it.
 fn print_table(text: &str) -> Result<(), Error> {
@@ -350,15 +359,22 @@ fn done(result: Result<(), Error>) -> Result<ExitCode, Error> {
     result.map(|()| ExitCode::SUCCESS)
 }
 
+/// `--backend`: the backends, each with what it is, as the help lists them.
+fn backend_arg() -> impl clap::builder::TypedValueParser<Value = BackendKind> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(BackendKind::ALL.map(|b| PossibleValue::new(b.name()).help(b.what())))
+        .map(|name| name.parse().unwrap_or(BackendKind::Kvm))
+}
+
 fn request_of(
     info: &ScenarioInfo,
     m: &MeasureArgs,
     variants: Vec<String>,
-    sets: Vec<String>,
+    params: Params,
 ) -> RunRequest {
     RunRequest {
+        params,
         variants,
-        sets,
         reps: m.reps.unwrap_or(info.default_reps),
         warmup: m.warmup.unwrap_or(info.default_warmup),
         seed: m.seed,

@@ -10,12 +10,12 @@ use super::paths::check_output_file;
 use super::progress::TermProgress;
 use super::run_store::RunStore;
 use super::{InterferenceArgs, print_json, print_text, render};
-use crate::backend::Backend;
 use crate::error::Error;
 use crate::lab::{self, backends, host};
 use crate::model::profile::Profile;
 use crate::model::{ModelBackend, ModelError};
 use crate::scenario::runner::DEFAULT_SEED;
+use hvlab_core::Backend;
 
 #[derive(Debug, Args)]
 pub(super) struct CalibrateArgs {
@@ -149,23 +149,24 @@ pub(super) fn validate(db: Option<&Path>, args: &ValidateArgs) -> Result<ExitCod
 fn calibrate_measuring_noise(
     backend: &mut dyn Backend,
     progress: &TermProgress,
-) -> Result<(Profile, crate::backend::noise::Noise), Error> {
-    use crate::backend::noise::{Noise, Snapshot, take_reps};
+) -> Result<(Profile, hvlab_core::noise::Noise), Error> {
+    use hvlab_host::noise::{Snapshot, between};
     let before = Snapshot::take();
     let mut profile = backends::calibrate(backend, progress)?;
+    // The host over the whole calibration: its runs' own repetitions are in their records.
     // Calibration's widest step runs two vCPUs: no more threads than cores.
-    let noise = Noise::between(&before, &Snapshot::take(), &take_reps(), 1);
+    let noise = between(&before, &Snapshot::take(), &[], 1);
     profile.describes = format!(
         "{}; measured in {}",
         profile.describes,
-        crate::report::words::noise_line(&noise)
+        crate::export::words::noise_line(&noise)
     );
     Ok((profile, noise))
 }
 
 /// What made the host busy, in words.
-fn busy_why(noise: &crate::backend::noise::Noise) -> String {
-    crate::report::words::busy_words(&noise.busy)
+fn busy_why(noise: &hvlab_core::noise::Noise) -> String {
+    crate::export::words::busy_words(&noise.busy)
 }
 
 /// `--tolerance`: a finite percentage above 0 (at most 100000: a huge one checks only the
@@ -242,7 +243,7 @@ fn validate_with(
     let busy: Vec<String> = validation
         .busy
         .iter()
-        .map(|n| crate::report::words::busy_words(&n.busy))
+        .map(|n| crate::export::words::busy_words(&n.busy))
         .collect();
     if json {
         print_json(&serde_json::json!({

@@ -97,7 +97,7 @@ pub(super) fn write_report(
     option: &'static str,
 ) -> Result<PathBuf, Error> {
     write_report_with(dir, option, |dir| {
-        crate::report::write(records, fidelity, fleet, dir)
+        crate::export::write(records, fidelity, fleet, dir)
     })
 }
 

@@ -43,7 +43,7 @@ pub(super) fn report(db: Option<&Path>, args: ReportArgs) -> Result<ExitCode, Er
 /// The report of sweep `id`.
 fn sweep_report(store: &Store, id: &str, output: &Path) -> Result<ExitCode, Error> {
     let records = store.sweep_runs(id)?;
-    let Some(view) = crate::report::SweepView::of(id, &records) else {
+    let Some(view) = crate::export::SweepView::of(id, &records) else {
         return Err(InputError::NoSuchSweep {
             id: id.to_string(),
             known: lab::select::known_sweeps(store)?,
@@ -51,7 +51,7 @@ fn sweep_report(store: &Store, id: &str, output: &Path) -> Result<ExitCode, Erro
         .into());
     };
     let path = write_report_with(output, "-o DIR", |dir| {
-        crate::report::write_sweep(&view, dir)
+        crate::export::write_sweep(&view, dir)
     })?;
     print_text(&format!(
         "report of sweep {id} ({} runs): {}",

@@ -6,20 +6,20 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::progress::TermProgress;
-use super::{MeasureArgs, habits, print_json, print_text, render, request_of};
-use crate::backend::{Backend, BackendKind};
+use super::{MeasureArgs, habits, print_json, request_of};
 use crate::error::{Error, InputError};
 use crate::lab::{backends, host};
 use crate::record::RunRecord;
 use crate::scenario::runner::RunRequest;
 use crate::scenario::{self, ScenarioInfo};
+use hvlab_core::{Backend, BackendKind};
 
 #[derive(Debug, Args)]
 pub(super) struct RunArgs {
     /// Scenario (see `hvlab list`)
     scenario: String,
     /// Backend
-    #[arg(long, value_enum, default_value_t = BackendKind::Kvm)]
+    #[arg(long, value_parser = super::backend_arg(), default_value_t = BackendKind::Kvm)]
     backend: BackendKind,
     /// Variant to run (repeatable); default: all
     #[arg(long = "variant", value_name = "V")]
@@ -41,14 +41,15 @@ pub(super) struct RunArgs {
 /// `hvlab run`: checks everything it can before measuring (the request, the options, the
 /// store), then runs, judges, stores and prints.
 pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
-    let info = scenario::find(&args.scenario)?;
+    let kind = scenario::Kind::named(&args.scenario)?;
     if args.backend == BackendKind::Kvm && args.measure.profile.is_some() {
         return Err(InputError::ProfileWithKvm.into());
     }
-    let request = request_of(info, &args.measure, args.variants, args.sets);
-    scenario::check(info, &request, args.backend)?;
-    for notice in scenario::scenario(info.name)?.notices(&request) {
-        habits::note(&format!("note: {}", crate::report::words::notice(&notice)));
+    let params = kind.parse(&args.sets, args.backend.capabilities())?;
+    let request = request_of(kind.info(), &args.measure, args.variants, params);
+    scenario::check(&request, args.backend)?;
+    for notice in scenario::notices(&request) {
+        habits::note(&format!("note: {}", crate::export::words::notice(&notice)));
     }
     args.measure.interference.check()?;
     // Check the database before measuring, so a bad --db does not cost a run.
@@ -61,7 +62,7 @@ pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
         &backends::ModelProfile::named(args.measure.profile.as_deref()).noting(&say),
         args.measure.seed,
     )?;
-    let mut record = run_one(info, backend.as_mut(), &request, args.measure.json)?;
+    let mut record = run_one(kind.info(), backend.as_mut(), &request, args.measure.json)?;
     scenario::judge(&record)?;
     record.baseline = args.save_baseline;
     if let Some(s) = &mut run_store {
@@ -70,7 +71,7 @@ pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
     if args.measure.json {
         print_json(&record)?;
     } else {
-        print_text(&render::run(&record, args.verbose))?;
+        super::print_run(&record, args.verbose)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -82,7 +83,7 @@ fn run_one(
     json: bool,
 ) -> Result<RunRecord, Error> {
     let progress = TermProgress::new(info.name, json);
-    scenario::run(info, backend, request, &progress)
+    scenario::run(backend, request, &progress)
 }
 
 /// `--save-baseline`: a name of letters, digits, `.`, `_` and `-` (it is typed again later).

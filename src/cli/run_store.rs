@@ -8,8 +8,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::error::Error;
+use crate::export::escape::terminal as safe;
 use crate::record::RunRecord;
-use crate::report::escape::terminal as safe;
 use crate::store::{self, Store};
 
 /// An open store that a command saves its runs in, and where runs go when saving fails.

@@ -9,13 +9,12 @@ use clap::Args;
 use super::paths::{check_output_dir, write_report};
 use super::progress::TermProgress;
 use super::{MeasureArgs, ShardArgs, habits, print_json, print_text, render, request_of};
-use crate::backend::BackendKind;
-use crate::backend::error::KvmError;
 use crate::error::Error;
+use crate::export::words;
 use crate::lab::{self, backends, host};
 use crate::record::RunRecord;
-use crate::report::words;
 use crate::scenario::runner::DEFAULT_SEED;
+use hvlab_core::BackendKind;
 
 #[derive(Debug, Args)]
 pub(super) struct SuiteArgs {
@@ -25,7 +24,7 @@ pub(super) struct SuiteArgs {
     #[arg(long, default_value = "hvlab-report")]
     report: PathBuf,
     /// Only this backend's runs [default: every backend this host can run]
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = super::backend_arg())]
     backend: Option<BackendKind>,
     #[command(flatten)]
     shard: ShardArgs,
@@ -43,20 +42,7 @@ pub(super) fn suite(db: Option<&Path>, args: &SuiteArgs) -> Result<ExitCode, Err
         &lab::shard::process_env(),
     )?;
     if args.plan {
-        let units = lab::suite::plan(args.backend, shard);
-        if args.measure.json {
-            print_json(&serde_json::json!({
-                "shard": shard.to_string(), "source": source.to_string(), "units": units
-            }))?;
-        } else {
-            print_text(&format!(
-                "shard {shard} ({source}): {} unit(s)",
-                units.len()
-            ))?;
-            for u in &units {
-                print_text(&format!("  {u}"))?;
-            }
-        }
+        print_plan(args, shard, &source)?;
         return Ok(ExitCode::SUCCESS);
     }
     // Refuse an unwritable report directory or database before measuring for a minute.
@@ -89,14 +75,14 @@ pub(super) fn suite(db: Option<&Path>, args: &SuiteArgs) -> Result<ExitCode, Err
         shard,
         args.measure.seed,
         |kind, host, seed| backends::make(kind, host, &model_profile, seed),
-        |info| request_of(info, &args.measure, Vec::new(), Vec::new()),
+        |kind| request_of(kind.info(), &args.measure, Vec::new(), kind.defaults()),
         |info| TermProgress::new(info.name, json),
         |record| {
             if let Some(s) = &mut run_store {
                 s.save(record)?;
             }
             if !json {
-                print_text(&render::run(record, false))?;
+                super::print_run(record, false)?;
                 print_text("")?;
             }
             Ok(())
@@ -141,9 +127,32 @@ pub(super) fn suite(db: Option<&Path>, args: &SuiteArgs) -> Result<ExitCode, Err
     } else if let Some(e) = shard_without_kvm(shard, &units, &records, &skipped) {
         return Err(e);
     } else if records.is_empty() {
-        return Err(KvmError::DeviceMissing(crate::backend::host::kvm_device_path()).into());
+        return Err(backends::no_kvm());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--plan`: the units this shard would run, and nothing run.
+fn print_plan(
+    args: &SuiteArgs,
+    shard: lab::shard::Shard,
+    source: &impl std::fmt::Display,
+) -> Result<(), Error> {
+    let units = lab::suite::plan(args.backend, shard);
+    if args.measure.json {
+        print_json(&serde_json::json!({
+            "shard": shard.to_string(), "source": source.to_string(), "units": units
+        }))
+    } else {
+        print_text(&format!(
+            "shard {shard} ({source}): {} unit(s)",
+            units.len()
+        ))?;
+        for u in &units {
+            print_text(&format!("  {u}"))?;
+        }
+        Ok(())
+    }
 }
 
 /// A shard (not the whole suite, which runs what the host supports) that was given kvm units

@@ -7,12 +7,12 @@ use clap::Args;
 
 use super::progress::TermProgress;
 use super::{MeasureArgs, ShardArgs, habits, print_json, print_table, print_text, render};
-use crate::backend::BackendKind;
 use crate::error::{Error, InputError};
+use crate::export::words;
 use crate::lab::{self, backends, host};
-use crate::report::words;
 use crate::scenario;
 use crate::store::{self, Store};
+use hvlab_core::BackendKind;
 
 #[derive(Debug, Args)]
 pub(super) struct SweepArgs {
@@ -23,7 +23,7 @@ pub(super) struct SweepArgs {
     #[arg(long = "grid", value_name = "KEY=V1,V2,...", required = true)]
     grid: Vec<String>,
     /// Backend
-    #[arg(long, value_enum, default_value_t = BackendKind::Kvm)]
+    #[arg(long, value_parser = super::backend_arg(), default_value_t = BackendKind::Kvm)]
     backend: BackendKind,
     /// Variant every point runs (repeatable); default: all
     #[arg(long = "variant", value_name = "V")]
@@ -43,7 +43,7 @@ pub(super) struct SweepArgs {
 /// `hvlab sweep`: validates every point, then runs this shard's points (in parallel on the
 /// model) and stores each as a run.
 pub(super) fn sweep(db: Option<&Path>, args: &SweepArgs) -> Result<ExitCode, Error> {
-    let s = scenario::scenario(&args.scenario)?;
+    let s = scenario::Kind::named(&args.scenario)?;
     let info = s.info();
     if args.backend == BackendKind::Kvm && args.measure.profile.is_some() {
         return Err(InputError::ProfileWithKvm.into());
@@ -118,7 +118,7 @@ pub(super) fn sweep(db: Option<&Path>, args: &SweepArgs) -> Result<ExitCode, Err
             if let Some(store) = &mut store {
                 store.save(&mut record)?;
             } else if !json {
-                print_text(&render::run(&record, false))?;
+                super::print_run(&record, false)?;
                 print_text("")?;
             }
             run_ids.push(record.run_id.clone());
@@ -137,36 +137,50 @@ pub(super) fn sweep(db: Option<&Path>, args: &SweepArgs) -> Result<ExitCode, Err
         }
         print_json(&doc)?;
     } else {
-        for p in &outcome.skipped {
-            eprintln!("skipped {}", words::point_problem(p));
-        }
-        for p in &outcome.failed {
-            eprintln!("failed {}", words::point_problem(p));
-        }
-        print_text(&render::sweep_summary(
-            &outcome,
-            shard,
-            store
-                .as_ref()
-                .map(super::run_store::RunStore::display)
-                .as_deref(),
-        ))?;
-        if store.is_some() && outcome.ran > 0 {
-            // The table of the whole sweep as stored (other shards' points included).
-            let records = Store::open_read(&store::resolve_path(db)?)?.sweep_runs(&outcome.id)?;
-            if !records.is_empty() {
-                print_table(&render::sweep_table(&records))?;
-            }
-            print_text(&format!("report: hvlab report --sweep {}", outcome.id))?;
-        }
+        print_summary(db, &outcome, shard, store.as_ref())?;
     }
-    Ok(if !outcome.failed.is_empty() {
+    Ok(exit_code(&outcome))
+}
+
+/// What a sweep's points did, for a person: the problems, the summary and, when stored, the
+/// whole sweep's table as stored (other shards' points included).
+fn print_summary(
+    db: Option<&Path>,
+    outcome: &lab::sweep::SweepOutcome,
+    shard: lab::shard::Shard,
+    store: Option<&super::run_store::RunStore>,
+) -> Result<(), Error> {
+    for p in &outcome.skipped {
+        eprintln!("skipped {}", words::point_problem(p));
+    }
+    for p in &outcome.failed {
+        eprintln!("failed {}", words::point_problem(p));
+    }
+    print_text(&render::sweep_summary(
+        outcome,
+        shard,
+        store.map(super::run_store::RunStore::display).as_deref(),
+    ))?;
+    if store.is_some() && outcome.ran > 0 {
+        let records = Store::open_read(&store::resolve_path(db)?)?.sweep_runs(&outcome.id)?;
+        if !records.is_empty() {
+            print_table(&render::sweep_table(&records))?;
+        }
+        print_text(&format!("report: hvlab report --sweep {}", outcome.id))?;
+    }
+    Ok(())
+}
+
+/// A sweep with a failed point exits 4; one whose every point was skipped (the host could
+/// not run any), 3.
+fn exit_code(outcome: &lab::sweep::SweepOutcome) -> ExitCode {
+    if !outcome.failed.is_empty() {
         ExitCode::from(4)
     } else if outcome.ran == 0 && !outcome.skipped.is_empty() {
         ExitCode::from(3)
     } else {
         ExitCode::SUCCESS
-    })
+    }
 }
 
 /// The store-cost check before the sweep: its estimate said as a note, a store without room
@@ -176,7 +190,7 @@ fn preflight(
     spec: &lab::sweep::SweepSpec,
     shard: lab::shard::Shard,
     at: &store::Location,
-    host: &crate::backend::host::HostInfo,
+    host: &hvlab_core::host::HostInfo,
     model_profile: &backends::ModelProfile<'_>,
 ) -> Result<Option<lab::sweep::StoreCost>, Error> {
     use lab::sweep::Preflight;

@@ -43,7 +43,7 @@ pub(super) fn trace(args: &TraceArgs) -> Result<ExitCode, Error> {
     .map_err(|e| match e {
         trace::TraceError::Interrupted(signal) => Error::Interrupted {
             signal,
-            name: trace::signal_name(signal),
+            name: crate::sys::signal_name(signal),
             what: "the traced command and strace were stopped; nothing was left behind".into(),
         },
         e => e.into(),

@@ -7,6 +7,7 @@ use clap::Args;
 
 use super::{habits, print_json, print_text, render};
 use crate::error::Error;
+use crate::export::Format;
 use crate::store::transfer::Tally;
 use crate::store::{self, Store};
 
@@ -44,8 +45,8 @@ pub(super) fn merge(db: Option<&Path>, args: &MergeArgs) -> Result<ExitCode, Err
 #[derive(Debug, Args)]
 pub(super) struct ExportArgs {
     /// Format: jsonl for another site (`import` reads it), csv for a spreadsheet
-    #[arg(long, value_enum, default_value_t = store::transfer::ExportFormat::Jsonl)]
-    format: store::transfer::ExportFormat,
+    #[arg(long, value_enum, default_value_t = Format::Jsonl)]
+    format: Format,
     /// Runs to export (ids or unique parts) [default: every run]
     runs: Vec<String>,
     /// Output file [default: stdout]
@@ -57,18 +58,34 @@ pub(super) struct ExportArgs {
 pub(super) fn export(db: Option<&Path>, args: &ExportArgs) -> Result<ExitCode, Error> {
     let store = Store::open_read(&store::resolve_path(db)?)?;
     let records = store::transfer::select(&store, &args.runs)?;
+    let bytes = args
+        .format
+        .exporter()
+        .serialize(&crate::export::Export::runs(&records))?;
     match &args.output {
         Some(path) => {
-            store::transfer::write_file(&records, path, args.format)?;
+            crate::export::write_file(&bytes, path)?;
             habits::note(&format!(
                 "exported {} run(s) to {}",
                 records.len(),
                 path.display()
             ));
         }
-        None => args.format.write(&records, &mut std::io::stdout().lock())?,
+        None => {
+            let mut out = std::io::stdout().lock();
+            std::io::Write::write_all(&mut out, &bytes)
+                .and_then(|()| std::io::Write::flush(&mut out))
+                .map_err(crate::export::ExportError::Output)?;
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `import --format`: the formats import reads back, JSON Lines alone.
+fn jsonl_only() -> impl clap::builder::TypedValueParser<Value = Format> {
+    use clap::ValueEnum;
+    use clap::builder::{PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(Format::Jsonl.to_possible_value()).map(|_| Format::Jsonl)
 }
 
 #[derive(Debug, Args)]
@@ -77,8 +94,8 @@ pub(super) struct ImportArgs {
     #[arg(value_name = "FILE.jsonl")]
     file: PathBuf,
     /// Format
-    #[arg(long, value_enum, default_value_t = store::transfer::Format::Jsonl)]
-    format: store::transfer::Format,
+    #[arg(long, value_parser = jsonl_only(), default_value = "jsonl")]
+    format: Format,
     /// One JSON document on stdout
     #[arg(long)]
     json: bool,
@@ -86,8 +103,8 @@ pub(super) struct ImportArgs {
 
 /// `hvlab import`: an export's runs into the store, every line checked first.
 pub(super) fn import(db: Option<&Path>, args: &ImportArgs) -> Result<ExitCode, Error> {
-    // JSON Lines is the one format; a second would be read here.
-    let store::transfer::Format::Jsonl = args.format;
+    // JSON Lines is the one format import reads (jsonl_only).
+    debug_assert_eq!(args.format, Format::Jsonl);
     // Every line is checked before anything is stored.
     let records = store::transfer::read_jsonl(&args.file)?;
     let mut target = Store::open(&store::resolve_path(db)?)?;

@@ -908,7 +908,7 @@ pub fn boot(
 
 /// Marks a run as made on a kernel under test, in its host fingerprint.
 fn tag(run: &mut RunRecord, kernel: &Kernel, choice: &AccelChoice) {
-    run.host.under_test = Some(crate::backend::host::UnderTest {
+    run.host.under_test = Some(hvlab_core::host::UnderTest {
         release: run.host.kernel.clone(),
         spec: kernel.spec.clone(),
         source: kernel.source.clone(),

@@ -4,15 +4,14 @@
 //! provenance says which run and which formula. Values calibrate does not measure are copied
 //! from the built-in profile closest to this host, and say so.
 
-use crate::backend::Backend;
-use crate::backend::host::{HostInfo, KvmFlavour};
 use crate::error::Error;
-use crate::kvm::pin;
+use crate::kvm::pinning::pins as pin;
 use crate::model::profile::{MmuKind, Profile};
 use crate::record::{MetricRecord, RunRecord};
-use crate::scenario::params::{SetParam, sets_of};
 use crate::scenario::runner::{Progress, RunRequest};
-use crate::scenario::{self, exits, lifecycle, memory};
+use crate::scenario::{self, Params, exits, lifecycle, memory};
+use hvlab_core::Backend;
+use hvlab_core::host::{HostInfo, KvmFlavour};
 
 mod dirty;
 
@@ -59,20 +58,18 @@ fn spread(q: [f64; 3], scale: f64, unit: &str, n: usize) -> String {
 
 fn run(
     backend: &mut dyn Backend,
-    info: &'static scenario::ScenarioInfo,
+    params: impl Into<Params>,
     variants: &[&str],
-    sets: &[&dyn SetParam],
     reps: u32,
     progress: &dyn Progress,
 ) -> Result<RunRecord, Error> {
     let request = RunRequest {
         variants: variants.iter().map(|s| s.to_string()).collect(),
-        sets: sets_of(sets),
         reps,
         warmup: 1,
-        ..RunRequest::default()
+        ..RunRequest::new(params.into())
     };
-    scenario::run(info, backend, &request, progress)
+    scenario::run(backend, &request, progress)
 }
 
 /// Sets a measured cost, unless the measurement did not yield a positive finite number (a
@@ -94,14 +91,12 @@ fn put_measured(p: &mut Profile, key: &str, value: f64, unit: &str, provenance: 
 /// the CPU that queued it: a wake-up without crossing CPUs). Run on a thread of its own, pinned
 /// to the CPU it started on, so the caller keeps its affinity; empty if pinning fails.
 fn local_wakeups_ns(round_trips: u32) -> Vec<f64> {
-    std::thread::spawn(move || {
-        // SAFETY: sched_getcpu has no preconditions; it returns -1 on failure.
-        let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).ok();
-        match cpu.map(|c| hvlab_core::noise::pin_to(&[c])) {
-            Some(Ok(())) => thread_wakeups_ns(round_trips),
-            _ => Vec::new(),
-        }
-    })
+    std::thread::spawn(
+        move || match hvlab_host::noise::pin_to(&[rustix::thread::sched_getcpu()]) {
+            Ok(()) => thread_wakeups_ns(round_trips),
+            Err(_) => Vec::new(),
+        },
+    )
     .join()
     .unwrap_or_default()
 }
@@ -198,17 +193,9 @@ pub fn calibrate(backend: &mut dyn Backend, progress: &dyn Progress) -> Result<P
     // every value through the same formulas.
     let small = host.cpu_emulated();
     let (size, pin_bytes, iterations) = if small {
-        (
-            memory::Set::Size(8 << 20),
-            8usize << 20,
-            exits::Set::Iterations(200),
-        )
+        (8u64 << 20, 8usize << 20, 200)
     } else {
-        (
-            memory::Set::Size(64 << 20),
-            64usize << 20,
-            exits::Set::Iterations(5000),
-        )
+        (64u64 << 20, 64usize << 20, 5000)
     };
     let tag = |what: &str| format!("hvlab calibrate {when}: {what}");
     host_facts(&mut p, &host, &tag);
@@ -294,9 +281,8 @@ fn lifecycle_costs(
 ) -> Result<(), Error> {
     let lc = run(
         backend,
-        &lifecycle::INFO,
+        lifecycle::LifecycleParams::default(),
         &["memslots-first", "irqchip-first"],
-        &[],
         10,
         progress,
     )?;
@@ -443,7 +429,13 @@ fn boot_start_costs(
             "lifecycle boot-activation builds interleaved with every other order",
         )
     };
-    let boot = run(backend, &lifecycle::INFO, &variants, &[], reps, progress)?;
+    let boot = run(
+        backend,
+        lifecycle::LifecycleParams::default(),
+        &variants,
+        reps,
+        progress,
+    )?;
     let runs = &metric(&boot, BOOT, "ioctl.KVM_RUN_ms")?.samples;
     let q = quartiles(runs).map(|ms| ms * 1e6);
     put_measured(
@@ -563,17 +555,12 @@ fn boot_thread_starts_ns(n: u32) -> Vec<f64> {
     (0..n)
         .map(|_| {
             let start = std::time::Instant::now();
-            // SAFETY: dup() of standard input's fd number; a failure returns -1, closed below
-            // only when valid.
-            let fd = unsafe { libc::dup(0) };
+            let fd = rustix::io::dup(std::io::stdin()).ok();
             std::thread::scope(|s| {
-                s.spawn(|| std::hint::black_box(fd));
+                s.spawn(|| std::hint::black_box(&fd));
             });
             let elapsed = start.elapsed().as_nanos() as f64;
-            if fd >= 0 {
-                // SAFETY: `fd` is the descriptor dup() just returned, owned here.
-                unsafe { libc::close(fd) };
-            }
+            drop(fd);
             elapsed
         })
         .collect()
@@ -634,24 +621,26 @@ fn memory_costs(
     progress: &dyn Progress,
     p: &mut Profile,
     tag: &dyn Fn(&str) -> String,
-    size: memory::Set,
+    size_bytes: u64,
 ) -> Result<(), Error> {
+    let at_size = memory::MemoryParams {
+        size_bytes,
+        ..memory::MemoryParams::default()
+    };
     let m2 = run(
         backend,
-        &memory::INFO,
+        at_size,
         &["lazy", "populated", "thp", "uffd", "uffd-prefetch"],
-        &[&size],
         3,
         progress,
     )?;
     let m4 = run(
         backend,
-        &memory::INFO,
+        memory::MemoryParams {
+            guest_page: hvlab_core::guest::GuestPage::Small,
+            ..at_size
+        },
         &["populated"],
-        &[
-            &size,
-            &memory::Set::GuestPage(crate::backend::guest::GuestPage::Small),
-        ],
         3,
         progress,
     )?;
@@ -727,13 +716,15 @@ fn exit_costs(
     progress: &dyn Progress,
     p: &mut Profile,
     tag: &dyn Fn(&str) -> String,
-    iterations: exits::Set,
+    iterations: u64,
 ) -> Result<(), Error> {
     let ex = run(
         backend,
-        &exits::INFO,
+        exits::ExitParams {
+            iterations,
+            ..exits::ExitParams::default()
+        },
         &["pio-out", "cpuid"],
-        &[&iterations],
         5,
         progress,
     )?;

@@ -12,7 +12,7 @@ use crate::lab::fleet::{HostFingerprint, HostMatch, Selector};
 use crate::record::RunRecord;
 use crate::scenario;
 use crate::scenario::runner::DEFAULT_SEED;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 /// What a comparison found.
 #[derive(Debug, Clone)]
@@ -179,7 +179,7 @@ fn load_side(store: &Store, spec: &str) -> Result<Side, Error> {
         runs.push(run);
     }
     if runs.is_empty() {
-        return Err(InputError::NoSuchRun(spec.into()).into());
+        return Err(StoreError::NoSuchRun(spec.into()).into());
     }
     Ok(Side { runs, variant })
 }
@@ -412,7 +412,7 @@ fn one_scenario_on_one_backend(
 ) -> Result<String, Error> {
     for (side, sel) in sides.iter().zip([a, b]) {
         if side.is_empty() {
-            return Err(InputError::NoSuchRun(match scenario {
+            return Err(StoreError::NoSuchRun(match scenario {
                 Some(s) => format!("{sel} (scenario {s})"),
                 None => sel.to_string(),
             })

@@ -17,11 +17,11 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::backend::BackendKind;
-use crate::backend::host::HostInfo;
 use crate::error::{Error, InputError};
 use crate::record::RunRecord;
 use crate::store::Store;
+use hvlab_core::BackendKind;
+use hvlab_core::host::HostInfo;
 
 /// What identifies a host for fleet views: the properties that change what KVM does and how
 /// long it takes. Derived from [`HostInfo`]; core counts, versions and capabilities are left out
@@ -383,8 +383,8 @@ impl HostMatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::BackendKind;
-    use crate::backend::host::KvmFlavour;
+    use hvlab_core::BackendKind;
+    use hvlab_core::host::KvmFlavour;
 
     fn host(kernel: &str, cpu: &str, flavour: KvmFlavour, hz: u32) -> HostInfo {
         HostInfo {
@@ -410,7 +410,7 @@ mod tests {
     fn run(id: &str, h: HostInfo) -> RunRecord {
         RunRecord {
             run_id: id.into(),
-            scenario: "lifecycle".into(),
+            scenario: crate::scenario::Kind::Lifecycle.name().into(),
             backend: BackendKind::Kvm,
             profile: None,
             host: h,

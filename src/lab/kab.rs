@@ -781,7 +781,7 @@ fn guest_commands(req: &KabRequest) -> Result<Vec<Vec<String>>, Error> {
     let key_of = |kv: &str| kv.split_once('=').map_or(kv, |(k, _)| k).to_string();
     let has_param = |info: &scenario::ScenarioInfo, kv: &str| {
         let key = key_of(kv);
-        key.starts_with("guest.") || info.params.iter().any(|p| p.name == key)
+        key.starts_with("guest.") || info.has_param(&key)
     };
     let has_variant =
         |info: &scenario::ScenarioInfo, v: &str| info.variants.iter().any(|x| x.name == v);

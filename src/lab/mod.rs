@@ -17,11 +17,11 @@ pub mod validate;
 
 use std::path::PathBuf;
 
-use crate::backend::BackendKind;
 use crate::error::Error;
 use crate::record::RunRecord;
 use crate::scenario;
 use crate::store;
+use hvlab_core::BackendKind;
 
 /// Where `hvlab calibrate` puts this host's profile by default: beside the results database,
 /// or in hvlab's local data directory when the results are in PostgreSQL (a profile belongs

@@ -10,10 +10,10 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::backend::BackendKind;
 use crate::error::{Error, InputError};
 use crate::record::RunRecord;
 use crate::store::{RunListing, Store};
+use hvlab_core::BackendKind;
 
 use super::fleet::HostFingerprint;
 
@@ -219,7 +219,7 @@ pub fn against_baseline(
             listing
                 .iter()
                 .find(|l| l.run_id == record.run_id)
-                .ok_or_else(|| Error::from(InputError::NoSuchRun(r.to_string())))?
+                .ok_or_else(|| Error::from(crate::store::StoreError::NoSuchRun(r.to_string())))?
         }
         None => listing
             .iter()

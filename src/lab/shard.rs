@@ -277,48 +277,13 @@ fn slurm_shard<'a>(
     };
     let max = num("SLURM_ARRAY_TASK_MAX")?;
     let count = num("SLURM_ARRAY_TASK_COUNT")?;
-    // Checked: ids near u64::MAX must not wrap into a count of 0 that blames a variable the
-    // user never set.
-    let span = |max: u64| max.checked_sub(min).map(|d| u128::from(d / step) + 1);
     // The variable the count came from, for the error when it is too large.
     let count_key = if max.is_some() {
         "SLURM_ARRAY_TASK_MAX"
     } else {
         "SLURM_ARRAY_TASK_COUNT"
     };
-    let count: u128 = match (count, max) {
-        (None, None) => {
-            return Err(bad(
-                "SLURM_ARRAY_TASK_COUNT",
-                "unset".into(),
-                "neither SLURM_ARRAY_TASK_COUNT nor SLURM_ARRAY_TASK_MAX is set, so the number of shards is unknown; give --shard i/N".into(),
-            ));
-        }
-        (Some(c), None) => u128::from(c),
-        (c, Some(max)) => {
-            let Some(spanned) = span(max).filter(|_| (max - min) % step == 0) else {
-                return Err(bad(
-                    "SLURM_ARRAY_TASK_MAX",
-                    max.to_string(),
-                    format!(
-                        "it does not fit an array from SLURM_ARRAY_TASK_MIN={min} in steps of {step}"
-                    ),
-                ));
-            };
-            match c {
-                Some(c) if u128::from(c) != spanned => {
-                    return Err(bad(
-                        "SLURM_ARRAY_TASK_COUNT",
-                        c.to_string(),
-                        format!(
-                            "ids {min} to {max} in steps of {step} make {spanned} tasks, not {c}: hvlab needs a uniform array (--array=A-B or A-B:S); for a list of ids give --shard i/N in each task"
-                        ),
-                    ));
-                }
-                _ => spanned,
-            }
-        }
-    };
+    let count = array_count(min, step, max, count)?;
     if count == 0 {
         return Err(bad(
             "SLURM_ARRAY_TASK_COUNT",
@@ -348,6 +313,53 @@ fn slurm_shard<'a>(
     })?;
     let index = u32_of("SLURM_ARRAY_TASK_ID", position)?;
     Ok((Shard { index, count }, ShardSource::Slurm { task_id }))
+}
+
+/// The number of tasks of a Slurm array from its first id, step, and last id or count: the
+/// two must agree when both are set (a uniform array).
+fn array_count(
+    min: u64,
+    step: u64,
+    max: Option<u64>,
+    count: Option<u64>,
+) -> Result<u128, InputError> {
+    let bad = |key: &str, value: String, why: String| InputError::BadValue {
+        key: key.into(),
+        value,
+        why,
+    };
+    // Checked: ids near u64::MAX must not wrap into a count of 0 that blames a variable the
+    // user never set.
+    let span = |max: u64| max.checked_sub(min).map(|d| u128::from(d / step) + 1);
+    match (count, max) {
+        (None, None) => Err(bad(
+            "SLURM_ARRAY_TASK_COUNT",
+            "unset".into(),
+            "neither SLURM_ARRAY_TASK_COUNT nor SLURM_ARRAY_TASK_MAX is set, so the number of shards is unknown; give --shard i/N".into(),
+        )),
+        (Some(c), None) => Ok(u128::from(c)),
+        (c, Some(max)) => {
+            let Some(spanned) = span(max).filter(|_| (max - min).is_multiple_of(step)) else {
+                return Err(bad(
+                    "SLURM_ARRAY_TASK_MAX",
+                    max.to_string(),
+                    format!(
+                        "it does not fit an array from SLURM_ARRAY_TASK_MIN={min} in steps of {step}"
+                    ),
+                ));
+            };
+            match c {
+                Some(c) if u128::from(c) != spanned => Err(bad(
+                    "SLURM_ARRAY_TASK_COUNT",
+                    c.to_string(),
+                    format!(
+                        "ids {min} to {max} in steps of {step} make {spanned} tasks, not {c}: hvlab needs a uniform array (--array=A-B or A-B:S); for a list of ids give --shard i/N in each task"
+                    ),
+                )),
+                _ => Ok(spanned),
+            }
+        }
+    }
 }
 
 fn kubernetes_shard<'a>(
@@ -534,8 +546,6 @@ mod tests {
         assert!(s.0.is_whole());
     }
 
-    type Vars<'a> = &'a [(&'a str, &'a str)];
-
     #[test]
     fn a_slurm_array_task_max_of_u64_max_is_refused_naming_that_variable() {
         let e = err(
@@ -551,147 +561,93 @@ mod tests {
         assert!(!e.contains("SLURM_ARRAY_TASK_COUNT"), "{e}");
     }
 
+    /// `ID=2 MIN=1` as the SLURM_ARRAY_TASK_* variables they stand for.
+    fn slurm(spec: &str) -> Vec<(&'static str, &str)> {
+        spec.split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| {
+                let name = match k {
+                    "ID" => "SLURM_ARRAY_TASK_ID",
+                    "MIN" => "SLURM_ARRAY_TASK_MIN",
+                    "MAX" => "SLURM_ARRAY_TASK_MAX",
+                    "STEP" => "SLURM_ARRAY_TASK_STEP",
+                    _ => "SLURM_ARRAY_TASK_COUNT",
+                };
+                (name, v)
+            })
+            .collect()
+    }
+
     #[test]
     fn inconsistent_slurm_variables_are_refused_by_name() {
-        let cases: &[(Vars<'_>, &str, &str)] = &[
+        // (the SLURM_ARRAY_TASK_* variables, the one the message names, what it says)
+        let cases = [
             // --array=1,2,7: COUNT=3 but MIN..MAX spans 7.
             (
-                &[
-                    ("SLURM_ARRAY_TASK_ID", "2"),
-                    ("SLURM_ARRAY_TASK_MIN", "1"),
-                    ("SLURM_ARRAY_TASK_MAX", "7"),
-                    ("SLURM_ARRAY_TASK_COUNT", "3"),
-                ],
+                "ID=2 MIN=1 MAX=7 COUNT=3",
                 "SLURM_ARRAY_TASK_COUNT",
                 "uniform array",
             ),
             (
-                &[
-                    ("SLURM_ARRAY_TASK_ID", "2"),
-                    ("SLURM_ARRAY_TASK_COUNT", "3"),
-                ],
+                "ID=2 COUNT=3",
                 "SLURM_ARRAY_TASK_MIN",
                 "need not start at 0",
             ),
             (
-                &[("SLURM_ARRAY_TASK_ID", "2"), ("SLURM_ARRAY_TASK_MIN", "0")],
+                "ID=2 MIN=0",
                 "SLURM_ARRAY_TASK_COUNT",
                 "number of shards is unknown",
             ),
             (
-                &[
-                    ("SLURM_ARRAY_TASK_ID", "0"),
-                    ("SLURM_ARRAY_TASK_MIN", "1"),
-                    ("SLURM_ARRAY_TASK_MAX", "3"),
-                ],
+                "ID=0 MIN=1 MAX=3",
                 "SLURM_ARRAY_TASK_ID",
                 "not an id of the array",
             ),
+            ("ID=4 MIN=1 MAX=3", "SLURM_ARRAY_TASK_ID", "beyond"),
+            ("ID=5 MIN=1 COUNT=3", "SLURM_ARRAY_TASK_ID", "beyond"),
             (
-                &[
-                    ("SLURM_ARRAY_TASK_ID", "4"),
-                    ("SLURM_ARRAY_TASK_MIN", "1"),
-                    ("SLURM_ARRAY_TASK_MAX", "3"),
-                ],
-                "SLURM_ARRAY_TASK_ID",
-                "beyond",
-            ),
-            (
-                &[
-                    ("SLURM_ARRAY_TASK_ID", "5"),
-                    ("SLURM_ARRAY_TASK_MIN", "1"),
-                    ("SLURM_ARRAY_TASK_COUNT", "3"),
-                ],
-                "SLURM_ARRAY_TASK_ID",
-                "beyond",
-            ),
-            (
-                &[
-                    ("SLURM_ARRAY_TASK_ID", "2"),
-                    ("SLURM_ARRAY_TASK_MIN", "1"),
-                    ("SLURM_ARRAY_TASK_MAX", "7"),
-                    ("SLURM_ARRAY_TASK_STEP", "2"),
-                ],
+                "ID=2 MIN=1 MAX=7 STEP=2",
                 "SLURM_ARRAY_TASK_ID",
                 "steps of 2",
             ),
             (
-                &[
-                    ("SLURM_ARRAY_TASK_ID", "1"),
-                    ("SLURM_ARRAY_TASK_MIN", "1"),
-                    ("SLURM_ARRAY_TASK_MAX", "6"),
-                    ("SLURM_ARRAY_TASK_STEP", "2"),
-                ],
+                "ID=1 MIN=1 MAX=6 STEP=2",
                 "SLURM_ARRAY_TASK_MAX",
                 "does not fit",
             ),
+            ("ID=1 MIN=3 MAX=1", "SLURM_ARRAY_TASK_MAX", "does not fit"),
             (
-                &[
-                    ("SLURM_ARRAY_TASK_ID", "1"),
-                    ("SLURM_ARRAY_TASK_MIN", "3"),
-                    ("SLURM_ARRAY_TASK_MAX", "1"),
-                ],
-                "SLURM_ARRAY_TASK_MAX",
-                "does not fit",
-            ),
-            (
-                &[
-                    ("SLURM_ARRAY_TASK_ID", "1"),
-                    ("SLURM_ARRAY_TASK_MIN", "1"),
-                    ("SLURM_ARRAY_TASK_STEP", "0"),
-                    ("SLURM_ARRAY_TASK_COUNT", "2"),
-                ],
+                "ID=1 MIN=1 STEP=0 COUNT=2",
                 "SLURM_ARRAY_TASK_STEP",
                 "at least 1",
             ),
             (
-                &[
-                    ("SLURM_ARRAY_TASK_ID", "0"),
-                    ("SLURM_ARRAY_TASK_MIN", "0"),
-                    ("SLURM_ARRAY_TASK_COUNT", "0"),
-                ],
+                "ID=0 MIN=0 COUNT=0",
                 "SLURM_ARRAY_TASK_COUNT",
                 "at least one task",
             ),
             (
-                &[
-                    ("SLURM_ARRAY_TASK_ID", "two"),
-                    ("SLURM_ARRAY_TASK_MIN", "0"),
-                    ("SLURM_ARRAY_TASK_COUNT", "3"),
-                ],
+                "ID=two MIN=0 COUNT=3",
                 "SLURM_ARRAY_TASK_ID",
                 "whole number",
             ),
             (
-                &[
-                    ("SLURM_ARRAY_TASK_ID", "1"),
-                    ("SLURM_ARRAY_TASK_MIN", "-1"),
-                    ("SLURM_ARRAY_TASK_COUNT", "3"),
-                ],
+                "ID=1 MIN=-1 COUNT=3",
                 "SLURM_ARRAY_TASK_MIN",
                 "whole number",
             ),
             (
-                &[
-                    ("SLURM_ARRAY_TASK_COUNT", "3"),
-                    ("SLURM_ARRAY_TASK_MIN", "0"),
-                ],
+                "COUNT=3 MIN=0",
                 "SLURM_ARRAY_TASK_",
                 "SLURM_ARRAY_TASK_ID is not",
             ),
         ];
-        for (vars, key, says) in cases {
-            let e = err(vars, None);
+        for (spec, key, says) in cases {
+            let vars = slurm(spec);
+            let e = err(&vars, None);
             assert!(e.contains(key) && e.contains(says), "{vars:?}: {e}");
         }
-        let e = err(
-            &[
-                ("SLURM_ARRAY_TASK_ID", "0"),
-                ("SLURM_ARRAY_TASK_MIN", "0"),
-                ("SLURM_ARRAY_TASK_COUNT", "2"),
-            ],
-            Some(2),
-        );
+        let e = err(&slurm("ID=0 MIN=0 COUNT=2"), Some(2));
         assert!(e.contains("--shard-count"), "{e}");
     }
 

@@ -5,12 +5,12 @@
 //! into records whose verdicts compare nothing, and lose the interleaving of variants that
 //! spreads a shared machine's drift over all of them.
 
-use crate::backend::host::HostInfo;
-use crate::backend::{Backend, BackendKind};
 use crate::error::Error;
 use crate::record::RunRecord;
 use crate::scenario::runner::{Progress, RunRequest};
-use crate::scenario::{self, REGISTRY, Scenario, ScenarioInfo, Showcase};
+use crate::scenario::{self, Kind, Params, ScenarioInfo, Showcase};
+use hvlab_core::host::HostInfo;
+use hvlab_core::{Backend, BackendKind};
 
 use super::shard::{Shard, unit_seed};
 
@@ -25,7 +25,7 @@ pub struct SuiteOutcome {
     pub units: Vec<String>,
 }
 
-/// A unit the suite could not run on this host (worded by `report::words::skipped_unit`).
+/// A unit the suite could not run on this host (worded by `export::words::skipped_unit`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Skipped {
     /// The scenario.
@@ -49,25 +49,25 @@ impl Skipped {
 /// One unit of the suite: a scenario on a backend, or on the model with the profile of the
 /// hardware its kernel thread is about (a showcase: where the thread's finding shows, which
 /// this host's profile may not).
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Unit {
     /// The scenario.
-    pub scenario: &'static dyn Scenario,
+    pub scenario: Kind,
     /// The backend.
     pub backend: BackendKind,
     /// The showcase, and its position among the scenario's.
-    pub showcase: Option<(usize, &'static Showcase)>,
+    pub showcase: Option<(usize, Showcase<Params>)>,
 }
 
 impl Unit {
     /// `suite/SCENARIO/BACKEND` (a showcase: `suite/SCENARIO/model/PROFILE/N`): the unit's
     /// name in the job and its seed's key.
     pub fn key(&self) -> String {
-        match self.showcase {
-            None => format!("suite/{}/{}", self.scenario.info().name, self.backend),
+        match &self.showcase {
+            None => format!("suite/{}/{}", self.scenario.name(), self.backend),
             Some((i, s)) => format!(
                 "suite/{}/{}/{}/{i}",
-                self.scenario.info().name,
+                self.scenario.name(),
                 self.backend,
                 s.profile
             ),
@@ -79,21 +79,21 @@ impl Unit {
 /// only those on `only`. Every shard of one job must enumerate the same list: the same build
 /// and the same `only`.
 pub fn units(only: Option<BackendKind>) -> Vec<Unit> {
-    REGISTRY
-        .iter()
+    Kind::ALL
+        .into_iter()
         .flat_map(|s| {
-            let plain = s.info().backends().into_iter().map(|b| Unit {
-                scenario: *s,
+            let plain = s.info().backends().into_iter().map(move |b| Unit {
+                scenario: s,
                 backend: b,
                 showcase: None,
             });
             let showcases = s
                 .showcases()
-                .iter()
+                .into_iter()
                 .enumerate()
                 .filter(|_| s.info().backends().contains(&BackendKind::Model))
-                .map(|(i, sc)| Unit {
-                    scenario: *s,
+                .map(move |(i, sc)| Unit {
+                    scenario: s,
                     backend: BackendKind::Model,
                     showcase: Some((i, sc)),
                 });
@@ -164,7 +164,7 @@ pub fn run<P: Progress>(
     shard: Shard,
     base_seed: u64,
     backend: impl Fn(BackendKind, HostInfo, u64) -> Result<Box<dyn Backend>, Error>,
-    request: impl Fn(&ScenarioInfo) -> RunRequest,
+    request: impl Fn(Kind) -> RunRequest,
     progress: impl Fn(&ScenarioInfo) -> P,
     mut keep: impl FnMut(&mut RunRecord) -> Result<(), Error>,
 ) -> Result<SuiteOutcome, Error> {
@@ -179,7 +179,7 @@ pub fn run<P: Progress>(
         let key = unit.key();
         let seed = unit_seed(&key, base_seed);
         keys.push(key.clone());
-        let opened = match unit.showcase {
+        let opened = match &unit.showcase {
             None => backend(kind, host.clone(), seed),
             Some((_, sc)) => super::backends::make(
                 kind,
@@ -190,31 +190,30 @@ pub fn run<P: Progress>(
         };
         let mut b = match opened {
             Ok(b) => b,
-            Err(Error::Kvm(e)) if e.is_host_limitation() => {
-                skipped.push(Skipped::new(info, kind, &Error::Kvm(e)));
+            Err(e) if e.is_host_limitation() => {
+                skipped.push(Skipped::new(info, kind, &e));
                 continue;
             }
             Err(e) => return Err(e),
         };
-        let base = request(info);
-        let request = match unit.showcase {
+        let base = request(unit.scenario);
+        let request = match &unit.showcase {
             None => RunRequest { seed, ..base },
             Some((_, sc)) => RunRequest {
                 seed,
                 variants: sc.variants.iter().map(ToString::to_string).collect(),
-                sets: crate::scenario::params::sets_of(sc.sets),
+                params: sc.params.clone(),
                 ..base
             },
         };
-        let mut record =
-            scenario::run_scenario(unit.scenario, b.as_mut(), &request, &progress(info))?;
+        let mut record = scenario::run(b.as_mut(), &request, &progress(info))?;
         // Which unit of the job this run is: the key its seed comes from, and what tells
         // two runs of one scenario on one backend (a showcase) apart after a merge.
         record
             .params
             .insert("suite_unit".into(), key.clone().into());
         record.params.insert("suite".into(), suite_id.into());
-        if let Some((_, sc)) = unit.showcase {
+        if let Some((_, sc)) = &unit.showcase {
             record.params.insert("showcase".into(), sc.why.into());
             record.tag = Some(crate::record::RunTag::Showcase);
         }

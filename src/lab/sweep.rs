@@ -17,12 +17,12 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
-use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, InputError};
 use crate::record::RunRecord;
 use crate::scenario::params::parse_set;
 use crate::scenario::runner::{Progress, RunRequest, Silent};
-use crate::scenario::{self, Scenario};
+use crate::scenario::{self, Kind};
+use hvlab_core::{Backend, BackendKind};
 
 use super::shard::{Shard, unit_seed};
 
@@ -84,7 +84,7 @@ pub fn parse_grid(args: &[String]) -> Result<Vec<Axis>, InputError> {
 #[derive(Clone)]
 pub struct SweepSpec {
     /// The scenario.
-    pub scenario: &'static dyn Scenario,
+    pub scenario: Kind,
     /// The backend.
     pub backend: BackendKind,
     /// The axes, in the order given (the first varies slowest).
@@ -119,12 +119,17 @@ pub struct Point {
 impl Point {
     /// `k1=v1, k2=v2`.
     pub fn label(&self) -> String {
-        self.values
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        label_of(&self.values)
     }
+}
+
+/// Axis values as `k1=v1, k2=v2`.
+fn label_of(values: &[(String, String)]) -> String {
+    values
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A validated sweep: its id and every point in job order.
@@ -135,7 +140,7 @@ pub struct SweepPlan {
     /// after a code change is another sweep.
     pub id: String,
     /// The scenario.
-    pub scenario: &'static dyn Scenario,
+    pub scenario: Kind,
     /// The backend.
     pub backend: BackendKind,
     /// The axes.
@@ -147,7 +152,7 @@ pub struct SweepPlan {
 impl std::fmt::Debug for SweepSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SweepSpec")
-            .field("scenario", &self.scenario.info().name)
+            .field("scenario", &self.scenario.name())
             .field("backend", &self.backend)
             .field("axes", &self.axes)
             .finish_non_exhaustive()
@@ -158,7 +163,7 @@ impl std::fmt::Debug for SweepPlan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SweepPlan")
             .field("id", &self.id)
-            .field("scenario", &self.scenario.info().name)
+            .field("scenario", &self.scenario.name())
             .field("points", &self.points.len())
             .finish_non_exhaustive()
     }
@@ -243,25 +248,29 @@ fn point_at(spec: &SweepSpec, position: usize) -> Result<Point, InputError> {
             .collect::<Vec<_>>()
             .join(",")
     );
+    let bad_point = |e: InputError| InputError::BadValue {
+        key: "--grid point".into(),
+        value: label_of(&values),
+        why: e.to_string(),
+    };
+    let params = spec
+        .scenario
+        .parse(&sets, spec.backend.capabilities())
+        .map_err(bad_point)?;
     let request = RunRequest {
+        params,
         variants,
-        sets,
         reps: spec.reps,
         warmup: spec.warmup,
         seed: unit_seed(&key, spec.seed),
     };
-    let point = Point {
+    scenario::check(&request, spec.backend).map_err(bad_point)?;
+    Ok(Point {
         position,
         key,
         values,
         request,
-    };
-    scenario::check(info, &point.request, spec.backend).map_err(|e| InputError::BadValue {
-        key: "--grid point".into(),
-        value: point.label(),
-        why: e.to_string(),
-    })?;
-    Ok(point)
+    })
 }
 
 /// Expands and validates a sweep: every point is checked as `hvlab run` would check it, so
@@ -343,8 +352,7 @@ pub fn store_cost(
             request.variants = info.variants.iter().map(|v| v.name.to_string()).collect();
         }
         let mut backend = model(request.seed)?;
-        let mut record =
-            scenario::run_scenario(spec.scenario, backend.as_mut(), &request, &Silent)?;
+        let mut record = scenario::run(backend.as_mut(), &request, &Silent)?;
         // The same tags a stored point carries, with an id of the same length.
         tag(&mut record, "sw-000000000000", &spec.axes, position);
         let n: usize = record
@@ -395,7 +403,6 @@ fn stored_size(record: &RunRecord) -> Result<u64, Error> {
 
 /// Bytes free to an unprivileged writer on the filesystem that holds (or will hold) `path`.
 pub fn free_bytes(path: &std::path::Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
     // The store's directory may not exist yet: its nearest existing ancestor is where it
     // will be made.
     let dir = path
@@ -409,16 +416,7 @@ pub fn free_bytes(path: &std::path::Path) -> Option<u64> {
             }
         })
         .find(|d| d.is_dir())?;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: `c` is a NUL-terminated path that outlives the call; `st` is a plain C struct
-    // the kernel fills, zeroed first so no field is read uninitialized.
-    let st = unsafe {
-        let mut st: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(c.as_ptr(), &raw mut st) != 0 {
-            return None;
-        }
-        st
-    };
+    let st = rustix::fs::statvfs(dir).ok()?;
     Some(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
@@ -435,7 +433,7 @@ pub fn check_room(cost: &StoreCost, store: &crate::store::Location) -> Result<()
     }
 }
 
-/// What the store-cost check before a sweep found (worded by `report::words`).
+/// What the store-cost check before a sweep found (worded by `export::words`).
 #[derive(Debug)]
 pub enum Preflight {
     /// The points fit; `free` is what the store's filesystem has free, when known.
@@ -467,7 +465,7 @@ pub fn preflight(
     spec: &SweepSpec,
     shard: Shard,
     store: &crate::store::Location,
-    host: &crate::backend::host::HostInfo,
+    host: &hvlab_core::host::HostInfo,
     profile: &super::backends::ModelProfile<'_>,
 ) -> Result<Preflight, Error> {
     let measured = if spec.backend.capabilities().modelled {
@@ -526,7 +524,7 @@ pub struct SweepOutcome {
     pub failed: Vec<PointProblem>,
 }
 
-/// A point that did not run, and why (worded by `report::words::point_problem`).
+/// A point that did not run, and why (worded by `export::words::point_problem`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PointProblem {
     /// The point's label ([`Point::label`]).
@@ -555,12 +553,11 @@ fn run_point(
     point: &Point,
     backend: &(impl Fn(u64) -> Result<Box<dyn Backend>, Error> + Sync),
 ) -> PointResult {
-    let outcome = backend(point.request.seed).and_then(|mut b| {
-        scenario::run_scenario(plan.scenario, b.as_mut(), &point.request, &Silent)
-    });
+    let outcome = backend(point.request.seed)
+        .and_then(|mut b| scenario::run(b.as_mut(), &point.request, &Silent));
     let mut record = match outcome {
         Ok(r) => r,
-        Err(e) if matches!(&e, Error::Kvm(k) if k.is_host_limitation()) => {
+        Err(e) if e.is_host_limitation() => {
             return PointResult::Skipped(PointProblem::new(point, &e));
         }
         Err(e) => return PointResult::Failed(PointProblem::new(point, &e)),
@@ -674,6 +671,7 @@ pub fn run(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::scenario::Params;
 
     fn grid(args: &[&str]) -> Result<Vec<Axis>, InputError> {
         parse_grid(&args.iter().map(ToString::to_string).collect::<Vec<_>>())
@@ -681,7 +679,7 @@ mod tests {
 
     fn spec(axes: &[&str], sets: &[&str], variants: &[&str]) -> SweepSpec {
         SweepSpec {
-            scenario: scenario::scenario("lifecycle").unwrap(),
+            scenario: Kind::Lifecycle,
             backend: BackendKind::Model,
             axes: grid(axes).unwrap(),
             sets: sets.iter().map(ToString::to_string).collect(),
@@ -716,7 +714,10 @@ mod tests {
         assert_eq!(labels[0], "vcpus=1, devices=0");
         assert_eq!(labels[2], "vcpus=1, devices=8");
         assert_eq!(labels[3], "vcpus=2, devices=0");
-        assert_eq!(p.points[4].request.sets, vec!["vcpus=2", "devices=4"]);
+        let Params::Lifecycle(fifth) = &p.points[4].request.params else {
+            panic!("a lifecycle sweep's points are lifecycle runs");
+        };
+        assert_eq!((fifth.vcpus, fifth.devices), (2, 4));
         // Every point has its own seed, fixed by its key.
         let seeds: std::collections::BTreeSet<u64> =
             p.points.iter().map(|q| q.request.seed).collect();
@@ -740,7 +741,10 @@ mod tests {
         .unwrap();
         assert_eq!(p.points.len(), 4);
         assert_eq!(p.points[1].request.variants, vec!["irqchip-first"]);
-        assert_eq!(p.points[1].request.sets, vec!["hz=1000"]);
+        let Params::Lifecycle(second) = &p.points[1].request.params else {
+            panic!("a lifecycle sweep's points are lifecycle runs");
+        };
+        assert_eq!(second.hz, Some(1000));
         let e = plan(&spec(&["variant=irqchip-first"], &[], &["memslots-first"]))
             .unwrap_err()
             .to_string();

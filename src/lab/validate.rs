@@ -2,13 +2,12 @@
 //! scenario names (not those calibration used), metric by metric.
 
 use crate::analysis::validate::{Check, Rule};
-use crate::backend::Backend;
-use crate::backend::host::HostInfo;
 use crate::error::Error;
 use crate::record::RunRecord;
-use crate::scenario::params::sets_of;
 use crate::scenario::runner::{DEFAULT_SEED, Progress, RunRequest};
-use crate::scenario::{self, REGISTRY};
+use crate::scenario::{self, Kind};
+use hvlab_core::Backend;
+use hvlab_core::host::HostInfo;
 
 /// What validation found, and the noise it was measured in.
 #[derive(Debug, Clone)]
@@ -16,7 +15,7 @@ pub struct Validation {
     /// One per metric judged.
     pub checks: Vec<Check>,
     /// The noise of each kvm run that the busy rule called busy.
-    pub busy: Vec<crate::backend::noise::Noise>,
+    pub busy: Vec<hvlab_core::noise::Noise>,
     /// Point variants one side could not run, so none of their metrics was compared: said,
     /// never dropped in silence.
     pub unjudged: Vec<Unjudged>,
@@ -68,22 +67,24 @@ pub fn validate(
     let mut checks = Vec::new();
     let mut busy = Vec::new();
     let mut unjudged = Vec::new();
-    for s in &REGISTRY {
+    for s in Kind::ALL {
         let Some(point) = s.validation(host) else {
             continue;
         };
         let info = s.info();
         let request = RunRequest {
+            params: point.params,
             variants: point.variants.iter().map(|v| v.to_string()).collect(),
-            sets: sets_of(point.sets),
             reps: info.default_reps.min(10),
             warmup: 1,
             seed: DEFAULT_SEED,
         };
-        let mut real = scenario::run_scenario(*s, kvm, &request, progress)?;
-        let mut model_request = request.clone();
-        model_request.sets.extend(sets_of(point.model_sets));
-        let mut predicted = scenario::run_scenario(*s, model, &model_request, progress)?;
+        let mut real = scenario::run(kvm, &request, progress)?;
+        let model_request = RunRequest {
+            params: point.model_params,
+            ..request
+        };
+        let mut predicted = scenario::run(model, &model_request, progress)?;
         if let Some(n) = real.noise.as_ref().filter(|n| n.is_busy()) {
             busy.push(n.clone());
         }

@@ -26,22 +26,22 @@
 //! `backing` picks the region's host memory: anonymous, shmem, or hugetlb (logged in 4 KiB
 //! pages all the same: KVM never maps a logged slot huge); guest_memfd cannot be logged.
 
-use super::memory::GuestRun;
-use super::params::{ParamInfo, SetParam, Settings};
+use super::memory::{GuestRun, guest_cpl, guest_timeout};
+use super::params::{Choice, Param, Text, Values, bytes, choice, size_text, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Chart, Experiment, Observed, ValidationPoint};
+use super::{Chart, Observed, Scenario, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::{Verdict, compare, judge_variants_together};
 use crate::analysis::statistics::seed_for;
 use crate::analysis::validate::{Rule, check};
-use crate::backend::Capabilities;
-use crate::backend::dirty::{BITMAP_WORD_PAGES, DirtyBacking, DirtyPlan, DirtyResult, LogMode};
-use crate::backend::guest::DATA_MAX_BYTES;
-use crate::backend::host::HostInfo;
-use crate::backend::memory::HugeSize;
 use crate::error::InputError;
 use crate::record::{Finding, RunRecord, VariantRecord, VariantStatus};
+use hvlab_core::Capabilities;
+use hvlab_core::dirty::{BITMAP_WORD_PAGES, DirtyBacking, DirtyPlan, DirtyResult, LogMode};
+use hvlab_core::guest::DATA_MAX_BYTES;
+use hvlab_core::host::HostInfo;
+use hvlab_core::memory::HugeSize;
 
 /// The catalog entry.
 pub static INFO: ScenarioInfo = ScenarioInfo {
@@ -49,7 +49,6 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     summary: "dirty logging: write-protect faults, and collecting the log by bitmap, manual-protect clear or dirty ring",
     variants: &VARIANTS,
     model_variants: &[],
-    params: &PARAMS,
     metrics: &METRICS,
     headline: "collect_ms",
     runs_on: super::any_backend,
@@ -72,61 +71,73 @@ static VARIANTS: [VariantInfo; 3] = [
     },
 ];
 
-static PARAMS: [ParamInfo; 9] = [
-    ParamInfo {
-        name: "size",
-        default: "64MiB",
-        doc: "logged data region, a multiple of 2 MiB up to 64GiB (64 MiB keeps the suite short; the issue's figures use 256MiB)",
-        model_only: false,
-    },
-    ParamInfo {
-        name: "passes",
-        default: "4",
-        doc: "measured passes per repetition, after one unmeasured pass that maps the pages (1-100)",
-        model_only: false,
-    },
-    ParamInfo {
-        name: "stride",
-        default: "1",
-        doc: "a pass writes every stride-th 4 KiB page from the first (1-4096)",
-        model_only: false,
-    },
-    ParamInfo {
+/// `backing`: the region's host memory.
+static BACKING: Choice<DirtyBacking, 5> = Choice {
+    names: ["anon", "shmem", "hugetlb-2m", "hugetlb-1g", "gmem"],
+    values: [
+        DirtyBacking::Anonymous,
+        DirtyBacking::Shmem,
+        DirtyBacking::Hugetlb(HugeSize::Mib2),
+        DirtyBacking::Hugetlb(HugeSize::Gib1),
+        DirtyBacking::GuestMemfd,
+    ],
+};
+
+/// Each parameter, declared once.
+pub static PARAMS: [Param<DirtyParams>; 9] = [
+    bytes!("size" => size_bytes, "logged data region, a multiple of 2 MiB up to 64GiB (64 MiB keeps the suite short; the issue's figures use 256MiB)"),
+    whole!(
+        passes,
+        "measured passes per repetition, after one unmeasured pass that maps the pages",
+        1,
+        100
+    ),
+    whole!(
+        stride,
+        "a pass writes every stride-th 4 KiB page from the first",
+        1,
+        4096
+    ),
+    Param {
         name: "ring",
-        default: "4096",
         doc: "dirty-ring entries per vCPU (16 bytes each): a power of two from 256, at most the host's KVM_CAP_DIRTY_LOG_RING",
+        values: Values::Described,
         model_only: false,
+        read: |p, t| {
+            p.ring = parse_ring(t)?;
+            Ok(())
+        },
+        spell: |p| p.ring.to_string(),
     },
-    ParamInfo {
+    Param {
         name: "chunk",
-        default: "4096",
         doc: "pages per KVM_CLEAR_DIRTY_LOG call (clear): a multiple of 64",
+        values: Values::Described,
         model_only: false,
+        read: |p, t| {
+            p.chunk = parse_chunk(t)?;
+            Ok(())
+        },
+        spell: |p| p.chunk.to_string(),
     },
-    ParamInfo {
+    Param {
         name: "vcpus",
-        default: "1",
         doc: "vCPUs writing at once, each its own slice (size a multiple of vcpus x 2MiB); at most the host's KVM_CAP_MAX_VCPUS",
+        values: Values::Described,
         model_only: false,
+        read: |p, t| {
+            p.vcpus = super::memory::vcpu_count(t)?;
+            Ok(())
+        },
+        spell: |p| p.vcpus.to_string(),
     },
-    ParamInfo {
-        name: "backing",
-        default: "anon",
-        doc: "the region's host memory, populated: anon (4 KiB anonymous), shmem (memfd), hugetlb-2m, hugetlb-1g (MFD_HUGETLB; hvlab grows the pool and sets it back, root), gmem (guest_memfd: KVM cannot log it, said as unsupported)",
-        model_only: false,
-    },
-    ParamInfo {
-        name: "guest.cpl",
-        default: "",
-        doc: "0 or 3; default 3 on PVM (CPL0 is emulated there), 0 elsewhere",
-        model_only: false,
-    },
-    ParamInfo {
-        name: "timeout_ms",
-        default: "60000",
-        doc: "watchdog for one pass, ms",
-        model_only: false,
-    },
+    choice!(
+        backing,
+        BACKING,
+        "the region's host memory, populated: anon (4 KiB anonymous), shmem (memfd), hugetlb-2m, hugetlb-1g (MFD_HUGETLB; hvlab grows the pool and sets it back, root), gmem (guest_memfd: KVM cannot log it, said as unsupported)"
+    ),
+    guest_cpl(),
+    guest_timeout("watchdog for one pass, ms"),
 ];
 
 static METRICS: [MetricInfo; 16] = [
@@ -217,30 +228,26 @@ const RING_MIN_ENTRIES: u64 = 256;
 
 /// The ring size from `ring`: a power of two from [`RING_MIN_ENTRIES`]; the host's maximum is
 /// the backend's to check (it needs /dev/kvm).
-fn parse_ring(settings: &Settings) -> Result<u64, InputError> {
-    let raw = settings.raw("ring");
-    raw.parse::<u64>()
+fn parse_ring(t: &Text<'_>) -> Result<u64, InputError> {
+    t.raw
+        .parse::<u64>()
         .ok()
         .filter(|n| n.is_power_of_two() && *n >= RING_MIN_ENTRIES && *n <= 1 << 24)
-        .ok_or_else(|| InputError::BadValue {
-            key: "ring".into(),
-            value: raw.into(),
-            why: format!(
+        .ok_or_else(|| {
+            t.bad(format!(
                 "ring is a number of 16-byte entries, a power of two from {RING_MIN_ENTRIES} (one page); KVM allows up to 65536 (1 MiB), `hvlab host` shows this host's KVM_CAP_DIRTY_LOG_RING"
-            ),
+            ))
         })
 }
 
 /// The clear chunk from `chunk`: whole bitmap words, as `KVM_CLEAR_DIRTY_LOG` requires.
-fn parse_chunk(settings: &Settings) -> Result<u64, InputError> {
-    let raw = settings.raw("chunk");
-    raw.parse::<u64>()
+fn parse_chunk(t: &Text<'_>) -> Result<u64, InputError> {
+    t.raw
+        .parse::<u64>()
         .ok()
         .filter(|n| *n > 0 && n % BITMAP_WORD_PAGES == 0 && *n <= 1 << 32)
-        .ok_or_else(|| InputError::BadValue {
-            key: "chunk".into(),
-            value: raw.into(),
-            why: "chunk is a number of pages that is a non-zero multiple of 64 (KVM_CLEAR_DIRTY_LOG works on whole 64-page bitmap words): 64, 4096, 262144".into(),
+        .ok_or_else(|| {
+            t.bad("chunk is a number of pages that is a non-zero multiple of 64 (KVM_CLEAR_DIRTY_LOG works on whole 64-page bitmap words): 64, 4096, 262144")
         })
 }
 
@@ -268,7 +275,7 @@ fn mean(values: impl Iterator<Item = f64>) -> f64 {
 
 /// A pass's mean per-vCPU rate, pages/ms: each vCPU's share of the writes over its own
 /// time; one vCPU's is the pass's.
-fn vcpu_rate(p: &crate::backend::dirty::DirtyPass) -> f64 {
+fn vcpu_rate(p: &hvlab_core::dirty::DirtyPass) -> f64 {
     if p.vcpu_ns.is_empty() {
         return p.written as f64 / (p.dirty_ns.max(1) as f64 / 1e6);
     }
@@ -278,6 +285,48 @@ fn vcpu_rate(p: &crate::backend::dirty::DirtyPass) -> f64 {
         .map(|ns| share / ((*ns).max(1) as f64 / 1e6))
         .sum::<f64>()
         / p.vcpu_ns.len() as f64
+}
+
+/// One repetition's mean per pass of what collecting the log took in `mode` (get and clear,
+/// or harvest, reset and ring-full exits), the write-protect faults, and the KVM statistics.
+fn push_collection(series: &mut Series, mode: LogMode, p: &[hvlab_core::dirty::DirtyPass]) {
+    let per = |f: &dyn Fn(&hvlab_core::dirty::DirtyPass) -> f64| mean(p.iter().map(f));
+    match mode {
+        LogMode::Bitmap => {
+            series.push("get_ms", "ms", per(&|x| x.get_ns as f64 / 1e6));
+        }
+        LogMode::Clear { .. } => {
+            series
+                .push("get_ms", "ms", per(&|x| x.get_ns as f64 / 1e6))
+                .push("clear_ms", "ms", per(&|x| x.clear_ns as f64 / 1e6));
+        }
+        LogMode::Ring { .. } => {
+            series
+                .push("harvest_ms", "ms", per(&|x| x.harvest_ns as f64 / 1e6))
+                .push("reset_ms", "ms", per(&|x| x.reset_ns as f64 / 1e6))
+                .push(
+                    "ring_full_exits",
+                    "count",
+                    per(&|x| x.ring_full_exits as f64),
+                );
+        }
+    }
+    if p.iter().all(|x| x.wp_faults.is_some()) {
+        series.push(
+            "wp_faults",
+            "count",
+            per(&|x| x.wp_faults.unwrap_or(0) as f64),
+        );
+    }
+    let mut stats: std::collections::BTreeMap<&str, (&str, f64)> = Default::default();
+    for pass in p {
+        for (stat, unit, delta) in &pass.kvm_stats {
+            stats.entry(stat.as_str()).or_insert((unit.as_str(), 0.0)).1 += *delta as f64;
+        }
+    }
+    for (stat, (unit, total)) in stats {
+        series.push(stat, unit, total / p.len().max(1) as f64);
+    }
 }
 
 fn analyse_variant(
@@ -299,7 +348,7 @@ fn analyse_variant(
     let mut series = Series::new();
     for (rep, r) in results.iter().enumerate() {
         let p = &r.passes;
-        let per = |f: &dyn Fn(&crate::backend::dirty::DirtyPass) -> f64| mean(p.iter().map(f));
+        let per = |f: &dyn Fn(&hvlab_core::dirty::DirtyPass) -> f64| mean(p.iter().map(f));
         series
             .at(rep)
             .push("collect_ms", "ms", per(&|x| x.collect_ns() as f64 / 1e6))
@@ -322,42 +371,7 @@ fn analyse_variant(
             .push("pages_written", "count", per(&|x| x.written as f64))
             .push("pages_dirty", "count", per(&|x| x.found as f64))
             .push("collect_ioctls", "count", per(&|x| x.ioctls as f64));
-        match plan.mode {
-            LogMode::Bitmap => {
-                series.push("get_ms", "ms", per(&|x| x.get_ns as f64 / 1e6));
-            }
-            LogMode::Clear { .. } => {
-                series
-                    .push("get_ms", "ms", per(&|x| x.get_ns as f64 / 1e6))
-                    .push("clear_ms", "ms", per(&|x| x.clear_ns as f64 / 1e6));
-            }
-            LogMode::Ring { .. } => {
-                series
-                    .push("harvest_ms", "ms", per(&|x| x.harvest_ns as f64 / 1e6))
-                    .push("reset_ms", "ms", per(&|x| x.reset_ns as f64 / 1e6))
-                    .push(
-                        "ring_full_exits",
-                        "count",
-                        per(&|x| x.ring_full_exits as f64),
-                    );
-            }
-        }
-        if p.iter().all(|x| x.wp_faults.is_some()) {
-            series.push(
-                "wp_faults",
-                "count",
-                per(&|x| x.wp_faults.unwrap_or(0) as f64),
-            );
-        }
-        let mut stats: std::collections::BTreeMap<&str, (&str, f64)> = Default::default();
-        for pass in p {
-            for (stat, unit, delta) in &pass.kvm_stats {
-                stats.entry(stat.as_str()).or_insert((unit.as_str(), 0.0)).1 += *delta as f64;
-            }
-        }
-        for (stat, (unit, total)) in stats {
-            series.push(stat, unit, total / p.len().max(1) as f64);
-        }
+        push_collection(&mut series, plan.mode, p);
     }
     let metrics = series.finish(results.len(), name, seed);
     let median = |m: &str| metrics.get(m).map(|r| r.median);
@@ -430,38 +444,8 @@ pub fn analyse(
 #[derive(Debug)]
 pub struct Dirty;
 
-/// A dirty parameter set in code (the calibration's setups).
-#[derive(Debug, Clone, Copy)]
-pub enum Set {
-    /// `size`, MiB.
-    SizeMib(u64),
-    /// `passes`.
-    Passes(u32),
-    /// `stride`, pages.
-    Stride(u32),
-    /// `ring`, entries.
-    Ring(u64),
-    /// `chunk`, pages.
-    Chunk(u64),
-    /// `vcpus`.
-    Vcpus(u32),
-}
-
-impl SetParam for Set {
-    fn key_value(&self) -> (&'static str, String) {
-        match *self {
-            Set::SizeMib(mib) => ("size", format!("{mib}MiB")),
-            Set::Passes(n) => ("passes", n.to_string()),
-            Set::Stride(n) => ("stride", n.to_string()),
-            Set::Ring(n) => ("ring", n.to_string()),
-            Set::Chunk(n) => ("chunk", n.to_string()),
-            Set::Vcpus(n) => ("vcpus", n.to_string()),
-        }
-    }
-}
-
 /// The parameters of one run.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DirtyParams {
     /// Guest memory written and logged, bytes.
     pub size_bytes: u64,
@@ -481,90 +465,70 @@ pub struct DirtyParams {
     pub guest: GuestRun,
 }
 
-/// `backing`: the names and what they give; a 1 GiB hugetlb region must be whole pages.
-fn parse_backing(settings: &Settings, size_bytes: u64) -> Result<DirtyBacking, InputError> {
-    let backing = match settings.choice(
-        "backing",
-        &["anon", "shmem", "hugetlb-2m", "hugetlb-1g", "gmem"],
-    )? {
-        "shmem" => DirtyBacking::Shmem,
-        "hugetlb-2m" => DirtyBacking::Hugetlb(HugeSize::Mib2),
-        "hugetlb-1g" => DirtyBacking::Hugetlb(HugeSize::Gib1),
-        "gmem" => DirtyBacking::GuestMemfd,
-        _ => DirtyBacking::Anonymous,
-    };
-    if let DirtyBacking::Hugetlb(huge) = backing
-        && !size_bytes.is_multiple_of(huge.bytes())
-    {
-        return Err(InputError::BadValue {
-            key: "size".into(),
-            value: settings.raw("size").into(),
-            why: format!(
-                "backing={} takes whole {} MiB pages: make size a multiple of {} MiB",
-                settings.raw("backing"),
-                huge.bytes() >> 20,
-                huge.bytes() >> 20
-            ),
-        });
+impl Default for DirtyParams {
+    fn default() -> DirtyParams {
+        DirtyParams {
+            size_bytes: 64 << 20,
+            passes: 4,
+            stride: 1,
+            ring: 4096,
+            chunk: 4096,
+            vcpus: 1,
+            backing: DirtyBacking::Anonymous,
+            guest: GuestRun::default(),
+        }
     }
-    Ok(backing)
 }
 
-impl Experiment for Dirty {
+super::memory::runs_guest!(DirtyParams);
+
+/// `size` on `can` (up to 64 GiB, and what this host can back on a real backend), and with
+/// `backing`: a hugetlb region is whole huge pages.
+fn check_size(p: &DirtyParams, can: Capabilities) -> Result<(), InputError> {
+    let size_bytes = p.size_bytes;
+    let bad = |why: String| InputError::BadValue {
+        key: "size".into(),
+        value: size_text(size_bytes),
+        why,
+    };
+    if size_bytes == 0 || !size_bytes.is_multiple_of(2 << 20) || size_bytes > DATA_MAX_BYTES {
+        return Err(bad(
+            "size must be a non-zero multiple of 2MiB up to 64GiB".into()
+        ));
+    }
+    // The region is populated before the guest runs: more than the host can back would bring
+    // the OOM killer.
+    super::memory::check_room(size_bytes, can, "populates")?;
+    super::memory::check_vcpus(p.vcpus, size_bytes)?;
+    if let DirtyBacking::Hugetlb(huge) = p.backing
+        && !size_bytes.is_multiple_of(huge.bytes())
+    {
+        return Err(bad(format!(
+            "backing={} takes whole {} MiB pages: make size a multiple of {} MiB",
+            BACKING.name(p.backing),
+            huge.bytes() >> 20,
+            huge.bytes() >> 20
+        )));
+    }
+    Ok(())
+}
+
+impl Scenario for Dirty {
     type Plan = DirtyPlan;
     type Params = DirtyParams;
     const INFO: &'static ScenarioInfo = &INFO;
+    const PARAMS: &'static [Param<DirtyParams>] = &PARAMS;
 
-    fn params(&self, settings: &Settings, can: Capabilities) -> Result<DirtyParams, InputError> {
-        let size_bytes = settings.bytes("size")?;
-        if size_bytes == 0 || size_bytes % (2 << 20) != 0 || size_bytes > DATA_MAX_BYTES {
-            return Err(InputError::BadValue {
-                key: "size".into(),
-                value: settings.raw("size").into(),
-                why: "size must be a non-zero multiple of 2MiB up to 64GiB".into(),
-            });
-        }
-        if can.real_memory
-            && let Some((room, source)) = super::memory::memory_room()
-            && size_bytes > room
-        {
-            // The region is populated before the guest runs: more than the host can back would
-            // bring the OOM killer, so it is refused before any work, with the numbers.
-            return Err(InputError::BadValue {
-                key: "size".into(),
-                value: settings.raw("size").into(),
-                why: format!(
-                    "this host can back at most {:.1} GiB now ({source}); the kvm backend populates the whole {:.1} GiB: choose a smaller size, or --backend model",
-                    room as f64 / f64::from(1u32 << 30),
-                    size_bytes as f64 / f64::from(1u32 << 30),
-                ),
-            });
-        }
-        let passes = settings.u32_in("passes", 1..=100)?;
-        let stride = settings.u32_in("stride", 1..=4096)?;
-        let ring = parse_ring(settings)?;
-        let chunk = parse_chunk(settings)?;
-        let vcpus = super::memory::parse_vcpus(settings, can, size_bytes)?;
-        let backing = parse_backing(settings, size_bytes)?;
-        let guest = GuestRun::parse(settings)?;
-        Ok(DirtyParams {
-            size_bytes,
-            passes,
-            stride,
-            ring,
-            chunk,
-            vcpus,
-            backing,
-            guest,
-        })
+    fn check(&self, p: &DirtyParams, can: Capabilities) -> Result<(), InputError> {
+        check_size(p, can)
     }
 
     fn plan(
         &self,
-        p: &DirtyParams,
         name: &str,
-        _: &RunRequest,
+        request: &RunRequest<DirtyParams>,
     ) -> Result<Option<DirtyPlan>, InputError> {
+        let p = &request.params;
         let mode = match name {
             "bitmap" => LogMode::Bitmap,
             "clear" => LogMode::Clear {
@@ -593,20 +557,26 @@ impl Experiment for Dirty {
         plan.vcpus
     }
 
-    fn validation(&self, host: &HostInfo) -> Option<ValidationPoint> {
+    fn validation(&self, host: &HostInfo) -> Option<ValidationPoint<DirtyParams>> {
         // calibrate times one vCPU and two at 64 MiB (the write-protect fault and the
         // mmu_lock hold): eight vCPUs on a new size is what the model must predict from them,
         // each ring filling once a pass (4096 pages a slice against a 4096-entry ring). An
         // emulated CPU takes milliseconds per fault: a small point there, times unjudged.
-        let sets: super::params::Sets = if host.cpu_emulated() {
-            &[&Set::SizeMib(16), &Set::Passes(1), &Set::Vcpus(2)]
+        let (mib, passes, vcpus) = if host.cpu_emulated() {
+            (16, 1, 2)
         } else {
-            &[&Set::SizeMib(128), &Set::Passes(3), &Set::Vcpus(8)]
+            (128, 3, 8)
+        };
+        let params = DirtyParams {
+            size_bytes: mib << 20,
+            passes,
+            vcpus,
+            ..DirtyParams::default()
         };
         Some(ValidationPoint {
             variants: &["bitmap", "ring"],
-            sets,
-            model_sets: &[],
+            params,
+            model_params: params,
             checks: |model, kvm, v, time| {
                 [
                     check(model, kvm, v, "pages_dirty", Rule::Exact(0.0)),
@@ -638,29 +608,12 @@ impl Experiment for Dirty {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::BackendKind;
-    use crate::backend::dirty::DirtyPass;
-
-    fn settings(sets: &[&str]) -> Settings {
-        Settings::parse(
-            &INFO,
-            &sets.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-        )
-        .unwrap()
-    }
+    use hvlab_core::BackendKind;
+    use hvlab_core::dirty::DirtyPass;
 
     fn plan_of(sets: &[&str], variant: &str) -> Result<DirtyPlan, InputError> {
-        let req = RunRequest {
-            variants: vec![variant.into()],
-            ..RunRequest::default()
-        };
-        super::super::planned(
-            &Dirty,
-            &settings(sets),
-            &req,
-            BackendKind::Kvm.capabilities(),
-        )
-        .map(|mut v| v.remove(0).1)
+        crate::scenario::plans_of(&Dirty, sets, &[variant], BackendKind::Kvm)
+            .map(|mut v| v.remove(0).1)
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! PEBS `PEBS_ENABLE`, `DS_AREA`, `PEBS_DATA_CFG`), which `pmu-on`/`pmu-off` compare where
 //! `KVM_CAP_PMU_CAPABILITY` exists. The model variants build those lists per MSR before and
 //! after the PEBS_ENABLE series over a fastpath exit (the thread's base), report the lists,
-//! the writes per roundtrip and the race explorer's findings (`model::pmu`).
+//! the writes per roundtrip and the race explorer's findings (`model::exits`).
 //!
 //! Each repetition builds a VM whose guest runs one exit-causing instruction `iterations`
 //! times between its `Start` and `End` signals. `roundtrip_ns` is host time over that batch per
@@ -15,23 +15,22 @@
 //! statistics' deltas per iteration. `kvm.vcpu.exits` should be 1.0 per iteration; where a host
 //! does not count every roundtrip in it (PVM does not) a self-check finding says so.
 
-use super::memory::GuestRun;
-use super::params::{ParamInfo, SetParam, Settings};
+use super::memory::{GuestRun, guest_cpl, guest_timeout};
+use super::params::{Param, Values, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Chart, Experiment, Observed, ValidationPoint};
+use super::{Chart, Observed, Scenario, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
 use crate::analysis::validate::check;
-use crate::backend::Capabilities;
-use crate::backend::exits::{
-    ExitKind, ExitPlan, ExitResult, PmuConfig, PmuOutcome, PmuScheme, SwitchedVia,
-};
-use crate::backend::host::HostInfo;
 use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::VariantStatus;
 use crate::record::{Finding, SelfCheck, VariantRecord};
+use hvlab_core::exits::{
+    ExitKind, ExitPlan, ExitResult, PmuConfig, PmuOutcome, PmuScheme, SwitchedVia,
+};
+use hvlab_core::host::HostInfo;
 
 /// The catalog entry.
 pub static INFO: ScenarioInfo = ScenarioInfo {
@@ -39,7 +38,6 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     summary: "VM-exit roundtrip cost by exit type (PIO, MMIO, CPUID, hypercall, HLT, ioeventfd) and vPMU on/off",
     variants: &VARIANTS,
     model_variants: &MODEL_VARIANTS,
-    params: &PARAMS,
     metrics: &METRICS,
     headline: "roundtrip_ns",
     runs_on: super::any_backend,
@@ -125,43 +123,40 @@ static MODEL_VARIANTS: [VariantInfo; 8] = [
     },
 ];
 
-static PARAMS: [ParamInfo; 6] = [
-    ParamInfo {
-        name: "iterations",
-        default: "10000",
-        doc: "exits per repetition (1-10000000)",
-        model_only: false,
-    },
-    ParamInfo {
-        name: "guest.cpl",
-        default: "",
-        doc: "0 or 3; default 3 on PVM (CPL0 is emulated there), 0 elsewhere",
-        model_only: false,
-    },
-    ParamInfo {
-        name: "timeout_ms",
-        default: "60000",
-        doc: "watchdog for one repetition, ms",
-        model_only: false,
-    },
-    ParamInfo {
+/// Each parameter, declared once.
+pub static PARAMS: [Param<ExitParams>; 6] = [
+    whole!(iterations, "exits per repetition", 1, 10_000_000),
+    guest_cpl(),
+    guest_timeout("watchdog for one repetition, ms"),
+    Param {
         name: "host_pebs",
-        default: "1",
         doc: "model: the host has PEBS events active (1) or not (0)",
+        values: Values::Range(0, 1),
         model_only: true,
+        read: |p, t| {
+            p.host_pebs = t.flag()?;
+            Ok(())
+        },
+        spell: |p| u8::from(p.host_pebs).to_string(),
     },
-    ParamInfo {
+    Param {
         name: "host_pebs_data_cfg",
-        default: "1",
         doc: "model: the host's PEBS event uses adaptive PEBS data groups, so PEBS_DATA_CFG is non-zero (1) or not (0)",
+        values: Values::Range(0, 1),
         model_only: true,
+        read: |p, t| {
+            p.host_pebs_data_cfg = t.flag()?;
+            Ok(())
+        },
+        spell: |p| u8::from(p.host_pebs_data_cfg).to_string(),
     },
-    ParamInfo {
-        name: "guest_pebs_data_cfg",
-        default: "1",
-        doc: "model: the PEBS guest's PEBS_DATA_CFG (0-255; the host's is 3, memory info and GPRs); the thread does not give it, and the default 1 (memory info alone) differs from the host's, so no entry drops out of the lists by coincidence",
-        model_only: true,
-    },
+    whole!(
+        guest_pebs_data_cfg,
+        "model: the PEBS guest's PEBS_DATA_CFG (the host's is 3, memory info and GPRs); the thread does not give it, and the default 1 (memory info alone) differs from the host's, so no entry drops out of the lists by coincidence",
+        0,
+        255,
+        model
+    ),
 ];
 
 static METRICS: [MetricInfo; 4] = [
@@ -288,30 +283,8 @@ fn pmu_findings(pmu: &PmuOutcome) -> Vec<Finding> {
 #[derive(Debug)]
 pub struct Exits;
 
-/// An exits parameter set in code (the lab's published setups).
-#[derive(Debug, Clone, Copy)]
-pub enum Set {
-    /// `iterations`.
-    Iterations(u32),
-    /// `host_pebs`.
-    HostPebs(bool),
-    /// `host_pebs_data_cfg`.
-    HostPebsDataCfg(bool),
-}
-
-impl SetParam for Set {
-    fn key_value(&self) -> (&'static str, String) {
-        let flag = |on: bool| u8::from(on).to_string();
-        match *self {
-            Set::Iterations(n) => ("iterations", n.to_string()),
-            Set::HostPebs(on) => ("host_pebs", flag(on)),
-            Set::HostPebsDataCfg(on) => ("host_pebs_data_cfg", flag(on)),
-        }
-    }
-}
-
 /// The parameters of one run.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ExitParams {
     /// Roundtrips per batch.
     pub iterations: u64,
@@ -325,27 +298,32 @@ pub struct ExitParams {
     pub guest_pebs_data_cfg: u64,
 }
 
-impl Experiment for Exits {
+impl Default for ExitParams {
+    fn default() -> ExitParams {
+        ExitParams {
+            iterations: 10_000,
+            guest: GuestRun::default(),
+            host_pebs: true,
+            host_pebs_data_cfg: true,
+            guest_pebs_data_cfg: 1,
+        }
+    }
+}
+
+super::memory::runs_guest!(ExitParams);
+
+impl Scenario for Exits {
     type Plan = ExitPlan;
     type Params = ExitParams;
     const INFO: &'static ScenarioInfo = &INFO;
-
-    fn params(&self, settings: &Settings, _: Capabilities) -> Result<ExitParams, InputError> {
-        Ok(ExitParams {
-            iterations: u64::from(settings.u32_in("iterations", 1..=10_000_000)?),
-            guest: GuestRun::parse(settings)?,
-            host_pebs: settings.u32_in("host_pebs", 0..=1)? == 1,
-            host_pebs_data_cfg: settings.u32_in("host_pebs_data_cfg", 0..=1)? == 1,
-            guest_pebs_data_cfg: u64::from(settings.u32_in("guest_pebs_data_cfg", 0..=255)?),
-        })
-    }
+    const PARAMS: &'static [Param<ExitParams>] = &PARAMS;
 
     fn plan(
         &self,
-        p: &ExitParams,
         name: &str,
-        _: &RunRequest,
+        request: &RunRequest<ExitParams>,
     ) -> Result<Option<ExitPlan>, InputError> {
+        let p = &request.params;
         let pmu = |guest_vpmu, guest_pebs, scheme| {
             Some(PmuConfig {
                 guest_vpmu,
@@ -386,8 +364,8 @@ impl Experiment for Exits {
         analyse(o.names, &kinds, o.results, o.seed)
     }
 
-    fn showcases(&self) -> &'static [super::Showcase] {
-        &[super::Showcase {
+    fn showcases(&self) -> Vec<super::Showcase<ExitParams>> {
+        vec![super::Showcase {
             profile: "intel-spr-vmx",
             variants: &[
                 "fastpath",
@@ -398,7 +376,11 @@ impl Experiment for Exits {
                 "pebs-old",
                 "pebs-new",
             ],
-            sets: &[&Set::HostPebs(true), &Set::Iterations(1000)],
+            params: ExitParams {
+                host_pebs: true,
+                iterations: 1000,
+                ..ExitParams::default()
+            },
             why: "003 (PEBS_ENABLE on KVM transitions): on a PEBS-isolating Intel server with a host PEBS event, the series drops 7 MSR writes per fastpath roundtrip (3 with guest PEBS); the race explorer finds the stuck PEBS_ENABLE bit before it for every guest, a stale PERF_GLOBAL_CTRL after it, and neither once KVM zeroes PERF_GLOBAL_CTRL first",
         }]
     }
@@ -410,17 +392,16 @@ impl Experiment for Exits {
         }]
     }
 
-    fn validation(&self, host: &HostInfo) -> Option<ValidationPoint> {
+    fn validation(&self, host: &HostInfo) -> Option<ValidationPoint<ExitParams>> {
         // An emulated CPU takes tens of microseconds per exit: fewer iterations there.
-        let sets: super::params::Sets = if host.cpu_emulated() {
-            &[&Set::Iterations(200)]
-        } else {
-            &[&Set::Iterations(5000)]
+        let params = ExitParams {
+            iterations: if host.cpu_emulated() { 200 } else { 5000 },
+            ..ExitParams::default()
         };
         Some(ValidationPoint {
             variants: &["pio-out", "mmio-read", "cpuid"],
-            sets,
-            model_sets: &[],
+            params,
+            model_params: params,
             checks: |model, kvm, v, time| {
                 check(model, kvm, v, "roundtrip_ns", time)
                     .into_iter()
@@ -433,21 +414,15 @@ impl Experiment for Exits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::BackendKind;
+    use hvlab_core::BackendKind;
 
     #[test]
     fn every_variant_has_a_kind_and_unknown_ones_list_the_rest() {
-        let settings = Settings::parse(&INFO, &[]).unwrap();
-        let kvm = BackendKind::Kvm.capabilities();
-        let all = super::super::planned(&Exits, &settings, &RunRequest::default(), kvm).unwrap();
+        let all = crate::scenario::plans_of(&Exits, &[], &[], BackendKind::Kvm).unwrap();
         assert_eq!(all.len(), 10);
         assert!(all.iter().all(|(n, p)| p.kind.name() == n));
-        let req = RunRequest {
-            variants: vec!["rdmsr".into()],
-            ..RunRequest::default()
-        };
         assert!(
-            super::super::planned(&Exits, &settings, &req, kvm)
+            crate::scenario::plans_of(&Exits, &[], &["rdmsr"], BackendKind::Kvm)
                 .unwrap_err()
                 .to_string()
                 .contains("ioeventfd")

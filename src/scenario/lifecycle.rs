@@ -31,24 +31,24 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::params::{ParamInfo, SetParam, Settings};
+use super::params::{Choice, Param, Values, choice, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Chart, Experiment, Notice, Observed, Showcase, ValidationPoint};
+use super::{Chart, Notice, Observed, Scenario, Showcase, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::{StallCause, Verdict, against_fastest};
 use crate::analysis::stall::{Baselines, Stall, find_stalls, kernel_effects};
 use crate::analysis::statistics::median;
 use crate::analysis::validate::{Check, Rule, check, judge_in_band, stall_ms};
-use crate::backend::Capabilities;
-use crate::backend::host::HostInfo;
-use crate::backend::ioctl_table::BusRegistration;
-use crate::backend::ioctl_table::SrcuKernel;
-use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace, IoctlEvent, Step, Strategy};
 use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::VariantStatus;
 use crate::record::{Finding, TimelineEvent, VariantRecord};
+use hvlab_core::Capabilities;
+use hvlab_core::host::HostInfo;
+use hvlab_core::ioctl_table::BusRegistration;
+use hvlab_core::ioctl_table::SrcuKernel;
+use hvlab_core::lifecycle::{ConstructionPlan, ConstructionTrace, IoctlEvent, Step, Strategy};
 
 /// The catalog entry.
 pub static INFO: ScenarioInfo = ScenarioInfo {
@@ -56,7 +56,6 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     summary: "VM construction order vs SRCU grace periods: which order stalls a memslot update, by how much",
     variants: &VARIANTS,
     model_variants: &MODEL_VARIANTS,
-    params: &PARAMS,
     metrics: &METRICS,
     headline: "ready_ms",
     default_reps: 20,
@@ -93,67 +92,89 @@ static VARIANTS: [VariantInfo; 6] = [
 
 static MODEL_VARIANTS: [VariantInfo; 0] = [];
 
-static PARAMS: [ParamInfo; 10] = [
-    ParamInfo {
+/// `strategy`: how registration frees the old bus array (model).
+static STRATEGY: Choice<Strategy, 3> = Choice {
+    names: ["always-defer", "always-sync", "lifecycle-keyed"],
+    values: [
+        Strategy::AlwaysDefer,
+        Strategy::AlwaysSync,
+        Strategy::LifecycleKeyed,
+    ],
+};
+
+/// `spacing`: VMs built back to back, or independent (model).
+static SPACING: Choice<bool, 2> = Choice {
+    names: ["back-to-back", "independent"],
+    values: [true, false],
+};
+
+/// Each parameter, declared once.
+pub static PARAMS: [Param<LifecycleParams>; 10] = [
+    Param {
         name: "vcpus",
-        default: "1",
         doc: "vCPUs created, at most the host's KVM_CAP_MAX_VCPUS; each runs the guest to its first exit in turn (boot orders: vCPU 0 only)",
+        values: Values::Described,
         model_only: false,
+        read: |p, t| {
+            p.vcpus = super::memory::vcpu_count(t)?;
+            Ok(())
+        },
+        spell: |p| p.vcpus.to_string(),
     },
-    ParamInfo {
-        name: "devices",
-        default: "8",
-        doc: "ioeventfds registered (0-256), one per virtio queue doorbell",
-        model_only: false,
-    },
-    ParamInfo {
+    whole!(
+        devices,
+        "ioeventfds registered, one per virtio queue doorbell",
+        0,
+        256
+    ),
+    Param {
         name: "order",
-        default: "",
         doc: "custom order, comma-separated steps: create-vm,tss,irqchip,pit,memslot,vcpus,ioeventfds,run",
+        values: Values::Described,
         model_only: false,
+        read: |p, t| {
+            p.order = Some(parse_order(t.raw)?);
+            Ok(())
+        },
+        spell: |p| {
+            p.order.as_ref().map_or_else(String::new, |steps| {
+                steps.iter().map(|s| s.name()).collect::<Vec<_>>().join(",")
+            })
+        },
     },
-    ParamInfo {
-        name: "mem_mib",
-        default: "16",
-        doc: "guest RAM in the memslot, MiB",
-        model_only: false,
-    },
-    ParamInfo {
-        name: "timeout_ms",
-        default: "2000",
-        doc: "watchdog for the first KVM_RUN, ms",
-        model_only: false,
-    },
-    ParamInfo {
-        name: "boot_ms",
-        default: "50",
-        doc: "boot orders: ms vCPU 0 runs the guest before the boot registrations (0-10000)",
-        model_only: false,
-    },
-    ParamInfo {
-        name: "strategy",
-        default: "always-defer",
-        doc: "model: always-defer (call_srcu, Linux 6.18), always-sync (synchronize_srcu_expedited, before 7d9a0273), lifecycle-keyed (sync until the first vCPU, then defer: the fix in thread 001)",
-        model_only: true,
-    },
-    ParamInfo {
+    whole!(mem_mib, "guest RAM in the memslot, MiB", 1, 4096),
+    whole!(timeout_ms, "watchdog for the first KVM_RUN, ms", 10, 60_000),
+    whole!(
+        boot_ms,
+        "boot orders: ms vCPU 0 runs the guest before the boot registrations",
+        0,
+        10_000
+    ),
+    choice!(
+        strategy,
+        STRATEGY,
+        "model: always-defer (call_srcu, Linux 6.18), always-sync (synchronize_srcu_expedited, before 7d9a0273), lifecycle-keyed (sync until the first vCPU, then defer: the fix in thread 001)",
+        model
+    ),
+    Param {
         name: "hz",
-        default: "",
         doc: "model: timer ticks per second (default: the profile's)",
+        values: Values::Range(24, 10_000),
         model_only: true,
+        read: |p, t| {
+            p.hz = t.optional_whole()?;
+            Ok(())
+        },
+        spell: |p| p.hz.map_or_else(String::new, |hz| hz.to_string()),
     },
-    ParamInfo {
-        name: "spacing",
-        default: "back-to-back",
-        doc: "model: back-to-back (each VM right after the previous, as the kvm backend's repetitions: the previous stall ended on a tick) or independent (each VM at a random point of a jiffy, as separate VMM processes)",
-        model_only: true,
-    },
-    ParamInfo {
-        name: "reader_pct",
-        default: "0",
-        doc: "model: percent of the time a running vCPU is an SRCU reader (0-90; handling exits in the kernel; hvlab's guest loop barely exits)",
-        model_only: true,
-    },
+    choice!("spacing" => back_to_back, SPACING, "model: back-to-back (each VM right after the previous, as the kvm backend's repetitions: the previous stall ended on a tick) or independent (each VM at a random point of a jiffy, as separate VMM processes)", model),
+    whole!(
+        reader_pct,
+        "model: percent of the time a running vCPU is an SRCU reader (handling exits in the kernel; hvlab's guest loop barely exits)",
+        0,
+        90,
+        model
+    ),
 ];
 
 static METRICS: [MetricInfo; 15] = [
@@ -408,103 +429,90 @@ struct StallSamples {
     jiffies: Vec<f64>,
 }
 
-fn analyse_variant(
-    name: &str,
-    traces: &[ConstructionTrace],
-    baselines: &Baselines,
-    jiffy_ns: u64,
-    kernel: SrcuKernel,
-    seed: u64,
-) -> VariantRecord {
-    let mut series = Series::new();
-    let mut stalled: BTreeMap<StallKey, StallSamples> = BTreeMap::new();
-    for (rep, trace) in traces.iter().enumerate() {
-        series.at(rep).push("ready_ms", "ms", ms(trace.ready_ns));
-        let mut per_ioctl: BTreeMap<&str, u64> = BTreeMap::new();
-        for e in &trace.ioctls {
-            *per_ioctl.entry(e.name.as_str()).or_default() += e.dur_ns;
-        }
-        for (ioctl, ns) in per_ioctl {
-            series.push(&format!("ioctl.{ioctl}_ms"), "ms", ms(ns));
-        }
-        if let Some(gap) = trace.since_last_ns {
-            series.push("between_builds_ms", "ms", ms(gap));
-        }
-        if let Some(phase) = trace.tick_phase_ns {
-            series.push("tick_phase_ms", "ms", ms(phase));
-        }
-        if let (Some(phase), Some(first)) = (trace.tick_phase_ns, first_boot_registration(trace))
+/// One build's timings: ready, each ioctl's total, the tick phases, the boot phase, the
+/// first vCPU against the others.
+fn push_timings(series: &mut Series, trace: &ConstructionTrace, jiffy_ns: u64) {
+    series.push("ready_ms", "ms", ms(trace.ready_ns));
+    let mut per_ioctl: BTreeMap<&str, u64> = BTreeMap::new();
+    for e in &trace.ioctls {
+        *per_ioctl.entry(e.name.as_str()).or_default() += e.dur_ns;
+    }
+    for (ioctl, ns) in per_ioctl {
+        series.push(&format!("ioctl.{ioctl}_ms"), "ms", ms(ns));
+    }
+    if let Some(gap) = trace.since_last_ns {
+        series.push("between_builds_ms", "ms", ms(gap));
+    }
+    if let Some(phase) = trace.tick_phase_ns {
+        series.push("tick_phase_ms", "ms", ms(phase));
+    }
+    if let (Some(phase), Some(first)) = (trace.tick_phase_ns, first_boot_registration(trace))
+        && jiffy_ns > 0
+    {
+        series.push(
+            "boot.tick_phase_ms",
+            "ms",
+            ms((phase + first.start_ns) % jiffy_ns),
+        );
+    }
+    if let Some(boot) = trace.boot_thread {
+        series.push(
+            "boot.thread_wait_ms",
+            "ms",
+            ms(boot.started_ns.saturating_sub(boot.spawned_ns)),
+        );
+        if let Some(phase) = trace.tick_phase_ns
             && jiffy_ns > 0
         {
             series.push(
-                "boot.tick_phase_ms",
+                "boot.thread_tick_phase_ms",
                 "ms",
-                ms((phase + first.start_ns) % jiffy_ns),
+                ms((phase + boot.started_ns) % jiffy_ns),
             );
         }
-        if let Some(boot) = trace.boot_thread {
-            series.push(
-                "boot.thread_wait_ms",
-                "ms",
-                ms(boot.started_ns.saturating_sub(boot.spawned_ns)),
-            );
-            if let Some(phase) = trace.tick_phase_ns
-                && jiffy_ns > 0
-            {
-                series.push(
-                    "boot.thread_tick_phase_ms",
-                    "ms",
-                    ms((phase + boot.started_ns) % jiffy_ns),
-                );
-            }
-            if let Some(first) = first_boot_registration(trace) {
-                let late = first.start_ns.saturating_sub(boot.wake_ns);
-                series.push("boot.sleep_late_us", "us", late as f64 / 1e3);
-            }
-        }
-        if let Some((registrations, memslot)) = boot_phase(trace) {
-            if !registrations.is_empty() {
-                let mean = registrations.iter().sum::<u64>() as f64 / registrations.len() as f64;
-                series.push("boot.ioeventfd_us", "us", mean / 1e3);
-            }
-            if let Some(memslot) = memslot {
-                series.push("boot.memslot_ms", "ms", ms(memslot));
-            }
-        }
-        // The first vCPU against the rest: only the first can add a memslot and so wait out
-        // a grace period in flight (`kvm_arch_vcpu_create()` → `kvm_alloc_apic_access_page()`).
-        let creates: Vec<u64> = trace
-            .ioctls
-            .iter()
-            .filter(|e| e.name == "KVM_CREATE_VCPU")
-            .map(|e| e.dur_ns)
-            .collect();
-        if let [first, rest @ ..] = creates.as_slice()
-            && !rest.is_empty()
-        {
-            series.push("vcpu.first_create_ms", "ms", ms(*first)).push(
-                "vcpu.other_create_ms",
-                "ms",
-                ms(rest.iter().sum::<u64>()) / rest.len() as f64,
-            );
-        }
-        let stalls = stalls_of(trace, baselines, jiffy_ns, kernel);
-        let srcu_stalls = stalls.iter().filter(|s| s.caused_by.is_some()).count();
-        series.push("stalls", "count", srcu_stalls as f64);
-        for s in stalls {
-            let entry = stalled.entry((s.index, s.name, s.caused_by)).or_default();
-            entry.durations_ns.push(s.dur_ns as f64);
-            entry.jiffies.push(s.jiffies);
-        }
-        for (stat, unit, value) in &trace.kvm_stats {
-            series.push(stat, unit, *value as f64);
+        if let Some(first) = first_boot_registration(trace) {
+            let late = first.start_ns.saturating_sub(boot.wake_ns);
+            series.push("boot.sleep_late_us", "us", late as f64 / 1e3);
         }
     }
-    let reps = traces.len();
-    let metrics = series.finish(reps, name, seed);
+    if let Some((registrations, memslot)) = boot_phase(trace) {
+        if !registrations.is_empty() {
+            let mean = registrations.iter().sum::<u64>() as f64 / registrations.len() as f64;
+            series.push("boot.ioeventfd_us", "us", mean / 1e3);
+        }
+        if let Some(memslot) = memslot {
+            series.push("boot.memslot_ms", "ms", ms(memslot));
+        }
+    }
+    // The first vCPU against the rest: only the first can add a memslot and so wait out
+    // a grace period in flight (`kvm_arch_vcpu_create()` → `kvm_alloc_apic_access_page()`).
+    let creates: Vec<u64> = trace
+        .ioctls
+        .iter()
+        .filter(|e| e.name == "KVM_CREATE_VCPU")
+        .map(|e| e.dur_ns)
+        .collect();
+    if let [first, rest @ ..] = creates.as_slice()
+        && !rest.is_empty()
+    {
+        series.push("vcpu.first_create_ms", "ms", ms(*first)).push(
+            "vcpu.other_create_ms",
+            "ms",
+            ms(rest.iter().sum::<u64>()) / rest.len() as f64,
+        );
+    }
+}
+
+/// The stalls that recur (in at least half the repetitions), each as a finding: an SRCU stall
+/// with the grace period it waited for, or a slow ioctl of unknown cause.
+fn recurring_findings(
+    stalled: BTreeMap<StallKey, StallSamples>,
+    reps: usize,
+    baselines: &Baselines,
+) -> Vec<Finding> {
     // A finding must recur: in at least half the repetitions. One slow ioctl in one
     // repetition is noise (a preempted host thread, an emulated host), not a mechanism.
-    let findings = stalled
+    stalled
         .into_iter()
         .filter(|(_, samples)| samples.durations_ns.len() * 2 >= reps)
         .map(|((step, ioctl, caused_by), samples)| {
@@ -540,7 +548,36 @@ fn analyse_variant(
                 },
             }
         })
-        .collect();
+        .collect()
+}
+
+fn analyse_variant(
+    name: &str,
+    traces: &[ConstructionTrace],
+    baselines: &Baselines,
+    jiffy_ns: u64,
+    kernel: SrcuKernel,
+    seed: u64,
+) -> VariantRecord {
+    let mut series = Series::new();
+    let mut stalled: BTreeMap<StallKey, StallSamples> = BTreeMap::new();
+    for (rep, trace) in traces.iter().enumerate() {
+        push_timings(series.at(rep), trace, jiffy_ns);
+        let stalls = stalls_of(trace, baselines, jiffy_ns, kernel);
+        let srcu_stalls = stalls.iter().filter(|s| s.caused_by.is_some()).count();
+        series.push("stalls", "count", srcu_stalls as f64);
+        for s in stalls {
+            let entry = stalled.entry((s.index, s.name, s.caused_by)).or_default();
+            entry.durations_ns.push(s.dur_ns as f64);
+            entry.jiffies.push(s.jiffies);
+        }
+        for (stat, unit, value) in &trace.kvm_stats {
+            series.push(stat, unit, *value as f64);
+        }
+    }
+    let reps = traces.len();
+    let metrics = series.finish(reps, name, seed);
+    let findings = recurring_findings(stalled, reps, baselines);
     VariantRecord {
         name: name.to_string(),
         status: crate::record::VariantStatus::Ok,
@@ -582,65 +619,35 @@ fn verdicts(variants: &[VariantRecord], seed: u64) -> Vec<Verdict> {
 }
 
 /// Thread 001 on its own host: Firecracker on x86 at HZ=100, separate microVMs.
-static SHOWCASES: [Showcase; 2] = [
-    Showcase {
-        profile: "x86-vmx-hz100",
-        variants: &["firecracker-order", "boot-activation"],
-        sets: &[
-            &Set::Strategy(Strategy::AlwaysDefer),
-            &Set::BackToBack(false),
-        ],
-        why: "001, Linux 6.18 (call_srcu in registration): the first KVM_CREATE_VCPU waits out the irqchip's normal grace period, 1-2 jiffies (10-20 ms at HZ=100)",
-    },
-    Showcase {
-        profile: "x86-vmx-hz100",
-        variants: &["firecracker-order", "boot-activation"],
-        sets: &[
-            &Set::Strategy(Strategy::LifecycleKeyed),
-            &Set::BackToBack(false),
-        ],
-        why: "001, Sean's fix (sync until the first vCPU, then defer): no creation stall; registrations during boot still defer, so the next memslot update waits",
-    },
-];
+fn showcases() -> Vec<Showcase<LifecycleParams>> {
+    let microvms = |strategy| LifecycleParams {
+        strategy,
+        back_to_back: false,
+        ..LifecycleParams::default()
+    };
+    vec![
+        Showcase {
+            profile: "x86-vmx-hz100",
+            variants: &["firecracker-order", "boot-activation"],
+            params: microvms(Strategy::AlwaysDefer),
+            why: "001, Linux 6.18 (call_srcu in registration): the first KVM_CREATE_VCPU waits out the irqchip's normal grace period, 1-2 jiffies (10-20 ms at HZ=100)",
+        },
+        Showcase {
+            profile: "x86-vmx-hz100",
+            variants: &["firecracker-order", "boot-activation"],
+            params: microvms(Strategy::LifecycleKeyed),
+            why: "001, Sean's fix (sync until the first vCPU, then defer): no creation stall; registrations during boot still defer, so the next memslot update waits",
+        },
+    ]
+}
 
 /// The lifecycle scenario.
 #[derive(Debug)]
 pub struct Lifecycle;
 
-/// A lifecycle parameter set in code (the lab's published setups).
-#[derive(Debug, Clone, Copy)]
-pub enum Set {
-    /// `strategy`.
-    Strategy(Strategy),
-    /// `vcpus`.
-    Vcpus(u32),
-    /// `hz`.
-    Hz(u32),
-    /// `spacing`: VMs built back to back (false: independent).
-    BackToBack(bool),
-}
-
-impl SetParam for Set {
-    fn key_value(&self) -> (&'static str, String) {
-        match *self {
-            Set::Strategy(s) => ("strategy", strategy_name(s).to_string()),
-            Set::Vcpus(n) => ("vcpus", n.to_string()),
-            Set::Hz(hz) => ("hz", hz.to_string()),
-            Set::BackToBack(b) => (
-                "spacing",
-                if b { "back-to-back" } else { "independent" }.to_string(),
-            ),
-        }
-    }
-}
-
 /// A registration strategy as `--set strategy=` names it.
 pub fn strategy_name(strategy: Strategy) -> &'static str {
-    match strategy {
-        Strategy::AlwaysDefer => "always-defer",
-        Strategy::AlwaysSync => "always-sync",
-        Strategy::LifecycleKeyed => "lifecycle-keyed",
-    }
+    STRATEGY.name(strategy)
 }
 
 /// The parameters of one run.
@@ -668,6 +675,23 @@ pub struct LifecycleParams {
     pub order: Option<Vec<Step>>,
 }
 
+impl Default for LifecycleParams {
+    fn default() -> LifecycleParams {
+        LifecycleParams {
+            vcpus: 1,
+            devices: 8,
+            mem_mib: 16,
+            timeout_ms: 2000,
+            strategy: Strategy::AlwaysDefer,
+            hz: None,
+            reader_pct: 0,
+            boot_ms: 50,
+            back_to_back: true,
+            order: None,
+        }
+    }
+}
+
 impl LifecycleParams {
     /// The validated plan that builds a VM in the order `steps`.
     fn construction(&self, steps: Vec<Step>) -> Result<ConstructionPlan, InputError> {
@@ -687,71 +711,37 @@ impl LifecycleParams {
     }
 }
 
-impl Experiment for Lifecycle {
+impl Scenario for Lifecycle {
     type Plan = ConstructionPlan;
     type Params = LifecycleParams;
     const INFO: &'static ScenarioInfo = &INFO;
-
-    fn params(
-        &self,
-        settings: &Settings,
-        can: Capabilities,
-    ) -> Result<LifecycleParams, InputError> {
-        let strategy = match settings.choice(
-            "strategy",
-            &["always-defer", "always-sync", "lifecycle-keyed"],
-        )? {
-            "always-sync" => Strategy::AlwaysSync,
-            "lifecycle-keyed" => Strategy::LifecycleKeyed,
-            _ => Strategy::AlwaysDefer,
-        };
-        Ok(LifecycleParams {
-            vcpus: super::memory::parse_vcpu_count(settings, can)?,
-            devices: settings.u32_in("devices", 0..=256)?,
-            mem_mib: settings.u32_in("mem_mib", 1..=4096)?,
-            timeout_ms: settings.u32_in("timeout_ms", 10..=60_000)?,
-            strategy,
-            hz: match settings.raw("hz") {
-                "" => None,
-                _ => Some(settings.u32_in("hz", 24..=10_000)?),
-            },
-            reader_pct: settings.u32_in("reader_pct", 0..=90)?,
-            boot_ms: settings.u32_in("boot_ms", 0..=10_000)?,
-            back_to_back: settings.choice("spacing", &["back-to-back", "independent"])?
-                == "back-to-back",
-            order: match settings.is_set("order") {
-                true => Some(parse_order(settings.raw("order"))?),
-                false => None,
-            },
-        })
-    }
+    const PARAMS: &'static [Param<LifecycleParams>] = &PARAMS;
 
     fn plan(
         &self,
-        p: &LifecycleParams,
         name: &str,
-        _: &RunRequest,
+        request: &RunRequest<LifecycleParams>,
     ) -> Result<Option<ConstructionPlan>, InputError> {
         order_of(name)
-            .map(|steps| p.construction(steps))
+            .map(|steps| request.params.construction(steps))
             .transpose()
     }
 
     /// The named variants, after `custom` when `--set order=` is given.
     fn plans(
         &self,
-        p: &LifecycleParams,
-        request: &RunRequest,
+        request: &RunRequest<LifecycleParams>,
         can: Capabilities,
     ) -> Result<Vec<(String, ConstructionPlan)>, InputError> {
+        let p = &request.params;
         let mut chosen = Vec::new();
         if let Some(steps) = &p.order {
             chosen.push(("custom".to_string(), p.construction(steps.clone())?));
         }
         // `--set order` without `--variant` runs the custom order alone.
         if !request.variants.is_empty() || p.order.is_none() {
-            let names = INFO.selected_variants(request, can)?;
-            chosen.extend(super::plan_each(self, p, names, request, can)?);
+            let names = INFO.selected_variants(&request.variants, can)?;
+            chosen.extend(super::plan_each(self, names, request, can)?);
         }
         Ok(chosen)
     }
@@ -773,12 +763,8 @@ impl Experiment for Lifecycle {
         vec![Chart::Timeline]
     }
 
-    fn notices(&self, request: &RunRequest) -> Vec<Notice> {
-        let custom = request
-            .sets
-            .iter()
-            .any(|s| s.trim_start().starts_with("order"));
-        if custom && !request.variants.is_empty() {
+    fn notices(&self, request: &RunRequest<LifecycleParams>) -> Vec<Notice> {
+        if request.params.order.is_some() && !request.variants.is_empty() {
             vec![Notice::CustomOrderAlongside {
                 variants: request.variants.clone(),
             }]
@@ -787,15 +773,15 @@ impl Experiment for Lifecycle {
         }
     }
 
-    fn showcases(&self) -> &'static [Showcase] {
-        &SHOWCASES
+    fn showcases(&self) -> Vec<Showcase<LifecycleParams>> {
+        showcases()
     }
 
-    fn validation(&self, host: &HostInfo) -> Option<ValidationPoint> {
+    fn validation(&self, host: &HostInfo) -> Option<ValidationPoint<LifecycleParams>> {
         // The model runs the SRCU scheme of the kernel it is checked against.
-        let model_sets: super::params::Sets = match host.srcu_kernel().registration {
-            BusRegistration::Synchronizes => &[&Set::Strategy(Strategy::AlwaysSync)],
-            BusRegistration::Defers => &[&Set::Strategy(Strategy::AlwaysDefer)],
+        let strategy = match host.srcu_kernel().registration {
+            BusRegistration::Synchronizes => Strategy::AlwaysSync,
+            BusRegistration::Defers => Strategy::AlwaysDefer,
         };
         Some(ValidationPoint {
             variants: &[
@@ -806,8 +792,11 @@ impl Experiment for Lifecycle {
                 "firecracker-order",
                 "boot-activation",
             ],
-            sets: &[],
-            model_sets,
+            params: LifecycleParams::default(),
+            model_params: LifecycleParams {
+                strategy,
+                ..LifecycleParams::default()
+            },
             checks: |model, kvm, v, time| {
                 let mut out: Vec<Check> = Vec::new();
                 out.extend(check(model, kvm, v, "stalls", Rule::Exact(0.0)));
@@ -827,7 +816,7 @@ impl Experiment for Lifecycle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::lifecycle::IoctlEvent;
+    use hvlab_core::lifecycle::IoctlEvent;
 
     const JIFFY: u64 = 4_000_000;
 

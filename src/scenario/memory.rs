@@ -17,25 +17,25 @@
 
 use std::time::Duration;
 
-use super::params::{ParamInfo, SetParam, Settings, size_text};
+use super::params::{Choice, Param, Text, Values, bytes, choice, size_text};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Chart, Experiment, Notice, Observed, ValidationPoint};
+use super::{Chart, Notice, Observed, Scenario, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
 use crate::analysis::validate::{Rule, check, check_count};
-use crate::backend::Capabilities;
-use crate::backend::guest::Backing;
-use crate::backend::guest::Cpl;
-use crate::backend::guest::GuestPage;
-use crate::backend::host::HostInfo;
-use crate::backend::memory::{
-    Access, HostBacking, HugeSize, Pattern, PrefetchLoop, Stage2Mmu, Touch, TouchPlan, TouchResult,
-};
 use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::VariantStatus;
 use crate::record::{Finding, VariantRecord};
+use hvlab_core::Capabilities;
+use hvlab_core::guest::Backing;
+use hvlab_core::guest::Cpl;
+use hvlab_core::guest::GuestPage;
+use hvlab_core::host::HostInfo;
+use hvlab_core::memory::{
+    Access, HostBacking, HugeSize, Pattern, PrefetchLoop, Stage2Mmu, Touch, TouchPlan, TouchResult,
+};
 
 /// The catalog entry.
 pub static INFO: ScenarioInfo = ScenarioInfo {
@@ -43,7 +43,6 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     summary: "first-touch stage-2 faults and SPTE prefetch under each host backing, userfaultfd with prefetch",
     variants: &VARIANTS,
     model_variants: &MODEL_VARIANTS,
-    params: &PARAMS,
     metrics: &METRICS,
     headline: "ns_per_page",
     runs_on: super::any_backend,
@@ -117,67 +116,80 @@ static MODEL_VARIANTS: [VariantInfo; 3] = [
     },
 ];
 
-static PARAMS: [ParamInfo; 10] = [
-    ParamInfo {
-        name: "size",
-        default: "256MiB",
-        doc: "data region, a multiple of 2 MiB (up to 64GiB; the model: 16TiB, random 64GiB)",
-        model_only: false,
-    },
-    ParamInfo {
+/// `access`.
+static ACCESS: Choice<Access, 2> = Choice {
+    names: ["read", "write"],
+    values: [Access::Read, Access::Write],
+};
+
+/// `touch`.
+static TOUCH: Choice<Touch, 2> = Choice {
+    names: ["first-byte", "whole-page"],
+    values: [Touch::FirstByte, Touch::WholePage],
+};
+
+/// `guest_page`.
+static GUEST_PAGE: Choice<GuestPage, 2> = Choice {
+    names: ["4k", "2m"],
+    values: [GuestPage::Small, GuestPage::Huge],
+};
+
+/// `backing` of the model's prefetch variants.
+static BACKING: Choice<Backing, 3> = Choice {
+    names: ["lazy", "populated", "thp"],
+    values: [Backing::Lazy, Backing::Populated, Backing::Thp],
+};
+
+/// Each parameter, declared once.
+pub static PARAMS: [Param<MemoryParams>; 10] = [
+    bytes!("size" => size_bytes, "data region, a multiple of 2 MiB (up to 64GiB; the model: 16TiB, random 64GiB)"),
+    Param {
         name: "pattern",
-        default: "seq",
         doc: "seq, reverse, random (seeded by --seed), or stride=K (every K-th page)",
+        values: Values::Described,
         model_only: false,
+        read: |p, t| {
+            p.pattern = parse_pattern(t)?;
+            Ok(())
+        },
+        spell: |p| pattern_text(p.pattern),
     },
-    ParamInfo {
-        name: "access",
-        default: "write",
-        doc: "read or write",
-        model_only: false,
-    },
-    ParamInfo {
-        name: "touch",
-        default: "first-byte",
-        doc: "first-byte (one access per page) or whole-page (every cache line)",
-        model_only: false,
-    },
-    ParamInfo {
-        name: "guest_page",
-        default: "2m",
-        doc: "guest page size for the data region: 4k or 2m",
-        model_only: false,
-    },
-    ParamInfo {
+    choice!(access, ACCESS, "read or write"),
+    choice!(
+        touch,
+        TOUCH,
+        "first-byte (one access per page) or whole-page (every cache line)"
+    ),
+    choice!(
+        guest_page,
+        GUEST_PAGE,
+        "guest page size for the data region: 4k or 2m"
+    ),
+    Param {
         name: "window",
-        default: "8",
-        doc: "uffd-prefetch window in pages (1-512)",
+        doc: "uffd-prefetch window in pages",
+        values: Values::Range(1, 512),
         model_only: false,
+        read: |p, t| {
+            p.window = t.whole()? as usize;
+            Ok(())
+        },
+        spell: |p| p.window.to_string(),
     },
-    ParamInfo {
-        name: "guest.cpl",
-        default: "",
-        doc: "0 or 3; default 3 on PVM (CPL0 is emulated there), 0 elsewhere",
-        model_only: false,
-    },
-    ParamInfo {
-        name: "timeout_ms",
-        default: "60000",
-        doc: "watchdog for one pass, ms",
-        model_only: false,
-    },
-    ParamInfo {
+    guest_cpl(),
+    guest_timeout("watchdog for one pass, ms"),
+    Param {
         name: "vcpus",
-        default: "1",
         doc: "vCPUs touching the region at once, each its own slice (size a multiple of vcpus x 2MiB); at most the host's KVM_CAP_MAX_VCPUS",
+        values: Values::Described,
         model_only: false,
+        read: |p, t| {
+            p.vcpus = vcpu_count(t)?;
+            Ok(())
+        },
+        spell: |p| p.vcpus.to_string(),
     },
-    ParamInfo {
-        name: "backing",
-        default: "populated",
-        doc: "model prefetch variants: host memory lazy, populated or thp",
-        model_only: true,
-    },
+    choice!("backing" => model_backing, BACKING, "model prefetch variants: host memory lazy, populated or thp", model),
 ];
 
 static METRICS: [MetricInfo; 9] = [
@@ -228,14 +240,9 @@ static METRICS: [MetricInfo; 9] = [
     },
 ];
 
-fn parse_pattern(settings: &Settings) -> Result<Pattern, InputError> {
-    let raw = settings.raw("pattern");
-    let bad = || InputError::BadValue {
-        key: "pattern".into(),
-        value: raw.to_string(),
-        why: "pattern is seq, reverse, random or stride=K with K from 1 to 4096".into(),
-    };
-    match raw {
+fn parse_pattern(t: &Text<'_>) -> Result<Pattern, InputError> {
+    let bad = || t.bad("pattern is seq, reverse, random or stride=K with K from 1 to 4096");
+    match t.raw {
         "seq" => Ok(Pattern::Seq),
         "reverse" => Ok(Pattern::Reverse),
         "random" => Ok(Pattern::Random),
@@ -248,64 +255,85 @@ fn parse_pattern(settings: &Settings) -> Result<Pattern, InputError> {
     }
 }
 
-/// A memory parameter set in code (the lab's published setups and calibration points),
-/// spelled as the parsers above and in [`Memory::params`] read it.
-#[derive(Debug, Clone, Copy)]
-pub enum Set {
-    /// `size`, bytes (a multiple of 2 MiB).
-    Size(u64),
-    /// `pattern`.
-    Pattern(Pattern),
-    /// `touch`.
-    Touch(Touch),
-    /// `guest_page`.
-    GuestPage(GuestPage),
-    /// `backing`, the model's prefetch variants' host memory.
-    Backing(Backing),
-}
-
-impl SetParam for Set {
-    fn key_value(&self) -> (&'static str, String) {
-        let text = |s: &str| s.to_string();
-        match *self {
-            Set::Size(bytes) => ("size", size_text(bytes)),
-            Set::Pattern(p) => (
-                "pattern",
-                match p {
-                    Pattern::Seq => text("seq"),
-                    Pattern::Reverse => text("reverse"),
-                    Pattern::Random => text("random"),
-                    Pattern::Stride(k) => format!("stride={k}"),
-                },
-            ),
-            Set::Touch(Touch::FirstByte) => ("touch", text("first-byte")),
-            Set::Touch(Touch::WholePage) => ("touch", text("whole-page")),
-            Set::GuestPage(GuestPage::Small) => ("guest_page", text("4k")),
-            Set::GuestPage(GuestPage::Huge) => ("guest_page", text("2m")),
-            Set::Backing(Backing::Lazy) => ("backing", text("lazy")),
-            Set::Backing(Backing::Populated) => ("backing", text("populated")),
-            Set::Backing(Backing::Thp) => ("backing", text("thp")),
-        }
+/// A pattern as `--set pattern=` spells it.
+fn pattern_text(pattern: Pattern) -> String {
+    match pattern {
+        Pattern::Seq => "seq".into(),
+        Pattern::Reverse => "reverse".into(),
+        Pattern::Random => "random".into(),
+        Pattern::Stride(k) => format!("stride={k}"),
     }
 }
 
+/// Parameters of a scenario that runs guest code: they hold a [`GuestRun`], whose two
+/// parameters ([`guest_cpl`], [`guest_timeout`]) every such scenario declares alike.
+pub trait RunsGuest {
+    /// The guest's run settings.
+    fn guest(&self) -> &GuestRun;
+    /// The same, to read `--set` text into.
+    fn guest_mut(&mut self) -> &mut GuestRun;
+}
+
+/// The `guest.cpl` parameter of a scenario that runs guest code.
+pub const fn guest_cpl<P: RunsGuest>() -> Param<P> {
+    Param {
+        name: "guest.cpl",
+        doc: "0 or 3; default 3 on PVM (CPL0 is emulated there), 0 elsewhere",
+        values: Values::Described,
+        model_only: false,
+        read: read_cpl::<P>,
+        spell: spell_cpl::<P>,
+    }
+}
+
+/// The `timeout_ms` parameter (the guest's watchdog, from 100 ms to an hour) of a scenario
+/// that runs guest code, with what one watched run is there.
+pub const fn guest_timeout<P: RunsGuest>(doc: &'static str) -> Param<P> {
+    Param {
+        name: "timeout_ms",
+        doc,
+        values: Values::Range(100, 3_600_000),
+        model_only: false,
+        read: read_timeout::<P>,
+        spell: spell_timeout::<P>,
+    }
+}
+
+fn read_cpl<P: RunsGuest>(p: &mut P, t: &Text<'_>) -> Result<(), InputError> {
+    p.guest_mut().cpl = parse_cpl(t)?;
+    Ok(())
+}
+
+fn spell_cpl<P: RunsGuest>(p: &P) -> String {
+    match p.guest().cpl {
+        None => String::new(),
+        Some(Cpl::Zero) => "0".into(),
+        Some(Cpl::Three) => "3".into(),
+    }
+}
+
+fn read_timeout<P: RunsGuest>(p: &mut P, t: &Text<'_>) -> Result<(), InputError> {
+    p.guest_mut().timeout = Duration::from_millis(u64::from(t.whole()?));
+    Ok(())
+}
+
+fn spell_timeout<P: RunsGuest>(p: &P) -> String {
+    p.guest().timeout.as_millis().to_string()
+}
+
 /// The guest CPL from `guest.cpl`; `None` when unset (the backend picks for its host).
-pub fn parse_cpl(settings: &Settings) -> Result<Option<Cpl>, InputError> {
-    match settings.raw("guest.cpl") {
+fn parse_cpl(t: &Text<'_>) -> Result<Option<Cpl>, InputError> {
+    match t.raw {
         "" => Ok(None),
         "0" => Ok(Some(Cpl::Zero)),
         "3" => Ok(Some(Cpl::Three)),
-        other => Err(InputError::BadValue {
-            key: "guest.cpl".into(),
-            value: other.into(),
-            why: "guest.cpl is 0 or 3".into(),
-        }),
+        _ => Err(t.bad("guest.cpl is 0 or 3")),
     }
 }
 
 /// How a scenario's guest runs: its privilege level and its watchdog (`guest.cpl`,
 /// `timeout_ms`), the two parameters every scenario that runs guest code shares.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GuestRun {
     /// The guest's privilege level (None: this host's default).
     pub cpl: Option<Cpl>,
@@ -313,58 +341,48 @@ pub struct GuestRun {
     pub timeout: Duration,
 }
 
-impl GuestRun {
-    /// `guest.cpl`, and `timeout_ms` from 100 ms to an hour.
-    pub fn parse(settings: &Settings) -> Result<GuestRun, InputError> {
-        Ok(GuestRun {
-            cpl: parse_cpl(settings)?,
-            timeout: Duration::from_millis(u64::from(
-                settings.u32_in("timeout_ms", 100..=3_600_000)?,
-            )),
-        })
+impl Default for GuestRun {
+    /// This host's CPL, and a minute's watchdog.
+    fn default() -> GuestRun {
+        GuestRun {
+            cpl: None,
+            timeout: Duration::from_secs(60),
+        }
     }
 }
 
-/// `vcpus`: at least 1, at most the host's `KVM_CAP_MAX_VCPUS` on the kvm backend (asked
-/// before any VM is built) or KVM's own `KVM_MAX_VCPUS` on the model, and the region must
-/// split into whole 2 MiB pages per vCPU.
-pub fn parse_vcpus(
-    settings: &Settings,
-    backend: Capabilities,
-    size_bytes: u64,
-) -> Result<u32, InputError> {
-    let n = parse_vcpu_count(settings, backend)?;
-    let bad = |why: String| InputError::BadValue {
-        key: "vcpus".into(),
-        value: settings.raw("vcpus").to_string(),
-        why,
-    };
-    if !size_bytes.is_multiple_of(u64::from(n) * (2 << 20)) {
-        return Err(bad(format!(
-            "each vCPU touches its own slice of whole 2MiB pages: make size a multiple of {n} x 2MiB = {}MiB, or change vcpus",
-            2 * n
-        )));
+/// `vcpus`: the region must split into whole 2 MiB pages per vCPU (read with
+/// [`vcpu_count`]).
+pub fn check_vcpus(vcpus: u32, size_bytes: u64) -> Result<(), InputError> {
+    if size_bytes.is_multiple_of(u64::from(vcpus) * (2 << 20)) {
+        return Ok(());
     }
-    Ok(n)
+    Err(InputError::BadValue {
+        key: "vcpus".into(),
+        value: vcpus.to_string(),
+        why: format!(
+            "each vCPU touches its own slice of whole 2MiB pages: make size a multiple of {vcpus} x 2MiB = {}MiB, or change vcpus",
+            2 * vcpus
+        ),
+    })
 }
 
 /// `vcpus` alone: from 1 to the host's `KVM_CAP_MAX_VCPUS` on the kvm backend (asked before
 /// any VM is built), or KVM's own `KVM_MAX_VCPUS` on the model.
-pub fn parse_vcpu_count(settings: &Settings, backend: Capabilities) -> Result<u32, InputError> {
-    let raw = settings.raw("vcpus");
-    let (cap, source) = host_max_vcpus(backend);
-    let bad = |why: String| InputError::BadValue {
-        key: "vcpus".into(),
-        value: raw.to_string(),
-        why,
-    };
-    let n = raw.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
-        bad(format!(
-            "vcpus is a whole number from 1 to {cap} ({source})"
-        ))
-    })?;
+pub fn vcpu_count(t: &Text<'_>) -> Result<u32, InputError> {
+    let (cap, source) = host_max_vcpus(t.can);
+    let n = t
+        .raw
+        .parse::<u32>()
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| {
+            t.bad(format!(
+                "vcpus is a whole number from 1 to {cap} ({source})"
+            ))
+        })?;
     if n > cap {
-        return Err(bad(format!(
+        return Err(t.bad(format!(
             "{n} vCPUs exceed {source}, {cap}: choose vcpus <= {cap}"
         )));
     }
@@ -380,10 +398,7 @@ fn host_max_vcpus(backend: Capabilities) -> (u32, &'static str) {
         return (cap, "this host's KVM_CAP_MAX_VCPUS");
     }
     let _ = backend;
-    (
-        crate::backend::memory::MODEL_MAX_VCPUS,
-        "KVM_MAX_VCPUS on x86",
-    )
+    (hvlab_core::memory::MODEL_MAX_VCPUS, "KVM_MAX_VCPUS on x86")
 }
 
 /// Metrics, prefetch findings and verdicts from every variant's passes.
@@ -478,7 +493,7 @@ fn analyse_variant(
 pub struct Memory;
 
 /// The parameters of one run.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MemoryParams {
     /// The anonymous backing of the model's prefetch variants.
     pub model_backing: Backing,
@@ -500,87 +515,106 @@ pub struct MemoryParams {
     pub guest: GuestRun,
 }
 
-impl Experiment for Memory {
+impl Default for MemoryParams {
+    fn default() -> MemoryParams {
+        MemoryParams {
+            model_backing: Backing::Populated,
+            size_bytes: 256 << 20,
+            pattern: Pattern::Seq,
+            access: Access::Write,
+            touch: Touch::FirstByte,
+            guest_page: GuestPage::Huge,
+            window: 8,
+            vcpus: 1,
+            guest: GuestRun::default(),
+        }
+    }
+}
+
+/// [`RunsGuest`] for parameters that keep their [`GuestRun`] in a field `guest`.
+macro_rules! runs_guest {
+    ($params:ty) => {
+        impl $crate::scenario::memory::RunsGuest for $params {
+            fn guest(&self) -> &$crate::scenario::memory::GuestRun {
+                &self.guest
+            }
+
+            fn guest_mut(&mut self) -> &mut $crate::scenario::memory::GuestRun {
+                &mut self.guest
+            }
+        }
+    };
+}
+pub(crate) use runs_guest;
+
+runs_guest!(MemoryParams);
+
+/// `size` on `can`: a multiple of 2 MiB that this host can back on a real backend; the
+/// model keeps ordered passes as runs of identical blocks (up to 16TiB: page indices are
+/// u32, and users model VMs of 1-12TiB) but a random order page by page
+/// (model::memory::PER_PAGE_MAX_PAGES).
+fn check_size(p: &MemoryParams, can: Capabilities) -> Result<(), InputError> {
+    let size_bytes = p.size_bytes;
+    let (cap, cap_why) = if can.real_memory || p.pattern == Pattern::Random {
+        (
+            64u64 << 30,
+            "up to 64GiB (on the model: random orders; seq, reverse and stride up to 16TiB)",
+        )
+    } else {
+        (16u64 << 40, "up to 16TiB")
+    };
+    let bad = |why: String| InputError::BadValue {
+        key: "size".into(),
+        value: size_text(size_bytes),
+        why,
+    };
+    if size_bytes == 0 || !size_bytes.is_multiple_of(2 << 20) || size_bytes > cap {
+        return Err(bad(format!(
+            "size must be a non-zero multiple of 2MiB {cap_why}"
+        )));
+    }
+    // A guest whose memory the host cannot back is OOM-killed part way (with the whole
+    // machine under pressure).
+    check_room(size_bytes, can, "needs")
+}
+
+/// On a real backend, refuses a guest region of `size_bytes` that this host cannot back now,
+/// before any work, with the numbers (`use_`: what the kvm backend does with the region).
+pub(crate) fn check_room(size_bytes: u64, can: Capabilities, use_: &str) -> Result<(), InputError> {
+    if !can.real_memory {
+        return Ok(());
+    }
+    match memory_room() {
+        Some((room, source)) if size_bytes > room => Err(InputError::BadValue {
+            key: "size".into(),
+            value: size_text(size_bytes),
+            why: format!(
+                "this host can back at most {:.1} GiB now ({source}); the kvm backend {use_} the whole {:.1} GiB: choose a smaller size, or --backend model",
+                room as f64 / f64::from(1u32 << 30),
+                size_bytes as f64 / f64::from(1u32 << 30),
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
+impl Scenario for Memory {
     type Plan = TouchPlan;
     type Params = MemoryParams;
     const INFO: &'static ScenarioInfo = &INFO;
+    const PARAMS: &'static [Param<MemoryParams>] = &PARAMS;
 
-    fn params(&self, settings: &Settings, can: Capabilities) -> Result<MemoryParams, InputError> {
-        let model_backing = match settings.choice("backing", &["lazy", "populated", "thp"])? {
-            "lazy" => Backing::Lazy,
-            "thp" => Backing::Thp,
-            _ => Backing::Populated,
-        };
-        let size_bytes = settings.bytes("size")?;
-        let pattern = parse_pattern(settings)?;
-        // A real VM needs the memory; the model keeps ordered passes as runs of identical blocks
-        // (up to 16TiB: page indices are u32, and users model VMs of 1-12TiB) but a random order
-        // page by page (model::mmu::PER_PAGE_MAX_PAGES).
-        let (cap, cap_why) = if can.real_memory || pattern == Pattern::Random {
-            (
-                64u64 << 30,
-                "up to 64GiB (on the model: random orders; seq, reverse and stride up to 16TiB)",
-            )
-        } else {
-            (16u64 << 40, "up to 16TiB")
-        };
-        if size_bytes == 0 || size_bytes % (2 << 20) != 0 || size_bytes > cap {
-            return Err(InputError::BadValue {
-                key: "size".into(),
-                value: settings.raw("size").into(),
-                why: format!("size must be a non-zero multiple of 2MiB {cap_why}"),
-            });
-        }
-        if can.real_memory
-            && let Some((room, source)) = memory_room()
-            && size_bytes > room
-        {
-            // A guest whose memory the host cannot back is OOM-killed part way (with the whole
-            // machine under pressure); refused before any work, with the numbers.
-            return Err(InputError::BadValue {
-                key: "size".into(),
-                value: settings.raw("size").into(),
-                why: format!(
-                    "this host can back at most {:.1} GiB now ({source}); the kvm backend needs the whole {:.1} GiB: choose a smaller size, or --backend model",
-                    room as f64 / f64::from(1u32 << 30),
-                    size_bytes as f64 / f64::from(1u32 << 30),
-                ),
-            });
-        }
-        let access = match settings.choice("access", &["read", "write"])? {
-            "read" => Access::Read,
-            _ => Access::Write,
-        };
-        let touch = match settings.choice("touch", &["first-byte", "whole-page"])? {
-            "whole-page" => Touch::WholePage,
-            _ => Touch::FirstByte,
-        };
-        let guest_page = match settings.choice("guest_page", &["4k", "2m"])? {
-            "4k" => GuestPage::Small,
-            _ => GuestPage::Huge,
-        };
-        let window = settings.u32_in("window", 1..=512)? as usize;
-        let vcpus = parse_vcpus(settings, can, size_bytes)?;
-        let guest = GuestRun::parse(settings)?;
-        Ok(MemoryParams {
-            model_backing,
-            size_bytes,
-            pattern,
-            access,
-            touch,
-            guest_page,
-            window,
-            vcpus,
-            guest,
-        })
+    fn check(&self, p: &MemoryParams, can: Capabilities) -> Result<(), InputError> {
+        check_size(p, can)?;
+        check_vcpus(p.vcpus, p.size_bytes)
     }
 
     fn plan(
         &self,
-        p: &MemoryParams,
         name: &str,
-        request: &RunRequest,
+        request: &RunRequest<MemoryParams>,
     ) -> Result<Option<TouchPlan>, InputError> {
+        let p = &request.params;
         let (backing, prefetch) = match name {
             "lazy" => (HostBacking::Anonymous(Backing::Lazy), None),
             "populated" => (HostBacking::Anonymous(Backing::Populated), None),
@@ -652,18 +686,22 @@ impl Experiment for Memory {
         plan.vcpus
     }
 
-    fn validation(&self, host: &HostInfo) -> Option<ValidationPoint> {
+    fn validation(&self, host: &HostInfo) -> Option<ValidationPoint<MemoryParams>> {
         // Not the calibration point (64 MiB, sequential): a new size and order. An emulated
         // CPU takes milliseconds per fault: a small one there.
-        let sets: super::params::Sets = if host.cpu_emulated() {
-            &[&Set::Size(16 << 20), &Set::Pattern(Pattern::Random)]
-        } else {
-            &[&Set::Size(128 << 20), &Set::Pattern(Pattern::Random)]
+        let params = MemoryParams {
+            size_bytes: if host.cpu_emulated() {
+                16 << 20
+            } else {
+                128 << 20
+            },
+            pattern: Pattern::Random,
+            ..MemoryParams::default()
         };
         Some(ValidationPoint {
             variants: &["lazy", "populated", "uffd-prefetch"],
-            sets,
-            model_sets: &[],
+            params,
+            model_params: params,
             checks: |model, kvm, v, time| {
                 // The guest's own page tables fault too with TDP (a known extra the kvm run
                 // counts); beyond that a stray fault or two (the guest's stack) is allowed,
@@ -742,31 +780,14 @@ pub(crate) fn memory_room() -> Option<(u64, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::BackendKind;
-    use crate::scenario::params::Settings;
+    use hvlab_core::BackendKind;
 
-    fn plans(
-        settings: &Settings,
-        request: &RunRequest,
-        backend: BackendKind,
-    ) -> Result<Vec<(String, TouchPlan)>, InputError> {
-        crate::scenario::planned(&Memory, settings, request, backend.capabilities())
-    }
-
-    fn settings(sets: &[&str]) -> Settings {
-        Settings::parse(
-            &INFO,
-            &sets.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-        )
-        .unwrap()
+    fn plans(sets: &[&str], backend: BackendKind) -> Result<Vec<(String, TouchPlan)>, InputError> {
+        crate::scenario::plans_of(&Memory, sets, &[], backend)
     }
 
     fn plan_of(sets: &[&str], variant: &str) -> TouchPlan {
-        let req = RunRequest {
-            variants: vec![variant.into()],
-            ..RunRequest::default()
-        };
-        plans(&settings(sets), &req, BackendKind::Model)
+        crate::scenario::plans_of(&Memory, sets, &[variant], BackendKind::Model)
             .unwrap()
             .remove(0)
             .1
@@ -812,8 +833,7 @@ mod tests {
 
     #[test]
     fn the_model_runs_ordered_passes_up_to_16tib_and_random_ones_up_to_64gib() {
-        let req = RunRequest::default();
-        let ok = |sets: &[&str], b| plans(&settings(sets), &req, b).is_ok();
+        let ok = |sets: &[&str], b| plans(sets, b).is_ok();
         assert!(ok(&["size=12TiB"], BackendKind::Model));
         assert!(ok(&["size=16TiB", "pattern=stride=7"], BackendKind::Model));
         assert!(!ok(&["size=17TiB"], BackendKind::Model));
@@ -824,7 +844,6 @@ mod tests {
 
     #[test]
     fn bad_values_say_what_is_allowed() {
-        let req = RunRequest::default();
         for (set, needle) in [
             ("size=3MiB", "multiple of 2MiB"),
             ("pattern=zigzag", "stride=K"),
@@ -833,17 +852,11 @@ mod tests {
             ("guest.cpl=1", "0 or 3"),
             ("window=0", "from 1 to 512"),
         ] {
-            let msg = plans(&settings(&[set]), &req, BackendKind::Kvm)
-                .unwrap_err()
-                .to_string();
+            let msg = plans(&[set], BackendKind::Kvm).unwrap_err().to_string();
             assert!(msg.contains(needle), "{set}: {msg}");
         }
-        let req = RunRequest {
-            variants: vec!["hugetlb".into()],
-            ..RunRequest::default()
-        };
         assert!(
-            plans(&settings(&[]), &req, BackendKind::Kvm)
+            crate::scenario::plans_of(&Memory, &[], &["hugetlb"], BackendKind::Kvm)
                 .unwrap_err()
                 .to_string()
                 .contains("uffd-prefetch")

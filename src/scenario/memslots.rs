@@ -10,16 +10,15 @@
 //! a flat cost per update as slots grow, and a delete or move at about twice a create; the kvm
 //! backend measures both on this host.
 
-use super::params::{ParamInfo, Settings};
+use super::params::{Param, Text, Values, size_text, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Chart, Experiment, Observed};
+use super::{Chart, Observed, Scenario};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
-use crate::backend::Capabilities;
-use crate::backend::memslots::{MemslotPlan, MemslotResult, SlotOp};
 use crate::error::InputError;
 use crate::record::{RunRecord, VariantRecord, VariantStatus};
+use hvlab_core::memslots::{MemslotPlan, MemslotResult, SlotOp};
 
 /// The catalog entry.
 pub static INFO: ScenarioInfo = ScenarioInfo {
@@ -27,7 +26,6 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     summary: "memslot updates at scale: add, move and delete one slot at a time, each with its SRCU grace periods",
     variants: &VARIANTS,
     model_variants: &[],
-    params: &PARAMS,
     metrics: &METRICS,
     headline: "op_us",
     runs_on: super::any_backend,
@@ -50,20 +48,35 @@ static VARIANTS: [VariantInfo; 3] = [
     },
 ];
 
-static PARAMS: [ParamInfo; 2] = [
-    ParamInfo {
-        name: "slots",
-        default: "256",
-        doc: "memslots in the VM (1 to 32764, x86's KVM_USER_MEM_SLOTS; the kvm backend checks the host's KVM_CAP_NR_MEMSLOTS)",
-        model_only: false,
-    },
-    ParamInfo {
+/// Each parameter, declared once.
+pub static PARAMS: [Param<MemslotsParams>; 2] = [
+    whole!(
+        slots,
+        "memslots in the VM (at most x86's KVM_USER_MEM_SLOTS; the kvm backend checks the host's KVM_CAP_NR_MEMSLOTS)",
+        1,
+        MAX_SLOTS
+    ),
+    Param {
         name: "slot_size",
-        default: "2MiB",
         doc: "bytes per slot, a multiple of 4KiB up to 1GiB; reserved, never touched",
+        values: Values::Described,
         model_only: false,
+        read: |p, t| {
+            p.slot_bytes = slot_bytes(t)?;
+            Ok(())
+        },
+        spell: |p| size_text(p.slot_bytes),
     },
 ];
+
+/// `slot_size`: a non-zero multiple of 4 KiB up to 1 GiB.
+fn slot_bytes(t: &Text<'_>) -> Result<u64, InputError> {
+    let bytes = t.bytes()?;
+    if bytes == 0 || bytes % 4096 != 0 || bytes > 1 << 30 {
+        return Err(t.bad("slot_size must be a non-zero multiple of 4KiB up to 1GiB"));
+    }
+    Ok(bytes)
+}
 
 static METRICS: [MetricInfo; 6] = [
     MetricInfo {
@@ -151,7 +164,7 @@ fn analyse_variant(name: &str, results: &[MemslotResult], seed: u64) -> VariantR
 pub struct Memslots;
 
 /// The parameters of one run.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MemslotsParams {
     /// Memslots per VM.
     pub slots: u32,
@@ -159,29 +172,25 @@ pub struct MemslotsParams {
     pub slot_bytes: u64,
 }
 
-impl Experiment for Memslots {
+impl Default for MemslotsParams {
+    fn default() -> MemslotsParams {
+        MemslotsParams {
+            slots: 256,
+            slot_bytes: 2 << 20,
+        }
+    }
+}
+
+impl Scenario for Memslots {
     type Plan = MemslotPlan;
     type Params = MemslotsParams;
     const INFO: &'static ScenarioInfo = &INFO;
-
-    fn params(&self, settings: &Settings, _: Capabilities) -> Result<MemslotsParams, InputError> {
-        let slots = settings.u32_in("slots", 1..=MAX_SLOTS)?;
-        let slot_bytes = settings.bytes("slot_size")?;
-        if slot_bytes == 0 || slot_bytes % 4096 != 0 || slot_bytes > 1 << 30 {
-            return Err(InputError::BadValue {
-                key: "slot_size".into(),
-                value: settings.raw("slot_size").into(),
-                why: "slot_size must be a non-zero multiple of 4KiB up to 1GiB".into(),
-            });
-        }
-        Ok(MemslotsParams { slots, slot_bytes })
-    }
+    const PARAMS: &'static [Param<MemslotsParams>] = &PARAMS;
 
     fn plan(
         &self,
-        p: &MemslotsParams,
         name: &str,
-        _: &RunRequest,
+        request: &RunRequest<MemslotsParams>,
     ) -> Result<Option<MemslotPlan>, InputError> {
         let op = match name {
             "add" => SlotOp::Add,
@@ -190,8 +199,8 @@ impl Experiment for Memslots {
             _ => return Ok(None),
         };
         Ok(Some(MemslotPlan {
-            slots: p.slots,
-            slot_bytes: p.slot_bytes,
+            slots: request.params.slots,
+            slot_bytes: request.params.slot_bytes,
             op,
         }))
     }
@@ -221,19 +230,11 @@ impl Experiment for Memslots {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::BackendKind;
+    use hvlab_core::BackendKind;
 
     fn plan_of(sets: &[&str], variant: &str) -> Result<MemslotPlan, InputError> {
-        let settings = Settings::parse(
-            &INFO,
-            &sets.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-        )?;
-        let req = RunRequest {
-            variants: vec![variant.into()],
-            ..RunRequest::default()
-        };
-        let kvm = BackendKind::Kvm.capabilities();
-        crate::scenario::planned(&Memslots, &settings, &req, kvm).map(|mut v| v.remove(0).1)
+        crate::scenario::plans_of(&Memslots, sets, &[variant], BackendKind::Kvm)
+            .map(|mut v| v.remove(0).1)
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! Scenario definitions: parameters, variants and metrics of every experiment, and the
-//! catalog. Scenarios drive a [`Backend`](crate::backend::Backend); they do not know which one.
+//! Scenario definitions: parameters, variants and metrics of every experiment, the one
+//! [`Scenario`] trait each implements, the run every scenario takes ([`run_scenario`]), and the
+//! registry ([`Kind`], [`Params`]). Scenarios drive a [`Backend`](hvlab_core::Backend); they
+//! do not know which one.
 
 pub mod dirty;
 pub mod exits;
@@ -15,11 +17,11 @@ pub mod samples;
 use serde::Serialize;
 
 use crate::analysis::validate::{Check, Rule};
-use crate::backend::host::HostInfo;
-use crate::backend::{Backend, BackendKind, Capabilities, Execute};
 use crate::error::{Error, InputError};
 use crate::record::{RunRecord, VariantStatus};
-use params::{ParamInfo, Settings};
+use hvlab_core::host::HostInfo;
+use hvlab_core::{Backend, BackendKind, Capabilities, Execute};
+use params::{Param, ParamInfo};
 use runner::{Progress, RunRequest, ScenarioOutcome};
 
 /// A variant: a policy or configuration to compare.
@@ -53,8 +55,6 @@ pub struct ScenarioInfo {
     pub variants: &'static [VariantInfo],
     /// Variants only the model runs (hardware or policies this host lacks).
     pub model_variants: &'static [VariantInfo],
-    /// Parameters settable with --set.
-    pub params: &'static [ParamInfo],
     /// Metrics.
     pub metrics: &'static [MetricInfo],
     /// The metric verdicts compare variants on.
@@ -126,17 +126,16 @@ impl ScenarioInfo {
     /// Every scenario's plans start from this selection.
     pub fn selected_variants(
         &self,
-        request: &RunRequest,
+        variants: &[String],
         backend: Capabilities,
     ) -> Result<Vec<String>, InputError> {
-        if request.variants.is_empty() {
+        if variants.is_empty() {
             return Ok(self
                 .variants_for(backend)
                 .map(|v| v.name.to_string())
                 .collect());
         }
-        request
-            .variants
+        variants
             .iter()
             .map(|name| {
                 if self.variants_for(backend).any(|v| v.name == name) {
@@ -146,6 +145,11 @@ impl ScenarioInfo {
                 }
             })
             .collect()
+    }
+
+    /// Whether it has a parameter `key` (`--set key=...`).
+    pub fn has_param(&self, key: &str) -> bool {
+        Kind::named(self.name).is_ok_and(|k| k.param_infos().iter().any(|p| p.name == key))
     }
 
     /// Refuses a backend this scenario does not run on, naming those it does.
@@ -189,7 +193,7 @@ pub enum Chart {
 }
 
 /// What a scenario tells the user about a run, as data: the renderer words it
-/// (`report::words::notice`).
+/// (`export::words::notice`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Notice {
     /// `--set order=` runs as variant `custom` beside the variants named with --variant.
@@ -206,30 +210,54 @@ pub enum Notice {
 
 /// Where `hvlab validate` compares the model with the kvm backend, and how.
 #[derive(Debug, Clone)]
-pub struct ValidationPoint {
+pub struct ValidationPoint<P> {
     /// The variants compared.
     pub variants: &'static [&'static str],
-    /// The scenario's parameters on both backends: a point calibration did not use.
-    pub sets: params::Sets,
-    /// Its parameters for the model alone (what it must know of the kernel it is checked
-    /// against).
-    pub model_sets: params::Sets,
+    /// The scenario's parameters on the kvm backend: a point calibration did not use.
+    pub params: P,
+    /// The same point for the model, with what it must know of the kernel it is checked
+    /// against (model parameters).
+    pub model_params: P,
     /// The checks of one variant: (model run, kvm run, variant, how times are judged).
     pub checks: fn(&RunRecord, &RunRecord, &str, Rule) -> Vec<Check>,
 }
 
+impl<P: Into<Params>> ValidationPoint<P> {
+    /// The point with its parameters as the registry holds them.
+    pub fn erase(self) -> ValidationPoint<Params> {
+        ValidationPoint {
+            variants: self.variants,
+            params: self.params.into(),
+            model_params: self.model_params.into(),
+            checks: self.checks,
+        }
+    }
+}
+
 /// A model run the suite adds to show a thread's finding where its mechanism lives (the
 /// hardware profile and kernel setup the thread is about), beside the run on this host.
-#[derive(Debug, Clone, Copy)]
-pub struct Showcase {
+#[derive(Debug, Clone)]
+pub struct Showcase<P> {
     /// The built-in profile.
     pub profile: &'static str,
     /// Variants (empty: the scenario's default model variants).
     pub variants: &'static [&'static str],
     /// The scenario's parameters.
-    pub sets: params::Sets,
+    pub params: P,
     /// Why this setup: the thread and what it shows.
     pub why: &'static str,
+}
+
+impl<P: Into<Params>> Showcase<P> {
+    /// The showcase with its parameters as the registry holds them.
+    pub fn erase(self) -> Showcase<Params> {
+        Showcase {
+            profile: self.profile,
+            variants: self.variants,
+            params: self.params.into(),
+            why: self.why,
+        }
+    }
 }
 
 /// What a scenario's variants produced, for its analysis.
@@ -247,44 +275,48 @@ pub struct Observed<'a, P, S> {
     pub seed: u64,
 }
 
-/// What one execution of an experiment's plan returns.
-pub type SampleOf<E> = <<E as Experiment>::Plan as Execute>::Output;
+/// What one execution of a scenario's plan returns.
+pub type SampleOf<S> = <<S as Scenario>::Plan as Execute>::Output;
 
-/// An experiment, as its file defines it: the catalog entry, its parameters as a type, the
-/// plan of each variant (which names the backend call that executes it, [`Execute`]), and how
-/// the samples are read. Selecting the variants, refusing what a backend cannot run, the run
-/// itself (warm-up, interleaved repetitions, failure isolation, the record) are the same for
-/// every scenario and live here. Nothing outside the file names the scenario.
-pub trait Experiment: Sync {
+/// A scenario, as its file defines it: the catalog entry, its parameters (a type, and the
+/// table that declares each one), the plan of each variant (which names the backend call that
+/// executes it, [`Execute`]), and how the samples are read. Selecting the variants, refusing
+/// what a backend cannot run, and the run itself (warm-up, interleaved repetitions, failure
+/// isolation, the record) are the same for every scenario and live here ([`run_scenario`]).
+/// Nothing outside the file names the scenario but the registry ([`Kind`], [`Params`]).
+pub trait Scenario: Sync + 'static {
     /// One variant's plan.
     type Plan: Execute;
-    /// The parameters, parsed once from `--set` values ([`Experiment::params`]).
-    type Params;
-    /// Name, variants, parameters (each declared once), metrics, backends.
+    /// The parameters: `Default` is the scenario's defaults, the table reads `--set` text
+    /// into it, and code builds it directly.
+    type Params: Clone + Default + std::fmt::Debug + Send + Sync + 'static;
+    /// Name, variants, metrics, backends.
     const INFO: &'static ScenarioInfo;
+    /// Each parameter, declared once.
+    const PARAMS: &'static [Param<Self::Params>];
 
-    /// The parameters from `--set` values (defaults filled in), checked against what the
-    /// backend can do; bad input is an error naming the fix.
-    fn params(&self, settings: &Settings, can: Capabilities) -> Result<Self::Params, InputError>;
+    /// What the parameters together or this backend refuse, after each was read: limits that
+    /// are the host's or that join two parameters. Bad input is an error naming the fix.
+    fn check(&self, _params: &Self::Params, _can: Capabilities) -> Result<(), InputError> {
+        Ok(())
+    }
 
     /// The plan of the variant `name`, or `None` when the scenario has no such variant.
     fn plan(
         &self,
-        params: &Self::Params,
         name: &str,
-        request: &RunRequest,
+        request: &RunRequest<Self::Params>,
     ) -> Result<Option<Self::Plan>, InputError>;
 
     /// One plan per requested variant: by default those [`ScenarioInfo::selected_variants`]
-    /// picks, each planned by [`Experiment::plan`].
+    /// picks, each planned by [`Scenario::plan`].
     fn plans(
         &self,
-        params: &Self::Params,
-        request: &RunRequest,
+        request: &RunRequest<Self::Params>,
         can: Capabilities,
     ) -> Result<Vec<(String, Self::Plan)>, InputError> {
-        let names = Self::INFO.selected_variants(request, can)?;
-        plan_each(self, params, names, request, can)
+        let names = Self::INFO.selected_variants(&request.variants, can)?;
+        plan_each(self, names, request, can)
     }
 
     /// Metrics, findings and verdicts from every variant's samples.
@@ -300,7 +332,7 @@ pub trait Experiment: Sync {
     }
 
     /// What the user should know about how a request will run, before it runs.
-    fn notices(&self, _request: &RunRequest) -> Vec<Notice> {
+    fn notices(&self, _request: &RunRequest<Self::Params>) -> Vec<Notice> {
         Vec::new()
     }
 
@@ -316,202 +348,108 @@ pub trait Experiment: Sync {
     }
 
     /// Where `validate` checks the model against the kvm backend on `host`, if anywhere.
-    fn validation(&self, _host: &HostInfo) -> Option<ValidationPoint> {
+    fn validation(&self, _host: &HostInfo) -> Option<ValidationPoint<Self::Params>> {
         None
     }
 
     /// Model runs the suite adds on the profiles where the scenario's mechanism lives.
-    fn showcases(&self) -> &'static [Showcase] {
-        &[]
+    fn showcases(&self) -> Vec<Showcase<Self::Params>> {
+        Vec::new()
     }
 }
 
-/// The plans of `names`, in order: each one's [`Experiment::plan`], or the error naming the
+/// The plans of `names`, in order: each one's [`Scenario::plan`], or the error naming the
 /// variants `can` runs.
-pub fn plan_each<E: Experiment + ?Sized>(
-    experiment: &E,
-    params: &E::Params,
+pub fn plan_each<S: Scenario + ?Sized>(
+    scenario: &S,
     names: Vec<String>,
-    request: &RunRequest,
+    request: &RunRequest<S::Params>,
     can: Capabilities,
-) -> Result<Vec<(String, E::Plan)>, InputError> {
+) -> Result<Vec<(String, S::Plan)>, InputError> {
     names
         .into_iter()
-        .map(|name| match experiment.plan(params, &name, request)? {
+        .map(|name| match scenario.plan(&name, request)? {
             Some(plan) => Ok((name, plan)),
-            None => Err(E::INFO.unknown_variant(&name, can)),
+            None => Err(S::INFO.unknown_variant(&name, can)),
         })
         .collect()
 }
 
-/// The plans of a request: its parameters, refused where they are the model's and `can` is
-/// not modelled, then one plan per requested variant.
-pub fn planned<E: Experiment + ?Sized>(
-    experiment: &E,
-    settings: &Settings,
-    request: &RunRequest,
+/// The plans of a request: its parameters checked together and against `can`, then one plan
+/// per requested variant.
+pub fn planned<S: Scenario + ?Sized>(
+    scenario: &S,
+    request: &RunRequest<S::Params>,
     can: Capabilities,
-) -> Result<Vec<(String, E::Plan)>, InputError> {
-    let params = experiment.params(settings, can)?;
-    settings.reject_model_only_on(can)?;
-    experiment.plans(&params, request, can)
+) -> Result<Vec<(String, S::Plan)>, InputError> {
+    scenario.check(&request.params, can)?;
+    scenario.plans(request, can)
 }
 
-/// A scenario as the registry, CLI, suite, report and validate see it: every [`Experiment`]
-/// is one, whatever its plan and sample types.
-pub trait Scenario: Sync {
-    /// The catalog entry.
-    fn info(&self) -> &'static ScenarioInfo;
-    /// Validates a request without running anything, so bad input is reported as such (exit 2)
-    /// even on a host that could not run the scenario.
-    fn check(
-        &self,
-        settings: &Settings,
-        request: &RunRequest,
-        can: Capabilities,
-    ) -> Result<(), InputError>;
-    /// Runs the requested variants on `backend`: warm-up, then repetitions with the variants
-    /// interleaved, each variant's failure kept to itself; then the analysis.
-    fn run(
-        &self,
-        backend: &mut dyn Backend,
-        settings: &Settings,
-        request: &RunRequest,
-        progress: &dyn Progress,
-    ) -> Result<ScenarioOutcome, Error>;
-    /// The most threads any planned variant keeps runnable at once
-    /// ([`Experiment::runnable_threads`]); 1 when the request does not plan.
-    fn runnable_threads(&self, settings: &Settings, request: &RunRequest, can: Capabilities)
-    -> u32;
-    /// See [`Experiment::charts`].
-    fn charts(&self, record: &RunRecord) -> Vec<Chart>;
-    /// See [`Experiment::notices`].
-    fn notices(&self, request: &RunRequest) -> Vec<Notice>;
-    /// See [`Experiment::context`].
-    fn context(&self, record: &RunRecord) -> Vec<Notice>;
-    /// See [`Experiment::validation`].
-    fn validation(&self, host: &HostInfo) -> Option<ValidationPoint>;
-    /// See [`Experiment::showcases`].
-    fn showcases(&self) -> &'static [Showcase];
+/// Validates a request without running anything, so bad input is reported as such (exit 2)
+/// even on a host that could not run the scenario.
+pub fn check_request<S: Scenario>(
+    scenario: &S,
+    request: &RunRequest<S::Params>,
+    backend: BackendKind,
+) -> Result<(), InputError> {
+    reject_duplicate_variants(&request.variants)?;
+    planned(scenario, request, backend.capabilities()).map(drop)
 }
 
-impl<T: Experiment> Scenario for T {
-    fn info(&self) -> &'static ScenarioInfo {
-        T::INFO
-    }
-
-    fn check(
-        &self,
-        settings: &Settings,
-        request: &RunRequest,
-        can: Capabilities,
-    ) -> Result<(), InputError> {
-        planned(self, settings, request, can).map(drop)
-    }
-
-    fn run(
-        &self,
-        backend: &mut dyn Backend,
-        settings: &Settings,
-        request: &RunRequest,
-        progress: &dyn Progress,
-    ) -> Result<ScenarioOutcome, Error> {
-        let (names, plans): (Vec<String>, Vec<T::Plan>) =
-            planned(self, settings, request, backend.capabilities())?
-                .into_iter()
-                .unzip();
-        let real_time = backend.capabilities().real_time;
-        let results = runner::repeat(&names, request, real_time, progress, |vi| {
-            plans[vi].execute(backend).map_err(Error::from)
-        });
-        Ok(self.analyse(Observed {
-            names: &names,
-            plans: &plans,
-            results: &results,
-            host: backend.host(),
-            seed: request.seed,
-        }))
-    }
-
-    fn runnable_threads(
-        &self,
-        settings: &Settings,
-        request: &RunRequest,
-        can: Capabilities,
-    ) -> u32 {
-        planned(self, settings, request, can).map_or(1, |plans| {
-            plans
-                .iter()
-                .map(|(_, p)| Experiment::runnable_threads(self, p))
-                .max()
-                .unwrap_or(1)
-        })
-    }
-
-    fn charts(&self, record: &RunRecord) -> Vec<Chart> {
-        Experiment::charts(self, record)
-    }
-
-    fn notices(&self, request: &RunRequest) -> Vec<Notice> {
-        Experiment::notices(self, request)
-    }
-
-    fn context(&self, record: &RunRecord) -> Vec<Notice> {
-        Experiment::context(self, record)
-    }
-
-    fn validation(&self, host: &HostInfo) -> Option<ValidationPoint> {
-        Experiment::validation(self, host)
-    }
-
-    fn showcases(&self) -> &'static [Showcase] {
-        Experiment::showcases(self)
-    }
-}
-
-/// Every scenario hvlab has, in catalog order.
-pub static REGISTRY: [&dyn Scenario; 7] = [
-    &lifecycle::Lifecycle,
-    &memory::Memory,
-    &exits::Exits,
-    &pinning::Pinning,
-    &percpu::Percpu,
-    &dirty::Dirty,
-    &memslots::Memslots,
-];
-
-/// Every scenario's catalog entry.
-pub fn catalog() -> Vec<&'static ScenarioInfo> {
-    REGISTRY.iter().map(|s| s.info()).collect()
-}
-
-/// Looks a scenario up by name.
-pub fn find(name: &str) -> Result<&'static ScenarioInfo, InputError> {
-    scenario(name).map(|s| s.info())
-}
-
-/// The scenario called `name`.
-pub fn scenario(name: &str) -> Result<&'static dyn Scenario, InputError> {
-    REGISTRY
+/// Runs any scenario on a backend: the one shape every scenario's run takes (backend check,
+/// input check, warm-up and interleaved repetitions with each variant's failure kept to
+/// itself, the analysis, the record around it with the noise it was measured in).
+pub fn run_scenario<S: Scenario>(
+    scenario: &S,
+    backend: &mut dyn Backend,
+    request: &RunRequest<S::Params>,
+    progress: &dyn Progress,
+) -> Result<RunRecord, Error> {
+    let info = S::INFO;
+    let can = backend.capabilities();
+    info.require(backend.kind(), can)?;
+    reject_duplicate_variants(&request.variants)?;
+    let (names, plans): (Vec<String>, Vec<S::Plan>) =
+        planned(scenario, request, can)?.into_iter().unzip();
+    let started = runner::now_rfc3339();
+    // The model's samples are exact: the host's noise does not touch them, so it is neither
+    // watched nor said.
+    let own_threads = plans
         .iter()
-        .copied()
-        .find(|s| s.info().name == name)
-        .ok_or_else(|| {
-            InputError::UnknownScenario(
-                name.to_string(),
-                catalog()
-                    .iter()
-                    .map(|s| s.name)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            )
-        })
+        .map(|p| scenario.runnable_threads(p))
+        .max()
+        .unwrap_or(1);
+    let before = can.real_time.then(hvlab_host::noise::Snapshot::take);
+    let repeated = runner::repeat(&names, request, can.real_time, progress, |vi| {
+        plans[vi].execute(backend).map_err(Error::from)
+    });
+    let noise = before.map(|before| {
+        hvlab_host::noise::between(
+            &before,
+            &hvlab_host::noise::Snapshot::take(),
+            &repeated.reps,
+            own_threads,
+        )
+    });
+    let outcome = scenario.analyse(Observed {
+        names: &names,
+        plans: &plans,
+        results: &repeated.results,
+        host: backend.host(),
+        seed: request.seed,
+    });
+    let params = params::record(S::PARAMS, &request.params, backend.kind());
+    let mut record = runner::assemble(info, backend, params, request, started, outcome);
+    record.warnings = crate::analysis::robust::warnings(&record, info.headline, noise.as_ref());
+    record.noise = noise;
+    Ok(record)
 }
 
 /// Refuses a variant named twice: it would be measured twice and could not be stored.
-pub fn reject_duplicate_variants(request: &RunRequest) -> Result<(), InputError> {
+pub fn reject_duplicate_variants(variants: &[String]) -> Result<(), InputError> {
     let mut seen = std::collections::BTreeSet::new();
-    match request.variants.iter().find(|v| !seen.insert(v.as_str())) {
+    match variants.iter().find(|v| !seen.insert(v.as_str())) {
         Some(dup) => Err(InputError::BadValue {
             key: "--variant".into(),
             value: dup.clone(),
@@ -521,69 +459,274 @@ pub fn reject_duplicate_variants(request: &RunRequest) -> Result<(), InputError>
     }
 }
 
-/// Validates a request against a scenario without running anything, so bad input is reported
-/// as such (exit 2) even on a host that could not run the scenario.
-pub fn check(
-    info: &ScenarioInfo,
-    request: &RunRequest,
-    backend: BackendKind,
-) -> Result<(), InputError> {
-    reject_duplicate_variants(request)?;
-    let settings = Settings::parse(info, &request.sets)?;
-    scenario(info.name)?.check(&settings, request, backend.capabilities())
+/// Every scenario hvlab has, in catalog order: the registry. A scenario is named by text only
+/// at the edge ([`Kind::named`]); a run's [`Params`] say which scenario it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// [`lifecycle`].
+    Lifecycle,
+    /// [`memory`].
+    Memory,
+    /// [`exits`].
+    Exits,
+    /// [`pinning`].
+    Pinning,
+    /// [`percpu`].
+    Percpu,
+    /// [`dirty`].
+    Dirty,
+    /// [`memslots`].
+    Memslots,
 }
 
-/// Runs a registered scenario on a backend and returns the complete record (not yet stored).
-pub fn run(
-    info: &ScenarioInfo,
-    backend: &mut dyn Backend,
-    request: &RunRequest,
-    progress: &dyn Progress,
-) -> Result<RunRecord, Error> {
-    run_scenario(scenario(info.name)?, backend, request, progress)
+/// A scenario's parameters, typed: the variant is the scenario they are for.
+#[derive(Debug, Clone)]
+pub enum Params {
+    /// [`lifecycle`].
+    Lifecycle(lifecycle::LifecycleParams),
+    /// [`memory`].
+    Memory(memory::MemoryParams),
+    /// [`exits`].
+    Exits(exits::ExitParams),
+    /// [`pinning`].
+    Pinning(pinning::PinningParams),
+    /// [`percpu`].
+    Percpu(percpu::PercpuParams),
+    /// [`dirty`].
+    Dirty(dirty::DirtyParams),
+    /// [`memslots`].
+    Memslots(memslots::MemslotsParams),
 }
 
-/// Runs any scenario on a backend: the one shape every scenario's run takes (backend check,
-/// input check, the scenario's execution, the record around it).
-pub fn run_scenario(
-    s: &dyn Scenario,
-    backend: &mut dyn Backend,
-    request: &RunRequest,
-    progress: &dyn Progress,
-) -> Result<RunRecord, Error> {
-    let info = s.info();
-    info.require(backend.kind(), backend.capabilities())?;
-    reject_duplicate_variants(request)?;
-    let settings = Settings::parse(info, &request.sets)?;
-    let started = runner::now_rfc3339();
-    // The model's samples are exact: the host's noise does not touch them, so it is neither
-    // watched nor said.
-    let real_time = backend.capabilities().real_time;
-    let _ = crate::backend::noise::take_reps();
-    let own_threads = if real_time {
-        s.runnable_threads(&settings, request, backend.capabilities())
-    } else {
-        1
+/// `$body` with `$s` bound to the scenario `$params` are for and `$p` to them, typed.
+macro_rules! with_params {
+    ($params:expr, $s:ident, $p:ident => $body:expr) => {
+        match $params {
+            Params::Lifecycle($p) => {
+                let $s = &lifecycle::Lifecycle;
+                $body
+            }
+            Params::Memory($p) => {
+                let $s = &memory::Memory;
+                $body
+            }
+            Params::Exits($p) => {
+                let $s = &exits::Exits;
+                $body
+            }
+            Params::Pinning($p) => {
+                let $s = &pinning::Pinning;
+                $body
+            }
+            Params::Percpu($p) => {
+                let $s = &percpu::Percpu;
+                $body
+            }
+            Params::Dirty($p) => {
+                let $s = &dirty::Dirty;
+                $body
+            }
+            Params::Memslots($p) => {
+                let $s = &memslots::Memslots;
+                $body
+            }
+        }
     };
-    let before = real_time.then(crate::backend::noise::Snapshot::take);
-    let outcome = s.run(backend, &settings, request, progress)?;
-    let noise = before.map(|before| {
-        let after = crate::backend::noise::Snapshot::take();
-        crate::backend::noise::Noise::between(
-            &before,
-            &after,
-            &crate::backend::noise::take_reps(),
-            own_threads,
-        )
-    });
-    let mut record = runner::assemble(info, backend, &settings, request, started, outcome);
-    if let Some(noise) = noise {
-        record.warnings = crate::analysis::robust::warnings(&record, info.headline, Some(&noise));
-        record.noise = Some(noise);
-    } else {
-        record.warnings = crate::analysis::robust::warnings(&record, info.headline, None);
+}
+
+macro_rules! params_from {
+    ($($variant:ident($ty:ty),)*) => {$(
+        impl From<$ty> for Params {
+            fn from(p: $ty) -> Params {
+                Params::$variant(p)
+            }
+        }
+    )*};
+}
+
+params_from! {
+    Lifecycle(lifecycle::LifecycleParams),
+    Memory(memory::MemoryParams),
+    Exits(exits::ExitParams),
+    Pinning(pinning::PinningParams),
+    Percpu(percpu::PercpuParams),
+    Dirty(dirty::DirtyParams),
+    Memslots(memslots::MemslotsParams),
+}
+
+/// A scenario's catalog entry, for generic code that has the scenario as a value.
+fn info_of<S: Scenario>(_: &S) -> &'static ScenarioInfo {
+    S::INFO
+}
+
+/// A scenario's parameter table, likewise.
+fn table_of<S: Scenario>(_: &S) -> &'static [Param<S::Params>] {
+    S::PARAMS
+}
+
+/// Everything `hvlab list` shows about a scenario.
+#[derive(Debug, Clone, Serialize)]
+pub struct Listing {
+    /// The catalog entry.
+    #[serde(flatten)]
+    pub info: &'static ScenarioInfo,
+    /// Its parameters, settable with --set.
+    pub params: Vec<ParamInfo>,
+}
+
+impl Kind {
+    /// Every scenario, in catalog order.
+    pub const ALL: [Kind; 7] = [
+        Kind::Lifecycle,
+        Kind::Memory,
+        Kind::Exits,
+        Kind::Pinning,
+        Kind::Percpu,
+        Kind::Dirty,
+        Kind::Memslots,
+    ];
+
+    /// The catalog entry.
+    pub fn info(self) -> &'static ScenarioInfo {
+        with_params!(&self.defaults(), s, _p => info_of(s))
     }
-    Ok(record)
+
+    /// The name (`hvlab run NAME`).
+    pub fn name(self) -> &'static str {
+        self.info().name
+    }
+
+    /// The scenario called `name` (text at the edge: the command line, a stored record).
+    pub fn named(name: &str) -> Result<Kind, InputError> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.name() == name)
+            .ok_or_else(|| {
+                InputError::UnknownScenario(name.to_string(), Kind::ALL.map(Kind::name).join(", "))
+            })
+    }
+
+    /// Its parameters as `hvlab list` shows them.
+    pub fn param_infos(self) -> Vec<ParamInfo> {
+        with_params!(&self.defaults(), s, _p => params::infos(table_of(s)))
+    }
+
+    /// What `hvlab list` shows.
+    pub fn listing(self) -> Listing {
+        Listing {
+            info: self.info(),
+            params: self.param_infos(),
+        }
+    }
+
+    /// Its defaults: the registry's one match on the kind, which the other dispatches go
+    /// through ([`with_params`]).
+    pub fn defaults(self) -> Params {
+        match self {
+            Kind::Lifecycle => Params::Lifecycle(Default::default()),
+            Kind::Memory => Params::Memory(Default::default()),
+            Kind::Exits => Params::Exits(Default::default()),
+            Kind::Pinning => Params::Pinning(Default::default()),
+            Kind::Percpu => Params::Percpu(Default::default()),
+            Kind::Dirty => Params::Dirty(Default::default()),
+            Kind::Memslots => Params::Memslots(Default::default()),
+        }
+    }
+
+    /// `--set key=value` text read once into its parameters, for a backend that can `can`.
+    pub fn parse(self, sets: &[String], can: Capabilities) -> Result<Params, InputError> {
+        with_params!(&self.defaults(), s, _p => {
+            params::parse(info_of(s).name, table_of(s), sets, can).map(Params::from)
+        })
+    }
+
+    /// See [`Scenario::charts`].
+    pub fn charts(self, record: &RunRecord) -> Vec<Chart> {
+        with_params!(&self.defaults(), s, _p => s.charts(record))
+    }
+
+    /// See [`Scenario::context`].
+    pub fn context(self, record: &RunRecord) -> Vec<Notice> {
+        with_params!(&self.defaults(), s, _p => s.context(record))
+    }
+
+    /// See [`Scenario::validation`].
+    pub fn validation(self, host: &HostInfo) -> Option<ValidationPoint<Params>> {
+        with_params!(&self.defaults(), s, _p => s.validation(host).map(ValidationPoint::erase))
+    }
+
+    /// See [`Scenario::showcases`].
+    pub fn showcases(self) -> Vec<Showcase<Params>> {
+        with_params!(&self.defaults(), s, _p => s.showcases().into_iter().map(Showcase::erase).collect())
+    }
+}
+
+impl Params {
+    /// Their parameters in effect on `backend` as a run record keeps them (see
+    /// [`params::record`]).
+    pub fn record(
+        &self,
+        backend: BackendKind,
+    ) -> std::collections::BTreeMap<String, serde_json::Value> {
+        with_params!(self, s, p => params::record(table_of(s), p, backend))
+    }
+
+    /// The scenario they are for.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Params::Lifecycle(_) => Kind::Lifecycle,
+            Params::Memory(_) => Kind::Memory,
+            Params::Exits(_) => Kind::Exits,
+            Params::Pinning(_) => Kind::Pinning,
+            Params::Percpu(_) => Kind::Percpu,
+            Params::Dirty(_) => Kind::Dirty,
+            Params::Memslots(_) => Kind::Memslots,
+        }
+    }
+}
+
+impl RunRequest {
+    /// The same request with its parameters typed for their scenario.
+    fn typed<P: Clone>(&self, params: &P) -> RunRequest<P> {
+        RunRequest {
+            params: params.clone(),
+            variants: self.variants.clone(),
+            reps: self.reps,
+            warmup: self.warmup,
+            seed: self.seed,
+        }
+    }
+}
+
+/// Every scenario's catalog entry.
+pub fn catalog() -> Vec<&'static ScenarioInfo> {
+    Kind::ALL.into_iter().map(Kind::info).collect()
+}
+
+/// Looks a scenario's catalog entry up by name.
+pub fn find(name: &str) -> Result<&'static ScenarioInfo, InputError> {
+    Kind::named(name).map(Kind::info)
+}
+
+/// Validates a request against its scenario without running anything, so bad input is
+/// reported as such (exit 2) even on a host that could not run the scenario.
+pub fn check(request: &RunRequest, backend: BackendKind) -> Result<(), InputError> {
+    with_params!(&request.params, s, p => check_request(s, &request.typed(p), backend))
+}
+
+/// What the user should know about how `request` will run, before it runs.
+pub fn notices(request: &RunRequest) -> Vec<Notice> {
+    with_params!(&request.params, s, p => s.notices(&request.typed(p)))
+}
+
+/// Runs a request's scenario (its parameters say which) on a backend and returns the complete
+/// record (not yet stored).
+pub fn run(
+    backend: &mut dyn Backend,
+    request: &RunRequest,
+    progress: &dyn Progress,
+) -> Result<RunRecord, Error> {
+    with_params!(&request.params, s, p => run_scenario(s, backend, &request.typed(p), progress))
 }
 
 /// The run-level outcome of a finished run (DESIGN.md, exit codes): at least one variant
@@ -614,4 +757,21 @@ pub fn judge(record: &RunRecord) -> Result<(), Error> {
     } else {
         Err(Error::AllFailed { scenario, reasons })
     }
+}
+
+/// `--set` text and variants planned for `backend` as the command line would, for tests.
+#[cfg(test)]
+pub(crate) fn plans_of<S: Scenario>(
+    scenario: &S,
+    sets: &[&str],
+    variants: &[&str],
+    backend: BackendKind,
+) -> Result<Vec<(String, S::Plan)>, InputError> {
+    let can = backend.capabilities();
+    let sets: Vec<String> = sets.iter().map(ToString::to_string).collect();
+    let request = RunRequest {
+        variants: variants.iter().map(ToString::to_string).collect(),
+        ..RunRequest::new(params::parse(S::INFO.name, S::PARAMS, &sets, can)?)
+    };
+    planned(scenario, &request, can)
 }

@@ -12,17 +12,17 @@
 //! instruction sequences and the per-event op counts. On x86 both schemes are one `%gs`
 //! instruction and the change is zero. A kvm backend with per-vCPU page tables comes later.
 
-use super::params::{ParamInfo, SetParam, Settings};
+use super::params::{Choice, Param, Values, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Experiment, Observed};
 use super::{MetricInfo, ScenarioInfo, Showcase, VariantInfo};
+use super::{Observed, Scenario};
 use crate::analysis::compare::against_fastest;
 
-use crate::backend::percpu::{PercpuPlan, PercpuResult, PercpuScheme, Workload};
-use crate::backend::{BackendKind, Capabilities};
 use crate::error::InputError;
 use crate::record::{Finding, VariantRecord};
+use hvlab_core::percpu::{PercpuPlan, PercpuResult, PercpuScheme, Workload};
+use hvlab_core::{BackendKind, Capabilities};
 
 /// Only a backend that predicts per-CPU access costs runs it.
 fn has_predictor(can: Capabilities) -> bool {
@@ -35,7 +35,6 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     summary: "this_cpu ops by offset + preempt toggle vs a per-CPU page table: predicted sys and wall time per work item",
     variants: &[],
     model_variants: &VARIANTS,
-    params: &PARAMS,
     metrics: &METRICS,
     headline: "sys_ns",
     runs_on: has_predictor,
@@ -54,22 +53,36 @@ static VARIANTS: [VariantInfo; 2] = [
     },
 ];
 
-/// Most CPUs a sweep may ask for (the model has no CPU-count limit of its own; arm64's
-/// `NR_CPUS` maximum is 4096).
-const MAX_CPUS: u32 = 4096;
-
-static PARAMS: [ParamInfo; 2] = [
-    ParamInfo {
-        name: "cpus",
-        default: "160",
-        doc: "CPUs, each with its own kernel page table under local-map (1-4096)",
-        model_only: false,
-    },
-    ParamInfo {
+/// Each parameter, declared once.
+pub static PARAMS: [Param<PercpuParams>; 3] = [
+    // The model has no CPU-count limit of its own; arm64's `NR_CPUS` maximum is 4096.
+    whole!(
+        cpus,
+        "CPUs, each with its own kernel page table under local-map",
+        1,
+        4096
+    ),
+    Param {
         name: "workload",
-        default: "kernel-build",
-        doc: "kernel-build, stress-ng-vm, stress-ng-mmapfork, stress-ng-fork, memcg-create or memory-hotplug",
+        doc: "the event mix of one item of work",
+        values: Values::Choices(&WORKLOAD.names),
         model_only: false,
+        read: |p, t| {
+            p.workload = WORKLOAD.read(t)?;
+            Ok(())
+        },
+        spell: |p| p.workload.name.to_string(),
+    },
+    Param {
+        name: "sys_pct",
+        doc: "the kernel's share of an item's wall time, percent (default: the workload's assumed share, which the wall-time figures rest on)",
+        values: Values::Range(1, 100),
+        model_only: false,
+        read: |p, t| {
+            p.sys_pct = t.optional_whole()?;
+            Ok(())
+        },
+        spell: |p| p.sys_pct.map_or_else(String::new, |pct| pct.to_string()),
     },
 ];
 
@@ -228,9 +241,30 @@ pub const WORKLOADS: [Workload; 6] = [
     },
 ];
 
-/// The workload names, for `--set workload=`.
-fn workload_names() -> [&'static str; WORKLOADS.len()] {
-    WORKLOADS.map(|w| w.name)
+/// `workload`: each workload by its name.
+static WORKLOAD: Choice<Workload, { WORKLOADS.len() }> = Choice {
+    names: {
+        let mut names = [""; WORKLOADS.len()];
+        let mut i = 0;
+        while i < WORKLOADS.len() {
+            names[i] = WORKLOADS[i].name;
+            i += 1;
+        }
+        names
+    },
+    values: WORKLOADS,
+};
+
+/// The workload `name` names (`--set workload=NAME`).
+pub fn workload(name: &str) -> Result<Workload, InputError> {
+    WORKLOADS
+        .into_iter()
+        .find(|w| w.name == name)
+        .ok_or_else(|| InputError::BadValue {
+            key: "workload".into(),
+            value: name.into(),
+            why: format!("workload is one of {}", WORKLOAD.names.join(", ")),
+        })
 }
 
 /// Today's (offset scheme) prediction, against which both variants' changes are stated.
@@ -294,76 +328,76 @@ fn analyse_variant(
 
 /// Where the mechanism lives: the RFC's 160-core AmpereOne (on x86 both schemes are one `%gs`
 /// instruction and nothing changes).
-static SHOWCASES: [Showcase; 2] = [
-    Showcase {
-        profile: "arm64-server-160",
-        variants: &[],
-        sets: &[&Set::Workload("kernel-build"), &Set::Cpus(160)],
-        why: "002: the RFC's kernel build on its 160-core AmpereOne; dropping the preempt toggle saves about 13% of kernel time",
-    },
-    Showcase {
-        profile: "arm64-server-160",
-        variants: &[],
-        sets: &[&Set::Workload("stress-ng-fork"), &Set::Cpus(4096)],
-        why: "002: fork's per-CPU allocations are mapped into every CPU's page table; at 4096 CPUs that upkeep outweighs the saving and fork regresses",
-    },
-];
+fn showcases() -> Vec<Showcase<PercpuParams>> {
+    let on = |name: &str, cpus| PercpuParams {
+        workload: workload(name).unwrap_or(WORKLOADS[0]),
+        cpus,
+        ..PercpuParams::default()
+    };
+    vec![
+        Showcase {
+            profile: "arm64-server-160",
+            variants: &[],
+            params: on("kernel-build", 160),
+            why: "002: the RFC's kernel build on its 160-core AmpereOne; dropping the preempt toggle saves about 13% of kernel time",
+        },
+        Showcase {
+            profile: "arm64-server-160",
+            variants: &[],
+            params: on("stress-ng-fork", 4096),
+            why: "002: fork's per-CPU allocations are mapped into every CPU's page table; at 4096 CPUs that upkeep outweighs the saving and fork regresses",
+        },
+    ]
+}
 
 /// The percpu scenario.
 #[derive(Debug)]
 pub struct Percpu;
 
-/// A percpu parameter set in code (the lab's published setups).
-#[derive(Debug, Clone, Copy)]
-pub enum Set {
-    /// `cpus`.
-    Cpus(u32),
-    /// `workload`, by name.
-    Workload(&'static str),
-}
-
-impl SetParam for Set {
-    fn key_value(&self) -> (&'static str, String) {
-        match *self {
-            Set::Cpus(n) => ("cpus", n.to_string()),
-            Set::Workload(name) => ("workload", name.to_string()),
-        }
-    }
-}
-
 /// The parameters of one run.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PercpuParams {
     /// CPUs of the modelled machine.
     pub cpus: u32,
     /// The event mix.
     pub workload: Workload,
+    /// The kernel's share of an item's wall time, %, in place of the workload's assumption.
+    pub sys_pct: Option<u32>,
 }
 
-impl Experiment for Percpu {
+impl Default for PercpuParams {
+    /// The RFC's kernel build on its 160-core machine.
+    fn default() -> PercpuParams {
+        PercpuParams {
+            cpus: 160,
+            workload: WORKLOADS[0],
+            sys_pct: None,
+        }
+    }
+}
+
+impl PercpuParams {
+    /// The workload with the kernel share `sys_pct` gives it, if any.
+    fn workload(&self) -> Workload {
+        Workload {
+            sys_share: self
+                .sys_pct
+                .map_or(self.workload.sys_share, |pct| f64::from(pct) / 100.0),
+            ..self.workload
+        }
+    }
+}
+
+impl Scenario for Percpu {
     type Plan = PercpuPlan;
     type Params = PercpuParams;
     const INFO: &'static ScenarioInfo = &INFO;
-
-    fn params(&self, settings: &Settings, _: Capabilities) -> Result<PercpuParams, InputError> {
-        let cpus = settings.u32_in("cpus", 1..=MAX_CPUS)?;
-        let wname = settings.choice("workload", &workload_names())?;
-        let workload = WORKLOADS
-            .into_iter()
-            .find(|w| w.name == wname)
-            .ok_or_else(|| InputError::BadValue {
-                key: "workload".into(),
-                value: wname.into(),
-                why: "the workload has no event mix defined".into(),
-            })?;
-        Ok(PercpuParams { cpus, workload })
-    }
+    const PARAMS: &'static [Param<PercpuParams>] = &PARAMS;
 
     fn plan(
         &self,
-        p: &PercpuParams,
         name: &str,
-        _: &RunRequest,
+        request: &RunRequest<PercpuParams>,
     ) -> Result<Option<PercpuPlan>, InputError> {
         let scheme = match name {
             "offset" => PercpuScheme::Offset,
@@ -372,8 +406,8 @@ impl Experiment for Percpu {
         };
         Ok(Some(PercpuPlan {
             scheme,
-            cpus: p.cpus,
-            workload: p.workload,
+            cpus: request.params.cpus,
+            workload: request.params.workload(),
         }))
     }
 
@@ -381,17 +415,16 @@ impl Experiment for Percpu {
     /// ([`ScenarioInfo::require_backend`]), so they are selected as the model's.
     fn plans(
         &self,
-        p: &PercpuParams,
-        request: &RunRequest,
+        request: &RunRequest<PercpuParams>,
         _: Capabilities,
     ) -> Result<Vec<(String, PercpuPlan)>, InputError> {
         let model = BackendKind::Model.capabilities();
-        let names = INFO.selected_variants(request, model)?;
-        super::plan_each(self, p, names, request, model)
+        let names = INFO.selected_variants(&request.variants, model)?;
+        super::plan_each(self, names, request, model)
     }
 
-    fn showcases(&self) -> &'static [Showcase] {
-        &SHOWCASES
+    fn showcases(&self) -> Vec<Showcase<PercpuParams>> {
+        showcases()
     }
 
     fn analyse(&self, o: Observed<'_, PercpuPlan, PercpuResult>) -> ScenarioOutcome {
@@ -418,26 +451,41 @@ impl Experiment for Percpu {
 mod tests {
     use super::*;
 
-    fn plans(settings: &Settings) -> Result<Vec<(String, PercpuPlan)>, InputError> {
-        let model = BackendKind::Model.capabilities();
-        crate::scenario::planned(&Percpu, settings, &RunRequest::default(), model)
-    }
-
     #[test]
     fn every_showcase_is_a_valid_setup_on_a_built_in_profile() {
-        for s in &SHOWCASES {
-            let sets = crate::scenario::params::sets_of(s.sets);
-            let settings = Settings::parse(&INFO, &sets).unwrap();
-            assert_eq!(plans(&settings).unwrap().len(), 2);
+        for s in showcases() {
+            let request = RunRequest::new(s.params);
+            let model = BackendKind::Model.capabilities();
+            assert_eq!(
+                crate::scenario::planned(&Percpu, &request, model)
+                    .unwrap()
+                    .len(),
+                2
+            );
             crate::model::profile::Profile::load(s.profile).unwrap();
         }
     }
 
     #[test]
+    fn sys_pct_replaces_the_workloads_assumed_kernel_share() {
+        let share = |sets: &[&str]| {
+            crate::scenario::plans_of(&Percpu, sets, &["offset"], BackendKind::Model).unwrap()[0]
+                .1
+                .workload
+                .sys_share
+        };
+        assert_eq!(share(&[]), 0.3, "kernel-build's assumption");
+        assert_eq!(share(&["sys_pct=60"]), 0.6);
+        assert_eq!(share(&["workload=stress-ng-vm", "sys_pct=57"]), 0.57);
+        let bad = crate::scenario::plans_of(&Percpu, &["sys_pct=0"], &[], BackendKind::Model);
+        assert!(bad.unwrap_err().to_string().contains("from 1 to 100"));
+    }
+
+    #[test]
     fn unknown_workloads_and_cpu_counts_are_refused_by_name() {
         for bad in ["workload=mm-stress", "cpus=0", "cpus=5000"] {
-            let settings = Settings::parse(&INFO, &[bad.to_string()]).unwrap();
-            let err = plans(&settings).unwrap_err();
+            let err =
+                crate::scenario::plans_of(&Percpu, &[bad], &[], BackendKind::Model).unwrap_err();
             let key = bad.split('=').next().unwrap();
             assert!(err.to_string().contains(key), "{bad}: {err}");
         }

@@ -15,17 +15,17 @@
 //! driven by a guest that rings enable/disable doorbells around each slice and writes records
 //! into its buffer.
 
-use super::params::{ParamInfo, SetParam, Settings};
+use super::params::{Choice, Param, Text, Values, bytes, choice, size_text, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Chart, Experiment, Observed};
+use super::{Chart, Observed, Scenario};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::against_fastest;
-use crate::backend::Capabilities;
-use crate::backend::pinning::{PinMethod, PinPlan, PinPolicy, PinResult};
 use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::{Finding, VariantRecord};
+use hvlab_core::Capabilities;
+use hvlab_core::pinning::{PinMethod, PinPlan, PinPolicy, PinResult};
 
 /// The catalog entry.
 pub static INFO: ScenarioInfo = ScenarioInfo {
@@ -33,7 +33,6 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     summary: "pinning an SPE profiling buffer on every enable/disable vs keeping, intersecting or aging pins",
     variants: &VARIANTS,
     model_variants: &MODEL_VARIANTS,
-    params: &PARAMS,
     metrics: &METRICS,
     headline: "slice_overhead_us",
     runs_on: super::any_backend,
@@ -69,80 +68,98 @@ static MODEL_VARIANTS: [VariantInfo; 1] = [VariantInfo {
     doc: "model: never pin; SPE writes fault the buffer in at stage 2, each fault a blackout (kvm: needs SPE hardware to see lost records)",
 }];
 
-static PARAMS: [ParamInfo; 12] = [
-    ParamInfo {
+/// `mode`: a buffer per task or per CPU.
+static MODE: Choice<bool, 2> = Choice {
+    names: ["per-task", "per-cpu"],
+    values: [true, false],
+};
+
+/// `pin`: how the kvm backend pins.
+static PIN: Choice<PinMethod, 2> = Choice {
+    names: ["mlock", "io_uring"],
+    values: [PinMethod::Mlock, PinMethod::IoUring],
+};
+
+/// Each parameter, declared once.
+pub static PARAMS: [Param<PinningParams>; 12] = [
+    Param {
         name: "buffer",
-        default: "4MiB",
         doc: "SPE buffer size (256MiB for the large-buffer case)",
+        values: Values::Described,
         model_only: false,
+        read: |p, t| {
+            p.buffer_bytes = buffer_bytes(t)?;
+            Ok(())
+        },
+        spell: |p| size_text(p.buffer_bytes),
     },
-    ParamInfo {
-        name: "slices",
-        default: "100",
-        doc: "times the profiled task is switched in",
-        model_only: false,
-    },
-    ParamInfo {
-        name: "mode",
-        default: "per-task",
-        doc: "per-task (disable/enable on every switch) or per-cpu (enabled throughout)",
-        model_only: false,
-    },
-    ParamInfo {
-        name: "cap",
-        default: "1GiB",
-        doc: "most bytes the pin manager may hold pinned",
-        model_only: false,
-    },
-    ParamInfo {
-        name: "aging_ms",
-        default: "50",
-        doc: "aging: release a pin unused for this long",
-        model_only: false,
-    },
-    ParamInfo {
-        name: "slice_us",
-        default: "3000",
-        doc: "how long the profiled task runs per slice (~ a CFS slice)",
-        model_only: false,
-    },
-    ParamInfo {
-        name: "off_us",
-        default: "1000",
-        doc: "how long other tasks run between its slices",
-        model_only: false,
-    },
-    ParamInfo {
-        name: "relocate_every",
-        default: "0",
-        doc: "the guest moves its buffer to new memory every N slices (0: never)",
-        model_only: false,
-    },
-    ParamInfo {
-        name: "pin",
-        default: "mlock",
-        doc: "kvm backend: mlock, or io_uring (buffer registration, which pins with pin_user_pages)",
-        model_only: false,
-    },
-    ParamInfo {
-        name: "tail_ms",
-        default: "200",
-        doc: "idle time after the last slice (when aging releases pins)",
-        model_only: false,
-    },
-    ParamInfo {
-        name: "records_per_ms",
-        default: "100",
-        doc: "model: SPE records written per ms of profiling (0: a filter that records nothing)",
-        model_only: true,
-    },
-    ParamInfo {
-        name: "unmap_pct",
-        default: "0",
-        doc: "model, no-pin: percent of the buffer the host removes from stage 2 while the task is switched out",
-        model_only: true,
-    },
+    whole!(
+        slices,
+        "times the profiled task is switched in",
+        1,
+        1_000_000
+    ),
+    choice!("mode" => per_task, MODE, "per-task (disable/enable on every switch) or per-cpu (enabled throughout)"),
+    bytes!("cap" => cap_bytes, "most bytes the pin manager may hold pinned"),
+    whole!(
+        aging_ms,
+        "aging: release a pin unused for this long",
+        1,
+        3_600_000
+    ),
+    whole!(
+        slice_us,
+        "how long the profiled task runs per slice (~ a CFS slice)",
+        1,
+        10_000_000
+    ),
+    whole!(
+        off_us,
+        "how long other tasks run between its slices",
+        0,
+        10_000_000
+    ),
+    whole!(
+        relocate_every,
+        "the guest moves its buffer to new memory every N slices (0: never)",
+        0,
+        1_000_000
+    ),
+    choice!(
+        pin,
+        PIN,
+        "kvm backend: mlock, or io_uring (buffer registration, which pins with pin_user_pages)"
+    ),
+    whole!(
+        tail_ms,
+        "idle time after the last slice (when aging releases pins)",
+        0,
+        3_600_000
+    ),
+    whole!(
+        records_per_ms,
+        "model: SPE records written per ms of profiling (0: a filter that records nothing)",
+        0,
+        1_000_000,
+        model
+    ),
+    whole!(
+        unmap_pct,
+        "model, no-pin: percent of the buffer the host removes from stage 2 while the task is switched out",
+        0,
+        100,
+        model
+    ),
 ];
+
+/// `buffer`: a whole number of 4 KiB pages.
+fn buffer_bytes(t: &Text<'_>) -> Result<u64, InputError> {
+    let bytes = t.bytes()?;
+    if bytes < 4096 || bytes % 4096 != 0 {
+        return Err(t.bad("the buffer is a whole number of 4 KiB pages"));
+    }
+    Ok(bytes)
+}
 
 static METRICS: [MetricInfo; 12] = [
     MetricInfo {
@@ -210,8 +227,8 @@ static METRICS: [MetricInfo; 12] = [
 /// The kvm backend maps every buffer generation (one per relocation) plus 2 MiB of padding
 /// into one guest data region of at most 64 GiB: refuse plans that cannot fit while parsing,
 /// not after measuring.
-fn check_guest_fits(plan: &PinPlan, settings: &Settings) -> Result<(), InputError> {
-    let max = crate::backend::guest::DATA_MAX_BYTES;
+fn check_guest_fits(plan: &PinPlan) -> Result<(), InputError> {
+    let max = hvlab_core::guest::DATA_MAX_BYTES;
     let generations = if plan.relocate_every == 0 {
         1
     } else {
@@ -224,9 +241,10 @@ fn check_guest_fits(plan: &PinPlan, settings: &Settings) -> Result<(), InputErro
     if need.is_some_and(|n| n <= max) {
         return Ok(());
     }
-    let (key, why) = if generations == 1 {
+    let (key, value, why) = if generations == 1 {
         (
             "buffer",
+            size_text(plan.buffer_bytes),
             format!(
                 "the kvm backend maps the buffer into a guest region of at most 64 GiB: give a buffer up to {} MiB (or use --backend model)",
                 (max >> 20) - 2
@@ -235,6 +253,7 @@ fn check_guest_fits(plan: &PinPlan, settings: &Settings) -> Result<(), InputErro
     } else {
         (
             "relocate_every",
+            plan.relocate_every.to_string(),
             format!(
                 "{generations} relocations of a {} byte buffer do not fit the kvm guest's 64 GiB data region: relocate less often, use a smaller buffer, or --backend model",
                 plan.buffer_bytes
@@ -243,7 +262,7 @@ fn check_guest_fits(plan: &PinPlan, settings: &Settings) -> Result<(), InputErro
     };
     Err(InputError::BadValue {
         key: key.into(),
-        value: settings.raw(key).into(),
+        value,
         why,
     })
 }
@@ -317,97 +336,102 @@ fn analyse_variant(name: &str, plan: &PinPlan, traces: &[PinResult], seed: u64) 
 #[derive(Debug)]
 pub struct Pinning;
 
-/// A pinning parameter set in code (the lab's published setups).
-#[derive(Debug, Clone, Copy)]
-pub enum Set {
-    /// `buffer`, MiB.
-    BufferMib(u32),
-    /// `slices`.
-    Slices(u32),
-    /// `mode`: one buffer per task (false: per CPU).
-    PerTask(bool),
-    /// `records_per_ms`.
-    RecordsPerMs(u32),
+/// The parameters of one run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PinningParams {
+    /// The SPE buffer, bytes.
+    pub buffer_bytes: u64,
+    /// Times the profiled task is switched in.
+    pub slices: u32,
+    /// One buffer per task, disabled and enabled at every switch (false: per CPU).
+    pub per_task: bool,
+    /// Most bytes the pin manager may hold pinned.
+    pub cap_bytes: u64,
+    /// The `aging` policy's idle time before an unpin, ms.
+    pub aging_ms: u32,
+    /// How long the profiled task runs per slice, us.
+    pub slice_us: u32,
+    /// How long other tasks run between its slices, us.
+    pub off_us: u32,
+    /// The guest moves its buffer every N slices (0: never).
+    pub relocate_every: u32,
+    /// How the kvm backend pins.
+    pub pin: PinMethod,
+    /// Idle time after the last slice, ms.
+    pub tail_ms: u32,
+    /// SPE records written per ms of profiling (model).
+    pub records_per_ms: u32,
+    /// no-pin: percent of the buffer removed from stage 2 while switched out (model).
+    pub unmap_pct: u32,
 }
 
-impl SetParam for Set {
-    fn key_value(&self) -> (&'static str, String) {
-        match *self {
-            Set::BufferMib(mib) => ("buffer", format!("{mib}MiB")),
-            Set::Slices(n) => ("slices", n.to_string()),
-            Set::PerTask(t) => ("mode", if t { "per-task" } else { "per-cpu" }.to_string()),
-            Set::RecordsPerMs(n) => ("records_per_ms", n.to_string()),
+impl Default for PinningParams {
+    fn default() -> PinningParams {
+        PinningParams {
+            buffer_bytes: 4 << 20,
+            slices: 100,
+            per_task: true,
+            cap_bytes: 1 << 30,
+            aging_ms: 50,
+            slice_us: 3000,
+            off_us: 1000,
+            relocate_every: 0,
+            pin: PinMethod::Mlock,
+            tail_ms: 200,
+            records_per_ms: 100,
+            unmap_pct: 0,
         }
     }
 }
 
-/// The parameters of one run.
-#[derive(Debug, Clone)]
-pub struct PinningParams {
-    /// Every variant's plan but its policy (the variant's).
-    pub base: PinPlan,
-    /// The `aging` policy's idle time before an unpin, ns.
-    pub aging_ns: u64,
+impl PinningParams {
+    /// The plan of the variant whose policy is `policy`.
+    fn plan(&self, policy: PinPolicy) -> PinPlan {
+        PinPlan {
+            buffer_bytes: self.buffer_bytes,
+            slices: self.slices,
+            per_task: self.per_task,
+            cap_bytes: self.cap_bytes,
+            policy,
+            slice_ns: u64::from(self.slice_us) * 1000,
+            off_ns: u64::from(self.off_us) * 1000,
+            relocate_every: self.relocate_every,
+            tail_ns: u64::from(self.tail_ms) * 1_000_000,
+            method: self.pin,
+            records_per_ms: u64::from(self.records_per_ms),
+            unmap_pct: self.unmap_pct,
+        }
+    }
 }
 
-impl Experiment for Pinning {
+impl Scenario for Pinning {
     type Plan = PinPlan;
     type Params = PinningParams;
     const INFO: &'static ScenarioInfo = &INFO;
+    const PARAMS: &'static [Param<PinningParams>] = &PARAMS;
 
-    fn params(&self, settings: &Settings, can: Capabilities) -> Result<PinningParams, InputError> {
-        let buffer_bytes = settings.bytes("buffer")?;
-        if buffer_bytes < 4096 || buffer_bytes % 4096 != 0 {
-            return Err(InputError::BadValue {
-                key: "buffer".into(),
-                value: settings.raw("buffer").into(),
-                why: "the buffer is a whole number of 4 KiB pages".into(),
-            });
-        }
-        let per_task = settings.choice("mode", &["per-task", "per-cpu"])? == "per-task";
-        let aging_ns = u64::from(settings.u32_in("aging_ms", 1..=3_600_000)?) * 1_000_000;
-        let base = PinPlan {
-            buffer_bytes,
-            slices: settings.u32_in("slices", 1..=1_000_000)?,
-            per_task,
-            cap_bytes: settings.bytes("cap")?,
-            policy: PinPolicy::Eager,
-            slice_ns: u64::from(settings.u32_in("slice_us", 1..=10_000_000)?) * 1000,
-            off_ns: u64::from(settings.u32_in("off_us", 0..=10_000_000)?) * 1000,
-            relocate_every: settings.u32_in("relocate_every", 0..=1_000_000)?,
-            tail_ns: u64::from(settings.u32_in("tail_ms", 0..=3_600_000)?) * 1_000_000,
-            method: match settings.choice("pin", &["mlock", "io_uring"])? {
-                "io_uring" => PinMethod::IoUring,
-                _ => PinMethod::Mlock,
-            },
-            records_per_ms: u64::from(settings.u32_in("records_per_ms", 0..=1_000_000)?),
-            unmap_pct: settings.u32_in("unmap_pct", 0..=100)?,
-        };
+    fn check(&self, p: &PinningParams, can: Capabilities) -> Result<(), InputError> {
         if can.real_memory {
-            check_guest_fits(&base, settings)?;
+            check_guest_fits(&p.plan(PinPolicy::Eager))?;
         }
-        Ok(PinningParams { base, aging_ns })
+        Ok(())
     }
 
     fn plan(
         &self,
-        p: &PinningParams,
         name: &str,
-        _: &RunRequest,
+        request: &RunRequest<PinningParams>,
     ) -> Result<Option<PinPlan>, InputError> {
         let policy = match name {
             "eager" => PinPolicy::Eager,
             "keep" => PinPolicy::Keep,
             "intersect" => PinPolicy::Intersect,
-            "aging" => PinPolicy::Aging(p.aging_ns),
+            "aging" => PinPolicy::Aging(u64::from(request.params.aging_ms) * 1_000_000),
             "no-pin" => PinPolicy::NoPin,
             "gmem-prefault" => PinPolicy::GmemPrefault,
             _ => return Ok(None),
         };
-        Ok(Some(PinPlan {
-            policy,
-            ..p.base.clone()
-        }))
+        Ok(Some(request.params.plan(policy)))
     }
 
     fn analyse(&self, o: Observed<'_, PinPlan, PinResult>) -> ScenarioOutcome {
@@ -418,11 +442,15 @@ impl Experiment for Pinning {
         ScenarioOutcome { variants, verdicts }
     }
 
-    fn showcases(&self) -> &'static [super::Showcase] {
-        &[super::Showcase {
+    fn showcases(&self) -> Vec<super::Showcase<PinningParams>> {
+        vec![super::Showcase {
             profile: "neoverse-n2-spe",
             variants: &[],
-            sets: &[&Set::BufferMib(256), &Set::Slices(100)],
+            params: PinningParams {
+                buffer_bytes: 256 << 20,
+                slices: 100,
+                ..PinningParams::default()
+            },
             why: "000 (SPE buffer pinned at stage 2): with a 256 MiB buffer in per-task mode, pinning on every enable costs ~40 ms per context switch; keeping the pin leaves the stage-1 walk on every enable; not pinning costs nothing per switch but loses records to stage-2 faults",
         }]
     }

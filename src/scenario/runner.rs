@@ -3,20 +3,23 @@
 
 use std::time::SystemTime;
 
-use super::ScenarioInfo;
-use super::params::Settings;
+use std::collections::BTreeMap;
+
+use super::{Params, ScenarioInfo};
 use crate::analysis::compare::Verdict;
-use crate::backend::Backend;
 use crate::error::Error;
 use crate::record::{RunRecord, VariantRecord, VariantStatus};
+use hvlab_core::Backend;
+use hvlab_core::error::BackendError;
 
-/// What the user asked for.
+/// What the user asked for: the scenario's parameters, typed (the registry's [`Params`] say
+/// which scenario; a scenario's own code sees its own type), and how to repeat.
 #[derive(Debug, Clone)]
-pub struct RunRequest {
+pub struct RunRequest<P = Params> {
+    /// The parameters.
+    pub params: P,
     /// Variants to run; empty means all.
     pub variants: Vec<String>,
-    /// Raw `--set` arguments.
-    pub sets: Vec<String>,
     /// Measured repetitions per variant.
     pub reps: u32,
     /// Discarded repetitions per variant before measuring.
@@ -28,11 +31,12 @@ pub struct RunRequest {
 /// "hvlab" in ASCII: the default seed, so runs are reproducible unless asked otherwise.
 pub const DEFAULT_SEED: u64 = 0x68_766c_6162;
 
-impl Default for RunRequest {
-    fn default() -> Self {
+impl<P> RunRequest<P> {
+    /// `params` on every variant, 20 repetitions after 2 warm-up, with the default seed.
+    pub fn new(params: P) -> RunRequest<P> {
         RunRequest {
+            params,
             variants: Vec::new(),
-            sets: Vec::new(),
             reps: 20,
             warmup: 2,
             seed: DEFAULT_SEED,
@@ -75,14 +79,20 @@ pub struct ScenarioOutcome {
 pub fn failure_status(err: &Error) -> VariantStatus {
     let why = err.chain().join(": ");
     match err {
-        Error::Kvm(e) if e.is_host_limitation() => VariantStatus::Unsupported(why),
         Error::Input(_) => VariantStatus::Unsupported(why),
-        Error::Model(crate::model::ModelError::Unsupported(why))
-        | Error::Backend(crate::backend::error::BackendError::Unsupported(why)) => {
-            VariantStatus::Unsupported(why.clone())
-        }
+        Error::Backend(BackendError::Unsupported(why)) => VariantStatus::Unsupported(why.clone()),
         _ => VariantStatus::Failed(why),
     }
+}
+
+/// What [`repeat`] measured: each variant's samples or why it has none, and what each
+/// watched repetition's trial saw of the host's noise.
+#[derive(Debug)]
+pub struct Repeated<T> {
+    /// Per variant, in order.
+    pub results: Vec<Result<Vec<T>, VariantStatus>>,
+    /// One per trial, when the trials were watched (`real_time`).
+    pub reps: Vec<hvlab_core::noise::RepNoise>,
 }
 
 /// Runs `trial(variant index)` `warmup + reps` times per variant. Variants are interleaved
@@ -90,17 +100,18 @@ pub fn failure_status(err: &Error) -> VariantStatus {
 /// whichever ran last. A variant whose trial fails stops there and keeps its error; the
 /// others go on. `real_time`: the trials are timed on this host, so each one's noise is
 /// watched (the model's exact samples skip the two /proc reads and two syscalls a trial).
-pub fn repeat<T>(
+pub fn repeat<T, P>(
     variants: &[String],
-    request: &RunRequest,
+    request: &RunRequest<P>,
     real_time: bool,
     progress: &dyn Progress,
     mut trial: impl FnMut(usize) -> Result<T, Error>,
-) -> Vec<Result<Vec<T>, VariantStatus>> {
+) -> Repeated<T> {
     let mut out: Vec<Result<Vec<T>, VariantStatus>> = variants
         .iter()
         .map(|_| Ok(Vec::with_capacity(request.reps as usize)))
         .collect();
+    let mut reps = Vec::new();
     let rounds = request.warmup + request.reps;
     progress.start("measuring", u64::from(rounds) * variants.len() as u64);
     for round in 0..rounds {
@@ -109,13 +120,9 @@ pub fn repeat<T>(
             let Ok(samples) = &mut out[vi] else { continue };
             // The measuring thread's switches and the runnable tasks, around (not inside) the
             // timed trial.
-            if real_time {
-                crate::backend::noise::rep_start();
-            }
+            let watch = real_time.then(hvlab_host::noise::RepWatch::start);
             let result = trial(vi);
-            if real_time {
-                crate::backend::noise::rep_end();
-            }
+            reps.extend(watch.map(hvlab_host::noise::RepWatch::end));
             match result {
                 Ok(sample) if round >= request.warmup => samples.push(sample),
                 Ok(_) => {}
@@ -124,7 +131,7 @@ pub fn repeat<T>(
         }
     }
     progress.finish();
-    out
+    Repeated { results: out, reps }
 }
 
 /// Now, as RFC 3339 UTC with second precision.
@@ -135,16 +142,15 @@ pub fn now_rfc3339() -> String {
 pub use crate::record::run_id_suffix;
 
 /// Builds the run record around a scenario's outcome.
-pub fn assemble(
+pub fn assemble<P>(
     info: &ScenarioInfo,
     backend: &dyn Backend,
-    settings: &Settings,
-    request: &RunRequest,
+    mut params: BTreeMap<String, serde_json::Value>,
+    request: &RunRequest<P>,
     started_at: String,
     outcome: ScenarioOutcome,
 ) -> RunRecord {
     let suffix = run_id_suffix();
-    let mut params = settings.to_json(backend.kind());
     params.insert("reps".into(), request.reps.into());
     params.insert("warmup".into(), request.warmup.into());
     params.insert("seed".into(), request.seed.into());
@@ -169,7 +175,6 @@ pub fn assemble(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::error::KvmError;
 
     #[test]
     fn warmup_is_discarded_and_variants_interleave() {
@@ -177,13 +182,15 @@ mod tests {
         let req = RunRequest {
             reps: 3,
             warmup: 2,
-            ..RunRequest::default()
+            ..RunRequest::new(())
         };
         let mut calls = Vec::new();
         let out = repeat(&names, &req, true, &Silent, |vi| {
             calls.push(vi);
             Ok(calls.len())
         });
+        assert_eq!(out.reps.len(), 10, "every watched trial says its noise");
+        let out = out.results;
         assert_eq!(calls, vec![0, 1, 0, 1, 0, 1, 0, 1, 0, 1]);
         assert_eq!(out[0].as_ref().unwrap(), &vec![5, 7, 9]);
         assert_eq!(out[1].as_ref().unwrap(), &vec![6, 8, 10]);
@@ -195,13 +202,19 @@ mod tests {
         let req = RunRequest {
             reps: 4,
             warmup: 0,
-            ..RunRequest::default()
+            ..RunRequest::new(())
         };
-        let out = repeat(&names, &req, true, &Silent, |vi| match vi {
-            1 => Err(KvmError::MissingCap("KVM_CAP_PMU_CAPABILITY").into()),
-            2 => Err(KvmError::Guest("triple fault".into()).into()),
+        let failed = || std::io::Error::other("The guest did not signal as expected: triple fault");
+        let out = repeat(&names, &req, false, &Silent, |vi| match vi {
+            1 => Err(BackendError::Unsupported(
+                "needs KVM_CAP_PMU_CAPABILITY, which this host's KVM does not offer".into(),
+            )
+            .into()),
+            2 => Err(BackendError::Failed(Box::new(failed())).into()),
             _ => Ok(()),
         });
+        assert!(out.reps.is_empty(), "unwatched trials say nothing");
+        let out = out.results;
         assert_eq!(out[0].as_ref().unwrap().len(), 4);
         assert!(matches!(
             out[1].as_ref().unwrap_err(),
@@ -215,12 +228,12 @@ mod tests {
 
     #[test]
     fn a_failure_keeps_its_cause_chain() {
+        /// A backend's failure with a cause below it, as the kvm backend's are.
+        #[derive(Debug, thiserror::Error)]
+        #[error("munlock the pinned buffer: {0}")]
+        struct Munlock(#[source] std::io::Error);
         let io = std::io::Error::from_raw_os_error(libc::ENOMEM);
-        let err: Error = KvmError::Host {
-            what: "munlock the pinned buffer".into(),
-            source: io,
-        }
-        .into();
+        let err: Error = BackendError::Failed(Box::new(Munlock(io))).into();
         let VariantStatus::Failed(why) = failure_status(&err) else {
             panic!("a host operation failing is a failure");
         };

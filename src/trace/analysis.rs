@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::analysis::stall::{Baselines, find_stalls, kernel_effects};
-use crate::backend::ioctl_table::SrcuKernel;
-use crate::backend::lifecycle::IoctlEvent;
+use hvlab_core::ioctl_table::SrcuKernel;
+use hvlab_core::lifecycle::IoctlEvent;
 
 use super::strace::TracedIoctl;
 

@@ -14,7 +14,7 @@ pub mod supervise;
 
 pub use analysis::{IoctlTotals, TraceReport, TraceStall, analyse};
 pub use strace::{StraceParser, TracedIoctl, parse_strace};
-pub use supervise::{SHIM_ARG, shim, signal_name, trace};
+pub use supervise::{SHIM_ARG, shim, trace};
 
 use serde::Serialize;
 
@@ -62,6 +62,18 @@ impl TraceError {
     pub fn is_bad_input(&self) -> bool {
         matches!(self, TraceError::NoCommand | TraceError::BadCommand(..))
     }
+
+    /// What kind of failure it is.
+    pub fn fault(&self) -> hvlab_core::error::Fault {
+        use hvlab_core::error::Fault;
+        if self.is_host_limitation() {
+            Fault::HostCannot
+        } else if self.is_bad_input() {
+            Fault::BadInput
+        } else {
+            Fault::Failed
+        }
+    }
 }
 
 /// When to stop the traced command.
@@ -78,7 +90,7 @@ pub enum Until {
 mod tests {
     use super::strace::parse_seconds_ns;
     use super::*;
-    use crate::backend::ioctl_table::SrcuKernel;
+    use hvlab_core::ioctl_table::SrcuKernel;
 
     const SAMPLE: &str = "\
 4908  1795316198.175000 ioctl(0x3, 0xae01, 0) = 0x8 <0.000398>

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::backend::ioctl_table;
+use hvlab_core::ioctl_table;
 
 /// One KVM ioctl from the trace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

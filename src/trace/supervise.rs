@@ -4,16 +4,18 @@
 
 use std::ffi::OsString;
 use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::backend::host::HostInfo;
-use crate::backend::ioctl_table::SrcuKernel;
+use rustix::process::{Pid, Signal};
+
+use crate::sys::{self, StopSignals};
+use hvlab_core::host::HostInfo;
+use hvlab_core::ioctl_table::SrcuKernel;
 
 use super::analysis::{TraceReport, analyse};
 use super::strace::StraceParser;
@@ -72,110 +74,32 @@ pub const SHIM_ARG: &str = "__hvlab-trace-exec";
 /// set it itself), closes hvlab's descriptors and execs the real command. `args` are
 /// `FD,FD... -- CMD ARGS...`. Returns only on failure, with the exit code.
 pub fn shim(args: &[OsString]) -> i32 {
-    // SAFETY: getppid and prctl(PR_SET_PDEATHSIG) take plain integers and touch no memory.
-    let parent_gone = unsafe {
-        let parent = libc::getppid();
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-        // strace died before the death signal was armed: do not start the command at all.
-        libc::getppid() != parent
-    };
-    if parent_gone {
+    let parent = rustix::process::getppid();
+    let armed = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
+    // strace died before the death signal was armed: do not start the command at all.
+    if armed.is_err() || rustix::process::getppid() != parent {
         return 137;
     }
     let (Some(fds), Some(cmd)) = (args.first(), args.get(2)) else {
         eprintln!("hvlab trace: the exec shim needs FDS -- CMD");
         return 127;
     };
-    for fd in fds
-        .to_string_lossy()
-        .split(',')
-        .filter_map(|f| f.parse::<i32>().ok())
-    {
-        // SAFETY: closing descriptors hvlab passed down for strace alone; nothing here uses them.
-        unsafe { libc::close(fd) };
-    }
+    // The descriptors hvlab passed down for strace alone.
+    sys::close_inherited(
+        fds.to_string_lossy()
+            .split(',')
+            .filter_map(|f| f.parse::<i32>().ok()),
+    );
     let err = Command::new(cmd).args(&args[3..]).exec();
     eprintln!("hvlab trace: cannot run `{}`: {err}", cmd.to_string_lossy());
     127
 }
 
-/// The signal that asked hvlab to stop (0: none).
-static STOP: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn on_stop_signal(sig: libc::c_int) {
-    STOP.store(sig, Ordering::SeqCst);
-}
-
-/// SIGINT, SIGTERM and SIGHUP handlers for the time of a trace: they only record the signal,
-/// and the trace loop forwards it to the traced group, cleans up and returns. The previous
-/// handlers come back on drop.
-struct StopSignals {
-    old: Vec<(libc::c_int, libc::sigaction)>,
-}
-
-impl StopSignals {
-    fn install() -> StopSignals {
-        STOP.store(0, Ordering::SeqCst);
-        let mut old = Vec::new();
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value; the handler
-            // only stores to an atomic, which is async-signal-safe.
-            unsafe {
-                let mut act: libc::sigaction = std::mem::zeroed();
-                act.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as usize;
-                libc::sigemptyset(&raw mut act.sa_mask);
-                let mut prev: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(sig, &raw const act, &raw mut prev) == 0 {
-                    if prev.sa_sigaction == libc::SIG_IGN {
-                        // Ignored by whoever started hvlab (nohup, a background job): keep it so.
-                        libc::sigaction(sig, &raw const prev, std::ptr::null_mut());
-                    } else {
-                        old.push((sig, prev));
-                    }
-                }
-            }
-        }
-        StopSignals { old }
-    }
-
-    fn pending() -> Option<i32> {
-        match STOP.load(Ordering::SeqCst) {
-            0 => None,
-            sig => Some(sig),
-        }
-    }
-}
-
-impl Drop for StopSignals {
-    fn drop(&mut self) {
-        for (sig, prev) in &self.old {
-            // SAFETY: restoring the sigaction that was in place before `install`.
-            unsafe { libc::sigaction(*sig, prev, std::ptr::null_mut()) };
-        }
-    }
-}
-
-/// The name of a stop signal, for messages.
-pub fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        libc::SIGINT => "SIGINT",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGHUP => "SIGHUP",
-        _ => "a signal",
-    }
-}
-
 /// An anonymous in-memory file: nothing on disk to leave behind, whatever kills hvlab.
 fn memfd(name: &str) -> Result<File, TraceError> {
-    let c = std::ffi::CString::new(name)
-        .map_err(|_| TraceError::Read(std::io::Error::other("NUL in name")))?;
-    // SAFETY: `c` is a valid C string; memfd_create returns a new descriptor or -1.
-    let fd = unsafe { libc::memfd_create(c.as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(TraceError::Read(std::io::Error::last_os_error()));
-    }
-    // SAFETY: `fd` was just created and is owned by nobody else.
-    Ok(unsafe { File::from_raw_fd(fd) })
+    let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)
+        .map_err(|e| TraceError::Read(e.into()))?;
+    Ok(File::from(fd))
 }
 
 /// Kills the traced process group when dropped, so no traced VMM outlives hvlab.
@@ -184,27 +108,25 @@ struct TracedGroup {
 }
 
 impl TracedGroup {
-    fn signal(&self, sig: libc::c_int) {
-        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
-            // SAFETY: signalling our own child's process group (created with process_group(0));
-            // a stale group id only makes kill fail with ESRCH.
-            unsafe { libc::kill(-pid, sig) };
-        }
+    fn signal(&self, sig: Signal) {
+        // Our own child's process group (created with process_group(0)); a stale group id
+        // only makes kill fail with ESRCH.
+        let _ = rustix::process::kill_process_group(Pid::from_child(&self.child), sig);
     }
 
     /// Kills strace, the traced command and every process it started, wherever they went:
     /// `timeout`, `setsid` and daemonising VMMs leave the process group, but hvlab is their
     /// subreaper ([`Subreaper`]), so they stay its descendants.
     fn kill(&mut self) {
-        self.signal(libc::SIGKILL);
+        self.signal(Signal::KILL);
         let _ = self.child.wait();
         kill_descendants();
     }
 
     /// Forwards `sig` to strace and the traced command, gives them a moment to exit, then
     /// kills what is left (a stopped tracee too: SIGKILL needs no SIGCONT).
-    fn stop(&mut self, sig: libc::c_int) {
-        self.signal(sig);
+    fn stop(&mut self, sig: i32) {
+        self.signal(sys::signal(sig));
         let deadline = Instant::now() + Duration::from_millis(500);
         while Instant::now() < deadline {
             if !matches!(self.child.try_wait(), Ok(None)) {
@@ -236,28 +158,22 @@ struct Subreaper {
 
 impl Subreaper {
     fn become_one() -> Subreaper {
-        let mut was: libc::c_int = 0;
-        // SAFETY: PR_GET_CHILD_SUBREAPER writes one int through the pointer, which is valid;
-        // PR_SET_CHILD_SUBREAPER takes a plain integer.
-        unsafe {
-            libc::prctl(libc::PR_GET_CHILD_SUBREAPER, &raw mut was, 0, 0, 0);
-            libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-        }
-        Subreaper { was: was != 0 }
+        let was = rustix::process::child_subreaper().is_ok_and(|p| p.is_some());
+        let _ = rustix::process::set_child_subreaper(Pid::from_raw(1));
+        Subreaper { was }
     }
 }
 
 impl Drop for Subreaper {
     fn drop(&mut self) {
         if !self.was {
-            // SAFETY: as above.
-            unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) };
+            let _ = rustix::process::set_child_subreaper(None);
         }
     }
 }
 
 /// The live descendants of process `root`, from the parent links in /proc.
-fn descendants(root: u32) -> Vec<libc::pid_t> {
+fn descendants(root: u32) -> Vec<Pid> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -297,7 +213,7 @@ fn descendants(root: u32) -> Vec<libc::pid_t> {
     found
         .into_iter()
         .skip(1)
-        .filter_map(|p| libc::pid_t::try_from(p).ok())
+        .filter_map(|p| i32::try_from(p).ok().and_then(Pid::from_raw))
         .collect()
 }
 
@@ -309,9 +225,8 @@ fn kill_descendants() {
     loop {
         let left = descendants(me);
         for &pid in &left {
-            // SAFETY: kill(2) on a descendant of this process; a pid that just exited makes
-            // it fail with ESRCH.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // A pid that just exited makes it fail with ESRCH.
+            let _ = rustix::process::kill_process(pid, Signal::KILL);
         }
         reap_orphans();
         if left.is_empty() || Instant::now() > deadline {
@@ -324,14 +239,7 @@ fn kill_descendants() {
 /// Reaps exited processes that were reparented to hvlab as subreaper (hvlab starts no other
 /// children while tracing).
 fn reap_orphans() {
-    loop {
-        let mut status = 0;
-        // SAFETY: waitpid with WNOHANG writes the status through a valid pointer.
-        let pid = unsafe { libc::waitpid(-1, &raw mut status, libc::WNOHANG) };
-        if pid <= 0 {
-            return;
-        }
-    }
+    while let Ok(Some(_)) = rustix::process::waitpid(None, rustix::process::WaitOptions::NOHANG) {}
 }
 
 /// Traces `command` and reports its KVM ioctls.
@@ -389,57 +297,7 @@ fn run_traced(
         jiffy_ns,
         srcu,
     } = how;
-    let err_file = err.try_clone().map_err(TraceError::Read)?;
-    let out_fd = out.as_raw_fd();
-    let out_path = PathBuf::from(format!("/proc/self/fd/{out_fd}"));
-    // strace runs hvlab's exec shim, which arranges for the command to die with strace.
-    let shim: Vec<OsString> = match std::env::current_exe() {
-        Ok(exe) => vec![
-            exe.into_os_string(),
-            SHIM_ARG.into(),
-            out_fd.to_string().into(),
-            "--".into(),
-        ],
-        Err(_) => Vec::new(),
-    };
-    let mut cmd = Command::new(strace);
-    cmd.args([
-        "-f",
-        "-qq",
-        "-ttt",
-        "-T",
-        "-e",
-        "trace=ioctl",
-        "-e",
-        "raw=ioctl",
-        "-o",
-    ])
-    .arg(&out_path)
-    .arg("--")
-    .args(&shim)
-    .args(command)
-    .stdin(Stdio::null())
-    .process_group(0);
-    // SAFETY: the closure runs in the forked child before exec and only makes
-    // async-signal-safe system calls (prctl, fcntl) on values captured by copy.
-    unsafe {
-        cmd.pre_exec(move || {
-            // strace dies with hvlab, even by SIGKILL; the shim then takes the command along.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // strace writes the trace to /proc/self/fd/N: let it inherit that descriptor.
-            if libc::fcntl(out_fd, libc::F_SETFD, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    if show_output {
-        cmd.stdout(Stdio::inherit()).stderr(err_file);
-    } else {
-        cmd.stdout(Stdio::null()).stderr(err_file);
-    }
+    let mut cmd = strace_command(strace, command, out, err, show_output)?;
     let mut group = TracedGroup {
         child: cmd.spawn().map_err(TraceError::Spawn)?,
     };
@@ -478,30 +336,85 @@ fn run_traced(
     };
     let ioctls = parser.finish();
     if ioctls.is_empty() {
-        let text = read_all(err);
-        let last = |needle: &str| {
-            text.lines()
-                .rev()
-                .find(|l| l.contains(needle))
-                .map(|l| l.trim().to_string())
-        };
-        if let Some(line) = last("hvlab trace: cannot run")
-            .or_else(|| last("Can't stat"))
-            .or_else(|| last("strace: exec"))
-        {
-            return Err(TraceError::BadCommand(command.join(" "), line));
-        }
-        if text.contains("ptrace") || text.contains("Operation not permitted") {
-            return Err(TraceError::Strace(
-                text.trim().lines().last().unwrap_or("").to_string(),
-            ));
-        }
-        return Err(TraceError::NoKvmIoctls {
-            command: command.join(" "),
-            ended,
-        });
+        return Err(nothing_traced(err, command, ended));
     }
     Ok(analyse(command.to_vec(), ended, ioctls, jiffy_ns, srcu))
+}
+
+/// strace running hvlab's exec shim and `command`: the trace into `out` (through
+/// `/proc/self/fd/N`), strace's own messages into `err`, the command's output shown or not.
+fn strace_command(
+    strace: &Path,
+    command: &[String],
+    out: &File,
+    err: &File,
+    show_output: bool,
+) -> Result<Command, TraceError> {
+    let err_file = err.try_clone().map_err(TraceError::Read)?;
+    let out_fd = out.as_raw_fd();
+    let out_path = PathBuf::from(format!("/proc/self/fd/{out_fd}"));
+    // strace runs hvlab's exec shim, which arranges for the command to die with strace.
+    let shim: Vec<OsString> = match std::env::current_exe() {
+        Ok(exe) => vec![
+            exe.into_os_string(),
+            SHIM_ARG.into(),
+            out_fd.to_string().into(),
+            "--".into(),
+        ],
+        Err(_) => Vec::new(),
+    };
+    let mut cmd = Command::new(strace);
+    cmd.args([
+        "-f",
+        "-qq",
+        "-ttt",
+        "-T",
+        "-e",
+        "trace=ioctl",
+        "-e",
+        "raw=ioctl",
+        "-o",
+    ])
+    .arg(&out_path)
+    .arg("--")
+    .args(&shim)
+    .args(command)
+    .stdin(Stdio::null())
+    .process_group(0);
+    // strace dies with hvlab, even by SIGKILL (the shim then takes the command along), and
+    // writes the trace to /proc/self/fd/N: it inherits that descriptor.
+    sys::die_with_parent_keeping(&mut cmd, out_fd);
+    if show_output {
+        cmd.stdout(Stdio::inherit()).stderr(err_file);
+    } else {
+        cmd.stdout(Stdio::null()).stderr(err_file);
+    }
+    Ok(cmd)
+}
+
+/// Why a trace found no KVM ioctl, from strace's messages: the command could not run,
+/// ptrace is refused, or it ran and made none.
+fn nothing_traced(err: &File, command: &[String], ended: String) -> TraceError {
+    let text = read_all(err);
+    let last = |needle: &str| {
+        text.lines()
+            .rev()
+            .find(|l| l.contains(needle))
+            .map(|l| l.trim().to_string())
+    };
+    if let Some(line) = last("hvlab trace: cannot run")
+        .or_else(|| last("Can't stat"))
+        .or_else(|| last("strace: exec"))
+    {
+        return TraceError::BadCommand(command.join(" "), line);
+    }
+    if text.contains("ptrace") || text.contains("Operation not permitted") {
+        return TraceError::Strace(text.trim().lines().last().unwrap_or("").to_string());
+    }
+    TraceError::NoKvmIoctls {
+        command: command.join(" "),
+        ended,
+    }
 }
 
 /// Everything in a memory file, lossily as text (what a failed read left out is left out: this

@@ -36,16 +36,15 @@ pub fn loud_skip(msg: &str) {
 }
 
 /// Holds this test binary's turn on KVM: the tests of one binary run in parallel threads,
-/// and on a 2-core host a suite in one thread doubles another's timed memslot update (CI saw
-/// 1.8 ms for a ~0.05 ms update). Timing tests assert ratios; they need the host to
-/// themselves. Binaries already run one after another.
+/// and on a 2-core host a suite in one thread slows another's timed memslot update many times
+/// over. Timing tests assert ratios; they need the host to themselves. Binaries already run one after another.
 pub struct KvmTurn(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
 
 /// The device when /dev/kvm can be opened, holding this binary's turn on it; when it cannot,
 /// says so loudly: CI on these machines has KVM, so a skip there is a finding, not a pass.
 pub fn kvm_or_skip(test: &str) -> Option<KvmTurn> {
     static KVM: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let device = hvlab::backend::host::kvm_device_path();
+    let device = hvlab_host::probe::kvm_device_path();
     match std::fs::OpenOptions::new()
         .read(true)
         .write(true)

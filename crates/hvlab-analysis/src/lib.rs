@@ -9,5 +9,3 @@ pub mod statistics;
 pub mod validate;
 pub mod verdict;
 pub mod words;
-
-use hvlab_core as backend;

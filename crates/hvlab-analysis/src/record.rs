@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::backend::BackendKind;
-use crate::backend::host::HostInfo;
-use crate::backend::noise::{BusyReason, Noise};
 use crate::statistics::{Modes, Summary};
+use hvlab_core::BackendKind;
+use hvlab_core::host::HostInfo;
+use hvlab_core::noise::{BusyReason, Noise};
 
 /// The random end of a run id: 64 bits from the OS-seeded generator as 16 hex digits, so two
 /// runs started in the same second do not collide (the store still renames on a collision).
@@ -99,7 +99,7 @@ impl std::fmt::Display for RunTag {
     }
 }
 
-/// A warning about a run's numbers, as data; the sentence is its `Display` (`report::words`).
+/// A warning about a run's numbers, as data; the sentence is its `Display` (words.rs).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Warning {
@@ -369,7 +369,7 @@ pub enum Finding {
         /// Of those, faults on the guest's own page-table pages.
         table_pages: f64,
         /// The stage-2 MMU, when known.
-        mmu: Option<crate::backend::memory::Stage2Mmu>,
+        mmu: Option<hvlab_core::memory::Stage2Mmu>,
     },
     /// userfaultfd faults against pages touched.
     UserfaultfdFaults {
@@ -419,7 +419,7 @@ pub enum Finding {
     /// Guest PEBS is cut while the host uses PEBS (model).
     GuestPebsDisabled,
     /// What the race explorer found for a PMU scheme.
-    RaceExplored(crate::backend::exits::RaceReport),
+    RaceExplored(hvlab_core::exits::RaceReport),
     /// Dirty logging: the log reported exactly the pages each pass wrote (a pass where it did
     /// not fails the variant instead), and what collecting it took per pass.
     DirtyLog {
@@ -521,7 +521,7 @@ fn verdicts_with_text<S: Serializer>(verdicts: &[Verdict], s: S) -> Result<S::Ok
 }
 
 /// Each item's fields and, under `key`, its sentence from the renderer (`Display`, written in
-/// `report::words`): the JSON form of typed findings and verdicts.
+/// this crate's words.rs): the JSON form of typed findings and verdicts.
 pub fn worded<T: Serialize + std::fmt::Display>(
     items: &[T],
     key: &str,

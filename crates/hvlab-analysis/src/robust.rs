@@ -3,8 +3,8 @@
 //! like hyperfine's warnings; neither changes the median or the verdict.
 
 use super::statistics::median;
-use crate::backend::noise::Noise;
 use crate::record::{RunRecord, Warning};
+use hvlab_core::noise::Noise;
 
 /// A sample is an outlier when it lies more than this many scaled MADs from the median
 /// (3 is the usual robust cut: about 0.3% of a normal sample falls outside it).

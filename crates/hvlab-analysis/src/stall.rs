@@ -13,8 +13,8 @@
 
 use std::collections::HashMap;
 
-use crate::backend::ioctl_table::{SrcuEffect, SrcuKernel, srcu_effect};
-use crate::backend::lifecycle::IoctlEvent;
+use hvlab_core::ioctl_table::{SrcuEffect, SrcuKernel, srcu_effect};
+use hvlab_core::lifecycle::IoctlEvent;
 
 /// `KVM_RUN` durations are guest execution, not ioctl cost; they are never stalls.
 fn judged(name: &str) -> bool {
@@ -153,7 +153,7 @@ pub fn find_stalls(
 mod tests {
     use super::*;
 
-    use crate::backend::ioctl_table::BusRegistration;
+    use hvlab_core::ioctl_table::BusRegistration;
 
     const JIFFY: u64 = 4_000_000; // HZ=250
     const K6_18: SrcuKernel = SrcuKernel {
@@ -382,7 +382,7 @@ mod tests {
             ("KVM_IOEVENTFD", 13_000),
         ]);
         t[0].flags = Some(0);
-        t[1].flags = Some(crate::backend::ioctl_table::KVM_IOEVENTFD_FLAG_DEASSIGN);
+        t[1].flags = Some(hvlab_core::ioctl_table::KVM_IOEVENTFD_FLAG_DEASSIGN);
         let stalls = stalls_on(K6_18, &t, &Baselines::learn(&t));
         assert_eq!(stalls[0].caused_by, Some((0, "KVM_IOEVENTFD".into())));
         t[1].flags = Some(0);

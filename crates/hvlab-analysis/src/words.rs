@@ -1,13 +1,14 @@
 //! The sentences of the analysis's own types: a verdict, an A/B comparison, a finding, a
 //! warning. Their `Display` must sit in the crate that defines them, and a record's JSON
 //! carries these sentences beside the data (`text`, `message`); every other rendering is in
-//! the report's words module, which re-exports the helpers below so callers see one place.
+//! the binary's words module (`export::words`), which re-exports the helpers below so callers
+//! see one place.
 
 use std::fmt;
 
-use crate::backend::memory::Stage2Mmu;
 use crate::compare::{AbComparison, AbVerdict, Verdict};
 use crate::record::{Finding, SelfCheck};
+use hvlab_core::memory::Stage2Mmu;
 
 /// A value with its unit and sensible precision: the one formatter (`crate::quantity`), so
 /// the terminal, Markdown and HTML print `24.6 ms` and never `24630000.0 ns`.
@@ -184,6 +185,31 @@ impl fmt::Display for AbComparison {
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Finding::SrcuStall { .. } | Finding::SlowIoctl { .. } => self.fmt_stall(f),
+            Finding::FaultsPerPage { .. }
+            | Finding::UserfaultfdFaults { .. }
+            | Finding::DirtyLog { .. } => self.fmt_memory(f),
+            Finding::SelfCheck { .. }
+            | Finding::PmuMsrLists { .. }
+            | Finding::GuestPebsDisabled
+            | Finding::RaceExplored(_) => self.fmt_exits(f),
+            Finding::PinsAged { .. }
+            | Finding::Blackouts { .. }
+            | Finding::FaultBlackouts { .. } => self.fmt_pinning(f),
+            Finding::PercpuAssumptions { workload, cpus } => write!(
+                f,
+                "{workload} on {cpus} CPUs: this_cpu ops per kernel event are call-site counts (src/model/percpu.rs), instruction latencies and per-event kernel times come from the profile, the kernel share of wall time is an assumption (src/scenario/percpu.rs WORKLOADS)"
+            ),
+        }
+    }
+}
+
+/// The sentences of each mechanism's findings (each helper words its own; [`Finding`]'s
+/// `Display` picks the helper).
+impl Finding {
+    /// A slow ioctl, and the grace period it waited for.
+    fn fmt_stall(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Finding::SrcuStall {
                 ioctl,
                 step,
@@ -228,22 +254,13 @@ impl fmt::Display for Finding {
                 fmt_value(*median_ms, "ms"),
                 fmt_value(*baseline_ms, "ms")
             ),
-            Finding::SelfCheck {
-                check,
-                variant,
-                observed,
-                expected,
-                ..
-            } => match check {
-                SelfCheck::ExitsStatistic => write!(
-                    f,
-                    "kvm.vcpu.exits counted {observed:.2} per iteration of {variant} (expected {expected:.2}): this host's exits statistic does not count every roundtrip; trust roundtrip_ns, not the statistic"
-                ),
-                SelfCheck::UserspaceExits => write!(
-                    f,
-                    "{variant} reached the VMM {observed:.2} times per iteration, expected {expected:.0}: the exit was not handled where this variant assumes"
-                ),
-            },
+            _ => Ok(()),
+        }
+    }
+
+    /// Faults per page, userfaultfd and the dirty log.
+    fn fmt_memory(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Finding::FaultsPerPage {
                 pages,
                 pf_fixed,
@@ -318,36 +335,29 @@ impl fmt::Display for Finding {
                     _ => Ok(()),
                 }
             }
-            Finding::PinsAged {
-                after_ms,
-                pinned_bytes_end,
-                tail_ms,
-            } => write!(
-                f,
-                "aging released the pins {after_ms} ms after their last use: {} pinned at the end of the {tail_ms} ms idle tail",
-                crate::quantity::bytes(*pinned_bytes_end)
-            ),
-            Finding::Blackouts {
-                records,
-                buffer_bytes,
-                cap_bytes,
-            } => write!(
-                f,
-                "{} records fell in blackouts: the buffer ({}) could not be pinned under the {} cap",
-                crate::quantity::count(*records),
-                crate::quantity::bytes(*buffer_bytes),
-                crate::quantity::bytes(*cap_bytes)
-            ),
-            Finding::FaultBlackouts {
-                records,
-                faults,
-                unmap_pct,
-            } => write!(
-                f,
-                "{} records fell in blackouts: SPE stopped at each of {} stage-2 faults on the unpinned buffer until the fault was handled ({unmap_pct}% of the buffer unmapped at every switch-out)",
-                crate::quantity::count(*records),
-                crate::quantity::count(*faults)
-            ),
+            _ => Ok(()),
+        }
+    }
+
+    /// Exit counts, the PMU's MSR lists and races.
+    fn fmt_exits(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Finding::SelfCheck {
+                check,
+                variant,
+                observed,
+                expected,
+                ..
+            } => match check {
+                SelfCheck::ExitsStatistic => write!(
+                    f,
+                    "kvm.vcpu.exits counted {observed:.2} per iteration of {variant} (expected {expected:.2}): this host's exits statistic does not count every roundtrip; trust roundtrip_ns, not the statistic"
+                ),
+                SelfCheck::UserspaceExits => write!(
+                    f,
+                    "{variant} reached the VMM {observed:.2} times per iteration, expected {expected:.0}: the exit was not handled where this variant assumes"
+                ),
+            },
             Finding::PmuMsrLists {
                 load_list,
                 vmcs_fields,
@@ -390,10 +400,44 @@ impl fmt::Display for Finding {
                     )
                 }
             }
-            Finding::PercpuAssumptions { workload, cpus } => write!(
+            _ => Ok(()),
+        }
+    }
+
+    /// Pins and the records lost without them.
+    fn fmt_pinning(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Finding::PinsAged {
+                after_ms,
+                pinned_bytes_end,
+                tail_ms,
+            } => write!(
                 f,
-                "{workload} on {cpus} CPUs: this_cpu ops per kernel event are call-site counts (src/model/percpu.rs), instruction latencies and per-event kernel times come from the profile, the kernel share of wall time is an assumption (src/scenario/percpu.rs WORKLOADS)"
+                "aging released the pins {after_ms} ms after their last use: {} pinned at the end of the {tail_ms} ms idle tail",
+                crate::quantity::bytes(*pinned_bytes_end)
             ),
+            Finding::Blackouts {
+                records,
+                buffer_bytes,
+                cap_bytes,
+            } => write!(
+                f,
+                "{} records fell in blackouts: the buffer ({}) could not be pinned under the {} cap",
+                crate::quantity::count(*records),
+                crate::quantity::bytes(*buffer_bytes),
+                crate::quantity::bytes(*cap_bytes)
+            ),
+            Finding::FaultBlackouts {
+                records,
+                faults,
+                unmap_pct,
+            } => write!(
+                f,
+                "{} records fell in blackouts: SPE stopped at each of {} stage-2 faults on the unpinned buffer until the fault was handled ({unmap_pct}% of the buffer unmapped at every switch-out)",
+                crate::quantity::count(*records),
+                crate::quantity::count(*faults)
+            ),
+            _ => Ok(()),
         }
     }
 }
@@ -433,8 +477,8 @@ fn fault_reading(per_fault: f64, mmu: Option<Stage2Mmu>) -> &'static str {
 }
 
 /// What the busy rule saw, in a few words: "load 4.2 on 2 cores, CPU pressure 31%".
-pub fn busy_words(reasons: &[crate::backend::noise::BusyReason]) -> String {
-    use crate::backend::noise::BusyReason;
+pub fn busy_words(reasons: &[hvlab_core::noise::BusyReason]) -> String {
+    use hvlab_core::noise::BusyReason;
     reasons
         .iter()
         .map(|r| match r {

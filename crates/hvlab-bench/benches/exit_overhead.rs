@@ -10,15 +10,15 @@
 use std::time::{Duration, Instant};
 
 use hvlab::analysis::statistics;
-use hvlab::backend::exits::ExitKind;
 use hvlab::kvm::guest::layout::{GuestPage, Layout};
 use hvlab::kvm::guest::payload::{self, Vendor};
 use hvlab::kvm::guest::runner::{Flow, GuestExit};
 use hvlab::kvm::guest::{Cpl, SIGNAL_PORT, Signal, TEST_PORT};
+use hvlab::kvm::guest_memory::{Backing, GuestMemory};
 use hvlab::kvm::measure;
-use hvlab::kvm::memory::{Backing, GuestMemory};
 use hvlab::kvm::vm::Vm;
 use hvlab::kvm::{host, open_kvm};
+use hvlab_core::exits::ExitKind;
 use kvm_ioctls::{Kvm, VcpuExit};
 
 fn pio_out_vm(kvm: &Kvm, iterations: u64, cpl: Cpl) -> Vm {

@@ -6,12 +6,12 @@
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use hvlab::backend::guest::Backing;
-use hvlab::backend::guest::Cpl;
-use hvlab::backend::guest::GuestPage;
-use hvlab::backend::memory::{Access, HostBacking, Pattern, PrefetchLoop, Touch, TouchPlan};
-use hvlab::model::mmu::{self, MmuCosts};
+use hvlab::model::memory::{self, MmuCosts};
 use hvlab::model::profile::Profile;
+use hvlab_core::guest::Backing;
+use hvlab_core::guest::Cpl;
+use hvlab_core::guest::GuestPage;
+use hvlab_core::memory::{Access, HostBacking, Pattern, PrefetchLoop, Touch, TouchPlan};
 
 fn bench(c: &mut Criterion) {
     let costs = MmuCosts::from_profile(&Profile::load("pvm-epyc").unwrap()).unwrap();
@@ -37,7 +37,7 @@ fn bench(c: &mut Criterion) {
             prefetch: Some(lp),
             vcpus: 1,
         };
-        group.bench_function(name, |b| b.iter(|| mmu::touch(&costs, &plan).unwrap()));
+        group.bench_function(name, |b| b.iter(|| memory::touch(&costs, &plan).unwrap()));
     }
     group.finish();
 
@@ -73,7 +73,7 @@ fn bench(c: &mut Criterion) {
             prefetch: Some(PrefetchLoop::Legacy),
             vcpus: 1,
         };
-        group.bench_function(name, |b| b.iter(|| mmu::touch(&costs, &plan).unwrap()));
+        group.bench_function(name, |b| b.iter(|| memory::touch(&costs, &plan).unwrap()));
     }
     group.finish();
 }

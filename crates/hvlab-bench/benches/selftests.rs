@@ -92,8 +92,6 @@ fn run(args: &Args) -> Result<(), String> {
         println!("{}", loop_sentence(&dir));
         return Ok(());
     }
-    let pages = args.size_mib * 256;
-    let size = format!("{}MiB", args.size_mib);
     let mut rows = vec![
         Row {
             what: "uffd MISSING demand paging, µs per page",
@@ -118,74 +116,8 @@ fn run(args: &Args) -> Result<(), String> {
     ];
     for round in 1..=args.rounds {
         eprintln!("selftests bench: round {round} of {}", args.rounds);
-        let demand = tool(
-            &dir.join("demand_paging_test"),
-            &["-u", "MISSING", "-b", &format!("{}M", args.size_mib)],
-        )?;
-        let rate = field(&demand, "Overall demand paging rate:")
-            .ok_or("demand_paging_test printed no overall rate")?;
-        rows[0].selftest.push(1e6 / rate);
-        let memory = hvlab(&[
-            "run",
-            "memory",
-            "--variant",
-            "uffd",
-            "--set",
-            &format!("size={size}"),
-            "--set",
-            "guest_page=4k",
-            "--set",
-            "guest.cpl=0",
-        ])?;
-        rows[0]
-            .hvlab
-            .push(median(&memory, "uffd", "ns_per_page")? / 1e3);
-
-        let dirty = tool(
-            &dir.join("dirty_log_perf_test"),
-            &[
-                "-b",
-                &format!("{}M", args.size_mib),
-                "-i",
-                &args.passes.to_string(),
-            ],
-        )?;
-        let passes: Vec<f64> = (1..=args.passes)
-            .filter_map(|i| field(&dirty, &format!("Iteration {i} dirty memory time:")))
-            .collect();
-        if passes.is_empty() {
-            return Err("dirty_log_perf_test printed no dirtying pass".into());
-        }
-        #[allow(clippy::cast_precision_loss)] // page counts are far below 2^52
-        let per_page = passes.iter().sum::<f64>() / passes.len() as f64 / pages as f64;
-        rows[1].selftest.push(per_page * 1e6);
-        rows[2]
-            .selftest
-            .push(average(&dirty, "Get dirty log over").ok_or("no get-log time")? * 1e6);
-        rows[3]
-            .selftest
-            .push(average(&dirty, "Clear dirty log over").ok_or("no clear-log time")? * 1e6);
-        let clear = hvlab(&[
-            "run",
-            "dirty",
-            "--variant",
-            "clear",
-            "--set",
-            &format!("size={size}"),
-            "--set",
-            &format!("passes={}", args.passes),
-            "--set",
-            &format!("chunk={pages}"),
-            "--set",
-            "guest.cpl=0",
-        ])?;
-        rows[1]
-            .hvlab
-            .push(median(&clear, "clear", "dirty_ns_per_page")? / 1e3);
-        rows[2].hvlab.push(median(&clear, "clear", "get_ms")? * 1e3);
-        rows[3]
-            .hvlab
-            .push(median(&clear, "clear", "clear_ms")? * 1e3);
+        demand_round(args, &dir, &mut rows[0])?;
+        dirty_round(args, &dir, &mut rows[1..])?;
     }
     let loops = loop_sentence(&dir);
     let table = render(args, &rows, &loops, &host());
@@ -199,6 +131,86 @@ fn run(args: &Args) -> Result<(), String> {
     }
     std::fs::write(&out, &table).map_err(|e| format!("{}: {e}", out.display()))?;
     eprintln!("selftests bench: wrote {}", out.display());
+    Ok(())
+}
+
+/// One round of demand paging: the selftest's rate beside hvlab's uffd pass, µs per page.
+fn demand_round(args: &Args, dir: &Path, row: &mut Row) -> Result<(), String> {
+    let size = format!("{}MiB", args.size_mib);
+    let demand = tool(
+        &dir.join("demand_paging_test"),
+        &["-u", "MISSING", "-b", &format!("{}M", args.size_mib)],
+    )?;
+    let rate = field(&demand, "Overall demand paging rate:")
+        .ok_or("demand_paging_test printed no overall rate")?;
+    row.selftest.push(1e6 / rate);
+    let memory = hvlab(&[
+        "run",
+        "memory",
+        "--variant",
+        "uffd",
+        "--set",
+        &format!("size={size}"),
+        "--set",
+        "guest_page=4k",
+        "--set",
+        "guest.cpl=0",
+    ])?;
+    row.hvlab
+        .push(median(&memory, "uffd", "ns_per_page")? / 1e3);
+    Ok(())
+}
+
+/// One round of dirty logging: the dirtying pass, `KVM_GET_DIRTY_LOG` and
+/// `KVM_CLEAR_DIRTY_LOG`, the selftest's beside hvlab's `clear` variant (`rows`: those three).
+fn dirty_round(args: &Args, dir: &Path, rows: &mut [Row]) -> Result<(), String> {
+    let pages = args.size_mib * 256;
+    let size = format!("{}MiB", args.size_mib);
+    let dirty = tool(
+        &dir.join("dirty_log_perf_test"),
+        &[
+            "-b",
+            &format!("{}M", args.size_mib),
+            "-i",
+            &args.passes.to_string(),
+        ],
+    )?;
+    let passes: Vec<f64> = (1..=args.passes)
+        .filter_map(|i| field(&dirty, &format!("Iteration {i} dirty memory time:")))
+        .collect();
+    if passes.is_empty() {
+        return Err("dirty_log_perf_test printed no dirtying pass".into());
+    }
+    #[allow(clippy::cast_precision_loss)] // page counts are far below 2^52
+    let per_page = passes.iter().sum::<f64>() / passes.len() as f64 / pages as f64;
+    rows[0].selftest.push(per_page * 1e6);
+    rows[1]
+        .selftest
+        .push(average(&dirty, "Get dirty log over").ok_or("no get-log time")? * 1e6);
+    rows[2]
+        .selftest
+        .push(average(&dirty, "Clear dirty log over").ok_or("no clear-log time")? * 1e6);
+    let clear = hvlab(&[
+        "run",
+        "dirty",
+        "--variant",
+        "clear",
+        "--set",
+        &format!("size={size}"),
+        "--set",
+        &format!("passes={}", args.passes),
+        "--set",
+        &format!("chunk={pages}"),
+        "--set",
+        "guest.cpl=0",
+    ])?;
+    rows[0]
+        .hvlab
+        .push(median(&clear, "clear", "dirty_ns_per_page")? / 1e3);
+    rows[1].hvlab.push(median(&clear, "clear", "get_ms")? * 1e3);
+    rows[2]
+        .hvlab
+        .push(median(&clear, "clear", "clear_ms")? * 1e3);
     Ok(())
 }
 
@@ -419,9 +431,9 @@ fn selftest_loop_instructions(binary: &Path) -> Result<usize, String> {
 /// The per-page loops of hvlab's guests (memory's touch loop, dirty's pass loop): the
 /// innermost backward branch whose body holds the guest's one-byte store to the page.
 fn hvlab_loop_instructions() -> Result<(usize, usize), String> {
-    use hvlab::backend::memory::{Access, Touch};
     use hvlab::kvm::dirty::dirty_loop;
     use hvlab::kvm::guest::payload::touch_loop;
+    use hvlab_core::memory::{Access, Touch};
     let touch = touch_loop(16, 64, Access::Write, Touch::FirstByte).map_err(|e| e.to_string())?;
     let dirty = dirty_loop(16, 1).map_err(|e| e.to_string())?;
     Ok((loop_around_store(&touch)?, loop_around_store(&dirty)?))

@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use hvlab::backend::{Backend, BackendKind};
 use hvlab::error::Error;
 use hvlab::lab::shard::Shard;
 use hvlab::lab::sweep::{self, SweepSpec};
@@ -14,9 +13,10 @@ use hvlab::model::ModelBackend;
 use hvlab::model::profile::Profile;
 use hvlab::scenario::runner::{DEFAULT_SEED, Silent};
 use hvlab::store::Store;
+use hvlab_core::{Backend, BackendKind};
 
 fn bench(c: &mut Criterion) {
-    let scenario = hvlab::scenario::scenario("lifecycle").unwrap();
+    let scenario = hvlab::scenario::Kind::Lifecycle;
     let spec = SweepSpec {
         scenario,
         backend: BackendKind::Model,

@@ -5,7 +5,21 @@
 //! `/dev/kvm` or from the model. The plan and result types live here, one module per
 //! mechanism, with the host description and the KVM ioctl table: below both backends, so
 //! neither imports the other or the scenarios (as cloud-hypervisor's `hypervisor` crate
-//! defines the types its callers pass). Each mechanism adds one method to [`Backend`].
+//! defines the types its callers pass). Each mechanism adds one method to [`Backend`]. What a
+//! backend fails with stands beside the trait ([`error`]). Nothing here does I/O: the host
+//! probe and the noise meter that fill [`host`] and [`noise`] are `hvlab-host`'s.
+//!
+//! A mechanism has one name in every layer (the README's Layout has the same table):
+//!
+//! | mechanism | scenario | core | kvm | model |
+//! |---|---|---|---|---|
+//! | VM construction vs SRCU | `lifecycle` | `lifecycle` | `lifecycle` | `lifecycle` |
+//! | stage-2 faults, prefetch | `memory` | `memory` | `memory` | `memory` |
+//! | exit roundtrips, PMU switching | `exits` | `exits` | `exits` | `exits` |
+//! | SPE buffer pins | `pinning` | `pinning` | `pinning` | `pinning` |
+//! | per-CPU data access | `percpu` | `percpu` | (model only) | `percpu` |
+//! | dirty logging | `dirty` | `dirty` | `dirty` | `dirty` |
+//! | memslot updates | `memslots` | `memslots` | `memslots` | `memslots` |
 
 pub mod dirty;
 pub mod error;
@@ -33,7 +47,7 @@ use percpu::{PercpuPlan, PercpuResult};
 use pinning::{PinPlan, PinResult};
 
 /// Which backend produced a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
     /// Real guests on /dev/kvm.
@@ -45,6 +59,22 @@ pub enum BackendKind {
 impl BackendKind {
     /// Every backend, in the order runs are listed.
     pub const ALL: [BackendKind; 2] = [BackendKind::Kvm, BackendKind::Model];
+
+    /// Its name (`--backend NAME`, a stored run's `backend`).
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Kvm => "kvm",
+            BackendKind::Model => "model",
+        }
+    }
+
+    /// What it is, in a few words (the command line's help lists the backends with it).
+    pub fn what(self) -> &'static str {
+        match self {
+            BackendKind::Kvm => "Real guests on /dev/kvm",
+            BackendKind::Model => "The executable model of the kernel mechanisms",
+        }
+    }
 }
 
 impl std::str::FromStr for BackendKind {
@@ -61,10 +91,7 @@ impl std::str::FromStr for BackendKind {
 
 impl std::fmt::Display for BackendKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            BackendKind::Kvm => "kvm",
-            BackendKind::Model => "model",
-        })
+        f.write_str(self.name())
     }
 }
 

@@ -1,7 +1,7 @@
 //! The pinning vocabulary and the pin manager both backends run: a context-switch trace to
 //! replay under a pin policy, what it cost, and [`PinCache`], which decides when to pin.
 
-use crate::error::BackendError as Error;
+use crate::error::BackendError;
 
 /// When pins are taken and released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,14 +103,14 @@ pub const RECORDS_PER_PAGE: u64 = 64;
 /// Takes and releases pins, real or modelled, and says how long each took.
 pub trait Pinner {
     /// Pins `bytes` at guest address `addr`; `resident` when its pages were pinned before.
-    fn pin(&mut self, addr: u64, bytes: u64, resident: bool) -> Result<u64, Error>;
+    fn pin(&mut self, addr: u64, bytes: u64, resident: bool) -> Result<u64, BackendError>;
     /// Releases that pin.
-    fn unpin(&mut self, addr: u64, bytes: u64) -> Result<u64, Error>;
+    fn unpin(&mut self, addr: u64, bytes: u64) -> Result<u64, BackendError>;
     /// Maps `bytes` at guest address `addr` at stage 2 ahead of use, pinning nothing
     /// (`KVM_PRE_FAULT_MEMORY` on guest_memfd memory).
-    fn prefault(&mut self, addr: u64, bytes: u64) -> Result<u64, Error> {
+    fn prefault(&mut self, addr: u64, bytes: u64) -> Result<u64, BackendError> {
         let _ = (addr, bytes);
-        Err(Error::Unsupported(
+        Err(BackendError::Unsupported(
             "this pin method cannot pre-fault stage 2 (gmem-prefault needs guest_memfd and KVM_PRE_FAULT_MEMORY)".into(),
         ))
     }
@@ -176,7 +176,7 @@ impl<P: Pinner> PinCache<P> {
         self.out.timeline.push((now, pinned));
     }
 
-    fn unpin_at(&mut self, index: usize, now: u64) -> Result<u64, Error> {
+    fn unpin_at(&mut self, index: usize, now: u64) -> Result<u64, BackendError> {
         let p = self.pins.remove(index);
         let ns = self.pinner.unpin(p.addr, p.bytes)?;
         self.out.unpin_ns += ns;
@@ -185,7 +185,7 @@ impl<P: Pinner> PinCache<P> {
     }
 
     /// The aging timer: releases pins unused for the policy's age (except `keep`, in use).
-    pub fn age(&mut self, now: u64, keep: Option<u64>) -> Result<u64, Error> {
+    pub fn age(&mut self, now: u64, keep: Option<u64>) -> Result<u64, BackendError> {
         let PinPolicy::Aging(t) = self.policy else {
             return Ok(0);
         };
@@ -210,7 +210,7 @@ impl<P: Pinner> PinCache<P> {
 
     /// The guest enables the buffer at `addr`: (pinned, ns spent). Not pinned means the buffer
     /// does not fit under the cap: a blackout.
-    pub fn enable(&mut self, now: u64, addr: u64) -> Result<(bool, u64), Error> {
+    pub fn enable(&mut self, now: u64, addr: u64) -> Result<(bool, u64), BackendError> {
         let bytes = self.buffer_bytes;
         if self.policy == PinPolicy::NoPin {
             return Ok((false, 0));
@@ -271,7 +271,7 @@ impl<P: Pinner> PinCache<P> {
     }
 
     /// The guest disables the buffer at `addr`.
-    pub fn disable(&mut self, now: u64, addr: u64) -> Result<u64, Error> {
+    pub fn disable(&mut self, now: u64, addr: u64) -> Result<u64, BackendError> {
         let Some(i) = self.pins.iter().position(|p| p.addr == addr) else {
             return Ok(0);
         };

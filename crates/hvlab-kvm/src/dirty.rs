@@ -25,14 +25,12 @@ use vmm_sys_util::{ioctl_io_nr, ioctl_iowr_nr};
 use super::KvmError;
 use super::guest::layout::{CODE_GPA, DATA_GPA, GuestPage, Layout};
 use super::guest::{Cpl, SIGNAL_PORT, Signal, Watchdog};
+use super::guest_memory::{Backing, GuestMemory};
 use super::host::HostInfo;
 use super::hugetlb::PoolGuard;
-use super::memory::{Backing, GuestMemory};
 use super::stats::{StatsReader, StatsSnapshot, named_deltas};
 use super::vm::{Vm, ns_since};
-use crate::backend::dirty::{
-    DirtyBacking, DirtyPass, DirtyPlan, DirtyResult, LogMode, ring_refusal,
-};
+use hvlab_core::dirty::{DirtyBacking, DirtyPass, DirtyPlan, DirtyResult, LogMode, ring_refusal};
 
 ioctl_iowr_nr!(KVM_CLEAR_DIRTY_LOG, 0xAE, 0xc0, kvm_clear_dirty_log);
 ioctl_io_nr!(KVM_RESET_DIRTY_RINGS, 0xAE, 0xc7);
@@ -84,7 +82,7 @@ impl DirtyCaps {
             }
             LogMode::Clear { .. } => Ok(()),
             LogMode::Ring { entries } => match ring_refusal(entries, i64::from(self.ring().1)) {
-                Some(why) => Err(KvmError::Unsupported(why)),
+                Some(why) => Err(KvmError::Lacks(why)),
                 None => Ok(()),
             },
         }
@@ -157,7 +155,7 @@ unsafe impl Send for Ring {}
 
 impl Ring {
     fn map(vcpu: &VcpuFd, entries: u64) -> Result<Ring, KvmError> {
-        let bytes = usize::try_from(entries * crate::backend::dirty::RING_ENTRY_BYTES)
+        let bytes = usize::try_from(entries * hvlab_core::dirty::RING_ENTRY_BYTES)
             .map_err(|_| KvmError::Layout("dirty ring larger than the address space".into()))?;
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096);
@@ -522,7 +520,7 @@ fn data_memory(plan: &DirtyPlan) -> Result<(GuestMemory, Option<PoolGuard>), Kvm
             (mem, Some(pool))
         }
         DirtyBacking::GuestMemfd => {
-            return Err(KvmError::Unsupported(
+            return Err(KvmError::Lacks(
                 DirtyBacking::GuestMemfd
                     .refusal()
                     .unwrap_or("guest_memfd cannot be dirty-logged")
@@ -778,22 +776,77 @@ fn collect_passes(
     Ok(passes)
 }
 
-/// Runs the plan in a fresh VM: one unmeasured pass that maps every page (its log collected
-/// and discarded), then `plan.passes` measured ones.
-pub fn dirty_log(kvm: &Kvm, host: &HostInfo, plan: &DirtyPlan) -> Result<DirtyResult, KvmError> {
-    // Refused before any VM is built, naming the capability and this host's limit.
+/// Refuses, before any VM is built, what this host cannot log (naming the capability and
+/// its limit); the capabilities it has.
+fn admit(kvm: &Kvm, plan: &DirtyPlan) -> Result<DirtyCaps, KvmError> {
     let caps = DirtyCaps::probe(kvm);
     caps.admit(plan.mode)?;
     if let Some(why) = plan.backing.refusal() {
-        return Err(KvmError::Unsupported(why.into()));
+        return Err(KvmError::Lacks(why.into()));
     }
     let max = u32::try_from(kvm.get_max_vcpus()).unwrap_or(u32::MAX);
     if plan.vcpus > max {
-        return Err(KvmError::Unsupported(format!(
+        return Err(KvmError::Lacks(format!(
             "{} vCPUs exceed this host's KVM_CAP_MAX_VCPUS, {max}",
             plan.vcpus
         )));
     }
+    Ok(caps)
+}
+
+/// The plan's vCPUs in long mode at `cpl`; with several, each pointed at its own slice.
+fn create_vcpus(vm: &mut Vm, plan: &DirtyPlan, cpl: Cpl) -> Result<(), KvmError> {
+    let vcpus = plan.vcpus.max(1);
+    for i in 0..vcpus {
+        let index = vm.create_vcpu()?;
+        vm.setup_long_mode(index, cpl)?;
+        if vcpus > 1 {
+            let vcpu = vm
+                .vcpu_mut(index)
+                .ok_or_else(|| KvmError::Internal(format!("no vCPU {index}")))?;
+            let mut regs = vcpu
+                .get_regs()
+                .map_err(crate::ioctl_error("KVM_GET_REGS"))?;
+            regs.rsi = DATA_GPA + plan.slice_start(i) * 4096;
+            regs.r13 = plan.written_per_vcpu();
+            vcpu.set_regs(&regs)
+                .map_err(crate::ioctl_error("KVM_SET_REGS"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The passes of one vCPU, each followed by its collection on the same thread.
+fn run_single(
+    vm: &mut Vm,
+    vm_raw: VmRaw,
+    plan: &DirtyPlan,
+    rings: &[Mutex<Ring>],
+    seen: &[AtomicBool],
+) -> Result<Vec<DirtyPass>, KvmError> {
+    let stats = Stats {
+        vcpu: vm.vcpu(0).and_then(|v| StatsReader::open(v).ok()),
+        vm: StatsReader::open(vm.fd()).ok(),
+    };
+    let mut passes = Vec::with_capacity(plan.passes as usize + 1);
+    for _ in 0..=plan.passes {
+        let vcpu = vm
+            .vcpu_mut(0)
+            .ok_or_else(|| KvmError::Internal("no vCPU 0".into()))?;
+        let mut pass = run_pass(vm_raw, vcpu, plan, &stats, rings.first(), seen, &mut || {
+            Ok(())
+        })?
+        .pass;
+        collect(vm.fd(), plan, rings, seen, &mut pass)?;
+        passes.push(pass);
+    }
+    Ok(passes)
+}
+
+/// Runs the plan in a fresh VM: one unmeasured pass that maps every page (its log collected
+/// and discarded), then `plan.passes` measured ones.
+pub fn dirty_log(kvm: &Kvm, host: &HostInfo, plan: &DirtyPlan) -> Result<DirtyResult, KvmError> {
+    let caps = admit(kvm, plan)?;
     let vcpus = plan.vcpus.max(1);
     let stride = u64::from(plan.stride.max(1));
     let layout = Layout::new(plan.size_bytes, GuestPage::Huge, 0)?;
@@ -822,7 +875,7 @@ pub fn dirty_log(kvm: &Kvm, host: &HostInfo, plan: &DirtyPlan) -> Result<DirtyRe
         LogMode::Ring { entries } => enable_cap(
             vm.fd(),
             caps.ring().0,
-            entries * crate::backend::dirty::RING_ENTRY_BYTES,
+            entries * hvlab_core::dirty::RING_ENTRY_BYTES,
             "KVM_ENABLE_CAP(KVM_CAP_DIRTY_LOG_RING)",
         )?,
     }
@@ -838,23 +891,11 @@ pub fn dirty_log(kvm: &Kvm, host: &HostInfo, plan: &DirtyPlan) -> Result<DirtyRe
     // before it, so dropped after it).
     unsafe { vm.fd().set_user_memory_region(region) }
         .map_err(crate::ioctl_error("KVM_SET_USER_MEMORY_REGION"))?;
-    let cpl = plan.cpl.unwrap_or(Cpl::default_for(host.kvm_flavour));
-    for i in 0..vcpus {
-        let index = vm.create_vcpu()?;
-        vm.setup_long_mode(index, cpl)?;
-        if vcpus > 1 {
-            let vcpu = vm
-                .vcpu_mut(index)
-                .ok_or_else(|| KvmError::Internal(format!("no vCPU {index}")))?;
-            let mut regs = vcpu
-                .get_regs()
-                .map_err(crate::ioctl_error("KVM_GET_REGS"))?;
-            regs.rsi = DATA_GPA + plan.slice_start(i) * 4096;
-            regs.r13 = plan.written_per_vcpu();
-            vcpu.set_regs(&regs)
-                .map_err(crate::ioctl_error("KVM_SET_REGS"))?;
-        }
-    }
+    create_vcpus(
+        &mut vm,
+        plan,
+        plan.cpl.unwrap_or(Cpl::default_for(host.kvm_flavour)),
+    )?;
     let rings = match plan.mode {
         LogMode::Ring { entries } => (0..vcpus as usize)
             .map(|i| {
@@ -870,29 +911,7 @@ pub fn dirty_log(kvm: &Kvm, host: &HostInfo, plan: &DirtyPlan) -> Result<DirtyRe
     // The fd stays open as long as `vm`, which outlives every pass.
     let vm_raw = VmRaw(std::os::fd::AsRawFd::as_raw_fd(vm.fd()));
     let mut passes = if vcpus == 1 {
-        let stats = Stats {
-            vcpu: vm.vcpu(0).and_then(|v| StatsReader::open(v).ok()),
-            vm: StatsReader::open(vm.fd()).ok(),
-        };
-        let mut passes = Vec::with_capacity(plan.passes as usize + 1);
-        for _ in 0..=plan.passes {
-            let vcpu = vm
-                .vcpu_mut(0)
-                .ok_or_else(|| KvmError::Internal("no vCPU 0".into()))?;
-            let mut pass = run_pass(
-                vm_raw,
-                vcpu,
-                plan,
-                &stats,
-                rings.first(),
-                &seen,
-                &mut || Ok(()),
-            )?
-            .pass;
-            collect(vm.fd(), plan, &rings, &seen, &mut pass)?;
-            passes.push(pass);
-        }
-        passes
+        run_single(&mut vm, vm_raw, plan, &rings, &seen)?
     } else {
         run_parallel(kvm, &mut vm, vm_raw, plan, &rings, &seen)?
     };

@@ -8,28 +8,28 @@ use super::guest::layout::{GuestPage, IOEVENTFD_GPA, Layout, MMIO_TEST_GPA};
 use super::guest::payload::{self, Vendor};
 use super::guest::runner::{Flow, GuestExit};
 use super::guest::{Cpl, TEST_PORT};
+use super::guest_memory::{Backing, GuestMemory};
 use super::host::HostInfo;
 use super::measure::{section, unexpected};
-use super::memory::{Backing, GuestMemory};
 use super::vm::Vm;
-use crate::backend::exits::{ExitKind, ExitPlan, ExitResult};
+use hvlab_core::exits::{ExitKind, ExitPlan, ExitResult};
 
 /// Runs one batch of the plan in a fresh VM.
 pub fn roundtrips(kvm: &Kvm, host: &HostInfo, plan: &ExitPlan) -> Result<ExitResult, KvmError> {
     let cpl = plan.cpl.unwrap_or(Cpl::default_for(host.kvm_flavour));
     if plan.pmu.is_some() {
-        return Err(KvmError::Unsupported(
+        return Err(KvmError::Lacks(
             "PMU MSR-switching configurations are model variants".into(),
         ));
     }
     match plan.kind {
         ExitKind::Fastpath => {
-            return Err(KvmError::Unsupported(
+            return Err(KvmError::Lacks(
                 "fastpath exits (handle_fastpath_set_msr_irqoff) need a guest that arms an in-kernel LAPIC TSC-deadline timer, which hvlab's guest does not; the variant is model-only".into(),
             ));
         }
         ExitKind::Hlt if cpl == Cpl::Three => {
-            return Err(KvmError::Unsupported(
+            return Err(KvmError::Lacks(
                 "hlt needs guest CPL0 (--set guest.cpl=0): at CPL3 it raises #GP".into(),
             ));
         }
@@ -37,7 +37,7 @@ pub fn roundtrips(kvm: &Kvm, host: &HostInfo, plan: &ExitPlan) -> Result<ExitRes
             return Err(KvmError::MissingCap("KVM_CAP_PMU_CAPABILITY"));
         }
         ExitKind::PmuOn if host.vpmu != Some(true) => {
-            return Err(KvmError::Unsupported(
+            return Err(KvmError::Lacks(
                 "the host's KVM has no vPMU (kvm.enable_pmu=N)".into(),
             ));
         }

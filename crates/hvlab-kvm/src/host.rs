@@ -1,9 +1,9 @@
 //! The host probe's KVM half: which capabilities `/dev/kvm` offers. The rest of the host
-//! description is read without KVM ([`crate::backend::host`]).
+//! description is read without KVM ([`hvlab_core::host`]).
 
 use std::collections::BTreeMap;
 
-pub use crate::backend::host::{HostInfo, KvmFlavour};
+pub use hvlab_core::host::{HostInfo, KvmFlavour};
 
 use super::{KvmError, open_kvm};
 
@@ -52,7 +52,7 @@ pub fn probe() -> HostInfo {
         }
         Err(e) => (e.to_string(), BTreeMap::new()),
     };
-    crate::backend::host::probe_with(kvm_access, capabilities)
+    hvlab_host::probe::probe_with(kvm_access, capabilities)
 }
 
 /// Fails with the access error when `/dev/kvm` cannot be used.

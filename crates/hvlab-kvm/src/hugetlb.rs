@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use super::KvmError;
-use crate::backend::memory::HugeSize;
+use hvlab_core::memory::HugeSize;
 
 const SYSFS: &str = "/sys/kernel/mm/hugepages";
 
@@ -62,7 +62,7 @@ impl PoolGuard {
         let dir = root.join(size.sysfs_dir());
         if !dir.is_dir() {
             let have = host_sizes(root);
-            return Err(KvmError::Unsupported(format!(
+            return Err(KvmError::Lacks(format!(
                 "this host has no {} hugetlb pool ({}); it has: {}",
                 size.sysfs_dir(),
                 dir.display(),
@@ -74,7 +74,7 @@ impl PoolGuard {
             )));
         }
         if !bytes.is_multiple_of(size.bytes()) {
-            return Err(KvmError::Unsupported(format!(
+            return Err(KvmError::Lacks(format!(
                 "a region of {bytes} bytes is not a whole number of {} MiB hugetlb pages: choose a size that is a multiple of {} MiB",
                 size.bytes() >> 20,
                 size.bytes() >> 20
@@ -96,7 +96,7 @@ impl PoolGuard {
         // From here the guard restores the old size, whatever happens next.
         std::fs::write(&file, want.to_string()).map_err(|source| {
             if source.kind() == std::io::ErrorKind::PermissionDenied {
-                KvmError::Unsupported(format!(
+                KvmError::Lacks(format!(
                     "growing the hugetlb pool needs root: run as root, or size it first (`echo {want} > {}`)",
                     file.display()
                 ))
@@ -113,7 +113,7 @@ impl PoolGuard {
         let got = read_u64(&file)?;
         if got < want {
             // The kernel gives what it can find contiguous; less is a host limitation.
-            return Err(KvmError::Unsupported(format!(
+            return Err(KvmError::Lacks(format!(
                 "the host could give only {got} of the {want} {} pages asked for in {} (memory too fragmented or too small); the pool is set back to {old}; {}",
                 size.sysfs_dir(),
                 file.display(),

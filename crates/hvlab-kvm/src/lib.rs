@@ -1,23 +1,36 @@
 //! The real backend: everything that talks to `/dev/kvm`.
 //!
-//! One file per KVM object or concern, in the manner of Firecracker's `vstate/`: the host probe,
-//! the timed VM builder, guest memory, the binary statistics reader, the guest payload, the KVM
-//! ioctl table, the strace-based tracer, and the scenario executors that drive them.
+//! One file per KVM object or concern, in the manner of Firecracker's `vstate/`: the host probe
+//! (`host`), the timed VM builder (`vm`), guest memory (`guest_memory`), the binary statistics
+//! reader (`stats`), the guest payload (`guest/`), and one executor per mechanism. Its errors
+//! stand beside it (`error`).
+//!
+//! A mechanism has one name in every layer (the README's Layout has the same table):
+//!
+//! | mechanism | scenario | core | kvm | model |
+//! |---|---|---|---|---|
+//! | VM construction vs SRCU | `lifecycle` | `lifecycle` | `lifecycle` | `lifecycle` |
+//! | stage-2 faults, prefetch | `memory` | `memory` | `memory` | `memory` |
+//! | exit roundtrips, PMU switching | `exits` | `exits` | `exits` | `exits` |
+//! | SPE buffer pins | `pinning` | `pinning` | `pinning` | `pinning` |
+//! | per-CPU data access | `percpu` | `percpu` | (model only) | `percpu` |
+//! | dirty logging | `dirty` | `dirty` | `dirty` | `dirty` |
+//! | memslot updates | `memslots` | `memslots` | `memslots` | `memslots` |
 
 #![cfg(all(feature = "backend", target_arch = "x86_64"))]
 
 pub mod dirty;
+pub mod error;
 pub mod exits;
 pub mod guest;
+pub mod guest_memory;
 pub mod host;
 pub mod hugetlb;
 pub mod lifecycle;
 pub mod measure;
 pub mod memory;
 pub mod memslots;
-pub mod pin;
 pub mod pinning;
-pub mod stage2;
 pub mod stats;
 
 pub mod uffd;
@@ -25,11 +38,10 @@ pub mod vm;
 
 use std::path::Path;
 
-use hvlab_core as backend;
 use kvm_ioctls::Kvm;
 
-pub use crate::backend::error::KvmError;
-pub use crate::backend::host::kvm_device_path;
+pub use error::KvmError;
+pub use hvlab_host::probe::kvm_device_path;
 
 /// Wraps an ioctl error with the KVM name of the operation.
 pub fn ioctl_error(op: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> KvmError {
@@ -115,9 +127,9 @@ impl KvmBackend {
     }
 }
 
-impl crate::backend::Backend for KvmBackend {
-    fn kind(&self) -> crate::backend::BackendKind {
-        crate::backend::BackendKind::Kvm
+impl hvlab_core::Backend for KvmBackend {
+    fn kind(&self) -> hvlab_core::BackendKind {
+        hvlab_core::BackendKind::Kvm
     }
 
     fn host(&self) -> &host::HostInfo {
@@ -126,9 +138,8 @@ impl crate::backend::Backend for KvmBackend {
 
     fn construct_vm(
         &mut self,
-        plan: &crate::backend::lifecycle::ConstructionPlan,
-    ) -> Result<crate::backend::lifecycle::ConstructionTrace, crate::backend::error::BackendError>
-    {
+        plan: &hvlab_core::lifecycle::ConstructionPlan,
+    ) -> Result<hvlab_core::lifecycle::ConstructionTrace, hvlab_core::error::BackendError> {
         let (mut trace, clock) = lifecycle::construct(&self.kvm, plan)?;
         trace.since_last_ns = self.last_build_end.map(|end| vm::ns_since(end, clock));
         self.last_build_end = clock.checked_add(std::time::Duration::from_nanos(trace.end_ns()));
@@ -137,36 +148,36 @@ impl crate::backend::Backend for KvmBackend {
 
     fn touch_memory(
         &mut self,
-        plan: &crate::backend::memory::TouchPlan,
-    ) -> Result<crate::backend::memory::TouchResult, crate::backend::error::BackendError> {
-        Ok(stage2::touch(&self.kvm, &self.host, plan)?)
+        plan: &hvlab_core::memory::TouchPlan,
+    ) -> Result<hvlab_core::memory::TouchResult, hvlab_core::error::BackendError> {
+        Ok(memory::touch(&self.kvm, &self.host, plan)?)
     }
 
     fn exit_roundtrips(
         &mut self,
-        plan: &crate::backend::exits::ExitPlan,
-    ) -> Result<crate::backend::exits::ExitResult, crate::backend::error::BackendError> {
+        plan: &hvlab_core::exits::ExitPlan,
+    ) -> Result<hvlab_core::exits::ExitResult, hvlab_core::error::BackendError> {
         Ok(exits::roundtrips(&self.kvm, &self.host, plan)?)
     }
 
     fn pin_trace(
         &mut self,
-        plan: &crate::backend::pinning::PinPlan,
-    ) -> Result<crate::backend::pinning::PinResult, crate::backend::error::BackendError> {
+        plan: &hvlab_core::pinning::PinPlan,
+    ) -> Result<hvlab_core::pinning::PinResult, hvlab_core::error::BackendError> {
         pinning::pin_trace(&self.kvm, &self.host, plan)
     }
 
     fn dirty_log(
         &mut self,
-        plan: &crate::backend::dirty::DirtyPlan,
-    ) -> Result<crate::backend::dirty::DirtyResult, crate::backend::error::BackendError> {
+        plan: &hvlab_core::dirty::DirtyPlan,
+    ) -> Result<hvlab_core::dirty::DirtyResult, hvlab_core::error::BackendError> {
         Ok(dirty::dirty_log(&self.kvm, &self.host, plan)?)
     }
 
     fn update_memslots(
         &mut self,
-        plan: &crate::backend::memslots::MemslotPlan,
-    ) -> Result<crate::backend::memslots::MemslotResult, crate::backend::error::BackendError> {
+        plan: &hvlab_core::memslots::MemslotPlan,
+    ) -> Result<hvlab_core::memslots::MemslotResult, hvlab_core::error::BackendError> {
         Ok(memslots::update_memslots(&self.kvm, plan)?)
     }
 }

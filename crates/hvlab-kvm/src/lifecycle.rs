@@ -13,12 +13,10 @@ use super::guest::layout::{GuestPage, Layout};
 use super::guest::runner::{self, Flow, GuestExit};
 use super::guest::watchdog::kick_signal;
 use super::guest::{Cpl, ENTRY_GPA, Signal, payload, signal_payload};
-use super::memory::{Backing, GuestMemory};
+use super::guest_memory::{Backing, GuestMemory};
 use super::stats::{StatsReader, named_deltas};
 use super::vm::{TimedIoctl, Vm, ns_since, register_ioeventfd, timed};
-use crate::backend::lifecycle::{
-    BootThread, ConstructionPlan, ConstructionTrace, IoctlEvent, Step,
-};
+use hvlab_core::lifecycle::{BootThread, ConstructionPlan, ConstructionTrace, IoctlEvent, Step};
 
 /// QEMU's choice; VMX needs three free pages below 4 GiB for real-mode emulation.
 const TSS_GPA: usize = 0xfffb_d000;
@@ -65,23 +63,7 @@ pub fn construct(
     } else {
         Some(GuestMemory::anonymous(BOOT_MEMSLOT_BYTES)?)
     };
-    let layout = Layout::new(2 << 20, GuestPage::Huge, 0)?;
-    let mut memory = Some(if boot_memory.is_some() {
-        let mut system = GuestMemory::backed(
-            usize::try_from(layout.system_bytes)
-                .map_err(|_| KvmError::Layout("layout too large".into()))?,
-            Backing::Populated,
-        )?;
-        layout.write_system(&mut system, &payload::spin_loop()?)?;
-        system
-    } else {
-        let mut m = GuestMemory::anonymous(plan.mem_bytes)?;
-        m.write(
-            usize::try_from(ENTRY_GPA).unwrap_or(usize::MAX),
-            &signal_payload(),
-        )?;
-        m
-    });
+    let mut memory = Some(guest_memory(plan, boot_memory.is_some())?);
     let mut vm = Vm::create(kvm)?;
     let mut boot_log = Vec::new();
     let mut boot_thread = None;
@@ -158,6 +140,28 @@ pub fn construct(
         },
         clock,
     ))
+}
+
+/// The guest's RAM with its payload written, before the clock starts: a long-mode guest that
+/// keeps spinning for orders that `boot`, else the signal payload at the entry point.
+fn guest_memory(plan: &ConstructionPlan, boot: bool) -> Result<GuestMemory, KvmError> {
+    if boot {
+        let layout = Layout::new(2 << 20, GuestPage::Huge, 0)?;
+        let mut system = GuestMemory::backed(
+            usize::try_from(layout.system_bytes)
+                .map_err(|_| KvmError::Layout("layout too large".into()))?,
+            Backing::Populated,
+        )?;
+        layout.write_system(&mut system, &payload::spin_loop()?)?;
+        Ok(system)
+    } else {
+        let mut m = GuestMemory::anonymous(plan.mem_bytes)?;
+        m.write(
+            usize::try_from(ENTRY_GPA).unwrap_or(usize::MAX),
+            &signal_payload(),
+        )?;
+        Ok(m)
+    }
 }
 
 /// The statistics a fresh VM or vCPU accumulated since it was created (they start at zero).

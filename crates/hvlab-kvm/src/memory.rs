@@ -1,366 +1,481 @@
-//! Guest memory: anonymous host mappings that back memslots, unmapped on drop, with the host
-//! backings the memory scenario compares.
+//! The `memory` scenario on real KVM: first touches of a freshly backed region, with
+//! stage-2 fault counts from KVM's own statistics.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
-pub use crate::backend::guest::Backing;
-pub use crate::backend::memory::HugeSize;
+use kvm_ioctls::Kvm;
+use vmm_sys_util::ioctl::ioctl_with_mut_ref;
+use vmm_sys_util::ioctl_iowr_nr;
 
 use super::KvmError;
+use super::guest::layout::{DATA_GPA, GuestPage, Layout};
+use super::guest::runner::{self, Flow, GuestExit};
+use super::guest::{Cpl, Signal, payload};
+use super::guest_memory::{Backing, GuestMemory, HugeSize};
+use super::host::HostInfo;
+use super::hugetlb::PoolGuard;
+use super::measure::{section, unexpected};
+use super::stats::{StatsReader, named_deltas};
+use super::uffd::UffdServer;
+use super::vm::Vm;
+use hvlab_core::memory::{HostBacking, TouchPlan, TouchResult};
 
-const HUGE: usize = 2 << 20;
-const PAGE: usize = 4096;
+ioctl_iowr_nr!(
+    KVM_PRE_FAULT_MEMORY,
+    0xAE,
+    0xd5,
+    kvm_bindings::kvm_pre_fault_memory
+);
 
-/// One anonymous host mapping used as guest RAM.
-#[derive(Debug)]
-pub struct GuestMemory {
-    /// What mmap returned (munmap needs it back).
-    map: NonNull<u8>,
-    map_len: usize,
-    /// The usable, possibly 2 MiB-aligned, part.
-    ptr: NonNull<u8>,
-    len: usize,
-    /// The file behind a shared mapping (memfd, hugetlb memfd, guest_memfd); closed after the
-    /// unmap.
-    file: Option<OwnedFd>,
-}
-
-// SAFETY: the mapping is plain memory owned by this value; moving it to another thread moves
-// ownership, and access goes through `&self`/`&mut self` like any buffer.
-unsafe impl Send for GuestMemory {}
-
-fn mmap_anonymous(len: usize, extra_flags: libc::c_int) -> Result<NonNull<u8>, KvmError> {
-    // SAFETY: a fresh private anonymous mapping at an address of the kernel's choosing aliases
-    // nothing; the result is checked before use.
-    let addr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra_flags,
-            -1,
-            0,
-        )
-    };
-    if addr == libc::MAP_FAILED {
-        return Err(KvmError::Mmap {
-            bytes: len,
-            source: std::io::Error::last_os_error(),
-        });
+/// Runs one pass of the plan in a fresh VM.
+pub fn touch(kvm: &Kvm, host: &HostInfo, plan: &TouchPlan) -> Result<TouchResult, KvmError> {
+    match plan.backing {
+        HostBacking::Anonymous(Backing::Thp) if host.thp == "never" => {
+            return Err(KvmError::Lacks(
+                "THP is disabled on this host (/sys/kernel/mm/transparent_hugepage/enabled is never)".into(),
+            ));
+        }
+        HostBacking::PreFault if !host.has_cap("KVM_CAP_PRE_FAULT_MEMORY") => {
+            return Err(KvmError::MissingCap("KVM_CAP_PRE_FAULT_MEMORY"));
+        }
+        _ => {}
     }
-    NonNull::new(addr.cast::<u8>()).ok_or_else(|| KvmError::Mmap {
-        bytes: len,
-        source: std::io::Error::other("mmap returned NULL"),
+    if plan.vcpus > 1 {
+        return touch_parallel(kvm, host, plan);
+    }
+    let order = plan.page_order();
+    let pages = order.len() as u64;
+    let layout = Layout::new(plan.size_bytes, plan.guest_page, pages)?;
+    let code = payload::touch_loop(pages, layout.index_bytes, plan.access, plan.touch)?;
+    // The system slot is populated so that only the data region's faults are in question.
+    let mut system = GuestMemory::backed(usize_of(layout.system_bytes)?, Backing::Populated)?;
+    layout.write_system(&mut system, &code)?;
+    layout.write_index(&mut system, &order)?;
+    let mut vm = Vm::create(kvm)?;
+    vm.add_memslot(0, system)?;
+    let region = add_data_region(&mut vm, kvm, plan)?;
+    vm.create_vcpu()?;
+    let cpl = plan.cpl.unwrap_or(Cpl::default_for(host.kvm_flavour));
+    vm.setup_long_mode(0, cpl)?;
+    if plan.backing == HostBacking::PreFault {
+        pre_fault(&vm, DATA_GPA, plan.size_bytes)?;
+    }
+    let measured = section(&mut vm, plan.timeout, |exit| Err(unexpected(&exit)))?;
+    let pool = pool_sizes(&region);
+    let uffd_faults = region
+        .server
+        .map(UffdServer::finish)
+        .transpose()?
+        .map(|s| s.faults);
+    // The VM (and its hugetlb mapping) goes before the pool shrinks back.
+    drop(vm);
+    drop(region.pool);
+    Ok(TouchResult {
+        pages,
+        elapsed_ns: measured.elapsed_ns,
+        uffd_faults,
+        kvm_stats: measured.kvm_stats,
+        guest_table_pages: Some(guest_table_pages(&order, plan.guest_page)),
+        vcpu_ns: Vec::new(),
+        hugetlb_pool: pool,
     })
 }
 
-impl GuestMemory {
-    /// `len` bytes of lazily allocated memory; `MAP_NORESERVE` because untouched guest RAM
-    /// should cost nothing.
-    pub fn anonymous(len: usize) -> Result<GuestMemory, KvmError> {
-        let map = mmap_anonymous(len, libc::MAP_NORESERVE)?;
-        Ok(GuestMemory {
-            map,
-            map_len: len,
-            ptr: map,
-            len,
-            file: None,
-        })
-    }
+/// What keeps the data region served while the guest runs: its userfaultfd server and its
+/// hugetlb pool (given back when dropped, after the VM).
+struct DataRegion {
+    server: Option<UffdServer>,
+    pool: Option<PoolGuard>,
+}
 
-    /// `len` bytes of a new memfd (shmem, or hugetlb of `huge` pages), mapped shared and
-    /// lazily: nothing is allocated until touched. A hugetlb mapping reserves its pages from
-    /// the pool at mmap time, so a short pool fails here, not in the guest.
-    pub fn memfd(len: usize, huge: Option<HugeSize>) -> Result<GuestMemory, KvmError> {
-        let mut flags = rustix::fs::MemfdFlags::CLOEXEC;
-        if let Some(h) = huge {
-            flags |= rustix::fs::MemfdFlags::HUGETLB
-                | match h {
-                    HugeSize::Mib2 => rustix::fs::MemfdFlags::HUGE_2MB,
-                    HugeSize::Gib1 => rustix::fs::MemfdFlags::HUGE_1GB,
-                };
+/// Backs the data region as the plan says and maps it at [`DATA_GPA`].
+fn add_data_region(vm: &mut Vm, kvm: &Kvm, plan: &TouchPlan) -> Result<DataRegion, KvmError> {
+    let size = usize_of(plan.size_bytes)?;
+    let mut region = DataRegion {
+        server: None,
+        pool: None,
+    };
+    let data = match plan.backing {
+        HostBacking::Anonymous(backing) => GuestMemory::backed(size, backing)?,
+        HostBacking::Uffd(window) => {
+            let data = GuestMemory::backed(size, Backing::Lazy)?;
+            region.server = Some(UffdServer::start(&data, window)?);
+            data
         }
-        let fd = rustix::fs::memfd_create("hvlab-guest", flags).map_err(|e| KvmError::Host {
-            what: "memfd_create for guest memory".into(),
-            source: e.into(),
-        })?;
-        rustix::fs::ftruncate(&fd, len as u64).map_err(|e| KvmError::Host {
-            what: format!("sizing the guest memfd to {len} bytes"),
-            source: e.into(),
-        })?;
-        GuestMemory::shared(fd, len)
-    }
-
-    /// Maps `len` bytes of `file` shared (a memfd or an mmap-able guest_memfd).
-    pub fn shared(file: OwnedFd, len: usize) -> Result<GuestMemory, KvmError> {
-        // SAFETY: a fresh shared mapping of a file we own, at an address of the kernel's
-        // choosing; it aliases only the file, which nothing else maps. Checked before use.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            return Err(KvmError::Mmap {
-                bytes: len,
-                source: std::io::Error::last_os_error(),
-            });
+        // Populated first: on memory that is not yet present, KVM_PRE_FAULT_MEMORY (a read
+        // fault) maps the shared zero page read-only and every guest write faults again.
+        HostBacking::PreFault => GuestMemory::backed(size, Backing::Populated)?,
+        HostBacking::Shmem => GuestMemory::memfd(size, None)?,
+        HostBacking::Hugetlb(huge) => {
+            region.pool = Some(PoolGuard::reserve(huge, plan.size_bytes)?);
+            GuestMemory::memfd(size, Some(huge))?
         }
-        let map = NonNull::new(addr.cast::<u8>()).ok_or_else(|| KvmError::Mmap {
-            bytes: len,
-            source: std::io::Error::other("mmap returned NULL"),
-        })?;
-        Ok(GuestMemory {
-            map,
-            map_len: len,
-            ptr: map,
-            len,
-            file: Some(file),
-        })
-    }
-
-    /// The file behind a shared mapping.
-    pub fn file(&self) -> Option<BorrowedFd<'_>> {
-        self.file.as_ref().map(AsFd::as_fd)
-    }
-
-    /// Allocates every page of the file (its page cache, for shmem) without mapping any in
-    /// this process: what a userfaultfd MINOR fault then finds.
-    pub fn fill_file(&self) -> Result<(), KvmError> {
-        let file = self
-            .file
-            .as_ref()
-            .ok_or_else(|| KvmError::Internal("fill_file on anonymous memory".into()))?;
-        rustix::fs::fallocate(
-            file,
-            rustix::fs::FallocateFlags::empty(),
-            0,
-            self.len as u64,
-        )
-        .map_err(|e| KvmError::Host {
-            what: format!("fallocate of {} bytes of guest memfd", self.len),
-            source: e.into(),
-        })
-    }
-
-    /// `len` bytes with the given backing. `len` must be a multiple of 4 KiB.
-    ///
-    /// The 4 KiB backings are `MADV_NOHUGEPAGE`: with THP mode `always` (Debian's default) the
-    /// host would otherwise back them with huge pages too, and every backing would measure the
-    /// same thing.
-    pub fn backed(len: usize, backing: Backing) -> Result<GuestMemory, KvmError> {
-        match backing {
-            Backing::Lazy => {
-                let mem = GuestMemory::anonymous(len)?;
-                mem.advise(libc::MADV_NOHUGEPAGE)?;
-                Ok(mem)
-            }
-            Backing::Populated => {
-                let mem = GuestMemory::anonymous(len)?;
-                mem.advise(libc::MADV_NOHUGEPAGE)?;
-                mem.populate()?;
-                Ok(mem)
-            }
-            Backing::Thp => {
-                // Over-allocate so a 2 MiB-aligned run of `len` bytes exists inside.
-                let map_len = len + HUGE;
-                let map = mmap_anonymous(map_len, libc::MAP_NORESERVE)?;
-                let skew = (HUGE - (map.as_ptr() as usize % HUGE)) % HUGE;
-                // SAFETY: skew < HUGE, and map_len = len + HUGE, so [skew, skew + len) is in the
-                // mapping.
-                let ptr = unsafe { NonNull::new_unchecked(map.as_ptr().add(skew)) };
-                let mem = GuestMemory {
-                    map,
-                    map_len,
-                    ptr,
-                    len,
-                    file: None,
-                };
-                mem.advise(libc::MADV_HUGEPAGE)?;
-                Ok(mem)
-            }
+        HostBacking::UffdMinor(window) => {
+            let data = GuestMemory::memfd(size, None)?;
+            data.fill_file()?;
+            region.server = Some(UffdServer::start_mode(&data, window, true)?);
+            data
         }
-    }
-
-    /// `madvise(advice)` over the usable part.
-    fn advise(&self, advice: libc::c_int) -> Result<(), KvmError> {
-        // SAFETY: advising our own mapping; the advice used here (huge-page policy) changes
-        // no contents.
-        if unsafe { libc::madvise(self.ptr.as_ptr().cast(), self.len, advice) } != 0 {
-            // Kernels built without THP reject the huge-page advice; then pages are 4 KiB
-            // anyway, which is what NOHUGEPAGE asks for.
-            let err = std::io::Error::last_os_error();
-            if advice == libc::MADV_NOHUGEPAGE && err.raw_os_error() == Some(libc::EINVAL) {
-                return Ok(());
-            }
-            return Err(KvmError::Mmap {
-                bytes: self.len,
-                source: err,
-            });
+        HostBacking::UffdMinorHugetlb => {
+            region.pool = Some(PoolGuard::reserve(HugeSize::Mib2, plan.size_bytes)?);
+            let data = GuestMemory::memfd(size, Some(HugeSize::Mib2))?;
+            data.fill_file()?;
+            region.server = Some(UffdServer::start_minor_hugetlb(&data)?);
+            data
         }
-        Ok(())
-    }
-
-    /// Makes every page present and writable in the host (anonymous, shmem or hugetlb).
-    pub fn populate(&self) -> Result<(), KvmError> {
-        // SAFETY: advising our own mapping; MADV_POPULATE_WRITE only faults pages in.
-        let rc = unsafe {
-            libc::madvise(
-                self.ptr.as_ptr().cast(),
-                self.len,
-                libc::MADV_POPULATE_WRITE,
-            )
-        };
-        if rc == 0 {
-            return Ok(());
+        HostBacking::GuestMemfd => {
+            let data = vm.guest_memfd(kvm, size)?;
+            vm.add_gmem_slot(DATA_GPA, data)?;
+            return Ok(region);
         }
-        let err = std::io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EINVAL) {
-            return Err(KvmError::Mmap {
-                bytes: self.len,
-                source: err,
-            });
-        }
-        // Kernels before 5.14 lack MADV_POPULATE_WRITE: write one byte per page instead.
-        for off in (0..self.len).step_by(PAGE) {
-            // SAFETY: off < len, inside our mapping; volatile so the write is not elided.
-            unsafe { self.ptr.as_ptr().add(off).write_volatile(0) };
-        }
-        Ok(())
-    }
+    };
+    vm.add_memslot(DATA_GPA, data)?;
+    Ok(region)
+}
 
-    /// Size in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
+/// The hugetlb pool's size before and after hvlab grew it, for the pass that used it.
+fn pool_sizes(region: &DataRegion) -> Option<(u64, u64)> {
+    region.pool.as_ref().map(|p| p.before_after)
+}
 
-    /// Whether the mapping is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The start of the usable mapping.
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-
-    /// The host virtual address, for `kvm_userspace_memory_region::userspace_addr`.
-    pub fn host_addr(&self) -> u64 {
-        self.ptr.as_ptr() as u64
-    }
-
-    fn range(&self, offset: usize, n: usize) -> Result<usize, KvmError> {
-        offset
-            .checked_add(n)
-            .filter(|end| *end <= self.len)
-            .ok_or_else(|| {
-                KvmError::Layout(format!(
-                    "access of {n} bytes at {offset:#x} exceeds guest memory of {} bytes",
-                    self.len
-                ))
+/// One pass with `plan.vcpus` vCPUs, each on its own host thread touching its own slice
+/// (memstress's shape, tools/testing/selftests/kvm/lib/memstress.c). Every vCPU first
+/// pre-touches its slice of the order array and signals `Start`; all then wait for each
+/// other, so the measured section begins together on every vCPU. Each vCPU's time runs from
+/// that common start to its own `End`; the pass's from the start to the last `End`.
+/// Statistics: the VM's, and every vCPU's summed.
+fn touch_parallel(kvm: &Kvm, host: &HostInfo, plan: &TouchPlan) -> Result<TouchResult, KvmError> {
+    let orders = plan.vcpu_orders();
+    let n = orders.len();
+    let pages: u64 = orders.iter().map(|o| o.len() as u64).sum();
+    let (mut vm, region) = parallel_vm(kvm, host, plan, &orders)?;
+    let vm_stats = StatsReader::open(vm.fd()).ok();
+    let gate = Gate::new(n, plan.timeout);
+    let vm_before = std::sync::Mutex::new(None);
+    let outcomes: Vec<Result<VcpuPass, KvmError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = vm
+            .vcpus_mut()
+            .iter_mut()
+            .map(|vcpu| {
+                let (gate, vm_stats, vm_before) = (&gate, &vm_stats, &vm_before);
+                scope.spawn(move || {
+                    let out = run_slice(vcpu, plan.timeout, gate, || {
+                        // The last vCPU to arrive reads the VM's statistics while all wait.
+                        if let Some(r) = vm_stats
+                            && let Ok(mut b) = vm_before.lock()
+                        {
+                            *b = Some(r.snapshot()?);
+                        }
+                        Ok(())
+                    });
+                    if out.is_err() {
+                        gate.fail();
+                    }
+                    out
+                })
             })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(KvmError::Internal("a vCPU thread panicked".into())))
+            })
+            .collect()
+    });
+    let vm_after = vm_stats.as_ref().map(StatsReader::snapshot).transpose()?;
+    let pool = pool_sizes(&region);
+    let uffd_faults = region
+        .server
+        .map(UffdServer::finish)
+        .transpose()?
+        .map(|s| s.faults);
+    drop(vm);
+    drop(region.pool);
+    let passes = outcomes.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let start = passes
+        .iter()
+        .map(|p| p.start)
+        .min()
+        .ok_or_else(|| KvmError::Internal("no vCPU ran".into()))?;
+    let ns = |t: Instant| {
+        u64::try_from(t.saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX)
+    };
+    let vcpu_ns: Vec<u64> = passes.iter().map(|p| ns(p.end)).collect();
+    let mut kvm_stats = summed_stats(passes);
+    if let (Some(r), Ok(Some(before)), Some(after)) = (
+        vm_stats.as_ref(),
+        vm_before
+            .into_inner()
+            .map_err(|_| KvmError::Internal("poisoned".into())),
+        vm_after,
+    ) {
+        kvm_stats.extend(named_deltas(r.layout(), &before, &after, "kvm.vm"));
+    }
+    let all: Vec<u32> = orders.concat();
+    Ok(TouchResult {
+        pages,
+        elapsed_ns: vcpu_ns.iter().copied().max().unwrap_or(0),
+        uffd_faults,
+        kvm_stats,
+        guest_table_pages: Some(guest_table_pages(&all, plan.guest_page)),
+        vcpu_ns,
+        hugetlb_pool: pool,
+    })
+}
+
+/// The VM of a parallel pass: the guest code, each vCPU's slice of the order array (on pages
+/// of its own), the data region, and one vCPU per slice pointed at its slice.
+fn parallel_vm(
+    kvm: &Kvm,
+    host: &HostInfo,
+    plan: &TouchPlan,
+    orders: &[Vec<u32>],
+) -> Result<(Vm, DataRegion), KvmError> {
+    // Each slice of the order array starts on a page of its own, so one vCPU's pre-touch
+    // covers exactly its slice.
+    let slots: Vec<u64> = orders
+        .iter()
+        .map(|o| (o.len() as u64 * 4).next_multiple_of(4096) / 4)
+        .collect();
+    let index_entries: u64 = slots.iter().sum();
+    let layout = Layout::new(plan.size_bytes, plan.guest_page, index_entries)?;
+    let code = payload::touch_slice_loop(plan.access, plan.touch)?;
+    let mut system = GuestMemory::backed(usize_of(layout.system_bytes)?, Backing::Populated)?;
+    layout.write_system(&mut system, &code)?;
+    let mut flat = Vec::with_capacity(usize_of(index_entries)?);
+    for (o, slot) in orders.iter().zip(&slots) {
+        flat.extend_from_slice(o);
+        flat.resize(flat.len() + usize_of(*slot)? - o.len(), 0);
+    }
+    layout.write_index(&mut system, &flat)?;
+    let mut vm = Vm::create(kvm)?;
+    vm.add_memslot(0, system)?;
+    let region = add_data_region(&mut vm, kvm, plan)?;
+    let cpl = plan.cpl.unwrap_or(Cpl::default_for(host.kvm_flavour));
+    let mut start_gpa = super::guest::layout::INDEX_GPA;
+    for (i, (o, slot)) in orders.iter().zip(&slots).enumerate() {
+        vm.create_vcpu()?;
+        vm.setup_long_mode(i, cpl)?;
+        let vcpu = vm
+            .vcpu_mut(i)
+            .ok_or_else(|| KvmError::Internal(format!("no vCPU {i}")))?;
+        let mut regs = vcpu
+            .get_regs()
+            .map_err(crate::ioctl_error("KVM_GET_REGS"))?;
+        regs.rsi = start_gpa;
+        regs.r13 = o.len() as u64;
+        vcpu.set_regs(&regs)
+            .map_err(crate::ioctl_error("KVM_SET_REGS"))?;
+        start_gpa += slot * 4;
+    }
+    if plan.backing == HostBacking::PreFault {
+        pre_fault(&vm, DATA_GPA, plan.size_bytes)?;
+    }
+    Ok((vm, region))
+}
+
+/// Every vCPU's statistics, each summed over the vCPUs, in the order first seen.
+fn summed_stats(passes: Vec<VcpuPass>) -> Vec<(String, String, i128)> {
+    let mut kvm_stats: Vec<(String, String, i128)> = Vec::new();
+    for (name, unit, delta) in passes.into_iter().flat_map(|p| p.stats) {
+        match kvm_stats.iter_mut().find(|(n, _, _)| *n == name) {
+            Some(entry) => entry.2 += delta,
+            None => kvm_stats.push((name, unit, delta)),
+        }
+    }
+    kvm_stats
+}
+
+/// What one vCPU's thread measured.
+struct VcpuPass {
+    start: Instant,
+    end: Instant,
+    stats: Vec<(String, String, i128)>,
+}
+
+/// A rendezvous of the vCPU threads at `Start` that a failed thread breaks (so no thread
+/// waits for one that will never come) and a deadline bounds.
+struct Gate {
+    arrived: AtomicUsize,
+    released: AtomicBool,
+    failed: AtomicBool,
+    n: usize,
+    deadline: Instant,
+}
+
+impl Gate {
+    fn new(n: usize, timeout: Duration) -> Gate {
+        Gate {
+            arrived: AtomicUsize::new(0),
+            released: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            n,
+            deadline: Instant::now() + timeout,
+        }
     }
 
-    /// Copies `bytes` to `offset`.
-    pub fn write(&mut self, offset: usize, bytes: &[u8]) -> Result<(), KvmError> {
-        self.range(offset, bytes.len())?;
-        // SAFETY: the range is inside the mapping (checked) and `&mut self` makes this the only
-        // access from Rust.
-        let dst =
-            unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(offset), bytes.len()) };
-        dst.copy_from_slice(bytes);
-        Ok(())
+    fn fail(&self) {
+        self.failed.store(true, Ordering::SeqCst);
     }
 
-    /// Copies from `offset` into `buf`.
-    pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<(), KvmError> {
-        self.range(offset, buf.len())?;
-        // SAFETY: the range is inside the mapping (checked); a shared read of plain memory.
-        let src = unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(offset), buf.len()) };
-        buf.copy_from_slice(src);
-        Ok(())
+    /// Waits for every thread; the last to arrive runs `last` before releasing the rest.
+    fn wait(&self, last: impl FnOnce() -> Result<(), KvmError>) -> Result<Instant, KvmError> {
+        if self.arrived.fetch_add(1, Ordering::SeqCst) + 1 == self.n {
+            let done = last();
+            if done.is_err() {
+                self.fail();
+            }
+            self.released.store(true, Ordering::SeqCst);
+            done?;
+        }
+        // More vCPU threads than cores: yield rather than spin, so the late ones can arrive.
+        while !self.released.load(Ordering::SeqCst) {
+            if self.failed.load(Ordering::SeqCst) {
+                return Err(KvmError::Guest(
+                    "another vCPU failed before the start".into(),
+                ));
+            }
+            if Instant::now() > self.deadline {
+                return Err(KvmError::Guest(
+                    "the vCPUs did not all reach the start before the watchdog".into(),
+                ));
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        if self.failed.load(Ordering::SeqCst) {
+            return Err(KvmError::Guest(
+                "another vCPU failed before the start".into(),
+            ));
+        }
+        Ok(Instant::now())
     }
 }
 
-impl Drop for GuestMemory {
-    fn drop(&mut self) {
-        // SAFETY: map/map_len are exactly what mmap returned; memslots using this memory
-        // belong to VMs that are dropped first (see `vm::Vm` field order).
-        unsafe {
-            libc::munmap(self.map.as_ptr().cast(), self.map_len);
+/// Runs one vCPU through its slice: its statistics are read at its own `Start` (before the
+/// rendezvous) and its own `End`.
+fn run_slice(
+    vcpu: &mut kvm_ioctls::VcpuFd,
+    timeout: Duration,
+    gate: &Gate,
+    last: impl FnOnce() -> Result<(), KvmError>,
+) -> Result<VcpuPass, KvmError> {
+    let reader = StatsReader::open(&*vcpu).ok();
+    let mut last = Some(last);
+    let mut before = None;
+    let mut start = None;
+    let mut pass = None;
+    runner::run(vcpu, timeout, |exit| match exit {
+        GuestExit::Signal {
+            signal: Signal::Start,
+            ..
+        } => {
+            before = reader.as_ref().map(StatsReader::snapshot).transpose()?;
+            let last = last
+                .take()
+                .ok_or_else(|| KvmError::Guest("the guest signalled Start twice".into()))?;
+            start = Some(gate.wait(last)?);
+            Ok(Flow::Continue)
+        }
+        GuestExit::Signal {
+            signal: Signal::End,
+            at,
+            ..
+        } => {
+            let start = start
+                .take()
+                .ok_or_else(|| KvmError::Guest("the guest signalled End before Start".into()))?;
+            let mut stats = Vec::new();
+            if let (Some(r), Some(b)) = (reader.as_ref(), before.as_ref()) {
+                stats = named_deltas(r.layout(), b, &r.snapshot()?, "kvm.vcpu");
+            }
+            pass = Some(VcpuPass {
+                start,
+                end: at,
+                stats,
+            });
+            Ok(Flow::Stop)
+        }
+        other => Err(unexpected(&other)),
+    })?;
+    pass.ok_or_else(|| KvmError::Guest("the guest stopped without signalling End".into()))
+}
+
+/// The 4 KiB pages of the guest's own page tables that a pass over `order` reads for the
+/// first time: the data region's PD pages (one per GiB) and, with 4 KiB guest pages, its PT
+/// pages (one per 2 MiB). The index array and everything else the loop reads were touched
+/// before the measured section.
+fn guest_table_pages(order: &[u32], guest_page: GuestPage) -> u64 {
+    let distinct = |shift: u32| {
+        order
+            .iter()
+            .map(|p| p >> shift)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len() as u64
+    };
+    // 4 KiB pages: 512 per PT page, 512 × 512 per PD page.
+    let pds = distinct(18);
+    match guest_page {
+        GuestPage::Huge => pds,
+        GuestPage::Small => pds + distinct(9),
+    }
+}
+
+/// `KVM_PRE_FAULT_MEMORY` over [gpa, gpa + size), resumed until done: the kernel returns
+/// early (with the range advanced) when it has a signal or needs to reschedule.
+fn pre_fault(vm: &Vm, gpa: u64, size: u64) -> Result<(), KvmError> {
+    let vcpu = vm
+        .vcpu(0)
+        .ok_or_else(|| KvmError::Internal("no vCPU 0".into()))?;
+    pre_fault_on(vcpu, gpa, size)
+}
+
+/// [`pre_fault`] on the vCPU fd `vcpu` (a vCPU, or a duplicate of one's fd).
+pub(crate) fn pre_fault_on(
+    vcpu: &impl std::os::fd::AsRawFd,
+    gpa: u64,
+    size: u64,
+) -> Result<(), KvmError> {
+    let mut range = kvm_bindings::kvm_pre_fault_memory {
+        gpa,
+        size,
+        ..Default::default()
+    };
+    while range.size > 0 {
+        // SAFETY: the argument is a valid kvm_pre_fault_memory the kernel reads and updates;
+        // `vcpu` is a live vCPU fd.
+        let rc = unsafe { ioctl_with_mut_ref(vcpu, KVM_PRE_FAULT_MEMORY(), &mut range) };
+        if rc < 0 {
+            let err = std::io::Error::last_os_error();
+            if matches!(err.raw_os_error(), Some(libc::EINTR | libc::EAGAIN)) {
+                continue;
+            }
+            return Err(KvmError::Ioctl {
+                op: "KVM_PRE_FAULT_MEMORY",
+                source: err,
+            });
         }
     }
+    Ok(())
+}
+
+fn usize_of(v: u64) -> Result<usize, KvmError> {
+    usize::try_from(v)
+        .map_err(|_| KvmError::Layout(format!("{v} bytes do not fit this host's address space")))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn resident_pages(mem: &GuestMemory) -> usize {
-        let pages = mem.len() / PAGE;
-        let mut vec = vec![0u8; pages];
-        // SAFETY: mincore on our own mapping with a vector of one byte per page.
-        let rc = unsafe { libc::mincore(mem.ptr.as_ptr().cast(), mem.len(), vec.as_mut_ptr()) };
-        assert_eq!(rc, 0);
-        vec.iter().filter(|b| **b & 1 != 0).count()
-    }
-
     #[test]
-    fn lazy_memory_is_absent_and_populated_memory_present() {
-        let lazy = GuestMemory::backed(4 << 20, Backing::Lazy).unwrap();
-        assert_eq!(resident_pages(&lazy), 0);
-        let populated = GuestMemory::backed(4 << 20, Backing::Populated).unwrap();
-        assert_eq!(resident_pages(&populated), 1024);
-    }
-
-    /// The `VmFlags` of the mapping that contains `addr`, from /proc/self/smaps.
-    fn vm_flags(addr: u64) -> String {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let mut inside = false;
-        for line in smaps.lines() {
-            let range = line.split_whitespace().next().unwrap_or("");
-            if let Some((lo, hi)) = range.split_once('-')
-                && let (Ok(lo), Ok(hi)) = (u64::from_str_radix(lo, 16), u64::from_str_radix(hi, 16))
-            {
-                inside = (lo..hi).contains(&addr);
-            } else if inside && let Some(flags) = line.strip_prefix("VmFlags:") {
-                return flags.to_string();
-            }
-        }
-        panic!("no mapping contains {addr:#x}");
-    }
-
-    #[test]
-    fn four_kib_backings_opt_out_of_thp_and_thp_opts_in() {
-        let lazy = GuestMemory::backed(4 << 20, Backing::Lazy).unwrap();
-        assert!(vm_flags(lazy.host_addr()).contains(" nh"));
-        let populated = GuestMemory::backed(4 << 20, Backing::Populated).unwrap();
-        assert!(vm_flags(populated.host_addr()).contains(" nh"));
-        let thp = GuestMemory::backed(4 << 20, Backing::Thp).unwrap();
-        assert!(vm_flags(thp.host_addr()).contains(" hg"));
-    }
-
-    #[test]
-    fn thp_memory_is_2mib_aligned() {
-        let thp = GuestMemory::backed(4 << 20, Backing::Thp).unwrap();
-        assert_eq!(thp.host_addr() % (2 << 20), 0);
-        assert_eq!(thp.len(), 4 << 20);
-    }
-
-    #[test]
-    fn out_of_range_access_is_an_error() {
-        let mut m = GuestMemory::anonymous(8192).unwrap();
-        assert!(m.write(8190, &[0; 4]).is_err());
-        let mut b = [0u8; 4];
-        assert!(m.read(usize::MAX - 1, &mut b).is_err());
-        m.write(100, &[1, 2, 3, 4]).unwrap();
-        m.read(100, &mut b).unwrap();
-        assert_eq!(b, [1, 2, 3, 4]);
+    fn table_pages_are_one_pd_per_gib_and_one_pt_per_2mib_touched() {
+        let seq: Vec<u32> = (0..2048).collect(); // 8 MiB
+        assert_eq!(guest_table_pages(&seq, GuestPage::Huge), 1);
+        assert_eq!(guest_table_pages(&seq, GuestPage::Small), 1 + 4);
+        let two_gib: Vec<u32> = (0..524_288).step_by(4096).collect(); // stride 16 MiB
+        assert_eq!(guest_table_pages(&two_gib, GuestPage::Huge), 2);
+        assert_eq!(guest_table_pages(&two_gib, GuestPage::Small), 2 + 128);
     }
 }

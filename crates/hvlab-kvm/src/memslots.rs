@@ -12,8 +12,8 @@ use kvm_bindings::kvm_userspace_memory_region;
 use kvm_ioctls::{Kvm, VmFd};
 
 use super::KvmError;
-use super::memory::GuestMemory;
-use crate::backend::memslots::{MemslotPlan, MemslotResult, SlotOp};
+use super::guest_memory::GuestMemory;
+use hvlab_core::memslots::{MemslotPlan, MemslotResult, SlotOp};
 
 /// Guest-physical address bits when the host does not say (36: the smallest MAXPHYADDR of
 /// any x86-64 CPU).
@@ -39,7 +39,7 @@ fn admit(kvm: &Kvm, plan: &MemslotPlan) -> Result<(), KvmError> {
     // KVM_CAP_NR_MEMSLOTS: user memslots per address space (KVM_USER_MEM_SLOTS, 32764 on x86).
     let cap = kvm.get_nr_memslots();
     if usize::try_from(plan.slots).map_or(true, |n| n > cap) {
-        return Err(KvmError::Unsupported(format!(
+        return Err(KvmError::Lacks(format!(
             "slots={} is more than this host's KVM_CAP_NR_MEMSLOTS ({cap}): choose at most {cap}",
             plan.slots
         )));
@@ -47,7 +47,7 @@ fn admit(kvm: &Kvm, plan: &MemslotPlan) -> Result<(), KvmError> {
     let end = plan.gpa(0, false) + plan.span_bytes();
     let bits = guest_phys_bits(kvm);
     if bits < 64 && end > 1u64 << bits {
-        return Err(KvmError::Unsupported(format!(
+        return Err(KvmError::Lacks(format!(
             "{} slots of {} bytes, moved above themselves, end at guest-physical {end:#x}, beyond this host's {bits}-bit guest-physical space: use fewer or smaller slots (--set slot_size)",
             plan.slots, plan.slot_bytes
         )));

@@ -1,6 +1,8 @@
 //! The `pinning` scenario on real KVM: a guest that plays a profiled task, a pin manager that
 //! pins its buffer's host memory for real.
 
+pub mod pins;
+
 use std::time::{Duration, Instant};
 
 use kvm_ioctls::Kvm;
@@ -9,24 +11,24 @@ use super::KvmError;
 use super::guest::layout::{DATA_GPA, GuestPage, Layout, PIN_DOORBELL_GPA};
 use super::guest::payload::{self, PinLoop};
 use super::guest::runner::{Flow, GuestExit};
+use super::guest_memory::{Backing, GuestMemory};
 use super::host::HostInfo;
 use super::measure::{section, unexpected};
-use super::memory::{Backing, GuestMemory};
-use super::pin::{IoUringPinner, MlockPinner, check_memlock};
 use super::vm::Vm;
-use crate::backend::error::BackendError as Error;
-use crate::backend::pinning::{
+use hvlab_core::error::BackendError;
+use hvlab_core::pinning::{
     PinCache, PinMethod, PinPlan, PinPolicy, PinResult, Pinner, RECORDS_PER_MS,
 };
+use pins::{IoUringPinner, MlockPinner, check_memlock};
 
 const STRIDE_PAD: u64 = 2 << 20;
 
 /// Runs one trace. `Start`..`End` is the profiled task; between its slices the host sleeps
 /// `off_ns` (other tasks run); after it, an idle tail lets the aging timer act.
-pub fn pin_trace(kvm: &Kvm, host: &HostInfo, plan: &PinPlan) -> Result<PinResult, Error> {
+pub fn pin_trace(kvm: &Kvm, host: &HostInfo, plan: &PinPlan) -> Result<PinResult, BackendError> {
     let _ = host;
     if plan.policy == PinPolicy::NoPin {
-        return Err(KvmError::Unsupported(
+        return Err(KvmError::Lacks(
             "no-pin is model-only: without SPE hardware the kvm backend cannot see records lost to stage-2 faults".into(),
         )
         .into());
@@ -40,7 +42,7 @@ pub fn pin_trace(kvm: &Kvm, host: &HostInfo, plan: &PinPlan) -> Result<PinResult
         );
         if !(has_gmem && has_prefault) {
             let yes = |b: bool| if b { "yes" } else { "no" };
-            return Err(KvmError::Unsupported(format!(
+            return Err(KvmError::Lacks(format!(
                 "gmem-prefault needs guest_memfd and KVM_PRE_FAULT_MEMORY; this host's KVM has KVM_CAP_GUEST_MEMFD: {}, KVM_CAP_PRE_FAULT_MEMORY: {} (the memory scenario's gmem variant runs guest_memfd alone)",
                 yes(has_gmem),
                 yes(has_prefault)
@@ -122,11 +124,11 @@ fn run<P: Pinner>(
     plan: &PinPlan,
     records: u64,
     pinner: P,
-) -> Result<PinResult, Error> {
+) -> Result<PinResult, BackendError> {
     let mut cache = PinCache::new(pinner, plan);
     let t0 = Instant::now();
     let now = || u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-    let mut failure: Option<Error> = None;
+    let mut failure: Option<BackendError> = None;
     let timeout = Duration::from_nanos(
         (plan.slice_ns + plan.off_ns) * u64::from(plan.slices) * 20 + 10_000_000_000,
     );
@@ -189,17 +191,17 @@ struct PrefaultPinner {
 }
 
 impl Pinner for PrefaultPinner {
-    fn pin(&mut self, _: u64, _: u64, _: bool) -> Result<u64, Error> {
+    fn pin(&mut self, _: u64, _: u64, _: bool) -> Result<u64, BackendError> {
         Err(KvmError::Internal("gmem-prefault never pins".into()).into())
     }
 
-    fn unpin(&mut self, _: u64, _: u64) -> Result<u64, Error> {
+    fn unpin(&mut self, _: u64, _: u64) -> Result<u64, BackendError> {
         Err(KvmError::Internal("gmem-prefault never unpins".into()).into())
     }
 
-    fn prefault(&mut self, addr: u64, bytes: u64) -> Result<u64, Error> {
+    fn prefault(&mut self, addr: u64, bytes: u64) -> Result<u64, BackendError> {
         let t = Instant::now();
-        super::stage2::pre_fault_on(&self.vcpu, addr, bytes)?;
+        super::memory::pre_fault_on(&self.vcpu, addr, bytes)?;
         Ok(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX))
     }
 }

@@ -26,7 +26,7 @@ use linux_raw_sys::ioctl::{UFFDIO_API, UFFDIO_CONTINUE, UFFDIO_COPY, UFFDIO_REGI
 use rustix::mm::UserfaultfdFlags;
 
 use super::KvmError;
-use super::memory::GuestMemory;
+use super::guest_memory::GuestMemory;
 
 const PAGE: usize = 4096;
 
@@ -149,7 +149,7 @@ impl UffdServer {
         // SAFETY: UFFDIO_API takes a pointer to a uffdio_api that lives across the call.
         uffd_ioctl(&uffd, UFFDIO_API, (&raw mut api).cast()).map_err(|source| {
             if minor {
-                KvmError::Unsupported(format!(
+                KvmError::Lacks(format!(
                     "{}: the UFFDIO_API handshake refused it: {source}",
                     mode.feature()
                 ))

@@ -10,8 +10,8 @@ use vmm_sys_util::eventfd::EventFd;
 use super::KvmError;
 use super::guest::runner::{self, Flow, GuestExit};
 use super::guest::{Cpl, ENTRY_GPA, Signal, long_mode};
-use super::memory::GuestMemory;
-use crate::backend::ioctl_table::KVM_IOEVENTFD_FLAG_DATAMATCH;
+use super::guest_memory::GuestMemory;
+use hvlab_core::ioctl_table::KVM_IOEVENTFD_FLAG_DATAMATCH;
 
 /// `KVM_CAP_GUEST_MEMFD_FLAGS` (Linux 6.18, include/uapi/linux/kvm.h): the guest_memfd flags
 /// this VM may use; not in kvm-bindings 0.14.
@@ -293,7 +293,7 @@ impl Vm {
         let flags = self.fd.check_extension_raw(KVM_CAP_GUEST_MEMFD_FLAGS);
         let want = GUEST_MEMFD_FLAG_MMAP | GUEST_MEMFD_FLAG_INIT_SHARED;
         if u64::try_from(flags).unwrap_or(0) & want != want {
-            return Err(KvmError::Unsupported(format!(
+            return Err(KvmError::Lacks(format!(
                 "guest_memfd here is private-only (KVM_CAP_GUEST_MEMFD_FLAGS = {flags}, lacking GUEST_MEMFD_FLAG_MMAP | GUEST_MEMFD_FLAG_INIT_SHARED): a plain VM cannot use it, and this host's KVM_CAP_VM_TYPES = {} offers no confidential VM type",
                 kvm.check_extension_raw(libc::c_ulong::from(kvm_bindings::KVM_CAP_VM_TYPES))
             )));

@@ -30,7 +30,7 @@
 //! `KVM_MMU_LOCK()` around each mask). The vCPU threads share the host's CPUs as
 //! [`crate::mmu_lock::simulate`] schedules them.
 
-use crate::backend::dirty::{
+use hvlab_core::dirty::{
     BITMAP_WORD_PAGES, DirtyPass, DirtyPlan, DirtyResult, LogMode, RING_RSVD_ENTRIES,
 };
 
@@ -638,7 +638,7 @@ mod tests {
             cpl: None,
             timeout: Duration::from_secs(1),
             vcpus: 1,
-            backing: crate::backend::dirty::DirtyBacking::Anonymous,
+            backing: hvlab_core::dirty::DirtyBacking::Anonymous,
         }
     }
 

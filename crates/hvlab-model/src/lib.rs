@@ -1,50 +1,76 @@
 //! The model backend: executable models of the kernel mechanisms behind each scenario, driven
 //! by a cost profile. Deterministic: the same seed gives the same output on every machine.
 //!
-//! One module per mechanism: [`srcu`] (lifecycle), [`mmu`] (memory), [`pmu`] (exits),
-//! [`spe`] (pinning), [`percpu`]; [`profile`] holds the costs.
+//! One module per mechanism, named as the mechanism, with [`mmu_lock`] (the vCPUs' contention
+//! on `kvm->mmu_lock`, which memory and dirty both model); [`profile`] holds the costs.
+//!
+//! A mechanism has one name in every layer (the README's Layout has the same table):
+//!
+//! | mechanism | scenario | core | kvm | model |
+//! |---|---|---|---|---|
+//! | VM construction vs SRCU | `lifecycle` | `lifecycle` | `lifecycle` | `lifecycle` |
+//! | stage-2 faults, prefetch | `memory` | `memory` | `memory` | `memory` |
+//! | exit roundtrips, PMU switching | `exits` | `exits` | `exits` | `exits` |
+//! | SPE buffer pins | `pinning` | `pinning` | `pinning` | `pinning` |
+//! | per-CPU data access | `percpu` | `percpu` | (model only) | `percpu` |
+//! | dirty logging | `dirty` | `dirty` | `dirty` | `dirty` |
+//! | memslot updates | `memslots` | `memslots` | `memslots` | `memslots` |
 
 pub mod dirty;
+pub mod exits;
+pub mod lifecycle;
+pub mod memory;
 pub mod memslots;
-pub mod mmu;
 pub mod mmu_lock;
 pub mod percpu;
-pub mod pmu;
+pub mod pinning;
 pub mod profile;
-pub mod spe;
-pub mod srcu;
 
-use hvlab_core as backend;
 use rand_chacha::ChaCha8Rng;
 
-use crate::backend::error::BackendError as Error;
-use crate::backend::exits::{ExitKind, ExitPlan, ExitResult, PmuConfig, RaceReport};
-use crate::backend::host::{HostInfo, KvmFlavour};
-use crate::backend::lifecycle::{ConstructionPlan, ConstructionTrace};
-use crate::backend::memory::{TouchPlan, TouchResult};
-use crate::backend::percpu::{PercpuPlan, PercpuResult};
-use crate::backend::pinning::{PinPlan, PinResult};
-use crate::backend::{Backend, BackendKind, PercpuPredictor};
+use hvlab_core::error::{BackendError, Fault};
+use hvlab_core::exits::{ExitKind, ExitPlan, ExitResult, PmuConfig, RaceReport};
+use hvlab_core::host::{HostInfo, KvmFlavour};
+use hvlab_core::lifecycle::{ConstructionPlan, ConstructionTrace};
+use hvlab_core::memory::{TouchPlan, TouchResult};
+use hvlab_core::percpu::{PercpuPlan, PercpuResult};
+use hvlab_core::pinning::{PinPlan, PinResult};
+use hvlab_core::{Backend, BackendKind, PercpuPredictor};
 use profile::{MmuKind, Profile, ProfileError};
 
-/// Model errors.
+/// Model errors: its cost profile (what a plan the modelled host cannot run is, the backend
+/// seam's one [`BackendError::Unsupported`], says).
 #[derive(Debug, thiserror::Error, displaydoc::Display)]
 pub enum ModelError {
     /// {0}
     Profile(#[from] ProfileError),
-    /// unsupported: {0}
-    Unsupported(String),
 }
 
-impl From<ModelError> for Error {
-    /// What the model refuses through the [`Backend`] trait: a profile that lacks or spoils a
-    /// cost is bad input, a plan the modelled host cannot run is unsupported.
-    fn from(e: ModelError) -> Error {
-        match e {
-            ModelError::Profile(p) => Error::Config(Box::new(p)),
-            ModelError::Unsupported(why) => Error::Unsupported(why),
+impl ModelError {
+    /// What kind of failure it is: a profile that cannot be read or lacks a cost is bad input;
+    /// one that cannot be written, a failure.
+    pub fn fault(&self) -> Fault {
+        match self {
+            ModelError::Profile(p) if !p.is_write() => Fault::BadInput,
+            ModelError::Profile(_) => Fault::Failed,
         }
     }
+}
+
+impl From<ModelError> for BackendError {
+    /// What the model refuses through the [`Backend`] trait: a profile that lacks or spoils a
+    /// cost is bad input.
+    fn from(e: ModelError) -> BackendError {
+        match e {
+            ModelError::Profile(p) => BackendError::Config(Box::new(p)),
+        }
+    }
+}
+
+/// The modelled host cannot run a plan (a profile without the costs it needs, a mechanism
+/// the modelled hardware lacks): the variant is unsupported.
+fn unsupported(why: impl std::fmt::Display) -> BackendError {
+    BackendError::Unsupported(why.to_string())
 }
 
 /// The model backend with one profile.
@@ -58,10 +84,10 @@ pub struct ModelBackend {
     profile_hz: (u32, String),
     rng: ChaCha8Rng,
     /// Where the timer ticks fall for the next VM built back to back.
-    lifecycle: srcu::BackToBack,
+    lifecycle: lifecycle::BackToBack,
     /// The PEBS race explorer's reports by configuration: the same for every batch and rep,
     /// and a state-space search each time.
-    races: Vec<((PmuConfig, pmu::PebsCpu), Vec<RaceReport>)>,
+    races: Vec<((PmuConfig, exits::PebsCpu), Vec<RaceReport>)>,
 }
 
 impl ModelBackend {
@@ -83,8 +109,8 @@ impl ModelBackend {
             profile,
             profile_hz: (host.hz, host.hz_source.clone()),
             host,
-            rng: srcu::rng(seed),
-            lifecycle: srcu::BackToBack::default(),
+            rng: lifecycle::rng(seed),
+            lifecycle: lifecycle::BackToBack::default(),
             races: Vec::new(),
         }
     }
@@ -94,12 +120,12 @@ impl ModelBackend {
         &self.profile
     }
 
-    /// [`pmu::explore`] for `cfg` on `cpu`, explored once per backend.
-    fn races(&mut self, cfg: PmuConfig, cpu: pmu::PebsCpu) -> Vec<RaceReport> {
+    /// [`exits::explore`] for `cfg` on `cpu`, explored once per backend.
+    fn races(&mut self, cfg: PmuConfig, cpu: exits::PebsCpu) -> Vec<RaceReport> {
         if let Some((_, races)) = self.races.iter().find(|(key, _)| *key == (cfg, cpu)) {
             return races.clone();
         }
-        let races = pmu::explore(cfg, cpu);
+        let races = exits::explore(cfg, cpu);
         self.races.push(((cfg, cpu), races.clone()));
         races
     }
@@ -118,16 +144,16 @@ impl Backend for ModelBackend {
         Some(self.profile.name.clone())
     }
 
-    fn construct_vm(&mut self, plan: &ConstructionPlan) -> Result<ConstructionTrace, Error> {
+    fn construct_vm(&mut self, plan: &ConstructionPlan) -> Result<ConstructionTrace, BackendError> {
         // The kernel this VM is built on ticks at the plan's HZ (`--set hz`) when it names one:
         // that is the host this backend presents from now on, the one the run stores.
         (self.host.hz, self.host.hz_source) = match plan.hz {
             Some(hz) => (hz, "--set hz".to_string()),
             None => self.profile_hz.clone(),
         };
-        let costs =
-            srcu::LifecycleCosts::from_profile(&self.profile, plan.hz).map_err(ModelError::from)?;
-        Ok(srcu::construct(
+        let costs = lifecycle::LifecycleCosts::from_profile(&self.profile, plan.hz)
+            .map_err(ModelError::from)?;
+        Ok(lifecycle::construct(
             &costs,
             plan,
             &mut self.rng,
@@ -135,28 +161,24 @@ impl Backend for ModelBackend {
         ))
     }
 
-    fn touch_memory(&mut self, plan: &TouchPlan) -> Result<TouchResult, Error> {
-        let costs = mmu::MmuCosts::from_profile(&self.profile).map_err(ModelError::from)?;
-        if plan.backing == crate::backend::memory::HostBacking::PreFault
-            && costs.mmu == MmuKind::Shadow
+    fn touch_memory(&mut self, plan: &TouchPlan) -> Result<TouchResult, BackendError> {
+        let costs = memory::MmuCosts::from_profile(&self.profile).map_err(ModelError::from)?;
+        if plan.backing == hvlab_core::memory::HostBacking::PreFault && costs.mmu == MmuKind::Shadow
         {
-            return Err(ModelError::Unsupported(format!(
+            return Err(unsupported(format!(
                 "KVM_PRE_FAULT_MEMORY needs TDP; profile {} describes shadow paging",
                 self.profile.name
-            ))
-            .into());
+            )));
         }
         if plan.vcpus > 1 {
             // A profile without the contention inputs cannot say what many vCPUs do.
-            let par = mmu_lock::ParallelCosts::from_profile(&self.profile)
-                .map_err(|e| ModelError::Unsupported(e.to_string()))?;
-            return mmu_lock::touch(&costs, &par, plan)
-                .map_err(|e| ModelError::Unsupported(e.to_string()).into());
+            let par = mmu_lock::ParallelCosts::from_profile(&self.profile).map_err(unsupported)?;
+            return mmu_lock::touch(&costs, &par, plan).map_err(unsupported);
         }
-        mmu::touch(&costs, plan).map_err(|e| ModelError::Unsupported(e.to_string()).into())
+        memory::touch(&costs, plan).map_err(unsupported)
     }
 
-    fn exit_roundtrips(&mut self, plan: &ExitPlan) -> Result<ExitResult, Error> {
+    fn exit_roundtrips(&mut self, plan: &ExitPlan) -> Result<ExitResult, BackendError> {
         let g = |k| self.profile.get(k, "pmu").map_err(ModelError::from);
         let ghz = g("cpu_ghz")?;
         let base = match plan.kind {
@@ -170,18 +192,18 @@ impl Backend for ModelBackend {
         // still runs the plain exit kinds.
         let pmu = match plan.pmu {
             Some(cfg) => {
-                let cpu = pmu::PebsCpu {
+                let cpu = exits::PebsCpu {
                     isolation: g("pebs_isolation")? != 0.0,
-                    ..pmu::PebsCpu::isolated()
+                    ..exits::PebsCpu::isolated()
                 };
-                let costs = pmu::SwitchCosts {
+                let costs = exits::SwitchCosts {
                     load_entry: g("msr_load_entry_cycles")?,
                     list: g("msr_load_list_cycles")?,
                     wrmsr: g("wrmsr_cycles")?,
                 };
-                let mut outcome = pmu::switch_plan(cfg, cpu);
+                let mut outcome = exits::switch_plan(cfg, cpu);
                 outcome.races = self.races(cfg, cpu);
-                let extra = pmu::switch_cycles(&outcome, &costs) / ghz;
+                let extra = exits::switch_cycles(&outcome, &costs) / ghz;
                 Some((outcome, extra))
             }
             None => None,
@@ -202,9 +224,9 @@ impl Backend for ModelBackend {
         })
     }
 
-    fn pin_trace(&mut self, plan: &PinPlan) -> Result<PinResult, Error> {
-        let costs = spe::PinCosts::from_profile(&self.profile).map_err(ModelError::from)?;
-        spe::run(&costs, plan)
+    fn pin_trace(&mut self, plan: &PinPlan) -> Result<PinResult, BackendError> {
+        let costs = pinning::PinCosts::from_profile(&self.profile).map_err(ModelError::from)?;
+        pinning::run(&costs, plan)
     }
 
     fn percpu(&mut self) -> Option<&mut dyn PercpuPredictor> {
@@ -213,31 +235,27 @@ impl Backend for ModelBackend {
 
     fn dirty_log(
         &mut self,
-        plan: &crate::backend::dirty::DirtyPlan,
-    ) -> Result<crate::backend::dirty::DirtyResult, Error> {
-        dirty::admit(plan).map_err(ModelError::Unsupported)?;
-        dirty::admit_profile(&self.profile).map_err(ModelError::Unsupported)?;
+        plan: &hvlab_core::dirty::DirtyPlan,
+    ) -> Result<hvlab_core::dirty::DirtyResult, BackendError> {
+        dirty::admit(plan).map_err(unsupported)?;
+        dirty::admit_profile(&self.profile).map_err(unsupported)?;
         // A profile without the dirty-logging costs (calibrated before they existed, or a
         // host nobody measured them on) cannot run this scenario: a limitation, said as one.
-        let mut costs = dirty::DirtyCosts::from_profile(&self.profile)
-            .map_err(|e| ModelError::Unsupported(e.to_string()))?;
+        let mut costs = dirty::DirtyCosts::from_profile(&self.profile).map_err(unsupported)?;
         if plan.vcpus > 1 {
             // A profile without the contention inputs cannot say what many vCPUs do.
-            costs = costs
-                .with_vcpus(&self.profile)
-                .map_err(|e| ModelError::Unsupported(e.to_string()))?;
+            costs = costs.with_vcpus(&self.profile).map_err(unsupported)?;
         }
         Ok(dirty::run(&costs, plan))
     }
 
     fn update_memslots(
         &mut self,
-        plan: &crate::backend::memslots::MemslotPlan,
-    ) -> Result<crate::backend::memslots::MemslotResult, Error> {
+        plan: &hvlab_core::memslots::MemslotPlan,
+    ) -> Result<hvlab_core::memslots::MemslotResult, BackendError> {
         // A profile without the memslot costs (calibrated before they existed) cannot run
         // this scenario: a limitation, said as one.
-        let costs = memslots::MemslotCosts::from_profile(&self.profile)
-            .map_err(|e| ModelError::Unsupported(e.to_string()))?;
+        let costs = memslots::MemslotCosts::from_profile(&self.profile).map_err(unsupported)?;
         Ok(memslots::run(
             &costs,
             plan,
@@ -247,7 +265,7 @@ impl Backend for ModelBackend {
 }
 
 impl PercpuPredictor for ModelBackend {
-    fn predict_percpu(&mut self, plan: &PercpuPlan) -> Result<PercpuResult, Error> {
+    fn predict_percpu(&mut self, plan: &PercpuPlan) -> Result<PercpuResult, BackendError> {
         let costs = percpu::PercpuCosts::from_profile(&self.profile).map_err(ModelError::from)?;
         Ok(percpu::predict(&costs, plan))
     }

@@ -27,9 +27,9 @@
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::backend::memslots::{MemslotPlan, MemslotResult, SlotOp};
+use crate::lifecycle::Srcu;
 use crate::profile::{Profile, ProfileError};
-use crate::srcu::Srcu;
+use hvlab_core::memslots::{MemslotPlan, MemslotResult, SlotOp};
 
 /// Tree walks per swap: `kvm_replace_memslot()` on each of the two sets, each through the
 /// interval tree and the gfn rb-tree.

@@ -13,10 +13,10 @@
 
 use std::collections::VecDeque;
 
-use super::mmu::{Counts, Mmu, MmuCosts, PER_PAGE_MAX_PAGES, PassError, prefetch_for};
+use super::memory::{Counts, Mmu, MmuCosts, PER_PAGE_MAX_PAGES, PassError, prefetch_for};
 use super::profile::{MmuKind, Profile, ProfileError};
-use crate::backend::guest::GuestPage;
-use crate::backend::memory::{HostBacking, Touch, TouchPlan, TouchResult};
+use hvlab_core::guest::GuestPage;
+use hvlab_core::memory::{HostBacking, Touch, TouchPlan, TouchResult};
 
 /// One stretch of a vCPU thread's work.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -333,12 +333,12 @@ mod tests {
     fn plan(vcpus: u32) -> TouchPlan {
         TouchPlan {
             size_bytes: 16 << 20,
-            pattern: crate::backend::memory::Pattern::Seq,
+            pattern: hvlab_core::memory::Pattern::Seq,
             seed: 1,
-            access: crate::backend::memory::Access::Write,
+            access: hvlab_core::memory::Access::Write,
             touch: Touch::FirstByte,
             guest_page: GuestPage::Small,
-            backing: HostBacking::Anonymous(crate::backend::guest::Backing::Lazy),
+            backing: HostBacking::Anonymous(hvlab_core::guest::Backing::Lazy),
             cpl: None,
             timeout: std::time::Duration::from_secs(1),
             prefetch: None,
@@ -357,7 +357,7 @@ mod tests {
     fn one_vcpu_costs_what_the_single_vcpu_model_says() {
         let c = costs(MmuKind::Shadow);
         let one = touch(&c, &par(1_000.0, 2), &plan(1)).unwrap();
-        let single = crate::mmu::touch(&c, &plan(1)).unwrap();
+        let single = crate::memory::touch(&c, &plan(1)).unwrap();
         assert_eq!(one.elapsed_ns, single.elapsed_ns);
         assert_eq!(one.kvm_stats, single.kvm_stats);
     }

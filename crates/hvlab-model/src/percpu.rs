@@ -34,7 +34,7 @@
 //! pages, the worst case for the RFC.
 
 use super::profile::{Profile, ProfileError};
-use crate::backend::percpu::{PercpuPlan, PercpuResult, PercpuScheme, Workload};
+use hvlab_core::percpu::{PercpuPlan, PercpuResult, PercpuScheme, Workload};
 
 /// Bytes of a per-CPU unit page (4 KiB granule).
 const PAGE_BYTES: f64 = 4096.0;

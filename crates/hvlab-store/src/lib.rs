@@ -18,7 +18,6 @@ use std::path::{Path, PathBuf};
 
 use crate::record::RunRecord;
 use hvlab_analysis::record;
-use hvlab_core as backend;
 
 /// Store errors.
 #[derive(Debug, thiserror::Error, displaydoc::Display)]
@@ -105,10 +104,6 @@ pub enum StoreError {
     },
     /// Cannot read {0}: {1}
     Read(PathBuf, std::io::Error),
-    /// Cannot write {0}: {1}. Choose a writable path with -o FILE.
-    Write(PathBuf, std::io::Error),
-    /// Cannot write the export: {0}
-    Output(std::io::Error),
     /// {count} run(s) have the id of a stored run but different content, so they were not stored (the stored copy is kept): {ids}. Run ids end in 64 random bits, so this is a copy that was changed; compare them with `hvlab show ID --json` on each store.
     Conflicts {
         /// How many.
@@ -119,6 +114,15 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// What kind of failure it is: what the user typed, or the store failing.
+    pub fn fault(&self) -> hvlab_core::error::Fault {
+        if self.is_bad_input() {
+            hvlab_core::error::Fault::BadInput
+        } else {
+            hvlab_core::error::Fault::Failed
+        }
+    }
+
     /// Errors caused by what the user typed.
     pub fn is_bad_input(&self) -> bool {
         matches!(
@@ -139,7 +143,6 @@ impl StoreError {
                 | StoreError::BadLine { .. }
                 | StoreError::BadRun { .. }
                 | StoreError::Read(..)
-                | StoreError::Write(..)
                 | StoreError::Conflicts { .. }
         )
     }
@@ -153,7 +156,7 @@ pub struct RunListing {
     /// Scenario.
     pub scenario: String,
     /// Backend.
-    pub backend: crate::backend::BackendKind,
+    pub backend: hvlab_core::BackendKind,
     /// Start time.
     pub started_at: String,
     /// Kernel release.

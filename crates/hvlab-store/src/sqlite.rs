@@ -554,11 +554,11 @@ mod tests {
         RunRecord {
             run_id: id.to_string(),
             scenario: "lifecycle".into(),
-            backend: crate::backend::BackendKind::Kvm,
+            backend: hvlab_core::BackendKind::Kvm,
             profile: None,
             // This machine's description, without asking /dev/kvm: the store keeps whatever
             // host a run describes.
-            host: crate::backend::host::probe_with(
+            host: hvlab_host::probe::probe_with(
                 "not asked: a store test".into(),
                 std::collections::BTreeMap::new(),
             ),

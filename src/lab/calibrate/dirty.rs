@@ -14,12 +14,12 @@
 //! (which [`mmu_lock_hold`] explains), from the same pass run by one vCPU and by two.
 
 use super::{put_measured, run};
-use crate::backend::Backend;
 use crate::error::Error;
 use crate::model::profile::{MmuKind, Profile};
 use crate::record::RunRecord;
-use crate::scenario::dirty::{self, Set};
+use crate::scenario::dirty::DirtyParams;
 use crate::scenario::runner::Progress;
+use hvlab_core::Backend;
 
 fn med(r: &RunRecord, variant: &str, metric: &str) -> Option<f64> {
     r.variant(variant)
@@ -48,42 +48,39 @@ pub fn calibrate(
     };
     let a = run(
         backend,
-        &dirty::INFO,
+        DirtyParams {
+            size_bytes: big,
+            passes: 3,
+            ring: 65536,
+            ..DirtyParams::default()
+        },
         &["bitmap", "ring"],
-        &[&Set::SizeMib(big >> 20), &Set::Passes(3), &Set::Ring(65536)],
         5,
         progress,
     )?;
-    let copy = |bytes: u64, backend: &mut dyn Backend| {
+    let copy = |size_bytes: u64, backend: &mut dyn Backend| {
         run(
             backend,
-            &dirty::INFO,
+            DirtyParams {
+                size_bytes,
+                passes: 3,
+                stride: 4096,
+                chunk: 262_144,
+                ..DirtyParams::default()
+            },
             &["clear"],
-            &[
-                &Set::SizeMib(bytes >> 20),
-                &Set::Passes(3),
-                &Set::Stride(4096),
-                &Set::Chunk(262_144),
-            ],
             5,
             progress,
         )
     };
     let b = copy(copy_big, backend)?;
     let c = copy(copy_little, backend)?;
-    let pages_a = (big / 4096) as f64;
-    let words_a = pages_a / 64.0;
-    let (words_b, words_c) = (
-        (copy_big / 4096 / 64) as f64,
-        (copy_little / 4096 / 64) as f64,
-    );
     let what = format!(
         "dirty runs at {} MiB (every page) and {} and {} MiB (every 4096th page), 3 passes each, 5 reps",
         big >> 20,
         copy_big >> 20,
         copy_little >> 20
     );
-
     // The write-protect fault: a pass's time per page, less the plain write.
     if let Some(per_page) = med(&a, "bitmap", "dirty_ns_per_page") {
         let touch = p.get("touch_page_ns", "dirty").unwrap_or(0.0);
@@ -97,9 +94,39 @@ pub fn calibrate(
             )),
         );
     }
-    let (Some(get_b), Some(get_c)) = (med(&b, "clear", "get_ms"), med(&c, "clear", "get_ms"))
-    else {
-        return Ok(());
+    let runs = CollectRuns {
+        full: (&a, big),
+        copies: [(&b, copy_big), (&c, copy_little)],
+        what: &what,
+    };
+    collect_costs(p, tag, &runs);
+    Ok(())
+}
+
+/// The runs collection costs are solved from: full passes (every page dirty, bitmap and ring)
+/// and manual-protect copies of two region sizes, each with its size in bytes.
+struct CollectRuns<'a> {
+    full: (&'a RunRecord, u64),
+    copies: [(&'a RunRecord, u64); 2],
+    /// What they were, for the provenance.
+    what: &'a str,
+}
+
+/// The log's costs: the bitmap's copy per word and ioctl (the two copies' slope and
+/// intercept), the re-protection per page (the full pass less the copy), and the ring's
+/// harvest and reset per entry.
+fn collect_costs(p: &mut Profile, tag: &dyn Fn(&str) -> String, runs: &CollectRuns<'_>) {
+    let what = runs.what;
+    let (a, big) = runs.full;
+    let [(b, copy_big), (c, copy_little)] = runs.copies;
+    let pages_a = (big / 4096) as f64;
+    let words_a = pages_a / 64.0;
+    let (words_b, words_c) = (
+        (copy_big / 4096 / 64) as f64,
+        (copy_little / 4096 / 64) as f64,
+    );
+    let (Some(get_b), Some(get_c)) = (med(b, "clear", "get_ms"), med(c, "clear", "get_ms")) else {
+        return;
     };
     let (get_b, get_c) = (get_b * 1e6, get_c * 1e6);
     let word = (get_b - get_c) / (words_b - words_c);
@@ -122,8 +149,8 @@ pub fn calibrate(
             "{what}: manual-protect KVM_GET_DIRTY_LOG at two sizes: the intercept"
         )),
     );
-    let Some(get_full) = med(&a, "bitmap", "get_ms").map(|v| v * 1e6) else {
-        return Ok(());
+    let Some(get_full) = med(a, "bitmap", "get_ms").map(|v| v * 1e6) else {
+        return;
     };
     let protect = (get_full - ioctl - words_a * word) / pages_a;
     put_measured(
@@ -136,9 +163,9 @@ pub fn calibrate(
         )),
     );
     if let (Some(harvest), Some(reset), Some(ioctls)) = (
-        med(&a, "ring", "harvest_ms"),
-        med(&a, "ring", "reset_ms"),
-        med(&a, "ring", "collect_ioctls"),
+        med(a, "ring", "harvest_ms"),
+        med(a, "ring", "reset_ms"),
+        med(a, "ring", "collect_ioctls"),
     ) {
         put_measured(
             p,
@@ -159,7 +186,6 @@ pub fn calibrate(
             )),
         );
     }
-    Ok(())
 }
 
 /// `mmu_lock_hold_ns` from a dirtying pass run by one vCPU and by two on two host CPUs.
@@ -183,13 +209,17 @@ fn mmu_lock_hold(
     if p.mmu != MmuKind::Shadow || backend.host().cores < 2 {
         return Ok(());
     }
-    let mib = if small { 8 } else { 64 };
+    let mib: u64 = if small { 8 } else { 64 };
     let pass = |vcpus: u32, backend: &mut dyn Backend| {
         run(
             backend,
-            &dirty::INFO,
+            DirtyParams {
+                size_bytes: mib << 20,
+                passes: 3,
+                vcpus,
+                ..DirtyParams::default()
+            },
             &["bitmap"],
-            &[&Set::SizeMib(mib), &Set::Passes(3), &Set::Vcpus(vcpus)],
             5,
             progress,
         )

@@ -16,13 +16,14 @@ mod srcu;
 
 use serde::Serialize;
 
-use crate::backend::host::HostInfo;
 use crate::error::Error;
 use crate::model::ModelBackend;
 use crate::model::ModelError;
 use crate::model::profile::{Profile, ProfileError};
 use crate::record::{MetricRecord, RunRecord};
+use crate::scenario::Params;
 use crate::scenario::runner::{RunRequest, Silent};
+use hvlab_core::host::HostInfo;
 
 /// How a thread's words become a range: one rule for every row (DESIGN.md, "Fidelity").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -323,7 +324,7 @@ pub struct ThreadInfo {
     /// The mechanism and the thread's subject, short.
     pub title: &'static str,
     /// The scenario that reproduces it.
-    pub scenario: &'static str,
+    pub scenario: crate::scenario::Kind,
     /// The built-in profile of the thread's host: every row runs on it.
     pub profile: &'static str,
 }
@@ -340,7 +341,7 @@ pub fn report(thread: &dyn Thread, host: &HostInfo, seed: u64) -> Result<ThreadR
     Ok(ThreadReport {
         id: info.id,
         title: info.title,
-        scenario: info.scenario,
+        scenario: info.scenario.name(),
         rows,
         fitted,
     })
@@ -432,26 +433,25 @@ pub fn evaluate(
 }
 
 /// Runs a registered scenario on the model with a built-in profile: the published setup as
-/// `--set` parameters and variants, the same path `hvlab run --backend model` takes.
+/// the scenario's parameters (which say the scenario) and variants, the same path
+/// `hvlab run --backend model` takes.
 pub fn model_run(
     host: &HostInfo,
-    scenario: &str,
+    params: impl Into<Params>,
     profile: &Profile,
     variants: &[&str],
-    sets: &[String],
     reps: u32,
     seed: u64,
 ) -> Result<RunRecord, Error> {
     let mut backend = ModelBackend::new(profile.clone(), host.clone(), seed);
     let request = RunRequest {
+        params: params.into(),
         variants: variants.iter().map(ToString::to_string).collect(),
-        sets: sets.to_vec(),
         reps,
         warmup: 0,
         seed,
     };
-    let s = crate::scenario::scenario(scenario)?;
-    crate::scenario::run_scenario(s, &mut backend, &request, &Silent)
+    crate::scenario::run(&mut backend, &request, &Silent)
 }
 
 /// Loads a built-in profile for a thread's setup.
@@ -530,7 +530,7 @@ pub(crate) fn assert_no_provenance_cites<'k>(
 /// cites one of `figures`; the profile comes back with the keys it read.
 #[cfg(test)]
 pub(crate) fn assert_read_inputs_cite_none(thread: &dyn Thread, figures: &[&str]) -> Profile {
-    let host = crate::backend::host::probe_with("model".into(), Default::default());
+    let host = hvlab_host::probe::probe_with("model".into(), Default::default());
     let profile = profile(thread.info().profile).expect("a built-in profile");
     thread.rows(&host, &profile, 1).expect("the thread's rows");
     // Only the values the rows' runs read: the profile also describes other mechanisms, whose
@@ -590,7 +590,7 @@ mod tests {
             &ThreadInfo {
                 id: "t",
                 title: "toy",
-                scenario: "none",
+                scenario: crate::scenario::Kind::Exits,
                 profile: "intel-spr-vmx",
             }
         }
@@ -612,7 +612,7 @@ mod tests {
 
     #[test]
     fn a_row_moving_with_a_value_fitted_in_its_own_experiment_is_fitted_and_no_other() {
-        let host = crate::backend::host::probe_with("model".into(), Default::default());
+        let host = hvlab_host::probe::probe_with("model".into(), Default::default());
         let p = profile("intel-spr-vmx").expect("built-in");
         let mut rows = Toy.rows(&host, &p, 1).expect("toy rows");
         perturb(&Toy, &host, &p, 1, &mut rows).expect("perturbation");
@@ -634,7 +634,7 @@ mod tests {
     }
 
     fn reports() -> Vec<ThreadReport> {
-        let host = crate::backend::host::probe_with("model".into(), Default::default());
+        let host = hvlab_host::probe::probe_with("model".into(), Default::default());
         evaluate(&host, None, 1).expect("every thread runs on the model")
     }
 
@@ -669,7 +669,7 @@ mod tests {
         }
         assert!(
             evaluate(
-                &crate::backend::host::probe_with("model".into(), Default::default()),
+                &hvlab_host::probe::probe_with("model".into(), Default::default()),
                 Some("999"),
                 1
             )

@@ -3,7 +3,7 @@
 //! guest with a vPMU, a fastpath VM-exit roundtrip timed in cycles before and after the
 //! series, without and with a host PEBS event.
 //!
-//! The write counts come out of the list builder (`model::pmu`: `intel_guest_get_msrs()` and
+//! The write counts come out of the list builder (`model::exits`: `intel_guest_get_msrs()` and
 //! `atomic_switch_perf_msrs()`), no cost enters them: they are the tests. The cycle figures
 //! read the fastpath exit, the per-entry and the per-list MSR-load costs, all three fitted on
 //! this experiment's two pairs (~1120 => ~860 without host PEBS, ~1450 => ~900 with it), so
@@ -11,11 +11,12 @@
 //! with a per-list part (one cost per entry could not), but that is a fit, not a test.
 
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
-use crate::backend::host::HostInfo;
 use crate::error::Error;
 use crate::model::profile::Profile;
-use crate::scenario::exits::Set;
-use crate::scenario::params::sets_of;
+use crate::record::RunRecord;
+use crate::scenario::Kind;
+use crate::scenario::exits::ExitParams;
+use hvlab_core::host::HostInfo;
 
 /// The thread.
 pub struct Pebs;
@@ -37,7 +38,7 @@ impl Thread for Pebs {
         &ThreadInfo {
             id: "003",
             title: "PEBS_ENABLE not switched on VM transitions (x86 VMX, PEBS isolation)",
-            scenario: "exits",
+            scenario: Kind::Exits,
             profile: "intel-spr-vmx",
         }
     }
@@ -46,14 +47,14 @@ impl Thread for Pebs {
         let run = |host_pebs: bool| {
             super::model_run(
                 host,
-                "exits",
+                ExitParams {
+                    iterations: 1000,
+                    host_pebs,
+                    host_pebs_data_cfg: true,
+                    ..ExitParams::default()
+                },
                 profile,
                 &["vpmu-old", "vpmu-new", "pebs-old", "pebs-new"],
-                &sets_of(&[
-                    Set::Iterations(1000),
-                    Set::HostPebs(host_pebs),
-                    Set::HostPebsDataCfg(true),
-                ]),
                 1,
                 seed,
             )
@@ -64,19 +65,11 @@ impl Thread for Pebs {
         let saved = |r, old, new| -> Result<f64, Error> {
             Ok(m(r, old, "msr_writes_per_roundtrip")? - m(r, new, "msr_writes_per_roundtrip")?)
         };
-        let cycles =
-            |r, v| super::metric(r, v, "tsc_per_iter").map(|m| ModelFigure::of(m, 1.0, "cycles"));
-        let delta = |r, old, new| -> Result<ModelFigure, Error> {
-            Ok(ModelFigure::from_values(
-                &[m(r, old, "tsc_per_iter")? - m(r, new, "tsc_per_iter")?],
-                "cycles",
-            ))
-        };
         let setup = "intel-spr-vmx (Sapphire/Emerald Rapids core PMU: PEBS baseline with \
                      isolation), fastpath exit, guest vPMU with one counter";
         let quiet_setup = format!("{setup}; no host PEBS");
         let busy_setup = format!("{setup}; host PEBS event with PEBS_DATA_CFG");
-        let rows = vec![
+        let mut rows = vec![
             Row::judge(
                 "MSR writes saved per roundtrip, guest without PEBS, host PEBS active",
                 busy_setup.clone(),
@@ -101,65 +94,70 @@ impl Thread for Pebs {
                 None,
             )
             .of("003/write-counts"),
-            Row::judge(
+        ];
+        rows.extend(roundtrip_rows(
+            &quiet,
+            &quiet_setup,
+            [
                 "fastpath roundtrip before the series, no host PEBS",
-                quiet_setup.clone(),
+                "fastpath roundtrip after the series, no host PEBS",
+                "cycles saved by the series, no host PEBS",
+            ],
+            [
                 Published::about(
                     1120.0,
                     "cycles",
                     "Sean: \"without PEBS activity in the host ... from ~1120 => ~860 cycles on EMR\"",
                 ),
-                cycles(&quiet, "vpmu-old")?,
-                None,
-            )
-            .of(ROUNDTRIP),
-            Row::judge(
-                "fastpath roundtrip after the series, no host PEBS",
-                quiet_setup.clone(),
                 Published::about(860.0, "cycles", "Sean: \"... ~1120 => ~860 cycles on EMR\""),
-                cycles(&quiet, "vpmu-new")?,
-                None,
-            )
-            .of(ROUNDTRIP),
-            Row::judge(
-                "cycles saved by the series, no host PEBS",
-                quiet_setup,
                 Published::about(260.0, "cycles", "Sean: ~1120 => ~860 cycles: 260"),
-                delta(&quiet, "vpmu-old", "vpmu-new")?,
-                None,
-            )
-            .of(ROUNDTRIP),
-            Row::judge(
+            ],
+            None,
+        )?);
+        rows.extend(roundtrip_rows(
+            &busy,
+            &busy_setup,
+            [
                 "fastpath roundtrip before the series, host PEBS active",
-                busy_setup.clone(),
+                "fastpath roundtrip after the series, host PEBS active",
+                "cycles saved by the series, host PEBS active",
+            ],
+            [
                 Published::about(
                     1450.0,
                     "cycles",
                     "Sean: \"With host PEBS active, the reduction is ~1450 => ~900 cycles\"",
                 ),
-                cycles(&busy, "vpmu-old")?,
-                Some(HOST_PEBS_NOTE),
-            )
-            .of(ROUNDTRIP),
-            Row::judge(
-                "fastpath roundtrip after the series, host PEBS active",
-                busy_setup.clone(),
                 Published::about(900.0, "cycles", "Sean: \"... ~1450 => ~900 cycles\""),
-                cycles(&busy, "vpmu-new")?,
-                Some(HOST_PEBS_NOTE),
-            )
-            .of(ROUNDTRIP),
-            Row::judge(
-                "cycles saved by the series, host PEBS active",
-                busy_setup,
                 Published::about(550.0, "cycles", "Sean: ~1450 => ~900 cycles: 550"),
-                delta(&busy, "vpmu-old", "vpmu-new")?,
-                None,
-            )
-            .of(ROUNDTRIP),
-        ];
+            ],
+            Some(HOST_PEBS_NOTE),
+        )?);
         Ok(rows)
     }
+}
+
+/// A fastpath roundtrip before and after the series, and the cycles it saves, on the run `r`:
+/// `quantities` and `published` in that order; `note` on the two roundtrips.
+fn roundtrip_rows(
+    r: &RunRecord,
+    setup: &str,
+    quantities: [&'static str; 3],
+    published: [Published; 3],
+    note: Option<&'static str>,
+) -> Result<Vec<Row>, Error> {
+    let m = |v, k| super::metric(r, v, k).map(|m| m.median);
+    let cycles = |v| super::metric(r, v, "tsc_per_iter").map(|m| ModelFigure::of(m, 1.0, "cycles"));
+    let saved = ModelFigure::from_values(
+        &[m("vpmu-old", "tsc_per_iter")? - m("vpmu-new", "tsc_per_iter")?],
+        "cycles",
+    );
+    let [before, after, saving] = published;
+    Ok(vec![
+        Row::judge(quantities[0], setup, before, cycles("vpmu-old")?, note).of(ROUNDTRIP),
+        Row::judge(quantities[1], setup, after, cycles("vpmu-new")?, note).of(ROUNDTRIP),
+        Row::judge(quantities[2], setup, saving, saved, None).of(ROUNDTRIP),
+    ])
 }
 
 #[cfg(test)]

@@ -5,35 +5,38 @@
 //! direct MMU; `pf_fixed` counted in L0 before and after the fix.
 //!
 //! The model's counts come out of `__direct_pte_prefetch()` ported loop for loop
-//! (`model::mmu`); no profile value enters a count, so nothing here is fitted.
+//! (`model::memory`); no profile value enters a count, so nothing here is fitted.
 
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
-use crate::backend::guest::{Backing, GuestPage};
-use crate::backend::host::HostInfo;
-use crate::backend::memory::{Pattern, Touch};
 use crate::error::Error;
 use crate::model::profile::Profile;
-use crate::scenario::memory::Set;
-use crate::scenario::params::sets_of;
+use crate::scenario::Kind;
+use crate::scenario::memory::MemoryParams;
+use hvlab_core::guest::{Backing, GuestPage};
+use hvlab_core::host::HostInfo;
+use hvlab_core::memory::{Pattern, Touch};
 
 /// The thread.
 pub struct Prefetch;
 
 /// The setup as parameters of the `memory` scenario.
-const SETUP: [Set; 5] = [
-    Set::Size(6 << 30),
-    Set::Pattern(Pattern::Seq),
-    Set::Touch(Touch::FirstByte),
-    Set::GuestPage(GuestPage::Small),
-    Set::Backing(Backing::Populated),
-];
+fn setup() -> MemoryParams {
+    MemoryParams {
+        size_bytes: 6 << 30,
+        pattern: Pattern::Seq,
+        touch: Touch::FirstByte,
+        guest_page: GuestPage::Small,
+        model_backing: Backing::Populated,
+        ..MemoryParams::default()
+    }
+}
 
 impl Thread for Prefetch {
     fn info(&self) -> &'static ThreadInfo {
         &ThreadInfo {
             id: "004",
             title: "SPTE prefetch of the trailing run (x86 legacy MMU)",
-            scenario: "memory",
+            scenario: Kind::Memory,
             profile: "intel-spr-vmx",
         }
     }
@@ -41,13 +44,11 @@ impl Thread for Prefetch {
     fn rows(&self, host: &HostInfo, profile: &Profile, seed: u64) -> Result<Vec<Row>, Error> {
         // The legacy MMU's loop is what the thread changes; the profile only supplies the
         // MMU's prefetch behaviour for the variants, and times this table does not read.
-        let sets = sets_of(&SETUP);
         let run = super::model_run(
             host,
-            "memory",
+            setup(),
             profile,
             &["legacy-skip-trailing", "legacy"],
-            &sets,
             1,
             seed,
         )?;

@@ -11,11 +11,12 @@
 //! `fitted`. The 4 MiB per-switch rows and the `perf stat` runs at 256 MiB are predictions.
 
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
-use crate::backend::host::HostInfo;
 use crate::error::Error;
 use crate::model::profile::Profile;
-use crate::scenario::params::sets_of;
-use crate::scenario::pinning::Set;
+use crate::record::RunRecord;
+use crate::scenario::Kind;
+use crate::scenario::pinning::PinningParams;
+use hvlab_core::host::HostInfo;
 
 /// The thread.
 pub struct Spe;
@@ -54,46 +55,44 @@ impl Thread for Spe {
         &ThreadInfo {
             id: "000",
             title: "SPE buffer pinned per enable at stage 2 (KVM arm64)",
-            scenario: "pinning",
+            scenario: Kind::Pinning,
             profile: "neoverse-n2-spe",
         }
     }
 
     fn rows(&self, host: &HostInfo, profile: &Profile, seed: u64) -> Result<Vec<Row>, Error> {
-        let run = |buffer_mib: u32, variants: &[&str], extra: &[Set]| {
-            let mut sets = vec![
-                Set::BufferMib(buffer_mib),
-                Set::Slices(100),
-                Set::PerTask(true),
-            ];
-            sets.extend_from_slice(extra);
-            super::model_run(host, "pinning", profile, variants, &sets_of(&sets), 1, seed)
+        // Per-task mode: the buffer disabled and enabled at every switch.
+        let per_task = |buffer_mib: u64, slices| PinningParams {
+            buffer_bytes: buffer_mib << 20,
+            slices,
+            per_task: true,
+            ..PinningParams::default()
         };
+        // The filter records nothing.
+        let no_records = |p| PinningParams {
+            records_per_ms: 0,
+            ..p
+        };
+        let run =
+            |params, variants: &[&str]| super::model_run(host, params, profile, variants, 1, seed);
         // The 256 MiB setup once, pinned per enable and not pinned.
-        let large = run(256, &["eager", "no-pin"], &[Set::RecordsPerMs(0)])?;
-        let small = run(4, &["eager"], &[])?;
+        let large = run(no_records(per_task(256, 100)), &["eager", "no-pin"])?;
+        let small = run(per_task(4, 100), &["eager"])?;
         // `perf record ... -- perf stat true` at 256 MiB: the thread gives that run's switch
         // count only at 4 MiB (71 in the guest), so the model takes 71.
-        let stat = super::model_run(
-            host,
-            "pinning",
-            profile,
-            &["eager"],
-            &sets_of(&[
-                Set::BufferMib(256),
-                Set::Slices(PERF_STAT_SWITCHES),
-                Set::PerTask(true),
-                Set::RecordsPerMs(0),
-            ]),
-            1,
-            seed,
-        )?;
-        let per_switch_ms = |r| {
-            super::metric(r, "eager", "slice_overhead_us").map(|m| ModelFigure::of(m, 1e-3, "ms"))
-        };
-        let large_total = super::metric(&large, "eager", "overhead_ms")?;
-        let stat_total = super::metric(&stat, "eager", "overhead_ms")?;
-        let rows = vec![
+        let stat = run(no_records(per_task(256, PERF_STAT_SWITCHES)), &["eager"])?;
+        let mut rows = four_mib_rows(&small)?;
+        rows.extend(record_true_rows(&large)?);
+        rows.extend(perf_stat_rows(&stat)?);
+        Ok(rows)
+    }
+}
+
+/// The 4 MiB buffer's cost per switch, from James's words and from his perf-stat runs.
+fn four_mib_rows(small: &RunRecord) -> Result<Vec<Row>, Error> {
+    let per_switch_ms =
+        |r| super::metric(r, "eager", "slice_overhead_us").map(|m| ModelFigure::of(m, 1e-3, "ms"));
+    Ok(vec![
             Row::judge(
                 "per-switch cost with the default 4 MiB buffer",
                 "neoverse-n2-spe, eager (pin + walk per enable), per-task, 4 MiB, 100 switches",
@@ -102,7 +101,7 @@ impl Thread for Spe {
                     "ms",
                     "James: \"Even with the default 4M ... It adds about 1ms to the context switch\"",
                 ),
-                per_switch_ms(&small)?,
+                per_switch_ms(small)?,
                 Some(PER_SWITCH_NOTE),
             )
             .of(STAT_4M),
@@ -115,48 +114,61 @@ impl Thread for Spe {
                     "ms",
                     "James: guest perf stat true, 0.104725080 s with SPE (71 switches) vs 0.013694400 s without: (0.1047 - 0.0137) s / 71",
                 ),
-                per_switch_ms(&small)?,
+                per_switch_ms(small)?,
                 Some(PER_SWITCH_NOTE),
             )
             .of(STAT_4M),
-            Row::judge(
-                "256 MiB, perf record ... true, kernel with lockdep and kmemleak",
-                "neoverse-n2-spe (production kernel), eager, per-task, 256 MiB, 100 switches",
-                Published::about(
-                    20.0,
-                    "s",
-                    "James: \"On a kernel with lockep and kmemleak etc this takes 20s to complete\"",
-                ),
-                ModelFigure::of(large_total, 1e-3, "s"),
-                Some(DEBUG_WHY),
-            )
-            .of(RECORD_TRUE),
-            Row::judge(
-                "one pin + unpin of 256 MiB, kernel with lockdep and kmemleak",
-                "neoverse-n2-spe (production kernel), eager, 256 MiB",
-                Published::about(
-                    0.2,
-                    "s",
-                    "James: \"I measured each pin/unpin taking about 0.2s\"",
-                ),
-                super::metric(&large, "eager", "slice_overhead_us")
-                    .map(|m| ModelFigure::of(m, 1e-6, "s"))?,
-                Some(DEBUG_WHY),
-            )
-            .of(RECORD_TRUE),
-            Row::judge(
-                "256 MiB, perf record ... true, without pinning (as on the host)",
-                "neoverse-n2-spe, no-pin, per-task, 256 MiB, filter records nothing",
-                Published::below(
-                    0.5,
-                    "s",
-                    "James: \"running these on the host all take less than half a second\"",
-                ),
-                super::metric(&large, "no-pin", "overhead_ms")
-                    .map(|m| ModelFigure::of(m, 1e-3, "s"))?,
-                None,
-            )
-            .of("000/host-runs"),
+    ])
+}
+
+/// `perf record ... true` at 256 MiB: pinned per enable (debug kernel), one pin, not pinned.
+fn record_true_rows(large: &RunRecord) -> Result<Vec<Row>, Error> {
+    let large_total = super::metric(large, "eager", "overhead_ms")?;
+    Ok(vec![
+        Row::judge(
+            "256 MiB, perf record ... true, kernel with lockdep and kmemleak",
+            "neoverse-n2-spe (production kernel), eager, per-task, 256 MiB, 100 switches",
+            Published::about(
+                20.0,
+                "s",
+                "James: \"On a kernel with lockep and kmemleak etc this takes 20s to complete\"",
+            ),
+            ModelFigure::of(large_total, 1e-3, "s"),
+            Some(DEBUG_WHY),
+        )
+        .of(RECORD_TRUE),
+        Row::judge(
+            "one pin + unpin of 256 MiB, kernel with lockdep and kmemleak",
+            "neoverse-n2-spe (production kernel), eager, 256 MiB",
+            Published::about(
+                0.2,
+                "s",
+                "James: \"I measured each pin/unpin taking about 0.2s\"",
+            ),
+            super::metric(large, "eager", "slice_overhead_us")
+                .map(|m| ModelFigure::of(m, 1e-6, "s"))?,
+            Some(DEBUG_WHY),
+        )
+        .of(RECORD_TRUE),
+        Row::judge(
+            "256 MiB, perf record ... true, without pinning (as on the host)",
+            "neoverse-n2-spe, no-pin, per-task, 256 MiB, filter records nothing",
+            Published::below(
+                0.5,
+                "s",
+                "James: \"running these on the host all take less than half a second\"",
+            ),
+            super::metric(large, "no-pin", "overhead_ms").map(|m| ModelFigure::of(m, 1e-3, "s"))?,
+            None,
+        )
+        .of("000/host-runs"),
+    ])
+}
+
+/// `perf record ... perf stat true` at 256 MiB, on a normal and on a debug kernel.
+fn perf_stat_rows(stat: &RunRecord) -> Result<Vec<Row>, Error> {
+    let stat_total = super::metric(stat, "eager", "overhead_ms")?;
+    Ok(vec![
             Row::judge(
                 "256 MiB, perf record ... perf stat true, normal kernel",
                 format!(
@@ -204,9 +216,7 @@ impl Thread for Spe {
                 ),
             )
             .of(STAT_256M),
-        ];
-        Ok(rows)
-    }
+    ])
 }
 
 #[cfg(test)]

@@ -4,17 +4,17 @@
 //! `KVM_CREATE_VCPU` of each microVM timed with strace, before and after 7d9a0273.
 //!
 //! The model runs the `lifecycle` scenario's `firecracker-order` on `x86-vmx-hz100` with each
-//! registration strategy: the waits come from the SRCU machinery (`model::srcu`), the
+//! registration strategy: the waits come from the SRCU machinery (`model::lifecycle`), the
 //! per-ioctl work from assumed costs that no row's figure went into.
 
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
-use crate::backend::host::HostInfo;
-use crate::backend::lifecycle::Strategy;
 use crate::error::Error;
 use crate::model::profile::Profile;
 use crate::record::RunRecord;
-use crate::scenario::lifecycle::Set;
-use crate::scenario::params::sets_of;
+use crate::scenario::Kind;
+use crate::scenario::lifecycle::LifecycleParams;
+use hvlab_core::host::HostInfo;
+use hvlab_core::lifecycle::Strategy;
 
 /// The thread.
 pub struct Srcu;
@@ -54,22 +54,15 @@ fn run_with(
     vcpus: u32,
     seed: u64,
 ) -> Result<RunRecord, Error> {
-    let mut sets = vec![
-        Set::Strategy(strategy),
-        Set::Vcpus(vcpus),
-        Set::BackToBack(false),
-    ];
-    // The profile's own HZ (100) unless the row needs another.
-    sets.extend(hz.map(Set::Hz));
-    super::model_run(
-        host,
-        "lifecycle",
-        profile,
-        &["firecracker-order"],
-        &sets_of(&sets),
-        VMS,
-        seed,
-    )
+    let params = LifecycleParams {
+        strategy,
+        vcpus,
+        back_to_back: false,
+        // The profile's own HZ (100) unless the row needs another.
+        hz,
+        ..LifecycleParams::default()
+    };
+    super::model_run(host, params, profile, &["firecracker-order"], VMS, seed)
 }
 
 /// The experiments: Nikita's strace runs at HZ=100, and what he states besides.
@@ -114,7 +107,7 @@ impl Thread for Srcu {
         &ThreadInfo {
             id: "001",
             title: "call_srcu() in I/O-bus registration stalls the first KVM_CREATE_VCPU (x86, HZ=100)",
-            scenario: "lifecycle",
+            scenario: Kind::Lifecycle,
             profile: PROFILE,
         }
     }
@@ -296,7 +289,7 @@ mod tests {
     /// 25.18 ms sample is reachable, the regressions land in their ranges.
     #[test]
     fn the_grace_period_rows_are_within_the_threads_words() {
-        let host = crate::backend::host::probe_with(String::new(), Default::default());
+        let host = hvlab_host::probe::probe_with(String::new(), Default::default());
         let report = super::super::report(&Srcu, &host, 1).unwrap();
         assert_eq!(report.rows.len(), 8);
         for quantity in [
@@ -319,7 +312,7 @@ mod tests {
     /// across CPUs (callback invocation on the boot CPU's srcu_data, the caller's wake-up).
     #[test]
     fn an_idle_registration_pays_one_local_hand_off_and_two_across_cpus() {
-        let host = crate::backend::host::probe_with(String::new(), Default::default());
+        let host = hvlab_host::probe::probe_with(String::new(), Default::default());
         let p = super::super::profile(PROFILE).unwrap();
         let rows = Srcu.rows(&host, &p, 1).unwrap();
         let us = |k: &str| p.get(k, "test").unwrap() / 1e3;
@@ -345,7 +338,7 @@ mod tests {
     /// and never reaches 2.5 jiffies. The busy host is what the thread's figures need.
     #[test]
     fn an_idle_host_cannot_give_the_threads_longest_sample() {
-        let host = crate::backend::host::probe_with(String::new(), Default::default());
+        let host = hvlab_host::probe::probe_with(String::new(), Default::default());
         let mut p = super::super::profile(PROFILE).unwrap();
         p.costs.get_mut("srcu_timer_cpu_busy").unwrap().value = 0.0;
         let after = run(&host, &p, Strategy::AlwaysDefer, None, 1).unwrap();

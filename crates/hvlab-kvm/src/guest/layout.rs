@@ -15,10 +15,10 @@
 //! ```
 //! Every entry has the user bit set: CPL3 code touches everything directly.
 
-pub use crate::backend::guest::{DATA_MAX_BYTES, GuestPage};
+pub use hvlab_core::guest::{DATA_MAX_BYTES, GuestPage};
 
 use super::super::KvmError;
-use super::super::memory::GuestMemory;
+use super::super::guest_memory::GuestMemory;
 
 /// GDT address.
 pub const GDT_GPA: u64 = 0x1000;

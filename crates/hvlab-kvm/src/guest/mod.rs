@@ -13,7 +13,7 @@ pub mod payload;
 pub mod runner;
 pub mod watchdog;
 
-pub use crate::backend::guest::Cpl;
+pub use hvlab_core::guest::Cpl;
 pub use watchdog::Watchdog;
 
 /// The port a guest writes to signal the host.

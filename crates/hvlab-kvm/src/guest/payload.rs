@@ -13,8 +13,8 @@ use super::layout::{
 };
 use super::{SIGNAL_PORT, Signal, TEST_PORT};
 use crate::KvmError;
-use crate::backend::exits::ExitKind;
-use crate::backend::memory::{Access, Touch};
+use hvlab_core::exits::ExitKind;
+use hvlab_core::memory::{Access, Touch};
 
 fn asm_err(e: IcedError) -> KvmError {
     KvmError::Assemble(e.to_string())

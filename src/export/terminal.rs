@@ -1,14 +1,31 @@
 //! Terminal output: what a person reads at a glance. Every number carries its unit and its
-//! spread.
+//! spread. A run's account is the [`Terminal`] exporter; the command line's other tables
+//! (`hvlab list`, `runs`, `compare`, ...) are rendered here too, and printed by the command
+//! line.
 
 use std::fmt::Write;
 
-use crate::backend::host::{HostInfo, KvmFlavour};
+use super::{Export, ExportError, Exporter};
+use crate::export::words::fmt_value;
 use crate::record::{MetricRecord, RunRecord};
-use crate::report::words::fmt_value;
-use crate::scenario::{self, ScenarioInfo};
+use crate::scenario;
 use crate::store::RunListing;
 use crate::trace::TraceReport;
+use hvlab_core::host::{HostInfo, KvmFlavour};
+
+/// Runs as a person reads them: each run's account ([`run`]), one after the other.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Terminal {
+    /// With the KVM statistics of each variant.
+    pub verbose: bool,
+}
+
+impl Exporter for Terminal {
+    fn serialize(&self, export: &Export<'_>) -> Result<Vec<u8>, ExportError> {
+        let accounts: Vec<String> = export.runs.iter().map(|r| run(r, self.verbose)).collect();
+        Ok(accounts.join("\n\n").into_bytes())
+    }
+}
 
 fn yes_no(v: Option<bool>) -> &'static str {
     match v {
@@ -70,7 +87,7 @@ pub fn host(h: &HostInfo) -> String {
             .backends()
             .iter()
             .map(|b| match b {
-                crate::backend::BackendKind::Kvm if !h.kvm_usable() => {
+                hvlab_core::BackendKind::Kvm if !h.kvm_usable() => {
                     "kvm (unavailable here)".to_string()
                 }
                 other => other.to_string(),
@@ -83,9 +100,10 @@ pub fn host(h: &HostInfo) -> String {
 }
 
 /// `hvlab list`.
-pub fn list(catalog: &[&ScenarioInfo]) -> String {
+pub fn list(catalog: &[scenario::Listing]) -> String {
     let mut s = String::new();
-    for info in catalog {
+    for listing in catalog {
+        let info = listing.info;
         let backends: Vec<String> = info.backends().iter().map(ToString::to_string).collect();
         let _ = writeln!(s, "{} — {}", info.name, info.summary);
         let _ = writeln!(
@@ -104,13 +122,18 @@ pub fn list(catalog: &[&ScenarioInfo]) -> String {
             let _ = writeln!(s, "    {:<20} (model only) {doc}", v.name);
         }
         let _ = writeln!(s, "  parameters (--set key=value):");
-        for p in info.params {
+        for p in &listing.params {
             let default = if p.default.is_empty() {
                 "unset"
             } else {
-                p.default
+                &p.default
             };
-            let _ = writeln!(s, "    {:<14} {:<13} {}", p.name, default, p.doc);
+            let values = match (p.range, p.choices) {
+                (Some([low, high]), _) => format!(" [{low}-{high}]"),
+                (_, Some(choices)) => format!(" [{}]", choices.join("|")),
+                _ => String::new(),
+            };
+            let _ = writeln!(s, "    {:<14} {:<13} {}{values}", p.name, default, p.doc);
         }
         let _ = writeln!(s, "  metrics:");
         for m in info.metrics {
@@ -184,6 +207,37 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
             .map_or(String::new(), |p| format!(" (profile {p})")),
         r.run_id
     );
+    host_lines(&mut s, r);
+    let reps = r
+        .params
+        .get("reps")
+        .map_or("?".to_string(), ToString::to_string);
+    let warmup = r
+        .params
+        .get("warmup")
+        .map_or("?".to_string(), ToString::to_string);
+    let _ = writeln!(
+        s,
+        "{reps} repetitions per variant after {warmup} warm-up, variants interleaved"
+    );
+    // The verdicts open the account, as in hyperfine; each variant's details follow.
+    if !r.verdicts.is_empty() {
+        let _ = writeln!(s, "\nverdicts ({headline}, median with 95% bootstrap CI):");
+        for v in &r.verdicts {
+            let _ = writeln!(s, "  {v}");
+        }
+    }
+    if !r.verdicts.is_empty() {
+        let _ = writeln!(s, "\ndetails:");
+    }
+    for v in &r.variants {
+        variant_lines(&mut s, v, headline, verbose);
+    }
+    s.trim_end().to_string()
+}
+
+/// Where a run was measured: the host (or the modelled one), its noise, warnings and notes.
+fn host_lines(s: &mut String, r: &RunRecord) {
     let h = &r.host;
     let paging = match h.tdp {
         Some(true) => "TDP",
@@ -212,7 +266,7 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
         );
     }
     if let Some(n) = &r.noise {
-        let _ = writeln!(s, "{}", crate::report::words::noise_line(n));
+        let _ = writeln!(s, "{}", crate::export::words::noise_line(n));
     }
     for w in &r.warnings {
         let _ = writeln!(s, "warning: {w}");
@@ -224,59 +278,38 @@ pub fn run(r: &RunRecord, verbose: bool) -> String {
             h.hypervisor.as_deref().unwrap_or("")
         );
     }
-    if let Ok(scenario) = scenario::scenario(&r.scenario) {
+    if let Ok(scenario) = scenario::Kind::named(&r.scenario) {
         for notice in scenario.context(r) {
-            let _ = writeln!(s, "{}", crate::report::words::notice(&notice));
+            let _ = writeln!(s, "{}", crate::export::words::notice(&notice));
         }
     }
-    let reps = r
-        .params
-        .get("reps")
-        .map_or("?".to_string(), ToString::to_string);
-    let warmup = r
-        .params
-        .get("warmup")
-        .map_or("?".to_string(), ToString::to_string);
-    let _ = writeln!(
-        s,
-        "{reps} repetitions per variant after {warmup} warm-up, variants interleaved"
-    );
-    // The verdicts open the account, as in hyperfine; each variant's details follow.
-    if !r.verdicts.is_empty() {
-        let _ = writeln!(s, "\nverdicts ({headline}, median with 95% bootstrap CI):");
-        for v in &r.verdicts {
-            let _ = writeln!(s, "  {v}");
-        }
+}
+
+/// One variant's account: its metrics (KVM statistics with `verbose`), then its findings.
+fn variant_lines(s: &mut String, v: &crate::record::VariantRecord, headline: &str, verbose: bool) {
+    let _ = writeln!(s);
+    if !v.is_ok() {
+        let _ = writeln!(s, "{}: {}", v.name, v.status);
+        return;
     }
-    if !r.verdicts.is_empty() {
-        let _ = writeln!(s, "\ndetails:");
+    let _ = writeln!(s, "{}", v.name);
+    let mut names: Vec<&String> = v.metrics.keys().collect();
+    names.sort_by_key(|n| metric_rank(headline, n));
+    let hidden = names.iter().filter(|n| n.starts_with("kvm.")).count();
+    let shown: Vec<&String> = names
+        .into_iter()
+        .filter(|n| verbose || !n.starts_with("kvm."))
+        .collect();
+    let width = crate::export::escape::column_width(shown.iter().map(|n| n.len()));
+    for name in shown {
+        let _ = writeln!(s, "{}", metric_line(name, &v.metrics[name], width));
     }
-    for v in &r.variants {
-        let _ = writeln!(s);
-        if !v.is_ok() {
-            let _ = writeln!(s, "{}: {}", v.name, v.status);
-            continue;
-        }
-        let _ = writeln!(s, "{}", v.name);
-        let mut names: Vec<&String> = v.metrics.keys().collect();
-        names.sort_by_key(|n| metric_rank(headline, n));
-        let hidden = names.iter().filter(|n| n.starts_with("kvm.")).count();
-        let shown: Vec<&String> = names
-            .into_iter()
-            .filter(|n| verbose || !n.starts_with("kvm."))
-            .collect();
-        let width = crate::report::escape::column_width(shown.iter().map(|n| n.len()));
-        for name in shown {
-            let _ = writeln!(s, "{}", metric_line(name, &v.metrics[name], width));
-        }
-        if !verbose && hidden > 0 {
-            let _ = writeln!(s, "  (+{hidden} KVM statistics: -v or --json shows them)");
-        }
-        for f in &v.findings {
-            let _ = writeln!(s, "  ! {f}");
-        }
+    if !verbose && hidden > 0 {
+        let _ = writeln!(s, "  (+{hidden} KVM statistics: -v or --json shows them)");
     }
-    s.trim_end().to_string()
+    for f in &v.findings {
+        let _ = writeln!(s, "  ! {f}");
+    }
 }
 
 /// What `hvlab merge` or `import` did with one source (or all of them).
@@ -324,7 +357,8 @@ pub fn shown_params(r: &RunListing) -> String {
         "sweep_grid",
         "sweep_point",
     ];
-    let defaults = scenario::find(&r.scenario).map(|i| i.params).unwrap_or(&[]);
+    let defaults =
+        scenario::Kind::named(&r.scenario).map_or_else(|_| Vec::new(), |k| k.param_infos());
     let text = |v: &serde_json::Value| match v {
         serde_json::Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -577,10 +611,30 @@ pub fn trace(t: &TraceReport) -> String {
             let _ = writeln!(s, "no KVM_RUN seen");
         }
     }
+    pre_run_ioctls(&mut s, t);
+    let _ = writeln!(s, "\nper ioctl (whole trace):");
+    let _ = writeln!(
+        s,
+        "  {:<30} {:>6} {:>11} {:>11} {:>11}",
+        "ioctl", "count", "total ms", "median ms", "max ms"
+    );
+    for x in &t.totals {
+        let _ = writeln!(
+            s,
+            "  {:<30} {:>6} {:>11.3} {:>11.3} {:>11.3}",
+            x.name, x.count, x.total_ms, x.median_ms, x.max_ms
+        );
+    }
+    stall_lines(&mut s, t);
+    s.trim_end().to_string()
+}
+
+/// The ioctls before the first `KVM_RUN`, consecutive repeats folded, stalls marked.
+fn pre_run_ioctls(s: &mut String, t: &TraceReport) {
     let stalled: std::collections::HashMap<usize, &crate::trace::TraceStall> =
         t.stalls.iter().map(|x| (x.index, x)).collect();
     let _ = writeln!(
-        s,
+        *s,
         "\nKVM ioctls before the first KVM_RUN (consecutive repeats folded):"
     );
     let pre = &t.ioctls[..t.first_run.unwrap_or(t.ioctls.len())];
@@ -614,26 +668,17 @@ pub fn trace(t: &TraceReport) -> String {
             }
         });
         let _ = writeln!(
-            s,
+            *s,
             "  #{i:<4} {:>9.3} ms  {:<30} {total:>8.3} ms{mark}",
             pre[i].start_ns as f64 / 1e6,
             format!("{name}{count}")
         );
         i = j + 1;
     }
-    let _ = writeln!(s, "\nper ioctl (whole trace):");
-    let _ = writeln!(
-        s,
-        "  {:<30} {:>6} {:>11} {:>11} {:>11}",
-        "ioctl", "count", "total ms", "median ms", "max ms"
-    );
-    for x in &t.totals {
-        let _ = writeln!(
-            s,
-            "  {:<30} {:>6} {:>11.3} {:>11.3} {:>11.3}",
-            x.name, x.count, x.total_ms, x.median_ms, x.max_ms
-        );
-    }
+}
+
+/// The grace-period stalls and the slow ioctls of unknown cause.
+fn stall_lines(s: &mut String, t: &TraceReport) {
     let jiffy_ms = t.jiffy_ns as f64 / 1e6;
     let (srcu, slow): (Vec<_>, Vec<_>) = t.stalls.iter().partition(|x| x.caused_by.is_some());
     if srcu.is_empty() {
@@ -677,13 +722,12 @@ pub fn trace(t: &TraceReport) -> String {
             );
         }
     }
-    s.trim_end().to_string()
 }
 
 /// `hvlab calibrate`.
 pub fn profile(p: &crate::model::profile::Profile) -> String {
     let mut s = format!("profile {} — {} (mmu {:?})\n", p.name, p.describes, p.mmu);
-    let width = crate::report::escape::column_width(p.costs.keys().map(String::len));
+    let width = crate::export::escape::column_width(p.costs.keys().map(String::len));
     for (k, c) in &p.costs {
         let _ = writeln!(
             s,
@@ -768,7 +812,7 @@ pub fn validation(
 /// `hvlab fidelity`: the headline, then per thread each published figure against the model,
 /// then what was fitted.
 pub fn fidelity(reports: &[crate::lab::fidelity::ThreadReport]) -> String {
-    use crate::report::words;
+    use crate::export::words;
     let mut out = words::fidelity_headline(reports);
     out.push('\n');
     let cells = words::fidelity_cells(reports);
@@ -828,11 +872,11 @@ pub fn suite_summary(s: &SuiteSummary<'_>) -> String {
     lines.extend(
         s.records
             .iter()
-            .map(|r| format!("  {}", crate::report::words::run_headline(r))),
+            .map(|r| format!("  {}", crate::export::words::run_headline(r))),
     );
     lines.push(format!(
         "  {} (hvlab fidelity prints the table)",
-        crate::report::words::fidelity_headline(s.fidelity)
+        crate::export::words::fidelity_headline(s.fidelity)
     ));
     if let Some(path) = s.report {
         lines.push(format!("report: {}", path.display()));
@@ -960,7 +1004,7 @@ mod hostile_records {
             RunRecord {
                 run_id: id,
                 scenario: scenario.to_string(),
-                backend: crate::backend::BackendKind::Model,
+                backend: hvlab_core::BackendKind::Model,
                 profile: Some("<b>p</b>\u{1b}[1m".into()),
                 host,
                 params: Default::default(),
@@ -1002,7 +1046,7 @@ mod hostile_records {
             let path = dir.path().to_path_buf();
             let records = vec![r];
             let (records, pages) = bounded(Duration::from_secs(60), move || {
-                crate::report::write(&records, &[], &records, &path).unwrap();
+                crate::export::write(&records, &[], &records, &path).unwrap();
                 let read = |f: &str| std::fs::read_to_string(path.join(f)).unwrap();
                 let pages = (read("index.html"), read("summary.md"), read("fleet.html"));
                 (records, pages)
@@ -1050,7 +1094,7 @@ mod hostile_records {
             });
             // What the CLI prints: every line through the terminal escape.
             for text in &terminal {
-                no_control("the terminal", &crate::report::escape::terminal(text));
+                no_control("the terminal", &crate::export::escape::terminal(text));
             }
         }
     }

@@ -66,8 +66,8 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::profile::{Profile, ProfileError};
-use crate::backend::ioctl_table::SrcuEffect;
-use crate::backend::lifecycle::{
+use hvlab_core::ioctl_table::SrcuEffect;
+use hvlab_core::lifecycle::{
     BootThread, ConstructionPlan, ConstructionTrace, IoctlEvent, Step, Strategy,
 };
 

@@ -16,8 +16,8 @@
 //! once with `KVM_PRE_FAULT_MEMORY`; an enable pins nothing and walks nothing.
 
 use super::profile::{Profile, ProfileError};
-use crate::backend::error::BackendError as Error;
-use crate::backend::pinning::{
+use hvlab_core::error::BackendError;
+use hvlab_core::pinning::{
     PinCache, PinPlan, PinPolicy, PinResult, Pinner, RECORDS_PER_PAGE, buffer_addr,
 };
 
@@ -73,13 +73,13 @@ fn pages(bytes: u64) -> f64 {
 }
 
 impl Pinner for CostPinner {
-    fn pin(&mut self, _: u64, bytes: u64, resident: bool) -> Result<u64, Error> {
+    fn pin(&mut self, _: u64, bytes: u64, resident: bool) -> Result<u64, BackendError> {
         let c = self.costs;
         let per_page = c.stage2_page + if resident { c.repin_page } else { c.pin_page };
         Ok(ns_of(c.pin_fixed + pages(bytes) * per_page))
     }
 
-    fn unpin(&mut self, _: u64, bytes: u64) -> Result<u64, Error> {
+    fn unpin(&mut self, _: u64, bytes: u64) -> Result<u64, BackendError> {
         let c = self.costs;
         Ok(ns_of(
             c.unpin_fixed + pages(bytes) * (c.unpin_page + c.stage2_page),
@@ -90,7 +90,7 @@ impl Pinner for CostPinner {
     /// `kvm_gmem_get_pfn()` then the stage-2 map): per page, the first fault-in of a fresh
     /// page that `pin_page_ns` measures (allocation and zeroing; no pin is taken) and the
     /// stage-2 map. One ioctl, no pin bookkeeping: no fixed part beyond the pages.
-    fn prefault(&mut self, _: u64, bytes: u64) -> Result<u64, Error> {
+    fn prefault(&mut self, _: u64, bytes: u64) -> Result<u64, BackendError> {
         let c = self.costs;
         Ok(ns_of(pages(bytes) * (c.pin_page + c.stage2_page)))
     }
@@ -162,7 +162,7 @@ impl Unpinned {
 /// Runs the trace on a simulated clock: the profiled task runs `slices` slices, switched out
 /// for `off_ns` between them; in per-task mode the buffer is disabled at every switch-out and
 /// enabled at every switch-in. Every enable walks guest stage 1 over the buffer.
-pub fn run(costs: &PinCosts, plan: &PinPlan) -> Result<PinResult, Error> {
+pub fn run(costs: &PinCosts, plan: &PinPlan) -> Result<PinResult, BackendError> {
     let mut cache = PinCache::new(CostPinner { costs: *costs }, plan);
     let records_per_slice = plan.slice_ns / 1_000_000 * plan.records_per_ms;
     let walk_ns = ns_of(pages(plan.buffer_bytes) * costs.walk_page);
@@ -228,7 +228,7 @@ pub fn run(costs: &PinCosts, plan: &PinPlan) -> Result<PinResult, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::pinning::RECORDS_PER_MS;
+    use hvlab_core::pinning::RECORDS_PER_MS;
 
     fn plan(policy: PinPolicy) -> PinPlan {
         PinPlan {
@@ -241,7 +241,7 @@ mod tests {
             off_ns: 1_000_000,
             relocate_every: 0,
             tail_ns: 200_000_000,
-            method: crate::backend::pinning::PinMethod::Mlock,
+            method: hvlab_core::pinning::PinMethod::Mlock,
             records_per_ms: RECORDS_PER_MS,
             unmap_pct: 0,
         }
@@ -333,7 +333,7 @@ mod tests {
                 off_ns: 1_000_000,
                 relocate_every,
                 tail_ns: 20_000_000,
-                method: crate::backend::pinning::PinMethod::Mlock,
+                method: hvlab_core::pinning::PinMethod::Mlock,
                 records_per_ms: RECORDS_PER_MS,
                 unmap_pct: 0,
             };

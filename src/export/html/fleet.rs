@@ -6,9 +6,9 @@ use askama::Template;
 
 use super::charts;
 use crate::analysis::quantity::format_range as range;
+use crate::export::words::fmt_value;
 use crate::lab::fleet::{HostFingerprint, HostGroup, group_by_host, host_value};
 use crate::record::RunRecord;
-use crate::report::words::fmt_value;
 
 /// The page's file name, beside `index.html`.
 pub const FILE: &str = "fleet.html";

@@ -1,17 +1,11 @@
-//! A sweep's report: the headline metric's median per grid point, drawn as lines (one axis)
-//! or heatmaps (two axes; one per value of any further axis), and a table of every point.
+//! A sweep as the formats show it: the headline metric's median per grid point, drawn as lines
+//! (one axis) or heatmaps (two axes; one per value of any further axis), and a table of every
+//! point (the HTML page is `html::sweep_page`, the Markdown `markdown::sweep_summary`).
 
-use std::fmt::Write;
-
-use askama::Template;
-
-use super::html::{Figure, param_value};
-use super::words::fmt_value;
-use crate::analysis::quantity::format_range;
+use super::html::charts::{self, SweepSeries};
+use super::html::param_value;
 use crate::lab::sweep::VARIANT_AXIS;
 use crate::record::{MetricRecord, RunRecord};
-
-use super::charts::{self, SweepSeries};
 
 /// Heatmaps beyond this many (three or more axes) are left to the table.
 const MAX_CHARTS: usize = 24;
@@ -226,103 +220,9 @@ impl SweepView {
         charts::colour_bar(&self.unit(), lo, hi)
     }
 
-    fn points(&self) -> usize {
+    pub(crate) fn points(&self) -> usize {
         let mut seen: Vec<&Vec<String>> = self.cells.iter().map(|(v, _, _)| v).collect();
         seen.dedup();
         seen.len()
     }
-}
-
-#[derive(Template)]
-#[template(path = "sweep.html")]
-struct SweepPage {
-    id: String,
-    intro: String,
-    colour_bar: Option<String>,
-    charts: Vec<Figure>,
-    axes: Vec<String>,
-    metric: String,
-    rows: Vec<PointRow>,
-}
-
-/// A point of the sweep and one variant's headline there.
-struct PointRow {
-    values: Vec<String>,
-    variant: String,
-    median: String,
-    ci: String,
-    range: String,
-    n: usize,
-}
-
-/// The HTML page of a sweep: self-contained, like the run report.
-pub fn page(view: &SweepView) -> askama::Result<String> {
-    let page = SweepPage {
-        id: view.id.clone(),
-        intro: format!(
-            "{} on {}: {} points over {}; variants {}. Each value is the median of {} at one point with its 95% bootstrap CI and range.",
-            view.scenario,
-            view.backend,
-            view.points(),
-            view.axes
-                .iter()
-                .map(|(k, vs)| format!("{k} ({})", vs.join(", ")))
-                .collect::<Vec<_>>()
-                .join(" × "),
-            view.variants.join(", "),
-            view.metric
-        ),
-        colour_bar: view.colour_bar(),
-        charts: Figure::all(view.charts()),
-        axes: view.axes.iter().map(|(k, _)| k.clone()).collect(),
-        metric: view.metric.clone(),
-        rows: view
-            .cells
-            .iter()
-            .map(|(values, variant, m)| PointRow {
-                values: values.clone(),
-                variant: variant.clone(),
-                median: fmt_value(m.median, &m.unit),
-                ci: format_range(m.ci95[0], m.ci95[1], &m.unit),
-                range: format_range(m.min, m.max, &m.unit),
-                n: m.n,
-            })
-            .collect(),
-    };
-    Ok(page.render()? + "\n")
-}
-
-/// The Markdown summary of a sweep: the same table.
-pub fn summary(view: &SweepView) -> String {
-    use super::escape::markdown as md;
-    let mut s = format!(
-        "# hvlab sweep {}\n\n{} on {}, {} points; {} median per point (95% CI).\n\n|",
-        md(&view.id),
-        md(&view.scenario),
-        md(&view.backend),
-        view.points(),
-        md(&view.metric)
-    );
-    for (k, _) in &view.axes {
-        let _ = write!(s, " {} |", md(k));
-    }
-    s.push_str(" variant | median | 95% CI |\n|");
-    for _ in 0..view.axes.len() + 3 {
-        s.push_str("---|");
-    }
-    s.push('\n');
-    for (values, variant, m) in &view.cells {
-        s.push('|');
-        for v in values {
-            let _ = write!(s, " {} |", md(&v.to_string()));
-        }
-        let _ = writeln!(
-            s,
-            " {} | {} | {} |",
-            md(variant),
-            md(&fmt_value(m.median, &m.unit)),
-            md(&format_range(m.ci95[0], m.ci95[1], &m.unit))
-        );
-    }
-    s
 }

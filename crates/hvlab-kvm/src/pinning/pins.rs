@@ -3,8 +3,8 @@
 
 use std::time::Instant;
 
-use super::KvmError;
-use super::memory::{Backing, GuestMemory};
+use crate::KvmError;
+use crate::guest_memory::{Backing, GuestMemory};
 
 /// Measured per-page costs of pinning a buffer with `mlock`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -40,7 +40,7 @@ pub fn mlock_costs(bytes: usize) -> Result<MlockCosts, KvmError> {
             if matches!(err.raw_os_error(), Some(libc::ENOMEM | libc::EPERM)) {
                 let limit =
                     rlimit_memlock().map_or("unknown".to_string(), |l| format!("{l} bytes"));
-                return Err(KvmError::Unsupported(format!(
+                return Err(KvmError::Lacks(format!(
                     "{what} of {bytes} bytes refused ({err}); RLIMIT_MEMLOCK is {limit}: raise it (ulimit -l) or grant CAP_IPC_LOCK"
                 )));
             }
@@ -82,7 +82,7 @@ pub fn check_memlock(cap_bytes: u64, buffer_bytes: u64) -> Result<(), KvmError> 
     let need = cap_bytes.min(buffer_bytes.max(cap_bytes));
     match rlimit_memlock() {
         Some(limit) if limit != libc::RLIM_INFINITY && limit < need => {
-            Err(KvmError::Unsupported(format!(
+            Err(KvmError::Lacks(format!(
                 "RLIMIT_MEMLOCK is {limit} bytes but the pin cap is {need}: raise it (ulimit -l), lower --set cap, or grant CAP_IPC_LOCK"
             )))
         }
@@ -109,20 +109,20 @@ impl MlockPinner {
     }
 }
 
-impl crate::backend::pinning::Pinner for MlockPinner {
+impl hvlab_core::pinning::Pinner for MlockPinner {
     fn pin(
         &mut self,
         addr: u64,
         bytes: u64,
         _: bool,
-    ) -> Result<u64, crate::backend::error::BackendError> {
+    ) -> Result<u64, hvlab_core::error::BackendError> {
         let len = usize::try_from(bytes).unwrap_or(usize::MAX);
         let t = Instant::now();
         // SAFETY: [addr, addr + bytes) lies in the guest memory this pinner was built over,
         // which outlives it; mlock changes residency, not contents.
         if unsafe { libc::mlock(self.host(addr), len) } != 0 {
             let err = std::io::Error::last_os_error();
-            return Err(KvmError::Unsupported(format!(
+            return Err(KvmError::Lacks(format!(
                 "mlock of {bytes} bytes refused: {err}; check RLIMIT_MEMLOCK (ulimit -l)"
             ))
             .into());
@@ -130,7 +130,7 @@ impl crate::backend::pinning::Pinner for MlockPinner {
         Ok(elapsed_ns(t))
     }
 
-    fn unpin(&mut self, addr: u64, bytes: u64) -> Result<u64, crate::backend::error::BackendError> {
+    fn unpin(&mut self, addr: u64, bytes: u64) -> Result<u64, hvlab_core::error::BackendError> {
         let len = usize::try_from(bytes).unwrap_or(usize::MAX);
         let t = Instant::now();
         // SAFETY: as in pin.
@@ -176,13 +176,13 @@ impl IoUringPinner {
 /// io_uring registers at most 1 GiB per buffer.
 const IORING_MAX_BUFFER: u64 = 1 << 30;
 
-impl crate::backend::pinning::Pinner for IoUringPinner {
+impl hvlab_core::pinning::Pinner for IoUringPinner {
     fn pin(
         &mut self,
         addr: u64,
         bytes: u64,
         _: bool,
-    ) -> Result<u64, crate::backend::error::BackendError> {
+    ) -> Result<u64, hvlab_core::error::BackendError> {
         let iovecs: Vec<libc::iovec> = (0..bytes.div_ceil(IORING_MAX_BUFFER))
             .map(|i| {
                 let off = i * IORING_MAX_BUFFER;
@@ -194,14 +194,14 @@ impl crate::backend::pinning::Pinner for IoUringPinner {
             .collect();
         let t = Instant::now();
         let ring = io_uring::IoUring::new(2).map_err(|e| {
-            KvmError::Unsupported(format!(
+            KvmError::Lacks(format!(
                 "cannot create an io_uring ({e}); use --set pin=mlock"
             ))
         })?;
         // SAFETY: the iovecs describe guest memory that outlives the ring (the ring is dropped
         // on unpin or with this pinner, before the VM's memory).
         unsafe { ring.submitter().register_buffers(&iovecs) }.map_err(|e| {
-            KvmError::Unsupported(format!(
+            KvmError::Lacks(format!(
                 "io_uring buffer registration of {bytes} bytes refused: {e}; check RLIMIT_MEMLOCK"
             ))
         })?;
@@ -210,7 +210,7 @@ impl crate::backend::pinning::Pinner for IoUringPinner {
         Ok(ns)
     }
 
-    fn unpin(&mut self, addr: u64, _: u64) -> Result<u64, crate::backend::error::BackendError> {
+    fn unpin(&mut self, addr: u64, _: u64) -> Result<u64, hvlab_core::error::BackendError> {
         let t = Instant::now();
         if let Some(i) = self.rings.iter().position(|(a, _)| *a == addr) {
             let (_, ring) = self.rings.remove(i);

@@ -20,7 +20,7 @@ use std::fmt;
 
 use stateright::{Checker, Model, Property};
 
-use crate::backend::exits::{
+use hvlab_core::exits::{
     MsrKind, PmuConfig, PmuOutcome, PmuScheme, RaceReport, SwitchedMsr, SwitchedVia,
 };
 
@@ -108,7 +108,7 @@ pub fn state_of(cfg: PmuConfig) -> (PerfCpu, GuestPmu) {
         pebs_enabled: host_pebs | guest_pebs,
         ds: HOST_DS,
         active_pebs_data_cfg: if cfg.host_pebs && cfg.host_pebs_data_cfg {
-            crate::backend::exits::HOST_PEBS_DATA_CFG
+            hvlab_core::exits::HOST_PEBS_DATA_CFG
         } else {
             0
         },
@@ -528,7 +528,7 @@ mod tests {
             guest_pebs,
             host_pebs,
             host_pebs_data_cfg: true,
-            guest_pebs_data_cfg: crate::backend::exits::GUEST_PEBS_DATA_CFG,
+            guest_pebs_data_cfg: hvlab_core::exits::GUEST_PEBS_DATA_CFG,
             scheme,
         }
     }
@@ -570,9 +570,9 @@ mod tests {
             };
             switch_plan(c, PebsCpu::isolated()).writes()
         };
-        let default = crate::backend::exits::GUEST_PEBS_DATA_CFG;
+        let default = hvlab_core::exits::GUEST_PEBS_DATA_CFG;
         assert!(writes(true, default) >= writes(false, default));
-        let host = crate::backend::exits::HOST_PEBS_DATA_CFG;
+        let host = hvlab_core::exits::HOST_PEBS_DATA_CFG;
         assert!(writes(true, host) < writes(false, host));
     }
 

@@ -15,9 +15,9 @@
 //! serves the faulting page and the unserved rest of its window.
 
 use super::profile::{MmuKind, Profile, ProfileError};
-use crate::backend::guest::Backing;
-use crate::backend::guest::GuestPage;
-use crate::backend::memory::{HostBacking, Pattern, PrefetchLoop, Touch, TouchPlan, TouchResult};
+use hvlab_core::guest::Backing;
+use hvlab_core::guest::GuestPage;
+use hvlab_core::memory::{HostBacking, Pattern, PrefetchLoop, Touch, TouchPlan, TouchResult};
 
 /// `PTE_PREFETCH_NUM`.
 pub const PTE_PREFETCH_NUM: usize = 8;
@@ -317,7 +317,7 @@ pub fn pass(p: &Pass) -> Result<(Counts, u64), PassError> {
         #[allow(clippy::cast_possible_truncation)]
         let (pages, last) = (n as usize, n as u32);
         let mut m = Mmu::new(pages, p.host, p.prefetch, p.guest_huge);
-        for g in crate::backend::memory::random_order(last, p.seed) {
+        for g in hvlab_core::memory::random_order(last, p.seed) {
             m.access(g as usize);
         }
         return Ok((m.counts, n));
@@ -593,7 +593,7 @@ mod tests {
             size_bytes: p.pages * 4096,
             pattern: p.pattern,
             seed: p.seed,
-            access: crate::backend::memory::Access::Write,
+            access: hvlab_core::memory::Access::Write,
             touch: Touch::FirstByte,
             guest_page: if p.guest_huge {
                 GuestPage::Huge

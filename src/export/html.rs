@@ -2,16 +2,59 @@
 //! fidelity page. Rust gathers the text of each page into a view; the askama templates in
 //! `templates/` lay it out and HTML-escape every value.
 
+pub(crate) mod charts;
+mod fleet;
+pub(crate) mod style;
+mod sweep;
+
 use askama::Template;
 
-use super::charts_for;
+use super::{Export, ExportError, Exporter};
 use crate::analysis::quantity::format_range;
+use crate::export::words::{SummaryRow, fmt_value};
 use crate::lab::fidelity::{Agreement, ThreadReport};
 use crate::record::{RunRecord, VariantRecord};
-use crate::report::words::{SummaryRow, fmt_value};
+use crate::scenario::Chart;
+pub use fleet::{FILE as FLEET_FILE, page as fleet_page};
+pub use sweep::page as sweep_page;
+
+/// The charts of one run, in reading order: (caption, SVG). Every run opens with the
+/// distribution of its headline metric; its scenario names the rest.
+pub fn charts_for(r: &RunRecord) -> Vec<(String, String)> {
+    let Ok(scenario) = crate::scenario::Kind::named(&r.scenario) else {
+        return Vec::new();
+    };
+    let headline = scenario.info().headline;
+    let mut out = Vec::new();
+    let mut add = |title: &str, svg: Option<String>| {
+        if let Some(svg) = svg {
+            out.push((title.to_string(), svg));
+        }
+    };
+    add("distribution", charts::distribution(r, headline));
+    for chart in scenario.charts(r) {
+        match chart {
+            Chart::Timeline => add("timeline", charts::timeline(r)),
+            Chart::Bars { metric, title } => add(title, charts::bars(r, metric, title)),
+            Chart::PinnedBytes => add("pinned bytes", charts::pinned_bytes(r)),
+        }
+    }
+    out
+}
+
+/// The report's index page (summary first, then each run's section; the fidelity headline
+/// linked).
+#[derive(Debug, Clone, Copy)]
+pub struct Html;
+
+impl Exporter for Html {
+    fn serialize(&self, export: &Export<'_>) -> Result<Vec<u8>, ExportError> {
+        Ok(page(export.runs, export.fidelity)?.into_bytes())
+    }
+}
 
 /// A run parameter as written on a page: strings bare, anything else as JSON.
-pub(super) fn param_value(v: &serde_json::Value) -> String {
+pub(crate) fn param_value(v: &serde_json::Value) -> String {
     v.as_str().map_or_else(|| v.to_string(), String::from)
 }
 
@@ -19,13 +62,13 @@ pub(super) fn param_value(v: &serde_json::Value) -> String {
 pub const FIDELITY_FILE: &str = "fidelity.html";
 
 /// A chart: its caption and plotters' SVG (which escapes its own text).
-pub(super) struct Figure {
-    pub(super) caption: String,
-    pub(super) svg: String,
+pub(crate) struct Figure {
+    pub(crate) caption: String,
+    pub(crate) svg: String,
 }
 
 impl Figure {
-    pub(super) fn all(charts: Vec<(String, String)>) -> Vec<Figure> {
+    pub(crate) fn all(charts: Vec<(String, String)>) -> Vec<Figure> {
         charts
             .into_iter()
             .map(|(caption, svg)| Figure { caption, svg })
@@ -98,7 +141,7 @@ pub fn page(records: &[RunRecord], fidelity: &[ThreadReport]) -> askama::Result<
         any_setup: rows.iter().any(|r| !r.setup.is_empty()),
         rows,
         runs: records.len(),
-        fleet_file: super::fleet::FILE,
+        fleet_file: fleet::FILE,
         fidelity: (!fidelity.is_empty()).then(|| super::words::fidelity_headline(fidelity)),
         fidelity_file: FIDELITY_FILE,
         how: &super::words::HOW_TO_READ,
@@ -112,7 +155,7 @@ pub fn page(records: &[RunRecord], fidelity: &[ThreadReport]) -> askama::Result<
     Ok(index.render()? + "\n")
 }
 
-fn host_line(h: &crate::backend::host::HostInfo) -> HostLine {
+fn host_line(h: &hvlab_core::host::HostInfo) -> HostLine {
     HostLine {
         machine: format!(
             "{} ({} cores), {} KVM, Linux {}, HZ={}, {} paging, vPMU {}, THP {}",

@@ -305,7 +305,7 @@ pub fn fidelity_headline(reports: &[crate::lab::fidelity::ThreadReport]) -> Stri
 }
 
 /// The noise a run was measured in, in one line (under the host line).
-pub fn noise_line(n: &crate::backend::noise::Noise) -> String {
+pub fn noise_line(n: &hvlab_core::noise::Noise) -> String {
     let mut parts = vec![format!(
         "load {:.1}→{:.1} on {} cores, {} other runnable (median; max {})",
         n.load1[0], n.load1[1], n.cores, n.runnable_others[0], n.runnable_others[1]
@@ -487,7 +487,7 @@ mod tests {
             samples: [60, 60],
             bytes_per_point: [80 << 10, 84 << 10],
             bytes: [80 << 30, 84 << 30],
-            measured_on: crate::backend::BackendKind::Model,
+            measured_on: hvlab_core::BackendKind::Model,
         };
         let why = sweep_too_big(&cost, "/data/hvlab.db", 5 << 30);
         for says in [

@@ -1,46 +1,195 @@
-//! Reports: one self-contained HTML page (inline CSS and SVG, no scripts, no external
-//! references) and a Markdown summary, from stored run records. The HTML goes through askama
-//! templates (`templates/`), which escape every value; [`escape`] keeps what no template engine
-//! does: terminal text and Markdown.
+//! One exporter per format, after hyperfine's `src/export/`: each turns stored runs into the
+//! bytes of its format ([`Exporter`]), one file a format: JSON Lines ([`jsonl`]) and CSV
+//! ([`csv`]) for `hvlab export`, Markdown ([`markdown`]) and HTML ([`html`]) for a report, the
+//! terminal ([`terminal`]) for what a command prints. The words they share come from one
+//! place ([`words`]); [`escape`] keeps what no template engine does (terminal text and
+//! Markdown). HTML goes through askama templates (`templates/`), which escape every value.
 
-mod charts;
+pub mod csv;
 pub mod escape;
-mod fleet;
-mod html;
-mod markdown;
-mod style;
-mod sweep;
+pub mod html;
+pub mod jsonl;
+pub mod markdown;
+pub mod sweep;
+pub mod terminal;
 pub mod words;
 
 use std::path::{Path, PathBuf};
 
+pub use crate::error::ExportError;
 use crate::lab::fidelity::ThreadReport;
 use crate::record::RunRecord;
-use crate::scenario::Chart;
+pub use html::charts_for;
 pub use sweep::SweepView;
 
-/// The charts of one run, in reading order: (caption, SVG). Every run opens with the
-/// distribution of its headline metric; its scenario names the rest.
-pub fn charts_for(r: &RunRecord) -> Vec<(String, String)> {
-    let Ok(scenario) = crate::scenario::scenario(&r.scenario) else {
-        return Vec::new();
-    };
-    let headline = scenario.info().headline;
-    let mut out = Vec::new();
-    let mut add = |title: &str, svg: Option<String>| {
-        if let Some(svg) = svg {
-            out.push((title.to_string(), svg));
-        }
-    };
-    add("distribution", charts::distribution(r, headline));
-    for chart in scenario.charts(r) {
-        match chart {
-            Chart::Timeline => add("timeline", charts::timeline(r)),
-            Chart::Bars { metric, title } => add(title, charts::bars(r, metric, title)),
-            Chart::PinnedBytes => add("pinned bytes", charts::pinned_bytes(r)),
+/// What an export is made of: the runs, and for a report the model against the kernel
+/// threads (formats without a place for it leave it out).
+#[derive(Debug, Clone, Copy)]
+pub struct Export<'a> {
+    /// The runs, in the order they are shown.
+    pub runs: &'a [RunRecord],
+    /// The fidelity table, when the export carries it.
+    pub fidelity: &'a [ThreadReport],
+}
+
+impl<'a> Export<'a> {
+    /// Runs alone.
+    pub fn runs(runs: &'a [RunRecord]) -> Export<'a> {
+        Export {
+            runs,
+            fidelity: &[],
         }
     }
-    out
+}
+
+/// A format: what [`Export`] becomes in it.
+pub trait Exporter {
+    /// The export in this format.
+    fn serialize(&self, export: &Export<'_>) -> Result<Vec<u8>, ExportError>;
+}
+
+/// How `hvlab export` writes runs: for another site (JSON Lines, which `import` reads back) or
+/// for a spreadsheet (CSV, one row per run, variant and metric; not read back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// One run record (JSON, the output contract's shape) per line.
+    Jsonl,
+    /// One row per run, variant and metric: the summary with its unit and 95% CI, no samples.
+    Csv,
+}
+
+impl Format {
+    /// Its exporter.
+    pub fn exporter(self) -> &'static dyn Exporter {
+        match self {
+            Format::Jsonl => &jsonl::JsonLines,
+            Format::Csv => &csv::Csv,
+        }
+    }
+}
+
+/// Writes an export's `bytes` to `path`. A regular file (or a new one) is written whole or
+/// not at all: into a temporary file beside it, renamed over `path` once complete, so an
+/// interrupted export never looks finished. Anything else is written through, as a shell
+/// redirection would, and never renamed over: a device (`/dev/null`), a FIFO, or a symlink
+/// (`/proc/self/fd/1` and other links: replacing a link's target by path could replace a file
+/// that another process holds open as its output).
+pub fn write_file(bytes: &[u8], path: &Path) -> Result<(), ExportError> {
+    let fail = |e| ExportError::Write(path.to_path_buf(), e);
+    let link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => Err(fail(std::io::Error::new(
+            std::io::ErrorKind::IsADirectory,
+            "it is a directory",
+        ))),
+        Ok(meta) if link || !meta.is_file() => {
+            let descriptor = names_a_descriptor(path);
+            write_through(bytes, path, meta.is_file() && !descriptor, descriptor)
+        }
+        Ok(_) => write_replacing(bytes, path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !link => write_replacing(bytes, path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(fail(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "it is a symbolic link to a missing file",
+        ))),
+        Err(e) => Err(fail(e)),
+    }
+}
+
+/// Whether `path` or a link it leads through is under `/proc` or `/dev` (`/proc/self/fd/1`,
+/// `/dev/stdout`): an open descriptor of some process. Reopening it gives a new file offset,
+/// so a regular file behind it is appended to, never truncated or overwritten from the start
+/// (it may be a log the caller opened with `>>`).
+fn names_a_descriptor(path: &Path) -> bool {
+    let special = |p: &Path| p.starts_with("/proc") || p.starts_with("/dev");
+    let mut at = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    for _ in 0..40 {
+        if special(&at) {
+            return true;
+        }
+        match std::fs::read_link(&at) {
+            Ok(next) => at = at.parent().map_or(next.clone(), |dir| dir.join(&next)),
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+/// Writes into a special file or through a link as it is (`truncate`: the file behind it is a
+/// regular file, whose old content goes; `append`: write at its end). A FIFO is opened without blocking, so one that no
+/// process reads is refused at once instead of hanging the export.
+fn write_through(
+    bytes: &[u8],
+    path: &Path,
+    truncate: bool,
+    append: bool,
+) -> Result<(), ExportError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let fail = |e| ExportError::Write(path.to_path_buf(), e);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(truncate)
+        .append(append)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                fail(std::io::Error::other(
+                    "it is a FIFO that no process is reading",
+                ))
+            } else {
+                fail(e)
+            }
+        })?;
+    set_blocking(&file).map_err(fail)?;
+    let mut out = std::io::BufWriter::new(file);
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .map_err(fail)
+}
+
+/// Clears `O_NONBLOCK` (set only to open a FIFO without waiting for a reader), so writes wait
+/// for a slow reader instead of failing with `EAGAIN`.
+fn set_blocking(file: &std::fs::File) -> std::io::Result<()> {
+    let flags = rustix::fs::fcntl_getfl(file)?;
+    Ok(rustix::fs::fcntl_setfl(
+        file,
+        flags - rustix::fs::OFlags::NONBLOCK,
+    )?)
+}
+
+/// Writes a regular file at `path` whole or not at all (temporary file, then rename).
+fn write_replacing(bytes: &[u8], path: &Path) -> Result<(), ExportError> {
+    use std::io::Write;
+    let fail = |e| ExportError::Write(path.to_path_buf(), e);
+    let partial = partial_path(path);
+    // A leftover of a killed export with this pid; create_new below never follows a link.
+    let _ = std::fs::remove_file(&partial);
+    let result = (|| {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&partial)
+            .map_err(fail)?;
+        let mut out = std::io::BufWriter::new(file);
+        out.write_all(bytes).map_err(fail)?;
+        out.into_inner()
+            .map_err(|e| fail(e.into_error()))?
+            .sync_all()
+            .map_err(fail)?;
+        std::fs::rename(&partial, path).map_err(fail)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    result
+}
+
+fn partial_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".partial-{}", std::process::id()));
+    path.with_file_name(name)
 }
 
 /// Writes `index.html` (summary first), `summary.md` and the fleet page `fleet.html` (the
@@ -53,18 +202,30 @@ pub fn write(
     fleet: &[RunRecord],
     dir: &Path,
 ) -> std::io::Result<PathBuf> {
+    let report = Export {
+        runs: records,
+        fidelity,
+    };
     let mut files = vec![
         (
             "index.html",
-            html::page(records, fidelity).map_err(rendering)?,
+            html::Html.serialize(&report).map_err(rendering)?,
         ),
-        (fleet::FILE, fleet::page(fleet).map_err(rendering)?),
-        ("summary.md", markdown::summary(records, fidelity)),
+        (
+            html::FLEET_FILE,
+            html::fleet_page(fleet).map_err(rendering)?.into_bytes(),
+        ),
+        (
+            "summary.md",
+            markdown::Markdown.serialize(&report).map_err(rendering)?,
+        ),
     ];
     if !fidelity.is_empty() {
         files.push((
             html::FIDELITY_FILE,
-            html::fidelity_page(fidelity).map_err(rendering)?,
+            html::fidelity_page(fidelity)
+                .map_err(rendering)?
+                .into_bytes(),
         ));
     }
     publish(dir, &files)?;
@@ -76,15 +237,18 @@ pub fn write_sweep(view: &SweepView, dir: &Path) -> std::io::Result<PathBuf> {
     publish(
         dir,
         &[
-            ("index.html", sweep::page(view).map_err(rendering)?),
-            ("summary.md", sweep::summary(view)),
+            (
+                "index.html",
+                html::sweep_page(view).map_err(rendering)?.into_bytes(),
+            ),
+            ("summary.md", markdown::sweep_summary(view).into_bytes()),
         ],
     )?;
     Ok(dir.join("index.html"))
 }
 
-/// A template that failed to render (askama fails only when writing a value fails).
-fn rendering(e: askama::Error) -> std::io::Error {
+/// A page that failed to render (askama fails only when writing a value fails).
+fn rendering(e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::other(format!("cannot render the report page: {e}"))
 }
 
@@ -93,7 +257,7 @@ fn rendering(e: askama::Error) -> std::io::Error {
 /// `dir` (same file system), and only then renamed into place. Only regular files are
 /// replaced: a symlink (followed, it would overwrite its target elsewhere), a FIFO or a device
 /// at one of the names is refused before anything is written.
-pub fn publish(dir: &Path, files: &[(&str, String)]) -> std::io::Result<()> {
+pub fn publish(dir: &Path, files: &[(&str, Vec<u8>)]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     for (name, _) in files {
         let path = dir.join(name);
@@ -123,7 +287,7 @@ pub fn publish(dir: &Path, files: &[(&str, String)]) -> std::io::Result<()> {
     for (name, content) in files {
         let path = staging.path().join(name);
         let mut file = std::fs::File::create(&path)?;
-        std::io::Write::write_all(&mut file, content.as_bytes())?;
+        std::io::Write::write_all(&mut file, content)?;
         file.sync_all()?;
     }
     for (name, _) in files {
@@ -204,7 +368,7 @@ mod escaping {
         RunRecord {
             run_id: format!("id-{text}"),
             scenario: "lifecycle".into(),
-            backend: crate::backend::BackendKind::Model,
+            backend: hvlab_core::BackendKind::Model,
             profile: Some(format!("prof-{text}")),
             host,
             params,
@@ -265,9 +429,9 @@ mod escaping {
         reports[0].rows[0].setup = format!("setup-{text}");
         vec![
             ("index", super::html::page(&records, &reports).unwrap()),
-            ("fleet", super::fleet::page(&records).unwrap()),
+            ("fleet", super::html::fleet_page(&records).unwrap()),
             ("fidelity", super::html::fidelity_page(&reports).unwrap()),
-            ("sweep", super::sweep::page(&sweep(text)).unwrap()),
+            ("sweep", super::html::sweep_page(&sweep(text)).unwrap()),
         ]
     }
 

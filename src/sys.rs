@@ -1,0 +1,127 @@
+//! The few system calls that neither std nor rustix wraps safely, each behind a safe function:
+//! the stop-signal handlers a long-running child needs (a trace, a QEMU boot), the death signal
+//! a child sets between fork and exec, and closing descriptors inherited by number. With the
+//! kvm crate, the only place hvlab writes `unsafe`; everything else goes through rustix.
+
+use std::os::fd::{BorrowedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use rustix::io::FdFlags;
+use rustix::process::Signal;
+
+/// The signal that asked hvlab to stop (0: none).
+static STOP: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_stop_signal(sig: libc::c_int) {
+    STOP.store(sig, Ordering::SeqCst);
+}
+
+/// SIGINT, SIGTERM and SIGHUP handlers for the time of a long-running child: they only record
+/// the signal, and the caller's loop forwards it, cleans up and returns ([`Self::pending`]). A
+/// signal ignored by whoever started hvlab (nohup, a background job) stays ignored. The
+/// previous handlers come back on drop.
+#[derive(Debug)]
+pub struct StopSignals {
+    old: Vec<(libc::c_int, libc::sigaction)>,
+}
+
+impl StopSignals {
+    /// Installs the handlers, forgetting any stop signal recorded before.
+    pub fn install() -> StopSignals {
+        STOP.store(0, Ordering::SeqCst);
+        let mut old = Vec::new();
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value; the handler
+            // only stores to an atomic, which is async-signal-safe; `prev` is ours, written by
+            // the kernel.
+            unsafe {
+                let mut act: libc::sigaction = std::mem::zeroed();
+                act.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as usize;
+                libc::sigemptyset(&raw mut act.sa_mask);
+                let mut prev: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, &raw const act, &raw mut prev) == 0 {
+                    if prev.sa_sigaction == libc::SIG_IGN {
+                        // Ignored by whoever started hvlab (nohup, a background job): keep it so.
+                        libc::sigaction(sig, &raw const prev, std::ptr::null_mut());
+                    } else {
+                        old.push((sig, prev));
+                    }
+                }
+            }
+        }
+        StopSignals { old }
+    }
+
+    /// The stop signal received since [`Self::install`], if any.
+    pub fn pending() -> Option<i32> {
+        match STOP.load(Ordering::SeqCst) {
+            0 => None,
+            sig => Some(sig),
+        }
+    }
+}
+
+impl Drop for StopSignals {
+    fn drop(&mut self) {
+        for (sig, prev) in &self.old {
+            // SAFETY: restoring the sigaction that was in place before `install`.
+            unsafe { libc::sigaction(*sig, prev, std::ptr::null_mut()) };
+        }
+    }
+}
+
+/// The name of a stop signal, for messages.
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
+        _ => "a signal",
+    }
+}
+
+/// A stop signal as the kill functions take it (SIGKILL for anything else).
+pub fn signal(sig: i32) -> Signal {
+    Signal::from_named_raw(sig).unwrap_or(Signal::KILL)
+}
+
+/// Makes `cmd`'s child die with hvlab, even by SIGKILL (`PR_SET_PDEATHSIG`, set in the child
+/// between fork and exec), and inherit the descriptor `keep` (its close-on-exec flag cleared
+/// there, so nothing else hvlab starts gets it).
+pub fn die_with_parent_keeping(cmd: &mut Command, keep: RawFd) {
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe system calls (prctl, fcntl) on values captured by copy; `keep` is a
+    // descriptor the parent holds open across the spawn, so it is open in the child.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
+            rustix::io::fcntl_setfd(BorrowedFd::borrow_raw(keep), FdFlags::empty())?;
+            Ok(())
+        });
+    }
+}
+
+/// Closes descriptors inherited by number (those a parent passed down for another process),
+/// ignoring any that is not open.
+pub fn close_inherited(fds: impl IntoIterator<Item = RawFd>) {
+    for fd in fds {
+        // SAFETY: close(2) on a number this process holds only by inheritance and will not
+        // use: nothing in it refers to the descriptor; one not open fails with EBADF.
+        unsafe { libc::close(fd) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_signals_are_named_and_sent_as_themselves() {
+        assert_eq!(signal_name(libc::SIGTERM), "SIGTERM");
+        assert_eq!(signal_name(libc::SIGUSR1), "a signal");
+        assert_eq!(signal(libc::SIGINT), Signal::INT);
+        assert_eq!(signal(libc::SIGHUP), Signal::HUP);
+    }
+}
