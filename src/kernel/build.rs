@@ -421,25 +421,19 @@ struct DirLock {
 
 impl DirLock {
     fn take(path: &Path, progress: &dyn BuildProgress) -> Result<DirLock, BuildError> {
-        use std::os::fd::AsRawFd;
+        use rustix::fs::{FlockOperation, flock};
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(path)
             .map_err(io(path))?;
-        // SAFETY: flock on a descriptor this function owns; no memory is involved.
-        let free = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
-        if !free {
+        if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
             progress.begin("waiting for another hvlab's build of this source");
             let start = Instant::now();
-            // SAFETY: as above; this call blocks until the other holder closes its file.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-                return Err(BuildError::Io(
-                    path.to_path_buf(),
-                    std::io::Error::last_os_error(),
-                ));
-            }
+            // Blocks until the other holder closes its file.
+            flock(&file, FlockOperation::LockExclusive)
+                .map_err(|e| BuildError::Io(path.to_path_buf(), e.into()))?;
             progress.end(
                 "waiting for another hvlab's build of this source",
                 start.elapsed().as_secs_f64(),

@@ -253,17 +253,7 @@ fn newest_per_series(cands: &[Candidate]) -> String {
 
 /// Free space under `dir` in MiB.
 fn free_mib(dir: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: `c` is a NUL-terminated path that outlives the call; `st` is a plain C struct
-    // the kernel fills, zeroed first so no field is read uninitialized.
-    let st = unsafe {
-        let mut st: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(c.as_ptr(), &raw mut st) != 0 {
-            return None;
-        }
-        st
-    };
+    let st = rustix::fs::statvfs(dir).ok()?;
     Some(st.f_bavail.saturating_mul(st.f_frsize) / (1024 * 1024))
 }
 

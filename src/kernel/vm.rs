@@ -14,11 +14,11 @@
 //! TCG runs single-threaded: with `thread=multi` Linux 6.12 and 7.2 guests oopsed on an
 //! `int3` in `__schedule` (a text-poke another vCPU had not yet seen).
 
+use crate::sys::{StopSignals, signal_name};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -626,53 +626,6 @@ fn initramfs(
 
 // ---- running QEMU ----
 
-static STOP: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn on_stop(sig: libc::c_int) {
-    STOP.store(sig, Ordering::SeqCst);
-}
-
-/// SIGINT/SIGTERM/SIGHUP only record themselves while QEMU runs, so the loop can stop it.
-struct StopSignals(Vec<(libc::c_int, libc::sigaction)>);
-
-impl StopSignals {
-    fn install() -> StopSignals {
-        STOP.store(0, Ordering::SeqCst);
-        let mut old = Vec::new();
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            // SAFETY: a zeroed sigaction is "no flags, empty mask"; the handler only stores
-            // into an atomic, which is async-signal-safe; `prev` is written by the kernel.
-            unsafe {
-                let mut act: libc::sigaction = std::mem::zeroed();
-                act.sa_sigaction = on_stop as extern "C" fn(libc::c_int) as usize;
-                let mut prev: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(sig, &raw const act, &raw mut prev) == 0 {
-                    old.push((sig, prev));
-                }
-            }
-        }
-        StopSignals(old)
-    }
-}
-
-impl Drop for StopSignals {
-    fn drop(&mut self) {
-        for (sig, prev) in &self.0 {
-            // SAFETY: restores the handler that was in place before `install`.
-            unsafe { libc::sigaction(*sig, prev, std::ptr::null_mut()) };
-        }
-    }
-}
-
-fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        libc::SIGINT => "SIGINT",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGHUP => "SIGHUP",
-        _ => "a signal",
-    }
-}
-
 /// The framed files the guest sent, in order (a truncated last frame is dropped).
 fn frames(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
@@ -801,8 +754,7 @@ pub fn boot(
         if let Some(status) = child.try_wait().map_err(|e| VmError::Io(qemu.clone(), e))? {
             break Some(status);
         }
-        let sig = STOP.load(Ordering::SeqCst);
-        if sig != 0 {
+        if let Some(sig) = StopSignals::pending() {
             let _ = child.kill();
             let _ = child.wait();
             drop(signals);

@@ -231,7 +231,10 @@ pub fn judge(
                     continue;
                 }
                 // The lifecycle's ioctl times in the guest's jiffies: judged everywhere.
-                if scenario == "lifecycle" && name.starts_with("ioctl.") && m.unit == "ms" {
+                if scenario == crate::scenario::Kind::Lifecycle.name()
+                    && name.starts_with("ioctl.")
+                    && m.unit == "ms"
+                {
                     let jiffy_ms = |runs: &[&RunRecord]| {
                         1000.0 / f64::from(runs.first().map_or(250, |r| r.host.hz.max(1)))
                     };
