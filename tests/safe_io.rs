@@ -662,6 +662,93 @@ fn import_refuses_huge_or_non_finite_samples_naming_the_line() {
     );
 }
 
+/// Records whose summary its samples do not give (issue 30's three, and a verdict that is not
+/// its samples'): each refused naming the line and the field, nothing imported, never shown.
+#[test]
+fn import_refuses_summaries_and_verdicts_their_samples_do_not_give() {
+    let (d, db) = db();
+    stored_run(&db);
+    let r = exported(&db);
+    let target = d.path().join("target.db");
+    let first_metric = |x: &mut serde_json::Value| -> serde_json::Value {
+        let metrics = x["variants"][0]["metrics"].as_object_mut().unwrap();
+        metrics.values_mut().next().unwrap().clone()
+    };
+    let set_first = |x: &mut serde_json::Value, m: serde_json::Value| {
+        let metrics = x["variants"][0]["metrics"].as_object_mut().unwrap();
+        *metrics.values_mut().next().unwrap() = m;
+    };
+    let cases: [(&str, &dyn Fn(&mut serde_json::Value)); 4] = [
+        ("says n = 1000000 but carries 4 samples", &|x| {
+            let mut m = first_metric(x);
+            m["samples"] = serde_json::json!([2.0, 3.0, 4.0, 5.0]);
+            m["n"] = 1_000_000.into();
+            m["median"] = 3.5.into();
+            m["min"] = 2.into();
+            m["max"] = 5.into();
+            m["ci95"] = serde_json::json!([2.0, 5.0]);
+            set_first(x, m);
+        }),
+        ("says min 9 but its samples give", &|x| {
+            let mut m = first_metric(x);
+            m["samples"] = serde_json::json!([2.0, 3.0, 4.0, 5.0]);
+            m["n"] = 4.into();
+            m["median"] = 3.5.into();
+            m["ci95"] = serde_json::json!([5, 1]);
+            m["min"] = 9.into();
+            m["max"] = (-9).into();
+            set_first(x, m);
+        }),
+        ("has no samples but a summary (n = 0, median 1)", &|x| {
+            let mut m = first_metric(x);
+            m["samples"] = serde_json::json!([]);
+            m["n"] = 0.into();
+            m["median"] = 1.into();
+            set_first(x, m);
+        }),
+        ("says ci95 [5, 1]", &|x| {
+            let mut m = first_metric(x);
+            m["samples"] = serde_json::json!([2.0, 3.0, 4.0, 5.0]);
+            m["n"] = 4.into();
+            m["median"] = 3.5.into();
+            m["min"] = 2.into();
+            m["max"] = 5.into();
+            m["ci95"] = serde_json::json!([5, 1]);
+            set_first(x, m);
+        }),
+    ];
+    for (i, (words, edit)) in cases.iter().enumerate() {
+        let mut x = r.clone();
+        x["run_id"] = format!("2026-01-01T00:00:0{i}Z-percpu-model-{i:016x}").into();
+        edit(&mut x);
+        let file = d.path().join(format!("contradicts-{i}.jsonl"));
+        std::fs::write(&file, format!("{r}\n{x}\n")).unwrap();
+        let out = run(&target, &["import", file.to_str().unwrap()]);
+        assert_exit(&out, 2, &["line 2", words, "nothing was imported"]);
+    }
+    // A verdict whose numbers are not its variants' samples.
+    let mut x = r.clone();
+    x["run_id"] = "2026-01-01T00:00:09Z-percpu-model-0000000000000009".into();
+    let v = x["verdicts"]
+        .as_array_mut()
+        .expect("the percpu run has verdicts");
+    assert!(!v.is_empty(), "{r}");
+    v[0]["medians"] = serde_json::json!([1.0, 512.0]);
+    let file = d.path().join("verdict.jsonl");
+    std::fs::write(&file, format!("{x}\n")).unwrap();
+    assert_exit(
+        &run(&target, &["import", file.to_str().unwrap()]),
+        2,
+        &["line 1", "the verdict on", "their samples give"],
+    );
+    let out = run(&target, &["runs", "--json", "--all"]);
+    assert_eq!(common::json(&out)["runs"].as_array().unwrap().len(), 0);
+    // The honest export imports as it is.
+    let file = d.path().join("honest.jsonl");
+    std::fs::write(&file, format!("{r}\n")).unwrap();
+    assert_exit(&run(&target, &["import", file.to_str().unwrap()]), 0, &[]);
+}
+
 fn m_set(x: &mut serde_json::Value, samples: serde_json::Value) {
     let metrics = x["variants"][0]["metrics"].as_object_mut().unwrap();
     metrics.values_mut().next().unwrap()["samples"] = samples;

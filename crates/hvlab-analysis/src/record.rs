@@ -276,7 +276,62 @@ pub struct MetricRecord {
     pub samples: Vec<f64>,
 }
 
+/// How far a stored summary value may sit from the one its samples give: the 9 decimal places a
+/// record keeps of a non-integral value ([`compact`]), and a float's last bits.
+fn agrees(stored: f64, from_samples: f64) -> bool {
+    (stored - from_samples).abs() <= 1e-9 + 1e-12 * from_samples.abs()
+}
+
 impl MetricRecord {
+    /// What in this summary its samples do not give, if anything: the count, the median, the
+    /// extremes, and a 95% interval of the median that is ordered and within the extremes (a
+    /// bootstrap interval of the median never leaves the samples' range). The interval's exact
+    /// bounds depend on the resampling, so only its shape is checked.
+    pub fn contradiction(&self) -> Option<String> {
+        if self.samples.is_empty() {
+            return Some(format!(
+                "has no samples but a summary (n = {}, median {}): a summary needs the samples it summarises",
+                self.n, self.median
+            ));
+        }
+        if self.n != self.samples.len() {
+            return Some(format!(
+                "says n = {} but carries {} samples",
+                self.n,
+                self.samples.len()
+            ));
+        }
+        let (min, max) = self
+            .samples
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+                (lo.min(x), hi.max(x))
+            });
+        for (field, stored, given) in [
+            (
+                "median",
+                self.median,
+                crate::statistics::median(&self.samples),
+            ),
+            ("min", self.min, min),
+            ("max", self.max, max),
+        ] {
+            if !agrees(stored, given) {
+                return Some(format!(
+                    "says {field} {stored} but its samples give {given}"
+                ));
+            }
+        }
+        let [lo, hi] = self.ci95;
+        let slack = |x: f64| 1e-9 + 1e-12 * x.abs();
+        if !(lo <= hi + slack(hi) && lo >= min - slack(min) && hi <= max + slack(max)) {
+            return Some(format!(
+                "says ci95 [{lo}, {hi}], which is not an interval within its samples' range [{min}, {max}]"
+            ));
+        }
+        None
+    }
+
     /// Summarises samples of a metric.
     pub fn new(unit: &str, samples: Vec<f64>, seed: u64) -> MetricRecord {
         let s = Summary::of(&samples, seed);
@@ -289,6 +344,51 @@ impl MetricRecord {
             n: s.n,
             samples,
         }
+    }
+}
+
+impl RunRecord {
+    /// What in this record its samples do not give, naming the variant and field: every
+    /// metric's summary ([`MetricRecord::contradiction`]), and every verdict's counts and
+    /// medians against the samples of the variants it names. A record that came from hvlab
+    /// has none; one edited or forged elsewhere is refused rather than shown.
+    pub fn contradiction(&self) -> Option<String> {
+        for v in &self.variants {
+            for (name, m) in &v.metrics {
+                if let Some(why) = m.contradiction() {
+                    return Some(format!("metric {name} of variant {}: {why}", v.name));
+                }
+            }
+        }
+        for verdict in &self.verdicts {
+            let side = |variant: &str| {
+                self.variant(variant)
+                    .and_then(|v| v.metrics.get(&verdict.metric))
+            };
+            let (Some(fast), Some(slow)) = (side(&verdict.faster), side(&verdict.slower)) else {
+                return Some(format!(
+                    "the verdict on {} names variants {} and {}, which do not both carry that metric",
+                    verdict.metric, verdict.faster, verdict.slower
+                ));
+            };
+            let given_n = [fast.samples.len(), slow.samples.len()];
+            if verdict.n != given_n
+                || !agrees(verdict.medians[0], fast.median)
+                || !agrees(verdict.medians[1], slow.median)
+            {
+                return Some(format!(
+                    "the verdict on {} ({} against {}) says n = {:?} and medians {:?}, but their samples give n = {given_n:?} and medians [{}, {}]",
+                    verdict.metric,
+                    verdict.faster,
+                    verdict.slower,
+                    verdict.n,
+                    verdict.medians,
+                    fast.median,
+                    slow.median
+                ));
+            }
+        }
+        None
     }
 }
 

@@ -195,6 +195,13 @@ pub fn check_record(run: &RunRecord) -> Result<(), String> {
             }
         }
     }
+    // Nothing downstream trusts a summary its samples do not give.
+    if let Some(why) = run.contradiction() {
+        return Err(format!(
+            "run {}: {why}; its summaries and verdicts must follow from its samples (export it again from the hvlab that ran it)",
+            run.run_id
+        ));
+    }
     Ok(())
 }
 
