@@ -678,7 +678,8 @@ fn import_refuses_summaries_and_verdicts_their_samples_do_not_give() {
         let metrics = x["variants"][0]["metrics"].as_object_mut().unwrap();
         *metrics.values_mut().next().unwrap() = m;
     };
-    let cases: [(&str, &dyn Fn(&mut serde_json::Value)); 4] = [
+    type Edit<'a> = &'a dyn Fn(&mut serde_json::Value);
+    let cases: [(&str, Edit); 4] = [
         ("says n = 1000000 but carries 4 samples", &|x| {
             let mut m = first_metric(x);
             m["samples"] = serde_json::json!([2.0, 3.0, 4.0, 5.0]);
