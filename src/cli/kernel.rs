@@ -436,7 +436,9 @@ pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
         return Err(InputError::BadValue {
             key: "--model-strategy".into(),
             value: args.model_strategy.clone().unwrap_or_default(),
-            why: "it declares the change to the lifecycle scenario's model; add --scenario lifecycle".into(),
+            why:
+                "it declares the change to the lifecycle scenario's model; add --scenario lifecycle"
+                    .into(),
         }
         .into());
     }
@@ -914,7 +916,11 @@ fn prediction_lines(p: &kab::KabPrediction, accel: Accel, width: usize) -> Vec<S
         (Some(h), _) => {
             out.push(format!(
                 "  on this host, under {accel} (A calibrated in its guest{}: {}):",
-                if h.calibrated_now { " by this kab" } else { ", cached" },
+                if h.calibrated_now {
+                    " by this kab"
+                } else {
+                    ", cached"
+                },
                 h.profile_path.display()
             ));
             for v in &h.variants {
@@ -930,10 +936,7 @@ fn prediction_lines(p: &kab::KabPrediction, accel: Accel, width: usize) -> Vec<S
         (None, None) => {}
     }
     if let Some(r) = &p.reporters_host {
-        out.push(format!(
-            "  on {} ({}):",
-            r[0].profile, r[0].setup
-        ));
+        out.push(format!("  on {} ({}):", r[0].profile, r[0].setup));
         out.push(format!("    {}", reporters_line(r)));
     }
     out
@@ -942,7 +945,9 @@ fn prediction_lines(p: &kab::KabPrediction, accel: Accel, width: usize) -> Vec<S
 /// The prediction in the cover letter: at most three lines.
 fn prediction_markdown(p: Option<&kab::KabPrediction>) -> Vec<String> {
     let Some(p) = p else {
-        return vec!["Model prediction: none (the model predicts the lifecycle scenario only)".into()];
+        return vec![
+            "Model prediction: none (the model predicts the lifecycle scenario only)".into(),
+        ];
     };
     if !p.unknown.is_empty() {
         return vec![format!(
@@ -1559,11 +1564,22 @@ mod tests {
     #[test]
     fn the_prediction_follows_the_measured_verdicts_labelled_as_predicted() {
         let text = render(&outcome());
-        assert!(text.lines().next().unwrap().contains("(measured: lifecycle"), "{text}");
-        let at = text.find("predicted by the model (not measured):").expect(&text);
+        assert!(
+            text.lines()
+                .next()
+                .unwrap()
+                .contains("(measured: lifecycle"),
+            "{text}"
+        );
+        let at = text
+            .find("predicted by the model (not measured):")
+            .expect(&text);
         let after = &text[at..];
         assert!(after.contains("strategies: A always-defer"), "{after}");
-        assert!(after.contains("on this host, under tcg (A calibrated in its guest, cached"), "{after}");
+        assert!(
+            after.contains("on this host, under tcg (A calibrated in its guest, cached"),
+            "{after}"
+        );
         assert!(
             after.contains("irqchip-first        stalls 1 → 0; DIFFERS from the measurement on A"),
             "{after}"

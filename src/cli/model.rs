@@ -144,7 +144,11 @@ fn patch_predictions(report: &lab::fidelity::patch::PatchReport, tolerance: f64)
     use lab::fidelity::Agreement;
     let mut out = vec![format!(
         "\npredictions of patches (thread 001): {} row(s), {} within, {} outside, over {} kernel(s) of the stored kabs",
-        report.predictions.iter().map(|p| p.rows.len()).sum::<usize>(),
+        report
+            .predictions
+            .iter()
+            .map(|p| p.rows.len())
+            .sum::<usize>(),
         report.within(),
         report.outside(),
         report.predictions.len()
@@ -248,7 +252,9 @@ fn patch_predictions(report: &lab::fidelity::patch::PatchReport, tolerance: f64)
         out.push(format!(
             "  skipped {}{}: {}",
             s.kab,
-            s.side.as_ref().map_or(String::new(), |x| format!(" side {x}")),
+            s.side
+                .as_ref()
+                .map_or(String::new(), |x| format!(" side {x}")),
             s.why
         ));
     }

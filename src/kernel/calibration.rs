@@ -96,7 +96,8 @@ pub enum CalibrationError {
 /// Keeps the profile (TOML) calibrate wrote in a guest of `id`, named after the kernel, and
 /// says where.
 pub fn save(id: &Identity, toml: &str) -> Result<PathBuf, CalibrationError> {
-    let mut profile = Profile::parse("the guest's this-host.toml", toml).map_err(CalibrationError::Bad)?;
+    let mut profile =
+        Profile::parse("the guest's this-host.toml", toml).map_err(CalibrationError::Bad)?;
     profile.name = id.profile_name();
     profile.describes = format!(
         "{}; calibrated inside a guest of {} ({}) under {} ({})",
@@ -106,9 +107,9 @@ pub fn save(id: &Identity, toml: &str) -> Result<PathBuf, CalibrationError> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| CalibrationError::Io(dir.to_path_buf(), e))?;
     }
-    profile.write(&path).map_err(|e| {
-        CalibrationError::Io(path.clone(), std::io::Error::other(e.to_string()))
-    })?;
+    profile
+        .write(&path)
+        .map_err(|e| CalibrationError::Io(path.clone(), std::io::Error::other(e.to_string())))?;
     Ok(path)
 }
 

@@ -32,9 +32,9 @@ use crate::store::Store;
 
 use crate::kernel::calibration::{self, Identity};
 use crate::kernel::vm::Accel;
-use hvlab_core::host::{KabSide, PatchId};
 use crate::lab::fidelity::patch::{self, PatchRow, StrategyChoice, Wait};
 use crate::lab::fidelity::srcu::{OnReportersHost, on_reporters_host};
+use hvlab_core::host::{KabSide, PatchId};
 
 /// How far a metric can be trusted on this accelerator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -976,10 +976,8 @@ pub fn run(
             None
         }
     };
-    let calibrate_now = req.calibrate
-        && lifecycle
-        && strategies.iter().all(Result::is_ok)
-        && calibrated.is_none();
+    let calibrate_now =
+        req.calibrate && lifecycle && strategies.iter().all(Result::is_ok) && calibrated.is_none();
     let tags = kab_tags(&builds, req.model_strategy.as_deref());
     let mut sides: [Vec<RunRecord>; 2] = [Vec::new(), Vec::new()];
     let mut boots = Vec::new();
@@ -1532,7 +1530,10 @@ mod tests {
             assert_eq!(v(name).agrees[1], Some(true), "{name}: B as measured");
         }
         let boot = &v("boot-activation").waits[0];
-        assert_eq!((boot.on.as_str(), boot.sides), ("KVM_IOEVENTFD", [true, true]));
+        assert_eq!(
+            (boot.on.as_str(), boot.sides),
+            ("KVM_IOEVENTFD", [true, true])
+        );
         // The known miss of the stock kernel (see fidelity::patch's tests).
         assert_eq!(v("irqchip-first").agrees[0], Some(false));
         let [a, b] = p.reporters_host.as_ref().expect("the reporter's host");
@@ -1545,7 +1546,9 @@ mod tests {
         ];
         let p = predict(&unknown, &sides, Some(&profile), false, true, &host).unwrap();
         assert!(p.this_host.is_none() && p.reporters_host.is_none());
-        assert!(p.unknown[0].starts_with("B: doc.patch") && p.unknown[0].contains("--model-strategy"));
+        assert!(
+            p.unknown[0].starts_with("B: doc.patch") && p.unknown[0].contains("--model-strategy")
+        );
     }
 
     /// A stalled in 2 of 6 repetitions, B in none: too few to call it fixed.

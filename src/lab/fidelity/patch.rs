@@ -380,8 +380,7 @@ fn row(
             ))
         })
         .collect();
-    let agree =
-        stalls.pass && jiffies.iter().all(|c| c.pass) && model_waits == kernel_waits;
+    let agree = stalls.pass && jiffies.iter().all(|c| c.pass) && model_waits == kernel_waits;
     let phase = |runs: &[&RunRecord]| {
         let x = pooled(runs, variant, "tick_phase_ms");
         (!x.is_empty()).then(|| median(&x))
@@ -428,7 +427,9 @@ pub fn model_of(
     let Params::Lifecycle(mut params) =
         Kind::Lifecycle.parse(&sets, BackendKind::Model.capabilities())?
     else {
-        return Err(Error::Fidelity("the lifecycle scenario's parameters are not its own".into()));
+        return Err(Error::Fidelity(
+            "the lifecycle scenario's parameters are not its own".into(),
+        ));
     };
     params.strategy = strategy;
     let variants: Vec<&str> = first
@@ -482,8 +483,7 @@ fn kab_side(run: &RunRecord) -> Option<&hvlab_core::host::KabSide> {
 }
 
 /// How the calibrated profile of a kernel is found.
-pub type Calibrations<'a> =
-    dyn Fn(&Identity) -> Result<Option<(PathBuf, Profile)>, String> + 'a;
+pub type Calibrations<'a> = dyn Fn(&Identity) -> Result<Option<(PathBuf, Profile)>, String> + 'a;
 
 /// One kernel and strategy, with the runs of every kab that booted it.
 struct Set<'a> {
@@ -545,8 +545,11 @@ pub fn from_runs(
                 report.skipped.push(skip(
                     None,
                     format!(
-                        "no profile calibrated on the base {} ({}) under {}: a kab calibrates its base once, in its first boot (it failed there, or the cache was cleared); run the kab again",
-                        ua.release, ua.source, ua.accel
+                        "no profile calibrated on the base {} ({}) under {} at {}: a kab calibrates its base once, in its first boot (it failed there, or the cache was cleared); run the kab again",
+                        ua.release,
+                        ua.source,
+                        ua.accel,
+                        base.path().display()
                     ),
                 ));
                 continue;
@@ -614,7 +617,13 @@ fn predict(set: &Set<'_>, tolerance: f64, seed: u64) -> Result<Prediction, Error
     let change = match u.kab.as_ref().map(|k| k.patches.as_slice()) {
         Some(patches) if !patches.is_empty() => patches
             .iter()
-            .map(|p| format!("{} (sha256 {})", p.file, &p.sha256[..p.sha256.len().min(16)]))
+            .map(|p| {
+                format!(
+                    "{} (sha256 {})",
+                    p.file,
+                    &p.sha256[..p.sha256.len().min(16)]
+                )
+            })
             .collect::<Vec<_>>()
             .join(" + "),
         _ => "none (stock)".to_string(),
@@ -720,7 +729,8 @@ mod tests {
 
     fn report(runs: &[RunRecord]) -> PatchReport {
         let profile = fixture::profile();
-        let calibrations = |_: &Identity| Ok(Some((PathBuf::from("fixture.toml"), profile.clone())));
+        let calibrations =
+            |_: &Identity| Ok(Some((PathBuf::from("fixture.toml"), profile.clone())));
         from_runs(runs, &calibrations, TOLERANCE_PCT, DEFAULT_SEED).expect("the predictions")
     }
 
@@ -752,7 +762,10 @@ mod tests {
         let r = report(&fixture::runs());
         assert!(r.skipped.is_empty(), "{:?}", r.skipped);
         let strategies: Vec<&str> = r.predictions.iter().map(|p| p.strategy.name).collect();
-        assert_eq!(strategies, ["always-defer", "lifecycle-keyed", "always-sync"]);
+        assert_eq!(
+            strategies,
+            ["always-defer", "lifecycle-keyed", "always-sync"]
+        );
         let [stock, fix, sync] = [0, 1, 2].map(|i| &r.predictions[i]);
         assert_eq!(stock.change, "none (stock)");
         assert_eq!(stock.kabs.len(), 2, "both kabs' bases are one kernel");
@@ -789,7 +802,10 @@ mod tests {
         assert_eq!(miss.agreement, Agreement::Outside);
         let [model_phase, kernel_phase] = miss.tick_phase_ms.expect("tick phases");
         assert!(kernel_phase - model_phase > 0.5, "{miss:#?}");
-        assert!(miss.jiffies[0].predicted < miss.jiffies[0].band[0], "{miss:#?}");
+        assert!(
+            miss.jiffies[0].predicted < miss.jiffies[0].band[0],
+            "{miss:#?}"
+        );
     }
 
     /// A deliberately wrong mapping: the 001 fix's kernel declared as always-sync. The model
@@ -812,7 +828,9 @@ mod tests {
         let wrong = r
             .predictions
             .iter()
-            .find(|p| p.change.starts_with("001-lifecycle-keyed") && p.strategy.name == "always-sync")
+            .find(|p| {
+                p.change.starts_with("001-lifecycle-keyed") && p.strategy.name == "always-sync"
+            })
             .expect("the fix's kernel run as always-sync");
         assert!(wrong.strategy.from.contains("--model-strategy"));
         let boot = row(wrong, "boot-activation");
@@ -825,7 +843,9 @@ mod tests {
 
     #[test]
     fn a_change_is_known_by_its_hash_by_declaration_or_by_the_kernels_version() {
-        let known = |file: &str, sha: &str| strategy_for("7.3.4+deb13-amd64", &[(file.into(), sha.into())], None);
+        let known = |file: &str, sha: &str| {
+            strategy_for("7.3.4+deb13-amd64", &[(file.into(), sha.into())], None)
+        };
         assert_eq!(
             known("fix.patch", KNOWN_CHANGES[0].sha256).map(|s| s.name),
             Ok("lifecycle-keyed")
@@ -844,7 +864,11 @@ mod tests {
             strategy_for("6.12.57+deb12-amd64", &[], None).map(|s| s.name),
             Ok("always-sync")
         );
-        let declared = strategy_for("7.3.4", &[("x.patch".into(), "00".into())], Some("lifecycle-keyed"));
+        let declared = strategy_for(
+            "7.3.4",
+            &[("x.patch".into(), "00".into())],
+            Some("lifecycle-keyed"),
+        );
         assert_eq!(declared.map(|s| s.name), Ok("lifecycle-keyed"));
         assert!(strategy_for("7.3.4", &[], Some("sometimes")).is_err());
     }
@@ -871,10 +895,18 @@ mod tests {
         }
         let r = report(&other);
         assert!(r.predictions.is_empty());
-        assert!(r.skipped.iter().all(|s| s.why.contains("one version")), "{:?}", r.skipped);
+        assert!(
+            r.skipped.iter().all(|s| s.why.contains("one version")),
+            "{:?}",
+            r.skipped
+        );
         let none = |_: &Identity| Ok(None);
         let r = from_runs(&runs, &none, TOLERANCE_PCT, DEFAULT_SEED).expect("a report");
         assert!(r.predictions.is_empty());
-        assert!(r.skipped[0].why.contains("run the kab again"), "{:?}", r.skipped);
+        assert!(
+            r.skipped[0].why.contains("run the kab again"),
+            "{:?}",
+            r.skipped
+        );
     }
 }
