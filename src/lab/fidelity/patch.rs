@@ -227,7 +227,7 @@ pub struct Prediction {
     pub strategy: StrategyChoice,
     /// `tcg` or `kvm`.
     pub accel: String,
-    /// The calibrated profile: its name, file, and the kernel it was calibrated on.
+    /// The calibrated profile's name.
     pub profile: String,
     /// Its file.
     pub profile_path: PathBuf,
@@ -741,14 +741,15 @@ mod tests {
             .unwrap_or_else(|| panic!("no row {variant}: {p:#?}"))
     }
 
-    const ORDERS: [&str; 6] = [
-        "irqchip-first",
-        "memslots-first",
-        "devices-after-vcpus",
-        "qemu-order",
-        "firecracker-order",
-        "boot-activation",
-    ];
+    /// The lifecycle's orders, as the kernel ran them: irqchip-first, memslots-first,
+    /// devices-after-vcpus, qemu-order, firecracker-order, boot-activation.
+    fn orders() -> Vec<&'static str> {
+        crate::scenario::lifecycle::INFO
+            .variants
+            .iter()
+            .map(|v| v.name)
+            .collect()
+    }
 
     /// Stock 7.3 (its two kabs' A sides pooled), the 001 fix and sync-on-register, each
     /// against the model running its strategy: the stall counts and waits the kernels showed,
@@ -773,7 +774,10 @@ mod tests {
         assert!(fix.change.starts_with("001-lifecycle-keyed.patch"));
         assert!(fix.strategy.from.contains("recognised from the sha256"));
         // Stall counts per VM, model and kernel alike, in the orders' order.
-        let counts = |p: &Prediction| ORDERS.map(|v| row(p, v).stalls.measured);
+        let counts = |p: &Prediction| -> Vec<f64> {
+            orders().iter().map(|v| row(p, v).stalls.measured).collect()
+        };
+        assert_eq!(orders()[0], "irqchip-first");
         assert_eq!(counts(stock), [1.0, 0.0, 0.0, 1.0, 1.0, 1.0]);
         assert_eq!(counts(fix), [0.0, 0.0, 0.0, 0.0, 0.0, 1.0]);
         assert_eq!(counts(sync), [0.0; 6]);
