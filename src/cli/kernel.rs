@@ -143,7 +143,7 @@ pub struct KabArgs {
     /// The model's strategy for B's change, when the model does not recognise the patch by its hash: always-defer (call_srcu, Linux 6.18 to 7.3), always-sync (before 7d9a0273), lifecycle-keyed (the fix in thread 001)
     #[arg(long, value_name = "STRATEGY", value_parser = ["always-defer", "always-sync", "lifecycle-keyed"])]
     model_strategy: Option<String>,
-    /// Do not calibrate the base in its first boot (about a minute under TCG, once per kernel and accelerator); the model's prediction for this host then needs a cached calibration
+    /// Do not calibrate the base in its first boot (once per kernel and accelerator: about 10 s more in that boot under TCG); the model's prediction for this host then needs a cached calibration
     #[arg(long)]
     no_calibrate: bool,
     #[command(flatten)]

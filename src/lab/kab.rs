@@ -663,7 +663,7 @@ pub struct KabRequest {
     /// when the patch is not one the model recognises by its hash.
     pub model_strategy: Option<String>,
     /// Calibrate the base in its first boot when no profile of it is cached, so the model
-    /// can predict the change on this host (about a minute under TCG, once per kernel).
+    /// can predict the change on this host (about 10 s under TCG, once per kernel).
     pub calibrate: bool,
 }
 
