@@ -442,9 +442,43 @@ fn kab_judges_the_001_fix_from_its_patch_module_only_on_7_3() {
         cost["b"].as_f64().unwrap() > cost["a"].as_f64().unwrap() * 2.0,
         "{cost}"
     );
+    // Beside the measured verdicts, the model's prediction of the same change (recognised
+    // from the patch's hash): here, priced by the base calibrated in its guest (by a kab's
+    // first run on it, else the cache), and on thread 001's host, where it saves about the
+    // 20 ms per VM creation the thread reported. Counts only: the lengths are fidelity's.
+    let p = &v["prediction"];
+    assert_eq!(p["label"], "predicted", "{p}");
+    assert_eq!(p["strategies"][0]["name"], "always-defer", "{p}");
+    assert_eq!(p["strategies"][1]["name"], "lifecycle-keyed", "{p}");
+    let here = |variant: &str| {
+        p["this_host"]["variants"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no prediction here: {p}"))
+            .iter()
+            .find(|x| x["variant"] == variant)
+            .unwrap_or_else(|| panic!("no {variant}: {p}"))["stalls"]
+            .clone()
+    };
+    assert_eq!(here("irqchip-first"), serde_json::json!([1.0, 0.0]), "{p}");
+    assert_eq!(
+        here("boot-activation"),
+        serde_json::json!([1.0, 1.0]),
+        "{p}"
+    );
+    let ready = |i: usize| {
+        p["reporters_host"][i]["ready_ms"]["median"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!((15.0..25.0).contains(&(ready(0) - ready(1))), "{p}");
     let text = std::fs::read_to_string(&md).unwrap();
     assert!(text.lines().count() <= 25, "{text}");
     assert!(text.contains("| irqchip-first | **FIXED** |"), "{text}");
+    assert!(
+        text.contains("Model prediction (hvlab's model; predicted, not measured):"),
+        "{text}"
+    );
+    assert!(text.contains("where thread 001 saw the bug"), "{text}");
     // The same patch again builds nothing (a parameter of no module stops it after the
     // kernel is resolved, before a boot).
     let again = hvlab()

@@ -598,3 +598,78 @@ fn the_model_predicts_many_vcpus_from_the_same_fault_path_on_the_hosts_cpus() {
         );
     }
 }
+
+/// `hvlab fidelity` finds a stored kab of a known change in the store and predicts it with the
+/// profile calibrated on its base (the stored runs of two real kabs, trimmed): without the
+/// calibration it says where it looked and skips; with it, three kernels (stock 7.3, the 001
+/// fix, sync-on-register), their rows within or outside, the threads' table unchanged.
+#[test]
+fn fidelity_predicts_the_patches_of_the_stored_kabs() {
+    let (dir, db) = common::db();
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kab-7.3-001");
+    let cache = dir.path().join("cache");
+    let hvlab = |args: &[&str]| {
+        common::hvlab()
+            .arg("--db")
+            .arg(&db)
+            .args(args)
+            .env("HVLAB_CACHE", &cache)
+            .output()
+            .unwrap()
+    };
+    let imported = hvlab(&["import", fixture.join("runs.jsonl").to_str().unwrap()]);
+    assert!(
+        imported.status.success(),
+        "{}",
+        String::from_utf8_lossy(&imported.stderr)
+    );
+    let first = hvlab(&["fidelity", "--thread", "001", "--json", "--report-only"]);
+    let v: Value = serde_json::from_slice(&first.stdout).unwrap();
+    assert_eq!(v["patches"]["predictions"], serde_json::json!([]), "{v}");
+    let why = v["patches"]["skipped"][0]["why"].as_str().unwrap();
+    let at = why
+        .split(" at ")
+        .nth(1)
+        .and_then(|t| t.split(": ").next())
+        .unwrap();
+    assert!(at.starts_with(cache.to_str().unwrap()), "{why}");
+    std::fs::create_dir_all(std::path::Path::new(at).parent().unwrap()).unwrap();
+    std::fs::copy(fixture.join("base-calibrated-tcg.toml"), at).unwrap();
+    let out = hvlab(&["fidelity", "--thread", "001", "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = v["patches"]["predictions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["strategy"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["always-defer", "lifecycle-keyed", "always-sync"],
+        "{v}"
+    );
+    assert_eq!(
+        v["patches"]["predictions"][0]["kind"],
+        "prediction of a patch"
+    );
+    assert_eq!(
+        (
+            v["patch_rows_within"].as_u64(),
+            v["patch_rows_outside"].as_u64()
+        ),
+        (Some(17), Some(1))
+    );
+    // The thread's own rows are counted as before; a prediction outside fails the command.
+    assert_eq!(v["judged"], 8, "{v}");
+    assert_eq!(out.status.code(), Some(1));
+    let text = hvlab(&["fidelity", "--thread", "001", "--report-only"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(
+            "predictions of patches (thread 001): 18 row(s), 17 within, 1 outside, over 3 kernel(s)"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("irqchip-first        OUTSIDE"), "{text}");
+}

@@ -91,6 +91,19 @@ fn boot(kernel: &str) -> Results {
         out.status
     );
     assert!(stderr.contains("accel: "), "{stderr}");
+    // The profile calibrate wrote in the guest came back, kept for this kernel under TCG:
+    // what the model's predictions of changes to this kernel are priced with.
+    let kept = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("calibrated profile of "))
+        .unwrap_or_else(|| panic!("{kernel}: the calibrated profile was not kept: {stderr}"));
+    let path = kept
+        .split(" kept: ")
+        .nth(1)
+        .and_then(|t| t.split(" (").next())
+        .unwrap();
+    let profile = std::fs::read_to_string(path).unwrap();
+    assert!(profile.contains("under tcg"), "{profile}");
     // The runs came back into the caller's store, tagged with the kernel under test.
     let runs = std::process::Command::new(env!("CARGO_BIN_EXE_hvlab"))
         .args(["runs", "--json", "--limit", "100"])

@@ -108,7 +108,8 @@ enum Command {
     Calibrate(model::CalibrateArgs),
     /// The model against the five kernel threads: each published setup on the model beside the
     /// figures the thread reports, each judged within or outside the thread's range (fitted
-    /// rows shown apart); exit 1 when a judged figure is outside
+    /// rows shown apart), and the model's predictions of the patches stored kabs measured;
+    /// exit 1 when a judged figure is outside
     Fidelity(model::FidelityArgs),
     /// Print a shell completion script: hvlab completions bash > /etc/bash_completion.d/hvlab
     Completions {
@@ -347,7 +348,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         Command::Export(args) => transfer::export(db, &args),
         Command::Import(args) => transfer::import(db, &args),
         Command::Calibrate(args) => model::calibrate(args),
-        Command::Fidelity(args) => model::fidelity(&args),
+        Command::Fidelity(args) => model::fidelity(db, &args),
         Command::Completions { shell } => done(habits::completions(shell)),
         Command::Man(args) => done(man::run(&args)),
         Command::Validate(args) => model::validate(db, &args),

@@ -96,30 +96,172 @@ pub(super) struct FidelityArgs {
     /// One JSON document on stdout
     #[arg(long)]
     json: bool,
+    /// Predictions of patches: allowed error on a stall's length in jiffies, percent beyond
+    /// the patched kernel's own spread (stall counts must match exactly)
+    #[arg(long, default_value_t = lab::fidelity::patch::TOLERANCE_PCT, value_parser = parse_tolerance, allow_hyphen_values = true)]
+    tolerance: f64,
 }
 
-/// `hvlab fidelity`: the table, and exit 1 when a judged figure is outside its range.
-pub(super) fn fidelity(args: &FidelityArgs) -> Result<ExitCode, Error> {
+/// `hvlab fidelity`: the threads' table, the predictions of the patches stored kabs
+/// measured, and exit 1 when a judged figure or prediction is outside its range.
+pub(super) fn fidelity(db: Option<&Path>, args: &FidelityArgs) -> Result<ExitCode, Error> {
     use lab::fidelity::ThreadReport;
+    use lab::fidelity::patch::{self, PatchReport};
     let reports = lab::fidelity::evaluate(&host::probe(), args.thread.as_deref(), DEFAULT_SEED)?;
+    // The patches are predictions of thread 001's mechanism, from the runs in the store.
+    let patches = if args.thread.as_deref().is_none_or(|t| t == patch::THREAD) {
+        let store = crate::store::Store::open_read(&crate::store::resolve_path(db)?)?;
+        patch::evaluate(&store, args.tolerance, DEFAULT_SEED)?
+    } else {
+        PatchReport::default()
+    };
     let sum = |f: fn(&ThreadReport) -> usize| reports.iter().map(f).sum::<usize>();
-    let outside = sum(ThreadReport::outside);
+    let outside = sum(ThreadReport::outside) + patches.outside();
     if args.json {
         print_json(&serde_json::json!({
             "threads": reports,
             "judged": sum(ThreadReport::judged),
             "within": sum(ThreadReport::within),
-            "outside": outside,
+            "outside": sum(ThreadReport::outside),
             "fitted_rows": sum(ThreadReport::fitted_rows),
+            "patches": patches,
+            "patch_rows_within": patches.within(),
+            "patch_rows_outside": patches.outside(),
         }))?;
     } else {
         print_text(&render::fidelity(&reports))?;
+        print_text(&patch_predictions(&patches, args.tolerance))?;
     }
     Ok(if outside == 0 || args.report_only {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The predictions of patches, after the threads' table.
+fn patch_predictions(report: &lab::fidelity::patch::PatchReport, tolerance: f64) -> String {
+    use lab::fidelity::Agreement;
+    let mut out = vec![format!(
+        "\npredictions of patches (thread 001): {} row(s), {} within, {} outside, over {} kernel(s) of the stored kabs",
+        report
+            .predictions
+            .iter()
+            .map(|p| p.rows.len())
+            .sum::<usize>(),
+        report.within(),
+        report.outside(),
+        report.predictions.len()
+    )];
+    out.push(format!(
+        "  the model, priced by the base kernel calibrated in its own guest under the same accelerator, against each kernel a kab measured; never fitted on the patched runs. Per variant: stalls per VM exactly, each stalled ioctl in jiffies within the kernel's spread (10th-90th percentile) ±{tolerance}%, the same waits; times are not judged"
+    ));
+    let num = |v: f64| {
+        if v == v.trunc() {
+            format!("{v:.0}")
+        } else if v.abs() >= 1.0 {
+            format!("{v:.2}")
+        } else {
+            format!("{v:.3}")
+        }
+    };
+    let waits = |w: &[lab::fidelity::patch::Wait]| {
+        if w.is_empty() {
+            "none".to_string()
+        } else {
+            w.iter()
+                .map(|w| format!("{} on {}'s grace period", w.ioctl, w.on))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    for p in &report.predictions {
+        out.push(format!(
+            "\n  {} {}, change: {}; model strategy {} ({})",
+            p.release, p.accel, p.change, p.strategy.name, p.strategy.from
+        ));
+        out.push(format!(
+            "    profile {} ({}); repetitions per variant: model {}, kernel {}; kab(s) {}",
+            p.profile,
+            p.profile_path.display(),
+            p.reps[0],
+            p.reps[1],
+            p.kabs.join(", ")
+        ));
+        for f in &p.fitted {
+            out.push(format!(
+                "    fitted input read: {}.{} (on {})",
+                f.profile, f.key, f.fitted_on
+            ));
+        }
+        let width = p.rows.iter().map(|r| r.variant.len()).max().unwrap_or(0);
+        for r in &p.rows {
+            let verdict = match &r.agreement {
+                Agreement::Within => "within",
+                Agreement::Outside => "OUTSIDE",
+                Agreement::Fitted { .. } => "fitted",
+            };
+            let mut parts = vec![format!(
+                "stalls model {} kernel {}{} ({} of {} / {} of {} repetitions)",
+                num(r.stalls.predicted),
+                num(r.stalls.measured),
+                if r.stalls.pass { "" } else { " (differ)" },
+                r.stalled_reps[0][0],
+                r.stalled_reps[0][1],
+                r.stalled_reps[1][0],
+                r.stalled_reps[1][1]
+            )];
+            for c in &r.jiffies {
+                parts.push(format!(
+                    "{} model {} jiffies, kernel {} ({}–{}){}",
+                    c.metric.trim_start_matches("ioctl."),
+                    num(c.predicted),
+                    num(c.measured),
+                    num(c.band[0]),
+                    num(c.band[1]),
+                    if c.pass { "" } else { " (outside)" }
+                ));
+            }
+            if let Some([m, k]) = r.tick_phase_ms
+                && r.jiffies.iter().any(|c| !c.pass)
+            {
+                parts.push(format!(
+                    "builds start {} ms after a tick in the model, {} ms in the kernel",
+                    num(m),
+                    num(k)
+                ));
+            }
+            let same = r.model_waits == r.kernel_waits;
+            parts.push(if same {
+                format!("waits: {}", waits(&r.kernel_waits))
+            } else {
+                format!(
+                    "waits differ: model {}, kernel {}",
+                    waits(&r.model_waits),
+                    waits(&r.kernel_waits)
+                )
+            });
+            out.push(format!(
+                "    {:<width$}  {verdict:<7}  {}",
+                r.variant,
+                parts.join("; ")
+            ));
+        }
+    }
+    for s in &report.skipped {
+        out.push(format!(
+            "  skipped {}{}: {}",
+            s.kab,
+            s.side
+                .as_ref()
+                .map_or(String::new(), |x| format!(" side {x}")),
+            s.why
+        ));
+    }
+    if report.predictions.is_empty() && report.skipped.is_empty() {
+        out.push("  none: no stored kab of a change the model knows (hvlab kab debian:7.3 debian:7.3+001-lifecycle-keyed.patch stores one)".into());
+    }
+    out.join("\n")
 }
 
 #[derive(Debug, Args)]

@@ -7,6 +7,7 @@
 //! (both layouts: 6.x `boot/vmlinuz-REL` + `lib/modules/REL`, 7.x `usr/lib/modules/REL/`).
 
 pub mod build;
+pub mod calibration;
 pub mod debian;
 pub mod kbuild;
 pub mod ko;

@@ -270,6 +270,10 @@ pub struct Boot {
     pub to_first_command_s: Option<f64>,
     /// Seconds QEMU ran.
     pub wall_s: f64,
+    /// The profile `hvlab calibrate` wrote in the guest (its default path), as TOML: this
+    /// kernel's costs under this accelerator, for [`super::calibration`] to keep.
+    #[serde(skip)]
+    pub calibrated: Option<String>,
 }
 
 // ---- the initramfs ----
@@ -526,6 +530,7 @@ while IFS= read -r line; do
     hvlab export -o $r/$n.jsonl >/dev/null 2>$r/export.err || : >$r/$n.jsonl
     for f in out err rc jsonl; do send $n.$f $r/$n.$f; done
 done </etc/cmds
+[ -f /var/this-host.toml ] && send this-host.toml /var/this-host.toml
 echo "@@hvlab-done" >/dev/ttyS1
 sync
 poweroff -f
@@ -854,6 +859,7 @@ pub fn boot(
         console,
         to_first_command_s: first_cmd,
         wall_s,
+        calibrated: get("this-host.toml"),
     };
     Ok((boot, failure))
 }
@@ -866,6 +872,7 @@ fn tag(run: &mut RunRecord, kernel: &Kernel, choice: &AccelChoice) {
         source: kernel.source.clone(),
         accel: choice.accel.to_string(),
         cpu_model: choice.cpu_model.clone(),
+        kab: None,
     });
 }
 

@@ -30,7 +30,11 @@ use crate::scenario;
 use crate::scenario::runner::DEFAULT_SEED;
 use crate::store::Store;
 
+use crate::kernel::calibration::{self, Identity};
 use crate::kernel::vm::Accel;
+use crate::lab::fidelity::patch::{self, PatchRow, StrategyChoice, Wait};
+use crate::lab::fidelity::srcu::{OnReportersHost, on_reporters_host};
+use hvlab_core::host::{KabSide, PatchId};
 
 /// How far a metric can be trusted on this accelerator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -132,7 +136,8 @@ fn is_time(unit: &str) -> bool {
     matches!(unit, "ns" | "us" | "ms" | "s")
 }
 
-fn pooled(runs: &[&RunRecord], variant: &str, metric: &str) -> Vec<f64> {
+/// Every sample of `metric` in `variant` over `runs` (the variants that ran).
+pub fn pooled(runs: &[&RunRecord], variant: &str, metric: &str) -> Vec<f64> {
     runs.iter()
         .filter_map(|r| r.variant(variant).filter(|v| v.is_ok()))
         .filter_map(|v| v.metrics.get(metric))
@@ -654,6 +659,12 @@ pub struct KabRequest {
     pub threshold: f64,
     /// How each VM boots.
     pub vm: VmConfig,
+    /// The model's strategy for B's change (`always-defer`, `always-sync`, `lifecycle-keyed`),
+    /// when the patch is not one the model recognises by its hash.
+    pub model_strategy: Option<String>,
+    /// Calibrate the base in its first boot when no profile of it is cached, so the model
+    /// can predict the change on this host (about 10 s under TCG, once per kernel).
+    pub calibrate: bool,
 }
 
 /// Where a kab's progress goes (building is reported through [`BuildProgress`]).
@@ -664,6 +675,8 @@ pub trait KabProgress: BuildProgress {
     fn boot_start(&self, n: usize, total: usize, side: &str, kernel: &Kernel);
     /// It ended.
     fn boot_end(&self, boot: &BootSummary);
+    /// Something the user should know as it happens (a calibration kept, or not).
+    fn note(&self, text: &str);
 }
 
 /// A guest command that did not exit 0.
@@ -764,6 +777,72 @@ pub struct KabOutcome {
     pub wall: WallTimes,
     /// Seconds in all (kept for older readers of the JSON).
     pub wall_s: f64,
+    /// The model's prediction of the same change (lifecycle only): predicted, never measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<KabPrediction>,
+}
+
+/// The model's prediction of the change a kab measured: on this host under the same
+/// accelerator (priced by the base kernel calibrated in its own guest), and on the host where
+/// the thread behind the strategy saw the bug. Every figure here is predicted, none measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct KabPrediction {
+    /// `predicted`.
+    pub label: &'static str,
+    /// The model's strategy for A and for B, when the model knows the kernel.
+    pub strategies: [Option<StrategyChoice>; 2],
+    /// Why a side's kernel is not one the model knows (then nothing is predicted).
+    pub unknown: Vec<String>,
+    /// On this host, under this accelerator.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub this_host: Option<ThisHostPrediction>,
+    /// Why there is no prediction for this host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub this_host_missing: Option<String>,
+    /// On the reporter's host: A's strategy, then B's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reporters_host: Option<[OnReportersHost; 2]>,
+}
+
+/// The prediction on this host.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThisHostPrediction {
+    /// The calibrated profile's name.
+    pub profile: String,
+    /// Its file.
+    pub profile_path: PathBuf,
+    /// Calibrated in this kab's first boot (else taken from the cache).
+    pub calibrated_now: bool,
+    /// Variant by variant, A's strategy against B's.
+    pub variants: Vec<VariantPrediction>,
+    /// Each side's prediction against its measurement (`hvlab fidelity`'s rows for this kab).
+    pub rows: [Vec<PatchRow>; 2],
+}
+
+/// One variant as the model predicts it on both kernels.
+#[derive(Debug, Clone, Serialize)]
+pub struct VariantPrediction {
+    /// The variant.
+    pub variant: String,
+    /// Stalls per VM built (medians), A and B.
+    pub stalls: [f64; 2],
+    /// The waits the model predicts on either kernel, with the waiting ioctl in jiffies.
+    pub waits: Vec<PredictedWait>,
+    /// Whether each side's prediction agrees with what was measured (its row within).
+    pub agrees: [Option<bool>; 2],
+}
+
+/// An ioctl the model has waiting for another's grace period on A, B or both.
+#[derive(Debug, Clone, Serialize)]
+pub struct PredictedWait {
+    /// The ioctl that waits.
+    pub ioctl: String,
+    /// The registration it waits for.
+    pub on: String,
+    /// On which side the model has it wait.
+    pub sides: [bool; 2],
+    /// The waiting ioctl's median time in jiffies, A and B.
+    pub jiffies: [f64; 2],
 }
 
 impl KabOutcome {
@@ -873,6 +952,33 @@ pub fn run(
     }
     progress.kernels(&kernels, &resolved.notes, &choice);
     let build_s = start.elapsed().as_secs_f64();
+    let builds = [a.build, b.build];
+    let lifecycle = req
+        .scenarios
+        .iter()
+        .any(|s| s == scenario::Kind::Lifecycle.name());
+    let strategies = [
+        patch::strategy_for(&kernels[0].release, &patch_ids(builds[0].as_ref()), None),
+        patch::strategy_for(
+            &kernels[1].release,
+            &patch_ids(builds[1].as_ref()),
+            req.model_strategy.as_deref(),
+        ),
+    ];
+    // The base's profile, calibrated in its own guest under this accelerator: what prices the
+    // model's prediction of the change here. Kept per kernel, so only a kab's first run on a
+    // base pays for it (in its first boot, after the scenarios).
+    let base = Identity::of(&kernels[0], &choice);
+    let mut calibrated = match calibration::load(&base) {
+        Ok(found) => found,
+        Err(e) => {
+            progress.note(&format!("the cached calibration of A cannot be read: {e}"));
+            None
+        }
+    };
+    let calibrate_now =
+        req.calibrate && lifecycle && strategies.iter().all(Result::is_ok) && calibrated.is_none();
+    let tags = kab_tags(&builds, req.model_strategy.as_deref());
     let mut sides: [Vec<RunRecord>; 2] = [Vec::new(), Vec::new()];
     let mut boots = Vec::new();
     let order = abba(req.boots);
@@ -881,7 +987,37 @@ pub fn run(
         let k = &kernels[side];
         let name = ["A", "B"][side];
         progress.boot_start(i + 1, order.len(), name, k);
-        let (boot, failure) = vm::boot(k, &req.vm, &commands, &logs_dir(&k.release))?;
+        let mut these = commands.clone();
+        if calibrate_now && i == 0 {
+            // --force: an emulated host's own readings call it busy, and its costs are the
+            // emulator's anyway (the model then predicts jiffies and counts, not times).
+            these.push(vec!["calibrate".into(), "--force".into()]);
+        }
+        let (mut boot, failure) = vm::boot(k, &req.vm, &these, &logs_dir(&k.release))?;
+        for r in &mut boot.runs {
+            if let Some(u) = r.host.under_test.as_mut() {
+                u.kab = Some(tags[side].clone());
+            }
+        }
+        if let Some(toml) = boot.calibrated.take() {
+            let kept = calibration::save(&Identity::of(k, &choice), &toml)
+                .and_then(|path| calibration::load(&base).map(|p| (path, p)));
+            match kept {
+                Ok((path, Some(p))) => {
+                    progress.note(&format!(
+                        "calibrated A in its guest: {} (kept for this kernel under {})",
+                        path.display(),
+                        choice.accel
+                    ));
+                    calibrated = Some(p);
+                }
+                Ok((path, None)) => progress.note(&format!(
+                    "calibration of A kept at {} but not found again",
+                    path.display()
+                )),
+                Err(e) => progress.note(&format!("calibration of A not kept: {e}")),
+            }
+        }
         let tally = vm::store_runs(store, &boot.runs)?;
         let summary = BootSummary {
             side: name.to_string(),
@@ -928,13 +1064,25 @@ pub fn run(
     let inconclusive = all_metrics().filter(|m| m.inconclusive.is_some()).count();
     let verdicts = verdicts(&judged);
     let host = super::host::probe();
+    let prediction = lifecycle
+        .then(|| {
+            predict(
+                &strategies,
+                &sides,
+                calibrated.as_ref(),
+                calibrate_now,
+                req.calibrate,
+                &host,
+            )
+        })
+        .transpose()?;
     let total_s = start.elapsed().as_secs_f64();
     let [ka, kb] = kernels;
     Ok(KabOutcome {
         hvlab_version: format!("{} ({})", host.hvlab_version, host.git_rev),
         a: ka,
         b: kb,
-        builds: [a.build, b.build],
+        builds,
         build_steps: resolved.steps,
         notes: resolved.notes,
         accel: choice,
@@ -958,7 +1106,133 @@ pub fn run(
             total_s,
         },
         wall_s: total_s,
+        prediction,
     })
+}
+
+/// A side's patches by file name and sha256.
+fn patch_ids(build: Option<&BuildInfo>) -> Vec<(String, String)> {
+    build.map_or_else(Vec::new, |b| {
+        b.patches
+            .iter()
+            .map(|p| (p.file.clone(), p.sha256.clone()))
+            .collect()
+    })
+}
+
+/// What each side's runs remember of this kab: its id, the side, the patches, and B's
+/// declared strategy.
+fn kab_tags(builds: &[Option<BuildInfo>; 2], declared: Option<&str>) -> [KabSide; 2] {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let id = format!(
+        "kab-{}-{:08x}",
+        crate::scenario::runner::now_rfc3339(),
+        nanos ^ std::process::id()
+    );
+    let side = |i: usize| KabSide {
+        id: id.clone(),
+        side: ["A", "B"][i].to_string(),
+        patches: patch_ids(builds[i].as_ref())
+            .into_iter()
+            .map(|(file, sha256)| PatchId { file, sha256 })
+            .collect(),
+        model_strategy: (i == 1).then(|| declared.map(str::to_string)).flatten(),
+    };
+    [side(0), side(1)]
+}
+
+/// The model's prediction of the change: on this host from the base's calibration, against
+/// what both sides measured, and on the reporter's host from its built-in profile.
+fn predict(
+    strategies: &[Result<StrategyChoice, String>; 2],
+    sides: &[Vec<RunRecord>; 2],
+    calibrated: Option<&(PathBuf, crate::model::profile::Profile)>,
+    calibrated_now: bool,
+    may_calibrate: bool,
+    host: &hvlab_core::host::HostInfo,
+) -> Result<KabPrediction, Error> {
+    let unknown: Vec<String> = strategies
+        .iter()
+        .zip(["A", "B"])
+        .filter_map(|(s, side)| s.as_ref().err().map(|why| format!("{side}: {why}")))
+        .collect();
+    let known = [strategies[0].clone().ok(), strategies[1].clone().ok()];
+    let mut out = KabPrediction {
+        label: "predicted",
+        strategies: known.clone(),
+        unknown,
+        this_host: None,
+        this_host_missing: None,
+        reporters_host: None,
+    };
+    let [Some(sa), Some(sb)] = known else {
+        return Ok(out);
+    };
+    out.reporters_host = Some([
+        on_reporters_host(host, sa.strategy(), DEFAULT_SEED)?,
+        on_reporters_host(host, sb.strategy(), DEFAULT_SEED)?,
+    ]);
+    let lifecycle = scenario::Kind::Lifecycle.name();
+    let ra = of_scenario(&sides[0], lifecycle);
+    let rb = of_scenario(&sides[1], lifecycle);
+    let Some((path, profile)) = calibrated else {
+        out.this_host_missing = Some(if may_calibrate {
+            "the base's calibration in its guest did not come back (see the boots above)".into()
+        } else {
+            "no profile of A calibrated under this accelerator is cached, and --no-calibrate was given".into()
+        });
+        return Ok(out);
+    };
+    if ra.is_empty() || rb.is_empty() {
+        out.this_host_missing = Some("a side brought back no lifecycle run".into());
+        return Ok(out);
+    }
+    let tolerance = patch::TOLERANCE_PCT;
+    let (ma, rows_a) = patch::compare(&ra, sa.strategy(), profile, tolerance, DEFAULT_SEED)?;
+    let (mb, rows_b) = patch::compare(&rb, sb.strategy(), profile, tolerance, DEFAULT_SEED)?;
+    let agrees = |rows: &[PatchRow], v: &str| {
+        rows.iter()
+            .find(|r| r.variant == v)
+            .map(|r| r.agreement == crate::lab::fidelity::Agreement::Within)
+    };
+    let variants = ma
+        .variants
+        .iter()
+        .filter(|v| v.is_ok() && mb.variant(&v.name).is_some_and(|x| x.is_ok()))
+        .map(|v| {
+            let models = [&ma, &mb];
+            let stalls = models.map(|m| median(&pooled(&[m], &v.name, "stalls")));
+            let sets = models.map(|m| patch::waits(&[m], &v.name));
+            let waits = sets[0]
+                .union(&sets[1])
+                .map(|w: &Wait| PredictedWait {
+                    ioctl: w.ioctl.clone(),
+                    on: w.on.clone(),
+                    sides: [sets[0].contains(w), sets[1].contains(w)],
+                    jiffies: models.map(|m| {
+                        median(&pooled(&[m], &v.name, &format!("ioctl.{}_ms", w.ioctl)))
+                            / patch::jiffy_ms(&[m])
+                    }),
+                })
+                .collect();
+            VariantPrediction {
+                variant: v.name.clone(),
+                stalls,
+                waits,
+                agrees: [agrees(&rows_a, &v.name), agrees(&rows_b, &v.name)],
+            }
+        })
+        .collect();
+    out.this_host = Some(ThisHostPrediction {
+        profile: profile.name.clone(),
+        profile_path: path.clone(),
+        calibrated_now,
+        variants,
+        rows: [rows_a, rows_b],
+    });
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -1216,6 +1490,65 @@ mod tests {
         let v = verdict("lifecycle", &variant(vec![m], vec![]));
         assert_eq!(v.class, VerdictClass::Unchanged);
         assert!(v.improvements[0].within_jiffy);
+    }
+
+    /// The model's prediction of the 001 fix beside a real kab of it (the stored runs of
+    /// one, trimmed): here, from the base calibrated in its guest, every order's stall count
+    /// as measured, boot-activation still waiting on both kernels; on thread 001's host,
+    /// about the 20 ms per VM creation the thread reported. A change the model does not know
+    /// gets no prediction, and the reason says how to declare one.
+    #[test]
+    fn the_fix_is_predicted_here_and_where_it_was_reported() {
+        use crate::lab::fidelity::patch::fixture;
+        let runs = fixture::runs();
+        let side = |s: &str| -> Vec<RunRecord> {
+            fixture::side(&runs, "001-lifecycle-keyed.patch", s)
+                .into_iter()
+                .cloned()
+                .collect()
+        };
+        let sides = [side("A"), side("B")];
+        let release = "7.3.4+deb13-amd64";
+        let fix = patch::KNOWN_CHANGES[0].sha256;
+        let strategies = [
+            patch::strategy_for(release, &[], None),
+            patch::strategy_for(release, &[("fix.patch".into(), fix.into())], None),
+        ];
+        let profile = (PathBuf::from("fixture.toml"), fixture::profile());
+        let host = hvlab_host::probe::probe_with("model".into(), Default::default());
+        let p = predict(&strategies, &sides, Some(&profile), false, true, &host).unwrap();
+        let here = p.this_host.as_ref().expect("a prediction here");
+        let v = |name: &str| here.variants.iter().find(|v| v.variant == name).unwrap();
+        for (name, stalls) in [
+            ("irqchip-first", [1.0, 0.0]),
+            ("memslots-first", [0.0, 0.0]),
+            ("qemu-order", [1.0, 0.0]),
+            ("firecracker-order", [1.0, 0.0]),
+            ("boot-activation", [1.0, 1.0]),
+        ] {
+            assert_eq!(v(name).stalls, stalls, "{name}");
+            assert_eq!(v(name).agrees[1], Some(true), "{name}: B as measured");
+        }
+        let boot = &v("boot-activation").waits[0];
+        assert_eq!(
+            (boot.on.as_str(), boot.sides),
+            ("KVM_IOEVENTFD", [true, true])
+        );
+        // The known miss of the stock kernel (see fidelity::patch's tests).
+        assert_eq!(v("irqchip-first").agrees[0], Some(false));
+        let [a, b] = p.reporters_host.as_ref().expect("the reporter's host");
+        let saved = a.ready_ms.median - b.ready_ms.median;
+        assert!((15.0..25.0).contains(&saved), "{saved} ms");
+        assert_eq!((a.stalls.median, b.stalls.median), (1.0, 0.0));
+        let unknown = [
+            strategies[0].clone(),
+            patch::strategy_for(release, &[("doc.patch".into(), "00".into())], None),
+        ];
+        let p = predict(&unknown, &sides, Some(&profile), false, true, &host).unwrap();
+        assert!(p.this_host.is_none() && p.reporters_host.is_none());
+        assert!(
+            p.unknown[0].starts_with("B: doc.patch") && p.unknown[0].contains("--model-strategy")
+        );
     }
 
     /// A stalled in 2 of 6 repetitions, B in none: too few to call it fixed.

@@ -92,6 +92,34 @@ pub struct UnderTest {
     pub accel: String,
     /// QEMU's CPU model (`EPYC,+svm,+npt`, `host`).
     pub cpu_model: String,
+    /// When a kernel A/B (`hvlab kab`) booted it: which kab and which side, so the runs of
+    /// both sides can be found and judged together later (`hvlab fidelity`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kab: Option<KabSide>,
+}
+
+/// One side of a kernel A/B, as its runs remember it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KabSide {
+    /// The kab's id, shared by both sides' runs.
+    pub id: String,
+    /// `A` (the base) or `B` (the patched kernel).
+    pub side: String,
+    /// The patches this side was built with, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patches: Vec<PatchId>,
+    /// The model's strategy the user declared for this side's change (`kab --model-strategy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_strategy: Option<String>,
+}
+
+/// A patch by its file name and content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PatchId {
+    /// File name.
+    pub file: String,
+    /// The sha256 of its bytes, hex.
+    pub sha256: String,
 }
 
 impl HostInfo {

@@ -8,11 +8,12 @@
 //! tuned away. Which profile values were fitted, and on what, comes from the profiles
 //! themselves (`fitted_on`), so the table cannot claim less fitting than the inputs carry.
 
+pub mod patch;
 mod pebs;
 mod percpu;
 mod prefetch;
 mod spe;
-mod srcu;
+pub mod srcu;
 
 use serde::Serialize;
 

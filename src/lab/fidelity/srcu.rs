@@ -102,6 +102,49 @@ fn first_vcpu(run: &RunRecord) -> Result<&crate::record::MetricRecord, Error> {
     super::metric(run, "firecracker-order", "ioctl.KVM_CREATE_VCPU_ms")
 }
 
+/// The thread's setup on its reporter's host (Firecracker order, separate microVMs, x86 VMX
+/// at HZ=100) with one registration strategy: what a change to the strategy does where the
+/// regression was reported.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OnReportersHost {
+    /// The profile of the reporter's host.
+    pub profile: &'static str,
+    /// The setup, in words.
+    pub setup: String,
+    /// The variant run.
+    pub variant: &'static str,
+    /// The strategy.
+    pub strategy: &'static str,
+    /// The VM's time to its first `KVM_RUN` exit, ms.
+    pub ready_ms: ModelFigure,
+    /// The first `KVM_CREATE_VCPU`, ms (the thread's figure).
+    pub first_vcpu_ms: ModelFigure,
+    /// SRCU stalls per VM.
+    pub stalls: ModelFigure,
+}
+
+/// The thread's published setup with `strategy`, on its host's profile.
+pub fn on_reporters_host(
+    host: &HostInfo,
+    strategy: Strategy,
+    seed: u64,
+) -> Result<OnReportersHost, Error> {
+    let profile = super::profile(PROFILE)?;
+    let r = run(host, &profile, strategy, None, seed)?;
+    let variant = "firecracker-order";
+    Ok(OnReportersHost {
+        profile: PROFILE,
+        setup: format!(
+            "Firecracker order on x86 VMX, HZ=100, one vCPU, {VMS} separate microVMs (thread 001's host)"
+        ),
+        variant,
+        strategy: crate::scenario::lifecycle::strategy_name(strategy),
+        ready_ms: ModelFigure::of(super::metric(&r, variant, "ready_ms")?, 1.0, "ms"),
+        first_vcpu_ms: ModelFigure::of(first_vcpu(&r)?, 1.0, "ms"),
+        stalls: ModelFigure::of(super::metric(&r, variant, "stalls")?, 1.0, "count"),
+    })
+}
+
 impl Thread for Srcu {
     fn info(&self) -> &'static ThreadInfo {
         &ThreadInfo {
