@@ -315,12 +315,10 @@ fn shards_merged_twice_into_postgres_are_stored_once_and_every_command_reads_the
         .iter()
         .find(|f| runs_by_id(f).contains_key(&victim))
         .expect("the shard holding it");
+    // Changed where its samples do not speak (a summary they contradict is refused before
+    // any comparison of content, see safe_io).
     let mut changed = expected[&victim].clone();
-    changed["variants"][0]["metrics"]
-        .as_object_mut()
-        .expect("metrics")
-        .values_mut()
-        .for_each(|m| m["median"] = serde_json::json!(123456.0));
+    changed["finished_at"] = serde_json::json!("2099-01-01T00:00:00Z");
     let conn = rusqlite::Connection::open(shard).expect("open shard");
     conn.execute(
         "UPDATE runs SET record_json = ?1 WHERE id = ?2",

@@ -34,6 +34,7 @@ use crate::kernel::calibration::{self, Identity};
 use crate::kernel::vm::Accel;
 use crate::lab::fidelity::patch::{self, PatchRow, StrategyChoice, Wait};
 use crate::lab::fidelity::srcu::{OnReportersHost, on_reporters_host};
+use crate::record::pooled;
 use hvlab_core::host::{KabSide, PatchId};
 
 /// How far a metric can be trusted on this accelerator.
@@ -134,15 +135,6 @@ pub fn abba(boots_per_side: u32) -> Vec<usize> {
 
 fn is_time(unit: &str) -> bool {
     matches!(unit, "ns" | "us" | "ms" | "s")
-}
-
-/// Every sample of `metric` in `variant` over `runs` (the variants that ran).
-pub fn pooled(runs: &[&RunRecord], variant: &str, metric: &str) -> Vec<f64> {
-    runs.iter()
-        .filter_map(|r| r.variant(variant).filter(|v| v.is_ok()))
-        .filter_map(|v| v.metrics.get(metric))
-        .flat_map(|m| m.samples.iter().copied())
-        .collect()
 }
 
 /// The SRCU stalls one side's runs found, per (stalled ioctl, registration behind it).

@@ -347,10 +347,20 @@ impl MetricRecord {
     }
 }
 
+/// Every sample of `metric` in `variant` over `runs` (the variants that ran), in run order:
+/// one side of a kernel A/B, or a kernel's runs against the model's.
+pub fn pooled(runs: &[&RunRecord], variant: &str, metric: &str) -> Vec<f64> {
+    runs.iter()
+        .filter_map(|r| r.variant(variant).filter(|v| v.is_ok()))
+        .filter_map(|v| v.metrics.get(metric))
+        .flat_map(|m| m.samples.iter().copied())
+        .collect()
+}
+
 impl RunRecord {
     /// What in this record its samples do not give, naming the variant and field: every
-    /// metric's summary ([`MetricRecord::contradiction`]), and every verdict's counts and
-    /// medians against the samples of the variants it names. A record that came from hvlab
+    /// metric's summary ([`MetricRecord::contradiction`]), and the counts and medians of every
+    /// verdict on a recorded metric against the samples of the variants it names. A record that came from hvlab
     /// has none; one edited or forged elsewhere is refused rather than shown.
     pub fn contradiction(&self) -> Option<String> {
         for v in &self.variants {
@@ -365,11 +375,10 @@ impl RunRecord {
                 self.variant(variant)
                     .and_then(|v| v.metrics.get(&verdict.metric))
             };
+            // A verdict on a metric derived from the samples rather than recorded per variant
+            // (percpu's sys_ns) has no stored samples to check against.
             let (Some(fast), Some(slow)) = (side(&verdict.faster), side(&verdict.slower)) else {
-                return Some(format!(
-                    "the verdict on {} names variants {} and {}, which do not both carry that metric",
-                    verdict.metric, verdict.faster, verdict.slower
-                ));
+                continue;
             };
             let given_n = [fast.samples.len(), slow.samples.len()];
             if verdict.n != given_n
