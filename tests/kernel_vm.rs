@@ -149,11 +149,14 @@ fn cached_debian_612(db: &std::path::Path) -> PathBuf {
         &["Module kvm_nosuch is not among the modules of kernel 6.12."],
     );
     let err = stderr(&out);
+    // `kernel: 6.12.57+deb12-amd64 (...)`; on a cold cache `kernel: refreshing ...` and
+    // `kernel: fetching ...` come first.
     let release = err
         .lines()
-        .find_map(|l| l.strip_prefix("kernel: "))
+        .filter_map(|l| l.strip_prefix("kernel: "))
+        .find(|l| l.starts_with(|c: char| c.is_ascii_digit()))
         .and_then(|l| l.split_whitespace().next())
-        .unwrap()
+        .unwrap_or_else(|| panic!("no release line: {err}"))
         .to_string();
     let home = std::env::var("HOME").unwrap();
     let cache = std::env::var("HVLAB_CACHE").map_or_else(
