@@ -754,6 +754,7 @@ fn srcu_kernel_script(stall_ns: u64) -> Box<dyn FnMut(&ConstructionPlan) -> Cons
             kvm_stats: Vec::new(),
             srcu_effects: effects,
             since_last_ns: None,
+            since_teardown_ns: None,
             tick_phase_ns: None,
             boot_thread: None,
         }

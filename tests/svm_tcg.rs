@@ -335,8 +335,8 @@ fn check(r: &Results) {
         }
         measured += 1;
         if [
-            "build_tick_phase_ns",
-            "boot_build_tick_phase_ns",
+            "teardown_tick_phase_ns",
+            "boot_teardown_tick_phase_ns",
             "boot_thread_pull_ns",
         ]
         .contains(&key.as_str())
@@ -349,6 +349,12 @@ fn check(r: &Results) {
             let jiffy_ns = 1e9 / hz;
             assert!(
                 (0.0..jiffy_ns).contains(&value),
+                "{k}: calibrate wrote {key} = {value}: {provenance}"
+            );
+        } else if key.ends_with("_iqr_ns") {
+            // A spread: identical samples have none.
+            assert!(
+                value >= 0.0,
                 "{k}: calibrate wrote {key} = {value}: {provenance}"
             );
         } else if cost["unit"] == "fraction" {

@@ -177,7 +177,7 @@ pub static PARAMS: [Param<LifecycleParams>; 10] = [
     ),
 ];
 
-static METRICS: [MetricInfo; 15] = [
+static METRICS: [MetricInfo; 18] = [
     MetricInfo {
         name: "ready_ms",
         unit: "ms",
@@ -199,6 +199,16 @@ static METRICS: [MetricInfo; 15] = [
         doc: "the VMM's time from the previous build's last step to this build's KVM_CREATE_VM (teardown and setup): where the timer ticks fall for this build's grace periods, per VM built back to back",
     },
     MetricInfo {
+        name: "between_builds.teardown_ms",
+        unit: "ms",
+        doc: "the first part of between_builds_ms: the previous VM's teardown (the VMM stops its vCPU threads, closes its fds, which runs kvm_destroy_vm() and its barriers, and unmaps its memory), per VM built back to back",
+    },
+    MetricInfo {
+        name: "between_builds.setup_ms",
+        unit: "ms",
+        doc: "the rest of between_builds_ms: the VMM's time from the previous VM's teardown to this build's KVM_CREATE_VM (this VM's memory and payload), per VM built back to back",
+    },
+    MetricInfo {
         name: "tick_phase_ms",
         unit: "ms",
         doc: "time from the last timer tick to KVM_CREATE_VM (CLOCK_MONOTONIC less CLOCK_MONOTONIC_COARSE on kvm; the model's own ticks): SRCU's delayed work fires on ticks, so this sets a stall's length, per VM",
@@ -217,6 +227,11 @@ static METRICS: [MetricInfo; 15] = [
         name: "boot.thread_tick_phase_ms",
         unit: "ms",
         doc: "boot orders: time from the last timer tick to the boot thread's first run (tick_phase_ms plus its start on the VM's clock, modulo the jiffy), per VM",
+    },
+    MetricInfo {
+        name: "boot.exit_wake_us",
+        unit: "us",
+        doc: "boot orders: from when the boot thread could go on (it had first run and vCPU 0 had made its first exit) to its going on, the vCPU thread's message received: on a CPU the spinning vCPU thread holds, a wake-up behind it; where the boot_ms sleep starts, per VM",
     },
     MetricInfo {
         name: "boot.sleep_late_us",
@@ -442,6 +457,14 @@ fn push_timings(series: &mut Series, trace: &ConstructionTrace, jiffy_ns: u64) {
     }
     if let Some(gap) = trace.since_last_ns {
         series.push("between_builds_ms", "ms", ms(gap));
+        if let Some(setup) = trace.since_teardown_ns {
+            series.push(
+                "between_builds.teardown_ms",
+                "ms",
+                ms(gap.saturating_sub(setup)),
+            );
+            series.push("between_builds.setup_ms", "ms", ms(setup));
+        }
     }
     if let Some(phase) = trace.tick_phase_ns {
         series.push("tick_phase_ms", "ms", ms(phase));
@@ -470,6 +493,12 @@ fn push_timings(series: &mut Series, trace: &ConstructionTrace, jiffy_ns: u64) {
                 ms((phase + boot.started_ns) % jiffy_ns),
             );
         }
+        let could_go_on = boot.started_ns.max(trace.ready_ns);
+        series.push(
+            "boot.exit_wake_us",
+            "us",
+            boot.went_on_ns.saturating_sub(could_go_on) as f64 / 1e3,
+        );
         if let Some(first) = first_boot_registration(trace) {
             let late = first.start_ns.saturating_sub(boot.wake_ns);
             series.push("boot.sleep_late_us", "us", late as f64 / 1e3);
@@ -895,6 +924,7 @@ mod tests {
             kvm_stats: vec![("kvm.vcpu.io_exits".into(), "count".into(), 1)],
             srcu_effects: Vec::new(),
             since_last_ns: None,
+            since_teardown_ns: None,
             tick_phase_ns: None,
             boot_thread: None,
         }

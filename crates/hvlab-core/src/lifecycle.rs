@@ -213,6 +213,9 @@ pub struct BootThread {
     pub spawned_ns: u64,
     /// It first ran.
     pub started_ns: u64,
+    /// It went on from the guest's first exit (the vCPU thread's message received, on a CPU
+    /// that thread may still hold): its `boot_ms` sleep starts here.
+    pub went_on_ns: u64,
     /// Its `boot_ms` sleep was to end (the sleep's start plus `boot_ms`).
     pub wake_ns: u64,
 }
@@ -234,6 +237,11 @@ pub struct ConstructionTrace {
     /// sets where the timer ticks fall when this build's grace periods start (`None`: the
     /// first build, or builds that are not back to back).
     pub since_last_ns: Option<u64>,
+    /// Time from the end of the previous build's teardown (its VM's fds closed, its memory
+    /// unmapped) to this build's `KVM_CREATE_VM`, ns: the VMM setting this VM up. The rest of
+    /// `since_last_ns` is the teardown, whose end a barrier in `kvm_destroy_vm()` can hold
+    /// until a tick (`None`: as for `since_last_ns`, or a backend that does not tear down).
+    pub since_teardown_ns: Option<u64>,
     /// Time from the last timer tick to `KVM_CREATE_VM`, ns, where the backend can see the
     /// ticks (`None`: it cannot).
     pub tick_phase_ns: Option<u64>,

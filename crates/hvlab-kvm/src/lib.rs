@@ -114,6 +114,8 @@ pub struct KvmBackend {
     /// When the last VM this backend built finished its last step (the next build's
     /// `since_last_ns` is measured from it).
     last_build_end: Option<std::time::Instant>,
+    /// When that VM was torn down (the next build's `since_teardown_ns`).
+    last_teardown_end: Option<std::time::Instant>,
 }
 
 impl KvmBackend {
@@ -123,6 +125,7 @@ impl KvmBackend {
             kvm: open_kvm()?,
             host,
             last_build_end: None,
+            last_teardown_end: None,
         })
     }
 }
@@ -140,9 +143,11 @@ impl hvlab_core::Backend for KvmBackend {
         &mut self,
         plan: &hvlab_core::lifecycle::ConstructionPlan,
     ) -> Result<hvlab_core::lifecycle::ConstructionTrace, hvlab_core::error::BackendError> {
-        let (mut trace, clock) = lifecycle::construct(&self.kvm, plan)?;
+        let (mut trace, clock, torn_down) = lifecycle::construct(&self.kvm, plan)?;
         trace.since_last_ns = self.last_build_end.map(|end| vm::ns_since(end, clock));
+        trace.since_teardown_ns = self.last_teardown_end.map(|end| vm::ns_since(end, clock));
         self.last_build_end = clock.checked_add(std::time::Duration::from_nanos(trace.end_ns()));
+        self.last_teardown_end = Some(torn_down);
         Ok(trace)
     }
 

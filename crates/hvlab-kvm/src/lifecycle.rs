@@ -50,12 +50,13 @@ fn boot_steps_of(plan: &ConstructionPlan) -> &[Step] {
 /// Guest memory is mapped and the payload written before the clock starts: that is VMM work
 /// independent of the order under test. Orders with boot steps run a long-mode guest that keeps
 /// spinning after its signal, on this thread, while a second thread does the boot steps.
-/// Returns the trace and the VM's clock origin (the instant of `KVM_CREATE_VM`), from which
-/// the caller measures the time between back-to-back builds.
+/// Returns the trace, the VM's clock origin (the instant of `KVM_CREATE_VM`) and when the VM
+/// was torn down (every fd closed, guest memory unmapped), from which the caller measures the
+/// time between back-to-back builds.
 pub fn construct(
     kvm: &Kvm,
     plan: &ConstructionPlan,
-) -> Result<(ConstructionTrace, Instant), KvmError> {
+) -> Result<(ConstructionTrace, Instant, Instant), KvmError> {
     // Present exactly when the order boots. Declared before the VM so it is unmapped after the
     // VM (and its memslot) is gone.
     let boot_memory = if boot_steps_of(plan).is_empty() {
@@ -128,6 +129,14 @@ pub fn construct(
         .collect();
     ioctls.sort_by_key(|e| e.start_ns);
     let clock = vm.clock();
+    let tick_phase_ns = vm.tick_phase_ns();
+    // The teardown, timed: closing the last fd runs kvm_destroy_vm(), whose barriers
+    // (srcu_barrier() on kvm->srcu, rcu_barrier() in the TDP MMU's kvm_mmu_uninit_tdp_mmu())
+    // wait for grace periods, so it can end on a tick; then the memory goes.
+    drop(vm);
+    drop(memory);
+    drop(boot_memory);
+    let torn_down = Instant::now();
     Ok((
         ConstructionTrace {
             ioctls,
@@ -135,10 +144,12 @@ pub fn construct(
             kvm_stats,
             srcu_effects: Vec::new(),
             since_last_ns: None,
-            tick_phase_ns: Some(vm.tick_phase_ns()),
+            since_teardown_ns: None,
+            tick_phase_ns: Some(tick_phase_ns),
             boot_thread,
         },
         clock,
+        torn_down,
     ))
 }
 
@@ -223,7 +234,7 @@ fn run_while_booting(
         let booting = scope.spawn(move || {
             let started_ns = ns_since(clock, Instant::now());
             let out = boot_steps(vm_fd, &started_rx, plan, region, clock, budget)
-                .map(|(log, wake_ns)| (log, started_ns, wake_ns));
+                .map(|(log, went_on_ns, wake_ns)| (log, started_ns, went_on_ns, wake_ns));
             stop.store(true, Ordering::SeqCst);
             // A kick can land just before the vCPU re-enters KVM_RUN: repeat until it is out.
             while !stopped.load(Ordering::SeqCst) {
@@ -267,7 +278,7 @@ fn run_while_booting(
             .unwrap_or_else(|_| Err(KvmError::Internal("the boot thread panicked".into())));
         (spawned_ns, run_start, ready_at, ran.and(booted))
     });
-    let (mut log, started_ns, wake_ns) = booted?;
+    let (mut log, started_ns, went_on_ns, wake_ns) = booted?;
     let ready_at =
         ready_at.ok_or_else(|| KvmError::Guest("the guest never signalled Start".into()))?;
     log.insert(
@@ -282,6 +293,7 @@ fn run_while_booting(
     let thread = BootThread {
         spawned_ns,
         started_ns,
+        went_on_ns,
         wake_ns,
     };
     Ok((ns_since(clock, ready_at), log, thread))
@@ -289,7 +301,8 @@ fn run_while_booting(
 
 /// The boot thread: waits for the guest to run, then does the plan's boot steps in order, each
 /// timed on the VM's clock. Like the model, it lets the guest boot `boot_ms` before
-/// registering the boot ioeventfds. Returns the ioctls and when that sleep was to end.
+/// registering the boot ioeventfds. Returns the ioctls, when it went on from the guest's first
+/// exit and when that sleep was to end.
 fn boot_steps(
     vm_fd: &VmFd,
     started: &mpsc::Receiver<()>,
@@ -297,12 +310,13 @@ fn boot_steps(
     region: kvm_userspace_memory_region,
     clock: Instant,
     budget: Duration,
-) -> Result<(Vec<TimedIoctl>, u64), KvmError> {
+) -> Result<(Vec<TimedIoctl>, u64, u64), KvmError> {
     started
         .recv_timeout(budget)
         .map_err(|_| KvmError::Guest("the guest never signalled Start".into()))?;
     let mut log = Vec::new();
-    let mut wake_ns = ns_since(clock, Instant::now());
+    let went_on_ns = ns_since(clock, Instant::now());
+    let mut wake_ns = went_on_ns;
     // The eventfds stay open until the VM is gone: KVM holds its own reference.
     let mut fds = Vec::new();
     for step in boot_steps_of(plan) {
@@ -336,5 +350,5 @@ fn boot_steps(
             }
         }
     }
-    Ok((log, wake_ns))
+    Ok((log, went_on_ns, wake_ns))
 }

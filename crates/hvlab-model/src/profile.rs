@@ -226,13 +226,18 @@ const LATER_KEYS: &[(&str, Range)] = &[
 /// Costs only a measured host has (`hvlab calibrate` writes them): checked when present; the
 /// model falls back to its simpler mechanism without them (each names its fallback).
 const OPTIONAL_KEYS: &[(&str, Range)] = &[
-    ("build_tick_phase_ns", Range::Real(0.0, MAX_NS)),
-    ("build_tick_phase_iqr_ns", Range::Real(0.0, MAX_NS)),
-    ("boot_build_tick_phase_ns", Range::Real(0.0, MAX_NS)),
-    ("boot_build_tick_phase_iqr_ns", Range::Real(0.0, MAX_NS)),
+    ("teardown_tick_phase_ns", Range::Real(0.0, MAX_NS)),
+    ("teardown_tick_phase_iqr_ns", Range::Real(0.0, MAX_NS)),
+    ("boot_teardown_tick_phase_ns", Range::Real(0.0, MAX_NS)),
+    ("boot_teardown_tick_phase_iqr_ns", Range::Real(0.0, MAX_NS)),
+    ("vmm_setup_ns", Range::Real(0.0, MAX_NS)),
+    ("vmm_setup_iqr_ns", Range::Real(0.0, MAX_NS)),
+    ("boot_vmm_setup_ns", Range::Real(0.0, MAX_NS)),
+    ("boot_vmm_setup_iqr_ns", Range::Real(0.0, MAX_NS)),
     ("boot_thread_tick_bound", Range::Real(0.0, 1.0)),
     ("boot_thread_pull_ns", Range::Real(0.0, MAX_NS)),
     ("boot_sleep_late_ns", Range::Real(0.0, MAX_NS)),
+    ("boot_exit_wake_ns", Range::Real(0.0, MAX_NS)),
     ("ioctl_cpuid_ns", Range::Real(0.0, MAX_NS)),
     ("boot_thread_start_ns", Range::Real(0.0, MAX_NS)),
     ("first_run_long_mode_ns", Range::Real(0.0, MAX_NS)),

@@ -753,11 +753,11 @@ mod tests {
 
     /// Stock 7.3 (its two kabs' A sides pooled), the 001 fix and sync-on-register, each
     /// against the model running its strategy: the stall counts and waits the kernels showed,
-    /// every stalled length within the kernel's spread but one. The miss is stock
-    /// irqchip-first: the model's builds start 2.7 ms after a tick (calibrate measured them
-    /// with irqchip-first and memslots-first alone), the kab's 3.5 ms (there irqchip-first
-    /// follows boot-activation), so the model's irqchip registers before the tick and waits
-    /// about one jiffy less. A mechanism that places builds after other orders moves it.
+    /// every stalled length within the kernel's spread. Stock irqchip-first follows
+    /// boot-activation in the kab's interleave: the model places it after that VM's teardown
+    /// (which ends later in the jiffy than a VM that did not boot) and its own setup, where
+    /// the kernel's builds start, so its irqchip registers after the tick as the kernel's does
+    /// and waits nearly two jiffies, not one.
     #[test]
     fn the_three_kernels_of_the_stored_kabs_are_predicted_with_known_answers() {
         let r = report(&fixture::runs());
@@ -801,15 +801,12 @@ mod tests {
         assert!(boot.jiffies[0].pass, "{boot:#?}");
         assert_eq!((fix.within(), fix.outside()), (6, 0));
         assert_eq!((sync.within(), sync.outside()), (6, 0));
-        assert_eq!((stock.within(), stock.outside()), (5, 1));
-        let miss = row(stock, "irqchip-first");
-        assert_eq!(miss.agreement, Agreement::Outside);
-        let [model_phase, kernel_phase] = miss.tick_phase_ms.expect("tick phases");
-        assert!(kernel_phase - model_phase > 0.5, "{miss:#?}");
-        assert!(
-            miss.jiffies[0].predicted < miss.jiffies[0].band[0],
-            "{miss:#?}"
-        );
+        assert_eq!((stock.within(), stock.outside()), (6, 0));
+        let after_boot = row(stock, "irqchip-first");
+        assert_eq!(after_boot.agreement, Agreement::Within);
+        assert!(after_boot.jiffies[0].predicted > 1.5, "{after_boot:#?}");
+        let [model_phase, kernel_phase] = after_boot.tick_phase_ms.expect("tick phases");
+        assert!((kernel_phase - model_phase).abs() < 0.5, "{after_boot:#?}");
     }
 
     /// A deliberately wrong mapping: the 001 fix's kernel declared as always-sync. The model
