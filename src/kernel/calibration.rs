@@ -17,6 +17,12 @@ use super::patch::sha256_hex;
 use super::vm::AccelChoice;
 use crate::model::profile::{Profile, ProfileError};
 
+/// What `hvlab calibrate` measures, as a version: part of every key, so a profile calibrated by
+/// an hvlab that measured less (before the lifecycle's between-builds and boot-thread keys, the
+/// model then falls back to coarser mechanisms) is measured again rather than reused. Bump it
+/// whenever calibrate writes keys the model reads.
+const CALIBRATION_FORMAT: &str = "calibrate 2: between-builds teardown and setup, boot exit wake";
+
 /// What a calibrated profile is keyed on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
@@ -58,6 +64,7 @@ impl Identity {
             &self.source,
             &self.accel,
             &self.cpu_model,
+            CALIBRATION_FORMAT,
         ]
         .join("\n");
         let safe: String = self
