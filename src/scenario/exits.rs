@@ -21,7 +21,6 @@ use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Observed, Scenario, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
-use crate::analysis::compare::against_fastest;
 use crate::analysis::validate::check;
 use crate::error::InputError;
 use crate::record::RunRecord;
@@ -40,6 +39,22 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     model_variants: &MODEL_VARIANTS,
     metrics: &METRICS,
     headline: "roundtrip_ns",
+    question: super::Question {
+        asks: "what each exit type costs per roundtrip, and what the vPMU's MSR switching adds (pmu-on against pmu-off; the model's PMU lists each against the scheme before it)",
+        baseline: Some("pmu-off"),
+        // The exit types are answered by their cost; the vPMU by a verdict.
+        judged: &["pmu-on"],
+        // The model's variants are fastpath WRMSR exits, not pio-out like pmu-off: each is
+        // judged against its own before (thread 003: the series, then the quiescing fix).
+        pairs: &[
+            ("vpmu-none", "fastpath"),
+            ("vpmu-new", "vpmu-old"),
+            ("vpmu-quiesced", "vpmu-new"),
+            ("pebs-new", "pebs-old"),
+            ("pebs-quiesced", "pebs-new"),
+        ],
+        within: None,
+    },
     runs_on: super::any_backend,
     default_reps: 10,
     default_warmup: 1,
@@ -192,8 +207,7 @@ pub fn analyse(
     let variants = per_variant(names, results, |i, name, batches| {
         analyse_variant(name, kinds[i], batches, seed)
     });
-    let verdicts = against_fastest(&variants, INFO.headline, seed);
-    ScenarioOutcome { variants, verdicts }
+    ScenarioOutcome { variants }
 }
 
 fn analyse_variant(name: &str, kind: ExitKind, batches: &[ExitResult], seed: u64) -> VariantRecord {

@@ -20,7 +20,6 @@ use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Observed, Scenario};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
-use crate::analysis::compare::against_fastest;
 use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::{Finding, VariantRecord};
@@ -35,6 +34,13 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     model_variants: &MODEL_VARIANTS,
     metrics: &METRICS,
     headline: "slice_overhead_us",
+    question: super::Question {
+        asks: "what each pin policy costs or saves per profiled slice against pinning on every enable (eager)",
+        baseline: Some("eager"),
+        judged: &[],
+        pairs: &[],
+        within: None,
+    },
     runs_on: super::any_backend,
     default_reps: 5,
     default_warmup: 0,
@@ -438,8 +444,7 @@ impl Scenario for Pinning {
         let variants = per_variant(o.names, o.results, |i, name, traces| {
             analyse_variant(name, &o.plans[i], traces, o.seed)
         });
-        let verdicts = against_fastest(&variants, INFO.headline, o.seed);
-        ScenarioOutcome { variants, verdicts }
+        ScenarioOutcome { variants }
     }
 
     fn showcases(&self) -> Vec<super::Showcase<PinningParams>> {
