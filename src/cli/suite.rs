@@ -31,6 +31,10 @@ pub(super) struct SuiteArgs {
     /// Print the units this shard would run, and run nothing
     #[arg(long)]
     plan: bool,
+    /// Print each run's account as it finishes (the summary alone otherwise; `hvlab show RUN`
+    /// prints one later)
+    #[arg(short, long)]
+    verbose: bool,
 }
 
 /// `hvlab suite`: `--plan` lists this shard's units; otherwise checks the report directory
@@ -81,7 +85,7 @@ pub(super) fn suite(db: Option<&Path>, args: &SuiteArgs) -> Result<ExitCode, Err
             if let Some(s) = &mut run_store {
                 s.save(record)?;
             }
-            if !json {
+            if !json && args.verbose {
                 super::print_run(record, false)?;
                 print_text("")?;
             }

@@ -55,6 +55,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
         judged: &[],
         pairs: &[],
         within: None,
+        costs: false,
     },
     runs_on: super::any_backend,
     default_reps: 5,
@@ -696,5 +697,4 @@ mod tests {
         let f = out.variants[1].findings[0].to_string();
         assert!(f.contains("exactly the 100 pages"), "{f}");
     }
-
 }

@@ -54,6 +54,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
             ("pebs-quiesced", "pebs-new"),
         ],
         within: None,
+        costs: true,
     },
     runs_on: super::any_backend,
     default_reps: 10,
@@ -396,6 +397,27 @@ impl Scenario for Exits {
                 ..ExitParams::default()
             },
             why: "003 (PEBS_ENABLE on KVM transitions): on a PEBS-isolating Intel server with a host PEBS event, the series drops 7 MSR writes per fastpath roundtrip (3 with guest PEBS); the race explorer finds the stuck PEBS_ENABLE bit before it for every guest, a stale PERF_GLOBAL_CTRL after it, and neither once KVM zeroes PERF_GLOBAL_CTRL first",
+            headline: Some(super::Headline {
+                thread: "003",
+                before_run: None,
+                sides: None,
+                pairs: &[
+                    super::HeadlinePair {
+                        about: "a guest using PEBS, per roundtrip",
+                        before: "pebs-old",
+                        after: "pebs-new",
+                        metric: "roundtrip_ns",
+                        shown: &["msr_writes_per_roundtrip"],
+                    },
+                    super::HeadlinePair {
+                        about: "a guest vPMU without PEBS, per roundtrip",
+                        before: "vpmu-old",
+                        after: "vpmu-new",
+                        metric: "roundtrip_ns",
+                        shown: &["msr_writes_per_roundtrip"],
+                    },
+                ],
+            }),
         }]
     }
 

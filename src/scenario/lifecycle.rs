@@ -34,7 +34,7 @@ use std::time::Duration;
 use super::params::{Choice, Param, Values, choice, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Chart, Notice, Observed, Scenario, Showcase, ValidationPoint};
+use super::{Chart, Headline, HeadlinePair, Notice, Observed, Scenario, Showcase, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::compare::StallCause;
 use crate::analysis::stall::{Baselines, Stall, find_stalls, kernel_effects};
@@ -64,6 +64,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
         judged: &[],
         pairs: &[],
         within: None,
+        costs: false,
     },
     default_reps: 20,
     default_warmup: 2,
@@ -630,12 +631,36 @@ fn showcases() -> Vec<Showcase<LifecycleParams>> {
             variants: &["firecracker-order", "boot-activation"],
             params: microvms(Strategy::AlwaysDefer),
             why: "001, Linux 6.18 (call_srcu in registration): the first KVM_CREATE_VCPU waits out the irqchip's normal grace period, 1-2 jiffies (10-20 ms at HZ=100)",
+            headline: None,
         },
         Showcase {
             profile: "x86-vmx-hz100",
             variants: &["firecracker-order", "boot-activation"],
             params: microvms(Strategy::LifecycleKeyed),
             why: "001, Sean's fix (sync until the first vCPU, then defer): no creation stall; registrations during boot still defer, so the next memslot update waits",
+            // The thread's regression and its fix, one verdict: the same orders under the
+            // showcase before (always-defer) and this one.
+            headline: Some(Headline {
+                thread: "001",
+                before_run: Some(0),
+                sides: Some(("always-defer", "lifecycle-keyed")),
+                pairs: &[
+                    HeadlinePair {
+                        about: "the creation stall",
+                        before: "firecracker-order",
+                        after: "firecracker-order",
+                        metric: "ready_ms",
+                        shown: &[],
+                    },
+                    HeadlinePair {
+                        about: "boot-time registrations",
+                        before: "boot-activation",
+                        after: "boot-activation",
+                        metric: "boot.memslot_ms",
+                        shown: &[],
+                    },
+                ],
+            }),
         },
     ]
 }

@@ -64,6 +64,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
         // Thread 004's fix (the trailing run prefetched), and what prefetch buys at all.
         pairs: &[("legacy", "legacy-skip-trailing"), ("legacy", "none")],
         within: None,
+        costs: false,
     },
     runs_on: super::any_backend,
     // 6 a side: the 11 backings against lazy (13 comparisons on the model) are decidable
@@ -705,6 +706,34 @@ impl Scenario for Memory {
 
     fn runnable_threads(&self, plan: &TouchPlan) -> u32 {
         plan.vcpus
+    }
+
+    fn showcases(&self) -> Vec<super::Showcase<MemoryParams>> {
+        vec![super::Showcase {
+            profile: "intel-spr-vmx",
+            variants: &["legacy-skip-trailing", "legacy"],
+            params: MemoryParams {
+                size_bytes: 6 << 30,
+                pattern: Pattern::Seq,
+                touch: Touch::FirstByte,
+                guest_page: GuestPage::Small,
+                model_backing: Backing::Populated,
+                ..MemoryParams::default()
+            },
+            why: "004 (prefetch of the trailing SPTEs): the first byte of every 4 KiB page of 6 GiB of preallocated memory on the legacy direct MMU; the old __direct_pte_prefetch() loop never flushed the run reaching the block's end, the fix prefetches it",
+            headline: Some(super::Headline {
+                thread: "004",
+                before_run: None,
+                sides: None,
+                pairs: &[super::HeadlinePair {
+                    about: "first touch of 6 GiB, per page",
+                    before: "legacy-skip-trailing",
+                    after: "legacy",
+                    metric: "ns_per_page",
+                    shown: &["kvm.vcpu.pf_fixed"],
+                }],
+            }),
+        }]
     }
 
     fn validation(&self, host: &HostInfo) -> Option<ValidationPoint<MemoryParams>> {

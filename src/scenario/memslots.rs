@@ -33,6 +33,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
         judged: &[],
         pairs: &[],
         within: Some(("last_us", "first_us")),
+        costs: false,
     },
     runs_on: super::any_backend,
     default_reps: 5,

@@ -251,6 +251,8 @@ pub struct Showcase<P> {
     pub params: P,
     /// Why this setup: the thread and what it shows.
     pub why: &'static str,
+    /// The thread's headline this run answers, when it is a before/after.
+    pub headline: Option<Headline>,
 }
 
 impl<P: Into<Params>> Showcase<P> {
@@ -261,8 +263,40 @@ impl<P: Into<Params>> Showcase<P> {
             variants: self.variants,
             params: self.params.into(),
             why: self.why,
+            headline: self.headline,
         }
     }
+}
+
+/// A kernel thread's headline as a verdict: the before/after its showcase shows, judged as one
+/// comparison in the thread's terms (`lab::threads`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Headline {
+    /// The thread (its seed number, `001`).
+    pub thread: &'static str,
+    /// Where "before" was measured: this showcase's own run (`None`), or the run of the
+    /// scenario's showcase at this index (the same variants under the old kernel code).
+    pub before_run: Option<usize>,
+    /// The two sides' names in the thread's terms, when the runs (not variants) differ:
+    /// `("always-defer", "lifecycle-keyed")`.
+    pub sides: Option<(&'static str, &'static str)>,
+    /// The comparisons, judged together.
+    pub pairs: &'static [HeadlinePair],
+}
+
+/// One before/after comparison of a headline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadlinePair {
+    /// What it is about, in the thread's terms ("the creation stall").
+    pub about: &'static str,
+    /// The variant before.
+    pub before: &'static str,
+    /// The variant after.
+    pub after: &'static str,
+    /// The metric judged (lower is better).
+    pub metric: &'static str,
+    /// Further metrics shown before → after, not judged (a fault count beside a time).
+    pub shown: &'static [&'static str],
 }
 
 /// What a scenario's variants produced, for its analysis.

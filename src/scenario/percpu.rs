@@ -15,7 +15,7 @@
 use super::params::{Choice, Param, Values, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{MetricInfo, ScenarioInfo, Showcase, VariantInfo};
+use super::{Headline, HeadlinePair, MetricInfo, ScenarioInfo, Showcase, VariantInfo};
 use super::{Observed, Scenario};
 
 use crate::error::InputError;
@@ -42,6 +42,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
         judged: &[],
         pairs: &[],
         within: None,
+        costs: false,
     },
     runs_on: has_predictor,
     default_reps: 5,
@@ -346,12 +347,36 @@ fn showcases() -> Vec<Showcase<PercpuParams>> {
             variants: &[],
             params: on("kernel-build", 160),
             why: "002: the RFC's kernel build on its 160-core AmpereOne; dropping the preempt toggle saves about 13% of kernel time",
+            headline: Some(Headline {
+                thread: "002",
+                before_run: None,
+                sides: None,
+                pairs: &[HeadlinePair {
+                    about: "kernel-build sys time",
+                    before: "offset",
+                    after: "local-map",
+                    metric: "sys_ns",
+                    shown: &[],
+                }],
+            }),
         },
         Showcase {
             profile: "arm64-server-160",
             variants: &[],
             params: on("stress-ng-fork", 4096),
             why: "002: fork's per-CPU allocations are mapped into every CPU's page table; at 4096 CPUs that upkeep outweighs the saving and fork regresses",
+            headline: Some(Headline {
+                thread: "002",
+                before_run: None,
+                sides: None,
+                pairs: &[HeadlinePair {
+                    about: "fork at 4096 CPUs, sys time",
+                    before: "offset",
+                    after: "local-map",
+                    metric: "sys_ns",
+                    shown: &[],
+                }],
+            }),
         },
     ]
 }

@@ -40,6 +40,7 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
         judged: &[],
         pairs: &[],
         within: None,
+        costs: false,
     },
     runs_on: super::any_backend,
     default_reps: 5,
@@ -457,6 +458,27 @@ impl Scenario for Pinning {
                 ..PinningParams::default()
             },
             why: "000 (SPE buffer pinned at stage 2): with a 256 MiB buffer in per-task mode, pinning on every enable costs ~40 ms per context switch; keeping the pin leaves the stage-1 walk on every enable; not pinning costs nothing per switch but loses records to stage-2 faults",
+            headline: Some(super::Headline {
+                thread: "000",
+                before_run: None,
+                sides: None,
+                pairs: &[
+                    super::HeadlinePair {
+                        about: "keeping the pin, per slice",
+                        before: "eager",
+                        after: "keep",
+                        metric: "slice_overhead_us",
+                        shown: &["blackout_records"],
+                    },
+                    super::HeadlinePair {
+                        about: "aging the pin, per slice",
+                        before: "eager",
+                        after: "aging",
+                        metric: "slice_overhead_us",
+                        shown: &["blackout_records"],
+                    },
+                ],
+            }),
         }]
     }
 

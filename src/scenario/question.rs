@@ -28,6 +28,9 @@ pub struct Question {
     /// Within each variant, metric `.0` against metric `.1` of the same repetitions (memslots:
     /// the last tenth of the updates against the first, the growth with slots).
     pub within: Option<(&'static str, &'static str)>,
+    /// Whether the answer also gives each variant's headline on its own (what each exit type
+    /// costs), beside the verdicts.
+    pub costs: bool,
 }
 
 /// Which baseline a run's verdicts use.
@@ -177,6 +180,7 @@ mod tests {
         judged: &[],
         pairs: &[("legacy", "legacy-skip-trailing")],
         within: None,
+        costs: false,
     };
 
     #[test]
@@ -252,7 +256,11 @@ mod tests {
                     .map(|v| v.name)
                     .collect();
                 let m = q.family_size(&names, &Baseline::Declared);
-                assert!(m > 0, "{} on {backend}: the question compares nothing", info.name);
+                assert!(
+                    m > 0,
+                    "{} on {backend}: the question compares nothing",
+                    info.name
+                );
                 assert!(
                     Question::decidable(m, reps),
                     "{} on {backend}: {reps} repetitions cannot decide its {m} comparisons",
@@ -283,7 +291,10 @@ mod tests {
         let names = vec!["lazy".to_string(), "thp".to_string()];
         let err = check_baseline(&Baseline::Variant("uffd".into()), &names).unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("uffd") && text.contains("lazy, thp"), "{text}");
+        assert!(
+            text.contains("uffd") && text.contains("lazy, thp"),
+            "{text}"
+        );
         assert!(check_baseline(&Baseline::Variant("thp".into()), &names).is_ok());
     }
 }

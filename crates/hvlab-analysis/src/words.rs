@@ -46,13 +46,15 @@ impl fmt::Display for Verdict {
                 f,
                 "{variant} against {against}: NOT DECIDED on {metric} ({v_t} vs {a_t}, {} {direction}, {ci_text}): {}",
                 q(self.ratio),
-                self.undecided.as_ref().map_or_else(String::new, |why| undecided(
-                    why,
-                    self.n,
-                    self.p_adjusted,
-                    crate::verdict::ALPHA,
-                    "--reps"
-                ))
+                self.undecided
+                    .as_ref()
+                    .map_or_else(String::new, |why| undecided(
+                        why,
+                        self.n,
+                        self.p_adjusted,
+                        crate::verdict::ALPHA,
+                        "--reps"
+                    ))
             )?,
             Class::NoChange => write!(
                 f,

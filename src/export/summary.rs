@@ -1,0 +1,531 @@
+//! The first screen of a report and of `hvlab suite`, as data: one row per scenario × backend
+//! × host with the scenario's question, the answer (a verdict in the one vocabulary), the
+//! number with its interval and the cause. Built one run at a time ([`Summary::add`]), so a
+//! report of thousands of runs keeps a line per run, never the runs.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::analysis::compare::Verdict;
+use crate::analysis::verdict::Class;
+use crate::export::words::{fmt_value, verdict_cause, verdict_number, verdict_short};
+use crate::record::{RunRecord, RunTag, Warning};
+use hvlab_core::BackendKind;
+
+/// Parameters a run carries that never set it apart for a reader: bookkeeping (`show` and
+/// `--json` keep them).
+pub const BOOKKEEPING: [&str; 8] = [
+    "seed",
+    "suite",
+    "suite_unit",
+    "showcase",
+    "sweep",
+    "sweep_grid",
+    "sweep_point",
+    "warmup",
+];
+
+/// What one run answers, in a line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunLine {
+    /// The run.
+    pub run_id: String,
+    /// Where its page is, relative to the report's index.
+    pub page: String,
+    /// Its internal tag (a showcase).
+    pub tag: Option<RunTag>,
+    /// The verdict that answers its scenario's question (the largest decided difference,
+    /// else the first not decided, else the first no change).
+    pub answer: Option<Answered>,
+    /// How many of its verdicts fell in each class.
+    pub tally: BTreeMap<ClassKey, usize>,
+    /// The headline metric's lowest and highest variant median, with those variants and the
+    /// unit.
+    pub range: Option<Range>,
+    /// Its parameters as a reader reads them: those set away from their default (no
+    /// bookkeeping, no empty value).
+    pub params: BTreeMap<String, String>,
+    /// Every parameter but the bookkeeping, defaults included: what a row's setup reads the
+    /// values of the others' parameters from.
+    pub all_params: BTreeMap<String, String>,
+    /// Its warnings, in words.
+    pub warnings: Vec<String>,
+}
+
+/// A class as a sort key (the vocabulary's order).
+pub type ClassKey = u8;
+
+fn key(c: Class) -> ClassKey {
+    match c {
+        Class::Fixed => 0,
+        Class::Faster => 1,
+        Class::Regressed => 2,
+        Class::Slower => 3,
+        Class::NoChange => 4,
+        Class::NotDecided => 5,
+    }
+}
+
+fn class_of(k: ClassKey) -> Class {
+    match k {
+        0 => Class::Fixed,
+        1 => Class::Faster,
+        2 => Class::Regressed,
+        3 => Class::Slower,
+        4 => Class::NoChange,
+        _ => Class::NotDecided,
+    }
+}
+
+/// A verdict, in the words of the first screen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answered {
+    /// Its class.
+    pub class: Class,
+    /// "populated against lazy: FASTER, 9.3×".
+    pub short: String,
+    /// "1.25 µs vs 11.6 µs (95% CI of the ratio 9.1–9.5×)".
+    pub number: String,
+    /// What made the slower side slower, or how the judged variant maps pages.
+    pub cause: String,
+}
+
+/// A headline's spread over variants (or runs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Range {
+    /// The metric.
+    pub metric: String,
+    /// Its unit.
+    pub unit: String,
+    /// Lowest median and whose.
+    pub low: (f64, String),
+    /// Highest median and whose.
+    pub high: (f64, String),
+}
+
+/// One row of the first screen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SummaryRow {
+    /// The link target: the run's page, or the group's when several runs share the row.
+    pub page: String,
+    /// Scenario.
+    pub scenario: String,
+    /// Its question.
+    pub question: String,
+    /// `kvm` or `model`.
+    pub backend: String,
+    /// The machine measured, or for a model run the modelled host (from its profile).
+    pub host: String,
+    /// Parameters a user set or that differ between the row's runs.
+    pub setup: String,
+    /// Runs in the row.
+    pub runs: usize,
+    /// The answer in the one vocabulary (or the tally of the runs' answers).
+    pub answer: String,
+    /// Its class, when the row has one answer.
+    pub class: Option<Class>,
+    /// The number with its interval (or the headline's spread across runs).
+    pub number: String,
+    /// The cause.
+    pub cause: String,
+    /// The other verdicts of the row, counted.
+    pub others: String,
+    /// The runs (their lines), for the group's page.
+    pub lines: Vec<RunLine>,
+}
+
+/// Rows in the making: runs grouped by scenario, backend and host, in the order first seen.
+/// The suite's showcases are not rows: each answers a thread's question, in the threads'
+/// block; their pages are kept here by run id for its links.
+#[derive(Debug, Default)]
+pub struct Summary {
+    groups: Vec<Group>,
+    showcase_pages: BTreeMap<String, String>,
+}
+
+#[derive(Debug)]
+struct Group {
+    scenario: String,
+    backend: BackendKind,
+    host: String,
+    lines: Vec<RunLine>,
+}
+
+impl Summary {
+    /// An empty summary.
+    pub fn new() -> Summary {
+        Summary::default()
+    }
+
+    /// Adds a run (its page at `page`).
+    pub fn add(&mut self, r: &RunRecord, page: String) {
+        if r.tag == Some(RunTag::Showcase) && r.params.contains_key("suite_unit") {
+            self.showcase_pages.insert(r.run_id.clone(), page);
+            return;
+        }
+        let host = host(r);
+        let line = run_line(r, page);
+        match self
+            .groups
+            .iter_mut()
+            .find(|g| g.scenario == r.scenario && g.backend == r.backend && g.host == host)
+        {
+            Some(g) => g.lines.push(line),
+            None => self.groups.push(Group {
+                scenario: r.scenario.clone(),
+                backend: r.backend,
+                host,
+                lines: vec![line],
+            }),
+        }
+    }
+
+    /// The pages of the showcase runs by run id (for the threads' links).
+    pub fn showcase_pages(&self) -> &BTreeMap<String, String> {
+        &self.showcase_pages
+    }
+
+    /// The rows, in catalog order of the scenarios, kvm before the model, then as first seen.
+    pub fn rows(&mut self, group_page: impl Fn(usize) -> String) -> Vec<SummaryRow> {
+        let order = |s: &str| {
+            crate::scenario::Kind::ALL
+                .iter()
+                .position(|k| k.name() == s)
+                .unwrap_or(usize::MAX)
+        };
+        let mut groups: Vec<(usize, Group)> = std::mem::take(&mut self.groups)
+            .into_iter()
+            .enumerate()
+            .collect();
+        groups.sort_by_key(|(i, g)| (order(&g.scenario), g.backend != BackendKind::Kvm, *i));
+        groups
+            .into_iter()
+            .enumerate()
+            .map(|(i, (_, g))| row(g, &group_page(i)))
+            .collect()
+    }
+}
+
+/// The host a run's numbers describe: the machine measured (or the kernel under test), or the
+/// modelled host from the run's built-in profile. A model run never names this machine.
+pub fn host(r: &RunRecord) -> String {
+    let h = &r.host;
+    if r.backend == BackendKind::Model {
+        let profile = r.profile.as_deref().unwrap_or("default");
+        let described = crate::model::profile::BUILT_IN
+            .iter()
+            .find(|(name, _)| *name == profile)
+            .and_then(|(name, text)| crate::model::profile::Profile::parse(name, text).ok());
+        let mut parts = vec![];
+        if let Some(f) = described.as_ref().and_then(|p| p.flavour) {
+            parts.push(f.to_string());
+        }
+        parts.push(format!("HZ {}", h.hz));
+        if let Some(n) = described.as_ref().and_then(|p| p.cpus) {
+            parts.push(format!("{n} CPUs"));
+        }
+        return format!("model of {profile} ({})", parts.join(", "));
+    }
+    match &h.under_test {
+        Some(u) => format!(
+            "Linux {} under test ({}), HZ {}, {} CPUs",
+            u.release, u.accel, h.hz, h.cores
+        ),
+        None => format!(
+            "Linux {}, {}, HZ {}, {} CPUs",
+            h.kernel, h.kvm_flavour, h.hz, h.cores
+        ),
+    }
+}
+
+fn param_text(v: &serde_json::Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), String::from)
+}
+
+/// A run's parameters a reader reads: set away from the scenario's default (the repetitions
+/// against the scenario's), none of the bookkeeping, none empty.
+fn readable_params(r: &RunRecord) -> BTreeMap<String, String> {
+    r.params
+        .iter()
+        .filter(|(k, _)| !BOOKKEEPING.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), param_text(v)))
+        .filter(|(_, v)| !v.is_empty())
+        .collect()
+}
+
+fn shown_params(r: &RunRecord) -> BTreeMap<String, String> {
+    let kind = crate::scenario::Kind::named(&r.scenario).ok();
+    let defaults = kind.map(|k| k.param_infos()).unwrap_or_default();
+    readable_params(r)
+        .into_iter()
+        .filter(|(k, v)| match k.as_str() {
+            "reps" => kind.is_none_or(|k| v != &k.info().default_reps.to_string()),
+            _ => defaults
+                .iter()
+                .find(|p| p.name == k.as_str())
+                .is_none_or(|p| p.default != *v),
+        })
+        .collect()
+}
+
+/// The verdict that answers a run: the largest decided difference, else the first not
+/// decided (it says what would decide), else the first no change.
+pub fn answer_of(verdicts: &[Verdict]) -> Option<&Verdict> {
+    let decided = verdicts
+        .iter()
+        .filter(|v| v.class() != Class::NoChange && v.class() != Class::NotDecided)
+        .max_by(|a, b| a.ratio.total_cmp(&b.ratio));
+    decided
+        .or_else(|| verdicts.iter().find(|v| v.class() == Class::NotDecided))
+        .or_else(|| verdicts.first())
+}
+
+fn run_line(r: &RunRecord, page: String) -> RunLine {
+    let headline = crate::scenario::find(&r.scenario)
+        .map(|i| i.headline)
+        .unwrap_or_default();
+    let answer = answer_of(&r.verdicts).map(|v| Answered {
+        class: v.class(),
+        short: verdict_short(v),
+        number: verdict_number(v),
+        cause: verdict_cause(v, r),
+    });
+    let mut tally = BTreeMap::new();
+    for v in &r.verdicts {
+        *tally.entry(key(v.class())).or_insert(0) += 1;
+    }
+    let medians: Vec<(f64, &str, &str)> = r
+        .variants
+        .iter()
+        .filter(|v| v.is_ok())
+        .filter_map(|v| {
+            let m = v.metrics.get(headline)?;
+            m.median
+                .is_finite()
+                .then_some((m.median, v.name.as_str(), m.unit.as_str()))
+        })
+        .collect();
+    let low = medians.iter().min_by(|a, b| a.0.total_cmp(&b.0));
+    let high = medians.iter().max_by(|a, b| a.0.total_cmp(&b.0));
+    let range = low.zip(high).map(|(l, h)| Range {
+        metric: headline.to_string(),
+        unit: l.2.to_string(),
+        low: (l.0, l.1.to_string()),
+        high: (h.0, h.1.to_string()),
+    });
+    RunLine {
+        run_id: r.run_id.clone(),
+        page,
+        tag: r.tag,
+        answer,
+        tally,
+        range,
+        params: shown_params(r),
+        all_params: readable_params(r),
+        warnings: r.warnings.iter().map(warning_short).collect(),
+    }
+}
+
+/// A warning in the words that change how to read a row.
+fn warning_short(w: &Warning) -> String {
+    w.to_string()
+}
+
+/// "9 FASTER, 1 SLOWER, 2 NO CHANGE".
+pub fn tally_words(tally: &BTreeMap<ClassKey, usize>) -> String {
+    tally
+        .iter()
+        .map(|(k, n)| {
+            format!(
+                "{} {}",
+                crate::analysis::quantity::count(*n as f64),
+                class_of(*k)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The setup of a row: each parameter set away from its default in any run, or that differs
+/// between the runs (`key=value` when all agree, `key: N values (a–b)` when they do not).
+fn setup(lines: &[RunLine]) -> String {
+    let keys: BTreeSet<&String> = lines.iter().flat_map(|l| l.params.keys()).collect();
+    keys.into_iter()
+        .map(|k| {
+            let values: BTreeSet<&str> = lines
+                .iter()
+                .map(|l| l.all_params.get(k).map_or("unset", String::as_str))
+                .collect();
+            if values.len() == 1 {
+                format!("{k}={}", values.into_iter().next().unwrap_or_default())
+            } else {
+                let mut v: Vec<&str> = values.into_iter().collect();
+                // Numbers in numeric order, so the ends read as a range.
+                v.sort_by(|a, b| match (a.parse::<f64>(), b.parse::<f64>()) {
+                    (Ok(x), Ok(y)) => x.total_cmp(&y),
+                    _ => a.cmp(b),
+                });
+                if v.len() <= 3 {
+                    format!("{k}={}", v.join("|"))
+                } else {
+                    format!("{k}: {} values ({}…{})", v.len(), v[0], v[v.len() - 1])
+                }
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn row(g: Group, group_page: &str) -> SummaryRow {
+    let info = crate::scenario::find(&g.scenario).ok();
+    let question = info
+        .map(|i| i.question.asks.to_string())
+        .unwrap_or_default();
+    let setup = setup(&g.lines);
+    let runs = g.lines.len();
+    let backend = g.backend.to_string();
+    if let [line] = g.lines.as_slice() {
+        let mut tally = line.tally.clone();
+        let (answer, class, number, cause) = match &line.answer {
+            Some(a) => {
+                if let Some(n) = tally.get_mut(&key(a.class)) {
+                    *n -= 1;
+                }
+                (
+                    a.short.clone(),
+                    Some(a.class),
+                    a.number.clone(),
+                    a.cause.clone(),
+                )
+            }
+            None => (
+                "nothing compared".to_string(),
+                None,
+                line.range.as_ref().map(range_words).unwrap_or_default(),
+                String::new(),
+            ),
+        };
+        tally.retain(|_, n| *n > 0);
+        let mut others = Vec::new();
+        if info.is_some_and(|i| i.question.costs) && line.answer.is_some() {
+            others.extend(line.range.as_ref().map(range_words));
+        }
+        if !tally.is_empty() {
+            others.push(format!(
+                "{} more: {}",
+                tally.values().sum::<usize>(),
+                tally_words(&tally)
+            ));
+        }
+        let others = others.join("; ");
+        return SummaryRow {
+            page: line.page.clone(),
+            scenario: g.scenario,
+            question,
+            backend,
+            host: g.host,
+            setup,
+            runs,
+            answer,
+            class,
+            number,
+            cause,
+            others,
+            lines: g.lines,
+        };
+    }
+    // Several runs: the tally of their answers, and the headline's spread across them.
+    let mut answers = BTreeMap::new();
+    for l in &g.lines {
+        if let Some(a) = &l.answer {
+            *answers.entry(key(a.class)).or_insert(0) += 1;
+        }
+    }
+    let answer = if answers.is_empty() {
+        format!("{runs} runs, nothing compared")
+    } else {
+        format!(
+            "{} runs: {}",
+            crate::analysis::quantity::count(runs as f64),
+            tally_words(&answers)
+        )
+    };
+    let class = (answers.len() == 1)
+        .then(|| answers.keys().next().map(|k| class_of(*k)))
+        .flatten();
+    let low = g
+        .lines
+        .iter()
+        .filter_map(|l| l.range.as_ref())
+        .min_by(|a, b| a.low.0.total_cmp(&b.low.0));
+    let high = g
+        .lines
+        .iter()
+        .filter_map(|l| l.range.as_ref())
+        .max_by(|a, b| a.high.0.total_cmp(&b.high.0));
+    let number = low
+        .zip(high)
+        .map(|(l, h)| {
+            range_words(&Range {
+                metric: l.metric.clone(),
+                unit: l.unit.clone(),
+                low: l.low.clone(),
+                high: h.high.clone(),
+            }) + " across the runs"
+        })
+        .unwrap_or_default();
+    let mut causes: BTreeMap<&str, usize> = BTreeMap::new();
+    for l in &g.lines {
+        if let Some(a) = l.answer.as_ref().filter(|a| !a.cause.is_empty()) {
+            *causes.entry(a.cause.as_str()).or_insert(0) += 1;
+        }
+    }
+    let cause = causes
+        .into_iter()
+        .max_by_key(|(_, n)| *n)
+        .map(|(c, n)| {
+            if n == runs {
+                c.to_string()
+            } else {
+                format!("in {n} of {runs} runs: {c}")
+            }
+        })
+        .unwrap_or_default();
+    SummaryRow {
+        page: group_page.to_string(),
+        scenario: g.scenario,
+        question,
+        backend,
+        host: g.host,
+        setup,
+        runs,
+        answer,
+        class,
+        number,
+        cause,
+        others: String::new(),
+        lines: g.lines,
+    }
+}
+
+/// "ns_per_page from 0.681 µs (uffd-minor-hugetlb) to 40.3 µs (uffd)".
+fn range_words(r: &Range) -> String {
+    let both = crate::analysis::quantity::format_all(&[r.low.0, r.high.0], &r.unit);
+    format!(
+        "{} from {} ({}) to {} ({})",
+        r.metric, both[0], r.low.1, both[1], r.high.1
+    )
+}
+
+/// The headline's median of one run's variants, as the group page lists them.
+pub fn line_number(l: &RunLine) -> String {
+    match (&l.answer, &l.range) {
+        (Some(a), _) => a.number.clone(),
+        (None, Some(r)) => range_words(r),
+        (None, None) => String::new(),
+    }
+}
+
+/// A value with its unit (re-exported for the group page).
+pub fn value(v: f64, unit: &str) -> String {
+    fmt_value(v, unit)
+}
