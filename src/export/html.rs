@@ -47,7 +47,7 @@ pub fn charts_for(r: &RunRecord) -> Vec<(String, String)> {
 
 /// The report's index page: its first screen (the summary table, the threads), built from
 /// every run at once. A report of many runs is written one run at a time
-/// ([`super::report::ReportWriter`]); this is the same page for runs at hand.
+/// (`ReportWriter` in `export::report`); this is the same page for runs at hand.
 #[derive(Debug, Clone, Copy)]
 pub struct Html;
 
@@ -226,9 +226,9 @@ pub fn index_page(rows: &[SummaryRow], first: &FirstScreen<'_>) -> askama::Resul
 pub fn page(records: &[RunRecord], fidelity: &[ThreadReport]) -> askama::Result<String> {
     let mut summary = super::summary::Summary::new();
     for (i, r) in records.iter().enumerate() {
-        summary.add(r, super::report::run_page_name(i, r));
+        summary.add(r, super::summary::run_page_name(i, r));
     }
-    let rows = summary.rows(super::report::group_page_name);
+    let rows = summary.rows(super::summary::group_page_name);
     let refs: Vec<&RunRecord> = records.iter().collect();
     let threads = crate::lab::threads::lines(&refs, fidelity);
     index_page(
@@ -241,7 +241,7 @@ pub fn page(records: &[RunRecord], fidelity: &[ThreadReport]) -> askama::Result<
                 .iter()
                 .find(|r| r.backend.capabilities().real_time)
                 .map(|r| &r.host),
-            warnings: super::report::warnings(&rows),
+            warnings: super::summary::warnings(&rows),
             showcase_pages: summary.showcase_pages(),
         },
     )

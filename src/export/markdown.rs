@@ -28,16 +28,16 @@ pub fn summary(records: &[RunRecord], fidelity: &[ThreadReport]) -> String {
     let mut summary = super::summary::Summary::new();
     let mut sections = String::new();
     for (i, r) in records.iter().enumerate() {
-        let page = super::report::run_page_name(i, r);
+        let page = super::summary::run_page_name(i, r);
         if !page.is_empty() {
             run_section(&mut sections, r);
         }
         summary.add(r, page);
     }
-    let rows = summary.rows(super::report::group_page_name);
+    let rows = summary.rows(super::summary::group_page_name);
     let refs: Vec<&RunRecord> = records.iter().collect();
     let threads = crate::lab::threads::lines(&refs, fidelity);
-    let warnings = super::report::warnings(&rows);
+    let warnings = super::summary::warnings(&rows);
     first_screen(&rows, &threads, fidelity, &warnings) + &sections + &fidelity_table(fidelity)
 }
 
@@ -125,7 +125,7 @@ pub fn run_section(s: &mut String, r: &RunRecord) {
     let _ = writeln!(
         s,
         "<a id=\"{}\"></a>\n\n## {} on {}{}\n",
-        super::report::anchor(&r.run_id),
+        super::summary::anchor(&r.run_id),
         md(&r.scenario),
         r.backend,
         r.profile

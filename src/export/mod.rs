@@ -412,7 +412,7 @@ mod escaping {
             r.run_id = format!("{i}-{}", r.run_id);
             summary.add(r, String::new());
         }
-        let rows = summary.rows(super::report::group_page_name);
+        let rows = summary.rows(super::summary::group_page_name);
         vec![
             ("index", super::html::page(&records, &reports).unwrap()),
             ("run", super::html::run_page(&records[0]).unwrap()),

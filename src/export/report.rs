@@ -9,44 +9,10 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use super::html;
-use super::summary::{Summary, SummaryRow};
+use super::summary::{GROUPS_DIR, RUNS_DIR, Summary, group_page_name, run_page_name, warnings};
 use crate::lab::fidelity::ThreadReport;
 use crate::lab::fleet::HostFingerprint;
 use crate::record::{RunRecord, RunTag};
-
-/// The directory of the runs' pages, beside `index.html`.
-pub const RUNS_DIR: &str = "runs";
-/// The directory of the pages of rows with several runs.
-pub const GROUPS_DIR: &str = "groups";
-
-/// A run id as a file name or an anchor: only characters that need no escaping anywhere.
-pub fn anchor(run_id: &str) -> String {
-    run_id
-        .chars()
-        .take(120)
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect()
-}
-
-/// The page of the `i`-th run of a report, relative to the index (a sweep point has none).
-pub fn run_page_name(i: usize, r: &RunRecord) -> String {
-    if r.params.contains_key("sweep") {
-        String::new()
-    } else {
-        format!("{RUNS_DIR}/{i}-{}.html", anchor(&r.run_id))
-    }
-}
-
-/// The page of the `i`-th row, relative to the index.
-pub fn group_page_name(i: usize) -> String {
-    format!("{GROUPS_DIR}/{i}.html")
-}
 
 /// A report being written.
 #[derive(Debug)]
@@ -196,28 +162,6 @@ impl ReportWriter {
         }
         Ok(dir.join("index.html"))
     }
-}
-
-/// The warnings that change how to read the first screen: each run's, once per kind of
-/// warning and row, with the row it belongs to.
-pub fn warnings(rows: &[SummaryRow]) -> Vec<String> {
-    let mut out = Vec::new();
-    for row in rows {
-        let mut seen = BTreeSet::new();
-        for l in &row.lines {
-            for w in &l.warnings {
-                // "busy host: load 3.1 ..." and "lazy: 2 of 6 samples ..." per kind.
-                let kind = w.split(':').next().unwrap_or(w).to_string();
-                if seen.insert(kind) {
-                    out.push(format!(
-                        "{} on {} ({}): {w}",
-                        row.scenario, row.backend, row.host
-                    ));
-                }
-            }
-        }
-    }
-    out
 }
 
 /// Refuses a path hvlab would replace that is a symbolic link, a FIFO or a device (followed,

@@ -5,9 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::analysis::compare::Verdict;
 use crate::analysis::verdict::Class;
-use crate::export::words::{fmt_value, verdict_cause, verdict_number, verdict_short};
+use crate::export::words::{answer_of, fmt_value, verdict_cause, verdict_number, verdict_short};
 use crate::record::{RunRecord, RunTag, Warning};
 use hvlab_core::BackendKind;
 
@@ -23,6 +22,62 @@ pub const BOOKKEEPING: [&str; 8] = [
     "sweep_point",
     "warmup",
 ];
+
+/// The directory of the runs' pages, beside `index.html`.
+pub const RUNS_DIR: &str = "runs";
+/// The directory of the pages of rows with several runs.
+pub const GROUPS_DIR: &str = "groups";
+
+/// A run id as a file name or an anchor: only characters that need no escaping anywhere.
+pub fn anchor(run_id: &str) -> String {
+    run_id
+        .chars()
+        .take(120)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+/// The page of the `i`-th run of a report, relative to the index (a sweep point has none).
+pub fn run_page_name(i: usize, r: &RunRecord) -> String {
+    if r.params.contains_key("sweep") {
+        String::new()
+    } else {
+        format!("{RUNS_DIR}/{i}-{}.html", anchor(&r.run_id))
+    }
+}
+
+/// The page of the `i`-th row, relative to the index.
+pub fn group_page_name(i: usize) -> String {
+    format!("{GROUPS_DIR}/{i}.html")
+}
+
+/// The warnings that change how to read the first screen: each run's, once per kind of
+/// warning and row, with the row it belongs to.
+pub fn warnings(rows: &[SummaryRow]) -> Vec<String> {
+    let mut out = Vec::new();
+    for row in rows {
+        let mut seen = BTreeSet::new();
+        for l in &row.lines {
+            for w in &l.warnings {
+                // "busy host: load 3.1 ..." and "lazy: 2 of 6 samples ..." per kind.
+                let kind = w.split(':').next().unwrap_or(w).to_string();
+                if seen.insert(kind) {
+                    out.push(format!(
+                        "{} on {} ({}): {w}",
+                        row.scenario, row.backend, row.host
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
 
 /// What one run answers, in a line.
 #[derive(Debug, Clone, PartialEq)]
@@ -265,18 +320,6 @@ fn shown_params(r: &RunRecord) -> BTreeMap<String, String> {
                 .is_none_or(|p| p.default != *v),
         })
         .collect()
-}
-
-/// The verdict that answers a run: the largest decided difference, else the first not
-/// decided (it says what would decide), else the first no change.
-pub fn answer_of(verdicts: &[Verdict]) -> Option<&Verdict> {
-    let decided = verdicts
-        .iter()
-        .filter(|v| v.class() != Class::NoChange && v.class() != Class::NotDecided)
-        .max_by(|a, b| a.ratio.total_cmp(&b.ratio));
-    decided
-        .or_else(|| verdicts.iter().find(|v| v.class() == Class::NotDecided))
-        .or_else(|| verdicts.first())
 }
 
 fn run_line(r: &RunRecord, page: String) -> RunLine {

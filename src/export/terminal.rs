@@ -878,7 +878,7 @@ pub fn suite_summary(s: &SuiteSummary<'_>) -> String {
     for r in s.records {
         summary.add(r, String::new());
     }
-    let rows = summary.rows(crate::export::report::group_page_name);
+    let rows = summary.rows(crate::export::summary::group_page_name);
     let mut last = String::new();
     for row in &rows {
         if row.scenario != last {
@@ -914,7 +914,7 @@ pub fn suite_summary(s: &SuiteSummary<'_>) -> String {
             lines.push(format!("  {}", words::thread_line(t)));
         }
     }
-    for w in crate::export::report::warnings(&rows) {
+    for w in crate::export::summary::warnings(&rows) {
         lines.push(format!("warning: {w}"));
     }
     lines.push(format!(

@@ -12,8 +12,8 @@ use crate::record::{Finding, RunRecord};
 pub fn run_headline(r: &RunRecord) -> String {
     let ran = r.variants.iter().filter(|v| v.is_ok()).count();
     let findings: usize = r.variants.iter().map(|v| v.findings.len()).sum();
-    let verdict = crate::export::summary::answer_of(&r.verdicts)
-        .map_or_else(|| "nothing compared".to_string(), verdict_short);
+    let verdict =
+        answer_of(&r.verdicts).map_or_else(|| "nothing compared".to_string(), verdict_short);
     let profile = r
         .profile
         .as_ref()
@@ -25,6 +25,18 @@ pub fn run_headline(r: &RunRecord) -> String {
         r.variants.len(),
         if findings == 1 { "" } else { "s" }
     )
+}
+
+/// The verdict that answers a run: the largest decided difference, else the first not
+/// decided (it says what would decide), else the first no change.
+pub fn answer_of(verdicts: &[Verdict]) -> Option<&Verdict> {
+    let decided = verdicts
+        .iter()
+        .filter(|v| v.class() != Class::NoChange && v.class() != Class::NotDecided)
+        .max_by(|a, b| a.ratio.total_cmp(&b.ratio));
+    decided
+        .or_else(|| verdicts.iter().find(|v| v.class() == Class::NotDecided))
+        .or_else(|| verdicts.first())
 }
 
 /// A verdict in a few words: "populated against lazy: FASTER, 9.3×", "uffd against lazy: NOT
