@@ -57,23 +57,52 @@ pub fn group_page_name(i: usize) -> String {
     format!("{GROUPS_DIR}/{i}.html")
 }
 
-/// The warnings that change how to read the first screen: each run's, once per kind of
-/// warning and row, with the row it belongs to.
+/// The warnings that change how to read the first screen, a line per kind and row: a busy
+/// host once, the outliers of every variant of a metric together ("irqchip-first 5 of 20,
+/// qemu-order 2 of 20"), the others as each run says them.
 pub fn warnings(rows: &[SummaryRow]) -> Vec<String> {
     let mut out = Vec::new();
     for row in rows {
-        let mut seen = BTreeSet::new();
-        for l in &row.lines {
-            for w in &l.warnings {
-                // "busy host: load 3.1 ..." and "lazy: 2 of 6 samples ..." per kind.
-                let kind = w.split(':').next().unwrap_or(w).to_string();
-                if seen.insert(kind) {
-                    out.push(format!(
-                        "{} on {} ({}): {w}",
-                        row.scenario, row.backend, row.host
-                    ));
+        let at = format!("{} on {} ({})", row.scenario, row.backend, row.host);
+        let mut busy = false;
+        // Per metric and rule (k): each variant's outlier count, in the order seen.
+        let mut outliers: Vec<(String, String, Vec<String>)> = Vec::new();
+        let mut others = BTreeSet::new();
+        for w in row.lines.iter().flat_map(|l| &l.warnings) {
+            match w {
+                Warning::BusyHost { .. } if busy => {}
+                Warning::BusyHost { .. } => {
+                    busy = true;
+                    out.push(format!("{at}: {w}"));
+                }
+                Warning::Outliers {
+                    variant,
+                    metric,
+                    count,
+                    n,
+                    k,
+                } => {
+                    let seen = format!("{variant} {count} of {n}");
+                    let rule = format!("{k}");
+                    match outliers.iter_mut().find(|o| o.0 == *metric && o.1 == rule) {
+                        Some(o) if !o.2.contains(&seen) => o.2.push(seen),
+                        Some(_) => {}
+                        None => outliers.push((metric.clone(), rule, vec![seen])),
+                    }
+                }
+                _ => {
+                    if others.insert(w.to_string()) {
+                        out.push(format!("{at}: {w}"));
+                    }
                 }
             }
+        }
+        for (metric, k, variants) in outliers {
+            out.push(format!(
+                "{at}: outliers in {metric} (beyond the median ± {k}·MAD): {}; something \
+                 interrupted those repetitions, the median and the rank test are robust to them",
+                variants.join(", ")
+            ));
         }
     }
     out
@@ -102,8 +131,8 @@ pub struct RunLine {
     /// Every parameter but the bookkeeping, defaults included: what a row's setup reads the
     /// values of the others' parameters from.
     pub all_params: BTreeMap<String, String>,
-    /// Its warnings, in words.
-    pub warnings: Vec<String>,
+    /// Its warnings.
+    pub warnings: Vec<Warning>,
 }
 
 /// A class as a sort key (the vocabulary's order).
@@ -364,13 +393,8 @@ fn run_line(r: &RunRecord, page: String) -> RunLine {
         range,
         params: shown_params(r),
         all_params: readable_params(r),
-        warnings: r.warnings.iter().map(warning_short).collect(),
+        warnings: r.warnings.clone(),
     }
-}
-
-/// A warning in the words that change how to read a row.
-fn warning_short(w: &Warning) -> String {
-    w.to_string()
 }
 
 /// "9 FASTER, 1 SLOWER, 2 NO CHANGE".
@@ -571,4 +595,91 @@ pub fn line_number(l: &RunLine) -> String {
 /// A value with its unit (re-exported for the group page).
 pub fn value(v: f64, unit: &str) -> String {
     fmt_value(v, unit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(warnings: Vec<Warning>) -> RunLine {
+        RunLine {
+            run_id: String::new(),
+            page: String::new(),
+            tag: None,
+            answer: None,
+            tally: BTreeMap::new(),
+            range: None,
+            params: BTreeMap::new(),
+            all_params: BTreeMap::new(),
+            warnings,
+        }
+    }
+
+    fn outliers(variant: &str, count: usize) -> Warning {
+        Warning::Outliers {
+            variant: variant.into(),
+            metric: "ready_ms".into(),
+            count,
+            n: 20,
+            k: 3.0,
+        }
+    }
+
+    /// The first screen fits one screen: a busy host once per row, every variant's outliers
+    /// of a metric in one line, whichever run of the row they came from.
+    #[test]
+    fn a_rows_warnings_are_one_line_per_kind() {
+        let busy = Warning::BusyHost {
+            reasons: Vec::new(),
+            pinned: false,
+        };
+        let clock = Warning::ClockSourceChanged { from: "tsc".into() };
+        let lines = vec![
+            line(vec![
+                busy.clone(),
+                outliers("irqchip-first", 5),
+                clock.clone(),
+            ]),
+            line(vec![
+                busy,
+                outliers("qemu-order", 2),
+                outliers("irqchip-first", 5),
+            ]),
+        ];
+        let row = SummaryRow {
+            page: String::new(),
+            scenario: "lifecycle".into(),
+            question: String::new(),
+            backend: "kvm".into(),
+            host: "Linux 6.18".into(),
+            setup: String::new(),
+            runs: 2,
+            answer: String::new(),
+            class: None,
+            number: String::new(),
+            cause: String::new(),
+            others: String::new(),
+            lines,
+        };
+        let out = warnings(&[row]);
+        assert_eq!(out.len(), 3, "{out:#?}");
+        assert!(
+            out.iter()
+                .all(|w| w.starts_with("lifecycle on kvm (Linux 6.18): "))
+        );
+        assert_eq!(out.iter().filter(|w| w.contains("busy host")).count(), 1);
+        assert!(
+            out.iter().any(|w| w.contains(&clock.to_string())),
+            "{out:#?}"
+        );
+        let outliers: Vec<&String> = out.iter().filter(|w| w.contains("outliers")).collect();
+        assert_eq!(outliers.len(), 1, "{out:#?}");
+        assert!(
+            outliers[0].contains(
+                "ready_ms (beyond the median ± 3·MAD): irqchip-first 5 of 20, qemu-order 2 of 20;"
+            ),
+            "{}",
+            outliers[0]
+        );
+    }
 }
