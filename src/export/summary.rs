@@ -442,67 +442,92 @@ fn setup(lines: &[RunLine]) -> String {
         .join(", ")
 }
 
+/// What a row says: the answer, its class, number and cause, the others, and its page.
+struct Told {
+    page: String,
+    answer: String,
+    class: Option<Class>,
+    number: String,
+    cause: String,
+    others: String,
+}
+
 fn row(g: Group, group_page: &str) -> SummaryRow {
     let info = crate::scenario::find(&g.scenario).ok();
     let question = info
         .map(|i| i.question.asks.to_string())
         .unwrap_or_default();
-    let setup = setup(&g.lines);
-    let runs = g.lines.len();
-    let backend = g.backend.to_string();
-    if let [line] = g.lines.as_slice() {
-        let mut tally = line.tally.clone();
-        let (answer, class, number, cause) = match &line.answer {
-            Some(a) => {
-                if let Some(n) = tally.get_mut(&key(a.class)) {
-                    *n -= 1;
-                }
-                (
-                    a.short.clone(),
-                    Some(a.class),
-                    a.number.clone(),
-                    a.cause.clone(),
-                )
-            }
-            None => (
-                "nothing compared".to_string(),
-                None,
-                line.range.as_ref().map(range_words).unwrap_or_default(),
-                String::new(),
-            ),
-        };
-        tally.retain(|_, n| *n > 0);
-        let mut others = Vec::new();
-        if info.is_some_and(|i| i.question.costs) && line.answer.is_some() {
-            others.extend(line.range.as_ref().map(range_words));
-        }
-        if !tally.is_empty() {
-            others.push(format!(
-                "{} more: {}",
-                tally.values().sum::<usize>(),
-                tally_words(&tally)
-            ));
-        }
-        let others = others.join("; ");
-        return SummaryRow {
-            page: line.page.clone(),
-            scenario: g.scenario,
-            question,
-            backend,
-            host: g.host,
-            setup,
-            runs,
-            answer,
-            class,
-            number,
-            cause,
-            others,
-            lines: g.lines,
-        };
+    let told = match g.lines.as_slice() {
+        [line] => told_by_one(line, info.is_some_and(|i| i.question.costs)),
+        lines => told_by_many(lines, group_page),
+    };
+    SummaryRow {
+        page: told.page,
+        scenario: g.scenario,
+        question,
+        backend: g.backend.to_string(),
+        host: g.host,
+        setup: setup(&g.lines),
+        runs: g.lines.len(),
+        answer: told.answer,
+        class: told.class,
+        number: told.number,
+        cause: told.cause,
+        others: told.others,
+        lines: g.lines,
     }
-    // Several runs: the tally of their answers, and the headline's spread across them.
+}
+
+/// One run: its answer, and the tally of its other verdicts (`costs`: the headline's range
+/// too, the question being what each variant costs).
+fn told_by_one(line: &RunLine, costs: bool) -> Told {
+    let mut tally = line.tally.clone();
+    let (answer, class, number, cause) = match &line.answer {
+        Some(a) => {
+            if let Some(n) = tally.get_mut(&key(a.class)) {
+                *n -= 1;
+            }
+            (
+                a.short.clone(),
+                Some(a.class),
+                a.number.clone(),
+                a.cause.clone(),
+            )
+        }
+        None => (
+            "nothing compared".to_string(),
+            None,
+            line.range.as_ref().map(range_words).unwrap_or_default(),
+            String::new(),
+        ),
+    };
+    tally.retain(|_, n| *n > 0);
+    let mut others = Vec::new();
+    if costs && line.answer.is_some() {
+        others.extend(line.range.as_ref().map(range_words));
+    }
+    if !tally.is_empty() {
+        others.push(format!(
+            "{} more: {}",
+            tally.values().sum::<usize>(),
+            tally_words(&tally)
+        ));
+    }
+    Told {
+        page: line.page.clone(),
+        answer,
+        class,
+        number,
+        cause,
+        others: others.join("; "),
+    }
+}
+
+/// Several runs: the tally of their answers, and the headline's spread across them.
+fn told_by_many(lines: &[RunLine], group_page: &str) -> Told {
+    let runs = lines.len();
     let mut answers = BTreeMap::new();
-    for l in &g.lines {
+    for l in lines {
         if let Some(a) = &l.answer {
             *answers.entry(key(a.class)).or_insert(0) += 1;
         }
@@ -519,13 +544,11 @@ fn row(g: Group, group_page: &str) -> SummaryRow {
     let class = (answers.len() == 1)
         .then(|| answers.keys().next().map(|k| class_of(*k)))
         .flatten();
-    let low = g
-        .lines
+    let low = lines
         .iter()
         .filter_map(|l| l.range.as_ref())
         .min_by(|a, b| a.low.0.total_cmp(&b.low.0));
-    let high = g
-        .lines
+    let high = lines
         .iter()
         .filter_map(|l| l.range.as_ref())
         .max_by(|a, b| a.high.0.total_cmp(&b.high.0));
@@ -541,7 +564,7 @@ fn row(g: Group, group_page: &str) -> SummaryRow {
         })
         .unwrap_or_default();
     let mut causes: BTreeMap<&str, usize> = BTreeMap::new();
-    for l in &g.lines {
+    for l in lines {
         if let Some(a) = l.answer.as_ref().filter(|a| !a.cause.is_empty()) {
             *causes.entry(a.cause.as_str()).or_insert(0) += 1;
         }
@@ -557,20 +580,13 @@ fn row(g: Group, group_page: &str) -> SummaryRow {
             }
         })
         .unwrap_or_default();
-    SummaryRow {
+    Told {
         page: group_page.to_string(),
-        scenario: g.scenario,
-        question,
-        backend,
-        host: g.host,
-        setup,
-        runs,
         answer,
         class,
         number,
         cause,
         others: String::new(),
-        lines: g.lines,
     }
 }
 

@@ -6,6 +6,7 @@
 use std::fmt::Write;
 
 use super::{Export, ExportError, Exporter};
+use crate::export::summary::BOOKKEEPING;
 use crate::export::words::fmt_value;
 use crate::record::{MetricRecord, RunRecord};
 use crate::scenario;
@@ -346,17 +347,6 @@ pub fn table(header: &[&str]) -> comfy_table::Table {
 /// The parameters of a listed run worth showing: those set away from the scenario's default
 /// (a sweep's axes among them), without the bookkeeping every run carries.
 pub fn shown_params(r: &RunListing) -> String {
-    const BOOKKEEPING: [&str; 9] = [
-        "reps",
-        "warmup",
-        "seed",
-        "suite",
-        "suite_unit",
-        "showcase",
-        "sweep",
-        "sweep_grid",
-        "sweep_point",
-    ];
     let defaults =
         scenario::Kind::named(&r.scenario).map_or_else(|_| Vec::new(), |k| k.param_infos());
     let text = |v: &serde_json::Value| match v {
@@ -365,7 +355,8 @@ pub fn shown_params(r: &RunListing) -> String {
     };
     r.params
         .iter()
-        .filter(|(k, _)| !BOOKKEEPING.contains(&k.as_str()))
+        // The repetitions too: every run has them, the listing has a column for them.
+        .filter(|(k, _)| k.as_str() != "reps" && !BOOKKEEPING.contains(&k.as_str()))
         .filter(|(k, v)| {
             defaults
                 .iter()

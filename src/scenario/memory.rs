@@ -537,6 +537,21 @@ pub struct MemoryParams {
     pub guest: GuestRun,
 }
 
+impl MemoryParams {
+    /// Thread 004's setup: the first byte of every 4 KiB page of 6 GiB, preallocated, on the
+    /// legacy direct MMU (its showcase and its fidelity rows run the same).
+    pub fn trailing_prefetch() -> MemoryParams {
+        MemoryParams {
+            size_bytes: 6 << 30,
+            pattern: Pattern::Seq,
+            touch: Touch::FirstByte,
+            guest_page: GuestPage::Small,
+            model_backing: Backing::Populated,
+            ..MemoryParams::default()
+        }
+    }
+}
+
 impl Default for MemoryParams {
     fn default() -> MemoryParams {
         MemoryParams {
@@ -712,14 +727,7 @@ impl Scenario for Memory {
         vec![super::Showcase {
             profile: "intel-spr-vmx",
             variants: &["legacy-skip-trailing", "legacy"],
-            params: MemoryParams {
-                size_bytes: 6 << 30,
-                pattern: Pattern::Seq,
-                touch: Touch::FirstByte,
-                guest_page: GuestPage::Small,
-                model_backing: Backing::Populated,
-                ..MemoryParams::default()
-            },
+            params: MemoryParams::trailing_prefetch(),
             why: "004 (prefetch of the trailing SPTEs): the first byte of every 4 KiB page of 6 GiB of preallocated memory on the legacy direct MMU; the old __direct_pte_prefetch() loop never flushed the run reaching the block's end, the fix prefetches it",
             headline: Some(super::Headline {
                 thread: "004",
