@@ -2,7 +2,7 @@
 //! narrow screen (a phone, 390 px) tables and charts scroll sideways inside the page instead
 //! of widening it: a chart shrunk to fit would shrink its 11 px labels below reading size.
 
-pub(crate) const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1000px;color:#222}\
+pub(crate) const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1240px;color:#222}\
 h1{border-bottom:2px solid #1f77b4}h2{margin-top:2em;border-bottom:1px solid #ccc}\
 table{border-collapse:collapse;margin:.5em 0;font-size:.9em}td,th{border:1px solid #ddd;padding:.2em .6em;text-align:right}\
 th{background:#f3f6fa}td:first-child,th:first-child{text-align:left}.finding{background:#fff6e5;border-left:4px solid #ff7f0e;padding:.4em .8em;margin:.3em 0}\
