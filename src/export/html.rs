@@ -318,10 +318,7 @@ struct MetricRow {
 /// A run's own page: its question, verdicts and findings first, then where it ran, its noise,
 /// charts and every variant's metrics.
 pub fn run_page(r: &RunRecord) -> askama::Result<String> {
-    let mut title = format!("{} on {}", r.scenario, r.backend);
-    if let Some(p) = &r.profile {
-        title.push_str(&format!(" (profile {p})"));
-    }
+    let title = super::summary::run_title(r);
     let question = crate::scenario::find(&r.scenario)
         .map(|i| {
             let q = &i.question;

@@ -124,13 +124,9 @@ pub fn fidelity_table(fidelity: &[ThreadReport]) -> String {
 pub fn run_section(s: &mut String, r: &RunRecord) {
     let _ = writeln!(
         s,
-        "<a id=\"{}\"></a>\n\n## {} on {}{}\n",
+        "<a id=\"{}\"></a>\n\n## {}\n",
         super::summary::anchor(&r.run_id),
-        md(&r.scenario),
-        r.backend,
-        r.profile
-            .as_ref()
-            .map_or(String::new(), |p| format!(" (profile {})", md(p))),
+        md(&super::summary::run_title(r)),
     );
     for v in &r.verdicts {
         let _ = writeln!(s, "- **{}**: {}", v.class(), md(&v.to_string()));

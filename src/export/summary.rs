@@ -43,6 +43,23 @@ pub fn anchor(run_id: &str) -> String {
         .collect()
 }
 
+/// A run's heading: scenario, backend, profile, and the parameters set away from their
+/// defaults, which tell apart the runs of one profile (the 001 showcase's two strategies).
+pub fn run_title(r: &RunRecord) -> String {
+    let mut title = format!("{} on {}", r.scenario, r.backend);
+    if let Some(p) = &r.profile {
+        title.push_str(&format!(" (profile {p})"));
+    }
+    let setup: Vec<String> = shown_params(r)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if !setup.is_empty() {
+        title.push_str(&format!(", {}", setup.join(", ")));
+    }
+    title
+}
+
 /// The page of the `i`-th run of a report, relative to the index (a sweep point has none).
 pub fn run_page_name(i: usize, r: &RunRecord) -> String {
     if r.params.contains_key("sweep") {
