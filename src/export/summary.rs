@@ -74,13 +74,17 @@ pub fn group_page_name(i: usize) -> String {
     format!("{GROUPS_DIR}/{i}.html")
 }
 
-/// The warnings that change how to read the first screen, a line per kind and row: a busy
-/// host once, the outliers of every variant of a metric together ("irqchip-first 5 of 20,
-/// qemu-order 2 of 20"), the others as each run says them.
+/// The warnings that change how to read the first screen, a line per kind and row: the
+/// outliers of every variant of a metric together ("irqchip-first 5 of 20, qemu-order 2 of
+/// 20"), the others as each run says them; a busy host once per host, naming the scenarios
+/// it was busy for (the first run's words).
 pub fn warnings(rows: &[SummaryRow]) -> Vec<String> {
     let mut out = Vec::new();
+    // Per backend and host: the scenarios run while it was busy, and the first run's words.
+    let mut busy_hosts: Vec<(String, Vec<String>, String)> = Vec::new();
     for row in rows {
         let at = format!("{} on {} ({})", row.scenario, row.backend, row.host);
+        let host = format!("{} ({})", row.backend, row.host);
         let mut busy = false;
         // Per metric and rule (k): each variant's outlier count, in the order seen.
         let mut outliers: Vec<(String, String, Vec<String>)> = Vec::new();
@@ -90,7 +94,14 @@ pub fn warnings(rows: &[SummaryRow]) -> Vec<String> {
                 Warning::BusyHost { .. } if busy => {}
                 Warning::BusyHost { .. } => {
                     busy = true;
-                    out.push(format!("{at}: {w}"));
+                    match busy_hosts.iter_mut().find(|b| b.0 == host) {
+                        Some(b) => b.1.push(row.scenario.clone()),
+                        None => busy_hosts.push((
+                            host.clone(),
+                            vec![row.scenario.clone()],
+                            w.to_string(),
+                        )),
+                    }
                 }
                 Warning::Outliers {
                     variant,
@@ -121,6 +132,9 @@ pub fn warnings(rows: &[SummaryRow]) -> Vec<String> {
                 variants.join(", ")
             ));
         }
+    }
+    for (host, scenarios, words) in busy_hosts {
+        out.push(format!("{} on {host}: {words}", scenarios.join(", ")));
     }
     out
 }
@@ -658,10 +672,10 @@ mod tests {
         }
     }
 
-    /// The first screen fits one screen: a busy host once per row, every variant's outliers
-    /// of a metric in one line, whichever run of the row they came from.
+    /// The first screen fits one screen: a busy host once, naming the rows it was busy for,
+    /// every variant's outliers of a metric in one line, whichever run of the row had them.
     #[test]
-    fn a_rows_warnings_are_one_line_per_kind() {
+    fn warnings_are_one_line_per_kind_and_a_busy_host_one_line() {
         let busy = Warning::BusyHost {
             reasons: Vec::new(),
             pinned: false,
@@ -694,13 +708,22 @@ mod tests {
             others: String::new(),
             lines,
         };
-        let out = warnings(&[row]);
+        let mut memory = row.clone();
+        memory.scenario = "memory".into();
+        memory.lines = vec![line(vec![Warning::BusyHost {
+            reasons: Vec::new(),
+            pinned: false,
+        }])];
+        let out = warnings(&[row, memory]);
         assert_eq!(out.len(), 3, "{out:#?}");
+        let busy: Vec<&String> = out.iter().filter(|w| w.contains("busy host")).collect();
+        assert_eq!(busy.len(), 1, "{out:#?}");
+        assert!(busy[0].starts_with("lifecycle, memory on kvm (Linux 6.18): busy host"));
         assert!(
             out.iter()
+                .filter(|w| !w.contains("busy host"))
                 .all(|w| w.starts_with("lifecycle on kvm (Linux 6.18): "))
         );
-        assert_eq!(out.iter().filter(|w| w.contains("busy host")).count(), 1);
         assert!(
             out.iter().any(|w| w.contains(&clock.to_string())),
             "{out:#?}"
