@@ -20,6 +20,13 @@ pub enum InputError {
         /// Its variants.
         known: String,
     },
+    /// --baseline-variant `{variant}` is not a variant of this run; its variants are: {known}. Name one of them, or add it with --variant.
+    BaselineNotInRun {
+        /// What was asked for.
+        variant: String,
+        /// The run's variants.
+        known: String,
+    },
     /// Bad --set `{0}`: expected key=value, for example --set devices=8.
     SetSyntax(String),
     /// Unknown parameter `{key}` for scenario {scenario}; its parameters are: {known}.

@@ -90,7 +90,11 @@ fn irqchip_first_against_memslots_first_points_the_right_way() {
     // The other way round is a regression, and CI mode fails on it.
     let out = run(&db, &["compare", &b, &a, "--fail-on-regression"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("slower (a regression)"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(": SLOWER, ") && text.contains("(a regression)"),
+        "{text}"
+    );
 }
 
 #[test]

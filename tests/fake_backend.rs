@@ -5,9 +5,10 @@
 
 use std::collections::BTreeMap;
 
+use hvlab::analysis::verdict::Class;
 use hvlab::record::{Finding, RunRecord, SelfCheck, VariantStatus};
 use hvlab::scenario::runner::{RunRequest, Silent};
-use hvlab::scenario::{Kind, Params};
+use hvlab::scenario::{Baseline, Kind, Params};
 use hvlab_core::dirty::{DirtyPlan, DirtyResult};
 use hvlab_core::error::BackendError;
 use hvlab_core::exits::{ExitPlan, ExitResult};
@@ -153,13 +154,22 @@ impl Backend for FakeBackend {
 }
 
 fn run_exits(backend: &mut FakeBackend, variants: &[&str]) -> RunRecord {
+    run_exits_against(backend, variants, &Baseline::Declared)
+}
+
+fn run_exits_against(
+    backend: &mut FakeBackend,
+    variants: &[&str],
+    baseline: &Baseline,
+) -> RunRecord {
     let request = RunRequest {
         variants: variants.iter().map(ToString::to_string).collect(),
         reps: 8,
         warmup: 0,
         ..RunRequest::new(good("exits", &["iterations=1000"]))
     };
-    hvlab::scenario::run(backend, &request, &Silent).expect("the exits run completes")
+    hvlab::scenario::run_with_baseline(backend, &request, baseline, &Silent)
+        .expect("the exits run completes")
 }
 
 fn variant<'a>(r: &'a RunRecord, name: &str) -> &'a hvlab::record::VariantRecord {
@@ -172,7 +182,10 @@ fn variant<'a>(r: &'a RunRecord, name: &str) -> &'a hvlab::record::VariantRecord
 #[test]
 fn exits_on_a_fake_backend_reports_its_scripted_costs_and_calls_the_cheapest_kind_faster() {
     let mut fake = FakeBackend::new();
+    // Exit types are answered by what each costs: the question judges only the vPMU.
     let r = run_exits(&mut fake, &["cpuid", "pio-out", "hlt"]);
+    assert!(r.verdicts.is_empty(), "{:#?}", r.verdicts);
+    let r = run_exits_against(&mut fake, &["cpuid", "pio-out", "hlt"], &Baseline::Fastest);
     let median = |v: &str| variant(&r, v).metrics["roundtrip_ns"].median;
     // The script's costs come back per roundtrip, within its 4% jitter.
     for (v, ns) in [("cpuid", 1_000.0), ("pio-out", 6_000.0), ("hlt", 9_000.0)] {
@@ -183,8 +196,23 @@ fn exits_on_a_fake_backend_reports_its_scripted_costs_and_calls_the_cheapest_kin
     assert_eq!(r.verdicts.len(), 2, "{:#?}", r.verdicts);
     for v in &r.verdicts {
         assert_eq!(v.faster, "cpuid", "{v:#?}");
+        assert_eq!(v.against(), "cpuid", "{v:#?}");
+        assert_eq!(v.class(), Class::Slower, "{v:#?}");
         assert!(v.significant, "{v:#?}");
     }
+    // --baseline-variant: every other variant against the one named.
+    let r = run_exits_against(
+        &mut fake,
+        &["cpuid", "pio-out", "hlt"],
+        &Baseline::Variant("pio-out".into()),
+    );
+    let classes: Vec<(&str, Class)> = r
+        .verdicts
+        .iter()
+        .map(|v| (v.variant(), v.class()))
+        .collect();
+    assert_eq!(classes, [("cpuid", Class::Faster), ("hlt", Class::Slower)]);
+    let r = run_exits_against(&mut fake, &["cpuid", "pio-out", "hlt"], &Baseline::Fastest);
     let hlt = r
         .verdicts
         .iter()
@@ -232,7 +260,11 @@ fn a_variant_the_backend_refuses_is_unsupported_and_the_others_still_run() {
     let mut fake = FakeBackend::new();
     fake.missing_cap = vec!["hypercall"];
     fake.unsupported = vec!["hlt"];
-    let r = run_exits(&mut fake, &["cpuid", "hypercall", "hlt", "pio-out"]);
+    let r = run_exits_against(
+        &mut fake,
+        &["cpuid", "hypercall", "hlt", "pio-out"],
+        &Baseline::Fastest,
+    );
     match &variant(&r, "hypercall").status {
         VariantStatus::Unsupported(why) => assert!(why.contains("KVM_CAP_FAKE"), "{why}"),
         other => panic!("a missing capability is the host's limitation: {other:?}"),
@@ -377,12 +409,16 @@ fn memslots_on_a_fake_backend_reports_each_kind_per_update_and_calls_add_the_fas
         // A flat cost: the last tenth of the updates costs what the first did.
         assert!((median(v, "growth") - 1.0).abs() < 1e-9, "{v}");
     }
-    assert_eq!(r.verdicts.len(), 2, "{:#?}", r.verdicts);
+    // The question is the growth with slots: within each kind, the last tenth of the updates
+    // against the first. A flat cost is no change, for every kind.
+    assert_eq!(r.verdicts.len(), 3, "{:#?}", r.verdicts);
     assert!(
-        r.verdicts.iter().all(|v| v.faster == "add"),
+        r.verdicts.iter().all(|v| v.class() == Class::NoChange),
         "{:#?}",
         r.verdicts
     );
+    assert_eq!(r.verdicts[0].variant(), "add (last_us)");
+    assert_eq!(r.verdicts[0].against(), "add (first_us)");
 }
 
 #[test]
@@ -393,6 +429,12 @@ fn memslots_growth_shows_a_cost_that_rises_with_the_slots_present() {
     // add: 10 µs + 1 µs per slot present; first tenth ~14.5 µs, last tenth ~104.5 µs.
     let growth = variant(&r, "add").metrics["growth"].median;
     assert!((growth - 104.5 / 14.5).abs() < 1e-6, "{growth}");
+    // And the question's answer: the last tenth is SLOWER than the first, for every kind.
+    assert!(
+        r.verdicts.iter().all(|v| v.class() == Class::Slower),
+        "{:#?}",
+        r.verdicts
+    );
 }
 
 #[test]
@@ -1017,18 +1059,27 @@ fn memory_on_a_fake_backend_reports_scripted_costs_and_faults_and_calls_populate
             .iter()
             .all(|f| !matches!(f, Finding::UserfaultfdFaults { .. }))
     );
-    // The cheapest backing is judged faster than each other one.
+    // Each backing is judged against lazy: populated faster, uffd-prefetch slower.
     assert_eq!(r.verdicts.len(), 2, "{:#?}", r.verdicts);
-    for v in &r.verdicts {
-        assert_eq!(v.faster, "populated", "{v:#?}");
-        assert!(v.significant, "{v:#?}");
-    }
-    let lazy = r
+    assert!(
+        r.verdicts.iter().all(|v| v.against() == "lazy"),
+        "{:#?}",
+        r.verdicts
+    );
+    let classes: Vec<(&str, Class)> = r
         .verdicts
         .iter()
-        .find(|v| v.slower == "lazy")
-        .expect("lazy judged");
-    assert!((9.0..11.0).contains(&lazy.ratio), "{lazy:#?}");
+        .map(|v| (v.variant(), v.class()))
+        .collect();
+    assert_eq!(
+        classes,
+        [
+            ("populated", Class::Faster),
+            ("uffd-prefetch", Class::Slower)
+        ]
+    );
+    let populated = &r.verdicts[0];
+    assert!((9.0..11.0).contains(&populated.ratio), "{populated:#?}");
 }
 
 #[test]
@@ -1178,20 +1229,21 @@ fn pinning_on_a_fake_backend_calls_keeping_the_pin_faster_and_words_aging_and_bl
     assert!((12.5..=12.5 * 1.04).contains(&median("keep", "slice_overhead_us")));
     assert_eq!(median("eager", "pins"), 20.0);
     assert_eq!(median("keep", "pins"), 1.0);
+    // Each policy against eager: keep FASTER by the scripted 6.4x.
     assert_eq!(r.verdicts.len(), 3, "{:#?}", r.verdicts);
     assert!(
-        r.verdicts.iter().all(|v| v.faster == "keep"),
+        r.verdicts.iter().all(|v| v.against() == "eager"),
         "{:#?}",
         r.verdicts
     );
-    let eager = r
+    let keep = r
         .verdicts
         .iter()
-        .find(|v| v.slower == "eager")
-        .expect("eager judged");
+        .find(|v| v.variant() == "keep")
+        .expect("keep judged");
     assert!(
-        eager.significant && (6.0..7.0).contains(&eager.ratio),
-        "{eager:#?}"
+        keep.class() == Class::Faster && (6.0..7.0).contains(&keep.ratio),
+        "{keep:#?}"
     );
     // The buffer exceeds the cap: every policy that pins loses the scripted records, said
     // with the request's sizes.
@@ -1373,16 +1425,18 @@ fn dirty_on_a_fake_backend_calls_the_scripted_slower_ring_slower_and_reports_its
         dirty_log_finding(&r, "clear"),
         Some((1024, 15, Some(1024.0), 9.0, None))
     );
-    // The ring is judged against each bitmap variant and called slower than both.
-    assert_eq!(r.verdicts.len(), 2, "{:#?}", r.verdicts);
-    for v in &r.verdicts {
-        assert_eq!(v.slower, "ring", "{v:#?}");
-        assert!(v.significant, "{v:#?}");
-    }
-    let faster: Vec<&str> = r.verdicts.iter().map(|v| v.faster.as_str()).collect();
-    assert!(
-        faster.contains(&"bitmap") && faster.contains(&"clear"),
-        "{faster:?}"
+    // Each mode against the bitmap: the clears and the ring both SLOWER.
+    let classes: Vec<(&str, &str, Class)> = r
+        .verdicts
+        .iter()
+        .map(|v| (v.variant(), v.against(), v.class()))
+        .collect();
+    assert_eq!(
+        classes,
+        [
+            ("clear", "bitmap", Class::Slower),
+            ("ring", "bitmap", Class::Slower)
+        ]
     );
 }
 
@@ -1409,7 +1463,10 @@ fn dirty_fails_a_variant_whose_log_misses_a_page_the_guest_wrote() {
     assert!(variant(&r, "bitmap").is_ok() && variant(&r, "ring").is_ok());
     // Only the ring against bitmap is judged: a failed variant has no collection time.
     assert_eq!(r.verdicts.len(), 1, "{:#?}", r.verdicts);
-    assert_eq!(r.verdicts[0].faster, "bitmap");
+    assert_eq!(
+        (r.verdicts[0].variant(), r.verdicts[0].against()),
+        ("ring", "bitmap")
+    );
 }
 
 #[test]
@@ -1467,6 +1524,19 @@ fn showcases_and_validation_points_ask_for_the_parameters_they_asked_for_as_text
                 as_text(
                     Kind::Lifecycle,
                     &["strategy=lifecycle-keyed", "spacing=independent"]
+                )
+            ),
+            (
+                "memory",
+                as_text(
+                    Kind::Memory,
+                    &[
+                        "size=6GiB",
+                        "pattern=seq",
+                        "touch=first-byte",
+                        "guest_page=4k",
+                        "backing=populated"
+                    ]
                 )
             ),
             (

@@ -264,7 +264,8 @@ fn kernel_selectors_compare_per_matched_host_and_overall() {
         text.contains("per host [cpu=Intel(R) Xeon(R) Gold 6338"),
         "{text}"
     );
-    assert!(text.contains("slower (a regression)"), "{text}");
+    assert!(text.contains("SLOWER, "), "{text}");
+    assert!(text.contains("(a regression)"), "{text}");
     assert!(text.contains("overall (per-host medians)"), "{text}");
 }
 

@@ -653,7 +653,7 @@ fn kab_refuses_bad_patches_and_judges_a_documentation_patch_anyway() {
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("UNCHANGED") || text.contains("INCONCLUSIVE"),
+        text.contains("NO CHANGE") || text.contains("NOT DECIDED"),
         "{text}"
     );
 }

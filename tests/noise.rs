@@ -109,15 +109,21 @@ fn a_run_under_cpu_hogs_records_its_noise_and_warns_that_the_host_is_busy() {
     assert!(lines[host + 1].ends_with("— busy"), "{text}");
     assert!(text.contains("warning: busy host: "), "{text}");
 
-    // The report says it too, in the run's section, before its numbers.
+    // The report says it too, on the run's page, before its numbers, and on the first screen.
     let dir = tempfile::tempdir().unwrap();
     let out = run(&db, &["report", id, "-o", dir.path().to_str().unwrap()]);
     assert_exit(&out, 0, &[]);
-    let html = std::fs::read_to_string(dir.path().join("index.html")).unwrap();
+    let index = std::fs::read_to_string(dir.path().join("index.html")).unwrap();
+    assert!(index.contains("busy host: "), "{index}");
+    let page = std::fs::read_dir(dir.path().join("runs"))
+        .unwrap()
+        .next()
+        .expect("the run's page")
+        .unwrap()
+        .path();
+    let html = std::fs::read_to_string(page).unwrap();
     let md = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
-    let section = html
-        .find(&format!("id=\"{id}\""))
-        .expect("the run's section");
+    let section = html.find("<h1 id=\"").expect("the run's heading");
     let noise_at = html[section..]
         .find("<p class=\"noise\">noise: load ")
         .expect(&html);

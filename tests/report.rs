@@ -44,8 +44,8 @@ fn the_report_is_self_contained_and_renders_in_chromium() {
     assert!(out.status.success(), "{}", common::stderr(&out));
     let html = std::fs::read_to_string(out_dir.join("index.html")).unwrap();
     let md = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
-    // Self-contained: nothing to fetch. The links go to the pages beside it and to the
-    // sections of the page itself.
+    // Self-contained: nothing to fetch. The index links to the pages beside it: the fleet,
+    // the fidelity table and each run's page (each linking back to it alone).
     assert!(
         html.contains("href=\"fleet.html\""),
         "no link to the fleet page"
@@ -55,10 +55,23 @@ fn the_report_is_self_contained_and_renders_in_chromium() {
         html.contains("href=\"fidelity.html\""),
         "no link to the fidelity page"
     );
-    common::assert_self_contained(
-        &html.replace("href=\"#", ""),
-        &["fleet.html", "fidelity.html"],
-    );
+    let mut run_pages: Vec<String> = std::fs::read_dir(out_dir.join("runs"))
+        .unwrap()
+        .map(|e| format!("runs/{}", e.unwrap().file_name().to_string_lossy()))
+        .collect();
+    run_pages.sort();
+    assert_eq!(run_pages.len(), 5, "a page per run: {run_pages:?}");
+    let mut allowed: Vec<&str> = vec!["fleet.html", "fidelity.html"];
+    allowed.extend(run_pages.iter().map(String::as_str));
+    common::assert_self_contained(&html, &allowed);
+    let pages: Vec<String> = run_pages
+        .iter()
+        .map(|p| std::fs::read_to_string(out_dir.join(p)).unwrap())
+        .collect();
+    for page in &pages {
+        common::assert_self_contained(page, &["../index.html"]);
+    }
+    let all = pages.concat();
     // The fidelity table is a page of its own, not inline: the index carries its headline.
     let fidelity = std::fs::read_to_string(out_dir.join("fidelity.html")).unwrap();
     assert!(
@@ -75,8 +88,10 @@ fn the_report_is_self_contained_and_renders_in_chromium() {
         .find("| scenario | backend | host |")
         .expect("summary table");
     assert!(md_table < md.find("## lifecycle on model").unwrap());
-    let svgs = html.matches("<svg").count();
-    assert_fonts_readable(&html);
+    // The first screen has no chart: the charts are on the runs' pages.
+    assert!(!html.contains("<svg"), "a chart on the first screen");
+    let svgs = all.matches("<svg").count();
+    assert_fonts_readable(&all);
     assert_fonts_readable(&std::fs::read_to_string(out_dir.join("fleet.html")).unwrap());
     // Per scenario: a distribution plus its own chart; pinning has two.
     assert!(svgs >= 11, "{svgs} charts");
@@ -87,21 +102,30 @@ fn the_report_is_self_contained_and_renders_in_chromium() {
         "pinning on model",
         "percpu on model",
     ] {
-        assert!(html.contains(scenario), "{scenario} missing");
+        assert!(all.contains(scenario), "{scenario} missing");
         assert!(md.contains(scenario), "{scenario} missing from the summary");
     }
     assert!(
-        html.contains("construction timeline"),
+        all.contains("construction timeline"),
         "the lifecycle timeline chart is missing"
     );
     assert!(
-        html.contains("pinned memory over the trace"),
+        all.contains("pinned memory over the trace"),
         "the pinned-bytes chart is missing"
     );
     assert!(
-        html.contains("waited for the SRCU grace period"),
+        all.contains("waited for the SRCU grace period"),
         "findings in words are missing"
     );
+    // The first screen's rows: per scenario its question, then the modelled hosts.
+    for host in [
+        "model of pvm-epyc (pvm, HZ 250, 2 CPUs)",
+        "model of neoverse-n2-spe (arm64, HZ 250)",
+        "model of arm64-server-160 (arm64, HZ 250, 160 CPUs)",
+    ] {
+        assert!(html.contains(host), "{host} missing: {html}");
+    }
+    assert!(html.contains("irqchip-first against memslots-first: SLOWER"));
 
     if !tool_or_skip("report_in_chromium", "chromium") {
         return;
@@ -110,43 +134,31 @@ fn the_report_is_self_contained_and_renders_in_chromium() {
     let page = out_dir.join("index.html");
     let shot = dir.path().join("report.png");
     let chromium = |extra: &[&str]| common::chromium(&page, &profile, extra);
-    let dom = common::chromium_dom(&page, &profile, svgs);
-    // Summary first, checked on what the browser built: the first table comes before any
-    // chart and has one row per scenario × backend (× profile), each linking to its section.
+    let dom = common::chromium_dom(&page, &profile, 0);
+    // Summary first, checked on what the browser built: the first table has one row per
+    // scenario × backend × host, each under its scenario's question and linking to its page.
     let first_table = dom.find("<table").unwrap();
-    assert!(
-        first_table < dom.find("<svg").unwrap(),
-        "a chart before the summary table"
-    );
     let table = &dom[first_table..first_table + dom[first_table..].find("</table>").unwrap()];
-    let rows: Vec<&str> = table.split("<tr").skip(2).collect();
+    let questions = table.matches("class=\"question\"").count();
+    assert_eq!(questions, 5, "a question per scenario: {table}");
+    let rows: Vec<&str> = table.split("<tr class=\"row\"").skip(1).collect();
     assert_eq!(rows.len(), 5, "one row per run: {table}");
-    let mut keys: Vec<String> = rows
-        .iter()
-        .map(|r| {
-            let cells: Vec<String> = r.split("<td").skip(1).take(2).map(text).collect();
-            cells.join("|")
-        })
-        .collect();
-    keys.sort();
-    keys.dedup();
-    assert_eq!(
-        keys.len(),
-        5,
-        "scenario × backend × profile repeats: {table}"
-    );
-    for row in &rows {
-        let id = row
-            .split("href=\"#")
+    for (row, run_page) in rows.iter().zip(&run_pages) {
+        let link = row
+            .split("href=\"")
             .nth(1)
             .unwrap()
             .split('"')
             .next()
             .unwrap();
         assert!(
-            dom.contains(&format!("id=\"{id}\"")),
-            "link to no section: {id}"
+            run_pages.iter().any(|p| p == link),
+            "link to no page: {link}"
         );
+        let page = std::fs::read_to_string(out_dir.join(link)).unwrap();
+        assert!(page.contains("<h1 id=\""), "{run_page}: no run heading");
+        // The run's page, in the browser too: its charts survive rendering.
+        common::chromium_dom(&out_dir.join(link), &profile, page.matches("<svg").count());
     }
     // The first screen: the summary table fits in it with its verdicts.
     let first = dir.path().join("first-screen.png");
@@ -192,7 +204,12 @@ fn the_report_is_self_contained_and_renders_in_chromium() {
     );
     // A laptop and a phone: no page is wider than the window (wide tables and charts scroll
     // inside the page), and the phone's screenshot is a real image.
-    for page in ["index.html", "fleet.html", "fidelity.html"] {
+    for page in [
+        "index.html",
+        "fleet.html",
+        "fidelity.html",
+        run_pages[0].as_str(),
+    ] {
         for width in [1280, 390] {
             let overflow = overflow_at(&out_dir.join(page), &profile, width);
             assert!(
@@ -357,19 +374,112 @@ fn a_sweep_page_has_one_colour_scale_with_one_colour_bar() {
     );
 }
 
-/// The text of an HTML fragment: everything outside tags (the rest of a cut-off opening tag
-/// `<td ...>` included).
-fn text(fragment: &str) -> String {
-    let fragment = fragment.split_once('>').map_or(fragment, |(_, rest)| rest);
-    let mut out = String::new();
-    let mut in_tag = false;
-    for c in fragment.chars() {
-        match c {
-            '<' => in_tag = true,
-            '>' => in_tag = false,
-            c if !in_tag => out.push(c),
-            _ => {}
+/// The suite's first screen, in the terminal and in the report: a row per scenario × backend
+/// × host whose setup carries no bookkeeping (`seed=`, `suite_unit=`) and no empty value, model
+/// rows that name the modelled host (never this machine's kernel), and the threads' block
+/// with 001's before/after as one verdict with both numbers. The terminal fits one screen.
+#[test]
+fn the_suites_first_screen_answers_each_question_and_judges_the_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("hvlab.db");
+    let report = dir.path().join("report");
+    let out = run(
+        &db,
+        &[
+            "suite",
+            "--backend",
+            "model",
+            "--report",
+            report.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let terminal = String::from_utf8_lossy(&out.stdout).into_owned();
+    // What a terminal shows is both streams: the runs stored are counted once, not listed.
+    let err = common::stderr(&out);
+    assert!(!err.contains("stored run "), "{err}");
+    assert!(err.contains(" run(s) in "), "{err}");
+    let lines = terminal.lines().count() + err.lines().count();
+    assert!(lines <= 60, "{lines} lines: {terminal}{err}");
+    let html = std::fs::read_to_string(report.join("index.html")).unwrap();
+    let md = std::fs::read_to_string(report.join("summary.md")).unwrap();
+    let table = &html[html.find("<table class=\"summary\"").unwrap()..];
+    let table = &table[..table.find("</table>").unwrap()];
+    // Markdown's escapes (`\(`, `\_`) taken off: the words as a reader sees them.
+    let md_table =
+        md[md.find("| scenario |").unwrap()..md.find("\nQuestions:").unwrap()].replace('\\', "");
+    let kernel = common::json(&run(&db, &["host", "--json"]))["kernel"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for (what, text) in [
+        ("the report's table", table),
+        ("summary.md's table", md_table.as_str()),
+        ("the terminal", terminal.as_str()),
+    ] {
+        for bookkeeping in ["seed=", "suite_unit=", "=,", "suite="] {
+            assert!(
+                !text.contains(bookkeeping),
+                "{what} shows {bookkeeping}: {text}"
+            );
         }
+        // A model run's host is the modelled one: its profile, flavour, HZ, CPUs.
+        assert!(
+            text.contains("model of pvm-epyc (pvm, HZ 250, 2 CPUs)"),
+            "{what}: {text}"
+        );
     }
-    out
+    assert!(
+        !table.contains(&kernel),
+        "a model row names this machine: {table}"
+    );
+    // A row per scenario on the model (the showcases answer the threads, below).
+    assert_eq!(table.matches("<tr class=\"row\"").count(), 7, "{table}");
+    for answer in [
+        "irqchip-first against memslots-first: SLOWER",
+        "populated against lazy",
+        "ring against bitmap: SLOWER",
+        "local-map against offset",
+    ] {
+        assert!(
+            table.contains(answer) || md.contains(answer),
+            "{answer}: {table}"
+        );
+    }
+    // The threads: one line each, 001's regression and its fix as one verdict with both
+    // numbers, and what the fix leaves (boot-time registrations still stall).
+    let threads = &html[html.find("<ul class=\"threads\"").unwrap()..];
+    let threads = &threads[..threads.find("</ul>").unwrap()];
+    assert_eq!(threads.matches("<li").count(), 5, "{threads}");
+    let t001 = threads
+        .split("<li")
+        .find(|l| l.contains(">001 "))
+        .expect("001");
+    for says in [
+        "x86-vmx-hz100 at HZ=100",
+        "the creation stall (ready_ms), always-defer ",
+        " ms → lifecycle-keyed ",
+        " ms: FIXED",
+        "the stall gone: 20/20 → 0/20",
+        "boot-time registrations",
+        "still stalls",
+        "fidelity ",
+    ] {
+        assert!(t001.contains(says), "{says}: {t001}");
+    }
+    for (thread, says) in [
+        ("000", "eager "),
+        ("002", "fork at 4096 CPUs"),
+        ("003", "pebs-old "),
+        ("004", "legacy-skip-trailing "),
+    ] {
+        let line = threads
+            .split("<li")
+            .find(|l| l.contains(&format!(">{thread} ")))
+            .unwrap_or_else(|| panic!("{thread}: {threads}"));
+        assert!(line.contains(says), "{thread}: {line}");
+        assert!(line.contains(" → "), "{thread}: {line}");
+    }
+    assert!(terminal.contains("001 on x86-vmx-hz100 at HZ=100: the creation stall"));
+    assert!(terminal.contains(&format!("report: {}", report.join("index.html").display())));
 }

@@ -92,16 +92,16 @@ fn kubernetes_indexes_and_the_flag_select_the_same_shards() {
         );
         assert_eq!(units(&counted), units(&flag));
     }
-    // Thirteen model units (seven scenarios, six showcases: lifecycle 2, exits 1, pinning 1,
-    // percpu 2) over 4 shards: the first shard gets units 0, 4, 8 and 12.
+    // Fourteen model units (seven scenarios, seven showcases: lifecycle 2, memory 1, exits 1,
+    // pinning 1, percpu 2) over 4 shards: the first shard gets units 0, 4, 8 and 12.
     let first = units(&plan(&[], &["--backend", "model", "--shard", "1/4"]));
     assert_eq!(
         first,
         vec![
             "suite/lifecycle/model",
-            "suite/exits/model",
-            "suite/percpu/model",
-            "suite/memslots/model"
+            "suite/memory/model/intel-spr-vmx/0",
+            "suite/pinning/model/neoverse-n2-spe/0",
+            "suite/dirty/model"
         ]
     );
 }
@@ -232,7 +232,7 @@ fn three_slurm_shards_of_the_model_suite_store_what_one_unsharded_suite_stores()
     let whole = common::contents_by_unit(&whole_db);
     assert_eq!(
         whole.len(),
-        13,
+        14,
         "every model scenario and showcase: {:?}",
         whole.keys()
     );

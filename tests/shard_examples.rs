@@ -133,7 +133,7 @@ fn the_array_tasks_store_one_shard_each_and_the_merge_job_gathers_them() {
     }
     scenarios.sort();
     // Each model unit once: every scenario, and its showcases on the threads' profiles.
-    assert_eq!(scenarios.len(), 13, "{scenarios:?}");
+    assert_eq!(scenarios.len(), 14, "{scenarios:?}");
     scenarios.dedup();
     assert_eq!(
         scenarios,
@@ -157,7 +157,7 @@ fn the_array_tasks_store_one_shard_each_and_the_merge_job_gathers_them() {
     );
     let suite = dir.path().join("suite-4242.db");
     let runs = common::json(&common::run(&suite, &["runs", "--all", "--json"]));
-    assert_eq!(runs["runs"].as_array().unwrap().len(), 13, "{runs}");
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 14, "{runs}");
     // Every run of the merged job carries the array's suite id, so the report is the whole
     // suite, whichever task ran each unit.
     assert!(

@@ -289,7 +289,7 @@ fn shards_merged_twice_into_postgres_are_stored_once_and_every_command_reads_the
         &["report", "-o", report_dir.to_str().expect("utf-8 path")],
     );
     assert!(out.status.success(), "{}", common::stderr(&out));
-    let html = std::fs::read_to_string(report_dir.join("index.html")).expect("index.html");
+    let html = common::report_pages(&report_dir);
     for id in expected.keys().filter(|id| id.contains("-pinning-")) {
         assert!(html.contains(id.as_str()), "the report shows {id}");
     }
@@ -753,11 +753,11 @@ fn three_suite_shards_merged_into_postgres_equal_one_unsharded_suite() {
     }
     let mut merge = vec!["merge", "--json"];
     merge.extend(files.iter().map(String::as_str));
-    // Seven scenarios and six showcases.
-    assert_eq!(tally(&run(&sharded, &merge)), (13, 0, 0));
+    // Seven scenarios and seven showcases.
+    assert_eq!(tally(&run(&sharded, &merge)), (14, 0, 0));
     suite(&whole, None);
     let (a, b) = (contents_by_unit(&sharded), contents_by_unit(&whole));
-    assert_eq!(a.len(), 13);
+    assert_eq!(a.len(), 14);
     assert_eq!(a, b, "the same runs, ids and times aside");
 }
 

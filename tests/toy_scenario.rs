@@ -39,6 +39,15 @@ static INFO: ScenarioInfo = ScenarioInfo {
         doc: "host time per CPUID roundtrip",
     }],
     headline: "roundtrip_ns",
+    // The toy asks how a large batch compares with a small one.
+    question: hvlab::scenario::Question {
+        asks: "what a large batch costs per roundtrip against a small one",
+        baseline: Some("small"),
+        judged: &[],
+        pairs: &[],
+        within: None,
+        costs: false,
+    },
     runs_on: hvlab::scenario::any_backend,
     default_reps: 3,
     default_warmup: 0,
@@ -116,10 +125,7 @@ impl Scenario for CpuidBatch {
                 pinned_bytes: Vec::new(),
             }
         });
-        ScenarioOutcome {
-            variants,
-            verdicts: Vec::new(),
-        }
+        ScenarioOutcome { variants }
     }
 }
 

@@ -637,17 +637,17 @@ fn mechanism(v: &VariantVerdict) -> Vec<String> {
                 out.push(format!("B better: {}", change_words(c)));
             }
         }
-        VerdictClass::Inconclusive => {
+        VerdictClass::NotDecided => {
             out.push(format!(
                 "the samples cannot settle {} (details below)",
                 v.undecided.join(", ")
             ));
         }
-        VerdictClass::Unchanged => {}
+        VerdictClass::NoChange => {}
     }
     if matches!(
         v.class,
-        VerdictClass::Unchanged | VerdictClass::Inconclusive | VerdictClass::Improved
+        VerdictClass::NoChange | VerdictClass::NotDecided | VerdictClass::Improved
     ) {
         for s in &both {
             let (a, b) = (s.a.as_ref(), s.b.as_ref());
@@ -658,7 +658,7 @@ fn mechanism(v: &VariantVerdict) -> Vec<String> {
                 b.map_or(String::new(), stall_side)
             ));
         }
-        if v.class == VerdictClass::Unchanged && v.stalls.is_empty() {
+        if v.class == VerdictClass::NoChange && v.stalls.is_empty() {
             out.push(if v.stall_reps.is_some() {
                 "no stall on either kernel".into()
             } else {
@@ -1168,7 +1168,7 @@ fn details(judged: &[ScenarioAb]) -> String {
                             let tag = if m.regression {
                                 format!("REGRESSION: {word}")
                             } else if m.inconclusive.is_some() {
-                                format!("INCONCLUSIVE: {word}")
+                                format!("NOT DECIDED: {word}")
                             } else {
                                 word.to_string()
                             };
@@ -1203,7 +1203,7 @@ fn details(judged: &[ScenarioAb]) -> String {
                         let tag = if m.regression {
                             "REGRESSION, jiffies"
                         } else if m.inconclusive.is_some() {
-                            "INCONCLUSIVE, jiffies"
+                            "NOT DECIDED, jiffies"
                         } else {
                             "jiffies"
                         };
@@ -1359,7 +1359,7 @@ mod tests {
     fn a_stall_on_both_kernels_is_named_on_both_sides() {
         let v = verdict(
             "boot-activation",
-            VerdictClass::Unchanged,
+            VerdictClass::NoChange,
             vec![stall(Some(19), Some(20), "KVM_IOEVENTFD")],
         );
         let text = mechanism(&v).join("\n");

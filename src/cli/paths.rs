@@ -101,6 +101,29 @@ pub(super) fn write_report(
     })
 }
 
+/// Checks the report directory `dir` (given with `option`), then writes a report into it one
+/// run at a time: `feed` hands each run to the function it is given
+/// ([`crate::export::report::ReportWriter`]); the fleet page shows the first run of each
+/// scenario and backend on each host among them. A failure leaves the previous report as it
+/// was.
+pub(super) fn write_report_streaming(
+    dir: &Path,
+    option: &'static str,
+    fidelity: &[crate::lab::fidelity::ThreadReport],
+    feed: impl FnOnce(&mut dyn FnMut(&RunRecord) -> Result<(), Error>) -> Result<(), Error>,
+) -> Result<PathBuf, Error> {
+    check_output_dir(dir, "the report", option)?;
+    let fail = |e: std::io::Error| Error::OutputPath {
+        what: "the report",
+        path: dir.to_path_buf(),
+        option,
+        why: format!("{e}; choose a writable place"),
+    };
+    let mut writer = crate::export::report::ReportWriter::new(dir).map_err(fail)?;
+    feed(&mut |r| writer.add(r).map_err(fail))?;
+    writer.finish(fidelity, None).map_err(fail)
+}
+
 /// Checks the report directory `dir` (given with `option`), then writes the report into it with
 /// `write`, an I/O failure becoming an error naming the directory and the option.
 pub(super) fn write_report_with(

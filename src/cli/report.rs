@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::paths::{write_report, write_report_with};
+use super::paths::{write_report, write_report_streaming, write_report_with};
 use super::{habits, print_text};
 use crate::error::{Error, InputError};
 use crate::lab::{self, host};
@@ -74,10 +74,29 @@ fn runs_report(store: &Store, args: ReportArgs) -> Result<ExitCode, Error> {
     // The fleet page shows the latest of the user's runs of each scenario and backend
     // on every host (model profiles apart). The index shows a suite whole, the runs
     // named, or by default the newest suite or the latest run per scenario and backend.
+    // The model against the threads: deterministic and a fraction of a second, so
+    // every report carries it.
+    let fidelity = || lab::fidelity::evaluate(&host::probe(), None, DEFAULT_SEED);
+    if suite.is_none() && !runs.is_empty() {
+        // Runs named (a sweep's thousands of points among them): each read, written and
+        // dropped in turn, so the report's memory does not grow with the runs.
+        let fidelity = fidelity()?;
+        let path = write_report_streaming(&output, "-o DIR", &fidelity, |add| {
+            for id in &runs {
+                add(&store.load(id)?)?;
+            }
+            Ok(())
+        })?;
+        print_text(&format!(
+            "report of {} runs: {}",
+            runs.len(),
+            path.display()
+        ))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let (fleet, chosen) = if let Some(id) = &suite {
-        let records = lab::select::suite(store, id)?;
-        (records.clone(), records)
-    } else if runs.is_empty() {
+        lab::select::suite(store, id).map(|records| (records.clone(), records))?
+    } else {
         let sel = lab::select::default_report(store, all)?;
         if let Some(id) = &sel.suite {
             habits::note(&format!(
@@ -85,21 +104,12 @@ fn runs_report(store: &Store, args: ReportArgs) -> Result<ExitCode, Error> {
             ));
         }
         (sel.fleet, sel.runs)
-    } else {
-        let records = runs
-            .iter()
-            .map(|r| store.load(r))
-            .collect::<Result<Vec<_>, _>>()?;
-        (records.clone(), records)
     };
     let records = &chosen;
     if records.is_empty() {
         return Err(InputError::NoRuns.into());
     }
-    // The model against the threads: deterministic and a fraction of a second, so
-    // every report carries it.
-    let fidelity = lab::fidelity::evaluate(&host::probe(), None, DEFAULT_SEED)?;
-    let path = write_report(records, &fidelity, &fleet, &output, "-o DIR")?;
+    let path = write_report(records, &fidelity()?, &fleet, &output, "-o DIR")?;
     print_text(&format!(
         "report of {} runs: {}",
         records.len(),

@@ -9,10 +9,8 @@ use super::progress::TermProgress;
 use super::{MeasureArgs, habits, print_json, request_of};
 use crate::error::{Error, InputError};
 use crate::lab::{backends, host};
-use crate::record::RunRecord;
-use crate::scenario::runner::RunRequest;
-use crate::scenario::{self, ScenarioInfo};
-use hvlab_core::{Backend, BackendKind};
+use crate::scenario::{self, Baseline};
+use hvlab_core::BackendKind;
 
 #[derive(Debug, Args)]
 pub(super) struct RunArgs {
@@ -32,6 +30,13 @@ pub(super) struct RunArgs {
     /// Include KVM statistics in the terminal output
     #[arg(short, long)]
     verbose: bool,
+    /// Judge every other variant against this one, instead of the scenario's question (its
+    /// baseline and comparisons, see `hvlab list`)
+    #[arg(long, value_name = "V")]
+    baseline_variant: Option<String>,
+    /// Judge every variant against the fastest one, instead of the scenario's question
+    #[arg(long, conflicts_with = "baseline_variant")]
+    against_fastest: bool,
     /// Save the run as the named baseline of its scenario and backend (criterion's habit):
     /// `hvlab compare --baseline NAME` judges later runs against it; saving again moves it
     #[arg(long, value_name = "NAME", value_parser = parse_baseline_name, conflicts_with = "no_store")]
@@ -48,6 +53,12 @@ pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
     let params = kind.parse(&args.sets, args.backend.capabilities())?;
     let request = request_of(kind.info(), &args.measure, args.variants, params);
     scenario::check(&request, args.backend)?;
+    let baseline = match (&args.baseline_variant, args.against_fastest) {
+        (Some(v), _) => Baseline::Variant(v.clone()),
+        (None, true) => Baseline::Fastest,
+        (None, false) => Baseline::Declared,
+    };
+    scenario::check_baseline(&request, args.backend, &baseline)?;
     for notice in scenario::notices(&request) {
         habits::note(&format!("note: {}", crate::export::words::notice(&notice)));
     }
@@ -62,7 +73,8 @@ pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
         &backends::ModelProfile::named(args.measure.profile.as_deref()).noting(&say),
         args.measure.seed,
     )?;
-    let mut record = run_one(kind.info(), backend.as_mut(), &request, args.measure.json)?;
+    let progress = TermProgress::new(kind.info().name, args.measure.json);
+    let mut record = scenario::run_with_baseline(backend.as_mut(), &request, &baseline, &progress)?;
     scenario::judge(&record)?;
     record.baseline = args.save_baseline;
     if let Some(s) = &mut run_store {
@@ -74,16 +86,6 @@ pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
         super::print_run(&record, args.verbose)?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn run_one(
-    info: &ScenarioInfo,
-    backend: &mut dyn Backend,
-    request: &RunRequest,
-    json: bool,
-) -> Result<RunRecord, Error> {
-    let progress = TermProgress::new(info.name, json);
-    scenario::run(backend, request, &progress)
 }
 
 /// `--save-baseline`: a name of letters, digits, `.`, `_` and `-` (it is typed again later).

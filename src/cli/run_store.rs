@@ -20,6 +20,10 @@ pub(super) struct RunStore {
     json: bool,
     /// The recovery file of this command, once a save has failed.
     recovery: Option<PathBuf>,
+    /// Runs stored so far.
+    stored: usize,
+    /// Note each stored run on stderr (the suite counts them in its summary instead).
+    note_each: bool,
 }
 
 impl RunStore {
@@ -33,6 +37,8 @@ impl RunStore {
             at,
             json,
             recovery: None,
+            stored: 0,
+            note_each: true,
         })
     }
 
@@ -41,16 +47,30 @@ impl RunStore {
         self.at.display()
     }
 
+    /// Notes no stored run one by one: [`RunStore::stored`] counts them.
+    pub(super) fn quietly(mut self) -> RunStore {
+        self.note_each = false;
+        self
+    }
+
+    /// How many runs this command stored.
+    pub(super) fn stored(&self) -> usize {
+        self.stored
+    }
+
     /// Saves a finished run. When that fails, the run is printed and kept in the recovery
     /// file before the error (exit 4) is returned.
     pub(super) fn save(&mut self, record: &mut RunRecord) -> Result<(), Error> {
         match self.store.save(record) {
             Ok(()) => {
-                super::habits::note(&format!(
-                    "stored run {} in {}",
-                    record.run_id,
-                    self.at.display()
-                ));
+                self.stored += 1;
+                if self.note_each {
+                    super::habits::note(&format!(
+                        "stored run {} in {}",
+                        record.run_id,
+                        self.at.display()
+                    ));
+                }
                 Ok(())
             }
             Err(cause) => Err(self.rescue(record, cause)),

@@ -31,6 +31,10 @@ pub(super) struct SuiteArgs {
     /// Print the units this shard would run, and run nothing
     #[arg(long)]
     plan: bool,
+    /// Print each run's account as it finishes (the summary alone otherwise; `hvlab show RUN`
+    /// prints one later)
+    #[arg(short, long)]
+    verbose: bool,
 }
 
 /// `hvlab suite`: `--plan` lists this shard's units; otherwise checks the report directory
@@ -48,7 +52,11 @@ pub(super) fn suite(db: Option<&Path>, args: &SuiteArgs) -> Result<ExitCode, Err
     // Refuse an unwritable report directory or database before measuring for a minute.
     check_output_dir(&args.report, "the report", "--report DIR")?;
     args.measure.interference.check()?;
-    let mut run_store = args.measure.run_store(db)?;
+    // On a terminal the summary is the first screen: a note per stored run only with -v.
+    let mut run_store = args
+        .measure
+        .run_store(db)?
+        .map(|s| if args.verbose { s } else { s.quietly() });
     args.measure.interference.apply()?;
     let h = host::probe();
     let say = |note: &str| habits::note(&format!("note: {note}"));
@@ -81,7 +89,7 @@ pub(super) fn suite(db: Option<&Path>, args: &SuiteArgs) -> Result<ExitCode, Err
             if let Some(s) = &mut run_store {
                 s.save(record)?;
             }
-            if !json {
+            if !json && args.verbose {
                 super::print_run(record, false)?;
                 print_text("")?;
             }
@@ -119,6 +127,12 @@ pub(super) fn suite(db: Option<&Path>, args: &SuiteArgs) -> Result<ExitCode, Err
             fidelity: &fidelity,
             report: report.as_deref(),
         }))?;
+    }
+    if let Some(s) = run_store
+        .as_ref()
+        .filter(|s| !args.verbose && s.stored() > 0)
+    {
+        habits::note(&format!("stored {} run(s) in {}", s.stored(), s.display()));
     }
     if units.is_empty() {
         habits::note(&format!(

@@ -7,7 +7,9 @@ use super::sweep::SweepView;
 use super::words::fmt_value;
 use super::{Export, ExportError, Exporter};
 use crate::analysis::quantity::format_range;
+use crate::export::summary::SummaryRow;
 use crate::lab::fidelity::ThreadReport;
+use crate::lab::threads::ThreadLine;
 use crate::record::RunRecord;
 
 /// The report's summary (`summary.md`): the table first, then each run in words.
@@ -20,11 +22,70 @@ impl Exporter for Markdown {
     }
 }
 
-/// The summary of every run, in the order of the HTML page: the table first, how to read
-/// it, then each run with its verdicts first; the fidelity table last.
+/// The summary of every run, in the order of the HTML page: the first screen (the table, the
+/// threads, how to read it), then each run with its verdicts first; the fidelity table last.
 pub fn summary(records: &[RunRecord], fidelity: &[ThreadReport]) -> String {
+    let mut summary = super::summary::Summary::new();
+    let mut sections = String::new();
+    for (i, r) in records.iter().enumerate() {
+        let page = super::summary::run_page_name(i, r);
+        if !page.is_empty() {
+            run_section(&mut sections, r);
+        }
+        summary.add(r, page);
+    }
+    let rows = summary.rows(super::summary::group_page_name);
+    let refs: Vec<&RunRecord> = records.iter().collect();
+    let threads = crate::lab::threads::lines(&refs, fidelity);
+    let warnings = super::summary::warnings(&rows);
+    first_screen(&rows, &threads, fidelity, &warnings) + &sections + &fidelity_table(fidelity)
+}
+
+/// The first screen in Markdown: the table (a row per scenario × backend × host), the
+/// scenarios' questions, the threads, the warnings, how to read it.
+pub fn first_screen(
+    rows: &[SummaryRow],
+    threads: &[ThreadLine],
+    fidelity: &[ThreadReport],
+    warnings: &[String],
+) -> String {
     let mut s = String::from("# hvlab report\n\n");
-    summary_table(&mut s, records);
+    s.push_str(
+        "| scenario | backend | host | setup | answer | the number | cause | also |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for row in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            md(&row.scenario),
+            md(&row.backend),
+            md(&row.host),
+            md(&row.setup),
+            md(&row.answer),
+            md(&row.number),
+            md(&row.cause),
+            md(&row.others)
+        );
+    }
+    s.push_str("\nQuestions:\n\n");
+    let mut asked = std::collections::BTreeSet::new();
+    for row in rows {
+        if asked.insert(row.scenario.as_str()) {
+            let _ = writeln!(s, "- **{}**: {}", md(&row.scenario), md(&row.question));
+        }
+    }
+    if !threads.is_empty() {
+        s.push_str("\nThreads:\n\n");
+        for t in threads {
+            let _ = writeln!(s, "- {}", md(&super::words::thread_line(t)));
+        }
+    }
+    if !warnings.is_empty() {
+        s.push('\n');
+        for w in warnings {
+            let _ = writeln!(s, "- **warning**: {}", md(w));
+        }
+    }
     s.push_str("\nHow to read this:\n\n");
     for (term, text) in super::words::HOW_TO_READ {
         let _ = writeln!(s, "- **{}**: {}", md(term), md(text));
@@ -37,79 +98,38 @@ pub fn summary(records: &[RunRecord], fidelity: &[ThreadReport]) -> String {
         );
     }
     s.push('\n');
-    let setups = super::words::distinguishing_params(records);
-    for (r, setup) in records.iter().zip(&setups) {
-        run_section(&mut s, r, setup);
+    s
+}
+
+/// The fidelity table, at the end of the summary.
+pub fn fidelity_table(fidelity: &[ThreadReport]) -> String {
+    let mut s = String::new();
+    if fidelity.is_empty() {
+        return s;
     }
-    if !fidelity.is_empty() {
-        s.push_str("## Fidelity: the model against the kernel threads\n\n| thread | figure | setup | published | model | verdict |\n|---|---|---|---|---|---|\n");
-        for cells in super::words::fidelity_cells(fidelity) {
-            let row: Vec<String> = cells.iter().map(|c| md(c)).collect();
-            let _ = writeln!(s, "| {} |", row.join(" | "));
-        }
-        s.push('\n');
-        for line in super::words::fidelity_fitted(fidelity) {
-            let _ = writeln!(s, "- {}", md(&line));
-        }
+    s.push_str("## Fidelity: the model against the kernel threads\n\n| thread | figure | setup | published | model | verdict |\n|---|---|---|---|---|---|\n");
+    for cells in super::words::fidelity_cells(fidelity) {
+        let row: Vec<String> = cells.iter().map(|c| md(c)).collect();
+        let _ = writeln!(s, "| {} |", row.join(" | "));
+    }
+    s.push('\n');
+    for line in super::words::fidelity_fitted(fidelity) {
+        let _ = writeln!(s, "- {}", md(&line));
     }
     s
 }
 
-/// The table every report opens with: a row per run.
-fn summary_table(s: &mut String, records: &[RunRecord]) {
-    let rows = super::words::summary_rows(records);
-    let any_setup = rows.iter().any(|r| !r.setup.is_empty());
-    s.push_str("| scenario | backend | host |");
-    if any_setup {
-        s.push_str(" setup |");
-    }
-    s.push_str(" verdict | the number | what it buys |\n|---|---|---|");
-    if any_setup {
-        s.push_str("---|");
-    }
-    s.push_str("---|---|---|\n");
-    for row in &rows {
-        let _ = write!(
-            s,
-            "| [{}](#{}) | {} | {} |",
-            md(&row.scenario),
-            anchor(&row.run_id),
-            md(&row.backend),
-            md(&row.host)
-        );
-        if any_setup {
-            let _ = write!(s, " {} |", md(&row.setup));
-        }
-        let _ = writeln!(
-            s,
-            " {} | {} | {} |",
-            md(&row.verdict),
-            md(&row.number),
-            md(&row.buys)
-        );
-    }
-}
-
 /// One run in words: its verdicts, each variant's status and findings, where it ran, its
 /// noise and warnings.
-fn run_section(s: &mut String, r: &RunRecord, setup: &str) {
+pub fn run_section(s: &mut String, r: &RunRecord) {
     let _ = writeln!(
         s,
-        "<a id=\"{}\"></a>\n\n## {} on {}{}{}\n",
-        anchor(&r.run_id),
-        md(&r.scenario),
-        r.backend,
-        r.profile
-            .as_ref()
-            .map_or(String::new(), |p| format!(" (profile {})", md(p))),
-        if setup.is_empty() {
-            String::new()
-        } else {
-            format!(", {}", md(setup))
-        }
+        "<a id=\"{}\"></a>\n\n## {}\n",
+        super::summary::anchor(&r.run_id),
+        md(&super::summary::run_title(r)),
     );
     for v in &r.verdicts {
-        let _ = writeln!(s, "- **verdict**: {}", md(&v.to_string()));
+        let _ = writeln!(s, "- **{}**: {}", v.class(), md(&v.to_string()));
     }
     for v in &r.variants {
         if !v.is_ok() {
@@ -121,12 +141,9 @@ fn run_section(s: &mut String, r: &RunRecord, setup: &str) {
     }
     let _ = writeln!(
         s,
-        "\nRun {} on {} ({}, {}, HZ={}).\n",
+        "\nRun {} on {}.\n",
         md(&r.run_id),
-        md(&r.host.kernel),
-        md(&r.host.cpu),
-        r.host.kvm_flavour,
-        r.host.hz
+        md(&super::summary::host(r))
     );
     if let Some(n) = &r.noise {
         let _ = writeln!(s, "{}.\n", md(&super::words::noise_line(n)));
@@ -135,20 +152,6 @@ fn run_section(s: &mut String, r: &RunRecord, setup: &str) {
         let _ = writeln!(s, "- **warning**: {}", md(&w.to_string()));
     }
     s.push('\n');
-}
-
-/// A run id as an anchor: only characters that need no escaping in a link or an attribute.
-fn anchor(run_id: &str) -> String {
-    run_id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect()
 }
 
 /// The Markdown summary of a sweep: the same table.

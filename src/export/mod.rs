@@ -10,6 +10,8 @@ pub mod escape;
 pub mod html;
 pub mod jsonl;
 pub mod markdown;
+pub mod report;
+pub mod summary;
 pub mod sweep;
 pub mod terminal;
 pub mod words;
@@ -192,44 +194,21 @@ fn partial_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// Writes `index.html` (summary first), `summary.md` and the fleet page `fleet.html` (the
-/// `fleet` runs grouped by host) into `dir`; returns the index's path. `fidelity`, when given,
-/// is the model against the kernel threads: its headline is linked from the index, its table
-/// is a page of its own (`fidelity.html`). Written as [`publish`] writes.
+/// Writes the report of `records` into `dir` ([`report::ReportWriter`]): `index.html` (the
+/// first screen), a page per run under `runs/`, `summary.md`, the fleet page `fleet.html` (the
+/// `fleet` runs grouped by host) and, with `fidelity` (the model against the kernel threads),
+/// its page `fidelity.html`. Returns the index's path.
 pub fn write(
     records: &[RunRecord],
     fidelity: &[ThreadReport],
     fleet: &[RunRecord],
     dir: &Path,
 ) -> std::io::Result<PathBuf> {
-    let report = Export {
-        runs: records,
-        fidelity,
-    };
-    let mut files = vec![
-        (
-            "index.html",
-            html::Html.serialize(&report).map_err(rendering)?,
-        ),
-        (
-            html::FLEET_FILE,
-            html::fleet_page(fleet).map_err(rendering)?.into_bytes(),
-        ),
-        (
-            "summary.md",
-            markdown::Markdown.serialize(&report).map_err(rendering)?,
-        ),
-    ];
-    if !fidelity.is_empty() {
-        files.push((
-            html::FIDELITY_FILE,
-            html::fidelity_page(fidelity)
-                .map_err(rendering)?
-                .into_bytes(),
-        ));
+    let mut writer = report::ReportWriter::new(dir)?;
+    for r in records {
+        writer.add(r)?;
     }
-    publish(dir, &files)?;
-    Ok(dir.join("index.html"))
+    writer.finish(fidelity, Some(fleet))
 }
 
 /// Writes a sweep's `index.html` and `summary.md` into `dir`; returns the HTML path.
@@ -248,7 +227,7 @@ pub fn write_sweep(view: &SweepView, dir: &Path) -> std::io::Result<PathBuf> {
 }
 
 /// A page that failed to render (askama fails only when writing a value fails).
-fn rendering(e: impl std::fmt::Display) -> std::io::Error {
+pub(crate) fn rendering(e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::other(format!("cannot render the report page: {e}"))
 }
 
@@ -427,8 +406,17 @@ mod escaping {
         let records = vec![record(text)];
         let mut reports = fidelity().to_vec();
         reports[0].rows[0].setup = format!("setup-{text}");
+        // Two runs of one scenario, backend and host: a row with a page of its own.
+        let mut summary = super::summary::Summary::new();
+        for (i, r) in [record(text), record(text)].iter_mut().enumerate() {
+            r.run_id = format!("{i}-{}", r.run_id);
+            summary.add(r, String::new());
+        }
+        let rows = summary.rows(super::summary::group_page_name);
         vec![
             ("index", super::html::page(&records, &reports).unwrap()),
+            ("run", super::html::run_page(&records[0]).unwrap()),
+            ("group", super::html::group_page(&rows[0]).unwrap()),
             ("fleet", super::html::fleet_page(&records).unwrap()),
             ("fidelity", super::html::fidelity_page(&reports).unwrap()),
             ("sweep", super::html::sweep_page(&sweep(text)).unwrap()),
@@ -512,7 +500,9 @@ mod escaping {
         // Where each page shows it.
         let all = pages(hostile);
         let find = |p: &str| &all.iter().find(|(n, _)| *n == p).unwrap().1;
-        assert!(find("index").contains("id=\"id-&#60;script&#62;alert(&#39;x&#39;)"));
+        assert!(find("run").contains("id=\"id-&#60;script&#62;alert(&#39;x&#39;)"));
+        assert!(find("group").contains("<code>0-id-&#60;script&#62;"));
+        assert!(find("index").contains("model of prof-&#60;script&#62;"));
         assert!(find("sweep").contains("<code>sw-&#60;script&#62;"));
         assert!(find("fleet").contains("cpu-&#60;script&#62;"));
         assert!(find("fidelity").contains("setup-&#60;script&#62;"));

@@ -6,6 +6,7 @@
 use std::fmt::Write;
 
 use super::{Export, ExportError, Exporter};
+use crate::export::summary::BOOKKEEPING;
 use crate::export::words::fmt_value;
 use crate::record::{MetricRecord, RunRecord};
 use crate::scenario;
@@ -346,17 +347,6 @@ pub fn table(header: &[&str]) -> comfy_table::Table {
 /// The parameters of a listed run worth showing: those set away from the scenario's default
 /// (a sweep's axes among them), without the bookkeeping every run carries.
 pub fn shown_params(r: &RunListing) -> String {
-    const BOOKKEEPING: [&str; 9] = [
-        "reps",
-        "warmup",
-        "seed",
-        "suite",
-        "suite_unit",
-        "showcase",
-        "sweep",
-        "sweep_grid",
-        "sweep_point",
-    ];
     let defaults =
         scenario::Kind::named(&r.scenario).map_or_else(|_| Vec::new(), |k| k.param_infos());
     let text = |v: &serde_json::Value| match v {
@@ -365,7 +355,8 @@ pub fn shown_params(r: &RunListing) -> String {
     };
     r.params
         .iter()
-        .filter(|(k, _)| !BOOKKEEPING.contains(&k.as_str()))
+        // The repetitions too: every run has them, the listing has a column for them.
+        .filter(|(k, _)| k.as_str() != "reps" && !BOOKKEEPING.contains(&k.as_str()))
         .filter(|(k, v)| {
             defaults
                 .iter()
@@ -853,11 +844,14 @@ pub struct SuiteSummary<'a> {
     pub report: Option<&'a std::path::Path>,
 }
 
-/// The suite's closing account: what ran where, one headline per run, the fidelity headline
-/// and the report's path.
+/// The suite's first screen: per scenario its question and a line per backend × host with
+/// the answer, the number and the cause; the threads' headlines with their fidelity; the
+/// warnings that change how to read it; the report's path. Per-run accounts are `-v` and
+/// `hvlab show`.
 pub fn suite_summary(s: &SuiteSummary<'_>) -> String {
+    use crate::export::words;
     let mut lines = vec![format!(
-        "suite {}{}: {} run(s) on {} ({}), {} skipped",
+        "suite {}{}: {} run(s) on Linux {} ({}, HZ {}, {} CPUs), {} skipped",
         s.suite_id,
         if s.shard.is_whole() {
             String::new()
@@ -867,19 +861,62 @@ pub fn suite_summary(s: &SuiteSummary<'_>) -> String {
         s.records.len(),
         s.host.kernel,
         s.host.kvm_flavour,
+        s.host.hz,
+        s.host.cores,
         s.skipped
     )];
-    lines.extend(
-        s.records
-            .iter()
-            .map(|r| format!("  {}", crate::export::words::run_headline(r))),
-    );
+    let mut summary = crate::export::summary::Summary::new();
+    for r in s.records {
+        summary.add(r, String::new());
+    }
+    let rows = summary.rows(crate::export::summary::group_page_name);
+    let mut last = String::new();
+    for row in &rows {
+        if row.scenario != last {
+            lines.push(format!("{}: {}", row.scenario, row.question));
+            last.clone_from(&row.scenario);
+        }
+        let setup = if row.setup.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", row.setup)
+        };
+        let mut line = if row.backend == "model" {
+            format!("  {}{setup}: {}", row.host, row.answer)
+        } else {
+            format!("  {} on {}{setup}: {}", row.backend, row.host, row.answer)
+        };
+        for part in [&row.number, &row.cause] {
+            if !part.is_empty() {
+                line.push_str("; ");
+                line.push_str(part);
+            }
+        }
+        if !row.others.is_empty() {
+            line.push_str(&format!(" ({})", row.others));
+        }
+        lines.push(line);
+    }
+    let refs: Vec<&RunRecord> = s.records.iter().collect();
+    let threads = crate::lab::threads::lines(&refs, s.fidelity);
+    if !threads.is_empty() {
+        lines.push("threads (the model on each thread's host, before → after):".into());
+        for t in &threads {
+            lines.push(format!("  {}", words::thread_line(t)));
+        }
+    }
+    for w in crate::export::summary::warnings(&rows) {
+        lines.push(format!("warning: {w}"));
+    }
     lines.push(format!(
-        "  {} (hvlab fidelity prints the table)",
-        crate::export::words::fidelity_headline(s.fidelity)
+        "{} (hvlab fidelity prints the table)",
+        words::fidelity_headline(s.fidelity)
     ));
     if let Some(path) = s.report {
-        lines.push(format!("report: {}", path.display()));
+        lines.push(format!(
+            "report: {} (each run: -v, or hvlab show RUN)",
+            path.display()
+        ));
     }
     lines.join("\n")
 }

@@ -1,32 +1,19 @@
 //! Sentences shared by every rendering of a run (terminal, Markdown, HTML), so the three say
 //! the same thing in the same words.
 
+use crate::analysis::compare::Verdict;
+use crate::analysis::verdict::Class;
 pub use crate::analysis::words::{busy_words, fmt_value};
-use crate::record::RunRecord;
+use crate::record::{Finding, RunRecord};
 
 /// One line that opens a run's account, as hyperfine opens with its summary: the scenario and
-/// backend, then the strongest significant verdict (or that there was none), how many
+/// backend, then the verdict that answers its question (or that there was none), how many
 /// variants ran and how many findings there are.
 pub fn run_headline(r: &RunRecord) -> String {
     let ran = r.variants.iter().filter(|v| v.is_ok()).count();
     let findings: usize = r.variants.iter().map(|v| v.findings.len()).sum();
-    let verdict = r
-        .verdicts
-        .iter()
-        .filter(|v| v.significant)
-        .max_by(|a, b| a.ratio.total_cmp(&b.ratio))
-        .map_or_else(
-            || {
-                if r.verdicts.is_empty() {
-                    "no comparison".to_string()
-                } else if r.verdicts.iter().any(|v| v.undecided.is_some()) {
-                    "NOT DECIDED between variants (see the verdicts)".to_string()
-                } else {
-                    "NO CHANGE between variants".to_string()
-                }
-            },
-            ToString::to_string,
-        );
+    let verdict =
+        answer_of(&r.verdicts).map_or_else(|| "nothing compared".to_string(), verdict_short);
     let profile = r
         .profile
         .as_ref()
@@ -40,141 +27,218 @@ pub fn run_headline(r: &RunRecord) -> String {
     )
 }
 
-/// One row of the report's opening table: a run, its verdict in a few words, the number that
-/// matters with its CI, what the faster variant buys, and the parameters that set this run
-/// apart from the other runs of its scenario (without them two rows can seem to contradict).
-#[derive(Debug, Clone, PartialEq)]
-pub struct SummaryRow {
-    /// The run's id: the anchor of its section.
-    pub run_id: String,
-    /// Scenario.
-    pub scenario: String,
-    /// `kvm`, or `model (profile)`.
-    pub backend: String,
-    /// The host the numbers describe, short: kernel (or kernel under test), flavour, HZ.
-    pub host: String,
-    /// `key=value` for each parameter that differs between runs of this scenario.
-    pub setup: String,
-    /// The headline verdict, a few words.
-    pub verdict: String,
-    /// The headline metric of the variant the verdict favours, with its unit and 95% CI.
-    pub number: String,
-    /// What choosing the faster variant saves: "memslots-first saves 7.2 ms of 7.85 ms".
-    pub buys: String,
-}
-
-/// Parameters that never set a run apart for a reader (bookkeeping of sweeps).
-const BOOKKEEPING: [&str; 3] = ["sweep", "sweep_point", "sweep_grid"];
-
-/// Per record, the `key=value` pairs of parameters whose values differ between the records of
-/// the same scenario.
-pub fn distinguishing_params(records: &[RunRecord]) -> Vec<String> {
-    records
+/// The verdict that answers a run: the largest decided difference, else the first not
+/// decided (it says what would decide), else the first no change.
+pub fn answer_of(verdicts: &[Verdict]) -> Option<&Verdict> {
+    let decided = verdicts
         .iter()
-        .map(|r| {
-            let peers: Vec<&RunRecord> = records
-                .iter()
-                .filter(|o| o.scenario == r.scenario)
-                .collect();
-            r.params
-                .iter()
-                .filter(|(k, _)| !BOOKKEEPING.contains(&k.as_str()))
-                .filter(|(k, v)| peers.iter().any(|o| o.params.get(*k) != Some(v)))
-                .map(|(k, v)| {
-                    format!(
-                        "{k}={}",
-                        v.as_str().map_or_else(|| v.to_string(), String::from)
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .collect()
-}
-
-/// The host a run's numbers describe, in a few words.
-pub fn short_host(r: &RunRecord) -> String {
-    let h = &r.host;
-    match &h.under_test {
-        Some(u) => format!("Linux {} under test ({}), HZ {}", u.release, u.accel, h.hz),
-        None => format!("Linux {}, {}, HZ {}", h.kernel, h.kvm_flavour, h.hz),
-    }
-}
-
-/// The opening table of a report: one row per run.
-pub fn summary_rows(records: &[RunRecord]) -> Vec<SummaryRow> {
-    let setups = distinguishing_params(records);
-    records
-        .iter()
-        .zip(setups)
-        .map(|(r, setup)| summary_row(r, setup))
-        .collect()
-}
-
-fn summary_row(r: &RunRecord, setup: String) -> SummaryRow {
-    let q = crate::analysis::quantity::ratio;
-    let headline = crate::scenario::find(&r.scenario)
-        .map(|i| i.headline.to_string())
-        .unwrap_or_default();
-    let strongest = r
-        .verdicts
-        .iter()
-        .filter(|v| v.significant)
+        .filter(|v| v.class() != Class::NoChange && v.class() != Class::NotDecided)
         .max_by(|a, b| a.ratio.total_cmp(&b.ratio));
-    let ran = r.variants.iter().filter(|v| v.is_ok()).count();
-    let verdict = match strongest {
-        Some(v) => format!("{} {} faster than {}", v.faster, q(v.ratio), v.slower),
-        None if r.verdicts.iter().any(|v| v.undecided.is_some()) => "NOT DECIDED".to_string(),
-        None if !r.verdicts.is_empty() => "NO CHANGE".to_string(),
-        None if ran == 0 => "no variant ran".to_string(),
-        None => format!(
-            "{ran} of {} variants ran; nothing compared",
-            r.variants.len()
-        ),
-    };
-    // The number that matters: the favoured variant's headline, else the first that has it.
-    let variant = strongest
-        .and_then(|v| r.variants.iter().find(|x| x.name == v.faster))
-        .or_else(|| {
-            r.variants
-                .iter()
-                .find(|x| x.is_ok() && x.metrics.contains_key(&headline))
-        });
-    let number = variant
-        .and_then(|v| v.metrics.get(&headline).map(|m| (v, m)))
-        .map_or_else(String::new, |(v, m)| {
-            format!(
-                "{}: {headline} {} (95% CI {})",
-                v.name,
-                fmt_value(m.median, &m.unit),
-                crate::analysis::quantity::format_range(m.ci95[0], m.ci95[1], &m.unit)
-            )
-        });
-    let buys = strongest.map_or_else(String::new, |v| {
-        let [fast, slow] = v.medians;
-        let both = crate::analysis::quantity::format_all(&[slow - fast, slow], &v.unit);
-        format!("{} saves {} of {}", v.faster, both[0], both[1])
-    });
-    SummaryRow {
-        run_id: r.run_id.clone(),
-        scenario: r.scenario.clone(),
-        backend: r
-            .profile
-            .as_ref()
-            .map_or_else(|| r.backend.to_string(), |p| format!("{} ({p})", r.backend)),
-        host: short_host(r),
-        setup,
-        verdict,
-        number,
-        buys,
+    decided
+        .or_else(|| verdicts.iter().find(|v| v.class() == Class::NotDecided))
+        .or_else(|| verdicts.first())
+}
+
+/// A verdict in a few words: "populated against lazy: FASTER, 9.3×", "uffd against lazy: NOT
+/// DECIDED (`--reps 7` can decide)".
+pub fn verdict_short(v: &Verdict) -> String {
+    let head = format!("{} against {}: {}", v.variant(), v.against(), v.class());
+    match v.class() {
+        Class::NotDecided => match v.undecided.as_ref().and_then(|u| u.needed()) {
+            Some(k) => format!("{head} (`--reps {k}` can decide)"),
+            None => format!("{head} (more repetitions can decide)"),
+        },
+        Class::NoChange => head,
+        _ => format!("{head}, {}", crate::analysis::quantity::ratio(v.ratio)),
     }
+}
+
+/// A verdict's number with its interval: "1.25 µs vs 11.6 µs (95% CI of the ratio 9.1–9.5×)".
+pub fn verdict_number(v: &Verdict) -> String {
+    let [b, a] = v.medians_variant_baseline();
+    let both = crate::analysis::quantity::format_all(&[b, a], &v.unit);
+    let q = crate::analysis::quantity::ratio;
+    format!(
+        "{} vs {} (95% CI of the ratio {}–{})",
+        both[0],
+        both[1],
+        q(v.ci95[0]).trim_end_matches('×'),
+        q(v.ci95[1])
+    )
+}
+
+/// What explains a verdict: the stall the slower side waited for, else how the judged variant
+/// maps pages (its faults per page) where the scenario counts them.
+pub fn verdict_cause(v: &Verdict, r: &RunRecord) -> String {
+    if let Some(c) = &v.cause {
+        let by = c
+            .caused_by
+            .as_deref()
+            .map_or(String::new(), |c| format!(" started by {c}"));
+        return format!(
+            "{} waited {} ({:.1} jiffies) for the SRCU grace period{by}",
+            c.ioctl,
+            fmt_value(c.median_ms, "ms"),
+            c.jiffies
+        );
+    }
+    let Some(variant) = r.variant(v.variant()) else {
+        return String::new();
+    };
+    variant
+        .findings
+        .iter()
+        .find_map(|f| match f {
+            Finding::FaultsPerPage {
+                pages,
+                pf_fixed,
+                table_pages,
+                ..
+            } => {
+                let data = pf_fixed - table_pages;
+                #[allow(clippy::cast_precision_loss)] // page counts, far below 2^53
+                let per = if data > 0.0 {
+                    format!("{:.2} pages per stage-2 fault", *pages as f64 / data)
+                } else {
+                    "no stage-2 fault on the data (mapped before the guest ran)".to_string()
+                };
+                Some(format!("{}: {per}", v.variant()))
+            }
+            Finding::UserfaultfdFaults { pages, faults } => {
+                #[allow(clippy::cast_precision_loss)]
+                let per = *pages as f64 / faults.max(1.0);
+                Some(format!(
+                    "{}: {per:.2} pages per userfaultfd fault",
+                    v.variant()
+                ))
+            }
+            Finding::SrcuStall { .. } => Some(format!("{}: {f}", v.variant())),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// A thread's fidelity in a few words: "fidelity 6 of 8 within, 2 outside".
+fn thread_fidelity(t: &crate::lab::threads::ThreadLine) -> String {
+    t.fidelity.map_or_else(
+        || "fidelity not evaluated".to_string(),
+        |f| {
+            format!(
+                "fidelity {} of {} within{}{}",
+                f.within,
+                f.judged,
+                if f.outside > 0 {
+                    format!(", {} outside", f.outside)
+                } else {
+                    String::new()
+                },
+                if f.fitted > 0 {
+                    format!(", {} fitted apart", f.fitted)
+                } else {
+                    String::new()
+                }
+            )
+        },
+    )
+}
+
+/// One before/after of a thread, in its terms: "the creation stall (ready_ms), always-defer
+/// 22.0 ms → lifecycle-keyed 0.500 ms: FIXED 44.0× (the stall gone: 20/20 → 0/20 repetitions)".
+fn headline_pair(
+    p: &crate::lab::threads::PairVerdict,
+    sides: Option<(&'static str, &'static str)>,
+) -> String {
+    let c = &p.comparison;
+    let both = crate::analysis::quantity::format_all(&c.median, &c.unit);
+    let (a, b) = sides.unwrap_or((p.pair.before, p.pair.after));
+    let ratio = match p.class {
+        Class::NoChange | Class::NotDecided => String::new(),
+        _ => {
+            let r = if c.ratio < 1.0 {
+                1.0 / c.ratio
+            } else {
+                c.ratio
+            };
+            format!(" {}", crate::analysis::quantity::ratio(r))
+        }
+    };
+    let mut facts = Vec::new();
+    if let Some([sa, sb]) = p.stalled {
+        let recurs = |s: [usize; 2]| s[1] > 0 && 2 * s[0] >= s[1];
+        let what = match (recurs(sa), recurs(sb)) {
+            (true, false) => "the stall gone",
+            (true, true) => "still stalls",
+            (false, true) => "a new stall",
+            (false, false) => "no stall",
+        };
+        facts.push(format!(
+            "{what}: {}/{} → {}/{} repetitions",
+            sa[0], sa[1], sb[0], sb[1]
+        ));
+    }
+    for (metric, unit, x, y) in &p.shown {
+        let both = crate::analysis::quantity::format_all(&[*x, *y], unit);
+        facts.push(format!("{metric} {} → {}", both[0], both[1]));
+    }
+    if p.class == Class::NotDecided
+        && let Some(k) = c.undecided.as_ref().and_then(|u| u.needed())
+    {
+        facts.push(format!("about {k} samples a side would decide it"));
+    }
+    let facts = if facts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", facts.join("; "))
+    };
+    format!(
+        "{} ({}), {a} {} → {b} {}: {}{ratio}{facts}",
+        p.about, p.pair.metric, both[0], both[1], p.class
+    )
+}
+
+/// A thread on one line: where its showcase ran, each before/after judged as one verdict, and
+/// its fidelity beside it.
+pub fn thread_line(t: &crate::lab::threads::ThreadLine) -> String {
+    let fidelity = thread_fidelity(t);
+    if t.headlines.is_empty() {
+        return format!(
+            "{} {}: no before/after run of it here (`hvlab suite` runs one) · {fidelity}",
+            t.id, t.title
+        );
+    }
+    let mut parts: Vec<String> = Vec::new();
+    let mut last_host = String::new();
+    for h in &t.headlines {
+        let host = format!("{} at HZ={}", h.profile, h.hz);
+        let pairs: Vec<String> = h.pairs.iter().map(|p| headline_pair(p, h.sides)).collect();
+        if host == last_host {
+            parts.push(pairs.join("; "));
+        } else {
+            parts.push(format!("on {host}: {}", pairs.join("; ")));
+            last_host = host;
+        }
+    }
+    format!("{} {} · {}", t.id, parts.join("; "), fidelity)
+}
+
+/// A thread's title with its fidelity, for pages that list the threads in full.
+pub fn thread_title(t: &crate::lab::threads::ThreadLine) -> String {
+    format!("{} {} · {}", t.id, t.title, thread_fidelity(t))
 }
 
 /// "How to read this": what a reader needs before the numbers, one line each.
-pub const HOW_TO_READ: [(&str, &str); 5] = [
+pub const HOW_TO_READ: [(&str, &str); 7] = [
+    (
+        "question and answer",
+        "each scenario asks one question (a baseline and the comparisons that matter); the answer is the verdict that settles it, the other verdicts of the run counted beside it and listed on its page.",
+    ),
+    (
+        "verdicts",
+        "FASTER or SLOWER: established (an exact rank test at p < 0.05 after Holm's correction over the comparisons judged together, at least 4 samples a side, and the whole 95% CI of the ratio beyond 5%); FIXED or REGRESSED: the same for a stall that went away or appeared; NO CHANGE: within 5% where the test could have called a change; NOT DECIDED: the samples could not settle it, with the repetitions that would.",
+    ),
     (
         "median and 95% CI",
-        "every time is the median of the repetitions; the CI is a bootstrap 95% confidence interval of that median (of the ratio, for a comparison). Non-overlapping CIs are a real difference; a verdict also needs an exact rank test at p < 0.05 and at least 4 samples per side.",
+        "every time is the median of the repetitions; the CI is a bootstrap 95% confidence interval of that median (of the ratio, for a comparison).",
     ),
     (
         "stall",
@@ -186,11 +250,11 @@ pub const HOW_TO_READ: [(&str, &str); 5] = [
     ),
     (
         "model row",
-        "the backend `model` is hvlab's executable model of the kernel mechanism with a cost profile (in parentheses): a prediction for that host, not a measurement here. See the fidelity page for how well it matches the kernel threads.",
+        "the backend `model` is hvlab's executable model of the kernel mechanism, with the cost profile of the host named in the host column: a prediction for that host, not a measurement here. See the fidelity page for how well it matches the kernel threads.",
     ),
     (
         "setup",
-        "the parameters that differ between runs of the same scenario; compare rows only with the setup in mind.",
+        "the parameters set away from their defaults or that differ between a row's runs; the seed and the suite's bookkeeping are on each run's page.",
     ),
 ];
 

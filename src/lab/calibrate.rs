@@ -226,6 +226,8 @@ fn base_profile(host: &HostInfo, when: &str) -> Result<Profile, Error> {
         (_, Some(true)) => MmuKind::TdpMmu,
         _ => MmuKind::Tdp,
     };
+    p.flavour = Some(host.kvm_flavour);
+    p.cpus = u32::try_from(host.cores).ok();
     p.describes = format!(
         "{} ({}), {} KVM, Linux {}, HZ={}, calibrated {when}",
         host.cpu, host.cores, host.kvm_flavour, host.kernel, host.hz

@@ -454,9 +454,11 @@ pub enum VerdictClass {
     /// B is worse on a judged metric, or gained a stall.
     Regressed,
     /// No judged change.
-    Unchanged,
+    #[serde(rename = "NO CHANGE")]
+    NoChange,
     /// B looks worse or a stall looks gone, and the samples cannot say.
-    Inconclusive,
+    #[serde(rename = "NOT DECIDED")]
+    NotDecided,
 }
 
 impl VerdictClass {
@@ -466,8 +468,8 @@ impl VerdictClass {
             VerdictClass::Fixed => "FIXED",
             VerdictClass::Improved => "IMPROVED",
             VerdictClass::Regressed => "REGRESSED",
-            VerdictClass::Unchanged => "UNCHANGED",
-            VerdictClass::Inconclusive => "INCONCLUSIVE",
+            VerdictClass::NoChange => "NO CHANGE",
+            VerdictClass::NotDecided => "NOT DECIDED",
         }
     }
 }
@@ -605,9 +607,9 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
     } else if improvements.iter().any(|c| !c.within_jiffy) {
         VerdictClass::Improved
     } else if !undecided.is_empty() {
-        VerdictClass::Inconclusive
+        VerdictClass::NotDecided
     } else {
-        VerdictClass::Unchanged
+        VerdictClass::NoChange
     };
     VariantVerdict {
         scenario: scenario.to_string(),
@@ -1432,7 +1434,7 @@ mod tests {
             "lifecycle",
             &variant(vec![stalls(vec![0.0; 20], vec![0.0; 20]), m], vec![]),
         );
-        assert_eq!(v.class, VerdictClass::Unchanged);
+        assert_eq!(v.class, VerdictClass::NoChange);
         assert_eq!(v.costs.len(), 1);
         assert!((v.costs[0].b - 0.118).abs() < 0.01 && v.costs[0].within_jiffy);
         // Longer by a grace period's worth: a regression.
@@ -1447,7 +1449,7 @@ mod tests {
     /// boot-activation under the 001 fix: it stalls on both kernels; the verdict is unchanged,
     /// and the stall is reported as both sides', never as B's alone.
     #[test]
-    fn a_stall_on_both_kernels_is_unchanged_and_named_on_both() {
+    fn a_stall_on_both_kernels_is_no_change_and_named_on_both() {
         let v = verdict(
             "lifecycle",
             &variant(
@@ -1455,7 +1457,7 @@ mod tests {
                 vec![stall(Some(19), Some(20))],
             ),
         );
-        assert_eq!(v.class, VerdictClass::Unchanged);
+        assert_eq!(v.class, VerdictClass::NoChange);
         assert!(v.stalls[0].a.is_some() && v.stalls[0].b.is_some());
     }
 
@@ -1480,7 +1482,7 @@ mod tests {
         // Shorter by a fraction of a jiffy only: listed, but not a class of its own.
         let m = jiffies_metric("ioctl.KVM_CREATE_VCPU", vec![0.3; 12], vec![0.2; 12], 0.05);
         let v = verdict("lifecycle", &variant(vec![m], vec![]));
-        assert_eq!(v.class, VerdictClass::Unchanged);
+        assert_eq!(v.class, VerdictClass::NoChange);
         assert!(v.improvements[0].within_jiffy);
     }
 
@@ -1546,7 +1548,7 @@ mod tests {
 
     /// A stalled in 2 of 6 repetitions, B in none: too few to call it fixed.
     #[test]
-    fn a_rare_stall_gone_is_inconclusive_not_fixed() {
+    fn a_rare_stall_gone_is_not_decided_not_fixed() {
         let v = verdict(
             "lifecycle",
             &variant(
@@ -1554,7 +1556,7 @@ mod tests {
                 vec![],
             ),
         );
-        assert_eq!(v.class, VerdictClass::Inconclusive);
+        assert_eq!(v.class, VerdictClass::NotDecided);
         assert_eq!(v.undecided, ["stalls"]);
     }
 }

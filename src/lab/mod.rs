@@ -13,6 +13,7 @@ pub mod select;
 pub mod shard;
 pub mod suite;
 pub mod sweep;
+pub mod threads;
 pub mod validate;
 
 use std::path::PathBuf;

@@ -32,8 +32,6 @@ use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Observed, Scenario, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
-use crate::analysis::compare::{Verdict, compare, judge_variants_together};
-use crate::analysis::statistics::seed_for;
 use crate::analysis::validate::{Rule, check};
 use crate::error::InputError;
 use crate::record::{Finding, RunRecord, VariantRecord, VariantStatus};
@@ -51,6 +49,14 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     model_variants: &[],
     metrics: &METRICS,
     headline: "collect_ms",
+    question: super::Question {
+        asks: "what collecting the dirty log costs per pass with manual-protect clears and with the dirty ring, against the bitmap",
+        baseline: Some("bitmap"),
+        judged: &[],
+        pairs: &[],
+        within: None,
+        costs: false,
+    },
     runs_on: super::any_backend,
     default_reps: 5,
     default_warmup: 1,
@@ -396,37 +402,7 @@ fn analyse_variant(
     }
 }
 
-/// The ring's collection against each bitmap variant's (`bitmap`: get; `clear`: get + clears)
-/// on `collect_ms`, judged together by the verdict rule (Holm over the comparisons).
-pub fn ring_verdicts(variants: &[VariantRecord], seed: u64) -> Vec<Verdict> {
-    let metric = INFO.headline;
-    let ok = |name: &str| {
-        variants
-            .iter()
-            .find(|v| v.name == name && v.is_ok())
-            .and_then(|v| v.metrics.get(metric).map(|m| (v, m)))
-    };
-    let Some((ring, ring_m)) = ok("ring") else {
-        return Vec::new();
-    };
-    let mut out: Vec<Verdict> = ["bitmap", "clear"]
-        .into_iter()
-        .filter_map(ok)
-        .map(|(other, m)| {
-            compare(
-                metric,
-                &ring_m.unit,
-                (&ring.name, &ring_m.samples),
-                (&other.name, &m.samples),
-                seed_for(seed, &["verdict", &ring.name, &other.name]),
-            )
-        })
-        .collect();
-    judge_variants_together(&mut out);
-    out
-}
-
-/// Metrics, findings, and the ring-against-bitmap verdicts.
+/// Metrics and findings of every variant.
 pub fn analyse(
     names: &[String],
     plans: &[DirtyPlan],
@@ -436,8 +412,7 @@ pub fn analyse(
     let variants = per_variant(names, results, |i, name, r| {
         analyse_variant(name, &plans[i], r, seed)
     });
-    let verdicts = ring_verdicts(&variants, seed);
-    ScenarioOutcome { variants, verdicts }
+    ScenarioOutcome { variants }
 }
 
 /// The dirty scenario.
@@ -708,9 +683,16 @@ mod tests {
             &[Ok(slow), Ok(fast)],
             1,
         );
-        assert_eq!(out.verdicts.len(), 1);
-        let v = &out.verdicts[0];
-        assert_eq!((v.faster.as_str(), v.slower.as_str()), ("ring", "bitmap"));
+        let verdicts = crate::scenario::judge_question(
+            &Dirty,
+            &out.variants,
+            &crate::scenario::Baseline::Declared,
+            1,
+        );
+        assert_eq!(verdicts.len(), 1);
+        let v = &verdicts[0];
+        assert_eq!((v.variant(), v.against()), ("ring", "bitmap"));
+        assert_eq!(v.class(), crate::analysis::verdict::Class::Faster);
         assert!(v.significant && v.ratio > 3.9, "{v:?}");
         let f = out.variants[1].findings[0].to_string();
         assert!(f.contains("exactly the 100 pages"), "{f}");

@@ -34,9 +34,9 @@ use std::time::Duration;
 use super::params::{Choice, Param, Values, choice, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Chart, Notice, Observed, Scenario, Showcase, ValidationPoint};
+use super::{Chart, Headline, HeadlinePair, Notice, Observed, Scenario, Showcase, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
-use crate::analysis::compare::{StallCause, Verdict, against_fastest};
+use crate::analysis::compare::StallCause;
 use crate::analysis::stall::{Baselines, Stall, find_stalls, kernel_effects};
 use crate::analysis::statistics::median;
 use crate::analysis::validate::{Check, Rule, check, judge_in_band, stall_ms};
@@ -58,6 +58,14 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     model_variants: &MODEL_VARIANTS,
     metrics: &METRICS,
     headline: "ready_ms",
+    question: super::Question {
+        asks: "what each construction order costs against one that does not stall, and which grace period it waited for",
+        baseline: Some("memslots-first"),
+        judged: &[],
+        pairs: &[],
+        within: None,
+        costs: false,
+    },
     default_reps: 20,
     default_warmup: 2,
     runs_on: super::any_backend,
@@ -353,8 +361,7 @@ pub fn analyse(
     let variants = per_variant(names, results, |_, name, traces| {
         analyse_variant(name, traces, &baselines, jiffy_ns, kernel, seed)
     });
-    let verdicts = verdicts(&variants, seed);
-    ScenarioOutcome { variants, verdicts }
+    ScenarioOutcome { variants }
 }
 
 /// The slow ioctls of one timeline, judged with what each ioctl did to SRCU: as the backend
@@ -617,34 +624,27 @@ fn analyse_variant(
     }
 }
 
-/// Every variant against the fastest on `ready_ms`, with the stall that explains the gap.
-fn verdicts(variants: &[VariantRecord], seed: u64) -> Vec<Verdict> {
-    let mut verdicts = against_fastest(variants, INFO.headline, seed);
-    for verdict in verdicts.iter_mut().filter(|v| v.significant) {
-        let Some(slower) = variants.iter().find(|v| v.name == verdict.slower) else {
-            continue;
-        };
-        verdict.cause = slower
-            .findings
-            .iter()
-            .filter_map(|f| match f {
-                Finding::SrcuStall {
-                    ioctl,
-                    caused_by,
-                    median_ms,
-                    jiffies,
-                    ..
-                } => Some(StallCause {
-                    ioctl: ioctl.clone(),
-                    caused_by: caused_by.clone(),
-                    median_ms: *median_ms,
-                    jiffies: *jiffies,
-                }),
-                _ => None,
-            })
-            .max_by(|a, b| a.median_ms.total_cmp(&b.median_ms));
-    }
-    verdicts
+/// The longest SRCU stall of a variant: what made it slower than an order that does not stall.
+fn stall_cause(slower: &VariantRecord) -> Option<StallCause> {
+    slower
+        .findings
+        .iter()
+        .filter_map(|f| match f {
+            Finding::SrcuStall {
+                ioctl,
+                caused_by,
+                median_ms,
+                jiffies,
+                ..
+            } => Some(StallCause {
+                ioctl: ioctl.clone(),
+                caused_by: caused_by.clone(),
+                median_ms: *median_ms,
+                jiffies: *jiffies,
+            }),
+            _ => None,
+        })
+        .max_by(|a, b| a.median_ms.total_cmp(&b.median_ms))
 }
 
 /// Thread 001 on its own host: Firecracker on x86 at HZ=100, separate microVMs.
@@ -660,12 +660,36 @@ fn showcases() -> Vec<Showcase<LifecycleParams>> {
             variants: &["firecracker-order", "boot-activation"],
             params: microvms(Strategy::AlwaysDefer),
             why: "001, Linux 6.18 (call_srcu in registration): the first KVM_CREATE_VCPU waits out the irqchip's normal grace period, 1-2 jiffies (10-20 ms at HZ=100)",
+            headline: None,
         },
         Showcase {
             profile: "x86-vmx-hz100",
             variants: &["firecracker-order", "boot-activation"],
             params: microvms(Strategy::LifecycleKeyed),
             why: "001, Sean's fix (sync until the first vCPU, then defer): no creation stall; registrations during boot still defer, so the next memslot update waits",
+            // The thread's regression and its fix, one verdict: the same orders under the
+            // showcase before (always-defer) and this one.
+            headline: Some(Headline {
+                thread: "001",
+                before_run: Some(0),
+                sides: Some(("always-defer", "lifecycle-keyed")),
+                pairs: &[
+                    HeadlinePair {
+                        about: "the creation stall",
+                        before: "firecracker-order",
+                        after: "firecracker-order",
+                        metric: "ready_ms",
+                        shown: &[],
+                    },
+                    HeadlinePair {
+                        about: "boot-time registrations",
+                        before: "boot-activation",
+                        after: "boot-activation",
+                        metric: "boot.memslot_ms",
+                        shown: &[],
+                    },
+                ],
+            }),
         },
     ]
 }
@@ -773,6 +797,10 @@ impl Scenario for Lifecycle {
             chosen.extend(super::plan_each(self, names, request, can)?);
         }
         Ok(chosen)
+    }
+
+    fn cause(&self, slower: &VariantRecord) -> Option<StallCause> {
+        stall_cause(slower)
     }
 
     fn analyse(&self, o: Observed<'_, ConstructionPlan, ConstructionTrace>) -> ScenarioOutcome {
@@ -995,8 +1023,16 @@ mod tests {
         }
         assert!(out.variants[1].findings.is_empty());
         assert_eq!(out.variants[1].metrics["stalls"].median, 0.0);
-        let v = &out.verdicts[0];
+        let verdicts = crate::scenario::judge_question(
+            &Lifecycle,
+            &out.variants,
+            &crate::scenario::Baseline::Declared,
+            1,
+        );
+        let v = &verdicts[0];
         assert_eq!(v.faster, "memslots-first");
+        assert_eq!(v.against(), "memslots-first");
+        assert_eq!(v.class(), crate::analysis::verdict::Class::Slower);
         assert!(v.significant && v.ratio > 10.0);
         assert!(
             v.to_string().contains("cause: KVM_SET_USER_MEMORY_REGION"),
@@ -1023,6 +1059,14 @@ mod tests {
         );
         assert_eq!(out.variants[1].status, "unsupported: needs X");
         assert!(out.variants[1].metrics.is_empty());
-        assert!(out.verdicts.is_empty());
+        assert!(
+            crate::scenario::judge_question(
+                &Lifecycle,
+                &out.variants,
+                &crate::scenario::Baseline::Declared,
+                1
+            )
+            .is_empty()
+        );
     }
 }

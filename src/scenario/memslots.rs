@@ -15,7 +15,6 @@ use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Observed, Scenario};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
-use crate::analysis::compare::against_fastest;
 use crate::error::InputError;
 use crate::record::{RunRecord, VariantRecord, VariantStatus};
 use hvlab_core::memslots::{MemslotPlan, MemslotResult, SlotOp};
@@ -28,6 +27,14 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     model_variants: &[],
     metrics: &METRICS,
     headline: "op_us",
+    question: super::Question {
+        asks: "whether one memslot update costs more as the VM's slot count grows (the last tenth of the updates against the first)",
+        baseline: None,
+        judged: &[],
+        pairs: &[],
+        within: Some(("last_us", "first_us")),
+        costs: false,
+    },
     runs_on: super::any_backend,
     default_reps: 5,
     default_warmup: 1,
@@ -209,8 +216,7 @@ impl Scenario for Memslots {
         let variants = per_variant(o.names, o.results, |_, name, r| {
             analyse_variant(name, r, o.seed)
         });
-        let verdicts = against_fastest(&variants, INFO.headline, o.seed);
-        ScenarioOutcome { variants, verdicts }
+        ScenarioOutcome { variants }
     }
 
     fn charts(&self, _record: &RunRecord) -> Vec<Chart> {

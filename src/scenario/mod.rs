@@ -11,17 +11,20 @@ pub mod memslots;
 pub mod params;
 pub mod percpu;
 pub mod pinning;
+pub mod question;
 pub mod runner;
 pub mod samples;
 
 use serde::Serialize;
 
+use crate::analysis::compare::StallCause;
 use crate::analysis::validate::{Check, Rule};
 use crate::error::{Error, InputError};
-use crate::record::{RunRecord, VariantStatus};
+use crate::record::{RunRecord, VariantRecord, VariantStatus};
 use hvlab_core::host::HostInfo;
 use hvlab_core::{Backend, BackendKind, Capabilities, Execute};
 use params::{Param, ParamInfo};
+pub use question::{Baseline, Question};
 use runner::{Progress, RunRequest, ScenarioOutcome};
 
 /// A variant: a policy or configuration to compare.
@@ -59,6 +62,8 @@ pub struct ScenarioInfo {
     pub metrics: &'static [MetricInfo],
     /// The metric verdicts compare variants on.
     pub headline: &'static str,
+    /// What the verdicts answer: the baseline and the comparisons that matter.
+    pub question: Question,
     /// Whether a backend that can do this runs it (listed as the backends that can).
     #[serde(rename = "backends", serialize_with = "serialize_backends")]
     pub runs_on: fn(Capabilities) -> bool,
@@ -246,6 +251,8 @@ pub struct Showcase<P> {
     pub params: P,
     /// Why this setup: the thread and what it shows.
     pub why: &'static str,
+    /// The thread's headline this run answers, when it is a before/after.
+    pub headline: Option<Headline>,
 }
 
 impl<P: Into<Params>> Showcase<P> {
@@ -256,8 +263,40 @@ impl<P: Into<Params>> Showcase<P> {
             variants: self.variants,
             params: self.params.into(),
             why: self.why,
+            headline: self.headline,
         }
     }
+}
+
+/// A kernel thread's headline as a verdict: the before/after its showcase shows, judged as one
+/// comparison in the thread's terms (`lab::threads`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Headline {
+    /// The thread (its seed number, `001`).
+    pub thread: &'static str,
+    /// Where "before" was measured: this showcase's own run (`None`), or the run of the
+    /// scenario's showcase at this index (the same variants under the old kernel code).
+    pub before_run: Option<usize>,
+    /// The two sides' names in the thread's terms, when the runs (not variants) differ:
+    /// `("always-defer", "lifecycle-keyed")`.
+    pub sides: Option<(&'static str, &'static str)>,
+    /// The comparisons, judged together.
+    pub pairs: &'static [HeadlinePair],
+}
+
+/// One before/after comparison of a headline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadlinePair {
+    /// What it is about, in the thread's terms ("the creation stall").
+    pub about: &'static str,
+    /// The variant before.
+    pub before: &'static str,
+    /// The variant after.
+    pub after: &'static str,
+    /// The metric judged (lower is better).
+    pub metric: &'static str,
+    /// Further metrics shown before → after, not judged (a fault count beside a time).
+    pub shown: &'static [&'static str],
 }
 
 /// What a scenario's variants produced, for its analysis.
@@ -319,8 +358,15 @@ pub trait Scenario: Sync + 'static {
         plan_each(self, names, request, can)
     }
 
-    /// Metrics, findings and verdicts from every variant's samples.
+    /// Metrics and findings from every variant's samples (the verdicts that answer the
+    /// scenario's [`Question`] are made from them by [`run_scenario`]).
     fn analyse(&self, observed: Observed<'_, Self::Plan, SampleOf<Self>>) -> ScenarioOutcome;
+
+    /// What made `slower` slower, where the scenario knows (lifecycle: the SRCU stall it
+    /// waited for): said beside a verdict that calls the difference.
+    fn cause(&self, _slower: &VariantRecord) -> Option<StallCause> {
+        None
+    }
 
     /// The charts after the headline distribution (default: the headline by variant).
     fn charts(&self, _record: &RunRecord) -> Vec<Chart> {
@@ -406,12 +452,25 @@ pub fn run_scenario<S: Scenario>(
     request: &RunRequest<S::Params>,
     progress: &dyn Progress,
 ) -> Result<RunRecord, Error> {
+    run_against(scenario, backend, request, &Baseline::Declared, progress)
+}
+
+/// [`run_scenario`] with the verdicts made against `baseline` (`--baseline-variant`,
+/// `--against-fastest`) instead of the scenario's declared question.
+pub fn run_against<S: Scenario>(
+    scenario: &S,
+    backend: &mut dyn Backend,
+    request: &RunRequest<S::Params>,
+    baseline: &Baseline,
+    progress: &dyn Progress,
+) -> Result<RunRecord, Error> {
     let info = S::INFO;
     let can = backend.capabilities();
     info.require(backend.kind(), can)?;
     reject_duplicate_variants(&request.variants)?;
     let (names, plans): (Vec<String>, Vec<S::Plan>) =
         planned(scenario, request, can)?.into_iter().unzip();
+    question::check_baseline(baseline, &names)?;
     let started = runner::now_rfc3339();
     // The model's samples are exact: the host's noise does not touch them, so it is neither
     // watched nor said.
@@ -439,11 +498,32 @@ pub fn run_scenario<S: Scenario>(
         host: backend.host(),
         seed: request.seed,
     });
+    let verdicts = judge_question(scenario, &outcome.variants, baseline, request.seed);
     let params = params::record(S::PARAMS, &request.params, backend.kind());
     let mut record = runner::assemble(info, backend, params, request, started, outcome);
+    record.verdicts = verdicts;
     record.warnings = crate::analysis::robust::warnings(&record, info.headline, noise.as_ref());
     record.noise = noise;
     Ok(record)
+}
+
+/// The verdicts that answer a scenario's question on its headline (against `baseline`), each
+/// that calls a difference with what made the slower side slower, where the scenario knows.
+pub fn judge_question<S: Scenario + ?Sized>(
+    scenario: &S,
+    variants: &[VariantRecord],
+    baseline: &Baseline,
+    seed: u64,
+) -> Vec<crate::analysis::compare::Verdict> {
+    let info = S::INFO;
+    let mut verdicts = question::verdicts(&info.question, variants, info.headline, baseline, seed);
+    for v in verdicts.iter_mut().filter(|v| v.significant) {
+        v.cause = variants
+            .iter()
+            .find(|x| x.name == v.slower)
+            .and_then(|slower| scenario.cause(slower));
+    }
+    verdicts
 }
 
 /// Refuses a variant named twice: it would be measured twice and could not be stored.
@@ -720,13 +800,42 @@ pub fn notices(request: &RunRequest) -> Vec<Notice> {
 }
 
 /// Runs a request's scenario (its parameters say which) on a backend and returns the complete
-/// record (not yet stored).
+/// record (not yet stored), its verdicts answering the scenario's question.
 pub fn run(
     backend: &mut dyn Backend,
     request: &RunRequest,
     progress: &dyn Progress,
 ) -> Result<RunRecord, Error> {
-    with_params!(&request.params, s, p => run_scenario(s, backend, &request.typed(p), progress))
+    run_with_baseline(backend, request, &Baseline::Declared, progress)
+}
+
+/// [`run`], its verdicts made against `baseline`.
+pub fn run_with_baseline(
+    backend: &mut dyn Backend,
+    request: &RunRequest,
+    baseline: &Baseline,
+    progress: &dyn Progress,
+) -> Result<RunRecord, Error> {
+    with_params!(&request.params, s, p => run_against(s, backend, &request.typed(p), baseline, progress))
+}
+
+/// Refuses a `--baseline-variant` that the request's run would not have (exit 2, listing
+/// its variants), before anything runs.
+pub fn check_baseline(
+    request: &RunRequest,
+    backend: BackendKind,
+    baseline: &Baseline,
+) -> Result<(), InputError> {
+    if !matches!(baseline, Baseline::Variant(_)) {
+        return Ok(());
+    }
+    with_params!(&request.params, s, p => {
+        let names: Vec<String> = planned(s, &request.typed(p), backend.capabilities())?
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        question::check_baseline(baseline, &names)
+    })
 }
 
 /// The run-level outcome of a finished run (DESIGN.md, exit codes): at least one variant

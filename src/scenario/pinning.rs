@@ -20,7 +20,6 @@ use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Observed, Scenario};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
-use crate::analysis::compare::against_fastest;
 use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::{Finding, VariantRecord};
@@ -35,6 +34,14 @@ pub static INFO: ScenarioInfo = ScenarioInfo {
     model_variants: &MODEL_VARIANTS,
     metrics: &METRICS,
     headline: "slice_overhead_us",
+    question: super::Question {
+        asks: "what each pin policy costs or saves per profiled slice against pinning on every enable (eager)",
+        baseline: Some("eager"),
+        judged: &[],
+        pairs: &[],
+        within: None,
+        costs: false,
+    },
     runs_on: super::any_backend,
     default_reps: 5,
     default_warmup: 0,
@@ -438,8 +445,7 @@ impl Scenario for Pinning {
         let variants = per_variant(o.names, o.results, |i, name, traces| {
             analyse_variant(name, &o.plans[i], traces, o.seed)
         });
-        let verdicts = against_fastest(&variants, INFO.headline, o.seed);
-        ScenarioOutcome { variants, verdicts }
+        ScenarioOutcome { variants }
     }
 
     fn showcases(&self) -> Vec<super::Showcase<PinningParams>> {
@@ -452,6 +458,27 @@ impl Scenario for Pinning {
                 ..PinningParams::default()
             },
             why: "000 (SPE buffer pinned at stage 2): with a 256 MiB buffer in per-task mode, pinning on every enable costs ~40 ms per context switch; keeping the pin leaves the stage-1 walk on every enable; not pinning costs nothing per switch but loses records to stage-2 faults",
+            headline: Some(super::Headline {
+                thread: "000",
+                before_run: None,
+                sides: None,
+                pairs: &[
+                    super::HeadlinePair {
+                        about: "keeping the pin, per slice",
+                        before: "eager",
+                        after: "keep",
+                        metric: "slice_overhead_us",
+                        shown: &["blackout_records"],
+                    },
+                    super::HeadlinePair {
+                        about: "aging the pin, per slice",
+                        before: "eager",
+                        after: "aging",
+                        metric: "slice_overhead_us",
+                        shown: &["blackout_records"],
+                    },
+                ],
+            }),
         }]
     }
 

@@ -6,7 +6,6 @@ use std::time::SystemTime;
 use std::collections::BTreeMap;
 
 use super::{Params, ScenarioInfo};
-use crate::analysis::compare::Verdict;
 use crate::error::Error;
 use crate::record::{RunRecord, VariantRecord, VariantStatus};
 use hvlab_core::Backend;
@@ -64,13 +63,12 @@ impl Progress for Silent {
     fn finish(&self) {}
 }
 
-/// What a scenario's runner hands back.
+/// What a scenario's analysis hands back: per-variant results (the verdicts that answer its
+/// question are made from them, [`super::judge_question`]).
 #[derive(Debug, Clone)]
 pub struct ScenarioOutcome {
     /// Per-variant results.
     pub variants: Vec<VariantRecord>,
-    /// Comparisons on the headline metric.
-    pub verdicts: Vec<Verdict>,
 }
 
 /// The status of a variant that could not produce samples: unsupported (the host's
@@ -164,7 +162,7 @@ pub fn assemble<P>(
         started_at,
         finished_at: now_rfc3339(),
         variants: outcome.variants,
-        verdicts: outcome.verdicts,
+        verdicts: Vec::new(),
         noise: None,
         warnings: Vec::new(),
         tag: None,

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The hvlab binary under test.
@@ -231,6 +231,22 @@ pub fn chromium(page: &Path, profile: &Path, extra: &[&str]) -> Output {
         .arg(format!("file://{}", page.display()))
         .output()
         .expect("spawn chromium")
+}
+
+/// Every page of a report: the index, then each run's and each row's page.
+pub fn report_pages(dir: &Path) -> String {
+    let mut text = std::fs::read_to_string(dir.join("index.html")).unwrap_or_default();
+    for sub in ["runs", "groups"] {
+        let Ok(entries) = std::fs::read_dir(dir.join(sub)) else {
+            continue;
+        };
+        let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        paths.sort();
+        for p in paths {
+            text.push_str(&std::fs::read_to_string(p).unwrap_or_default());
+        }
+    }
+    text
 }
 
 /// The page references nothing outside itself (links to the pages beside it, `allowed`, apart).

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::statistics::{bootstrap_ratio_ci, exact_rank_p, median, seed_for};
-use super::verdict::{self, ALPHA, Call, Correction, Evidence, Family, Undecided};
+use super::verdict::{self, ALPHA, Call, Class, Correction, Evidence, Family, Undecided};
 use crate::record::VariantRecord;
 
 pub use crate::record::{StallCause, Verdict};
@@ -41,6 +41,7 @@ pub fn compare(
         cause: None,
         exact: false,
         undecided: None,
+        baseline: None,
     };
     v.exact = verdict::constant(fast_s) && verdict::constant(slow_s);
     v.rejudge(Family::alone(v.n, ALPHA));
@@ -73,8 +74,101 @@ impl Verdict {
     }
 }
 
+/// `variant` against `baseline` on one metric (lower is better): [`compare`], with the side it
+/// is against named, so its words and class read "variant against baseline".
+pub fn against(
+    metric: &str,
+    unit: &str,
+    (baseline, a): (&str, &[f64]),
+    (variant, b): (&str, &[f64]),
+    seed: u64,
+) -> Verdict {
+    Verdict {
+        baseline: Some(baseline.to_string()),
+        ..compare(metric, unit, (baseline, a), (variant, b), seed)
+    }
+}
+
+/// Each `(variant, baseline)` pair of `variants` on `metric`, judged together (Holm over the
+/// pairs), in the order given; a pair whose side did not produce the metric is left out.
+pub fn against_baselines(
+    variants: &[VariantRecord],
+    metric: &str,
+    pairs: &[(String, String)],
+    seed: u64,
+) -> Vec<Verdict> {
+    let ok = |name: &str| {
+        variants
+            .iter()
+            .find(|v| v.name == name && v.is_ok())
+            .and_then(|v| v.metrics.get(metric))
+    };
+    let mut out: Vec<Verdict> = pairs
+        .iter()
+        .filter_map(|(variant, baseline)| {
+            let (b, a) = (ok(variant)?, ok(baseline)?);
+            Some(against(
+                metric,
+                &a.unit,
+                (baseline, &a.samples),
+                (variant, &b.samples),
+                seed_for(seed, &["verdict", baseline, variant]),
+            ))
+        })
+        .collect();
+    judge_variants_together(&mut out);
+    out
+}
+
+impl Verdict {
+    /// The side judged against: the baseline, or for records without one the faster side
+    /// (those compared every variant against the fastest).
+    pub fn against(&self) -> &str {
+        self.baseline.as_deref().unwrap_or(&self.faster)
+    }
+
+    /// The side judged: the one that is not the baseline.
+    pub fn variant(&self) -> &str {
+        if self.against() == self.faster {
+            &self.slower
+        } else {
+            &self.faster
+        }
+    }
+
+    /// Whether the judged side has the lower median.
+    fn variant_is_faster(&self) -> bool {
+        self.variant() == self.faster && self.faster != self.slower
+    }
+
+    /// The medians of the judged side and of the baseline.
+    pub fn medians_variant_baseline(&self) -> [f64; 2] {
+        let [fast, slow] = self.medians;
+        if self.variant_is_faster() {
+            [fast, slow]
+        } else {
+            [slow, fast]
+        }
+    }
+
+    /// The verdict in the one vocabulary: the judged side against its baseline.
+    pub fn class(&self) -> Class {
+        if self.undecided.is_some() {
+            Class::NotDecided
+        } else if !self.significant {
+            Class::NoChange
+        } else if self.variant_is_faster() {
+            Class::Faster
+        } else {
+            Class::Slower
+        }
+    }
+}
+
 /// Every variant that produced `metric` against the one with the lowest median of it (lower is
-/// better), in variant order, in the metric's recorded unit.
+/// better), in variant order, in the metric's recorded unit. Not a scenario's default any
+/// more (each declares its question: `scenario::Question`); `hvlab run --against-fastest`
+/// asks for it.
 pub fn against_fastest(variants: &[VariantRecord], metric: &str, seed: u64) -> Vec<Verdict> {
     let ok: Vec<&VariantRecord> = variants
         .iter()
@@ -91,7 +185,7 @@ pub fn against_fastest(variants: &[VariantRecord], metric: &str, seed: u64) -> V
         .iter()
         .filter(|v| v.name != best.name)
         .map(|v| {
-            compare(
+            against(
                 metric,
                 &best.metrics[metric].unit,
                 (&best.name, &best.metrics[metric].samples),
@@ -182,6 +276,18 @@ pub enum AbVerdict {
     /// difference the samples cannot establish (`undecided` says which, and what decides it).
     #[serde(rename = "not decided")]
     NotDecided,
+}
+
+impl AbVerdict {
+    /// The same verdict in the one vocabulary.
+    pub fn class(self) -> Class {
+        match self {
+            AbVerdict::Faster => Class::Faster,
+            AbVerdict::Slower => Class::Slower,
+            AbVerdict::NoChange => Class::NoChange,
+            AbVerdict::NotDecided => Class::NotDecided,
+        }
+    }
 }
 
 /// The fewest samples per side the rule can call anything with at level `alpha`.
@@ -309,7 +415,27 @@ mod tests {
             assert!(v.significant);
             assert!(v.ratio > 60.0 && v.ratio < 80.0, "{}", v.ratio);
             assert!(v.ci95[0] > 1.0);
-            assert!(v.to_string().starts_with("memslots-first is "), "{v}");
+            // Without a declared baseline the faster side is the one judged against.
+            assert!(
+                v.to_string()
+                    .starts_with("irqchip-first against memslots-first: SLOWER on ready_ms, "),
+                "{v}"
+            );
+            assert_eq!(v.class(), Class::Slower);
+            let named = against(
+                "ready_ms",
+                "ms",
+                ("irqchip-first", &slow),
+                ("memslots-first", &fast),
+                1,
+            );
+            assert_eq!(named.class(), Class::Faster);
+            assert!(
+                named
+                    .to_string()
+                    .starts_with("memslots-first against irqchip-first: FASTER on ready_ms, "),
+                "{named}"
+            );
         }
     }
 

@@ -609,6 +609,11 @@ pub struct Verdict {
     /// "no change" that the samples could have refuted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undecided: Option<crate::verdict::Undecided>,
+    /// The side this comparison is against: the scenario's baseline variant (its question's,
+    /// or `--baseline-variant`). Absent in runs stored before a scenario declared one: those
+    /// compared every variant against the fastest, so the faster side is the baseline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
 }
 
 /// An SRCU stall that explains why the slower side of a verdict is slower.
@@ -624,9 +629,18 @@ pub struct StallCause {
     pub jiffies: f64,
 }
 
-/// Verdicts in JSON: the data, and the sentence (`text`).
+/// Verdicts in JSON: the data, the class in the one vocabulary (`class`: "faster", "slower",
+/// "no change", "not decided") and the sentence (`text`).
 fn verdicts_with_text<S: Serializer>(verdicts: &[Verdict], s: S) -> Result<S::Ok, S::Error> {
-    with_words(verdicts, "text", s)
+    use serde::ser::Error as _;
+    let mut worded = worded(verdicts, "text").map_err(S::Error::custom)?;
+    for (value, v) in worded.iter_mut().zip(verdicts) {
+        if let Some(map) = value.as_object_mut() {
+            let class = serde_json::to_value(v.class()).map_err(S::Error::custom)?;
+            map.insert("class".into(), class);
+        }
+    }
+    worded.serialize(s)
 }
 
 /// Each item's fields and, under `key`, its sentence from the renderer (`Display`, written in

@@ -81,6 +81,82 @@ pub fn benjamini_hochberg(p: &[f64]) -> Vec<f64> {
     out
 }
 
+/// The one vocabulary of verdicts, in every command and format (text, JSON, Markdown, HTML):
+/// what B is against A. FIXED and REGRESSED are for stalls (a recurring wait that went away or
+/// appeared); the other four for any metric where lower is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Class {
+    /// B is lower by more than the threshold, established.
+    #[serde(rename = "faster")]
+    Faster,
+    /// B is higher by more than the threshold, established: for a gate, a regression.
+    #[serde(rename = "slower")]
+    Slower,
+    /// A's recurring stall is gone on B, and B is established lower.
+    #[serde(rename = "fixed")]
+    Fixed,
+    /// B gained a recurring stall, or is established higher with it.
+    #[serde(rename = "regressed")]
+    Regressed,
+    /// No difference beyond the threshold, where the test could have called one.
+    #[serde(rename = "no change")]
+    NoChange,
+    /// Nothing can be said yet (too few samples, a level out of reach, a difference not
+    /// established): the verdict says what would decide it.
+    #[serde(rename = "not decided")]
+    NotDecided,
+}
+
+impl Class {
+    /// The word printed (the JSON word in capitals).
+    pub fn word(self) -> &'static str {
+        match self {
+            Class::Faster => "FASTER",
+            Class::Slower => "SLOWER",
+            Class::Fixed => "FIXED",
+            Class::Regressed => "REGRESSED",
+            Class::NoChange => "NO CHANGE",
+            Class::NotDecided => "NOT DECIDED",
+        }
+    }
+
+    /// The class of a call of B against A.
+    pub fn of(call: Call) -> Class {
+        match call {
+            Call::Lower => Class::Faster,
+            Call::Higher => Class::Slower,
+            Call::NoChange => Class::NoChange,
+            Call::NotDecided(_) => Class::NotDecided,
+        }
+    }
+
+    /// With the stalls taken into account: an established faster B whose A stalled and that
+    /// does not is FIXED; an established slower B that gained a stall is REGRESSED.
+    pub fn with_stalls(self, a_stalls: bool, b_stalls: bool) -> Class {
+        match (self, a_stalls, b_stalls) {
+            (Class::Faster, true, false) => Class::Fixed,
+            (Class::Slower, false, true) => Class::Regressed,
+            _ => self,
+        }
+    }
+
+    /// Whether B is worse, decided.
+    pub fn is_worse(self) -> bool {
+        matches!(self, Class::Slower | Class::Regressed)
+    }
+
+    /// Whether B is better, decided.
+    pub fn is_better(self) -> bool {
+        matches!(self, Class::Faster | Class::Fixed)
+    }
+}
+
+impl std::fmt::Display for Class {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.word())
+    }
+}
+
 /// What the rule says about B against A (lower is better).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Call {

@@ -24,48 +24,48 @@ fn fmt_pair(a: f64, b: f64, unit: &str) -> (String, String) {
 }
 
 impl fmt::Display for Verdict {
+    /// "populated against lazy: FASTER on ns_per_page, 5.10× (1.31 µs vs 6.68 µs; 95% CI of
+    /// the ratio 2.60–6.40×)": the judged side first, its class in the one vocabulary.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (fast, slow, metric, ratio, ci) = (
-            &self.faster,
-            &self.slower,
-            &self.metric,
-            self.ratio,
-            self.ci95,
-        );
-        let [fast_m, slow_m] = self.medians;
+        use crate::verdict::Class;
+        let (variant, against, metric, ci) =
+            (self.variant(), self.against(), &self.metric, self.ci95);
+        let [v_m, a_m] = self.medians_variant_baseline();
         // Both sides on one scale: "0.625 ms vs 7.85 ms", never "625 µs vs 7.85 ms".
-        let (fast_t, slow_t) = fmt_pair(fast_m, slow_m, &self.unit);
+        let (v_t, a_t) = fmt_pair(v_m, a_m, &self.unit);
         let q = crate::quantity::ratio;
         let ci_text = format!(
             "95% CI of the ratio {}–{}",
             q(ci[0]).trim_end_matches('×'),
             q(ci[1])
         );
-        if let Some(why) = &self.undecided {
-            write!(
+        let direction = if v_m <= a_m { "faster" } else { "slower" };
+        let class = self.class();
+        match class {
+            Class::NotDecided => write!(
                 f,
-                "{fast} and {slow}: NOT DECIDED on {metric} ({fast_t} vs {slow_t}, ratio {}, {ci_text}): {}",
-                q(ratio),
-                undecided(
-                    why,
-                    self.n,
-                    self.p_adjusted,
-                    crate::verdict::ALPHA,
-                    "--reps"
-                )
-            )?;
-        } else if self.significant {
-            write!(
+                "{variant} against {against}: NOT DECIDED on {metric} ({v_t} vs {a_t}, {} {direction}, {ci_text}): {}",
+                q(self.ratio),
+                self.undecided
+                    .as_ref()
+                    .map_or_else(String::new, |why| undecided(
+                        why,
+                        self.n,
+                        self.p_adjusted,
+                        crate::verdict::ALPHA,
+                        "--reps"
+                    ))
+            )?,
+            Class::NoChange => write!(
                 f,
-                "{fast} is {} faster than {slow} on {metric}: {fast_t} vs {slow_t} ({ci_text})",
-                q(ratio),
-            )?;
-        } else {
-            write!(
+                "{variant} against {against}: NO CHANGE on {metric} ({v_t} vs {a_t}, {} {direction}, {ci_text})",
+                q(self.ratio),
+            )?,
+            _ => write!(
                 f,
-                "{fast} and {slow}: NO CHANGE on {metric} ({fast_t} vs {slow_t}, ratio {}, {ci_text})",
-                q(ratio),
-            )?;
+                "{variant} against {against}: {class} on {metric}, {} ({v_t} vs {a_t}; {ci_text})",
+                q(self.ratio),
+            )?,
         }
         if let Some(c) = &self.cause {
             let by = c
@@ -143,8 +143,8 @@ impl fmt::Display for AbComparison {
         let ratio = self.ratio;
         let q = crate::quantity::ratio;
         let change = match self.verdict {
-            AbVerdict::Faster => format!("{} faster", q(1.0 / ratio)),
-            AbVerdict::Slower => format!("{} slower (a regression)", q(ratio)),
+            AbVerdict::Faster => format!("FASTER, {}", q(1.0 / ratio)),
+            AbVerdict::Slower => format!("SLOWER, {} (a regression)", q(ratio)),
             AbVerdict::NotDecided => match &self.undecided {
                 Some(why) => format!(
                     "NOT DECIDED: {}",

@@ -60,6 +60,13 @@ pub struct Profile {
     pub describes: String,
     /// The stage-2 MMU.
     pub mmu: MmuKind,
+    /// The KVM flavour of the host it describes, which a model run's host names (never the
+    /// machine that computed it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flavour: Option<hvlab_core::host::KvmFlavour>,
+    /// The CPUs of the host it describes, where its source gives them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u32>,
     /// A built-in profile this one differs from: every cost it does not give is the base's
     /// (so a variant of a machine, e.g. another HZ, states only what differs).
     #[serde(default, skip_serializing_if = "Option::is_none")]

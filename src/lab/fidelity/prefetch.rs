@@ -12,23 +12,14 @@ use crate::error::Error;
 use crate::model::profile::Profile;
 use crate::scenario::Kind;
 use crate::scenario::memory::MemoryParams;
-use hvlab_core::guest::{Backing, GuestPage};
 use hvlab_core::host::HostInfo;
-use hvlab_core::memory::{Pattern, Touch};
 
 /// The thread.
 pub struct Prefetch;
 
 /// The setup as parameters of the `memory` scenario.
 fn setup() -> MemoryParams {
-    MemoryParams {
-        size_bytes: 6 << 30,
-        pattern: Pattern::Seq,
-        touch: Touch::FirstByte,
-        guest_page: GuestPage::Small,
-        model_backing: Backing::Populated,
-        ..MemoryParams::default()
-    }
+    MemoryParams::trailing_prefetch()
 }
 
 impl Thread for Prefetch {

@@ -1,0 +1,211 @@
+//! The kernel threads' headlines as verdicts: each showcase that is a before/after
+//! ([`Headline`]) judged as one comparison in the thread's terms (001 at HZ=100: always-defer
+//! 22.0 ms → lifecycle-keyed 0.500 ms, FIXED), one line per thread beside the thread's fidelity
+//! status. Data only; `export::words` words it.
+
+use crate::analysis::compare::{AbComparison, ab, judge_together};
+use crate::analysis::statistics::seed_for;
+use crate::analysis::verdict::{ALPHA, Class, Correction};
+use crate::lab::fidelity::{THREADS, ThreadReport};
+use crate::record::{RunRecord, RunTag};
+use crate::scenario::{Headline, HeadlinePair, Kind};
+
+/// The minimum effect a headline must show (as a run's verdicts).
+const THRESHOLD: f64 = crate::analysis::compare::RUN_THRESHOLD;
+
+/// One thread: what it is, how the model fares against its figures, and its headlines.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadLine {
+    /// The seed number (`001`).
+    pub id: &'static str,
+    /// The mechanism and the thread's subject.
+    pub title: &'static str,
+    /// The model against the thread's published figures, when evaluated.
+    pub fidelity: Option<Fidelity>,
+    /// The before/after verdicts of its showcases among the runs given.
+    pub headlines: Vec<HeadlineVerdict>,
+}
+
+/// A thread's fidelity, counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fidelity {
+    /// Figures judged (fitted ones are not).
+    pub judged: usize,
+    /// Within the published range.
+    pub within: usize,
+    /// Outside it: misses.
+    pub outside: usize,
+    /// Rows that re-show a fitted value, shown apart.
+    pub fitted: usize,
+}
+
+/// One showcase's headline, judged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeadlineVerdict {
+    /// The modelled host's profile.
+    pub profile: String,
+    /// Its HZ.
+    pub hz: u32,
+    /// The runs' names for before and after, when they differ by run, not by variant.
+    pub sides: Option<(&'static str, &'static str)>,
+    /// The run that holds the after side (its section in the report).
+    pub run_id: String,
+    /// Each comparison.
+    pub pairs: Vec<PairVerdict>,
+}
+
+/// One before/after comparison.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairVerdict {
+    /// What it is about, in the thread's terms.
+    pub about: &'static str,
+    /// The declaration.
+    pub pair: HeadlinePair,
+    /// After (B) against before (A).
+    pub comparison: AbComparison,
+    /// The verdict, stalls taken into account (FIXED, REGRESSED).
+    pub class: Class,
+    /// Repetitions with a stall before and after, where the scenario counts stalls.
+    pub stalled: Option<[[usize; 2]; 2]>,
+    /// Further metrics, before → after: (metric, unit, before median, after median).
+    pub shown: Vec<(String, String, f64, f64)>,
+}
+
+/// The unit of a suite run: `suite/SCENARIO/model/PROFILE/N` for a showcase.
+fn showcase_index(r: &RunRecord) -> Option<usize> {
+    r.params
+        .get("suite_unit")?
+        .as_str()?
+        .rsplit('/')
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn suite_of(r: &RunRecord) -> Option<&str> {
+    r.params.get("suite")?.as_str()
+}
+
+/// One line per thread, in seed order: its fidelity (from `fidelity`, when evaluated) and the
+/// headlines of the showcases among `records` (the suite's showcase runs).
+pub fn lines(records: &[&RunRecord], fidelity: &[ThreadReport]) -> Vec<ThreadLine> {
+    let showcases: Vec<&RunRecord> = records
+        .iter()
+        .copied()
+        .filter(|r| r.tag == Some(RunTag::Showcase))
+        .collect();
+    let mut headlines: Vec<(&'static str, HeadlineVerdict)> = Vec::new();
+    for after in &showcases {
+        let Some((headline, i)) = Kind::named(&after.scenario).ok().and_then(|k| {
+            let i = showcase_index(after)?;
+            Some((k.showcases().get(i)?.headline?, i))
+        }) else {
+            continue;
+        };
+        let before = match headline.before_run {
+            None => Some(*after),
+            Some(j) => showcases.iter().copied().find(|r| {
+                r.scenario == after.scenario
+                    && suite_of(r) == suite_of(after)
+                    && showcase_index(r) == Some(j)
+                    && j != i
+            }),
+        };
+        if let Some(before) = before {
+            headlines.push((headline.thread, judge(&headline, before, after)));
+        }
+    }
+    THREADS
+        .iter()
+        .map(|t| {
+            let info = t.info();
+            ThreadLine {
+                id: info.id,
+                title: info.title,
+                fidelity: fidelity.iter().find(|f| f.id == info.id).map(|f| Fidelity {
+                    judged: f.judged(),
+                    within: f.within(),
+                    outside: f.outside(),
+                    fitted: f.fitted_rows(),
+                }),
+                headlines: headlines
+                    .iter()
+                    .filter(|(id, _)| *id == info.id)
+                    .map(|(_, h)| h.clone())
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// Repetitions with a stall, and of all, from a variant's `stalls` samples.
+fn stalled(r: &RunRecord, variant: &str) -> Option<[usize; 2]> {
+    let m = r.variant(variant)?.metrics.get("stalls")?;
+    Some([m.samples.iter().filter(|x| **x > 0.0).count(), m.n])
+}
+
+/// A stall that recurs: in at least half the repetitions (the findings' rule).
+fn recurs(s: [usize; 2]) -> bool {
+    s[1] > 0 && 2 * s[0] >= s[1]
+}
+
+/// Judges a headline's pairs together: after against before, each.
+fn judge(h: &Headline, before: &RunRecord, after: &RunRecord) -> HeadlineVerdict {
+    let mut judged: Vec<(HeadlinePair, AbComparison)> = h
+        .pairs
+        .iter()
+        .filter_map(|p| {
+            let a = before.variant(p.before)?.metrics.get(p.metric)?;
+            let b = after.variant(p.after)?.metrics.get(p.metric)?;
+            let (name_a, name_b) = h.sides.unwrap_or((p.before, p.after));
+            let seed = seed_for(0, &["headline", h.thread, p.before, p.after, p.metric]);
+            let c = ab(
+                p.metric,
+                &a.unit,
+                (name_a, &a.samples),
+                (name_b, &b.samples),
+                THRESHOLD,
+                seed,
+            );
+            Some((*p, c))
+        })
+        .collect();
+    {
+        let mut family: Vec<&mut AbComparison> = judged.iter_mut().map(|(_, c)| c).collect();
+        judge_together(&mut family, ALPHA, Correction::Holm);
+    }
+    let pairs = judged
+        .into_iter()
+        .map(|(p, comparison)| {
+            let stalls = stalled(before, p.before).zip(stalled(after, p.after));
+            let class = match stalls {
+                Some((a, b)) => comparison.verdict.class().with_stalls(recurs(a), recurs(b)),
+                None => comparison.verdict.class(),
+            };
+            let shown = p
+                .shown
+                .iter()
+                .filter_map(|m| {
+                    let a = before.variant(p.before)?.metrics.get(*m)?;
+                    let b = after.variant(p.after)?.metrics.get(*m)?;
+                    Some((m.to_string(), a.unit.clone(), a.median, b.median))
+                })
+                .collect();
+            PairVerdict {
+                about: p.about,
+                pair: p,
+                comparison,
+                class,
+                stalled: stalls.map(|(a, b)| [a, b]),
+                shown,
+            }
+        })
+        .collect();
+    HeadlineVerdict {
+        profile: after.profile.clone().unwrap_or_default(),
+        hz: after.host.hz,
+        sides: h.sides,
+        run_id: after.run_id.clone(),
+        pairs,
+    }
+}
