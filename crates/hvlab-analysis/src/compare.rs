@@ -459,9 +459,16 @@ mod tests {
     }
 
     #[test]
-    fn overlapping_samples_are_no_significant_difference() {
+    fn overlapping_samples_are_no_change_only_when_tight_enough_to_rule_one_out() {
+        // ±10% noise, 6 a side: the medians agree but the interval reaches past ±5%.
         let a = [1.0, 1.2, 0.9, 1.1, 1.0, 1.05];
         let b = [1.1, 0.95, 1.0, 1.15, 1.0, 0.98];
+        let v = compare("ready_ms", "ms", ("a", &a), ("b", &b), 1);
+        assert!(!v.significant, "{v:?}");
+        assert!(v.to_string().contains("NOT DECIDED"), "{v}");
+        // ±1% noise: the interval fits inside ±5%.
+        let a = [1.0, 1.01, 0.99, 1.005, 1.0, 0.995];
+        let b = [1.0, 0.99, 1.01, 1.0, 1.005, 0.995];
         let v = compare("ready_ms", "ms", ("a", &a), ("b", &b), 1);
         assert!(!v.significant, "{v:?}");
         assert!(v.to_string().contains("NO CHANGE"), "{v}");

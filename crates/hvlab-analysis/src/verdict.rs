@@ -13,8 +13,8 @@
 //!
 //! A difference not called is NO CHANGE only when one could have been: the strongest rank
 //! evidence these sample counts allow, corrected over the family as judged ([`attainable`]),
-//! reaches the level, and neither the medians nor the interval of their ratio lie beyond the
-//! threshold. Otherwise it is NOT DECIDED ([`Undecided`]), with the samples per side that
+//! reaches the level, and the whole interval of their ratio lies within the threshold (an
+//! equivalence test: agreeing medians with a wide interval are not "no change"). Otherwise it is NOT DECIDED ([`Undecided`]), with the samples per side that
 //! would decide it: 5 against 5 in a family of 9 can never reach p < 0.05 (9 · 2/252 = 0.071),
 //! whatever the difference.
 
@@ -165,8 +165,8 @@ pub enum Call {
     /// B is higher by more than the threshold.
     Higher,
     /// No difference beyond the threshold, and the test could have called one: the samples
-    /// and the comparisons judged with them allowed it, and the medians agree within the
-    /// threshold.
+    /// and the comparisons judged with them allowed it, and the whole interval of the ratio
+    /// lies within the threshold.
     NoChange,
     /// Nothing can be said yet: why, and what would decide it.
     NotDecided(Undecided),
@@ -189,6 +189,13 @@ pub enum Undecided {
         /// Samples per side with which it can (`None`: more than [`MAX_PLANNED`]).
         needed: Option<usize>,
     },
+    /// The medians agree within the threshold, but the interval of their ratio still reaches
+    /// beyond it: the samples cannot rule out a difference that matters.
+    TooSpread {
+        /// Samples per side that would likely fit the interval inside the threshold, from
+        /// this spread (`None`: the evidence does not extrapolate).
+        needed: Option<usize>,
+    },
     /// The medians differ by more than the threshold, but the rank test or the interval of
     /// the ratio does not establish it with these samples.
     NotEstablished {
@@ -203,7 +210,9 @@ impl Undecided {
     pub fn needed(&self) -> Option<usize> {
         match *self {
             Undecided::TooFew { needed } => Some(needed),
-            Undecided::Unreachable { needed, .. } | Undecided::NotEstablished { needed } => needed,
+            Undecided::Unreachable { needed, .. }
+            | Undecided::NotEstablished { needed }
+            | Undecided::TooSpread { needed } => needed,
         }
     }
 }
@@ -326,13 +335,38 @@ pub fn call(e: &Evidence, threshold: f64, alpha: f64) -> Call {
         });
     }
     let within = |x: f64| (down..=up).contains(&x);
+    // An equivalence test (two one-sided tests, the interval inside the band): the medians
+    // agreeing is not enough when the interval still allows a difference beyond the threshold
+    // (0.24–4.46× is not "no change", it is "these samples cannot tell").
+    if within(e.ci95[0]) && within(e.ci95[1]) {
+        return Call::NoChange;
+    }
     let interval_outside = e.ci95[0] > up || e.ci95[1] < down;
     if within(e.ratio) && !interval_outside {
-        return Call::NoChange;
+        return Call::NotDecided(Undecided::TooSpread {
+            needed: samples_to_bound(e, threshold),
+        });
     }
     Call::NotDecided(Undecided::NotEstablished {
         needed: samples_to_establish(e, threshold, alpha),
     })
+}
+
+/// Samples per side that would likely fit the interval of the ratio inside the band: its
+/// half-width, in log space, shrinks with √n. An extrapolation from this spread; `None` when
+/// the median itself sits at the band's edge or beyond [`MAX_PLANNED`].
+fn samples_to_bound(e: &Evidence, threshold: f64) -> Option<usize> {
+    let ln = |x: f64| x.max(f64::MIN_POSITIVE).ln();
+    let r = ln(e.ratio);
+    let half = (ln(e.ci95[1]) - r).max(r - ln(e.ci95[0]));
+    let room = (ln(1.0 + threshold) - r).min(r - ln(1.0 - threshold));
+    if room <= 0.0 || half <= 0.0 {
+        return None;
+    }
+    #[allow(clippy::cast_precision_loss)] // sample counts, far below 2^53
+    let needed = (e.n[0].min(e.n[1]) as f64 * (half / room).powi(2)).ceil();
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // finite and positive
+    (needed.is_finite() && needed <= MAX_PLANNED as f64).then_some(needed as usize)
 }
 
 /// Samples per side that would likely establish a difference as large as the one observed:
@@ -498,6 +532,19 @@ mod tests {
         // An interval wholly outside the band is never "no change", whatever the medians.
         let e = alone([10, 10], 1.04, [1.06, 1.2], 0.3, ALPHA);
         assert!(matches!(call(&e, 0.05, ALPHA), Call::NotDecided(_)));
+        // memslots on kvm: medians agree, the interval spans 0.24–4.46×: these samples cannot
+        // tell, and far more would be needed to fit it within ±5%.
+        let e = alone([10, 10], 1.0, [0.24, 4.46], 0.9, ALPHA);
+        let Call::NotDecided(Undecided::TooSpread { needed }) = call(&e, 0.05, ALPHA) else {
+            panic!("{:?}", call(&e, 0.05, ALPHA));
+        };
+        assert!(needed.is_none_or(|k| k > 100), "{needed:?}");
+        // A tighter interval that still pokes out of the band: a few more samples would do.
+        let e = alone([10, 10], 1.0, [0.95, 1.07], 0.9, ALPHA);
+        assert!(matches!(
+            call(&e, 0.05, ALPHA),
+            Call::NotDecided(Undecided::TooSpread { needed: Some(k) }) if (11..=40).contains(&k)
+        ));
     }
 
     #[test]
@@ -620,7 +667,7 @@ mod tests {
             // Not separated, medians apart: whatever the reason, it is not "no change" unless
             // a change was reachable.
             let e = Evidence {
-                n: [n1, n2], ratio: 1.0, ci95: [0.9, 1.1], p_value: 1.0,
+                n: [n1, n2], ratio: 1.0, ci95: [0.97, 1.03], p_value: 1.0,
                 p_adjusted: adjust(&p, correction)[0], family: fam[0], exact: false,
             };
             let c = call(&e, 0.05, alpha);

@@ -117,6 +117,15 @@ fn undecided(
             crate::quantity::p_value(p_floor_corrected(n, judged_together)),
             decide(needed, "can")
         ),
+        Undecided::TooSpread { needed } => format!(
+            "the medians agree, but with n = {} vs {} the 95% CI of the ratio still reaches beyond the threshold, so a difference that matters is not ruled out; {}",
+            n[0],
+            n[1],
+            match needed {
+                Some(_) => decide(needed, "likely would (an estimate from this spread)"),
+                None => "more repetitions can decide".to_string(),
+            }
+        ),
         Undecided::NotEstablished { needed } => format!(
             "the medians differ by more than the threshold, but with n = {} vs {} the rank test ({} after correction) and the interval do not establish it; {}",
             n[0],
