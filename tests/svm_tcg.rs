@@ -171,12 +171,16 @@ fn check(r: &Results) {
     let synchronizing = hvlab_core::ioctl_table::SrcuKernel::of(&release, false).registration
         == hvlab_core::ioctl_table::BusRegistration::Synchronizes;
 
-    // lifecycle: every order builds a VM; on kernels whose registrations synchronize no
+    // lifecycle: every order builds a VM. On kernels whose registrations synchronize no
     // grace period is ever in flight, so no SRCU stall may be reported, whatever TCG's noise.
+    // On kernels that defer the free (call_srcu() in kvm_io_bus_register_dev(), 6.18 to 7.3)
+    // irqchip-first's memslot waits for the irqchip's grace period every time (20 of 20 in
+    // kab's runs of 7.3), and memslots-first, with no registration before its memslot, never.
     let lifecycle = r.json(command_index("run lifecycle"));
     assert_ran(r, &lifecycle, "lifecycle");
     for v in lifecycle["variants"].as_array().unwrap() {
-        assert_eq!(v["status"], "ok", "{k}: lifecycle {}", v["name"]);
+        let name = v["name"].as_str().unwrap_or_default();
+        assert_eq!(v["status"], "ok", "{k}: lifecycle {name}");
         for f in v["findings"].as_array().unwrap() {
             if synchronizing {
                 assert_ne!(
@@ -185,12 +189,17 @@ fn check(r: &Results) {
                 );
             }
         }
-        assert_eq!(
-            metric(v, "stalls"),
-            Some(0.0),
-            "{k}: lifecycle {}",
-            v["name"]
-        );
+        let stalls = metric(v, "stalls");
+        match (synchronizing, name) {
+            (true, _) | (false, "memslots-first") => {
+                assert_eq!(stalls, Some(0.0), "{k} ({release}): lifecycle {name}");
+            }
+            (false, "irqchip-first") => assert!(
+                stalls.is_some_and(|s| s >= 1.0),
+                "{k} ({release}) defers its frees: irqchip-first must stall, got {stalls:?}"
+            ),
+            (false, _) => {}
+        }
     }
 
     // exits: CPL0 by default on SVM; every exit kind but the vPMU ones runs.
