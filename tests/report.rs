@@ -462,7 +462,7 @@ fn the_suites_first_screen_answers_each_question_and_judges_the_threads() {
         " ms: FIXED",
         "the stall gone: 20/20 → 0/20",
         "boot-time registrations",
-        "still stalls",
+        ": NO CHANGE (still stalls: 20/20 → 20/20",
         "fidelity ",
     ] {
         assert!(t001.contains(says), "{says}: {t001}");

@@ -149,6 +149,27 @@ fn recurs(s: [usize; 2]) -> bool {
     s[1] > 0 && 2 * s[0] >= s[1]
 }
 
+/// A pair's class where the scenario counts stalls, by kab's rule (`lab::kab`): a stall gone
+/// is FIXED, one gained is REGRESSED; a stall on both sides whose length the rank test does
+/// not separate and that moved by less than a jiffy is NO CHANGE: the mechanism is the same
+/// on both (001's boot-time registrations still defer), and no sample count would make a
+/// sub-jiffy shift of where the grace period's ticks fall a change of that mechanism.
+fn stall_class(c: &AbComparison, a_stalls: bool, b_stalls: bool, hz: u32) -> Class {
+    let class = c.verdict.class().with_stalls(a_stalls, b_stalls);
+    let jiffy_ms = 1000.0 / f64::from(hz.max(1));
+    let moved_ms = match c.unit.as_str() {
+        "ms" => Some((c.median[1] - c.median[0]).abs()),
+        "us" | "µs" => Some((c.median[1] - c.median[0]).abs() / 1000.0),
+        _ => None,
+    };
+    if class == Class::NotDecided && a_stalls && b_stalls && moved_ms.is_some_and(|m| m < jiffy_ms)
+    {
+        Class::NoChange
+    } else {
+        class
+    }
+}
+
 /// Judges a headline's pairs together: after against before, each.
 fn judge(h: &Headline, before: &RunRecord, after: &RunRecord) -> HeadlineVerdict {
     let mut judged: Vec<(HeadlinePair, AbComparison)> = h
@@ -179,7 +200,7 @@ fn judge(h: &Headline, before: &RunRecord, after: &RunRecord) -> HeadlineVerdict
         .map(|(p, comparison)| {
             let stalls = stalled(before, p.before).zip(stalled(after, p.after));
             let class = match stalls {
-                Some((a, b)) => comparison.verdict.class().with_stalls(recurs(a), recurs(b)),
+                Some((a, b)) => stall_class(&comparison, recurs(a), recurs(b), after.host.hz),
                 None => comparison.verdict.class(),
             };
             let shown = p
@@ -207,5 +228,44 @@ fn judge(h: &Headline, before: &RunRecord, after: &RunRecord) -> HeadlineVerdict
         sides: h.sides,
         run_id: after.run_id.clone(),
         pairs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 20 boot-time memslots a side that stall every time, at HZ=100 (a 10 ms jiffy).
+    fn stalls_of(before_ms: f64, after_ms: f64, spread: f64) -> AbComparison {
+        let side = |m: f64| -> Vec<f64> {
+            (0..20)
+                .map(|i| m + spread * (f64::from(i % 5) - 2.0))
+                .collect()
+        };
+        ab(
+            "boot.memslot_ms",
+            "ms",
+            ("always-defer", &side(before_ms)),
+            ("lifecycle-keyed", &side(after_ms)),
+            THRESHOLD,
+            7,
+        )
+    }
+
+    #[test]
+    fn a_stall_on_both_sides_that_moved_less_than_a_jiffy_is_no_change() {
+        // 001's boot-time registrations: 19.7 → 18.1 ms, wide spread, both stall.
+        let c = stalls_of(19.7, 18.1, 2.0);
+        assert_eq!(c.verdict.class(), Class::NotDecided, "{c:?}");
+        assert_eq!(stall_class(&c, true, true, 100), Class::NoChange);
+        // The same shift at HZ=1000 is more than a jiffy: still not decided.
+        assert_eq!(stall_class(&c, true, true, 1000), Class::NotDecided);
+        // Without a stall on both sides the stall rule says nothing.
+        assert_eq!(stall_class(&c, false, false, 100), Class::NotDecided);
+        // A stall gone, established faster, is FIXED; a gained one, slower, REGRESSED.
+        let fixed = stalls_of(22.0, 0.5, 0.01);
+        assert_eq!(stall_class(&fixed, true, false, 100), Class::Fixed);
+        let broke = stalls_of(0.5, 22.0, 0.01);
+        assert_eq!(stall_class(&broke, false, true, 100), Class::Regressed);
     }
 }
