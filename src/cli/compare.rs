@@ -106,6 +106,7 @@ fn compare_hosts(
         args.fail_on_regression,
         outcome.regression,
         &outcome.too_few,
+        outcome.needed,
     )
 }
 
@@ -130,8 +131,12 @@ fn compare_runs(
         .into());
     }
     let outcome = lab::compare::compare(store, a, b, args.metric.as_deref(), judging)?;
-    let (results, regressed, too_few) =
-        (&outcome.comparisons, outcome.regression, &outcome.too_few);
+    let (results, regressed, too_few, needed) = (
+        &outcome.comparisons,
+        outcome.regression,
+        &outcome.too_few,
+        outcome.needed,
+    );
     if args.json {
         print_json(
             &serde_json::json!({ "comparisons": crate::record::worded(results, "text").map_err(|e| Error::Output(e.into()))?, "regression": regressed, "busy": {"a": outcome.busy[0], "b": outcome.busy[1]}, "confounded": outcome.confounded }),
@@ -160,7 +165,7 @@ fn compare_runs(
         &outcome.busy,
         "B looks slower, but A and B are different runs",
     )?;
-    regression_exit(args.fail_on_regression, regressed, too_few)
+    regression_exit(args.fail_on_regression, regressed, too_few, needed)
 }
 
 /// The regression gate between runs measured apart: when a busy run is on either side and
@@ -185,21 +190,18 @@ fn busy_gate(
 }
 
 /// `hvlab compare`'s exit: with `--fail-on-regression`, 1 on a regression, and an error when
-/// some comparison had too few samples to judge.
+/// some comparison had too few samples to judge (`needed` per side would).
 fn regression_exit(
     fail_on_regression: bool,
     regression: bool,
     too_few: &[String],
+    needed: usize,
 ) -> Result<ExitCode, Error> {
     if fail_on_regression && regression {
         return Ok(ExitCode::from(1));
     }
     if fail_on_regression && !too_few.is_empty() {
-        return Err(InputError::TooFewToJudge(
-            too_few.join(", "),
-            crate::analysis::compare::min_n(crate::analysis::verdict::GATE_ALPHA),
-        )
-        .into());
+        return Err(InputError::TooFewToJudge(too_few.join(", "), needed).into());
     }
     Ok(ExitCode::SUCCESS)
 }

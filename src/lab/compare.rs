@@ -23,6 +23,9 @@ pub struct CompareOutcome {
     pub regression: bool,
     /// The pairs with too few samples for a verdict: "name (n = b vs a)".
     pub too_few: Vec<String>,
+    /// Samples per side with which every one of them could be judged, the correction for
+    /// the comparisons judged together included.
+    pub needed: usize,
     /// What made a side's host busy, per side (A, B): empty where every run was quiet or
     /// recorded no noise.
     pub busy: [Vec<String>; 2],
@@ -117,11 +120,13 @@ pub fn compare(
         .filter(|c| !c.enough_samples)
         .map(|c| format!("{} (n = {} vs {})", c.b, c.n[1], c.n[0]))
         .collect();
+    let needed = needed_to_judge(comparisons.iter());
     let beyond_busy_noise = beyond_busy_noise(comparisons.iter().map(|c| (&c.verdict, c.ci95[0])));
     Ok(CompareOutcome {
         comparisons,
         regression,
         too_few,
+        needed,
         busy,
         confounded,
         beyond_busy_noise,
@@ -324,6 +329,8 @@ pub struct FleetOutcome {
     pub regression: bool,
     /// The overall comparisons with too few hosts for a verdict: "variant (n = b vs a)".
     pub too_few: Vec<String>,
+    /// Hosts per side with which every one of them could be judged (see [`CompareOutcome`]).
+    pub needed: usize,
     /// What made each side's hosts busy (A, B), one entry per busy run.
     pub busy: [Vec<String>; 2],
     /// A busy run is on either side: runs on different hosts or at different times are never
@@ -635,6 +642,7 @@ fn fleet_outcome(
             )
         })
         .collect();
+    let needed = needed_to_judge(comparisons.iter().map(|c| &c.overall));
     let busy = sides.each_ref().map(|runs| busy_runs(runs.iter().copied()));
     let confounded = busy.iter().any(|b| !b.is_empty());
     let beyond_busy_noise = beyond_busy_noise(comparisons.iter().flat_map(|c| {
@@ -649,10 +657,27 @@ fn fleet_outcome(
         comparisons,
         regression,
         too_few,
+        needed,
         busy,
         confounded,
         beyond_busy_noise,
     }
+}
+
+/// Samples per side with which every comparison too thin to judge could be judged: what each
+/// one's verdict said would decide it (its family's correction included), and never fewer
+/// than the rule's minimum at its level.
+fn needed_to_judge<'a>(comparisons: impl Iterator<Item = &'a AbComparison>) -> usize {
+    comparisons
+        .filter(|c| !c.enough_samples)
+        .map(|c| {
+            let floor = crate::analysis::compare::min_n(c.alpha);
+            c.undecided
+                .and_then(|u| u.needed())
+                .map_or(floor, |n| n.max(floor))
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// Runs by their host's pairing key.
@@ -669,6 +694,28 @@ fn by_key<'a>(pairing: &HostMatch, runs: &[&'a RunRecord]) -> BTreeMap<String, V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The A/A memory pair on this host: 10 backings of 6 against 6, judged together at the
+    /// gate's level. Six a side is above the rule's minimum, yet 10 · 2/924 > 0.01: the gate
+    /// must ask for the 7 that can judge, not the minimum of one comparison alone.
+    #[test]
+    fn the_gate_asks_for_the_samples_the_family_needs() {
+        let a = [4.30, 4.33, 4.35, 4.28, 4.40, 4.31];
+        let b = [4.27, 4.26, 4.33, 4.29, 4.25, 4.30];
+        let mut family: Vec<AbComparison> = (0..10)
+            .map(|i| {
+                crate::analysis::compare::ab("ns_per_page", "us", ("A", &a), ("B", &b), 0.05, i)
+            })
+            .collect();
+        judge_together(
+            &mut family.iter_mut().collect::<Vec<_>>(),
+            crate::analysis::verdict::GATE_ALPHA,
+            crate::analysis::verdict::Correction::Holm,
+        );
+        assert!(family.iter().all(|c| !c.enough_samples), "{family:?}");
+        assert_eq!(needed_to_judge(family.iter()), 7);
+        assert_eq!(needed_to_judge(std::iter::empty()), 0);
+    }
 
     #[test]
     fn a_slowdown_beyond_what_a_busy_host_does_is_still_called() {
