@@ -246,7 +246,7 @@ pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
     if let Some(toml) = &boot.calibrated {
         let id = calibration::Identity::of(&kernel, &boot.accel);
         match calibration::save(&id, toml) {
-            Ok(path) => eprintln!(
+            Ok((path, _)) => eprintln!(
                 "calibrated profile of {} under {} kept: {} (the model's predictions of changes to this kernel read it: hvlab fidelity, hvlab kab)",
                 kernel.release,
                 boot.accel.accel,
@@ -400,13 +400,10 @@ fn command_line() -> String {
     std::env::args()
         .enumerate()
         .map(|(i, a)| {
-            let a = if i == 0 { "hvlab".to_string() } else { a };
-            if a.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_./:=+,@%".contains(c))
-            {
-                a
+            if i == 0 {
+                "hvlab".to_string()
             } else {
-                format!("'{}'", a.replace('\'', "'\\''"))
+                super::run_store::shell_word(&a)
             }
         })
         .collect::<Vec<_>>()
@@ -480,9 +477,7 @@ pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
         };
         let copy = beside.join(format!(
             "{}-{}.md",
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
+            crate::kernel::now_stamp(),
             path.file_stem()
                 .map_or_else(|| "kab".into(), |n| n.to_string_lossy().into_owned())
         ));

@@ -166,11 +166,11 @@ fn append(path: &Path, line: &str, new: bool) -> Result<(), String> {
 }
 
 /// `text` quoted for a POSIX shell when it needs it.
-fn shell_word(text: &str) -> String {
+pub(super) fn shell_word(text: &str) -> String {
     if !text.is_empty()
         && text
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-:+=@,".contains(c))
+            .all(|c| c.is_ascii_alphanumeric() || "/._-:+=@,%".contains(c))
     {
         text.to_string()
     } else {

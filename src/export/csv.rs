@@ -46,16 +46,17 @@ fn write_csv(runs: &[RunRecord], out: &mut Vec<u8>) -> Result<(), ExportError> {
     let mut w = ::csv::Writer::from_writer(out);
     w.write_record(CSV_HEADER).map_err(fail)?;
     for run in runs {
-        let text = |v: &serde_json::Value| match v {
-            serde_json::Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
         let params: Vec<String> = run
             .params
             .iter()
-            .map(|(k, v)| format!("{k}={}", text(v)))
+            .map(|(k, v)| format!("{k}={}", super::param_value(v)))
             .collect();
-        let param = |k: &str| run.params.get(k).map(text).unwrap_or_default();
+        let param = |k: &str| {
+            run.params
+                .get(k)
+                .map(super::param_value)
+                .unwrap_or_default()
+        };
         for v in &run.variants {
             let status = v.status.to_string();
             // A variant without samples still gets a row, so its status shows.

@@ -12,6 +12,7 @@ use askama::Template;
 use super::{Export, ExportError, Exporter};
 use crate::analysis::quantity::format_range;
 use crate::analysis::verdict::Class;
+use crate::export::param_value;
 use crate::export::summary::SummaryRow;
 use crate::export::words::fmt_value;
 use crate::lab::fidelity::{Agreement, ThreadReport};
@@ -55,11 +56,6 @@ impl Exporter for Html {
     fn serialize(&self, export: &Export<'_>) -> Result<Vec<u8>, ExportError> {
         Ok(page(export.runs, export.fidelity)?.into_bytes())
     }
-}
-
-/// A run parameter as written on a page: strings bare, anything else as JSON.
-pub(crate) fn param_value(v: &serde_json::Value) -> String {
-    v.as_str().map_or_else(|| v.to_string(), String::from)
 }
 
 /// The file of the fidelity page, beside `index.html`.

@@ -508,3 +508,8 @@ mod escaping {
         assert!(find("fidelity").contains("setup-&#60;script&#62;"));
     }
 }
+
+/// A run parameter as every format writes it: strings bare, anything else as JSON.
+pub(crate) fn param_value(v: &serde_json::Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), String::from)
+}

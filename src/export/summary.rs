@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::analysis::verdict::Class;
-use crate::export::words::{answer_of, fmt_value, verdict_cause, verdict_number, verdict_short};
+use crate::export::words::{answer_of, verdict_cause, verdict_number, verdict_short};
 use crate::record::{RunRecord, RunTag, Warning};
 use hvlab_core::BackendKind;
 
@@ -352,17 +352,13 @@ pub fn host(r: &RunRecord) -> String {
     }
 }
 
-fn param_text(v: &serde_json::Value) -> String {
-    v.as_str().map_or_else(|| v.to_string(), String::from)
-}
-
 /// A run's parameters a reader reads: set away from the scenario's default (the repetitions
 /// against the scenario's), none of the bookkeeping, none empty.
 fn readable_params(r: &RunRecord) -> BTreeMap<String, String> {
     r.params
         .iter()
         .filter(|(k, _)| !BOOKKEEPING.contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), param_text(v)))
+        .map(|(k, v)| (k.clone(), super::param_value(v)))
         .filter(|(_, v)| !v.is_empty())
         .collect()
 }
@@ -637,11 +633,6 @@ pub fn line_number(l: &RunLine) -> String {
         (None, Some(r)) => range_words(r),
         (None, None) => String::new(),
     }
-}
-
-/// A value with its unit (re-exported for the group page).
-pub fn value(v: f64, unit: &str) -> String {
-    fmt_value(v, unit)
 }
 
 #[cfg(test)]

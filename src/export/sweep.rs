@@ -3,7 +3,7 @@
 //! point (the HTML page is `html::sweep_page`, the Markdown `markdown::sweep_summary`).
 
 use super::html::charts::{self, SweepSeries};
-use super::html::param_value;
+use super::param_value;
 use crate::lab::sweep::VARIANT_AXIS;
 use crate::record::{MetricRecord, RunRecord};
 

@@ -349,10 +349,6 @@ pub fn table(header: &[&str]) -> comfy_table::Table {
 pub fn shown_params(r: &RunListing) -> String {
     let defaults =
         scenario::Kind::named(&r.scenario).map_or_else(|_| Vec::new(), |k| k.param_infos());
-    let text = |v: &serde_json::Value| match v {
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
     r.params
         .iter()
         // The repetitions too: every run has them, the listing has a column for them.
@@ -361,9 +357,9 @@ pub fn shown_params(r: &RunListing) -> String {
             defaults
                 .iter()
                 .find(|p| p.name == k.as_str())
-                .is_none_or(|p| p.default != text(v))
+                .is_none_or(|p| p.default != super::param_value(v))
         })
-        .map(|(k, v)| format!("{k}={}", text(v)))
+        .map(|(k, v)| format!("{k}={}", super::param_value(v)))
         .collect::<Vec<_>>()
         .join(" ")
 }

@@ -3,29 +3,8 @@
 
 use crate::analysis::compare::Verdict;
 use crate::analysis::verdict::Class;
-pub use crate::analysis::words::{busy_words, fmt_value};
+pub use crate::analysis::words::{busy_words, fmt_value, ratio_ci, stall_cause};
 use crate::record::{Finding, RunRecord};
-
-/// One line that opens a run's account, as hyperfine opens with its summary: the scenario and
-/// backend, then the verdict that answers its question (or that there was none), how many
-/// variants ran and how many findings there are.
-pub fn run_headline(r: &RunRecord) -> String {
-    let ran = r.variants.iter().filter(|v| v.is_ok()).count();
-    let findings: usize = r.variants.iter().map(|v| v.findings.len()).sum();
-    let verdict =
-        answer_of(&r.verdicts).map_or_else(|| "nothing compared".to_string(), verdict_short);
-    let profile = r
-        .profile
-        .as_ref()
-        .map_or(String::new(), |p| format!(" ({p})"));
-    format!(
-        "{} on {}{profile}: {verdict} ({ran} of {} variants ran, {findings} finding{})",
-        r.scenario,
-        r.backend,
-        r.variants.len(),
-        if findings == 1 { "" } else { "s" }
-    )
-}
 
 /// The verdict that answers a run: the largest decided difference, else the first not
 /// decided (it says what would decide), else the first no change.
@@ -57,30 +36,14 @@ pub fn verdict_short(v: &Verdict) -> String {
 pub fn verdict_number(v: &Verdict) -> String {
     let [b, a] = v.medians_variant_baseline();
     let both = crate::analysis::quantity::format_all(&[b, a], &v.unit);
-    let q = crate::analysis::quantity::ratio;
-    format!(
-        "{} vs {} (95% CI of the ratio {}–{})",
-        both[0],
-        both[1],
-        q(v.ci95[0]).trim_end_matches('×'),
-        q(v.ci95[1])
-    )
+    format!("{} vs {} ({})", both[0], both[1], ratio_ci(v.ci95))
 }
 
 /// What explains a verdict: the stall the slower side waited for, else how the judged variant
 /// maps pages (its faults per page) where the scenario counts them.
 pub fn verdict_cause(v: &Verdict, r: &RunRecord) -> String {
     if let Some(c) = &v.cause {
-        let by = c
-            .caused_by
-            .as_deref()
-            .map_or(String::new(), |c| format!(" started by {c}"));
-        return format!(
-            "{} waited {} ({:.1} jiffies) for the SRCU grace period{by}",
-            c.ioctl,
-            fmt_value(c.median_ms, "ms"),
-            c.jiffies
-        );
+        return stall_cause(c);
     }
     let Some(variant) = r.variant(v.variant()) else {
         return String::new();
@@ -164,7 +127,7 @@ fn headline_pair(
     };
     let mut facts = Vec::new();
     if let Some([sa, sb]) = p.stalled {
-        let recurs = |s: [usize; 2]| s[1] > 0 && 2 * s[0] >= s[1];
+        let recurs = crate::lab::threads::recurs;
         let what = match (recurs(sa), recurs(sb)) {
             (true, false) => "the stall gone",
             (true, true) => "still stalls",

@@ -816,12 +816,6 @@ fn vermagic(bytes: &[u8]) -> String {
         .unwrap_or_default()
 }
 
-fn now_stamp() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 impl<'a> SourceCache<'a> {
     fn open(
         image: &DebianImage,
@@ -870,7 +864,7 @@ impl<'a> SourceCache<'a> {
     fn log(&self, what: &str) -> PathBuf {
         self.root
             .join("logs")
-            .join(format!("{}-{what}.log", now_stamp()))
+            .join(format!("{}-{what}.log", super::now_stamp()))
     }
 
     /// Debian's source and headers of the image's version, downloaded once per run.

@@ -100,9 +100,9 @@ pub enum CalibrationError {
     Io(PathBuf, std::io::Error),
 }
 
-/// Keeps the profile (TOML) calibrate wrote in a guest of `id`, named after the kernel, and
-/// says where.
-pub fn save(id: &Identity, toml: &str) -> Result<PathBuf, CalibrationError> {
+/// Keeps the profile (TOML) calibrate wrote in a guest of `id`, named after the kernel: where,
+/// and the profile as kept.
+pub fn save(id: &Identity, toml: &str) -> Result<(PathBuf, Profile), CalibrationError> {
     let mut profile =
         Profile::parse("the guest's this-host.toml", toml).map_err(CalibrationError::Bad)?;
     profile.name = id.profile_name();
@@ -117,7 +117,7 @@ pub fn save(id: &Identity, toml: &str) -> Result<PathBuf, CalibrationError> {
     profile
         .write(&path)
         .map_err(|e| CalibrationError::Io(path.clone(), std::io::Error::other(e.to_string())))?;
-    Ok(path)
+    Ok((path, profile))
 }
 
 /// The profile calibrated on `id`, when one is kept.

@@ -168,6 +168,13 @@ fn find_file(dir: &Path, pred: &dyn Fn(&str) -> bool) -> Option<PathBuf> {
     None
 }
 
+/// Seconds since the epoch: names logs and copies so the newest sorts last.
+pub fn now_stamp() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// hvlab's cache: `$HVLAB_CACHE`, else `$XDG_CACHE_HOME/hvlab`, else `~/.cache/hvlab`.
 pub fn cache_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("HVLAB_CACHE").filter(|v| !v.is_empty()) {

@@ -534,11 +534,12 @@ fn boot_start_costs(
         )),
     );
     let jiffy_ns = 1e9 / f64::from(backend.host().hz.max(1));
-    let ns_of = |name: &str| -> Result<Vec<f64>, Error> {
+    // The boot variant's samples of `name`, in ns (`per_ns`: ns per unit of the metric).
+    let ns_of = |name: &str, per_ns: f64| -> Result<Vec<f64>, Error> {
         Ok(metric(&boot, BOOT, name)?
             .samples
             .iter()
-            .map(|ms| ms * 1e6)
+            .map(|x| x * per_ns)
             .collect())
     };
     // A boot build's setup, and where its teardown ends: measured on the builds that follow
@@ -562,18 +563,10 @@ fn boot_start_costs(
     );
     boot_thread_costs(
         p,
-        &ns_of("boot.thread_wait_ms")?,
-        &ns_of("boot.thread_tick_phase_ms")?,
-        &metric(&boot, BOOT, "boot.sleep_late_us")?
-            .samples
-            .iter()
-            .map(|us| us * 1e3)
-            .collect::<Vec<f64>>(),
-        &metric(&boot, BOOT, "boot.exit_wake_us")?
-            .samples
-            .iter()
-            .map(|us| us * 1e3)
-            .collect::<Vec<f64>>(),
+        &ns_of("boot.thread_wait_ms", 1e6)?,
+        &ns_of("boot.thread_tick_phase_ms", 1e6)?,
+        &ns_of("boot.sleep_late_us", 1e3)?,
+        &ns_of("boot.exit_wake_us", 1e3)?,
         &|what: &str| tag(&format!("{builds}: {what}")),
     );
     let starts = boot_thread_starts_ns(200);

@@ -232,10 +232,7 @@ pub fn judge(
                     && name.starts_with("ioctl.")
                     && m.unit == "ms"
                 {
-                    let jiffy_ms = |runs: &[&RunRecord]| {
-                        1000.0 / f64::from(runs.first().map_or(250, |r| r.host.hz.max(1)))
-                    };
-                    let (ja, jb) = (jiffy_ms(&ra), jiffy_ms(&rb));
+                    let (ja, jb) = (patch::jiffy_ms(&ra), patch::jiffy_ms(&rb));
                     let xa_j: Vec<f64> = xa.iter().map(|x| x / ja).collect();
                     let xb_j: Vec<f64> = xb.iter().map(|x| x / jb).collect();
                     let metric = name.trim_end_matches("_ms").to_string();
@@ -911,12 +908,11 @@ fn guest_commands(req: &KabRequest) -> Result<Vec<Vec<String>>, Error> {
 
 /// Where a boot's console log goes.
 pub fn logs_dir(release: &str) -> PathBuf {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    kernel::cache_dir()
-        .join("logs")
-        .join(format!("{stamp}-{release}-{}", std::process::id()))
+    kernel::cache_dir().join("logs").join(format!(
+        "{}-{release}-{}",
+        kernel::now_stamp(),
+        std::process::id()
+    ))
 }
 
 /// The kernel A/B: resolves (and builds) both kernels, checks them before any boot, boots
@@ -994,21 +990,16 @@ pub fn run(
             }
         }
         if let Some(toml) = boot.calibrated.take() {
-            let kept = calibration::save(&Identity::of(k, &choice), &toml)
-                .and_then(|path| calibration::load(&base).map(|p| (path, p)));
-            match kept {
-                Ok((path, Some(p))) => {
+            // Only the first boot calibrates, and it is A's (ABBA).
+            match calibration::save(&base, &toml) {
+                Ok((path, profile)) => {
                     progress.note(&format!(
                         "calibrated A in its guest: {} (kept for this kernel under {})",
                         path.display(),
                         choice.accel
                     ));
-                    calibrated = Some(p);
+                    calibrated = Some((path, profile));
                 }
-                Ok((path, None)) => progress.note(&format!(
-                    "calibration of A kept at {} but not found again",
-                    path.display()
-                )),
                 Err(e) => progress.note(&format!("calibration of A not kept: {e}")),
             }
         }

@@ -145,7 +145,7 @@ fn stalled(r: &RunRecord, variant: &str) -> Option<[usize; 2]> {
 }
 
 /// A stall that recurs: in at least half the repetitions (the findings' rule).
-fn recurs(s: [usize; 2]) -> bool {
+pub(crate) fn recurs(s: [usize; 2]) -> bool {
     s[1] > 0 && 2 * s[0] >= s[1]
 }
 

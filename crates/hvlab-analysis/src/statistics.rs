@@ -299,7 +299,7 @@ pub fn mann_whitney_p(a: &[f64], b: &[f64]) -> f64 {
 }
 
 /// Standard normal CDF (Abramowitz-Stegun 7.1.26 for erf, error < 1.5e-7).
-pub fn normal_cdf(z: f64) -> f64 {
+fn normal_cdf(z: f64) -> f64 {
     let x = z / std::f64::consts::SQRT_2;
     let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
     let poly = t

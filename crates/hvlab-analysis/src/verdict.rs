@@ -120,16 +120,6 @@ impl Class {
         }
     }
 
-    /// The class of a call of B against A.
-    pub fn of(call: Call) -> Class {
-        match call {
-            Call::Lower => Class::Faster,
-            Call::Higher => Class::Slower,
-            Call::NoChange => Class::NoChange,
-            Call::NotDecided(_) => Class::NotDecided,
-        }
-    }
-
     /// With the stalls taken into account: an established faster B whose A stalled and that
     /// does not is FIXED; an established slower B that gained a stall is REGRESSED.
     pub fn with_stalls(self, a_stalls: bool, b_stalls: bool) -> Class {
@@ -138,16 +128,6 @@ impl Class {
             (Class::Slower, false, true) => Class::Regressed,
             _ => self,
         }
-    }
-
-    /// Whether B is worse, decided.
-    pub fn is_worse(self) -> bool {
-        matches!(self, Class::Slower | Class::Regressed)
-    }
-
-    /// Whether B is better, decided.
-    pub fn is_better(self) -> bool {
-        matches!(self, Class::Faster | Class::Fixed)
     }
 }
 

@@ -34,11 +34,7 @@ impl fmt::Display for Verdict {
         // Both sides on one scale: "0.625 ms vs 7.85 ms", never "625 µs vs 7.85 ms".
         let (v_t, a_t) = fmt_pair(v_m, a_m, &self.unit);
         let q = crate::quantity::ratio;
-        let ci_text = format!(
-            "95% CI of the ratio {}–{}",
-            q(ci[0]).trim_end_matches('×'),
-            q(ci[1])
-        );
+        let ci_text = ratio_ci(ci);
         let direction = if v_m <= a_m { "faster" } else { "slower" };
         let class = self.class();
         match class {
@@ -68,20 +64,35 @@ impl fmt::Display for Verdict {
             )?,
         }
         if let Some(c) = &self.cause {
-            let by = c
-                .caused_by
-                .as_deref()
-                .map_or(String::new(), |c| format!(" started by {c}"));
-            write!(
-                f,
-                "; cause: {} waited {} ({:.1} jiffies) for the SRCU grace period{by}",
-                c.ioctl,
-                fmt_value(c.median_ms, "ms"),
-                c.jiffies
-            )?;
+            write!(f, "; cause: {}", stall_cause(c))?;
         }
         Ok(())
     }
+}
+
+/// "95% CI of the ratio 2.60–6.40×": a verdict's interval, the unit said once.
+pub fn ratio_ci(ci: [f64; 2]) -> String {
+    let q = crate::quantity::ratio;
+    format!(
+        "95% CI of the ratio {}–{}",
+        q(ci[0]).trim_end_matches('×'),
+        q(ci[1])
+    )
+}
+
+/// "KVM_SET_USER_MEMORY_REGION waited 7.00 ms (1.7 jiffies) for the SRCU grace period started
+/// by KVM_CREATE_IRQCHIP": what a stalled verdict's slower side waited for.
+pub fn stall_cause(c: &crate::compare::StallCause) -> String {
+    let by = c
+        .caused_by
+        .as_deref()
+        .map_or(String::new(), |c| format!(" started by {c}"));
+    format!(
+        "{} waited {} ({:.1} jiffies) for the SRCU grace period{by}",
+        c.ioctl,
+        fmt_value(c.median_ms, "ms"),
+        c.jiffies
+    )
 }
 
 /// Why a comparison was not decided and what would decide it, in one clause. `how` names

@@ -88,6 +88,9 @@ pub struct ModelBackend {
     /// The PEBS race explorer's reports by configuration: the same for every batch and rep,
     /// and a state-space search each time.
     races: Vec<((PmuConfig, exits::PebsCpu), Vec<RaceReport>)>,
+    /// The lifecycle's costs, read from the profile once per HZ a plan asks for (a run
+    /// builds hundreds of VMs on the same costs).
+    lifecycle_costs: Option<(Option<u32>, lifecycle::LifecycleCosts)>,
 }
 
 impl ModelBackend {
@@ -112,6 +115,7 @@ impl ModelBackend {
             rng: lifecycle::rng(seed),
             lifecycle: lifecycle::BackToBack::default(),
             races: Vec::new(),
+            lifecycle_costs: None,
         }
     }
 
@@ -151,10 +155,16 @@ impl Backend for ModelBackend {
             Some(hz) => (hz, "--set hz".to_string()),
             None => self.profile_hz.clone(),
         };
-        let costs = lifecycle::LifecycleCosts::from_profile(&self.profile, plan.hz)
-            .map_err(ModelError::from)?;
+        let costs = match &self.lifecycle_costs {
+            Some((hz, costs)) if *hz == plan.hz => costs,
+            _ => {
+                let costs = lifecycle::LifecycleCosts::from_profile(&self.profile, plan.hz)
+                    .map_err(ModelError::from)?;
+                &self.lifecycle_costs.insert((plan.hz, costs)).1
+            }
+        };
         Ok(lifecycle::construct(
-            &costs,
+            costs,
             plan,
             &mut self.rng,
             &mut self.lifecycle,
