@@ -276,6 +276,11 @@ pub fn publish(dir: &Path, files: &[(&str, Vec<u8>)]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A run parameter as every format writes it: strings bare, anything else as JSON.
+pub(crate) fn param_value(v: &serde_json::Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), String::from)
+}
+
 #[cfg(test)]
 mod escaping {
     //! Every HTML page of the report against hostile text in every field a record or a sweep
@@ -507,9 +512,4 @@ mod escaping {
         assert!(find("fleet").contains("cpu-&#60;script&#62;"));
         assert!(find("fidelity").contains("setup-&#60;script&#62;"));
     }
-}
-
-/// A run parameter as every format writes it: strings bare, anything else as JSON.
-pub(crate) fn param_value(v: &serde_json::Value) -> String {
-    v.as_str().map_or_else(|| v.to_string(), String::from)
 }
