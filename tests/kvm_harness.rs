@@ -132,6 +132,39 @@ fn a_guest_that_spins_forever_is_stopped_by_the_watchdog() {
 }
 
 #[test]
+fn a_stray_signal_to_the_vcpu_thread_does_not_end_the_run() {
+    let Some(_kvm) = common::kvm_or_skip("stray_signal") else {
+        return;
+    };
+    // What io_uring's task work or a signal for the process does to KVM_RUN: EINTR before the
+    // deadline. The run goes on; only the watchdog's own expiry ends it.
+    let mut vm = long_mode_vm(&[0xeb, 0xfe], Cpl::Three); // jmp $
+    // SAFETY: pthread_self has no preconditions.
+    let vcpu_thread = unsafe { libc::pthread_self() };
+    let timeout = Duration::from_millis(600);
+    let (msg, took) = std::thread::scope(|scope| {
+        scope.spawn(move || {
+            for _ in 0..3 {
+                std::thread::sleep(Duration::from_millis(50));
+                // SAFETY: the vCPU thread outlives this scope; the runner installed a no-op
+                // handler for the kick signal before the run.
+                unsafe { libc::pthread_kill(vcpu_thread, runner_kick()) };
+            }
+        });
+        run_to_error(&mut vm, timeout)
+    });
+    assert!(msg.contains("watchdog"), "{msg}");
+    assert!(
+        took >= timeout,
+        "a stray signal ended the run after {took:?}: {msg}"
+    );
+}
+
+fn runner_kick() -> libc::c_int {
+    hvlab::kvm::guest::watchdog::kick_signal()
+}
+
+#[test]
 fn a_guest_that_triple_faults_is_reported_with_its_registers() {
     let Some(_kvm) = common::kvm_or_skip("triple_fault") else {
         return;

@@ -438,7 +438,15 @@ fn run_pass(
     let mut start: Option<(Instant, Snap)> = None;
     let mut paused_ns = 0u64;
     let out = loop {
-        let exit = match vcpu.run() {
+        let ran = vcpu.run();
+        // An interruption before the deadline is not the watchdog's: re-enter.
+        if ran
+            .as_ref()
+            .is_err_and(|e| matches!(e.errno(), libc::EINTR | libc::EAGAIN) && !watchdog.expired())
+        {
+            continue;
+        }
+        let exit = match ran {
             Ok(VcpuExit::IoOut(port, data)) if port == SIGNAL_PORT => {
                 Ok(Signal::from_al(data.first().copied().unwrap_or(0)))
             }

@@ -141,6 +141,13 @@ pub fn run_stoppable(
             {
                 Step::Handled(Flow::Stop)
             }
+            // An interruption before the deadline is not the watchdog's: re-enter, as any VMM.
+            Err(e)
+                if (e.errno() == libc::EINTR || e.errno() == libc::EAGAIN)
+                    && !watchdog.expired() =>
+            {
+                Step::Handled(Flow::Continue)
+            }
             Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => Step::Failed(
                 format!("no signal within {timeout:?}: the watchdog interrupted KVM_RUN"),
             ),

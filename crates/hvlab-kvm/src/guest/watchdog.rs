@@ -35,12 +35,14 @@ pub fn install_kick_handler() -> Result<(), crate::KvmError> {
 #[derive(Debug)]
 pub struct Watchdog {
     timer: libc::timer_t,
+    deadline: std::time::Instant,
 }
 
 impl Watchdog {
     /// Arms a watchdog for the current thread.
     pub fn arm(timeout: Duration) -> Result<Watchdog, crate::KvmError> {
         install_kick_handler()?;
+        let deadline = std::time::Instant::now() + timeout;
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
         // SAFETY: sigevent is plain data; all-zero is a valid starting value, and the fields
@@ -57,7 +59,7 @@ impl Watchdog {
                 source: std::io::Error::last_os_error(),
             });
         }
-        let dog = Watchdog { timer };
+        let dog = Watchdog { timer, deadline };
         let spec = libc::itimerspec {
             it_interval: timespec(Duration::from_millis(10)),
             it_value: timespec(timeout.max(Duration::from_nanos(1))),
@@ -70,6 +72,15 @@ impl Watchdog {
             });
         }
         Ok(dog)
+    }
+}
+
+impl Watchdog {
+    /// Whether the timeout has passed. `KVM_RUN` also returns `EINTR` for io_uring's task work
+    /// (the pinning scenario's rings) and for signals meant for the process: before the
+    /// deadline such an interruption is not the watchdog's, and the run loop re-enters.
+    pub fn expired(&self) -> bool {
+        std::time::Instant::now() >= self.deadline
     }
 }
 
