@@ -1,4 +1,12 @@
-//! `hvlab vm` and `hvlab kab`: kernels under test booted in QEMU, and their A/B.
+//! `hvlab vm` and `hvlab kab`: kernels under test booted in QEMU, and their A/B. The words of
+//! a kab's outcome are in the modules below: the terminal text (`kab_text`, with the
+//! per-metric `kab_details` and the model's `kab_prediction`) and the cover letter.
+
+mod cover_letter;
+mod kab_details;
+mod kab_prediction;
+mod kab_text;
+mod kab_words;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -10,17 +18,15 @@ use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::analysis::compare::AbVerdict;
+use self::cover_letter::markdown;
+use self::kab_text::{how_built, render};
+use self::kab_words::duration;
 use crate::error::{Error, InputError};
-use crate::kernel::build::{self, BuildInfo, BuildProgress, How};
+use crate::kernel::build::{self, BuildProgress};
 use crate::kernel::calibration;
 use crate::kernel::vm::{self, Accel, Boot, VmConfig};
 use crate::kernel::{self, Kernel};
-use crate::lab::kab::{
-    self, BootSummary, Change, KabOutcome, KabProgress, KabRequest, MetricAb, ScenarioAb, StallAb,
-    StallSide, Trust, VariantVerdict, VerdictClass,
-};
-use crate::scenario;
+use crate::lab::kab::{self, BootSummary, KabOutcome, KabProgress, KabRequest, VerdictClass};
 use crate::store::{self, Store};
 
 /// How the VM is booted (shared by `vm` and `kab`).
@@ -385,16 +391,6 @@ impl KabProgress for Reporter {
     }
 }
 
-/// `1 min 12 s`, `13.2 s`.
-fn duration(secs: f64) -> String {
-    if secs >= 60.0 {
-        let whole = secs.round();
-        format!("{:.0} min {:02.0} s", (whole / 60.0).floor(), whole % 60.0)
-    } else {
-        format!("{secs:.1} s")
-    }
-}
-
 /// The command line as given, quoted for a shell.
 fn command_line() -> String {
     std::env::args()
@@ -412,7 +408,32 @@ fn command_line() -> String {
 
 /// `hvlab kab`.
 pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
-    let req = KabRequest {
+    let req = kab_request(args)?;
+    check_kab_args(args, &req)?;
+    let mut store = open_store(db)?;
+    let reporter = Reporter::new(args.json);
+    let outcome = kab::run(&req, &mut store, &reporter)?;
+    drop(reporter);
+    if args.json {
+        super::print_json(&outcome)?;
+    } else {
+        super::print_text(&render(&outcome))?;
+    }
+    if let Some(path) = &args.markdown {
+        write_cover_letter(path, &markdown(&outcome, &command_line()), &store)?;
+    }
+    let regressed = args.fail_on_regression && outcome.regression;
+    let missed_fixed = misses_expected_fixed(&args.expect_fixed, &outcome)?;
+    Ok(if regressed || missed_fixed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// What the kab compares, and how, from its arguments.
+fn kab_request(args: &KabArgs) -> Result<KabRequest, Error> {
+    Ok(KabRequest {
         base: args.base.clone(),
         patched: args.patched.clone(),
         scenarios: if args.scenarios.is_empty() {
@@ -428,7 +449,11 @@ pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
         vm: args.boot.config()?,
         model_strategy: args.model_strategy.clone(),
         calibrate: !args.no_calibrate,
-    };
+    })
+}
+
+/// The options that must agree with what runs, checked before anything is built or booted.
+fn check_kab_args(args: &KabArgs, req: &KabRequest) -> Result<(), Error> {
     if args.model_strategy.is_some() && !req.scenarios.iter().any(|s| s == "lifecycle") {
         return Err(InputError::BadValue {
             key: "--model-strategy".into(),
@@ -451,52 +476,50 @@ pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
         }
         .into());
     }
-    let mut store = open_store(db)?;
-    let reporter = Reporter::new(args.json);
-    let outcome = kab::run(&req, &mut store, &reporter)?;
-    drop(reporter);
-    if args.json {
-        super::print_json(&outcome)?;
-    } else {
-        super::print_text(&render(&outcome))?;
-    }
-    if let Some(path) = &args.markdown {
-        let text = markdown(&outcome, &command_line());
-        let fail = |e: std::io::Error| Error::OutputPath {
-            what: "the cover-letter paragraph",
-            path: path.clone(),
-            option: "--markdown FILE",
+    Ok(())
+}
+
+/// Writes the cover-letter paragraph to `path`, and a copy beside the stored runs.
+fn write_cover_letter(path: &Path, text: &str, store: &Store) -> Result<(), Error> {
+    std::fs::write(path, text).map_err(|e| Error::OutputPath {
+        what: "the cover-letter paragraph",
+        path: path.to_path_buf(),
+        option: "--markdown FILE",
+        why: e.to_string(),
+    })?;
+    let beside = match store.location() {
+        store::Location::Sqlite(p) => p
+            .parent()
+            .map_or_else(|| PathBuf::from("kab"), |d| d.join("kab")),
+        store::Location::Postgres(_) => kernel::cache_dir().join("kab"),
+    };
+    let copy = beside.join(format!(
+        "{}-{}.md",
+        crate::kernel::now_stamp(),
+        path.file_stem()
+            .map_or_else(|| "kab".into(), |n| n.to_string_lossy().into_owned())
+    ));
+    std::fs::create_dir_all(&beside)
+        .and_then(|()| std::fs::write(&copy, text))
+        .map_err(|e| Error::OutputPath {
+            what: "the copy of the cover-letter paragraph beside the stored runs",
+            path: copy.clone(),
+            option: "--db (the copy goes to its directory's kab/)",
             why: e.to_string(),
-        };
-        std::fs::write(path, &text).map_err(fail)?;
-        let beside = match store.location() {
-            store::Location::Sqlite(p) => p
-                .parent()
-                .map_or_else(|| PathBuf::from("kab"), |d| d.join("kab")),
-            store::Location::Postgres(_) => kernel::cache_dir().join("kab"),
-        };
-        let copy = beside.join(format!(
-            "{}-{}.md",
-            crate::kernel::now_stamp(),
-            path.file_stem()
-                .map_or_else(|| "kab".into(), |n| n.to_string_lossy().into_owned())
-        ));
-        std::fs::create_dir_all(&beside)
-            .and_then(|()| std::fs::write(&copy, &text))
-            .map_err(|e| Error::OutputPath {
-                what: "the copy of the cover-letter paragraph beside the stored runs",
-                path: copy.clone(),
-                option: "--db (the copy goes to its directory's kab/)",
-                why: e.to_string(),
-            })?;
-        eprintln!(
-            "cover-letter paragraph: {} (copy beside the stored runs: {})",
-            path.display(),
-            copy.display()
-        );
-    }
-    let mut failed = args.fail_on_regression && outcome.regression;
-    for v in &args.expect_fixed {
+        })?;
+    eprintln!(
+        "cover-letter paragraph: {} (copy beside the stored runs: {})",
+        path.display(),
+        copy.display()
+    );
+    Ok(())
+}
+
+/// Whether a variant `--expect-fixed` named got another verdict (each said on stderr); a
+/// variant no scenario ran is bad input.
+fn misses_expected_fixed(expect_fixed: &[String], outcome: &KabOutcome) -> Result<bool, Error> {
+    let mut missed = false;
+    for v in expect_fixed {
         match outcome.verdict_of(v) {
             None => {
                 return Err(InputError::BadValue {
@@ -519,788 +542,22 @@ pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
                     "--expect-fixed {v}: its verdict is {}, not FIXED",
                     verdict.class.word()
                 );
-                failed = true;
+                missed = true;
             }
             Some(_) => {}
         }
     }
-    Ok(if failed {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
-}
-
-/// `1.22`, `0.062`, `20`.
-fn jiffies(v: f64) -> String {
-    num(v)
-}
-
-/// `KVM_SET_USER_MEMORY_REGION waits for the grace period of KVM_CREATE_IRQCHIP`.
-fn stall_words(s: &StallAb) -> String {
-    format!(
-        "{} waits for the grace period of {}",
-        s.ioctl.trim_start_matches("ioctl."),
-        s.cause
-    )
-}
-
-fn stall_side(side: &StallSide) -> String {
-    let [lo, hi] = side.jiffies;
-    let j = if (hi - lo).abs() < 0.05 {
-        format!("{} jiffies", jiffies(lo))
-    } else {
-        format!("{}–{} jiffies", jiffies(lo), jiffies(hi))
-    };
-    format!("{} of {} repetitions, {j}", side.stalled_reps, side.reps)
-}
-
-fn change_words(c: &Change) -> String {
-    format!(
-        "{} {} → {} {}",
-        c.metric.trim_start_matches("ioctl."),
-        num(c.a),
-        num(c.b),
-        c.unit
-    )
-}
-
-/// The mechanism of a verdict, in words: the first line and any further lines.
-fn mechanism(v: &VariantVerdict) -> Vec<String> {
-    let mut out = Vec::new();
-    let reps = |i: usize| {
-        v.stall_reps.map_or(String::new(), |r| {
-            format!("{} of {}", r[i].stalled, r[i].reps)
-        })
-    };
-    let gone: Vec<&StallAb> = v
-        .stalls
-        .iter()
-        .filter(|s| s.a.is_some() && s.b.is_none())
-        .collect();
-    let gained: Vec<&StallAb> = v
-        .stalls
-        .iter()
-        .filter(|s| s.a.is_none() && s.b.is_some())
-        .collect();
-    let both: Vec<&StallAb> = v
-        .stalls
-        .iter()
-        .filter(|s| s.a.is_some() && s.b.is_some())
-        .collect();
-    let moved = |c: &Change| {
-        // The metric that carried the stall, shown beside it.
-        v.stalls
-            .iter()
-            .any(|s| c.metric == s.ioctl || c.metric == format!("ioctl.{}", s.ioctl))
-    };
-    match v.class {
-        VerdictClass::Fixed => {
-            for s in &gone {
-                let carried = v.improvements.iter().find(|c| moved(c));
-                out.push(format!(
-                    "{} no longer waits for the grace period of {}: {}repetitions with a stall {} → {}",
-                    s.ioctl,
-                    s.cause,
-                    carried.map_or(String::new(), |c| format!("{}; ", change_words(c))),
-                    reps(0),
-                    reps(1)
-                ));
-            }
-            if gone.is_empty() {
-                out.push(format!(
-                    "repetitions with a stall {} → {}",
-                    reps(0),
-                    reps(1)
-                ));
-            }
-        }
-        VerdictClass::Regressed => {
-            for s in &gained {
-                let side = s.b.as_ref().map_or(String::new(), stall_side);
-                out.push(format!("B gained a stall: {} ({side})", stall_words(s)));
-            }
-            for c in &v.regressions {
-                out.push(format!("B worse: {}", change_words(c)));
-            }
-            for s in &gone {
-                out.push(format!("(and no longer: {})", stall_words(s)));
-            }
-        }
-        VerdictClass::Improved => {
-            for c in v.improvements.iter().filter(|c| !c.within_jiffy) {
-                out.push(format!("B better: {}", change_words(c)));
-            }
-        }
-        VerdictClass::NotDecided => {
-            out.push(format!(
-                "the samples cannot settle {} (details below)",
-                v.undecided.join(", ")
-            ));
-        }
-        VerdictClass::NoChange => {}
-    }
-    if matches!(
-        v.class,
-        VerdictClass::NoChange | VerdictClass::NotDecided | VerdictClass::Improved
-    ) {
-        for s in &both {
-            let (a, b) = (s.a.as_ref(), s.b.as_ref());
-            out.push(format!(
-                "stalls on both: {} (A: {}; B: {})",
-                stall_words(s),
-                a.map_or(String::new(), stall_side),
-                b.map_or(String::new(), stall_side)
-            ));
-        }
-        if v.class == VerdictClass::NoChange && v.stalls.is_empty() {
-            out.push(if v.stall_reps.is_some() {
-                "no stall on either kernel".into()
-            } else {
-                "no judged change".into()
-            });
-        }
-    }
-    let mut costs: Vec<&Change> = v.costs.iter().collect();
-    costs.sort_by(|x, y| (y.b - y.a).total_cmp(&(x.b - x.a)));
-    for c in costs {
-        out.push(format!("cost: {} (+{})", change_words(c), num(c.b - c.a)));
-    }
-    out
-}
-
-/// How a side was made, in one line.
-fn how_built(k: &Kernel, b: Option<&BuildInfo>) -> String {
-    let Some(b) = b else {
-        return format!("{} ({}), as given", k.release, k.source);
-    };
-    let patches = if b.patches.is_empty() {
-        "no patch".to_string()
-    } else {
-        b.patches
-            .iter()
-            .map(|p| {
-                let series = if p.subjects.len() > 1 {
-                    format!(
-                        "a series of {}: {}; ",
-                        p.subjects.len(),
-                        p.subjects.join("; ")
-                    )
-                } else {
-                    String::new()
-                };
-                format!("{} ({series}sha256 {})", p.file, &p.sha256[..16])
-            })
-            .collect::<Vec<_>>()
-            .join(" + ")
-    };
-    let how = match &b.how {
-        How::Modules { modules, .. } => format!(
-            "Debian's {} image with {} rebuilt from {}",
-            k.release,
-            modules.join(", "),
-            b.source
-        ),
-        How::Whole => format!("whole kernel {} from {}", k.release, b.source),
-        How::AsShipped { .. } => {
-            return format!(
-                "Debian's {} as shipped, {patches}: nothing a build uses changes",
-                k.release
-            );
-        }
-    };
-    let reused = if b.cached && !matches!(b.how, How::AsShipped { .. }) {
-        ", reused from the cache"
-    } else {
-        ""
-    };
-    format!("{how}, {patches} ({}{reused})", b.compiler)
-}
-
-fn render(o: &KabOutcome) -> String {
-    let mut out = Vec::new();
-    let mut counts: Vec<(VerdictClass, usize)> = Vec::new();
-    for v in &o.verdicts {
-        match counts.iter_mut().find(|(c, _)| *c == v.class) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((v.class, 1)),
-        }
-    }
-    counts.sort_by_key(|(c, _)| *c as u8);
-    let tally = counts
-        .iter()
-        .map(|(c, n)| format!("{} {n}", c.word()))
-        .collect::<Vec<_>>()
-        .join(", ");
-    out.push(format!(
-        "kab: B against A, {tally} of {} variant(s) (measured: {}; {} boot(s) × {} repetitions a side; {}){}",
-        o.verdicts.len(),
-        o.scenario_names.join(", "),
-        o.boots_per_side,
-        o.reps,
-        o.accel.accel,
-        if o.regression {
-            "; REGRESSION"
-        } else {
-            "; no regression"
-        }
-    ));
-    let width = o
-        .verdicts
-        .iter()
-        .map(|v| v.variant.len())
-        .max()
-        .unwrap_or(0);
-    for v in &o.verdicts {
-        let lines = mechanism(v);
-        let first = lines.first().cloned().unwrap_or_default();
-        out.push(format!(
-            "  {:<12} {:<width$}  {first}",
-            v.class.word(),
-            v.variant
-        ));
-        for l in lines.iter().skip(1) {
-            out.push(format!("  {:<12} {:<width$}  {l}", "", ""));
-        }
-    }
-    if o.verdicts.iter().any(|v| !v.costs.is_empty()) {
-        out.push(
-            "  (cost: B significantly slower by under half a jiffy, so no normal grace period gained; an expedited one takes a fraction of a jiffy)"
-                .into(),
-        );
-    }
-    if let Some(p) = &o.prediction {
-        out.extend(prediction_lines(p, o.accel.accel, width));
-    }
-    out.push(format!("A = {}", how_built(&o.a, o.builds[0].as_ref())));
-    out.push(format!("B = {}", how_built(&o.b, o.builds[1].as_ref())));
-    for n in &o.notes {
-        out.push(format!("  {n}"));
-    }
-    let steps: Vec<String> = o
-        .build_steps
-        .iter()
-        .map(|s| (String::new(), s))
-        .chain(o.builds.iter().zip(["A: ", "B: "]).flat_map(|(b, side)| {
-            b.iter()
-                .flat_map(|b| &b.steps)
-                .map(move |s| (side.to_string(), s))
-        }))
-        .map(|(side, s)| format!("{side}{} {}", s.what, duration(s.secs)))
-        .collect();
-    if steps.is_empty() {
-        if o.builds
-            .iter()
-            .any(|b| b.as_ref().is_some_and(|b| b.cached))
-        {
-            out.push(format!(
-                "build: nothing built, both kernels from the cache ({})",
-                duration(o.wall.build_s)
-            ));
-        }
-    } else {
-        out.push(format!(
-            "build: {} ({})",
-            duration(o.wall.build_s),
-            steps.join("; ")
-        ));
-    }
-    let firsts: Vec<f64> = o
-        .boots
-        .iter()
-        .filter_map(|b| b.to_first_command_s)
-        .collect();
-    let lo = firsts.iter().copied().fold(f64::MAX, f64::min);
-    let hi = firsts.iter().copied().fold(f64::MIN, f64::max);
-    out.push(format!(
-        "boots: {} in {} ({:.1}–{:.1} s to the first command); wall time {}",
-        o.boots.len(),
-        duration(o.wall.boots_s),
-        lo,
-        hi,
-        duration(o.wall.total_s)
-    ));
-    out.push(o.accel.why.clone());
-    out.push(String::new());
-    out.push("details, per metric:".into());
-    out.push(details(&o.scenarios));
-    out.join("\n")
-}
-
-/// `1 → 0`, for a pair of medians.
-fn pair(x: [f64; 2]) -> String {
-    format!("{} → {}", num(x[0]), num(x[1]))
-}
-
-/// Whether a side's prediction matched its measurement, in words.
-fn agreement_words(agrees: [Option<bool>; 2]) -> String {
-    match agrees {
-        [Some(true), Some(true)] => "as measured on A and B".into(),
-        [a, b] => {
-            let miss: Vec<&str> = [(a, "A"), (b, "B")]
-                .iter()
-                .filter(|(x, _)| *x == Some(false))
-                .map(|(_, s)| *s)
-                .collect();
-            if miss.is_empty() {
-                "not compared with a measurement".into()
-            } else {
-                format!(
-                    "DIFFERS from the measurement on {} (hvlab fidelity shows the rows)",
-                    miss.join(" and ")
-                )
-            }
-        }
-    }
-}
-
-/// One variant's prediction on this host: the stall counts, each wait in jiffies.
-fn variant_prediction(v: &kab::VariantPrediction) -> String {
-    let mut parts = vec![format!("stalls {}", pair(v.stalls))];
-    for w in &v.waits {
-        let sides = match w.sides {
-            [true, true] => "both",
-            [true, false] => "A only",
-            _ => "B only",
-        };
-        parts.push(format!(
-            "{} waits for the grace period of {} ({sides}): {} jiffies",
-            w.ioctl,
-            w.on,
-            pair(w.jiffies)
-        ));
-    }
-    parts.join("; ")
-}
-
-/// The reporter's host, one line: the VM's creation before and after, and the stalls.
-fn reporters_line(r: &[crate::lab::fidelity::srcu::OnReportersHost; 2]) -> String {
-    let saved = r[0].ready_ms.median - r[1].ready_ms.median;
-    format!(
-        "{} VM ready {} → {} ms ({}{} ms per VM creation); first KVM_CREATE_VCPU {} → {} ms; stalls {}",
-        r[0].variant,
-        num(r[0].ready_ms.median),
-        num(r[1].ready_ms.median),
-        if saved >= 0.0 { "−" } else { "+" },
-        num(saved.abs()),
-        num(r[0].first_vcpu_ms.median),
-        num(r[1].first_vcpu_ms.median),
-        pair([r[0].stalls.median, r[1].stalls.median])
-    )
-}
-
-/// The model's prediction of the change, after the measured verdicts.
-fn prediction_lines(p: &kab::KabPrediction, accel: Accel, width: usize) -> Vec<String> {
-    let mut out = vec!["predicted by the model (not measured):".to_string()];
-    if !p.unknown.is_empty() {
-        out.push(format!(
-            "  nothing: the model does not know the kernels ({})",
-            p.unknown.join("; ")
-        ));
-        return out;
-    }
-    let strategy = |i: usize| p.strategies[i].as_ref().map_or("?", |s| s.name);
-    out.push(format!(
-        "  strategies: A {} ({}), B {} ({})",
-        strategy(0),
-        p.strategies[0].as_ref().map_or("", |s| s.from.as_str()),
-        strategy(1),
-        p.strategies[1].as_ref().map_or("", |s| s.from.as_str()),
-    ));
-    match (&p.this_host, &p.this_host_missing) {
-        (Some(h), _) => {
-            out.push(format!(
-                "  on this host, under {accel} (A calibrated in its guest{}: {}):",
-                if h.calibrated_now {
-                    " by this kab"
-                } else {
-                    ", cached"
-                },
-                h.profile_path.display()
-            ));
-            for v in &h.variants {
-                out.push(format!(
-                    "    {:<width$}  {}; {}",
-                    v.variant,
-                    variant_prediction(v),
-                    agreement_words(v.agrees)
-                ));
-            }
-        }
-        (None, Some(why)) => out.push(format!("  on this host: none ({why})")),
-        (None, None) => {}
-    }
-    if let Some(r) = &p.reporters_host {
-        out.push(format!("  on {} ({}):", r[0].profile, r[0].setup));
-        out.push(format!("    {}", reporters_line(r)));
-    }
-    out
-}
-
-/// The prediction in the cover letter: at most three lines.
-fn prediction_markdown(p: Option<&kab::KabPrediction>) -> Vec<String> {
-    let Some(p) = p else {
-        return vec![
-            "Model prediction: none (the model predicts the lifecycle scenario only)".into(),
-        ];
-    };
-    if !p.unknown.is_empty() {
-        return vec![format!(
-            "Model prediction: none, the model does not know the change ({}); declare it with `--model-strategy`",
-            p.unknown.join("; ")
-        )];
-    }
-    let mut out = vec!["Model prediction (hvlab's model; predicted, not measured):".to_string()];
-    match (&p.this_host, &p.this_host_missing) {
-        (Some(h), _) => {
-            let stalls = h
-                .variants
-                .iter()
-                .map(|v| format!("{} {}", v.variant, pair(v.stalls)))
-                .collect::<Vec<_>>()
-                .join(", ");
-            let rows: Vec<bool> = h.variants.iter().flat_map(|v| v.agrees).flatten().collect();
-            out.push(format!(
-                "- here (base calibrated in its guest): stalls A → B {stalls}; agrees with the measurement in {} of {} (variant, kernel) pairs",
-                rows.iter().filter(|x| **x).count(),
-                rows.len()
-            ));
-        }
-        (None, Some(why)) => out.push(format!("- here: none ({why})")),
-        (None, None) => {}
-    }
-    if let Some(r) = &p.reporters_host {
-        out.push(format!(
-            "- where thread 001 saw the bug (`{}`: {}): {}",
-            r[0].profile,
-            r[0].setup,
-            reporters_line(r).replace('|', "\\|")
-        ));
-    }
-    out
-}
-
-/// The cover-letter paragraph: at most 25 lines of Markdown.
-fn markdown(o: &KabOutcome, command: &str) -> String {
-    let mut out = Vec::new();
-    let side = |k: &Kernel, b: Option<&BuildInfo>| -> String {
-        let patches = b.map_or(String::new(), |b| {
-            b.patches
-                .iter()
-                .map(|p| format!(" + `{}` (sha256 `{}`)", p.file, &p.sha256[..16]))
-                .collect::<String>()
-        });
-        let how = match b.map(|b| &b.how) {
-            Some(How::Modules { modules, .. }) => format!(
-                "Debian's image, {} rebuilt from {} with {}",
-                modules.join(", "),
-                b.map_or("", |b| b.source.as_str()),
-                b.map_or("", |b| b.compiler.as_str())
-            ),
-            Some(How::Whole) => format!(
-                "whole kernel from {}, minimal guest config, {}",
-                b.map_or("", |b| b.source.as_str()),
-                b.map_or("", |b| b.compiler.as_str())
-            ),
-            Some(How::AsShipped { .. }) => "Debian's image as shipped".into(),
-            None => k.source.clone(),
-        };
-        format!("`{}`{patches}: {how}", k.release)
-    };
-    out.push(format!(
-        "**hvlab kab**: {} on `{}` ({}, {} cores{}), QEMU {}",
-        o.scenario_names.join(", "),
-        o.host.cpu,
-        o.host.kernel,
-        o.host.cores,
-        o.host
-            .hypervisor
-            .as_ref()
-            .map_or(String::new(), |h| format!(", under {h}")),
-        match o.accel.accel {
-            vm::Accel::Kvm => "with nested KVM".to_string(),
-            _ => format!("TCG ({}; times not judged)", o.accel.cpu_model),
-        }
-    ));
-    out.push(String::new());
-    out.push(format!("- A: {}", side(&o.a, o.builds[0].as_ref())));
-    out.push(format!("- B: {}", side(&o.b, o.builds[1].as_ref())));
-    out.push(format!(
-        "- {} boot(s) × {} repetitions a side, ABBA; counts exact, jiffies rank-tested",
-        o.boots_per_side, o.reps
-    ));
-    out.push(String::new());
-    out.push("| variant | verdict | stalls A → B | before → after | cause | cost |".into());
-    out.push("|---|---|---|---|---|---|".into());
-    let predicted = prediction_markdown(o.prediction.as_ref());
-    // Header, blank, three bullets, blank, the table's two lines; after it a blank, the
-    // prediction, a blank and the command.
-    let budget = 25 - 8 - 3 - predicted.len();
-    for v in o.verdicts.iter().take(budget) {
-        let reps = v.stall_reps.map_or("–".to_string(), |r| {
-            format!(
-                "{}/{} → {}/{}",
-                r[0].stalled, r[0].reps, r[1].stalled, r[1].reps
-            )
-        });
-        let moved = v
-            .improvements
-            .iter()
-            .filter(|c| !c.within_jiffy && c.metric != "stalls")
-            .chain(&v.regressions)
-            .map(change_words)
-            .collect::<Vec<_>>()
-            .join("; ");
-        let cause = v
-            .stalls
-            .iter()
-            .map(|s| {
-                let sides = match (s.a.is_some(), s.b.is_some()) {
-                    (true, true) => "both",
-                    (true, false) => "A only",
-                    _ => "B only",
-                };
-                format!("{} ({sides})", stall_words(s))
-            })
-            .collect::<Vec<_>>()
-            .join("; ");
-        let cost = v
-            .costs
-            .iter()
-            .map(change_words)
-            .collect::<Vec<_>>()
-            .join("; ");
-        let cell = |t: String| {
-            if t.is_empty() {
-                "–".to_string()
-            } else {
-                t.replace('|', "\\|")
-            }
-        };
-        out.push(format!(
-            "| {} | **{}** | {reps} | {} | {} | {} |",
-            v.variant,
-            v.class.word(),
-            cell(moved),
-            cell(cause),
-            cell(cost)
-        ));
-    }
-    out.push(String::new());
-    out.extend(predicted);
-    out.push(String::new());
-    out.push(format!(
-        "Reproduce: `{command}` (hvlab {})",
-        o.hvlab_version
-    ));
-    out.join("\n") + "\n"
-}
-fn verdict_word(v: AbVerdict) -> &'static str {
-    match v {
-        AbVerdict::Faster => "B shorter",
-        AbVerdict::Slower => "B longer",
-        AbVerdict::NoChange => "no significant change",
-        AbVerdict::NotDecided => "not decided by the rank test",
-    }
-}
-
-fn spread(x: &[f64]) -> String {
-    let lo = x.iter().copied().fold(f64::MAX, f64::min);
-    let hi = x.iter().copied().fold(f64::MIN, f64::max);
-    format!("{}–{}", num(lo), num(hi))
-}
-
-fn num(v: f64) -> String {
-    if v.abs() >= 100.0 || v == v.trunc() {
-        format!("{v:.0}")
-    } else if v.abs() >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    }
-}
-
-fn side_text(m: &MetricAb, i: usize) -> String {
-    format!(
-        "{} {} (range {}, n = {})",
-        num(m.median[i]),
-        m.unit,
-        spread(&m.samples[i]),
-        m.samples[i].len()
-    )
-}
-
-/// The per-metric comparison, after the verdicts.
-fn details(judged: &[ScenarioAb]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    for s in judged {
-        out.push(format!(
-            "\n{}: {} run(s) on A, {} on B",
-            s.scenario,
-            s.runs[0].len(),
-            s.runs[1].len()
-        ));
-        let mut same = 0;
-        let mut quiet = 0;
-        let mut varying = 0;
-        let mut timing_counts = 0;
-        let mut why_not: Option<String> = None;
-        for v in &s.variants {
-            let mut lines = Vec::new();
-            let mut same_here: Vec<String> = Vec::new();
-            for m in &v.metrics {
-                match m.trust {
-                    Trust::Count => {
-                        let word = m.exact.as_deref().unwrap_or("");
-                        if m.not_judged.is_some() {
-                            timing_counts += 1;
-                        } else if word == "same" {
-                            same += 1;
-                            same_here.push(format!("{} {}", m.metric, num(m.median[0])));
-                        } else if word.starts_with("varies") && m.inconclusive.is_none() {
-                            varying += 1;
-                        } else {
-                            let tag = if m.regression {
-                                format!("REGRESSION: {word}")
-                            } else if m.inconclusive.is_some() {
-                                format!("NOT DECIDED: {word}")
-                            } else {
-                                word.to_string()
-                            };
-                            lines.push(format!(
-                                "    [count: {tag}] {}: A {} → B {}",
-                                m.metric,
-                                side_text(m, 0),
-                                side_text(m, 1)
-                            ));
-                        }
-                    }
-                    Trust::Jiffies => {
-                        let c = m.comparison.as_ref();
-                        let verdict = match c {
-                            Some(_) if m.inconclusive.is_some() => "B higher, not established",
-                            Some(c) => verdict_word(c.verdict),
-                            None => "not judged",
-                        };
-                        let p = c.map_or(String::new(), |c| {
-                            format!(
-                                ", rank test p = {:.3}, 95% CI of the ratio {:.2}–{:.2}",
-                                c.p_value, c.ci95[0], c.ci95[1]
-                            )
-                        });
-                        let significant = c.is_some_and(|c| {
-                            c.verdict != AbVerdict::NoChange && c.verdict != AbVerdict::NotDecided
-                        });
-                        if m.median[0].max(m.median[1]) < 0.5 && !significant {
-                            quiet += 1;
-                            continue;
-                        }
-                        let tag = if m.regression {
-                            "REGRESSION, jiffies"
-                        } else if m.inconclusive.is_some() {
-                            "NOT DECIDED, jiffies"
-                        } else {
-                            "jiffies"
-                        };
-                        let note = m
-                            .not_judged
-                            .as_ref()
-                            .map_or(String::new(), |n| format!("; {n}"));
-                        lines.push(format!(
-                            "    [{tag}: {verdict}{p}{note}] {}: A {} → B {}",
-                            m.metric,
-                            side_text(m, 0),
-                            side_text(m, 1)
-                        ));
-                    }
-                    Trust::Time => {
-                        let headline = scenario::find(&s.scenario)
-                            .map(|i| i.headline)
-                            .unwrap_or("");
-                        if let Some(why) = &m.not_judged {
-                            why_not = Some(why.clone());
-                            if m.metric == headline {
-                                lines.push(format!(
-                                    "    [time, shown, not judged] {}: A {} → B {}",
-                                    m.metric,
-                                    side_text(m, 0),
-                                    side_text(m, 1)
-                                ));
-                            }
-                        } else if let Some(c) = &m.comparison
-                            && (m.metric == headline || m.regression)
-                        {
-                            lines.push(format!(
-                                "    [time: {}{}] {}: A {} → B {}",
-                                verdict_word(c.verdict),
-                                format_args!(", p = {:.3}", c.p_value),
-                                m.metric,
-                                side_text(m, 0),
-                                side_text(m, 1)
-                            ));
-                        }
-                    }
-                }
-            }
-            if !same_here.is_empty() {
-                // Fault counts first: they are what a paging change moves.
-                same_here.sort_by_key(|t| !(t.contains("pf_") || t.contains("fault")));
-                let shown: Vec<&str> = same_here.iter().take(6).map(String::as_str).collect();
-                let more = same_here.len().saturating_sub(shown.len());
-                let tail = if more > 0 {
-                    format!(" (+{more} more)")
-                } else {
-                    String::new()
-                };
-                lines.push(format!(
-                    "    [count, exact: same on both, every repetition] {}{tail}",
-                    shown.join(", ")
-                ));
-            }
-            if !lines.is_empty() {
-                out.push(format!("  {}:", v.variant));
-                out.extend(lines);
-            }
-        }
-        out.push(format!(
-            "  counts: {same} exactly the same on both kernels, {varying} varying between repetitions with no significant change; {timing_counts} timing-driven counters (timer interrupts, preemptions) shown in --json, not judged under TCG"
-        ));
-        out.push(format!(
-            "  jiffies: {quiet} ioctl time(s) under half a jiffy on both kernels with no significant change"
-        ));
-        if let Some(why) = why_not {
-            out.push(format!("  times are shown, not judged: {why}"));
-        }
-    }
-    let undecided: Vec<String> = judged
-        .iter()
-        .flat_map(|s| {
-            s.variants.iter().flat_map(move |v| {
-                v.metrics.iter().filter_map(move |m| {
-                    m.inconclusive
-                        .as_ref()
-                        .map(|why| format!("{} {} {}: {why}", s.scenario, v.variant, m.metric))
-                })
-            })
-        })
-        .collect();
-    if !undecided.is_empty() {
-        // Not "no change": B looked worse and the samples could not say whether it is.
-        out.push(format!(
-            "\nundecided: {} judged metric(s) higher on B than the samples can separate from noise:",
-            undecided.len()
-        ));
-    }
-    for u in undecided.iter().take(12) {
-        out.push(format!("  {u}"));
-    }
-    out.join("\n")
+    Ok(missed)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::kab_text::mechanism;
     use super::*;
-    use crate::lab::kab::{HostSummary, StallReps, WallTimes};
+    use crate::kernel::build::{BuildInfo, How};
+    use crate::lab::kab::{
+        Change, HostSummary, StallAb, StallReps, StallSide, VariantVerdict, WallTimes,
+    };
 
     fn stall(a: Option<usize>, b: Option<usize>, cause: &str) -> StallAb {
         let side = |n: usize| StallSide {

@@ -11,6 +11,8 @@ use super::progress::TermProgress;
 use super::run_store::RunStore;
 use super::{InterferenceArgs, print_json, print_text, render};
 use crate::error::Error;
+use crate::lab::fidelity::Agreement;
+use crate::lab::fidelity::patch::{PatchReport, PatchRow, Prediction, Wait};
 use crate::lab::{self, backends, host};
 use crate::model::profile::Profile;
 use crate::model::{ModelBackend, ModelError};
@@ -106,7 +108,7 @@ pub(super) struct FidelityArgs {
 /// measured, and exit 1 when a judged figure or prediction is outside its range.
 pub(super) fn fidelity(db: Option<&Path>, args: &FidelityArgs) -> Result<ExitCode, Error> {
     use lab::fidelity::ThreadReport;
-    use lab::fidelity::patch::{self, PatchReport};
+    use lab::fidelity::patch;
     let reports = lab::fidelity::evaluate(&host::probe(), args.thread.as_deref(), DEFAULT_SEED)?;
     // The patches are predictions of thread 001's mechanism, from the runs in the store.
     let patches = if args.thread.as_deref().is_none_or(|t| t == patch::THREAD) {
@@ -140,8 +142,7 @@ pub(super) fn fidelity(db: Option<&Path>, args: &FidelityArgs) -> Result<ExitCod
 }
 
 /// The predictions of patches, after the threads' table.
-fn patch_predictions(report: &lab::fidelity::patch::PatchReport, tolerance: f64) -> String {
-    use lab::fidelity::Agreement;
+fn patch_predictions(report: &PatchReport, tolerance: f64) -> String {
     let mut out = vec![format!(
         "\npredictions of patches (thread 001): {} row(s), {} within, {} outside, over {} kernel(s) of the stored kabs",
         report
@@ -156,97 +157,8 @@ fn patch_predictions(report: &lab::fidelity::patch::PatchReport, tolerance: f64)
     out.push(format!(
         "  the model, priced by the base kernel calibrated in its own guest under the same accelerator, against each kernel a kab measured; never fitted on the patched runs. Per variant: stalls per VM exactly, each stalled ioctl in jiffies within the kernel's spread (10th-90th percentile) ±{tolerance}%, the same waits; times are not judged"
     ));
-    let num = |v: f64| {
-        if v == v.trunc() {
-            format!("{v:.0}")
-        } else if v.abs() >= 1.0 {
-            format!("{v:.2}")
-        } else {
-            format!("{v:.3}")
-        }
-    };
-    let waits = |w: &[lab::fidelity::patch::Wait]| {
-        if w.is_empty() {
-            "none".to_string()
-        } else {
-            w.iter()
-                .map(|w| format!("{} on {}'s grace period", w.ioctl, w.on))
-                .collect::<Vec<_>>()
-                .join(", ")
-        }
-    };
     for p in &report.predictions {
-        out.push(format!(
-            "\n  {} {}, change: {}; model strategy {} ({})",
-            p.release, p.accel, p.change, p.strategy.name, p.strategy.from
-        ));
-        out.push(format!(
-            "    profile {} ({}); repetitions per variant: model {}, kernel {}; kab(s) {}",
-            p.profile,
-            p.profile_path.display(),
-            p.reps[0],
-            p.reps[1],
-            p.kabs.join(", ")
-        ));
-        for f in &p.fitted {
-            out.push(format!(
-                "    fitted input read: {}.{} (on {})",
-                f.profile, f.key, f.fitted_on
-            ));
-        }
-        let width = p.rows.iter().map(|r| r.variant.len()).max().unwrap_or(0);
-        for r in &p.rows {
-            let verdict = match &r.agreement {
-                Agreement::Within => "within",
-                Agreement::Outside => "OUTSIDE",
-                Agreement::Fitted { .. } => "fitted",
-            };
-            let mut parts = vec![format!(
-                "stalls model {} kernel {}{} ({} of {} / {} of {} repetitions)",
-                num(r.stalls.predicted),
-                num(r.stalls.measured),
-                if r.stalls.pass { "" } else { " (differ)" },
-                r.stalled_reps[0][0],
-                r.stalled_reps[0][1],
-                r.stalled_reps[1][0],
-                r.stalled_reps[1][1]
-            )];
-            for c in &r.jiffies {
-                parts.push(format!(
-                    "{} model {} jiffies, kernel {} ({}–{}){}",
-                    c.metric.trim_start_matches("ioctl."),
-                    num(c.predicted),
-                    num(c.measured),
-                    num(c.band[0]),
-                    num(c.band[1]),
-                    if c.pass { "" } else { " (outside)" }
-                ));
-            }
-            if let Some([m, k]) = r.tick_phase_ms
-                && r.jiffies.iter().any(|c| !c.pass)
-            {
-                parts.push(format!(
-                    "builds start {} ms after a tick in the model, {} ms in the kernel",
-                    num(m),
-                    num(k)
-                ));
-            }
-            let same = r.model_waits == r.kernel_waits;
-            parts.push(if same {
-                format!("waits: {}", waits(&r.kernel_waits))
-            } else {
-                format!(
-                    "waits differ: model {}, kernel {}",
-                    waits(&r.model_waits),
-                    waits(&r.kernel_waits)
-                )
-            });
-            out.push(format!(
-                "    {:<width$}  {verdict:<7}  {}",
-                r.variant,
-                parts.join("; ")
-            ));
-        }
+        out.extend(kernel_prediction(p));
     }
     for s in &report.skipped {
         out.push(format!(
@@ -262,6 +174,114 @@ fn patch_predictions(report: &lab::fidelity::patch::PatchReport, tolerance: f64)
         out.push("  none: no stored kab of a change the model knows (hvlab kab debian:7.3 debian:7.3+001-lifecycle-keyed.patch stores one)".into());
     }
     out.join("\n")
+}
+
+/// One kernel of a kab against the model: what it is, the profile that priced it, any fitted
+/// input read, and a line per variant.
+fn kernel_prediction(p: &Prediction) -> Vec<String> {
+    let mut out = vec![
+        format!(
+            "\n  {} {}, change: {}; model strategy {} ({})",
+            p.release, p.accel, p.change, p.strategy.name, p.strategy.from
+        ),
+        format!(
+            "    profile {} ({}); repetitions per variant: model {}, kernel {}; kab(s) {}",
+            p.profile,
+            p.profile_path.display(),
+            p.reps[0],
+            p.reps[1],
+            p.kabs.join(", ")
+        ),
+    ];
+    for f in &p.fitted {
+        out.push(format!(
+            "    fitted input read: {}.{} (on {})",
+            f.profile, f.key, f.fitted_on
+        ));
+    }
+    let width = p.rows.iter().map(|r| r.variant.len()).max().unwrap_or(0);
+    for r in &p.rows {
+        let verdict = match &r.agreement {
+            Agreement::Within => "within",
+            Agreement::Outside => "OUTSIDE",
+            Agreement::Fitted { .. } => "fitted",
+        };
+        out.push(format!(
+            "    {:<width$}  {verdict:<7}  {}",
+            r.variant,
+            row_findings(r).join("; ")
+        ));
+    }
+    out
+}
+
+/// One variant's row, model against kernel: the stalls, each stalled ioctl's jiffies, where
+/// the builds started against the tick when a length missed, and the waits.
+fn row_findings(r: &PatchRow) -> Vec<String> {
+    let mut parts = vec![format!(
+        "stalls model {} kernel {}{} ({} of {} / {} of {} repetitions)",
+        figure(r.stalls.predicted),
+        figure(r.stalls.measured),
+        if r.stalls.pass { "" } else { " (differ)" },
+        r.stalled_reps[0][0],
+        r.stalled_reps[0][1],
+        r.stalled_reps[1][0],
+        r.stalled_reps[1][1]
+    )];
+    for c in &r.jiffies {
+        parts.push(format!(
+            "{} model {} jiffies, kernel {} ({}–{}){}",
+            c.metric.trim_start_matches("ioctl."),
+            figure(c.predicted),
+            figure(c.measured),
+            figure(c.band[0]),
+            figure(c.band[1]),
+            if c.pass { "" } else { " (outside)" }
+        ));
+    }
+    if let Some([m, k]) = r.tick_phase_ms
+        && r.jiffies.iter().any(|c| !c.pass)
+    {
+        parts.push(format!(
+            "builds start {} ms after a tick in the model, {} ms in the kernel",
+            figure(m),
+            figure(k)
+        ));
+    }
+    parts.push(if r.model_waits == r.kernel_waits {
+        format!("waits: {}", waits_words(&r.kernel_waits))
+    } else {
+        format!(
+            "waits differ: model {}, kernel {}",
+            waits_words(&r.model_waits),
+            waits_words(&r.kernel_waits)
+        )
+    });
+    parts
+}
+
+/// A prediction's figure: a whole number bare, else two decimals from 1 up and three below.
+fn figure(v: f64) -> String {
+    if v == v.trunc() {
+        format!("{v:.0}")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// `KVM_SET_USER_MEMORY_REGION on KVM_CREATE_IRQCHIP's grace period, ...`, or `none`.
+fn waits_words(waits: &[Wait]) -> String {
+    if waits.is_empty() {
+        "none".to_string()
+    } else {
+        waits
+            .iter()
+            .map(|w| format!("{} on {}'s grace period", w.ioctl, w.on))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 #[derive(Debug, Args)]

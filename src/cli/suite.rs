@@ -8,6 +8,7 @@ use clap::Args;
 
 use super::paths::{check_output_dir, write_report};
 use super::progress::TermProgress;
+use super::run_store::RunStore;
 use super::{MeasureArgs, ShardArgs, habits, print_json, print_text, render, request_of};
 use crate::error::Error;
 use crate::export::words;
@@ -15,6 +16,7 @@ use crate::lab::{self, backends, host};
 use crate::record::RunRecord;
 use crate::scenario::runner::DEFAULT_SEED;
 use hvlab_core::BackendKind;
+use hvlab_core::host::HostInfo;
 
 #[derive(Debug, Args)]
 pub(super) struct SuiteArgs {
@@ -61,7 +63,6 @@ pub(super) fn suite(db: Option<&Path>, args: &SuiteArgs) -> Result<ExitCode, Err
     let h = host::probe();
     let say = |note: &str| habits::note(&format!("note: {note}"));
     let model_profile = backends::ModelProfile::named(args.measure.profile.as_deref()).noting(&say);
-    let json = args.measure.json;
     let suite_id = lab::suite::suite_id(
         args.backend,
         shard,
@@ -72,21 +73,64 @@ pub(super) fn suite(db: Option<&Path>, args: &SuiteArgs) -> Result<ExitCode, Err
     if !shard.is_whole() {
         eprintln!("suite {suite_id} shard {shard} ({source})");
     }
-    let lab::suite::SuiteOutcome {
-        records,
-        skipped,
-        units,
-    } = lab::suite::run(
-        &suite_id,
-        &h,
-        args.backend,
+    let outcome = run_units(
+        args,
+        &SuiteRun {
+            suite_id: &suite_id,
+            host: &h,
+            shard,
+            model_profile: &model_profile,
+        },
+        &mut run_store,
+    )?;
+    let fidelity = lab::fidelity::evaluate(&h, None, DEFAULT_SEED)?;
+    let report = report_of(&outcome.records, &fidelity, &args.report)?;
+    let summary = render::SuiteSummary {
+        suite_id: &suite_id,
         shard,
+        host: &h,
+        records: &outcome.records,
+        skipped: outcome.skipped.len(),
+        fidelity: &fidelity,
+        report: report.as_deref(),
+    };
+    print_outcome(args.measure.json, &summary, &outcome)?;
+    if let Some(s) = run_store
+        .as_ref()
+        .filter(|s| !args.verbose && s.stored() > 0)
+    {
+        habits::note(&format!("stored {} run(s) in {}", s.stored(), s.display()));
+    }
+    shard_outcome(shard, &outcome)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What every unit of this run of the suite shares.
+struct SuiteRun<'a> {
+    suite_id: &'a str,
+    host: &'a HostInfo,
+    shard: lab::shard::Shard,
+    model_profile: &'a backends::ModelProfile<'a>,
+}
+
+/// Runs the shard's units, storing each run as it finishes (and printing its account with -v).
+fn run_units(
+    args: &SuiteArgs,
+    run: &SuiteRun<'_>,
+    run_store: &mut Option<RunStore>,
+) -> Result<lab::suite::SuiteOutcome, Error> {
+    let json = args.measure.json;
+    lab::suite::run(
+        run.suite_id,
+        run.host,
+        args.backend,
+        run.shard,
         args.measure.seed,
-        |kind, host, seed| backends::make(kind, host, &model_profile, seed),
+        |kind, host, seed| backends::make(kind, host, run.model_profile, seed),
         |kind| request_of(kind.info(), &args.measure, Vec::new(), kind.defaults()),
         |info| TermProgress::new(info.name, json),
         |record| {
-            if let Some(s) = &mut run_store {
+            if let Some(s) = run_store.as_mut() {
                 s.save(record)?;
             }
             if !json && args.verbose {
@@ -95,55 +139,62 @@ pub(super) fn suite(db: Option<&Path>, args: &SuiteArgs) -> Result<ExitCode, Err
             }
             Ok(())
         },
-    )?;
-    let fidelity = lab::fidelity::evaluate(&h, None, DEFAULT_SEED)?;
-    let report = if records.is_empty() {
-        None
-    } else {
-        Some(write_report(
-            &records,
-            &fidelity,
-            &records,
-            &args.report,
-            "--report DIR",
-        )?)
-    };
-    let skipped_words: Vec<String> = skipped.iter().map(words::skipped_unit).collect();
-    if args.measure.json {
+    )
+}
+
+/// The report of the runs, when any run produced samples.
+fn report_of(
+    records: &[RunRecord],
+    fidelity: &[lab::fidelity::ThreadReport],
+    dir: &Path,
+) -> Result<Option<PathBuf>, Error> {
+    if records.is_empty() {
+        return Ok(None);
+    }
+    write_report(records, fidelity, records, dir, "--report DIR").map(Some)
+}
+
+/// The suite's result: one JSON document, or the skipped units on stderr and the summary.
+fn print_outcome(
+    json: bool,
+    summary: &render::SuiteSummary<'_>,
+    outcome: &lab::suite::SuiteOutcome,
+) -> Result<(), Error> {
+    let skipped_words: Vec<String> = outcome.skipped.iter().map(words::skipped_unit).collect();
+    if json {
         print_json(&serde_json::json!({
-            "suite": suite_id, "shard": shard.to_string(), "units": units,
-            "runs": records, "skipped": skipped_words, "fidelity": fidelity, "report": report
-        }))?;
+            "suite": summary.suite_id, "shard": summary.shard.to_string(), "units": outcome.units,
+            "runs": summary.records, "skipped": skipped_words, "fidelity": summary.fidelity,
+            "report": summary.report
+        }))
     } else {
         for s in &skipped_words {
             eprintln!("skipped {s}");
         }
-        print_text(&render::suite_summary(&render::SuiteSummary {
-            suite_id: &suite_id,
-            shard,
-            host: &h,
-            records: &records,
-            skipped: skipped.len(),
-            fidelity: &fidelity,
-            report: report.as_deref(),
-        }))?;
+        print_text(&render::suite_summary(summary))
     }
-    if let Some(s) = run_store
-        .as_ref()
-        .filter(|s| !args.verbose && s.stored() > 0)
-    {
-        habits::note(&format!("stored {} run(s) in {}", s.stored(), s.display()));
-    }
+}
+
+/// A shard with no units is said so; one that ran nothing it was given is an error.
+fn shard_outcome(
+    shard: lab::shard::Shard,
+    outcome: &lab::suite::SuiteOutcome,
+) -> Result<(), Error> {
+    let lab::suite::SuiteOutcome {
+        records,
+        skipped,
+        units,
+    } = outcome;
     if units.is_empty() {
         habits::note(&format!(
             "note: shard {shard} has no units: the suite has fewer units than shards"
         ));
-    } else if let Some(e) = shard_without_kvm(shard, &units, &records, &skipped) {
+    } else if let Some(e) = shard_without_kvm(shard, units, records, skipped) {
         return Err(e);
     } else if records.is_empty() {
         return Err(backends::no_kvm());
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// `--plan`: the units this shard would run, and nothing run.

@@ -1,0 +1,137 @@
+//! The paragraph a patch's cover letter can quote (`kab --markdown`): at most 25 lines of
+//! Markdown with the host, both sides, a row per variant, the model's prediction and the
+//! command that reproduces it.
+
+use super::kab_prediction::prediction_markdown;
+use super::kab_words::{change_words, sides_word, stall_words};
+use crate::kernel::Kernel;
+use crate::kernel::build::{BuildInfo, How};
+use crate::kernel::vm;
+use crate::lab::kab::{KabOutcome, VariantVerdict};
+
+/// The cover-letter paragraph: at most 25 lines of Markdown.
+pub(super) fn markdown(o: &KabOutcome, command: &str) -> String {
+    let mut out = vec![
+        host_line(o),
+        String::new(),
+        format!("- A: {}", side(&o.a, o.builds[0].as_ref())),
+        format!("- B: {}", side(&o.b, o.builds[1].as_ref())),
+        format!(
+            "- {} boot(s) × {} repetitions a side, ABBA; counts exact, jiffies rank-tested",
+            o.boots_per_side, o.reps
+        ),
+        String::new(),
+        "| variant | verdict | stalls A → B | before → after | cause | cost |".into(),
+        "|---|---|---|---|---|---|".into(),
+    ];
+    let predicted = prediction_markdown(o.prediction.as_ref());
+    // Header, blank, three bullets, blank, the table's two lines; after it a blank, the
+    // prediction, a blank and the command.
+    let budget = 25 - 8 - 3 - predicted.len();
+    out.extend(o.verdicts.iter().take(budget).map(table_row));
+    out.push(String::new());
+    out.extend(predicted);
+    out.push(String::new());
+    out.push(format!(
+        "Reproduce: `{command}` (hvlab {})",
+        o.hvlab_version
+    ));
+    out.join("\n") + "\n"
+}
+
+/// What ran where: the scenarios, this host, and the accelerator.
+fn host_line(o: &KabOutcome) -> String {
+    format!(
+        "**hvlab kab**: {} on `{}` ({}, {} cores{}), QEMU {}",
+        o.scenario_names.join(", "),
+        o.host.cpu,
+        o.host.kernel,
+        o.host.cores,
+        o.host
+            .hypervisor
+            .as_ref()
+            .map_or(String::new(), |h| format!(", under {h}")),
+        match o.accel.accel {
+            vm::Accel::Kvm => "with nested KVM".to_string(),
+            _ => format!("TCG ({}; times not judged)", o.accel.cpu_model),
+        }
+    )
+}
+
+/// A side: the release, its patches with their hashes, and how it was made.
+fn side(k: &Kernel, b: Option<&BuildInfo>) -> String {
+    let patches = b.map_or(String::new(), |b| {
+        b.patches
+            .iter()
+            .map(|p| format!(" + `{}` (sha256 `{}`)", p.file, &p.sha256[..16]))
+            .collect::<String>()
+    });
+    let how = match b {
+        Some(b) => match &b.how {
+            How::Modules { modules, .. } => format!(
+                "Debian's image, {} rebuilt from {} with {}",
+                modules.join(", "),
+                b.source,
+                b.compiler
+            ),
+            How::Whole => format!(
+                "whole kernel from {}, minimal guest config, {}",
+                b.source, b.compiler
+            ),
+            How::AsShipped { .. } => "Debian's image as shipped".into(),
+        },
+        None => k.source.clone(),
+    };
+    format!("`{}`{patches}: {how}", k.release)
+}
+
+/// A variant's row: its verdict, the repetitions that stalled, what moved, the stalls' causes
+/// and what B costs.
+fn table_row(v: &VariantVerdict) -> String {
+    let reps = v.stall_reps.map_or("–".to_string(), |r| {
+        format!(
+            "{}/{} → {}/{}",
+            r[0].stalled, r[0].reps, r[1].stalled, r[1].reps
+        )
+    });
+    let moved = v
+        .improvements
+        .iter()
+        .filter(|c| !c.within_jiffy && c.metric != "stalls")
+        .chain(&v.regressions)
+        .map(change_words)
+        .collect::<Vec<_>>()
+        .join("; ");
+    let cause = v
+        .stalls
+        .iter()
+        .map(|s| {
+            let sides = sides_word([s.a.is_some(), s.b.is_some()]);
+            format!("{} ({sides})", stall_words(s))
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let cost = v
+        .costs
+        .iter()
+        .map(change_words)
+        .collect::<Vec<_>>()
+        .join("; ");
+    format!(
+        "| {} | **{}** | {reps} | {} | {} | {} |",
+        v.variant,
+        v.class.word(),
+        cell(moved),
+        cell(cause),
+        cell(cost)
+    )
+}
+
+/// A table cell: a dash when empty, pipes escaped.
+fn cell(t: String) -> String {
+    if t.is_empty() {
+        "–".to_string()
+    } else {
+        t.replace('|', "\\|")
+    }
+}

@@ -1,0 +1,260 @@
+//! A kab's per-metric comparison, after the verdicts: per scenario and variant the metrics
+//! that moved or were not decided, the counts the same on both kernels, and what was counted
+//! rather than shown.
+
+use super::kab_words::num;
+use crate::analysis::compare::AbVerdict;
+use crate::lab::kab::{MetricAb, ScenarioAb, Trust, VariantAb};
+use crate::scenario;
+
+/// The per-metric comparison, after the verdicts.
+pub(super) fn details(judged: &[ScenarioAb]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    for s in judged {
+        out.extend(scenario_details(s));
+    }
+    out.extend(undecided(judged));
+    out.join("\n")
+}
+
+/// The metrics a scenario's details count instead of showing, said in its last lines.
+#[derive(Default)]
+struct Unshown {
+    /// Counts exactly the same on both kernels.
+    same: usize,
+    /// Jiffies under half a jiffy on both kernels, with no significant change.
+    quiet: usize,
+    /// Counts varying between repetitions, with no significant change.
+    varying: usize,
+    /// Timing-driven counts, not judged.
+    timing_counts: usize,
+    /// Why times are not judged, when they are not.
+    times_not_judged: Option<String>,
+}
+
+fn scenario_details(s: &ScenarioAb) -> Vec<String> {
+    let mut out = vec![format!(
+        "\n{}: {} run(s) on A, {} on B",
+        s.scenario,
+        s.runs[0].len(),
+        s.runs[1].len()
+    )];
+    let headline = scenario::find(&s.scenario)
+        .map(|i| i.headline)
+        .unwrap_or("");
+    let mut unshown = Unshown::default();
+    for v in &s.variants {
+        out.extend(variant_details(v, headline, &mut unshown));
+    }
+    let Unshown {
+        same,
+        quiet,
+        varying,
+        timing_counts,
+        times_not_judged,
+    } = unshown;
+    out.push(format!(
+        "  counts: {same} exactly the same on both kernels, {varying} varying between repetitions with no significant change; {timing_counts} timing-driven counters (timer interrupts, preemptions) shown in --json, not judged under TCG"
+    ));
+    out.push(format!(
+        "  jiffies: {quiet} ioctl time(s) under half a jiffy on both kernels with no significant change"
+    ));
+    if let Some(why) = times_not_judged {
+        out.push(format!("  times are shown, not judged: {why}"));
+    }
+    out
+}
+
+/// A variant's lines under its name: the metrics shown, then its counts the same on both
+/// kernels; nothing when it has neither.
+fn variant_details(v: &VariantAb, headline: &str, unshown: &mut Unshown) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut same_here: Vec<String> = Vec::new();
+    for m in &v.metrics {
+        let line = match m.trust {
+            Trust::Count => count_line(m, unshown, &mut same_here),
+            Trust::Jiffies => jiffies_line(m, unshown),
+            Trust::Time => time_line(m, headline, unshown),
+        };
+        lines.extend(line);
+    }
+    lines.extend(same_counts_line(same_here));
+    if lines.is_empty() {
+        return lines;
+    }
+    let mut out = vec![format!("  {}:", v.variant)];
+    out.extend(lines);
+    out
+}
+
+/// A count that changed, regressed or is not decided; the others are counted (and a count the
+/// same on both kernels listed in `same_here`).
+fn count_line(m: &MetricAb, unshown: &mut Unshown, same_here: &mut Vec<String>) -> Option<String> {
+    let word = m.exact.as_deref().unwrap_or("");
+    if m.not_judged.is_some() {
+        unshown.timing_counts += 1;
+        return None;
+    }
+    if word == "same" {
+        unshown.same += 1;
+        same_here.push(format!("{} {}", m.metric, num(m.median[0])));
+        return None;
+    }
+    if word.starts_with("varies") && m.inconclusive.is_none() {
+        unshown.varying += 1;
+        return None;
+    }
+    let tag = if m.regression {
+        format!("REGRESSION: {word}")
+    } else if m.inconclusive.is_some() {
+        format!("NOT DECIDED: {word}")
+    } else {
+        word.to_string()
+    };
+    Some(format!(
+        "    [count: {tag}] {}: A {} → B {}",
+        m.metric,
+        side_text(m, 0),
+        side_text(m, 1)
+    ))
+}
+
+/// A jiffies metric with its rank test, unless it stayed under half a jiffy on both kernels
+/// with no significant change (then it is counted).
+fn jiffies_line(m: &MetricAb, unshown: &mut Unshown) -> Option<String> {
+    let c = m.comparison.as_ref();
+    let verdict = match c {
+        Some(_) if m.inconclusive.is_some() => "B higher, not established",
+        Some(c) => verdict_word(c.verdict),
+        None => "not judged",
+    };
+    let p = c.map_or(String::new(), |c| {
+        format!(
+            ", rank test p = {:.3}, 95% CI of the ratio {:.2}–{:.2}",
+            c.p_value, c.ci95[0], c.ci95[1]
+        )
+    });
+    let significant =
+        c.is_some_and(|c| c.verdict != AbVerdict::NoChange && c.verdict != AbVerdict::NotDecided);
+    if m.median[0].max(m.median[1]) < 0.5 && !significant {
+        unshown.quiet += 1;
+        return None;
+    }
+    let tag = if m.regression {
+        "REGRESSION, jiffies"
+    } else if m.inconclusive.is_some() {
+        "NOT DECIDED, jiffies"
+    } else {
+        "jiffies"
+    };
+    let note = m
+        .not_judged
+        .as_ref()
+        .map_or(String::new(), |n| format!("; {n}"));
+    Some(format!(
+        "    [{tag}: {verdict}{p}{note}] {}: A {} → B {}",
+        m.metric,
+        side_text(m, 0),
+        side_text(m, 1)
+    ))
+}
+
+/// A time: the scenario's headline is shown even when times are not judged (why is kept for
+/// the scenario's last lines); another time only when judged and it regressed.
+fn time_line(m: &MetricAb, headline: &str, unshown: &mut Unshown) -> Option<String> {
+    if let Some(why) = &m.not_judged {
+        unshown.times_not_judged = Some(why.clone());
+        return (m.metric == headline).then(|| {
+            format!(
+                "    [time, shown, not judged] {}: A {} → B {}",
+                m.metric,
+                side_text(m, 0),
+                side_text(m, 1)
+            )
+        });
+    }
+    let c = m.comparison.as_ref()?;
+    (m.metric == headline || m.regression).then(|| {
+        format!(
+            "    [time: {}{}] {}: A {} → B {}",
+            verdict_word(c.verdict),
+            format_args!(", p = {:.3}", c.p_value),
+            m.metric,
+            side_text(m, 0),
+            side_text(m, 1)
+        )
+    })
+}
+
+/// The counts the same on both kernels in every repetition: fault counts first (they are what
+/// a paging change moves), six at most.
+fn same_counts_line(mut same_here: Vec<String>) -> Option<String> {
+    if same_here.is_empty() {
+        return None;
+    }
+    same_here.sort_by_key(|t| !(t.contains("pf_") || t.contains("fault")));
+    let shown: Vec<&str> = same_here.iter().take(6).map(String::as_str).collect();
+    let more = same_here.len().saturating_sub(shown.len());
+    let tail = if more > 0 {
+        format!(" (+{more} more)")
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "    [count, exact: same on both, every repetition] {}{tail}",
+        shown.join(", ")
+    ))
+}
+
+/// The judged metrics B looked worse on that the samples could not settle (twelve at most).
+fn undecided(judged: &[ScenarioAb]) -> Vec<String> {
+    let undecided: Vec<String> = judged
+        .iter()
+        .flat_map(|s| {
+            s.variants.iter().flat_map(move |v| {
+                v.metrics.iter().filter_map(move |m| {
+                    m.inconclusive
+                        .as_ref()
+                        .map(|why| format!("{} {} {}: {why}", s.scenario, v.variant, m.metric))
+                })
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    if !undecided.is_empty() {
+        // Not "no change": B looked worse and the samples could not say whether it is.
+        out.push(format!(
+            "\nundecided: {} judged metric(s) higher on B than the samples can separate from noise:",
+            undecided.len()
+        ));
+    }
+    for u in undecided.iter().take(12) {
+        out.push(format!("  {u}"));
+    }
+    out
+}
+
+fn verdict_word(v: AbVerdict) -> &'static str {
+    match v {
+        AbVerdict::Faster => "B shorter",
+        AbVerdict::Slower => "B longer",
+        AbVerdict::NoChange => "no significant change",
+        AbVerdict::NotDecided => "not decided by the rank test",
+    }
+}
+
+fn spread(x: &[f64]) -> String {
+    let lo = x.iter().copied().fold(f64::MAX, f64::min);
+    let hi = x.iter().copied().fold(f64::MIN, f64::max);
+    format!("{}–{}", num(lo), num(hi))
+}
+
+fn side_text(m: &MetricAb, i: usize) -> String {
+    format!(
+        "{} {} (range {}, n = {})",
+        num(m.median[i]),
+        m.unit,
+        spread(&m.samples[i]),
+        m.samples[i].len()
+    )
+}

@@ -1,0 +1,305 @@
+//! A kab's outcome as terminal text: the verdicts first, each with its mechanism, then the
+//! model's prediction, how the sides were made, the build and the boots, and the details.
+
+use super::kab_details::details;
+use super::kab_prediction::prediction_lines;
+use super::kab_words::{change_words, duration, num, stall_side, stall_words};
+use crate::kernel::Kernel;
+use crate::kernel::build::{BuildInfo, How};
+use crate::lab::kab::{Change, KabOutcome, StallAb, VariantVerdict, VerdictClass};
+
+/// The kab's outcome for the terminal: the answer first, the details last.
+pub(super) fn render(o: &KabOutcome) -> String {
+    let width = o
+        .verdicts
+        .iter()
+        .map(|v| v.variant.len())
+        .max()
+        .unwrap_or(0);
+    let mut out = vec![headline(o)];
+    out.extend(verdict_lines(o, width));
+    if let Some(p) = &o.prediction {
+        out.extend(prediction_lines(p, o.accel.accel, width));
+    }
+    out.push(format!("A = {}", how_built(&o.a, o.builds[0].as_ref())));
+    out.push(format!("B = {}", how_built(&o.b, o.builds[1].as_ref())));
+    for n in &o.notes {
+        out.push(format!("  {n}"));
+    }
+    out.extend(build_line(o));
+    out.push(boots_line(o));
+    out.push(o.accel.why.clone());
+    out.push(String::new());
+    out.push("details, per metric:".into());
+    out.push(details(&o.scenarios));
+    out.join("\n")
+}
+
+/// The answer: how many variants got each verdict, what was measured, and whether B regressed.
+fn headline(o: &KabOutcome) -> String {
+    let mut counts: Vec<(VerdictClass, usize)> = Vec::new();
+    for v in &o.verdicts {
+        match counts.iter_mut().find(|(c, _)| *c == v.class) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((v.class, 1)),
+        }
+    }
+    counts.sort_by_key(|(c, _)| *c as u8);
+    let tally = counts
+        .iter()
+        .map(|(c, n)| format!("{} {n}", c.word()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "kab: B against A, {tally} of {} variant(s) (measured: {}; {} boot(s) × {} repetitions a side; {}){}",
+        o.verdicts.len(),
+        o.scenario_names.join(", "),
+        o.boots_per_side,
+        o.reps,
+        o.accel.accel,
+        if o.regression {
+            "; REGRESSION"
+        } else {
+            "; no regression"
+        }
+    )
+}
+
+/// A line per variant (its verdict and the mechanism's first line), the mechanism's further
+/// lines under it, and what `cost` means when a variant has one.
+fn verdict_lines(o: &KabOutcome, width: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for v in &o.verdicts {
+        let lines = mechanism(v);
+        let first = lines.first().cloned().unwrap_or_default();
+        out.push(format!(
+            "  {:<12} {:<width$}  {first}",
+            v.class.word(),
+            v.variant
+        ));
+        for l in lines.iter().skip(1) {
+            out.push(format!("  {:<12} {:<width$}  {l}", "", ""));
+        }
+    }
+    if o.verdicts.iter().any(|v| !v.costs.is_empty()) {
+        out.push(
+            "  (cost: B significantly slower by under half a jiffy, so no normal grace period gained; an expedited one takes a fraction of a jiffy)"
+                .into(),
+        );
+    }
+    out
+}
+
+/// The build's steps and wall time; when nothing was built, that both kernels came from the
+/// cache.
+fn build_line(o: &KabOutcome) -> Option<String> {
+    let steps: Vec<String> = o
+        .build_steps
+        .iter()
+        .map(|s| (String::new(), s))
+        .chain(o.builds.iter().zip(["A: ", "B: "]).flat_map(|(b, side)| {
+            b.iter()
+                .flat_map(|b| &b.steps)
+                .map(move |s| (side.to_string(), s))
+        }))
+        .map(|(side, s)| format!("{side}{} {}", s.what, duration(s.secs)))
+        .collect();
+    if !steps.is_empty() {
+        return Some(format!(
+            "build: {} ({})",
+            duration(o.wall.build_s),
+            steps.join("; ")
+        ));
+    }
+    o.builds
+        .iter()
+        .any(|b| b.as_ref().is_some_and(|b| b.cached))
+        .then(|| {
+            format!(
+                "build: nothing built, both kernels from the cache ({})",
+                duration(o.wall.build_s)
+            )
+        })
+}
+
+/// The boots: how many, how long, the spread of their time to the first command.
+fn boots_line(o: &KabOutcome) -> String {
+    let firsts: Vec<f64> = o
+        .boots
+        .iter()
+        .filter_map(|b| b.to_first_command_s)
+        .collect();
+    let lo = firsts.iter().copied().fold(f64::MAX, f64::min);
+    let hi = firsts.iter().copied().fold(f64::MIN, f64::max);
+    format!(
+        "boots: {} in {} ({:.1}–{:.1} s to the first command); wall time {}",
+        o.boots.len(),
+        duration(o.wall.boots_s),
+        lo,
+        hi,
+        duration(o.wall.total_s)
+    )
+}
+
+/// The mechanism of a verdict, in words: the first line and any further lines.
+pub(super) fn mechanism(v: &VariantVerdict) -> Vec<String> {
+    let mut out = match v.class {
+        VerdictClass::Fixed => fixed(v),
+        VerdictClass::Regressed => regressed(v),
+        VerdictClass::Improved => v
+            .improvements
+            .iter()
+            .filter(|c| !c.within_jiffy)
+            .map(|c| format!("B better: {}", change_words(c)))
+            .collect(),
+        VerdictClass::NotDecided => vec![format!(
+            "the samples cannot settle {} (details below)",
+            v.undecided.join(", ")
+        )],
+        VerdictClass::NoChange => Vec::new(),
+    };
+    if matches!(
+        v.class,
+        VerdictClass::NoChange | VerdictClass::NotDecided | VerdictClass::Improved
+    ) {
+        out.extend(unchanged_stalls(v));
+    }
+    let mut costs: Vec<&Change> = v.costs.iter().collect();
+    costs.sort_by(|x, y| (y.b - y.a).total_cmp(&(x.b - x.a)));
+    for c in costs {
+        out.push(format!("cost: {} (+{})", change_words(c), num(c.b - c.a)));
+    }
+    out
+}
+
+/// The variant's stalls found on A's runs (`a`) and on B's (`b`) as asked.
+fn stalls_found(v: &VariantVerdict, a: bool, b: bool) -> Vec<&StallAb> {
+    v.stalls
+        .iter()
+        .filter(|s| s.a.is_some() == a && s.b.is_some() == b)
+        .collect()
+}
+
+/// `20 of 20`: the repetitions with a stall on side `i`, when the scenario counts them.
+fn stalled_reps(v: &VariantVerdict, i: usize) -> String {
+    v.stall_reps.map_or(String::new(), |r| {
+        format!("{} of {}", r[i].stalled, r[i].reps)
+    })
+}
+
+/// FIXED: each stall gone, with the metric that carried it, and the repetitions that stalled.
+fn fixed(v: &VariantVerdict) -> Vec<String> {
+    let gone = stalls_found(v, true, false);
+    if gone.is_empty() {
+        return vec![format!(
+            "repetitions with a stall {} → {}",
+            stalled_reps(v, 0),
+            stalled_reps(v, 1)
+        )];
+    }
+    // The metric that carried the stall, shown beside it.
+    let carried = v.improvements.iter().find(|c| {
+        v.stalls
+            .iter()
+            .any(|s| c.metric == s.ioctl || c.metric == format!("ioctl.{}", s.ioctl))
+    });
+    gone.iter()
+        .map(|s| {
+            format!(
+                "{} no longer waits for the grace period of {}: {}repetitions with a stall {} → {}",
+                s.ioctl,
+                s.cause,
+                carried.map_or(String::new(), |c| format!("{}; ", change_words(c))),
+                stalled_reps(v, 0),
+                stalled_reps(v, 1)
+            )
+        })
+        .collect()
+}
+
+/// REGRESSED: the stalls B gained, the metrics B is worse on, and any stall B lost.
+fn regressed(v: &VariantVerdict) -> Vec<String> {
+    let mut out = Vec::new();
+    for s in stalls_found(v, false, true) {
+        let side = s.b.as_ref().map_or(String::new(), stall_side);
+        out.push(format!("B gained a stall: {} ({side})", stall_words(s)));
+    }
+    for c in &v.regressions {
+        out.push(format!("B worse: {}", change_words(c)));
+    }
+    for s in stalls_found(v, true, false) {
+        out.push(format!("(and no longer: {})", stall_words(s)));
+    }
+    out
+}
+
+/// The stalls both kernels have; with no change and no stall, that there is none.
+fn unchanged_stalls(v: &VariantVerdict) -> Vec<String> {
+    let mut out: Vec<String> = stalls_found(v, true, true)
+        .iter()
+        .map(|s| {
+            format!(
+                "stalls on both: {} (A: {}; B: {})",
+                stall_words(s),
+                s.a.as_ref().map_or(String::new(), stall_side),
+                s.b.as_ref().map_or(String::new(), stall_side)
+            )
+        })
+        .collect();
+    if v.class == VerdictClass::NoChange && v.stalls.is_empty() {
+        out.push(if v.stall_reps.is_some() {
+            "no stall on either kernel".into()
+        } else {
+            "no judged change".into()
+        });
+    }
+    out
+}
+
+/// How a side was made, in one line.
+pub(super) fn how_built(k: &Kernel, b: Option<&BuildInfo>) -> String {
+    let Some(b) = b else {
+        return format!("{} ({}), as given", k.release, k.source);
+    };
+    let patches = if b.patches.is_empty() {
+        "no patch".to_string()
+    } else {
+        b.patches
+            .iter()
+            .map(|p| {
+                let series = if p.subjects.len() > 1 {
+                    format!(
+                        "a series of {}: {}; ",
+                        p.subjects.len(),
+                        p.subjects.join("; ")
+                    )
+                } else {
+                    String::new()
+                };
+                format!("{} ({series}sha256 {})", p.file, &p.sha256[..16])
+            })
+            .collect::<Vec<_>>()
+            .join(" + ")
+    };
+    let how = match &b.how {
+        How::Modules { modules, .. } => format!(
+            "Debian's {} image with {} rebuilt from {}",
+            k.release,
+            modules.join(", "),
+            b.source
+        ),
+        How::Whole => format!("whole kernel {} from {}", k.release, b.source),
+        How::AsShipped { .. } => {
+            return format!(
+                "Debian's {} as shipped, {patches}: nothing a build uses changes",
+                k.release
+            );
+        }
+    };
+    let reused = if b.cached && !matches!(b.how, How::AsShipped { .. }) {
+        ", reused from the cache"
+    } else {
+        ""
+    };
+    format!("{how}, {patches} ({}{reused})", b.compiler)
+}
