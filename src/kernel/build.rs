@@ -17,7 +17,7 @@
 //! and renamed into place when complete, and the tree is restored after each patched build
 //! (a journal of the originals survives a crash), so nothing half-built is ever reused.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -316,20 +316,7 @@ pub fn resolve(
         .map(|s| PatchedSpec::parse(s))
         .collect::<Result<Vec<_>, _>>()?;
     if parsed.iter().all(|p| p.patches.is_empty()) {
-        let sides = specs
-            .iter()
-            .map(|s| {
-                Ok(Built {
-                    kernel: super::resolve(s, modules)?,
-                    build: None,
-                })
-            })
-            .collect::<Result<Vec<_>, KernelError>>()?;
-        return Ok(Resolved {
-            sides,
-            steps: Vec::new(),
-            notes: Vec::new(),
-        });
+        return resolve_as_given(specs, modules);
     }
     for p in parsed.iter().filter(|p| !p.patches.is_empty()) {
         if !p.base.starts_with("debian:") {
@@ -339,6 +326,44 @@ pub fn resolve(
         }
     }
     // Before anything is fetched.
+    check_toolchain()?;
+    let images = fetch_images(&parsed)?;
+    let mut steps = Vec::new();
+    let mut notes = Vec::new();
+    let sides = build_image_groups(&parsed, &images, progress, &mut steps, &mut notes)?;
+    let out = complete_sides(sides, &parsed, &images, modules)?;
+    if out.len() == 2 && (out[0].build.is_some() != out[1].build.is_some()) {
+        notes.push(
+            "one side is a kernel as given and the other was rebuilt here: they differ by more than the patch (source version, compiler, config)".into(),
+        );
+    }
+    Ok(Resolved {
+        sides: out,
+        steps,
+        notes,
+    })
+}
+
+/// Specs without patches: each kernel as given, nothing built.
+fn resolve_as_given(specs: &[&str], modules: Option<&Path>) -> Result<Resolved, BuildError> {
+    let sides = specs
+        .iter()
+        .map(|s| {
+            Ok(Built {
+                kernel: super::resolve(s, modules)?,
+                build: None,
+            })
+        })
+        .collect::<Result<Vec<_>, KernelError>>()?;
+    Ok(Resolved {
+        sides,
+        steps: Vec::new(),
+        notes: Vec::new(),
+    })
+}
+
+/// Fails, naming the packages to install, when this host lacks a tool a kernel build needs.
+fn check_toolchain() -> Result<(), BuildError> {
     let missing = toolchain::missing();
     if !missing.is_empty() {
         let names: Vec<String> = missing.iter().map(toolchain::Requirement::name).collect();
@@ -349,17 +374,40 @@ pub fn resolve(
             packages: packages.join(" "),
         });
     }
-    // Debian images, one fetch per version named.
+    Ok(())
+}
+
+/// The Debian image of each spec (`None` for a spec not on Debian), one lookup per version
+/// named: sides on the same version share it.
+fn fetch_images(parsed: &[PatchedSpec]) -> Result<Vec<Option<DebianImage>>, BuildError> {
+    let mut fetched: BTreeMap<&str, DebianImage> = BTreeMap::new();
     let mut images: Vec<Option<DebianImage>> = Vec::new();
-    for p in &parsed {
+    for p in parsed {
         images.push(match p.base.strip_prefix("debian:") {
-            Some(v) => Some(debian::fetch_image(v)?),
+            Some(v) => Some(match fetched.get(v) {
+                Some(image) => image.clone(),
+                None => {
+                    let image = debian::fetch_image(v)?;
+                    fetched.insert(v, image.clone());
+                    image
+                }
+            }),
             None => None,
         });
     }
+    Ok(images)
+}
+
+/// Builds every side on an image that has a patched side, one source per image; the sides
+/// left `None` are taken as they are ([`complete_sides`]).
+fn build_image_groups(
+    parsed: &[PatchedSpec],
+    images: &[Option<DebianImage>],
+    progress: &dyn BuildProgress,
+    steps: &mut Vec<Step>,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Option<Built>>, BuildError> {
     let mut sides: Vec<Option<Built>> = vec![None; parsed.len()];
-    let mut steps = Vec::new();
-    let mut notes = Vec::new();
     // One group per image that has a patched side: every side on that image builds from it.
     let mut done: BTreeSet<usize> = BTreeSet::new();
     for (i, p) in parsed.iter().enumerate() {
@@ -378,13 +426,23 @@ pub fn resolve(
             .collect();
         let members: Vec<&PatchedSpec> = group.iter().map(|&j| &parsed[j]).collect();
         let mut source = SourceCache::open(&image, progress)?;
-        let built = source.build_group(&members, &mut notes)?;
+        let built = source.build_group(&members, notes)?;
         steps.append(&mut source.steps);
         for (&j, b) in group.iter().zip(built) {
             sides[j] = Some(b);
             done.insert(j);
         }
     }
+    Ok(sides)
+}
+
+/// The sides not built: the Debian image as shipped, or the kernel the spec names.
+fn complete_sides(
+    sides: Vec<Option<Built>>,
+    parsed: &[PatchedSpec],
+    images: &[Option<DebianImage>],
+    modules: Option<&Path>,
+) -> Result<Vec<Built>, BuildError> {
     let mut out = Vec::new();
     for (i, side) in sides.into_iter().enumerate() {
         out.push(match side {
@@ -402,16 +460,7 @@ pub fn resolve(
             },
         });
     }
-    if out.len() == 2 && (out[0].build.is_some() != out[1].build.is_some()) {
-        notes.push(
-            "one side is a kernel as given and the other was rebuilt here: they differ by more than the patch (source version, compiler, config)".into(),
-        );
-    }
-    Ok(Resolved {
-        sides: out,
-        steps,
-        notes,
-    })
+    Ok(out)
 }
 
 /// An exclusive `flock` on a file, held while the value lives.
@@ -1265,99 +1314,7 @@ impl<'a> SourceCache<'a> {
         );
         let (entry, info) = match self.cached(&key) {
             Some(hit) => hit,
-            None => {
-                let (tree, config_note) = self.prepared()?;
-                let release = self.image.release.clone();
-                let image_dir = self.image.dir();
-                let patched = !side.patches.is_empty();
-                let label = Self::side_label(side);
-                let log = self.log(&format!("modules-{key}"));
-                let mut built_modules: Vec<String> = Vec::new();
-                let (tmp, notes, steps) =
-                    self.build_entry(&tree.clone(), &key, side, |me, tree, tmp| {
-                        for dir in dirs {
-                            let step = format!("make M={dir} ({label})");
-                            let args = vec![
-                                format!("KERNELRELEASE={release}"),
-                                // No DWARF: Debian ships its modules stripped, and it is most of
-                                // the compile time.
-                                "KCFLAGS=-g0".to_string(),
-                                format!("M={dir}"),
-                                "modules".to_string(),
-                            ];
-                            me.timed(&step, |_| {
-                                make(tree, &args, &log).map_err(compile_error(patched, &step, &log))
-                            })?;
-                        }
-                        // The image's tree, hard-linked, with the rebuilt modules in place of the
-                        // shipped (compressed) ones.
-                        let kernel_dir = tmp.join("kernel");
-                        link_tree(&image_dir, &kernel_dir)?;
-                        let linked =
-                            from_tree(&kernel_dir)
-                                .and_then(|k| k.modules)
-                                .ok_or_else(|| {
-                                    BuildError::Io(
-                                        kernel_dir.clone(),
-                                        std::io::Error::other("no modules directory in the image"),
-                                    )
-                                })?;
-                        for dir in dirs {
-                            let order = tree.join(dir).join("modules.order");
-                            let names = std::fs::read_to_string(&order).map_err(io(&order))?;
-                            for obj in names.lines().filter(|l| !l.is_empty()) {
-                                let rel = obj.trim_end_matches(".o");
-                                let built = tree.join(dir).join(format!("{rel}.ko"));
-                                let bytes = std::fs::read(&built).map_err(io(&built))?;
-                                let dest_dir = linked
-                                    .join("kernel")
-                                    .join(dir)
-                                    .join(Path::new(rel).parent().unwrap_or(Path::new("")));
-                                let stem = Path::new(rel)
-                                    .file_name()
-                                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-                                let mut expected: Option<String> = None;
-                                for ext in [".ko", ".ko.xz", ".ko.zst", ".ko.gz"] {
-                                    let old = dest_dir.join(format!("{stem}{ext}"));
-                                    if old.is_file() {
-                                        if expected.is_none() {
-                                            expected =
-                                                super::ko::bytes(&old).ok().map(|b| vermagic(&b));
-                                        }
-                                        std::fs::remove_file(&old).map_err(io(&old))?;
-                                    }
-                                }
-                                let built_magic = vermagic(&bytes);
-                                let expected = expected.unwrap_or_else(|| format!("{release} "));
-                                let matches =
-                                    if expected.ends_with(' ') && !expected.contains(" SMP") {
-                                        built_magic.starts_with(&expected)
-                                    } else {
-                                        built_magic == expected
-                                    };
-                                if !matches {
-                                    return Err(BuildError::Vermagic {
-                                        module: format!("{stem}.ko"),
-                                        built: built_magic,
-                                        expected,
-                                        log: log.clone(),
-                                    });
-                                }
-                                std::fs::create_dir_all(&dest_dir).map_err(io(&dest_dir))?;
-                                let dest = dest_dir.join(format!("{stem}.ko"));
-                                std::fs::write(&dest, &bytes).map_err(io(&dest))?;
-                                built_modules.push(format!("{stem}.ko"));
-                            }
-                        }
-                        Ok(())
-                    })?;
-                let how = How::Modules {
-                    dirs: dirs.to_vec(),
-                    modules: built_modules,
-                };
-                let info = self.record(how, config_note, side, notes, steps, &key);
-                (self.finish_entry(&key, &tmp, &info)?, info)
-            }
+            None => self.fresh_modules_entry(side, dirs, &key)?,
         };
         let mut kernel = from_tree(&entry.join("kernel")).ok_or_else(|| {
             BuildError::Io(
@@ -1371,6 +1328,56 @@ impl<'a> SourceCache<'a> {
             kernel,
             build: Some(info),
         })
+    }
+
+    /// Builds the modules of `dirs` for `side` into the new cache entry `key`: the image's
+    /// tree with the rebuilt modules in place of the shipped ones.
+    fn fresh_modules_entry(
+        &mut self,
+        side: &PatchedSpec,
+        dirs: &[String],
+        key: &str,
+    ) -> Result<(PathBuf, BuildInfo), BuildError> {
+        let (tree, config_note) = self.prepared()?;
+        let job = ModulesJob {
+            dirs,
+            release: self.image.release.clone(),
+            image_dir: self.image.dir(),
+            patched: !side.patches.is_empty(),
+            label: Self::side_label(side),
+            log: self.log(&format!("modules-{key}")),
+        };
+        let mut built_modules: Vec<String> = Vec::new();
+        let (tmp, notes, steps) = self.build_entry(&tree.clone(), key, side, |me, tree, tmp| {
+            me.make_module_dirs(tree, &job)?;
+            built_modules = install_rebuilt_modules(tree, tmp, &job)?;
+            Ok(())
+        })?;
+        let how = How::Modules {
+            dirs: dirs.to_vec(),
+            modules: built_modules,
+        };
+        let info = self.record(how, config_note, side, notes, steps, key);
+        Ok((self.finish_entry(key, &tmp, &info)?, info))
+    }
+
+    /// `make M=DIR modules` in each of the job's directories, one timed step each.
+    fn make_module_dirs(&mut self, tree: &Path, job: &ModulesJob) -> Result<(), BuildError> {
+        for dir in job.dirs {
+            let step = format!("make M={dir} ({})", job.label);
+            let args = vec![
+                format!("KERNELRELEASE={}", job.release),
+                // No DWARF: Debian ships its modules stripped, and it is most of
+                // the compile time.
+                "KCFLAGS=-g0".to_string(),
+                format!("M={dir}"),
+                "modules".to_string(),
+            ];
+            self.timed(&step, |_| {
+                make(tree, &args, &job.log).map_err(compile_error(job.patched, &step, &job.log))
+            })?;
+        }
+        Ok(())
     }
 
     fn build_whole(&mut self, side: &PatchedSpec, debian_sha: &str) -> Result<Built, BuildError> {
@@ -1457,6 +1464,119 @@ impl Drop for SourceCache<'_> {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(self.root.join("debs"));
     }
+}
+
+/// One modules build of a side: what `make M=` builds, and what its modules must match.
+struct ModulesJob<'a> {
+    /// The module directories (`arch/x86/kvm`).
+    dirs: &'a [String],
+    /// The image's `uname -r`.
+    release: String,
+    /// The image's unpacked tree in the cache.
+    image_dir: PathBuf,
+    /// Whether the side has patches (a compile error is then the patch's).
+    patched: bool,
+    /// The side, for the step names.
+    label: String,
+    /// The build log.
+    log: PathBuf,
+}
+
+/// The image's tree, hard-linked into `tmp/kernel`, with the modules built in `tree` in place
+/// of the shipped (compressed) ones; returns the modules' file names.
+fn install_rebuilt_modules(
+    tree: &Path,
+    tmp: &Path,
+    job: &ModulesJob,
+) -> Result<Vec<String>, BuildError> {
+    let kernel_dir = tmp.join("kernel");
+    link_tree(&job.image_dir, &kernel_dir)?;
+    let linked = from_tree(&kernel_dir)
+        .and_then(|k| k.modules)
+        .ok_or_else(|| {
+            BuildError::Io(
+                kernel_dir.clone(),
+                std::io::Error::other("no modules directory in the image"),
+            )
+        })?;
+    let mut built_modules: Vec<String> = Vec::new();
+    for dir in job.dirs {
+        let order = tree.join(dir).join("modules.order");
+        let names = std::fs::read_to_string(&order).map_err(io(&order))?;
+        for obj in names.lines().filter(|l| !l.is_empty()) {
+            built_modules.push(replace_module(tree, dir, obj, &linked, job)?);
+        }
+    }
+    Ok(built_modules)
+}
+
+/// Puts the module `obj` (of `modules.order` in `dir`) built in `tree` in place of the image's
+/// in `linked`, after checking its vermagic against the one it replaces; returns its file name.
+fn replace_module(
+    tree: &Path,
+    dir: &str,
+    obj: &str,
+    linked: &Path,
+    job: &ModulesJob,
+) -> Result<String, BuildError> {
+    let rel = obj.trim_end_matches(".o");
+    let built = tree.join(dir).join(format!("{rel}.ko"));
+    let bytes = std::fs::read(&built).map_err(io(&built))?;
+    let dest_dir = linked
+        .join("kernel")
+        .join(dir)
+        .join(Path::new(rel).parent().unwrap_or(Path::new("")));
+    let stem = Path::new(rel)
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let shipped_magic = remove_shipped_module(&dest_dir, &stem)?;
+    check_vermagic(&stem, &bytes, shipped_magic, job)?;
+    std::fs::create_dir_all(&dest_dir).map_err(io(&dest_dir))?;
+    let dest = dest_dir.join(format!("{stem}.ko"));
+    std::fs::write(&dest, &bytes).map_err(io(&dest))?;
+    Ok(format!("{stem}.ko"))
+}
+
+/// Removes the image's module `stem` from `dest_dir` in any of its compressions; returns the
+/// vermagic of the first one found.
+fn remove_shipped_module(dest_dir: &Path, stem: &str) -> Result<Option<String>, BuildError> {
+    let mut expected: Option<String> = None;
+    for ext in [".ko", ".ko.xz", ".ko.zst", ".ko.gz"] {
+        let old = dest_dir.join(format!("{stem}{ext}"));
+        if old.is_file() {
+            if expected.is_none() {
+                expected = super::ko::bytes(&old).ok().map(|b| vermagic(&b));
+            }
+            std::fs::remove_file(&old).map_err(io(&old))?;
+        }
+    }
+    Ok(expected)
+}
+
+/// The rebuilt module `stem` must carry the vermagic of the one it replaces (or, without one,
+/// start with the image's release).
+fn check_vermagic(
+    stem: &str,
+    bytes: &[u8],
+    shipped_magic: Option<String>,
+    job: &ModulesJob,
+) -> Result<(), BuildError> {
+    let built_magic = vermagic(bytes);
+    let expected = shipped_magic.unwrap_or_else(|| format!("{} ", job.release));
+    let matches = if expected.ends_with(' ') && !expected.contains(" SMP") {
+        built_magic.starts_with(&expected)
+    } else {
+        built_magic == expected
+    };
+    if !matches {
+        return Err(BuildError::Vermagic {
+            module: format!("{stem}.ko"),
+            built: built_magic,
+            expected,
+            log: job.log.clone(),
+        });
+    }
+    Ok(())
 }
 
 /// `PREEMPT_DYNAMIC (lazy)`, `PREEMPT`, `voluntary`, `none`.

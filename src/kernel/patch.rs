@@ -228,10 +228,10 @@ fn hunk_ranges(line: &str) -> Option<(usize, usize, usize, usize)> {
 
 /// The file diffs of one message. `first` is the message's first line in the file.
 fn diffs_of(path: &Path, message: &[&str], first: usize) -> Result<Vec<FileDiff>, PatchError> {
-    let malformed = |i: usize, why: String| PatchError::Malformed {
-        path: path.to_path_buf(),
-        line: first + i + 1,
-        why,
+    let lines = MessageLines {
+        path,
+        lines: message,
+        first,
     };
     let mut files: Vec<FileDiff> = Vec::new();
     // Paths from a `diff --git a/X b/Y` line, until its `---`/`+++` (or a binary marker).
@@ -245,83 +245,23 @@ fn diffs_of(path: &Path, message: &[&str], first: usize) -> Result<Vec<FileDiff>
             i += 1;
             continue;
         }
-        if let Some((old, new)) = &git_paths {
-            let binary = line.starts_with("GIT binary patch")
-                || (line.starts_with("Binary files ") && line.ends_with(" differ"));
-            if binary {
-                return Err(PatchError::Binary {
-                    path: path.to_path_buf(),
-                    file: new.clone().or_else(|| old.clone()).unwrap_or_default(),
-                });
-            }
+        if let Some((old, new)) = &git_paths
+            && is_binary_marker(line)
+        {
+            return Err(PatchError::Binary {
+                path: path.to_path_buf(),
+                file: new.clone().or_else(|| old.clone()).unwrap_or_default(),
+            });
         }
-        let next = message.get(i + 1).map(|l| l.trim_end_matches(['\n', '\r']));
+        let next = lines.line(i + 1);
         if let (Some(old), Some(new)) = (
             line.strip_prefix("--- "),
             next.and_then(|n| n.strip_prefix("+++ ")),
         ) {
-            let mut diff = FileDiff {
-                old: strip_p1(old),
-                new: strip_p1(new),
-                hunks: Vec::new(),
-            };
             git_paths = None;
-            i += 2;
-            // Hunks, each consumed by its line counts, so a removed line that begins with
-            // "-- " is never taken for the next file's header.
-            while let Some(h) = message.get(i).map(|l| l.trim_end_matches(['\n', '\r'])) {
-                if !h.starts_with("@@ ") {
-                    break;
-                }
-                let (a, mut old_left, _, mut new_left) = hunk_ranges(h).ok_or_else(|| {
-                    malformed(i, format!("a hunk header that does not parse: {h}"))
-                })?;
-                diff.hunks.push(Hunk {
-                    header: h.to_string(),
-                    old_start: a,
-                });
-                i += 1;
-                while old_left > 0 || new_left > 0 {
-                    let Some(body) = message.get(i) else {
-                        return Err(malformed(
-                            i,
-                            format!(
-                                "the patch ends inside the hunk `{h}` ({old_left} old and {new_left} new lines missing)"
-                            ),
-                        ));
-                    };
-                    match body.as_bytes().first() {
-                        Some(b' ') | Some(b'\n') | Some(b'\r') => {
-                            // Context (mailers strip a lone space, leaving an empty line).
-                            old_left = old_left.saturating_sub(1);
-                            new_left = new_left.saturating_sub(1);
-                        }
-                        Some(b'-') => old_left = old_left.saturating_sub(1),
-                        Some(b'+') => new_left = new_left.saturating_sub(1),
-                        Some(b'\\') => {}
-                        _ => {
-                            return Err(malformed(
-                                i,
-                                format!(
-                                    "the hunk `{h}` ends early ({old_left} old and {new_left} new lines missing)"
-                                ),
-                            ));
-                        }
-                    }
-                    i += 1;
-                }
-                // "\ No newline at end of file" after the last line.
-                while message.get(i).is_some_and(|l| l.starts_with('\\')) {
-                    i += 1;
-                }
-            }
-            if diff.hunks.is_empty() {
-                return Err(malformed(
-                    i,
-                    format!("`{}` has a header but no hunk", diff.target()),
-                ));
-            }
+            let (diff, after) = lines.file_diff(old, new, i + 2)?;
             files.push(diff);
+            i = after;
             continue;
         }
         i += 1;
@@ -335,6 +275,117 @@ fn diffs_of(path: &Path, message: &[&str], first: usize) -> Result<Vec<FileDiff>
         });
     }
     Ok(files)
+}
+
+/// A git diff's line saying the file is binary.
+fn is_binary_marker(line: &str) -> bool {
+    line.starts_with("GIT binary patch")
+        || (line.starts_with("Binary files ") && line.ends_with(" differ"))
+}
+
+/// The lines of one message of a patch file, for parsing its file diffs.
+struct MessageLines<'a> {
+    /// The patch file.
+    path: &'a Path,
+    /// The message's lines, each with its line ending.
+    lines: &'a [&'a str],
+    /// The message's first line in the file (0-based).
+    first: usize,
+}
+
+impl<'a> MessageLines<'a> {
+    /// Line `i` of the message without its line ending.
+    fn line(&self, i: usize) -> Option<&'a str> {
+        self.lines.get(i).map(|l| l.trim_end_matches(['\n', '\r']))
+    }
+
+    /// Line `i` of the message is not what a diff has there.
+    fn malformed(&self, i: usize, why: String) -> PatchError {
+        PatchError::Malformed {
+            path: self.path.to_path_buf(),
+            line: self.first + i + 1,
+            why,
+        }
+    }
+
+    /// The diff of one file, `old` and `new` from its `---`/`+++` header, its hunks from line
+    /// `i`; returns it and the line after its last hunk.
+    fn file_diff(
+        &self,
+        old: &str,
+        new: &str,
+        mut i: usize,
+    ) -> Result<(FileDiff, usize), PatchError> {
+        let mut diff = FileDiff {
+            old: strip_p1(old),
+            new: strip_p1(new),
+            hunks: Vec::new(),
+        };
+        // Hunks, each consumed by its line counts, so a removed line that begins with
+        // "-- " is never taken for the next file's header.
+        while let Some(h) = self.line(i) {
+            if !h.starts_with("@@ ") {
+                break;
+            }
+            let (a, old_left, _, new_left) = hunk_ranges(h).ok_or_else(|| {
+                self.malformed(i, format!("a hunk header that does not parse: {h}"))
+            })?;
+            diff.hunks.push(Hunk {
+                header: h.to_string(),
+                old_start: a,
+            });
+            i = self.hunk_body(h, i + 1, old_left, new_left)?;
+        }
+        if diff.hunks.is_empty() {
+            return Err(self.malformed(i, format!("`{}` has a header but no hunk", diff.target())));
+        }
+        Ok((diff, i))
+    }
+
+    /// Consumes the body of hunk `h` from line `i`, `old_left` old and `new_left` new lines,
+    /// and a "\ No newline at end of file" after it; returns the line after it.
+    fn hunk_body(
+        &self,
+        h: &str,
+        mut i: usize,
+        mut old_left: usize,
+        mut new_left: usize,
+    ) -> Result<usize, PatchError> {
+        while old_left > 0 || new_left > 0 {
+            let Some(body) = self.lines.get(i) else {
+                return Err(self.malformed(
+                    i,
+                    format!(
+                        "the patch ends inside the hunk `{h}` ({old_left} old and {new_left} new lines missing)"
+                    ),
+                ));
+            };
+            match body.as_bytes().first() {
+                Some(b' ') | Some(b'\n') | Some(b'\r') => {
+                    // Context (mailers strip a lone space, leaving an empty line).
+                    old_left = old_left.saturating_sub(1);
+                    new_left = new_left.saturating_sub(1);
+                }
+                Some(b'-') => old_left = old_left.saturating_sub(1),
+                Some(b'+') => new_left = new_left.saturating_sub(1),
+                Some(b'\\') => {}
+                _ => {
+                    return Err(self.malformed(
+                        i,
+                        format!(
+                            "the hunk `{h}` ends early ({old_left} old and {new_left} new lines missing)"
+                        ),
+                    ));
+                }
+            }
+            i += 1;
+        }
+        // "\ No newline at end of file" after the last line.
+        while self.lines.get(i).is_some_and(|l| l.starts_with('\\')) {
+            i += 1;
+        }
+        Ok(i)
+    }
 }
 
 #[cfg(test)]

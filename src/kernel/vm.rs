@@ -701,14 +701,76 @@ pub fn boot(
     check_kvm(kernel, &choice.vendor_module)?;
     super::check_guest_config(kernel)?;
     std::fs::create_dir_all(workdir).map_err(|e| VmError::Io(workdir.to_path_buf(), e))?;
-    let initrd_bytes = initramfs(kernel, &choice, cfg, commands, workdir)?;
+    let initrd = write_initramfs(kernel, &choice, cfg, commands, workdir)?;
+    let serial = SerialFiles {
+        console: workdir.join("console.log"),
+        results: workdir.join("results.bin"),
+    };
+    let _ = std::fs::remove_file(&serial.results);
+    let cmd = qemu_command(&qemu, kernel, &choice, cfg, &initrd, &serial, workdir)?;
+    let limit = Duration::from_secs(120)
+        + cfg.cmd_timeout * u32::try_from(commands.len()).unwrap_or(u32::MAX).max(1);
+    let run = run_qemu(&qemu, cmd, &serial.console, limit)?;
+    let _ = std::fs::remove_file(&initrd);
+    let text =
+        String::from_utf8_lossy(&std::fs::read(&serial.console).unwrap_or_default()).into_owned();
+    let mut first_cmd = run.first_cmd;
+    if first_cmd.is_none() && text.contains("@@hvlab-ready ") {
+        first_cmd = Some(run.wall_s);
+    }
+    let sent = SentFiles::read(&serial.results);
+    let release = sent
+        .text("release")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let (out, runs) = guest_commands(commands, &sent, kernel, &choice);
+    let failure = boot_failure(&text, run.failure, runs.len(), &sent, run.status, &serial);
+    let boot = Boot {
+        release,
+        accel: choice,
+        commands: out,
+        runs,
+        console: serial.console,
+        to_first_command_s: first_cmd,
+        wall_s: run.wall_s,
+        calibrated: sent.text("this-host.toml"),
+    };
+    Ok((boot, failure))
+}
+
+/// Builds the initramfs and writes it to `workdir`; returns its path.
+fn write_initramfs(
+    kernel: &Kernel,
+    choice: &AccelChoice,
+    cfg: &VmConfig,
+    commands: &[Vec<String>],
+    workdir: &Path,
+) -> Result<PathBuf, VmError> {
+    let initrd_bytes = initramfs(kernel, choice, cfg, commands, workdir)?;
     let initrd = workdir.join("initramfs.cpio");
     std::fs::write(&initrd, &initrd_bytes).map_err(|e| VmError::Io(initrd.clone(), e))?;
-    drop(initrd_bytes);
-    let console = workdir.join("console.log");
-    let results = workdir.join("results.bin");
-    let _ = std::fs::remove_file(&results);
-    let mut cmd = Command::new(&qemu);
+    Ok(initrd)
+}
+
+/// The guest's two serial ports, as files on the host.
+struct SerialFiles {
+    /// The first port: the kernel's console.
+    console: PathBuf,
+    /// The second port: the framed files the guest sends back.
+    results: PathBuf,
+}
+
+/// The QEMU command line for the boot, with its stderr to `workdir/qemu.err`.
+fn qemu_command(
+    qemu: &Path,
+    kernel: &Kernel,
+    choice: &AccelChoice,
+    cfg: &VmConfig,
+    initrd: &Path,
+    serial: &SerialFiles,
+    workdir: &Path,
+) -> Result<Command, VmError> {
+    let mut cmd = Command::new(qemu);
     match choice.accel {
         Accel::Kvm => cmd.args(["-accel", "kvm"]),
         _ => cmd.args(["-accel", "tcg,thread=single"]),
@@ -729,13 +791,13 @@ pub fn boot(
             "-nodefaults",
         ])
         .arg("-serial")
-        .arg(format!("file:{}", console.display()))
+        .arg(format!("file:{}", serial.console.display()))
         .arg("-serial")
-        .arg(format!("file:{}", results.display()))
+        .arg(format!("file:{}", serial.results.display()))
         .arg("-kernel")
         .arg(&kernel.image)
         .arg("-initrd")
-        .arg(&initrd)
+        .arg(initrd)
         .args([
             "-append",
             "console=ttyS0 quiet panic=-1 oops=panic nmi_watchdog=0 tsc=unstable",
@@ -748,15 +810,40 @@ pub fn boot(
     cmd.stderr(err_file);
     // Its own process group: a terminal's Ctrl-C reaches hvlab, which stops QEMU itself.
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    let limit = Duration::from_secs(120)
-        + cfg.cmd_timeout * u32::try_from(commands.len()).unwrap_or(u32::MAX).max(1);
+    Ok(cmd)
+}
+
+/// How QEMU's run ended, as watched from the host.
+struct QemuRun {
+    /// QEMU's exit status; `None` when it was killed at the time limit.
+    status: Option<std::process::ExitStatus>,
+    /// Seconds from starting QEMU to the guest's first `@@hvlab-ready`, when seen while it ran.
+    first_cmd: Option<f64>,
+    /// The time limit, when QEMU ran past it.
+    failure: Option<VmError>,
+    /// Seconds QEMU ran.
+    wall_s: f64,
+}
+
+/// Starts QEMU and waits for it to end, stopping it at `limit` or on a stop signal.
+fn run_qemu(
+    qemu: &Path,
+    mut cmd: Command,
+    console: &Path,
+    limit: Duration,
+) -> Result<QemuRun, VmError> {
     let signals = StopSignals::install();
     let start = Instant::now();
-    let mut child = cmd.spawn().map_err(|e| VmError::Io(qemu.clone(), e))?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| VmError::Io(qemu.to_path_buf(), e))?;
     let mut first_cmd: Option<f64> = None;
     let mut failure: Option<VmError> = None;
     let status = loop {
-        if let Some(status) = child.try_wait().map_err(|e| VmError::Io(qemu.clone(), e))? {
+        if let Some(status) = child
+            .try_wait()
+            .map_err(|e| VmError::Io(qemu.to_path_buf(), e))?
+        {
             break Some(status);
         }
         if let Some(sig) = StopSignals::pending() {
@@ -769,7 +856,7 @@ pub fn boot(
             });
         }
         if first_cmd.is_none()
-            && std::fs::read(&console).is_ok_and(|b| b.windows(14).any(|w| w == b"@@hvlab-ready "))
+            && std::fs::read(console).is_ok_and(|b| b.windows(14).any(|w| w == b"@@hvlab-ready "))
         {
             first_cmd = Some(start.elapsed().as_secs_f64());
         }
@@ -778,7 +865,7 @@ pub fn boot(
             let _ = child.wait();
             failure = Some(VmError::TimedOut {
                 secs: limit.as_secs(),
-                log: console.clone(),
+                log: console.to_path_buf(),
                 runs: 0,
             });
             break None;
@@ -787,30 +874,62 @@ pub fn boot(
     };
     drop(signals);
     let wall_s = start.elapsed().as_secs_f64();
-    let _ = std::fs::remove_file(&initrd);
-    let text = String::from_utf8_lossy(&std::fs::read(&console).unwrap_or_default()).into_owned();
-    if first_cmd.is_none() && text.contains("@@hvlab-ready ") {
-        first_cmd = Some(wall_s);
+    Ok(QemuRun {
+        status,
+        first_cmd,
+        failure,
+        wall_s,
+    })
+}
+
+/// The framed files the guest sent on its second serial port.
+struct SentFiles {
+    /// The port's bytes as received.
+    raw: Vec<u8>,
+    /// The complete frames, by name.
+    files: BTreeMap<String, Vec<u8>>,
+}
+
+impl SentFiles {
+    /// Reads `results` (nothing when the guest sent nothing).
+    fn read(results: &Path) -> SentFiles {
+        let raw = std::fs::read(results).unwrap_or_default();
+        let files = frames(&raw).into_iter().collect();
+        SentFiles { raw, files }
     }
-    let raw = std::fs::read(&results).unwrap_or_default();
-    let files: BTreeMap<String, Vec<u8>> = frames(&raw).into_iter().collect();
-    let get = |n: &str| {
-        files
-            .get(n)
+
+    /// The file `name` as text.
+    fn text(&self, name: &str) -> Option<String> {
+        self.files
+            .get(name)
             .map(|b| String::from_utf8_lossy(b).into_owned())
-    };
-    let release = get("release")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default();
+    }
+
+    /// Whether the guest said it had sent everything.
+    fn sent_done(&self) -> bool {
+        self.raw.windows(12).any(|w| w == b"@@hvlab-done")
+    }
+}
+
+/// Each command's exit code and output, and the runs the guest stored (tagged with the kernel
+/// under test, oldest first).
+fn guest_commands(
+    commands: &[Vec<String>],
+    sent: &SentFiles,
+    kernel: &Kernel,
+    choice: &AccelChoice,
+) -> (Vec<GuestCommand>, Vec<RunRecord>) {
     let mut out = Vec::new();
     let mut runs: BTreeMap<String, RunRecord> = BTreeMap::new();
     for (i, args) in commands.iter().enumerate() {
         let n = i + 1;
-        let rc = get(&format!("{n}.rc")).and_then(|s| s.trim().parse().ok());
-        if let Some(jsonl) = get(&format!("{n}.jsonl")) {
+        let rc = sent
+            .text(&format!("{n}.rc"))
+            .and_then(|s| s.trim().parse().ok());
+        if let Some(jsonl) = sent.text(&format!("{n}.jsonl")) {
             for line in jsonl.lines().filter(|l| !l.trim().is_empty()) {
                 if let Ok(mut r) = serde_json::from_str::<RunRecord>(line) {
-                    tag(&mut r, kernel, &choice);
+                    tag(&mut r, kernel, choice);
                     runs.insert(r.run_id.clone(), r);
                 }
             }
@@ -818,18 +937,31 @@ pub fn boot(
         out.push(GuestCommand {
             args: args.clone(),
             rc,
-            stdout: get(&format!("{n}.out")).unwrap_or_default(),
-            stderr: get(&format!("{n}.err")).unwrap_or_default(),
+            stdout: sent.text(&format!("{n}.out")).unwrap_or_default(),
+            stderr: sent.text(&format!("{n}.err")).unwrap_or_default(),
         });
     }
     let mut runs: Vec<RunRecord> = runs.into_values().collect();
     runs.sort_by(|a, b| a.started_at.cmp(&b.started_at));
-    let kept = runs.len();
-    let modules_err = get("modules.err").unwrap_or_default();
-    if let Some(excerpt) = oops_excerpt(&text) {
+    (out, runs)
+}
+
+/// What went wrong with the boot, if anything: an oops first, then the time limit (with the
+/// `kept` runs), a failed module load, or a guest that ended without sending its results.
+fn boot_failure(
+    console_text: &str,
+    run_failure: Option<VmError>,
+    kept: usize,
+    sent: &SentFiles,
+    status: Option<std::process::ExitStatus>,
+    serial: &SerialFiles,
+) -> Option<VmError> {
+    let mut failure = run_failure;
+    let modules_err = sent.text("modules.err").unwrap_or_default();
+    if let Some(excerpt) = oops_excerpt(console_text) {
         failure = Some(VmError::GuestOops {
             excerpt,
-            log: console.clone(),
+            log: serial.console.clone(),
             runs: kept,
         });
     } else if let Some(VmError::TimedOut { secs, log, .. }) = failure {
@@ -841,27 +973,15 @@ pub fn boot(
     } else if !modules_err.trim().is_empty() {
         failure = Some(VmError::ModuleLoad {
             why: modules_err.trim().replace('\n', "; "),
-            log: console.clone(),
+            log: serial.console.clone(),
         });
-    } else if !files.contains_key("modules.err")
-        || (!raw.windows(12).any(|w| w == b"@@hvlab-done") && failure.is_none())
-    {
+    } else if !sent.files.contains_key("modules.err") || (!sent.sent_done() && failure.is_none()) {
         failure = Some(VmError::NoResults {
             status: status.map_or_else(|| "killed".into(), |s| s.to_string()),
-            log: console.clone(),
+            log: serial.console.clone(),
         });
     }
-    let boot = Boot {
-        release,
-        accel: choice,
-        commands: out,
-        runs,
-        console,
-        to_first_command_s: first_cmd,
-        wall_s,
-        calibrated: get("this-host.toml"),
-    };
-    Ok((boot, failure))
+    failure
 }
 
 /// Marks a run as made on a kernel under test, in its host fingerprint.

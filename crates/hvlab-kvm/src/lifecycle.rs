@@ -200,18 +200,7 @@ fn run_while_booting(
     memory: &GuestMemory,
 ) -> Result<(u64, Vec<TimedIoctl>, BootThread), KvmError> {
     vm.setup_long_mode(0, Cpl::Three)?;
-    // A second handle on the VM for the boot thread: the VM's own is borrowed by the vCPU.
-    // SAFETY: dup() of a valid open fd; the new fd is owned by the VmFd built from it.
-    let dup = unsafe { libc::dup(vm.fd().as_raw_fd()) };
-    if dup < 0 {
-        return Err(KvmError::Host {
-            what: "duplicating the VM fd for the boot thread".into(),
-            source: std::io::Error::last_os_error(),
-        });
-    }
-    // SAFETY: `dup` is a VM fd this function just created and hands over.
-    let vm_fd = unsafe { kvm.create_vmfd_from_rawfd(dup) }
-        .map_err(crate::ioctl_error("KVM_CREATE_VM (dup)"))?;
+    let vm_fd = boot_thread_vm_fd(kvm, vm)?;
     let clock = vm.clock();
     // SAFETY: pthread_self has no preconditions.
     let vcpu_thread = unsafe { libc::pthread_self() };
@@ -219,13 +208,7 @@ fn run_while_booting(
     let stopped = AtomicBool::new(false);
     let (started_tx, started_rx) = mpsc::channel::<()>();
     let budget = plan.run_timeout + Duration::from_millis(u64::from(plan.boot_ms));
-    let region = kvm_userspace_memory_region {
-        slot: 1,
-        guest_phys_addr: BOOT_MEMSLOT_GPA,
-        memory_size: memory.len() as u64,
-        userspace_addr: memory.host_addr(),
-        flags: 0,
-    };
+    let region = boot_memslot_region(memory);
     let (spawned_ns, run_start, ready_at, booted) = std::thread::scope(|scope| {
         let (stop, stopped, vm_fd) = (&stop, &stopped, &vm_fd);
         // Where the scheduler puts the new thread, and when it first runs, is part of what is
@@ -236,41 +219,11 @@ fn run_while_booting(
             let out = boot_steps(vm_fd, &started_rx, plan, region, clock, budget)
                 .map(|(log, went_on_ns, wake_ns)| (log, started_ns, went_on_ns, wake_ns));
             stop.store(true, Ordering::SeqCst);
-            // A kick can land just before the vCPU re-enters KVM_RUN: repeat until it is out.
-            while !stopped.load(Ordering::SeqCst) {
-                // SAFETY: the vCPU thread outlives this scope; the kick signal has a no-op
-                // handler installed by the runner's watchdog.
-                unsafe { libc::pthread_kill(vcpu_thread, kick_signal()) };
-                // Short: the time until the next build starts sets where its ticks fall, and
-                // the vCPU is usually out after the first kick.
-                std::thread::sleep(Duration::from_micros(50));
-            }
+            kick_until_stopped(vcpu_thread, stopped);
             out
         });
         let run_start = Instant::now();
-        let mut ready_at = None;
-        let vcpu = vm.vcpu_mut(0);
-        let ran = match vcpu {
-            None => Err(KvmError::Internal("no vCPU 0 to run".into())),
-            Some(vcpu) => {
-                runner::run_stoppable(vcpu, budget + Duration::from_secs(1), Some(stop), |exit| {
-                    match exit {
-                        GuestExit::Signal {
-                            signal: Signal::Start,
-                            at,
-                            ..
-                        } => {
-                            ready_at = Some(at);
-                            let _ = started_tx.send(());
-                            Ok(Flow::Continue)
-                        }
-                        other => Err(KvmError::Guest(format!(
-                            "unexpected {other:?} from the spinning guest"
-                        ))),
-                    }
-                })
-            }
-        };
+        let (ran, ready_at) = run_spinning_vcpu(vm, budget, stop, &started_tx);
         drop(started_tx);
         stopped.store(true, Ordering::SeqCst);
         let booted = booting
@@ -297,6 +250,77 @@ fn run_while_booting(
         wake_ns,
     };
     Ok((ns_since(clock, ready_at), log, thread))
+}
+
+/// A second handle on the VM for the boot thread: the VM's own is borrowed by the vCPU.
+fn boot_thread_vm_fd(kvm: &Kvm, vm: &Vm) -> Result<VmFd, KvmError> {
+    // SAFETY: dup() of a valid open fd; the new fd is owned by the VmFd built from it.
+    let dup = unsafe { libc::dup(vm.fd().as_raw_fd()) };
+    if dup < 0 {
+        return Err(KvmError::Host {
+            what: "duplicating the VM fd for the boot thread".into(),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    // SAFETY: `dup` is a VM fd this function just created and hands over.
+    unsafe { kvm.create_vmfd_from_rawfd(dup) }.map_err(crate::ioctl_error("KVM_CREATE_VM (dup)"))
+}
+
+/// The boot orders' second memslot, over `memory`.
+fn boot_memslot_region(memory: &GuestMemory) -> kvm_userspace_memory_region {
+    kvm_userspace_memory_region {
+        slot: 1,
+        guest_phys_addr: BOOT_MEMSLOT_GPA,
+        memory_size: memory.len() as u64,
+        userspace_addr: memory.host_addr(),
+        flags: 0,
+    }
+}
+
+/// Kicks the vCPU thread out of `KVM_RUN` until it says it has `stopped`.
+fn kick_until_stopped(vcpu_thread: libc::pthread_t, stopped: &AtomicBool) {
+    // A kick can land just before the vCPU re-enters KVM_RUN: repeat until it is out.
+    while !stopped.load(Ordering::SeqCst) {
+        // SAFETY: the vCPU thread outlives this scope; the kick signal has a no-op
+        // handler installed by the runner's watchdog.
+        unsafe { libc::pthread_kill(vcpu_thread, kick_signal()) };
+        // Short: the time until the next build starts sets where its ticks fall, and
+        // the vCPU is usually out after the first kick.
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+/// Runs vCPU 0's spinning guest until `stop`, telling the boot thread on `started` when the
+/// guest signals `Start`; returns how the run ended and when `Start` came.
+fn run_spinning_vcpu(
+    vm: &mut Vm,
+    budget: Duration,
+    stop: &AtomicBool,
+    started: &mpsc::Sender<()>,
+) -> (Result<(), KvmError>, Option<Instant>) {
+    let mut ready_at = None;
+    let ran = match vm.vcpu_mut(0) {
+        None => Err(KvmError::Internal("no vCPU 0 to run".into())),
+        Some(vcpu) => {
+            runner::run_stoppable(vcpu, budget + Duration::from_secs(1), Some(stop), |exit| {
+                match exit {
+                    GuestExit::Signal {
+                        signal: Signal::Start,
+                        at,
+                        ..
+                    } => {
+                        ready_at = Some(at);
+                        let _ = started.send(());
+                        Ok(Flow::Continue)
+                    }
+                    other => Err(KvmError::Guest(format!(
+                        "unexpected {other:?} from the spinning guest"
+                    ))),
+                }
+            })
+        }
+    };
+    (ran, ready_at)
 }
 
 /// The boot thread: waits for the guest to run, then does the plan's boot steps in order, each
