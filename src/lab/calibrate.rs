@@ -290,17 +290,46 @@ fn lifecycle_costs(
     )?;
     let lc_builds = metric(&lc, "memslots-first", "ready_ms")?.samples.len();
     boot_start_costs(backend, progress, p, tag)?;
+    ioctl_costs(&lc, lc_builds, p, tag)?;
+    vmm_gap(&lc, p, tag)?;
+    // Between back-to-back builds that do not boot: where each VM's teardown ended against the
+    // tick, and the VMM's setup of the next. Each build of either variant follows one of the
+    // other's.
+    let jiffy_ns = 1e9 / f64::from(backend.host().hz.max(1));
+    let plain = ["memslots-first", "irqchip-first"];
+    let builds = tag("lifecycle memslots-first and irqchip-first, interleaved");
+    put_between_builds(
+        p,
+        "",
+        &teardown_ends(&lc, &plain, jiffy_ns)?,
+        &setups(&lc, &plain)?,
+        jiffy_ns,
+        [&builds, &builds],
+    );
+    Ok(())
+}
+
+/// ioeventfds a default lifecycle build registers.
+const LIFECYCLE_DEVICES: f64 = 8.0;
+
+/// Each construction ioctl's unstalled cost in `lc`'s `lc_builds` memslots-first builds, and
+/// the register ioctls' before the first run.
+fn ioctl_costs(
+    lc: &RunRecord,
+    lc_builds: usize,
+    p: &mut Profile,
+    tag: &dyn Fn(&str) -> String,
+) -> Result<(), Error> {
     // Unstalled costs, as medians: validate compares the model's medians with the kvm
     // side's, and the gap below is solved build by build against the same builds' ioctls, so
     // every part of a build is the same statistic of one set of builds. (Lower quartiles of
     // the ioctls against the median of the ready time put a drifting host's slow half into
     // the gap alone.)
     let per_q = |ioctl: &str, n: f64| -> Result<[f64; 3], Error> {
-        let m = metric(&lc, "memslots-first", &format!("ioctl.{ioctl}_ms"))?;
+        let m = metric(lc, "memslots-first", &format!("ioctl.{ioctl}_ms"))?;
         Ok(quartiles(&m.samples).map(|v| v * 1e6 / n))
     };
     let per = |ioctl: &str, n: f64| -> Result<f64, Error> { Ok(per_q(ioctl, n)?[1]) };
-    let devices = 8.0;
     for (key, ioctl, n) in [
         ("ioctl_create_vm_ns", "KVM_CREATE_VM", 1.0),
         ("ioctl_irqchip_ns", "KVM_CREATE_IRQCHIP", 1.0),
@@ -308,7 +337,7 @@ fn lifecycle_costs(
         ("ioctl_memslot_ns", "KVM_SET_USER_MEMORY_REGION", 1.0),
         ("ioctl_vcpu_ns", "KVM_CREATE_VCPU", 1.0),
         ("ioctl_cpuid_ns", "KVM_SET_CPUID2", 1.0),
-        ("ioctl_ioeventfd_ns", "KVM_IOEVENTFD", devices),
+        ("ioctl_ioeventfd_ns", "KVM_IOEVENTFD", LIFECYCLE_DEVICES),
         ("first_run_ns", "KVM_RUN", 1.0),
     ] {
         let q = per_q(ioctl, n)?;
@@ -340,12 +369,17 @@ fn lifecycle_costs(
         "ns",
         tag("lifecycle memslots-first, mean of the GET/SET SREGS/REGS medians"),
     );
-    // The VMM's own time between ioctls, build by build: that build's ready time less that
-    // build's ioctls, over the ioctls it issued; the median over the builds, with its spread.
+    Ok(())
+}
+
+/// The VMM's own time between ioctls, build by build: that build's ready time less that
+/// build's ioctls, over the ioctls it issued; the median over `lc`'s memslots-first builds,
+/// with its spread.
+fn vmm_gap(lc: &RunRecord, p: &mut Profile, tag: &dyn Fn(&str) -> String) -> Result<(), Error> {
     // create-vm, memslot, irqchip, pit, the ioeventfds, one vCPU and its CPUID, four register
     // ioctls, run.
-    let count = 1.0 + 1.0 + 1.0 + 1.0 + devices + 2.0 + 4.0 + 1.0;
-    let ready = metric(&lc, "memslots-first", "ready_ms")?;
+    let count = 1.0 + 1.0 + 1.0 + 1.0 + LIFECYCLE_DEVICES + 2.0 + 4.0 + 1.0;
+    let ready = metric(lc, "memslots-first", "ready_ms")?;
     let ioctl_samples: Vec<&Vec<f64>> = lc
         .variant("memslots-first")
         .map(|v| {
@@ -375,20 +409,6 @@ fn lifecycle_costs(
             "lifecycle memslots-first, per build (ready - its ioctls) / {count} ioctls: {}",
             spread(q, 1.0, "ns", gaps.len())
         )),
-    );
-    // Between back-to-back builds that do not boot: where each VM's teardown ended against the
-    // tick, and the VMM's setup of the next. Each build of either variant follows one of the
-    // other's.
-    let jiffy_ns = 1e9 / f64::from(backend.host().hz.max(1));
-    let plain = ["memslots-first", "irqchip-first"];
-    let builds = tag("lifecycle memslots-first and irqchip-first, interleaved");
-    put_between_builds(
-        p,
-        "",
-        &teardown_ends(&lc, &plain, jiffy_ns)?,
-        &setups(&lc, &plain)?,
-        jiffy_ns,
-        [&builds, &builds],
     );
     Ok(())
 }

@@ -925,94 +925,243 @@ pub fn run(
     let start = Instant::now();
     let commands = guest_commands(req)?;
     vm::qemu()?;
-    let resolved =
-        build::resolve(&[&req.base, &req.patched], None, progress).map_err(VmError::from)?;
-    let [a, b]: [build::Built; 2] = resolved.sides.try_into().map_err(|_| {
-        VmError::Io(
-            PathBuf::from(&req.base),
-            std::io::Error::other("two kernels expected"),
-        )
-    })?;
-    let choice = vm::choose_accel(req.vm.accel)?;
-    let kernels = [a.kernel, b.kernel];
-    // Both kernels can host hvlab, before either boots.
-    for k in &kernels {
-        kernel::check_kvm(k, &choice.vendor_module).map_err(VmError::from)?;
-        kernel::check_guest_config(k).map_err(VmError::from)?;
-    }
-    progress.kernels(&kernels, &resolved.notes, &choice);
+    let kernels = KabKernels::resolve(req, progress)?;
     let build_s = start.elapsed().as_secs_f64();
-    let builds = [a.build, b.build];
     let lifecycle = req
         .scenarios
         .iter()
         .any(|s| s == scenario::Kind::Lifecycle.name());
-    let strategies = [
-        patch::strategy_for(&kernels[0].release, &patch_ids(builds[0].as_ref()), None),
-        patch::strategy_for(
-            &kernels[1].release,
-            &patch_ids(builds[1].as_ref()),
-            req.model_strategy.as_deref(),
-        ),
-    ];
+    let strategies = kernels.model_strategies(req.model_strategy.as_deref());
     // The base's profile, calibrated in its own guest under this accelerator: what prices the
     // model's prediction of the change here. Kept per kernel, so only a kab's first run on a
     // base pays for it (in its first boot, after the scenarios).
-    let base = Identity::of(&kernels[0], &choice);
-    let mut calibrated = match calibration::load(&base) {
+    let base = Identity::of(&kernels.kernels[0], &kernels.choice);
+    let cached = cached_calibration(&base, progress);
+    let calibrate_now =
+        req.calibrate && lifecycle && strategies.iter().all(Result::is_ok) && cached.is_none();
+    let tags = kab_tags(&kernels.builds, req.model_strategy.as_deref());
+    let plan = BootPlan {
+        kernels: &kernels,
+        commands: &commands,
+        tags: &tags,
+        calibrate_now,
+        base: &base,
+    };
+    let boots_start = Instant::now();
+    let booted = plan.boot_abba(req, store, progress)?;
+    let boots_s = boots_start.elapsed().as_secs_f64();
+    let calibrated = booted.calibrated.or(cached);
+    let judged = judge(
+        &req.scenarios,
+        &booted.sides[0],
+        &booted.sides[1],
+        kernels.choice.accel,
+        req.threshold,
+    );
+    let host = super::host::probe();
+    let prediction = lifecycle
+        .then(|| {
+            predict(
+                &strategies,
+                &booted.sides,
+                calibrated.as_ref(),
+                calibrate_now,
+                req.calibrate,
+                &host,
+            )
+        })
+        .transpose()?;
+    let wall = WallTimes {
+        build_s,
+        boots_s,
+        total_s: start.elapsed().as_secs_f64(),
+    };
+    Ok(KabOutcome::new(
+        req,
+        kernels,
+        booted.summaries,
+        judged,
+        host,
+        prediction,
+        wall,
+    ))
+}
+
+/// Both kernels of a kab, resolved (built when patched) and checked, and how their VMs run.
+struct KabKernels {
+    kernels: [Kernel; 2],
+    builds: [Option<BuildInfo>; 2],
+    /// Fetching, unpacking and preparing the source.
+    build_steps: Vec<Step>,
+    notes: Vec<String>,
+    choice: AccelChoice,
+}
+
+impl KabKernels {
+    /// Resolves (and builds) both kernels, picks the accelerator, and checks that both can
+    /// host hvlab before either boots.
+    fn resolve(req: &KabRequest, progress: &dyn KabProgress) -> Result<KabKernels, Error> {
+        let resolved =
+            build::resolve(&[&req.base, &req.patched], None, progress).map_err(VmError::from)?;
+        let [a, b]: [build::Built; 2] = resolved.sides.try_into().map_err(|_| {
+            VmError::Io(
+                PathBuf::from(&req.base),
+                std::io::Error::other("two kernels expected"),
+            )
+        })?;
+        let choice = vm::choose_accel(req.vm.accel)?;
+        let kernels = [a.kernel, b.kernel];
+        for k in &kernels {
+            kernel::check_kvm(k, &choice.vendor_module).map_err(VmError::from)?;
+            kernel::check_guest_config(k).map_err(VmError::from)?;
+        }
+        progress.kernels(&kernels, &resolved.notes, &choice);
+        Ok(KabKernels {
+            kernels,
+            builds: [a.build, b.build],
+            build_steps: resolved.steps,
+            notes: resolved.notes,
+            choice,
+        })
+    }
+
+    /// The model's strategy for each side: from its release and patches, and for B the
+    /// strategy `declared` for a change the model does not recognise.
+    fn model_strategies(&self, declared: Option<&str>) -> [Result<StrategyChoice, String>; 2] {
+        [
+            patch::strategy_for(
+                &self.kernels[0].release,
+                &patch_ids(self.builds[0].as_ref()),
+                None,
+            ),
+            patch::strategy_for(
+                &self.kernels[1].release,
+                &patch_ids(self.builds[1].as_ref()),
+                declared,
+            ),
+        ]
+    }
+}
+
+/// The base's profile as the calibration cache keeps it, if any (an unreadable cache is said
+/// and treated as none).
+fn cached_calibration(
+    base: &Identity,
+    progress: &dyn KabProgress,
+) -> Option<(PathBuf, crate::model::profile::Profile)> {
+    match calibration::load(base) {
         Ok(found) => found,
         Err(e) => {
             progress.note(&format!("the cached calibration of A cannot be read: {e}"));
             None
         }
-    };
-    let calibrate_now =
-        req.calibrate && lifecycle && strategies.iter().all(Result::is_ok) && calibrated.is_none();
-    let tags = kab_tags(&builds, req.model_strategy.as_deref());
-    let mut sides: [Vec<RunRecord>; 2] = [Vec::new(), Vec::new()];
-    let mut boots = Vec::new();
-    let order = abba(req.boots);
-    let boots_start = Instant::now();
-    for (i, &side) in order.iter().enumerate() {
-        let k = &kernels[side];
-        let name = ["A", "B"][side];
-        progress.boot_start(i + 1, order.len(), name, k);
-        let mut these = commands.clone();
-        if calibrate_now && i == 0 {
-            // --force: an emulated host's own readings call it busy, and its costs are the
-            // emulator's anyway (the model then predicts jiffies and counts, not times).
-            these.push(vec!["calibrate".into(), "--force".into()]);
-        }
-        let (mut boot, failure) = vm::boot(k, &req.vm, &these, &logs_dir(&k.release))?;
-        for r in &mut boot.runs {
-            if let Some(u) = r.host.under_test.as_mut() {
-                u.kab = Some(tags[side].clone());
+    }
+}
+
+/// What every boot of a kab shares.
+struct BootPlan<'a> {
+    kernels: &'a KabKernels,
+    /// The hvlab commands each guest runs.
+    commands: &'a [Vec<String>],
+    /// What each side's runs remember of the kab.
+    tags: &'a [KabSide; 2],
+    /// Calibrate the base in the first boot (A's).
+    calibrate_now: bool,
+    base: &'a Identity,
+}
+
+/// What the boots brought back: each side's runs, the boots' summaries, and the base's
+/// calibration when a boot made one and it was kept.
+struct Booted {
+    sides: [Vec<RunRecord>; 2],
+    summaries: Vec<BootSummary>,
+    calibrated: Option<(PathBuf, crate::model::profile::Profile)>,
+}
+
+impl BootPlan<'_> {
+    /// Boots the kernels in ABBA order over `req.boots`, storing each boot's runs as they
+    /// come back; a boot that failed ends the kab after its runs are stored.
+    fn boot_abba(
+        &self,
+        req: &KabRequest,
+        store: &mut Store,
+        progress: &dyn KabProgress,
+    ) -> Result<Booted, Error> {
+        let mut booted = Booted {
+            sides: [Vec::new(), Vec::new()],
+            summaries: Vec::new(),
+            calibrated: None,
+        };
+        let order = abba(req.boots);
+        for (i, &side) in order.iter().enumerate() {
+            let k = &self.kernels.kernels[side];
+            let name = ["A", "B"][side];
+            progress.boot_start(i + 1, order.len(), name, k);
+            let mut these = self.commands.to_vec();
+            if self.calibrate_now && i == 0 {
+                // --force: an emulated host's own readings call it busy, and its costs are the
+                // emulator's anyway (the model then predicts jiffies and counts, not times).
+                these.push(vec!["calibrate".into(), "--force".into()]);
             }
-        }
-        if let Some(toml) = boot.calibrated.take() {
-            // Only the first boot calibrates, and it is A's (ABBA).
-            match calibration::save(&base, &toml) {
-                Ok((path, profile)) => {
-                    progress.note(&format!(
-                        "calibrated A in its guest: {} (kept for this kernel under {})",
-                        path.display(),
-                        choice.accel
-                    ));
-                    calibrated = Some((path, profile));
+            let (mut boot, failure) = vm::boot(k, &req.vm, &these, &logs_dir(&k.release))?;
+            for r in &mut boot.runs {
+                if let Some(u) = r.host.under_test.as_mut() {
+                    u.kab = Some(self.tags[side].clone());
                 }
-                Err(e) => progress.note(&format!("calibration of A not kept: {e}")),
+            }
+            if let Some(toml) = boot.calibrated.take()
+                && let Some(kept) = self.keep_calibration(&toml, progress)
+            {
+                booted.calibrated = Some(kept);
+            }
+            let tally = vm::store_runs(store, &boot.runs)?;
+            let summary = BootSummary::of(name, &boot, tally.stored, store.location().to_string());
+            progress.boot_end(&summary);
+            booted.summaries.push(summary);
+            booted.sides[side].extend(boot.runs);
+            if let Some(f) = failure {
+                return Err(f.into());
             }
         }
-        let tally = vm::store_runs(store, &boot.runs)?;
-        let summary = BootSummary {
-            side: name.to_string(),
+        Ok(booted)
+    }
+
+    /// Keeps the calibration a boot brought back as the base's (only the first boot
+    /// calibrates, and it is A's: ABBA), saying where, or why not.
+    fn keep_calibration(
+        &self,
+        toml: &str,
+        progress: &dyn KabProgress,
+    ) -> Option<(PathBuf, crate::model::profile::Profile)> {
+        match calibration::save(self.base, toml) {
+            Ok((path, profile)) => {
+                progress.note(&format!(
+                    "calibrated A in its guest: {} (kept for this kernel under {})",
+                    path.display(),
+                    self.kernels.choice.accel
+                ));
+                Some((path, profile))
+            }
+            Err(e) => {
+                progress.note(&format!("calibration of A not kept: {e}"));
+                None
+            }
+        }
+    }
+}
+
+impl BootSummary {
+    /// Side `side`'s `boot`, of whose runs `stored` were new to `store`.
+    fn of(side: &str, boot: &vm::Boot, stored: usize, store: String) -> BootSummary {
+        BootSummary {
+            side: side.to_string(),
             release: boot.release.clone(),
             to_first_command_s: boot.to_first_command_s,
             wall_s: boot.wall_s,
             console: boot.console.clone(),
             runs: boot.runs.len(),
-            stored: tally.stored,
-            store: store.location().to_string(),
+            stored,
+            store,
             failures: boot
                 .commands
                 .iter()
@@ -1023,76 +1172,59 @@ pub fn run(
                     stderr: c.stderr.clone(),
                 })
                 .collect(),
-        };
-        progress.boot_end(&summary);
-        boots.push(summary);
-        sides[side].extend(boot.runs);
-        if let Some(f) = failure {
-            return Err(f.into());
         }
     }
-    let boots_s = boots_start.elapsed().as_secs_f64();
-    let judged = judge(
-        &req.scenarios,
-        &sides[0],
-        &sides[1],
-        choice.accel,
-        req.threshold,
-    );
-    let all_metrics = || {
-        judged
-            .iter()
-            .flat_map(|s| &s.variants)
-            .flat_map(|v| &v.metrics)
-    };
-    let regression = all_metrics().any(|m| m.regression);
-    let inconclusive = all_metrics().filter(|m| m.inconclusive.is_some()).count();
-    let verdicts = verdicts(&judged);
-    let host = super::host::probe();
-    let prediction = lifecycle
-        .then(|| {
-            predict(
-                &strategies,
-                &sides,
-                calibrated.as_ref(),
-                calibrate_now,
-                req.calibrate,
-                &host,
-            )
-        })
-        .transpose()?;
-    let total_s = start.elapsed().as_secs_f64();
-    let [ka, kb] = kernels;
-    Ok(KabOutcome {
-        hvlab_version: format!("{} ({})", host.hvlab_version, host.git_rev),
-        a: ka,
-        b: kb,
-        builds,
-        build_steps: resolved.steps,
-        notes: resolved.notes,
-        accel: choice,
-        host: HostSummary {
-            kernel: host.kernel,
-            cpu: host.cpu,
-            cores: host.cores,
-            hypervisor: host.hypervisor,
-        },
-        scenario_names: req.scenarios.clone(),
-        boots_per_side: req.boots,
-        reps: req.reps,
-        boots,
-        scenarios: judged,
-        verdicts,
-        regression,
-        inconclusive,
-        wall: WallTimes {
-            build_s,
-            boots_s,
-            total_s,
-        },
-        wall_s: total_s,
-        prediction,
-    })
+}
+
+impl KabOutcome {
+    /// The outcome of a kab whose `kernels` booted as `boots` said, judged as `judged`, with
+    /// the model's `prediction` when it ran lifecycle.
+    fn new(
+        req: &KabRequest,
+        kernels: KabKernels,
+        boots: Vec<BootSummary>,
+        judged: Vec<ScenarioAb>,
+        host: hvlab_core::host::HostInfo,
+        prediction: Option<KabPrediction>,
+        wall: WallTimes,
+    ) -> KabOutcome {
+        let all_metrics = || {
+            judged
+                .iter()
+                .flat_map(|s| &s.variants)
+                .flat_map(|v| &v.metrics)
+        };
+        let regression = all_metrics().any(|m| m.regression);
+        let inconclusive = all_metrics().filter(|m| m.inconclusive.is_some()).count();
+        let verdicts = verdicts(&judged);
+        let [a, b] = kernels.kernels;
+        KabOutcome {
+            hvlab_version: format!("{} ({})", host.hvlab_version, host.git_rev),
+            a,
+            b,
+            builds: kernels.builds,
+            build_steps: kernels.build_steps,
+            notes: kernels.notes,
+            accel: kernels.choice,
+            host: HostSummary {
+                kernel: host.kernel,
+                cpu: host.cpu,
+                cores: host.cores,
+                hypervisor: host.hypervisor,
+            },
+            scenario_names: req.scenarios.clone(),
+            boots_per_side: req.boots,
+            reps: req.reps,
+            boots,
+            scenarios: judged,
+            verdicts,
+            regression,
+            inconclusive,
+            wall_s: wall.total_s,
+            wall,
+            prediction,
+        }
+    }
 }
 
 /// A side's patches by file name and sha256.

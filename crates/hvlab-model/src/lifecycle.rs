@@ -796,7 +796,25 @@ struct Timeline<'a> {
     effect: SrcuEffect,
 }
 
-impl Timeline<'_> {
+impl<'a> Timeline<'a> {
+    /// A VM's timeline from its `KVM_CREATE_VM` at 0, ticks at `phase + k × jiffy`; `seed`
+    /// draws reader presence.
+    fn new(costs: &'a LifecycleCosts, strategy: Strategy, phase: u64, seed: u64) -> Self {
+        let mut srcu = Srcu::new(costs.jiffy_ns(), phase, costs.wakeup_ns, seed);
+        srcu.set_timer_cpu_busy(costs.timer_cpu_busy);
+        srcu.set_local_handoff(costs.local_handoff_ns);
+        Timeline {
+            costs,
+            srcu,
+            strategy,
+            now: 0,
+            created_vcpus: 0,
+            events: Vec::new(),
+            effects: Vec::new(),
+            effect: SrcuEffect::default(),
+        }
+    }
+
     /// One ioctl: `base` ns of its own work, then `srcu_work` at its end (which may wait).
     fn ioctl(&mut self, name: &str, base: u64, srcu_work: impl FnOnce(&mut Self) -> u64) {
         self.now += self.costs.gap;
@@ -891,28 +909,11 @@ pub fn construct(
     rng: &mut ChaCha8Rng,
     series: &mut BackToBack,
 ) -> ConstructionTrace {
-    let jiffy = costs.jiffy_ns();
-    let drawn = rng.random_range(0..jiffy);
     let boots = plan
         .steps
         .iter()
         .any(|s| matches!(s, Step::BootIoeventfds | Step::BootMemslot));
-    // Ticks fall at `phase + k × jiffy`: a build starting `s` after a tick has its next tick
-    // `jiffy - s` away.
-    let measured = series
-        .previous_booted
-        .filter(|_| plan.back_to_back)
-        .and_then(|previous| {
-            costs
-                .between_builds
-                .start_since_tick(previous, boots, jiffy, rng)
-        })
-        .map(|since_tick| (jiffy - since_tick) % jiffy);
-    let phase = match (measured, series.next_phase_ns) {
-        (Some(p), _) => p,
-        (None, Some(p)) if plan.back_to_back => p % jiffy,
-        _ => drawn,
-    };
+    let phase = series.phase(costs, plan.back_to_back, boots, rng);
     let seed = rng.random::<u64>();
     // Whether this build's boot thread waits for a tick before it first runs, and then how
     // long its hand-over takes ([`boot_thread_start`]).
@@ -920,164 +921,252 @@ pub fn construct(
         .boot_thread
         .filter(|_| boots)
         .and_then(|b| (rng.random::<f64>() < b.tick_bound).then_some(b.pull_ns));
-    let sleep_late = costs.boot_thread.map_or(0, |b| b.sleep_late_ns);
-    let mut t = Timeline {
-        costs,
-        srcu: {
-            let mut s = Srcu::new(jiffy, phase, costs.wakeup_ns, seed);
-            s.set_timer_cpu_busy(costs.timer_cpu_busy);
-            s.set_local_handoff(costs.local_handoff_ns);
-            s
-        },
-        strategy: plan.strategy,
-        now: 0,
-        created_vcpus: 0,
-        events: Vec::new(),
-        effects: Vec::new(),
-        effect: SrcuEffect::default(),
+    let mut build = Build {
+        t: Timeline::new(costs, plan.strategy, phase, seed),
+        plan,
+        boots,
+        phase,
+        tick_bound,
+        ready_ns: 0,
+        boot_thread: None,
+        boot_went_on: false,
     };
-    let mut ready_ns = 0;
-    // An order that boots: its boot thread, once spawned; whether it has gone on from the
-    // guest's start yet (its first boot step).
-    let mut boot_thread: Option<BootThread> = None;
-    let mut boot_went_on = false;
     for step in &plan.steps {
+        build.step(*step);
+    }
+    series.follow(phase, build.t.now, costs.jiffy_ns(), boots);
+    build.trace()
+}
+
+impl BackToBack {
+    /// Where the ticks fall for this build: `KVM_CREATE_VM` at 0, ticks at
+    /// `phase + k × jiffy`. Drawn for an independent build, else where the last build left
+    /// them, or where the measured teardown and setup between builds put them.
+    fn phase(
+        &self,
+        costs: &LifecycleCosts,
+        back_to_back: bool,
+        boots: bool,
+        rng: &mut ChaCha8Rng,
+    ) -> u64 {
+        let jiffy = costs.jiffy_ns();
+        let drawn = rng.random_range(0..jiffy);
+        // A build starting `s` after a tick has its next tick `jiffy - s` away.
+        let measured = self
+            .previous_booted
+            .filter(|_| back_to_back)
+            .and_then(|previous| {
+                costs
+                    .between_builds
+                    .start_since_tick(previous, boots, jiffy, rng)
+            })
+            .map(|since_tick| (jiffy - since_tick) % jiffy);
+        match (measured, self.next_phase_ns) {
+            (Some(p), _) => p,
+            (None, Some(p)) if back_to_back => p % jiffy,
+            _ => drawn,
+        }
+    }
+
+    /// After a build with ticks at `phase` that ended at `end_ns` and `booted` or not.
+    fn follow(&mut self, phase: u64, end_ns: u64, jiffy: u64, booted: bool) {
+        // The next build's origin is this one's end: its ticks fall `end` earlier in its frame.
+        let end = end_ns % jiffy;
+        self.next_phase_ns = Some((phase + jiffy - end) % jiffy);
+        self.previous_booted = Some(booted);
+    }
+}
+
+/// One VM's construction under way: its timeline, and what an order that boots keeps of its
+/// boot thread.
+struct Build<'a> {
+    t: Timeline<'a>,
+    plan: &'a ConstructionPlan,
+    /// The order has boot steps (registrations while vCPU 0 runs).
+    boots: bool,
+    /// Ticks fall at `phase + k × jiffy` on the VM's clock.
+    phase: u64,
+    /// The boot thread's hand-over after a tick, when it waits for one.
+    tick_bound: Option<u64>,
+    /// The guest's first exit.
+    ready_ns: u64,
+    /// The boot thread, once spawned.
+    boot_thread: Option<BootThread>,
+    /// Whether the boot thread has gone on from the guest's start yet (its first boot step).
+    boot_went_on: bool,
+}
+
+impl Build<'_> {
+    fn step(&mut self, step: Step) {
+        let costs = self.t.costs;
         match step {
-            Step::CreateVm => t.ioctl("KVM_CREATE_VM", costs.create_vm, |_| 0),
-            Step::TssAddr => t.ioctl("KVM_SET_TSS_ADDR", costs.tss, |_| 0),
-            Step::Irqchip => t.ioctl("KVM_CREATE_IRQCHIP", costs.irqchip, |t| {
+            Step::CreateVm => self.t.ioctl("KVM_CREATE_VM", costs.create_vm, |_| 0),
+            Step::TssAddr => self.t.ioctl("KVM_SET_TSS_ADDR", costs.tss, |_| 0),
+            Step::Irqchip => self.t.ioctl("KVM_CREATE_IRQCHIP", costs.irqchip, |t| {
                 t.registrations(IRQCHIP_REGISTRATIONS)
             }),
-            Step::Pit => t.ioctl("KVM_CREATE_PIT2", costs.pit, |t| {
+            Step::Pit => self.t.ioctl("KVM_CREATE_PIT2", costs.pit, |t| {
                 t.registrations(PIT_REGISTRATIONS)
             }),
             Step::Memslot | Step::BootMemslot => {
-                if *step == Step::BootMemslot
-                    && !boot_went_on
-                    && let Some(boot) = boot_thread.as_mut()
-                {
-                    // No registrations before it: the thread goes on once it has seen the
-                    // guest start.
-                    boot_went_on = true;
-                    boot.went_on_ns = BootThreadCosts::went_on(costs, boot.started_ns, ready_ns);
-                    boot.wake_ns = boot.went_on_ns;
-                    t.now = t.now.max(boot.wake_ns.saturating_sub(costs.gap));
+                if step == Step::BootMemslot {
+                    self.boot_thread_goes_on();
                 }
-                t.ioctl(
+                self.t.ioctl(
                     "KVM_SET_USER_MEMORY_REGION",
                     costs.memslot,
                     Timeline::memslot_swap,
                 );
             }
-            Step::Vcpus => {
-                for _ in 0..plan.vcpus {
-                    let adds_memslot = t.created_vcpus == 0 && costs.first_vcpu_adds_memslot;
-                    // kvm_vm_ioctl_create_vcpu() counts the vCPU before creating it.
-                    t.created_vcpus += 1;
-                    let base = costs.vcpu
-                        + if adds_memslot {
-                            u64::from(X86_ADDRESS_SPACES) * costs.memslot
-                        } else {
-                            0
-                        };
-                    t.ioctl("KVM_CREATE_VCPU", base, |t| {
-                        if !adds_memslot {
-                            return 0;
-                        }
-                        t.repeated(X86_ADDRESS_SPACES, Timeline::memslot_swap)
-                    });
-                    // The VMM gives each vCPU its CPUID, as every x86 VMM does.
-                    if let Some(cpuid) = costs.cpuid {
-                        t.ioctl("KVM_SET_CPUID2", cpuid, |_| 0);
-                    }
-                }
-            }
+            Step::Vcpus => self.create_vcpus(),
             Step::Ioeventfds | Step::BootIoeventfds => {
-                if *step == Step::BootIoeventfds
-                    && let Some(boot) = boot_thread.as_mut()
-                {
-                    // The guest boots while the boot thread waits: for the guest's first exit
-                    // (the vCPU thread's message wakes it on its CPU) if it ran before that,
-                    // then `boot_ms` in `nanosleep()`, whose hrtimer fires `timer_slack_ns`
-                    // late at most and whose wake-up and return cost more (`sleep_late`).
-                    // Where its registrations fall against the tick, and so how long the grace
-                    // period they start lasts, follows from where the thread started.
-                    boot_went_on = true;
-                    boot.went_on_ns = BootThreadCosts::went_on(costs, boot.started_ns, ready_ns);
-                    let slept = boot.went_on_ns.max(t.now);
-                    boot.wake_ns = slept + u64::from(plan.boot_ms) * 1_000_000;
-                    t.now = t
-                        .now
-                        .max((boot.wake_ns + sleep_late).saturating_sub(costs.gap));
+                if step == Step::BootIoeventfds {
+                    self.boot_thread_sleeps();
                 }
-                for _ in 0..plan.devices {
-                    t.ioctl("KVM_IOEVENTFD", costs.ioeventfd, Timeline::register);
+                for _ in 0..self.plan.devices {
+                    self.t
+                        .ioctl("KVM_IOEVENTFD", costs.ioeventfd, Timeline::register);
                 }
             }
-            Step::Run => {
-                // An order that boots runs a 64-bit guest beside a boot thread, where the
-                // profile measured that start: sregs read and written, the entry registers
-                // set, the thread started, and a first run that builds the 64-bit guest's
-                // paging (shadow or stage 2) before its first exit.
-                let boot_start = costs.boot_start.filter(|_| boots);
-                let names: &[&str] = match boot_start {
-                    Some(_) => &["KVM_GET_SREGS", "KVM_SET_SREGS", "KVM_SET_REGS"],
-                    None => &[
-                        "KVM_GET_SREGS",
-                        "KVM_SET_SREGS",
-                        "KVM_GET_REGS",
-                        "KVM_SET_REGS",
-                    ],
+            Step::Run => self.first_run(),
+        }
+    }
+
+    /// A boot memslot update with no registrations before it: the boot thread goes on once it
+    /// has seen the guest start.
+    fn boot_thread_goes_on(&mut self) {
+        let costs = self.t.costs;
+        if self.boot_went_on {
+            return;
+        }
+        let Some(boot) = self.boot_thread.as_mut() else {
+            return;
+        };
+        self.boot_went_on = true;
+        boot.went_on_ns = BootThreadCosts::went_on(costs, boot.started_ns, self.ready_ns);
+        boot.wake_ns = boot.went_on_ns;
+        self.t.now = self.t.now.max(boot.wake_ns.saturating_sub(costs.gap));
+    }
+
+    /// Boot registrations: the guest boots while the boot thread waits, for the guest's first
+    /// exit (the vCPU thread's message wakes it on its CPU) if it ran before that, then
+    /// `boot_ms` in `nanosleep()`, whose hrtimer fires `timer_slack_ns` late at most and whose
+    /// wake-up and return cost more (`sleep_late`). Where its registrations fall against the
+    /// tick, and so how long the grace period they start lasts, follows from where the thread
+    /// started.
+    fn boot_thread_sleeps(&mut self) {
+        let costs = self.t.costs;
+        let sleep_late = costs.boot_thread.map_or(0, |b| b.sleep_late_ns);
+        let Some(boot) = self.boot_thread.as_mut() else {
+            return;
+        };
+        self.boot_went_on = true;
+        boot.went_on_ns = BootThreadCosts::went_on(costs, boot.started_ns, self.ready_ns);
+        let slept = boot.went_on_ns.max(self.t.now);
+        boot.wake_ns = slept + u64::from(self.plan.boot_ms) * 1_000_000;
+        self.t.now = self
+            .t
+            .now
+            .max((boot.wake_ns + sleep_late).saturating_sub(costs.gap));
+    }
+
+    /// `KVM_CREATE_VCPU` for each vCPU, with its CPUID.
+    fn create_vcpus(&mut self) {
+        let costs = self.t.costs;
+        for _ in 0..self.plan.vcpus {
+            let adds_memslot = self.t.created_vcpus == 0 && costs.first_vcpu_adds_memslot;
+            // kvm_vm_ioctl_create_vcpu() counts the vCPU before creating it.
+            self.t.created_vcpus += 1;
+            let base = costs.vcpu
+                + if adds_memslot {
+                    u64::from(X86_ADDRESS_SPACES) * costs.memslot
+                } else {
+                    0
                 };
-                for name in names {
-                    t.ioctl(name, costs.regs, |_| 0);
+            self.t.ioctl("KVM_CREATE_VCPU", base, |t| {
+                if !adds_memslot {
+                    return 0;
                 }
-                let spawned = t.now;
-                let (spawn_cost, first_run) = match boot_start {
-                    Some((thread, run)) => {
-                        // The VMM starts the boot thread before it enters the guest.
-                        t.now += thread;
-                        (thread, run)
-                    }
-                    None => (0, costs.first_run),
-                };
-                if boots {
-                    boot_thread = Some(BootThread {
-                        spawned_ns: spawned,
-                        started_ns: boot_thread_start(
-                            spawned, spawn_cost, tick_bound, phase, jiffy,
-                        ),
-                        went_on_ns: 0,
-                        wake_ns: 0,
-                    });
-                }
-                t.ioctl("KVM_RUN", first_run, |_| 0);
-                ready_ns = t.now;
-                // From here vCPU 0 stays in KVM_RUN: an SRCU reader while it handles exits. It
-                // does not hold off the grace-period kworker: the tick that fires the work's
-                // timer takes the vCPU out of the guest, and the woken kworker runs before it
-                // re-enters (`vcpu_enter_guest()` → `kvm_vcpu_exit_request()`; measured here:
-                // process_srcu() 11-35 us after the timer in 17 of 17 traced builds whose
-                // timer fired on the vCPU's CPU).
-                t.srcu.set_readers(1, f64::from(plan.reader_pct) / 100.0);
+                t.repeated(X86_ADDRESS_SPACES, Timeline::memslot_swap)
+            });
+            // The VMM gives each vCPU its CPUID, as every x86 VMM does.
+            if let Some(cpuid) = costs.cpuid {
+                self.t.ioctl("KVM_SET_CPUID2", cpuid, |_| 0);
             }
         }
     }
-    // The next build's origin is this one's end: its ticks fall `end` earlier in its frame.
-    let end = t.now % jiffy;
-    series.next_phase_ns = Some((phase + jiffy - end) % jiffy);
-    series.previous_booted = Some(boots);
-    ConstructionTrace {
-        ioctls: t.events,
-        ready_ns,
-        kvm_stats: Vec::new(),
-        srcu_effects: t.effects,
-        // The model does not time the VMM between builds.
-        since_last_ns: None,
-        since_teardown_ns: None,
-        // The build starts `phase` before a tick: the last tick was `jiffy - phase` ago.
-        tick_phase_ns: Some((jiffy - phase) % jiffy),
-        boot_thread,
+
+    /// The registers set, the boot thread spawned (an order that boots), and vCPU 0's first
+    /// `KVM_RUN` to its first exit.
+    fn first_run(&mut self) {
+        let costs = self.t.costs;
+        // An order that boots runs a 64-bit guest beside a boot thread, where the profile
+        // measured that start: sregs read and written, the entry registers set, the thread
+        // started, and a first run that builds the 64-bit guest's paging (shadow or stage 2)
+        // before its first exit.
+        let boot_start = costs.boot_start.filter(|_| self.boots);
+        let names: &[&str] = match boot_start {
+            Some(_) => &["KVM_GET_SREGS", "KVM_SET_SREGS", "KVM_SET_REGS"],
+            None => &[
+                "KVM_GET_SREGS",
+                "KVM_SET_SREGS",
+                "KVM_GET_REGS",
+                "KVM_SET_REGS",
+            ],
+        };
+        for name in names {
+            self.t.ioctl(name, costs.regs, |_| 0);
+        }
+        let spawned = self.t.now;
+        let (spawn_cost, first_run) = match boot_start {
+            Some((thread, run)) => {
+                // The VMM starts the boot thread before it enters the guest.
+                self.t.now += thread;
+                (thread, run)
+            }
+            None => (0, costs.first_run),
+        };
+        if self.boots {
+            self.boot_thread = Some(BootThread {
+                spawned_ns: spawned,
+                started_ns: boot_thread_start(
+                    spawned,
+                    spawn_cost,
+                    self.tick_bound,
+                    self.phase,
+                    costs.jiffy_ns(),
+                ),
+                went_on_ns: 0,
+                wake_ns: 0,
+            });
+        }
+        self.t.ioctl("KVM_RUN", first_run, |_| 0);
+        self.ready_ns = self.t.now;
+        // From here vCPU 0 stays in KVM_RUN: an SRCU reader while it handles exits. It does
+        // not hold off the grace-period kworker: the tick that fires the work's timer takes
+        // the vCPU out of the guest, and the woken kworker runs before it re-enters
+        // (`vcpu_enter_guest()` → `kvm_vcpu_exit_request()`; measured here: process_srcu()
+        // 11-35 us after the timer in 17 of 17 traced builds whose timer fired on the vCPU's
+        // CPU).
+        self.t
+            .srcu
+            .set_readers(1, f64::from(self.plan.reader_pct) / 100.0);
+    }
+
+    fn trace(self) -> ConstructionTrace {
+        let jiffy = self.t.costs.jiffy_ns();
+        ConstructionTrace {
+            ioctls: self.t.events,
+            ready_ns: self.ready_ns,
+            kvm_stats: Vec::new(),
+            srcu_effects: self.t.effects,
+            // The model does not time the VMM between builds.
+            since_last_ns: None,
+            since_teardown_ns: None,
+            // The build starts `phase` before a tick: the last tick was `jiffy - phase` ago.
+            tick_phase_ns: Some((jiffy - self.phase) % jiffy),
+            boot_thread: self.boot_thread,
+        }
     }
 }
 

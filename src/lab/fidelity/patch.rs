@@ -502,60 +502,14 @@ pub fn from_runs(
     tolerance: f64,
     seed: u64,
 ) -> Result<PatchReport, Error> {
-    let mut kabs: BTreeMap<&str, [Vec<&RunRecord>; 2]> = BTreeMap::new();
-    for run in runs {
-        if let Some(k) = kab_side(run) {
-            let side = usize::from(k.side == "B");
-            kabs.entry(k.id.as_str()).or_default()[side].push(run);
-        }
-    }
     let mut report = PatchReport::default();
     let mut sets: Vec<Set<'_>> = Vec::new();
-    for (id, sides) in &kabs {
-        let skip = |side: Option<&str>, why: String| Skipped {
-            kab: (*id).to_string(),
-            side: side.map(str::to_string),
-            why,
-        };
-        let (Some(a), Some(b)) = (sides[0].first(), sides[1].first()) else {
-            let have = if sides[0].is_empty() { "B" } else { "A" };
-            report.skipped.push(skip(
-                None,
-                format!("only side {have}'s runs are stored; a prediction of a patch needs both"),
-            ));
-            continue;
-        };
-        let (Some(ua), Some(ub)) = (a.host.under_test.as_ref(), b.host.under_test.as_ref()) else {
-            continue;
-        };
-        if ua.release != ub.release {
-            report.skipped.push(skip(
-                None,
-                format!(
-                    "A is {} and B is {}: a prediction of a patch compares one version with itself patched",
-                    ua.release, ub.release
-                ),
-            ));
-            continue;
-        }
-        let base = Identity::of_run(ua);
-        let profile = match calibrations(&base) {
-            Ok(Some(p)) => p,
-            Ok(None) => {
-                report.skipped.push(skip(
-                    None,
-                    format!(
-                        "no profile calibrated on the base {} ({}) under {} at {}: a kab calibrates its base once, in its first boot (it failed there, or the cache was cleared); run the kab again",
-                        ua.release,
-                        ua.source,
-                        ua.accel,
-                        base.path().display()
-                    ),
-                ));
-                continue;
-            }
+    for (id, sides) in &kab_sides(runs) {
+        let profile = match base_profile(sides, calibrations) {
+            Ok(Some(profile)) => profile,
+            Ok(None) => continue,
             Err(why) => {
-                report.skipped.push(skip(None, why));
+                report.skipped.push(Skipped::of(id, None, why));
                 continue;
             }
         };
@@ -563,32 +517,9 @@ pub fn from_runs(
             let Some(under_test) = side.first().and_then(|r| r.host.under_test.as_ref()) else {
                 continue;
             };
-            let strategy = match strategy_of_run(under_test) {
-                Ok(s) => s,
-                Err(why) => {
-                    report.skipped.push(skip(Some(name), why));
-                    continue;
-                }
-            };
-            let params = |r: &RunRecord| serde_json::to_string(&r.params).unwrap_or_default();
-            let same = |s: &Set<'_>| {
-                Identity::of_run(s.under_test) == Identity::of_run(under_test)
-                    && s.strategy.name == strategy.name
-                    && s.profile.0 == profile.0
-                    && s.runs.first().map(|r| params(r)) == side.first().map(|r| params(r))
-            };
-            match sets.iter_mut().find(|s| same(s)) {
-                Some(set) => {
-                    set.kabs.push((*id).to_string());
-                    set.runs.extend(side.iter().copied());
-                }
-                None => sets.push(Set {
-                    under_test,
-                    strategy,
-                    profile: profile.clone(),
-                    kabs: vec![(*id).to_string()],
-                    runs: side.clone(),
-                }),
+            match strategy_of_run(under_test) {
+                Ok(strategy) => Set::add(&mut sets, id, under_test, strategy, &profile, side),
+                Err(why) => report.skipped.push(Skipped::of(id, Some(name), why)),
             }
         }
     }
@@ -596,6 +527,97 @@ pub fn from_runs(
         report.predictions.push(predict(&set, tolerance, seed)?);
     }
     Ok(report)
+}
+
+/// The runs of each stored kab, by its id: side A's, then side B's.
+fn kab_sides(runs: &[RunRecord]) -> BTreeMap<&str, [Vec<&RunRecord>; 2]> {
+    let mut kabs: BTreeMap<&str, [Vec<&RunRecord>; 2]> = BTreeMap::new();
+    for run in runs {
+        if let Some(k) = kab_side(run) {
+            let side = usize::from(k.side == "B");
+            kabs.entry(k.id.as_str()).or_default()[side].push(run);
+        }
+    }
+    kabs
+}
+
+/// The profile that prices a kab's prediction: its base's calibration. `Ok(None)` when its
+/// runs do not say which kernels they booted; `Err` why the kab cannot be predicted.
+fn base_profile(
+    sides: &[Vec<&RunRecord>; 2],
+    calibrations: &Calibrations<'_>,
+) -> Result<Option<(PathBuf, Profile)>, String> {
+    let (Some(a), Some(b)) = (sides[0].first(), sides[1].first()) else {
+        let have = if sides[0].is_empty() { "B" } else { "A" };
+        return Err(format!(
+            "only side {have}'s runs are stored; a prediction of a patch needs both"
+        ));
+    };
+    let (Some(ua), Some(ub)) = (a.host.under_test.as_ref(), b.host.under_test.as_ref()) else {
+        return Ok(None);
+    };
+    if ua.release != ub.release {
+        return Err(format!(
+            "A is {} and B is {}: a prediction of a patch compares one version with itself patched",
+            ua.release, ub.release
+        ));
+    }
+    let base = Identity::of_run(ua);
+    match calibrations(&base)? {
+        Some(profile) => Ok(Some(profile)),
+        None => Err(format!(
+            "no profile calibrated on the base {} ({}) under {} at {}: a kab calibrates its base once, in its first boot (it failed there, or the cache was cleared); run the kab again",
+            ua.release,
+            ua.source,
+            ua.accel,
+            base.path().display()
+        )),
+    }
+}
+
+impl Skipped {
+    /// Kab `id` (its `side`, when only one) skipped, and why.
+    fn of(id: &str, side: Option<&str>, why: String) -> Skipped {
+        Skipped {
+            kab: id.to_string(),
+            side: side.map(str::to_string),
+            why,
+        }
+    }
+}
+
+impl<'a> Set<'a> {
+    /// Adds kab `id`'s `side`, which booted `under_test` and runs with `strategy`, to the set
+    /// of the same kernel, strategy, profile and parameters, or as a set of its own.
+    fn add(
+        sets: &mut Vec<Set<'a>>,
+        id: &str,
+        under_test: &'a UnderTest,
+        strategy: StrategyChoice,
+        profile: &(PathBuf, Profile),
+        side: &[&'a RunRecord],
+    ) {
+        let params = |r: &RunRecord| serde_json::to_string(&r.params).unwrap_or_default();
+        let same = |s: &Set<'_>| {
+            Identity::of_run(s.under_test) == Identity::of_run(under_test)
+                && s.strategy.name == strategy.name
+                && s.profile.0 == profile.0
+                && s.runs.first().map(|r| params(r)) == side.first().map(|r| params(r))
+        };
+        match sets.iter_mut().find(|s| same(s)) {
+            Some(set) => {
+                set.kabs.push(id.to_string());
+                set.runs.extend(side.iter().copied());
+            }
+            None => sets.push(Set {
+                under_test,
+                strategy,
+                profile: profile.clone(),
+                kabs: vec![id.to_string()],
+                runs: side.to_vec(),
+            }),
+        }
+    }
 }
 
 /// One kernel's prediction.

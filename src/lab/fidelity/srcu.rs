@@ -156,141 +156,208 @@ impl Thread for Srcu {
     }
 
     fn rows(&self, host: &HostInfo, profile: &Profile, seed: u64) -> Result<Vec<Row>, Error> {
+        let figures = Figures::measure(host, profile, seed)?;
+        let mut rows = grace_period_rows(&figures);
+        rows.extend(vcpu_creation_rows(&figures));
+        rows.extend(registration_rows(&figures));
+        Ok(rows)
+    }
+}
+
+/// What the model's runs of the setup give the rows (ms).
+struct Figures {
+    /// The first `KVM_CREATE_VCPU` after 7d9a0273 (`call_srcu()`), HZ=100.
+    after: ModelFigure,
+    /// The first `KVM_CREATE_VCPU` before it (`synchronize_srcu_expedited()`), HZ=100.
+    before: ModelFigure,
+    /// The first `KVM_CREATE_VCPU` after 7d9a0273, HZ=1000.
+    after_1000: ModelFigure,
+    /// The first `KVM_CREATE_VCPU` before it, HZ=1000.
+    before_1000: ModelFigure,
+    /// The second `KVM_CREATE_VCPU` of two, before 7d9a0273.
+    second_before: ModelFigure,
+    /// The second `KVM_CREATE_VCPU` of two, after it.
+    second_after: ModelFigure,
+    /// A VM's `KVM_IOEVENTFD` registrations before 7d9a0273, all of them.
+    registrations: ModelFigure,
+}
+
+impl Figures {
+    /// The setup on the model before and after 7d9a0273: one vCPU at HZ=100 and 1000, and two
+    /// vCPUs at HZ=100.
+    fn measure(host: &HostInfo, profile: &Profile, seed: u64) -> Result<Figures, Error> {
+        let ms = |m: &crate::record::MetricRecord| ModelFigure::of(m, 1.0, "ms");
         let after = run(host, profile, Strategy::AlwaysDefer, None, seed)?;
         let before = run(host, profile, Strategy::AlwaysSync, None, seed)?;
         let after_1000 = run(host, profile, Strategy::AlwaysDefer, Some(1000), seed)?;
         let before_1000 = run(host, profile, Strategy::AlwaysSync, Some(1000), seed)?;
-        let (a, b) = (first_vcpu(&after)?, first_vcpu(&before)?);
-        let (a1000, b1000) = (first_vcpu(&after_1000)?, first_vcpu(&before_1000)?);
+        let (a, b) = (ms(first_vcpu(&after)?), ms(first_vcpu(&before)?));
+        let (a1000, b1000) = (ms(first_vcpu(&after_1000)?), ms(first_vcpu(&before_1000)?));
         let before2 = run_vcpus(host, profile, Strategy::AlwaysSync, 2, seed)?;
         let after2 = run_vcpus(host, profile, Strategy::AlwaysDefer, 2, seed)?;
-        let setup = |what: &str, hz: u32| {
-            format!("Firecracker order on x86 VMX, HZ={hz}, {what}; {VMS} microVMs")
-        };
-        let jiffy_ms = 1e3 / 100.0;
-        let shortest_jiffies = a.min / jiffy_ms;
-        let registration = super::metric(&before, "firecracker-order", "ioctl.KVM_IOEVENTFD_ms")?;
-        let second_before = second_vcpu(&before2, &before)?;
-        let second_after = second_vcpu(&after2, &after)?;
-        let devices = 8.0;
-        let rows = vec![
-            Row::judge(
-                "shortest first KVM_CREATE_VCPU after 7d9a0273, in grace periods",
-                setup("call_srcu() in registration; the shortest of the microVMs", 100),
-                Published::above(
-                    1.0,
-                    "jiffies",
-                    "Nikita: \"the delay is consistently greater than 1 GP\"",
-                ),
-                ModelFigure::from_values(&[shortest_jiffies], "jiffies"),
-                Some(WHY_OVER_ONE_GP),
-            )
-            .of(STRACE_100),
-            Row::judge(
-                "longest first KVM_CREATE_VCPU after 7d9a0273 (the strace sample must be reachable)",
-                setup("call_srcu() in registration; the longest of the microVMs", 100),
-                Published::above(
-                    25.182,
-                    "ms",
-                    "Nikita, after the patch: strace KVM_CREATE_VCPU <0.025182>",
-                ),
-                ModelFigure::from_values(&[a.max], "ms"),
-                None,
-            )
-            .of(STRACE_100),
-            Row::judge(
-                "regression of the first KVM_CREATE_VCPU, HZ=100",
-                setup("after minus before 7d9a0273 (medians)", 100),
-                Published::about(
-                    20.0,
-                    "ms",
-                    "Nikita: \"a regression of ~20 ms to the first KVM_CREATE_VCPU call\"",
-                ),
-                ModelFigure::from_values(&[a.median - b.median], "ms"),
-                None,
-            )
-            .of(STRACE_100),
-            Row::judge(
-                "regression of the first KVM_CREATE_VCPU, HZ=1000",
-                setup("after minus before 7d9a0273 (medians)", 1000),
-                Published::order_of(
-                    1.0,
-                    "ms",
-                    "Nikita: \"with HZ=1000 ... the regression is in the order of 1 ms\"",
-                ),
-                ModelFigure::from_values(&[a1000.median - b1000.median], "ms"),
-                None,
-            )
-            .of("001/hz1000"),
-            Row::judge(
-                "first KVM_CREATE_VCPU before 7d9a0273",
-                setup("synchronize_srcu_expedited() in registration", 100),
-                Published::about(
-                    0.137,
-                    "ms",
-                    "Nikita, before the patch: strace KVM_CREATE_VCPU 0 <0.000137> (one sample)",
-                ),
-                ModelFigure::of(b, 1.0, "ms"),
-                Some(
-                    "no grace period is waited for: the time is vCPU and memslot creation work \
-                     (each memslot swap with an expedited grace period on idle SRCU), whose \
-                     costs are assumed (intel-spr-vmx), not measured on the thread's host",
-                ),
-            )
-            .of(STRACE_100),
-            Row::judge(
-                "second KVM_CREATE_VCPU, before and after 7d9a0273",
-                setup("two vCPUs; the second adds no memslot", 100),
-                Published::samples(
-                    &[0.046, 0.031],
-                    "ms",
-                    "Nikita: strace KVM_CREATE_VCPU 1 <0.000046> before, <0.000031> after",
-                ),
-                ModelFigure::from_values(&[second_before.median, second_after.median], "ms"),
-                Some(
-                    "the second vCPU waits for nothing in either kernel; its time is \
-                     kvm_vm_ioctl_create_vcpu() → kvm_arch_vcpu_create() (the vCPU, its VMCS, \
-                     MMU and LAPIC pages, the guest FPU state, the vCPU fd), priced at the \
-                     profile's assumed 80 us (intel-spr-vmx, a bare-metal estimate); no \
-                     independent VMX figure is at hand: on this PVM host, loaded, the second \
-                     vCPU of firecracker-order measured ~55 us (medians of 10 VMs with 2 and \
-                     1 vCPUs, 0.142 and 0.087 ms), nested and not the thread's machine",
-                ),
-            )
-            .of(STRACE_100),
-            Row::judge(
-                "one device registration before 7d9a0273, most common",
-                setup(
-                    "KVM_IOEVENTFD with synchronize_srcu_expedited(), no vCPU running (median)",
-                    100,
-                ),
-                Published::about(
-                    6.0,
-                    "us",
-                    "Nikita: \"each takes at most 16 us, but most commonly ~6 us\"",
-                ),
-                ModelFigure::from_values(&[registration.median * 1e3 / devices], "us"),
-                Some(WHY_REGISTRATION),
-            )
-            .of("001/registrations"),
-            Row::judge(
-                "one device registration before 7d9a0273, longest",
-                setup(
-                    "KVM_IOEVENTFD with synchronize_srcu_expedited(), no vCPU running (longest)",
-                    100,
-                ),
-                Published::below(
-                    16.0,
-                    "us",
-                    "Nikita: \"each takes at most 16 us, but most commonly ~6 us\"",
-                ),
-                ModelFigure::from_values(&[registration.max * 1e3 / devices], "us"),
-                Some(WHY_REGISTRATION),
-            )
-            .of("001/registrations"),
-        ];
-        Ok(rows)
+        let registrations = ms(super::metric(
+            &before,
+            "firecracker-order",
+            "ioctl.KVM_IOEVENTFD_ms",
+        )?);
+        Ok(Figures {
+            second_before: second_vcpu(&before2, &before)?,
+            second_after: second_vcpu(&after2, &after)?,
+            after: a,
+            before: b,
+            after_1000: a1000,
+            before_1000: b1000,
+            registrations,
+        })
     }
+}
+
+/// The setup in words, for a row.
+fn setup(what: &str, hz: u32) -> String {
+    format!("Firecracker order on x86 VMX, HZ={hz}, {what}; {VMS} microVMs")
+}
+
+/// The first vCPU's wait after 7d9a0273, in grace periods and at its longest, and the
+/// regression it makes at HZ=100 and 1000.
+fn grace_period_rows(f: &Figures) -> Vec<Row> {
+    let jiffy_ms = 1e3 / 100.0;
+    let shortest_jiffies = f.after.min / jiffy_ms;
+    vec![
+        Row::judge(
+            "shortest first KVM_CREATE_VCPU after 7d9a0273, in grace periods",
+            setup(
+                "call_srcu() in registration; the shortest of the microVMs",
+                100,
+            ),
+            Published::above(
+                1.0,
+                "jiffies",
+                "Nikita: \"the delay is consistently greater than 1 GP\"",
+            ),
+            ModelFigure::from_values(&[shortest_jiffies], "jiffies"),
+            Some(WHY_OVER_ONE_GP),
+        )
+        .of(STRACE_100),
+        Row::judge(
+            "longest first KVM_CREATE_VCPU after 7d9a0273 (the strace sample must be reachable)",
+            setup(
+                "call_srcu() in registration; the longest of the microVMs",
+                100,
+            ),
+            Published::above(
+                25.182,
+                "ms",
+                "Nikita, after the patch: strace KVM_CREATE_VCPU <0.025182>",
+            ),
+            ModelFigure::from_values(&[f.after.max], "ms"),
+            None,
+        )
+        .of(STRACE_100),
+        Row::judge(
+            "regression of the first KVM_CREATE_VCPU, HZ=100",
+            setup("after minus before 7d9a0273 (medians)", 100),
+            Published::about(
+                20.0,
+                "ms",
+                "Nikita: \"a regression of ~20 ms to the first KVM_CREATE_VCPU call\"",
+            ),
+            ModelFigure::from_values(&[f.after.median - f.before.median], "ms"),
+            None,
+        )
+        .of(STRACE_100),
+        Row::judge(
+            "regression of the first KVM_CREATE_VCPU, HZ=1000",
+            setup("after minus before 7d9a0273 (medians)", 1000),
+            Published::order_of(
+                1.0,
+                "ms",
+                "Nikita: \"with HZ=1000 ... the regression is in the order of 1 ms\"",
+            ),
+            ModelFigure::from_values(&[f.after_1000.median - f.before_1000.median], "ms"),
+            None,
+        )
+        .of("001/hz1000"),
+    ]
+}
+
+/// vCPU creation that waits for no grace period: the first before 7d9a0273, the second in
+/// either kernel.
+fn vcpu_creation_rows(f: &Figures) -> Vec<Row> {
+    vec![
+        Row::judge(
+            "first KVM_CREATE_VCPU before 7d9a0273",
+            setup("synchronize_srcu_expedited() in registration", 100),
+            Published::about(
+                0.137,
+                "ms",
+                "Nikita, before the patch: strace KVM_CREATE_VCPU 0 <0.000137> (one sample)",
+            ),
+            f.before.clone(),
+            Some(
+                "no grace period is waited for: the time is vCPU and memslot creation work \
+                 (each memslot swap with an expedited grace period on idle SRCU), whose \
+                 costs are assumed (intel-spr-vmx), not measured on the thread's host",
+            ),
+        )
+        .of(STRACE_100),
+        Row::judge(
+            "second KVM_CREATE_VCPU, before and after 7d9a0273",
+            setup("two vCPUs; the second adds no memslot", 100),
+            Published::samples(
+                &[0.046, 0.031],
+                "ms",
+                "Nikita: strace KVM_CREATE_VCPU 1 <0.000046> before, <0.000031> after",
+            ),
+            ModelFigure::from_values(&[f.second_before.median, f.second_after.median], "ms"),
+            Some(
+                "the second vCPU waits for nothing in either kernel; its time is \
+                 kvm_vm_ioctl_create_vcpu() → kvm_arch_vcpu_create() (the vCPU, its VMCS, \
+                 MMU and LAPIC pages, the guest FPU state, the vCPU fd), priced at the \
+                 profile's assumed 80 us (intel-spr-vmx, a bare-metal estimate); no \
+                 independent VMX figure is at hand: on this PVM host, loaded, the second \
+                 vCPU of firecracker-order measured ~55 us (medians of 10 VMs with 2 and \
+                 1 vCPUs, 0.142 and 0.087 ms), nested and not the thread's machine",
+            ),
+        )
+        .of(STRACE_100),
+    ]
+}
+
+/// One device registration before 7d9a0273, no vCPU running: most commonly and at longest.
+fn registration_rows(f: &Figures) -> Vec<Row> {
+    let devices = 8.0;
+    vec![
+        Row::judge(
+            "one device registration before 7d9a0273, most common",
+            setup(
+                "KVM_IOEVENTFD with synchronize_srcu_expedited(), no vCPU running (median)",
+                100,
+            ),
+            Published::about(
+                6.0,
+                "us",
+                "Nikita: \"each takes at most 16 us, but most commonly ~6 us\"",
+            ),
+            ModelFigure::from_values(&[f.registrations.median * 1e3 / devices], "us"),
+            Some(WHY_REGISTRATION),
+        )
+        .of("001/registrations"),
+        Row::judge(
+            "one device registration before 7d9a0273, longest",
+            setup(
+                "KVM_IOEVENTFD with synchronize_srcu_expedited(), no vCPU running (longest)",
+                100,
+            ),
+            Published::below(
+                16.0,
+                "us",
+                "Nikita: \"each takes at most 16 us, but most commonly ~6 us\"",
+            ),
+            ModelFigure::from_values(&[f.registrations.max * 1e3 / devices], "us"),
+            Some(WHY_REGISTRATION),
+        )
+        .of("001/registrations"),
+    ]
 }
 
 #[cfg(test)]
