@@ -23,7 +23,9 @@ fn irqchip_first_stalls_on_the_memslot_and_memslots_first_does_not() {
             "--variant",
             "memslots-first",
             "--reps",
-            "8",
+            // 16: on a host whose two cores are saturated by other work, 8 repetitions a side
+            // left the rank test undecided once in three runs (p = 0.02 at best).
+            "16",
             "--json",
         ],
     );
@@ -45,28 +47,39 @@ fn irqchip_first_stalls_on_the_memslot_and_memslots_first_does_not() {
     // up to 3.8 ms to memslots-first's median here; the stall is in every repetition of
     // irqchip-first, so even its fastest one waits it out.
     let ready = |v: &serde_json::Value| v["metrics"]["ready_ms"]["min"].as_f64().unwrap();
-    // Measured here: ~8 ms vs ~0.5 ms at HZ=250. The stall is a normal SRCU grace period
-    // (several jiffies), so even at HZ=1000 the ratio stays well above 3.
+    // Measured here: ~8 ms vs ~0.5 ms at HZ=250. The stall is a normal SRCU grace period, over
+    // a jiffy. The gap, not the ratio: with both cores saturated by other work every
+    // repetition of memslots-first was preempted once (3.5 ms at best, the ratio 2.1×), while
+    // the grace period still stood between them.
+    let jiffy_ms = 1000.0 / r["host"]["hz"].as_f64().unwrap();
     assert!(
-        ready(&slow) > 3.0 * ready(&fast),
+        ready(&slow) - ready(&fast) > 0.5 * jiffy_ms,
         "irqchip-first {} ms vs memslots-first {} ms",
         ready(&slow),
         ready(&fast)
     );
-    assert_eq!(slow["metrics"]["ready_ms"]["n"], 8);
+    assert_eq!(slow["metrics"]["ready_ms"]["n"], 16);
     assert_eq!(
         slow["metrics"]["ready_ms"]["samples"]
             .as_array()
             .unwrap()
             .len(),
-        8
+        16
     );
     assert_eq!(fast["metrics"]["stalls"]["max"], 0);
-    let finding = &slow["findings"][0];
-    assert_eq!(finding["kind"], "srcu-stall");
+    // Exactly one stall is blamed on SRCU. A preempted ioctl on a busy host may be reported
+    // too, as slow with its cause unknown, never as a grace period.
+    let srcu: Vec<&serde_json::Value> = slow["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "srcu-stall")
+        .collect();
+    assert_eq!(srcu.len(), 1, "{}", slow["findings"]);
+    let finding = srcu[0];
     assert_eq!(finding["ioctl"], "KVM_SET_USER_MEMORY_REGION");
     assert_eq!(finding["caused_by"], "KVM_CREATE_IRQCHIP");
-    assert!(finding["stalled_reps"].as_u64().unwrap() >= 6, "{finding}");
+    assert!(finding["stalled_reps"].as_u64().unwrap() >= 12, "{finding}");
     assert!(finding["jiffies"].as_f64().unwrap() > 0.5);
     let verdict = &r["verdicts"][0];
     assert_eq!(verdict["faster"], "memslots-first");
@@ -198,9 +211,12 @@ fn registrations_beside_a_running_vcpu_stall_the_next_memslot_update() {
     // Fastest repetitions: a busy host only adds time (see fastest()).
     let memslot = |r: &serde_json::Value| fastest(r, "boot-activation", "boot.memslot_ms");
     // Measured here: ~7 ms after 8 deferred registrations against ~0.05 ms without: the
-    // update waits out the grace period the first registration started (> 1 jiffy).
+    // update waits out the grace period the first registration started (> 1 jiffy). The gap,
+    // not the ratio: on a saturated host a preempted update without registrations takes a
+    // scheduler slice (~3 ms).
+    let jiffy_ms = 1000.0 / runs_with["host"]["hz"].as_f64().unwrap();
     assert!(
-        memslot(&runs_with) > 5.0 * memslot(&runs_without),
+        memslot(&runs_with) - memslot(&runs_without) > 0.5 * jiffy_ms,
         "memslot after registrations {} ms, without {} ms",
         memslot(&runs_with),
         memslot(&runs_without)
@@ -216,21 +232,32 @@ fn registrations_beside_a_running_vcpu_stall_the_next_memslot_update() {
     ] {
         assert_eq!(with["metrics"][m]["n"], 8, "{m}: {with}");
     }
-    let jiffy_ms = 1000.0 / runs_with["host"]["hz"].as_f64().unwrap();
     let wait = with["metrics"]["boot.thread_wait_ms"]["median"]
         .as_f64()
         .unwrap();
     assert!(wait < 2.0 * jiffy_ms, "boot thread waited {wait} ms");
     // A loaded host can slow one update without registrations; the typical one never waits.
     assert_eq!(without["metrics"]["stalls"]["median"], 0.0);
-    // The memslot update's stall; on a busy host another ioctl (a preempted
-    // KVM_CREATE_PIT2, say) can be slow often enough to be a finding of its own.
+    // The finding at the memslot update after KVM_RUN. On a busy host another ioctl (a
+    // preempted KVM_CREATE_PIT2, or the construction's own memslot update) can be slow often
+    // enough to be a finding of its own, with its cause unknown.
+    let timeline = with["timeline"].as_array().unwrap();
+    let run_at = timeline
+        .iter()
+        .position(|e| e["ioctl"] == "KVM_RUN")
+        .unwrap();
+    let update_at = run_at
+        + timeline[run_at..]
+            .iter()
+            .position(|e| e["ioctl"] == "KVM_SET_USER_MEMORY_REGION")
+            .unwrap();
     let finding = with["findings"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|f| f["ioctl"] == "KVM_SET_USER_MEMORY_REGION")
-        .unwrap_or_else(|| panic!("no memslot stall: {}", with["findings"]));
+        .find(|f| f["step"] == update_at)
+        .unwrap_or_else(|| panic!("no stall at ioctl #{update_at}: {}", with["findings"]));
+    assert_eq!(finding["ioctl"], "KVM_SET_USER_MEMORY_REGION");
     assert_eq!(finding["kind"], "srcu-stall");
     assert_eq!(finding["caused_by"], "KVM_IOEVENTFD");
     assert!(finding["stalled_reps"].as_u64().unwrap() >= 6, "{finding}");
