@@ -602,6 +602,7 @@ mod tests {
                 within_jiffy: true,
             }],
             undecided: Vec::new(),
+            host_busy: None,
         }
     }
 
@@ -624,6 +625,23 @@ mod tests {
         assert!(
             text.contains("cost: KVM_IOEVENTFD 0.018 → 0.118 jiffies (+0.100)"),
             "{text}"
+        );
+    }
+
+    /// A verdict left undecided because the host was busy says so, and nothing measured is
+    /// told as a finding: no stalls on both, no cost.
+    #[test]
+    fn a_verdict_on_a_busy_host_says_not_judged_and_nothing_else() {
+        let mut v = verdict(
+            "boot-activation",
+            VerdictClass::NotDecided,
+            vec![stall(Some(19), Some(20), "KVM_IOEVENTFD")],
+        );
+        v.costs.clear();
+        v.host_busy = Some("boot 2 (B): tasks waited for a CPU 43% of the time".into());
+        assert_eq!(
+            mechanism(&v),
+            ["not judged: the host was busy during the boots (below)"]
         );
     }
 

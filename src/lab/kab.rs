@@ -516,6 +516,10 @@ pub struct VariantVerdict {
     pub costs: Vec<Change>,
     /// Metrics B looks worse on that the samples cannot settle.
     pub undecided: Vec<String>,
+    /// Why nothing was judged: the boots the host was busy during (then the class is NOT
+    /// DECIDED, whatever the samples say).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_busy: Option<String>,
 }
 
 fn change(m: &MetricAb, within_jiffy: bool) -> Change {
@@ -618,7 +622,51 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
         improvements,
         costs,
         undecided,
+        host_busy: None,
     }
+}
+
+/// Not judged: the host was busy during `busy` (the boots, in words). Under TCG every time is
+/// the emulator's, and a boot whose QEMU waited for a CPU is slowed as a whole: its
+/// repetitions share the slowdown, so the rank test across them would take it for the
+/// kernel's (a saturated host made qemu-order's KVM_CREATE_VM 0.20 → 0.82 jiffies, REGRESSED).
+/// Stalls are found by their length, so their counts are no safer, and neither is a FIXED.
+fn not_judged_on_a_busy_host(v: &mut VariantVerdict, busy: &str) {
+    v.class = VerdictClass::NotDecided;
+    v.host_busy = Some(busy.to_string());
+    // The judgments go with the class; the samples stay in the per-metric details.
+    v.regressions.clear();
+    v.improvements.clear();
+    v.costs.clear();
+}
+
+/// The boots the host was busy during, in words (`boot 2 (B): tasks waited for a CPU 49% of
+/// the time`), or `None` when it was quiet during all.
+fn host_busy_during(boots: &[BootSummary]) -> Option<String> {
+    let busy: Vec<String> = boots
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| {
+            let why = b.host_busy.as_ref()?;
+            Some(format!("boot {} ({}): {why}", i + 1, b.side))
+        })
+        .collect();
+    (!busy.is_empty()).then(|| busy.join("; "))
+}
+
+/// Why a boot's times cannot be judged, when they cannot: other work kept tasks waiting for a
+/// CPU (PSI) or a hypervisor below took time (steal). The load and the runnable count are not
+/// asked: QEMU's single TCG thread beside one busy loop on two cores keeps a CPU of its own
+/// (pressure 2% here), while two busy loops starve it (49%).
+fn busy_during_boot(noise: &hvlab_core::noise::Noise) -> Option<String> {
+    use hvlab_core::noise::BusyReason;
+    let reasons: Vec<BusyReason> = noise
+        .busy
+        .iter()
+        .copied()
+        .filter(|r| matches!(r, BusyReason::Pressure { .. } | BusyReason::Steal { .. }))
+        .collect();
+    (!reasons.is_empty()).then(|| crate::analysis::words::busy_words(&reasons))
 }
 
 /// Every variant's verdict, in the order judged.
@@ -702,6 +750,9 @@ pub struct BootSummary {
     pub store: String,
     /// Guest commands that failed.
     pub failures: Vec<GuestFailure>,
+    /// What kept this boot's QEMU waiting for a CPU, when anything did (see
+    /// [`busy_during_boot`]).
+    pub host_busy: Option<String>,
 }
 
 /// This host, as the cover letter names it.
@@ -1103,7 +1154,11 @@ impl BootPlan<'_> {
                 // emulator's anyway (the model then predicts jiffies and counts, not times).
                 these.push(vec!["calibrate".into(), "--force".into()]);
             }
+            let before = hvlab_host::noise::Snapshot::take();
             let (mut boot, failure) = vm::boot(k, &req.vm, &these, &logs_dir(&k.release))?;
+            // QEMU's TCG thread is the one runnable thread of this boot.
+            let noise =
+                hvlab_host::noise::between(&before, &hvlab_host::noise::Snapshot::take(), &[], 1);
             for r in &mut boot.runs {
                 if let Some(u) = r.host.under_test.as_mut() {
                     u.kab = Some(self.tags[side].clone());
@@ -1115,7 +1170,9 @@ impl BootPlan<'_> {
                 booted.calibrated = Some(kept);
             }
             let tally = vm::store_runs(store, &boot.runs)?;
-            let summary = BootSummary::of(name, &boot, tally.stored, store.location().to_string());
+            let mut summary =
+                BootSummary::of(name, &boot, tally.stored, store.location().to_string());
+            summary.host_busy = busy_during_boot(&noise);
             progress.boot_end(&summary);
             booted.summaries.push(summary);
             booted.sides[side].extend(boot.runs);
@@ -1172,6 +1229,7 @@ impl BootSummary {
                     stderr: c.stderr.clone(),
                 })
                 .collect(),
+            host_busy: None,
         }
     }
 }
@@ -1194,9 +1252,15 @@ impl KabOutcome {
                 .flat_map(|s| &s.variants)
                 .flat_map(|v| &v.metrics)
         };
-        let regression = all_metrics().any(|m| m.regression);
+        let mut verdicts = verdicts(&judged);
+        let busy = host_busy_during(&boots);
+        if let Some(busy) = &busy {
+            for v in &mut verdicts {
+                not_judged_on_a_busy_host(v, busy);
+            }
+        }
+        let regression = busy.is_none() && all_metrics().any(|m| m.regression);
         let inconclusive = all_metrics().filter(|m| m.inconclusive.is_some()).count();
-        let verdicts = verdicts(&judged);
         let [a, b] = kernels.kernels;
         KabOutcome {
             hvlab_version: format!("{} ({})", host.hvlab_version, host.git_rev),
@@ -1522,6 +1586,113 @@ mod tests {
                 .iter()
                 .any(|c| c.metric.ends_with("MEMORY_REGION") && !c.within_jiffy)
         );
+    }
+
+    fn noise_with(busy: Vec<hvlab_core::noise::BusyReason>) -> hvlab_core::noise::Noise {
+        hvlab_core::noise::Noise {
+            cores: 2,
+            load1: [2.5, 2.5],
+            runnable_others: [1, 1],
+            cpu_pressure_some_pct: None,
+            cpu_pressure_full_pct: None,
+            steal_pct: None,
+            involuntary_switches: 0,
+            voluntary_switches: 0,
+            migrations: None,
+            involuntary_per_rep: Vec::new(),
+            clocksource: "tsc".into(),
+            clocksource_stable: true,
+            wall_s: 7.0,
+            pinned_cpus: None,
+            quiet_wait: None,
+            own_threads: 1,
+            busy,
+        }
+    }
+
+    fn boot(side: &str, host_busy: Option<&str>) -> BootSummary {
+        BootSummary {
+            side: side.into(),
+            release: "7.3.4+deb13-amd64".into(),
+            to_first_command_s: Some(3.0),
+            wall_s: 7.0,
+            console: PathBuf::from("console.log"),
+            runs: 1,
+            stored: 1,
+            store: "kab.db".into(),
+            failures: Vec::new(),
+            host_busy: host_busy.map(str::to_string),
+        }
+    }
+
+    /// QEMU's one TCG thread keeps a CPU of its own beside one busy loop (load and runnable
+    /// say busy, pressure 2%): judged. Two busy loops starve it (pressure 49%): not judged.
+    #[test]
+    fn only_cpu_pressure_or_steal_during_a_boot_makes_it_busy() {
+        use hvlab_core::noise::BusyReason;
+        let one_loop = noise_with(vec![
+            BusyReason::Load {
+                load1: 2.5,
+                cores: 2,
+            },
+            BusyReason::Runnable {
+                others: 1,
+                cores: 2,
+            },
+        ]);
+        assert_eq!(busy_during_boot(&one_loop), None);
+        let two_loops = noise_with(vec![
+            BusyReason::Runnable {
+                others: 2,
+                cores: 2,
+            },
+            BusyReason::Pressure { some_pct: 49.4 },
+        ]);
+        assert_eq!(
+            busy_during_boot(&two_loops).as_deref(),
+            Some("tasks waited for a CPU 49% of the time")
+        );
+        assert_eq!(
+            busy_during_boot(&noise_with(vec![BusyReason::Steal { pct: 12.0 }])).as_deref(),
+            Some("steal 12%")
+        );
+    }
+
+    /// The saturated host's kab: qemu-order REGRESSED on KVM_CREATE_VM 0.20 → 0.82 jiffies, a
+    /// boot slowed as a whole. With a busy boot nothing is judged, a FIXED neither; with
+    /// quiet boots the verdicts stand.
+    #[test]
+    fn a_busy_boot_leaves_every_verdict_not_decided_and_names_the_boot() {
+        let create_vm = jiffies_metric(
+            "ioctl.KVM_CREATE_VM",
+            (0..10).map(|i| 0.20 + f64::from(i) * 0.001).collect(),
+            (0..10).map(|i| 0.82 + f64::from(i) * 0.001).collect(),
+            0.05,
+        );
+        let mut regressed = verdict("lifecycle", &variant(vec![create_vm], Vec::new()));
+        assert_eq!(regressed.class, VerdictClass::Regressed);
+        let mut fixed = verdict(
+            "lifecycle",
+            &variant(
+                vec![stalls(vec![1.0; 20], vec![0.0; 20])],
+                vec![stall(Some(20), None)],
+            ),
+        );
+        assert_eq!(fixed.class, VerdictClass::Fixed);
+        let quiet = [boot("A", None), boot("B", None)];
+        assert_eq!(host_busy_during(&quiet), None);
+        let busy = host_busy_during(&[
+            boot("A", None),
+            boot("B", Some("tasks waited for a CPU 49% of the time")),
+        ])
+        .unwrap();
+        assert_eq!(busy, "boot 2 (B): tasks waited for a CPU 49% of the time");
+        for v in [&mut regressed, &mut fixed] {
+            not_judged_on_a_busy_host(v, &busy);
+            assert_eq!(v.class, VerdictClass::NotDecided);
+            assert_eq!(v.host_busy.as_deref(), Some(busy.as_str()));
+            assert!(v.regressions.is_empty() && v.costs.is_empty());
+        }
     }
 
     /// Under TCG one repetition of B can look stalled (the emulator paused): the recurring

@@ -57,7 +57,9 @@ fn headline(o: &KabOutcome) -> String {
         o.boots_per_side,
         o.reps,
         o.accel.accel,
-        if o.regression {
+        if o.verdicts.iter().any(|v| v.host_busy.is_some()) {
+            "; nothing judged: other work kept QEMU waiting for a CPU, and a boot slowed as a whole looks like a kernel change: rerun on a quiet host"
+        } else if o.regression {
             "; REGRESSION"
         } else {
             "; no regression"
@@ -131,13 +133,31 @@ fn boots_line(o: &KabOutcome) -> String {
         .collect();
     let lo = firsts.iter().copied().fold(f64::MAX, f64::min);
     let hi = firsts.iter().copied().fold(f64::MIN, f64::max);
+    let busy: Vec<String> = o
+        .boots
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| {
+            Some(format!(
+                "boot {} ({}): {}",
+                i + 1,
+                b.side,
+                b.host_busy.as_ref()?
+            ))
+        })
+        .collect();
     format!(
-        "boots: {} in {} ({:.1}–{:.1} s to the first command); wall time {}",
+        "boots: {} in {} ({:.1}–{:.1} s to the first command); wall time {}{}",
         o.boots.len(),
         duration(o.wall.boots_s),
         lo,
         hi,
-        duration(o.wall.total_s)
+        duration(o.wall.total_s),
+        if busy.is_empty() {
+            String::new()
+        } else {
+            format!("; host busy during {}", busy.join("; "))
+        }
     )
 }
 
@@ -152,16 +172,21 @@ pub(super) fn mechanism(v: &VariantVerdict) -> Vec<String> {
             .filter(|c| !c.within_jiffy)
             .map(|c| format!("B better: {}", change_words(c)))
             .collect(),
-        VerdictClass::NotDecided => vec![format!(
-            "the samples cannot settle {} (details below)",
-            v.undecided.join(", ")
-        )],
+        VerdictClass::NotDecided => match &v.host_busy {
+            Some(_) => vec!["not judged: the host was busy during the boots (below)".into()],
+            None => vec![format!(
+                "the samples cannot settle {} (details below)",
+                v.undecided.join(", ")
+            )],
+        },
         VerdictClass::NoChange => Vec::new(),
     };
-    if matches!(
-        v.class,
-        VerdictClass::NoChange | VerdictClass::NotDecided | VerdictClass::Improved
-    ) {
+    if v.host_busy.is_none()
+        && matches!(
+            v.class,
+            VerdictClass::NoChange | VerdictClass::NotDecided | VerdictClass::Improved
+        )
+    {
         out.extend(unchanged_stalls(v));
     }
     let mut costs: Vec<&Change> = v.costs.iter().collect();
