@@ -1164,15 +1164,21 @@ impl BootPlan<'_> {
                     u.kab = Some(self.tags[side].clone());
                 }
             }
-            if let Some(toml) = boot.calibrated.take()
-                && let Some(kept) = self.keep_calibration(&toml, progress)
-            {
-                booted.calibrated = Some(kept);
+            let busy = busy_during_boot(&noise);
+            if let Some(toml) = boot.calibrated.take() {
+                match &busy {
+                    // Its costs would be a starved emulator's, priced into every prediction
+                    // made with this kernel's cached calibration.
+                    Some(why) => progress.note(&format!(
+                        "calibration of A not kept: the host was busy during the boot ({why}); the next kab calibrates again"
+                    )),
+                    None => booted.calibrated = self.keep_calibration(&toml, progress),
+                }
             }
             let tally = vm::store_runs(store, &boot.runs)?;
             let mut summary =
                 BootSummary::of(name, &boot, tally.stored, store.location().to_string());
-            summary.host_busy = busy_during_boot(&noise);
+            summary.host_busy = busy;
             progress.boot_end(&summary);
             booted.summaries.push(summary);
             booted.sides[side].extend(boot.runs);
@@ -1360,7 +1366,7 @@ fn predict(
     let rb = of_scenario(&sides[1], lifecycle);
     let Some((path, profile)) = calibrated else {
         out.this_host_missing = Some(if may_calibrate {
-            "the base's calibration in its guest did not come back (see the boots above)".into()
+            "the base's calibration in its guest was not kept or did not come back (the notes above say why)".into()
         } else {
             "no profile of A calibrated under this accelerator is cached, and --no-calibrate was given".into()
         });
