@@ -892,6 +892,11 @@ impl KabOutcome {
     pub fn verdict_of(&self, variant: &str) -> Option<&VariantVerdict> {
         self.verdicts.iter().find(|v| v.variant == variant)
     }
+
+    /// The boots the host was busy during, in words, when any (then nothing was judged).
+    pub fn host_busy(&self) -> Option<String> {
+        host_busy_during(&self.boots)
+    }
 }
 
 /// The hvlab command each boot runs, per scenario; `--variant` and `--set` go to the

@@ -20,12 +20,9 @@ pub(super) fn markdown(o: &KabOutcome, command: &str) -> String {
             "- {} boot(s) × {} repetitions a side, ABBA; counts exact, jiffies rank-tested{}",
             o.boots_per_side,
             o.reps,
-            o.verdicts
-                .iter()
-                .find_map(|v| v.host_busy.as_ref())
-                .map_or(String::new(), |busy| format!(
-                    "; **nothing judged: the host was busy** ({busy})"
-                ))
+            o.host_busy().map_or(String::new(), |busy| format!(
+                "; **nothing judged: the host was busy** ({busy})"
+            ))
         ),
         String::new(),
         "| variant | verdict | stalls A → B | before → after | cause | cost |".into(),

@@ -57,7 +57,7 @@ fn headline(o: &KabOutcome) -> String {
         o.boots_per_side,
         o.reps,
         o.accel.accel,
-        if o.verdicts.iter().any(|v| v.host_busy.is_some()) {
+        if o.host_busy().is_some() {
             "; nothing judged: other work kept QEMU waiting for a CPU, and a boot slowed as a whole looks like a kernel change: rerun on a quiet host"
         } else if o.regression {
             "; REGRESSION"
@@ -133,19 +133,6 @@ fn boots_line(o: &KabOutcome) -> String {
         .collect();
     let lo = firsts.iter().copied().fold(f64::MAX, f64::min);
     let hi = firsts.iter().copied().fold(f64::MIN, f64::max);
-    let busy: Vec<String> = o
-        .boots
-        .iter()
-        .enumerate()
-        .filter_map(|(i, b)| {
-            Some(format!(
-                "boot {} ({}): {}",
-                i + 1,
-                b.side,
-                b.host_busy.as_ref()?
-            ))
-        })
-        .collect();
     format!(
         "boots: {} in {} ({:.1}–{:.1} s to the first command); wall time {}{}",
         o.boots.len(),
@@ -153,11 +140,8 @@ fn boots_line(o: &KabOutcome) -> String {
         lo,
         hi,
         duration(o.wall.total_s),
-        if busy.is_empty() {
-            String::new()
-        } else {
-            format!("; host busy during {}", busy.join("; "))
-        }
+        o.host_busy()
+            .map_or(String::new(), |busy| format!("; host busy during {busy}"))
     )
 }
 
