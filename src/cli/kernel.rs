@@ -476,6 +476,62 @@ fn check_kab_args(args: &KabArgs, req: &KabRequest) -> Result<(), Error> {
         }
         .into());
     }
+    check_expected_variants(&args.expect_fixed, &req.scenarios)?;
+    if let Some(path) = &args.markdown {
+        check_writable(path)?;
+    }
+    Ok(())
+}
+
+/// Every `--expect-fixed` variant is one a requested scenario has: a typo must not cost two
+/// kernel builds and four boots before it is said.
+fn check_expected_variants(expect_fixed: &[String], scenarios: &[String]) -> Result<(), Error> {
+    let infos = scenarios
+        .iter()
+        .map(|s| crate::scenario::find(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    for v in expect_fixed {
+        if !infos
+            .iter()
+            .any(|i| i.variants.iter().any(|x| x.name == *v))
+        {
+            let known: Vec<&str> = infos
+                .iter()
+                .flat_map(|i| i.variants.iter().map(|x| x.name))
+                .collect();
+            return Err(InputError::BadValue {
+                key: "--expect-fixed".into(),
+                value: v.clone(),
+                why: format!(
+                    "no scenario of {} has that variant; it has: {}",
+                    scenarios.join(", "),
+                    known.join(", ")
+                ),
+            }
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// `--markdown FILE` can be written, checked before anything is built: an existing file is
+/// opened for writing without truncation, a new one created and removed again.
+fn check_writable(path: &Path) -> Result<(), Error> {
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| Error::OutputPath {
+            what: "the cover-letter paragraph",
+            path: path.to_path_buf(),
+            option: "--markdown FILE",
+            why: e.to_string(),
+        })?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
     Ok(())
 }
 
@@ -657,6 +713,42 @@ mod tests {
             lines[0],
             "KVM_SET_USER_MEMORY_REGION no longer waits for the grace period of KVM_CREATE_IRQCHIP: KVM_SET_USER_MEMORY_REGION 1.22 → 0.062 jiffies; repetitions with a stall 20 of 20 → 0 of 20"
         );
+    }
+
+    #[test]
+    fn a_hunk_applied_at_an_offset_is_said_in_the_text_beside_its_side() {
+        let mut o = outcome();
+        if let Some(b) = o.builds[1].as_mut() {
+            b.notes = vec![
+                "001-lifecycle-keyed.patch: virt/kvm/kvm_main.c: Hunk #1 succeeded at 6073 (offset 3 lines)"
+                    .into(),
+            ];
+        }
+        let text = render(&o);
+        assert!(
+            text.contains("\n  B: 001-lifecycle-keyed.patch: virt/kvm/kvm_main.c: Hunk #1 succeeded at 6073 (offset 3 lines)\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_expected_variant_or_an_unwritable_cover_letter_is_refused_before_any_build() {
+        let e = check_expected_variants(&["irqchip-frist".into()], &["lifecycle".into()])
+            .expect_err("a typo");
+        let text = e.to_string();
+        assert!(text.contains("irqchip-frist"), "{text}");
+        assert!(
+            text.contains("irqchip-first"),
+            "the known ones are listed: {text}"
+        );
+        check_expected_variants(&["irqchip-first".into()], &["lifecycle".into()])
+            .expect("a lifecycle variant");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fresh = dir.path().join("cover.md");
+        check_writable(&fresh).expect("a new file in a writable directory");
+        assert!(!fresh.exists(), "the check leaves nothing behind");
+        let e = check_writable(&dir.path().join("no/such/dir/cover.md")).expect_err("no dir");
+        assert!(e.to_string().contains("--markdown"), "{e}");
     }
 
     fn outcome() -> KabOutcome {

@@ -26,6 +26,13 @@ pub(super) fn render(o: &KabOutcome) -> String {
     for n in &o.notes {
         out.push(format!("  {n}"));
     }
+    // A hunk placed at an offset applied to a source the patch was not written against:
+    // the reader decides whether it landed where meant.
+    for (side, build) in ["A", "B"].iter().zip(&o.builds) {
+        for n in build.iter().flat_map(|b| &b.notes) {
+            out.push(format!("  {side}: {n}"));
+        }
+    }
     out.extend(build_line(o));
     out.push(boots_line(o));
     out.push(o.accel.why.clone());
