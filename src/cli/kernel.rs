@@ -716,6 +716,13 @@ mod tests {
     }
 
     #[test]
+    fn the_cover_letter_names_the_hypervisor_not_its_cpuid_signature() {
+        let text = markdown(&outcome(), "hvlab kab debian:7.3 debian:7.3+x.patch");
+        assert!(text.contains(", under KVM)"), "{text}");
+        assert!(!text.contains("KVMKVMKVM"), "{text}");
+    }
+
+    #[test]
     fn a_hunk_applied_at_an_offset_is_said_in_the_text_beside_its_side() {
         let mut o = outcome();
         if let Some(b) = o.builds[1].as_mut() {

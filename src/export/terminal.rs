@@ -72,8 +72,14 @@ pub fn host(h: &HostInfo) -> String {
         "hypervisor    {}",
         match (&h.hypervisor, h.cpu_emulated()) {
             (None, _) => "none (bare metal)".to_string(),
-            (Some(sig), true) => format!("{sig} (CPU emulated: times are not meaningful)"),
-            (Some(sig), false) => sig.clone(),
+            (Some(sig), true) => format!(
+                "{} (CPUID signature {sig}; CPU emulated: times are not meaningful)",
+                hvlab_core::host::hypervisor_name(sig)
+            ),
+            (Some(sig), false) => format!(
+                "{} (CPUID signature {sig})",
+                hvlab_core::host::hypervisor_name(sig)
+            ),
         }
     );
     if !h.capabilities.is_empty() {
@@ -276,7 +282,7 @@ fn host_lines(s: &mut String, r: &RunRecord) {
         let _ = writeln!(
             s,
             "note: this host's CPU is emulated in software ({}): every exit is emulated, so times here are not meaningful; counts are",
-            h.hypervisor.as_deref().unwrap_or("")
+            h.hypervisor_name().unwrap_or_default()
         );
     }
     if let Ok(scenario) = scenario::Kind::named(&r.scenario) {

@@ -139,6 +139,12 @@ impl HostInfo {
         self.hypervisor.as_deref() == Some("TCGTCGTCGTCG")
     }
 
+    /// The hypervisor this host runs under, by name (`KVM` for `KVMKVMKVM`); an unknown
+    /// signature as it is.
+    pub fn hypervisor_name(&self) -> Option<String> {
+        self.hypervisor.as_deref().map(hypervisor_name)
+    }
+
     /// Whether `/dev/kvm` opened.
     pub fn kvm_usable(&self) -> bool {
         self.kvm_access == "ok"
@@ -148,4 +154,24 @@ impl HostInfo {
     pub fn has_cap(&self, name: &str) -> bool {
         self.capabilities.get(name).copied().unwrap_or(false)
     }
+}
+
+/// A hypervisor's name from its CPUID signature (leaf 0x40000000, as each hypervisor's source
+/// sets it); an unknown signature is returned as it is.
+pub fn hypervisor_name(signature: &str) -> String {
+    match signature.trim() {
+        "KVMKVMKVM" => "KVM",
+        "Linux KVM Hv" => "KVM (with Hyper-V enlightenments)",
+        "TCGTCGTCGTCG" => "QEMU TCG",
+        "Microsoft Hv" => "Hyper-V",
+        "VMwareVMware" => "VMware",
+        "XenVMMXenVMM" => "Xen",
+        "VBoxVBoxVBox" => "VirtualBox",
+        "ACRNACRNACRN" => "ACRN",
+        "bhyve bhyve" => "bhyve",
+        "lrpepyh  vr" | "prl hyperv" => "Parallels",
+        "QNXQVMBSQG" => "QNX Hypervisor",
+        other => other,
+    }
+    .to_string()
 }

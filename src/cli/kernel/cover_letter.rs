@@ -53,8 +53,11 @@ fn host_line(o: &KabOutcome) -> String {
         o.host.cores,
         o.host
             .hypervisor
-            .as_ref()
-            .map_or(String::new(), |h| format!(", under {h}")),
+            .as_deref()
+            .map_or(String::new(), |h| format!(
+                ", under {}",
+                hvlab_core::host::hypervisor_name(h)
+            )),
         match o.accel.accel {
             vm::Accel::Kvm => "with nested KVM".to_string(),
             _ => format!("TCG ({}; times not judged)", o.accel.cpu_model),
