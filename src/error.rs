@@ -1,4 +1,4 @@
-//! The top-level error and its exit code (DESIGN.md, "Output contract"): 2 bad input, 3 the
+//! The top-level error and its exit code (../shared/DESIGN.md, "Output contract"): 2 bad input, 3 the
 //! host cannot run what was asked, 4 a measurement or storage failure. (1 is reserved for a
 //! failed verdict, which is not an error.)
 
@@ -303,7 +303,7 @@ impl Error {
     }
 }
 
-/// The exit code of a kind of failure (DESIGN.md, "Output contract").
+/// The exit code of a kind of failure (../shared/DESIGN.md, "Output contract").
 fn code(fault: Fault) -> i32 {
     match fault {
         Fault::BadInput => 2,

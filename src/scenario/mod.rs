@@ -838,7 +838,7 @@ pub fn check_baseline(
     })
 }
 
-/// The run-level outcome of a finished run (DESIGN.md, exit codes): at least one variant
+/// The run-level outcome of a finished run (../shared/DESIGN.md, exit codes): at least one variant
 /// produced samples, or the error to exit with. Every variant unsupported here is the host's
 /// limitation (exit 3); no variant producing samples while one or more failed is a
 /// measurement failure (exit 4). Either way the run must not be stored.

@@ -1,5 +1,5 @@
 //! `hvlab fidelity`: each kernel thread's published setup run on the model, side by side with
-//! the figures the thread reports (DESIGN.md, "Fidelity").
+//! the figures the thread reports (../shared/DESIGN.md, "Fidelity").
 //!
 //! One file per thread. A thread module builds its published setup (profile, HZ, sizes,
 //! orders, workloads) as ordinary model runs of a registered scenario ([`model_run`]), reads
@@ -26,7 +26,7 @@ use crate::scenario::Params;
 use crate::scenario::runner::{RunRequest, Silent};
 use hvlab_core::host::HostInfo;
 
-/// How a thread's words become a range: one rule for every row (DESIGN.md, "Fidelity").
+/// How a thread's words become a range: one rule for every row (../shared/DESIGN.md, "Fidelity").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Words {

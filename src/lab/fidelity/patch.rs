@@ -1,4 +1,4 @@
-//! Predictions of patches: the model against a patched kernel (DESIGN.md, "Fidelity" and
+//! Predictions of patches: the model against a patched kernel (../shared/DESIGN.md, "Fidelity" and
 //! "Judging a kernel change").
 //!
 //! A stored kab (`hvlab kab A B`) of a change the model knows (one of its registration
