@@ -224,7 +224,7 @@ fn cycles<N: Ord + Clone>(edges: &BTreeMap<N, BTreeSet<N>>) -> Vec<Vec<N>> {
 }
 
 /// Every crate of the workspace with files to cycle between: the root package and `crates/*`
-/// (a crate of one file, as hvlab-bench's, has none).
+/// (the benchmarks in `benchmarks/` stand above the application and may name any of it).
 fn crate_sources() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut out = vec![root.join("src")];
