@@ -479,3 +479,394 @@ pub(super) fn offsets(output: &str, name: &str) -> Vec<String> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::os::unix::fs::symlink;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::kernel::patch;
+
+    /// Everything of a directory a restore must put back, by path: each directory and its
+    /// mode, each file's mode and content, each symlink's target (hvlab's `.hvlab/` aside).
+    fn snapshot(root: &Path) -> BTreeMap<String, String> {
+        fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
+            let mut names: Vec<_> = std::fs::read_dir(dir)
+                .expect("read_dir")
+                .map(|e| e.expect("entry").path())
+                .collect();
+            names.sort();
+            for path in names {
+                let rel = path
+                    .strip_prefix(root)
+                    .expect("inside")
+                    .to_string_lossy()
+                    .into_owned();
+                if rel == STATE_DIR {
+                    continue;
+                }
+                let meta = std::fs::symlink_metadata(&path).expect("lstat");
+                let mode = meta.permissions().mode() & 0o7777;
+                let what = if meta.file_type().is_symlink() {
+                    format!("link {}", std::fs::read_link(&path).expect("link").display())
+                } else if meta.is_dir() {
+                    walk(root, &path, out);
+                    format!("dir {mode:o}")
+                } else {
+                    let bytes = std::fs::read(&path).expect("read");
+                    format!("file {mode:o} {}", patch::sha256_hex(&bytes))
+                };
+                out.insert(rel, what);
+            }
+        }
+        let mut out = BTreeMap::new();
+        walk(root, root, &mut out);
+        out
+    }
+
+    fn write(path: &Path, text: &str) {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).expect("mkdir");
+        }
+        std::fs::write(path, text).expect("write");
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    }
+
+    fn patch_file(name: &str, text: &str) -> PatchFile {
+        let path = PathBuf::from(name);
+        PatchFile {
+            patches: patch::parse(&path, text).expect("the test's patch parses"),
+            sha256: patch::sha256_hex(text.as_bytes()),
+            path,
+        }
+    }
+
+    /// One change a generated patch makes, each to its own directory `d{i}/` holding `f`.
+    #[derive(Debug, Clone, Copy)]
+    enum Op {
+        Modify,
+        /// `d{i}/f` is its directory's only file: patch removes the directory too.
+        Delete,
+        /// Hunk-less, into new directories.
+        Rename,
+        Copy,
+        Mode,
+        NewFileInNewDirs,
+        NewSymlink,
+        DeleteSymlink,
+        SymlinkRetarget,
+    }
+
+    fn ops() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            Just(Op::Modify),
+            Just(Op::Delete),
+            Just(Op::Rename),
+            Just(Op::Copy),
+            Just(Op::Mode),
+            Just(Op::NewFileInNewDirs),
+            Just(Op::NewSymlink),
+            Just(Op::DeleteSymlink),
+            Just(Op::SymlinkRetarget),
+        ]
+    }
+
+    /// Sets up `d{i}/` for `op` in `tree` and returns the git diff that makes it.
+    fn setup_and_diff(tree: &Path, i: usize, op: Op, lines: &[String]) -> String {
+        let old: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        write(&tree.join(format!("d{i}/f")), &old);
+        let minus: String = lines.iter().map(|l| format!("-{l}\n")).collect();
+        let n = lines.len();
+        let f = format!("d{i}/f");
+        match op {
+            Op::Modify => format!(
+                "diff --git a/{f} b/{f}\n--- a/{f}\n+++ b/{f}\n@@ -1,{n} +1,1 @@\n{minus}+changed\n"
+            ),
+            Op::Delete => format!(
+                "diff --git a/{f} b/{f}\ndeleted file mode 100644\n--- a/{f}\n+++ /dev/null\n@@ -1,{n} +0,0 @@\n{minus}"
+            ),
+            Op::Rename => format!(
+                "diff --git a/{f} b/r{i}/deep/g\nsimilarity index 100%\nrename from {f}\nrename to r{i}/deep/g\n"
+            ),
+            Op::Copy => format!(
+                "diff --git a/{f} b/c{i}/h\nsimilarity index 100%\ncopy from {f}\ncopy to c{i}/h\n"
+            ),
+            Op::Mode => format!("diff --git a/{f} b/{f}\nold mode 100644\nnew mode 100755\n"),
+            Op::NewFileInNewDirs => format!(
+                "diff --git a/n{i}/x/y.c b/n{i}/x/y.c\nnew file mode 100644\n--- /dev/null\n+++ b/n{i}/x/y.c\n@@ -0,0 +1,1 @@\n+new\n"
+            ),
+            Op::NewSymlink => format!(
+                "diff --git a/d{i}/l b/d{i}/l\nnew file mode 120000\n--- /dev/null\n+++ b/d{i}/l\n@@ -0,0 +1 @@\n+f\n\\ No newline at end of file\n"
+            ),
+            Op::DeleteSymlink | Op::SymlinkRetarget => {
+                symlink("f", tree.join(format!("d{i}/s"))).expect("symlink");
+                if matches!(op, Op::DeleteSymlink) {
+                    format!(
+                        "diff --git a/d{i}/s b/d{i}/s\ndeleted file mode 120000\n--- a/d{i}/s\n+++ /dev/null\n@@ -1 +0,0 @@\n-f\n\\ No newline at end of file\n"
+                    )
+                } else {
+                    write(&tree.join(format!("d{i}/g")), "g\n");
+                    format!(
+                        "diff --git a/d{i}/s b/d{i}/s\nindex 1111111..2222222 120000\n--- a/d{i}/s\n+++ b/d{i}/s\n@@ -1 +1 @@\n-f\n\\ No newline at end of file\n+g\n\\ No newline at end of file\n"
+                    )
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Whatever a generated series does with the real GNU patch (renames, copies,
+        /// deletions that take a directory, modes, new files in new directories, symlinks),
+        /// the restore puts the tree back exactly, also when it is stopped part-way and run
+        /// again.
+        #[test]
+        fn a_restore_undoes_whatever_the_patch_did(
+            changes in prop::collection::vec(
+                (ops(), prop::collection::vec("[a-z]{1,6}", 1..4)), 1..7),
+            split in 0usize..7,
+            stop in 0usize..40,
+        ) {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let tree = dir.path();
+            write(&tree.join("keep/a.c"), "kept\n");
+            let diffs: Vec<String> = changes
+                .iter()
+                .enumerate()
+                .map(|(i, (op, lines))| setup_and_diff(tree, i, *op, lines))
+                .collect();
+            let split = split.min(diffs.len());
+            let series: Vec<PatchFile> = [&diffs[..split], &diffs[split..]]
+                .into_iter()
+                .filter(|part| !part.is_empty())
+                .enumerate()
+                .map(|(n, part)| patch_file(&format!("{n}.patch"), &part.concat()))
+                .collect();
+            let before = snapshot(tree);
+            let applied = apply(tree, &series, "the scratch tree");
+            prop_assert!(applied.is_ok(), "{:?}\n{}", applied.err().map(|e| e.to_string()), diffs.concat());
+            let patched = snapshot(tree);
+            prop_assert_ne!(&patched, &before, "the patch changed nothing:\n{}", diffs.concat());
+            let finished = restore_steps(tree, stop).expect("the interrupted restore");
+            if !finished {
+                restore(tree).expect("the restore run again");
+            }
+            prop_assert_eq!(snapshot(tree), before, "{}", diffs.concat());
+            prop_assert!(!tree.join(".hvlab/journal").exists());
+            // Idempotent: nothing left to do, nothing changes.
+            restore(tree).expect("a second restore");
+        }
+    }
+
+    /// A scratch tree and, beside it, a victim directory the patch must never reach.
+    struct Scene {
+        _dir: tempfile::TempDir,
+        tree: PathBuf,
+        victim: PathBuf,
+    }
+
+    fn scene() -> Scene {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let tree = dir.path().join("tree");
+        let victim = dir.path().join("victim");
+        write(&victim.join("v"), "secret\n");
+        write(&tree.join("sub/x"), "x\n");
+        write(&tree.join("d/f"), "f\n");
+        Scene {
+            _dir: dir,
+            tree,
+            victim,
+        }
+    }
+
+    /// `text` is refused with exit 2, naming the patch and `path`; neither the tree nor the
+    /// victim changes, and no journal is left.
+    fn assert_refused(s: &Scene, text: &str, path: &str) {
+        let (tree, victim) = (snapshot(&s.tree), snapshot(&s.victim));
+        let p = [patch_file("hostile.patch", text)];
+        let e = confine::lexical(&p)
+            .map_err(BuildError::from)
+            .and_then(|()| apply(&s.tree, &p, "the scratch tree"))
+            .expect_err("a hostile patch is refused");
+        let message = e.to_string();
+        assert_eq!(e.exit_code(), 2, "{message}");
+        assert!(matches!(e, BuildError::Confined(_)), "{message}");
+        assert!(
+            message.contains("hostile.patch is refused") && message.contains(&format!("`{path}`")),
+            "{message}"
+        );
+        assert_eq!(snapshot(&s.tree), tree, "{message}");
+        assert_eq!(snapshot(&s.victim), victim, "{message}");
+        assert!(!s.tree.join(".hvlab/journal").exists());
+    }
+
+    #[test]
+    fn an_absolute_path_is_refused_and_nothing_outside_is_touched() {
+        let s = scene();
+        let v = s.victim.join("v").display().to_string();
+        let text = format!("--- a/{v}\n+++ b/{v}\n@@ -1 +1 @@\n-secret\n+owned\n");
+        assert_refused(&s, &text, &v);
+    }
+
+    #[test]
+    fn climbing_out_with_dot_dot_is_refused_also_when_quoted() {
+        let s = scene();
+        let text = "--- a/../victim/v\n+++ b/../victim/v\n@@ -1 +1 @@\n-secret\n+owned\n";
+        assert_refused(&s, text, "../victim/v");
+        // `\057` is `/`: decoded before the check.
+        let text = "diff --git \"a/..\\057victim/v\" \"b/..\\057victim/v\"\n--- \"a/..\\057victim/v\"\n+++ \"b/..\\057victim/v\"\n@@ -1 +1 @@\n-secret\n+owned\n";
+        assert_refused(&s, text, "../victim/v");
+    }
+
+    #[test]
+    fn a_symlink_made_then_written_through_is_refused() {
+        let s = scene();
+        let text = "diff --git a/lnk b/lnk\nnew file mode 120000\n--- /dev/null\n+++ b/lnk\n@@ -0,0 +1 @@\n+sub\n\\ No newline at end of file\ndiff --git a/lnk/x b/lnk/x\n--- a/lnk/x\n+++ b/lnk/x\n@@ -1 +1 @@\n-x\n+owned\n";
+        assert_refused(&s, text, "lnk/x");
+    }
+
+    #[test]
+    fn a_symlink_whose_target_leads_out_is_refused() {
+        let s = scene();
+        let text = "diff --git a/d/evil b/d/evil\nnew file mode 120000\n--- /dev/null\n+++ b/d/evil\n@@ -0,0 +1 @@\n+../../victim/v\n\\ No newline at end of file\n";
+        assert_refused(&s, text, "d/evil");
+        let text = "diff --git a/evil b/evil\nnew file mode 120000\n--- /dev/null\n+++ b/evil\n@@ -0,0 +1 @@\n+/etc/passwd\n\\ No newline at end of file\n";
+        assert_refused(&s, text, "evil");
+    }
+
+    #[test]
+    fn an_existing_symlink_is_neither_gone_through_nor_written_through() {
+        let s = scene();
+        symlink(&s.victim, s.tree.join("out")).expect("symlink");
+        symlink(s.victim.join("v"), s.tree.join("v")).expect("symlink");
+        let text = "--- a/out/v\n+++ b/out/v\n@@ -1 +1 @@\n-secret\n+owned\n";
+        assert_refused(&s, text, "out/v");
+        let text = "--- a/v\n+++ b/v\n@@ -1 +1 @@\n-secret\n+owned\n";
+        assert_refused(&s, text, "v");
+    }
+
+    #[test]
+    fn hvlabs_own_state_and_odd_modes_are_refused() {
+        let s = scene();
+        let text = "--- /dev/null\n+++ b/.hvlab/journal\n@@ -0,0 +1 @@\n+[]\n";
+        assert_refused(&s, text, ".hvlab/journal");
+        let text = "diff --git a/d/f b/d/f\nold mode 100644\nnew mode 104755\n";
+        assert_refused(&s, text, "d/f");
+    }
+
+    /// Was: the rename was never journalled (lost at the next `diff --git`), so never undone.
+    #[test]
+    fn a_rename_only_diff_followed_by_another_is_undone() {
+        let s = scene();
+        let before = snapshot(&s.tree);
+        let text = "diff --git a/sub/x b/moved/x\nsimilarity index 100%\nrename from sub/x\nrename to moved/x\ndiff --git a/d/f b/d/f\n--- a/d/f\n+++ b/d/f\n@@ -1 +1 @@\n-f\n+g\n";
+        let p = [patch_file("rename.patch", text)];
+        apply(&s.tree, &p, "the scratch tree").expect("applies");
+        assert!(s.tree.join("moved/x").is_file() && !s.tree.join("sub").exists());
+        restore(&s.tree).expect("restores");
+        assert_eq!(snapshot(&s.tree), before);
+    }
+
+    /// Was: patch removed the emptied directory and the restore failed, for good.
+    #[test]
+    fn deleting_a_directorys_only_file_is_undone() {
+        let s = scene();
+        let before = snapshot(&s.tree);
+        let text = "diff --git a/d/f b/d/f\ndeleted file mode 100644\n--- a/d/f\n+++ /dev/null\n@@ -1 +0,0 @@\n-f\n";
+        let p = [patch_file("delete.patch", text)];
+        apply(&s.tree, &p, "the scratch tree").expect("applies");
+        assert!(!s.tree.join("d").exists());
+        restore(&s.tree).expect("restores");
+        assert_eq!(snapshot(&s.tree), before);
+    }
+
+    /// A patch that fails half-way is undone too; a second apply before a restore is refused.
+    #[test]
+    fn a_patch_that_fails_half_way_is_undone() {
+        let s = scene();
+        let before = snapshot(&s.tree);
+        let text = "--- a/d/f\n+++ b/d/f\n@@ -1 +1 @@\n-f\n+g\n--- a/sub/x\n+++ b/sub/x\n@@ -1 +1 @@\n-not there\n+y\n";
+        let p = [patch_file("half.patch", text)];
+        let e = apply(&s.tree, &p, "the scratch tree").expect_err("the second hunk fails");
+        assert!(e.to_string().contains("hunk #1"), "{e}");
+        assert_ne!(snapshot(&s.tree), before);
+        let again = apply(&s.tree, &p, "the scratch tree").expect_err("a journal is pending");
+        assert!(matches!(again, BuildError::Journal(JournalError::Pending(_))), "{again}");
+        restore(&s.tree).expect("restores");
+        assert_eq!(snapshot(&s.tree), before);
+    }
+
+    /// A journal that does not play back says why, and so does a tree marked damaged:
+    /// `SourceCache::unpacked` then unpacks it again.
+    #[test]
+    fn a_tree_that_cannot_be_put_back_is_reported_damaged() {
+        let s = scene();
+        assert_eq!(recover(&s.tree), Ok(()));
+        std::fs::create_dir_all(s.tree.join(STATE_DIR)).expect("mkdir");
+        // hvlab's earlier journal format, or a torn write.
+        std::fs::write(s.tree.join(".hvlab/journal"), "saved\td/f\n").expect("write");
+        let why = recover(&s.tree).expect_err("does not parse");
+        assert!(why.contains("does not parse"), "{why}");
+        let forged = r#"[{"path": "../victim/v", "state": "absent"}]"#;
+        std::fs::write(s.tree.join(".hvlab/journal"), forged).expect("write");
+        let why = recover(&s.tree).expect_err("a path outside");
+        assert!(why.contains("climbs out"), "{why}");
+        assert!(s.victim.join("v").is_file());
+        std::fs::remove_file(s.tree.join(".hvlab/journal")).expect("rm");
+        mark_damaged(&s.tree, "a restore failed");
+        assert_eq!(recover(&s.tree), Err("a restore failed".to_string()));
+    }
+
+    /// Builds, from a diff's own context, the files it expects.
+    fn tree_for(tree: &Path, p: &PatchFile) {
+        for diff in p.patches.iter().flat_map(|m| &m.files) {
+            let Some(old) = &diff.old else { continue };
+            let mut lines: Vec<String> = Vec::new();
+            let mut hunks = diff.hunks.iter();
+            let mut inside = false;
+            for line in diff.text.lines() {
+                if line.starts_with("@@ ") {
+                    let start = hunks.next().expect("a hunk per header").old_start;
+                    while lines.len() + 1 < start {
+                        lines.push(format!("filler {}", lines.len()));
+                    }
+                    inside = true;
+                } else if inside {
+                    match line.as_bytes().first() {
+                        Some(b' ') | Some(b'-') => lines.push(line[1..].to_string()),
+                        None => lines.push(String::new()),
+                        _ => {}
+                    }
+                }
+            }
+            write(&tree.join(old), &lines.iter().map(|l| format!("{l}\n")).collect::<String>());
+        }
+    }
+
+    /// The real patches parse, confine, apply to a tree made from their own context and are
+    /// undone.
+    #[test]
+    fn the_real_patches_apply_and_are_undone() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/patches");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).expect("tests/patches") {
+            let path = entry.expect("entry").path();
+            let p = [PatchFile::read(&path).expect("parses")];
+            confine::lexical(&p).expect("confined");
+            let scratch = tempfile::tempdir().expect("tempdir");
+            tree_for(scratch.path(), &p[0]);
+            let before = snapshot(scratch.path());
+            let applied = apply(scratch.path(), &p, "its own context");
+            assert!(applied.is_ok(), "{}: {:?}", path.display(), applied.err().map(|e| e.to_string()));
+            assert_ne!(snapshot(scratch.path()), before, "{}", path.display());
+            restore(scratch.path()).expect("restores");
+            assert_eq!(snapshot(scratch.path()), before, "{}", path.display());
+            seen += 1;
+        }
+        assert!(seen >= 6, "{seen} patches in {}", dir.display());
+    }
+}
