@@ -1554,6 +1554,24 @@ mod tests {
         );
     }
 
+    /// A path outside the tree is refused when the spec is read, before any download.
+    #[test]
+    fn a_patch_naming_a_path_outside_the_tree_is_refused_with_exit_2() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let evil = dir.path().join("evil.patch");
+        std::fs::write(
+            &evil,
+            "Subject: [PATCH] kvm: a fix\n\n--- a/../../etc/passwd\n+++ b/../../etc/passwd\n@@ -1 +1 @@\n-root\n+owned\n",
+        )
+        .expect("write");
+        let e = PatchedSpec::parse(&format!("debian:7.3+{}", evil.display())).expect_err("refused");
+        assert_eq!(e.exit_code(), 2, "{e}");
+        assert_eq!(
+            e.to_string(),
+            "evil.patch ([PATCH] kvm: a fix) is refused: it names `../../etc/passwd`, a path that climbs out with `..`. A patch may change files inside the kernel source tree only, never through a symlink, and nothing was applied: fix its paths (`--- a/DIR/FILE`, relative to the top of the tree)."
+        );
+    }
+
     /// GNU patch's own words, turned into the file, hunk and target.
     #[test]
     fn a_failed_hunk_is_named_with_its_header_and_target() {

@@ -16,7 +16,7 @@ pub const STATE_DIR: &str = ".hvlab";
 /// The file modes hvlab lets a patch give: a file, an executable, a symlink.
 const MODES: [u32; 3] = [0o100644, 0o100755, SYMLINK_MODE];
 
-/// A patch names a path it may not touch.
+// A patch names a path it may not touch; the doc comment is the message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, displaydoc::Display)]
 /// {patch} is refused: it names `{path}`, {why}. A patch may change files inside the kernel source tree only, never through a symlink, and nothing was applied: fix its paths (`--- a/DIR/FILE`, relative to the top of the tree).
 pub struct ConfineError {
@@ -98,12 +98,15 @@ impl Named<'_> {
 /// Every diff of `patches`, in the order `patch` applies them.
 fn diffs(patches: &[PatchFile]) -> impl Iterator<Item = Named<'_>> {
     patches.iter().flat_map(|file| {
-        file.patches.iter().enumerate().flat_map(move |(n, message)| {
-            message.files.iter().map(move |diff| Named {
-                label: message.label(file, n),
-                diff,
+        file.patches
+            .iter()
+            .enumerate()
+            .flat_map(move |(n, message)| {
+                message.files.iter().map(move |diff| Named {
+                    label: message.label(file, n),
+                    diff,
+                })
             })
-        })
     })
 }
 
@@ -158,7 +161,9 @@ pub fn lexical(patches: &[PatchFile]) -> Result<(), ConfineError> {
             if let Some(link) = ancestors(path).find(|a| made.contains(*a)) {
                 return Err(named.refuse(
                     path,
-                    format!("a path through the symlink {link} an earlier diff of the series makes"),
+                    format!(
+                        "a path through the symlink {link} an earlier diff of the series makes"
+                    ),
                 ));
             }
             if made.contains(path) && !named.diff.is_symlink() {
@@ -168,24 +173,30 @@ pub fn lexical(patches: &[PatchFile]) -> Result<(), ConfineError> {
                 ));
             }
         }
-        for mode in [named.diff.old_mode, named.diff.new_mode].into_iter().flatten() {
+        for mode in [named.diff.old_mode, named.diff.new_mode]
+            .into_iter()
+            .flatten()
+        {
             if !MODES.contains(&mode) {
                 return Err(named.refuse(
                     named.diff.target(),
-                    format!("the mode {mode:o}; hvlab applies 100644, 100755 and symlinks (120000) only"),
+                    format!(
+                        "the mode {mode:o}; hvlab applies 100644, 100755 and symlinks (120000) only"
+                    ),
                 ));
             }
         }
-        if let Some(resolved) = named.symlink_target()? {
-            if let Some(link) = ancestors(&resolved)
+        if let Some(resolved) = named.symlink_target()?
+            && let Some(link) = ancestors(&resolved)
                 .chain([resolved.as_str()])
                 .find(|a| made.contains(*a))
-            {
-                return Err(named.refuse(
-                    named.diff.target(),
-                    format!("a symlink whose target leads through the symlink {link} an earlier diff makes"),
-                ));
-            }
+        {
+            return Err(named.refuse(
+                named.diff.target(),
+                format!(
+                    "a symlink whose target leads through the symlink {link} an earlier diff makes"
+                ),
+            ));
         }
         if named.diff.new_mode == Some(SYMLINK_MODE)
             && let Some(new) = &named.diff.new

@@ -511,7 +511,10 @@ mod tests {
                 let meta = std::fs::symlink_metadata(&path).expect("lstat");
                 let mode = meta.permissions().mode() & 0o7777;
                 let what = if meta.file_type().is_symlink() {
-                    format!("link {}", std::fs::read_link(&path).expect("link").display())
+                    format!(
+                        "link {}",
+                        std::fs::read_link(&path).expect("link").display()
+                    )
                 } else if meta.is_dir() {
                     walk(root, &path, out);
                     format!("dir {mode:o}")
@@ -795,7 +798,10 @@ mod tests {
         assert!(e.to_string().contains("hunk #1"), "{e}");
         assert_ne!(snapshot(&s.tree), before);
         let again = apply(&s.tree, &p, "the scratch tree").expect_err("a journal is pending");
-        assert!(matches!(again, BuildError::Journal(JournalError::Pending(_))), "{again}");
+        assert!(
+            matches!(again, BuildError::Journal(JournalError::Pending(_))),
+            "{again}"
+        );
         restore(&s.tree).expect("restores");
         assert_eq!(snapshot(&s.tree), before);
     }
@@ -843,7 +849,10 @@ mod tests {
                     }
                 }
             }
-            write(&tree.join(old), &lines.iter().map(|l| format!("{l}\n")).collect::<String>());
+            write(
+                &tree.join(old),
+                &lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
+            );
         }
     }
 
@@ -861,7 +870,12 @@ mod tests {
             tree_for(scratch.path(), &p[0]);
             let before = snapshot(scratch.path());
             let applied = apply(scratch.path(), &p, "its own context");
-            assert!(applied.is_ok(), "{}: {:?}", path.display(), applied.err().map(|e| e.to_string()));
+            assert!(
+                applied.is_ok(),
+                "{}: {:?}",
+                path.display(),
+                applied.err().map(|e| e.to_string())
+            );
             assert_ne!(snapshot(scratch.path()), before, "{}", path.display());
             restore(scratch.path()).expect("restores");
             assert_eq!(snapshot(scratch.path()), before, "{}", path.display());

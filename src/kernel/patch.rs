@@ -122,7 +122,12 @@ impl Patch {
         match (&self.subject, file.patches.len()) {
             (Some(s), _) => format!("{} ({s})", file.name()),
             (None, 1) => file.name(),
-            (None, _) => format!("{} (patch {} of {})", file.name(), n + 1, file.patches.len()),
+            (None, _) => format!(
+                "{} (patch {} of {})",
+                file.name(),
+                n + 1,
+                file.patches.len()
+            ),
         }
     }
 }
@@ -276,29 +281,36 @@ fn c_unquote(s: &str) -> Result<(String, &str), String> {
                 let (_, e) = chars
                     .next()
                     .ok_or_else(|| format!("the quoted name {s} ends inside an escape"))?;
-                let byte = match e {
-                    'a' => 7,
-                    'b' => 8,
-                    't' => b'\t',
-                    'n' => b'\n',
-                    'v' => 11,
-                    'f' => 12,
-                    'r' => b'\r',
-                    '"' => b'"',
-                    '\\' => b'\\',
-                    '0'..='3' => {
-                        let mut value = u32::from(e) - u32::from('0');
-                        for _ in 0..2 {
-                            let digit = chars
-                                .next()
-                                .and_then(|(_, d)| d.to_digit(8))
-                                .ok_or_else(|| format!("the quoted name {s} has a short octal escape"))?;
-                            value = value * 8 + digit;
+                let byte =
+                    match e {
+                        'a' => 7,
+                        'b' => 8,
+                        't' => b'\t',
+                        'n' => b'\n',
+                        'v' => 11,
+                        'f' => 12,
+                        'r' => b'\r',
+                        '"' => b'"',
+                        '\\' => b'\\',
+                        '0'..='3' => {
+                            let mut value = u32::from(e) - u32::from('0');
+                            for _ in 0..2 {
+                                let digit =
+                                    chars.next().and_then(|(_, d)| d.to_digit(8)).ok_or_else(
+                                        || format!("the quoted name {s} has a short octal escape"),
+                                    )?;
+                                value = value * 8 + digit;
+                            }
+                            u8::try_from(value).map_err(|_| {
+                                format!("the quoted name {s} has an octal escape above \\377")
+                            })?
                         }
-                        u8::try_from(value).map_err(|_| format!("the quoted name {s} has an octal escape above \\377"))?
-                    }
-                    other => return Err(format!("the quoted name {s} has the unknown escape \\{other}")),
-                };
+                        other => {
+                            return Err(format!(
+                                "the quoted name {s} has the unknown escape \\{other}"
+                            ));
+                        }
+                    };
                 bytes.push(byte);
             }
             c => {
@@ -444,7 +456,9 @@ impl GitHeader {
                         return Err(format!(
                             "the `{side}` line names {} but the `diff --git` line {}",
                             given.as_deref().unwrap_or("/dev/null"),
-                            expected.as_deref().unwrap_or("/dev/null (a new or deleted file)")
+                            expected
+                                .as_deref()
+                                .unwrap_or("/dev/null (a new or deleted file)")
                         ));
                     }
                 }
@@ -454,8 +468,16 @@ impl GitHeader {
         };
         diff.renamed = renamed;
         diff.copied = copied;
-        diff.old_mode = if diff.old.is_some() { self.old_mode } else { None };
-        diff.new_mode = if diff.new.is_some() { self.new_mode } else { None };
+        diff.old_mode = if diff.old.is_some() {
+            self.old_mode
+        } else {
+            None
+        };
+        diff.new_mode = if diff.new.is_some() {
+            self.new_mode
+        } else {
+            None
+        };
         Ok(diff)
     }
 }
@@ -813,6 +835,113 @@ index 3333333..4444444 100644
             "diff --git a/fw.bin b/fw.bin\nindex 1..2 100644\nGIT binary patch\nliteral 1\n";
         let e = parse(Path::new("bin.patch"), binary).unwrap_err();
         assert!(e.to_string().contains("binary file fw.bin"), "{e}");
+    }
+
+    /// Was: a hunk-less rename was lost at the next `diff --git`, so never journalled.
+    #[test]
+    fn git_headers_give_renames_copies_modes_and_symlinks() {
+        let text = "\
+diff --git a/d/old.c b/e/new.c
+similarity index 100%
+rename from d/old.c
+rename to e/new.c
+diff --git a/f.c b/f2.c
+similarity index 100%
+copy from f.c
+copy to f2.c
+diff --git a/run.sh b/run.sh
+old mode 100644
+new mode 100755
+diff --git a/lnk b/lnk
+new file mode 120000
+index 0000000..1111111
+--- /dev/null
++++ b/lnk
+@@ -0,0 +1 @@
++f.c
+\\ No newline at end of file
+diff --git a/gone.c b/gone.c
+deleted file mode 100644
+index 2222222..0000000
+diff --git a/x.c b/x.c
+index 3333333..4444444 100644
+--- a/x.c
++++ b/x.c
+@@ -1 +1 @@
+-a
++b
+";
+        let p = parsed(text);
+        let f = &p[0].files;
+        assert_eq!(f.len(), 6, "{f:?}");
+        assert!(f[0].renamed && f[0].hunks.is_empty());
+        assert_eq!(
+            (f[0].old.as_deref(), f[0].new.as_deref()),
+            (Some("d/old.c"), Some("e/new.c"))
+        );
+        assert!(f[1].copied && !f[1].renamed);
+        assert_eq!(
+            (f[2].old_mode, f[2].new_mode),
+            (Some(0o100644), Some(0o100755))
+        );
+        assert_eq!(
+            (f[3].old.as_deref(), f[3].symlink.as_deref()),
+            (None, Some("f.c"))
+        );
+        assert!(f[3].is_symlink());
+        assert_eq!(
+            (f[4].old.as_deref(), f[4].new.as_deref()),
+            (Some("gone.c"), None)
+        );
+        assert_eq!(f[5].new_mode, Some(0o100644));
+        // patch reads exactly the diffs, their headers included.
+        assert_eq!(p[0].diff_text(), text);
+        let touched: Vec<String> = PatchFile {
+            path: "t.patch".into(),
+            sha256: String::new(),
+            patches: p,
+        }
+        .touched()
+        .into_iter()
+        .collect();
+        assert_eq!(
+            touched,
+            [
+                "d/old.c", "e/new.c", "f.c", "f2.c", "gone.c", "lnk", "run.sh", "x.c"
+            ]
+        );
+    }
+
+    #[test]
+    fn quoted_names_are_decoded_and_prose_is_not_given_to_patch() {
+        let text = "Prose before.\n*** not/a/diff\ndiff --git \"a/caf\\303\\251\\tx.c\" \"b/caf\\303\\251\\tx.c\"\n--- \"a/caf\\303\\251\\tx.c\"\n+++ \"b/caf\\303\\251\\tx.c\"\n@@ -1 +1 @@\n-a\n+b\n-- \n2.53.0\n";
+        let p = parsed(text);
+        assert_eq!(p[0].files[0].target(), "caf\u{e9}\tx.c");
+        assert!(p[0].diff_text().starts_with("diff --git") && p[0].diff_text().ends_with("+b\n"));
+    }
+
+    /// Names GNU patch would read otherwise than hvlab are refused, not guessed.
+    #[test]
+    fn names_patch_would_read_differently_are_refused() {
+        let bad = |text: &str| parse(Path::new("odd.patch"), text).unwrap_err().to_string();
+        let spaced = bad("--- a/x y.c\n+++ b/x y.c\n@@ -1 +1 @@\n-a\n+b\n");
+        assert!(spaced.contains("holds a space"), "{spaced}");
+        let disagree = bad(
+            "diff --git a/r1 b/r2\nnew file mode 100644\n--- /dev/null\n+++ b/r3\n@@ -0,0 +1 @@\n+x\n",
+        );
+        assert!(
+            disagree.contains("names r3 but the `diff --git` line r2"),
+            "{disagree}"
+        );
+        let renamed = bad("diff --git a/a.c b/b.c\nrename from a.c\nrename to c.c\n");
+        assert!(renamed.contains("`rename to c.c` disagrees"), "{renamed}");
+        let quoted = bad("--- \"a/x\\q\"\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n");
+        assert!(quoted.contains("unknown escape"), "{quoted}");
+        // Spaces after a tab are a date, not the name.
+        let dated = parsed(
+            "--- a/x.c\t2026-03-09 12:00:00\n+++ b/x.c\t2026-03-09 12:00:01\n@@ -1 +1 @@\n-a\n+b\n",
+        );
+        assert_eq!(dated[0].files[0].target(), "x.c");
     }
 
     #[test]
