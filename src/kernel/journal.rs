@@ -117,7 +117,12 @@ pub fn patch_command(tree: &Path) -> Command {
         // PATCH_GET or VERSION_CONTROL change what it writes.
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LC_ALL", "C")
+        .env("LC_ALL", "C");
+    // Where patch keeps its copy of the input.
+    if let Some(tmp) = std::env::var_os("TMPDIR") {
+        command.env("TMPDIR", tmp);
+    }
+    command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
