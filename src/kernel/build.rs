@@ -18,14 +18,15 @@
 //! (a journal of the originals survives a crash), so nothing half-built is ever reused.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use super::confine::{self, ConfineError};
 use super::debian::{self, BuildInputs, DebianImage};
+use super::journal::{self, JournalError, apply};
 use super::kbuild::{self, KConfig, Placement, Plan};
 use super::patch::{PatchError, PatchFile, sha256_hex};
 use super::{Kernel, KernelError, cache_dir, from_tree, toolchain};
@@ -135,6 +136,17 @@ pub enum BuildError {
         /// The config.
         config: PathBuf,
     },
+    /// {0}
+    Confined(#[from] ConfineError),
+    /// {0}
+    Journal(#[from] JournalError),
+    /// Putting the source tree {tree} back after a patch failed ({why}); it is marked damaged, and the next run unpacks it again: run again.
+    Damaged {
+        /// The tree.
+        tree: PathBuf,
+        /// Why the restore failed.
+        why: String,
+    },
     /// Cannot use {0}: {1}
     Io(PathBuf, std::io::Error),
 }
@@ -148,7 +160,9 @@ impl BuildError {
             | BuildError::Vermagic { .. }
             | BuildError::GuestConfig { .. } => 3,
             BuildError::Kernel(e) => e.exit_code(),
-            BuildError::Io(..) => 4,
+            BuildError::Io(..) | BuildError::Journal(_) | BuildError::Damaged { .. } => 4,
+            // A patch naming a path outside the tree, or through a symlink: the patch's fault.
+            BuildError::Confined(_) => 2,
             _ => 2,
         }
     }
@@ -194,6 +208,8 @@ impl PatchedSpec {
             .iter()
             .map(|p| PatchFile::read(Path::new(p)))
             .collect::<Result<Vec<_>, _>>()?;
+        // Before anything is fetched: what the patch text alone says about its paths.
+        confine::lexical(&patches)?;
         Ok(PatchedSpec {
             given: spec.to_string(),
             base,
@@ -523,7 +539,9 @@ fn build_image_groups(
             .collect();
         let members: Vec<&PatchedSpec> = group.iter().map(|&j| &parsed[j]).collect();
         let mut source = SourceCache::open(&image, progress)?;
-        let built = source.build_group(&members, notes)?;
+        let built = source.build_group(&members, notes);
+        notes.append(&mut source.notes);
+        let built = built?;
         steps.append(&mut source.steps);
         for (&j, b) in group.iter().zip(built) {
             sides[j] = Some(b);
@@ -596,6 +614,8 @@ struct SourceCache<'a> {
     inputs: Option<BuildInputs>,
     compiler: String,
     steps: Vec<Step>,
+    /// What the reader must know about the source (a damaged tree unpacked again).
+    notes: Vec<String>,
     progress: &'a dyn BuildProgress,
     _lock: DirLock,
 }
@@ -766,173 +786,17 @@ fn compile_error<'a>(
     }
 }
 
-/// Where a tree keeps the originals of the files a patch changed, and their list.
-fn journal(tree: &Path) -> (PathBuf, PathBuf) {
-    (tree.join(".hvlab/journal"), tree.join(".hvlab/saved"))
-}
-
-/// Puts back the originals of the last patched build, with a fresh mtime, so make rebuilds
-/// what they feed.
-fn restore(tree: &Path) -> Result<(), BuildError> {
-    let (list, saved) = journal(tree);
-    let Ok(text) = std::fs::read_to_string(&list) else {
-        return Ok(());
-    };
-    for line in text.lines() {
-        let Some((state, file)) = line.split_once('\t') else {
-            continue;
-        };
-        let target = tree.join(file);
-        let _ = std::fs::remove_file(&target);
-        if state == "saved" {
-            let from = saved.join(file);
-            std::fs::copy(&from, &target).map_err(io(&from))?;
+/// Puts `tree` back after a patch ([`journal::restore`]); when that fails, marks it damaged,
+/// so the next run unpacks it again rather than failing on it forever.
+fn restored(tree: &Path) -> Result<(), BuildError> {
+    journal::restore(tree).map_err(|e| {
+        let why = e.to_string();
+        journal::mark_damaged(tree, &why);
+        BuildError::Damaged {
+            tree: tree.to_path_buf(),
+            why,
         }
-        for leftover in [".orig", ".rej"] {
-            let _ = std::fs::remove_file(tree.join(format!("{file}{leftover}")));
-        }
-    }
-    let _ = std::fs::remove_dir_all(&saved);
-    std::fs::remove_file(&list).map_err(io(&list))
-}
-
-/// Saves the originals of every file the patches change, then applies each message in order
-/// (`patch -p1`). The hunks that landed at an offset or with fuzz are returned.
-fn apply(tree: &Path, patches: &[PatchFile], source: &str) -> Result<Vec<String>, BuildError> {
-    restore(tree)?;
-    let (list, saved) = journal(tree);
-    std::fs::create_dir_all(&saved).map_err(io(&saved))?;
-    let touched: BTreeSet<String> = patches.iter().flat_map(PatchFile::touched).collect();
-    let mut entries = String::new();
-    for file in &touched {
-        let original = tree.join(file);
-        if original.is_file() {
-            let copy = saved.join(file);
-            if let Some(parent) = copy.parent() {
-                std::fs::create_dir_all(parent).map_err(io(parent))?;
-            }
-            std::fs::copy(&original, &copy).map_err(io(&original))?;
-            entries.push_str(&format!("saved\t{file}\n"));
-        } else {
-            entries.push_str(&format!("absent\t{file}\n"));
-        }
-    }
-    std::fs::write(&list, entries).map_err(io(&list))?;
-    let mut notes = Vec::new();
-    for p in patches {
-        for (n, message) in p.patches.iter().enumerate() {
-            let name = match (&message.subject, p.patches.len()) {
-                (Some(s), _) => format!("{} ({s})", p.name()),
-                (None, 1) => p.name(),
-                (None, _) => format!("{} (patch {} of {})", p.name(), n + 1, p.patches.len()),
-            };
-            let mut child = Command::new("patch")
-                .args([
-                    "-p1",
-                    // Every context line must match, as with `git am`: a hunk placed by fuzz
-                    // may land in the wrong function, and A and B must differ by this patch.
-                    "--fuzz=0",
-                    "--forward",
-                    "--batch",
-                    "--no-backup-if-mismatch",
-                    "--reject-file=-",
-                    "-d",
-                ])
-                .arg(tree)
-                .env("LC_ALL", "C")
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(io(Path::new("patch")))?;
-            if let Some(mut stdin) = child.stdin.take() {
-                stdin
-                    .write_all(message.text.as_bytes())
-                    .map_err(io(Path::new("patch")))?;
-            }
-            let out = child.wait_with_output().map_err(io(Path::new("patch")))?;
-            let text = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            if !out.status.success() {
-                return Err(BuildError::DoesNotApply {
-                    patch: name,
-                    against: source.to_string(),
-                    what: why_not_applied(&text, message),
-                    tree: tree.to_path_buf(),
-                });
-            }
-            notes.extend(offsets(&text, &name));
-        }
-    }
-    Ok(notes)
-}
-
-/// From `patch`'s output: which file and hunk failed, and how.
-fn why_not_applied(output: &str, message: &super::patch::Patch) -> String {
-    let mut target = String::new();
-    for line in output.lines() {
-        if let Some(f) = line.strip_prefix("patching file ") {
-            target = f.trim().trim_matches('\'').to_string();
-        }
-        if line.starts_with("can't find file to patch") || line.contains("No file to patch") {
-            let missing = message
-                .files
-                .iter()
-                .map(super::patch::FileDiff::target)
-                .find(|f| !output.contains(&format!("patching file {f}")))
-                .unwrap_or("a file it names");
-            return format!("its target {missing} does not exist in that source");
-        }
-        if line.contains("Reversed (or previously applied) patch detected") {
-            return format!("{target} already has this change (the patch is applied, or reversed)");
-        }
-        if let Some(rest) = line.strip_prefix("Hunk #")
-            && let Some((n, tail)) = rest.split_once(' ')
-            && tail.starts_with("FAILED")
-        {
-            let header = n
-                .parse::<usize>()
-                .ok()
-                .and_then(|n| {
-                    message
-                        .files
-                        .iter()
-                        .find(|f| f.target() == target)
-                        .and_then(|f| f.hunks.get(n.saturating_sub(1)))
-                })
-                .map_or(String::new(), |h| format!(" `{}`", h.header));
-            let at = tail
-                .trim_start_matches("FAILED")
-                .trim()
-                .trim_end_matches('.');
-            return format!(
-                "hunk #{n}{header} of {target} does not match the source ({at}; every context line must match, no fuzz)"
-            );
-        }
-    }
-    let last: Vec<&str> = output.lines().rev().take(3).collect();
-    format!(
-        "patch failed: {}",
-        last.into_iter().rev().collect::<Vec<_>>().join(" / ")
-    )
-}
-
-/// `Hunk #1 succeeded at 6073 (offset 3 lines).`: worth saying beside the verdict.
-fn offsets(output: &str, name: &str) -> Vec<String> {
-    let mut target = String::new();
-    let mut out = Vec::new();
-    for line in output.lines() {
-        if let Some(f) = line.strip_prefix("patching file ") {
-            target = f.trim().trim_matches('\'').to_string();
-        }
-        if line.starts_with("Hunk #") && line.contains(" succeeded at ") {
-            out.push(format!("{name}: {target}: {}", line.trim_end_matches('.')));
-        }
-    }
-    out
+    })
 }
 
 /// Links every file of `from` into `to` (hard links; copies across filesystems).
@@ -979,6 +843,7 @@ impl<'a> SourceCache<'a> {
             inputs: None,
             compiler: toolchain::compiler(),
             steps: Vec::new(),
+            notes: Vec::new(),
             progress,
             _lock: lock,
         })
@@ -1043,7 +908,14 @@ impl<'a> SourceCache<'a> {
     fn unpacked(&mut self, name: &str) -> Result<PathBuf, BuildError> {
         let tree = self.root.join(name);
         if tree.join(".hvlab/unpacked").is_file() {
-            return Ok(tree);
+            // A crash mid-build leaves a journal: played back here. A tree that cannot be put
+            // back is unpacked again, never left to fail every run that follows.
+            match journal::recover(&tree) {
+                Ok(()) => return Ok(tree),
+                Err(why) => self.notes.push(format!(
+                    "the source tree {name}/ was left damaged by an earlier run ({why}): unpacked again"
+                )),
+            }
         }
         let inputs = self.inputs()?;
         let _ = std::fs::remove_dir_all(&tree);
@@ -1292,7 +1164,7 @@ impl<'a> SourceCache<'a> {
         let source = self.source_name();
         for s in sides.filter(|s| !s.patches.is_empty()) {
             let checked = apply(tree, &s.patches, &source);
-            restore(tree)?;
+            restored(tree)?;
             checked?;
         }
         Ok(())
@@ -1340,7 +1212,7 @@ impl<'a> SourceCache<'a> {
             fill(self, tree, &tmp)?;
             Ok(notes)
         });
-        let restored = restore(tree);
+        let restored = restored(tree);
         let own: Vec<Step> = self.steps.drain(before..).collect();
         let notes = match result {
             Ok(n) => n,
@@ -1820,9 +1692,28 @@ mod tests {
         assert_eq!(e.exit_code(), 2);
     }
 
+    /// A path outside the tree is refused when the spec is read, before any download.
+    #[test]
+    fn a_patch_naming_a_path_outside_the_tree_is_refused_with_exit_2() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let evil = dir.path().join("evil.patch");
+        std::fs::write(
+            &evil,
+            "Subject: [PATCH] kvm: a fix\n\n--- a/../../etc/passwd\n+++ b/../../etc/passwd\n@@ -1 +1 @@\n-root\n+owned\n",
+        )
+        .expect("write");
+        let e = PatchedSpec::parse(&format!("debian:7.3+{}", evil.display())).expect_err("refused");
+        assert_eq!(e.exit_code(), 2, "{e}");
+        assert_eq!(
+            e.to_string(),
+            "evil.patch ([PATCH] kvm: a fix) is refused: it names `../../etc/passwd`, a path that climbs out with `..`. A patch may change files inside the kernel source tree only, never through a symlink, and nothing was applied: fix its paths (`--- a/DIR/FILE`, relative to the top of the tree)."
+        );
+    }
+
     /// GNU patch's own words, turned into the file, hunk and target.
     #[test]
     fn a_failed_hunk_is_named_with_its_header_and_target() {
+        use journal::{offsets, why_not_applied};
         let message = &super::super::patch::parse(Path::new("x.patch"), DIFF).expect("parses")[0];
         let out =
             "patching file virt/kvm/kvm_main.c\nHunk #1 FAILED at 6070.\n1 out of 1 hunk FAILED\n";

@@ -8,7 +8,9 @@
 
 pub mod build;
 pub mod calibration;
+pub mod confine;
 pub mod debian;
+pub mod journal;
 pub mod kbuild;
 pub mod ko;
 pub mod patch;

@@ -52,12 +52,49 @@ pub struct FileDiff {
     pub new: Option<String>,
     /// Its hunks, in order.
     pub hunks: Vec<Hunk>,
+    /// A git rename: `old` becomes `new`.
+    pub renamed: bool,
+    /// A git copy: `new` is made from `old`, which stays.
+    pub copied: bool,
+    /// The file's mode before, from a git header (`0o100644`, `0o100755`, `0o120000` a symlink).
+    pub old_mode: Option<u32>,
+    /// The file's mode after, from a git header.
+    pub new_mode: Option<u32>,
+    /// The target of the symlink the diff leaves (new mode `120000`): its added line.
+    pub symlink: Option<String>,
+    /// The diff's own lines (its git header, `---`/`+++` and hunks): all `patch` is given, so
+    /// it changes nothing hvlab did not parse and confine.
+    #[serde(skip)]
+    pub text: String,
 }
+
+/// A symlink's mode in a git header.
+pub const SYMLINK_MODE: u32 = 0o120000;
 
 impl FileDiff {
     /// The file in the tree this diff changes (the old path of a deletion).
     pub fn target(&self) -> &str {
         self.new.as_deref().or(self.old.as_deref()).unwrap_or("")
+    }
+
+    /// Whether the diff is of a symlink, before or after (git mode `120000`).
+    pub fn is_symlink(&self) -> bool {
+        self.old_mode == Some(SYMLINK_MODE) || self.new_mode == Some(SYMLINK_MODE)
+    }
+
+    /// A diff with no git header: its names from `---`/`+++`, its hunks from the caller.
+    fn plain(old: Option<String>, new: Option<String>) -> FileDiff {
+        FileDiff {
+            old,
+            new,
+            hunks: Vec::new(),
+            renamed: false,
+            copied: false,
+            old_mode: None,
+            new_mode: None,
+            symlink: None,
+            text: String::new(),
+        }
     }
 }
 
@@ -71,6 +108,28 @@ pub struct Patch {
     /// The message as given, what `patch -p1` reads.
     #[serde(skip)]
     pub text: String,
+}
+
+impl Patch {
+    /// What `patch -p1` reads: the file diffs hvlab parsed, nothing else of the message (a
+    /// context diff or an ed script hidden in its prose is never applied).
+    pub fn diff_text(&self) -> String {
+        self.files.iter().map(|f| f.text.as_str()).collect()
+    }
+
+    /// The patch as output names it: the file, and the message of a series.
+    pub fn label(&self, file: &PatchFile, n: usize) -> String {
+        match (&self.subject, file.patches.len()) {
+            (Some(s), _) => format!("{} ({s})", file.name()),
+            (None, 1) => file.name(),
+            (None, _) => format!(
+                "{} (patch {} of {})",
+                file.name(),
+                n + 1,
+                file.patches.len()
+            ),
+        }
+    }
 }
 
 /// A patch file: one diff, or a series.
@@ -195,19 +254,232 @@ fn subject_of(message: &[&str]) -> Option<String> {
     subject
 }
 
-/// Strips the first path component (`patch -p1`); `/dev/null` is no file.
-fn strip_p1(raw: &str) -> Option<String> {
-    // `+++ b/path\tdate`: the path ends at a tab.
-    let path = raw.split('\t').next().unwrap_or(raw).trim_end();
-    if path == "/dev/null" {
-        return None;
+/// Strips the first path component (`patch -p1`).
+fn strip_p1(path: &str) -> String {
+    path.split_once('/')
+        .map_or(path, |(_, rest)| rest)
+        .to_string()
+}
+
+/// Decodes a name git C-quoted (`"a/caf\303\251\tx.c"`) from the start of `s`; returns it
+/// and what follows the closing quote.
+fn c_unquote(s: &str) -> Result<(String, &str), String> {
+    let body = s
+        .strip_prefix('"')
+        .ok_or_else(|| format!("`{s}` is not a quoted name"))?;
+    let mut bytes = Vec::new();
+    let mut chars = body.char_indices();
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '"' => {
+                let name = String::from_utf8(bytes).map_err(|_| {
+                    format!("the quoted name {s} is not UTF-8; hvlab takes UTF-8 file names only")
+                })?;
+                return Ok((name, &body[at + 1..]));
+            }
+            '\\' => {
+                let (_, e) = chars
+                    .next()
+                    .ok_or_else(|| format!("the quoted name {s} ends inside an escape"))?;
+                let byte =
+                    match e {
+                        'a' => 7,
+                        'b' => 8,
+                        't' => b'\t',
+                        'n' => b'\n',
+                        'v' => 11,
+                        'f' => 12,
+                        'r' => b'\r',
+                        '"' => b'"',
+                        '\\' => b'\\',
+                        '0'..='3' => {
+                            let mut value = u32::from(e) - u32::from('0');
+                            for _ in 0..2 {
+                                let digit =
+                                    chars.next().and_then(|(_, d)| d.to_digit(8)).ok_or_else(
+                                        || format!("the quoted name {s} has a short octal escape"),
+                                    )?;
+                                value = value * 8 + digit;
+                            }
+                            u8::try_from(value).map_err(|_| {
+                                format!("the quoted name {s} has an octal escape above \\377")
+                            })?
+                        }
+                        other => {
+                            return Err(format!(
+                                "the quoted name {s} has the unknown escape \\{other}"
+                            ));
+                        }
+                    };
+                bytes.push(byte);
+            }
+            c => {
+                let mut buf = [0; 4];
+                bytes.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            }
+        }
     }
-    let path = path.trim_matches('"');
-    Some(
-        path.split_once('/')
-            .map_or(path, |(_, rest)| rest)
-            .to_string(),
-    )
+    Err(format!("the quoted name {s} has no closing quote"))
+}
+
+/// A name as a header line gives it: quoted, or up to a tab. An unquoted name with a space
+/// is refused: GNU patch ends such a name at the space unless a tab follows it, and hvlab must
+/// journal the file patch changes, not a guess.
+fn unquoted_or_quoted(raw: &str) -> Result<String, String> {
+    if raw.starts_with('"') {
+        let (name, rest) = c_unquote(raw)?;
+        if !(rest.is_empty() || rest.starts_with(['\t', ' '])) {
+            return Err(format!("text after the quoted name {raw}"));
+        }
+        return Ok(name);
+    }
+    let name = raw.split('\t').next().unwrap_or(raw).trim_end();
+    if name.contains(char::is_whitespace) {
+        return Err(format!(
+            "the name `{name}` holds a space; hvlab cannot tell where GNU patch ends it (write it quoted, as git does for special names, or rename the file)"
+        ));
+    }
+    Ok(name.to_string())
+}
+
+/// A `---`/`+++` name, `-p1` stripped; `None` for `/dev/null`.
+fn header_name(raw: &str) -> Result<Option<String>, String> {
+    let name = unquoted_or_quoted(raw)?;
+    Ok((name != "/dev/null").then(|| strip_p1(&name)))
+}
+
+/// The two names of a `diff --git a/X b/Y` line, `-p1` stripped.
+fn git_line_names(rest: &str) -> Result<(String, String), String> {
+    let (a, b) = if rest.starts_with('"') {
+        let (a, after) = c_unquote(rest)?;
+        let b = after
+            .strip_prefix(' ')
+            .ok_or_else(|| format!("no second name after the first in `diff --git {rest}`"))?;
+        (a, b.to_string())
+    } else {
+        let (a, b) = rest
+            .split_once(' ')
+            .ok_or_else(|| format!("one name only in `diff --git {rest}`"))?;
+        (a.to_string(), b.to_string())
+    };
+    let b = unquoted_or_quoted(&b)?;
+    Ok((strip_p1(&a), strip_p1(&b)))
+}
+
+/// A git mode (`100644`), octal.
+fn git_mode(text: &str) -> Result<u32, String> {
+    u32::from_str_radix(text.trim(), 8).map_err(|_| format!("the mode `{text}` is not octal"))
+}
+
+/// What a git diff's extended header says, line by line until its `---` or its end.
+#[derive(Default)]
+struct GitHeader {
+    /// The `diff --git` line's names, `-p1` stripped.
+    a: String,
+    b: String,
+    rename: (Option<String>, Option<String>),
+    copy: (Option<String>, Option<String>),
+    old_mode: Option<u32>,
+    new_mode: Option<u32>,
+    new_file: bool,
+    deleted: bool,
+}
+
+impl GitHeader {
+    /// Takes `line` when it is an extended header line; `false` when it is not one.
+    fn take(&mut self, line: &str) -> Result<bool, String> {
+        let named = |s: &str| unquoted_or_quoted(s).map(Some);
+        if let Some(m) = line.strip_prefix("old mode ") {
+            self.old_mode = Some(git_mode(m)?);
+        } else if let Some(m) = line.strip_prefix("new mode ") {
+            self.new_mode = Some(git_mode(m)?);
+        } else if let Some(m) = line.strip_prefix("new file mode ") {
+            self.new_file = true;
+            self.new_mode = Some(git_mode(m)?);
+        } else if let Some(m) = line.strip_prefix("deleted file mode ") {
+            self.deleted = true;
+            self.old_mode = Some(git_mode(m)?);
+        } else if let Some(n) = line.strip_prefix("rename from ") {
+            self.rename.0 = named(n)?;
+        } else if let Some(n) = line.strip_prefix("rename to ") {
+            self.rename.1 = named(n)?;
+        } else if let Some(n) = line.strip_prefix("copy from ") {
+            self.copy.0 = named(n)?;
+        } else if let Some(n) = line.strip_prefix("copy to ") {
+            self.copy.1 = named(n)?;
+        } else if let Some(index) = line.strip_prefix("index ") {
+            // `index 1a2b..3c4d 100644`: the mode of a file that keeps it.
+            if let Some((_, mode)) = index.split_once(' ') {
+                let mode = git_mode(mode)?;
+                self.old_mode.get_or_insert(mode);
+                self.new_mode.get_or_insert(mode);
+            }
+        } else if !(line.starts_with("similarity index ")
+            || line.starts_with("dissimilarity index "))
+        {
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// The file diff it describes, with `hunks` parsed after it (named by `---`/`+++` as
+    /// `old`/`new`) or none; every name it gives must agree, so the file hvlab journals is the
+    /// one GNU patch changes whichever name it takes.
+    fn into_diff(self, hunked: Option<FileDiff>) -> Result<FileDiff, String> {
+        let renamed = self.rename.0.is_some() || self.rename.1.is_some();
+        let copied = self.copy.0.is_some() || self.copy.1.is_some();
+        for (what, name, line_name) in [
+            ("rename from", &self.rename.0, &self.a),
+            ("rename to", &self.rename.1, &self.b),
+            ("copy from", &self.copy.0, &self.a),
+            ("copy to", &self.copy.1, &self.b),
+        ] {
+            if let Some(n) = name
+                && n != line_name
+            {
+                return Err(format!(
+                    "`{what} {n}` disagrees with the `diff --git` line's {line_name}"
+                ));
+            }
+        }
+        if renamed && (self.rename.0.is_none() || self.rename.1.is_none())
+            || copied && (self.copy.0.is_none() || self.copy.1.is_none())
+        {
+            return Err(format!("a rename or copy of {} without both names", self.a));
+        }
+        let old = (!self.new_file).then(|| self.a.clone());
+        let new = (!self.deleted).then(|| self.b.clone());
+        let mut diff = match hunked {
+            Some(d) => {
+                for (side, given, expected) in [("---", &d.old, &old), ("+++", &d.new, &new)] {
+                    if given.is_some() && given != expected {
+                        return Err(format!(
+                            "the `{side}` line names {} but the `diff --git` line {}",
+                            given.as_deref().unwrap_or("/dev/null"),
+                            expected
+                                .as_deref()
+                                .unwrap_or("/dev/null (a new or deleted file)")
+                        ));
+                    }
+                }
+                FileDiff { old, new, ..d }
+            }
+            None => FileDiff::plain(old, new),
+        };
+        diff.renamed = renamed;
+        diff.copied = copied;
+        diff.old_mode = if diff.old.is_some() {
+            self.old_mode
+        } else {
+            None
+        };
+        diff.new_mode = if diff.new.is_some() {
+            self.new_mode
+        } else {
+            None
+        };
+        Ok(diff)
+    }
 }
 
 /// `@@ -a[,b] +c[,d] @@`: (a, b, c, d).
@@ -234,45 +506,58 @@ fn diffs_of(path: &Path, message: &[&str], first: usize) -> Result<Vec<FileDiff>
         first,
     };
     let mut files: Vec<FileDiff> = Vec::new();
-    // Paths from a `diff --git a/X b/Y` line, until its `---`/`+++` (or a binary marker).
-    let mut git_paths: Option<(Option<String>, Option<String>)> = None;
     let mut i = 0;
     while i < message.len() {
         let line = message[i].trim_end_matches(['\n', '\r']);
+        let start = i;
         if let Some(rest) = line.strip_prefix("diff --git ") {
-            let (a, b) = rest.split_once(" b/").map_or((rest, rest), |(a, b)| (a, b));
-            git_paths = Some((strip_p1(a), Some(b.to_string())));
+            let (a, b) = git_line_names(rest).map_err(|why| lines.malformed(i, why))?;
+            let mut header = GitHeader {
+                a,
+                b,
+                ..GitHeader::default()
+            };
             i += 1;
+            while let Some(l) = lines.line(i) {
+                if !header.take(l).map_err(|why| lines.malformed(i, why))? {
+                    break;
+                }
+                i += 1;
+            }
+            if let Some(l) = lines.line(i)
+                && is_binary_marker(l)
+            {
+                return Err(PatchError::Binary {
+                    path: path.to_path_buf(),
+                    file: header.b,
+                });
+            }
+            // Its `---`/`+++` and hunks, or none: a rename, a copy, a mode change, an empty
+            // file made or deleted.
+            let hunked = match lines.file_header(i) {
+                Some((old, new)) => {
+                    let (diff, after) = lines.file_diff(old, new, i + 2)?;
+                    i = after;
+                    Some(diff)
+                }
+                None => None,
+            };
+            let mut diff = header
+                .into_diff(hunked)
+                .map_err(|why| lines.malformed(start, why))?;
+            diff.symlink = lines.symlink_target(&diff, start, i)?;
+            diff.text = message[start..i].concat();
+            files.push(diff);
             continue;
         }
-        if let Some((old, new)) = &git_paths
-            && is_binary_marker(line)
-        {
-            return Err(PatchError::Binary {
-                path: path.to_path_buf(),
-                file: new.clone().or_else(|| old.clone()).unwrap_or_default(),
-            });
-        }
-        let next = lines.line(i + 1);
-        if let (Some(old), Some(new)) = (
-            line.strip_prefix("--- "),
-            next.and_then(|n| n.strip_prefix("+++ ")),
-        ) {
-            git_paths = None;
-            let (diff, after) = lines.file_diff(old, new, i + 2)?;
+        if let Some((old, new)) = lines.file_header(i) {
+            let (mut diff, after) = lines.file_diff(old, new, i + 2)?;
+            diff.text = message[start..after].concat();
             files.push(diff);
             i = after;
             continue;
         }
         i += 1;
-    }
-    // A git diff with only a mode change or a rename has no hunk: still a change to a file.
-    if let Some((old, new)) = git_paths {
-        files.push(FileDiff {
-            old,
-            new,
-            hunks: Vec::new(),
-        });
     }
     Ok(files)
 }
@@ -299,6 +584,41 @@ impl<'a> MessageLines<'a> {
         self.lines.get(i).map(|l| l.trim_end_matches(['\n', '\r']))
     }
 
+    /// The names of a `---`/`+++` pair starting at line `i`.
+    fn file_header(&self, i: usize) -> Option<(&'a str, &'a str)> {
+        let old = self.line(i)?.strip_prefix("--- ")?;
+        let new = self.line(i + 1)?.strip_prefix("+++ ")?;
+        Some((old, new))
+    }
+
+    /// The target of the symlink a git diff (lines `from..to`) leaves: its one added line.
+    fn symlink_target(
+        &self,
+        diff: &FileDiff,
+        from: usize,
+        to: usize,
+    ) -> Result<Option<String>, PatchError> {
+        if diff.new_mode != Some(SYMLINK_MODE) || diff.hunks.is_empty() {
+            return Ok(None);
+        }
+        let added: Vec<&str> = (from..to)
+            .filter_map(|i| self.line(i))
+            .skip_while(|l| !l.starts_with("@@ "))
+            .filter_map(|l| l.strip_prefix('+'))
+            .collect();
+        match added.as_slice() {
+            [target] => Ok(Some((*target).to_string())),
+            _ => Err(self.malformed(
+                from,
+                format!(
+                    "the symlink {} is given {} target lines; a symlink has one",
+                    diff.target(),
+                    added.len()
+                ),
+            )),
+        }
+    }
+
     /// Line `i` of the message is not what a diff has there.
     fn malformed(&self, i: usize, why: String) -> PatchError {
         PatchError::Malformed {
@@ -316,11 +636,8 @@ impl<'a> MessageLines<'a> {
         new: &str,
         mut i: usize,
     ) -> Result<(FileDiff, usize), PatchError> {
-        let mut diff = FileDiff {
-            old: strip_p1(old),
-            new: strip_p1(new),
-            hunks: Vec::new(),
-        };
+        let name = |raw: &str, at: usize| header_name(raw).map_err(|why| self.malformed(at, why));
+        let mut diff = FileDiff::plain(name(old, i - 2)?, name(new, i - 1)?);
         // Hunks, each consumed by its line counts, so a removed line that begins with
         // "-- " is never taken for the next file's header.
         while let Some(h) = self.line(i) {
@@ -518,6 +835,113 @@ index 3333333..4444444 100644
             "diff --git a/fw.bin b/fw.bin\nindex 1..2 100644\nGIT binary patch\nliteral 1\n";
         let e = parse(Path::new("bin.patch"), binary).unwrap_err();
         assert!(e.to_string().contains("binary file fw.bin"), "{e}");
+    }
+
+    /// Was: a hunk-less rename was lost at the next `diff --git`, so never journalled.
+    #[test]
+    fn git_headers_give_renames_copies_modes_and_symlinks() {
+        let text = "\
+diff --git a/d/old.c b/e/new.c
+similarity index 100%
+rename from d/old.c
+rename to e/new.c
+diff --git a/f.c b/f2.c
+similarity index 100%
+copy from f.c
+copy to f2.c
+diff --git a/run.sh b/run.sh
+old mode 100644
+new mode 100755
+diff --git a/lnk b/lnk
+new file mode 120000
+index 0000000..1111111
+--- /dev/null
++++ b/lnk
+@@ -0,0 +1 @@
++f.c
+\\ No newline at end of file
+diff --git a/gone.c b/gone.c
+deleted file mode 100644
+index 2222222..0000000
+diff --git a/x.c b/x.c
+index 3333333..4444444 100644
+--- a/x.c
++++ b/x.c
+@@ -1 +1 @@
+-a
++b
+";
+        let p = parsed(text);
+        let f = &p[0].files;
+        assert_eq!(f.len(), 6, "{f:?}");
+        assert!(f[0].renamed && f[0].hunks.is_empty());
+        assert_eq!(
+            (f[0].old.as_deref(), f[0].new.as_deref()),
+            (Some("d/old.c"), Some("e/new.c"))
+        );
+        assert!(f[1].copied && !f[1].renamed);
+        assert_eq!(
+            (f[2].old_mode, f[2].new_mode),
+            (Some(0o100644), Some(0o100755))
+        );
+        assert_eq!(
+            (f[3].old.as_deref(), f[3].symlink.as_deref()),
+            (None, Some("f.c"))
+        );
+        assert!(f[3].is_symlink());
+        assert_eq!(
+            (f[4].old.as_deref(), f[4].new.as_deref()),
+            (Some("gone.c"), None)
+        );
+        assert_eq!(f[5].new_mode, Some(0o100644));
+        // patch reads exactly the diffs, their headers included.
+        assert_eq!(p[0].diff_text(), text);
+        let touched: Vec<String> = PatchFile {
+            path: "t.patch".into(),
+            sha256: String::new(),
+            patches: p,
+        }
+        .touched()
+        .into_iter()
+        .collect();
+        assert_eq!(
+            touched,
+            [
+                "d/old.c", "e/new.c", "f.c", "f2.c", "gone.c", "lnk", "run.sh", "x.c"
+            ]
+        );
+    }
+
+    #[test]
+    fn quoted_names_are_decoded_and_prose_is_not_given_to_patch() {
+        let text = "Prose before.\n*** not/a/diff\ndiff --git \"a/caf\\303\\251\\tx.c\" \"b/caf\\303\\251\\tx.c\"\n--- \"a/caf\\303\\251\\tx.c\"\n+++ \"b/caf\\303\\251\\tx.c\"\n@@ -1 +1 @@\n-a\n+b\n-- \n2.53.0\n";
+        let p = parsed(text);
+        assert_eq!(p[0].files[0].target(), "caf\u{e9}\tx.c");
+        assert!(p[0].diff_text().starts_with("diff --git") && p[0].diff_text().ends_with("+b\n"));
+    }
+
+    /// Names GNU patch would read otherwise than hvlab are refused, not guessed.
+    #[test]
+    fn names_patch_would_read_differently_are_refused() {
+        let bad = |text: &str| parse(Path::new("odd.patch"), text).unwrap_err().to_string();
+        let spaced = bad("--- a/x y.c\n+++ b/x y.c\n@@ -1 +1 @@\n-a\n+b\n");
+        assert!(spaced.contains("holds a space"), "{spaced}");
+        let disagree = bad(
+            "diff --git a/r1 b/r2\nnew file mode 100644\n--- /dev/null\n+++ b/r3\n@@ -0,0 +1 @@\n+x\n",
+        );
+        assert!(
+            disagree.contains("names r3 but the `diff --git` line r2"),
+            "{disagree}"
+        );
+        let renamed = bad("diff --git a/a.c b/b.c\nrename from a.c\nrename to c.c\n");
+        assert!(renamed.contains("`rename to c.c` disagrees"), "{renamed}");
+        let quoted = bad("--- \"a/x\\q\"\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n");
+        assert!(quoted.contains("unknown escape"), "{quoted}");
+        // Spaces after a tab are a date, not the name.
+        let dated = parsed(
+            "--- a/x.c\t2026-03-09 12:00:00\n+++ b/x.c\t2026-03-09 12:00:01\n@@ -1 +1 @@\n-a\n+b\n",
+        );
+        assert_eq!(dated[0].files[0].target(), "x.c");
     }
 
     #[test]
