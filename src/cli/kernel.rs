@@ -134,7 +134,7 @@ pub struct KabArgs {
     /// Smallest change that counts for judged jiffies and times
     #[arg(long, default_value = "5%")]
     threshold: String,
-    /// Exit 1 when B regressed on a judged metric
+    /// Exit 1 when any verdict is REGRESSED (a judged metric worse, a stall gained, or a variant A ran that B failed)
     #[arg(long)]
     fail_on_regression: bool,
     /// Exit 1 unless this variant's verdict is FIXED (repeatable): a patch's CI asserting its purpose
@@ -422,13 +422,15 @@ pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
     if let Some(path) = &args.markdown {
         write_cover_letter(path, &markdown(&outcome, &command_line()), &store)?;
     }
+    Ok(ExitCode::from(kab_exit_code(args, &outcome)?))
+}
+
+/// 1 when `--fail-on-regression` meets a REGRESSED verdict (the outcome's `regression` is
+/// read from the classes printed) or an `--expect-fixed` variant is not FIXED; else 0.
+fn kab_exit_code(args: &KabArgs, outcome: &KabOutcome) -> Result<u8, Error> {
     let regressed = args.fail_on_regression && outcome.regression;
-    let missed_fixed = misses_expected_fixed(&args.expect_fixed, &outcome)?;
-    Ok(if regressed || missed_fixed {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    let missed_fixed = misses_expected_fixed(&args.expect_fixed, outcome)?;
+    Ok(u8::from(regressed || missed_fixed))
 }
 
 /// What the kab compares, and how, from its arguments.

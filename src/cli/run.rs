@@ -75,7 +75,20 @@ pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
     )?;
     let progress = TermProgress::new(kind.info().name, args.measure.json);
     let mut record = scenario::run_with_baseline(backend.as_mut(), &request, &baseline, &progress)?;
-    scenario::judge(&record)?;
+    match (scenario::judge(&record), &mut run_store) {
+        (Ok(()), _) => {}
+        // Kept with each variant's failure: a kab in a guest brings it back and judges it
+        // (the patched kernel failed a variant the base ran), instead of losing the variant.
+        (Err(Error::AllFailed { scenario, reasons }), Some(s)) => {
+            s.save(&mut record)?;
+            return Err(Error::AllFailedStored {
+                scenario,
+                run_id: record.run_id,
+                reasons,
+            });
+        }
+        (Err(e), _) => return Err(e),
+    }
     record.baseline = args.save_baseline;
     if let Some(s) = &mut run_store {
         s.save(&mut record)?;
