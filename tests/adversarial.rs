@@ -439,7 +439,13 @@ fn a_run_whose_every_variant_fails_exits_4_and_is_stored_with_its_failures() {
     assert_exit(
         &out,
         4,
-        &["Cannot map", "stored as", "with each variant's failure", "lazy", "uffd"],
+        &[
+            "Cannot map",
+            "stored as",
+            "with each variant's failure",
+            "lazy",
+            "uffd",
+        ],
     );
     assert_eq!(runs_in(&db), 1);
 }

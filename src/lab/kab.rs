@@ -876,9 +876,7 @@ pub fn judgement(judged: &[ScenarioAb], boots: &[BootSummary]) -> Judgement {
             not_judged_on_a_busy_host(v, &busy);
         }
     }
-    let regression = verdicts
-        .iter()
-        .any(|v| v.class == VerdictClass::Regressed);
+    let regression = verdicts.iter().any(|v| v.class == VerdictClass::Regressed);
     let inconclusive = judged
         .iter()
         .flat_map(|s| &s.variants)
@@ -1655,6 +1653,90 @@ fn predict(
     Ok(out)
 }
 
+/// A kab of a patch that makes dirty logging lose one page per pass (issue 37), as stored:
+/// A ran every dirty variant, B failed each (`tests/fixtures/kab-dirty-lost-page/`).
+#[cfg(test)]
+pub(crate) mod fixture {
+    use super::*;
+
+    const RUNS: &str = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/kab-dirty-lost-page/runs.jsonl"
+    ));
+
+    /// What B's dirty log said in every variant.
+    pub const LOST: &str =
+        "the dirty log reported 4095 pages in pass 1 of repetition 1, the guest wrote 4096";
+
+    /// The four runs, through a store and back: a run whose every variant failed is stored
+    /// like any other.
+    pub fn runs() -> Vec<RunRecord> {
+        let parsed: Vec<RunRecord> = RUNS
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a stored run"))
+            .collect();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let mut store = Store::open(&dir.path().join("kab.db")).expect("a store");
+        let tally = crate::store::transfer::ingest_all(&mut store, &parsed).expect("ingested");
+        assert_eq!(tally.stored, 4);
+        parsed
+            .iter()
+            .map(|r| store.load(&r.run_id).expect("stored"))
+            .collect()
+    }
+
+    /// Side `side`'s runs (`A` or `B`).
+    pub fn side(runs: &[RunRecord], side: &str) -> Vec<RunRecord> {
+        runs.iter()
+            .filter(|r| {
+                r.host
+                    .under_test
+                    .as_ref()
+                    .and_then(|u| u.kab.as_ref())
+                    .is_some_and(|k| k.side == side)
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// The kab judged as `hvlab kab --scenario dirty` judges it, with each side's failed
+    /// guest commands.
+    pub fn judged(
+        a: &[RunRecord],
+        b: &[RunRecord],
+        failed_commands: [&[GuestFailure]; 2],
+    ) -> Vec<ScenarioAb> {
+        judge(
+            &["dirty".to_string()],
+            &[],
+            [
+                SideRuns {
+                    runs: a,
+                    failed_commands: failed_commands[0],
+                },
+                SideRuns {
+                    runs: b,
+                    failed_commands: failed_commands[1],
+                },
+            ],
+            Accel::Tcg,
+            0.05,
+        )
+    }
+
+    /// B's guest command for the dirty scenario, exiting 4 as `hvlab run` does when every
+    /// variant failed.
+    pub fn b_command_failed(stderr: &str) -> GuestFailure {
+        GuestFailure {
+            args: ["run", "dirty", "--reps", "4", "--json"]
+                .map(str::to_string)
+                .to_vec(),
+            rc: Some(4),
+            stderr: stderr.to_string(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1768,6 +1850,7 @@ mod tests {
             variant: "v".into(),
             metrics,
             stalls,
+            failures: [None, None],
         }
     }
 
@@ -2091,5 +2174,210 @@ mod tests {
         );
         assert_eq!(v.class, VerdictClass::NotDecided);
         assert_eq!(v.undecided, ["stalls"]);
+    }
+
+    fn quiet_boots() -> Vec<BootSummary> {
+        vec![boot("A", None), boot("B", None)]
+    }
+
+    fn scenario_of(variants: Vec<VariantAb>) -> ScenarioAb {
+        ScenarioAb {
+            scenario: "lifecycle".into(),
+            runs: [vec!["a".into()], vec!["b".into()]],
+            variants,
+        }
+    }
+
+    /// Issue 36: B gained a stall in 3 of 20 repetitions, too few for the stall count to be
+    /// judged higher, and no metric regressed: the class is REGRESSED, so the gate fails. (On
+    /// the code before, the gate read only the per-metric flags and passed.)
+    #[test]
+    fn a_stall_b_gained_without_a_worse_metric_fails_the_gate() {
+        let mut b = vec![0.0; 20];
+        b[3] = 1.0;
+        b[9] = 1.0;
+        b[15] = 1.0;
+        let v = variant(vec![stalls(vec![0.0; 20], b)], vec![stall(None, Some(3))]);
+        assert!(v.metrics.iter().all(|m| !m.regression), "{v:?}");
+        let j = judgement(&[scenario_of(vec![v])], &quiet_boots());
+        assert_eq!(j.verdicts[0].class, VerdictClass::Regressed);
+        assert!(j.regression, "a printed REGRESSED must fail the gate");
+        // And nothing but a REGRESSED does: a NOT DECIDED (a rare stall gone) passes.
+        let v = variant(
+            vec![stalls(vec![1.0, 0.0, 0.0, 1.0, 0.0, 0.0], vec![0.0; 6])],
+            vec![],
+        );
+        let j = judgement(&[scenario_of(vec![v])], &quiet_boots());
+        assert_eq!(j.verdicts[0].class, VerdictClass::NotDecided);
+        assert!(!j.regression);
+    }
+
+    /// Issue 37: B's dirty log loses a page per pass, so every dirty variant failed on B and
+    /// ran on A. Each is REGRESSED with B's failure, none left out, and the gate fails.
+    #[test]
+    fn a_variant_a_ran_and_b_failed_is_regressed_with_b_s_failure() {
+        let runs = fixture::runs();
+        let (a, b) = (fixture::side(&runs, "A"), fixture::side(&runs, "B"));
+        assert!(b.iter().all(|r| !r.produced_samples()));
+        let failed = [fixture::b_command_failed("error: the dirty run failed")];
+        let judged = fixture::judged(&a, &b, [&[], &failed]);
+        let names: Vec<&str> = judged[0]
+            .variants
+            .iter()
+            .map(|v| v.variant.as_str())
+            .collect();
+        assert_eq!(names, ["bitmap", "clear", "ring"]);
+        let j = judgement(&judged, &quiet_boots());
+        for v in &j.verdicts {
+            assert_eq!(v.class, VerdictClass::Regressed, "{v:?}");
+            assert_eq!(
+                v.failures,
+                [
+                    None,
+                    Some(SideFailure::Failed {
+                        why: fixture::LOST.into(),
+                        failed: 2,
+                        runs: 2,
+                    })
+                ]
+            );
+        }
+        assert!(j.regression);
+    }
+
+    /// A variant failing on both kernels compares nothing: NOT DECIDED, with both failures;
+    /// it alone does not fail the gate.
+    #[test]
+    fn a_variant_failing_on_both_kernels_is_not_decided_with_both_failures() {
+        let runs = fixture::runs();
+        let mut a = fixture::side(&runs, "A");
+        let broke = "the guest shut down in pass 2 of repetition 1";
+        for r in &mut a {
+            for v in &mut r.variants {
+                v.status = VariantStatus::Failed(broke.into());
+                v.metrics.clear();
+            }
+        }
+        let b = fixture::side(&runs, "B");
+        let j = judgement(&fixture::judged(&a, &b, [&[], &[]]), &quiet_boots());
+        assert_eq!(j.verdicts.len(), 3);
+        for v in &j.verdicts {
+            assert_eq!(v.class, VerdictClass::NotDecided, "{v:?}");
+            let why = |f: &Option<SideFailure>| match f {
+                Some(SideFailure::Failed { why, .. }) => why.clone(),
+                other => panic!("a failure expected, got {other:?}"),
+            };
+            assert_eq!(why(&v.failures[0]), broke);
+            assert_eq!(why(&v.failures[1]), fixture::LOST);
+        }
+        assert!(!j.regression);
+    }
+
+    /// B's guest command crashed and brought no run back: every variant A ran is still in
+    /// the table. With the command's failure on B it is REGRESSED, naming the command; with
+    /// no failure to name, NOT DECIDED. With no run from either side, the scenario's own
+    /// variants are listed, each NOT DECIDED.
+    #[test]
+    fn a_side_that_brought_no_run_back_leaves_no_variant_out() {
+        let runs = fixture::runs();
+        let a = fixture::side(&runs, "A");
+        let crashed = fixture::b_command_failed("thread 'main' panicked at src/scenario/dirty.rs");
+        let judged = fixture::judged(&a, &[], [&[], std::slice::from_ref(&crashed)]);
+        let j = judgement(&judged, &quiet_boots());
+        assert_eq!(j.verdicts.len(), 3);
+        for v in &j.verdicts {
+            assert_eq!(v.class, VerdictClass::Regressed);
+            assert_eq!(
+                v.failures[1],
+                Some(SideFailure::NoRun {
+                    command: Some(crashed.clone())
+                })
+            );
+        }
+        assert!(j.regression);
+        // No command failed (a run went missing some other way): nothing to blame on B.
+        let j = judgement(&fixture::judged(&a, &[], [&[], &[]]), &quiet_boots());
+        assert!(
+            j.verdicts
+                .iter()
+                .all(|v| v.class == VerdictClass::NotDecided)
+        );
+        assert!(!j.regression);
+        // Neither side brought a run: the dirty scenario's own variants, none judged.
+        let j = judgement(&fixture::judged(&[], &[], [&[], &[]]), &quiet_boots());
+        let own: Vec<&str> = scenario::find("dirty")
+            .unwrap()
+            .variants
+            .iter()
+            .map(|v| v.name)
+            .collect();
+        let listed: Vec<&str> = j.verdicts.iter().map(|v| v.variant.as_str()).collect();
+        assert_eq!(listed, own);
+        assert!(
+            j.verdicts
+                .iter()
+                .all(|v| v.class == VerdictClass::NotDecided)
+        );
+        // A variant asked for by name is listed even when no run has it.
+        let judged = judge(
+            &["dirty".to_string()],
+            &["ring".to_string()],
+            [
+                SideRuns {
+                    runs: &[],
+                    failed_commands: &[],
+                },
+                SideRuns {
+                    runs: &[],
+                    failed_commands: &[],
+                },
+            ],
+            Accel::Tcg,
+            0.05,
+        );
+        assert_eq!(judged[0].variants.len(), 1);
+        assert_eq!(judged[0].variants[0].variant, "ring");
+    }
+
+    /// A failure in one of B's boots is B's failure, beside a boot where the variant ran.
+    #[test]
+    fn a_variant_failing_in_one_boot_of_b_is_regressed() {
+        let runs = fixture::runs();
+        let a = fixture::side(&runs, "A");
+        let mut b = fixture::side(&runs, "B");
+        b[0] = a[0].clone();
+        let j = judgement(&fixture::judged(&a, &b, [&[], &[]]), &quiet_boots());
+        assert!(
+            j.verdicts
+                .iter()
+                .all(|v| v.class == VerdictClass::Regressed)
+        );
+        assert!(matches!(
+            &j.verdicts[0].failures[1],
+            Some(SideFailure::Failed {
+                failed: 1,
+                runs: 2,
+                ..
+            })
+        ));
+    }
+
+    /// A busy host leaves the comparisons NOT DECIDED, not a failure: a lost page is the
+    /// kernel's answer, not a time a starved emulator stretched.
+    #[test]
+    fn a_busy_host_does_not_hide_a_failure_of_b() {
+        let runs = fixture::runs();
+        let (a, b) = (fixture::side(&runs, "A"), fixture::side(&runs, "B"));
+        let busy = [
+            boot("A", None),
+            boot("B", Some("tasks waited for a CPU 49% of the time")),
+        ];
+        let j = judgement(&fixture::judged(&a, &b, [&[], &[]]), &busy);
+        assert!(
+            j.verdicts
+                .iter()
+                .all(|v| v.class == VerdictClass::Regressed)
+        );
+        assert!(j.regression);
     }
 }

@@ -81,7 +81,7 @@ fn gate_words(o: &KabOutcome) -> &'static str {
             "; nothing judged: no variant to judge (the boots below say what each guest command did)"
         }
         (false, false) if !decided => {
-            "; nothing decided, so no regression is ruled out (each variant says why)"
+            "; nothing decided: a regression is not ruled out (each variant says why)"
         }
         (false, false) => "; no regression",
     }
@@ -153,12 +153,16 @@ fn boots_line(o: &KabOutcome) -> String {
         .collect();
     let lo = firsts.iter().copied().fold(f64::MAX, f64::min);
     let hi = firsts.iter().copied().fold(f64::MIN, f64::max);
+    // No boot reached its first command: there is no range to give.
+    let to_first = if firsts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({lo:.1}–{hi:.1} s to the first command)")
+    };
     format!(
-        "boots: {} in {} ({:.1}–{:.1} s to the first command); wall time {}{}",
+        "boots: {} in {}{to_first}; wall time {}{}",
         o.boots.len(),
         duration(o.wall.boots_s),
-        lo,
-        hi,
         duration(o.wall.total_s),
         o.host_busy()
             .map_or(String::new(), |busy| format!("; host busy during {busy}"))
