@@ -198,6 +198,19 @@ pub enum Error {
         /// One line per variant: its name and why.
         reasons: String,
     },
+    /// Every variant that ran failed, and the run is stored with each variant's failure (so a
+    /// kernel A/B can name it): exit 4 all the same.
+    #[error(
+        "the {scenario} run failed: no variant produced samples; stored as {run_id} with each variant's failure (`hvlab show {run_id}`), not as a measurement\n{reasons}"
+    )]
+    AllFailedStored {
+        /// The scenario.
+        scenario: String,
+        /// The stored run.
+        run_id: String,
+        /// One line per variant: its name and why.
+        reasons: String,
+    },
     /// A calibration run did not give what a cost is solved from: exit 4.
     #[error(
         "calibration cannot solve its costs: run {scenario} has no {metric} for {variant} ({status})"

@@ -134,7 +134,7 @@ pub struct KabArgs {
     /// Smallest change that counts for judged jiffies and times
     #[arg(long, default_value = "5%")]
     threshold: String,
-    /// Exit 1 when B regressed on a judged metric
+    /// Exit 1 when any verdict is REGRESSED (a judged metric worse, a stall gained, or a variant A ran that B failed)
     #[arg(long)]
     fail_on_regression: bool,
     /// Exit 1 unless this variant's verdict is FIXED (repeatable): a patch's CI asserting its purpose
@@ -422,13 +422,23 @@ pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
     if let Some(path) = &args.markdown {
         write_cover_letter(path, &markdown(&outcome, &command_line()), &store)?;
     }
-    let regressed = args.fail_on_regression && outcome.regression;
-    let missed_fixed = misses_expected_fixed(&args.expect_fixed, &outcome)?;
-    Ok(if regressed || missed_fixed {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(ExitCode::from(kab_exit_code(
+        args.fail_on_regression,
+        &args.expect_fixed,
+        &outcome,
+    )?))
+}
+
+/// 1 when `--fail-on-regression` meets a REGRESSED verdict (the outcome's `regression` is
+/// read from the classes printed) or an `--expect-fixed` variant is not FIXED; else 0.
+fn kab_exit_code(
+    fail_on_regression: bool,
+    expect_fixed: &[String],
+    outcome: &KabOutcome,
+) -> Result<u8, Error> {
+    let regressed = fail_on_regression && outcome.regression;
+    let missed_fixed = misses_expected_fixed(expect_fixed, outcome)?;
+    Ok(u8::from(regressed || missed_fixed))
 }
 
 /// What the kab compares, and how, from its arguments.
@@ -659,6 +669,7 @@ mod tests {
             }],
             undecided: Vec::new(),
             host_busy: None,
+            failures: [None, None],
         }
     }
 
@@ -962,5 +973,125 @@ mod tests {
             .and_then(|n| n.parse().ok())
             .expect(after);
         assert!((15.0..25.0).contains(&saved), "{saved}: {after}");
+    }
+
+    /// `outcome()`'s kab, with the dirty scenario judged from `judged` and the boots quiet.
+    fn dirty_outcome(judged: Vec<kab::ScenarioAb>) -> KabOutcome {
+        let j = kab::judgement(&judged, &[]);
+        KabOutcome {
+            scenario_names: vec!["dirty".into()],
+            scenarios: judged,
+            verdicts: j.verdicts,
+            regression: j.regression,
+            inconclusive: j.inconclusive,
+            prediction: None,
+            ..outcome()
+        }
+    }
+
+    /// Issue 37: B's dirty log lost a page per pass, so every dirty variant failed on B. The
+    /// table has every variant, REGRESSED with B's own words; the headline says REGRESSION,
+    /// and `--fail-on-regression` exits 1 (it exited 0 under "of 0 variant(s) … no regression").
+    #[test]
+    fn a_patch_that_loses_a_dirty_page_is_regressed_and_fails_the_gate() {
+        use crate::lab::kab::fixture;
+        let runs = fixture::runs();
+        let (a, b) = (fixture::side(&runs, "A"), fixture::side(&runs, "B"));
+        let o = dirty_outcome(fixture::judged(&a, &b, [&[], &[]]));
+        let text = render(&o);
+        let first = text.lines().next().unwrap();
+        assert!(
+            first.starts_with("kab: B against A, REGRESSED 3 of 3 variant(s)")
+                && first.ends_with("; REGRESSION"),
+            "{first}"
+        );
+        for variant in ["bitmap", "clear", "ring"] {
+            let line = text
+                .lines()
+                .find(|l| l.contains(&format!(" {variant} ")))
+                .expect(&text);
+            assert!(line.trim_start().starts_with("REGRESSED"), "{line}");
+            assert!(
+                line.ends_with(&format!("B failed: {}; A ran it", fixture::LOST)),
+                "{line}"
+            );
+        }
+        assert_eq!(kab_exit_code(true, &[], &o).unwrap(), 1);
+        assert_eq!(kab_exit_code(false, &[], &o).unwrap(), 0);
+        // No boot in this outcome: no range of times to the first command is made up.
+        assert!(text.contains("boots: 0 in 30.0 s; wall time"), "{text}");
+        let md = markdown(&o, "hvlab kab debian:7.3 debian:7.3+drop.patch");
+        assert!(
+            md.contains(&format!(
+                "| ring | **REGRESSED** | – | – | B failed: {}; A ran it |",
+                fixture::LOST
+            )),
+            "{md}"
+        );
+    }
+
+    /// Both kernels failed the variant: NOT DECIDED with both failures, and the headline does
+    /// not claim "no regression" when nothing was decided.
+    #[test]
+    fn a_variant_failing_on_both_kernels_says_both_failures_and_no_no_regression() {
+        use crate::lab::kab::fixture;
+        let runs = fixture::runs();
+        let mut a = fixture::side(&runs, "A");
+        for r in &mut a {
+            for v in &mut r.variants {
+                v.status = crate::record::VariantStatus::Failed("the guest shut down".into());
+                v.metrics.clear();
+            }
+        }
+        let b = fixture::side(&runs, "B");
+        let o = dirty_outcome(fixture::judged(&a, &b, [&[], &[]]));
+        let text = render(&o);
+        let first = text.lines().next().unwrap();
+        assert!(!first.contains("no regression"), "{first}");
+        assert!(first.contains("nothing decided"), "{first}");
+        assert!(
+            text.contains("NOT DECIDED  bitmap  A failed: the guest shut down"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("B failed: {}", fixture::LOST)),
+            "{text}"
+        );
+        assert_eq!(kab_exit_code(true, &[], &o).unwrap(), 0);
+    }
+
+    /// B's guest command produced no run at all: never "no regression". With its exit named,
+    /// the variants A ran are REGRESSED; with no side bringing a run back, nothing is judged
+    /// and the headline says so.
+    #[test]
+    fn a_side_with_no_run_never_reads_as_no_regression() {
+        use crate::lab::kab::fixture;
+        let runs = fixture::runs();
+        let a = fixture::side(&runs, "A");
+        let crashed = fixture::b_command_failed("error: the results database is locked\n");
+        let o = dirty_outcome(fixture::judged(
+            &a,
+            &[],
+            [&[], std::slice::from_ref(&crashed)],
+        ));
+        let text = render(&o);
+        assert!(
+            text.lines().next().unwrap().ends_with("; REGRESSION"),
+            "{text}"
+        );
+        assert!(
+            text.contains("B brought no run of it back (`hvlab run dirty --reps 4 --json` exited 4: error: the results database is locked); A ran it"),
+            "{text}"
+        );
+        assert_eq!(kab_exit_code(true, &[], &o).unwrap(), 1);
+        for o in [
+            dirty_outcome(fixture::judged(&[], &[], [&[], &[]])),
+            dirty_outcome(Vec::new()),
+        ] {
+            let first = render(&o).lines().next().unwrap().to_string();
+            assert!(!first.contains("no regression"), "{first}");
+            assert!(first.contains("nothing"), "{first}");
+            assert_eq!(kab_exit_code(true, &[], &o).unwrap(), 0);
+        }
     }
 }

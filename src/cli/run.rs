@@ -75,7 +75,7 @@ pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
     )?;
     let progress = TermProgress::new(kind.info().name, args.measure.json);
     let mut record = scenario::run_with_baseline(backend.as_mut(), &request, &baseline, &progress)?;
-    scenario::judge(&record)?;
+    judged_or_failures_kept(&mut record, run_store.as_mut())?;
     record.baseline = args.save_baseline;
     if let Some(s) = &mut run_store {
         s.save(&mut record)?;
@@ -86,6 +86,27 @@ pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
         super::print_run(&record, args.verbose)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether the run produced samples (`Ok`), or its error; a run whose every variant failed is
+/// stored with each variant's failure first, when there is a store, and the error says where.
+/// A kab in a guest brings it back and judges it (the patched kernel failed a variant the base
+/// ran) instead of losing the variant. It is never saved as a baseline.
+fn judged_or_failures_kept(
+    record: &mut crate::record::RunRecord,
+    store: Option<&mut super::run_store::RunStore>,
+) -> Result<(), Error> {
+    match (scenario::judge(record), store) {
+        (Err(Error::AllFailed { scenario, reasons }), Some(s)) => {
+            s.save(record)?;
+            Err(Error::AllFailedStored {
+                scenario,
+                run_id: record.run_id.clone(),
+                reasons,
+            })
+        }
+        (judged, _) => judged,
+    }
 }
 
 /// `--save-baseline`: a name of letters, digits, `.`, `_` and `-` (it is typed again later).
@@ -101,5 +122,58 @@ fn parse_baseline_name(text: &str) -> Result<String, String> {
         Err(format!(
             "`{text}` is not a baseline name: use 1 to 64 letters, digits, `.`, `_` or `-`, such as main or before-fix"
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::kab::fixture;
+    use crate::record::VariantStatus;
+
+    /// Issue 37: the guest's `hvlab run dirty` whose every variant failed keeps the run, each
+    /// variant's failure in it, and still fails (exit 4) naming where; without a store, and
+    /// when every variant is merely unsupported here, nothing is stored.
+    #[test]
+    fn a_run_whose_every_variant_failed_is_stored_with_the_failures_and_exits_4() {
+        let runs = fixture::runs();
+        let failed = fixture::side(&runs, "B").remove(0);
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("guest.db");
+        let mut store = super::super::run_store::RunStore::open(Some(&db), false).unwrap();
+        let mut record = failed.clone();
+        let err = judged_or_failures_kept(&mut record, Some(&mut store)).unwrap_err();
+        assert_eq!(err.exit_code(), 4);
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("stored as {}", record.run_id)) && text.contains(fixture::LOST),
+            "{text}"
+        );
+        drop(store);
+        let kept = crate::store::Store::open(&db)
+            .unwrap()
+            .load(&record.run_id)
+            .unwrap();
+        assert!(!kept.produced_samples());
+        assert!(
+            kept.variants
+                .iter()
+                .all(|v| v.status == VariantStatus::Failed(fixture::LOST.into()))
+        );
+        assert_eq!(kept.baseline, None);
+        // No store (--no-store): the failure as before, nothing written.
+        let mut record = failed.clone();
+        let err = judged_or_failures_kept(&mut record, None).unwrap_err();
+        assert!(matches!(err, Error::AllFailed { .. }), "{err}");
+        // Every variant unsupported here: the host's limit (exit 3), not stored.
+        let db = dir.path().join("unsupported.db");
+        let mut store = super::super::run_store::RunStore::open(Some(&db), false).unwrap();
+        let mut record = failed;
+        for v in &mut record.variants {
+            v.status = VariantStatus::Unsupported("needs KVM_CAP_DIRTY_LOG_RING".into());
+        }
+        let err = judged_or_failures_kept(&mut record, Some(&mut store)).unwrap_err();
+        assert_eq!(err.exit_code(), 3);
+        assert_eq!(store.stored(), 0);
     }
 }

@@ -25,7 +25,7 @@ use crate::error::{Error, InputError};
 use crate::kernel::build::{self, BuildInfo, BuildProgress, Step};
 use crate::kernel::vm::{self, AccelChoice, VmConfig, VmError};
 use crate::kernel::{self, Kernel};
-use crate::record::{Finding, RunRecord};
+use crate::record::{Finding, RunRecord, VariantRecord, VariantStatus};
 use crate::scenario;
 use crate::scenario::runner::DEFAULT_SEED;
 use crate::store::Store;
@@ -85,10 +85,55 @@ pub struct MetricAb {
 pub struct VariantAb {
     /// The variant.
     pub variant: String,
-    /// Its metrics.
+    /// Its metrics (none when a side has no samples of it).
     pub metrics: Vec<MetricAb>,
     /// The SRCU stalls either side's runs found, each with the registration behind it.
     pub stalls: Vec<StallAb>,
+    /// Why A, and why B, has no samples of it, when a side has none: then nothing is
+    /// compared, and the verdict comes from these.
+    #[serde(default, skip_serializing_if = "both_ran")]
+    pub failures: [Option<SideFailure>; 2],
+}
+
+/// Why one side of a kab has no samples of a variant.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum SideFailure {
+    /// It ran and failed in `failed` of the `runs` runs of this side that have it.
+    Failed {
+        /// The first failure's status (`the dirty log reported 4095 pages in pass 1 of
+        /// repetition 1, the guest wrote 4096`).
+        why: String,
+        /// Runs in which it failed.
+        failed: usize,
+        /// Runs of this side that have the variant.
+        runs: usize,
+    },
+    /// This side's guest cannot run it (a capability its KVM lacks).
+    Unsupported {
+        /// Why, as the run recorded it.
+        why: String,
+    },
+    /// No run of this side has it.
+    NoRun {
+        /// The guest command of its scenario that failed on this side, when one did.
+        command: Option<GuestFailure>,
+    },
+}
+
+impl SideFailure {
+    /// Whether this is the side's own failure (it ran and failed, or its command failed
+    /// without a run), not a limit of its host or a run that is merely absent.
+    pub fn is_failure(&self) -> bool {
+        matches!(
+            self,
+            SideFailure::Failed { .. } | SideFailure::NoRun { command: Some(_) }
+        )
+    }
+}
+
+fn both_ran(failures: &[Option<SideFailure>; 2]) -> bool {
+    failures.iter().all(Option::is_none)
 }
 
 /// One side's share of a stall: repetitions and jiffies.
@@ -193,26 +238,122 @@ fn of_scenario<'a>(runs: &'a [RunRecord], scenario: &str) -> Vec<&'a RunRecord> 
     runs.iter().filter(|r| r.scenario == scenario).collect()
 }
 
-/// Judges B against A, scenario by scenario.
+/// What one side's boots brought back: its runs, and the guest commands that did not exit 0.
+#[derive(Debug, Clone, Copy)]
+pub struct SideRuns<'a> {
+    /// The runs.
+    pub runs: &'a [RunRecord],
+    /// The guest commands that failed.
+    pub failed_commands: &'a [GuestFailure],
+}
+
+/// The variants of `scenario` a kab judges, none left out: every variant either side's runs
+/// have (A's order first), and those asked for (`--variant`, else the scenario's own) that
+/// no run has.
+fn variant_names(of: &str, asked: &[String], runs: [&[&RunRecord]; 2]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let mut add = |name: &str| {
+        if !names.iter().any(|n| n == name) {
+            names.push(name.to_string());
+        }
+    };
+    for r in runs.iter().flat_map(|side| side.iter()) {
+        for v in &r.variants {
+            add(&v.name);
+        }
+    }
+    let own: Vec<&str> = scenario::find(of)
+        .map(|info| info.variants.iter().map(|v| v.name).collect())
+        .unwrap_or_default();
+    if asked.is_empty() {
+        // Runs name what ran; with none from either side, what the guests were asked to run.
+        if runs.iter().all(|side| side.is_empty()) {
+            own.iter().for_each(|v| add(v));
+        }
+    } else {
+        asked
+            .iter()
+            .filter(|v| own.contains(&v.as_str()))
+            .for_each(|v| add(v));
+    }
+    names
+}
+
+/// Whether a guest command was `hvlab run SCENARIO …`.
+fn runs_scenario(command: &GuestFailure, scenario: &str) -> bool {
+    command.args.first().is_some_and(|a| a == "run")
+        && command.args.get(1).is_some_and(|s| s == scenario)
+}
+
+/// One side's record of `variant` with samples, or why it has none. A failure in any run
+/// of the side is its failure, even beside runs that went well: a dirty log that loses a
+/// page in one boot of B loses data.
+fn side_variant<'a>(
+    runs: &[&'a RunRecord],
+    variant: &str,
+    scenario: &str,
+    failed_commands: &[GuestFailure],
+) -> Result<&'a VariantRecord, SideFailure> {
+    let records: Vec<&VariantRecord> = runs.iter().filter_map(|r| r.variant(variant)).collect();
+    let failed: Vec<&str> = records
+        .iter()
+        .filter_map(|v| match &v.status {
+            VariantStatus::Failed(why) => Some(why.as_str()),
+            _ => None,
+        })
+        .collect();
+    if let Some(why) = failed.first() {
+        return Err(SideFailure::Failed {
+            why: (*why).to_string(),
+            failed: failed.len(),
+            runs: records.len(),
+        });
+    }
+    if let Some(ok) = records.iter().find(|v| v.is_ok()) {
+        return Ok(ok);
+    }
+    if let Some(VariantStatus::Unsupported(why)) = records.first().map(|v| &v.status) {
+        return Err(SideFailure::Unsupported { why: why.clone() });
+    }
+    Err(SideFailure::NoRun {
+        command: failed_commands
+            .iter()
+            .find(|c| runs_scenario(c, scenario))
+            .cloned(),
+    })
+}
+
+/// Judges B against A, scenario by scenario: every variant either side ran or was asked to
+/// run, those a side has no samples of with the reason.
 pub fn judge(
     scenarios: &[String],
-    a: &[RunRecord],
-    b: &[RunRecord],
+    asked: &[String],
+    sides: [SideRuns<'_>; 2],
     accel: Accel,
     threshold: f64,
 ) -> Vec<ScenarioAb> {
     let mut out = Vec::new();
     for scenario in scenarios {
-        let (ra, rb) = (of_scenario(a, scenario), of_scenario(b, scenario));
-        let Some(first) = ra.first() else { continue };
+        let (ra, rb) = (
+            of_scenario(sides[0].runs, scenario),
+            of_scenario(sides[1].runs, scenario),
+        );
         let mut variants = Vec::new();
-        for v in first.variants.iter().filter(|v| v.is_ok()) {
-            if !rb
-                .iter()
-                .any(|r| r.variant(&v.name).is_some_and(|x| x.is_ok()))
-            {
-                continue;
-            }
+        for name in variant_names(scenario, asked, [&ra, &rb]) {
+            let on_a = side_variant(&ra, &name, scenario, sides[0].failed_commands);
+            let on_b = side_variant(&rb, &name, scenario, sides[1].failed_commands);
+            let v = match (on_a, on_b) {
+                (Ok(v), Ok(_)) => v,
+                (a, b) => {
+                    variants.push(VariantAb {
+                        variant: name,
+                        metrics: Vec::new(),
+                        stalls: Vec::new(),
+                        failures: [a.err(), b.err()],
+                    });
+                    continue;
+                }
+            };
             let mut metrics = Vec::new();
             for (name, m) in &v.metrics {
                 let (xa, xb) = (pooled(&ra, &v.name, name), pooled(&rb, &v.name, name));
@@ -256,6 +397,7 @@ pub fn judge(
                 variant: v.name.clone(),
                 metrics,
                 stalls: stalls_ab(&ra, &rb, &v.name),
+                failures: [None, None],
             });
         }
         out.push(ScenarioAb {
@@ -520,6 +662,10 @@ pub struct VariantVerdict {
     /// DECIDED, whatever the samples say).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_busy: Option<String>,
+    /// Why A, and why B, has no samples of the variant, when a side has none: B failing
+    /// what A ran is REGRESSED; anything else without samples on both sides is NOT DECIDED.
+    #[serde(default, skip_serializing_if = "both_ran")]
+    pub failures: [Option<SideFailure>; 2],
 }
 
 fn change(m: &MetricAb, within_jiffy: bool) -> Change {
@@ -551,8 +697,34 @@ fn better(m: &MetricAb) -> Option<bool> {
     }
 }
 
+/// The verdict of a variant a side has no samples of: REGRESSED when B failed what A ran
+/// (it failed, or its command failed without a run), otherwise NOT DECIDED (both failed, A
+/// failed, or a side could not run it or brought no run back), each side's reason kept.
+fn failed_verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
+    let class = match &v.failures {
+        [None, Some(b)] if b.is_failure() => VerdictClass::Regressed,
+        _ => VerdictClass::NotDecided,
+    };
+    VariantVerdict {
+        scenario: scenario.to_string(),
+        variant: v.variant.clone(),
+        class,
+        stall_reps: None,
+        stalls: Vec::new(),
+        regressions: Vec::new(),
+        improvements: Vec::new(),
+        costs: Vec::new(),
+        undecided: Vec::new(),
+        host_busy: None,
+        failures: v.failures.clone(),
+    }
+}
+
 /// The verdict of one variant: the class, and the stalls and metrics behind it.
 pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
+    if !both_ran(&v.failures) {
+        return failed_verdict(scenario, v);
+    }
     let stall_metric = v.metrics.iter().find(|m| m.metric == "stalls");
     let stall_reps = stall_metric.map(|m| {
         let side = |i: usize| StallReps {
@@ -623,6 +795,7 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
         costs,
         undecided,
         host_busy: None,
+        failures: [None, None],
     }
 }
 
@@ -631,7 +804,12 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
 /// repetitions share the slowdown, so the rank test across them would take it for the
 /// kernel's (a saturated host made qemu-order's KVM_CREATE_VM 0.20 → 0.82 jiffies, REGRESSED).
 /// Stalls are found by their length, so their counts are no safer, and neither is a FIXED.
+/// A variant a side has no samples of keeps its verdict: a failure (a page the dirty log lost)
+/// is the kernel's answer, not a time a starved emulator stretched.
 fn not_judged_on_a_busy_host(v: &mut VariantVerdict, busy: &str) {
+    if !both_ran(&v.failures) {
+        return;
+    }
     v.class = VerdictClass::NotDecided;
     v.host_busy = Some(busy.to_string());
     // The judgments go with the class; the samples stay in the per-metric details.
@@ -677,6 +855,41 @@ pub fn verdicts(judged: &[ScenarioAb]) -> Vec<VariantVerdict> {
         .collect()
 }
 
+/// A kab's verdicts as printed, and what its gate reads from them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Judgement {
+    /// Every variant's verdict, after the boots' host busyness.
+    pub verdicts: Vec<VariantVerdict>,
+    /// Whether any printed class is REGRESSED (`--fail-on-regression`).
+    pub regression: bool,
+    /// Judged metrics the samples could not settle.
+    pub inconclusive: usize,
+}
+
+/// The verdicts of `judged` with the `boots` they came from (a busy boot leaves the
+/// comparisons NOT DECIDED), and the gate decided once, from the classes: REGRESSED printed
+/// is exactly what fails `--fail-on-regression`, a stall B gained as much as a worse metric.
+pub fn judgement(judged: &[ScenarioAb], boots: &[BootSummary]) -> Judgement {
+    let mut verdicts = verdicts(judged);
+    if let Some(busy) = host_busy_during(boots) {
+        for v in &mut verdicts {
+            not_judged_on_a_busy_host(v, &busy);
+        }
+    }
+    let regression = verdicts.iter().any(|v| v.class == VerdictClass::Regressed);
+    let inconclusive = judged
+        .iter()
+        .flat_map(|s| &s.variants)
+        .flat_map(|v| &v.metrics)
+        .filter(|m| m.inconclusive.is_some())
+        .count();
+    Judgement {
+        verdicts,
+        regression,
+        inconclusive,
+    }
+}
+
 /// What `hvlab kab` compares, and how.
 #[derive(Debug, Clone)]
 pub struct KabRequest {
@@ -719,7 +932,7 @@ pub trait KabProgress: BuildProgress {
 }
 
 /// A guest command that did not exit 0.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GuestFailure {
     /// hvlab's arguments in the guest.
     pub args: Vec<String>,
@@ -811,7 +1024,8 @@ pub struct KabOutcome {
     pub scenarios: Vec<ScenarioAb>,
     /// The per-variant verdicts.
     pub verdicts: Vec<VariantVerdict>,
-    /// Whether B regressed on a judged metric.
+    /// Whether any verdict is REGRESSED (a judged metric worse, a stall gained, or a
+    /// variant A ran that B failed): what `--fail-on-regression` reads.
     pub regression: bool,
     /// Judged metrics the samples could not settle.
     pub inconclusive: usize,
@@ -1007,10 +1221,21 @@ pub fn run(
     let booted = plan.boot_abba(req, store, progress)?;
     let boots_s = boots_start.elapsed().as_secs_f64();
     let calibrated = booted.calibrated.or(cached);
+    let failed_commands = ["A", "B"].map(|side| {
+        booted
+            .summaries
+            .iter()
+            .filter(|b| b.side == side)
+            .flat_map(|b| b.failures.iter().cloned())
+            .collect::<Vec<GuestFailure>>()
+    });
     let judged = judge(
         &req.scenarios,
-        &booted.sides[0],
-        &booted.sides[1],
+        &req.variants,
+        [0, 1].map(|i| SideRuns {
+            runs: &booted.sides[i],
+            failed_commands: &failed_commands[i],
+        }),
         kernels.choice.accel,
         req.threshold,
     );
@@ -1257,21 +1482,11 @@ impl KabOutcome {
         prediction: Option<KabPrediction>,
         wall: WallTimes,
     ) -> KabOutcome {
-        let all_metrics = || {
-            judged
-                .iter()
-                .flat_map(|s| &s.variants)
-                .flat_map(|v| &v.metrics)
-        };
-        let mut verdicts = verdicts(&judged);
-        let busy = host_busy_during(&boots);
-        if let Some(busy) = &busy {
-            for v in &mut verdicts {
-                not_judged_on_a_busy_host(v, busy);
-            }
-        }
-        let regression = busy.is_none() && all_metrics().any(|m| m.regression);
-        let inconclusive = all_metrics().filter(|m| m.inconclusive.is_some()).count();
+        let Judgement {
+            verdicts,
+            regression,
+            inconclusive,
+        } = judgement(&judged, &boots);
         let [a, b] = kernels.kernels;
         KabOutcome {
             hvlab_version: format!("{} ({})", host.hvlab_version, host.git_rev),
@@ -1335,6 +1550,15 @@ fn kab_tags(builds: &[Option<BuildInfo>; 2], declared: Option<&str>) -> [KabSide
     [side(0), side(1)]
 }
 
+/// The runs of `scenario` that produced samples: a run kept only for its variants' failures
+/// has nothing to predict against.
+fn measured<'a>(side: &'a [RunRecord], scenario: &str) -> Vec<&'a RunRecord> {
+    of_scenario(side, scenario)
+        .into_iter()
+        .filter(|r| r.produced_samples())
+        .collect()
+}
+
 /// The model's prediction of the change: on this host from the base's calibration, against
 /// what both sides measured, and on the reporter's host from its built-in profile.
 fn predict(
@@ -1367,8 +1591,10 @@ fn predict(
         on_reporters_host(host, sb.strategy(), DEFAULT_SEED)?,
     ]);
     let lifecycle = scenario::Kind::Lifecycle.name();
-    let ra = of_scenario(&sides[0], lifecycle);
-    let rb = of_scenario(&sides[1], lifecycle);
+    let (ra, rb) = (
+        measured(&sides[0], lifecycle),
+        measured(&sides[1], lifecycle),
+    );
     let Some((path, profile)) = calibrated else {
         out.this_host_missing = Some(if may_calibrate {
             "the base's calibration in its guest was not kept or did not come back (the notes above say why)".into()
@@ -1425,6 +1651,90 @@ fn predict(
         rows: [rows_a, rows_b],
     });
     Ok(out)
+}
+
+/// A kab of a patch that makes dirty logging lose one page per pass (issue 37), as stored:
+/// A ran every dirty variant, B failed each (`tests/fixtures/kab-dirty-lost-page/`).
+#[cfg(test)]
+pub(crate) mod fixture {
+    use super::*;
+
+    const RUNS: &str = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/kab-dirty-lost-page/runs.jsonl"
+    ));
+
+    /// What B's dirty log said in every variant.
+    pub const LOST: &str =
+        "the dirty log reported 4095 pages in pass 1 of repetition 1, the guest wrote 4096";
+
+    /// The four runs, through a store and back: a run whose every variant failed is stored
+    /// like any other.
+    pub fn runs() -> Vec<RunRecord> {
+        let parsed: Vec<RunRecord> = RUNS
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a stored run"))
+            .collect();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let mut store = Store::open(&dir.path().join("kab.db")).expect("a store");
+        let tally = crate::store::transfer::ingest_all(&mut store, &parsed).expect("ingested");
+        assert_eq!(tally.stored, 4);
+        parsed
+            .iter()
+            .map(|r| store.load(&r.run_id).expect("stored"))
+            .collect()
+    }
+
+    /// Side `side`'s runs (`A` or `B`).
+    pub fn side(runs: &[RunRecord], side: &str) -> Vec<RunRecord> {
+        runs.iter()
+            .filter(|r| {
+                r.host
+                    .under_test
+                    .as_ref()
+                    .and_then(|u| u.kab.as_ref())
+                    .is_some_and(|k| k.side == side)
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// The kab judged as `hvlab kab --scenario dirty` judges it, with each side's failed
+    /// guest commands.
+    pub fn judged(
+        a: &[RunRecord],
+        b: &[RunRecord],
+        failed_commands: [&[GuestFailure]; 2],
+    ) -> Vec<ScenarioAb> {
+        judge(
+            &["dirty".to_string()],
+            &[],
+            [
+                SideRuns {
+                    runs: a,
+                    failed_commands: failed_commands[0],
+                },
+                SideRuns {
+                    runs: b,
+                    failed_commands: failed_commands[1],
+                },
+            ],
+            Accel::Tcg,
+            0.05,
+        )
+    }
+
+    /// B's guest command for the dirty scenario, exiting 4 as `hvlab run` does when every
+    /// variant failed.
+    pub fn b_command_failed(stderr: &str) -> GuestFailure {
+        GuestFailure {
+            args: ["run", "dirty", "--reps", "4", "--json"]
+                .map(str::to_string)
+                .to_vec(),
+            rc: Some(4),
+            stderr: stderr.to_string(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1540,6 +1850,7 @@ mod tests {
             variant: "v".into(),
             metrics,
             stalls,
+            failures: [None, None],
         }
     }
 
@@ -1863,5 +2174,210 @@ mod tests {
         );
         assert_eq!(v.class, VerdictClass::NotDecided);
         assert_eq!(v.undecided, ["stalls"]);
+    }
+
+    fn quiet_boots() -> Vec<BootSummary> {
+        vec![boot("A", None), boot("B", None)]
+    }
+
+    fn scenario_of(variants: Vec<VariantAb>) -> ScenarioAb {
+        ScenarioAb {
+            scenario: "lifecycle".into(),
+            runs: [vec!["a".into()], vec!["b".into()]],
+            variants,
+        }
+    }
+
+    /// Issue 36: B gained a stall in 3 of 20 repetitions, too few for the stall count to be
+    /// judged higher, and no metric regressed: the class is REGRESSED, so the gate fails. (On
+    /// the code before, the gate read only the per-metric flags and passed.)
+    #[test]
+    fn a_stall_b_gained_without_a_worse_metric_fails_the_gate() {
+        let mut b = vec![0.0; 20];
+        b[3] = 1.0;
+        b[9] = 1.0;
+        b[15] = 1.0;
+        let v = variant(vec![stalls(vec![0.0; 20], b)], vec![stall(None, Some(3))]);
+        assert!(v.metrics.iter().all(|m| !m.regression), "{v:?}");
+        let j = judgement(&[scenario_of(vec![v])], &quiet_boots());
+        assert_eq!(j.verdicts[0].class, VerdictClass::Regressed);
+        assert!(j.regression, "a printed REGRESSED must fail the gate");
+        // And nothing but a REGRESSED does: a NOT DECIDED (a rare stall gone) passes.
+        let v = variant(
+            vec![stalls(vec![1.0, 0.0, 0.0, 1.0, 0.0, 0.0], vec![0.0; 6])],
+            vec![],
+        );
+        let j = judgement(&[scenario_of(vec![v])], &quiet_boots());
+        assert_eq!(j.verdicts[0].class, VerdictClass::NotDecided);
+        assert!(!j.regression);
+    }
+
+    /// Issue 37: B's dirty log loses a page per pass, so every dirty variant failed on B and
+    /// ran on A. Each is REGRESSED with B's failure, none left out, and the gate fails.
+    #[test]
+    fn a_variant_a_ran_and_b_failed_is_regressed_with_b_s_failure() {
+        let runs = fixture::runs();
+        let (a, b) = (fixture::side(&runs, "A"), fixture::side(&runs, "B"));
+        assert!(b.iter().all(|r| !r.produced_samples()));
+        let failed = [fixture::b_command_failed("error: the dirty run failed")];
+        let judged = fixture::judged(&a, &b, [&[], &failed]);
+        let names: Vec<&str> = judged[0]
+            .variants
+            .iter()
+            .map(|v| v.variant.as_str())
+            .collect();
+        assert_eq!(names, ["bitmap", "clear", "ring"]);
+        let j = judgement(&judged, &quiet_boots());
+        for v in &j.verdicts {
+            assert_eq!(v.class, VerdictClass::Regressed, "{v:?}");
+            assert_eq!(
+                v.failures,
+                [
+                    None,
+                    Some(SideFailure::Failed {
+                        why: fixture::LOST.into(),
+                        failed: 2,
+                        runs: 2,
+                    })
+                ]
+            );
+        }
+        assert!(j.regression);
+    }
+
+    /// A variant failing on both kernels compares nothing: NOT DECIDED, with both failures;
+    /// it alone does not fail the gate.
+    #[test]
+    fn a_variant_failing_on_both_kernels_is_not_decided_with_both_failures() {
+        let runs = fixture::runs();
+        let mut a = fixture::side(&runs, "A");
+        let broke = "the guest shut down in pass 2 of repetition 1";
+        for r in &mut a {
+            for v in &mut r.variants {
+                v.status = VariantStatus::Failed(broke.into());
+                v.metrics.clear();
+            }
+        }
+        let b = fixture::side(&runs, "B");
+        let j = judgement(&fixture::judged(&a, &b, [&[], &[]]), &quiet_boots());
+        assert_eq!(j.verdicts.len(), 3);
+        for v in &j.verdicts {
+            assert_eq!(v.class, VerdictClass::NotDecided, "{v:?}");
+            let why = |f: &Option<SideFailure>| match f {
+                Some(SideFailure::Failed { why, .. }) => why.clone(),
+                other => panic!("a failure expected, got {other:?}"),
+            };
+            assert_eq!(why(&v.failures[0]), broke);
+            assert_eq!(why(&v.failures[1]), fixture::LOST);
+        }
+        assert!(!j.regression);
+    }
+
+    /// B's guest command crashed and brought no run back: every variant A ran is still in
+    /// the table. With the command's failure on B it is REGRESSED, naming the command; with
+    /// no failure to name, NOT DECIDED. With no run from either side, the scenario's own
+    /// variants are listed, each NOT DECIDED.
+    #[test]
+    fn a_side_that_brought_no_run_back_leaves_no_variant_out() {
+        let runs = fixture::runs();
+        let a = fixture::side(&runs, "A");
+        let crashed = fixture::b_command_failed("thread 'main' panicked at src/scenario/dirty.rs");
+        let judged = fixture::judged(&a, &[], [&[], std::slice::from_ref(&crashed)]);
+        let j = judgement(&judged, &quiet_boots());
+        assert_eq!(j.verdicts.len(), 3);
+        for v in &j.verdicts {
+            assert_eq!(v.class, VerdictClass::Regressed);
+            assert_eq!(
+                v.failures[1],
+                Some(SideFailure::NoRun {
+                    command: Some(crashed.clone())
+                })
+            );
+        }
+        assert!(j.regression);
+        // No command failed (a run went missing some other way): nothing to blame on B.
+        let j = judgement(&fixture::judged(&a, &[], [&[], &[]]), &quiet_boots());
+        assert!(
+            j.verdicts
+                .iter()
+                .all(|v| v.class == VerdictClass::NotDecided)
+        );
+        assert!(!j.regression);
+        // Neither side brought a run: the dirty scenario's own variants, none judged.
+        let j = judgement(&fixture::judged(&[], &[], [&[], &[]]), &quiet_boots());
+        let own: Vec<&str> = scenario::find("dirty")
+            .unwrap()
+            .variants
+            .iter()
+            .map(|v| v.name)
+            .collect();
+        let listed: Vec<&str> = j.verdicts.iter().map(|v| v.variant.as_str()).collect();
+        assert_eq!(listed, own);
+        assert!(
+            j.verdicts
+                .iter()
+                .all(|v| v.class == VerdictClass::NotDecided)
+        );
+        // A variant asked for by name is listed even when no run has it.
+        let judged = judge(
+            &["dirty".to_string()],
+            &["ring".to_string()],
+            [
+                SideRuns {
+                    runs: &[],
+                    failed_commands: &[],
+                },
+                SideRuns {
+                    runs: &[],
+                    failed_commands: &[],
+                },
+            ],
+            Accel::Tcg,
+            0.05,
+        );
+        assert_eq!(judged[0].variants.len(), 1);
+        assert_eq!(judged[0].variants[0].variant, "ring");
+    }
+
+    /// A failure in one of B's boots is B's failure, beside a boot where the variant ran.
+    #[test]
+    fn a_variant_failing_in_one_boot_of_b_is_regressed() {
+        let runs = fixture::runs();
+        let a = fixture::side(&runs, "A");
+        let mut b = fixture::side(&runs, "B");
+        b[0] = a[0].clone();
+        let j = judgement(&fixture::judged(&a, &b, [&[], &[]]), &quiet_boots());
+        assert!(
+            j.verdicts
+                .iter()
+                .all(|v| v.class == VerdictClass::Regressed)
+        );
+        assert!(matches!(
+            &j.verdicts[0].failures[1],
+            Some(SideFailure::Failed {
+                failed: 1,
+                runs: 2,
+                ..
+            })
+        ));
+    }
+
+    /// A busy host leaves the comparisons NOT DECIDED, not a failure: a lost page is the
+    /// kernel's answer, not a time a starved emulator stretched.
+    #[test]
+    fn a_busy_host_does_not_hide_a_failure_of_b() {
+        let runs = fixture::runs();
+        let (a, b) = (fixture::side(&runs, "A"), fixture::side(&runs, "B"));
+        let busy = [
+            boot("A", None),
+            boot("B", Some("tasks waited for a CPU 49% of the time")),
+        ];
+        let j = judgement(&fixture::judged(&a, &b, [&[], &[]]), &busy);
+        assert!(
+            j.verdicts
+                .iter()
+                .all(|v| v.class == VerdictClass::Regressed)
+        );
+        assert!(j.regression);
     }
 }

@@ -151,6 +151,13 @@ impl RunRecord {
     pub fn variant(&self, name: &str) -> Option<&VariantRecord> {
         self.variants.iter().find(|v| v.name == name)
     }
+
+    /// Whether any variant produced samples. A run where none did is a failed run (exit 4)
+    /// even when it is stored: it is kept so that each variant's failure can be named (a
+    /// kernel A/B judges it), never read as a measurement.
+    pub fn produced_samples(&self) -> bool {
+        self.variants.iter().any(VariantRecord::is_ok)
+    }
 }
 
 /// Whether a variant produced samples. Written as `ok`, `unsupported: why` (the host cannot

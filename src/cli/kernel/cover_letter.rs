@@ -3,7 +3,7 @@
 //! command that reproduces it.
 
 use super::kab_prediction::prediction_markdown;
-use super::kab_words::{change_words, sides_word, stall_words};
+use super::kab_words::{change_words, failure_lines, sides_word, stall_words};
 use crate::kernel::Kernel;
 use crate::kernel::build::{BuildInfo, How};
 use crate::kernel::vm;
@@ -116,6 +116,7 @@ fn table_row(v: &VariantVerdict) -> String {
             let sides = sides_word([s.a.is_some(), s.b.is_some()]);
             format!("{} ({sides})", stall_words(s))
         })
+        .chain(failure_lines(v))
         .collect::<Vec<_>>()
         .join("; ");
     let cost = v

@@ -3,7 +3,7 @@
 
 use super::kab_details::details;
 use super::kab_prediction::prediction_lines;
-use super::kab_words::{change_words, duration, num, stall_side, stall_words};
+use super::kab_words::{change_words, duration, failure_lines, num, stall_side, stall_words};
 use crate::kernel::Kernel;
 use crate::kernel::build::{BuildInfo, How};
 use crate::lab::kab::{Change, KabOutcome, StallAb, VariantVerdict, VerdictClass};
@@ -64,14 +64,34 @@ fn headline(o: &KabOutcome) -> String {
         o.boots_per_side,
         o.reps,
         o.accel.accel,
-        if o.host_busy().is_some() {
-            "; nothing judged: other work kept QEMU waiting for a CPU, and a boot slowed as a whole looks like a kernel change: rerun on a quiet host"
-        } else if o.regression {
-            "; REGRESSION"
-        } else {
-            "; no regression"
-        }
+        gate_words(o)
     )
+}
+
+/// The headline's end: whether B regressed, read from the classes as the gate reads them;
+/// "no regression" only when something was decided.
+fn gate_words(o: &KabOutcome) -> &'static str {
+    let busy = o.host_busy().is_some();
+    let decided = o
+        .verdicts
+        .iter()
+        .any(|v| v.class != VerdictClass::NotDecided);
+    match (o.regression, busy) {
+        (true, true) => {
+            "; REGRESSION: B failed what A ran; nothing else judged: other work kept QEMU waiting for a CPU: rerun on a quiet host"
+        }
+        (true, false) => "; REGRESSION",
+        (false, true) => {
+            "; nothing judged: other work kept QEMU waiting for a CPU, and a boot slowed as a whole looks like a kernel change: rerun on a quiet host"
+        }
+        (false, false) if o.verdicts.is_empty() => {
+            "; nothing judged: no variant to judge (the boots below say what each guest command did)"
+        }
+        (false, false) if !decided => {
+            "; nothing decided: a regression is not ruled out (each variant says why)"
+        }
+        (false, false) => "; no regression",
+    }
 }
 
 /// A line per variant (its verdict and the mechanism's first line), the mechanism's further
@@ -140,12 +160,16 @@ fn boots_line(o: &KabOutcome) -> String {
         .collect();
     let lo = firsts.iter().copied().fold(f64::MAX, f64::min);
     let hi = firsts.iter().copied().fold(f64::MIN, f64::max);
+    // No boot reached its first command: there is no range to give.
+    let to_first = if firsts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({lo:.1}–{hi:.1} s to the first command)")
+    };
     format!(
-        "boots: {} in {} ({:.1}–{:.1} s to the first command); wall time {}{}",
+        "boots: {} in {}{to_first}; wall time {}{}",
         o.boots.len(),
         duration(o.wall.boots_s),
-        lo,
-        hi,
         duration(o.wall.total_s),
         o.host_busy()
             .map_or(String::new(), |busy| format!("; host busy during {busy}"))
@@ -154,6 +178,10 @@ fn boots_line(o: &KabOutcome) -> String {
 
 /// The mechanism of a verdict, in words: the first line and any further lines.
 pub(super) fn mechanism(v: &VariantVerdict) -> Vec<String> {
+    let failures = failure_lines(v);
+    if !failures.is_empty() {
+        return failures;
+    }
     let mut out = match v.class {
         VerdictClass::Fixed => fixed(v),
         VerdictClass::Regressed => regressed(v),

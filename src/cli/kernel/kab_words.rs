@@ -1,7 +1,7 @@
 //! How a kab's figures, changes and stalls are written, the same in the terminal text and in
 //! the cover letter.
 
-use crate::lab::kab::{Change, StallAb, StallSide};
+use crate::lab::kab::{Change, SideFailure, StallAb, StallSide, VariantVerdict};
 
 /// `1.22`, `0.062`, `20`.
 pub(super) fn num(v: f64) -> String {
@@ -67,4 +67,51 @@ pub(super) fn change_words(c: &Change) -> String {
         num(c.b),
         c.unit
     )
+}
+
+/// What a side did instead of producing samples: `failed: the dirty log reported 4095 pages in
+/// pass 1 of repetition 1, the guest wrote 4096`.
+pub(super) fn side_failure_words(f: &SideFailure) -> String {
+    match f {
+        SideFailure::Failed { why, failed, runs } if failed == runs => format!("failed: {why}"),
+        SideFailure::Failed { why, failed, runs } => {
+            format!("failed in {failed} of {runs} runs: {why}")
+        }
+        SideFailure::Unsupported { why } => format!("cannot run it: {why}"),
+        SideFailure::NoRun { command: Some(c) } => {
+            let said = c
+                .stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map_or(String::new(), |l| format!(": {}", l.trim()));
+            format!(
+                "brought no run of it back (`hvlab {}` exited {}{said})",
+                c.args.join(" "),
+                c.rc.map_or_else(|| "without a code".to_string(), |r| r.to_string())
+            )
+        }
+        SideFailure::NoRun { command: None } => "brought no run of it back".to_string(),
+    }
+}
+
+/// A line per side that has no samples of the variant (`B failed: …; A ran it`); none when
+/// both sides have samples.
+pub(super) fn failure_lines(v: &VariantVerdict) -> Vec<String> {
+    let sides = ["A", "B"];
+    let failed = v.failures.iter().filter(|f| f.is_some()).count();
+    v.failures
+        .iter()
+        .zip(sides)
+        .zip(sides.iter().rev())
+        .filter_map(|((f, side), other)| {
+            let f = f.as_ref()?;
+            let ran = if failed == 1 {
+                format!("; {other} ran it")
+            } else {
+                String::new()
+            };
+            Some(format!("{side} {}{ran}", side_failure_words(f)))
+        })
+        .collect()
 }

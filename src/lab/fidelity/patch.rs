@@ -529,10 +529,11 @@ pub fn from_runs(
     Ok(report)
 }
 
-/// The runs of each stored kab, by its id: side A's, then side B's.
+/// The runs of each stored kab, by its id: side A's, then side B's. A run kept only for its
+/// variants' failures (every variant failed in that guest) has nothing to predict against.
 fn kab_sides(runs: &[RunRecord]) -> BTreeMap<&str, [Vec<&RunRecord>; 2]> {
     let mut kabs: BTreeMap<&str, [Vec<&RunRecord>; 2]> = BTreeMap::new();
-    for run in runs {
+    for run in runs.iter().filter(|r| r.produced_samples()) {
         if let Some(k) = kab_side(run) {
             let side = usize::from(k.side == "B");
             kabs.entry(k.id.as_str()).or_default()[side].push(run);
@@ -906,6 +907,20 @@ mod tests {
             .cloned()
             .collect();
         let r = report(&only_a);
+        assert!(r.predictions.is_empty());
+        assert!(r.skipped[0].why.contains("only side A"), "{:?}", r.skipped);
+        // B's runs stored only for their failures (every variant failed in its guest): as if
+        // B had none, never a model run of no variant.
+        let mut failed_b = only_a.clone();
+        for run in fixture::side(&runs, "001-lifecycle-keyed.patch", "B") {
+            let mut run = run.clone();
+            for v in &mut run.variants {
+                v.status = crate::record::VariantStatus::Failed("the guest shut down".into());
+                v.metrics.clear();
+            }
+            failed_b.push(run);
+        }
+        let r = report(&failed_b);
         assert!(r.predictions.is_empty());
         assert!(r.skipped[0].why.contains("only side A"), "{:?}", r.skipped);
         let mut other = runs.clone();
