@@ -12,6 +12,7 @@ pub mod debian;
 pub mod kbuild;
 pub mod ko;
 pub mod patch;
+pub mod sandbox;
 pub mod toolchain;
 pub mod vm;
 
