@@ -678,6 +678,18 @@ fn make(sandbox: &Sandbox, tree: &Path, args: &[String], log: &Path) -> Result<(
     Err(MakeError::Failed(first_errors(&text)))
 }
 
+/// `make ARGS` in `tree` as every kernel build runs it: in `sandbox`, writable only there,
+/// ended with hvlab; a failure or a write outside the tree is reported as a patched side's.
+/// For a tree of the caller's own (tests, tools); builds go through the cache.
+pub fn make_in_sandbox(
+    sandbox: &Sandbox,
+    tree: &Path,
+    args: &[String],
+    log: &Path,
+) -> Result<(), BuildError> {
+    make(sandbox, tree, args, log).map_err(make_error(true, "make", log))
+}
+
 /// The first compiler errors of a build log (with the source lines gcc quotes after them),
 /// else its last lines; one indented line each, between newlines.
 fn first_errors(log: &str) -> String {
@@ -1822,6 +1834,48 @@ mod tests {
         );
         // No compiler error: the log's last lines.
         assert!(first_errors("a\nb\nmake: *** [Makefile] Error 2\n").contains("make: ***"));
+    }
+
+    /// An interrupted build leaves `builds/KEY.tmp`; the next run that takes the source lock
+    /// removes it, and keeps complete entries.
+    #[test]
+    fn leftover_tmp_entries_go_when_the_source_lock_is_taken() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("7.3.4+deb13-amd64_7.3.4-1");
+        std::fs::create_dir_all(root.join("builds/4be5cab6.tmp/kernel")).expect("tmp entry");
+        std::fs::create_dir_all(root.join("builds/0a1b2c3d")).expect("entry");
+        let image = DebianImage {
+            package: "linux-binary-7.3.4+deb13-amd64".into(),
+            version: "7.3.4-1".into(),
+            release: "7.3.4+deb13-amd64".into(),
+            kernel: Kernel {
+                release: "7.3.4+deb13-amd64".into(),
+                spec: "debian:7.3".into(),
+                source: String::new(),
+                image: dir.path().join("vmlinuz"),
+                config: None,
+                modules: None,
+            },
+        };
+        let sandbox = Sandbox::choose(SandboxPolicy::Off).expect("no sandbox is always possible");
+        let cache = SourceCache::open_in(root.clone(), &image, &sandbox, &Silent).expect("opens");
+        assert!(!root.join("builds/4be5cab6.tmp").exists());
+        assert!(root.join("builds/0a1b2c3d").is_dir());
+        drop(cache);
+    }
+
+    /// 128 + the signal, as the README says of every interrupted command.
+    #[test]
+    fn an_interrupted_build_exits_128_plus_the_signal() {
+        let e = make_error(false, "make M=arch/x86/kvm", Path::new("x.log"))(MakeError::Stopped(
+            libc::SIGINT,
+        ));
+        assert_eq!(e.exit_code(), 130);
+        assert!(
+            e.to_string()
+                .starts_with("Interrupted by SIGINT during make M=arch/x86/kvm"),
+            "{e}"
+        );
     }
 
     /// The minimal guest keeps Debian's tick, preemption, RCU and KVM choices, set or not.

@@ -326,8 +326,7 @@ fn last_absolute_path(text: &str) -> Option<PathBuf> {
         found = text
             .split_whitespace()
             .map(|w| w.trim_end_matches(':'))
-            .filter(|w| w.starts_with('/') && w.len() > 1)
-            .last()
+            .rfind(|w| w.starts_with('/') && w.len() > 1)
             .map(str::to_string);
     }
     found.map(PathBuf::from)
