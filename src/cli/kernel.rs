@@ -688,6 +688,24 @@ mod tests {
         );
     }
 
+    /// A build made with --no-sandbox says so where its compiler is named, in the terminal
+    /// and the cover letter alike.
+    #[test]
+    fn an_unsandboxed_build_says_so_beside_its_compiler() {
+        let mut o = outcome();
+        let sandboxed = how_built(&o.b, o.builds[1].as_ref());
+        assert!(sandboxed.contains("(gcc 12.2.0, sandboxed)"), "{sandboxed}");
+        if let Some(b) = o.builds[1].as_mut() {
+            b.sandbox = crate::kernel::sandbox::Confinement::NoSandbox;
+        }
+        let unsandboxed = how_built(&o.b, o.builds[1].as_ref());
+        assert!(
+            unsandboxed.contains("gcc 12.2.0, NOT sandboxed (--no-sandbox)"),
+            "{unsandboxed}"
+        );
+        assert!(markdown(&o, "hvlab kab").contains("NOT sandboxed (--no-sandbox)"));
+    }
+
     fn outcome() -> KabOutcome {
         let kernel = |spec: &str| Kernel {
             release: "7.3.4+deb13-amd64".into(),
