@@ -103,6 +103,29 @@ pub fn die_with_parent_keeping(cmd: &mut Command, keep: RawFd) {
     }
 }
 
+/// Makes `cmd`'s child the leader of a new session (so of a new process group, with no
+/// controlling terminal: nothing it starts can read or inject keystrokes into the user's
+/// terminal), dying with hvlab even by SIGKILL (`PR_SET_PDEATHSIG`), and without the right
+/// to gain privileges by exec (`no_new_privs`). The death signal follows the *thread* that
+/// spawns: spawn from the thread that waits for the child.
+pub fn own_session_dying_with_parent(cmd: &mut Command) {
+    let parent = rustix::process::getpid();
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe system calls (setsid, prctl, getppid) on values captured by copy.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::setsid()?;
+            rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
+            rustix::thread::set_no_new_privs(true)?;
+            // hvlab died between fork and prctl: the death signal will never come.
+            if rustix::process::getppid() != Some(parent) {
+                return Err(std::io::Error::other("hvlab exited while starting it"));
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Closes descriptors inherited by number (those a parent passed down for another process),
 /// ignoring any that is not open.
 pub fn close_inherited(fds: impl IntoIterator<Item = RawFd>) {

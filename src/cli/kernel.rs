@@ -24,6 +24,7 @@ use self::kab_words::duration;
 use crate::error::{Error, InputError};
 use crate::kernel::build::{self, BuildProgress};
 use crate::kernel::calibration;
+use crate::kernel::sandbox::SandboxPolicy;
 use crate::kernel::vm::{self, Accel, Boot, VmConfig};
 use crate::kernel::{self, Kernel};
 use crate::lab::kab::{self, BootSummary, KabOutcome, KabProgress, KabRequest, VerdictClass};
@@ -101,9 +102,29 @@ pub struct VmArgs {
     /// Write each command's N.out, N.err, N.rc here
     #[arg(long, value_name = "DIR")]
     results: Option<PathBuf>,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
     /// The hvlab command to run in the VM
     #[arg(last = true, value_name = "HVLAB-ARGS")]
     args: Vec<String>,
+}
+
+/// Where a patched kernel builds (shared by `vm` and `kab`).
+#[derive(Debug, Args)]
+pub struct SandboxArgs {
+    /// Build a patched kernel unconfined, as yourself, where no bubblewrap sandbox can be made: the patch's Makefiles then run with your rights (the output says so)
+    #[arg(long)]
+    no_sandbox: bool,
+}
+
+impl SandboxArgs {
+    fn policy(&self) -> SandboxPolicy {
+        if self.no_sandbox {
+            SandboxPolicy::Off
+        } else {
+            SandboxPolicy::Required
+        }
+    }
 }
 
 /// `hvlab kab`.
@@ -152,6 +173,8 @@ pub struct KabArgs {
     /// Do not calibrate the base in its first boot (once per kernel and accelerator: about 10 s more in that boot under TCG); the model's prediction for this host then needs a cached calibration
     #[arg(long)]
     no_calibrate: bool,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
     #[command(flatten)]
     boot: BootArgs,
 }
@@ -206,8 +229,13 @@ pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
     let mut store = open_store(db)?;
     vm::qemu()?;
     let reporter = Reporter::new(false);
-    let resolved = build::resolve(&[&args.kernel], args.modules.as_deref(), &reporter)
-        .map_err(vm::VmError::from)?;
+    let resolved = build::resolve(
+        &[&args.kernel],
+        args.modules.as_deref(),
+        args.sandbox.policy(),
+        &reporter,
+    )
+    .map_err(vm::VmError::from)?;
     drop(reporter);
     let Some(built) = resolved.sides.into_iter().next() else {
         return Err(InputError::BadValue {
@@ -459,6 +487,7 @@ fn kab_request(args: &KabArgs) -> Result<KabRequest, Error> {
         vm: args.boot.config()?,
         model_strategy: args.model_strategy.clone(),
         calibrate: !args.no_calibrate,
+        sandbox: args.sandbox.policy(),
     })
 }
 
@@ -769,6 +798,24 @@ mod tests {
         assert!(e.to_string().contains("--markdown"), "{e}");
     }
 
+    /// A build made with --no-sandbox says so where its compiler is named, in the terminal
+    /// and the cover letter alike.
+    #[test]
+    fn an_unsandboxed_build_says_so_beside_its_compiler() {
+        let mut o = outcome();
+        let sandboxed = how_built(&o.b, o.builds[1].as_ref());
+        assert!(sandboxed.contains("(gcc 12.2.0, sandboxed)"), "{sandboxed}");
+        if let Some(b) = o.builds[1].as_mut() {
+            b.sandbox = crate::kernel::sandbox::Confinement::NoSandbox;
+        }
+        let unsandboxed = how_built(&o.b, o.builds[1].as_ref());
+        assert!(
+            unsandboxed.contains("gcc 12.2.0, NOT sandboxed (--no-sandbox)"),
+            "{unsandboxed}"
+        );
+        assert!(markdown(&o, "hvlab kab").contains("NOT sandboxed (--no-sandbox)"));
+    }
+
     fn outcome() -> KabOutcome {
         let kernel = |spec: &str| Kernel {
             release: "7.3.4+deb13-amd64".into(),
@@ -794,6 +841,7 @@ mod tests {
             }],
             key: "k".into(),
             cached: false,
+            sandbox: crate::kernel::sandbox::Confinement::Bubblewrap,
         };
         let patch = build::PatchInfo {
             file: "001-lifecycle-keyed.patch".into(),

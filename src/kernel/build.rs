@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -29,10 +29,12 @@ use super::debian::{self, BuildInputs, DebianImage};
 use super::journal::{self, JournalError, apply};
 use super::kbuild::{self, KConfig, Placement, Plan};
 use super::patch::{PatchError, PatchFile, sha256_hex};
+use super::sandbox::{self, Confinement, Ended, Sandbox, SandboxError, SandboxPolicy};
 use super::{Kernel, KernelError, cache_dir, from_tree, toolchain};
 
 /// Bumped when the way hvlab builds changes, so older cache entries are not reused.
-const RECIPE: &str = "hvlab-kbuild-2";
+// 3: builds run sandboxed; an entry built before may hold what an unconfined patch left.
+const RECIPE: &str = "hvlab-kbuild-3";
 
 /// Why a patched kernel cannot be built.
 #[derive(Debug, thiserror::Error, displaydoc::Display)]
@@ -147,14 +149,44 @@ pub enum BuildError {
         /// Why the restore failed.
         why: String,
     },
+    /// {0}
+    Sandbox(#[from] SandboxError),
+    /// The build ({step}) tried to write {path}, outside its tree, and the sandbox refused: `{line}`. Nothing outside the tree was written; {fix}. Full log: {log}
+    WroteOutside {
+        /// What was being built.
+        step: String,
+        /// The path outside the tree.
+        path: PathBuf,
+        /// The log's line.
+        line: String,
+        /// What to do: remove that write from the patch, or report the unpatched source's.
+        fix: &'static str,
+        /// The whole log.
+        log: PathBuf,
+        /// Whether the side is patched (then it is the patch's doing).
+        patched: bool,
+    },
+    /// Interrupted by {name} during {step}: make and everything it started were ended, and nothing half-built is kept.
+    Interrupted {
+        /// What was being built.
+        step: String,
+        /// The signal number.
+        signal: i32,
+        /// Its name.
+        name: &'static str,
+    },
     /// Cannot use {0}: {1}
     Io(PathBuf, std::io::Error),
 }
 
 impl BuildError {
-    /// 2 for a patch or spec the user can fix, 3 for what this host cannot do, 4 for I/O.
+    /// 2 for a patch or spec the user can fix, 3 for what this host cannot do, 4 for I/O,
+    /// 128 + the signal for an interrupted build.
     pub fn exit_code(&self) -> i32 {
         match self {
+            BuildError::Interrupted { signal, .. } => 128 + signal,
+            BuildError::Sandbox(e) => e.exit_code(),
+            BuildError::WroteOutside { patched: false, .. } => 3,
             BuildError::MissingTools { .. }
             | BuildError::BaseCompile { .. }
             | BuildError::Vermagic { .. }
@@ -379,6 +411,9 @@ pub struct BuildInfo {
     /// Whether this build came from the cache.
     #[serde(default)]
     pub cached: bool,
+    /// How its commands ran: sandboxed, or not (`--no-sandbox`).
+    #[serde(default)]
+    pub sandbox: Confinement,
 }
 
 /// A kernel under test, with how it was made when hvlab made it.
@@ -422,6 +457,7 @@ impl BuildProgress for Silent {
 pub fn resolve(
     specs: &[&str],
     modules: Option<&Path>,
+    policy: SandboxPolicy,
     progress: &dyn BuildProgress,
 ) -> Result<Resolved, BuildError> {
     let parsed = specs
@@ -440,10 +476,11 @@ pub fn resolve(
     }
     // Before anything is fetched.
     check_toolchain()?;
+    let sandbox = Sandbox::choose(policy)?;
     let images = fetch_images(&parsed)?;
     let mut steps = Vec::new();
     let mut notes = Vec::new();
-    let sides = build_image_groups(&parsed, &images, progress, &mut steps, &mut notes)?;
+    let sides = build_image_groups(&parsed, &images, &sandbox, progress, &mut steps, &mut notes)?;
     let out = complete_sides(sides, &parsed, &images, modules)?;
     if out.len() == 2 && (out[0].build.is_some() != out[1].build.is_some()) {
         notes.push(
@@ -516,6 +553,7 @@ fn fetch_images(parsed: &[PatchedSpec]) -> Result<Vec<Option<DebianImage>>, Buil
 fn build_image_groups(
     parsed: &[PatchedSpec],
     images: &[Option<DebianImage>],
+    sandbox: &Sandbox,
     progress: &dyn BuildProgress,
     steps: &mut Vec<Step>,
     notes: &mut Vec<String>,
@@ -538,7 +576,7 @@ fn build_image_groups(
             })
             .collect();
         let members: Vec<&PatchedSpec> = group.iter().map(|&j| &parsed[j]).collect();
-        let mut source = SourceCache::open(&image, progress)?;
+        let mut source = SourceCache::open(&image, sandbox, progress)?;
         let built = source.build_group(&members, notes);
         notes.append(&mut source.notes);
         let built = built?;
@@ -613,6 +651,7 @@ struct SourceCache<'a> {
     root: PathBuf,
     inputs: Option<BuildInputs>,
     compiler: String,
+    sandbox: Sandbox,
     steps: Vec<Step>,
     /// What the reader must know about the source (a damaged tree unpacked again).
     notes: Vec<String>,
@@ -697,19 +736,32 @@ fn debian_part(debian_config: &str) -> Vec<String> {
         .collect()
 }
 
-/// `make` in `tree` with Kbuild's identity variables fixed, appending to `log`. On failure,
-/// the first compiler errors.
-fn make(tree: &Path, args: &[String], log: &Path) -> Result<(), String> {
+/// Why a `make` did not build.
+enum MakeError {
+    /// It failed: the first compiler errors.
+    Failed(String),
+    /// It tried to write outside its tree (whether or not make then failed).
+    Outside(sandbox::RefusedWrite),
+    /// hvlab was asked to stop by this signal; make and what it started were ended.
+    Stopped(i32),
+    /// The log could not be written, or make could not be started.
+    Io(std::io::Error),
+}
+
+/// `make` in `tree`, in the sandbox (writable: the tree alone), with Kbuild's identity
+/// variables fixed, appending to `log` (an fd hvlab opened). A refused write outside the tree
+/// fails the build even when make went on (`$(shell ...)` failures do not stop make).
+fn make(sandbox: &Sandbox, tree: &Path, args: &[String], log: &Path) -> Result<(), MakeError> {
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
-        .map_err(|e| format!("cannot write the build log {}: {e}", log.display()))?;
-    let err = file
-        .try_clone()
-        .map_err(|e| format!("cannot write the build log {}: {e}", log.display()))?;
-    let status = Command::new("make")
-        .arg("-C")
+        .map_err(MakeError::Io)?;
+    // Only this make's lines are read back: the log gathers every step of a build.
+    let before = file.metadata().map_err(MakeError::Io)?.len();
+    let err = file.try_clone().map_err(MakeError::Io)?;
+    let mut cmd = sandbox.command("make", &[tree]);
+    cmd.arg("-C")
         .arg(tree)
         .arg(format!("-j{}", toolchain::jobs()))
         .args(args)
@@ -724,15 +776,35 @@ fn make(tree: &Path, args: &[String], log: &Path) -> Result<(), String> {
         .env_remove("KCONFIG_CONFIG")
         .stdin(Stdio::null())
         .stdout(file)
-        .stderr(err)
-        .status()
-        .map_err(|e| format!("cannot run make: {e}"))?;
+        .stderr(err);
+    let status = match sandbox::run_to_end(cmd).map_err(MakeError::Io)? {
+        Ended::Stopped(sig) => return Err(MakeError::Stopped(sig)),
+        Ended::Exited(status) => status,
+    };
+    let bytes = std::fs::read(log).map_err(MakeError::Io)?;
+    let own = bytes
+        .get(usize::try_from(before).unwrap_or(usize::MAX)..)
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(own);
+    if let Some(refused) = sandbox::refused_write(&text, &[tree]) {
+        return Err(MakeError::Outside(refused));
+    }
     if status.success() {
         return Ok(());
     }
-    Err(first_errors(
-        &std::fs::read_to_string(log).unwrap_or_default(),
-    ))
+    Err(MakeError::Failed(first_errors(&text)))
+}
+
+/// `make ARGS` in `tree` as every kernel build runs it: in `sandbox`, writable only there,
+/// ended with hvlab; a failure or a write outside the tree is reported as a patched side's.
+/// For a tree of the caller's own (tests, tools); builds go through the cache.
+pub fn make_in_sandbox(
+    sandbox: &Sandbox,
+    tree: &Path,
+    args: &[String],
+    log: &Path,
+) -> Result<(), BuildError> {
+    make(sandbox, tree, args, log).map_err(make_error(true, "make", log))
 }
 
 /// The first compiler errors of a build log (with the source lines gcc quotes after them),
@@ -770,18 +842,38 @@ fn error_lines(log: &str) -> String {
         .join("\n")
 }
 
-/// A failed build's error: the patch's fault when the side is patched, else this host's.
-fn compile_error<'a>(
+/// A failed make's error: a compile error or a write outside the tree is the patch's fault
+/// when the side is patched, else this host's.
+fn make_error<'a>(
     patched: bool,
     step: &'a str,
     log: &'a Path,
-) -> impl FnOnce(String) -> BuildError + 'a {
-    move |errors| {
+) -> impl FnOnce(MakeError) -> BuildError + 'a {
+    move |e| {
         let (step, log) = (step.to_string(), log.to_path_buf());
-        if patched {
-            BuildError::PatchedCompile { step, errors, log }
-        } else {
-            BuildError::BaseCompile { step, errors, log }
+        match e {
+            MakeError::Failed(errors) if patched => {
+                BuildError::PatchedCompile { step, errors, log }
+            }
+            MakeError::Failed(errors) => BuildError::BaseCompile { step, errors, log },
+            MakeError::Outside(refused) => BuildError::WroteOutside {
+                step,
+                path: refused.path,
+                line: refused.line,
+                fix: if patched {
+                    "remove that write from the patch (a kernel build writes only in its tree)"
+                } else {
+                    "the unpatched source should never do this: report it to hvlab with the log"
+                },
+                log,
+                patched,
+            },
+            MakeError::Stopped(signal) => BuildError::Interrupted {
+                step,
+                signal,
+                name: crate::sys::signal_name(signal),
+            },
+            MakeError::Io(e) => BuildError::Io(log, e),
         }
     }
 }
@@ -829,19 +921,39 @@ fn vermagic(bytes: &[u8]) -> String {
 impl<'a> SourceCache<'a> {
     fn open(
         image: &DebianImage,
+        sandbox: &Sandbox,
         progress: &'a dyn BuildProgress,
     ) -> Result<SourceCache<'a>, BuildError> {
         let root = cache_dir()
             .join("kbuild")
             .join(format!("{}_{}", image.release, image.version));
-        std::fs::create_dir_all(root.join("builds")).map_err(io(&root))?;
+        SourceCache::open_in(root, image, sandbox, progress)
+    }
+
+    /// [`Self::open`] at `root`. Under the lock no other build runs, so a `KEY.tmp` entry
+    /// found there is what an interrupted build left: removed.
+    fn open_in(
+        root: PathBuf,
+        image: &DebianImage,
+        sandbox: &Sandbox,
+        progress: &'a dyn BuildProgress,
+    ) -> Result<SourceCache<'a>, BuildError> {
+        let builds = root.join("builds");
+        std::fs::create_dir_all(&builds).map_err(io(&root))?;
         std::fs::create_dir_all(root.join("logs")).map_err(io(&root))?;
         let lock = DirLock::take(&root.join("lock"), progress)?;
+        for e in std::fs::read_dir(&builds).map_err(io(&builds))?.flatten() {
+            if e.file_name().to_string_lossy().ends_with(".tmp") {
+                let path = e.path();
+                std::fs::remove_dir_all(&path).map_err(io(&path))?;
+            }
+        }
         Ok(SourceCache {
             image: image.clone(),
             root,
             inputs: None,
             compiler: toolchain::compiler(),
+            sandbox: sandbox.clone(),
             steps: Vec::new(),
             notes: Vec::new(),
             progress,
@@ -950,21 +1062,19 @@ impl<'a> SourceCache<'a> {
         }
         let log = self.log("modules_prepare");
         let release = self.image.release.clone();
-        let base = |e: String| BuildError::BaseCompile {
-            step: "olddefconfig and modules_prepare of Debian's config".into(),
-            errors: e,
-            log: log.clone(),
-        };
-        self.timed("olddefconfig", |_| {
-            make(&tree, &["olddefconfig".into()], &log).map_err(base)
+        let step = "olddefconfig and modules_prepare of Debian's config";
+        self.timed("olddefconfig", |me| {
+            make(&me.sandbox, &tree, &["olddefconfig".into()], &log)
+                .map_err(make_error(false, step, &log))
         })?;
-        self.timed("modules_prepare", |_| {
+        self.timed("modules_prepare", |me| {
             make(
+                &me.sandbox,
                 &tree,
                 &[format!("KERNELRELEASE={release}"), "modules_prepare".into()],
                 &log,
             )
-            .map_err(base)
+            .map_err(make_error(false, step, &log))
         })?;
         let (debian, _) = self.debian_config(&tree)?;
         let ours = KConfig::read(&tree.join(".config")).map_err(io(&tree))?;
@@ -997,16 +1107,13 @@ impl<'a> SourceCache<'a> {
         }
         let log = self.log("config");
         let (_, debian_text) = self.debian_config(&tree)?;
-        let base = |e: String| BuildError::BaseCompile {
-            step: "the minimal guest config".into(),
-            errors: e,
-            log: log.clone(),
-        };
+        let step = "the minimal guest config";
         let part = debian_part(&debian_text);
         self.timed(
             "minimal guest config (tinyconfig + guest + Debian's HZ/preemption/RCU/KVM)",
-            |_| {
-                make(&tree, &["tinyconfig".into()], &log).map_err(base)?;
+            |me| {
+                make(&me.sandbox, &tree, &["tinyconfig".into()], &log)
+                    .map_err(make_error(false, step, &log))?;
                 let config = tree.join(".config");
                 let mut text = std::fs::read_to_string(&config).map_err(io(&config))?;
                 for (k, v) in GUEST_CONFIG {
@@ -1018,7 +1125,8 @@ impl<'a> SourceCache<'a> {
                     text.push('\n');
                 }
                 std::fs::write(&config, text).map_err(io(&config))?;
-                make(&tree, &["olddefconfig".into()], &log).map_err(base)
+                make(&me.sandbox, &tree, &["olddefconfig".into()], &log)
+                    .map_err(make_error(false, step, &log))
             },
         )?;
         let ours = KConfig::read(&tree.join(".config")).map_err(io(&tree))?;
@@ -1104,6 +1212,7 @@ impl<'a> SourceCache<'a> {
                                 steps: Vec::new(),
                                 key: String::new(),
                                 cached: true,
+                                sandbox: Confinement::NothingBuilt,
                             }),
                         }
                     })
@@ -1163,7 +1272,7 @@ impl<'a> SourceCache<'a> {
     ) -> Result<(), BuildError> {
         let source = self.source_name();
         for s in sides.filter(|s| !s.patches.is_empty()) {
-            let checked = apply(tree, &s.patches, &source);
+            let checked = apply(&self.sandbox, tree, &s.patches, &source);
             restored(tree)?;
             checked?;
         }
@@ -1208,7 +1317,7 @@ impl<'a> SourceCache<'a> {
         std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
         let before = self.steps.len();
         let source = self.source_name();
-        let result = apply(tree, &side.patches, &source).and_then(|notes| {
+        let result = apply(&self.sandbox, tree, &side.patches, &source).and_then(|notes| {
             fill(self, tree, &tmp)?;
             Ok(notes)
         });
@@ -1246,6 +1355,7 @@ impl<'a> SourceCache<'a> {
             steps,
             key: key.to_string(),
             cached: false,
+            sandbox: self.sandbox.confinement(),
         }
     }
 
@@ -1342,8 +1452,12 @@ impl<'a> SourceCache<'a> {
                 format!("M={dir}"),
                 "modules".to_string(),
             ];
-            self.timed(&step, |_| {
-                make(tree, &args, &job.log).map_err(compile_error(job.patched, &step, &job.log))
+            self.timed(&step, |me| {
+                make(&me.sandbox, tree, &args, &job.log).map_err(make_error(
+                    job.patched,
+                    &step,
+                    &job.log,
+                ))
             })?;
         }
         Ok(())
@@ -1364,9 +1478,14 @@ impl<'a> SourceCache<'a> {
                 let (tmp, notes, steps) =
                     self.build_entry(&tree.clone(), &key, side, |me, tree, tmp| {
                         let step = format!("make bzImage modules ({label})");
-                        me.timed(&step, |_| {
-                            make(tree, &["bzImage".into(), "modules".into()], &log)
-                                .map_err(compile_error(patched, &step, &log))
+                        me.timed(&step, |me| {
+                            make(
+                                &me.sandbox,
+                                tree,
+                                &["bzImage".into(), "modules".into()],
+                                &log,
+                            )
+                            .map_err(make_error(patched, &step, &log))
                         })?;
                         let rel_file = tree.join("include/config/kernel.release");
                         let release = std::fs::read_to_string(&rel_file)
@@ -1744,6 +1863,48 @@ mod tests {
         );
         // No compiler error: the log's last lines.
         assert!(first_errors("a\nb\nmake: *** [Makefile] Error 2\n").contains("make: ***"));
+    }
+
+    /// An interrupted build leaves `builds/KEY.tmp`; the next run that takes the source lock
+    /// removes it, and keeps complete entries.
+    #[test]
+    fn leftover_tmp_entries_go_when_the_source_lock_is_taken() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("7.3.4+deb13-amd64_7.3.4-1");
+        std::fs::create_dir_all(root.join("builds/4be5cab6.tmp/kernel")).expect("tmp entry");
+        std::fs::create_dir_all(root.join("builds/0a1b2c3d")).expect("entry");
+        let image = DebianImage {
+            package: "linux-binary-7.3.4+deb13-amd64".into(),
+            version: "7.3.4-1".into(),
+            release: "7.3.4+deb13-amd64".into(),
+            kernel: Kernel {
+                release: "7.3.4+deb13-amd64".into(),
+                spec: "debian:7.3".into(),
+                source: String::new(),
+                image: dir.path().join("vmlinuz"),
+                config: None,
+                modules: None,
+            },
+        };
+        let sandbox = Sandbox::choose(SandboxPolicy::Off).expect("no sandbox is always possible");
+        let cache = SourceCache::open_in(root.clone(), &image, &sandbox, &Silent).expect("opens");
+        assert!(!root.join("builds/4be5cab6.tmp").exists());
+        assert!(root.join("builds/0a1b2c3d").is_dir());
+        drop(cache);
+    }
+
+    /// 128 + the signal, as the README says of every interrupted command.
+    #[test]
+    fn an_interrupted_build_exits_128_plus_the_signal() {
+        let e = make_error(false, "make M=arch/x86/kvm", Path::new("x.log"))(MakeError::Stopped(
+            libc::SIGINT,
+        ));
+        assert_eq!(e.exit_code(), 130);
+        assert!(
+            e.to_string()
+                .starts_with("Interrupted by SIGINT during make M=arch/x86/kvm"),
+            "{e}"
+        );
     }
 
     /// The minimal guest keeps Debian's tick, preemption, RCU and KVM choices, set or not.

@@ -82,8 +82,19 @@ fn release_of(package: &str) -> Option<String> {
     .then(|| release.to_string())
 }
 
+/// The private apt state in the cache, and where its tools are.
 struct Apt {
     dir: PathBuf,
+    /// The directory of `apt-get` and `apt-cache`; `None`: found on PATH.
+    bin: Option<PathBuf>,
+}
+
+/// A `flock` on the private apt state, held while the value lives: exclusive while
+/// `apt-get update` rewrites the lists, shared while they are read. Two hvlabs resolving
+/// `debian:7.3` at once once got "Debian has no kernel 7.3" (4 of 16): one queried while the
+/// other's update had the lists half rewritten.
+struct AptLock {
+    _file: std::fs::File,
 }
 
 impl Apt {
@@ -91,7 +102,11 @@ impl Apt {
         if which("apt-get").is_none() || which("dpkg-deb").is_none() {
             return Err(KernelError::NoApt);
         }
-        let dir = cache_dir().join("apt");
+        Apt::at(cache_dir().join("apt"), None)
+    }
+
+    /// The apt state in `dir`, run with the tools in `bin` (PATH's when `None`).
+    fn at(dir: PathBuf, bin: Option<PathBuf>) -> Result<Apt, KernelError> {
         for sub in ["lists/partial", "archives/partial", "etc/parts", "cache"] {
             std::fs::create_dir_all(dir.join(sub)).map_err(|e| KernelError::Io(dir.clone(), e))?;
         }
@@ -101,7 +116,46 @@ impl Apt {
         if !status.exists() {
             std::fs::write(&status, "").map_err(io)?;
         }
-        Ok(Apt { dir })
+        Ok(Apt { dir, bin })
+    }
+
+    fn lock(&self, exclusive: bool) -> Result<AptLock, KernelError> {
+        use rustix::fs::{FlockOperation, flock};
+        let path = self.dir.join("lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| KernelError::Io(path.clone(), e))?;
+        let op = if exclusive {
+            FlockOperation::LockExclusive
+        } else {
+            FlockOperation::LockShared
+        };
+        // Blocks while another hvlab updates (or, for an update, reads) the lists.
+        flock(&file, op).map_err(|e| KernelError::Io(path.clone(), e.into()))?;
+        Ok(AptLock { _file: file })
+    }
+
+    /// The package lists, refreshed first when older than a day (`space` checked before),
+    /// held shared until the returned lock drops: no update runs while they are read.
+    fn fresh_lists(&self, space: &Path) -> Result<AptLock, KernelError> {
+        let shared = self.lock(false)?;
+        if self.lists_fresh() {
+            return Ok(shared);
+        }
+        drop(shared);
+        let exclusive = self.lock(true)?;
+        // Another hvlab may have refreshed them while this one waited for the lock.
+        if !self.lists_fresh() {
+            // The lists take about 60 MiB: check before apt fills the disk.
+            need_space(space)?;
+            self.update()?;
+        }
+        drop(exclusive);
+        // Fresh now: no update runs until they age, so nothing changes them in between.
+        self.lock(false)
     }
 
     /// Options that point every piece of apt state at the private directory.
@@ -137,7 +191,11 @@ impl Apt {
         cwd: &Path,
         what: &str,
     ) -> Result<String, KernelError> {
-        let out = Command::new(tool)
+        let program = self
+            .bin
+            .as_ref()
+            .map_or_else(|| PathBuf::from(tool), |b| b.join(tool));
+        let out = Command::new(program)
             .args(self.options())
             .args(args)
             .current_dir(cwd)
@@ -177,6 +235,14 @@ impl Apt {
             &["-qq", "update"],
             &self.dir,
             "refresh the package lists",
+        )?;
+        // apt-cache writes its binary cache of the lists on first use: built here, under the
+        // exclusive lock, not by the readers that share it.
+        self.run(
+            "apt-cache",
+            &["gencaches"],
+            &self.dir,
+            "index the package lists",
         )?;
         std::fs::write(self.dir.join("lists/updated"), "")
             .map_err(|e| KernelError::Io(self.dir.clone(), e))
@@ -313,23 +379,8 @@ pub fn fetch_image(version: &str) -> Result<DebianImage, KernelError> {
     let kernels = cache_dir().join("kernels");
     std::fs::create_dir_all(&kernels).map_err(|e| KernelError::Io(kernels.clone(), e))?;
     let apt = Apt::new()?;
-    if !apt.lists_fresh() {
-        // The lists take about 60 MiB: check before apt fills the disk.
-        need_space(&kernels)?;
-        apt.update()?;
-    }
-    let cands = apt.candidates()?;
-    let Some(best) = cands
-        .iter()
-        .filter(|c| series_matches(version, c.upstream()))
-        .max_by_key(|c| c.key())
-        .cloned()
-    else {
-        return Err(KernelError::NoSuchVersion {
-            version: version.to_string(),
-            newest: newest_per_series(&cands),
-        });
-    };
+    // Held until the packages are downloaded: no update changes the lists under them.
+    let (best, _lists) = newest_of(&apt, version, &kernels)?;
     let dir = kernels.join(&best.release);
     let source = format!("{} {} (Debian)", best.package, best.version);
     let image = |kernel: Kernel| DebianImage {
@@ -401,6 +452,24 @@ pub fn fetch_image(version: &str) -> Result<DebianImage, KernelError> {
     Ok(image(k))
 }
 
+/// The newest candidate of series `version`, with the lists it was read from held shared.
+fn newest_of(apt: &Apt, version: &str, space: &Path) -> Result<(Candidate, AptLock), KernelError> {
+    let lists = apt.fresh_lists(space)?;
+    let cands = apt.candidates()?;
+    let Some(best) = cands
+        .iter()
+        .filter(|c| series_matches(version, c.upstream()))
+        .max_by_key(|c| c.key())
+        .cloned()
+    else {
+        return Err(KernelError::NoSuchVersion {
+            version: version.to_string(),
+            newest: newest_per_series(&cands),
+        });
+    };
+    Ok((best, lists))
+}
+
 /// Debian's source and headers packages of exactly an image's version, downloaded.
 #[derive(Debug, Clone)]
 pub struct BuildInputs {
@@ -416,10 +485,7 @@ pub struct BuildInputs {
 /// source of another version is refused, naming both.
 pub fn download_build_inputs(image: &DebianImage, dir: &Path) -> Result<BuildInputs, KernelError> {
     let apt = Apt::new()?;
-    if !apt.lists_fresh() {
-        need_space(dir)?;
-        apt.update()?;
-    }
+    let _lists = apt.fresh_lists(dir)?;
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).map_err(|e| KernelError::Io(dir.to_path_buf(), e))?;
     need_space(dir)?;
@@ -546,10 +612,7 @@ pub fn fetch_source(series: &str) -> Result<PathBuf, KernelError> {
         return Ok(tree);
     }
     let apt = Apt::new()?;
-    if !apt.lists_fresh() {
-        need_space(&sources)?;
-        apt.update()?;
-    }
+    let _lists = apt.fresh_lists(&sources)?;
     // The tarball is ~150 MiB and unpacks to ~1.5 GiB.
     need_space(&sources)?;
     let package = format!("linux-source-{series}");
@@ -619,6 +682,89 @@ mod tests {
         assert!(!series_matches("6.1", "6.12.57"));
         assert!(series_matches("7.3.4", "7.3.4"));
         assert!(!series_matches("7.3", "7.30.1"));
+    }
+
+    /// Fake `apt-get` and `apt-cache` over the lists directory named in the `-o` options.
+    /// The first `update` empties the lists, says so (`.started`), takes half a second, then
+    /// writes them; one started meanwhile finds nothing new to fetch and returns at once, as
+    /// apt's does when the archive answers "not modified".
+    fn fake_apt(bin: &Path) {
+        use std::os::unix::fs::PermissionsExt;
+        let lists = r#"for a; do case $a in Dir::State::Lists=*) lists=${a#Dir::State::Lists=};; esac; done"#;
+        let packages = r"Package: linux-binary-7.3.4+deb13-amd64\nVersion: 7.3.4-1~bpo13+1\n\nPackage: linux-image-6.12.57+deb12-amd64-unsigned\nVersion: 6.12.57-1~deb12u1\n";
+        let apt_get = format!(
+            r#"#!/bin/sh
+{lists}
+case " $* " in *" update "*)
+  if mkdir "$lists/.busy" 2>/dev/null; then
+    : > "$lists/Packages"; touch "$lists/.started"; sleep 0.5
+    printf '{packages}' > "$lists/Packages"; rmdir "$lists/.busy"
+  fi;;
+esac
+"#
+        );
+        let apt_cache = format!(
+            r#"#!/bin/sh
+{lists}
+case " $* " in
+  *" pkgnames "*) sed -n 's/^Package: //p' "$lists/Packages";;
+  *" show "*) cat "$lists/Packages";;
+esac
+"#
+        );
+        for (name, text) in [("apt-get", apt_get), ("apt-cache", apt_cache)] {
+            let path = bin.join(name);
+            std::fs::write(&path, text).expect("write the fake");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+    }
+
+    /// Two resolutions of `debian:7.3` on one cache whose lists are stale: the second starts
+    /// while the first's update has the lists emptied. Both must get 7.3.4; without the lock
+    /// the second said "Debian has no kernel 7.3 ... the newest it has per series: ."
+    #[test]
+    fn a_resolution_during_another_ones_update_gets_the_same_answer() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bin = dir.path().join("bin");
+        std::fs::create_dir_all(&bin).expect("bin");
+        fake_apt(&bin);
+        let state = dir.path().join("apt");
+        let resolve = || -> Result<String, String> {
+            let apt = Apt::at(state.clone(), Some(bin.clone())).map_err(|e| e.to_string())?;
+            newest_of(&apt, "7.3", dir.path())
+                .map(|(c, _lists)| format!("{} {}", c.package, c.version))
+                .map_err(|e| e.to_string())
+        };
+        for round in 0..3 {
+            let lists = state.join("lists");
+            let _ = std::fs::remove_file(lists.join("updated"));
+            let _ = std::fs::remove_file(lists.join(".started"));
+            let answers: Vec<Result<String, String>> = std::thread::scope(|s| {
+                let first = s.spawn(resolve);
+                let second = s.spawn(|| {
+                    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                    while !lists.join(".started").exists() {
+                        assert!(
+                            std::time::Instant::now() < deadline,
+                            "the update never began"
+                        );
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    resolve()
+                });
+                [first, second]
+                    .into_iter()
+                    .map(|w| w.join().expect("resolver thread"))
+                    .collect()
+            });
+            for a in &answers {
+                assert_eq!(
+                    a.as_deref(),
+                    Ok("linux-binary-7.3.4+deb13-amd64 7.3.4-1~bpo13+1"),
+                    "round {round}: {answers:?}"
+                );
+            }
+        }
     }
 
     #[test]

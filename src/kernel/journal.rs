@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::build::BuildError;
 use super::confine::{self, STATE_DIR};
 use super::patch::{FileDiff, Patch, PatchFile};
+use super::sandbox::{Confinement, Sandbox};
 
 /// Why a tree's journal cannot be written or played back.
 #[derive(Debug, thiserror::Error, displaydoc::Display)]
@@ -96,8 +97,10 @@ fn files(tree: &Path) -> (PathBuf, PathBuf, PathBuf) {
 /// The `patch` that applies one message to `tree`, reading it on stdin: `-p1`, no fuzz, no
 /// backup or reject files, no version-control checkout, the C locale (its output is parsed).
 /// One place, so it can be run in a sandbox.
-pub fn patch_command(tree: &Path) -> Command {
-    let mut command = Command::new("patch");
+pub fn patch_command(sandbox: &Sandbox, tree: &Path) -> Command {
+    // In the sandbox: a patch is untrusted, and whatever GNU patch does with its names, it can
+    // write nothing but the tree.
+    let mut command = sandbox.command("patch", &[tree]);
     command
         .args([
             "-p1",
@@ -118,8 +121,10 @@ pub fn patch_command(tree: &Path) -> Command {
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("LC_ALL", "C");
-    // Where patch keeps its copy of the input.
-    if let Some(tmp) = std::env::var_os("TMPDIR") {
+    // Where patch keeps its copy of the input: the sandbox's private /tmp, else the caller's.
+    if sandbox.confinement() == Confinement::Bubblewrap {
+        command.env("TMPDIR", "/tmp");
+    } else if let Some(tmp) = std::env::var_os("TMPDIR") {
         command.env("TMPDIR", tmp);
     }
     command
@@ -221,14 +226,19 @@ fn record(tree: &Path, patches: &[PatchFile]) -> Result<(), JournalError> {
 /// Applies each message of `patches` in order (`patch -p1`), after checking every path it
 /// names ([`confine::in_tree`]) and journalling them. The hunks that landed at an offset are
 /// returned. Whatever it returns, [`restore`] puts the tree back.
-pub fn apply(tree: &Path, patches: &[PatchFile], source: &str) -> Result<Vec<String>, BuildError> {
+pub fn apply(
+    sandbox: &Sandbox,
+    tree: &Path,
+    patches: &[PatchFile],
+    source: &str,
+) -> Result<Vec<String>, BuildError> {
     confine::in_tree(tree, patches)?;
     record(tree, patches)?;
     let mut notes = Vec::new();
     for p in patches {
         for (n, message) in p.patches.iter().enumerate() {
             let name = message.label(p, n);
-            let mut child = patch_command(tree).spawn().map_err(patch_failed)?;
+            let mut child = patch_command(sandbox, tree).spawn().map_err(patch_failed)?;
             if let Some(mut stdin) = child.stdin.take() {
                 stdin
                     .write_all(message.diff_text().as_bytes())
@@ -494,6 +504,15 @@ mod tests {
 
     use super::*;
     use crate::kernel::patch;
+    use crate::kernel::sandbox::SandboxPolicy;
+
+    /// Patches run as kab runs them: in bubblewrap where it works here (CI installs it),
+    /// else unconfined, so the path rules are tested either way.
+    fn sandbox() -> Sandbox {
+        Sandbox::detect()
+            .or_else(|_| Sandbox::choose(SandboxPolicy::Off))
+            .expect("no sandbox is always possible")
+    }
 
     /// Everything of a directory a restore must put back, by path: each directory and its
     /// mode, each file's mode and content, each symlink's target (hvlab's `.hvlab/` aside).
@@ -655,7 +674,7 @@ mod tests {
                 .map(|(n, part)| patch_file(&format!("{n}.patch"), &part.concat()))
                 .collect();
             let before = snapshot(tree);
-            let applied = apply(tree, &series, "the scratch tree");
+            let applied = apply(&sandbox(), tree, &series, "the scratch tree");
             prop_assert!(applied.is_ok(), "{:?}\n{}", applied.err().map(|e| e.to_string()), diffs.concat());
             let patched = snapshot(tree);
             prop_assert_ne!(&patched, &before, "the patch changed nothing:\n{}", diffs.concat());
@@ -698,7 +717,7 @@ mod tests {
         let p = [patch_file("hostile.patch", text)];
         let e = confine::lexical(&p)
             .map_err(BuildError::from)
-            .and_then(|()| apply(&s.tree, &p, "the scratch tree"))
+            .and_then(|()| apply(&sandbox(), &s.tree, &p, "the scratch tree"))
             .expect_err("a hostile patch is refused");
         let message = e.to_string();
         assert_eq!(e.exit_code(), 2, "{message}");
@@ -773,7 +792,7 @@ mod tests {
         let before = snapshot(&s.tree);
         let text = "diff --git a/sub/x b/moved/x\nsimilarity index 100%\nrename from sub/x\nrename to moved/x\ndiff --git a/d/f b/d/f\n--- a/d/f\n+++ b/d/f\n@@ -1 +1 @@\n-f\n+g\n";
         let p = [patch_file("rename.patch", text)];
-        apply(&s.tree, &p, "the scratch tree").expect("applies");
+        apply(&sandbox(), &s.tree, &p, "the scratch tree").expect("applies");
         assert!(s.tree.join("moved/x").is_file() && !s.tree.join("sub").exists());
         restore(&s.tree).expect("restores");
         assert_eq!(snapshot(&s.tree), before);
@@ -786,7 +805,7 @@ mod tests {
         let before = snapshot(&s.tree);
         let text = "diff --git a/d/f b/d/f\ndeleted file mode 100644\n--- a/d/f\n+++ /dev/null\n@@ -1 +0,0 @@\n-f\n";
         let p = [patch_file("delete.patch", text)];
-        apply(&s.tree, &p, "the scratch tree").expect("applies");
+        apply(&sandbox(), &s.tree, &p, "the scratch tree").expect("applies");
         assert!(!s.tree.join("d").exists());
         restore(&s.tree).expect("restores");
         assert_eq!(snapshot(&s.tree), before);
@@ -799,10 +818,12 @@ mod tests {
         let before = snapshot(&s.tree);
         let text = "--- a/d/f\n+++ b/d/f\n@@ -1 +1 @@\n-f\n+g\n--- a/sub/x\n+++ b/sub/x\n@@ -1 +1 @@\n-not there\n+y\n";
         let p = [patch_file("half.patch", text)];
-        let e = apply(&s.tree, &p, "the scratch tree").expect_err("the second hunk fails");
+        let e =
+            apply(&sandbox(), &s.tree, &p, "the scratch tree").expect_err("the second hunk fails");
         assert!(e.to_string().contains("hunk #1"), "{e}");
         assert_ne!(snapshot(&s.tree), before);
-        let again = apply(&s.tree, &p, "the scratch tree").expect_err("a journal is pending");
+        let again =
+            apply(&sandbox(), &s.tree, &p, "the scratch tree").expect_err("a journal is pending");
         assert!(
             matches!(again, BuildError::Journal(JournalError::Pending(_))),
             "{again}"
@@ -874,7 +895,7 @@ mod tests {
             let scratch = tempfile::tempdir().expect("tempdir");
             tree_for(scratch.path(), &p[0]);
             let before = snapshot(scratch.path());
-            let applied = apply(scratch.path(), &p, "its own context");
+            let applied = apply(&sandbox(), scratch.path(), &p, "its own context");
             assert!(
                 applied.is_ok(),
                 "{}: {:?}",

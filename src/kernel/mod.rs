@@ -14,6 +14,7 @@ pub mod journal;
 pub mod kbuild;
 pub mod ko;
 pub mod patch;
+pub mod sandbox;
 pub mod toolchain;
 pub mod vm;
 

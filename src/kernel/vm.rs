@@ -808,8 +808,10 @@ fn qemu_command(
     let err_file =
         std::fs::File::create(&qemu_err).map_err(|e| VmError::Io(qemu_err.clone(), e))?;
     cmd.stderr(err_file);
-    // Its own process group: a terminal's Ctrl-C reaches hvlab, which stops QEMU itself.
-    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    // Its own session: a terminal's Ctrl-C reaches hvlab, which stops QEMU itself; and QEMU
+    // dies with hvlab even by SIGKILL. The death signal follows the spawning thread:
+    // `run_qemu` spawns and waits on the same one.
+    crate::sys::own_session_dying_with_parent(&mut cmd);
     Ok(cmd)
 }
 

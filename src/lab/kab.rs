@@ -917,6 +917,8 @@ pub struct KabRequest {
     /// Calibrate the base in its first boot when no profile of it is cached, so the model
     /// can predict the change on this host (about 10 s under TCG, once per kernel).
     pub calibrate: bool,
+    /// Whether kernel builds must run sandboxed (`--no-sandbox` turns it off).
+    pub sandbox: crate::kernel::sandbox::SandboxPolicy,
 }
 
 /// Where a kab's progress goes (building is reported through [`BuildProgress`]).
@@ -1282,8 +1284,8 @@ impl KabKernels {
     /// Resolves (and builds) both kernels, picks the accelerator, and checks that both can
     /// host hvlab before either boots.
     fn resolve(req: &KabRequest, progress: &dyn KabProgress) -> Result<KabKernels, Error> {
-        let resolved =
-            build::resolve(&[&req.base, &req.patched], None, progress).map_err(VmError::from)?;
+        let resolved = build::resolve(&[&req.base, &req.patched], None, req.sandbox, progress)
+            .map_err(VmError::from)?;
         let [a, b]: [build::Built; 2] = resolved.sides.try_into().map_err(|_| {
             VmError::Io(
                 PathBuf::from(&req.base),

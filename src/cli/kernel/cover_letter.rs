@@ -3,7 +3,7 @@
 //! command that reproduces it.
 
 use super::kab_prediction::prediction_markdown;
-use super::kab_words::{change_words, failure_lines, sides_word, stall_words};
+use super::kab_words::{change_words, confinement, failure_lines, sides_word, stall_words};
 use crate::kernel::Kernel;
 use crate::kernel::build::{BuildInfo, How};
 use crate::kernel::vm;
@@ -76,14 +76,17 @@ fn side(k: &Kernel, b: Option<&BuildInfo>) -> String {
     let how = match b {
         Some(b) => match &b.how {
             How::Modules { modules, .. } => format!(
-                "Debian's image, {} rebuilt from {} with {}",
+                "Debian's image, {} rebuilt from {} with {}, {}",
                 modules.join(", "),
                 b.source,
-                b.compiler
+                b.compiler,
+                confinement(b.sandbox)
             ),
             How::Whole => format!(
-                "whole kernel from {}, minimal guest config, {}",
-                b.source, b.compiler
+                "whole kernel from {}, minimal guest config, {}, {}",
+                b.source,
+                b.compiler,
+                confinement(b.sandbox)
             ),
             How::AsShipped { .. } => "Debian's image as shipped".into(),
         },

@@ -345,5 +345,9 @@ pub(super) fn how_built(k: &Kernel, b: Option<&BuildInfo>) -> String {
     } else {
         ""
     };
-    format!("{how}, {patches} ({}{reused})", b.compiler)
+    format!(
+        "{how}, {patches} ({}, {}{reused})",
+        b.compiler,
+        super::kab_words::confinement(b.sandbox)
+    )
 }

@@ -1,7 +1,20 @@
 //! How a kab's figures, changes and stalls are written, the same in the terminal text and in
 //! the cover letter.
 
+use crate::kernel::sandbox::Confinement;
 use crate::lab::kab::{Change, SideFailure, StallAb, StallSide, VariantVerdict};
+
+/// How a build ran, beside its compiler: an unconfined one is said loudly.
+pub(super) fn confinement(c: Confinement) -> &'static str {
+    match c {
+        Confinement::Bubblewrap => "sandboxed",
+        Confinement::NoSandbox => {
+            "NOT sandboxed (--no-sandbox): the patch's Makefiles ran with your rights"
+        }
+        Confinement::NothingBuilt => "nothing built",
+        Confinement::NotRecorded => "sandbox not recorded",
+    }
+}
 
 /// `1.22`, `0.062`, `20`.
 pub(super) fn num(v: f64) -> String {
