@@ -57,7 +57,7 @@ pub enum BuildError {
         /// The missing file.
         path: String,
     },
-    /// Kernel spec `{spec}` reads two ways: `{first}` or `{second}`. Rename the patch so its name has no `+`, or give it by a path that leaves one reading (./NAME).
+    /// Kernel spec `{spec}` reads two ways: `{first}` or `{second}`. Rename the patch, or the file it collides with, so that only one reading names existing files.
     AmbiguousSpec {
         /// The spec.
         spec: String,
