@@ -3,6 +3,8 @@
 //! per-metric `kab_details` and the model's `kab_prediction`) and the cover letter.
 
 mod cover_letter;
+#[cfg(test)]
+mod kab_golden;
 mod kab_details;
 mod kab_prediction;
 mod kab_text;

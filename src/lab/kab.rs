@@ -2380,4 +2380,161 @@ mod tests {
         );
         assert!(j.regression);
     }
+
+    /// A/A kabs: both sides of every metric drawn from one distribution. Six variants of
+    /// twelve metrics, as a lifecycle kab under TCG judges them (two boots a side of five
+    /// repetitions): six ioctl times in jiffies (three of them stalling in about half the
+    /// repetitions, so their medians straddle the half jiffy) and six counts (a 0/1 `stalls`,
+    /// two more 0/1 counts, three varying near 100).
+    mod aa {
+        use super::*;
+        use proptest::prelude::*;
+        use rand::{RngExt, SeedableRng};
+        use rand_chacha::ChaCha8Rng;
+
+        const VARIANTS: usize = 6;
+        const BOOTS: usize = 2;
+        const REPS: usize = 5;
+
+        fn exp(rng: &mut ChaCha8Rng) -> f64 {
+            -rng.random_range(f64::EPSILON..1.0f64).ln()
+        }
+
+        /// One sample of metric `m` (0..12), in its recorded unit.
+        fn sample(rng: &mut ChaCha8Rng, m: usize, stall_chance: f64) -> f64 {
+            match m {
+                // Jiffies (recorded in ms at HZ=250): a fast ioctl with an emulator's tail,
+                // half of them waiting out a grace period in some repetitions.
+                0..6 => {
+                    let fast = 0.1 + 0.05 * exp(rng);
+                    let stalled = m < 3 && rng.random_range(0.0..1.0) < stall_chance;
+                    let j = if stalled {
+                        fast + 1.0 + 0.3 * rng.random_range(0.0..1.0)
+                    } else {
+                        fast
+                    };
+                    j * 4.0
+                }
+                // 0/1 counts: a stall in a repetition, or not.
+                6..9 => f64::from(u8::from(rng.random_range(0.0..1.0) < stall_chance)),
+                // Counts near 100 that vary by a few events.
+                _ => (100.0 + 3.0 * exp(rng)).floor(),
+            }
+        }
+
+        fn metric_name(m: usize) -> (String, &'static str) {
+            match m {
+                0..6 => (format!("ioctl.KVM_AA_{m}_ms"), "ms"),
+                6 => ("stalls".into(), "count"),
+                _ => (format!("kvm.vm.aa_{m}"), "count"),
+            }
+        }
+
+        /// One side's runs: a run per boot, every variant with every metric.
+        fn side(
+            template: &RunRecord,
+            rng: &mut ChaCha8Rng,
+            stall_chance: f64,
+            side: &str,
+        ) -> Vec<RunRecord> {
+            (0..BOOTS)
+                .map(|boot| {
+                    let mut r = template.clone();
+                    r.run_id = format!("aa-{side}-{boot}");
+                    r.variants = (0..VARIANTS)
+                        .map(|v| VariantRecord {
+                            name: format!("order-{v}"),
+                            status: VariantStatus::Ok,
+                            metrics: (0..12)
+                                .map(|m| {
+                                    let samples: Vec<f64> = (0..REPS)
+                                        .map(|_| sample(rng, m, stall_chance))
+                                        .collect();
+                                    let (name, unit) = metric_name(m);
+                                    let record = crate::record::MetricRecord {
+                                        unit: unit.into(),
+                                        median: median(&samples),
+                                        ci95: [0.0, 0.0],
+                                        min: 0.0,
+                                        max: 0.0,
+                                        n: samples.len(),
+                                        samples,
+                                    };
+                                    (name, record)
+                                })
+                                .collect(),
+                            findings: Vec::new(),
+                            timeline: Vec::new(),
+                            pinned_bytes: Vec::new(),
+                        })
+                        .collect();
+                    r
+                })
+                .collect()
+        }
+
+        /// The classes of one A/A kab, as `hvlab kab` judges and prints them.
+        fn aa_kab(template: &RunRecord, seed: u64, stall_chance: f64) -> Vec<VerdictClass> {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let a = side(template, &mut rng, stall_chance, "A");
+            let b = side(template, &mut rng, stall_chance, "B");
+            let judged = judge(
+                &["lifecycle".to_string()],
+                &[],
+                [
+                    SideRuns {
+                        runs: &a,
+                        failed_commands: &[],
+                    },
+                    SideRuns {
+                        runs: &b,
+                        failed_commands: &[],
+                    },
+                ],
+                Accel::Tcg,
+                0.05,
+            );
+            let quiet = [boot("A", None), boot("B", None)];
+            judgement(&judged, &quiet)
+                .verdicts
+                .iter()
+                .map(|v| v.class)
+                .collect()
+        }
+
+        /// Kabs out of `kabs` with any variant called changed (REGRESSED, IMPROVED or FIXED).
+        fn falsely_called(seed: u64, kabs: u64, stall_chance: f64) -> u64 {
+            let runs = crate::lab::fidelity::patch::fixture::runs();
+            let template = &runs[0];
+            (0..kabs)
+                .filter(|k| {
+                    aa_kab(template, seed.wrapping_mul(1_000_003) + k, stall_chance)
+                        .iter()
+                        .any(|c| {
+                            matches!(
+                                c,
+                                VerdictClass::Regressed
+                                    | VerdictClass::Improved
+                                    | VerdictClass::Fixed
+                            )
+                        })
+                })
+                .count() as u64
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2))]
+
+            /// The family's error rate holds for the kab as a whole: of 200 A/A kabs, at
+            /// most 5% print any REGRESSED, IMPROVED or FIXED.
+            #[test]
+            fn a_a_kabs_are_called_changed_at_most_five_percent_of_the_time(
+                seed in 0u64..1_000_000, stall_chance in 0.3f64..0.6,
+            ) {
+                let called = falsely_called(seed, 200, stall_chance);
+                eprintln!("A/A: {called} of 200 kabs called changed (seed {seed}, stall chance {stall_chance:.2})");
+                prop_assert!(called <= 10, "{} of 200 A/A kabs called changed", called);
+            }
+        }
+    }
 }
