@@ -123,8 +123,9 @@ fn renderings(o: &KabOutcome, command: &str) -> [(&'static str, String); 3] {
 }
 
 /// Compares each rendering with its golden under `dir` (rewrites it under `HVLAB_BLESS=1`),
-/// copying it to `HVLAB_KAB_CAPTURES` when set.
-fn check(dir: &Path, name: &str, o: &KabOutcome, command: &str) {
+/// copying it to `HVLAB_KAB_CAPTURES` when set; the goldens that differ.
+fn check(dir: &Path, name: &str, o: &KabOutcome, command: &str) -> Vec<String> {
+    let mut differ = Vec::new();
     let captures = std::env::var_os("HVLAB_KAB_CAPTURES").map(PathBuf::from);
     let bless = std::env::var_os("HVLAB_BLESS").is_some();
     for (ext, text) in renderings(o, command) {
@@ -141,12 +142,20 @@ fn check(dir: &Path, name: &str, o: &KabOutcome, command: &str) {
         }
         let want = std::fs::read_to_string(&golden)
             .unwrap_or_else(|e| panic!("{}: {e} (HVLAB_BLESS=1 writes it)", golden.display()));
-        assert!(
-            want == text,
-            "{} differs from its golden; HVLAB_KAB_CAPTURES=DIR writes what it is now",
-            golden.display()
-        );
+        if want != text {
+            differ.push(golden.display().to_string());
+        }
     }
+    differ
+}
+
+/// Fails naming the goldens that differ, after every rendering was captured.
+fn assert_none_differ(differ: &[String]) {
+    assert!(
+        differ.is_empty(),
+        "{} differ from their goldens; HVLAB_KAB_CAPTURES=DIR writes what they are now",
+        differ.join(", ")
+    );
 }
 
 fn fixtures() -> PathBuf {
@@ -159,24 +168,29 @@ fn fixtures() -> PathBuf {
 fn the_001_kabs_render_as_their_goldens() {
     use crate::lab::fidelity::patch::fixture;
     let runs = fixture::runs();
+    let mut differ = Vec::new();
     for (patch, name) in [
         ("001-lifecycle-keyed.patch", "lifecycle-keyed"),
         ("001-sync-on-register.patch", "sync-on-register"),
     ] {
         let side = |s: &str| -> Vec<RunRecord> {
-            fixture::side(&runs, patch, s).into_iter().cloned().collect()
+            fixture::side(&runs, patch, s)
+                .into_iter()
+                .cloned()
+                .collect()
         };
         let (a, b) = (side("A"), side("B"));
         let specs = ["debian:7.3", &format!("debian:7.3+{patch}")];
         let o = outcome("lifecycle", [&a, &b], [&[], &[]], [specs[0], specs[1]]);
         let command = format!("hvlab kab {} {}", specs[0], specs[1]);
-        check(
+        differ.extend(check(
             &fixtures().join("kab-7.3-001/golden"),
             name,
             &o,
             &command,
-        );
+        ));
     }
+    assert_none_differ(&differ);
 }
 
 /// The patch that loses a dirty page: every variant A ran failed on B, whose guest command
@@ -193,10 +207,10 @@ fn the_lost_dirty_page_kab_renders_as_its_golden() {
         [&[], &failed],
         ["debian:7.3", "debian:7.3+drop.patch"],
     );
-    check(
+    assert_none_differ(&check(
         &fixtures().join("kab-dirty-lost-page/golden"),
         "kab",
         &o,
         "hvlab kab debian:7.3 debian:7.3+drop.patch --scenario dirty",
-    );
+    ));
 }
