@@ -4,6 +4,8 @@
 
 mod cover_letter;
 mod kab_details;
+#[cfg(test)]
+mod kab_golden;
 mod kab_prediction;
 mod kab_text;
 mod kab_words;
@@ -21,13 +23,14 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use self::cover_letter::markdown;
 use self::kab_text::{how_built, render};
 use self::kab_words::duration;
+use crate::analysis::verdict::Class;
 use crate::error::{Error, InputError};
 use crate::kernel::build::{self, BuildProgress};
 use crate::kernel::calibration;
 use crate::kernel::sandbox::SandboxPolicy;
 use crate::kernel::vm::{self, Accel, Boot, VmConfig};
 use crate::kernel::{self, Kernel};
-use crate::lab::kab::{self, BootSummary, KabOutcome, KabProgress, KabRequest, VerdictClass};
+use crate::lab::kab::{self, BootSummary, KabOutcome, KabProgress, KabRequest};
 use crate::store::{self, Store};
 
 /// How the VM is booted (shared by `vm` and `kab`).
@@ -632,7 +635,7 @@ fn misses_expected_fixed(expect_fixed: &[String], outcome: &KabOutcome) -> Resul
                 }
                 .into());
             }
-            Some(verdict) if verdict.class != VerdictClass::Fixed => {
+            Some(verdict) if verdict.class != Class::Fixed => {
                 eprintln!(
                     "--expect-fixed {v}: its verdict is {}, not FIXED",
                     verdict.class.word()
@@ -668,7 +671,7 @@ mod tests {
         }
     }
 
-    fn verdict(variant: &str, class: VerdictClass, stalls: Vec<StallAb>) -> VariantVerdict {
+    fn verdict(variant: &str, class: Class, stalls: Vec<StallAb>) -> VariantVerdict {
         let reps = |n| StallReps {
             stalled: n,
             reps: 20,
@@ -708,7 +711,7 @@ mod tests {
     fn a_stall_on_both_kernels_is_named_on_both_sides() {
         let v = verdict(
             "boot-activation",
-            VerdictClass::NoChange,
+            Class::NoChange,
             vec![stall(Some(19), Some(20), "KVM_IOEVENTFD")],
         );
         let text = mechanism(&v).join("\n");
@@ -730,7 +733,7 @@ mod tests {
     fn a_verdict_on_a_busy_host_says_not_judged_and_nothing_else() {
         let mut v = verdict(
             "boot-activation",
-            VerdictClass::NotDecided,
+            Class::NotDecided,
             vec![stall(Some(19), Some(20), "KVM_IOEVENTFD")],
         );
         v.costs.clear();
@@ -745,7 +748,7 @@ mod tests {
     fn a_fixed_stall_names_its_cause_counts_and_jiffies_in_one_line() {
         let v = verdict(
             "irqchip-first",
-            VerdictClass::Fixed,
+            Class::Fixed,
             vec![stall(Some(20), None, "KVM_CREATE_IRQCHIP")],
         );
         let lines = mechanism(&v);
@@ -862,7 +865,7 @@ mod tests {
         .map(|v| {
             verdict(
                 v,
-                VerdictClass::Fixed,
+                Class::Fixed,
                 vec![stall(Some(20), None, "KVM_CREATE_IRQCHIP")],
             )
         })

@@ -79,7 +79,7 @@ impl Figure {
 /// The CSS class of a verdict's class (its colour).
 pub(crate) fn css(class: Option<Class>) -> &'static str {
     match class {
-        Some(Class::Faster | Class::Fixed) => "better",
+        Some(Class::Faster | Class::Fixed | Class::Improved) => "better",
         Some(Class::Slower | Class::Regressed) => "worse",
         Some(Class::NotDecided) => "undecided",
         Some(Class::NoChange) | None => "",

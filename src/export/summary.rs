@@ -177,6 +177,7 @@ fn key(c: Class) -> ClassKey {
         Class::Slower => 3,
         Class::NoChange => 4,
         Class::NotDecided => 5,
+        Class::Improved => 6,
     }
 }
 
@@ -187,6 +188,7 @@ fn class_of(k: ClassKey) -> Class {
         2 => Class::Regressed,
         3 => Class::Slower,
         4 => Class::NoChange,
+        6 => Class::Improved,
         _ => Class::NotDecided,
     }
 }

@@ -296,8 +296,9 @@ pub fn min_n(alpha: f64) -> usize {
 }
 
 impl AbComparison {
-    /// Applies the verdict rule to this comparison's evidence at its level.
-    fn rejudge(&mut self, family: Family) {
+    /// Applies the verdict rule to this comparison's evidence at its level: its `p_adjusted`
+    /// as it stands, its place in the `family` judged with it.
+    pub fn rejudge(&mut self, family: Family) {
         let e = Evidence {
             n: self.n,
             ratio: self.ratio,

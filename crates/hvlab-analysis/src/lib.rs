@@ -1,6 +1,7 @@
 //! Statistics, stall detection and comparisons: pure functions over samples and timelines.
 
 pub mod compare;
+pub mod metric_ab;
 pub mod quantity;
 pub mod record;
 pub mod robust;

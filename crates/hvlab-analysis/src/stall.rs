@@ -56,6 +56,15 @@ impl Baselines {
     }
 }
 
+/// A stall is an ioctl slower than its baseline by more than a jiffy divided by this: half a
+/// jiffy, since nothing in the construction ioctls but a grace period takes that long.
+const JIFFY_DIVISOR: u64 = 2;
+
+/// The stall rule in jiffies (half a jiffy): slower by more is a grace period waited out, by
+/// less none was (a kab judges an ioctl's jiffies by it too).
+#[allow(clippy::cast_precision_loss)] // 2
+pub const STALL_JIFFIES: f64 = 1.0 / JIFFY_DIVISOR as f64;
+
 /// An ioctl slower than its unstalled baseline by more than half a jiffy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stall {
@@ -104,7 +113,7 @@ pub fn find_stalls(
     jiffy_ns: u64,
     effect: impl Fn(usize, &IoctlEvent) -> SrcuEffect,
 ) -> Vec<Stall> {
-    let threshold = jiffy_ns / 2;
+    let threshold = jiffy_ns / JIFFY_DIVISOR;
     let window = jiffy_ns.saturating_mul(MAX_GRACE_PERIOD_JIFFIES);
     let ended = jiffy_ns.saturating_mul(IDLE_GRACE_PERIOD_JIFFIES);
     let mut pending: Option<usize> = None;

@@ -82,8 +82,10 @@ pub fn benjamini_hochberg(p: &[f64]) -> Vec<f64> {
 }
 
 /// The one vocabulary of verdicts, in every command and format (text, JSON, Markdown, HTML):
-/// what B is against A. FIXED and REGRESSED are for stalls (a recurring wait that went away or
-/// appeared); the other four for any metric where lower is better.
+/// what B is against A. FASTER and SLOWER are for one metric where lower is better; FIXED,
+/// IMPROVED and REGRESSED for a whole variant judged on many (a kernel A/B: a recurring stall
+/// gone, a judged metric better, a judged metric worse or a variant B failed); NO CHANGE and
+/// NOT DECIDED for either.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Class {
     /// B is lower by more than the threshold, established.
@@ -95,6 +97,9 @@ pub enum Class {
     /// A's recurring stall is gone on B, and B is established lower.
     #[serde(rename = "fixed")]
     Fixed,
+    /// B is established better on a judged metric, and worse on none.
+    #[serde(rename = "improved")]
+    Improved,
     /// B gained a recurring stall, or is established higher with it.
     #[serde(rename = "regressed")]
     Regressed,
@@ -114,6 +119,7 @@ impl Class {
             Class::Faster => "FASTER",
             Class::Slower => "SLOWER",
             Class::Fixed => "FIXED",
+            Class::Improved => "IMPROVED",
             Class::Regressed => "REGRESSED",
             Class::NoChange => "NO CHANGE",
             Class::NotDecided => "NOT DECIDED",

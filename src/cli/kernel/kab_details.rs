@@ -4,6 +4,8 @@
 
 use super::kab_words::num;
 use crate::analysis::compare::AbVerdict;
+use crate::analysis::metric_ab::{CountCall, MetricJudgement, RankedCount, Shift};
+use crate::analysis::stall::STALL_JIFFIES;
 use crate::lab::kab::{MetricAb, ScenarioAb, Trust, VariantAb};
 use crate::scenario;
 
@@ -90,26 +92,36 @@ fn variant_details(v: &VariantAb, headline: &str, unshown: &mut Unshown) -> Vec<
 /// A count that changed, regressed or is not decided; the others are counted (and a count the
 /// same on both kernels listed in `same_here`).
 fn count_line(m: &MetricAb, unshown: &mut Unshown, same_here: &mut Vec<String>) -> Option<String> {
-    let word = m.exact.as_deref().unwrap_or("");
-    if m.not_judged.is_some() {
-        unshown.timing_counts += 1;
-        return None;
+    let call = match &m.judgement {
+        MetricJudgement::Count { call } => call,
+        MetricJudgement::NotJudged { .. } => {
+            unshown.timing_counts += 1;
+            return None;
+        }
+        MetricJudgement::Ranked { .. } => return None,
+    };
+    match call {
+        CountCall::Same => {
+            unshown.same += 1;
+            same_here.push(format!("{} {}", m.metric, num(m.median[0])));
+            return None;
+        }
+        CountCall::Varies(RankedCount {
+            shift: Shift::NotSignificant | Shift::OutOfReach { .. },
+            ..
+        }) if m.inconclusive.is_none() => {
+            unshown.varying += 1;
+            return None;
+        }
+        _ => {}
     }
-    if word == "same" {
-        unshown.same += 1;
-        same_here.push(format!("{} {}", m.metric, num(m.median[0])));
-        return None;
-    }
-    if word.starts_with("varies") && m.inconclusive.is_none() {
-        unshown.varying += 1;
-        return None;
-    }
+    let word = call.to_string();
     let tag = if m.regression {
         format!("REGRESSION: {word}")
     } else if m.inconclusive.is_some() {
         format!("NOT DECIDED: {word}")
     } else {
-        word.to_string()
+        word
     };
     Some(format!(
         "    [count: {tag}] {}: A {} → B {}",
@@ -122,7 +134,7 @@ fn count_line(m: &MetricAb, unshown: &mut Unshown, same_here: &mut Vec<String>) 
 /// A jiffies metric with its rank test, unless it stayed under half a jiffy on both kernels
 /// with no significant change (then it is counted).
 fn jiffies_line(m: &MetricAb, unshown: &mut Unshown) -> Option<String> {
-    let c = m.comparison.as_ref();
+    let c = m.judgement.comparison();
     let verdict = match c {
         Some(_) if m.inconclusive.is_some() => "B higher, not established",
         Some(c) => verdict_word(c.verdict),
@@ -136,7 +148,7 @@ fn jiffies_line(m: &MetricAb, unshown: &mut Unshown) -> Option<String> {
     });
     let significant =
         c.is_some_and(|c| c.verdict != AbVerdict::NoChange && c.verdict != AbVerdict::NotDecided);
-    if m.median[0].max(m.median[1]) < 0.5 && !significant {
+    if m.median[0].max(m.median[1]) < STALL_JIFFIES && !significant {
         unshown.quiet += 1;
         return None;
     }
@@ -148,8 +160,8 @@ fn jiffies_line(m: &MetricAb, unshown: &mut Unshown) -> Option<String> {
         "jiffies"
     };
     let note = m
-        .not_judged
-        .as_ref()
+        .judgement
+        .not_judged()
         .map_or(String::new(), |n| format!("; {n}"));
     Some(format!(
         "    [{tag}: {verdict}{p}{note}] {}: A {} → B {}",
@@ -162,8 +174,8 @@ fn jiffies_line(m: &MetricAb, unshown: &mut Unshown) -> Option<String> {
 /// A time: the scenario's headline is shown even when times are not judged (why is kept for
 /// the scenario's last lines); another time only when judged and it regressed.
 fn time_line(m: &MetricAb, headline: &str, unshown: &mut Unshown) -> Option<String> {
-    if let Some(why) = &m.not_judged {
-        unshown.times_not_judged = Some(why.clone());
+    if let Some(why) = m.judgement.not_judged() {
+        unshown.times_not_judged = Some(why.to_string());
         return (m.metric == headline).then(|| {
             format!(
                 "    [time, shown, not judged] {}: A {} → B {}",
@@ -173,7 +185,7 @@ fn time_line(m: &MetricAb, headline: &str, unshown: &mut Unshown) -> Option<Stri
             )
         });
     }
-    let c = m.comparison.as_ref()?;
+    let c = m.judgement.comparison()?;
     (m.metric == headline || m.regression).then(|| {
         format!(
             "    [time: {}{}] {}: A {} → B {}",

@@ -4,9 +4,10 @@
 use super::kab_details::details;
 use super::kab_prediction::prediction_lines;
 use super::kab_words::{change_words, duration, failure_lines, num, stall_side, stall_words};
+use crate::analysis::verdict::Class;
 use crate::kernel::Kernel;
 use crate::kernel::build::{BuildInfo, How};
-use crate::lab::kab::{Change, KabOutcome, StallAb, VariantVerdict, VerdictClass};
+use crate::lab::kab::{Change, KabOutcome, StallAb, VariantVerdict};
 
 /// The kab's outcome for the terminal: the answer first, the details last.
 pub(super) fn render(o: &KabOutcome) -> String {
@@ -44,14 +45,14 @@ pub(super) fn render(o: &KabOutcome) -> String {
 
 /// The answer: how many variants got each verdict, what was measured, and whether B regressed.
 fn headline(o: &KabOutcome) -> String {
-    let mut counts: Vec<(VerdictClass, usize)> = Vec::new();
+    let mut counts: Vec<(Class, usize)> = Vec::new();
     for v in &o.verdicts {
         match counts.iter_mut().find(|(c, _)| *c == v.class) {
             Some((_, n)) => *n += 1,
             None => counts.push((v.class, 1)),
         }
     }
-    counts.sort_by_key(|(c, _)| *c as u8);
+    counts.sort_by_key(|(c, _)| order(*c));
     let tally = counts
         .iter()
         .map(|(c, n)| format!("{} {n}", c.word()))
@@ -68,14 +69,24 @@ fn headline(o: &KabOutcome) -> String {
     )
 }
 
+/// Where a class comes in the headline's tally: the changes first, worst last among them.
+fn order(c: Class) -> u8 {
+    match c {
+        Class::Fixed => 0,
+        Class::Improved => 1,
+        Class::Regressed => 2,
+        Class::NoChange => 3,
+        Class::NotDecided => 4,
+        Class::Faster => 5,
+        Class::Slower => 6,
+    }
+}
+
 /// The headline's end: whether B regressed, read from the classes as the gate reads them;
 /// "no regression" only when something was decided.
 fn gate_words(o: &KabOutcome) -> &'static str {
     let busy = o.host_busy().is_some();
-    let decided = o
-        .verdicts
-        .iter()
-        .any(|v| v.class != VerdictClass::NotDecided);
+    let decided = o.verdicts.iter().any(|v| v.class != Class::NotDecided);
     match (o.regression, busy) {
         (true, true) => {
             "; REGRESSION: B failed what A ran; nothing else judged: other work kept QEMU waiting for a CPU: rerun on a quiet host"
@@ -183,27 +194,29 @@ pub(super) fn mechanism(v: &VariantVerdict) -> Vec<String> {
         return failures;
     }
     let mut out = match v.class {
-        VerdictClass::Fixed => fixed(v),
-        VerdictClass::Regressed => regressed(v),
-        VerdictClass::Improved => v
+        Class::Fixed => fixed(v),
+        Class::Regressed => regressed(v),
+        Class::Improved => v
             .improvements
             .iter()
             .filter(|c| !c.within_jiffy)
             .map(|c| format!("B better: {}", change_words(c)))
             .collect(),
-        VerdictClass::NotDecided => match &v.host_busy {
+        Class::NotDecided => match &v.host_busy {
             Some(_) => vec!["not judged: the host was busy during the boots (below)".into()],
             None => vec![format!(
                 "the samples cannot settle {} (details below)",
                 v.undecided.join(", ")
             )],
         },
-        VerdictClass::NoChange => Vec::new(),
+        Class::NoChange => Vec::new(),
+        // Classes of one metric's comparison, never a kab variant's.
+        Class::Faster | Class::Slower => Vec::new(),
     };
     if v.host_busy.is_none()
         && matches!(
             v.class,
-            VerdictClass::NoChange | VerdictClass::NotDecided | VerdictClass::Improved
+            Class::NoChange | Class::NotDecided | Class::Improved
         )
     {
         out.extend(unchanged_stalls(v));
@@ -290,7 +303,7 @@ fn unchanged_stalls(v: &VariantVerdict) -> Vec<String> {
             )
         })
         .collect();
-    if v.class == VerdictClass::NoChange && v.stalls.is_empty() {
+    if v.class == Class::NoChange && v.stalls.is_empty() {
         out.push(if v.stall_reps.is_some() {
             "no stall on either kernel".into()
         } else {
