@@ -909,4 +909,30 @@ mod tests {
         }
         assert!(seen >= 6, "{seen} patches in {}", dir.display());
     }
+
+    /// One hunk of `virt/kvm/kvm_main.c`, for GNU patch's words about it.
+    const FAILED_HUNK_DIFF: &str = "--- a/virt/kvm/kvm_main.c\n+++ b/virt/kvm/kvm_main.c\n@@ -6070,3 +6070,3 @@ int f(void)\n \ta();\n-\tcall_srcu(x);\n+\tsynchronize_srcu_expedited(x);\n \treturn 0;\n";
+
+    /// GNU patch's own words, turned into the file, hunk and target.
+    #[test]
+    fn a_failed_hunk_is_named_with_its_header_and_target() {
+        let message = &patch::parse(Path::new("x.patch"), FAILED_HUNK_DIFF).expect("parses")[0];
+        let out =
+            "patching file virt/kvm/kvm_main.c\nHunk #1 FAILED at 6070.\n1 out of 1 hunk FAILED\n";
+        assert_eq!(
+            why_not_applied(out, message),
+            "hunk #1 `@@ -6070,3 +6070,3 @@ int f(void)` of virt/kvm/kvm_main.c does not match the source (at 6070; every context line must match, no fuzz)"
+        );
+        let out = "can't find file to patch at input line 3\nNo file to patch.  Skipping patch.\n";
+        assert!(
+            why_not_applied(out, message).contains("its target virt/kvm/kvm_main.c does not exist")
+        );
+        let out = "patching file virt/kvm/kvm_main.c\nReversed (or previously applied) patch detected!  Skipping patch.\n";
+        assert!(why_not_applied(out, message).contains("already has this change"));
+        let ok = "patching file virt/kvm/kvm_main.c\nHunk #1 succeeded at 6073 (offset 3 lines).\n";
+        assert_eq!(
+            offsets(ok, "x.patch"),
+            ["x.patch: virt/kvm/kvm_main.c: Hunk #1 succeeded at 6073 (offset 3 lines)"]
+        );
+    }
 }
