@@ -16,6 +16,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use hvlab_core::error::Fault;
 use serde::{Deserialize, Serialize};
 
 use super::build::BuildError;
@@ -48,6 +49,18 @@ pub enum JournalError {
     },
     /// {0} holds the journal of a patch not restored yet; restore it before applying another.
     Pending(PathBuf),
+}
+
+impl JournalError {
+    /// hvlab's own state (the journal of a tree in its cache) failed: never the user's input.
+    pub fn fault(&self) -> Fault {
+        match self {
+            JournalError::Io { .. }
+            | JournalError::Corrupt(..)
+            | JournalError::Unsafe { .. }
+            | JournalError::Pending(_) => Fault::Failed,
+        }
+    }
 }
 
 fn io_err<'a>(
@@ -503,6 +516,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::error::fault_exit_code;
     use crate::kernel::patch;
     use crate::kernel::sandbox::SandboxPolicy;
 
@@ -720,7 +734,7 @@ mod tests {
             .and_then(|()| apply(&sandbox(), &s.tree, &p, "the scratch tree"))
             .expect_err("a hostile patch is refused");
         let message = e.to_string();
-        assert_eq!(e.exit_code(), 2, "{message}");
+        assert_eq!(fault_exit_code(e.fault()), 2, "{message}");
         assert!(matches!(e, BuildError::Confined(_)), "{message}");
         assert!(
             message.contains("hostile.patch is refused") && message.contains(&format!("`{path}`")),

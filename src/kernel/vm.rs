@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use hvlab_core::error::Fault;
 use serde::Serialize;
 
 use super::ko::modinfo;
@@ -110,17 +111,20 @@ impl From<super::build::BuildError> for VmError {
 }
 
 impl VmError {
-    /// 2 bad input, 3 the host cannot, 4 the guest or the measurement failed.
-    pub fn exit_code(&self) -> i32 {
+    /// What kind of failure it is: a bad --kvm-param is bad input, a host without QEMU (or
+    /// a decompressor) or nested KVM cannot, the guest or the measurement failed.
+    pub fn fault(&self) -> Fault {
         match self {
-            VmError::Kernel(e) => e.exit_code(),
-            VmError::Build(e) => e.exit_code(),
-            VmError::MissingTool { .. } | VmError::BadKvmParam(_) | VmError::NoSuchParam { .. } => {
-                2
-            }
-            VmError::NoNestedKvm(_) => 3,
-            VmError::Interrupted { signal, .. } => 128 + signal,
-            _ => 4,
+            VmError::Kernel(e) => e.fault(),
+            VmError::Build(e) => e.fault(),
+            VmError::BadKvmParam(_) | VmError::NoSuchParam { .. } => Fault::BadInput,
+            VmError::MissingTool { .. } | VmError::NoNestedKvm(_) => Fault::HostCannot,
+            VmError::GuestOops { .. }
+            | VmError::TimedOut { .. }
+            | VmError::ModuleLoad { .. }
+            | VmError::NoResults { .. }
+            | VmError::Io(..) => Fault::Failed,
+            VmError::Interrupted { signal, .. } => Fault::Interrupted { signal: *signal },
         }
     }
 }

@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use hvlab_core::error::Fault;
+
 use crate::kernel::KernelError;
 use crate::kernel::confine::ConfineError;
 use crate::kernel::journal::JournalError;
@@ -152,22 +154,32 @@ pub enum BuildError {
 }
 
 impl BuildError {
-    /// 2 for a patch or spec the user can fix, 3 for what this host cannot do, 4 for I/O,
-    /// 128 + the signal for an interrupted build.
-    pub fn exit_code(&self) -> i32 {
+    /// What kind of failure it is: a patch or spec the user can fix is bad input; what this
+    /// host cannot build (its tools, its sandbox, the unpatched source) is the host's; I/O
+    /// and hvlab's own state are failures. No catch-all arm, so a new variant is classified.
+    pub fn fault(&self) -> Fault {
         match self {
-            BuildError::Interrupted { signal, .. } => 128 + signal,
-            BuildError::Sandbox(e) => e.exit_code(),
-            BuildError::WroteOutside { patched: false, .. } => 3,
+            BuildError::Patch(e) => e.fault(),
+            BuildError::Kernel(e) => e.fault(),
+            BuildError::Confined(e) => e.fault(),
+            BuildError::Journal(e) => e.fault(),
+            BuildError::Sandbox(e) => e.fault(),
+            BuildError::NoPatchFile { .. }
+            | BuildError::AmbiguousSpec { .. }
+            | BuildError::PatchIsDirectory { .. }
+            | BuildError::DebianVersionSuffix { .. }
+            | BuildError::NotDebian { .. }
+            | BuildError::DoesNotApply { .. }
+            | BuildError::PatchedCompile { .. }
+            // A patched side's write outside the tree is the patch's doing.
+            | BuildError::WroteOutside { patched: true, .. } => Fault::BadInput,
             BuildError::MissingTools { .. }
             | BuildError::BaseCompile { .. }
             | BuildError::Vermagic { .. }
-            | BuildError::GuestConfig { .. } => 3,
-            BuildError::Kernel(e) => e.exit_code(),
-            BuildError::Io(..) | BuildError::Journal(_) | BuildError::Damaged { .. } => 4,
-            // A patch naming a path outside the tree, or through a symlink: the patch's fault.
-            BuildError::Confined(_) => 2,
-            _ => 2,
+            | BuildError::GuestConfig { .. }
+            | BuildError::WroteOutside { patched: false, .. } => Fault::HostCannot,
+            BuildError::Damaged { .. } | BuildError::Io(..) => Fault::Failed,
+            BuildError::Interrupted { signal, .. } => Fault::Interrupted { signal: *signal },
         }
     }
 }

@@ -157,6 +157,7 @@ pub(super) fn make_error<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::fault_exit_code;
 
     #[test]
     fn a_build_log_gives_its_first_compiler_error_with_the_function() {
@@ -176,7 +177,7 @@ mod tests {
         let e = make_error(false, "make M=arch/x86/kvm", Path::new("x.log"))(MakeError::Stopped(
             libc::SIGINT,
         ));
-        assert_eq!(e.exit_code(), 130);
+        assert_eq!(fault_exit_code(e.fault()), 130);
         assert!(
             e.to_string()
                 .starts_with("Interrupted by SIGINT during make M=arch/x86/kvm"),

@@ -141,6 +141,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
+    use crate::error::fault_exit_code;
 
     const DIFF: &str = "--- a/virt/kvm/kvm_main.c\n+++ b/virt/kvm/kvm_main.c\n@@ -6070,3 +6070,3 @@ int f(void)\n \ta();\n-\tcall_srcu(x);\n+\tsynchronize_srcu_expedited(x);\n \treturn 0;\n";
 
@@ -167,7 +168,7 @@ mod tests {
             dir.path().display()
         ))
         .expect_err("no such file");
-        assert_eq!(e.exit_code(), 2);
+        assert_eq!(fault_exit_code(e.fault()), 2);
         assert!(
             e.to_string().contains("missing.patch does not exist"),
             "{e}"
@@ -193,7 +194,7 @@ mod tests {
         std::fs::create_dir_all(whole.parent().expect("parent")).expect("mkdir");
         std::fs::write(&whole, DIFF).expect("write");
         let e = PatchedSpec::parse(&spec).expect_err("two readings");
-        assert_eq!(e.exit_code(), 2);
+        assert_eq!(fault_exit_code(e.fault()), 2);
         let text = e.to_string();
         assert!(text.contains("reads two ways"), "{text}");
         assert!(text.contains(&format!("`{d}/p + {d}/q`")), "{text}");
@@ -204,7 +205,7 @@ mod tests {
             e.to_string().contains("is a directory, not a patch file"),
             "{e}"
         );
-        assert_eq!(e.exit_code(), 2);
+        assert_eq!(fault_exit_code(e.fault()), 2);
         // Debian's own version string is not a patch.
         let e = PatchedSpec::parse("debian:7.3+deb13u1").expect_err("suffix");
         assert!(
@@ -212,7 +213,7 @@ mod tests {
                 .contains("`+deb13u1` is part of Debian's own version"),
             "{e}"
         );
-        assert_eq!(e.exit_code(), 2);
+        assert_eq!(fault_exit_code(e.fault()), 2);
     }
 
     /// A path outside the tree is refused when the spec is read, before any download.
@@ -226,7 +227,7 @@ mod tests {
         )
         .expect("write");
         let e = PatchedSpec::parse(&format!("debian:7.3+{}", evil.display())).expect_err("refused");
-        assert_eq!(e.exit_code(), 2, "{e}");
+        assert_eq!(fault_exit_code(e.fault()), 2, "{e}");
         assert_eq!(
             e.to_string(),
             "evil.patch ([PATCH] kvm: a fix) is refused: it names `../../etc/passwd`, a path that climbs out with `..`. A patch may change files inside the kernel source tree only, never through a symlink, and nothing was applied: fix its paths (`--- a/DIR/FILE`, relative to the top of the tree)."
