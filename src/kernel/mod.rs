@@ -9,6 +9,7 @@
 pub mod build;
 pub mod calibration;
 pub mod confine;
+mod cpio;
 pub mod debian;
 pub mod journal;
 pub mod kbuild;

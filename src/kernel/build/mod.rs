@@ -244,7 +244,7 @@ fn complete_sides(
 }
 
 impl SourceCache<'_> {
-    /// Builds (or reuses) every side of a group on this image.
+    /// Builds (or reuses) every side of a group on this image, as [`kbuild::plan`] says.
     fn build_group(
         &mut self,
         sides: &[&PatchedSpec],
@@ -256,44 +256,7 @@ impl SourceCache<'_> {
         let (plan, placed) = kbuild::plan(&tree, &debian, &touched);
         let config_sha = sha256_hex(debian_text.as_bytes());
         match plan {
-            Plan::Nothing => {
-                let why = placed
-                    .iter()
-                    .map(|(f, p)| match p {
-                        Placement::NotBuilt { why } => format!("{f}: {why}"),
-                        _ => f.clone(),
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                // Still refuse a patch that does not apply.
-                self.check_applies(&tree, sides.iter().copied())?;
-                notes.push(format!(
-                    "the patches touch nothing a build uses ({why}); every side is {} as shipped, so they are the same kernel: judged anyway",
-                    self.image.release
-                ));
-                Ok(sides
-                    .iter()
-                    .map(|s| {
-                        let mut kernel = self.image.kernel.clone();
-                        kernel.spec = s.given.clone();
-                        Built {
-                            kernel,
-                            build: Some(BuildInfo {
-                                how: How::AsShipped { why: why.clone() },
-                                source: self.image.kernel.source.clone(),
-                                config: "Debian's, as shipped".into(),
-                                compiler: "Debian's".into(),
-                                patches: s.patches.iter().map(PatchInfo::from).collect(),
-                                notes: Vec::new(),
-                                steps: Vec::new(),
-                                key: String::new(),
-                                cached: true,
-                                sandbox: Confinement::NothingBuilt,
-                            }),
-                        }
-                    })
-                    .collect())
-            }
+            Plan::Nothing => self.as_shipped(&tree, sides, &placed, notes),
             Plan::Modules { dirs, modules } => {
                 if sides.len() > 1 {
                     notes.push(format!(
@@ -302,22 +265,7 @@ impl SourceCache<'_> {
                         modules.iter().map(|m| format!("{m}.ko")).collect::<Vec<_>>().join(", ")
                     ));
                 }
-                // Every patch applies before anything is built.
-                let how = format!("modules:{}", dirs.join(","));
-                let unbuilt: Vec<&PatchedSpec> = sides
-                    .iter()
-                    .copied()
-                    .filter(|s| {
-                        self.cached(&self.key(&how, &config_sha, &s.patches))
-                            .is_none()
-                    })
-                    .collect();
-                self.check_applies(&tree, unbuilt.into_iter())?;
-                let mut out = Vec::new();
-                for s in sides {
-                    out.push(self.build_modules(s, &dirs, &config_sha)?);
-                }
-                Ok(out)
+                self.modules_group(&tree, sides, &dirs, &config_sha)
             }
             Plan::Whole { why } => {
                 notes.push(format!("a whole kernel is built: {why}"));
@@ -326,16 +274,54 @@ impl SourceCache<'_> {
                         "every side is built from the same source, minimal config and compiler: they differ by the patch alone".into(),
                     );
                 }
-                self.check_applies(&tree, sides.iter().copied())?;
-                // The side with the fewest patches first: the others build incrementally on it.
-                let mut order: Vec<usize> = (0..sides.len()).collect();
-                order.sort_by_key(|&i| sides[i].patches.len());
-                let mut out: Vec<Option<Built>> = vec![None; sides.len()];
-                for i in order {
-                    out[i] = Some(self.build_whole(sides[i], &config_sha)?);
-                }
-                Ok(out.into_iter().flatten().collect())
+                self.whole_group(&tree, sides, &config_sha)
             }
         }
+    }
+
+    /// Every side as the image ships it, when the patches touch nothing a build uses.
+    fn as_shipped(
+        &self,
+        tree: &Path,
+        sides: &[&PatchedSpec],
+        placed: &[(String, Placement)],
+        notes: &mut Vec<String>,
+    ) -> Result<Vec<Built>, BuildError> {
+        let why = placed
+            .iter()
+            .map(|(f, p)| match p {
+                Placement::NotBuilt { why } => format!("{f}: {why}"),
+                _ => f.clone(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        // Still refuse a patch that does not apply.
+        self.check_applies(tree, sides.iter().copied())?;
+        notes.push(format!(
+            "the patches touch nothing a build uses ({why}); every side is {} as shipped, so they are the same kernel: judged anyway",
+            self.image.release
+        ));
+        Ok(sides
+            .iter()
+            .map(|s| {
+                let mut kernel = self.image.kernel.clone();
+                kernel.spec = s.given.clone();
+                Built {
+                    kernel,
+                    build: Some(BuildInfo {
+                        how: How::AsShipped { why: why.clone() },
+                        source: self.image.kernel.source.clone(),
+                        config: "Debian's, as shipped".into(),
+                        compiler: "Debian's".into(),
+                        patches: s.patches.iter().map(PatchInfo::from).collect(),
+                        notes: Vec::new(),
+                        steps: Vec::new(),
+                        key: String::new(),
+                        cached: true,
+                        sandbox: Confinement::NothingBuilt,
+                    }),
+                }
+            })
+            .collect())
     }
 }

@@ -39,6 +39,32 @@ fn vermagic(bytes: &[u8]) -> String {
 }
 
 impl SourceCache<'_> {
+    /// Builds (or reuses) the modules of `dirs` for every side; every patch of a side not in
+    /// the cache applies before anything is built.
+    pub(super) fn modules_group(
+        &mut self,
+        tree: &Path,
+        sides: &[&PatchedSpec],
+        dirs: &[String],
+        config_sha: &str,
+    ) -> Result<Vec<Built>, BuildError> {
+        let how = format!("modules:{}", dirs.join(","));
+        let unbuilt: Vec<&PatchedSpec> = sides
+            .iter()
+            .copied()
+            .filter(|s| {
+                self.cached(&self.key(&how, config_sha, &s.patches))
+                    .is_none()
+            })
+            .collect();
+        self.check_applies(tree, unbuilt.into_iter())?;
+        let mut out = Vec::new();
+        for s in sides {
+            out.push(self.build_modules(s, dirs, config_sha)?);
+        }
+        Ok(out)
+    }
+
     /// The module tree: Debian's config through olddefconfig, `modules_prepare` done.
     pub(super) fn prepared(&mut self) -> Result<(PathBuf, String), BuildError> {
         let tree = self.unpacked("modules")?;
@@ -83,7 +109,7 @@ impl SourceCache<'_> {
         Ok((tree, note))
     }
 
-    pub(super) fn build_modules(
+    fn build_modules(
         &mut self,
         side: &PatchedSpec,
         dirs: &[String],

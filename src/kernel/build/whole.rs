@@ -1,7 +1,7 @@
 //! A whole kernel from the minimal guest config: tinyconfig, the guest's options, and
 //! Debian's tick, preemption, RCU and KVM options.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::cache::SourceCache;
 use super::error::io;
@@ -89,6 +89,25 @@ fn debian_part(debian_config: &str) -> Vec<String> {
         .collect()
 }
 impl SourceCache<'_> {
+    /// Builds (or reuses) a whole kernel for every side; every patch applies before anything
+    /// is built.
+    pub(super) fn whole_group(
+        &mut self,
+        tree: &Path,
+        sides: &[&PatchedSpec],
+        config_sha: &str,
+    ) -> Result<Vec<Built>, BuildError> {
+        self.check_applies(tree, sides.iter().copied())?;
+        // The side with the fewest patches first: the others build incrementally on it.
+        let mut order: Vec<usize> = (0..sides.len()).collect();
+        order.sort_by_key(|&i| sides[i].patches.len());
+        let mut out: Vec<Option<Built>> = vec![None; sides.len()];
+        for i in order {
+            out[i] = Some(self.build_whole(sides[i], config_sha)?);
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+
     /// RCU and KVM options, olddefconfig; every guest option checked.
     pub(super) fn configured(&mut self) -> Result<(PathBuf, String), BuildError> {
         let tree = self.unpacked("whole")?;
@@ -159,11 +178,7 @@ impl SourceCache<'_> {
         Ok((tree, note))
     }
 
-    pub(super) fn build_whole(
-        &mut self,
-        side: &PatchedSpec,
-        debian_sha: &str,
-    ) -> Result<Built, BuildError> {
+    fn build_whole(&mut self, side: &PatchedSpec, debian_sha: &str) -> Result<Built, BuildError> {
         let (tree, config_note) = self.configured()?;
         let config_sha = std::fs::read(tree.join(".config"))
             .map(|b| sha256_hex(&b))
