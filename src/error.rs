@@ -296,15 +296,17 @@ impl Error {
         match self {
             Error::Input(_) | Error::OutputPath { .. } => 2,
             Error::AllUnsupported { .. } | Error::ShardWithoutKvm { .. } | Error::KvmNotBuilt => 3,
-            Error::Vm(e) => e.exit_code(),
-            Error::Interrupted { signal, .. } => 128 + signal,
+            Error::Vm(e) => fault_exit_code(e.fault()),
+            Error::Interrupted { signal, .. } => {
+                fault_exit_code(Fault::Interrupted { signal: *signal })
+            }
             #[cfg(hvlab_kvm)]
-            Error::Kvm(e) => code(e.fault()),
-            Error::Trace(e) => code(e.fault()),
-            Error::Store(e) => code(e.fault()),
-            Error::Export(e) => code(e.fault()),
-            Error::Model(e) => code(e.fault()),
-            Error::Backend(e) => code(e.fault()),
+            Error::Kvm(e) => fault_exit_code(e.fault()),
+            Error::Trace(e) => fault_exit_code(e.fault()),
+            Error::Store(e) => fault_exit_code(e.fault()),
+            Error::Export(e) => fault_exit_code(e.fault()),
+            Error::Model(e) => fault_exit_code(e.fault()),
+            Error::Backend(e) => fault_exit_code(e.fault()),
             _ => 4,
         }
     }
@@ -316,11 +318,331 @@ impl Error {
     }
 }
 
-/// The exit code of a kind of failure (../shared/DESIGN.md, "Output contract").
-fn code(fault: Fault) -> i32 {
+/// The exit code of a kind of failure (../shared/DESIGN.md, "Output contract"); 128 + the
+/// signal for an interrupted command, as a shell reports it.
+pub fn fault_exit_code(fault: Fault) -> i32 {
     match fault {
         Fault::BadInput => 2,
         Fault::HostCannot => 3,
         Fault::Failed => 4,
+        Fault::Interrupted { signal } => 128 + signal,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::kernel::KernelError;
+    use crate::kernel::build::BuildError;
+    use crate::kernel::confine::ConfineError;
+    use crate::kernel::journal::JournalError;
+    use crate::kernel::patch::PatchError;
+    use crate::kernel::sandbox::SandboxError;
+    use crate::kernel::vm::VmError;
+
+    /// The kernel errors' exit codes, one kind per code: 2 bad input (a patch, a spec, a
+    /// refused path, a patch that does not apply or compile), 3 the environment is missing
+    /// (QEMU, build tools, apt, the sandbox, nested KVM), 4 I/O and measurement, 128 + the
+    /// signal when interrupted. Each variant once, as `hvlab` exits with it (through `Error`).
+    #[test]
+    fn each_kernel_error_exits_with_the_code_of_its_kind() {
+        let p = || PathBuf::from("x");
+        let io = || std::io::Error::other("disk");
+        let s = String::new;
+        let patch = |e: PatchError| BuildError::Patch(e);
+        let confine = ConfineError {
+            patch: s(),
+            path: s(),
+            why: s(),
+        };
+        let kernel = [
+            (KernelError::UnknownSpec(s()), 2),
+            (
+                KernelError::NoSuchVersion {
+                    version: s(),
+                    newest: s(),
+                },
+                2,
+            ),
+            (
+                KernelError::NoKvm {
+                    image: p(),
+                    why: s(),
+                },
+                2,
+            ),
+            (KernelError::BadModulesDir(p()), 2),
+            (
+                KernelError::NoSuchModule {
+                    module: s(),
+                    release: s(),
+                },
+                2,
+            ),
+            (KernelError::NoApt, 3),
+            (
+                KernelError::CacheSpace {
+                    dir: p(),
+                    free_mib: 1,
+                    need_mib: 2,
+                },
+                3,
+            ),
+            (
+                KernelError::Apt {
+                    what: s(),
+                    output: s(),
+                },
+                4,
+            ),
+            (
+                KernelError::GuestNeeds {
+                    release: s(),
+                    option: s(),
+                    config: s(),
+                    why: "",
+                },
+                2,
+            ),
+            (
+                KernelError::SourceMismatch {
+                    image: s(),
+                    package: s(),
+                    available: s(),
+                },
+                2,
+            ),
+            (KernelError::Io(p(), io()), 4),
+        ];
+        let journal = [
+            (
+                JournalError::Io {
+                    what: "write",
+                    path: p(),
+                    err: io(),
+                },
+                4,
+            ),
+            (JournalError::Corrupt(p(), s()), 4),
+            (
+                JournalError::Unsafe {
+                    tree: p(),
+                    path: s(),
+                    why: s(),
+                },
+                4,
+            ),
+            (JournalError::Pending(p()), 4),
+        ];
+        let sandbox = [
+            (SandboxError::NotInstalled, 3),
+            (SandboxError::UserNamespaces { output: s() }, 3),
+            (
+                SandboxError::TrialFailed {
+                    bwrap: p(),
+                    output: s(),
+                },
+                3,
+            ),
+        ];
+        let wrote_outside = |patched| BuildError::WroteOutside {
+            step: s(),
+            path: p(),
+            line: s(),
+            fix: "",
+            log: p(),
+            patched,
+        };
+        let mut build = vec![
+            (
+                BuildError::MissingTools {
+                    names: s(),
+                    packages: s(),
+                },
+                3,
+            ),
+            (patch(PatchError::Unreadable(p(), io())), 2),
+            (patch(PatchError::NoDiff(p())), 2),
+            (
+                patch(PatchError::Malformed {
+                    path: p(),
+                    line: 1,
+                    why: s(),
+                }),
+                2,
+            ),
+            (
+                patch(PatchError::Binary {
+                    path: p(),
+                    file: s(),
+                }),
+                2,
+            ),
+            (
+                BuildError::NoPatchFile {
+                    spec: s(),
+                    path: s(),
+                },
+                2,
+            ),
+            (
+                BuildError::AmbiguousSpec {
+                    spec: s(),
+                    first: s(),
+                    second: s(),
+                },
+                2,
+            ),
+            (
+                BuildError::PatchIsDirectory {
+                    spec: s(),
+                    path: s(),
+                },
+                2,
+            ),
+            (
+                BuildError::DebianVersionSuffix {
+                    spec: s(),
+                    suffix: s(),
+                },
+                2,
+            ),
+            (BuildError::NotDebian { spec: s() }, 2),
+            (
+                BuildError::DoesNotApply {
+                    patch: s(),
+                    against: s(),
+                    what: s(),
+                    tree: p(),
+                },
+                2,
+            ),
+            (
+                BuildError::PatchedCompile {
+                    step: s(),
+                    errors: s(),
+                    log: p(),
+                },
+                2,
+            ),
+            (
+                BuildError::BaseCompile {
+                    step: s(),
+                    errors: s(),
+                    log: p(),
+                },
+                3,
+            ),
+            (
+                BuildError::Vermagic {
+                    module: s(),
+                    built: s(),
+                    expected: s(),
+                    log: p(),
+                },
+                3,
+            ),
+            (
+                BuildError::GuestConfig {
+                    of: s(),
+                    option: s(),
+                    wanted: s(),
+                    got: s(),
+                    config: p(),
+                },
+                3,
+            ),
+            (BuildError::Confined(confine), 2),
+            (
+                BuildError::Damaged {
+                    tree: p(),
+                    why: s(),
+                },
+                4,
+            ),
+            (wrote_outside(true), 2),
+            (wrote_outside(false), 3),
+            (
+                BuildError::Interrupted {
+                    step: s(),
+                    signal: 15,
+                    name: "SIGTERM",
+                },
+                143,
+            ),
+            (BuildError::Io(p(), io()), 4),
+        ];
+        build.extend(kernel.into_iter().map(|(e, c)| (BuildError::Kernel(e), c)));
+        build.extend(
+            journal
+                .into_iter()
+                .map(|(e, c)| (BuildError::Journal(e), c)),
+        );
+        build.extend(
+            sandbox
+                .into_iter()
+                .map(|(e, c)| (BuildError::Sandbox(e), c)),
+        );
+        let mut vm = vec![
+            (VmError::Kernel(KernelError::NoApt), 3),
+            (
+                VmError::MissingTool {
+                    tool: s(),
+                    why: s(),
+                    package: s(),
+                },
+                3,
+            ),
+            (VmError::BadKvmParam(s()), 2),
+            (
+                VmError::NoSuchParam {
+                    module: s(),
+                    param: s(),
+                    release: s(),
+                    known: s(),
+                },
+                2,
+            ),
+            (VmError::NoNestedKvm(s()), 3),
+            (
+                VmError::GuestOops {
+                    excerpt: s(),
+                    log: p(),
+                    runs: 0,
+                },
+                4,
+            ),
+            (
+                VmError::TimedOut {
+                    secs: 1,
+                    log: p(),
+                    runs: 0,
+                },
+                4,
+            ),
+            (VmError::ModuleLoad { why: s(), log: p() }, 4),
+            (
+                VmError::NoResults {
+                    status: s(),
+                    log: p(),
+                },
+                4,
+            ),
+            (
+                VmError::Interrupted {
+                    signal: 2,
+                    name: "SIGINT",
+                },
+                130,
+            ),
+            (VmError::Io(p(), io()), 4),
+        ];
+        vm.extend(build.into_iter().map(|(e, c)| (VmError::from(e), c)));
+        for (e, code) in vm {
+            let shown = format!("{e:?}");
+            assert_eq!(Error::Vm(e).exit_code(), code, "{shown}");
+        }
     }
 }

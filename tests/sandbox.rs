@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use hvlab::error::fault_exit_code;
 use hvlab::kernel::build::{self, BuildError};
 use hvlab::kernel::sandbox::{Sandbox, SandboxPolicy};
 
@@ -44,7 +45,7 @@ fn expect_wrote_outside(result: Result<(), BuildError>, outside: &Path) {
     let text = e.to_string();
     assert!(text.contains(&outside.display().to_string()), "{text}");
     assert!(text.contains("Full log: "), "{text}");
-    assert_eq!(e.exit_code(), 2, "the patch's doing: {text}");
+    assert_eq!(fault_exit_code(e.fault()), 2, "the patch's doing: {text}");
     assert!(!outside.exists(), "{} was written", outside.display());
 }
 
@@ -139,7 +140,7 @@ fn helper_builds_the_tree_it_is_given() {
         Ok(()) => std::process::exit(0),
         Err(e) => {
             eprintln!("helper: {e}");
-            std::process::exit(e.exit_code());
+            std::process::exit(fault_exit_code(e.fault()));
         }
     }
 }

@@ -8,6 +8,8 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use hvlab_core::error::Fault;
+
 use super::patch::{FileDiff, PatchFile, SYMLINK_MODE};
 
 /// The directory of hvlab's own state in a source tree (the journal, its markers).
@@ -26,6 +28,13 @@ pub struct ConfineError {
     pub path: String,
     /// What is wrong with it.
     pub why: String,
+}
+
+impl ConfineError {
+    /// The patch names a path it may not touch: the patch's fault, bad input.
+    pub fn fault(&self) -> Fault {
+        Fault::BadInput
+    }
 }
 
 /// One diff's names and symlink target, with the label of its patch, for the checks.

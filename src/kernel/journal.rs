@@ -16,6 +16,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use hvlab_core::error::Fault;
 use serde::{Deserialize, Serialize};
 
 use super::build::BuildError;
@@ -48,6 +49,18 @@ pub enum JournalError {
     },
     /// {0} holds the journal of a patch not restored yet; restore it before applying another.
     Pending(PathBuf),
+}
+
+impl JournalError {
+    /// hvlab's own state (the journal of a tree in its cache) failed: never the user's input.
+    pub fn fault(&self) -> Fault {
+        match self {
+            JournalError::Io { .. }
+            | JournalError::Corrupt(..)
+            | JournalError::Unsafe { .. }
+            | JournalError::Pending(_) => Fault::Failed,
+        }
+    }
 }
 
 fn io_err<'a>(
@@ -503,6 +516,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::error::fault_exit_code;
     use crate::kernel::patch;
     use crate::kernel::sandbox::SandboxPolicy;
 
@@ -720,7 +734,7 @@ mod tests {
             .and_then(|()| apply(&sandbox(), &s.tree, &p, "the scratch tree"))
             .expect_err("a hostile patch is refused");
         let message = e.to_string();
-        assert_eq!(e.exit_code(), 2, "{message}");
+        assert_eq!(fault_exit_code(e.fault()), 2, "{message}");
         assert!(matches!(e, BuildError::Confined(_)), "{message}");
         assert!(
             message.contains("hostile.patch is refused") && message.contains(&format!("`{path}`")),
@@ -908,5 +922,31 @@ mod tests {
             seen += 1;
         }
         assert!(seen >= 6, "{seen} patches in {}", dir.display());
+    }
+
+    /// One hunk of `virt/kvm/kvm_main.c`, for GNU patch's words about it.
+    const FAILED_HUNK_DIFF: &str = "--- a/virt/kvm/kvm_main.c\n+++ b/virt/kvm/kvm_main.c\n@@ -6070,3 +6070,3 @@ int f(void)\n \ta();\n-\tcall_srcu(x);\n+\tsynchronize_srcu_expedited(x);\n \treturn 0;\n";
+
+    /// GNU patch's own words, turned into the file, hunk and target.
+    #[test]
+    fn a_failed_hunk_is_named_with_its_header_and_target() {
+        let message = &patch::parse(Path::new("x.patch"), FAILED_HUNK_DIFF).expect("parses")[0];
+        let out =
+            "patching file virt/kvm/kvm_main.c\nHunk #1 FAILED at 6070.\n1 out of 1 hunk FAILED\n";
+        assert_eq!(
+            why_not_applied(out, message),
+            "hunk #1 `@@ -6070,3 +6070,3 @@ int f(void)` of virt/kvm/kvm_main.c does not match the source (at 6070; every context line must match, no fuzz)"
+        );
+        let out = "can't find file to patch at input line 3\nNo file to patch.  Skipping patch.\n";
+        assert!(
+            why_not_applied(out, message).contains("its target virt/kvm/kvm_main.c does not exist")
+        );
+        let out = "patching file virt/kvm/kvm_main.c\nReversed (or previously applied) patch detected!  Skipping patch.\n";
+        assert!(why_not_applied(out, message).contains("already has this change"));
+        let ok = "patching file virt/kvm/kvm_main.c\nHunk #1 succeeded at 6073 (offset 3 lines).\n";
+        assert_eq!(
+            offsets(ok, "x.patch"),
+            ["x.patch: virt/kvm/kvm_main.c: Hunk #1 succeeded at 6073 (offset 3 lines)"]
+        );
     }
 }

@@ -44,6 +44,20 @@ impl KConfig {
     pub fn get(&self, option: &str) -> Option<&str> {
         self.values.get(option).map(String::as_str)
     }
+
+    /// Options set in `self` (y, m or a value) that `other` does not set alike, named without
+    /// `CONFIG_`; versions and compiler identities left out.
+    pub fn lost_in(&self, other: &KConfig) -> Vec<String> {
+        self.options()
+            .filter(|(k, v)| other.get(k) != Some(v))
+            .map(|(k, _)| k.trim_start_matches("CONFIG_").to_string())
+            .filter(|k| {
+                !k.ends_with("_VERSION")
+                    && !k.ends_with("_VERSION_TEXT")
+                    && !k.starts_with("CC_VERSION")
+            })
+            .collect()
+    }
 }
 
 /// Where one touched file goes.

@@ -9,6 +9,7 @@
 pub mod build;
 pub mod calibration;
 pub mod confine;
+mod cpio;
 pub mod debian;
 pub mod journal;
 pub mod kbuild;
@@ -20,6 +21,7 @@ pub mod vm;
 
 use std::path::{Path, PathBuf};
 
+use hvlab_core::error::Fault;
 use serde::Serialize;
 
 /// Why a kernel spec cannot be used.
@@ -93,11 +95,19 @@ pub enum KernelError {
 }
 
 impl KernelError {
-    /// 2 for what the user can fix in the command line or on disk, 4 for a failed fetch.
-    pub fn exit_code(&self) -> i32 {
+    /// What kind of failure it is: a spec or kernel the user can fix is bad input, a host
+    /// without apt or cache space cannot do what was asked, a failed fetch or I/O failed.
+    pub fn fault(&self) -> Fault {
         match self {
-            KernelError::Apt { .. } | KernelError::Io(..) => 4,
-            _ => 2,
+            KernelError::UnknownSpec(_)
+            | KernelError::NoSuchVersion { .. }
+            | KernelError::NoKvm { .. }
+            | KernelError::BadModulesDir(_)
+            | KernelError::NoSuchModule { .. }
+            | KernelError::GuestNeeds { .. }
+            | KernelError::SourceMismatch { .. } => Fault::BadInput,
+            KernelError::NoApt | KernelError::CacheSpace { .. } => Fault::HostCannot,
+            KernelError::Apt { .. } | KernelError::Io(..) => Fault::Failed,
         }
     }
 }
@@ -424,11 +434,12 @@ pub fn check_kvm(kernel: &Kernel, vendor_module: &str) -> Result<(), KernelError
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::fault_exit_code;
 
     #[test]
     fn an_unknown_spec_is_named_with_the_shapes_that_work() {
         let e = resolve("not-a-kernel-anywhere", None).unwrap_err();
-        assert_eq!(e.exit_code(), 2);
+        assert_eq!(fault_exit_code(e.fault()), 2);
         assert!(e.to_string().contains("debian:VERSION"), "{e}");
     }
 
@@ -439,7 +450,7 @@ mod tests {
         std::fs::write(&image, b"not really a kernel").unwrap();
         let k = resolve(image.to_str().unwrap(), None).unwrap();
         let e = check_kvm(&k, "kvm_amd").unwrap_err();
-        assert_eq!(e.exit_code(), 2);
+        assert_eq!(fault_exit_code(e.fault()), 2);
         assert!(e.to_string().contains("--modules DIR"), "{e}");
         // With KVM built in per its config, it is usable.
         std::fs::write(
@@ -475,7 +486,7 @@ mod tests {
         )
         .unwrap();
         let e = check_guest_config(&k).unwrap_err();
-        assert_eq!(e.exit_code(), 2);
+        assert_eq!(fault_exit_code(e.fault()), 2);
         let text = e.to_string();
         assert!(
             text.contains("without CONFIG_FILE_LOCKING") && text.contains("SQLite"),

@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use hvlab_core::error::Fault;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -32,6 +33,18 @@ pub enum PatchError {
         /// The binary file.
         file: String,
     },
+}
+
+impl PatchError {
+    /// A patch file the user named that cannot be read or used: bad input.
+    pub fn fault(&self) -> Fault {
+        match self {
+            PatchError::Unreadable(..)
+            | PatchError::NoDiff(_)
+            | PatchError::Malformed { .. }
+            | PatchError::Binary { .. } => Fault::BadInput,
+        }
+    }
 }
 
 /// One hunk's header.

@@ -15,6 +15,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use hvlab_core::error::Fault;
 use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
 use serde::{Deserialize, Serialize};
 
@@ -40,9 +41,9 @@ pub enum SandboxError {
 }
 
 impl SandboxError {
-    /// 3: this host cannot do what was asked.
-    pub fn exit_code(&self) -> i32 {
-        3
+    /// No sandbox here: this host cannot do what was asked.
+    pub fn fault(&self) -> Fault {
+        Fault::HostCannot
     }
 }
 
@@ -335,6 +336,7 @@ fn last_absolute_path(text: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::fault_exit_code;
 
     #[test]
     fn a_refused_write_outside_the_tree_is_found_with_its_path() {
@@ -393,7 +395,7 @@ mod tests {
         );
         assert!(matches!(e, SandboxError::TrialFailed { .. }), "{e:?}");
         assert!(e.to_string().contains("Can't mount proc"), "{e}");
-        assert_eq!(e.exit_code(), 3);
+        assert_eq!(fault_exit_code(e.fault()), 3);
         let e = try_bwrap(None).expect_err("no bwrap");
         assert!(e.to_string().contains("apt-get install bubblewrap"), "{e}");
         assert!(e.to_string().contains("--no-sandbox"), "{e}");

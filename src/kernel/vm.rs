@@ -21,8 +21,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use hvlab_core::error::Fault;
 use serde::Serialize;
 
+use super::cpio::Cpio;
 use super::ko::modinfo;
 use super::{Kernel, KernelError, check_kvm};
 use crate::record::RunRecord;
@@ -110,17 +112,20 @@ impl From<super::build::BuildError> for VmError {
 }
 
 impl VmError {
-    /// 2 bad input, 3 the host cannot, 4 the guest or the measurement failed.
-    pub fn exit_code(&self) -> i32 {
+    /// What kind of failure it is: a bad --kvm-param is bad input, a host without QEMU (or
+    /// a decompressor) or nested KVM cannot, the guest or the measurement failed.
+    pub fn fault(&self) -> Fault {
         match self {
-            VmError::Kernel(e) => e.exit_code(),
-            VmError::Build(e) => e.exit_code(),
-            VmError::MissingTool { .. } | VmError::BadKvmParam(_) | VmError::NoSuchParam { .. } => {
-                2
-            }
-            VmError::NoNestedKvm(_) => 3,
-            VmError::Interrupted { signal, .. } => 128 + signal,
-            _ => 4,
+            VmError::Kernel(e) => e.fault(),
+            VmError::Build(e) => e.fault(),
+            VmError::BadKvmParam(_) | VmError::NoSuchParam { .. } => Fault::BadInput,
+            VmError::MissingTool { .. } | VmError::NoNestedKvm(_) => Fault::HostCannot,
+            VmError::GuestOops { .. }
+            | VmError::TimedOut { .. }
+            | VmError::ModuleLoad { .. }
+            | VmError::NoResults { .. }
+            | VmError::Io(..) => Fault::Failed,
+            VmError::Interrupted { signal, .. } => Fault::Interrupted { signal: *signal },
         }
     }
 }
@@ -277,75 +282,6 @@ pub struct Boot {
 }
 
 // ---- the initramfs ----
-
-/// A newc ("070701") cpio archive, as the kernel unpacks into its initial rootfs.
-struct Cpio {
-    out: Vec<u8>,
-    ino: u32,
-}
-
-impl Cpio {
-    fn new() -> Cpio {
-        Cpio {
-            out: Vec::new(),
-            ino: 1,
-        }
-    }
-
-    fn entry(&mut self, name: &str, mode: u32, data: &[u8]) {
-        let name = name.trim_start_matches('/');
-        let namesize = name.len() + 1;
-        let header = format!(
-            "070701{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}",
-            self.ino,
-            mode,
-            0,
-            0,
-            1,
-            0,
-            data.len(),
-            0,
-            0,
-            0,
-            0,
-            namesize,
-            0
-        );
-        self.ino += 1;
-        self.out.extend_from_slice(header.as_bytes());
-        self.out.extend_from_slice(name.as_bytes());
-        self.out.push(0);
-        self.pad();
-        self.out.extend_from_slice(data);
-        self.pad();
-    }
-
-    fn pad(&mut self) {
-        while !self.out.len().is_multiple_of(4) {
-            self.out.push(0);
-        }
-    }
-
-    fn dir(&mut self, name: &str) {
-        self.entry(name, 0o040_755, &[]);
-    }
-
-    fn file(&mut self, name: &str, exec: bool, data: &[u8]) {
-        self.entry(name, if exec { 0o100_755 } else { 0o100_644 }, data);
-    }
-
-    fn symlink(&mut self, name: &str, target: &str) {
-        self.entry(name, 0o120_777, target.as_bytes());
-    }
-
-    fn finish(mut self) -> Vec<u8> {
-        self.entry("TRAILER!!!", 0, &[]);
-        while !self.out.len().is_multiple_of(512) {
-            self.out.push(0);
-        }
-        self.out
-    }
-}
 
 /// A tool on PATH.
 fn which(tool: &str) -> Option<PathBuf> {
@@ -1037,15 +973,5 @@ mod tests {
         assert!(e.starts_with("  [ 1.0] int3: 0000"), "{e}");
         assert!(e.contains("__schedule"));
         assert_eq!(oops_excerpt("clean boot\n@@hvlab-ready 3.1\n"), None);
-    }
-
-    #[test]
-    fn a_cpio_archive_ends_with_its_trailer_on_a_block() {
-        let mut c = Cpio::new();
-        c.file("init", true, b"#!/bin/sh\n");
-        let out = c.finish();
-        assert_eq!(out.len() % 512, 0);
-        assert!(out.starts_with(b"070701"));
-        assert!(out.windows(10).any(|w| w == b"TRAILER!!!"));
     }
 }

@@ -3,7 +3,7 @@
 //! names for the binary, which owns the exit codes.
 
 /// What kind of failure an error is. Each crate's error says which of these it is
-/// (`fault()`); the binary turns it into its exit code (2, 3, 4).
+/// (`fault()`); the binary turns it into its exit code (2, 3, 4, or 128 + the signal).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
     /// The request or a file named in it is wrong: the message names the fix.
@@ -12,6 +12,11 @@ pub enum Fault {
     HostCannot,
     /// A measurement, the store or hvlab's own machinery failed.
     Failed,
+    /// hvlab was asked to stop by a signal, and stopped what it had started.
+    Interrupted {
+        /// The signal number.
+        signal: i32,
+    },
 }
 
 /// What a backend fails with: the one way any backend says it cannot run a plan on this host,

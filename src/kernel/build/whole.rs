@@ -1,0 +1,312 @@
+//! A whole kernel from the minimal guest config: tinyconfig, the guest's options, and
+//! Debian's tick, preemption, RCU and KVM options.
+
+use std::path::{Path, PathBuf};
+
+use super::cache::SourceCache;
+use super::error::io;
+use super::make::{make, make_error};
+use super::record::{How, describe_source};
+use super::{BuildError, Built, PatchedSpec};
+use crate::kernel::Kernel;
+use crate::kernel::kbuild::KConfig;
+use crate::kernel::patch::sha256_hex;
+
+/// The minimal guest: what hvlab's initramfs and scenarios need (64-bit SMP, serial console,
+/// initramfs, devtmpfs, ACPI power-off, the syscalls hvlab uses, KVM with both vendor
+/// modules). The options hvlab checks in every kernel under test are among them.
+pub const GUEST_CONFIG: &[(&str, &str)] = &[
+    ("CONFIG_64BIT", "y"),
+    ("CONFIG_SMP", "y"),
+    ("CONFIG_PRINTK", "y"),
+    ("CONFIG_TTY", "y"),
+    ("CONFIG_SERIAL_8250", "y"),
+    ("CONFIG_SERIAL_8250_CONSOLE", "y"),
+    ("CONFIG_BLK_DEV_INITRD", "y"),
+    ("CONFIG_DEVTMPFS", "y"),
+    ("CONFIG_PROC_FS", "y"),
+    ("CONFIG_SYSFS", "y"),
+    ("CONFIG_TMPFS", "y"),
+    ("CONFIG_SHMEM", "y"),
+    ("CONFIG_BINFMT_ELF", "y"),
+    ("CONFIG_BINFMT_SCRIPT", "y"),
+    ("CONFIG_MODULES", "y"),
+    ("CONFIG_MODULE_UNLOAD", "y"),
+    ("CONFIG_MULTIUSER", "y"),
+    ("CONFIG_FUTEX", "y"),
+    ("CONFIG_EPOLL", "y"),
+    ("CONFIG_EVENTFD", "y"),
+    ("CONFIG_SIGNALFD", "y"),
+    ("CONFIG_TIMERFD", "y"),
+    ("CONFIG_AIO", "y"),
+    ("CONFIG_ADVISE_SYSCALLS", "y"),
+    ("CONFIG_POSIX_TIMERS", "y"),
+    ("CONFIG_FILE_LOCKING", "y"),
+    ("CONFIG_IO_URING", "y"),
+    ("CONFIG_USERFAULTFD", "y"),
+    ("CONFIG_HUGETLBFS", "y"),
+    ("CONFIG_TRANSPARENT_HUGEPAGE", "y"),
+    ("CONFIG_MEMFD_CREATE", "y"),
+    ("CONFIG_HIGH_RES_TIMERS", "y"),
+    ("CONFIG_PERF_EVENTS", "y"),
+    ("CONFIG_PCI", "y"),
+    ("CONFIG_ACPI", "y"),
+    ("CONFIG_HYPERVISOR_GUEST", "y"),
+    ("CONFIG_PARAVIRT", "y"),
+    ("CONFIG_KVM_GUEST", "y"),
+    ("CONFIG_CPU_SUP_AMD", "y"),
+    ("CONFIG_CPU_SUP_INTEL", "y"),
+    ("CONFIG_VIRTUALIZATION", "y"),
+    ("CONFIG_KVM", "m"),
+    ("CONFIG_KVM_AMD", "m"),
+    ("CONFIG_KVM_INTEL", "m"),
+];
+
+/// The options of Debian's config kept in the minimal guest: the tick (HZ, NO_HZ), the
+/// preemption model, RCU and SRCU, and KVM's own, so the kernel under test waits for grace
+/// periods the way the one users run does.
+fn debian_part(debian_config: &str) -> Vec<String> {
+    const PREFIXES: [&str; 8] = [
+        "HZ",
+        "NO_HZ",
+        "PREEMPT",
+        "RCU_",
+        "TREE_RCU",
+        "TREE_SRCU",
+        "TASKS_",
+        "KVM",
+    ];
+    debian_config
+        .lines()
+        .filter(|l| {
+            let name = l
+                .strip_prefix("CONFIG_")
+                .or_else(|| l.strip_prefix("# CONFIG_"))
+                .unwrap_or("");
+            PREFIXES.iter().any(|p| name.starts_with(p)) && !name.starts_with("KVM_GUEST")
+        })
+        .map(str::to_string)
+        .collect()
+}
+impl SourceCache<'_> {
+    /// Builds (or reuses) a whole kernel for every side; every patch applies before anything
+    /// is built.
+    pub(super) fn whole_group(
+        &mut self,
+        tree: &Path,
+        sides: &[&PatchedSpec],
+        config_sha: &str,
+    ) -> Result<Vec<Built>, BuildError> {
+        self.check_applies(tree, sides.iter().copied())?;
+        // The side with the fewest patches first: the others build incrementally on it.
+        let mut order: Vec<usize> = (0..sides.len()).collect();
+        order.sort_by_key(|&i| sides[i].patches.len());
+        let mut out: Vec<Option<Built>> = vec![None; sides.len()];
+        for i in order {
+            out[i] = Some(self.build_whole(sides[i], config_sha)?);
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    /// RCU and KVM options, olddefconfig; every guest option checked.
+    pub(super) fn configured(&mut self) -> Result<(PathBuf, String), BuildError> {
+        let tree = self.unpacked("whole")?;
+        let marker = tree.join(".hvlab/configured");
+        if let Ok(note) = std::fs::read_to_string(&marker) {
+            return Ok((tree, note));
+        }
+        let log = self.log("config");
+        let (_, debian_text) = self.debian_config(&tree)?;
+        let step = "the minimal guest config";
+        let part = debian_part(&debian_text);
+        self.timed(
+            "minimal guest config (tinyconfig + guest + Debian's HZ/preemption/RCU/KVM)",
+            |me| {
+                make(&me.sandbox, &tree, &["tinyconfig".into()], &log)
+                    .map_err(make_error(false, step, &log))?;
+                let config = tree.join(".config");
+                let mut text = std::fs::read_to_string(&config).map_err(io(&config))?;
+                for (k, v) in GUEST_CONFIG {
+                    text.push_str(&format!("{k}={v}\n"));
+                }
+                text.push_str("# CONFIG_LOCALVERSION_AUTO is not set\n");
+                for l in &part {
+                    text.push_str(l);
+                    text.push('\n');
+                }
+                std::fs::write(&config, text).map_err(io(&config))?;
+                make(&me.sandbox, &tree, &["olddefconfig".into()], &log)
+                    .map_err(make_error(false, step, &log))
+            },
+        )?;
+        let ours = KConfig::read(&tree.join(".config")).map_err(io(&tree))?;
+        for (k, v) in GUEST_CONFIG {
+            let got = ours.get(k).unwrap_or("n");
+            if got != *v {
+                return Err(BuildError::GuestConfig {
+                    of: self.source_name(),
+                    option: (*k).to_string(),
+                    wanted: (*v).to_string(),
+                    got: got.to_string(),
+                    config: tree.join(".config"),
+                });
+            }
+        }
+        let kept: Vec<&String> = part.iter().filter(|l| !l.starts_with('#')).collect();
+        let lost: Vec<String> = kept
+            .iter()
+            .filter_map(|l| l.split_once('='))
+            .filter(|(k, v)| ours.get(k) != Some(v.trim_matches('"')))
+            .map(|(k, _)| k.trim_start_matches("CONFIG_").to_string())
+            .collect();
+        let note = format!(
+            "minimal guest config (tinyconfig + {} guest options + {} of Debian's HZ/NO_HZ/preemption/RCU/KVM options; HZ={}, {}){}",
+            GUEST_CONFIG.len(),
+            kept.len() - lost.len(),
+            ours.get("CONFIG_HZ").unwrap_or("?"),
+            preemption(&ours),
+            if lost.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; not kept, their dependencies being outside the guest: {}",
+                    lost.join(", ")
+                )
+            }
+        );
+        std::fs::write(&marker, &note).map_err(io(&marker))?;
+        Ok((tree, note))
+    }
+
+    fn build_whole(&mut self, side: &PatchedSpec, debian_sha: &str) -> Result<Built, BuildError> {
+        let (tree, config_note) = self.configured()?;
+        let config_sha = std::fs::read(tree.join(".config"))
+            .map(|b| sha256_hex(&b))
+            .map_err(io(&tree))?;
+        let key = self.key(&format!("whole:{config_sha}"), debian_sha, &side.patches);
+        let (entry, info) = match self.cached(&key) {
+            Some(hit) => hit,
+            None => {
+                let patched = !side.patches.is_empty();
+                let label = Self::side_label(side);
+                let log = self.log(&format!("whole-{key}"));
+                let (tmp, notes, steps) =
+                    self.build_entry(&tree.clone(), &key, side, |me, tree, tmp| {
+                        let step = format!("make bzImage modules ({label})");
+                        me.timed(&step, |me| {
+                            make(
+                                &me.sandbox,
+                                tree,
+                                &["bzImage".into(), "modules".into()],
+                                &log,
+                            )
+                            .map_err(make_error(patched, &step, &log))
+                        })?;
+                        let rel_file = tree.join("include/config/kernel.release");
+                        let release = std::fs::read_to_string(&rel_file)
+                            .map_err(io(&rel_file))?
+                            .trim()
+                            .to_string();
+                        let image = tree.join("arch/x86/boot/bzImage");
+                        std::fs::copy(&image, tmp.join("bzImage")).map_err(io(&image))?;
+                        let mods = tmp.join("lib/modules").join(&release);
+                        std::fs::create_dir_all(&mods).map_err(io(&mods))?;
+                        std::fs::copy(tree.join(".config"), mods.join("config"))
+                            .map_err(io(tree))?;
+                        let order = tree.join("modules.order");
+                        for obj in std::fs::read_to_string(&order)
+                            .map_err(io(&order))?
+                            .lines()
+                            .filter(|l| !l.is_empty())
+                        {
+                            let rel = obj.trim_end_matches(".o");
+                            let from = tree.join(format!("{rel}.ko"));
+                            let to = mods.join("kernel").join(format!("{rel}.ko"));
+                            if let Some(parent) = to.parent() {
+                                std::fs::create_dir_all(parent).map_err(io(parent))?;
+                            }
+                            std::fs::copy(&from, &to).map_err(io(&from))?;
+                        }
+                        Ok(())
+                    })?;
+                let info = self.record(How::Whole, config_note, side, notes, steps, &key);
+                (self.finish_entry(&key, &tmp, &info)?, info)
+            }
+        };
+        let image = entry.join("bzImage");
+        let mods_root = entry.join("lib/modules");
+        let (release, moddir) = std::fs::read_dir(&mods_root)
+            .map_err(io(&mods_root))?
+            .flatten()
+            .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+            .next()
+            .ok_or_else(|| {
+                BuildError::Io(
+                    mods_root.clone(),
+                    std::io::Error::other("no modules in the cached build"),
+                )
+            })?;
+        let kernel = Kernel {
+            release,
+            spec: side.given.clone(),
+            source: describe_source(&self.image, &info),
+            image,
+            config: Some(moddir.join("config")),
+            modules: Some(moddir),
+        };
+        Ok(Built {
+            kernel,
+            build: Some(info),
+        })
+    }
+}
+
+/// `PREEMPT_DYNAMIC (lazy)`, `PREEMPT`, `voluntary`, `none`.
+fn preemption(c: &KConfig) -> String {
+    let on = |k: &str| c.get(k) == Some("y");
+    let model = if on("CONFIG_PREEMPT_RT") {
+        "PREEMPT_RT"
+    } else if on("CONFIG_PREEMPT_DYNAMIC") {
+        "dynamic preemption"
+    } else if on("CONFIG_PREEMPT") || on("CONFIG_PREEMPT_LAZY") {
+        "full preemption"
+    } else if on("CONFIG_PREEMPT_VOLUNTARY") {
+        "voluntary preemption"
+    } else {
+        "no forced preemption"
+    };
+    format!(
+        "{model}{}",
+        if on("CONFIG_PREEMPT_LAZY") {
+            ", lazy"
+        } else {
+            ""
+        }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The minimal guest keeps Debian's tick, preemption, RCU and KVM choices, set or not.
+    #[test]
+    fn the_guest_config_keeps_debians_tick_preemption_rcu_and_kvm_options() {
+        let debian = "CONFIG_HZ_250=y\nCONFIG_HZ=250\n# CONFIG_HZ_1000 is not set\nCONFIG_PREEMPT_DYNAMIC=y\nCONFIG_TREE_SRCU=y\nCONFIG_KVM=m\nCONFIG_KVM_GUEST=y\nCONFIG_DRM=m\n";
+        assert_eq!(
+            debian_part(debian),
+            [
+                "CONFIG_HZ_250=y",
+                "CONFIG_HZ=250",
+                "# CONFIG_HZ_1000 is not set",
+                "CONFIG_PREEMPT_DYNAMIC=y",
+                "CONFIG_TREE_SRCU=y",
+                "CONFIG_KVM=m",
+            ]
+        );
+        // Every option hvlab checks in a kernel under test is in the guest config.
+        for (option, _) in crate::kernel::GUEST_NEEDS {
+            assert!(GUEST_CONFIG.iter().any(|(k, _)| *k == option), "{option}");
+        }
+    }
+}
