@@ -19,12 +19,34 @@ use std::process::{Command, Stdio};
 use hvlab_core::error::Fault;
 use serde::{Deserialize, Serialize};
 
-use super::build::BuildError;
 use super::confine::{self, STATE_DIR};
 use super::patch::{FileDiff, Patch, PatchFile};
 use super::sandbox::{Confinement, Sandbox};
 
 /// Why a tree's journal cannot be written or played back.
+/// Why a side's patches could not be applied to its tree (the build maps it to its own
+/// error; this module names nothing of the build, which calls it).
+#[derive(Debug, thiserror::Error, displaydoc::Display)]
+pub enum ApplyError {
+    /// {0}
+    Confined(#[from] confine::ConfineError),
+    /// {0}
+    Journal(#[from] JournalError),
+    /// {patch} does not apply to {against}: {what}. Rebase it onto that source (unpacked in {tree}).
+    DoesNotApply {
+        /// The patch file, and the message of a series.
+        patch: String,
+        /// The source it was applied to.
+        against: String,
+        /// Which hunk of which file, and how it failed.
+        what: String,
+        /// The unpacked source.
+        tree: PathBuf,
+    },
+    /// Cannot run patch: {0}. Install it: apt-get install patch
+    Run(std::io::Error),
+}
+
 #[derive(Debug, thiserror::Error, displaydoc::Display)]
 pub enum JournalError {
     /// Cannot {what} {path}: {err}. Free space or fix the permissions under hvlab's cache, then run again.
@@ -244,7 +266,7 @@ pub fn apply(
     tree: &Path,
     patches: &[PatchFile],
     source: &str,
-) -> Result<Vec<String>, BuildError> {
+) -> Result<Vec<String>, ApplyError> {
     confine::in_tree(tree, patches)?;
     record(tree, patches)?;
     let mut notes = Vec::new();
@@ -264,7 +286,7 @@ pub fn apply(
                 String::from_utf8_lossy(&out.stderr)
             );
             if !out.status.success() {
-                return Err(BuildError::DoesNotApply {
+                return Err(ApplyError::DoesNotApply {
                     patch: name,
                     against: source.to_string(),
                     what: why_not_applied(&text, message),
@@ -278,8 +300,8 @@ pub fn apply(
 }
 
 /// `patch` could not be run.
-fn patch_failed(e: std::io::Error) -> BuildError {
-    BuildError::Io(PathBuf::from("patch"), e)
+fn patch_failed(e: std::io::Error) -> ApplyError {
+    ApplyError::Run(e)
 }
 
 /// What is at `path`, without following a symlink; `None` when nothing is.
@@ -516,6 +538,12 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::kernel::build::BuildError;
+
+    /// [`apply`] in the sandbox the tests use, its error as a build reports it.
+    fn applied(tree: &Path, p: &[PatchFile], source: &str) -> Result<Vec<String>, BuildError> {
+        apply(&sandbox(), tree, p, source).map_err(BuildError::from)
+    }
     use crate::error::fault_exit_code;
     use crate::kernel::patch;
     use crate::kernel::sandbox::SandboxPolicy;
@@ -688,7 +716,7 @@ mod tests {
                 .map(|(n, part)| patch_file(&format!("{n}.patch"), &part.concat()))
                 .collect();
             let before = snapshot(tree);
-            let applied = apply(&sandbox(), tree, &series, "the scratch tree");
+            let applied = applied(tree, &series, "the scratch tree");
             prop_assert!(applied.is_ok(), "{:?}\n{}", applied.err().map(|e| e.to_string()), diffs.concat());
             let patched = snapshot(tree);
             prop_assert_ne!(&patched, &before, "the patch changed nothing:\n{}", diffs.concat());
@@ -731,7 +759,7 @@ mod tests {
         let p = [patch_file("hostile.patch", text)];
         let e = confine::lexical(&p)
             .map_err(BuildError::from)
-            .and_then(|()| apply(&sandbox(), &s.tree, &p, "the scratch tree"))
+            .and_then(|()| applied(&s.tree, &p, "the scratch tree"))
             .expect_err("a hostile patch is refused");
         let message = e.to_string();
         assert_eq!(fault_exit_code(e.fault()), 2, "{message}");
@@ -806,7 +834,7 @@ mod tests {
         let before = snapshot(&s.tree);
         let text = "diff --git a/sub/x b/moved/x\nsimilarity index 100%\nrename from sub/x\nrename to moved/x\ndiff --git a/d/f b/d/f\n--- a/d/f\n+++ b/d/f\n@@ -1 +1 @@\n-f\n+g\n";
         let p = [patch_file("rename.patch", text)];
-        apply(&sandbox(), &s.tree, &p, "the scratch tree").expect("applies");
+        applied(&s.tree, &p, "the scratch tree").expect("applies");
         assert!(s.tree.join("moved/x").is_file() && !s.tree.join("sub").exists());
         restore(&s.tree).expect("restores");
         assert_eq!(snapshot(&s.tree), before);
@@ -819,7 +847,7 @@ mod tests {
         let before = snapshot(&s.tree);
         let text = "diff --git a/d/f b/d/f\ndeleted file mode 100644\n--- a/d/f\n+++ /dev/null\n@@ -1 +0,0 @@\n-f\n";
         let p = [patch_file("delete.patch", text)];
-        apply(&sandbox(), &s.tree, &p, "the scratch tree").expect("applies");
+        applied(&s.tree, &p, "the scratch tree").expect("applies");
         assert!(!s.tree.join("d").exists());
         restore(&s.tree).expect("restores");
         assert_eq!(snapshot(&s.tree), before);
@@ -832,12 +860,10 @@ mod tests {
         let before = snapshot(&s.tree);
         let text = "--- a/d/f\n+++ b/d/f\n@@ -1 +1 @@\n-f\n+g\n--- a/sub/x\n+++ b/sub/x\n@@ -1 +1 @@\n-not there\n+y\n";
         let p = [patch_file("half.patch", text)];
-        let e =
-            apply(&sandbox(), &s.tree, &p, "the scratch tree").expect_err("the second hunk fails");
+        let e = applied(&s.tree, &p, "the scratch tree").expect_err("the second hunk fails");
         assert!(e.to_string().contains("hunk #1"), "{e}");
         assert_ne!(snapshot(&s.tree), before);
-        let again =
-            apply(&sandbox(), &s.tree, &p, "the scratch tree").expect_err("a journal is pending");
+        let again = applied(&s.tree, &p, "the scratch tree").expect_err("a journal is pending");
         assert!(
             matches!(again, BuildError::Journal(JournalError::Pending(_))),
             "{again}"
@@ -909,7 +935,7 @@ mod tests {
             let scratch = tempfile::tempdir().expect("tempdir");
             tree_for(scratch.path(), &p[0]);
             let before = snapshot(scratch.path());
-            let applied = apply(&sandbox(), scratch.path(), &p, "its own context");
+            let applied = applied(scratch.path(), &p, "its own context");
             assert!(
                 applied.is_ok(),
                 "{}: {:?}",

@@ -221,7 +221,7 @@ impl SourceCache<'_> {
     ) -> Result<(), BuildError> {
         let source = self.source_name();
         for s in sides.filter(|s| !s.patches.is_empty()) {
-            let checked = apply(&self.sandbox, tree, &s.patches, &source);
+            let checked = apply(&self.sandbox, tree, &s.patches, &source).map_err(BuildError::from);
             restored(tree)?;
             checked?;
         }
@@ -266,10 +266,12 @@ impl SourceCache<'_> {
         std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
         let before = self.steps.len();
         let source = self.source_name();
-        let result = apply(&self.sandbox, tree, &side.patches, &source).and_then(|notes| {
-            fill(self, tree, &tmp)?;
-            Ok(notes)
-        });
+        let result = apply(&self.sandbox, tree, &side.patches, &source)
+            .map_err(BuildError::from)
+            .and_then(|notes| {
+                fill(self, tree, &tmp)?;
+                Ok(notes)
+            });
         let restored = restored(tree);
         let own: Vec<Step> = self.steps.drain(before..).collect();
         let notes = match result {

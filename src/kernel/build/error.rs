@@ -6,7 +6,7 @@ use hvlab_core::error::Fault;
 
 use crate::kernel::KernelError;
 use crate::kernel::confine::ConfineError;
-use crate::kernel::journal::JournalError;
+use crate::kernel::journal::{self, JournalError};
 use crate::kernel::patch::PatchError;
 use crate::kernel::sandbox::SandboxError;
 
@@ -186,4 +186,25 @@ impl BuildError {
 
 pub(super) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
     move |e| BuildError::Io(path.to_path_buf(), e)
+}
+
+impl From<journal::ApplyError> for BuildError {
+    fn from(e: journal::ApplyError) -> BuildError {
+        match e {
+            journal::ApplyError::Confined(e) => BuildError::Confined(e),
+            journal::ApplyError::Journal(e) => BuildError::Journal(e),
+            journal::ApplyError::DoesNotApply {
+                patch,
+                against,
+                what,
+                tree,
+            } => BuildError::DoesNotApply {
+                patch,
+                against,
+                what,
+                tree,
+            },
+            journal::ApplyError::Run(e) => BuildError::Io(PathBuf::from("patch"), e),
+        }
+    }
 }
