@@ -87,6 +87,36 @@ impl BootArgs {
     }
 }
 
+/// The hvlab argument lists `hvlab vm` runs in the guest: those after `--`, then
+/// `--commands FILE`'s lines; none is bad input.
+fn vm_commands(args: &VmArgs) -> Result<Vec<Vec<String>>, Error> {
+    let mut commands: Vec<Vec<String>> = Vec::new();
+    if !args.args.is_empty() {
+        commands.push(args.args.clone());
+    }
+    if let Some(file) = &args.commands {
+        let text = std::fs::read_to_string(file).map_err(|e| InputError::BadValue {
+            key: "--commands".into(),
+            value: file.display().to_string(),
+            why: format!("cannot read it ({e}); give a file with one hvlab argument list per line"),
+        })?;
+        commands.extend(
+            text.lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| l.split_whitespace().map(str::to_string).collect()),
+        );
+    }
+    if commands.is_empty() {
+        return Err(InputError::BadValue {
+            key: "HVLAB-ARGS".into(),
+            value: String::new(),
+            why: "say what to run in the VM after --, e.g. hvlab vm --kernel debian:6.12 -- run lifecycle".into(),
+        }
+        .into());
+    }
+    Ok(commands)
+}
+
 /// `hvlab vm`.
 #[derive(Debug, Args)]
 pub struct VmArgs {
@@ -205,30 +235,7 @@ fn keep(store: &mut Store, boot: &Boot) -> Result<String, Error> {
 /// `hvlab vm`.
 pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
     let cfg = args.boot.config()?;
-    let mut commands: Vec<Vec<String>> = Vec::new();
-    if !args.args.is_empty() {
-        commands.push(args.args.clone());
-    }
-    if let Some(file) = &args.commands {
-        let text = std::fs::read_to_string(file).map_err(|e| InputError::BadValue {
-            key: "--commands".into(),
-            value: file.display().to_string(),
-            why: format!("cannot read it ({e}); give a file with one hvlab argument list per line"),
-        })?;
-        commands.extend(
-            text.lines()
-                .filter(|l| !l.trim().is_empty())
-                .map(|l| l.split_whitespace().map(str::to_string).collect()),
-        );
-    }
-    if commands.is_empty() {
-        return Err(InputError::BadValue {
-            key: "HVLAB-ARGS".into(),
-            value: String::new(),
-            why: "say what to run in the VM after --, e.g. hvlab vm --kernel debian:6.12 -- run lifecycle".into(),
-        }
-        .into());
-    }
+    let commands = vm_commands(args)?;
     let mut store = open_store(db)?;
     vm::qemu()?;
     let reporter = Reporter::new(false);
