@@ -59,9 +59,10 @@ fn vm_without_qemu_names_the_package_to_install() {
         .env("PATH", &empty)
         .output()
         .unwrap();
+    // A tool the host lacks is the environment, not the input: exit 3, as for build tools.
     assert_exit(
         &out,
-        2,
+        3,
         &[
             "qemu-system-x86_64 is not installed",
             "apt-get install qemu-system-x86",
@@ -95,7 +96,7 @@ fn vm_bzimage_without_modules_or_built_in_kvm_is_bad_input() {
 }
 
 #[test]
-fn vm_cache_without_space_is_bad_input_naming_hvlab_cache() {
+fn vm_cache_without_space_is_the_hosts_limit_naming_hvlab_cache() {
     if !common::tool_or_skip("vm_cache_without_space", "qemu-system-x86_64") {
         return;
     }
@@ -123,7 +124,8 @@ fn vm_cache_without_space_is_bad_input_naming_hvlab_cache() {
         common::loud_skip("vm_cache_without_space: no apt on this host");
         return;
     }
-    assert_exit(&out, 2, &["No space for the kernel cache", "HVLAB_CACHE"]);
+    // A full disk is the host's, like a missing tool: exit 3 (the message names the fix).
+    assert_exit(&out, 3, &["No space for the kernel cache", "HVLAB_CACHE"]);
 }
 
 /// Where hvlab cached debian:6.12 (fetching it if needed, without booting).
