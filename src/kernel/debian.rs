@@ -9,6 +9,7 @@
 //! lib/modules/REL); 7.x ships `linux-binary-REL` (vmlinuz), `linux-modules-REL` and
 //! `linux-base-REL` (config), all under usr/lib/modules/REL/.
 
+use crate::kernel::which;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime};
@@ -287,14 +288,6 @@ impl Apt {
         }
         Ok(out)
     }
-}
-
-fn which(tool: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join(tool))
-            .find(|p| p.is_file())
-    })
 }
 
 /// The newest version per series (`6.1 (6.1.158), 6.12 (6.12.57), ...`), newest series last.

@@ -112,6 +112,15 @@ impl KernelError {
     }
 }
 
+/// A tool on PATH (QEMU, apt, bwrap): where it is, if anywhere.
+pub(crate) fn which(tool: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(tool))
+            .find(|p| p.is_file())
+    })
+}
+
 /// A kernel ready to boot.
 #[derive(Debug, Clone, Serialize)]
 pub struct Kernel {

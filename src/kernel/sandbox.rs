@@ -9,6 +9,7 @@
 //! group of its own, ended on SIGINT/SIGTERM/SIGHUP (SIGTERM first, so make deletes the target
 //! it was writing, then SIGKILL), and on SIGKILL of hvlab through the death signal.
 
+use crate::kernel::which;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -210,14 +211,6 @@ fn trial_failure(bwrap: &Path, output: &str) -> SandboxError {
             output: output.to_string(),
         }
     }
-}
-
-fn which(tool: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join(tool))
-            .find(|p| p.is_file())
-    })
 }
 
 /// How a command given to [`run_to_end`] ended.

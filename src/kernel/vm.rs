@@ -14,6 +14,7 @@
 //! TCG runs single-threaded: with `thread=multi` Linux 6.12 and 7.2 guests oopsed on an
 //! `int3` in `__schedule` (a text-poke another vCPU had not yet seen).
 
+use crate::kernel::which;
 use crate::sys::{StopSignals, signal_name};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -282,15 +283,6 @@ pub struct Boot {
 }
 
 // ---- the initramfs ----
-
-/// A tool on PATH.
-fn which(tool: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join(tool))
-            .find(|p| p.is_file())
-    })
-}
 
 /// The static busybox the guest's userland is.
 fn busybox() -> Result<PathBuf, VmError> {
