@@ -113,12 +113,16 @@ fn vm_commands(args: &VmArgs) -> Result<Vec<Vec<String>>, Error> {
 #[derive(Debug, Args)]
 pub struct VmArgs {
     /// The kernel: debian:VERSION, a bzImage (with --modules), a build tree, an unpacked package;
-    /// debian:VERSION+PATCH[+PATCH...] rebuilds Debian's source of that version with the patches
+    /// debian:VERSION+PATCH[+PATCH...] rebuilds Debian's source of that version with the patches;
+    /// git:PATH@REF[+PATCH...] builds that commit of a git tree (in hvlab's own clone)
     #[arg(long, value_name = "SPEC")]
     kernel: String,
     /// Modules for a bzImage: DIR/lib/modules/RELEASE (`make modules_install INSTALL_MOD_PATH=DIR`)
     #[arg(long, value_name = "DIR")]
     modules: Option<PathBuf>,
+    /// For git:PATH@REF: the .config whose HZ, preemption, RCU and KVM options the minimal guest config keeps (default: Debian's config of the nearest version in hvlab's cache)
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     #[command(flatten)]
     boot: BootArgs,
     /// More hvlab commands for the same boot, one argument list per line (after the one given)
@@ -231,10 +235,11 @@ pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
     let mut store = open_store(db)?;
     vm::qemu()?;
     let reporter = Reporter::new(false);
-    let resolved = build::resolve(
+    let resolved = build::resolve_with_config(
         &[&args.kernel],
         args.modules.as_deref(),
         args.sandbox.policy(),
+        args.config.as_deref(),
         &reporter,
     )
     .map_err(vm::VmError::from)?;
