@@ -15,6 +15,7 @@ pub mod journal;
 pub mod kbuild;
 pub mod ko;
 pub mod patch;
+pub mod reach;
 pub mod sandbox;
 pub mod toolchain;
 pub mod vm;
