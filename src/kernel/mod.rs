@@ -14,6 +14,7 @@ pub mod debian;
 pub mod journal;
 pub mod kbuild;
 pub mod ko;
+pub mod kprobe;
 pub mod patch;
 pub mod reach;
 pub mod sandbox;
