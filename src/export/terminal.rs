@@ -1055,6 +1055,7 @@ mod hostile_records {
                 warnings: vec![],
                 tag: None,
                 baseline: None,
+                calls: Vec::new(),
             }
         }
     }

@@ -27,6 +27,29 @@ use params::{Param, ParamInfo};
 pub use question::{Baseline, Question};
 use runner::{Progress, RunRequest, ScenarioOutcome};
 
+/// Kernel code a scenario's runs reach only with a KVM module parameter: `hvlab kab` names
+/// it beside a NOT EXERCISED verdict whose patched functions are among `functions`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Reaches {
+    /// The source file of the functions.
+    pub file: &'static str,
+    /// The functions only it reaches.
+    pub functions: &'static [&'static str],
+    /// What reaches them, in words (`the legacy MMU`).
+    pub by: &'static str,
+    /// The `--kvm-param` that selects it (`kvm.tdp_mmu=N`).
+    pub kvm_param: &'static str,
+}
+
+/// What reaches the kernel code `scenario`'s default runs do not ([`Reaches`]).
+pub fn reaches(scenario: &str) -> &'static [Reaches] {
+    if scenario == Kind::Memory.name() {
+        &memory::REACHES
+    } else {
+        &[]
+    }
+}
+
 /// A variant: a policy or configuration to compare.
 #[derive(Debug, Clone, Serialize)]
 pub struct VariantInfo {

@@ -706,6 +706,8 @@ mod tests {
             undecided: Vec::new(),
             host_busy: None,
             failures: [None, None],
+            calls: [None, None],
+            reach: None,
         }
     }
 
@@ -1028,6 +1030,63 @@ mod tests {
             .and_then(|n| n.parse().ok())
             .expect(after);
         assert!((15.0..25.0).contains(&saved), "{saved}: {after}");
+    }
+
+    /// Issue 37, item 3: the 004 revert under the default TDP MMU, as a kab stored it. The
+    /// text, the cover letter and the JSON say NOT EXERCISED with the calls on each side and
+    /// the legacy MMU's `--kvm-param`; the headline never says "no regression", and the gate
+    /// passes.
+    #[test]
+    fn a_patch_that_never_ran_is_said_not_exercised_with_its_calls_everywhere() {
+        use crate::lab::kab::fixture;
+        let runs = fixture::not_exercised_runs();
+        let (a, b) = (fixture::side(&runs, "A"), fixture::side(&runs, "B"));
+        let judged = kab::judge(
+            &["memory".to_string()],
+            &["populated".to_string()],
+            [
+                kab::SideRuns {
+                    runs: &a,
+                    failed_commands: &[],
+                },
+                kab::SideRuns {
+                    runs: &b,
+                    failed_commands: &[],
+                },
+            ],
+            crate::kernel::vm::Accel::Tcg,
+            0.05,
+        );
+        let o = KabOutcome {
+            scenario_names: vec!["memory".into()],
+            ..dirty_outcome(judged)
+        };
+        let text = render(&o);
+        let first = text.lines().next().unwrap();
+        assert!(
+            first.starts_with("kab: B against A, NOT EXERCISED 1 of 1 variant(s)")
+                && first.contains("the patched code never ran in any variant")
+                && !first.contains("no regression"),
+            "{first}"
+        );
+        assert!(
+            text.contains("NOT EXERCISED populated  the patched code never ran on either kernel, so this variant cannot show the patch: __direct_pte_prefetch 0 → 0 calls\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("the legacy MMU reaches it: --kvm-param kvm.tdp_mmu=N"),
+            "{text}"
+        );
+        let md = markdown(&o, "hvlab kab debian:7.3 debian:7.3+revert.patch");
+        assert!(
+            md.contains("| populated | **NOT EXERCISED** |")
+                && md.contains("__direct_pte_prefetch 0 → 0 calls; the legacy MMU reaches it: --kvm-param kvm.tdp_mmu=N"),
+            "{md}"
+        );
+        let json = serde_json::to_string(&o).unwrap();
+        assert!(json.contains("\"class\":\"NOT EXERCISED\""), "{json}");
+        assert!(json.contains("\"via_callers\":false,\"calls\":0"), "{json}");
+        assert_eq!(kab_exit_code(true, &[], &o).unwrap(), 0);
     }
 
     /// `outcome()`'s kab, with the dirty scenario judged from `judged` and the boots quiet.

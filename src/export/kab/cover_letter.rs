@@ -3,7 +3,9 @@
 //! command that reproduces it.
 
 use super::prediction::prediction_markdown;
-use super::words::{change_words, confinement, failure_lines, sides_word, stall_words};
+use super::words::{
+    calls_lines, change_words, confinement, failure_lines, sides_word, stall_words,
+};
 use crate::export::escape;
 use crate::kernel::Kernel;
 use crate::kernel::build::{BuildInfo, How};
@@ -121,6 +123,7 @@ fn table_row(v: &VariantVerdict) -> String {
             format!("{} ({sides})", stall_words(s))
         })
         .chain(failure_lines(v))
+        .chain(calls_lines(v))
         .collect::<Vec<_>>()
         .join("; ");
     let cost = v

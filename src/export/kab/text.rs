@@ -3,7 +3,7 @@
 
 use super::details::details;
 use super::prediction::prediction_lines;
-use super::words::{change_words, duration, failure_lines, stall_side, stall_words};
+use super::words::{calls_lines, change_words, duration, failure_lines, stall_side, stall_words};
 use crate::analysis::quantity::fixed_decimals;
 use crate::analysis::verdict::Class;
 use crate::kernel::Kernel;
@@ -78,16 +78,26 @@ fn order(c: Class) -> u8 {
         Class::Regressed => 2,
         Class::NoChange => 3,
         Class::NotDecided => 4,
-        Class::Faster => 5,
-        Class::Slower => 6,
+        Class::NotExercised => 5,
+        Class::Faster => 6,
+        Class::Slower => 7,
     }
 }
 
 /// The headline's end: whether B regressed, read from the classes as the gate reads them;
-/// "no regression" only when something was decided.
+/// "no regression" only when something was decided, in code the patch changed.
 fn gate_words(o: &KabOutcome) -> &'static str {
     let busy = o.host_busy().is_some();
-    let decided = o.verdicts.iter().any(|v| v.class != Class::NotDecided);
+    let exercised: Vec<&VariantVerdict> = o
+        .verdicts
+        .iter()
+        .filter(|v| v.class != Class::NotExercised)
+        .collect();
+    if !o.regression && !o.verdicts.is_empty() && exercised.is_empty() {
+        // Calls are counted exactly, busy host or not.
+        return "; the patched code never ran in any variant: nothing here could show the patch (each variant says what reaches it)";
+    }
+    let decided = exercised.iter().any(|v| v.class != Class::NotDecided);
     match (o.regression, busy) {
         (true, true) => {
             "; REGRESSION: B failed what A ran; nothing else judged: other work kept QEMU waiting for a CPU: rerun on a quiet host"
@@ -211,6 +221,8 @@ pub fn mechanism(v: &VariantVerdict) -> Vec<String> {
             )],
         },
         Class::NoChange => Vec::new(),
+        // Its lines are the calls' (below).
+        Class::NotExercised => Vec::new(),
         // Classes of one metric's comparison, never a kab variant's.
         Class::Faster | Class::Slower => Vec::new(),
     };
@@ -222,6 +234,7 @@ pub fn mechanism(v: &VariantVerdict) -> Vec<String> {
     {
         out.extend(unchanged_stalls(v));
     }
+    out.extend(calls_lines(v));
     let mut costs: Vec<&Change> = v.costs.iter().collect();
     costs.sort_by(|x, y| (y.b - y.a).total_cmp(&(x.b - x.a)));
     for c in costs {

@@ -178,6 +178,11 @@ impl<'a> SourceCache<'a> {
         out
     }
 
+    /// The unpacked source every build of this image starts from, unpatched between builds.
+    pub(super) fn source_tree(&self) -> PathBuf {
+        self.root.join("modules")
+    }
+
     pub(super) fn log(&self, what: &str) -> PathBuf {
         self.root
             .join("logs")

@@ -40,7 +40,7 @@ pub use spec::PatchedSpec;
 pub use whole::GUEST_CONFIG;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -69,6 +69,9 @@ pub struct Resolved {
     pub steps: Vec<Step>,
     /// Sentences about the comparison (`A and B differ by the patch alone`).
     pub notes: Vec<String>,
+    /// The unpacked source trees the patched sides were built from, unpatched between
+    /// builds: where a patch's functions are read ([`crate::kernel::reach`]).
+    pub source_trees: Vec<PathBuf>,
 }
 
 /// Where long steps are reported.
@@ -178,7 +181,16 @@ fn resolve_debian(
     let images = fetch_images(parsed)?;
     let mut steps = Vec::new();
     let mut notes = Vec::new();
-    let sides = build_image_groups(parsed, &images, &sandbox, progress, &mut steps, &mut notes)?;
+    let mut source_trees = Vec::new();
+    let sides = build_image_groups(
+        parsed,
+        &images,
+        &sandbox,
+        progress,
+        &mut steps,
+        &mut notes,
+        &mut source_trees,
+    )?;
     let out = complete_sides(sides, parsed, &images, modules)?;
     if out.len() == 2 && (out[0].build.is_some() != out[1].build.is_some()) {
         notes.push(
@@ -189,6 +201,7 @@ fn resolve_debian(
         sides: out,
         steps,
         notes,
+        source_trees,
     })
 }
 
@@ -207,6 +220,7 @@ fn resolve_as_given(specs: &[&str], modules: Option<&Path>) -> Result<Resolved, 
         sides,
         steps: Vec::new(),
         notes: Vec::new(),
+        source_trees: Vec::new(),
     })
 }
 
@@ -255,6 +269,7 @@ fn build_image_groups(
     progress: &dyn BuildProgress,
     steps: &mut Vec<Step>,
     notes: &mut Vec<String>,
+    source_trees: &mut Vec<PathBuf>,
 ) -> Result<Vec<Option<Built>>, BuildError> {
     let mut sides: Vec<Option<Built>> = vec![None; parsed.len()];
     // One group per image that has a patched side: every side on that image builds from it.
@@ -279,6 +294,7 @@ fn build_image_groups(
         notes.append(&mut source.notes);
         let built = built?;
         steps.append(&mut source.steps);
+        source_trees.push(source.source_tree());
         for (&j, b) in group.iter().zip(built) {
             sides[j] = Some(b);
             done.insert(j);

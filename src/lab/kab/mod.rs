@@ -225,7 +225,21 @@ pub(crate) mod fixture {
     /// The four runs, through a store and back: a run whose every variant failed is stored
     /// like any other.
     pub fn runs() -> Vec<RunRecord> {
-        let parsed: Vec<RunRecord> = RUNS
+        through_a_store(RUNS)
+    }
+
+    /// The revert of 004's trailing prefetch under the default TDP MMU, as a kab stored it:
+    /// `__direct_pte_prefetch` called 0 times in every boot (`tests/fixtures/kab-not-exercised/`).
+    pub fn not_exercised_runs() -> Vec<RunRecord> {
+        through_a_store(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/kab-not-exercised/runs.jsonl"
+        )))
+    }
+
+    /// The runs of `jsonl`, stored and loaded back.
+    fn through_a_store(jsonl: &str) -> Vec<RunRecord> {
+        let parsed: Vec<RunRecord> = jsonl
             .lines()
             .map(|l| serde_json::from_str(l).expect("a stored run"))
             .collect();

@@ -16,17 +16,37 @@ use crate::kernel::calibration::{self, Identity};
 use crate::lab::fidelity::patch::{self, StrategyChoice};
 use hvlab_core::host::{KabSide, PatchId};
 
-use super::judge::{Judgement, ScenarioAb, SideRuns, busy_during_boot, judge, judgement};
+use super::judge::{
+    Judgement, ScenarioAb, SideRuns, busy_during_boot, judge, judgement, mark_given,
+};
 use super::predict::{KabPrediction, predict};
 use super::{
     BootSummary, GuestFailure, HostSummary, KabOutcome, KabProgress, KabRequest, WallTimes,
 };
+use crate::kernel::patch::PatchFile;
+use crate::kernel::reach::{PatchedFunction, Reach, reach_all};
 
 /// Which side a boot is.
 pub fn abba(boots_per_side: u32) -> Vec<usize> {
     (0..boots_per_side * 2)
         .map(|i| usize::from(matches!(i % 4, 1 | 2)))
         .collect()
+}
+
+/// `commands` with the guest's `hvlab run` asked to count calls of the patched functions
+/// (unchanged when there are none).
+fn with_count_calls(mut commands: Vec<Vec<String>>, reach: &Reach) -> Vec<Vec<String>> {
+    if reach.functions.is_empty() {
+        return commands;
+    }
+    let specs: Vec<String> = reach.functions.iter().map(PatchedFunction::spec).collect();
+    for c in commands
+        .iter_mut()
+        .filter(|c| c.first().is_some_and(|a| a == "run"))
+    {
+        c.extend(["--count-calls".to_string(), specs.join(",")]);
+    }
+    commands
 }
 
 /// The hvlab command each boot runs, per scenario; `--variant` and `--set` go to the
@@ -111,8 +131,11 @@ pub fn run(
     let start = Instant::now();
     let commands = guest_commands(req)?;
     vm::qemu()?;
-    let kernels = KabKernels::resolve(req, progress)?;
+    let mut kernels = KabKernels::resolve(req, progress)?;
     let build_s = start.elapsed().as_secs_f64();
+    let (reach, notes) = kernels.patched_functions();
+    kernels.notes.extend(notes);
+    let commands = with_count_calls(commands, &reach);
     let lifecycle = req
         .scenarios
         .iter()
@@ -192,6 +215,8 @@ struct KabKernels {
     build_steps: Vec<Step>,
     notes: Vec<String>,
     choice: AccelChoice,
+    /// The unpatched source the patched sides were built from.
+    source_trees: Vec<PathBuf>,
 }
 
 impl KabKernels {
@@ -219,7 +244,44 @@ impl KabKernels {
             build_steps: resolved.steps,
             notes: resolved.notes,
             choice,
+            source_trees: resolved.source_trees,
         })
+    }
+
+    /// The functions both sides' patches change, read against the unpatched source, with a
+    /// note of what was counted and what could not be placed.
+    fn patched_functions(&self) -> (Reach, Vec<String>) {
+        let mut notes = Vec::new();
+        let patches: Vec<PatchFile> = self
+            .builds
+            .iter()
+            .flatten()
+            .flat_map(|b| &b.patches)
+            .filter_map(|p| match PatchFile::read(&p.path) {
+                Ok(file) => Some(file),
+                Err(e) => {
+                    notes.push(format!("calls not counted for {}: {e}", p.file));
+                    None
+                }
+            })
+            .collect();
+        let Some(tree) = self.source_trees.first() else {
+            return (Reach::default(), notes);
+        };
+        let reach = reach_all(&patches, tree);
+        if !reach.functions.is_empty() {
+            notes.push(format!(
+                "calls of the patched functions are counted in each guest, in one untimed repetition per variant after the timed ones: {}",
+                reach
+                    .functions
+                    .iter()
+                    .map(|f| f.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        notes.extend(reach.skipped.iter().map(|s| format!("not counted: {s}")));
+        (reach, notes)
     }
 
     /// The model's strategy for each side: from its release and patches, and for B the
@@ -403,6 +465,8 @@ impl KabOutcome {
             regression,
             inconclusive,
         } = judgement(&judged, &boots);
+        let mut verdicts = verdicts;
+        mark_given(&mut verdicts, &req.vm.kvm_params);
         let [a, b] = kernels.kernels;
         KabOutcome {
             hvlab_version: format!("{} ({})", host.hvlab_version, host.git_rev),
