@@ -125,6 +125,7 @@ pub fn resolve_with_config(
     let mut sides: Vec<Option<Built>> = vec![None; parsed.len()];
     let mut steps = Vec::new();
     let mut notes = Vec::new();
+    let mut source_trees = Vec::new();
     for &i in &git {
         let (built, mut own) = git::build_git_side(&parsed[i], config, &sandbox, progress)?;
         if let Some(b) = &built.build {
@@ -146,6 +147,7 @@ pub fn resolve_with_config(
         }
         steps.append(&mut resolved.steps);
         notes.append(&mut resolved.notes);
+        source_trees.append(&mut resolved.source_trees);
         notes.push(
             "a git side is built from its tree and another side is not: they differ by more than a patch (source, config, maybe compiler)".into(),
         );
@@ -154,6 +156,7 @@ pub fn resolve_with_config(
         sides: sides.into_iter().flatten().collect(),
         steps,
         notes,
+        source_trees,
     })
 }
 
