@@ -43,6 +43,8 @@ use crate::store::Store;
 use crate::kernel::calibration::{self, Identity};
 use crate::kernel::vm::Accel;
 use crate::lab::fidelity::patch::{self, PatchRow, StrategyChoice, Wait};
+use crate::kernel::patch::PatchFile;
+use crate::lab::fidelity::memory_patch::{self, MemoryPrediction};
 use crate::lab::fidelity::srcu::{OnReportersHost, on_reporters_host};
 use crate::record::pooled;
 use hvlab_core::host::{KabSide, PatchId};
@@ -1129,6 +1131,9 @@ pub struct KabOutcome {
     /// The model's prediction of the same change (lifecycle only): predicted, never measured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prediction: Option<KabPrediction>,
+    /// The memory model's `pf_fixed` for the change (memory only): predicted, never measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_prediction: Option<MemoryPrediction>,
 }
 
 /// The model's prediction of the change a kab measured: on this host under the same
@@ -1295,6 +1300,7 @@ pub fn run(
         .iter()
         .any(|s| s == scenario::Kind::Lifecycle.name());
     let strategies = kernels.model_strategies(req.model_strategy.as_deref());
+    let prefetch = kernels.prefetch_strategies(req.model_strategy.as_deref());
     // The base's profile, calibrated in its own guest under this accelerator: what prices the
     // model's prediction of the change here. Kept per kernel, so only a kab's first run on a
     // base pays for it (in its first boot, after the scenarios).
@@ -1302,7 +1308,10 @@ pub fn run(
     let cached = cached_calibration(&base, progress);
     let calibrate_now =
         req.calibrate && lifecycle && strategies.iter().all(Result::is_ok) && cached.is_none();
-    let tags = kab_tags(&kernels.builds, req.model_strategy.as_deref());
+    let mut tags = kab_tags(&kernels.builds, lifecycle_declared(req.model_strategy.as_deref()));
+    for (tag, s) in tags.iter_mut().zip(&prefetch) {
+        tag.memory_strategy = s.as_ref().ok().map(|c| c.name.clone());
+    }
     let plan = BootPlan {
         kernels: &kernels,
         commands: &commands,
@@ -1345,12 +1354,17 @@ pub fn run(
             )
         })
         .transpose()?;
+    let memory = scenario::Kind::Memory.name();
+    let memory_prediction = req.scenarios.iter().any(|s| s == memory).then(|| {
+        let sides = [0, 1].map(|i| measured(&booted.sides[i], memory));
+        memory_patch::predict(prefetch, [&sides[0], &sides[1]])
+    });
     let wall = WallTimes {
         build_s,
         boots_s,
         total_s: start.elapsed().as_secs_f64(),
     };
-    Ok(KabOutcome::new(
+    let mut outcome = KabOutcome::new(
         req,
         kernels,
         booted.summaries,
@@ -1358,7 +1372,15 @@ pub fn run(
         host,
         prediction,
         wall,
-    ))
+    );
+    outcome.memory_prediction = memory_prediction;
+    Ok(outcome)
+}
+
+/// A `--model-strategy` meant for the lifecycle model: any name that is not the memory
+/// model's (which [`KabKernels::prefetch_strategies`] takes).
+fn lifecycle_declared(declared: Option<&str>) -> Option<&str> {
+    declared.filter(|d| memory_patch::Prefetch::named(d).is_none())
 }
 
 /// Both kernels of a kab, resolved (built when patched) and checked, and how their VMs run.
@@ -1411,9 +1433,34 @@ impl KabKernels {
             patch::strategy_for(
                 &self.kernels[1].release,
                 &patch_ids(self.builds[1].as_ref()),
-                declared,
+                lifecycle_declared(declared),
             ),
         ]
+    }
+
+    /// The memory model's prefetch for each side: from its patches' hunks, and for B the
+    /// strategy `declared` when it names one of the memory model's.
+    fn prefetch_strategies(
+        &self,
+        declared: Option<&str>,
+    ) -> [Result<memory_patch::PrefetchChoice, memory_patch::NoPrediction>; 2] {
+        let declared = declared.filter(|d| memory_patch::Prefetch::named(d).is_some());
+        [0, 1].map(|i| {
+            let files = self.builds[i]
+                .as_ref()
+                .map_or(&[][..], |b| b.patches.as_slice())
+                .iter()
+                .map(|p| {
+                    PatchFile::read(&p.path).map_err(|e| {
+                        memory_patch::NoPrediction::Unreadable {
+                            patch: p.file.clone(),
+                            why: e.to_string(),
+                        }
+                    })
+                })
+                .collect::<Result<Vec<PatchFile>, _>>()?;
+            memory_patch::strategy_for(&files, if i == 1 { declared } else { None })
+        })
     }
 }
 
@@ -1606,6 +1653,7 @@ impl KabOutcome {
             wall_s: wall.total_s,
             wall,
             prediction,
+            memory_prediction: None,
         }
     }
 }
@@ -1639,6 +1687,7 @@ fn kab_tags(builds: &[Option<BuildInfo>; 2], declared: Option<&str>) -> [KabSide
             .map(|(file, sha256)| PatchId { file, sha256 })
             .collect(),
         model_strategy: (i == 1).then(|| declared.map(str::to_string)).flatten(),
+        memory_strategy: None,
     };
     [side(0), side(1)]
 }

@@ -107,6 +107,7 @@ fn outcome(
         },
         wall_s: 51.0,
         prediction: None,
+        memory_prediction: None,
     }
 }
 

@@ -911,6 +911,7 @@ mod tests {
             },
             wall_s: 90.0,
             prediction: Some(prediction()),
+            memory_prediction: None,
         }
     }
 
@@ -1043,6 +1044,7 @@ mod tests {
             regression: j.regression,
             inconclusive: j.inconclusive,
             prediction: None,
+            memory_prediction: None,
             ..outcome()
         }
     }
