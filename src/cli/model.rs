@@ -201,7 +201,12 @@ fn memory_predictions(report: &lab::fidelity::memory_patch::MemoryReport) -> Str
         report.outside()
     )];
     out.push("  the memory model running each side's prefetch (recognised from its patch or declared) on the MMU its boots ran, against kvm.vcpu.pf_fixed exactly; counts only, no profile read, so nothing is fitted on the patched runs".into());
-    let width = report.rows.iter().map(|r| r.variant.len()).max().unwrap_or(0);
+    let width = report
+        .rows
+        .iter()
+        .map(|r| r.variant.len())
+        .max()
+        .unwrap_or(0);
     for r in &report.rows {
         let verdict = match &r.agreement {
             Agreement::Within => "within",

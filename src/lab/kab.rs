@@ -41,10 +41,10 @@ use crate::scenario::runner::DEFAULT_SEED;
 use crate::store::Store;
 
 use crate::kernel::calibration::{self, Identity};
-use crate::kernel::vm::Accel;
-use crate::lab::fidelity::patch::{self, PatchRow, StrategyChoice, Wait};
 use crate::kernel::patch::PatchFile;
+use crate::kernel::vm::Accel;
 use crate::lab::fidelity::memory_patch::{self, MemoryPrediction};
+use crate::lab::fidelity::patch::{self, PatchRow, StrategyChoice, Wait};
 use crate::lab::fidelity::srcu::{OnReportersHost, on_reporters_host};
 use crate::record::pooled;
 use hvlab_core::host::{KabSide, PatchId};
@@ -1308,7 +1308,10 @@ pub fn run(
     let cached = cached_calibration(&base, progress);
     let calibrate_now =
         req.calibrate && lifecycle && strategies.iter().all(Result::is_ok) && cached.is_none();
-    let mut tags = kab_tags(&kernels.builds, lifecycle_declared(req.model_strategy.as_deref()));
+    let mut tags = kab_tags(
+        &kernels.builds,
+        lifecycle_declared(req.model_strategy.as_deref()),
+    );
     for (tag, s) in tags.iter_mut().zip(&prefetch) {
         tag.memory_strategy = s.as_ref().ok().map(|c| c.name.clone());
     }
@@ -1451,11 +1454,9 @@ impl KabKernels {
                 .map_or(&[][..], |b| b.patches.as_slice())
                 .iter()
                 .map(|p| {
-                    PatchFile::read(&p.path).map_err(|e| {
-                        memory_patch::NoPrediction::Unreadable {
-                            patch: p.file.clone(),
-                            why: e.to_string(),
-                        }
+                    PatchFile::read(&p.path).map_err(|e| memory_patch::NoPrediction::Unreadable {
+                        patch: p.file.clone(),
+                        why: e.to_string(),
                     })
                 })
                 .collect::<Result<Vec<PatchFile>, _>>()?;

@@ -134,8 +134,11 @@ fn pf_fixed_words(v: &VariantPfFixed) -> String {
 
 /// The memory model's line beside a variant's verdict: the MMU the boots ran first.
 pub(super) fn memory_beside(p: &MemoryPrediction, variant: &str) -> Option<String> {
-    let mut rows: Vec<&VariantPfFixed> =
-        p.this_host.iter().filter(|v| v.variant == variant).collect();
+    let mut rows: Vec<&VariantPfFixed> = p
+        .this_host
+        .iter()
+        .filter(|v| v.variant == variant)
+        .collect();
     if rows.is_empty() {
         return None;
     }
@@ -146,7 +149,9 @@ pub(super) fn memory_beside(p: &MemoryPrediction, variant: &str) -> Option<Strin
 
 /// The memory model's strategies, what is missing, and thread 004's host, after the verdicts.
 pub(super) fn memory_lines(p: &MemoryPrediction) -> Vec<String> {
-    let mut out = vec!["predicted by the memory model (not measured; counts only, no profile read):".to_string()];
+    let mut out = vec![
+        "predicted by the memory model (not measured; counts only, no profile read):".to_string(),
+    ];
     if !p.unknown.is_empty() {
         let why: Vec<String> = p.unknown.iter().map(ToString::to_string).collect();
         out.push(format!("  nothing: {}", why.join("; ")));
@@ -157,7 +162,11 @@ pub(super) fn memory_lines(p: &MemoryPrediction) -> Vec<String> {
             .as_ref()
             .map_or_else(String::new, |s| format!("{} ({})", s.name, s.from))
     };
-    out.push(format!("  strategies: A {}, B {}", strategy(0), strategy(1)));
+    out.push(format!(
+        "  strategies: A {}, B {}",
+        strategy(0),
+        strategy(1)
+    ));
     if let Some(why) = &p.this_host_missing {
         out.push(format!("  on this host: none ({why})"));
     }
@@ -189,7 +198,8 @@ fn memory_markdown(p: &MemoryPrediction) -> Vec<String> {
         let why: Vec<String> = p.unknown.iter().map(ToString::to_string).collect();
         return vec![format!("Model prediction: none ({})", why.join("; "))];
     }
-    let mut out = vec!["Model prediction (hvlab's memory model; predicted, not measured):".to_string()];
+    let mut out =
+        vec!["Model prediction (hvlab's memory model; predicted, not measured):".to_string()];
     let here: Vec<String> = p
         .this_host
         .iter()

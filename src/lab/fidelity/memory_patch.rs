@@ -195,7 +195,12 @@ fn take_define(lines: &mut Vec<String>) -> Option<String> {
     let i = lines.iter().position(|l| {
         l.split_whitespace().take(2).collect::<Vec<_>>() == ["#define", "PTE_PREFETCH_NUM"]
     })?;
-    let value = lines.remove(i).split_whitespace().nth(2).unwrap_or("").to_string();
+    let value = lines
+        .remove(i)
+        .split_whitespace()
+        .nth(2)
+        .unwrap_or("")
+        .to_string();
     Some(value)
 }
 
@@ -271,8 +276,7 @@ pub fn strategy_for(
     declared: Option<&str>,
 ) -> Result<PrefetchChoice, NoPrediction> {
     if let Some(name) = declared {
-        let p = Prefetch::named(name)
-            .ok_or_else(|| NoPrediction::UnknownDeclared {
+        let p = Prefetch::named(name).ok_or_else(|| NoPrediction::UnknownDeclared {
             name: name.to_string(),
         })?;
         return Ok(PrefetchChoice {
@@ -414,7 +418,10 @@ pub fn pf_fixed(plan: &TouchPlan, mmu: Stage2Mmu, prefetch: Prefetch) -> Result<
 }
 
 /// The plans of `variants` as a stored memory run of `params` ran them (its seed too).
-pub fn plans_of_run(run: &RunRecord, variants: &[&str]) -> Result<Vec<(String, TouchPlan)>, SetupError> {
+pub fn plans_of_run(
+    run: &RunRecord,
+    variants: &[&str],
+) -> Result<Vec<(String, TouchPlan)>, SetupError> {
     let sets: Vec<String> = run
         .params
         .iter()
@@ -669,8 +676,12 @@ pub fn from_runs(runs: &[RunRecord]) -> MemoryReport {
     }
     for ((id, side), side_runs) in by_side {
         let skip = |why: String| super::patch::Skipped::of(id, Some(side), why);
-        let Some(first) = side_runs.first() else { continue };
-        let Some(u) = first.host.under_test.as_ref() else { continue };
+        let Some(first) = side_runs.first() else {
+            continue;
+        };
+        let Some(u) = first.host.under_test.as_ref() else {
+            continue;
+        };
         let Some(kab) = u.kab.as_ref() else { continue };
         let Some(p) = kab.memory_strategy.as_deref().and_then(Prefetch::named) else {
             report.skipped.push(skip(
@@ -679,10 +690,17 @@ pub fn from_runs(runs: &[RunRecord]) -> MemoryReport {
             continue;
         };
         let Some(mmu) = Stage2Mmu::of(&first.host) else {
-            report.skipped.push(skip("the runs do not say which stage-2 MMU the guest's KVM used".into()));
+            report.skipped.push(skip(
+                "the runs do not say which stage-2 MMU the guest's KVM used".into(),
+            ));
             continue;
         };
-        let names: Vec<&str> = first.variants.iter().filter(|v| v.is_ok()).map(|v| v.name.as_str()).collect();
+        let names: Vec<&str> = first
+            .variants
+            .iter()
+            .filter(|v| v.is_ok())
+            .map(|v| v.name.as_str())
+            .collect();
         let plans = match plans_of_run(first, &names) {
             Ok(p) => p,
             Err(e) => {
@@ -693,7 +711,11 @@ pub fn from_runs(runs: &[RunRecord]) -> MemoryReport {
         let change = if kab.patches.is_empty() {
             "none (stock)".to_string()
         } else {
-            kab.patches.iter().map(|p| p.file.as_str()).collect::<Vec<_>>().join(" + ")
+            kab.patches
+                .iter()
+                .map(|p| p.file.as_str())
+                .collect::<Vec<_>>()
+                .join(" + ")
         };
         for (variant, plan) in &plans {
             let measured = pooled(&side_runs, variant, PF_FIXED);
@@ -753,4 +775,260 @@ pub fn evaluate(store: &crate::store::Store) -> Result<MemoryReport, crate::erro
         }
     }
     Ok(from_runs(&runs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn patch(name: &str) -> PatchFile {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/patches")
+            .join(name);
+        PatchFile::read(&path).expect("a test patch")
+    }
+
+    fn text_patch(name: &str, text: &str) -> PatchFile {
+        PatchFile {
+            path: name.into(),
+            sha256: String::new(),
+            patches: crate::kernel::patch::parse(Path::new(name), text).expect("a diff"),
+        }
+    }
+
+    const SKIP: Prefetch = Prefetch {
+        trailing: false,
+        num: 8,
+    };
+
+    #[test]
+    fn the_revert_and_a_prefetch_block_change_are_recognised_from_their_hunks() {
+        let revert = patch("004-revert-trailing-prefetch.patch");
+        assert_eq!(recognise(&revert, Prefetch::STOCK), Ok(SKIP));
+        let sixteen = patch("004-pte-prefetch-16.patch");
+        assert_eq!(
+            recognise(&sixteen, Prefetch::STOCK),
+            Ok(Prefetch {
+                trailing: true,
+                num: 16
+            })
+        );
+        // Both, in order: the name says both.
+        let both = strategy_for(&[revert, sixteen], None).expect("known");
+        assert_eq!(both.name, "legacy-skip-trailing:16");
+        assert!(
+            both.from.contains("reverts the trailing prefetch"),
+            "{}",
+            both.from
+        );
+        assert!(
+            both.from.contains("PTE_PREFETCH_NUM 8 → 16"),
+            "{}",
+            both.from
+        );
+        assert_eq!(strategy_for(&[], None).map(|c| c.name), Ok("legacy".into()));
+    }
+
+    /// Thread 004's own diff (the fix, from the seed, whose blank lines the archive lost)
+    /// restores the trailing flush on a kernel
+    /// without it.
+    #[test]
+    fn the_thread_s_fix_restores_the_trailing_prefetch() {
+        let fix = "--- a/arch/x86/kvm/mmu/mmu.c\n+++ b/arch/x86/kvm/mmu/mmu.c\n@@ -2818,9 +2818,11 @@ static void __direct_pte_prefetch(struct kvm_vcpu *vcpu,\n \t\t\tif (!start)\n \t\t\t\tcontinue;\n \t\t\tif (direct_pte_prefetch_many(vcpu, sp, start, spte) < 0)\n-\t\t\t\tbreak;\n+\t\t\t\treturn;\n \t\t\tstart = NULL;\n \t\t} else if (!start)\n \t\t\tstart = spte;\n \t}\n+\tif (start)\n+\t\tdirect_pte_prefetch_many(vcpu, sp, start, spte);\n }\n";
+        assert_eq!(
+            recognise(&text_patch("fix.patch", fix), SKIP),
+            Ok(Prefetch::STOCK)
+        );
+    }
+
+    #[test]
+    fn anything_else_gets_no_prediction_with_the_reason() {
+        for name in [
+            "001-lifecycle-keyed.patch",
+            "001-sync-on-register.patch",
+            "srcu-call-expedited.patch",
+            "doc-only.patch",
+        ] {
+            let why = recognise(&patch(name), Prefetch::STOCK).unwrap_err();
+            assert!(
+                matches!(why, NoPrediction::OtherFile { .. }),
+                "{name}: {why:?}"
+            );
+            assert!(why.to_string().contains("--model-strategy"), "{why}");
+        }
+        let twelve = "--- a/arch/x86/kvm/mmu/mmu.c\n+++ b/arch/x86/kvm/mmu/mmu.c\n@@ -125 +125 @@\n-#define PTE_PREFETCH_NUM\t\t8\n+#define PTE_PREFETCH_NUM\t\t12\n";
+        assert_eq!(
+            recognise(&text_patch("twelve.patch", twelve), Prefetch::STOCK),
+            Err(NoPrediction::BadPrefetchNum {
+                patch: "twelve.patch".into(),
+                value: "12".into()
+            })
+        );
+        let other = "--- a/arch/x86/kvm/mmu/mmu.c\n+++ b/arch/x86/kvm/mmu/mmu.c\n@@ -3240 +3240 @@ static void __direct_pte_prefetch(\n-\t\t\tstart = NULL;\n+\t\t\tstart = spte;\n";
+        assert!(matches!(
+            recognise(&text_patch("other.patch", other), Prefetch::STOCK),
+            Err(NoPrediction::OtherHunk { .. })
+        ));
+        assert!(matches!(
+            strategy_for(&[], Some("sometimes")),
+            Err(NoPrediction::UnknownDeclared { .. })
+        ));
+        assert_eq!(
+            strategy_for(&[patch("doc-only.patch")], Some("legacy:32")).map(|c| c.name),
+            Ok("legacy:32".into())
+        );
+    }
+
+    fn plan(variant: &str) -> TouchPlan {
+        crate::scenario::plans_of(&Memory, &["size=16MiB"], &[variant], BackendKind::Model)
+            .expect("a plan")
+            .remove(0)
+            .1
+    }
+
+    /// 16 MiB is 4096 pages, touched once each in order, with 2 MiB guest pages (the default):
+    /// the guest's only table page in the pass is the data region's PD, frame 5 of the system
+    /// memslot, beside PML4, PDPT and PD 0 (frames 2-4) that the code's first fetch walked.
+    /// - TDP MMU: no prefetch, so every data page faults and the PD faults once: 4097, on any
+    ///   kernel.
+    /// - Legacy MMU, stock: the first fault in frames 0-7 (frame 2) maps the whole populated
+    ///   block, PD included, so the PD never faults. Populated data: one fault maps its 8-page
+    ///   block, 4096 / 8 = 512; lazy data: prefetch never faults a host page in, 4096.
+    /// - Legacy MMU, reverted: each fault is the lowest unmapped page of its block and the run
+    ///   after it is dropped, so all 4096 fault; and frames 2, 3, 4 each dropped the run after
+    ///   them, so the PD faults in the pass: 4097 for both backings.
+    /// - Legacy MMU, PTE_PREFETCH_NUM 16: populated 4096 / 16 = 256; lazy 4096; the PD lies in
+    ///   frames 0-15, mapped with the walk.
+    #[test]
+    fn pf_fixed_at_16mib_on_both_mmus() {
+        let sixteen = Prefetch {
+            trailing: true,
+            num: 16,
+        };
+        for (variant, tdp, stock, reverted, wide) in [
+            ("populated", 4097, 512, 4097, 256),
+            ("lazy", 4097, 4096, 4097, 4096),
+        ] {
+            let p = plan(variant);
+            let at = |mmu, s| pf_fixed(&p, mmu, s).expect("a count");
+            for s in [Prefetch::STOCK, SKIP, sixteen] {
+                assert_eq!(at(Stage2Mmu::TdpMmu, s), tdp, "{variant} TDP {}", s.name());
+            }
+            assert_eq!(
+                at(Stage2Mmu::TdpLegacy, Prefetch::STOCK),
+                stock,
+                "{variant}"
+            );
+            assert_eq!(at(Stage2Mmu::TdpLegacy, SKIP), reverted, "{variant}");
+            assert_eq!(at(Stage2Mmu::TdpLegacy, sixteen), wide, "{variant}");
+        }
+    }
+
+    /// 6 GiB of 4 KiB pages is 1,572,864; the fix maps a block of 8 per fault: 196,608. The
+    /// thread's "~1.75M" and "< 0.27M" include its guest kernel's own faults.
+    #[test]
+    fn thread_004_s_host_is_predicted_from_its_setup() {
+        assert_eq!(on_reporters_host(Prefetch::STOCK), Ok(196_608));
+        assert_eq!(on_reporters_host(SKIP), Ok(1_572_864));
+    }
+
+    const RUNS: &str = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/kab-7.3-004-revert/runs.jsonl"
+    ));
+
+    fn runs() -> Vec<RunRecord> {
+        RUNS.lines()
+            .map(|l| serde_json::from_str(l).expect("a stored run"))
+            .collect()
+    }
+
+    #[test]
+    fn the_revert_s_kab_is_predicted_exactly_on_both_sides() {
+        let r = from_runs(&runs());
+        assert!(r.skipped.is_empty(), "{:?}", r.skipped);
+        let rows: Vec<(&str, &str, f64, f64)> = r
+            .rows
+            .iter()
+            .map(|x| {
+                (
+                    x.side.as_str(),
+                    x.variant.as_str(),
+                    x.pf_fixed.predicted,
+                    x.pf_fixed.measured,
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("A", "populated", 512.0, 512.0),
+                ("A", "lazy", 4096.0, 4096.0),
+                ("B", "populated", 4097.0, 4097.0),
+                ("B", "lazy", 4097.0, 4097.0),
+            ]
+        );
+        assert_eq!((r.within(), r.outside()), (4, 0));
+    }
+
+    /// B declared as the stock loop (a wrong mapping of the revert): the model keeps the
+    /// trailing prefetch and misses B's counts.
+    #[test]
+    fn a_wrong_strategy_for_the_revert_falls_outside() {
+        let mut runs = runs();
+        for r in &mut runs {
+            if let Some(k) = r.host.under_test.as_mut().and_then(|u| u.kab.as_mut())
+                && k.side == "B"
+            {
+                k.memory_strategy = Some("legacy".into());
+            }
+        }
+        let r = from_runs(&runs);
+        let b: Vec<&MemoryRow> = r.rows.iter().filter(|x| x.side == "B").collect();
+        assert_eq!(b.len(), 2);
+        for row in b {
+            assert_eq!(row.agreement, Agreement::Outside, "{row:#?}");
+        }
+        assert_eq!((r.within(), r.outside()), (2, 2));
+    }
+
+    /// The kab's own prediction from the same runs: beside each variant, both MMUs, the
+    /// measurement on the legacy MMU the boots ran.
+    #[test]
+    fn a_kab_s_prediction_shows_both_mmus_and_the_measurement_beside_the_one_that_ran() {
+        let runs = runs();
+        let side = |s: &str| -> Vec<&RunRecord> {
+            runs.iter()
+                .filter(|r| kab_side(r).is_some_and(|k| k.side == s))
+                .collect()
+        };
+        let (a, b) = (side("A"), side("B"));
+        let p = predict(
+            [
+                strategy_for(&[], None),
+                strategy_for(&[patch("004-revert-trailing-prefetch.patch")], None),
+            ],
+            [&a, &b],
+        );
+        assert!(p.unknown.is_empty(), "{:?}", p.unknown);
+        let populated_legacy = p
+            .this_host
+            .iter()
+            .find(|v| v.variant == "populated" && v.mmu == Stage2Mmu::TdpLegacy)
+            .expect("populated on the legacy MMU");
+        assert_eq!(populated_legacy.pf_fixed, [512, 4097]);
+        assert_eq!(populated_legacy.measured, [Some(512.0), Some(4097.0)]);
+        let populated_tdp = p
+            .this_host
+            .iter()
+            .find(|v| v.variant == "populated" && v.mmu == Stage2Mmu::TdpMmu)
+            .expect("populated on the TDP MMU");
+        assert_eq!(populated_tdp.pf_fixed, [4097, 4097]);
+        assert_eq!(populated_tdp.measured, [None, None]);
+        assert_eq!(
+            p.reporters_host.as_ref().map(|r| r.pf_fixed),
+            Some([196_608, 1_572_864])
+        );
+    }
 }
