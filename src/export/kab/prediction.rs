@@ -1,7 +1,9 @@
 //! The model's prediction of the change a kab measured, in words: after the verdicts in the
 //! terminal, and in at most three lines of the cover letter. Every figure here is predicted.
 
-use super::kab_words::{num, pair, sides_word};
+use super::words::{pair, sides_word};
+use crate::analysis::quantity::fixed_decimals;
+use crate::export::escape;
 use crate::kernel::vm::Accel;
 use crate::lab::fidelity::memory_patch::{MemoryPrediction, VariantPfFixed, mmu_words};
 use crate::lab::kab;
@@ -49,12 +51,12 @@ fn reporters_line(r: &[crate::lab::fidelity::srcu::OnReportersHost; 2]) -> Strin
     format!(
         "{} VM ready {} → {} ms ({}{} ms per VM creation); first KVM_CREATE_VCPU {} → {} ms; stalls {}",
         r[0].variant,
-        num(r[0].ready_ms.median),
-        num(r[1].ready_ms.median),
+        fixed_decimals(r[0].ready_ms.median),
+        fixed_decimals(r[1].ready_ms.median),
         if saved >= 0.0 { "−" } else { "+" },
-        num(saved.abs()),
-        num(r[0].first_vcpu_ms.median),
-        num(r[1].first_vcpu_ms.median),
+        fixed_decimals(saved.abs()),
+        fixed_decimals(r[0].first_vcpu_ms.median),
+        fixed_decimals(r[1].first_vcpu_ms.median),
         pair([r[0].stalls.median, r[1].stalls.median])
     )
 }
@@ -109,7 +111,7 @@ pub(super) fn prediction_lines(p: &kab::KabPrediction, accel: Accel, width: usiz
 
 /// A count with thousands separators.
 fn count(x: u64) -> String {
-    num(x as f64)
+    fixed_decimals(x as f64)
 }
 
 /// One MMU's prediction for a variant: "pf_fixed 512 → 4,097 (legacy MMU)", and the
@@ -126,7 +128,11 @@ fn pf_fixed_words(v: &VariantPfFixed) -> String {
         s.push_str(&if exact {
             ", as measured".to_string()
         } else {
-            format!(", DIFFERS from the measured {} → {}", num(a), num(b))
+            format!(
+                ", DIFFERS from the measured {} → {}",
+                fixed_decimals(a),
+                fixed_decimals(b)
+            )
         });
     }
     s
@@ -261,7 +267,7 @@ pub(super) fn prediction_markdown(
             "- where thread 001 saw the bug (`{}`: {}): {}",
             r[0].profile,
             r[0].setup,
-            reporters_line(r).replace('|', "\\|")
+            escape::markdown_cell(&reporters_line(r))
         ));
     }
     out
