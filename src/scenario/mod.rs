@@ -889,8 +889,8 @@ pub fn judge(record: &RunRecord) -> Result<(), Error> {
     }
 }
 
-/// `--set` text and variants planned for `backend` as the command line would, for tests.
-#[cfg(test)]
+/// `--set` text and variants planned for `backend` as the command line would (tests, and the
+/// memory model's prediction of a kab's runs).
 pub(crate) fn plans_of<S: Scenario>(
     scenario: &S,
     sets: &[&str],

@@ -196,8 +196,8 @@ pub struct KabArgs {
     /// One JSON document on stdout
     #[arg(long)]
     json: bool,
-    /// The model's strategy for B's change, when the model does not recognise the patch by its hash: always-defer (call_srcu, Linux 6.18 to 7.3), always-sync (before 7d9a0273), lifecycle-keyed (the fix in thread 001)
-    #[arg(long, value_name = "STRATEGY", value_parser = ["always-defer", "always-sync", "lifecycle-keyed"])]
+    /// The model's strategy for B's change, when the model does not recognise the patch: for lifecycle always-defer (call_srcu, Linux 6.18 to 7.3), always-sync (before 7d9a0273), lifecycle-keyed (the fix in thread 001); for memory legacy (thread 004's trailing prefetch), legacy-skip-trailing (without it), either with :N for PTE_PREFETCH_NUM N (legacy:16)
+    #[arg(long, value_name = "STRATEGY", value_parser = parse_model_strategy)]
     model_strategy: Option<String>,
     /// Do not calibrate the base in its first boot (once per kernel and accelerator: about 10 s more in that boot under TCG); the model's prediction for this host then needs a cached calibration
     #[arg(long)]
@@ -498,9 +498,33 @@ fn kab_request(args: &KabArgs) -> Result<KabRequest, Error> {
     })
 }
 
+/// `--model-strategy`: one of the lifecycle model's strategies or the memory model's.
+fn parse_model_strategy(text: &str) -> Result<String, String> {
+    let lifecycle = crate::lab::fidelity::patch::strategy_named(text).is_some();
+    let memory = crate::lab::fidelity::memory_patch::Prefetch::named(text).is_some();
+    if lifecycle || memory {
+        Ok(text.to_string())
+    } else {
+        Err("a strategy is always-defer, always-sync, lifecycle-keyed (lifecycle), or legacy, legacy-skip-trailing, either with :N for PTE_PREFETCH_NUM N a power of two up to 512 (memory)".into())
+    }
+}
+
 /// The options that must agree with what runs, checked before anything is built or booted.
 fn check_kab_args(args: &KabArgs, req: &KabRequest) -> Result<(), Error> {
-    if args.model_strategy.is_some() && !req.scenarios.iter().any(|s| s == "lifecycle") {
+    let memory = args
+        .model_strategy
+        .as_deref()
+        .is_some_and(|m| crate::lab::fidelity::memory_patch::Prefetch::named(m).is_some());
+    if memory && !req.scenarios.iter().any(|s| s == "memory") {
+        return Err(InputError::BadValue {
+            key: "--model-strategy".into(),
+            value: args.model_strategy.clone().unwrap_or_default(),
+            why: "it declares the change to the memory scenario's model; add --scenario memory"
+                .into(),
+        }
+        .into());
+    }
+    if !memory && args.model_strategy.is_some() && !req.scenarios.iter().any(|s| s == "lifecycle") {
         return Err(InputError::BadValue {
             key: "--model-strategy".into(),
             value: args.model_strategy.clone().unwrap_or_default(),
@@ -910,6 +934,7 @@ mod tests {
             },
             wall_s: 90.0,
             prediction: Some(prediction()),
+            memory_prediction: None,
         }
     }
 
@@ -1099,6 +1124,7 @@ mod tests {
             regression: j.regression,
             inconclusive: j.inconclusive,
             prediction: None,
+            memory_prediction: None,
             ..outcome()
         }
     }

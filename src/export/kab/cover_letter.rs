@@ -31,7 +31,7 @@ pub fn markdown(o: &KabOutcome, command: &str) -> String {
         "| variant | verdict | stalls A → B | before → after | cause | cost |".into(),
         "|---|---|---|---|---|---|".into(),
     ];
-    let predicted = prediction_markdown(o.prediction.as_ref());
+    let predicted = prediction_markdown(o.prediction.as_ref(), o.memory_prediction.as_ref());
     // Header, blank, three bullets, blank, the table's two lines; after it a blank, the
     // prediction, a blank and the command.
     let budget = 25 - 8 - 3 - predicted.len();

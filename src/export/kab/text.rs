@@ -2,7 +2,7 @@
 //! model's prediction, how the sides were made, the build and the boots, and the details.
 
 use super::details::details;
-use super::prediction::prediction_lines;
+use super::prediction::{memory_beside, memory_lines, prediction_lines};
 use super::words::{calls_lines, change_words, duration, failure_lines, stall_side, stall_words};
 use crate::analysis::quantity::fixed_decimals;
 use crate::analysis::verdict::Class;
@@ -22,6 +22,9 @@ pub fn render(o: &KabOutcome) -> String {
     out.extend(verdict_lines(o, width));
     if let Some(p) = &o.prediction {
         out.extend(prediction_lines(p, o.accel.accel, width));
+    }
+    if let Some(p) = &o.memory_prediction {
+        out.extend(memory_lines(p));
     }
     out.push(format!("A = {}", how_built(&o.a, o.builds[0].as_ref())));
     out.push(format!("B = {}", how_built(&o.b, o.builds[1].as_ref())));
@@ -129,6 +132,10 @@ fn verdict_lines(o: &KabOutcome, width: usize) -> Vec<String> {
             v.variant
         ));
         for l in lines.iter().skip(1) {
+            out.push(format!("  {:<12} {:<width$}  {l}", "", ""));
+        }
+        let model = o.memory_prediction.as_ref();
+        if let Some(l) = model.and_then(|p| memory_beside(p, &v.variant)) {
             out.push(format!("  {:<12} {:<width$}  {l}", "", ""));
         }
     }

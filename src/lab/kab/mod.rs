@@ -41,6 +41,7 @@ use serde::Serialize;
 use crate::kernel::Kernel;
 use crate::kernel::build::{BuildInfo, BuildProgress, Step};
 use crate::kernel::vm::{AccelChoice, VmConfig};
+use crate::lab::fidelity::memory_patch::MemoryPrediction;
 
 /// What `hvlab kab` compares, and how.
 #[derive(Debug, Clone)]
@@ -190,6 +191,9 @@ pub struct KabOutcome {
     /// The model's prediction of the same change (lifecycle only): predicted, never measured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prediction: Option<KabPrediction>,
+    /// The memory model's `pf_fixed` for the change (memory only): predicted, never measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_prediction: Option<MemoryPrediction>,
 }
 
 impl KabOutcome {

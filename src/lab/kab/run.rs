@@ -13,13 +13,15 @@ use crate::scenario;
 use crate::store::Store;
 
 use crate::kernel::calibration::{self, Identity};
+use crate::kernel::patch::PatchFile;
+use crate::lab::fidelity::memory_patch;
 use crate::lab::fidelity::patch::{self, StrategyChoice};
 use hvlab_core::host::{KabSide, PatchId};
 
 use super::judge::{
     Judgement, ScenarioAb, SideRuns, busy_during_boot, judge, judgement, mark_given,
 };
-use super::predict::{KabPrediction, predict};
+use super::predict::{KabPrediction, predict, predict_memory};
 use super::{
     BootSummary, GuestFailure, HostSummary, KabOutcome, KabProgress, KabRequest, WallTimes,
 };
@@ -141,6 +143,7 @@ pub fn run(
         .iter()
         .any(|s| s == scenario::Kind::Lifecycle.name());
     let strategies = kernels.model_strategies(req.model_strategy.as_deref());
+    let prefetch = kernels.prefetch_strategies(req.model_strategy.as_deref());
     // The base's profile, calibrated in its own guest under this accelerator: what prices the
     // model's prediction of the change here. Kept per kernel, so only a kab's first run on a
     // base pays for it (in its first boot, after the scenarios).
@@ -148,7 +151,13 @@ pub fn run(
     let cached = cached_calibration(&base, progress);
     let calibrate_now =
         req.calibrate && lifecycle && strategies.iter().all(Result::is_ok) && cached.is_none();
-    let tags = kab_tags(&kernels.builds, req.model_strategy.as_deref());
+    let mut tags = kab_tags(
+        &kernels.builds,
+        lifecycle_declared(req.model_strategy.as_deref()),
+    );
+    for (tag, s) in tags.iter_mut().zip(&prefetch) {
+        tag.memory_strategy = s.as_ref().ok().map(|c| c.name.clone());
+    }
     let plan = BootPlan {
         kernels: &kernels,
         commands: &commands,
@@ -191,12 +200,18 @@ pub fn run(
             )
         })
         .transpose()?;
+    let memory = scenario::Kind::Memory.name();
+    let memory_prediction = req
+        .scenarios
+        .iter()
+        .any(|s| s == memory)
+        .then(|| predict_memory(prefetch, &booted.sides));
     let wall = WallTimes {
         build_s,
         boots_s,
         total_s: start.elapsed().as_secs_f64(),
     };
-    Ok(KabOutcome::new(
+    let mut outcome = KabOutcome::new(
         req,
         kernels,
         booted.summaries,
@@ -204,7 +219,15 @@ pub fn run(
         host,
         prediction,
         wall,
-    ))
+    );
+    outcome.memory_prediction = memory_prediction;
+    Ok(outcome)
+}
+
+/// A `--model-strategy` meant for the lifecycle model: any name that is not the memory
+/// model's (which [`KabKernels::prefetch_strategies`] takes).
+fn lifecycle_declared(declared: Option<&str>) -> Option<&str> {
+    declared.filter(|d| memory_patch::Prefetch::named(d).is_none())
 }
 
 /// Both kernels of a kab, resolved (built when patched) and checked, and how their VMs run.
@@ -296,9 +319,32 @@ impl KabKernels {
             patch::strategy_for(
                 &self.kernels[1].release,
                 &patch_ids(self.builds[1].as_ref()),
-                declared,
+                lifecycle_declared(declared),
             ),
         ]
+    }
+
+    /// The memory model's prefetch for each side: from its patches' hunks, and for B the
+    /// strategy `declared` when it names one of the memory model's.
+    fn prefetch_strategies(
+        &self,
+        declared: Option<&str>,
+    ) -> [Result<memory_patch::PrefetchChoice, memory_patch::NoPrediction>; 2] {
+        let declared = declared.filter(|d| memory_patch::Prefetch::named(d).is_some());
+        [0, 1].map(|i| {
+            let files = self.builds[i]
+                .as_ref()
+                .map_or(&[][..], |b| b.patches.as_slice())
+                .iter()
+                .map(|p| {
+                    PatchFile::read(&p.path).map_err(|e| memory_patch::NoPrediction::Unreadable {
+                        patch: p.file.clone(),
+                        why: e.to_string(),
+                    })
+                })
+                .collect::<Result<Vec<PatchFile>, _>>()?;
+            memory_patch::strategy_for(&files, if i == 1 { declared } else { None })
+        })
     }
 }
 
@@ -493,6 +539,7 @@ impl KabOutcome {
             wall_s: wall.total_s,
             wall,
             prediction,
+            memory_prediction: None,
         }
     }
 }
@@ -526,6 +573,7 @@ fn kab_tags(builds: &[Option<BuildInfo>; 2], declared: Option<&str>) -> [KabSide
             .map(|(file, sha256)| PatchId { file, sha256 })
             .collect(),
         model_strategy: (i == 1).then(|| declared.map(str::to_string)).flatten(),
+        memory_strategy: None,
     };
     [side(0), side(1)]
 }
