@@ -25,7 +25,6 @@ use super::predict::{KabPrediction, predict, predict_memory};
 use super::{
     BootSummary, GuestFailure, HostSummary, KabOutcome, KabProgress, KabRequest, WallTimes,
 };
-use crate::kernel::patch::PatchFile;
 use crate::kernel::reach::{PatchedFunction, Reach, reach_all};
 
 /// Which side a boot is.
