@@ -203,6 +203,10 @@ fn remove_ours(dir: &Path) {
     }
 }
 
+/// The probes armed for one function: (symbol, event) pairs, and whether they are its
+/// callers'.
+type Armed = (Vec<(String, String)>, bool);
+
 /// Counts the calls of each of `specs` during `run` (called once, probes armed), and returns
 /// them with `run`'s result. A function that cannot be probed says why; `run` runs anyway,
 /// so the caller's untimed repetition is the same with or without counts.
@@ -221,7 +225,7 @@ pub fn count_calls<T>(specs: &[CallSpec], run: impl FnOnce() -> T) -> (Vec<Funct
     let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
     remove_ours(&dir);
     // Per spec: its probed symbols and their event names, or why not.
-    let mut planned: Vec<Result<(Vec<(String, String)>, bool), NotProbed>> = Vec::new();
+    let mut planned: Vec<Result<Armed, NotProbed>> = Vec::new();
     let mut n = 0;
     for s in specs {
         let chosen = s.symbols(&kallsyms).and_then(|(symbols, via_callers)| {

@@ -253,10 +253,7 @@ pub fn functions_of(source: &str) -> Vec<CFunction> {
             }
             b'{' if parens == 0 => {
                 depth = 1;
-                open = candidate
-                    .take()
-                    .zip(decl_start)
-                    .map(|(name, first)| (name, first));
+                open = candidate.take().zip(decl_start);
             }
             b'}' => {
                 // An unbalanced close at the top level (an `#if` branch): start afresh.

@@ -587,4 +587,46 @@ mod tests {
         assert_eq!(abba(1), vec![0, 1]);
         assert_eq!(abba(3), vec![0, 1, 1, 0, 0, 1]);
     }
+
+    /// Only `hvlab run` commands are asked to count, each with every patched function and its
+    /// callers; with no function, the commands are left as they were.
+    #[test]
+    fn guest_runs_are_asked_to_count_the_patched_functions() {
+        let commands = vec![
+            ["run", "memory", "--reps", "2"]
+                .map(str::to_string)
+                .to_vec(),
+            ["calibrate"].map(str::to_string).to_vec(),
+        ];
+        let reach = Reach {
+            functions: vec![
+                PatchedFunction {
+                    file: "arch/x86/kvm/mmu/mmu.c".into(),
+                    name: "__direct_pte_prefetch".into(),
+                    module: Some("kvm".into()),
+                    callers: vec!["direct_pte_prefetch".into()],
+                },
+                PatchedFunction {
+                    file: "kernel/rcu/srcutree.c".into(),
+                    name: "call_srcu".into(),
+                    module: None,
+                    callers: vec![],
+                },
+            ],
+            skipped: vec![],
+        };
+        let asked = with_count_calls(commands.clone(), &reach);
+        assert_eq!(
+            asked[0][4..],
+            [
+                "--count-calls".to_string(),
+                "kvm:__direct_pte_prefetch/direct_pte_prefetch,call_srcu".to_string()
+            ]
+        );
+        assert_eq!(asked[1], commands[1]);
+        assert_eq!(
+            with_count_calls(commands.clone(), &Reach::default()),
+            commands
+        );
+    }
 }
