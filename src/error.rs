@@ -589,7 +589,13 @@ mod tests {
         ];
         let git = [
             (GitError::NoGit, 3),
-            (GitError::BadSpec { spec: s(), why: s() }, 2),
+            (
+                GitError::BadSpec {
+                    spec: s(),
+                    why: s(),
+                },
+                2,
+            ),
             (
                 GitError::NotARepository {
                     path: p(),
@@ -597,7 +603,13 @@ mod tests {
                 },
                 2,
             ),
-            (GitError::NotTop { path: p(), top: p() }, 2),
+            (
+                GitError::NotTop {
+                    path: p(),
+                    top: p(),
+                },
+                2,
+            ),
             (
                 GitError::NoSuchRef {
                     repo: p(),

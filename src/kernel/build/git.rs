@@ -121,8 +121,19 @@ fn base_config(
             .map_err(|e| BuildError::ConfigUnreadable(path.to_path_buf(), e))?;
         return Ok((text, format!("--config {}", path.display())));
     }
-    let kernels = cache_dir().join("kernels");
-    let nearest = std::fs::read_dir(&kernels)
+    let (release, path) = nearest_debian_config(&cache_dir().join("kernels"), version)
+        .ok_or(BuildError::NoBaseConfig { version })?;
+    let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+    Ok((
+        text,
+        format!("Debian's {release} config (the nearest hvlab has)"),
+    ))
+}
+
+/// The release and config of the complete Debian kernel under `kernels` (hvlab's kernel
+/// cache) whose version is nearest `version`: the same series first.
+fn nearest_debian_config(kernels: &Path, version: KernelVersion) -> Option<(String, PathBuf)> {
+    std::fs::read_dir(kernels)
         .into_iter()
         .flatten()
         .flatten()
@@ -133,13 +144,8 @@ fn base_config(
             let v = KernelVersion::from_release(&k.release)?;
             Some((version.distance(&v), k.release, config))
         })
-        .min();
-    let (_, release, path) = nearest.ok_or(BuildError::NoBaseConfig { version })?;
-    let text = std::fs::read_to_string(&path).map_err(io(&path))?;
-    Ok((
-        text,
-        format!("Debian's {release} config (the nearest hvlab has)"),
-    ))
+        .min()
+        .map(|(_, release, config)| (release, config))
 }
 
 /// One build in a repository's cache directory, its lock held by the caller.
@@ -296,6 +302,70 @@ impl GitBuild<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::fault_exit_code;
+    use crate::kernel::git::tests::linux_repo;
+
+    /// `git:PATH@REF+x.patch`: the commit is the base, the patch applies on it.
+    #[test]
+    fn a_patch_after_a_git_spec_applies_on_that_commit() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        linux_repo(dir.path(), &["base"]);
+        let patch = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/patches/doc-only.patch");
+        let base = format!("git:{}@HEAD", dir.path().display());
+        let side = PatchedSpec::parse(&format!("{base}+{}", patch.display())).expect("parses");
+        assert_eq!(side.base, base);
+        assert_eq!(side.patches.len(), 1);
+        assert_eq!(
+            GitSpec::parse(&side.base).expect("resolves").commit.subject,
+            "base"
+        );
+    }
+
+    /// Debian's config of the nearest complete kernel in the cache: the same series before a
+    /// nearer sublevel of another, and never a kernel still being unpacked.
+    #[test]
+    fn the_base_config_is_the_given_file_or_debians_of_the_nearest_cached_version() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kernels = dir.path();
+        let seven_two = kernels.join("7.2.13+deb13-amd64/usr/lib/modules/7.2.13+deb13-amd64");
+        std::fs::create_dir_all(&seven_two).expect("mkdir");
+        std::fs::write(seven_two.join("vmlinuz"), "").expect("write");
+        std::fs::write(seven_two.join("config"), "CONFIG_HZ=250\n").expect("write");
+        std::fs::write(kernels.join("7.2.13+deb13-amd64/.complete"), "").expect("write");
+        let six = kernels.join("6.12.117+deb12-amd64/boot");
+        std::fs::create_dir_all(&six).expect("mkdir");
+        std::fs::write(six.join("vmlinuz-6.12.117+deb12-amd64"), "").expect("write");
+        std::fs::write(six.join("config-6.12.117+deb12-amd64"), "CONFIG_HZ=100\n").expect("write");
+        std::fs::write(kernels.join("6.12.117+deb12-amd64/.complete"), "").expect("write");
+        // 7.3 being unpacked: not complete, not taken.
+        let partial = kernels.join("7.3.4+deb13-amd64/usr/lib/modules/7.3.4+deb13-amd64");
+        std::fs::create_dir_all(&partial).expect("mkdir");
+        std::fs::write(partial.join("vmlinuz"), "").expect("write");
+        std::fs::write(partial.join("config"), "").expect("write");
+        let v = |major, minor, sub| KernelVersion { major, minor, sub };
+        let (release, config) = nearest_debian_config(kernels, v(7, 3, 4)).expect("found");
+        assert_eq!(release, "7.2.13+deb13-amd64");
+        assert_eq!(config, seven_two.join("config"));
+        assert_eq!(
+            nearest_debian_config(kernels, v(6, 12, 1))
+                .expect("found")
+                .0,
+            "6.12.117+deb12-amd64"
+        );
+        assert_eq!(
+            nearest_debian_config(&kernels.join("none"), v(7, 3, 4)),
+            None
+        );
+        // --config FILE wins, and an unreadable one exits 2 naming it.
+        let given = kernels.join("my.config");
+        std::fs::write(&given, "CONFIG_HZ=1000\n").expect("write");
+        let (text, origin) = base_config(Some(&given), v(7, 3, 4)).expect("read");
+        assert_eq!(text, "CONFIG_HZ=1000\n");
+        assert_eq!(origin, format!("--config {}", given.display()));
+        let e = base_config(Some(&kernels.join("missing")), v(7, 3, 4)).expect_err("missing");
+        assert_eq!(fault_exit_code(e.fault()), 2);
+        assert!(e.to_string().contains("Give --config the path"), "{e}");
+    }
 
     /// The key changes with each input that changes the kernel, and only with those.
     #[test]
