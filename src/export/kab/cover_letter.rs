@@ -3,7 +3,7 @@
 //! command that reproduces it.
 
 use super::prediction::prediction_markdown;
-use super::words::{change_words, confinement, failure_lines, sides_word, stall_words};
+use super::words::{busy_boots, change_words, confinement, failure_lines, sides_word, stall_words};
 use crate::export::escape;
 use crate::kernel::Kernel;
 use crate::kernel::build::{BuildInfo, How};
@@ -21,9 +21,13 @@ pub fn markdown(o: &KabOutcome, command: &str) -> String {
             "- {} boot(s) × {} repetitions a side, ABBA; counts exact, jiffies rank-tested{}",
             o.boots_per_side,
             o.reps,
-            o.host_busy().map_or(String::new(), |busy| format!(
-                "; **nothing judged: the host was busy** ({busy})"
-            ))
+            match o.host_busy().as_slice() {
+                [] => String::new(),
+                busy => format!(
+                    "; **nothing judged: the host was busy** ({})",
+                    busy_boots(busy)
+                ),
+            }
         ),
         String::new(),
         "| variant | verdict | stalls A → B | before → after | cause | cost |".into(),
