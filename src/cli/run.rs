@@ -17,15 +17,8 @@ use hvlab_core::BackendKind;
 pub(super) struct RunArgs {
     /// Scenario (see `hvlab list`)
     scenario: String,
-    /// Backend
-    #[arg(long, value_parser = super::backend_arg(), default_value_t = BackendKind::Kvm)]
-    backend: BackendKind,
-    /// Variant to run (repeatable); default: all
-    #[arg(long = "variant", value_name = "V")]
-    variants: Vec<String>,
-    /// Scenario parameter key=value (repeatable), see `hvlab list`
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    sets: Vec<String>,
+    #[command(flatten)]
+    target: Target,
     #[command(flatten)]
     measure: MeasureArgs,
     /// Include KVM statistics in the terminal output
@@ -49,22 +42,37 @@ pub(super) struct RunArgs {
     count_calls: Vec<CallSpec>,
 }
 
+/// What a scenario runs on and with, for `run` and for every point of a `sweep`: the backend,
+/// the variants and the scenario's parameters.
+#[derive(Debug, Args)]
+pub(super) struct Target {
+    /// Backend
+    #[arg(long, value_parser = super::backend_arg(), default_value_t = BackendKind::Kvm)]
+    pub(super) backend: BackendKind,
+    /// Variant to run (repeatable); default: all
+    #[arg(long = "variant", value_name = "V")]
+    pub(super) variants: Vec<String>,
+    /// Scenario parameter key=value (repeatable), see `hvlab list`
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub(super) sets: Vec<String>,
+}
+
 /// `hvlab run`: checks everything it can before measuring (the request, the options, the
 /// store), then runs, judges, stores and prints.
 pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
     let kind = scenario::Kind::named(&args.scenario)?;
-    if args.backend == BackendKind::Kvm && args.measure.profile.is_some() {
+    if args.target.backend == BackendKind::Kvm && args.measure.profile.is_some() {
         return Err(InputError::ProfileWithKvm.into());
     }
-    let params = kind.parse(&args.sets, args.backend.capabilities())?;
-    let request = request_of(kind.info(), &args.measure, args.variants, params);
-    scenario::check(&request, args.backend)?;
+    let params = kind.parse(&args.target.sets, args.target.backend.capabilities())?;
+    let request = request_of(kind.info(), &args.measure, args.target.variants, params);
+    scenario::check(&request, args.target.backend)?;
     let baseline = match (&args.baseline_variant, args.against_fastest) {
         (Some(v), _) => Baseline::Variant(v.clone()),
         (None, true) => Baseline::Fastest,
         (None, false) => Baseline::Declared,
     };
-    scenario::check_baseline(&request, args.backend, &baseline)?;
+    scenario::check_baseline(&request, args.target.backend, &baseline)?;
     for notice in scenario::notices(&request) {
         habits::note(&format!("note: {}", crate::export::words::notice(&notice)));
     }
@@ -74,7 +82,7 @@ pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
     args.measure.interference.apply()?;
     let say = |note: &str| habits::note(&format!("note: {note}"));
     let mut backend = backends::make(
-        args.backend,
+        args.target.backend,
         host::probe(),
         &backends::ModelProfile::named(args.measure.profile.as_deref()).noting(&say),
         args.measure.seed,

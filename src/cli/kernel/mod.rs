@@ -767,7 +767,11 @@ mod tests {
             vec![stall(Some(19), Some(20), "KVM_IOEVENTFD")],
         );
         v.costs.clear();
-        v.host_busy = Some("boot 2 (B): tasks waited for a CPU 43% of the time".into());
+        v.host_busy = Some(vec![crate::lab::kab::BusyBoot {
+            boot: 2,
+            side: "B".into(),
+            reasons: vec![hvlab_core::noise::BusyReason::Pressure { some_pct: 43.0 }],
+        }]);
         assert_eq!(
             mechanism(&v),
             ["not judged: the host was busy during the boots (below)"]

@@ -4,7 +4,7 @@
 
 use super::prediction::prediction_markdown;
 use super::words::{
-    calls_lines, change_words, confinement, failure_lines, sides_word, stall_words,
+    busy_boots, calls_lines, change_words, confinement, failure_lines, sides_word, stall_words,
 };
 use crate::export::escape;
 use crate::kernel::Kernel;
@@ -23,9 +23,13 @@ pub fn markdown(o: &KabOutcome, command: &str) -> String {
             "- {} boot(s) × {} repetitions a side, ABBA; counts exact, jiffies rank-tested{}",
             o.boots_per_side,
             o.reps,
-            o.host_busy().map_or(String::new(), |busy| format!(
-                "; **nothing judged: the host was busy** ({busy})"
-            ))
+            match o.host_busy().as_slice() {
+                [] => String::new(),
+                busy => format!(
+                    "; **nothing judged: the host was busy** ({})",
+                    busy_boots(busy)
+                ),
+            }
         ),
         String::new(),
         "| variant | verdict | stalls A → B | before → after | cause | cost |".into(),

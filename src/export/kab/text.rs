@@ -3,7 +3,9 @@
 
 use super::details::details;
 use super::prediction::{memory_beside, memory_lines, prediction_lines};
-use super::words::{calls_lines, change_words, duration, failure_lines, stall_side, stall_words};
+use super::words::{
+    busy_boots, calls_lines, change_words, duration, failure_lines, stall_side, stall_words,
+};
 use crate::analysis::quantity::fixed_decimals;
 use crate::analysis::verdict::Class;
 use crate::kernel::Kernel;
@@ -90,7 +92,7 @@ fn order(c: Class) -> u8 {
 /// The headline's end: whether B regressed, read from the classes as the gate reads them;
 /// "no regression" only when something was decided, in code the patch changed.
 fn gate_words(o: &KabOutcome) -> &'static str {
-    let busy = o.host_busy().is_some();
+    let busy = !o.host_busy().is_empty();
     let exercised: Vec<&VariantVerdict> = o
         .verdicts
         .iter()
@@ -200,8 +202,10 @@ fn boots_line(o: &KabOutcome) -> String {
         o.boots.len(),
         duration(o.wall.boots_s),
         duration(o.wall.total_s),
-        o.host_busy()
-            .map_or(String::new(), |busy| format!("; host busy during {busy}"))
+        match o.host_busy().as_slice() {
+            [] => String::new(),
+            busy => format!("; host busy during {}", busy_boots(busy)),
+        }
     )
 }
 

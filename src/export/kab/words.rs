@@ -5,7 +5,7 @@ use crate::analysis::calls::{Counted, FunctionCalls};
 use crate::analysis::quantity::fixed_decimals;
 use crate::analysis::verdict::Class;
 use crate::kernel::sandbox::Confinement;
-use crate::lab::kab::{Change, SideFailure, StallAb, StallSide, VariantVerdict};
+use crate::lab::kab::{BusyBoot, Change, SideFailure, StallAb, StallSide, VariantVerdict};
 
 /// How a build ran, beside its compiler: an unconfined one is said loudly.
 pub(super) fn confinement(c: Confinement) -> &'static str {
@@ -32,6 +32,21 @@ pub fn duration(secs: f64) -> String {
     } else {
         format!("{secs:.1} s")
     }
+}
+
+/// The boots a host was busy during: `boot 2 (B): tasks waited for a CPU 49% of the time`.
+pub(super) fn busy_boots(busy: &[BusyBoot]) -> String {
+    busy.iter()
+        .map(|b| {
+            format!(
+                "boot {} ({}): {}",
+                b.boot,
+                b.side,
+                crate::analysis::words::busy_words(&b.reasons)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// `KVM_SET_USER_MEMORY_REGION waits for the grace period of KVM_CREATE_IRQCHIP`.
@@ -197,4 +212,37 @@ pub(super) fn calls_lines(v: &VariantVerdict) -> Vec<String> {
         }
     }));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hvlab_core::noise::BusyReason;
+
+    /// The busy boots as the headline and the cover letter name them, from the reasons as
+    /// data.
+    #[test]
+    fn busy_boots_are_named_with_their_reasons() {
+        let boot = |boot: usize, side: &str, reasons: Vec<BusyReason>| BusyBoot {
+            boot,
+            side: side.into(),
+            reasons,
+        };
+        let busy = [
+            boot(2, "B", vec![BusyReason::Pressure { some_pct: 49.4 }]),
+            boot(
+                3,
+                "B",
+                vec![
+                    BusyReason::Pressure { some_pct: 20.0 },
+                    BusyReason::Steal { pct: 12.0 },
+                ],
+            ),
+        ];
+        assert_eq!(
+            busy_boots(&busy),
+            "boot 2 (B): tasks waited for a CPU 49% of the time; \
+             boot 3 (B): tasks waited for a CPU 20% of the time, steal 12%"
+        );
+    }
 }

@@ -38,6 +38,8 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use hvlab_core::noise::BusyReason;
+
 use crate::kernel::Kernel;
 use crate::kernel::build::{BuildInfo, BuildProgress, Step};
 use crate::kernel::vm::{AccelChoice, VmConfig};
@@ -118,9 +120,19 @@ pub struct BootSummary {
     pub store: String,
     /// Guest commands that failed.
     pub failures: Vec<GuestFailure>,
-    /// What kept this boot's QEMU waiting for a CPU, when anything did (see
-    /// [`busy_during_boot`]).
-    pub host_busy: Option<String>,
+    /// What kept this boot's QEMU waiting for a CPU (pressure or steal), when anything did.
+    pub host_busy: Option<Vec<BusyReason>>,
+}
+
+/// A boot the host was busy during, and what kept its QEMU waiting for a CPU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BusyBoot {
+    /// The boot, from 1 in boot order.
+    pub boot: usize,
+    /// Its side (`A` or `B`).
+    pub side: String,
+    /// What kept its QEMU waiting: CPU pressure or steal.
+    pub reasons: Vec<BusyReason>,
 }
 
 /// This host, as the cover letter names it.
@@ -202,8 +214,8 @@ impl KabOutcome {
         self.verdicts.iter().find(|v| v.variant == variant)
     }
 
-    /// The boots the host was busy during, in words, when any (then nothing was judged).
-    pub fn host_busy(&self) -> Option<String> {
+    /// The boots the host was busy during (when any, nothing was judged).
+    pub fn host_busy(&self) -> Vec<BusyBoot> {
         host_busy_during(&self.boots)
     }
 }

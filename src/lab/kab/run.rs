@@ -423,7 +423,8 @@ impl BootPlan<'_> {
                     // Its costs would be a starved emulator's, priced into every prediction
                     // made with this kernel's cached calibration.
                     Some(why) => progress.note(&format!(
-                        "calibration of A not kept: the host was busy during the boot ({why}); the next kab calibrates again"
+                        "calibration of A not kept: the host was busy during the boot ({}); the next kab calibrates again",
+                        crate::analysis::words::busy_words(why)
                     )),
                     None => booted.calibrated = self.keep_calibration(&toml, progress),
                 }

@@ -20,7 +20,8 @@ use crate::kernel::vm::Accel;
 use crate::lab::fidelity::patch::{self};
 use crate::record::pooled;
 
-use super::{BootSummary, GuestFailure};
+use super::{BootSummary, BusyBoot, GuestFailure};
+use hvlab_core::noise::BusyReason;
 
 /// How far a metric can be trusted on this accelerator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -791,7 +792,7 @@ pub struct VariantVerdict {
     /// Why nothing was judged: the boots the host was busy during (then the class is NOT
     /// DECIDED, whatever the samples say).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub host_busy: Option<String>,
+    pub host_busy: Option<Vec<BusyBoot>>,
     /// Why A, and why B, has no samples of the variant, when a side has none: B failing
     /// what A ran is REGRESSED; anything else without samples on both sides is NOT DECIDED.
     #[serde(default, skip_serializing_if = "both_ran")]
@@ -938,7 +939,7 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
     }
 }
 
-/// Not judged: the host was busy during `busy` (the boots, in words). Under TCG every time is
+/// Not judged: the host was busy during the `busy` boots. Under TCG every time is
 /// the emulator's, and a boot whose QEMU waited for a CPU is slowed as a whole: its
 /// repetitions share the slowdown, so the rank test across them would take it for the
 /// kernel's (a saturated host made qemu-order's KVM_CREATE_VM 0.20 → 0.82 jiffies, REGRESSED).
@@ -946,45 +947,45 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
 /// A variant a side has no samples of keeps its verdict: a failure (a page the dirty log lost)
 /// is the kernel's answer, not a time a starved emulator stretched.
 /// Neither is a NOT EXERCISED: its calls are counts of code that never ran, whatever the time.
-fn not_judged_on_a_busy_host(v: &mut VariantVerdict, busy: &str) {
+fn not_judged_on_a_busy_host(v: &mut VariantVerdict, busy: &[BusyBoot]) {
     if !both_ran(&v.failures) || v.class == Class::NotExercised {
         return;
     }
     v.class = Class::NotDecided;
-    v.host_busy = Some(busy.to_string());
+    v.host_busy = Some(busy.to_vec());
     // The judgments go with the class; the samples stay in the per-metric details.
     v.regressions.clear();
     v.improvements.clear();
     v.costs.clear();
 }
 
-/// The boots the host was busy during, in words (`boot 2 (B): tasks waited for a CPU 49% of
-/// the time`), or `None` when it was quiet during all.
-pub(super) fn host_busy_during(boots: &[BootSummary]) -> Option<String> {
-    let busy: Vec<String> = boots
+/// The boots the host was busy during, none when it was quiet during all.
+pub(super) fn host_busy_during(boots: &[BootSummary]) -> Vec<BusyBoot> {
+    boots
         .iter()
         .enumerate()
         .filter_map(|(i, b)| {
-            let why = b.host_busy.as_ref()?;
-            Some(format!("boot {} ({}): {why}", i + 1, b.side))
+            Some(BusyBoot {
+                boot: i + 1,
+                side: b.side.clone(),
+                reasons: b.host_busy.clone()?,
+            })
         })
-        .collect();
-    (!busy.is_empty()).then(|| busy.join("; "))
+        .collect()
 }
 
 /// Why a boot's times cannot be judged, when they cannot: other work kept tasks waiting for a
 /// CPU (PSI) or a hypervisor below took time (steal). The load and the runnable count are not
 /// asked: QEMU's single TCG thread beside one busy loop on two cores keeps a CPU of its own
 /// (pressure 2% here), while two busy loops starve it (49%).
-pub(super) fn busy_during_boot(noise: &hvlab_core::noise::Noise) -> Option<String> {
-    use hvlab_core::noise::BusyReason;
+pub(super) fn busy_during_boot(noise: &hvlab_core::noise::Noise) -> Option<Vec<BusyReason>> {
     let reasons: Vec<BusyReason> = noise
         .busy
         .iter()
         .copied()
         .filter(|r| matches!(r, BusyReason::Pressure { .. } | BusyReason::Steal { .. }))
         .collect();
-    (!reasons.is_empty()).then(|| crate::analysis::words::busy_words(&reasons))
+    (!reasons.is_empty()).then_some(reasons)
 }
 
 /// Every variant's verdict, in the order judged.
@@ -1011,7 +1012,8 @@ pub struct Judgement {
 /// is exactly what fails `--fail-on-regression`, a stall B gained as much as a worse metric.
 pub fn judgement(judged: &[ScenarioAb], boots: &[BootSummary]) -> Judgement {
     let mut verdicts = verdicts(judged);
-    if let Some(busy) = host_busy_during(boots) {
+    let busy = host_busy_during(boots);
+    if !busy.is_empty() {
         for v in &mut verdicts {
             not_judged_on_a_busy_host(v, &busy);
         }

@@ -247,7 +247,7 @@ fn noise_with(busy: Vec<hvlab_core::noise::BusyReason>) -> hvlab_core::noise::No
     }
 }
 
-fn boot(side: &str, host_busy: Option<&str>) -> BootSummary {
+fn boot(side: &str, host_busy: Option<Vec<BusyReason>>) -> BootSummary {
     BootSummary {
         side: side.into(),
         release: "7.3.4+deb13-amd64".into(),
@@ -258,7 +258,7 @@ fn boot(side: &str, host_busy: Option<&str>) -> BootSummary {
         stored: 1,
         store: "kab.db".into(),
         failures: Vec::new(),
-        host_busy: host_busy.map(str::to_string),
+        host_busy,
     }
 }
 
@@ -266,7 +266,6 @@ fn boot(side: &str, host_busy: Option<&str>) -> BootSummary {
 /// say busy, pressure 2%): judged. Two busy loops starve it (pressure 49%): not judged.
 #[test]
 fn only_cpu_pressure_or_steal_during_a_boot_makes_it_busy() {
-    use hvlab_core::noise::BusyReason;
     let one_loop = noise_with(vec![
         BusyReason::Load {
             load1: 2.5,
@@ -286,13 +285,11 @@ fn only_cpu_pressure_or_steal_during_a_boot_makes_it_busy() {
         BusyReason::Pressure { some_pct: 49.4 },
     ]);
     assert_eq!(
-        busy_during_boot(&two_loops).as_deref(),
-        Some("tasks waited for a CPU 49% of the time")
+        busy_during_boot(&two_loops),
+        Some(vec![BusyReason::Pressure { some_pct: 49.4 }])
     );
-    assert_eq!(
-        busy_during_boot(&noise_with(vec![BusyReason::Steal { pct: 12.0 }])).as_deref(),
-        Some("steal 12%")
-    );
+    let steal = vec![BusyReason::Steal { pct: 12.0 }];
+    assert_eq!(busy_during_boot(&noise_with(steal.clone())), Some(steal));
 }
 
 /// The saturated host's kab: qemu-order REGRESSED on KVM_CREATE_VM 0.20 → 0.82 jiffies, a
@@ -317,17 +314,21 @@ fn a_busy_boot_leaves_every_verdict_not_decided_and_names_the_boot() {
     );
     assert_eq!(fixed.class, Class::Fixed);
     let quiet = [boot("A", None), boot("B", None)];
-    assert_eq!(host_busy_during(&quiet), None);
-    let busy = host_busy_during(&[
-        boot("A", None),
-        boot("B", Some("tasks waited for a CPU 49% of the time")),
-    ])
-    .unwrap();
-    assert_eq!(busy, "boot 2 (B): tasks waited for a CPU 49% of the time");
+    assert_eq!(host_busy_during(&quiet), []);
+    let pressure = vec![BusyReason::Pressure { some_pct: 49.0 }];
+    let busy = host_busy_during(&[boot("A", None), boot("B", Some(pressure.clone()))]);
+    assert_eq!(
+        busy,
+        [BusyBoot {
+            boot: 2,
+            side: "B".into(),
+            reasons: pressure
+        }]
+    );
     for v in [&mut regressed, &mut fixed] {
         not_judged_on_a_busy_host(v, &busy);
         assert_eq!(v.class, Class::NotDecided);
-        assert_eq!(v.host_busy.as_deref(), Some(busy.as_str()));
+        assert_eq!(v.host_busy.as_deref(), Some(busy.as_slice()));
         assert!(v.regressions.is_empty() && v.costs.is_empty());
     }
 }
@@ -644,7 +645,7 @@ fn a_busy_host_does_not_hide_a_failure_of_b() {
     let (a, b) = (fixture::side(&runs, "A"), fixture::side(&runs, "B"));
     let busy = [
         boot("A", None),
-        boot("B", Some("tasks waited for a CPU 49% of the time")),
+        boot("B", Some(vec![BusyReason::Pressure { some_pct: 49.0 }])),
     ];
     let j = judgement(&fixture::judged(&a, &b, [&[], &[]]), &busy);
     assert!(j.verdicts.iter().all(|v| v.class == Class::Regressed));
