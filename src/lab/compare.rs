@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::analysis::compare::{AbComparison, AbVerdict, judge_together};
+use crate::analysis::direction::Better;
 use crate::analysis::statistics::{median, seed_for};
 use crate::analysis::verdict::Correction;
 use crate::error::{Error, InputError};
@@ -49,6 +50,15 @@ fn beyond_busy_noise<'a>(slowdowns: impl IntoIterator<Item = (&'a AbVerdict, f64
     slowdowns
         .into_iter()
         .any(|(v, ci_low)| *v == AbVerdict::Slower && ci_low >= BUSY_INFLATION)
+}
+
+/// The low end of the 95% interval of B's slowdown as a factor: of the ratio B/A when lower
+/// is better, of A/B when higher is (a rate halved is a slowdown of 2).
+fn least_slowdown(c: &AbComparison) -> f64 {
+    match c.better {
+        Better::Lower => c.ci95[0],
+        Better::Higher => 1.0 / c.ci95[1],
+    }
 }
 
 /// A side's run ids, sorted.
@@ -121,7 +131,8 @@ pub fn compare(
         .map(|c| format!("{} (n = {} vs {})", c.b, c.n[1], c.n[0]))
         .collect();
     let needed = needed_to_judge(comparisons.iter());
-    let beyond_busy_noise = beyond_busy_noise(comparisons.iter().map(|c| (&c.verdict, c.ci95[0])));
+    let beyond_busy_noise =
+        beyond_busy_noise(comparisons.iter().map(|c| (&c.verdict, least_slowdown(c))));
     Ok(CompareOutcome {
         comparisons,
         regression,
@@ -238,6 +249,8 @@ fn compare_sides(
     }
     let info = scenario::find(scenario_name)?;
     let metric = metric.unwrap_or(info.headline);
+    // A higher-is-better metric (pages per ms) that went up is FASTER, not SLOWER.
+    let better = info.declared(metric).direction.better();
     let pairs: Vec<(String, String)> = match (&sa.variant, &sb.variant) {
         (Some(va), Some(vb)) => vec![(va.clone(), vb.clone())],
         (Some(v), None) | (None, Some(v)) => vec![(v.clone(), v.clone())],
@@ -281,7 +294,8 @@ fn compare_sides(
             (&format!("B:{vb}"), &xb),
             threshold,
             seed,
-        ));
+        )
+        .judged_by(better));
     }
     Ok(out)
 }
@@ -367,11 +381,12 @@ pub fn compare_fleet(
     let scenario_name = one_scenario_on_one_backend(&sides, [a, b], scenario)?;
     let info = scenario::find(&scenario_name)?;
     let metric = metric.unwrap_or(info.headline).to_string();
+    let better = info.declared(&metric).direction.better();
     let variants = fleet_variants(&sides, variant, &metric)?;
     let pairing = HostMatch::for_selectors(a, b);
     let mut comparisons = variants
         .iter()
-        .map(|v| compare_variant(&sides, v, &metric, &pairing, judging.threshold))
+        .map(|v| compare_variant(&sides, v, &metric, better, &pairing, judging.threshold))
         .collect::<Result<Vec<_>, _>>()?;
     // Every per-host and overall comparison of every variant is judged together.
     judge_together(
@@ -495,6 +510,7 @@ fn compare_variant(
     sides: &[Vec<&RunRecord>; 2],
     v: &str,
     metric: &str,
+    better: Better,
     pairing: &HostMatch,
     threshold: f64,
 ) -> Result<FleetComparison, Error> {
@@ -534,8 +550,8 @@ fn compare_variant(
         variant: v.to_string(),
         only_a: only(&ka, &kb),
         only_b: only(&kb, &ka),
-        per_host: per_host(&ka, &kb, v, metric, &unit, threshold),
-        overall: overall(&ra, &rb, v, metric, &unit, threshold),
+        per_host: per_host(&ka, &kb, v, (metric, better), &unit, threshold),
+        overall: overall(&ra, &rb, v, (metric, better), &unit, threshold),
     })
 }
 
@@ -544,7 +560,7 @@ fn per_host(
     ka: &BTreeMap<String, Vec<&RunRecord>>,
     kb: &BTreeMap<String, Vec<&RunRecord>>,
     v: &str,
-    metric: &str,
+    (metric, better): (&str, Better),
     unit: &str,
     threshold: f64,
 ) -> Vec<HostComparison> {
@@ -580,7 +596,8 @@ fn per_host(
                 (&format!("B:{v} on {label}"), &xb),
                 threshold,
                 seed_for(DEFAULT_SEED, &["fleet", v, key]),
-            ),
+            )
+            .judged_by(better),
         });
     }
     out
@@ -592,7 +609,7 @@ fn overall(
     ra: &[&RunRecord],
     rb: &[&RunRecord],
     v: &str,
-    metric: &str,
+    (metric, better): (&str, Better),
     unit: &str,
     threshold: f64,
 ) -> AbComparison {
@@ -616,6 +633,7 @@ fn overall(
         threshold,
         seed_for(DEFAULT_SEED, &["fleet", v, "overall"]),
     )
+    .judged_by(better)
 }
 
 /// The outcome of judged comparisons: regressions, the comparisons too small to judge, and
@@ -648,7 +666,7 @@ fn fleet_outcome(
     let beyond_busy_noise = beyond_busy_noise(comparisons.iter().flat_map(|c| {
         std::iter::once(&c.overall)
             .chain(c.per_host.iter().map(|h| &h.comparison))
-            .map(|x| (&x.verdict, x.ci95[0]))
+            .map(|x| (&x.verdict, least_slowdown(x)))
     }));
     FleetOutcome {
         scenario,

@@ -19,6 +19,7 @@ use super::memory::{GuestRun, guest_cpl, guest_timeout};
 use super::params::{Param, Values, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
+use crate::analysis::Direction;
 use super::{Chart, Observed, Scenario, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::validate::check;
@@ -179,21 +180,29 @@ static METRICS: [MetricInfo; 4] = [
     MetricInfo {
         name: "roundtrip_ns",
         unit: "ns",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "host time from Start to End per iteration (exit + handling + re-entry)",
     },
     MetricInfo {
         name: "tsc_per_iter",
         unit: "ticks",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "guest TSC ticks per iteration",
     },
     MetricInfo {
         name: "userspace_exits_per_iter",
         unit: "ratio",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "exits that reached hvlab, per iteration",
     },
     MetricInfo {
         name: "kvm.vcpu.<stat>",
         unit: "ratio",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "vCPU statistic deltas per iteration (exits, io_exits, mmio_exits, ...)",
     },
 ];

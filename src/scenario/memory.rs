@@ -20,6 +20,7 @@ use std::time::Duration;
 use super::params::{Choice, Param, Text, Values, bytes, choice, size_text};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
+use crate::analysis::Direction;
 use super::{Chart, Notice, Observed, Scenario, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::validate::{Rule, check, check_count};
@@ -219,46 +220,68 @@ static METRICS: [MetricInfo; 9] = [
     MetricInfo {
         name: "ns_per_page",
         unit: "ns",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "host time from the guest's Start to End signal per page touched",
     },
     MetricInfo {
         name: "total_ms",
         unit: "ms",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "host time of the pass",
     },
     MetricInfo {
         name: "total_pages_per_ms",
         unit: "pages/ms",
+        better: Direction::HigherIsBetter,
+        count_tolerance: 0.0,
         doc: "pages touched by all vCPUs per ms from the common start to the last vCPU's End",
     },
     MetricInfo {
         name: "vcpu_pages_per_ms",
         unit: "pages/ms",
+        better: Direction::HigherIsBetter,
+        count_tolerance: 0.0,
         doc: "each vCPU's own rate (its slice over its own time), the mean over the vCPUs of a pass",
     },
     MetricInfo {
         name: "hugetlb_pool_before",
         unit: "pages",
+        // the host's setting before the pass, not the kernel's doing.
+        better: Direction::Neither,
+        count_tolerance: 0.0,
         doc: "hugetlb variants: the pool's size before hvlab grew it (it is set back to this after each pass)",
     },
     MetricInfo {
         name: "hugetlb_pool_during",
         unit: "pages",
+        // what hvlab set the pool to for the pass.
+        better: Direction::Neither,
+        count_tolerance: 0.0,
         doc: "hugetlb variants: the pool's size while the pass ran",
     },
     MetricInfo {
         name: "uffd_faults",
         unit: "count",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "userfaultfd page faults served (uffd variants), per pass",
     },
     MetricInfo {
         name: "kvm.vcpu.<stat>",
         unit: "count",
+        // the guest's own kernel touches a page or two more or less per pass (a lazy pass of 4096 pages: 4096 → 4097 faults), so a change under 1% of the count is a change, not a regression.
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.01,
         doc: "vCPU statistics that changed during the pass (pf_fixed, pf_taken, exits, ...)",
     },
     MetricInfo {
         name: "kvm.vm.<stat>",
         unit: "count",
+        // as the vCPU statistics: a page or two of the guest kernel's own is noise.
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.01,
         doc: "VM statistics that changed during the pass",
     },
 ];

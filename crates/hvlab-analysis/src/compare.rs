@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::statistics::{bootstrap_ratio_ci, exact_rank_p, median, seed_for};
+use super::direction::Better;
 use super::verdict::{self, ALPHA, Call, Class, Correction, Evidence, Family, Undecided};
 use crate::record::VariantRecord;
 
@@ -258,6 +259,10 @@ pub struct AbComparison {
     pub undecided: Option<Undecided>,
     /// The threshold a change must exceed, as a fraction.
     pub threshold: f64,
+    /// Which way is better: FASTER is B lower, or for a higher-is-better metric (pages per
+    /// ms) B higher. Left out of stored comparisons when lower.
+    #[serde(default, skip_serializing_if = "Better::is_lower")]
+    pub better: Better,
 }
 
 /// What an A/B comparison concluded; serialized as the words scripts match on.
@@ -319,11 +324,11 @@ impl AbComparison {
             Call::NotDecided(why) => Some(why),
             _ => None,
         };
-        self.verdict = match call {
-            Call::Lower => AbVerdict::Faster,
-            Call::Higher => AbVerdict::Slower,
-            Call::NoChange => AbVerdict::NoChange,
-            Call::NotDecided(_) => AbVerdict::NotDecided,
+        self.verdict = match (call, self.better) {
+            (Call::Lower, Better::Lower) | (Call::Higher, Better::Higher) => AbVerdict::Faster,
+            (Call::Higher, Better::Lower) | (Call::Lower, Better::Higher) => AbVerdict::Slower,
+            (Call::NoChange, _) => AbVerdict::NoChange,
+            (Call::NotDecided(_), _) => AbVerdict::NotDecided,
         };
     }
 }
@@ -383,9 +388,36 @@ pub fn ab(
         verdict: AbVerdict::NoChange,
         undecided: None,
         threshold,
+        better: Better::Lower,
     };
     c.rejudge(Family::alone(c.n, ALPHA));
     c
+}
+
+impl AbComparison {
+    /// The same comparison, judged as `better` says: a higher-is-better metric that went up
+    /// is FASTER, not SLOWER.
+    pub fn judged_by(mut self, better: Better) -> AbComparison {
+        self.better = better;
+        self.rejudge(Family::alone(self.n, self.alpha));
+        self
+    }
+
+    /// Whether B's median is established higher than A's (whichever way is better).
+    pub fn b_higher(&self) -> bool {
+        match self.better {
+            Better::Lower => self.verdict == AbVerdict::Slower,
+            Better::Higher => self.verdict == AbVerdict::Faster,
+        }
+    }
+
+    /// Whether B's median is established lower than A's.
+    pub fn b_lower(&self) -> bool {
+        match self.better {
+            Better::Lower => self.verdict == AbVerdict::Faster,
+            Better::Higher => self.verdict == AbVerdict::Slower,
+        }
+    }
 }
 
 #[cfg(test)]

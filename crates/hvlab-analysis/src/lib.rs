@@ -1,6 +1,7 @@
 //! Statistics, stall detection and comparisons: pure functions over samples and timelines.
 
 pub mod compare;
+pub mod direction;
 pub mod metric_ab;
 pub mod quantity;
 pub mod record;
@@ -10,3 +11,5 @@ pub mod statistics;
 pub mod validate;
 pub mod verdict;
 pub mod words;
+
+pub use direction::Direction;
