@@ -3,7 +3,11 @@
 //! command that reproduces it.
 
 use super::kab_prediction::prediction_markdown;
-use super::kab_words::{change_words, confinement, failure_lines, sides_word, stall_words};
+use super::kab_words::{
+    cause_words, change_words, confinement, failure_lines, sides_word, small_change_words,
+    stall_words,
+};
+use crate::analysis::verdict::Class;
 use crate::kernel::Kernel;
 use crate::kernel::build::{BuildInfo, How};
 use crate::kernel::vm;
@@ -110,6 +114,7 @@ fn table_row(v: &VariantVerdict) -> String {
         .filter(|c| !c.within_jiffy && c.metric != "stalls")
         .chain(&v.regressions)
         .map(change_words)
+        .chain(v.changes.iter().map(small_change_words))
         .collect::<Vec<_>>()
         .join("; ");
     let cause = v
@@ -120,6 +125,14 @@ fn table_row(v: &VariantVerdict) -> String {
             format!("{} ({sides})", stall_words(s))
         })
         .chain(failure_lines(v))
+        // A fix is said by its stalls above; every other class by what the scenario
+        // attributes its change to.
+        .chain(
+            v.causes
+                .iter()
+                .filter(|_| v.class != Class::Fixed)
+                .map(cause_words),
+        )
         .collect::<Vec<_>>()
         .join("; ");
     let cost = v
