@@ -287,15 +287,17 @@ fn compare_sides(
             .and_then(|v| v.metrics.get(metric))
             .map_or("", |m| m.unit.as_str());
         let seed = seed_for(DEFAULT_SEED, &["compare", &va, &vb]);
-        out.push(crate::analysis::compare::ab(
-            metric,
-            unit,
-            (&format!("A:{va}"), &xa),
-            (&format!("B:{vb}"), &xb),
-            threshold,
-            seed,
-        )
-        .judged_by(better));
+        out.push(
+            crate::analysis::compare::ab(
+                metric,
+                unit,
+                (&format!("A:{va}"), &xa),
+                (&format!("B:{vb}"), &xb),
+                threshold,
+                seed,
+            )
+            .judged_by(better),
+        );
     }
     Ok(out)
 }

@@ -19,9 +19,9 @@ use super::memory::{GuestRun, guest_cpl, guest_timeout};
 use super::params::{Param, Values, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use crate::analysis::Direction;
 use super::{Chart, Observed, Scenario, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
+use crate::analysis::Direction;
 use crate::analysis::validate::check;
 use crate::error::InputError;
 use crate::record::RunRecord;
@@ -176,7 +176,7 @@ pub static PARAMS: [Param<ExitParams>; 6] = [
     ),
 ];
 
-static METRICS: [MetricInfo; 4] = [
+static METRICS: [MetricInfo; 7] = [
     MetricInfo {
         name: "roundtrip_ns",
         unit: "ns",
@@ -204,6 +204,27 @@ static METRICS: [MetricInfo; 4] = [
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
         doc: "vCPU statistic deltas per iteration (exits, io_exits, mmio_exits, ...)",
+    },
+    MetricInfo {
+        name: "msr_writes_per_roundtrip",
+        unit: "count",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
+        doc: "MSR writes per roundtrip (model PMU variants): the loads plus the explicit WRMSRs",
+    },
+    MetricInfo {
+        name: "msr_loads_per_roundtrip",
+        unit: "count",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
+        doc: "MSR loads the CPU does per roundtrip from the switch lists and the VMCS fields (model PMU variants)",
+    },
+    MetricInfo {
+        name: "wrmsr_per_roundtrip",
+        unit: "count",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
+        doc: "explicit WRMSRs before VM-entry per roundtrip (model PMU variants)",
     },
 ];
 

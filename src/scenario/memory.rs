@@ -20,9 +20,9 @@ use std::time::Duration;
 use super::params::{Choice, Param, Text, Values, bytes, choice, size_text};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use crate::analysis::Direction;
 use super::{Chart, Notice, Observed, Scenario, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
+use crate::analysis::Direction;
 use crate::analysis::validate::{Rule, check, check_count};
 use crate::error::InputError;
 use crate::record::RunRecord;
@@ -216,7 +216,7 @@ pub static PARAMS: [Param<MemoryParams>; 10] = [
     choice!("backing" => model_backing, BACKING, "model prefetch variants: host memory lazy, populated or thp", model),
 ];
 
-static METRICS: [MetricInfo; 9] = [
+static METRICS: [MetricInfo; 10] = [
     MetricInfo {
         name: "ns_per_page",
         unit: "ns",
@@ -267,6 +267,14 @@ static METRICS: [MetricInfo; 9] = [
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
         doc: "userfaultfd page faults served (uffd variants), per pass",
+    },
+    MetricInfo {
+        name: "guest_table_pages",
+        unit: "count",
+        // The guest's own page-table pages: what its layout needs, subtracted from the faults.
+        better: Direction::Neither,
+        count_tolerance: 0.0,
+        doc: "with TDP: the guest page-table pages the pass faulted on (counted in kvm.vcpu.pf_fixed, subtracted from the data faults)",
     },
     MetricInfo {
         name: "kvm.vcpu.<stat>",

@@ -13,9 +13,9 @@
 use super::params::{Param, Text, Values, size_text, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use crate::analysis::Direction;
 use super::{Chart, Observed, Scenario};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
+use crate::analysis::Direction;
 use crate::error::InputError;
 use crate::record::{RunRecord, VariantRecord, VariantStatus};
 use hvlab_core::memslots::{MemslotPlan, MemslotResult, SlotOp};

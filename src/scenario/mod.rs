@@ -119,11 +119,12 @@ impl ScenarioInfo {
     /// Which way `metric` is better and its count tolerance, as a judge reads them; a metric
     /// the scenario does not declare is lower-is-better and says so ([`Declared::UNDECLARED`]).
     pub fn declared(&self, metric: &str) -> Declared {
-        self.metric(metric).map_or(Declared::UNDECLARED, |m| Declared {
-            direction: m.better,
-            count_tolerance: m.count_tolerance,
-            declared: true,
-        })
+        self.metric(metric)
+            .map_or(Declared::UNDECLARED, |m| Declared {
+                direction: m.better,
+                count_tolerance: m.count_tolerance,
+                declared: true,
+            })
     }
 
     /// The variants `backend` runs by default.
@@ -535,6 +536,8 @@ pub fn run_against<S: Scenario>(
 
 /// The verdicts that answer a scenario's question on its headline (against `baseline`), each
 /// that calls a difference with what made the slower side slower, where the scenario knows.
+/// The lower median is the faster side: every headline is declared lower-is-better (the
+/// direction table's test holds each scenario to it).
 pub fn judge_question<S: Scenario + ?Sized>(
     scenario: &S,
     variants: &[VariantRecord],
@@ -951,7 +954,11 @@ mod tests {
                     m.name
                 );
                 let declared = info.declared(&member);
-                assert!(declared.declared, "{}: {member} resolves to nothing", info.name);
+                assert!(
+                    declared.declared,
+                    "{}: {member} resolves to nothing",
+                    info.name
+                );
                 assert_eq!(declared.direction, m.better, "{}: {member}", info.name);
             }
             assert_eq!(
@@ -976,10 +983,15 @@ mod tests {
         let memory = Kind::Memory.info();
         let pf = memory.declared("kvm.vcpu.pf_fixed");
         assert_eq!(pf.direction, Direction::LowerIsBetter);
-        assert!(pf.count_tolerance > 1.0 / 4096.0, "4096 → 4097 is within it");
+        assert!(
+            pf.count_tolerance > 1.0 / 4096.0,
+            "4096 → 4097 is within it"
+        );
         let lifecycle = Kind::Lifecycle.info();
         assert_eq!(
-            lifecycle.metric("ioctl.KVM_SET_USER_MEMORY_REGION_ms").map(|m| m.name),
+            lifecycle
+                .metric("ioctl.KVM_SET_USER_MEMORY_REGION_ms")
+                .map(|m| m.name),
             Some("ioctl.<NAME>_ms")
         );
     }

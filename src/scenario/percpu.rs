@@ -15,9 +15,9 @@
 use super::params::{Choice, Param, Values, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use crate::analysis::Direction;
 use super::{Headline, HeadlinePair, MetricInfo, ScenarioInfo, Showcase, VariantInfo};
 use super::{Observed, Scenario};
+use crate::analysis::Direction;
 
 use crate::error::InputError;
 use crate::record::{Finding, VariantRecord};

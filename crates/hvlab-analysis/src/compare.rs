@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::statistics::{bootstrap_ratio_ci, exact_rank_p, median, seed_for};
 use super::direction::Better;
+use super::statistics::{bootstrap_ratio_ci, exact_rank_p, median, seed_for};
 use super::verdict::{self, ALPHA, Call, Class, Correction, Evidence, Family, Undecided};
 use crate::record::VariantRecord;
 
@@ -488,6 +488,49 @@ mod tests {
         assert_eq!(
             ab("ready_ms", "ms", ("A", &a), ("C", &c), 0.05, 1).verdict,
             AbVerdict::NoChange
+        );
+    }
+
+    /// A rate that went up is FASTER when higher is better (pages per ms), SLOWER when it
+    /// went down; the words give the factor of the change either way, and the stored
+    /// comparison keeps which way it was judged.
+    #[test]
+    fn a_higher_is_better_metric_that_went_up_is_faster() {
+        let a = [100.0, 101.0, 99.0, 100.5, 100.0, 99.5, 100.2, 99.8];
+        let b: Vec<f64> = a.iter().map(|x| x * 1.5).collect();
+        let up = ab(
+            "total_pages_per_ms",
+            "pages/ms",
+            ("A", &a),
+            ("B", &b),
+            0.05,
+            1,
+        )
+        .judged_by(Better::Higher);
+        assert_eq!(up.verdict, AbVerdict::Faster);
+        assert!(up.b_higher() && !up.b_lower());
+        assert!(up.to_string().contains("FASTER, 1.5"), "{up}");
+        let down = ab(
+            "total_pages_per_ms",
+            "pages/ms",
+            ("A", &b),
+            ("B", &a),
+            0.05,
+            1,
+        )
+        .judged_by(Better::Higher);
+        assert_eq!(down.verdict, AbVerdict::Slower);
+        assert!(down.to_string().contains("SLOWER, 1.5"), "{down}");
+        let json = serde_json::to_value(&down).expect("json");
+        assert_eq!(json["better"], "higher");
+        // Lower is better by default, and left out of the JSON.
+        let cost = ab("ready_ms", "ms", ("A", &a), ("B", &b), 0.05, 1);
+        assert_eq!(cost.verdict, AbVerdict::Slower);
+        assert!(
+            serde_json::to_value(&cost)
+                .expect("json")
+                .get("better")
+                .is_none()
         );
     }
 

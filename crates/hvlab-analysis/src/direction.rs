@@ -132,7 +132,10 @@ mod tests {
         assert!(names("ioctl.*_ms", "ioctl.KVM_CREATE_VM_ms"));
         assert!(names("kvm.vcpu.<stat>", "kvm.vcpu.pf_fixed"));
         assert!(!names("kvm.vcpu.<stat>", "kvm.vm.pf_fixed"));
-        assert!(!names("ioctl.<NAME>_ms", "ioctl._ms"), "the wildcard is not empty");
+        assert!(
+            !names("ioctl.<NAME>_ms", "ioctl._ms"),
+            "the wildcard is not empty"
+        );
         assert!(!names("ioctl.<NAME>_ms", "ioctl.KVM_RUN_us"));
         assert!(names("stalls", "stalls"));
         assert!(!names("stalls", "stalls_ms"));

@@ -1,8 +1,8 @@
 //! How a kab's figures, changes and stalls are written, the same in the terminal text and in
 //! the cover letter.
 
-use crate::kernel::sandbox::Confinement;
 use crate::analysis::direction::change_pct;
+use crate::kernel::sandbox::Confinement;
 use crate::lab::kab::{Cause, Change, GraceWait, SideFailure, StallAb, StallSide, VariantVerdict};
 
 /// How a build ran, beside its compiler: an unconfined one is said loudly.
