@@ -214,7 +214,7 @@ static METRICS: [MetricInfo; 16] = [
     MetricInfo {
         name: "pages_written",
         unit: "count",
-        // the workload's size: what the guest was asked to write.
+        // The workload's size: what the guest was asked to write.
         better: Direction::Neither,
         count_tolerance: 0.0,
         doc: "pages the guest wrote per pass",
@@ -222,7 +222,8 @@ static METRICS: [MetricInfo; 16] = [
     MetricInfo {
         name: "pages_dirty",
         unit: "count",
-        // fewer is a write the log lost during live migration, not an improvement; more is a page reported that was not written.
+        // Fewer is a write the log lost during live migration, not an improvement; more is a page
+        // reported that was not written.
         better: Direction::MustEqual("pages_written"),
         count_tolerance: 0.0,
         doc: "distinct pages the collected log reported per pass (equal to pages_written, or the variant fails)",

@@ -232,7 +232,7 @@ static METRICS: [MetricInfo; 18] = [
     MetricInfo {
         name: "tick_phase_ms",
         unit: "ms",
-        // where the ticks fall: a condition of the run, not a cost.
+        // Where the ticks fall: a condition of the run, not a cost.
         better: Direction::Neither,
         count_tolerance: 0.0,
         doc: "time from the last timer tick to KVM_CREATE_VM (CLOCK_MONOTONIC less CLOCK_MONOTONIC_COARSE on kvm; the model's own ticks): SRCU's delayed work fires on ticks, so this sets a stall's length, per VM",
@@ -240,7 +240,7 @@ static METRICS: [MetricInfo; 18] = [
     MetricInfo {
         name: "boot.tick_phase_ms",
         unit: "ms",
-        // a phase against the ticks, not a cost.
+        // A phase against the ticks, not a cost.
         better: Direction::Neither,
         count_tolerance: 0.0,
         doc: "boot orders: time from the last timer tick to the first registration while vCPU 0 runs (tick_phase_ms plus its start on the VM's clock, modulo the jiffy): where that grace period starts against the ticks, per VM",
@@ -255,7 +255,7 @@ static METRICS: [MetricInfo; 18] = [
     MetricInfo {
         name: "boot.thread_tick_phase_ms",
         unit: "ms",
-        // a phase against the ticks, not a cost.
+        // A phase against the ticks, not a cost.
         better: Direction::Neither,
         count_tolerance: 0.0,
         doc: "boot orders: time from the last timer tick to the boot thread's first run (tick_phase_ms plus its start on the VM's clock, modulo the jiffy), per VM",

@@ -248,7 +248,7 @@ static METRICS: [MetricInfo; 10] = [
     MetricInfo {
         name: "hugetlb_pool_before",
         unit: "pages",
-        // the host's setting before the pass, not the kernel's doing.
+        // The host's setting before the pass, not the kernel's doing.
         better: Direction::Neither,
         count_tolerance: 0.0,
         doc: "hugetlb variants: the pool's size before hvlab grew it (it is set back to this after each pass)",
@@ -256,7 +256,7 @@ static METRICS: [MetricInfo; 10] = [
     MetricInfo {
         name: "hugetlb_pool_during",
         unit: "pages",
-        // what hvlab set the pool to for the pass.
+        // What hvlab set the pool to for the pass.
         better: Direction::Neither,
         count_tolerance: 0.0,
         doc: "hugetlb variants: the pool's size while the pass ran",
@@ -279,7 +279,9 @@ static METRICS: [MetricInfo; 10] = [
     MetricInfo {
         name: "kvm.vcpu.<stat>",
         unit: "count",
-        // the guest's own kernel touches a page or two more or less per pass (a lazy pass of 4096 pages: 4096 → 4097 faults), so a change under 1% of the count is a change, not a regression.
+        // The guest's own kernel touches a page or two more or less per pass (a lazy pass of 4096
+        // pages: 4096 → 4097 faults), so a change under 1% of the count is a change, not a
+        // regression.
         better: Direction::LowerIsBetter,
         count_tolerance: 0.01,
         doc: "vCPU statistics that changed during the pass (pf_fixed, pf_taken, exits, ...)",
@@ -287,7 +289,7 @@ static METRICS: [MetricInfo; 10] = [
     MetricInfo {
         name: "kvm.vm.<stat>",
         unit: "count",
-        // as the vCPU statistics: a page or two of the guest kernel's own is noise.
+        // As the vCPU statistics: a page or two of the guest kernel's own is noise.
         better: Direction::LowerIsBetter,
         count_tolerance: 0.01,
         doc: "VM statistics that changed during the pass",

@@ -126,7 +126,7 @@ static METRICS: [MetricInfo; 10] = [
     MetricInfo {
         name: "throughput_change_pct",
         unit: "%",
-        // items per second.
+        // Items per second.
         better: Direction::HigherIsBetter,
         count_tolerance: 0.0,
         doc: "change of items per second against the offset scheme (stress-ng's bogo-ops rate)",
