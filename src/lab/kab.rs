@@ -2097,6 +2097,49 @@ pub(crate) mod fixture {
         )
     }
 
+    /// The 004 revert's memory kab under the legacy MMU, as its stored runs would be (one run
+    /// a side, relabelled from the dirty fixture's): populated 512 → 4097 faults per 16 MiB
+    /// pass of 4096 pages, lazy 4096 → 4097.
+    pub fn memory_revert() -> [Vec<RunRecord>; 2] {
+        let runs = runs();
+        let side = |side: &str, faults: [f64; 2]| -> Vec<RunRecord> {
+            let mut r = fixture::side(&runs, side)[0].clone();
+            r.scenario = "memory".into();
+            let variant = |name: &str, pf: f64| {
+                let samples = vec![pf; 4];
+                let mut metrics = std::collections::BTreeMap::new();
+                metrics.insert(
+                    "kvm.vcpu.pf_fixed".to_string(),
+                    crate::record::MetricRecord {
+                        unit: "count".into(),
+                        median: pf,
+                        ci95: [pf, pf],
+                        min: pf,
+                        max: pf,
+                        n: samples.len(),
+                        samples,
+                    },
+                );
+                VariantRecord {
+                    name: name.into(),
+                    status: VariantStatus::Ok,
+                    metrics,
+                    findings: vec![Finding::FaultsPerPage {
+                        pages: 4096,
+                        pf_fixed: pf,
+                        table_pages: 0.0,
+                        mmu: None,
+                    }],
+                    timeline: Vec::new(),
+                    pinned_bytes: Vec::new(),
+                }
+            };
+            r.variants = vec![variant("populated", faults[0]), variant("lazy", faults[1])];
+            vec![r]
+        };
+        [side("A", [512.0, 4096.0]), side("B", [4097.0, 4097.0])]
+    }
+
     /// B's guest command for the dirty scenario, exiting 4 as `hvlab run` does when every
     /// variant failed.
     pub fn b_command_failed(stderr: &str) -> GuestFailure {
@@ -2640,6 +2683,47 @@ mod tests {
         assert!(other.regression && !other.declared.declared);
         let v = class_of("memory", vec![other]);
         assert!(v.regressions[0].undeclared);
+    }
+
+    /// The 004 revert under the legacy MMU, as stored runs: populated 512 → 4097 faults per
+    /// 16 MiB pass is REGRESSED with the pages each fault maps (8 → 1) read from the memory
+    /// scenario's own finding; lazy's 4096 → 4097 is a change. Judged end to end by [`judge`].
+    #[test]
+    fn a_memory_kab_judges_faults_by_the_declared_tolerance_and_names_prefetch() {
+        let [a, b] = fixture::memory_revert();
+        let judged = judge(
+            &["memory".to_string()],
+            &[],
+            [
+                SideRuns {
+                    runs: &a,
+                    failed_commands: &[],
+                },
+                SideRuns {
+                    runs: &b,
+                    failed_commands: &[],
+                },
+            ],
+            Accel::Tcg,
+            0.05,
+        );
+        let v = verdicts(&judged);
+        assert_eq!(v[0].variant, "populated");
+        assert_eq!(v[0].class, Class::Regressed, "{:?}", v[0]);
+        assert_eq!(
+            v[0].causes,
+            vec![Cause::PagesPerFault {
+                pages: [4096, 4096],
+                faults: [512.0, 4097.0],
+            }]
+        );
+        assert_eq!(v[1].variant, "lazy");
+        assert_eq!(v[1].class, Class::NoChange, "{:?}", v[1]);
+        assert_eq!(v[1].changes[0].metric, "kvm.vcpu.pf_fixed");
+        let lazy = &judged[0].variants[1].metrics[0];
+        let json = serde_json::to_value(lazy).expect("json");
+        assert_eq!(json["change_pct"], "+0.02%");
+        assert_eq!(json["within_tolerance"], true);
     }
 
     /// A memslot update that waited an expedited grace period on A (0.02 jiffies) and a normal

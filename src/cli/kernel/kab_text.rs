@@ -341,11 +341,12 @@ fn unchanged_stalls(v: &VariantVerdict) -> Vec<String> {
         })
         .collect();
     if v.class == Class::NoChange && v.stalls.is_empty() {
-        out.push(if v.stall_reps.is_some() {
-            "no stall on either kernel".into()
-        } else {
-            "no judged change".into()
-        });
+        if v.stall_reps.is_some() {
+            out.push("no stall on either kernel".into());
+        } else if v.changes.is_empty() {
+            // A change under its tolerance is said on its own line instead.
+            out.push("no judged change".into());
+        }
     }
     out
 }

@@ -826,7 +826,6 @@ mod tests {
         assert_eq!(
             mechanism(&lazy),
             [
-                "no judged change",
                 "change: kvm.vcpu.pf_fixed +1 (+0.02%, 4096 → 4097), under the 1% it tolerates: a change, not a verdict"
             ]
         );
