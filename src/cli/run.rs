@@ -8,6 +8,7 @@ use clap::Args;
 use super::progress::TermProgress;
 use super::{MeasureArgs, habits, print_json, request_of};
 use crate::error::{Error, InputError};
+use crate::kernel::kprobe::CallSpec;
 use crate::lab::{backends, host};
 use crate::scenario::{self, Baseline};
 use hvlab_core::BackendKind;
@@ -41,6 +42,11 @@ pub(super) struct RunArgs {
     /// `hvlab compare --baseline NAME` judges later runs against it; saving again moves it
     #[arg(long, value_name = "NAME", value_parser = parse_baseline_name, conflicts_with = "no_store")]
     save_baseline: Option<String>,
+    /// For `hvlab kab`'s guests: after the timed repetitions, count calls of these kernel
+    /// functions ([MODULE:]FUNCTION[/CALLER...], comma-separated) in one untimed repetition
+    /// of each variant, with kprobes
+    #[arg(long, value_name = "FUNCTIONS", value_delimiter = ',', hide = true, value_parser = parse_call_spec)]
+    count_calls: Vec<CallSpec>,
 }
 
 /// `hvlab run`: checks everything it can before measuring (the request, the options, the
@@ -75,6 +81,9 @@ pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
     )?;
     let progress = TermProgress::new(kind.info().name, args.measure.json);
     let mut record = scenario::run_with_baseline(backend.as_mut(), &request, &baseline, &progress)?;
+    if !args.count_calls.is_empty() {
+        record.calls = calls_counted(backend.as_mut(), &request, &record, &args.count_calls);
+    }
     judged_or_failures_kept(&mut record, run_store.as_mut())?;
     record.baseline = args.save_baseline;
     if let Some(s) = &mut run_store {
@@ -107,6 +116,42 @@ fn judged_or_failures_kept(
         }
         (judged, _) => judged,
     }
+}
+
+/// `--count-calls`: per variant that produced samples, one more repetition of it alone,
+/// untimed and unrecorded, with kprobes on `specs` armed only around it (so the timed
+/// repetitions before it never pay for a probe). A repetition that fails leaves its counts
+/// as they are: whatever ran before the failure was counted.
+fn calls_counted(
+    backend: &mut dyn hvlab_core::Backend,
+    request: &scenario::runner::RunRequest,
+    record: &crate::record::RunRecord,
+    specs: &[CallSpec],
+) -> Vec<crate::analysis::calls::VariantCalls> {
+    record
+        .variants
+        .iter()
+        .filter(|v| v.is_ok())
+        .map(|v| {
+            let once = scenario::runner::RunRequest {
+                variants: vec![v.name.clone()],
+                reps: 1,
+                warmup: 0,
+                ..request.clone()
+            };
+            let (functions, _) = crate::kernel::kprobe::count_calls(specs, || {
+                scenario::run(backend, &once, &crate::scenario::runner::Silent)
+            });
+            crate::analysis::calls::VariantCalls {
+                variant: v.name.clone(),
+                functions,
+            }
+        })
+        .collect()
+}
+
+fn parse_call_spec(text: &str) -> Result<CallSpec, String> {
+    CallSpec::parse(text).map_err(|e| e.to_string())
 }
 
 /// `--save-baseline`: a name of letters, digits, `.`, `_` and `-` (it is typed again later).

@@ -1071,6 +1071,7 @@ mod hostile_records {
                 warnings: vec![],
                 tag: None,
                 baseline: None,
+                calls: Vec::new(),
             }
         }
     }

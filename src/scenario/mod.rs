@@ -28,6 +28,29 @@ use params::{Param, ParamInfo};
 pub use question::{Baseline, Question};
 use runner::{Progress, RunRequest, ScenarioOutcome};
 
+/// Kernel code a scenario's runs reach only with a KVM module parameter: `hvlab kab` names
+/// it beside a NOT EXERCISED verdict whose patched functions are among `functions`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Reaches {
+    /// The source file of the functions.
+    pub file: &'static str,
+    /// The functions only it reaches.
+    pub functions: &'static [&'static str],
+    /// What reaches them, in words (`the legacy MMU`).
+    pub by: &'static str,
+    /// The `--kvm-param` that selects it (`kvm.tdp_mmu=N`).
+    pub kvm_param: &'static str,
+}
+
+/// What reaches the kernel code `scenario`'s default runs do not ([`Reaches`]).
+pub fn reaches(scenario: &str) -> &'static [Reaches] {
+    if scenario == Kind::Memory.name() {
+        &memory::REACHES
+    } else {
+        &[]
+    }
+}
+
 /// A variant: a policy or configuration to compare.
 #[derive(Debug, Clone, Serialize)]
 pub struct VariantInfo {
@@ -996,8 +1019,9 @@ mod tests {
         );
     }
 
-    /// Every metric stored kab runs carry (a lifecycle kab, a dirty kab) is declared by its
-    /// scenario, families included: none falls back to lower-is-better unsaid.
+    /// Every metric stored kab runs carry (a lifecycle kab, a dirty kab, a booted memory kab)
+    /// is declared by its scenario, families included: none falls back to lower-is-better
+    /// unsaid.
     #[test]
     fn every_stored_metric_resolves_to_a_declaration() {
         let fixtures = [
@@ -1008,6 +1032,10 @@ mod tests {
             include_str!(concat!(
                 env!("CARGO_MANIFEST_DIR"),
                 "/tests/fixtures/kab-dirty-lost-page/runs.jsonl"
+            )),
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/kab-not-exercised/runs.jsonl"
             )),
         ];
         let mut seen = 0;

@@ -578,6 +578,7 @@ mod tests {
             warnings: vec![],
             tag: None,
             baseline: None,
+            calls: Vec::new(),
         }
     }
 

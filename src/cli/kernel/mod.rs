@@ -1,14 +1,8 @@
 //! `hvlab vm` and `hvlab kab`: kernels under test booted in QEMU, and their A/B. The words of
-//! a kab's outcome are in the modules below: the terminal text (`kab_text`, with the
-//! per-metric `kab_details` and the model's `kab_prediction`) and the cover letter.
+//! a kab's outcome (the terminal text and the cover letter) are [`crate::export::kab`]'s.
 
-mod cover_letter;
-mod kab_details;
 #[cfg(test)]
 mod kab_golden;
-mod kab_prediction;
-mod kab_text;
-mod kab_words;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -20,11 +14,9 @@ use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use self::cover_letter::markdown;
-use self::kab_text::{how_built, render};
-use self::kab_words::duration;
 use crate::analysis::verdict::Class;
 use crate::error::{Error, InputError};
+use crate::export::kab::{duration, how_built, markdown, render};
 use crate::kernel::build::{self, BuildProgress};
 use crate::kernel::calibration;
 use crate::kernel::sandbox::SandboxPolicy;
@@ -121,12 +113,16 @@ fn vm_commands(args: &VmArgs) -> Result<Vec<Vec<String>>, Error> {
 #[derive(Debug, Args)]
 pub struct VmArgs {
     /// The kernel: debian:VERSION, a bzImage (with --modules), a build tree, an unpacked package;
-    /// debian:VERSION+PATCH[+PATCH...] rebuilds Debian's source of that version with the patches
+    /// debian:VERSION+PATCH[+PATCH...] rebuilds Debian's source of that version with the patches;
+    /// git:PATH@REF[+PATCH...] builds that commit of a git tree (in hvlab's own clone)
     #[arg(long, value_name = "SPEC")]
     kernel: String,
     /// Modules for a bzImage: DIR/lib/modules/RELEASE (`make modules_install INSTALL_MOD_PATH=DIR`)
     #[arg(long, value_name = "DIR")]
     modules: Option<PathBuf>,
+    /// For git:PATH@REF: the .config whose HZ, preemption, RCU and KVM options the minimal guest config keeps (default: Debian's config of the nearest version in hvlab's cache)
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     #[command(flatten)]
     boot: BootArgs,
     /// More hvlab commands for the same boot, one argument list per line (after the one given)
@@ -239,10 +235,11 @@ pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
     let mut store = open_store(db)?;
     vm::qemu()?;
     let reporter = Reporter::new(false);
-    let resolved = build::resolve(
+    let resolved = build::resolve_with_config(
         &[&args.kernel],
         args.modules.as_deref(),
         args.sandbox.policy(),
+        args.config.as_deref(),
         &reporter,
     )
     .map_err(vm::VmError::from)?;
@@ -657,8 +654,8 @@ fn misses_expected_fixed(expect_fixed: &[String], outcome: &KabOutcome) -> Resul
 
 #[cfg(test)]
 mod tests {
-    use super::kab_text::mechanism;
     use super::*;
+    use crate::export::kab::mechanism;
     use crate::kernel::build::{BuildInfo, How};
     use crate::lab::kab::{
         Change, HostSummary, StallAb, StallReps, StallSide, VariantVerdict, WallTimes,
@@ -715,6 +712,8 @@ mod tests {
             causes: Vec::new(),
             host_busy: None,
             failures: [None, None],
+            calls: [None, None],
+            reach: None,
         }
     }
 
@@ -1113,6 +1112,63 @@ mod tests {
             .and_then(|n| n.parse().ok())
             .expect(after);
         assert!((15.0..25.0).contains(&saved), "{saved}: {after}");
+    }
+
+    /// Issue 37, item 3: the 004 revert under the default TDP MMU, as a kab stored it. The
+    /// text, the cover letter and the JSON say NOT EXERCISED with the calls on each side and
+    /// the legacy MMU's `--kvm-param`; the headline never says "no regression", and the gate
+    /// passes.
+    #[test]
+    fn a_patch_that_never_ran_is_said_not_exercised_with_its_calls_everywhere() {
+        use crate::lab::kab::fixture;
+        let runs = fixture::not_exercised_runs();
+        let (a, b) = (fixture::side(&runs, "A"), fixture::side(&runs, "B"));
+        let judged = kab::judge(
+            &["memory".to_string()],
+            &["populated".to_string()],
+            [
+                kab::SideRuns {
+                    runs: &a,
+                    failed_commands: &[],
+                },
+                kab::SideRuns {
+                    runs: &b,
+                    failed_commands: &[],
+                },
+            ],
+            crate::kernel::vm::Accel::Tcg,
+            0.05,
+        );
+        let o = KabOutcome {
+            scenario_names: vec!["memory".into()],
+            ..dirty_outcome(judged)
+        };
+        let text = render(&o);
+        let first = text.lines().next().unwrap();
+        assert!(
+            first.starts_with("kab: B against A, NOT EXERCISED 1 of 1 variant(s)")
+                && first.contains("the patched code never ran in any variant")
+                && !first.contains("no regression"),
+            "{first}"
+        );
+        assert!(
+            text.contains("NOT EXERCISED populated  the patched code never ran on either kernel, so this variant cannot show the patch: __direct_pte_prefetch 0 → 0 calls\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("the legacy MMU reaches it: --kvm-param kvm.tdp_mmu=N"),
+            "{text}"
+        );
+        let md = markdown(&o, "hvlab kab debian:7.3 debian:7.3+revert.patch");
+        assert!(
+            md.contains("| populated | **NOT EXERCISED** |")
+                && md.contains("__direct_pte_prefetch 0 → 0 calls; the legacy MMU reaches it: --kvm-param kvm.tdp_mmu=N"),
+            "{md}"
+        );
+        let json = serde_json::to_string(&o).unwrap();
+        assert!(json.contains("\"class\":\"NOT EXERCISED\""), "{json}");
+        assert!(json.contains("\"via_callers\":false,\"calls\":0"), "{json}");
+        assert_eq!(kab_exit_code(true, &[], &o).unwrap(), 0);
     }
 
     /// `outcome()`'s kab, with the dirty scenario judged from `judged` and the boots quiet.

@@ -1,19 +1,20 @@
 //! A kab's outcome as terminal text: the verdicts first, each with its mechanism, then the
 //! model's prediction, how the sides were made, the build and the boots, and the details.
 
-use super::kab_details::details;
-use super::kab_prediction::prediction_lines;
-use super::kab_words::{
-    cause_words, change_words, duration, failure_lines, num, small_change_words, stall_side,
-    stall_words,
+use super::details::details;
+use super::prediction::prediction_lines;
+use super::words::{
+    calls_lines, cause_words, change_words, duration, failure_lines, small_change_words,
+    stall_side, stall_words,
 };
+use crate::analysis::quantity::fixed_decimals;
 use crate::analysis::verdict::Class;
 use crate::kernel::Kernel;
 use crate::kernel::build::{BuildInfo, How};
 use crate::lab::kab::{Cause, Change, KabOutcome, StallAb, VariantVerdict};
 
 /// The kab's outcome for the terminal: the answer first, the details last.
-pub(super) fn render(o: &KabOutcome) -> String {
+pub fn render(o: &KabOutcome) -> String {
     let width = o
         .verdicts
         .iter()
@@ -80,16 +81,26 @@ fn order(c: Class) -> u8 {
         Class::Regressed => 2,
         Class::NoChange => 3,
         Class::NotDecided => 4,
-        Class::Faster => 5,
-        Class::Slower => 6,
+        Class::NotExercised => 5,
+        Class::Faster => 6,
+        Class::Slower => 7,
     }
 }
 
 /// The headline's end: whether B regressed, read from the classes as the gate reads them;
-/// "no regression" only when something was decided.
+/// "no regression" only when something was decided, in code the patch changed.
 fn gate_words(o: &KabOutcome) -> &'static str {
     let busy = o.host_busy().is_some();
-    let decided = o.verdicts.iter().any(|v| v.class != Class::NotDecided);
+    let exercised: Vec<&VariantVerdict> = o
+        .verdicts
+        .iter()
+        .filter(|v| v.class != Class::NotExercised)
+        .collect();
+    if !o.regression && !o.verdicts.is_empty() && exercised.is_empty() {
+        // Calls are counted exactly, busy host or not.
+        return "; the patched code never ran in any variant: nothing here could show the patch (each variant says what reaches it)";
+    }
+    let decided = exercised.iter().any(|v| v.class != Class::NotDecided);
     match (o.regression, busy) {
         (true, true) => {
             "; REGRESSION: B failed what A ran; nothing else judged: other work kept QEMU waiting for a CPU: rerun on a quiet host"
@@ -191,7 +202,7 @@ fn boots_line(o: &KabOutcome) -> String {
 }
 
 /// The mechanism of a verdict, in words: the first line and any further lines.
-pub(super) fn mechanism(v: &VariantVerdict) -> Vec<String> {
+pub fn mechanism(v: &VariantVerdict) -> Vec<String> {
     let failures = failure_lines(v);
     if !failures.is_empty() {
         return failures;
@@ -208,6 +219,8 @@ pub(super) fn mechanism(v: &VariantVerdict) -> Vec<String> {
             )],
         },
         Class::NoChange => Vec::new(),
+        // Its lines are the calls' (below).
+        Class::NotExercised => Vec::new(),
         // Classes of one metric's comparison, never a kab variant's.
         Class::Faster | Class::Slower => Vec::new(),
     };
@@ -226,10 +239,15 @@ pub(super) fn mechanism(v: &VariantVerdict) -> Vec<String> {
                 .map(|c| format!("change: {}", small_change_words(c))),
         );
     }
+    out.extend(calls_lines(v));
     let mut costs: Vec<&Change> = v.costs.iter().collect();
     costs.sort_by(|x, y| (y.b - y.a).total_cmp(&(x.b - x.a)));
     for c in costs {
-        out.push(format!("cost: {} (+{})", change_words(c), num(c.b - c.a)));
+        out.push(format!(
+            "cost: {} (+{})",
+            change_words(c),
+            fixed_decimals(c.b - c.a)
+        ));
     }
     out
 }
@@ -279,8 +297,7 @@ fn fixed(v: &VariantVerdict) -> Vec<String> {
         .collect()
 }
 
-/// REGRESSED: the stalls B gained, the metrics B is worse on with their causes, and any
-/// stall B lost.
+/// REGRESSED: the stalls B gained, the metrics B is worse on, and any stall B lost.
 fn regressed(v: &VariantVerdict) -> Vec<String> {
     let mut out = Vec::new();
     for s in stalls_found(v, false, true) {
@@ -352,7 +369,7 @@ fn unchanged_stalls(v: &VariantVerdict) -> Vec<String> {
 }
 
 /// How a side was made, in one line.
-pub(super) fn how_built(k: &Kernel, b: Option<&BuildInfo>) -> String {
+pub fn how_built(k: &Kernel, b: Option<&BuildInfo>) -> String {
     let Some(b) = b else {
         return format!("{} ({}), as given", k.release, k.source);
     };
@@ -399,6 +416,6 @@ pub(super) fn how_built(k: &Kernel, b: Option<&BuildInfo>) -> String {
     format!(
         "{how}, {patches} ({}, {}{reused})",
         b.compiler,
-        super::kab_words::confinement(b.sandbox)
+        super::words::confinement(b.sandbox)
     )
 }

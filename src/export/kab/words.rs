@@ -1,7 +1,10 @@
 //! How a kab's figures, changes and stalls are written, the same in the terminal text and in
 //! the cover letter.
 
+use crate::analysis::calls::{Counted, FunctionCalls};
 use crate::analysis::direction::change_pct;
+use crate::analysis::quantity::fixed_decimals;
+use crate::analysis::verdict::Class;
 use crate::kernel::sandbox::Confinement;
 use crate::lab::kab::{Cause, Change, GraceWait, SideFailure, StallAb, StallSide, VariantVerdict};
 
@@ -17,24 +20,13 @@ pub(super) fn confinement(c: Confinement) -> &'static str {
     }
 }
 
-/// `1.22`, `0.062`, `20`.
-pub(super) fn num(v: f64) -> String {
-    if v.abs() >= 100.0 || v == v.trunc() {
-        format!("{v:.0}")
-    } else if v.abs() >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    }
-}
-
 /// `1 → 0`, for a pair of medians.
 pub(super) fn pair(x: [f64; 2]) -> String {
-    format!("{} → {}", num(x[0]), num(x[1]))
+    format!("{} → {}", fixed_decimals(x[0]), fixed_decimals(x[1]))
 }
 
 /// `1 min 12 s`, `13.2 s`.
-pub(super) fn duration(secs: f64) -> String {
+pub fn duration(secs: f64) -> String {
     if secs >= 60.0 {
         let whole = secs.round();
         format!("{:.0} min {:02.0} s", (whole / 60.0).floor(), whole % 60.0)
@@ -56,9 +48,9 @@ pub(super) fn stall_words(s: &StallAb) -> String {
 pub(super) fn stall_side(side: &StallSide) -> String {
     let [lo, hi] = side.jiffies;
     let j = if (hi - lo).abs() < 0.05 {
-        format!("{} jiffies", num(lo))
+        format!("{} jiffies", fixed_decimals(lo))
     } else {
-        format!("{}–{} jiffies", num(lo), num(hi))
+        format!("{}–{} jiffies", fixed_decimals(lo), fixed_decimals(hi))
     };
     format!("{} of {} repetitions, {j}", side.stalled_reps, side.reps)
 }
@@ -72,18 +64,17 @@ pub(super) fn sides_word(sides: [bool; 2]) -> &'static str {
     }
 }
 
-/// `KVM_IOEVENTFD 0.018 → 0.118 jiffies`; a count with its change as LKP prints it
-/// (`kvm.vcpu.pf_fixed 512 → 4097 (+700.2%)`); a metric the scenario does not declare, with
-/// how it was judged.
+/// `KVM_IOEVENTFD 0.018 → 0.118 jiffies`.
 pub(super) fn change_words(c: &Change) -> String {
     let name = c.metric.trim_start_matches("ioctl.");
+    let (a, b) = (fixed_decimals(c.a), fixed_decimals(c.b));
     let mut out = if c.unit == "count" {
         match change_pct(c.a, c.b) {
-            Some(pct) => format!("{name} {} → {} ({pct})", num(c.a), num(c.b)),
-            None => format!("{name} {} → {}", num(c.a), num(c.b)),
+            Some(pct) => format!("{name} {a} → {b} ({pct})"),
+            None => format!("{name} {a} → {b}"),
         }
     } else {
-        format!("{name} {} → {} {}", num(c.a), num(c.b), c.unit)
+        format!("{name} {a} → {b} {}", c.unit)
     };
     if c.undeclared {
         out.push_str(" (not declared by its scenario: judged lower-is-better)");
@@ -99,20 +90,20 @@ pub(super) fn small_change_words(c: &Change) -> String {
     format!(
         "{} {sign}{} ({}, {} → {}), under the {}% it tolerates: a change, not a verdict",
         c.metric,
-        num(delta.abs()),
+        fixed_decimals(delta.abs()),
         change_pct(c.a, c.b).unwrap_or_default(),
-        num(c.a),
-        num(c.b),
-        num(c.tolerance.unwrap_or(0.0) * 100.0)
+        fixed_decimals(c.a),
+        fixed_decimals(c.b),
+        fixed_decimals(c.tolerance.unwrap_or(0.0) * 100.0)
     )
 }
 
-/// What one side waited for: `expedited at most, 0.020 jiffies`, `a normal grace period started by
-/// KVM_CREATE_IRQCHIP, 2.00 jiffies`.
+/// What one side waited for: `expedited at most, 0.020 jiffies`, `a normal grace period
+/// started by KVM_CREATE_IRQCHIP, 2 jiffies`.
 fn wait_words(w: &GraceWait) -> String {
     match w {
         GraceWait::Expedited { jiffies } => {
-            format!("expedited at most, {} jiffies", num(*jiffies))
+            format!("expedited at most, {} jiffies", fixed_decimals(*jiffies))
         }
         GraceWait::Normal {
             jiffies,
@@ -122,15 +113,15 @@ fn wait_words(w: &GraceWait) -> String {
             started_by
                 .as_ref()
                 .map_or(String::new(), |r| format!(" started by {r}")),
-            num(*jiffies)
+            fixed_decimals(*jiffies)
         ),
     }
 }
 
 /// A cause in words: `KVM_SET_USER_MEMORY_REGION now waits a normal grace period on B: +1.98
-/// jiffies (A: expedited at most, 0.020 jiffies; B: a normal grace
-/// period started by KVM_CREATE_IRQCHIP, 2.00 jiffies)`; `SPTE prefetch: pages mapped per
-/// fault 8 → 1.00 (4096 pages touched / kvm.vcpu.pf_fixed 512 → 4097)`.
+/// jiffies (A: expedited at most, 0.020 jiffies; B: a normal grace period started by
+/// KVM_CREATE_IRQCHIP, 2 jiffies)`; `SPTE prefetch: pages mapped per fault 8 → 1.000 (4096
+/// pages touched / kvm.vcpu.pf_fixed 512 → 4097)`.
 pub(super) fn cause_words(c: &Cause) -> String {
     match c {
         Cause::GracePeriod { ioctl, waits } => {
@@ -149,7 +140,7 @@ pub(super) fn cause_words(c: &Cause) -> String {
             };
             format!(
                 "{ioctl} {what}: {sign}{} jiffies (A: {}; B: {})",
-                num(delta.abs()),
+                fixed_decimals(delta.abs()),
                 wait_words(a),
                 wait_words(b)
             )
@@ -164,10 +155,10 @@ pub(super) fn cause_words(c: &Cause) -> String {
             };
             format!(
                 "SPTE prefetch: pages mapped per fault {} → {} ({touched} / kvm.vcpu.pf_fixed {} → {})",
-                num(per(0)),
-                num(per(1)),
-                num(faults[0]),
-                num(faults[1])
+                fixed_decimals(per(0)),
+                fixed_decimals(per(1)),
+                fixed_decimals(faults[0]),
+                fixed_decimals(faults[1])
             )
         }
     }
@@ -218,4 +209,82 @@ pub(super) fn failure_lines(v: &VariantVerdict) -> Vec<String> {
             Some(format!("{side} {}{ran}", side_failure_words(f)))
         })
         .collect()
+}
+
+/// One function's calls on each side, A → B (`0 → 0`, `4097 → not counted`).
+fn function_calls_words(name: &str, sides: [Option<&FunctionCalls>; 2]) -> String {
+    let count = |f: Option<&FunctionCalls>| {
+        f.and_then(|f| f.counted.calls())
+            .map_or_else(|| "not counted".to_string(), |n| n.to_string())
+    };
+    let mut notes: Vec<String> = Vec::new();
+    for (f, side) in sides.iter().zip(["A", "B"]) {
+        match f.map(|f| &f.counted) {
+            Some(Counted::Probed {
+                symbols,
+                via_callers: true,
+                ..
+            }) => {
+                let note = format!("inlined: counted at its caller {}", symbols.join(" + "));
+                if !notes.contains(&note) {
+                    notes.push(note);
+                }
+            }
+            Some(Counted::NotProbed { why }) => notes.push(format!("{side}: {why}")),
+            Some(Counted::Probed { .. }) => {}
+            None => notes.push(format!("{side}: not asked")),
+        }
+    }
+    let short = name.rsplit(':').next().unwrap_or(name);
+    let notes = if notes.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", notes.join("; "))
+    };
+    format!("{short} {} → {}{notes}", count(sides[0]), count(sides[1]))
+}
+
+/// The calls of each patched function, A → B, when either side counted them.
+fn calls_words(v: &VariantVerdict) -> Option<String> {
+    let mut names: Vec<&str> = Vec::new();
+    for f in v.calls.iter().flatten().flatten() {
+        if !names.contains(&f.function.as_str()) {
+            names.push(&f.function);
+        }
+    }
+    let on = |i: usize, name: &str| {
+        v.calls[i]
+            .as_ref()
+            .and_then(|fs| fs.iter().find(|f| f.function == name))
+    };
+    let words: Vec<String> = names
+        .iter()
+        .map(|n| function_calls_words(n, [on(0, n), on(1, n)]))
+        .collect();
+    (!words.is_empty()).then(|| format!("{} calls", words.join("; ")))
+}
+
+/// What the patched functions' calls say beside the verdict: for NOT EXERCISED, that they
+/// never ran and what would reach them; otherwise the calls per side, when counted.
+pub(super) fn calls_lines(v: &VariantVerdict) -> Vec<String> {
+    let Some(calls) = calls_words(v) else {
+        return Vec::new();
+    };
+    if v.class != Class::NotExercised {
+        return vec![format!("patched code ran: {calls}")];
+    }
+    let mut out = vec![format!(
+        "the patched code never ran on either kernel, so this variant cannot show the patch: {calls}"
+    )];
+    out.extend(v.reach.as_ref().map(|r| {
+        if r.given {
+            format!(
+                "not reached even by {} (--kvm-param {}, given)",
+                r.by, r.kvm_param
+            )
+        } else {
+            format!("{} reaches it: --kvm-param {}", r.by, r.kvm_param)
+        }
+    }));
+    out
 }
