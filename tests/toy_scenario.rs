@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use hvlab::analysis::Direction;
 use hvlab::error::InputError;
 use hvlab::model::ModelBackend;
 use hvlab::model::profile::Profile;
@@ -36,6 +37,8 @@ static INFO: ScenarioInfo = ScenarioInfo {
     metrics: &[MetricInfo {
         name: "roundtrip_ns",
         unit: "ns",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "host time per CPUID roundtrip",
     }],
     headline: "roundtrip_ns",

@@ -144,7 +144,23 @@ pub fn list(catalog: &[scenario::Listing]) -> String {
         }
         let _ = writeln!(s, "  metrics:");
         for m in info.metrics {
-            let _ = writeln!(s, "    {:<20} {:<6} {}", m.name, m.unit, m.doc);
+            // Which way is better, when it is not the usual lower; a count's tolerance.
+            let mut notes: Vec<String> = Vec::new();
+            if m.better != crate::analysis::Direction::LowerIsBetter {
+                notes.push(m.better.to_string());
+            }
+            if m.count_tolerance > 0.0 {
+                notes.push(format!(
+                    "a change under {}% is not a verdict",
+                    m.count_tolerance * 100.0
+                ));
+            }
+            let notes = if notes.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", notes.join("; "))
+            };
+            let _ = writeln!(s, "    {:<20} {:<6} {}{notes}", m.name, m.unit, m.doc);
         }
     }
     s.trim_end().to_string()

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::analysis::compare::{AbComparison, AbVerdict, judge_together};
+use crate::analysis::direction::Better;
 use crate::analysis::statistics::{median, seed_for};
 use crate::analysis::verdict::Correction;
 use crate::error::{Error, InputError};
@@ -61,6 +62,15 @@ fn beyond_busy_noise<'a>(slowdowns: impl IntoIterator<Item = (&'a AbVerdict, f64
     slowdowns
         .into_iter()
         .any(|(v, ci_low)| *v == AbVerdict::Slower && ci_low >= BUSY_INFLATION)
+}
+
+/// The low end of the 95% interval of B's slowdown as a factor: of the ratio B/A when lower
+/// is better, of A/B when higher is (a rate halved is a slowdown of 2).
+fn least_slowdown(c: &AbComparison) -> f64 {
+    match c.better {
+        Better::Lower => c.ci95[0],
+        Better::Higher => 1.0 / c.ci95[1],
+    }
 }
 
 /// A side's run ids, sorted.
@@ -133,7 +143,8 @@ pub fn compare(
         .map(|c| format!("{} (n = {} vs {})", c.b, c.n[1], c.n[0]))
         .collect();
     let needed = needed_to_judge(comparisons.iter());
-    let beyond_busy_noise = beyond_busy_noise(comparisons.iter().map(|c| (&c.verdict, c.ci95[0])));
+    let beyond_busy_noise =
+        beyond_busy_noise(comparisons.iter().map(|c| (&c.verdict, least_slowdown(c))));
     Ok(CompareOutcome {
         comparisons,
         gate: Gate {
@@ -252,6 +263,8 @@ fn compare_sides(
     }
     let info = scenario::find(scenario_name)?;
     let metric = metric.unwrap_or(info.headline);
+    // A higher-is-better metric (pages per ms) that went up is FASTER, not SLOWER.
+    let better = info.declared(metric).direction.better();
     let pairs: Vec<(String, String)> = match (&sa.variant, &sb.variant) {
         (Some(va), Some(vb)) => vec![(va.clone(), vb.clone())],
         (Some(v), None) | (None, Some(v)) => vec![(v.clone(), v.clone())],
@@ -288,14 +301,17 @@ fn compare_sides(
             .and_then(|v| v.metrics.get(metric))
             .map_or("", |m| m.unit.as_str());
         let seed = seed_for(DEFAULT_SEED, &["compare", &va, &vb]);
-        out.push(crate::analysis::compare::ab(
-            metric,
-            unit,
-            (&format!("A:{va}"), &xa),
-            (&format!("B:{vb}"), &xb),
-            threshold,
-            seed,
-        ));
+        out.push(
+            crate::analysis::compare::ab(
+                metric,
+                unit,
+                (&format!("A:{va}"), &xa),
+                (&format!("B:{vb}"), &xb),
+                threshold,
+                seed,
+            )
+            .judged_by(better),
+        );
     }
     Ok(out)
 }
@@ -371,11 +387,12 @@ pub fn compare_fleet(
     let scenario_name = one_scenario_on_one_backend(&sides, [a, b], scenario)?;
     let info = scenario::find(&scenario_name)?;
     let metric = metric.unwrap_or(info.headline).to_string();
+    let better = info.declared(&metric).direction.better();
     let variants = fleet_variants(&sides, variant, &metric)?;
     let pairing = HostMatch::for_selectors(a, b);
     let mut comparisons = variants
         .iter()
-        .map(|v| compare_variant(&sides, v, &metric, &pairing, judging.threshold))
+        .map(|v| compare_variant(&sides, v, &metric, better, &pairing, judging.threshold))
         .collect::<Result<Vec<_>, _>>()?;
     // Every per-host and overall comparison of every variant is judged together.
     judge_together(
@@ -499,6 +516,7 @@ fn compare_variant(
     sides: &[Vec<&RunRecord>; 2],
     v: &str,
     metric: &str,
+    better: Better,
     pairing: &HostMatch,
     threshold: f64,
 ) -> Result<FleetComparison, Error> {
@@ -538,8 +556,8 @@ fn compare_variant(
         variant: v.to_string(),
         only_a: only(&ka, &kb),
         only_b: only(&kb, &ka),
-        per_host: per_host(&ka, &kb, v, metric, &unit, threshold),
-        overall: overall(&ra, &rb, v, metric, &unit, threshold),
+        per_host: per_host(&ka, &kb, v, (metric, better), &unit, threshold),
+        overall: overall(&ra, &rb, v, (metric, better), &unit, threshold),
     })
 }
 
@@ -548,7 +566,7 @@ fn per_host(
     ka: &BTreeMap<String, Vec<&RunRecord>>,
     kb: &BTreeMap<String, Vec<&RunRecord>>,
     v: &str,
-    metric: &str,
+    (metric, better): (&str, Better),
     unit: &str,
     threshold: f64,
 ) -> Vec<HostComparison> {
@@ -584,7 +602,8 @@ fn per_host(
                 (&format!("B:{v} on {label}"), &xb),
                 threshold,
                 seed_for(DEFAULT_SEED, &["fleet", v, key]),
-            ),
+            )
+            .judged_by(better),
         });
     }
     out
@@ -596,7 +615,7 @@ fn overall(
     ra: &[&RunRecord],
     rb: &[&RunRecord],
     v: &str,
-    metric: &str,
+    (metric, better): (&str, Better),
     unit: &str,
     threshold: f64,
 ) -> AbComparison {
@@ -620,6 +639,7 @@ fn overall(
         threshold,
         seed_for(DEFAULT_SEED, &["fleet", v, "overall"]),
     )
+    .judged_by(better)
 }
 
 /// The outcome of judged comparisons: regressions, the comparisons too small to judge, and
@@ -652,7 +672,7 @@ fn fleet_outcome(
     let beyond_busy_noise = beyond_busy_noise(comparisons.iter().flat_map(|c| {
         std::iter::once(&c.overall)
             .chain(c.per_host.iter().map(|h| &h.comparison))
-            .map(|x| (&x.verdict, x.ci95[0]))
+            .map(|x| (&x.verdict, least_slowdown(x)))
     }));
     FleetOutcome {
         scenario,

@@ -4,6 +4,7 @@
 //! status. Data only; `export::words` words it.
 
 use crate::analysis::compare::{AbComparison, ab, judge_together};
+use crate::analysis::direction::Better;
 use crate::analysis::statistics::seed_for;
 use crate::analysis::verdict::{ALPHA, Class, Correction};
 use crate::lab::fidelity::{THREADS, ThreadReport};
@@ -180,6 +181,9 @@ fn judge(h: &Headline, before: &RunRecord, after: &RunRecord) -> HeadlineVerdict
             let b = after.variant(p.after)?.metrics.get(p.metric)?;
             let (name_a, name_b) = h.sides.unwrap_or((p.before, p.after));
             let seed = seed_for(0, &["headline", h.thread, p.before, p.after, p.metric]);
+            // Judged the way the scenario declares the metric better.
+            let better = crate::scenario::find(&before.scenario)
+                .map_or(Better::Lower, |i| i.declared(p.metric).direction.better());
             let c = ab(
                 p.metric,
                 &a.unit,
@@ -187,7 +191,8 @@ fn judge(h: &Headline, before: &RunRecord, after: &RunRecord) -> HeadlineVerdict
                 (name_b, &b.samples),
                 THRESHOLD,
                 seed,
-            );
+            )
+            .judged_by(better);
             Some((*p, c))
         })
         .collect();

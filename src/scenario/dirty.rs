@@ -32,6 +32,7 @@ use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Observed, Scenario, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
+use crate::analysis::Direction;
 use crate::analysis::validate::{Rule, check};
 use crate::error::InputError;
 use crate::record::{Finding, RunRecord, VariantRecord, VariantStatus};
@@ -150,81 +151,116 @@ static METRICS: [MetricInfo; 16] = [
     MetricInfo {
         name: "collect_ms",
         unit: "ms",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "VMM time collecting one pass's log: get (bitmap); get + clears (clear); harvests + resets, mid-pass ones included (ring)",
     },
     MetricInfo {
         name: "collect_ns_per_page",
         unit: "ns",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "collect_ms per page found dirty",
     },
     MetricInfo {
         name: "dirty_ns_per_page",
         unit: "ns",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "host time from the guest's Start to End signal per page written, ring harvests excluded: a write-protect fault each",
     },
     MetricInfo {
         name: "total_pages_per_ms",
         unit: "pages/ms",
+        better: Direction::HigherIsBetter,
+        count_tolerance: 0.0,
         doc: "pages written by all vCPUs per ms, from the common start to the last vCPU's End",
     },
     MetricInfo {
         name: "vcpu_pages_per_ms",
         unit: "pages/ms",
+        better: Direction::HigherIsBetter,
+        count_tolerance: 0.0,
         doc: "each vCPU's own rate (its slice's writes over its own time), the mean over the vCPUs of a pass",
     },
     MetricInfo {
         name: "get_ms",
         unit: "ms",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "KVM_GET_DIRTY_LOG per pass (bitmap, clear)",
     },
     MetricInfo {
         name: "clear_ms",
         unit: "ms",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "KVM_CLEAR_DIRTY_LOG calls per pass (clear)",
     },
     MetricInfo {
         name: "harvest_ms",
         unit: "ms",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "reading the ring's entries and marking them harvested, per pass (ring)",
     },
     MetricInfo {
         name: "reset_ms",
         unit: "ms",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "KVM_RESET_DIRTY_RINGS calls per pass (ring)",
     },
     MetricInfo {
         name: "pages_written",
         unit: "count",
+        // The workload's size: what the guest was asked to write.
+        better: Direction::Neither,
+        count_tolerance: 0.0,
         doc: "pages the guest wrote per pass",
     },
     MetricInfo {
         name: "pages_dirty",
         unit: "count",
+        // Fewer is a write the log lost during live migration, not an improvement; more is a page
+        // reported that was not written.
+        better: Direction::MustEqual("pages_written"),
+        count_tolerance: 0.0,
         doc: "distinct pages the collected log reported per pass (equal to pages_written, or the variant fails)",
     },
     MetricInfo {
         name: "wp_faults",
         unit: "count",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "write-protect faults per pass: kvm.vcpu.pf_taken over the pass (every page is mapped by then); the model counts its own",
     },
     MetricInfo {
         name: "collect_ioctls",
         unit: "count",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "collection ioctls per pass (gets, clears, ring resets)",
     },
     MetricInfo {
         name: "ring_full_exits",
         unit: "count",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "KVM_EXIT_DIRTY_RING_FULL exits per pass (ring)",
     },
     MetricInfo {
         name: "kvm.vcpu.<stat>",
         unit: "count",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "vCPU statistics that changed during a pass, per pass",
     },
     MetricInfo {
         name: "kvm.vm.<stat>",
         unit: "count",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "VM statistics that changed during a pass, per pass",
     },
 ];

@@ -21,6 +21,7 @@ use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Observed, Scenario, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
+use crate::analysis::Direction;
 use crate::analysis::validate::check;
 use crate::error::InputError;
 use crate::record::RunRecord;
@@ -175,26 +176,55 @@ pub static PARAMS: [Param<ExitParams>; 6] = [
     ),
 ];
 
-static METRICS: [MetricInfo; 4] = [
+static METRICS: [MetricInfo; 7] = [
     MetricInfo {
         name: "roundtrip_ns",
         unit: "ns",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "host time from Start to End per iteration (exit + handling + re-entry)",
     },
     MetricInfo {
         name: "tsc_per_iter",
         unit: "ticks",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "guest TSC ticks per iteration",
     },
     MetricInfo {
         name: "userspace_exits_per_iter",
         unit: "ratio",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "exits that reached hvlab, per iteration",
     },
     MetricInfo {
         name: "kvm.vcpu.<stat>",
         unit: "ratio",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "vCPU statistic deltas per iteration (exits, io_exits, mmio_exits, ...)",
+    },
+    MetricInfo {
+        name: "msr_writes_per_roundtrip",
+        unit: "count",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
+        doc: "MSR writes per roundtrip (model PMU variants): the loads plus the explicit WRMSRs",
+    },
+    MetricInfo {
+        name: "msr_loads_per_roundtrip",
+        unit: "count",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
+        doc: "MSR loads the CPU does per roundtrip from the switch lists and the VMCS fields (model PMU variants)",
+    },
+    MetricInfo {
+        name: "wrmsr_per_roundtrip",
+        unit: "count",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
+        doc: "explicit WRMSRs before VM-entry per roundtrip (model PMU variants)",
     },
 ];
 

@@ -22,6 +22,7 @@ use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Notice, Observed, Scenario, ValidationPoint};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
+use crate::analysis::Direction;
 use crate::analysis::validate::{Rule, check, check_count};
 use crate::error::InputError;
 use crate::record::RunRecord;
@@ -231,50 +232,82 @@ pub static PARAMS: [Param<MemoryParams>; 10] = [
     choice!("backing" => model_backing, BACKING, "model prefetch variants: host memory lazy, populated or thp", model),
 ];
 
-static METRICS: [MetricInfo; 9] = [
+static METRICS: [MetricInfo; 10] = [
     MetricInfo {
         name: "ns_per_page",
         unit: "ns",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "host time from the guest's Start to End signal per page touched",
     },
     MetricInfo {
         name: "total_ms",
         unit: "ms",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "host time of the pass",
     },
     MetricInfo {
         name: "total_pages_per_ms",
         unit: "pages/ms",
+        better: Direction::HigherIsBetter,
+        count_tolerance: 0.0,
         doc: "pages touched by all vCPUs per ms from the common start to the last vCPU's End",
     },
     MetricInfo {
         name: "vcpu_pages_per_ms",
         unit: "pages/ms",
+        better: Direction::HigherIsBetter,
+        count_tolerance: 0.0,
         doc: "each vCPU's own rate (its slice over its own time), the mean over the vCPUs of a pass",
     },
     MetricInfo {
         name: "hugetlb_pool_before",
         unit: "pages",
+        // The host's setting before the pass, not the kernel's doing.
+        better: Direction::Neither,
+        count_tolerance: 0.0,
         doc: "hugetlb variants: the pool's size before hvlab grew it (it is set back to this after each pass)",
     },
     MetricInfo {
         name: "hugetlb_pool_during",
         unit: "pages",
+        // What hvlab set the pool to for the pass.
+        better: Direction::Neither,
+        count_tolerance: 0.0,
         doc: "hugetlb variants: the pool's size while the pass ran",
     },
     MetricInfo {
         name: "uffd_faults",
         unit: "count",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "userfaultfd page faults served (uffd variants), per pass",
+    },
+    MetricInfo {
+        name: "guest_table_pages",
+        unit: "count",
+        // The guest's own page-table pages: what its layout needs, subtracted from the faults.
+        better: Direction::Neither,
+        count_tolerance: 0.0,
+        doc: "with TDP: the guest page-table pages the pass faulted on (counted in kvm.vcpu.pf_fixed, subtracted from the data faults)",
     },
     MetricInfo {
         name: "kvm.vcpu.<stat>",
         unit: "count",
+        // The guest's own kernel touches a page or two more or less per pass (a lazy pass of 4096
+        // pages: 4096 → 4097 faults), so a change under 1% of the count is a change, not a
+        // regression.
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.01,
         doc: "vCPU statistics that changed during the pass (pf_fixed, pf_taken, exits, ...)",
     },
     MetricInfo {
         name: "kvm.vm.<stat>",
         unit: "count",
+        // As the vCPU statistics: a page or two of the guest kernel's own is noise.
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.01,
         doc: "VM statistics that changed during the pass",
     },
 ];

@@ -15,6 +15,7 @@ use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Observed, Scenario};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
+use crate::analysis::Direction;
 use crate::error::InputError;
 use crate::record::{RunRecord, VariantRecord, VariantStatus};
 use hvlab_core::memslots::{MemslotPlan, MemslotResult, SlotOp};
@@ -89,31 +90,43 @@ static METRICS: [MetricInfo; 6] = [
     MetricInfo {
         name: "op_us",
         unit: "us",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "mean time of one update over all slots",
     },
     MetricInfo {
         name: "first_us",
         unit: "us",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "mean time of the first tenth of the updates (add: the smallest VM; delete: the largest)",
     },
     MetricInfo {
         name: "last_us",
         unit: "us",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "mean time of the last tenth of the updates",
     },
     MetricInfo {
         name: "growth",
         unit: "ratio",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "last_us / first_us: 1 when an update costs the same at every slot count",
     },
     MetricInfo {
         name: "total_ms",
         unit: "ms",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "every update of the repetition",
     },
     MetricInfo {
         name: "swaps_per_op",
         unit: "count",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "kvm_swap_active_memslots() calls (expedited SRCU grace periods) per update (model)",
     },
 ];

@@ -18,6 +18,7 @@ pub mod samples;
 use serde::Serialize;
 
 use crate::analysis::compare::StallCause;
+use crate::analysis::direction::{self, Declared, Direction};
 use crate::analysis::validate::{Check, Rule};
 use crate::error::{Error, InputError};
 use crate::record::{RunRecord, VariantRecord, VariantStatus};
@@ -66,6 +67,11 @@ pub struct MetricInfo {
     pub name: &'static str,
     /// Unit.
     pub unit: &'static str,
+    /// Which way is better: kab, `compare` and the suite judge the metric by it.
+    pub better: Direction,
+    /// An exact count's relative change (0.01: 1% of the count) below which kab reports it
+    /// as a change, neither a regression nor an improvement; 0 where every change counts.
+    pub count_tolerance: f64,
     /// What it measures and on what basis.
     pub doc: &'static str,
 }
@@ -121,6 +127,27 @@ impl ScenarioInfo {
             .into_iter()
             .filter(|b| (self.runs_on)(b.capabilities()))
             .collect()
+    }
+
+    /// The declaration of `metric`: its own entry, else the family that names it
+    /// (`ioctl.<NAME>_ms` for `ioctl.KVM_CREATE_VM_ms`).
+    pub fn metric(&self, metric: &str) -> Option<&'static MetricInfo> {
+        let metrics: &'static [MetricInfo] = self.metrics;
+        metrics
+            .iter()
+            .find(|m| m.name == metric)
+            .or_else(|| metrics.iter().find(|m| direction::names(m.name, metric)))
+    }
+
+    /// Which way `metric` is better and its count tolerance, as a judge reads them; a metric
+    /// the scenario does not declare is lower-is-better and says so ([`Declared::UNDECLARED`]).
+    pub fn declared(&self, metric: &str) -> Declared {
+        self.metric(metric)
+            .map_or(Declared::UNDECLARED, |m| Declared {
+                direction: m.better,
+                count_tolerance: m.count_tolerance,
+                declared: true,
+            })
     }
 
     /// The variants `backend` runs by default.
@@ -532,6 +559,8 @@ pub fn run_against<S: Scenario>(
 
 /// The verdicts that answer a scenario's question on its headline (against `baseline`), each
 /// that calls a difference with what made the slower side slower, where the scenario knows.
+/// The lower median is the faster side: every headline is declared lower-is-better (the
+/// direction table's test holds each scenario to it).
 pub fn judge_question<S: Scenario + ?Sized>(
     scenario: &S,
     variants: &[VariantRecord],
@@ -867,4 +896,126 @@ pub(crate) fn plans_of<S: Scenario>(
         ..RunRequest::new(params::parse(S::INFO.name, S::PARAMS, &sets, can)?)
     };
     planned(scenario, &request, can)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::direction::names;
+
+    /// Every metric of every scenario declares a direction the judges can use (the field is
+    /// not optional, so the compiler sees that each has one): a must-equal metric names a
+    /// metric of its own scenario, a tolerance is a fraction below 1, and each family's
+    /// wildcard resolves a member to the family. The suite judges headlines by which side is
+    /// lower, so each headline must be lower-is-better.
+    #[test]
+    fn every_metric_declares_which_way_is_better() {
+        for info in catalog() {
+            for m in info.metrics {
+                if let Direction::MustEqual(other) = m.better {
+                    let partner = info.metric(other);
+                    assert!(
+                        partner.is_some_and(|p| p.name == other),
+                        "{}: {} must equal {other}, which the scenario does not declare",
+                        info.name,
+                        m.name
+                    );
+                }
+                assert!(
+                    (0.0..1.0).contains(&m.count_tolerance),
+                    "{}: {}'s tolerance {}",
+                    info.name,
+                    m.name,
+                    m.count_tolerance
+                );
+                let member = m
+                    .name
+                    .replace("<NAME>", "KVM_CREATE_VM")
+                    .replace("<stat>", "pf_fixed")
+                    .replace('*', "KVM_CREATE_VM");
+                assert!(
+                    member == m.name || names(m.name, &member),
+                    "{}: the family {} does not name {member}",
+                    info.name,
+                    m.name
+                );
+                let declared = info.declared(&member);
+                assert!(
+                    declared.declared,
+                    "{}: {member} resolves to nothing",
+                    info.name
+                );
+                assert_eq!(declared.direction, m.better, "{}: {member}", info.name);
+            }
+            assert_eq!(
+                info.declared(info.headline).direction,
+                Direction::LowerIsBetter,
+                "{}'s headline {}",
+                info.name,
+                info.headline
+            );
+            assert!(!info.declared("no.such.metric").declared);
+        }
+        // The cases the judges depend on.
+        let dirty = Kind::Dirty.info();
+        assert_eq!(
+            dirty.declared("pages_dirty").direction,
+            Direction::MustEqual("pages_written")
+        );
+        assert_eq!(
+            dirty.declared("total_pages_per_ms").direction,
+            Direction::HigherIsBetter
+        );
+        let memory = Kind::Memory.info();
+        let pf = memory.declared("kvm.vcpu.pf_fixed");
+        assert_eq!(pf.direction, Direction::LowerIsBetter);
+        assert!(
+            pf.count_tolerance > 1.0 / 4096.0,
+            "4096 → 4097 is within it"
+        );
+        let lifecycle = Kind::Lifecycle.info();
+        assert_eq!(
+            lifecycle
+                .metric("ioctl.KVM_SET_USER_MEMORY_REGION_ms")
+                .map(|m| m.name),
+            Some("ioctl.<NAME>_ms")
+        );
+    }
+
+    /// Every metric stored kab runs carry (a lifecycle kab, a dirty kab, a booted memory kab)
+    /// is declared by its scenario, families included: none falls back to lower-is-better
+    /// unsaid.
+    #[test]
+    fn every_stored_metric_resolves_to_a_declaration() {
+        let fixtures = [
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/kab-7.3-001/runs.jsonl"
+            )),
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/kab-dirty-lost-page/runs.jsonl"
+            )),
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/kab-not-exercised/runs.jsonl"
+            )),
+        ];
+        let mut seen = 0;
+        for line in fixtures.iter().flat_map(|f| f.lines()) {
+            let run: RunRecord = serde_json::from_str(line).expect("a stored run");
+            let info = find(&run.scenario).expect("a known scenario");
+            for v in &run.variants {
+                for metric in v.metrics.keys() {
+                    assert!(
+                        info.declared(metric).declared,
+                        "{}: {metric} is not declared",
+                        run.scenario
+                    );
+                    seen += 1;
+                }
+            }
+        }
+        assert!(seen > 100, "{seen} metrics");
+    }
 }

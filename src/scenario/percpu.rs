@@ -17,6 +17,7 @@ use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Headline, HeadlinePair, MetricInfo, ScenarioInfo, Showcase, VariantInfo};
 use super::{Observed, Scenario};
+use crate::analysis::Direction;
 
 use crate::error::InputError;
 use crate::record::{Finding, VariantRecord};
@@ -97,51 +98,72 @@ static METRICS: [MetricInfo; 10] = [
     MetricInfo {
         name: "sys_ns",
         unit: "ns",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "kernel time per work item",
     },
     MetricInfo {
         name: "wall_ns",
         unit: "ns",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "kernel plus user time per work item",
     },
     MetricInfo {
         name: "sys_time_change_pct",
         unit: "%",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "change of kernel time per item against the offset scheme",
     },
     MetricInfo {
         name: "wall_time_change_pct",
         unit: "%",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "change of wall time per item against the offset scheme",
     },
     MetricInfo {
         name: "throughput_change_pct",
         unit: "%",
+        // Items per second.
+        better: Direction::HigherIsBetter,
+        count_tolerance: 0.0,
         doc: "change of items per second against the offset scheme (stress-ng's bogo-ops rate)",
     },
     MetricInfo {
         name: "op_cycles",
         unit: "cycles",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "longest dependent chain of one this_cpu_add()",
     },
     MetricInfo {
         name: "op_ns",
         unit: "ns",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "one this_cpu_add()",
     },
     MetricInfo {
         name: "ops_per_item",
         unit: "ops",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "this_cpu ops per work item (call-site counts per kernel event)",
     },
     MetricInfo {
         name: "upkeep_ns",
         unit: "ns",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "per item: mapping per-CPU chunk pages into every CPU's table, the extra TLB flush, hotplug sync",
     },
     MetricInfo {
         name: "pgtable_bytes",
         unit: "bytes",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "memory of the per-CPU kernel page tables",
     },
 ];

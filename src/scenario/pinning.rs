@@ -20,6 +20,7 @@ use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Observed, Scenario};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
+use crate::analysis::Direction;
 use crate::error::InputError;
 use crate::record::RunRecord;
 use crate::record::{Finding, VariantRecord};
@@ -172,61 +173,85 @@ static METRICS: [MetricInfo; 12] = [
     MetricInfo {
         name: "pins",
         unit: "count",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "pin operations over the trace (exact: what the policy decided, not how long it took)",
     },
     MetricInfo {
         name: "pin_ms",
         unit: "ms",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "time spent pinning and mapping at stage 2 over the trace",
     },
     MetricInfo {
         name: "walk_ms",
         unit: "ms",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "time walking guest stage 1, once per enable (model; the kvm backend's VMM knows the address)",
     },
     MetricInfo {
         name: "stage2_faults",
         unit: "count",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "stage-2 faults on the buffer (no-pin)",
     },
     MetricInfo {
         name: "prefaults",
         unit: "count",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "KVM_PRE_FAULT_MEMORY calls, one per new buffer (gmem-prefault)",
     },
     MetricInfo {
         name: "prefault_ms",
         unit: "ms",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "time in those calls, counted in the overhead (gmem-prefault)",
     },
     MetricInfo {
         name: "overhead_ms",
         unit: "ms",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "walk + pin + unpin + buffer faults over the trace",
     },
     MetricInfo {
         name: "unpin_ms",
         unit: "ms",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "time spent unpinning over the trace",
     },
     MetricInfo {
         name: "slice_overhead_us",
         unit: "us",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "walk + pin + unpin + buffer-fault time per slice",
     },
     MetricInfo {
         name: "pinned_bytes_max",
         unit: "bytes",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "most bytes pinned at once",
     },
     MetricInfo {
         name: "pinned_bytes_end",
         unit: "bytes",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "bytes still pinned at the end of the idle tail",
     },
     MetricInfo {
         name: "blackout_records",
         unit: "count",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
         doc: "records lost: the buffer did not fit the cap, or (no-pin) SPE stopped on a stage-2 fault",
     },
 ];

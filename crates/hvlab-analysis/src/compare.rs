@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::direction::Better;
 use super::statistics::{bootstrap_ratio_ci, exact_rank_p, median, seed_for};
 use super::verdict::{self, ALPHA, Call, Class, Correction, Evidence, Family, Undecided};
 use crate::record::VariantRecord;
@@ -270,6 +271,10 @@ pub struct AbComparison {
     pub undecided: Option<Undecided>,
     /// The threshold a change must exceed, as a fraction.
     pub threshold: f64,
+    /// Which way is better: FASTER is B lower, or for a higher-is-better metric (pages per
+    /// ms) B higher. Left out of stored comparisons when lower.
+    #[serde(default, skip_serializing_if = "Better::is_lower")]
+    pub better: Better,
 }
 
 /// What an A/B comparison concluded; serialized as the words scripts match on.
@@ -319,11 +324,11 @@ impl AbComparison {
         };
         let call = verdict::call(&evidence!(self, family), self.threshold, self.alpha);
         self.undecided = undecided(&call);
-        self.verdict = match call {
-            Call::Lower => AbVerdict::Faster,
-            Call::Higher => AbVerdict::Slower,
-            Call::NoChange => AbVerdict::NoChange,
-            Call::NotDecided(_) => AbVerdict::NotDecided,
+        self.verdict = match (call, self.better) {
+            (Call::Lower, Better::Lower) | (Call::Higher, Better::Higher) => AbVerdict::Faster,
+            (Call::Higher, Better::Lower) | (Call::Lower, Better::Higher) => AbVerdict::Slower,
+            (Call::NoChange, _) => AbVerdict::NoChange,
+            (Call::NotDecided(_), _) => AbVerdict::NotDecided,
         };
     }
 }
@@ -383,9 +388,36 @@ pub fn ab(
         verdict: AbVerdict::NoChange,
         undecided: None,
         threshold,
+        better: Better::Lower,
     };
     c.rejudge(Family::alone(c.n, ALPHA));
     c
+}
+
+impl AbComparison {
+    /// The same comparison, judged as `better` says: a higher-is-better metric that went up
+    /// is FASTER, not SLOWER.
+    pub fn judged_by(mut self, better: Better) -> AbComparison {
+        self.better = better;
+        self.rejudge(Family::alone(self.n, self.alpha));
+        self
+    }
+
+    /// Whether B's median is established higher than A's (whichever way is better).
+    pub fn b_higher(&self) -> bool {
+        match self.better {
+            Better::Lower => self.verdict == AbVerdict::Slower,
+            Better::Higher => self.verdict == AbVerdict::Faster,
+        }
+    }
+
+    /// Whether B's median is established lower than A's.
+    pub fn b_lower(&self) -> bool {
+        match self.better {
+            Better::Lower => self.verdict == AbVerdict::Faster,
+            Better::Higher => self.verdict == AbVerdict::Slower,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -456,6 +488,49 @@ mod tests {
         assert_eq!(
             ab("ready_ms", "ms", ("A", &a), ("C", &c), 0.05, 1).verdict,
             AbVerdict::NoChange
+        );
+    }
+
+    /// A rate that went up is FASTER when higher is better (pages per ms), SLOWER when it
+    /// went down; the words give the factor of the change either way, and the stored
+    /// comparison keeps which way it was judged.
+    #[test]
+    fn a_higher_is_better_metric_that_went_up_is_faster() {
+        let a = [100.0, 101.0, 99.0, 100.5, 100.0, 99.5, 100.2, 99.8];
+        let b: Vec<f64> = a.iter().map(|x| x * 1.5).collect();
+        let up = ab(
+            "total_pages_per_ms",
+            "pages/ms",
+            ("A", &a),
+            ("B", &b),
+            0.05,
+            1,
+        )
+        .judged_by(Better::Higher);
+        assert_eq!(up.verdict, AbVerdict::Faster);
+        assert!(up.b_higher() && !up.b_lower());
+        assert!(up.to_string().contains("FASTER, 1.5"), "{up}");
+        let down = ab(
+            "total_pages_per_ms",
+            "pages/ms",
+            ("A", &b),
+            ("B", &a),
+            0.05,
+            1,
+        )
+        .judged_by(Better::Higher);
+        assert_eq!(down.verdict, AbVerdict::Slower);
+        assert!(down.to_string().contains("SLOWER, 1.5"), "{down}");
+        let json = serde_json::to_value(&down).expect("json");
+        assert_eq!(json["better"], "higher");
+        // Lower is better by default, and left out of the JSON.
+        let cost = ab("ready_ms", "ms", ("A", &a), ("B", &b), 0.05, 1);
+        assert_eq!(cost.verdict, AbVerdict::Slower);
+        assert!(
+            serde_json::to_value(&cost)
+                .expect("json")
+                .get("better")
+                .is_none()
         );
     }
 

@@ -2,6 +2,7 @@
 
 pub mod calls;
 pub mod compare;
+pub mod direction;
 pub mod metric_ab;
 pub mod quantity;
 pub mod record;
@@ -11,3 +12,5 @@ pub mod statistics;
 pub mod validate;
 pub mod verdict;
 pub mod words;
+
+pub use direction::Direction;

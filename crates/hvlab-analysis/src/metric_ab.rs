@@ -137,9 +137,7 @@ impl MetricJudgement {
                         ..
                     })
             ),
-            MetricJudgement::Ranked { comparison } => {
-                comparison.verdict == crate::compare::AbVerdict::Slower
-            }
+            MetricJudgement::Ranked { comparison } => comparison.b_higher(),
             MetricJudgement::NotJudged { .. } => false,
         }
     }
@@ -155,9 +153,7 @@ impl MetricJudgement {
                         ..
                     })
             ),
-            MetricJudgement::Ranked { comparison } => {
-                comparison.verdict == crate::compare::AbVerdict::Faster
-            }
+            MetricJudgement::Ranked { comparison } => comparison.b_lower(),
             MetricJudgement::NotJudged { .. } => false,
         }
     }

@@ -163,8 +163,9 @@ impl fmt::Display for AbComparison {
         let ratio = self.ratio;
         let q = crate::quantity::ratio;
         let change = match self.verdict {
-            AbVerdict::Faster => format!("FASTER, {}", q(1.0 / ratio)),
-            AbVerdict::Slower => format!("SLOWER, {} (a regression)", q(ratio)),
+            // The factor of the change, whichever way is better.
+            AbVerdict::Faster => format!("FASTER, {}", q(ratio.max(1.0 / ratio))),
+            AbVerdict::Slower => format!("SLOWER, {} (a regression)", q(ratio.max(1.0 / ratio))),
             AbVerdict::NotDecided => match &self.undecided {
                 Some(why) => format!(
                     "NOT DECIDED: {}",

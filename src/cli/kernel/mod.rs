@@ -719,6 +719,8 @@ mod tests {
                 a: 1.22,
                 b: 0.062,
                 within_jiffy: false,
+                undeclared: false,
+                tolerance: None,
             }],
             costs: vec![Change {
                 metric: "ioctl.KVM_IOEVENTFD".into(),
@@ -726,8 +728,12 @@ mod tests {
                 a: 0.018,
                 b: 0.118,
                 within_jiffy: true,
+                undeclared: false,
+                tolerance: None,
             }],
             undecided: Vec::new(),
+            changes: Vec::new(),
+            causes: Vec::new(),
             host_busy: None,
             failures: [None, None],
             calls: [None, None],
@@ -789,6 +795,82 @@ mod tests {
         assert_eq!(
             lines[0],
             "KVM_SET_USER_MEMORY_REGION no longer waits for the grace period of KVM_CREATE_IRQCHIP: KVM_SET_USER_MEMORY_REGION 1.22 → 0.062 jiffies; repetitions with a stall 20 of 20 → 0 of 20"
+        );
+    }
+
+    /// A REGRESSED stall says the ioctl, what it waited for on each side and by how much
+    /// longer; the memory scenario's small change says its size as LKP would and that it
+    /// is no verdict; a fault regression says the pages each fault maps.
+    #[test]
+    fn every_class_says_its_cause() {
+        use crate::lab::kab::{Cause, GraceWait};
+        let change = |metric: &str, unit: &str, a: f64, b: f64| Change {
+            metric: metric.into(),
+            unit: unit.into(),
+            a,
+            b,
+            within_jiffy: false,
+            undeclared: false,
+            tolerance: None,
+        };
+        let mut v = verdict(
+            "irqchip-first",
+            Class::Regressed,
+            vec![stall(None, Some(20), "KVM_CREATE_IRQCHIP")],
+        );
+        v.improvements.clear();
+        v.costs.clear();
+        v.regressions = vec![change(
+            "ioctl.KVM_SET_USER_MEMORY_REGION",
+            "jiffies",
+            0.02,
+            2.0,
+        )];
+        v.causes = vec![Cause::GracePeriod {
+            ioctl: "KVM_SET_USER_MEMORY_REGION".into(),
+            waits: [
+                GraceWait::Expedited { jiffies: 0.02 },
+                GraceWait::Normal {
+                    jiffies: 2.0,
+                    started_by: Some("KVM_CREATE_IRQCHIP".into()),
+                },
+            ],
+        }];
+        let text = mechanism(&v).join("\n");
+        assert!(
+            text.contains("KVM_SET_USER_MEMORY_REGION now waits a normal grace period on B: +1.98 jiffies (A: expedited at most, 0.020 jiffies; B: a normal grace period started by KVM_CREATE_IRQCHIP, 2 jiffies)"),
+            "{text}"
+        );
+
+        let mut lazy = verdict("lazy", Class::NoChange, Vec::new());
+        lazy.stall_reps = None;
+        lazy.improvements.clear();
+        lazy.costs.clear();
+        lazy.changes = vec![Change {
+            tolerance: Some(0.01),
+            ..change("kvm.vcpu.pf_fixed", "count", 4096.0, 4097.0)
+        }];
+        assert_eq!(
+            mechanism(&lazy),
+            [
+                "change: kvm.vcpu.pf_fixed +1 (+0.02%, 4096 → 4097), under the 1% it tolerates: a change, not a verdict"
+            ]
+        );
+
+        let mut populated = verdict("populated", Class::Regressed, Vec::new());
+        populated.stall_reps = None;
+        populated.improvements.clear();
+        populated.costs.clear();
+        populated.regressions = vec![change("kvm.vcpu.pf_fixed", "count", 512.0, 4097.0)];
+        populated.causes = vec![Cause::PagesPerFault {
+            pages: [4096, 4096],
+            faults: [512.0, 4097.0],
+        }];
+        assert_eq!(
+            mechanism(&populated),
+            [
+                "B worse: kvm.vcpu.pf_fixed 512 → 4097 (+700.2%): SPTE prefetch: pages mapped per fault 8 → 1.000 (4096 pages touched / kvm.vcpu.pf_fixed 512 → 4097)"
+            ]
         );
     }
 

@@ -4,8 +4,10 @@
 
 use super::prediction::prediction_markdown;
 use super::words::{
-    busy_boots, calls_lines, change_words, confinement, failure_lines, sides_word, stall_words,
+    busy_boots, calls_lines, cause_words, change_words, confinement, failure_lines, sides_word,
+    small_change_words, stall_words,
 };
+use crate::analysis::verdict::Class;
 use crate::export::escape;
 use crate::kernel::Kernel;
 use crate::kernel::build::{BuildInfo, How};
@@ -117,6 +119,7 @@ fn table_row(v: &VariantVerdict) -> String {
         .filter(|c| !c.within_jiffy && c.metric != "stalls")
         .chain(&v.regressions)
         .map(change_words)
+        .chain(v.changes.iter().map(small_change_words))
         .collect::<Vec<_>>()
         .join("; ");
     let cause = v
@@ -127,6 +130,14 @@ fn table_row(v: &VariantVerdict) -> String {
             format!("{} ({sides})", stall_words(s))
         })
         .chain(failure_lines(v))
+        // A fix is said by its stalls above; every other class by what the scenario
+        // attributes its change to.
+        .chain(
+            v.causes
+                .iter()
+                .filter(|_| v.class != Class::Fixed)
+                .map(cause_words),
+        )
         .chain(calls_lines(v))
         .collect::<Vec<_>>()
         .join("; ");

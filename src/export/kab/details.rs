@@ -3,6 +3,7 @@
 //! rather than shown.
 
 use crate::analysis::compare::AbVerdict;
+use crate::analysis::direction::{Direction, change_pct};
 use crate::analysis::metric_ab::{CountCall, MetricJudgement, RankedCount, Shift};
 use crate::analysis::quantity::fixed_decimals;
 use crate::analysis::stall::STALL_JIFFIES;
@@ -115,13 +116,26 @@ fn count_line(m: &MetricAb, unshown: &mut Unshown, same_here: &mut Vec<String>) 
         }
         _ => {}
     }
-    let word = call.to_string();
+    // The change as LKP prints it, beside the call.
+    let word = match change_pct(m.median[0], m.median[1]) {
+        Some(pct) => format!("{call}, {pct}"),
+        None => call.to_string(),
+    };
     let tag = if m.regression {
         format!("REGRESSION: {word}")
     } else if m.inconclusive.is_some() {
         format!("NOT DECIDED: {word}")
+    } else if m.within_tolerance {
+        format!(
+            "{word}, a change under the {}% it tolerates",
+            fixed_decimals(m.declared.count_tolerance * 100.0)
+        )
     } else {
         word
+    };
+    let tag = match direction_note(m) {
+        Some(note) => format!("{tag}; {note}"),
+        None => tag,
     };
     Some(format!(
         "    [count: {tag}] {}: A {} → B {}",
@@ -129,6 +143,23 @@ fn count_line(m: &MetricAb, unshown: &mut Unshown, same_here: &mut Vec<String>) 
         side_text(m, 0),
         side_text(m, 1)
     ))
+}
+
+/// Which way a count is better when it is not kab's default (lower, declared).
+fn direction_note(m: &MetricAb) -> Option<String> {
+    match (m.declared.declared, m.declared.direction) {
+        (false, _) => Some("not declared by its scenario: judged lower-is-better".into()),
+        (true, Direction::LowerIsBetter) => None,
+        (true, Direction::MustEqual(other)) => Some(format!(
+            "must equal {other}{}",
+            m.off_by.map_or(String::new(), |[a, b]| format!(
+                " (off by {} on A, {} on B)",
+                fixed_decimals(a),
+                fixed_decimals(b)
+            ))
+        )),
+        (true, d) => Some(d.to_string()),
+    }
 }
 
 /// A jiffies metric with its rank test, unless it stayed under half a jiffy on both kernels

@@ -4,13 +4,14 @@
 use super::details::details;
 use super::prediction::{memory_beside, memory_lines, prediction_lines};
 use super::words::{
-    busy_boots, calls_lines, change_words, duration, failure_lines, stall_side, stall_words,
+    busy_boots, calls_lines, cause_words, change_words, duration, failure_lines,
+    small_change_words, stall_side, stall_words,
 };
 use crate::analysis::quantity::fixed_decimals;
 use crate::analysis::verdict::Class;
 use crate::kernel::Kernel;
 use crate::kernel::build::{BuildInfo, How};
-use crate::lab::kab::{Change, KabOutcome, StallAb, VariantVerdict};
+use crate::lab::kab::{Cause, Change, KabOutcome, StallAb, VariantVerdict};
 
 /// The kab's outcome for the terminal: the answer first, the details last.
 pub fn render(o: &KabOutcome) -> String {
@@ -218,12 +219,7 @@ pub fn mechanism(v: &VariantVerdict) -> Vec<String> {
     let mut out = match v.class {
         Class::Fixed => fixed(v),
         Class::Regressed => regressed(v),
-        Class::Improved => v
-            .improvements
-            .iter()
-            .filter(|c| !c.within_jiffy)
-            .map(|c| format!("B better: {}", change_words(c)))
-            .collect(),
+        Class::Improved => moved(v, &v.improvements, "B better"),
         Class::NotDecided => match &v.host_busy {
             Some(_) => vec!["not judged: the host was busy during the boots (below)".into()],
             None => vec![format!(
@@ -244,6 +240,13 @@ pub fn mechanism(v: &VariantVerdict) -> Vec<String> {
         )
     {
         out.extend(unchanged_stalls(v));
+    }
+    if v.host_busy.is_none() {
+        out.extend(
+            v.changes
+                .iter()
+                .map(|c| format!("change: {}", small_change_words(c))),
+        );
     }
     out.extend(calls_lines(v));
     let mut costs: Vec<&Change> = v.costs.iter().collect();
@@ -310,12 +313,43 @@ fn regressed(v: &VariantVerdict) -> Vec<String> {
         let side = s.b.as_ref().map_or(String::new(), stall_side);
         out.push(format!("B gained a stall: {} ({side})", stall_words(s)));
     }
-    for c in &v.regressions {
-        out.push(format!("B worse: {}", change_words(c)));
-    }
+    out.extend(moved(v, &v.regressions, "B worse"));
     for s in stalls_found(v, true, false) {
         out.push(format!("(and no longer: {})", stall_words(s)));
     }
+    out
+}
+
+/// The cause of `c`, when the verdict has one: the grace period its ioctl waited for on each
+/// side, or for a fault count the pages each fault mapped.
+fn cause_of<'a>(v: &'a VariantVerdict, c: &Change) -> Option<&'a Cause> {
+    v.causes.iter().find(|cause| match cause {
+        Cause::GracePeriod { ioctl, .. } => {
+            c.unit == "jiffies" && c.metric.trim_start_matches("ioctl.") == ioctl
+        }
+        Cause::PagesPerFault { .. } => c.metric == "kvm.vcpu.pf_fixed",
+    })
+}
+
+/// A line per metric B moved on (`B worse: …`), each with its cause: an ioctl's jiffies are
+/// said as the grace periods waited for on each side; then the causes no metric carried (a
+/// stall gained or lost that moved only the stall count).
+fn moved(v: &VariantVerdict, changes: &[Change], word: &str) -> Vec<String> {
+    let shown: Vec<&Change> = changes.iter().filter(|c| !c.within_jiffy).collect();
+    let mut out: Vec<String> = shown
+        .iter()
+        .map(|c| match cause_of(v, c) {
+            Some(cause @ Cause::GracePeriod { .. }) => cause_words(cause),
+            Some(cause) => format!("{word}: {}: {}", change_words(c), cause_words(cause)),
+            None => format!("{word}: {}", change_words(c)),
+        })
+        .collect();
+    out.extend(
+        v.causes
+            .iter()
+            .filter(|cause| !shown.iter().any(|c| cause_of(v, c) == Some(*cause)))
+            .map(cause_words),
+    );
     out
 }
 
@@ -333,11 +367,12 @@ fn unchanged_stalls(v: &VariantVerdict) -> Vec<String> {
         })
         .collect();
     if v.class == Class::NoChange && v.stalls.is_empty() {
-        out.push(if v.stall_reps.is_some() {
-            "no stall on either kernel".into()
-        } else {
-            "no judged change".into()
-        });
+        if v.stall_reps.is_some() {
+            out.push("no stall on either kernel".into());
+        } else if v.changes.is_empty() {
+            // A change under its tolerance is said on its own line instead.
+            out.push("no judged change".into());
+        }
     }
     out
 }

@@ -2,10 +2,13 @@
 //! the cover letter.
 
 use crate::analysis::calls::{Counted, FunctionCalls};
+use crate::analysis::direction::change_pct;
 use crate::analysis::quantity::fixed_decimals;
 use crate::analysis::verdict::Class;
 use crate::kernel::sandbox::Confinement;
-use crate::lab::kab::{BusyBoot, Change, SideFailure, StallAb, StallSide, VariantVerdict};
+use crate::lab::kab::{
+    BusyBoot, Cause, Change, GraceWait, SideFailure, StallAb, StallSide, VariantVerdict,
+};
 
 /// How a build ran, beside its compiler: an unconfined one is said loudly.
 pub(super) fn confinement(c: Confinement) -> &'static str {
@@ -80,13 +83,102 @@ pub(super) fn sides_word(sides: [bool; 2]) -> &'static str {
 
 /// `KVM_IOEVENTFD 0.018 → 0.118 jiffies`.
 pub(super) fn change_words(c: &Change) -> String {
+    let name = c.metric.trim_start_matches("ioctl.");
+    let (a, b) = (fixed_decimals(c.a), fixed_decimals(c.b));
+    let mut out = if c.unit == "count" {
+        match change_pct(c.a, c.b) {
+            Some(pct) => format!("{name} {a} → {b} ({pct})"),
+            None => format!("{name} {a} → {b}"),
+        }
+    } else {
+        format!("{name} {a} → {b} {}", c.unit)
+    };
+    if c.undeclared {
+        out.push_str(" (not declared by its scenario: judged lower-is-better)");
+    }
+    out
+}
+
+/// A count that moved by less than its declared tolerance: `kvm.vcpu.pf_fixed +1 (+0.02%,
+/// 4096 → 4097), under the 1% it tolerates`.
+pub(super) fn small_change_words(c: &Change) -> String {
+    let delta = c.b - c.a;
+    let sign = if delta < 0.0 { "-" } else { "+" };
     format!(
-        "{} {} → {} {}",
-        c.metric.trim_start_matches("ioctl."),
+        "{} {sign}{} ({}, {} → {}), under the {}% it tolerates: a change, not a verdict",
+        c.metric,
+        fixed_decimals(delta.abs()),
+        change_pct(c.a, c.b).unwrap_or_default(),
         fixed_decimals(c.a),
         fixed_decimals(c.b),
-        c.unit
+        fixed_decimals(c.tolerance.unwrap_or(0.0) * 100.0)
     )
+}
+
+/// What one side waited for: `expedited at most, 0.020 jiffies`, `a normal grace period
+/// started by KVM_CREATE_IRQCHIP, 2 jiffies`.
+fn wait_words(w: &GraceWait) -> String {
+    match w {
+        GraceWait::Expedited { jiffies } => {
+            format!("expedited at most, {} jiffies", fixed_decimals(*jiffies))
+        }
+        GraceWait::Normal {
+            jiffies,
+            started_by,
+        } => format!(
+            "a normal grace period{}, {} jiffies",
+            started_by
+                .as_ref()
+                .map_or(String::new(), |r| format!(" started by {r}")),
+            fixed_decimals(*jiffies)
+        ),
+    }
+}
+
+/// A cause in words: `KVM_SET_USER_MEMORY_REGION now waits a normal grace period on B: +1.98
+/// jiffies (A: expedited at most, 0.020 jiffies; B: a normal grace period started by
+/// KVM_CREATE_IRQCHIP, 2 jiffies)`; `SPTE prefetch: pages mapped per fault 8 → 1.000 (4096
+/// pages touched / kvm.vcpu.pf_fixed 512 → 4097)`.
+pub(super) fn cause_words(c: &Cause) -> String {
+    match c {
+        Cause::GracePeriod { ioctl, waits } => {
+            let [a, b] = waits;
+            let delta = b.jiffies() - a.jiffies();
+            let sign = if delta < 0.0 { "-" } else { "+" };
+            let what = match (a, b) {
+                (GraceWait::Expedited { .. }, GraceWait::Normal { .. }) => {
+                    "now waits a normal grace period on B"
+                }
+                (GraceWait::Normal { .. }, GraceWait::Expedited { .. }) => {
+                    "no longer waits a normal grace period on B"
+                }
+                _ if delta > 0.0 => "waits longer on B",
+                _ => "waits less on B",
+            };
+            format!(
+                "{ioctl} {what}: {sign}{} jiffies (A: {}; B: {})",
+                fixed_decimals(delta.abs()),
+                wait_words(a),
+                wait_words(b)
+            )
+        }
+        Cause::PagesPerFault { pages, faults } => {
+            #[allow(clippy::cast_precision_loss)] // page counts, far below 2^53
+            let per = |i: usize| pages[i] as f64 / faults[i];
+            let touched = if pages[0] == pages[1] {
+                format!("{} pages touched", pages[0])
+            } else {
+                format!("{} → {} pages touched", pages[0], pages[1])
+            };
+            format!(
+                "SPTE prefetch: pages mapped per fault {} → {} ({touched} / kvm.vcpu.pf_fixed {} → {})",
+                fixed_decimals(per(0)),
+                fixed_decimals(per(1)),
+                fixed_decimals(faults[0]),
+                fixed_decimals(faults[1])
+            )
+        }
+    }
 }
 
 /// What a side did instead of producing samples: `failed: the dirty log reported 4095 pages in

@@ -28,8 +28,8 @@ mod run;
 use judge::host_busy_during;
 
 pub use judge::{
-    Change, Judgement, MetricAb, ScenarioAb, SideFailure, SideRuns, StallAb, StallReps, StallSide,
-    Trust, VariantAb, VariantVerdict, judge, judgement, verdict, verdicts,
+    Cause, Change, GraceWait, Judgement, MetricAb, ScenarioAb, SideFailure, SideRuns, StallAb,
+    StallReps, StallSide, Trust, VariantAb, VariantVerdict, judge, judgement, verdict, verdicts,
 };
 pub use predict::{KabPrediction, PredictedWait, ThisHostPrediction, VariantPrediction};
 pub use run::{abba, logs_dir, run};
@@ -226,7 +226,7 @@ impl KabOutcome {
 pub(crate) mod fixture {
     use super::*;
     use crate::kernel::vm::Accel;
-    use crate::record::RunRecord;
+    use crate::record::{Finding, RunRecord, VariantRecord, VariantStatus};
     use crate::store::Store;
 
     const RUNS: &str = include_str!(concat!(
@@ -306,6 +306,49 @@ pub(crate) mod fixture {
             Accel::Tcg,
             0.05,
         )
+    }
+
+    /// The 004 revert's memory kab under the legacy MMU, as its stored runs would be (one run
+    /// a side, relabelled from the dirty fixture's): populated 512 → 4097 faults per 16 MiB
+    /// pass of 4096 pages, lazy 4096 → 4097.
+    pub fn memory_revert() -> [Vec<RunRecord>; 2] {
+        let runs = runs();
+        let side = |side: &str, faults: [f64; 2]| -> Vec<RunRecord> {
+            let mut r = fixture::side(&runs, side)[0].clone();
+            r.scenario = "memory".into();
+            let variant = |name: &str, pf: f64| {
+                let samples = vec![pf; 4];
+                let mut metrics = std::collections::BTreeMap::new();
+                metrics.insert(
+                    "kvm.vcpu.pf_fixed".to_string(),
+                    crate::record::MetricRecord {
+                        unit: "count".into(),
+                        median: pf,
+                        ci95: [pf, pf],
+                        min: pf,
+                        max: pf,
+                        n: samples.len(),
+                        samples,
+                    },
+                );
+                VariantRecord {
+                    name: name.into(),
+                    status: VariantStatus::Ok,
+                    metrics,
+                    findings: vec![Finding::FaultsPerPage {
+                        pages: 4096,
+                        pf_fixed: pf,
+                        table_pages: 0.0,
+                        mmu: None,
+                    }],
+                    timeline: Vec::new(),
+                    pinned_bytes: Vec::new(),
+                }
+            };
+            r.variants = vec![variant("populated", faults[0]), variant("lazy", faults[1])];
+            vec![r]
+        };
+        [side("A", [512.0, 4096.0]), side("B", [4097.0, 4097.0])]
     }
 
     /// B's guest command for the dirty scenario, exiting 4 as `hvlab run` does when every

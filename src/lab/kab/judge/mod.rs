@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use crate::analysis::calls::{FunctionCalls, never_ran, side_calls};
 use crate::analysis::compare::{AbComparison, AbVerdict, ab};
+use crate::analysis::direction::{Declared, Direction, change_pct};
 use crate::analysis::metric_ab::{
     CountCall, MetricJudgement, NotJudged, RankedCount, Shift, correct_together,
 };
@@ -60,6 +61,34 @@ pub struct MetricAb {
     /// B is significantly worse, by less than would make it a regression (a jiffies metric
     /// longer by under half a jiffy: an expedited grace period, not a normal one).
     pub cost: bool,
+    /// Which way is better and the count tolerance, as its scenario declares them.
+    pub declared: Declared,
+    /// For a must-equal metric, how far each side's median is from the metric it must
+    /// equal (A, B), when the variant has that metric.
+    pub off_by: Option<[f64; 2]>,
+    /// Whether B is judged better on it, the declared way.
+    pub improved: bool,
+    /// An exact count that moved by less than its declared tolerance: a change, judged
+    /// neither a regression nor an improvement.
+    pub within_tolerance: bool,
+}
+
+/// How kab judges a metric until its scenario's declaration is read (and a test's metric):
+/// lower is better, every change counts.
+const LOWER_IS_BETTER: Declared = Declared {
+    direction: Direction::LowerIsBetter,
+    count_tolerance: 0.0,
+    declared: true,
+};
+
+/// The direction as the JSON says it: nothing for a declared lower-is-better metric (kab's
+/// default), otherwise which way and whether the scenario declared it.
+fn direction_words(d: &Declared) -> Option<String> {
+    match (d.declared, d.direction) {
+        (true, Direction::LowerIsBetter) => None,
+        (true, direction) => Some(direction.to_string()),
+        (false, _) => Some("lower is better (the scenario does not declare it)".into()),
+    }
 }
 
 impl Serialize for MetricAb {
@@ -78,6 +107,12 @@ impl Serialize for MetricAb {
             regression: bool,
             inconclusive: &'a Option<String>,
             cost: bool,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            better: Option<String>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            change_pct: Option<String>,
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            within_tolerance: bool,
         }
         let exact = match &self.judgement {
             MetricJudgement::Count { call } => Some(call.to_string()),
@@ -95,6 +130,12 @@ impl Serialize for MetricAb {
             regression: self.regression,
             inconclusive: &self.inconclusive,
             cost: self.cost,
+            better: direction_words(&self.declared),
+            // Counts that moved, as LKP prints them.
+            change_pct: (self.trust == Trust::Count && self.median[0] != self.median[1])
+                .then(|| change_pct(self.median[0], self.median[1]))
+                .flatten(),
+            within_tolerance: self.within_tolerance,
         }
         .serialize(serializer)
     }
@@ -117,6 +158,10 @@ pub struct VariantAb {
     /// that side counted none).
     #[serde(default, skip_serializing_if = "uncounted")]
     pub calls: [Option<Vec<FunctionCalls>>; 2],
+    /// Pages the guest touched per pass on A and on B, when the scenario counts its faults
+    /// against them (memory's `FaultsPerPage`): what a fault count's mechanism is read from.
+    #[serde(skip)]
+    pub pages_touched: [Option<u64>; 2],
 }
 
 fn uncounted(calls: &[Option<Vec<FunctionCalls>>; 2]) -> bool {
@@ -416,8 +461,8 @@ pub fn judge(
         for name in variant_names(scenario, asked, [&ra, &rb]) {
             let on_a = side_variant(&ra, &name, scenario, sides[0].failed_commands);
             let on_b = side_variant(&rb, &name, scenario, sides[1].failed_commands);
-            let v = match (on_a, on_b) {
-                (Ok(v), Ok(_)) => v,
+            let (v, vb) = match (on_a, on_b) {
+                (Ok(v), Ok(vb)) => (v, vb),
                 (a, b) => {
                     variants.push(VariantAb {
                         calls: [side_calls(&ra, &name), side_calls(&rb, &name)],
@@ -425,10 +470,13 @@ pub fn judge(
                         metrics: Vec::new(),
                         stalls: Vec::new(),
                         failures: [a.err(), b.err()],
+                        pages_touched: [None, None],
                     });
                     continue;
                 }
             };
+            let info = scenario::find(scenario).ok();
+            let declared = |metric: &str| info.map_or(Declared::UNDECLARED, |i| i.declared(metric));
             let mut metrics = Vec::new();
             for (name, m) in &v.metrics {
                 let (xa, xb) = (pooled(&ra, &v.name, name), pooled(&rb, &v.name, name));
@@ -437,7 +485,8 @@ pub fn judge(
                 }
                 // Events, and events per iteration (the exits scenario's `ratio`s).
                 if m.unit == "count" || m.unit == "ratio" {
-                    metrics.push(count(name, &m.unit, xa, xb, accel, threshold));
+                    let c = count(name, &m.unit, xa, xb, accel, threshold);
+                    metrics.push(declared_as(c, declared(name), threshold));
                     continue;
                 }
                 if !is_time(&m.unit) {
@@ -453,25 +502,20 @@ pub fn judge(
                     let xb_j: Vec<f64> = xb.iter().map(|x| x / jb).collect();
                     let metric = name.trim_end_matches("_ms").to_string();
                     let m = jiffies_metric(&metric, xa_j, xb_j, threshold);
-                    metrics.push(m);
+                    metrics.push(declared_as(m, declared(name), threshold));
                 }
                 let not_judged = (accel != Accel::Kvm).then_some(NotJudged::TimeUnderTcg);
-                metrics.push(rank(
-                    name,
-                    &m.unit,
-                    Trust::Time,
-                    xa,
-                    xb,
-                    threshold,
-                    not_judged,
-                ));
+                let time = rank(name, &m.unit, Trust::Time, xa, xb, threshold, not_judged);
+                metrics.push(declared_as(time, declared(name), threshold));
             }
+            judge_must_equal(&mut metrics, threshold);
             variants.push(VariantAb {
                 variant: v.name.clone(),
                 metrics,
                 stalls: stalls_ab(&ra, &rb, &v.name),
                 failures: [None, None],
                 calls: [side_calls(&ra, &v.name), side_calls(&rb, &v.name)],
+                pages_touched: [pages_touched(v), pages_touched(vb)],
             });
         }
         out.push(ScenarioAb {
@@ -485,6 +529,40 @@ pub fn judge(
     }
     correct_family(&mut out, threshold);
     out
+}
+
+/// `m` judged as its scenario declares it (which way is better, its count tolerance).
+fn declared_as(mut m: MetricAb, declared: Declared, threshold: f64) -> MetricAb {
+    m.declared = declared;
+    settle(&mut m, threshold);
+    m
+}
+
+/// Judges each must-equal metric of a variant by how far each side is from the metric it
+/// must equal: B further off is worse (a page the dirty log lost), nearer is better.
+fn judge_must_equal(metrics: &mut [MetricAb], threshold: f64) {
+    let medians: Vec<(String, [f64; 2])> = metrics
+        .iter()
+        .map(|m| (m.metric.clone(), m.median))
+        .collect();
+    for m in metrics.iter_mut() {
+        let Direction::MustEqual(other) = m.declared.direction else {
+            continue;
+        };
+        m.off_by = medians
+            .iter()
+            .find(|(name, _)| name == other)
+            .map(|(_, o)| [0, 1].map(|i| (m.median[i] - o[i]).abs()));
+        settle(m, threshold);
+    }
+}
+
+/// Pages the guest touched per pass, where the scenario counts its faults against them.
+fn pages_touched(v: &VariantRecord) -> Option<u64> {
+    v.findings.iter().find_map(|f| match f {
+        Finding::FaultsPerPage { pages, .. } => Some(*pages),
+        _ => None,
+    })
 }
 
 /// An ioctl's time in jiffies, rank-tested; [`settle`] applies the half-jiffy rule to it.
@@ -597,6 +675,10 @@ fn metric_ab(
         regression: false,
         inconclusive: None,
         cost: false,
+        declared: LOWER_IS_BETTER,
+        off_by: None,
+        improved: false,
+        within_tolerance: false,
     };
     settle(&mut m, threshold);
     m
@@ -609,13 +691,33 @@ fn metric_ab(
 /// noise, so it is not a regression but a cost (an expedited grace period is a fraction of a
 /// jiffy), and nothing to settle.
 fn settle(m: &mut MetricAb, threshold: f64) {
-    m.regression = m.judgement.higher();
+    let (higher, lower) = (m.judgement.higher(), m.judgement.lower());
+    m.within_tolerance = (higher || lower) && within_tolerance(m);
+    let (worse, better) = if m.within_tolerance {
+        (false, false)
+    } else {
+        match m.declared.direction {
+            Direction::LowerIsBetter => (higher, lower),
+            Direction::HigherIsBetter => (lower, higher),
+            Direction::Neither => (false, false),
+            // Off its partner by more on B is worse, whichever way it moved.
+            Direction::MustEqual(_) => match m.off_by {
+                Some([a, b]) if higher || lower => (b > a, b < a),
+                _ => (false, false),
+            },
+        }
+    };
+    m.regression = worse;
+    m.improved = better;
     m.cost = false;
+    let direction = m.declared.direction;
     m.inconclusive = match &m.judgement {
-        MetricJudgement::Ranked { comparison } => ranked_unsettled(comparison, threshold),
+        MetricJudgement::Ranked { comparison } => {
+            ranked_unsettled(comparison, threshold, direction)
+        }
         MetricJudgement::Count {
             call: CountCall::Varies(r),
-        } => count_unsettled(r, m.median, threshold),
+        } => count_unsettled(r, m.median, threshold, direction),
         _ => None,
     }
     .map(|(seen, unsettled)| undecided(&seen, &unsettled, &m.samples[0], &m.samples[1]));
@@ -625,6 +727,38 @@ fn settle(m: &mut MetricAb, threshold: f64) {
             m.regression = false;
             m.cost = true;
         }
+    }
+}
+
+/// Whether `m` is an exact count that moved by less than its declared tolerance (a lazy pass
+/// of 4096 pages faulting 4097 times: +0.02%, under memory's 1%).
+fn within_tolerance(m: &MetricAb) -> bool {
+    let exact = matches!(
+        m.judgement,
+        MetricJudgement::Count {
+            call: CountCall::Higher | CountCall::Lower
+        }
+    );
+    let [a, b] = m.median;
+    exact && a != 0.0 && ((b - a) / a).abs() < m.declared.count_tolerance
+}
+
+/// Whether a median ratio B/A looks worse, beyond `threshold`, the way `direction` says; a
+/// metric neither way better (or must-equal, judged by its partner) never looks worse by it.
+fn looks_worse(ratio: f64, threshold: f64, direction: Direction) -> bool {
+    match direction {
+        Direction::LowerIsBetter => ratio > 1.0 + threshold,
+        Direction::HigherIsBetter => ratio < 1.0 / (1.0 + threshold),
+        Direction::Neither | Direction::MustEqual(_) => false,
+    }
+}
+
+/// Which way B's median moved when it looks worse: `higher`, or `lower` for a
+/// higher-is-better metric.
+fn worse_word(direction: Direction) -> &'static str {
+    match direction {
+        Direction::HigherIsBetter => "lower",
+        _ => "higher",
     }
 }
 
@@ -641,11 +775,15 @@ fn p_words(p: f64, adjusted: f64, together: usize) -> String {
 
 /// What was seen and what is unsettled, when a ranked comparison leaves B's worse look or the
 /// level itself undecided.
-fn ranked_unsettled(c: &AbComparison, threshold: f64) -> Option<(String, String)> {
+fn ranked_unsettled(
+    c: &AbComparison,
+    threshold: f64,
+    direction: Direction,
+) -> Option<(String, String)> {
     if let Some(Undecided::Unreachable { .. }) = c.undecided {
         return Some(out_of_reach(c.ratio, c.judged_together));
     }
-    if c.verdict != AbVerdict::NotDecided || c.ratio <= 1.0 + threshold {
+    if c.verdict != AbVerdict::NotDecided || !looks_worse(c.ratio, threshold, direction) {
         return None;
     }
     // B beyond the threshold on the median, yet not significant: too few samples against
@@ -664,7 +802,7 @@ fn ranked_unsettled(c: &AbComparison, threshold: f64) -> Option<(String, String)
         )
     } else {
         (
-            "B's median is higher, but".to_string(),
+            format!("B's median is {}, but", worse_word(direction)),
             format!(
                 "the rank test cannot tell it from noise ({})",
                 p_words(c.p_value, c.p_adjusted, c.judged_together)
@@ -678,11 +816,12 @@ fn count_unsettled(
     r: &RankedCount,
     [ma, mb]: [f64; 2],
     threshold: f64,
+    direction: Direction,
 ) -> Option<(String, String)> {
     match r.shift {
         Shift::OutOfReach { .. } => Some(out_of_reach(mb / ma, r.judged_together)),
-        Shift::NotSignificant if mb > ma * (1.0 + threshold) => Some((
-            "B's median is higher, but".to_string(),
+        Shift::NotSignificant if looks_worse(mb / ma, threshold, direction) => Some((
+            format!("B's median is {}, but", worse_word(direction)),
             format!(
                 "the rank test cannot tell it from noise ({})",
                 p_words(r.p_value, r.p_adjusted, r.judged_together)
@@ -756,6 +895,63 @@ pub struct Change {
     pub b: f64,
     /// By less than half a jiffy: no grace period gained or lost.
     pub within_jiffy: bool,
+    /// The scenario does not declare the metric: it was judged lower-is-better.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub undeclared: bool,
+    /// An exact count's declared tolerance, when it moved by less (a change, not a verdict).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerance: Option<f64>,
+}
+
+/// Why a variant moved, as data (the renderers word it): what the scenario attributes the
+/// change to.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Cause {
+    /// An ioctl waits for a different SRCU grace period on B than on A.
+    GracePeriod {
+        /// The ioctl (`KVM_SET_USER_MEMORY_REGION`).
+        ioctl: String,
+        /// What it waited for on A and on B.
+        waits: [GraceWait; 2],
+    },
+    /// The stage-2 faults moved as the pages each fault maps did (SPTE prefetch): pages
+    /// touched over `kvm.vcpu.pf_fixed`, per side.
+    PagesPerFault {
+        /// Pages the guest touched per pass, A and B.
+        pages: [u64; 2],
+        /// `kvm.vcpu.pf_fixed` per pass (median), A and B.
+        faults: [f64; 2],
+    },
+}
+
+/// What an ioctl's time says it waited for, by the stall rule: half a jiffy or more is a
+/// normal grace period waited out (it ends on a tick); less is at most an expedited one.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "grace_period", rename_all = "kebab-case")]
+pub enum GraceWait {
+    /// Under half a jiffy: no normal grace period, at most an expedited one.
+    Expedited {
+        /// The ioctl's median, in jiffies.
+        jiffies: f64,
+    },
+    /// Half a jiffy or more: a normal grace period.
+    Normal {
+        /// The ioctl's median, in jiffies.
+        jiffies: f64,
+        /// The registration whose grace period it was, when the side's stall records name it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        started_by: Option<String>,
+    },
+}
+
+impl GraceWait {
+    /// The ioctl's median, in jiffies.
+    pub fn jiffies(&self) -> f64 {
+        match self {
+            GraceWait::Expedited { jiffies } | GraceWait::Normal { jiffies, .. } => *jiffies,
+        }
+    }
 }
 
 /// Repetitions with at least one SRCU stall, per side.
@@ -789,6 +985,13 @@ pub struct VariantVerdict {
     pub costs: Vec<Change>,
     /// Metrics B looks worse on that the samples cannot settle.
     pub undecided: Vec<String>,
+    /// Exact counts that moved by less than their declared tolerance: changes, judged
+    /// neither way.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<Change>,
+    /// What the scenario attributes the regressions and improvements to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub causes: Vec<Cause>,
     /// Why nothing was judged: the boots the host was busy during (then the class is NOT
     /// DECIDED, whatever the samples say).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -813,14 +1016,79 @@ fn change(m: &MetricAb, within_jiffy: bool) -> Change {
         a: m.median[0],
         b: m.median[1],
         within_jiffy,
+        undeclared: !m.declared.declared,
+        tolerance: m.within_tolerance.then_some(m.declared.count_tolerance),
     }
 }
 
-/// Whether B is judged better on `m`, and whether by under half a jiffy.
+/// Whether B is judged better on `m` (the declared way), and whether by under half a jiffy.
 fn better(m: &MetricAb) -> Option<bool> {
-    m.judgement
-        .lower()
+    m.improved
         .then(|| m.trust == Trust::Jiffies && m.median[0] - m.median[1] < STALL_JIFFIES)
+}
+
+/// What one side's ioctl waited for: its median in jiffies, by the stall rule, and the
+/// registration the side's stall records name for it.
+fn wait(ioctl: &str, jiffies: f64, stall: Option<&StallAb>, on_b: bool) -> GraceWait {
+    if jiffies < STALL_JIFFIES {
+        return GraceWait::Expedited { jiffies };
+    }
+    let recorded = stall.filter(|s| if on_b { s.b.is_some() } else { s.a.is_some() });
+    GraceWait::Normal {
+        jiffies,
+        started_by: recorded
+            .filter(|s| s.ioctl == ioctl)
+            .map(|s| s.cause.clone()),
+    }
+}
+
+/// The causes of a variant's judged changes: for each ioctl whose jiffies moved by a grace
+/// period (or that gained or lost a stall), what it waited for on each side; for a fault
+/// count that moved, the pages each fault mapped per side.
+fn causes(v: &VariantAb, moved: &[&Change]) -> Vec<Cause> {
+    let mut out = Vec::new();
+    let mut ioctls: Vec<String> = moved
+        .iter()
+        .filter(|c| c.unit == "jiffies" && !c.within_jiffy)
+        .map(|c| c.metric.trim_start_matches("ioctl.").to_string())
+        .collect();
+    for s in v.stalls.iter().filter(|s| s.a.is_some() != s.b.is_some()) {
+        if !ioctls.contains(&s.ioctl) {
+            ioctls.push(s.ioctl.clone());
+        }
+    }
+    for ioctl in ioctls {
+        let metric = format!("ioctl.{ioctl}");
+        let stall = v.stalls.iter().find(|s| s.ioctl == ioctl);
+        // The ioctl's jiffies when measured, else the stall records' excess.
+        let jiffies = v
+            .metrics
+            .iter()
+            .find(|m| m.metric == metric && m.trust == Trust::Jiffies)
+            .map(|m| m.median)
+            .or_else(|| {
+                stall.map(|s| {
+                    let side = |x: &Option<StallSide>| x.as_ref().map_or(0.0, |x| x.jiffies[1]);
+                    [side(&s.a), side(&s.b)]
+                })
+            });
+        if let Some([a, b]) = jiffies {
+            out.push(Cause::GracePeriod {
+                waits: [wait(&ioctl, a, stall, false), wait(&ioctl, b, stall, true)],
+                ioctl,
+            });
+        }
+    }
+    if let (Some(c), [Some(pa), Some(pb)]) = (
+        moved.iter().find(|c| c.metric == "kvm.vcpu.pf_fixed"),
+        v.pages_touched,
+    ) {
+        out.push(Cause::PagesPerFault {
+            pages: [pa, pb],
+            faults: [c.a, c.b],
+        });
+    }
+    out
 }
 
 /// The verdict of a variant a side has no samples of: REGRESSED when B failed what A ran
@@ -841,6 +1109,8 @@ fn failed_verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
         improvements: Vec::new(),
         costs: Vec::new(),
         undecided: Vec::new(),
+        changes: Vec::new(),
+        causes: Vec::new(),
         host_busy: None,
         failures: v.failures.clone(),
         calls: v.calls.clone(),
@@ -884,6 +1154,14 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
         .filter(|m| m.inconclusive.is_some())
         .map(|m| m.metric.clone())
         .collect();
+    let changes: Vec<Change> = v
+        .metrics
+        .iter()
+        .filter(|m| m.within_tolerance)
+        .map(|m| change(m, false))
+        .collect();
+    let moved: Vec<&Change> = regressions.iter().chain(&improvements).collect();
+    let causes = causes(v, &moved);
     let gained = v.stalls.iter().any(|s| s.a.is_none() && s.b.is_some());
     let on_b = v.stalls.iter().any(|s| s.b.is_some());
     let gone = v.stalls.iter().any(|s| s.a.is_some() && s.b.is_none());
@@ -930,6 +1208,8 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
         improvements,
         costs,
         undecided,
+        changes,
+        causes,
         host_busy: None,
         failures: [None, None],
         calls: v.calls.clone(),

@@ -166,6 +166,7 @@ fn variant(metrics: Vec<MetricAb>, stalls: Vec<StallAb>) -> VariantAb {
         stalls,
         failures: [None, None],
         calls: [None, None],
+        pages_touched: [None, None],
     }
 }
 
@@ -403,6 +404,201 @@ fn a_stall_b_gained_is_a_regression() {
     );
     assert_eq!(v.class, Class::Regressed);
     assert_eq!(v.regressions[0].metric, "stalls");
+}
+
+/// `m` judged as `scenario` declares `metric`, as [`judge`] does.
+fn as_declared(scenario: &str, metric: &str, m: MetricAb) -> MetricAb {
+    let declared = scenario::find(scenario)
+        .expect("a scenario")
+        .declared(metric);
+    declared_as(m, declared, 0.05)
+}
+
+fn class_of(scenario: &str, metrics: Vec<MetricAb>) -> VariantVerdict {
+    let mut metrics = metrics;
+    judge_must_equal(&mut metrics, 0.05);
+    verdict(scenario, &variant(metrics, Vec::new()))
+}
+
+/// A higher-is-better count (here a rate, judged as a count would be) that went up is an
+/// improvement, and one that went down a regression: kab no longer takes every higher
+/// value for worse.
+#[test]
+fn a_higher_is_better_metric_is_judged_its_own_way() {
+    let rate = |a: f64, b: f64| {
+        let m = exact("total_pages_per_ms", "count", vec![a; 8], vec![b; 8]);
+        as_declared("memory", "total_pages_per_ms", m)
+    };
+    let up = class_of("memory", vec![rate(100.0, 130.0)]);
+    assert_eq!(up.class, Class::Improved, "{up:?}");
+    assert!(up.regressions.is_empty());
+    let down = class_of("memory", vec![rate(100.0, 70.0)]);
+    assert_eq!(down.class, Class::Regressed, "{down:?}");
+    assert_eq!(down.regressions[0].metric, "total_pages_per_ms");
+    // Lower-is-better, the same move reads the other way.
+    let faults = |a: f64, b: f64| {
+        let m = exact("uffd_faults", "count", vec![a; 8], vec![b; 8]);
+        as_declared("memory", "uffd_faults", m)
+    };
+    assert_eq!(
+        class_of("memory", vec![faults(100.0, 130.0)]).class,
+        Class::Regressed
+    );
+}
+
+/// `pages_dirty` must equal `pages_written`: B reporting fewer dirty pages than written
+/// is a lost write (REGRESSED), not fewer of something costly; B back to equal from A's
+/// mismatch is better. `pages_written` itself is neither way better.
+#[test]
+fn a_must_equal_metric_is_judged_by_its_partner() {
+    let pair = |dirty: [f64; 2], written: [f64; 2]| {
+        vec![
+            as_declared(
+                "dirty",
+                "pages_dirty",
+                exact("pages_dirty", "count", vec![dirty[0]; 8], vec![dirty[1]; 8]),
+            ),
+            as_declared(
+                "dirty",
+                "pages_written",
+                exact(
+                    "pages_written",
+                    "count",
+                    vec![written[0]; 8],
+                    vec![written[1]; 8],
+                ),
+            ),
+        ]
+    };
+    let lost = class_of("dirty", pair([4096.0, 4095.0], [4096.0, 4096.0]));
+    assert_eq!(lost.class, Class::Regressed, "{lost:?}");
+    assert_eq!(lost.regressions[0].metric, "pages_dirty");
+    let mended = class_of("dirty", pair([4095.0, 4096.0], [4096.0, 4096.0]));
+    assert_eq!(mended.class, Class::Improved, "{mended:?}");
+    assert_eq!(mended.improvements[0].metric, "pages_dirty");
+    // A larger workload on B: both counts higher, still equal: nothing worse.
+    let larger = class_of("dirty", pair([4096.0, 8192.0], [4096.0, 8192.0]));
+    assert_eq!(larger.class, Class::NoChange, "{larger:?}");
+}
+
+/// The lazy variant of the 004 revert: 4096 → 4097 faults per pass, one page the guest's
+/// kernel no longer gets prefetched. Under memory's 1% tolerance it is a change with its
+/// size, not a regression; populated's 512 → 4097 is REGRESSED, its cause the pages each
+/// fault maps (8 → 1).
+#[test]
+fn one_fault_in_4096_is_a_change_and_a_lost_prefetch_a_regression() {
+    let pf = |a: f64, b: f64| {
+        let m = count(
+            "kvm.vcpu.pf_fixed",
+            "count",
+            vec![a; 8],
+            vec![b; 8],
+            Accel::Tcg,
+            0.05,
+        );
+        as_declared("memory", "kvm.vcpu.pf_fixed", m)
+    };
+    let lazy = pf(4096.0, 4097.0);
+    assert!(lazy.within_tolerance && !lazy.regression, "{lazy:?}");
+    let v = class_of("memory", vec![lazy]);
+    assert_eq!(v.class, Class::NoChange, "{v:?}");
+    assert_eq!(v.changes.len(), 1);
+    assert_eq!(v.changes[0].tolerance, Some(0.01));
+    let json = serde_json::to_value(&v.changes[0]).expect("json");
+    assert_eq!(json["tolerance"], 0.01);
+
+    let mut populated = variant(vec![pf(512.0, 4097.0)], Vec::new());
+    populated.pages_touched = [Some(4096), Some(4096)];
+    let v = verdict("memory", &populated);
+    assert_eq!(v.class, Class::Regressed);
+    assert_eq!(
+        v.causes,
+        vec![Cause::PagesPerFault {
+            pages: [4096, 4096],
+            faults: [512.0, 4097.0],
+        }]
+    );
+    // Undeclared: lower-is-better, and said so.
+    let other = count("x.y", "count", vec![1.0; 8], vec![2.0; 8], Accel::Tcg, 0.05);
+    let other = as_declared("memory", "x.y", other);
+    assert!(other.regression && !other.declared.declared);
+    let v = class_of("memory", vec![other]);
+    assert!(v.regressions[0].undeclared);
+}
+
+/// The 004 revert under the legacy MMU, as stored runs: populated 512 → 4097 faults per
+/// 16 MiB pass is REGRESSED with the pages each fault maps (8 → 1) read from the memory
+/// scenario's own finding; lazy's 4096 → 4097 is a change. Judged end to end by [`judge`].
+#[test]
+fn a_memory_kab_judges_faults_by_the_declared_tolerance_and_names_prefetch() {
+    let [a, b] = fixture::memory_revert();
+    let judged = judge(
+        &["memory".to_string()],
+        &[],
+        [
+            SideRuns {
+                runs: &a,
+                failed_commands: &[],
+            },
+            SideRuns {
+                runs: &b,
+                failed_commands: &[],
+            },
+        ],
+        Accel::Tcg,
+        0.05,
+    );
+    let v = verdicts(&judged);
+    assert_eq!(v[0].variant, "populated");
+    assert_eq!(v[0].class, Class::Regressed, "{:?}", v[0]);
+    assert_eq!(
+        v[0].causes,
+        vec![Cause::PagesPerFault {
+            pages: [4096, 4096],
+            faults: [512.0, 4097.0],
+        }]
+    );
+    assert_eq!(v[1].variant, "lazy");
+    assert_eq!(v[1].class, Class::NoChange, "{:?}", v[1]);
+    assert_eq!(v[1].changes[0].metric, "kvm.vcpu.pf_fixed");
+    let lazy = &judged[0].variants[1].metrics[0];
+    let json = serde_json::to_value(lazy).expect("json");
+    assert_eq!(json["change_pct"], "+0.02%");
+    assert_eq!(json["within_tolerance"], true);
+}
+
+/// A memslot update that waited an expedited grace period on A (0.02 jiffies) and a normal
+/// one on B (2 jiffies, a stall B gained, started by KVM_CREATE_IRQCHIP): REGRESSED, the
+/// cause naming the ioctl and both sides' grace periods.
+#[test]
+fn a_regressed_stall_names_the_grace_period_on_each_side() {
+    let memslot = jiffies_metric(
+        "ioctl.KVM_SET_USER_MEMORY_REGION",
+        (0..20).map(|i| 0.02 + f64::from(i) * 0.0001).collect(),
+        (0..20).map(|i| 2.0 + f64::from(i) * 0.001).collect(),
+        0.05,
+    );
+    let v = verdict(
+        "lifecycle",
+        &variant(
+            vec![stalls(vec![0.0; 20], vec![1.0; 20]), memslot],
+            vec![stall(None, Some(20))],
+        ),
+    );
+    assert_eq!(v.class, Class::Regressed);
+    let Some(Cause::GracePeriod { ioctl, waits }) = v.causes.first() else {
+        panic!("{:?}", v.causes)
+    };
+    assert_eq!(ioctl, "KVM_SET_USER_MEMORY_REGION");
+    assert!(
+        matches!(waits[0], GraceWait::Expedited { jiffies } if jiffies < 0.03),
+        "{waits:?}"
+    );
+    assert!(
+        matches!(&waits[1], GraceWait::Normal { jiffies, started_by: Some(r) }
+            if *jiffies > 1.9 && r == "KVM_CREATE_IRQCHIP"),
+        "{waits:?}"
+    );
 }
 
 #[test]
