@@ -376,6 +376,20 @@ pub fn judge(
     accel: Accel,
     threshold: f64,
 ) -> Vec<ScenarioAb> {
+    let mut out = judge_uncorrected(scenarios, asked, sides, accel, threshold);
+    correct_family(&mut out, threshold);
+    out
+}
+
+/// [`judge`] before the family's correction: for a caller that judges several pairs as one
+/// family (a series' commits), each comparison at its own p until [`correct_family`].
+pub fn judge_uncorrected(
+    scenarios: &[String],
+    asked: &[String],
+    sides: [SideRuns<'_>; 2],
+    accel: Accel,
+    threshold: f64,
+) -> Vec<ScenarioAb> {
     let mut out = Vec::new();
     for scenario in scenarios {
         let (ra, rb) = (
@@ -451,7 +465,6 @@ pub fn judge(
             variants,
         });
     }
-    correct_family(&mut out, threshold);
     out
 }
 
@@ -676,7 +689,7 @@ fn out_of_reach(ratio: f64, together: usize) -> (String, String) {
 /// metrics: a kab of 6 variants × 12 metrics judged each at p < 0.05 alone calls a change in
 /// most A/A kabs), then settles each metric again from its corrected call. Exact counts and
 /// the variants a side failed are outside the family.
-fn correct_family(judged: &mut [ScenarioAb], threshold: f64) {
+pub fn correct_family(judged: &mut [ScenarioAb], threshold: f64) {
     let mut members: Vec<(&mut MetricJudgement, [f64; 2])> = judged
         .iter_mut()
         .flat_map(|s| s.variants.iter_mut())
@@ -897,7 +910,7 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
 /// Stalls are found by their length, so their counts are no safer, and neither is a FIXED.
 /// A variant a side has no samples of keeps its verdict: a failure (a page the dirty log lost)
 /// is the kernel's answer, not a time a starved emulator stretched.
-fn not_judged_on_a_busy_host(v: &mut VariantVerdict, busy: &str) {
+pub(crate) fn not_judged_on_a_busy_host(v: &mut VariantVerdict, busy: &str) {
     if !both_ran(&v.failures) {
         return;
     }
@@ -927,7 +940,7 @@ fn host_busy_during(boots: &[BootSummary]) -> Option<String> {
 /// CPU (PSI) or a hypervisor below took time (steal). The load and the runnable count are not
 /// asked: QEMU's single TCG thread beside one busy loop on two cores keeps a CPU of its own
 /// (pressure 2% here), while two busy loops starve it (49%).
-fn busy_during_boot(noise: &hvlab_core::noise::Noise) -> Option<String> {
+pub(crate) fn busy_during_boot(noise: &hvlab_core::noise::Noise) -> Option<String> {
     use hvlab_core::noise::BusyReason;
     let reasons: Vec<BusyReason> = noise
         .busy
@@ -1208,7 +1221,7 @@ impl KabOutcome {
 
 /// The hvlab command each boot runs, per scenario; `--variant` and `--set` go to the
 /// scenarios that have them, and each must fit at least one.
-fn guest_commands(req: &KabRequest) -> Result<Vec<Vec<String>>, Error> {
+pub(crate) fn guest_commands(req: &KabRequest) -> Result<Vec<Vec<String>>, Error> {
     let infos = req
         .scenarios
         .iter()
@@ -1538,7 +1551,7 @@ impl BootPlan<'_> {
 
 impl BootSummary {
     /// Side `side`'s `boot`, of whose runs `stored` were new to `store`.
-    fn of(side: &str, boot: &vm::Boot, stored: usize, store: String) -> BootSummary {
+    pub(crate) fn of(side: &str, boot: &vm::Boot, stored: usize, store: String) -> BootSummary {
         BootSummary {
             side: side.to_string(),
             release: boot.release.clone(),

@@ -1,0 +1,1016 @@
+//! `hvlab kab BASE SERIES --per-patch`: a verdict per commit of a series, each commit against
+//! its parent and against the base, LKP-style (parent | commit | %change, with the spread).
+//!
+//! - A series is an ordered list of steps ([`SeriesStep`]: a label, a subject and a kernel
+//!   spec `resolve` accepts), from a [`SeriesSource`]: the messages of an mbox on a Debian
+//!   base ([`MboxSeries`]), or a git range (the git spec's own source, when it is given one).
+//! - Boots follow [`sweep_order`]: base, 1, 2, …, N, N, …, 2, 1, base per round, so every
+//!   adjacent pair (parent, commit) sees ABBA and each kernel's boot serves both pairs it is in.
+//! - Runs are stored as they come back and found again by kernel ([`stored_runs`]): an
+//!   interrupted run, a shard's or a bisection's boots count toward the next, and a kernel with
+//!   enough stored boots is not booted again.
+//! - Every comparison of the table (N commits × 2 × variants × metrics) is corrected together
+//!   ([`judge_series`]): a table of 576 comparisons each at p < 0.05 alone would flag a change
+//!   in nearly every A/A series.
+//! - A commit that does not build keeps its row with the compiler's first error, and the next
+//!   commit is judged against the last one that built.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::analysis::verdict::Class;
+use crate::error::{Error, InputError};
+use crate::kernel::build::{BuildError, PatchedSpec};
+use crate::kernel::vm::{Accel, VmError};
+use crate::lab::kab::{
+    self, GuestFailure, MetricAb, ScenarioAb, SideRuns, VariantAb, VariantVerdict,
+};
+use crate::lab::shard::Shard;
+use crate::record::RunRecord;
+use crate::store::Store;
+
+/// One commit of a series: how output names it and the kernel spec that builds it (the base
+/// with every commit up to and including this one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SeriesStep {
+    /// `[PATCH 2/4]`, or a commit's short hash.
+    pub label: String,
+    /// The subject, without the label.
+    pub subject: String,
+    /// A spec `resolve` accepts (`debian:7.3+0001.patch+0002.patch`, `git:~/linux@3f2a…`).
+    pub spec: String,
+}
+
+/// Where a series' steps come from: an mbox on a Debian base, a git range.
+pub trait SeriesSource {
+    /// The spec every step is judged against (the series' base).
+    fn base(&self) -> &str;
+    /// The steps, oldest first.
+    fn steps(&self) -> Result<Vec<SeriesStep>, Error>;
+}
+
+/// `debian:7.3+v3.mbox`: each message of the mbox a step, written to a file of its own under
+/// hvlab's cache (named by the mbox's hash, so the same series finds its builds and runs
+/// again), the step's spec the base with the files up to it.
+#[derive(Debug, Clone)]
+pub struct MboxSeries {
+    base: String,
+    spec: PatchedSpec,
+    dir: PathBuf,
+}
+
+impl MboxSeries {
+    /// Reads `spec` (`BASE+SERIES.mbox[+MORE]`); every message of every patch file is a step.
+    pub fn parse(spec: &str) -> Result<MboxSeries, Error> {
+        let parsed = PatchedSpec::parse(spec).map_err(VmError::from)?;
+        if parsed.patches.is_empty() {
+            return Err(not_a_series(spec, "it has no patch file"));
+        }
+        let hashes: String = parsed.patches.iter().map(|p| p.sha256.as_str()).collect();
+        let id = crate::kernel::patch::sha256_hex(hashes.as_bytes());
+        let dir = crate::kernel::cache_dir()
+            .join("series")
+            .join(&id[..16.min(id.len())]);
+        Ok(MboxSeries {
+            base: parsed.base.clone(),
+            spec: parsed,
+            dir,
+        })
+    }
+
+    /// The same, its per-message files under `dir` (tests).
+    pub fn in_dir(spec: &str, dir: &Path) -> Result<MboxSeries, Error> {
+        let mut s = MboxSeries::parse(spec)?;
+        s.dir = dir.to_path_buf();
+        Ok(s)
+    }
+}
+
+fn not_a_series(spec: &str, why: &str) -> Error {
+    InputError::BadValue {
+        key: "SERIES".into(),
+        value: spec.to_string(),
+        why: format!(
+            "{why}; --per-patch takes BASE+SERIES.mbox (debian:7.3+v3.mbox) or a git range (git:PATH@A..B)"
+        ),
+    }
+    .into()
+}
+
+/// `[PATCH 2/4] kvm: x` → (`[PATCH 2/4]`, `kvm: x`); a subject without a bracket gets
+/// `patch i/N`.
+fn label_of(subject: Option<&str>, n: usize, total: usize) -> (String, String) {
+    let fallback = format!("patch {n}/{total}");
+    let Some(s) = subject.map(str::trim) else {
+        return (fallback, String::new());
+    };
+    if let Some(rest) = s.strip_prefix('[')
+        && let Some((tag, after)) = rest.split_once(']')
+    {
+        return (format!("[{tag}]"), after.trim().to_string());
+    }
+    (fallback, s.to_string())
+}
+
+impl SeriesSource for MboxSeries {
+    fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn steps(&self) -> Result<Vec<SeriesStep>, Error> {
+        let messages: Vec<&crate::kernel::patch::Patch> = self
+            .spec
+            .patches
+            .iter()
+            .flat_map(|f| f.patches.iter())
+            .collect();
+        if messages.is_empty() {
+            return Err(not_a_series(&self.spec.given, "its files carry no diff"));
+        }
+        std::fs::create_dir_all(&self.dir).map_err(|e| VmError::Io(self.dir.clone(), e))?;
+        let total = messages.len();
+        let mut spec = self.base.clone();
+        let mut out = Vec::new();
+        for (i, m) in messages.iter().enumerate() {
+            let path = self.dir.join(format!("{:04}.patch", i + 1));
+            write_if_changed(&path, &m.text)?;
+            // A `+` in the path would read as a patch separator.
+            if path.to_string_lossy().contains('+') {
+                return Err(not_a_series(
+                    &self.spec.given,
+                    &format!(
+                        "hvlab's cache path {} holds a `+`, which a spec reads as a patch separator; set XDG_CACHE_HOME to a path without one",
+                        path.display()
+                    ),
+                ));
+            }
+            spec = format!("{spec}+{}", path.display());
+            let (label, subject) = label_of(m.subject.as_deref(), i + 1, total);
+            out.push(SeriesStep {
+                label,
+                subject,
+                spec: spec.clone(),
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Writes `text` to `path` unless it already holds it, through a temporary file renamed into
+/// place, so a reader never sees half a patch.
+fn write_if_changed(path: &Path, text: &str) -> Result<(), Error> {
+    if std::fs::read_to_string(path).is_ok_and(|t| t == text) {
+        return Ok(());
+    }
+    let tmp = path.with_extension("patch.tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| VmError::Io(path.to_path_buf(), e).into())
+}
+
+/// The boot order of `kernels` kernels in a chain (0 the base, i the i-th commit), each booted
+/// `boots_each` times: rounds of 0, 1, …, k−1 then k−1, …, 0, so each adjacent pair sees
+/// ABBA (i, i+1, i+1, i) within a round and every boot serves both pairs its kernel is in.
+/// With an odd `boots_each` the last round is forward only.
+pub fn sweep_order(kernels: usize, boots_each: u32) -> Vec<usize> {
+    let mut out = Vec::new();
+    for round in 0..boots_each {
+        if round % 2 == 0 {
+            out.extend(0..kernels);
+        } else {
+            out.extend((0..kernels).rev());
+        }
+    }
+    out
+}
+
+/// [`sweep_order`] without the boots already stored: `stored[i]` boots of kernel `i` are
+/// taken off the front of the order, so an interrupted run resumes where it stopped.
+pub fn remaining_order(stored: &[u32], boots_each: u32) -> Vec<usize> {
+    let mut skip: Vec<u32> = stored.to_vec();
+    sweep_order(stored.len(), boots_each)
+        .into_iter()
+        .filter(|&k| {
+            if skip[k] > 0 {
+                skip[k] -= 1;
+                false
+            } else {
+                true
+            }
+        })
+        .collect()
+}
+
+/// The runs of the kernel built from `spec` under `accel` that the store holds, of `scenarios`.
+pub fn stored_runs(
+    store: &Store,
+    spec: &str,
+    accel: Accel,
+    scenarios: &[String],
+) -> Result<Vec<RunRecord>, Error> {
+    let all = crate::store::transfer::select(store, &[])?;
+    Ok(of_kernel(all, spec, accel, scenarios))
+}
+
+/// Of `runs`, those made on the kernel of `spec` under `accel`, of `scenarios`.
+pub fn of_kernel(
+    runs: Vec<RunRecord>,
+    spec: &str,
+    accel: Accel,
+    scenarios: &[String],
+) -> Vec<RunRecord> {
+    let accel = accel.to_string();
+    runs.into_iter()
+        .filter(|r| {
+            r.host
+                .under_test
+                .as_ref()
+                .is_some_and(|u| u.spec == spec && u.accel == accel)
+                && scenarios.contains(&r.scenario)
+        })
+        .collect()
+}
+
+/// How many boots `runs` hold: the fewest runs of any of `scenarios` (each boot runs each once).
+pub fn boots_in(runs: &[RunRecord], scenarios: &[String]) -> u32 {
+    scenarios
+        .iter()
+        .map(|s| runs.iter().filter(|r| &r.scenario == s).count())
+        .min()
+        .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+/// What one kernel of the series brought back.
+#[derive(Debug, Clone, Default)]
+pub struct KernelRuns {
+    /// Its runs.
+    pub runs: Vec<RunRecord>,
+    /// Guest commands that failed on it.
+    pub failed_commands: Vec<GuestFailure>,
+    /// The boots the host was busy during, in words, when any.
+    pub host_busy: Option<String>,
+}
+
+/// A commit as built: its runs, or the compiler's first error.
+#[derive(Debug, Clone)]
+pub enum StepState {
+    /// It built (and booted).
+    Built(KernelRuns),
+    /// It does not build: the first error.
+    DoesNotBuild {
+        /// The compiler's first error (or the build's message when it has none).
+        error: String,
+    },
+}
+
+/// The first error of a build that failed: the compiler's, or the whole message.
+pub fn first_error(e: &BuildError) -> String {
+    match e {
+        BuildError::PatchedCompile { errors, .. } | BuildError::BaseCompile { errors, .. } => {
+            errors
+                .lines()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .unwrap_or("the compiler printed no error line")
+                .to_string()
+        }
+        other => other.to_string(),
+    }
+}
+
+/// LKP's numbers for one metric: parent | commit | %change, each with its %stddev.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Numbers {
+    /// The metric.
+    pub metric: String,
+    /// Its unit as judged.
+    pub unit: String,
+    /// The parent's median.
+    pub parent: f64,
+    /// The commit's median.
+    pub commit: f64,
+    /// (commit − parent) / parent, in %.
+    pub change_pct: f64,
+    /// Each side's standard deviation in % of its mean (LKP's ±%stddev).
+    pub stddev_pct: [f64; 2],
+}
+
+/// One variant of one commit: its verdict against its parent and against the base.
+#[derive(Debug, Clone, Serialize)]
+pub struct VariantRow {
+    /// The scenario.
+    pub scenario: String,
+    /// The variant.
+    pub variant: String,
+    /// Against its parent (the last commit before it that built, or the base).
+    pub vs_parent: VariantVerdict,
+    /// Against the base.
+    pub vs_base: VariantVerdict,
+    /// The metric behind the verdict against the parent, LKP-style, when one was compared.
+    pub numbers: Option<Numbers>,
+}
+
+/// A commit's row.
+#[derive(Debug, Clone, Serialize)]
+pub struct CommitRow {
+    /// 1-based position in the series.
+    pub position: usize,
+    /// The step.
+    pub step: SeriesStep,
+    /// What it was judged against: the label of the last commit before it that built, or
+    /// `base`.
+    pub parent: String,
+    /// Why it has no verdicts: the compiler's first error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub does_not_build: Option<String>,
+    /// Per variant (none when it does not build).
+    pub variants: Vec<VariantRow>,
+}
+
+/// The per-patch table.
+#[derive(Debug, Clone, Serialize)]
+pub struct SeriesTable {
+    /// The base spec.
+    pub base: String,
+    /// One row per commit, in order.
+    pub commits: Vec<CommitRow>,
+    /// Comparisons corrected together (every commit, both columns, every variant and metric).
+    pub judged_together: usize,
+}
+
+/// Counts the family members: ranked comparisons and varying counts.
+fn family_size(judged: &[ScenarioAb]) -> usize {
+    use crate::analysis::metric_ab::{CountCall, MetricJudgement};
+    judged
+        .iter()
+        .flat_map(|s| &s.variants)
+        .flat_map(|v| &v.metrics)
+        .filter(|m| {
+            matches!(
+                m.judgement,
+                MetricJudgement::Ranked { .. }
+                    | MetricJudgement::Count {
+                        call: CountCall::Varies(_)
+                    }
+            )
+        })
+        .count()
+}
+
+/// What a series is judged with.
+#[derive(Debug, Clone)]
+pub struct JudgeSettings<'a> {
+    /// Scenarios.
+    pub scenarios: &'a [String],
+    /// Variants asked for (all when empty).
+    pub variants: &'a [String],
+    /// The accelerator the runs were made under.
+    pub accel: Accel,
+    /// Smallest change that counts.
+    pub threshold: f64,
+    /// The metric to show in the numbers when none moved (else the first judged).
+    pub metric: Option<&'a str>,
+}
+
+/// Judges every commit that built against its parent (the last commit before it that built)
+/// and against the base, all comparisons corrected as one family, and makes the table.
+pub fn judge_series(
+    base_spec: &str,
+    base: &KernelRuns,
+    steps: &[SeriesStep],
+    states: &[StepState],
+    settings: &JudgeSettings<'_>,
+) -> SeriesTable {
+    let side = |k: &'_ KernelRuns| -> (Vec<RunRecord>, Vec<GuestFailure>) {
+        (k.runs.clone(), k.failed_commands.clone())
+    };
+    // Per judged commit: (its index, its parent's index or None for the base, the comparisons).
+    let mut pairs: Vec<(usize, Option<usize>, usize)> = Vec::new();
+    let mut family: Vec<ScenarioAb> = Vec::new();
+    let mut parent: Option<usize> = None;
+    for (i, state) in states.iter().enumerate() {
+        let StepState::Built(runs) = state else {
+            continue;
+        };
+        let parent_runs = match parent {
+            Some(p) => match &states[p] {
+                StepState::Built(r) => r,
+                StepState::DoesNotBuild { .. } => base,
+            },
+            None => base,
+        };
+        let (pa, pf) = side(parent_runs);
+        let (cr, cf) = side(runs);
+        let (ba, bf) = side(base);
+        let judge = |a: &[RunRecord], af: &[GuestFailure]| {
+            kab::judge_uncorrected(
+                settings.scenarios,
+                settings.variants,
+                [
+                    SideRuns {
+                        runs: a,
+                        failed_commands: af,
+                    },
+                    SideRuns {
+                        runs: &cr,
+                        failed_commands: &cf,
+                    },
+                ],
+                settings.accel,
+                settings.threshold,
+            )
+        };
+        let vs_parent = judge(&pa, &pf);
+        let count = vs_parent.len();
+        family.extend(vs_parent);
+        // Against the base only when the parent is not the base: the same comparison twice
+        // would count twice in the family.
+        if parent.is_some() {
+            family.extend(judge(&ba, &bf));
+        }
+        pairs.push((i, parent, count));
+        parent = Some(i);
+    }
+    let judged_together = family_size(&family);
+    kab::correct_family(&mut family, settings.threshold);
+    let mut rows: Vec<CommitRow> = Vec::new();
+    let mut rest = family.into_iter();
+    let mut judged = pairs.into_iter().peekable();
+    for (i, step) in steps.iter().enumerate() {
+        let mut row = CommitRow {
+            position: i + 1,
+            step: step.clone(),
+            parent: "base".into(),
+            does_not_build: None,
+            variants: Vec::new(),
+        };
+        if let Some(StepState::DoesNotBuild { error }) = states.get(i) {
+            row.does_not_build = Some(error.clone());
+            rows.push(row);
+            continue;
+        }
+        let Some((_, parent, count)) = judged.next_if(|(j, _, _)| *j == i) else {
+            rows.push(row);
+            continue;
+        };
+        let vs_parent: Vec<ScenarioAb> = rest.by_ref().take(count).collect();
+        let vs_base: Vec<ScenarioAb> = if parent.is_some() {
+            rest.by_ref().take(count).collect()
+        } else {
+            vs_parent.clone()
+        };
+        if let Some(p) = parent {
+            row.parent = steps[p].label.clone();
+        }
+        let busy = busy_of(&states[i], parent.map(|p| &states[p]), base);
+        row.variants = variant_rows(&vs_parent, &vs_base, busy.as_deref(), settings.metric);
+        rows.push(row);
+    }
+    SeriesTable {
+        base: base_spec.to_string(),
+        commits: rows,
+        judged_together,
+    }
+}
+
+/// Whether the host was busy during a boot of the commit, its parent or the base.
+fn busy_of(commit: &StepState, parent: Option<&StepState>, base: &KernelRuns) -> Option<String> {
+    let of = |s: &StepState| match s {
+        StepState::Built(k) => k.host_busy.clone(),
+        StepState::DoesNotBuild { .. } => None,
+    };
+    let parts: Vec<String> = [
+        of(commit),
+        parent.and_then(of).or_else(|| base.host_busy.clone()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// The rows of one commit: each variant's verdicts, matched by scenario and variant.
+fn variant_rows(
+    vs_parent: &[ScenarioAb],
+    vs_base: &[ScenarioAb],
+    busy: Option<&str>,
+    metric: Option<&str>,
+) -> Vec<VariantRow> {
+    let mut out = Vec::new();
+    for s in vs_parent {
+        for v in &s.variants {
+            let mut parent_verdict = kab::verdict(&s.scenario, v);
+            let base_v = vs_base
+                .iter()
+                .filter(|b| b.scenario == s.scenario)
+                .flat_map(|b| &b.variants)
+                .find(|b| b.variant == v.variant);
+            let mut base_verdict = base_v.map_or_else(
+                || parent_verdict.clone(),
+                |b| kab::verdict(&s.scenario, b),
+            );
+            if let Some(busy) = busy {
+                kab::not_judged_on_a_busy_host(&mut parent_verdict, busy);
+                kab::not_judged_on_a_busy_host(&mut base_verdict, busy);
+            }
+            out.push(VariantRow {
+                scenario: s.scenario.clone(),
+                variant: v.variant.clone(),
+                numbers: numbers(v, &parent_verdict, metric),
+                vs_parent: parent_verdict,
+                vs_base: base_verdict,
+            });
+        }
+    }
+    out
+}
+
+/// The metric to show: the first that moved (a regression, an improvement, a cost), else the
+/// one asked for, else the first compared.
+fn numbers(v: &VariantAb, verdict: &VariantVerdict, asked: Option<&str>) -> Option<Numbers> {
+    let moved = verdict
+        .regressions
+        .iter()
+        .chain(&verdict.improvements)
+        .chain(&verdict.costs)
+        .map(|c| c.metric.as_str())
+        .next();
+    let name = moved.or(asked);
+    let m: &MetricAb = match name {
+        Some(n) => v.metrics.iter().find(|m| m.metric == n)?,
+        None => v.metrics.first()?,
+    };
+    let [a, b] = m.median;
+    Some(Numbers {
+        metric: m.metric.clone(),
+        unit: m.unit.clone(),
+        parent: a,
+        commit: b,
+        change_pct: if a == 0.0 {
+            if b == 0.0 { 0.0 } else { f64::INFINITY }
+        } else {
+            (b - a) / a * 100.0
+        },
+        stddev_pct: [stddev_pct(&m.samples[0]), stddev_pct(&m.samples[1])],
+    })
+}
+
+/// The sample standard deviation in % of the mean (0 for a constant or empty side).
+fn stddev_pct(x: &[f64]) -> f64 {
+    if x.len() < 2 {
+        return 0.0;
+    }
+    #[allow(clippy::cast_precision_loss)] // sample counts are far below 2^52
+    let n = x.len() as f64;
+    let mean = x.iter().sum::<f64>() / n;
+    if mean == 0.0 {
+        return 0.0;
+    }
+    let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    var.sqrt() / mean.abs() * 100.0
+}
+
+impl SeriesTable {
+    /// The answer first: each commit whose verdict against its parent is a change (or that
+    /// does not build), as `[PATCH 2/4] REGRESSED irqchip-first: …`.
+    pub fn answer(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for c in &self.commits {
+            if let Some(e) = &c.does_not_build {
+                out.push(format!("{} DOES NOT BUILD: {e}", c.step.label));
+                continue;
+            }
+            for v in &c.variants {
+                let class = v.vs_parent.class;
+                if matches!(class, Class::NoChange | Class::NotDecided) {
+                    continue;
+                }
+                let what = v.numbers.as_ref().map_or_else(String::new, |n| {
+                    format!(
+                        ": {} {} → {} {} ({:+.1}%)",
+                        n.metric,
+                        fmt_num(n.parent),
+                        fmt_num(n.commit),
+                        n.unit,
+                        n.change_pct
+                    )
+                });
+                out.push(format!(
+                    "{} {} {}{what}",
+                    c.step.label,
+                    class.word(),
+                    v.variant
+                ));
+            }
+        }
+        if out.is_empty() {
+            let undecided = self
+                .commits
+                .iter()
+                .flat_map(|c| &c.variants)
+                .filter(|v| v.vs_parent.class == Class::NotDecided)
+                .count();
+            out.push(if undecided == 0 {
+                format!(
+                    "no commit changed anything: every row of {} commit(s) is NO CHANGE against its parent",
+                    self.commits.len()
+                )
+            } else {
+                format!(
+                    "no commit is established to change anything; {undecided} row(s) NOT DECIDED (more --boots or --reps can decide)"
+                )
+            });
+        }
+        out
+    }
+
+    /// Whether any row against its parent is REGRESSED (`--fail-on-regression`).
+    pub fn regression(&self) -> bool {
+        self.commits
+            .iter()
+            .flat_map(|c| &c.variants)
+            .any(|v| v.vs_parent.class == Class::Regressed)
+    }
+}
+
+/// A number as the table prints it: integers bare, others to 3 significant places.
+pub fn fmt_num(x: f64) -> String {
+    if x.fract() == 0.0 && x.abs() < 1e15 {
+        format!("{x:.0}")
+    } else if x.abs() >= 100.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.3}")
+    }
+}
+
+/// The kernels a shard boots: unit `k` (0-based position in the series) is commit `k` booted
+/// against its parent, so a shard on its own node judges each of its commits against a parent
+/// booted on the same host. Returns, per selected commit, its index and its parent's (None for
+/// the base). A parent is booted by its child's shard too: its own shard may run on another
+/// node, and a comparison across hosts would measure the hosts.
+pub fn shard_units(steps: usize, shard: &Shard) -> Vec<(usize, Option<usize>)> {
+    (0..steps)
+        .filter(|&k| shard.selects(k))
+        .map(|k| (k, k.checked_sub(1)))
+        .collect()
+}
+
+/// What `hvlab kab BASE SERIES --per-patch` runs.
+#[derive(Debug, Clone)]
+pub struct PerPatchRequest {
+    /// The kab's settings: `base` is BASE, `patched` the SERIES spec; boots and reps per
+    /// kernel.
+    pub kab: kab::KabRequest,
+    /// The metric shown in each row's numbers when none moved.
+    pub metric: Option<String>,
+    /// The slice of the series this process runs (the whole series without `--shard`).
+    pub shard: Shard,
+}
+
+/// A per-patch run: the table, the boots it made, and its phases' times.
+#[derive(Debug, Clone, Serialize)]
+pub struct PerPatchOutcome {
+    /// The table (a shard's: its commits only).
+    pub table: SeriesTable,
+    /// The shard (`1/1` for the whole series).
+    pub shard: String,
+    /// Each boot made now, with the commit it booted (`base` for the base).
+    pub boots: Vec<(String, kab::BootSummary)>,
+    /// Boots found in the store and not made again, per kernel label.
+    pub reused_boots: Vec<(String, u32)>,
+    /// What the reader must know (builds, reuse, pooling across shards).
+    pub notes: Vec<String>,
+    /// The accelerator.
+    pub accel: crate::kernel::vm::AccelChoice,
+    /// Wall times: building, booting, judging.
+    pub wall: kab::WallTimes,
+    /// Seconds judging.
+    pub judge_s: f64,
+}
+
+/// One kernel of the series as resolved: its label, spec, and the kernel or why it has none.
+struct Resolved {
+    label: String,
+    spec: String,
+    kernel: Result<crate::kernel::Kernel, String>,
+}
+
+/// Builds `specs` (the base first): together when all build, each beside the base when one
+/// does not, so a commit that does not compile costs its own row and not the series.
+fn build_all(
+    specs: &[(String, String)],
+    req: &kab::KabRequest,
+    progress: &dyn kab::KabProgress,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Resolved>, Error> {
+    use crate::kernel::build;
+    let refs: Vec<&str> = specs.iter().map(|(_, s)| s.as_str()).collect();
+    let together = build::resolve(&refs, None, req.sandbox, progress);
+    let kernels: Vec<Result<crate::kernel::Kernel, String>> = match together {
+        Ok(r) => {
+            notes.extend(r.notes);
+            r.sides.into_iter().map(|b| Ok(b.kernel)).collect()
+        }
+        Err(e @ (BuildError::PatchedCompile { .. } | BuildError::DoesNotApply { .. })) => {
+            progress.note(&format!(
+                "the series does not build as a whole ({}); building each commit beside the base to find which",
+                first_error(&e)
+            ));
+            let mut out = Vec::new();
+            for (i, spec) in refs.iter().enumerate() {
+                let pair: Vec<&str> = if i == 0 {
+                    vec![spec]
+                } else {
+                    vec![refs[0], spec]
+                };
+                out.push(match build::resolve(&pair, None, req.sandbox, progress) {
+                    Ok(r) => r
+                        .sides
+                        .into_iter()
+                        .last()
+                        .map(|b| b.kernel)
+                        .ok_or_else(|| "the build returned no kernel".to_string()),
+                    Err(e) if i > 0 && e.fault() == hvlab_core::error::Fault::BadInput => {
+                        Err(first_error(&e))
+                    }
+                    Err(e) => return Err(VmError::from(e).into()),
+                });
+            }
+            out
+        }
+        Err(e) => return Err(VmError::from(e).into()),
+    };
+    Ok(specs
+        .iter()
+        .zip(kernels)
+        .map(|((label, spec), kernel)| Resolved {
+            label: label.clone(),
+            spec: spec.clone(),
+            kernel,
+        })
+        .collect())
+}
+
+/// Boots `chain` (indices into `kernels`) in [`remaining_order`] until each has `boots`
+/// boots stored, storing every run as it comes back; returns the boots made and those reused.
+#[allow(clippy::too_many_arguments)] // one boot loop for the whole series and for each shard unit
+fn boot_chain(
+    chain: &[usize],
+    kernels: &[(String, crate::kernel::Kernel)],
+    req: &kab::KabRequest,
+    commands: &[Vec<String>],
+    accel: Accel,
+    store: &mut Store,
+    progress: &dyn kab::KabProgress,
+    busy: &mut [Option<String>],
+    failed: &mut [Vec<GuestFailure>],
+) -> Result<(Vec<(String, kab::BootSummary)>, Vec<(String, u32)>), Error> {
+    let stored: Vec<u32> = chain
+        .iter()
+        .map(|&k| {
+            stored_runs(store, &kernels[k].1.spec, accel, &req.scenarios)
+                .map(|r| boots_in(&r, &req.scenarios).min(req.boots))
+        })
+        .collect::<Result<_, _>>()?;
+    let reused: Vec<(String, u32)> = chain
+        .iter()
+        .zip(&stored)
+        .filter(|(_, n)| **n > 0)
+        .map(|(&k, &n)| (kernels[k].0.clone(), n))
+        .collect();
+    let order = remaining_order(&stored, req.boots);
+    let mut made = Vec::new();
+    for (n, &pos) in order.iter().enumerate() {
+        let k = chain[pos];
+        let (label, kernel) = &kernels[k];
+        progress.boot_start(n + 1, order.len(), label, kernel);
+        let before = hvlab_host::noise::Snapshot::take();
+        let (boot, failure) = crate::kernel::vm::boot(
+            kernel,
+            &req.vm,
+            commands,
+            &kab::logs_dir(&kernel.release),
+        )?;
+        let noise =
+            hvlab_host::noise::between(&before, &hvlab_host::noise::Snapshot::take(), &[], 1);
+        let tally = crate::kernel::vm::store_runs(store, &boot.runs)?;
+        let mut summary =
+            kab::BootSummary::of(label, &boot, tally.stored, store.location().to_string());
+        summary.host_busy = kab::busy_during_boot(&noise);
+        if let Some(b) = &summary.host_busy {
+            busy[k] = Some(format!("a boot of {label}: {b}"));
+        }
+        failed[k].extend(summary.failures.iter().cloned());
+        progress.boot_end(&summary);
+        made.push((label.clone(), summary));
+        if let Some(f) = failure {
+            return Err(f.into());
+        }
+    }
+    Ok((made, reused))
+}
+
+/// `hvlab kab BASE SERIES --per-patch`: builds each commit of the series (its shard's, and
+/// their parents), boots them so each adjacent pair is ABBA, stores every run, and judges
+/// every commit against its parent and the base as one family.
+pub fn run_per_patch(
+    req: &PerPatchRequest,
+    source: &dyn SeriesSource,
+    store: &mut Store,
+    progress: &dyn kab::KabProgress,
+) -> Result<PerPatchOutcome, Error> {
+    let start = std::time::Instant::now();
+    let k = &req.kab;
+    let commands = kab::guest_commands(k)?;
+    crate::kernel::vm::qemu()?;
+    let steps = source.steps()?;
+    let choice = crate::kernel::vm::choose_accel(k.vm.accel)?;
+    // The kernels this process needs: every one for the whole series; a shard's commits and
+    // each one's parent.
+    let units = shard_units(steps.len(), &req.shard);
+    let needed: Vec<bool> = (0..steps.len())
+        .map(|i| req.shard.is_whole() || units.iter().any(|&(c, _)| c == i || c == i + 1))
+        .collect();
+    let mut specs = vec![("base".to_string(), source.base().to_string())];
+    let wanted: Vec<usize> = (0..steps.len()).filter(|&i| needed[i]).collect();
+    specs.extend(
+        wanted
+            .iter()
+            .map(|&i| (steps[i].label.clone(), steps[i].spec.clone())),
+    );
+    let mut notes = Vec::new();
+    let resolved = build_all(&specs, k, progress, &mut notes)?;
+    let build_s = start.elapsed().as_secs_f64();
+    // Index 0 the base, i + 1 commit i.
+    let mut states: Vec<Option<Result<crate::kernel::Kernel, String>>> =
+        vec![None; steps.len() + 1];
+    let mut it = resolved.into_iter();
+    if let Some(b) = it.next() {
+        states[0] = Some(b.kernel.map_err(|e| format!("the base {}: {e}", b.spec)));
+    }
+    for (&i, r) in wanted.iter().zip(it) {
+        let checked = r.kernel.and_then(|kern| {
+            crate::kernel::check_kvm(&kern, &choice.vendor_module)
+                .and_then(|()| crate::kernel::check_guest_config(&kern))
+                .map(|()| kern)
+                .map_err(|e| e.to_string())
+        });
+        if let Err(e) = &checked {
+            progress.note(&format!("{} does not build: {e}", r.label));
+        }
+        states[i + 1] = Some(checked);
+    }
+    let base_kernel = match states[0].clone() {
+        Some(Ok(b)) => b,
+        Some(Err(e)) => {
+            return Err(InputError::BadValue {
+                key: "BASE".into(),
+                value: source.base().to_string(),
+                why: e,
+            }
+            .into());
+        }
+        None => return Err(not_a_series(&k.patched, "it has no base")),
+    };
+    let mut labelled: Vec<(String, crate::kernel::Kernel)> = vec![("base".into(), base_kernel)];
+    let mut slot: Vec<Option<usize>> = vec![Some(0); 1];
+    for (i, st) in states.iter().enumerate().skip(1) {
+        if let Some(Ok(kern)) = st {
+            slot.push(Some(labelled.len()));
+            labelled.push((steps[i - 1].label.clone(), kern.clone()));
+        } else {
+            slot.push(None);
+        }
+    }
+    // The chains to boot: the whole series as one, or each shard unit with its parent (the
+    // last kernel before it that built).
+    let built_before = |i: usize| (0..=i).rev().find_map(|j| slot[j]);
+    let chains: Vec<Vec<usize>> = if req.shard.is_whole() {
+        vec![slot.iter().flatten().copied().collect()]
+    } else {
+        units
+            .iter()
+            .filter_map(|&(c, _)| {
+                let me = slot[c + 1]?;
+                Some(vec![built_before(c).unwrap_or(0), me])
+            })
+            .collect()
+    };
+    let boots_start = std::time::Instant::now();
+    let mut busy = vec![None; labelled.len()];
+    let mut failed = vec![Vec::new(); labelled.len()];
+    let mut boots = Vec::new();
+    let mut reused = Vec::new();
+    for chain in &chains {
+        let (made, re) = boot_chain(
+            chain,
+            &labelled,
+            k,
+            &commands,
+            choice.accel,
+            store,
+            progress,
+            &mut busy,
+            &mut failed,
+        )?;
+        boots.extend(made);
+        reused.extend(re);
+    }
+    let boots_s = boots_start.elapsed().as_secs_f64();
+    let judge_start = std::time::Instant::now();
+    let all = crate::store::transfer::select(store, &[])?;
+    let runs_of = |slot_i: usize| KernelRuns {
+        runs: of_kernel(all.clone(), &labelled[slot_i].1.spec, choice.accel, &k.scenarios),
+        failed_commands: failed[slot_i].clone(),
+        host_busy: busy[slot_i].clone(),
+    };
+    let base_runs = runs_of(0);
+    let step_states: Vec<StepState> = (0..steps.len())
+        .map(|i| match (&states[i + 1], slot[i + 1]) {
+            (Some(Ok(_)), Some(s)) => StepState::Built(runs_of(s)),
+            (Some(Err(e)), _) => StepState::DoesNotBuild { error: e.clone() },
+            // Another shard's commit: no runs here, judged where it ran and after `merge`.
+            _ => StepState::Built(KernelRuns::default()),
+        })
+        .collect();
+    let mut table = judge_series(
+        source.base(),
+        &base_runs,
+        &steps,
+        &step_states,
+        &JudgeSettings {
+            scenarios: &k.scenarios,
+            variants: &k.variants,
+            accel: choice.accel,
+            threshold: k.threshold,
+            metric: req.metric.as_deref(),
+        },
+    );
+    if !req.shard.is_whole() {
+        table
+            .commits
+            .retain(|c| units.iter().any(|&(u, _)| u + 1 == c.position));
+        notes.push(format!(
+            "shard {}: its commits only, each booted against its parent on this host (a parent is booted again by its child's shard: the shards may run on different hosts); `hvlab merge` the shards' files, then run this command again without --shard against the merged store for the whole table",
+            req.shard
+        ));
+    }
+    if !reused.is_empty() {
+        notes.push(format!(
+            "boots found in the store and not made again: {}",
+            reused
+                .iter()
+                .map(|(l, n)| format!("{l} ({n})"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let judge_s = judge_start.elapsed().as_secs_f64();
+    Ok(PerPatchOutcome {
+        table,
+        shard: req.shard.to_string(),
+        boots,
+        reused_boots: reused,
+        notes,
+        accel: choice,
+        wall: kab::WallTimes {
+            build_s,
+            boots_s,
+            total_s: start.elapsed().as_secs_f64(),
+        },
+        judge_s,
+    })
+}
+
+/// The table of a series from the store alone (after `hvlab merge`): each commit's runs found
+/// by its spec; a commit with none is NOT DECIDED on every row, its runs missing (it did not
+/// build, or its shard did not run).
+pub fn table_from_store(
+    store: &Store,
+    source: &dyn SeriesSource,
+    settings: &JudgeSettings<'_>,
+) -> Result<SeriesTable, Error> {
+    let steps = source.steps()?;
+    let all = crate::store::transfer::select(store, &[])?;
+    let runs = |spec: &str| KernelRuns {
+        runs: of_kernel(all.clone(), spec, settings.accel, settings.scenarios),
+        ..KernelRuns::default()
+    };
+    let base = runs(source.base());
+    let states: Vec<StepState> = steps
+        .iter()
+        .map(|s| {
+            let r = runs(&s.spec);
+            if r.runs.is_empty() {
+                StepState::DoesNotBuild {
+                    error: "no runs stored: it did not build, or its shard's file has not been merged".into(),
+                }
+            } else {
+                StepState::Built(r)
+            }
+        })
+        .collect();
+    Ok(judge_series(source.base(), &base, &steps, &states, settings))
+}
