@@ -506,10 +506,8 @@ fn variant_rows(
                 .filter(|b| b.scenario == s.scenario)
                 .flat_map(|b| &b.variants)
                 .find(|b| b.variant == v.variant);
-            let mut base_verdict = base_v.map_or_else(
-                || parent_verdict.clone(),
-                |b| kab::verdict(&s.scenario, b),
-            );
+            let mut base_verdict =
+                base_v.map_or_else(|| parent_verdict.clone(), |b| kab::verdict(&s.scenario, b));
             if let Some(busy) = busy {
                 kab::not_judged_on_a_busy_host(&mut parent_verdict, busy);
                 kab::not_judged_on_a_busy_host(&mut base_verdict, busy);
@@ -753,6 +751,10 @@ fn build_all(
         .collect())
 }
 
+/// The boots a chain made (with the label of the kernel each booted), and the boots per
+/// kernel label found stored and not made again.
+type ChainBoots = (Vec<(String, kab::BootSummary)>, Vec<(String, u32)>);
+
 /// Boots `chain` (indices into `kernels`) in [`remaining_order`] until each has `boots`
 /// boots stored, storing every run as it comes back; returns the boots made and those reused.
 #[allow(clippy::too_many_arguments)] // one boot loop for the whole series and for each shard unit
@@ -766,7 +768,7 @@ fn boot_chain(
     progress: &dyn kab::KabProgress,
     busy: &mut [Option<String>],
     failed: &mut [Vec<GuestFailure>],
-) -> Result<(Vec<(String, kab::BootSummary)>, Vec<(String, u32)>), Error> {
+) -> Result<ChainBoots, Error> {
     let stored: Vec<u32> = chain
         .iter()
         .map(|&k| {
@@ -787,12 +789,8 @@ fn boot_chain(
         let (label, kernel) = &kernels[k];
         progress.boot_start(n + 1, order.len(), label, kernel);
         let before = hvlab_host::noise::Snapshot::take();
-        let (boot, failure) = crate::kernel::vm::boot(
-            kernel,
-            &req.vm,
-            commands,
-            &kab::logs_dir(&kernel.release),
-        )?;
+        let (boot, failure) =
+            crate::kernel::vm::boot(kernel, &req.vm, commands, &kab::logs_dir(&kernel.release))?;
         let noise =
             hvlab_host::noise::between(&before, &hvlab_host::noise::Snapshot::take(), &[], 1);
         let tally = crate::kernel::vm::store_runs(store, &boot.runs)?;
@@ -922,7 +920,12 @@ pub fn run_per_patch(
     let judge_start = std::time::Instant::now();
     let all = crate::store::transfer::select(store, &[])?;
     let runs_of = |slot_i: usize| KernelRuns {
-        runs: of_kernel(all.clone(), &labelled[slot_i].1.spec, choice.accel, &k.scenarios),
+        runs: of_kernel(
+            all.clone(),
+            &labelled[slot_i].1.spec,
+            choice.accel,
+            &k.scenarios,
+        ),
         failed_commands: failed[slot_i].clone(),
         host_busy: busy[slot_i].clone(),
     };
@@ -1005,14 +1008,22 @@ pub fn table_from_store(
             let r = runs(&s.spec);
             if r.runs.is_empty() {
                 StepState::DoesNotBuild {
-                    error: "no runs stored: it did not build, or its shard's file has not been merged".into(),
+                    error:
+                        "no runs stored: it did not build, or its shard's file has not been merged"
+                            .into(),
                 }
             } else {
                 StepState::Built(r)
             }
         })
         .collect();
-    Ok(judge_series(source.base(), &base, &steps, &states, settings))
+    Ok(judge_series(
+        source.base(),
+        &base,
+        &steps,
+        &states,
+        settings,
+    ))
 }
 
 #[cfg(test)]
@@ -1235,14 +1246,19 @@ mod tests {
                 .collect();
             let t = judge_series("debian:7.3", &base, &st, &states, &settings(&scenarios));
             judged = t.judged_together;
-            assert_eq!(t.commits.iter().map(|c| c.variants.len()).sum::<usize>(), 24);
+            assert_eq!(
+                t.commits.iter().map(|c| c.variants.len()).sum::<usize>(),
+                24
+            );
             if flagged(&t) {
                 tables_flagged += 1;
             }
         }
         // 4 commits against their parents and 3 against the base (the first's parent is it).
         assert_eq!(judged, 7 * 6 * 12);
-        println!("A/A: {tables_flagged} of {trials} tables flagged a change, {judged} comparisons each");
+        println!(
+            "A/A: {tables_flagged} of {trials} tables flagged a change, {judged} comparisons each"
+        );
         assert!(
             f64::from(tables_flagged) / f64::from(u32::try_from(trials).unwrap_or(1)) <= 0.05,
             "{tables_flagged} of {trials} A/A tables flagged a change"
@@ -1266,11 +1282,27 @@ mod tests {
         for c in &t.commits {
             assert_eq!(c.variants.len(), 6);
             for v in &c.variants {
-                assert_eq!(v.vs_parent.class, Class::NoChange, "{} {}", c.step.label, v.variant);
-                assert_eq!(v.vs_base.class, Class::NoChange, "{} {}", c.step.label, v.variant);
+                assert_eq!(
+                    v.vs_parent.class,
+                    Class::NoChange,
+                    "{} {}",
+                    c.step.label,
+                    v.variant
+                );
+                assert_eq!(
+                    v.vs_base.class,
+                    Class::NoChange,
+                    "{} {}",
+                    c.step.label,
+                    v.variant
+                );
             }
         }
-        assert!(t.answer()[0].starts_with("no commit changed anything"), "{:?}", t.answer());
+        assert!(
+            t.answer()[0].starts_with("no commit changed anything"),
+            "{:?}",
+            t.answer()
+        );
         assert!(!t.regression());
     }
 
@@ -1308,8 +1340,14 @@ mod tests {
         assert!((n.change_pct - 30.0).abs() < 3.0, "{n:?}");
         assert_eq!(third.variants[1].vs_parent.class, Class::NoChange);
         let answer = t.answer();
-        assert!(answer[0].starts_with("[PATCH 2/3] DOES NOT BUILD: virt/kvm"), "{answer:?}");
-        assert!(answer[1].starts_with("[PATCH 3/3] REGRESSED v0: m00 "), "{answer:?}");
+        assert!(
+            answer[0].starts_with("[PATCH 2/3] DOES NOT BUILD: virt/kvm"),
+            "{answer:?}"
+        );
+        assert!(
+            answer[1].starts_with("[PATCH 3/3] REGRESSED v0: m00 "),
+            "{answer:?}"
+        );
         assert!(t.regression());
     }
 
@@ -1342,8 +1380,11 @@ mod tests {
                 let parent_spec = parent.map_or("debian:7.3", |p| st[p].spec.as_str());
                 // Commit 2 (index 1) made the change; every commit after it keeps it.
                 let shift: &dyn Fn(usize, usize) -> f64 = if c >= 1 { &slower } else { &same };
-                let parent_shift: &dyn Fn(usize, usize) -> f64 =
-                    if parent.is_some_and(|p| p >= 1) { &slower } else { &same };
+                let parent_shift: &dyn Fn(usize, usize) -> f64 = if parent.is_some_and(|p| p >= 1) {
+                    &slower
+                } else {
+                    &same
+                };
                 let mut runs = kernel(parent_spec, 2, 2, 3, 10, 0.01, &mut rng, parent_shift).runs;
                 runs.extend(kernel(&st[c].spec, 2, 2, 3, 10, 0.01, &mut rng, shift).runs);
                 for r in &mut runs {
@@ -1387,7 +1428,11 @@ mod tests {
         let mbox = dir.path().join("v3.mbox");
         std::fs::write(
             &mbox,
-            format!("{}{}", msg(1, "Documentation/x.rst"), msg(2, "virt/kvm/kvm_main.c")),
+            format!(
+                "{}{}",
+                msg(1, "Documentation/x.rst"),
+                msg(2, "virt/kvm/kvm_main.c")
+            ),
         )
         .expect("written");
         let spec = format!("debian:7.3+{}", mbox.display());
@@ -1402,7 +1447,13 @@ mod tests {
         assert_eq!(parsed.base, "debian:7.3");
         assert_eq!(parsed.patches.len(), 2);
         assert!(parsed.touched().contains("virt/kvm/kvm_main.c"));
-        assert_eq!(PatchedSpec::parse(&st[0].spec).expect("a spec").patches.len(), 1);
+        assert_eq!(
+            PatchedSpec::parse(&st[0].spec)
+                .expect("a spec")
+                .patches
+                .len(),
+            1
+        );
         // The same series again: the same files, the same specs (its builds and runs found).
         assert_eq!(s.steps().expect("steps"), st);
     }
