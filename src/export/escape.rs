@@ -65,6 +65,28 @@ pub fn markdown(text: &str) -> String {
     out
 }
 
+/// One table cell of Markdown hvlab wrote itself around values (code spans, `_` in ioctl names
+/// meant as they are): pipes escaped so the row keeps its columns, HTML-significant characters
+/// as entities and line breaks and other control characters as visible escapes, as
+/// [`markdown`] does; other Markdown punctuation is kept. A value standing alone takes
+/// [`markdown`].
+pub fn markdown_cell(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '|' => out.push_str("\\|"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\\\u{{{:x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// At most this many columns of padding: a name longer than this is printed whole but does not
 /// widen the table (Rust's formatter refuses widths past `u16::MAX`, and a 65,536-character
 /// imported name must not panic).
@@ -95,6 +117,12 @@ mod tests {
         assert!(!md.contains('<') && !md.contains('>'), "{md}");
         assert!(!md.contains('\n'), "{md}");
         assert!(md.contains("\\*x\\*") && md.contains("\\|"), "{md}");
+    }
+
+    #[test]
+    fn a_cell_keeps_its_columns_and_its_code_spans() {
+        let cell = markdown_cell("`KVM_IOEVENTFD` a|b <script>\nx");
+        assert_eq!(cell, "`KVM_IOEVENTFD` a\\|b &lt;script&gt;\\\\u{a}x");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! One exporter per format, after hyperfine's `src/export/`: each turns stored runs into the
 //! bytes of its format ([`Exporter`]), one file a format: JSON Lines ([`jsonl`]) and CSV
 //! ([`csv`]) for `hvlab export`, Markdown ([`markdown`]) and HTML ([`html`]) for a report, the
-//! terminal ([`terminal`]) for what a command prints. The words they share come from one
+//! terminal ([`terminal`]) for what a command prints, and a kab's outcome ([`kab`]). The words they share come from one
 //! place ([`words`]); [`escape`] keeps what no template engine does (terminal text and
 //! Markdown). HTML goes through askama templates (`templates/`), which escape every value.
 
@@ -9,6 +9,7 @@ pub mod csv;
 pub mod escape;
 pub mod html;
 pub mod jsonl;
+pub mod kab;
 pub mod markdown;
 pub mod report;
 pub mod summary;

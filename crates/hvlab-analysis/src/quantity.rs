@@ -119,6 +119,20 @@ pub fn ratio(r: f64) -> String {
     format!("{}×", fixed(r, d))
 }
 
+/// A number to decimals fixed by its magnitude, for figures read side by side in a column of
+/// one unit (a kab's jiffies: `0.038 → 0.064`): three below 1, two below 100, none from 100 or
+/// for a whole number, and no thousands separators. [`number`] keeps three significant
+/// digits instead (`0.0384`).
+pub fn fixed_decimals(x: f64) -> String {
+    if x.abs() >= 100.0 || x == x.trunc() {
+        format!("{x:.0}")
+    } else if x.abs() >= 1.0 {
+        format!("{x:.2}")
+    } else {
+        format!("{x:.3}")
+    }
+}
+
 /// A p-value: `0.72`, `0.003`, `< 0.001` (an exact test's p below a thousandth says no more).
 pub fn p_value(p: f64) -> String {
     if !p.is_finite() {
@@ -314,6 +328,23 @@ pub fn format_range(lo: f64, hi: f64, unit: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fixed_decimals_go_by_magnitude_not_significant_digits() {
+        let cases = [
+            (0.0384, "0.038"),
+            (0.0104, "0.010"),
+            (1.666, "1.67"),
+            (12.346, "12.35"),
+            (20.0, "20"),
+            (1234.4, "1234"),
+            (-0.5, "-0.500"),
+        ];
+        for (x, text) in cases {
+            assert_eq!(fixed_decimals(x), text, "{x}");
+        }
+        assert_ne!(fixed_decimals(0.0384), number(0.0384));
+    }
     use proptest::prelude::*;
 
     #[test]

@@ -6,8 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::cover_letter::markdown;
-use super::kab_text::render;
+use crate::export::kab::{markdown, render};
 use crate::kernel::Kernel;
 use crate::kernel::vm::{Accel, AccelChoice};
 use crate::lab::kab::{

@@ -1,14 +1,8 @@
 //! `hvlab vm` and `hvlab kab`: kernels under test booted in QEMU, and their A/B. The words of
-//! a kab's outcome are in the modules below: the terminal text (`kab_text`, with the
-//! per-metric `kab_details` and the model's `kab_prediction`) and the cover letter.
+//! a kab's outcome (the terminal text and the cover letter) are [`crate::export::kab`]'s.
 
-mod cover_letter;
-mod kab_details;
 #[cfg(test)]
 mod kab_golden;
-mod kab_prediction;
-mod kab_text;
-mod kab_words;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -20,11 +14,9 @@ use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use self::cover_letter::markdown;
-use self::kab_text::{how_built, render};
-use self::kab_words::duration;
 use crate::analysis::verdict::Class;
 use crate::error::{Error, InputError};
+use crate::export::kab::{duration, how_built, markdown, render};
 use crate::kernel::build::{self, BuildProgress};
 use crate::kernel::calibration;
 use crate::kernel::sandbox::SandboxPolicy;
@@ -657,8 +649,8 @@ fn misses_expected_fixed(expect_fixed: &[String], outcome: &KabOutcome) -> Resul
 
 #[cfg(test)]
 mod tests {
-    use super::kab_text::mechanism;
     use super::*;
+    use crate::export::kab::mechanism;
     use crate::kernel::build::{BuildInfo, How};
     use crate::lab::kab::{
         Change, HostSummary, StallAb, StallReps, StallSide, VariantVerdict, WallTimes,

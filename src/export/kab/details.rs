@@ -2,9 +2,9 @@
 //! that moved or were not decided, the counts the same on both kernels, and what was counted
 //! rather than shown.
 
-use super::kab_words::num;
 use crate::analysis::compare::AbVerdict;
 use crate::analysis::metric_ab::{CountCall, MetricJudgement, RankedCount, Shift};
+use crate::analysis::quantity::fixed_decimals;
 use crate::analysis::stall::STALL_JIFFIES;
 use crate::lab::kab::{MetricAb, ScenarioAb, Trust, VariantAb};
 use crate::scenario;
@@ -103,7 +103,7 @@ fn count_line(m: &MetricAb, unshown: &mut Unshown, same_here: &mut Vec<String>) 
     match call {
         CountCall::Same => {
             unshown.same += 1;
-            same_here.push(format!("{} {}", m.metric, num(m.median[0])));
+            same_here.push(format!("{} {}", m.metric, fixed_decimals(m.median[0])));
             return None;
         }
         CountCall::Varies(RankedCount {
@@ -258,13 +258,13 @@ fn verdict_word(v: AbVerdict) -> &'static str {
 fn spread(x: &[f64]) -> String {
     let lo = x.iter().copied().fold(f64::MAX, f64::min);
     let hi = x.iter().copied().fold(f64::MIN, f64::max);
-    format!("{}–{}", num(lo), num(hi))
+    format!("{}–{}", fixed_decimals(lo), fixed_decimals(hi))
 }
 
 fn side_text(m: &MetricAb, i: usize) -> String {
     format!(
         "{} {} (range {}, n = {})",
-        num(m.median[i]),
+        fixed_decimals(m.median[i]),
         m.unit,
         spread(&m.samples[i]),
         m.samples[i].len()

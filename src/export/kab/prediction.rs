@@ -1,7 +1,9 @@
 //! The model's prediction of the change a kab measured, in words: after the verdicts in the
 //! terminal, and in at most three lines of the cover letter. Every figure here is predicted.
 
-use super::kab_words::{num, pair, sides_word};
+use super::words::{pair, sides_word};
+use crate::analysis::quantity::fixed_decimals;
+use crate::export::escape;
 use crate::kernel::vm::Accel;
 use crate::lab::kab;
 
@@ -48,12 +50,12 @@ fn reporters_line(r: &[crate::lab::fidelity::srcu::OnReportersHost; 2]) -> Strin
     format!(
         "{} VM ready {} → {} ms ({}{} ms per VM creation); first KVM_CREATE_VCPU {} → {} ms; stalls {}",
         r[0].variant,
-        num(r[0].ready_ms.median),
-        num(r[1].ready_ms.median),
+        fixed_decimals(r[0].ready_ms.median),
+        fixed_decimals(r[1].ready_ms.median),
         if saved >= 0.0 { "−" } else { "+" },
-        num(saved.abs()),
-        num(r[0].first_vcpu_ms.median),
-        num(r[1].first_vcpu_ms.median),
+        fixed_decimals(saved.abs()),
+        fixed_decimals(r[0].first_vcpu_ms.median),
+        fixed_decimals(r[1].first_vcpu_ms.median),
         pair([r[0].stalls.median, r[1].stalls.median])
     )
 }
@@ -143,7 +145,7 @@ pub(super) fn prediction_markdown(p: Option<&kab::KabPrediction>) -> Vec<String>
             "- where thread 001 saw the bug (`{}`: {}): {}",
             r[0].profile,
             r[0].setup,
-            reporters_line(r).replace('|', "\\|")
+            escape::markdown_cell(&reporters_line(r))
         ));
     }
     out

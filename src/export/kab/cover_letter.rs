@@ -2,15 +2,16 @@
 //! Markdown with the host, both sides, a row per variant, the model's prediction and the
 //! command that reproduces it.
 
-use super::kab_prediction::prediction_markdown;
-use super::kab_words::{change_words, confinement, failure_lines, sides_word, stall_words};
+use super::prediction::prediction_markdown;
+use super::words::{change_words, confinement, failure_lines, sides_word, stall_words};
+use crate::export::escape;
 use crate::kernel::Kernel;
 use crate::kernel::build::{BuildInfo, How};
 use crate::kernel::vm;
 use crate::lab::kab::{KabOutcome, VariantVerdict};
 
 /// The cover-letter paragraph: at most 25 lines of Markdown.
-pub(super) fn markdown(o: &KabOutcome, command: &str) -> String {
+pub fn markdown(o: &KabOutcome, command: &str) -> String {
     let mut out = vec![
         host_line(o),
         String::new(),
@@ -130,7 +131,7 @@ fn table_row(v: &VariantVerdict) -> String {
         .join("; ");
     format!(
         "| {} | **{}** | {reps} | {} | {} | {} |",
-        v.variant,
+        escape::markdown_cell(&v.variant),
         v.class.word(),
         cell(moved),
         cell(cause),
@@ -138,11 +139,11 @@ fn table_row(v: &VariantVerdict) -> String {
     )
 }
 
-/// A table cell: a dash when empty, pipes escaped.
+/// A table cell: a dash when empty, escaped as a cell ([`escape::markdown_cell`]).
 fn cell(t: String) -> String {
     if t.is_empty() {
         "–".to_string()
     } else {
-        t.replace('|', "\\|")
+        escape::markdown_cell(&t)
     }
 }

@@ -1,6 +1,7 @@
 //! How a kab's figures, changes and stalls are written, the same in the terminal text and in
 //! the cover letter.
 
+use crate::analysis::quantity::fixed_decimals;
 use crate::kernel::sandbox::Confinement;
 use crate::lab::kab::{Change, SideFailure, StallAb, StallSide, VariantVerdict};
 
@@ -16,24 +17,13 @@ pub(super) fn confinement(c: Confinement) -> &'static str {
     }
 }
 
-/// `1.22`, `0.062`, `20`.
-pub(super) fn num(v: f64) -> String {
-    if v.abs() >= 100.0 || v == v.trunc() {
-        format!("{v:.0}")
-    } else if v.abs() >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    }
-}
-
 /// `1 → 0`, for a pair of medians.
 pub(super) fn pair(x: [f64; 2]) -> String {
-    format!("{} → {}", num(x[0]), num(x[1]))
+    format!("{} → {}", fixed_decimals(x[0]), fixed_decimals(x[1]))
 }
 
 /// `1 min 12 s`, `13.2 s`.
-pub(super) fn duration(secs: f64) -> String {
+pub fn duration(secs: f64) -> String {
     if secs >= 60.0 {
         let whole = secs.round();
         format!("{:.0} min {:02.0} s", (whole / 60.0).floor(), whole % 60.0)
@@ -55,9 +45,9 @@ pub(super) fn stall_words(s: &StallAb) -> String {
 pub(super) fn stall_side(side: &StallSide) -> String {
     let [lo, hi] = side.jiffies;
     let j = if (hi - lo).abs() < 0.05 {
-        format!("{} jiffies", num(lo))
+        format!("{} jiffies", fixed_decimals(lo))
     } else {
-        format!("{}–{} jiffies", num(lo), num(hi))
+        format!("{}–{} jiffies", fixed_decimals(lo), fixed_decimals(hi))
     };
     format!("{} of {} repetitions, {j}", side.stalled_reps, side.reps)
 }
@@ -76,8 +66,8 @@ pub(super) fn change_words(c: &Change) -> String {
     format!(
         "{} {} → {} {}",
         c.metric.trim_start_matches("ioctl."),
-        num(c.a),
-        num(c.b),
+        fixed_decimals(c.a),
+        fixed_decimals(c.b),
         c.unit
     )
 }

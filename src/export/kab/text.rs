@@ -1,16 +1,17 @@
 //! A kab's outcome as terminal text: the verdicts first, each with its mechanism, then the
 //! model's prediction, how the sides were made, the build and the boots, and the details.
 
-use super::kab_details::details;
-use super::kab_prediction::prediction_lines;
-use super::kab_words::{change_words, duration, failure_lines, num, stall_side, stall_words};
+use super::details::details;
+use super::prediction::prediction_lines;
+use super::words::{change_words, duration, failure_lines, stall_side, stall_words};
+use crate::analysis::quantity::fixed_decimals;
 use crate::analysis::verdict::Class;
 use crate::kernel::Kernel;
 use crate::kernel::build::{BuildInfo, How};
 use crate::lab::kab::{Change, KabOutcome, StallAb, VariantVerdict};
 
 /// The kab's outcome for the terminal: the answer first, the details last.
-pub(super) fn render(o: &KabOutcome) -> String {
+pub fn render(o: &KabOutcome) -> String {
     let width = o
         .verdicts
         .iter()
@@ -188,7 +189,7 @@ fn boots_line(o: &KabOutcome) -> String {
 }
 
 /// The mechanism of a verdict, in words: the first line and any further lines.
-pub(super) fn mechanism(v: &VariantVerdict) -> Vec<String> {
+pub fn mechanism(v: &VariantVerdict) -> Vec<String> {
     let failures = failure_lines(v);
     if !failures.is_empty() {
         return failures;
@@ -224,7 +225,11 @@ pub(super) fn mechanism(v: &VariantVerdict) -> Vec<String> {
     let mut costs: Vec<&Change> = v.costs.iter().collect();
     costs.sort_by(|x, y| (y.b - y.a).total_cmp(&(x.b - x.a)));
     for c in costs {
-        out.push(format!("cost: {} (+{})", change_words(c), num(c.b - c.a)));
+        out.push(format!(
+            "cost: {} (+{})",
+            change_words(c),
+            fixed_decimals(c.b - c.a)
+        ));
     }
     out
 }
@@ -314,7 +319,7 @@ fn unchanged_stalls(v: &VariantVerdict) -> Vec<String> {
 }
 
 /// How a side was made, in one line.
-pub(super) fn how_built(k: &Kernel, b: Option<&BuildInfo>) -> String {
+pub fn how_built(k: &Kernel, b: Option<&BuildInfo>) -> String {
     let Some(b) = b else {
         return format!("{} ({}), as given", k.release, k.source);
     };
@@ -361,6 +366,6 @@ pub(super) fn how_built(k: &Kernel, b: Option<&BuildInfo>) -> String {
     format!(
         "{how}, {patches} ({}, {}{reused})",
         b.compiler,
-        super::kab_words::confinement(b.sandbox)
+        super::words::confinement(b.sandbox)
     )
 }

@@ -1,0 +1,800 @@
+//! The judging's tests: metrics, verdicts, the busy host and the A/A property.
+
+use super::*;
+use crate::lab::kab::fixture;
+use std::path::PathBuf;
+
+fn call_of(m: &MetricAb) -> &CountCall {
+    match &m.judgement {
+        MetricJudgement::Count { call } => call,
+        other => panic!("a count expected, got {other:?}"),
+    }
+}
+
+#[test]
+fn counts_are_compared_exactly() {
+    let m = count(
+        "stalls",
+        "count",
+        vec![0.0; 2],
+        vec![1.0; 2],
+        Accel::Tcg,
+        0.05,
+    );
+    assert_eq!(call_of(&m), &CountCall::Higher);
+    assert!(m.regression);
+    let m = count(
+        "kvm.vcpu.pf_fixed",
+        "count",
+        vec![5.0; 2],
+        vec![5.0; 2],
+        Accel::Tcg,
+        0.05,
+    );
+    assert_eq!(call_of(&m), &CountCall::Same);
+    assert!(!m.regression);
+    // Varying: the rank test, alone here; its words say so.
+    let m = count(
+        "kvm.vcpu.pf_fixed",
+        "count",
+        vec![5.0, 7.0, 6.0, 5.0],
+        vec![6.0, 5.0, 7.0, 5.0],
+        Accel::Kvm,
+        0.05,
+    );
+    assert!(matches!(
+        call_of(&m),
+        CountCall::Varies(RankedCount {
+            shift: Shift::NotSignificant,
+            ..
+        })
+    ));
+    assert!(
+        call_of(&m)
+            .to_string()
+            .starts_with("varies between repetitions, no significant change (rank test), p = ")
+    );
+}
+
+#[test]
+fn tcg_times_are_shown_not_judged() {
+    let m = rank(
+        "ready_ms",
+        "ms",
+        Trust::Time,
+        vec![1.0; 8],
+        vec![9.0; 8],
+        0.05,
+        Some(NotJudged::TimeUnderTcg),
+    );
+    assert!(m.judgement.comparison().is_none());
+    assert!(!m.regression);
+    assert!(
+        m.inconclusive.is_none(),
+        "a time not judged is not undecided either"
+    );
+}
+
+/// An ioctl's jiffies, judged at kab's default threshold.
+fn jiffies(a: Vec<f64>, b: Vec<f64>) -> MetricAb {
+    rank("ioctl.X", "jiffies", Trust::Jiffies, a, b, 0.05, None)
+}
+
+/// The memslot update's jiffies from a CI run where two of A's six repetitions were
+/// stretched by the emulator: B is 5× A on the median, p = 0.13. Not a regression, and
+/// not "no change" either: inconclusive, saying what would decide it.
+#[test]
+fn a_worse_b_the_test_cannot_separate_is_inconclusive_not_no_change() {
+    let a = vec![0.106, 0.099, 0.189, 1.431, 0.735, 0.102];
+    let b = vec![1.658, 0.735, 0.626, 1.270, 0.514, 0.776];
+    let m = jiffies(a, b);
+    assert!(!m.regression);
+    assert_eq!(
+        m.judgement.comparison().map(|c| c.verdict),
+        Some(AbVerdict::NotDecided)
+    );
+    let why = m.inconclusive.expect("inconclusive");
+    assert!(
+        why.contains("n = 6 vs 6") && why.contains("--reps"),
+        "{why}"
+    );
+    // The same spread with the samples a default kab takes (20 per side) decides it.
+    let a: Vec<f64> = [
+        0.106, 0.099, 0.189, 1.431, 0.735, 0.102, 0.09, 0.08, 0.1, 0.11,
+    ]
+    .repeat(2);
+    let b: Vec<f64> = [1.658, 0.735, 0.626, 1.270, 0.514, 0.776, 0.9, 0.8, 1.1, 0.7].repeat(2);
+    let m = jiffies(a, b);
+    assert!(m.regression && m.inconclusive.is_none());
+    // Separated by the rank test, but the ratio's interval reaches below the threshold
+    // (longer by most of a jiffy: the half-jiffy rule does not settle it).
+    let a: Vec<f64> = (0..20).map(|i| 10.0 + f64::from(i) * 0.1).collect();
+    let b: Vec<f64> = a.iter().map(|x| x * 1.08).collect();
+    let m = jiffies(a, b);
+    let c = m.judgement.comparison().expect("judged");
+    assert!(c.p_value < 0.05 && c.ci95[0] < 1.05, "{c:?}");
+    let why = m.inconclusive.expect("inconclusive");
+    assert!(why.contains("reaches below the +5% threshold"), "{why}");
+    // Equal sides are neither.
+    let m = jiffies(vec![0.1; 6], vec![0.1; 6]);
+    assert!(!m.regression && m.inconclusive.is_none());
+}
+
+#[test]
+fn a_count_higher_on_b_without_significance_is_inconclusive() {
+    let m = count(
+        "stalls",
+        "count",
+        vec![0.0, 1.0, 0.0],
+        vec![1.0, 0.0, 1.0],
+        Accel::Tcg,
+        0.05,
+    );
+    assert!(!m.regression);
+    assert!(m.inconclusive.is_some(), "{m:?}");
+    // Three a side can never be called: out of reach, said whichever way B looks.
+    let m = count(
+        "x",
+        "count",
+        vec![1.0, 0.0, 1.0],
+        vec![0.0, 1.0, 0.0],
+        Accel::Tcg,
+        0.05,
+    );
+    assert!(!m.regression && m.inconclusive.is_some(), "{m:?}");
+    // Lower on B, or higher by less than the threshold, with samples enough: nothing to
+    // decide.
+    for (a, b) in [
+        (
+            vec![1.0, 0.0, 1.0, 1.0, 0.0, 1.0],
+            vec![0.0, 1.0, 0.0, 0.0, 1.0, 0.0],
+        ),
+        (
+            vec![100.0, 101.0, 99.0, 100.0, 101.0, 99.0],
+            vec![101.0, 100.0, 102.0, 101.0, 100.0, 102.0],
+        ),
+    ] {
+        let m = count("x", "count", a, b, Accel::Tcg, 0.05);
+        assert!(m.inconclusive.is_none(), "{m:?}");
+    }
+}
+
+fn variant(metrics: Vec<MetricAb>, stalls: Vec<StallAb>) -> VariantAb {
+    VariantAb {
+        variant: "v".into(),
+        metrics,
+        stalls,
+        failures: [None, None],
+    }
+}
+
+fn stall(a: Option<usize>, b: Option<usize>) -> StallAb {
+    let side = |n: usize| StallSide {
+        stalled_reps: n,
+        reps: 20,
+        jiffies: [1.1, 1.3],
+    };
+    StallAb {
+        ioctl: "KVM_SET_USER_MEMORY_REGION".into(),
+        cause: "KVM_CREATE_IRQCHIP".into(),
+        a: a.map(side),
+        b: b.map(side),
+    }
+}
+
+fn stalls(a: Vec<f64>, b: Vec<f64>) -> MetricAb {
+    count("stalls", "count", a, b, Accel::Tcg, 0.05)
+}
+
+/// The 001 fix on irqchip-first, as measured on 7.3.4: 1 → 0 stalls in 20 of 20, the
+/// memslot update 1.22 → 0.062 jiffies.
+#[test]
+fn a_stall_a_had_and_b_never_has_is_fixed() {
+    let memslot = jiffies_metric(
+        "ioctl.KVM_SET_USER_MEMORY_REGION",
+        (0..20).map(|i| 1.22 + f64::from(i) * 0.01).collect(),
+        (0..20).map(|i| 0.062 + f64::from(i) * 0.001).collect(),
+        0.05,
+    );
+    let v = verdict(
+        "lifecycle",
+        &variant(
+            vec![stalls(vec![1.0; 20], vec![0.0; 20]), memslot],
+            vec![stall(Some(20), None)],
+        ),
+    );
+    assert_eq!(v.class, Class::Fixed);
+    assert_eq!(
+        v.stall_reps,
+        Some([
+            StallReps {
+                stalled: 20,
+                reps: 20
+            },
+            StallReps {
+                stalled: 0,
+                reps: 20
+            }
+        ])
+    );
+    assert!(
+        v.improvements
+            .iter()
+            .any(|c| c.metric.ends_with("MEMORY_REGION") && !c.within_jiffy)
+    );
+}
+
+fn noise_with(busy: Vec<hvlab_core::noise::BusyReason>) -> hvlab_core::noise::Noise {
+    hvlab_core::noise::Noise {
+        cores: 2,
+        load1: [2.5, 2.5],
+        runnable_others: [1, 1],
+        cpu_pressure_some_pct: None,
+        cpu_pressure_full_pct: None,
+        steal_pct: None,
+        involuntary_switches: 0,
+        voluntary_switches: 0,
+        migrations: None,
+        involuntary_per_rep: Vec::new(),
+        clocksource: "tsc".into(),
+        clocksource_stable: true,
+        wall_s: 7.0,
+        pinned_cpus: None,
+        quiet_wait: None,
+        own_threads: 1,
+        busy,
+    }
+}
+
+fn boot(side: &str, host_busy: Option<&str>) -> BootSummary {
+    BootSummary {
+        side: side.into(),
+        release: "7.3.4+deb13-amd64".into(),
+        to_first_command_s: Some(3.0),
+        wall_s: 7.0,
+        console: PathBuf::from("console.log"),
+        runs: 1,
+        stored: 1,
+        store: "kab.db".into(),
+        failures: Vec::new(),
+        host_busy: host_busy.map(str::to_string),
+    }
+}
+
+/// QEMU's one TCG thread keeps a CPU of its own beside one busy loop (load and runnable
+/// say busy, pressure 2%): judged. Two busy loops starve it (pressure 49%): not judged.
+#[test]
+fn only_cpu_pressure_or_steal_during_a_boot_makes_it_busy() {
+    use hvlab_core::noise::BusyReason;
+    let one_loop = noise_with(vec![
+        BusyReason::Load {
+            load1: 2.5,
+            cores: 2,
+        },
+        BusyReason::Runnable {
+            others: 1,
+            cores: 2,
+        },
+    ]);
+    assert_eq!(busy_during_boot(&one_loop), None);
+    let two_loops = noise_with(vec![
+        BusyReason::Runnable {
+            others: 2,
+            cores: 2,
+        },
+        BusyReason::Pressure { some_pct: 49.4 },
+    ]);
+    assert_eq!(
+        busy_during_boot(&two_loops).as_deref(),
+        Some("tasks waited for a CPU 49% of the time")
+    );
+    assert_eq!(
+        busy_during_boot(&noise_with(vec![BusyReason::Steal { pct: 12.0 }])).as_deref(),
+        Some("steal 12%")
+    );
+}
+
+/// The saturated host's kab: qemu-order REGRESSED on KVM_CREATE_VM 0.20 → 0.82 jiffies, a
+/// boot slowed as a whole. With a busy boot nothing is judged, a FIXED neither; with
+/// quiet boots the verdicts stand.
+#[test]
+fn a_busy_boot_leaves_every_verdict_not_decided_and_names_the_boot() {
+    let create_vm = jiffies_metric(
+        "ioctl.KVM_CREATE_VM",
+        (0..10).map(|i| 0.20 + f64::from(i) * 0.001).collect(),
+        (0..10).map(|i| 0.82 + f64::from(i) * 0.001).collect(),
+        0.05,
+    );
+    let mut regressed = verdict("lifecycle", &variant(vec![create_vm], Vec::new()));
+    assert_eq!(regressed.class, Class::Regressed);
+    let mut fixed = verdict(
+        "lifecycle",
+        &variant(
+            vec![stalls(vec![1.0; 20], vec![0.0; 20])],
+            vec![stall(Some(20), None)],
+        ),
+    );
+    assert_eq!(fixed.class, Class::Fixed);
+    let quiet = [boot("A", None), boot("B", None)];
+    assert_eq!(host_busy_during(&quiet), None);
+    let busy = host_busy_during(&[
+        boot("A", None),
+        boot("B", Some("tasks waited for a CPU 49% of the time")),
+    ])
+    .unwrap();
+    assert_eq!(busy, "boot 2 (B): tasks waited for a CPU 49% of the time");
+    for v in [&mut regressed, &mut fixed] {
+        not_judged_on_a_busy_host(v, &busy);
+        assert_eq!(v.class, Class::NotDecided);
+        assert_eq!(v.host_busy.as_deref(), Some(busy.as_str()));
+        assert!(v.regressions.is_empty() && v.costs.is_empty());
+    }
+}
+
+/// Under TCG one repetition of B can look stalled (the emulator paused): the recurring
+/// stall is still gone, and the count is lower beyond noise.
+#[test]
+fn a_stray_stalled_repetition_on_b_does_not_hide_a_fix() {
+    let mut b = vec![0.0; 20];
+    b[7] = 1.0;
+    let v = verdict(
+        "lifecycle",
+        &variant(vec![stalls(vec![1.0; 20], b)], vec![stall(Some(20), None)]),
+    );
+    assert_eq!(v.class, Class::Fixed, "{v:?}");
+    // Without a recurring stall on A to match, B must never stall.
+    let mut b = vec![0.0; 20];
+    b[7] = 1.0;
+    let v = verdict(
+        "lifecycle",
+        &variant(vec![stalls(vec![1.0; 20], b)], vec![]),
+    );
+    assert_eq!(v.class, Class::Improved, "{v:?}");
+}
+
+/// An expedited grace period per registration: KVM_IOEVENTFD 0.018 → 0.118 jiffies is
+/// longer beyond doubt, by under half a jiffy: a cost, not a regression.
+#[test]
+fn a_registration_slower_within_a_jiffy_is_a_cost_not_a_regression() {
+    let spread = |base: f64| -> Vec<f64> { (0..20).map(|i| base + f64::from(i) * 0.001).collect() };
+    let m = jiffies_metric("ioctl.KVM_IOEVENTFD", spread(0.018), spread(0.118), 0.05);
+    assert!(m.cost && !m.regression, "{m:?}");
+    let v = verdict(
+        "lifecycle",
+        &variant(vec![stalls(vec![0.0; 20], vec![0.0; 20]), m], vec![]),
+    );
+    assert_eq!(v.class, Class::NoChange);
+    assert_eq!(v.costs.len(), 1);
+    assert!((v.costs[0].b - 0.118).abs() < 0.01 && v.costs[0].within_jiffy);
+    // Longer by a grace period's worth: a regression.
+    let m = jiffies_metric("ioctl.KVM_IOEVENTFD", spread(0.018), spread(1.2), 0.05);
+    assert!(m.regression && !m.cost);
+    assert_eq!(
+        verdict("lifecycle", &variant(vec![m], vec![])).class,
+        Class::Regressed
+    );
+}
+
+/// boot-activation under the 001 fix: it stalls on both kernels; the verdict is unchanged,
+/// and the stall is reported as both sides', never as B's alone.
+#[test]
+fn a_stall_on_both_kernels_is_no_change_and_named_on_both() {
+    let v = verdict(
+        "lifecycle",
+        &variant(
+            vec![stalls(vec![1.0; 20], vec![1.0; 20])],
+            vec![stall(Some(19), Some(20))],
+        ),
+    );
+    assert_eq!(v.class, Class::NoChange);
+    assert!(v.stalls[0].a.is_some() && v.stalls[0].b.is_some());
+}
+
+#[test]
+fn a_stall_b_gained_is_a_regression() {
+    let v = verdict(
+        "lifecycle",
+        &variant(
+            vec![stalls(vec![0.0; 20], vec![1.0; 20])],
+            vec![stall(None, Some(20))],
+        ),
+    );
+    assert_eq!(v.class, Class::Regressed);
+    assert_eq!(v.regressions[0].metric, "stalls");
+}
+
+#[test]
+fn a_grace_period_lost_without_a_stall_count_is_improved() {
+    let m = jiffies_metric("ioctl.KVM_CREATE_VCPU", vec![1.5; 12], vec![0.2; 12], 0.05);
+    let v = verdict("lifecycle", &variant(vec![m], vec![]));
+    assert_eq!(v.class, Class::Improved);
+    // Shorter by a fraction of a jiffy only: listed, but not a class of its own.
+    let m = jiffies_metric("ioctl.KVM_CREATE_VCPU", vec![0.3; 12], vec![0.2; 12], 0.05);
+    let v = verdict("lifecycle", &variant(vec![m], vec![]));
+    assert_eq!(v.class, Class::NoChange);
+    assert!(v.improvements[0].within_jiffy);
+}
+
+/// A stalled in 2 of 6 repetitions, B in none: too few to call it fixed.
+#[test]
+fn a_rare_stall_gone_is_not_decided_not_fixed() {
+    let v = verdict(
+        "lifecycle",
+        &variant(
+            vec![stalls(vec![1.0, 0.0, 0.0, 1.0, 0.0, 0.0], vec![0.0; 6])],
+            vec![],
+        ),
+    );
+    assert_eq!(v.class, Class::NotDecided);
+    assert_eq!(v.undecided, ["stalls"]);
+}
+
+fn quiet_boots() -> Vec<BootSummary> {
+    vec![boot("A", None), boot("B", None)]
+}
+
+fn scenario_of(variants: Vec<VariantAb>) -> ScenarioAb {
+    ScenarioAb {
+        scenario: "lifecycle".into(),
+        runs: [vec!["a".into()], vec!["b".into()]],
+        variants,
+    }
+}
+
+/// Issue 36: a stall B gained regresses it as its stall count does. In 12 of 20
+/// repetitions, with no other metric worse, the count is higher beyond chance: REGRESSED,
+/// and the gate (`KabOutcome.regression`, what `--fail-on-regression` reads) fails. In 3
+/// of 20 the count cannot be told from noise: B looks worse, NOT DECIDED naming the
+/// stalls, and the gate passes (on the code before, one boot's recurring finding made it
+/// REGRESSED whatever the count said).
+#[test]
+fn a_stall_b_gained_regresses_as_its_count_does_and_the_gate_follows_the_class() {
+    let ioeventfd = || {
+        jiffies_metric(
+            "ioctl.KVM_IOEVENTFD",
+            (0..20).map(|i| 0.018 + f64::from(i) * 0.001).collect(),
+            (0..20).map(|i| 0.018 + f64::from(i) * 0.001).collect(),
+            0.05,
+        )
+    };
+    let mut often = vec![0.0; 20];
+    for i in (0..20).filter(|i| i % 5 != 0) {
+        often[i] = if i < 15 { 1.0 } else { 0.0 };
+    }
+    assert_eq!(often.iter().filter(|x| **x > 0.0).count(), 12);
+    let v = variant(
+        vec![stalls(vec![0.0; 20], often), ioeventfd()],
+        vec![stall(None, Some(12))],
+    );
+    assert!(!v.metrics[1].regression && !v.metrics[1].cost, "{v:?}");
+    let j = judgement(&[scenario_of(vec![v])], &quiet_boots());
+    assert_eq!(j.verdicts[0].class, Class::Regressed);
+    assert_eq!(j.verdicts[0].regressions[0].metric, "stalls");
+    assert!(j.regression, "a printed REGRESSED must fail the gate");
+    let mut rare = vec![0.0; 20];
+    rare[3] = 1.0;
+    rare[9] = 1.0;
+    rare[15] = 1.0;
+    let v = variant(
+        vec![stalls(vec![0.0; 20], rare), ioeventfd()],
+        vec![stall(None, Some(3))],
+    );
+    assert!(v.metrics.iter().all(|m| !m.regression), "{v:?}");
+    let j = judgement(&[scenario_of(vec![v])], &quiet_boots());
+    assert_eq!(j.verdicts[0].class, Class::NotDecided);
+    assert_eq!(j.verdicts[0].undecided, ["stalls"]);
+    assert!(
+        !j.regression,
+        "nothing but a printed REGRESSED fails the gate"
+    );
+    // A rare stall gone is not decided either, and passes.
+    let v = variant(
+        vec![stalls(vec![1.0, 0.0, 0.0, 1.0, 0.0, 0.0], vec![0.0; 6])],
+        vec![],
+    );
+    let j = judgement(&[scenario_of(vec![v])], &quiet_boots());
+    assert_eq!(j.verdicts[0].class, Class::NotDecided);
+    assert!(!j.regression);
+}
+
+/// Issue 37: B's dirty log loses a page per pass, so every dirty variant failed on B and
+/// ran on A. Each is REGRESSED with B's failure, none left out, and the gate fails.
+#[test]
+fn a_variant_a_ran_and_b_failed_is_regressed_with_b_s_failure() {
+    let runs = fixture::runs();
+    let (a, b) = (fixture::side(&runs, "A"), fixture::side(&runs, "B"));
+    assert!(b.iter().all(|r| !r.produced_samples()));
+    let failed = [fixture::b_command_failed("error: the dirty run failed")];
+    let judged = fixture::judged(&a, &b, [&[], &failed]);
+    let names: Vec<&str> = judged[0]
+        .variants
+        .iter()
+        .map(|v| v.variant.as_str())
+        .collect();
+    assert_eq!(names, ["bitmap", "clear", "ring"]);
+    let j = judgement(&judged, &quiet_boots());
+    for v in &j.verdicts {
+        assert_eq!(v.class, Class::Regressed, "{v:?}");
+        assert_eq!(
+            v.failures,
+            [
+                None,
+                Some(SideFailure::Failed {
+                    why: fixture::LOST.into(),
+                    failed: 2,
+                    runs: 2,
+                })
+            ]
+        );
+    }
+    assert!(j.regression);
+}
+
+/// A variant failing on both kernels compares nothing: NOT DECIDED, with both failures;
+/// it alone does not fail the gate.
+#[test]
+fn a_variant_failing_on_both_kernels_is_not_decided_with_both_failures() {
+    let runs = fixture::runs();
+    let mut a = fixture::side(&runs, "A");
+    let broke = "the guest shut down in pass 2 of repetition 1";
+    for r in &mut a {
+        for v in &mut r.variants {
+            v.status = VariantStatus::Failed(broke.into());
+            v.metrics.clear();
+        }
+    }
+    let b = fixture::side(&runs, "B");
+    let j = judgement(&fixture::judged(&a, &b, [&[], &[]]), &quiet_boots());
+    assert_eq!(j.verdicts.len(), 3);
+    for v in &j.verdicts {
+        assert_eq!(v.class, Class::NotDecided, "{v:?}");
+        let why = |f: &Option<SideFailure>| match f {
+            Some(SideFailure::Failed { why, .. }) => why.clone(),
+            other => panic!("a failure expected, got {other:?}"),
+        };
+        assert_eq!(why(&v.failures[0]), broke);
+        assert_eq!(why(&v.failures[1]), fixture::LOST);
+    }
+    assert!(!j.regression);
+}
+
+/// B's guest command crashed and brought no run back: every variant A ran is still in
+/// the table. With the command's failure on B it is REGRESSED, naming the command; with
+/// no failure to name, NOT DECIDED. With no run from either side, the scenario's own
+/// variants are listed, each NOT DECIDED.
+#[test]
+fn a_side_that_brought_no_run_back_leaves_no_variant_out() {
+    let runs = fixture::runs();
+    let a = fixture::side(&runs, "A");
+    let crashed = fixture::b_command_failed("thread 'main' panicked at src/scenario/dirty.rs");
+    let judged = fixture::judged(&a, &[], [&[], std::slice::from_ref(&crashed)]);
+    let j = judgement(&judged, &quiet_boots());
+    assert_eq!(j.verdicts.len(), 3);
+    for v in &j.verdicts {
+        assert_eq!(v.class, Class::Regressed);
+        assert_eq!(
+            v.failures[1],
+            Some(SideFailure::NoRun {
+                command: Some(crashed.clone())
+            })
+        );
+    }
+    assert!(j.regression);
+    // No command failed (a run went missing some other way): nothing to blame on B.
+    let j = judgement(&fixture::judged(&a, &[], [&[], &[]]), &quiet_boots());
+    assert!(j.verdicts.iter().all(|v| v.class == Class::NotDecided));
+    assert!(!j.regression);
+    // Neither side brought a run: the dirty scenario's own variants, none judged.
+    let j = judgement(&fixture::judged(&[], &[], [&[], &[]]), &quiet_boots());
+    let own: Vec<&str> = scenario::find("dirty")
+        .unwrap()
+        .variants
+        .iter()
+        .map(|v| v.name)
+        .collect();
+    let listed: Vec<&str> = j.verdicts.iter().map(|v| v.variant.as_str()).collect();
+    assert_eq!(listed, own);
+    assert!(j.verdicts.iter().all(|v| v.class == Class::NotDecided));
+    // A variant asked for by name is listed even when no run has it.
+    let judged = judge(
+        &["dirty".to_string()],
+        &["ring".to_string()],
+        [
+            SideRuns {
+                runs: &[],
+                failed_commands: &[],
+            },
+            SideRuns {
+                runs: &[],
+                failed_commands: &[],
+            },
+        ],
+        Accel::Tcg,
+        0.05,
+    );
+    assert_eq!(judged[0].variants.len(), 1);
+    assert_eq!(judged[0].variants[0].variant, "ring");
+}
+
+/// A failure in one of B's boots is B's failure, beside a boot where the variant ran.
+#[test]
+fn a_variant_failing_in_one_boot_of_b_is_regressed() {
+    let runs = fixture::runs();
+    let a = fixture::side(&runs, "A");
+    let mut b = fixture::side(&runs, "B");
+    b[0] = a[0].clone();
+    let j = judgement(&fixture::judged(&a, &b, [&[], &[]]), &quiet_boots());
+    assert!(j.verdicts.iter().all(|v| v.class == Class::Regressed));
+    assert!(matches!(
+        &j.verdicts[0].failures[1],
+        Some(SideFailure::Failed {
+            failed: 1,
+            runs: 2,
+            ..
+        })
+    ));
+}
+
+/// A busy host leaves the comparisons NOT DECIDED, not a failure: a lost page is the
+/// kernel's answer, not a time a starved emulator stretched.
+#[test]
+fn a_busy_host_does_not_hide_a_failure_of_b() {
+    let runs = fixture::runs();
+    let (a, b) = (fixture::side(&runs, "A"), fixture::side(&runs, "B"));
+    let busy = [
+        boot("A", None),
+        boot("B", Some("tasks waited for a CPU 49% of the time")),
+    ];
+    let j = judgement(&fixture::judged(&a, &b, [&[], &[]]), &busy);
+    assert!(j.verdicts.iter().all(|v| v.class == Class::Regressed));
+    assert!(j.regression);
+}
+
+/// A/A kabs: both sides of every metric drawn from one distribution. Six variants of
+/// twelve metrics, as a lifecycle kab under TCG judges them (two boots a side of five
+/// repetitions): six ioctl times in jiffies (three of them stalling in about half the
+/// repetitions, so their medians straddle the half jiffy) and six counts (a 0/1 `stalls`,
+/// two more 0/1 counts, three varying near 100).
+mod aa {
+    use super::*;
+    use proptest::prelude::*;
+    use rand::{RngExt, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    const VARIANTS: usize = 6;
+    const BOOTS: usize = 2;
+    const REPS: usize = 5;
+
+    fn exp(rng: &mut ChaCha8Rng) -> f64 {
+        -rng.random_range(f64::EPSILON..1.0f64).ln()
+    }
+
+    /// One sample of metric `m` (0..12), in its recorded unit.
+    fn sample(rng: &mut ChaCha8Rng, m: usize, stall_chance: f64) -> f64 {
+        match m {
+            // Jiffies (recorded in ms at HZ=250): a fast ioctl with an emulator's tail,
+            // half of them waiting out a grace period in some repetitions.
+            0..6 => {
+                let fast = 0.1 + 0.05 * exp(rng);
+                let stalled = m < 3 && rng.random_range(0.0..1.0) < stall_chance;
+                let j = if stalled {
+                    fast + 1.0 + 0.3 * rng.random_range(0.0..1.0)
+                } else {
+                    fast
+                };
+                j * 4.0
+            }
+            // 0/1 counts: a stall in a repetition, or not.
+            6..9 => f64::from(u8::from(rng.random_range(0.0..1.0) < stall_chance)),
+            // Counts near 100 that vary by a few events.
+            _ => (100.0 + 3.0 * exp(rng)).floor(),
+        }
+    }
+
+    fn metric_name(m: usize) -> (String, &'static str) {
+        match m {
+            0..6 => (format!("ioctl.KVM_AA_{m}_ms"), "ms"),
+            6 => ("stalls".into(), "count"),
+            _ => (format!("kvm.vm.aa_{m}"), "count"),
+        }
+    }
+
+    /// One side's runs: a run per boot, every variant with every metric.
+    fn side(
+        template: &RunRecord,
+        rng: &mut ChaCha8Rng,
+        stall_chance: f64,
+        side: &str,
+    ) -> Vec<RunRecord> {
+        (0..BOOTS)
+            .map(|boot| {
+                let mut r = template.clone();
+                r.run_id = format!("aa-{side}-{boot}");
+                r.variants = (0..VARIANTS)
+                    .map(|v| VariantRecord {
+                        name: format!("order-{v}"),
+                        status: VariantStatus::Ok,
+                        metrics: (0..12)
+                            .map(|m| {
+                                let samples: Vec<f64> =
+                                    (0..REPS).map(|_| sample(rng, m, stall_chance)).collect();
+                                let (name, unit) = metric_name(m);
+                                let record = crate::record::MetricRecord {
+                                    unit: unit.into(),
+                                    median: median(&samples),
+                                    ci95: [0.0, 0.0],
+                                    min: 0.0,
+                                    max: 0.0,
+                                    n: samples.len(),
+                                    samples,
+                                };
+                                (name, record)
+                            })
+                            .collect(),
+                        findings: Vec::new(),
+                        timeline: Vec::new(),
+                        pinned_bytes: Vec::new(),
+                    })
+                    .collect();
+                r
+            })
+            .collect()
+    }
+
+    /// The classes of one A/A kab, as `hvlab kab` judges and prints them.
+    fn aa_kab(template: &RunRecord, seed: u64, stall_chance: f64) -> Vec<Class> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let a = side(template, &mut rng, stall_chance, "A");
+        let b = side(template, &mut rng, stall_chance, "B");
+        let judged = judge(
+            &["lifecycle".to_string()],
+            &[],
+            [
+                SideRuns {
+                    runs: &a,
+                    failed_commands: &[],
+                },
+                SideRuns {
+                    runs: &b,
+                    failed_commands: &[],
+                },
+            ],
+            Accel::Tcg,
+            0.05,
+        );
+        let quiet = [boot("A", None), boot("B", None)];
+        judgement(&judged, &quiet)
+            .verdicts
+            .iter()
+            .map(|v| v.class)
+            .collect()
+    }
+
+    /// Kabs out of `kabs` with any variant called changed (REGRESSED, IMPROVED or FIXED).
+    fn falsely_called(seed: u64, kabs: u64, stall_chance: f64) -> u64 {
+        let runs = crate::lab::fidelity::patch::fixture::runs();
+        let template = &runs[0];
+        (0..kabs)
+            .filter(|k| {
+                aa_kab(template, seed.wrapping_mul(1_000_003) + k, stall_chance)
+                    .iter()
+                    .any(|c| matches!(c, Class::Regressed | Class::Improved | Class::Fixed))
+            })
+            .count() as u64
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2))]
+
+        /// The family's error rate holds for the kab as a whole: of 200 A/A kabs, at
+        /// most 5% print any REGRESSED, IMPROVED or FIXED.
+        #[test]
+        fn a_a_kabs_are_called_changed_at_most_five_percent_of_the_time(
+            seed in 0u64..1_000_000, stall_chance in 0.3f64..0.6,
+        ) {
+            let called = falsely_called(seed, 200, stall_chance);
+            eprintln!("A/A: {called} of 200 kabs called changed (seed {seed}, stall chance {stall_chance:.2})");
+            prop_assert!(called <= 10, "{} of 200 A/A kabs called changed", called);
+        }
+    }
+}

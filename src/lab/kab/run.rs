@@ -1,0 +1,479 @@
+//! Running a kab: the guest commands, both kernels resolved and checked, the boots in ABBA
+//! order, the base's calibration cache, and the outcome they make.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use crate::error::{Error, InputError};
+use crate::kernel::build::{self, BuildInfo, Step};
+use crate::kernel::vm::{self, AccelChoice, VmError};
+use crate::kernel::{self, Kernel};
+use crate::record::RunRecord;
+use crate::scenario;
+use crate::store::Store;
+
+use crate::kernel::calibration::{self, Identity};
+use crate::lab::fidelity::patch::{self, StrategyChoice};
+use hvlab_core::host::{KabSide, PatchId};
+
+use super::judge::{Judgement, ScenarioAb, SideRuns, busy_during_boot, judge, judgement};
+use super::predict::{KabPrediction, predict};
+use super::{
+    BootSummary, GuestFailure, HostSummary, KabOutcome, KabProgress, KabRequest, WallTimes,
+};
+
+/// Which side a boot is.
+pub fn abba(boots_per_side: u32) -> Vec<usize> {
+    (0..boots_per_side * 2)
+        .map(|i| usize::from(matches!(i % 4, 1 | 2)))
+        .collect()
+}
+
+/// The hvlab command each boot runs, per scenario; `--variant` and `--set` go to the
+/// scenarios that have them, and each must fit at least one.
+pub(crate) fn guest_commands(req: &KabRequest) -> Result<Vec<Vec<String>>, Error> {
+    let infos = req
+        .scenarios
+        .iter()
+        .map(|s| scenario::find(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let key_of = |kv: &str| kv.split_once('=').map_or(kv, |(k, _)| k).to_string();
+    let has_param = |info: &scenario::ScenarioInfo, kv: &str| {
+        let key = key_of(kv);
+        key.starts_with("guest.") || info.has_param(&key)
+    };
+    let has_variant =
+        |info: &scenario::ScenarioInfo, v: &str| info.variants.iter().any(|x| x.name == v);
+    let unknown = |key: &str, value: &str, what: &str| -> Error {
+        InputError::BadValue {
+            key: key.into(),
+            value: value.to_string(),
+            why: format!(
+                "no scenario of {} has that {what}; `hvlab list` shows them",
+                req.scenarios.join(", ")
+            ),
+        }
+        .into()
+    };
+    if let Some(kv) = req
+        .sets
+        .iter()
+        .find(|kv| !infos.iter().any(|i| has_param(i, kv)))
+    {
+        return Err(unknown("--set", kv, "parameter"));
+    }
+    if let Some(v) = req
+        .variants
+        .iter()
+        .find(|v| !infos.iter().any(|i| has_variant(i, v)))
+    {
+        return Err(unknown("--variant", v, "variant"));
+    }
+    Ok(infos
+        .iter()
+        .map(|info| {
+            let mut c = vec![
+                "run".to_string(),
+                info.name.to_string(),
+                "--reps".into(),
+                req.reps.to_string(),
+                "--warmup".into(),
+                "1".into(),
+                "--json".into(),
+            ];
+            for v in req.variants.iter().filter(|v| has_variant(info, v)) {
+                c.extend(["--variant".to_string(), v.clone()]);
+            }
+            for kv in req.sets.iter().filter(|kv| has_param(info, kv)) {
+                c.extend(["--set".to_string(), kv.clone()]);
+            }
+            c
+        })
+        .collect())
+}
+
+/// Where a boot's console log goes.
+pub fn logs_dir(release: &str) -> PathBuf {
+    kernel::cache_dir().join("logs").join(format!(
+        "{}-{release}-{}",
+        kernel::now_stamp(),
+        std::process::id()
+    ))
+}
+
+/// The kernel A/B: resolves (and builds) both kernels, checks them before any boot, boots
+/// them in ABBA order, stores every run as it comes back, and judges B against A.
+pub fn run(
+    req: &KabRequest,
+    store: &mut Store,
+    progress: &dyn KabProgress,
+) -> Result<KabOutcome, Error> {
+    let start = Instant::now();
+    let commands = guest_commands(req)?;
+    vm::qemu()?;
+    let kernels = KabKernels::resolve(req, progress)?;
+    let build_s = start.elapsed().as_secs_f64();
+    let lifecycle = req
+        .scenarios
+        .iter()
+        .any(|s| s == scenario::Kind::Lifecycle.name());
+    let strategies = kernels.model_strategies(req.model_strategy.as_deref());
+    // The base's profile, calibrated in its own guest under this accelerator: what prices the
+    // model's prediction of the change here. Kept per kernel, so only a kab's first run on a
+    // base pays for it (in its first boot, after the scenarios).
+    let base = Identity::of(&kernels.kernels[0], &kernels.choice);
+    let cached = cached_calibration(&base, progress);
+    let calibrate_now =
+        req.calibrate && lifecycle && strategies.iter().all(Result::is_ok) && cached.is_none();
+    let tags = kab_tags(&kernels.builds, req.model_strategy.as_deref());
+    let plan = BootPlan {
+        kernels: &kernels,
+        commands: &commands,
+        tags: &tags,
+        calibrate_now,
+        base: &base,
+    };
+    let boots_start = Instant::now();
+    let booted = plan.boot_abba(req, store, progress)?;
+    let boots_s = boots_start.elapsed().as_secs_f64();
+    let calibrated = booted.calibrated.or(cached);
+    let failed_commands = ["A", "B"].map(|side| {
+        booted
+            .summaries
+            .iter()
+            .filter(|b| b.side == side)
+            .flat_map(|b| b.failures.iter().cloned())
+            .collect::<Vec<GuestFailure>>()
+    });
+    let judged = judge(
+        &req.scenarios,
+        &req.variants,
+        [0, 1].map(|i| SideRuns {
+            runs: &booted.sides[i],
+            failed_commands: &failed_commands[i],
+        }),
+        kernels.choice.accel,
+        req.threshold,
+    );
+    let host = crate::lab::host::probe();
+    let prediction = lifecycle
+        .then(|| {
+            predict(
+                &strategies,
+                &booted.sides,
+                calibrated.as_ref(),
+                calibrate_now,
+                req.calibrate,
+                &host,
+            )
+        })
+        .transpose()?;
+    let wall = WallTimes {
+        build_s,
+        boots_s,
+        total_s: start.elapsed().as_secs_f64(),
+    };
+    Ok(KabOutcome::new(
+        req,
+        kernels,
+        booted.summaries,
+        judged,
+        host,
+        prediction,
+        wall,
+    ))
+}
+
+/// Both kernels of a kab, resolved (built when patched) and checked, and how their VMs run.
+struct KabKernels {
+    kernels: [Kernel; 2],
+    builds: [Option<BuildInfo>; 2],
+    /// Fetching, unpacking and preparing the source.
+    build_steps: Vec<Step>,
+    notes: Vec<String>,
+    choice: AccelChoice,
+}
+
+impl KabKernels {
+    /// Resolves (and builds) both kernels, picks the accelerator, and checks that both can
+    /// host hvlab before either boots.
+    fn resolve(req: &KabRequest, progress: &dyn KabProgress) -> Result<KabKernels, Error> {
+        let resolved = build::resolve(&[&req.base, &req.patched], None, req.sandbox, progress)
+            .map_err(VmError::from)?;
+        let [a, b]: [build::Built; 2] = resolved.sides.try_into().map_err(|_| {
+            VmError::Io(
+                PathBuf::from(&req.base),
+                std::io::Error::other("two kernels expected"),
+            )
+        })?;
+        let choice = vm::choose_accel(req.vm.accel)?;
+        let kernels = [a.kernel, b.kernel];
+        for k in &kernels {
+            kernel::check_kvm(k, &choice.vendor_module).map_err(VmError::from)?;
+            kernel::check_guest_config(k).map_err(VmError::from)?;
+        }
+        progress.kernels(&kernels, &resolved.notes, &choice);
+        Ok(KabKernels {
+            kernels,
+            builds: [a.build, b.build],
+            build_steps: resolved.steps,
+            notes: resolved.notes,
+            choice,
+        })
+    }
+
+    /// The model's strategy for each side: from its release and patches, and for B the
+    /// strategy `declared` for a change the model does not recognise.
+    fn model_strategies(&self, declared: Option<&str>) -> [Result<StrategyChoice, String>; 2] {
+        [
+            patch::strategy_for(
+                &self.kernels[0].release,
+                &patch_ids(self.builds[0].as_ref()),
+                None,
+            ),
+            patch::strategy_for(
+                &self.kernels[1].release,
+                &patch_ids(self.builds[1].as_ref()),
+                declared,
+            ),
+        ]
+    }
+}
+
+/// The base's profile as the calibration cache keeps it, if any (an unreadable cache is said
+/// and treated as none).
+fn cached_calibration(
+    base: &Identity,
+    progress: &dyn KabProgress,
+) -> Option<(PathBuf, crate::model::profile::Profile)> {
+    match calibration::load(base) {
+        Ok(found) => found,
+        Err(e) => {
+            progress.note(&format!("the cached calibration of A cannot be read: {e}"));
+            None
+        }
+    }
+}
+
+/// What every boot of a kab shares.
+struct BootPlan<'a> {
+    kernels: &'a KabKernels,
+    /// The hvlab commands each guest runs.
+    commands: &'a [Vec<String>],
+    /// What each side's runs remember of the kab.
+    tags: &'a [KabSide; 2],
+    /// Calibrate the base in the first boot (A's).
+    calibrate_now: bool,
+    base: &'a Identity,
+}
+
+/// What the boots brought back: each side's runs, the boots' summaries, and the base's
+/// calibration when a boot made one and it was kept.
+struct Booted {
+    sides: [Vec<RunRecord>; 2],
+    summaries: Vec<BootSummary>,
+    calibrated: Option<(PathBuf, crate::model::profile::Profile)>,
+}
+
+impl BootPlan<'_> {
+    /// Boots the kernels in ABBA order over `req.boots`, storing each boot's runs as they
+    /// come back; a boot that failed ends the kab after its runs are stored.
+    fn boot_abba(
+        &self,
+        req: &KabRequest,
+        store: &mut Store,
+        progress: &dyn KabProgress,
+    ) -> Result<Booted, Error> {
+        let mut booted = Booted {
+            sides: [Vec::new(), Vec::new()],
+            summaries: Vec::new(),
+            calibrated: None,
+        };
+        let order = abba(req.boots);
+        for (i, &side) in order.iter().enumerate() {
+            let k = &self.kernels.kernels[side];
+            let name = ["A", "B"][side];
+            progress.boot_start(i + 1, order.len(), name, k);
+            let mut these = self.commands.to_vec();
+            if self.calibrate_now && i == 0 {
+                // --force: an emulated host's own readings call it busy, and its costs are the
+                // emulator's anyway (the model then predicts jiffies and counts, not times).
+                these.push(vec!["calibrate".into(), "--force".into()]);
+            }
+            let before = hvlab_host::noise::Snapshot::take();
+            let (mut boot, failure) = vm::boot(k, &req.vm, &these, &logs_dir(&k.release))?;
+            // QEMU's TCG thread is the one runnable thread of this boot.
+            let noise =
+                hvlab_host::noise::between(&before, &hvlab_host::noise::Snapshot::take(), &[], 1);
+            for r in &mut boot.runs {
+                if let Some(u) = r.host.under_test.as_mut() {
+                    u.kab = Some(self.tags[side].clone());
+                }
+            }
+            let busy = busy_during_boot(&noise);
+            if let Some(toml) = boot.calibrated.take() {
+                match &busy {
+                    // Its costs would be a starved emulator's, priced into every prediction
+                    // made with this kernel's cached calibration.
+                    Some(why) => progress.note(&format!(
+                        "calibration of A not kept: the host was busy during the boot ({why}); the next kab calibrates again"
+                    )),
+                    None => booted.calibrated = self.keep_calibration(&toml, progress),
+                }
+            }
+            let tally = vm::store_runs(store, &boot.runs)?;
+            let mut summary =
+                BootSummary::of(name, &boot, tally.stored, store.location().to_string());
+            summary.host_busy = busy;
+            progress.boot_end(&summary);
+            booted.summaries.push(summary);
+            booted.sides[side].extend(boot.runs);
+            if let Some(f) = failure {
+                return Err(f.into());
+            }
+        }
+        Ok(booted)
+    }
+
+    /// Keeps the calibration a boot brought back as the base's (only the first boot
+    /// calibrates, and it is A's: ABBA), saying where, or why not.
+    fn keep_calibration(
+        &self,
+        toml: &str,
+        progress: &dyn KabProgress,
+    ) -> Option<(PathBuf, crate::model::profile::Profile)> {
+        match calibration::save(self.base, toml) {
+            Ok((path, profile)) => {
+                progress.note(&format!(
+                    "calibrated A in its guest: {} (kept for this kernel under {})",
+                    path.display(),
+                    self.kernels.choice.accel
+                ));
+                Some((path, profile))
+            }
+            Err(e) => {
+                progress.note(&format!("calibration of A not kept: {e}"));
+                None
+            }
+        }
+    }
+}
+
+impl BootSummary {
+    /// Side `side`'s `boot`, of whose runs `stored` were new to `store`.
+    pub(crate) fn of(side: &str, boot: &vm::Boot, stored: usize, store: String) -> BootSummary {
+        BootSummary {
+            side: side.to_string(),
+            release: boot.release.clone(),
+            to_first_command_s: boot.to_first_command_s,
+            wall_s: boot.wall_s,
+            console: boot.console.clone(),
+            runs: boot.runs.len(),
+            stored,
+            store,
+            failures: boot
+                .commands
+                .iter()
+                .filter(|c| c.rc != Some(0))
+                .map(|c| GuestFailure {
+                    args: c.args.clone(),
+                    rc: c.rc,
+                    stderr: c.stderr.clone(),
+                })
+                .collect(),
+            host_busy: None,
+        }
+    }
+}
+
+impl KabOutcome {
+    /// The outcome of a kab whose `kernels` booted as `boots` said, judged as `judged`, with
+    /// the model's `prediction` when it ran lifecycle.
+    fn new(
+        req: &KabRequest,
+        kernels: KabKernels,
+        boots: Vec<BootSummary>,
+        judged: Vec<ScenarioAb>,
+        host: hvlab_core::host::HostInfo,
+        prediction: Option<KabPrediction>,
+        wall: WallTimes,
+    ) -> KabOutcome {
+        let Judgement {
+            verdicts,
+            regression,
+            inconclusive,
+        } = judgement(&judged, &boots);
+        let [a, b] = kernels.kernels;
+        KabOutcome {
+            hvlab_version: format!("{} ({})", host.hvlab_version, host.git_rev),
+            a,
+            b,
+            builds: kernels.builds,
+            build_steps: kernels.build_steps,
+            notes: kernels.notes,
+            accel: kernels.choice,
+            host: HostSummary {
+                kernel: host.kernel,
+                cpu: host.cpu,
+                cores: host.cores,
+                hypervisor: host.hypervisor,
+            },
+            scenario_names: req.scenarios.clone(),
+            boots_per_side: req.boots,
+            reps: req.reps,
+            boots,
+            scenarios: judged,
+            verdicts,
+            regression,
+            inconclusive,
+            wall_s: wall.total_s,
+            wall,
+            prediction,
+        }
+    }
+}
+
+/// A side's patches by file name and sha256.
+fn patch_ids(build: Option<&BuildInfo>) -> Vec<(String, String)> {
+    build.map_or_else(Vec::new, |b| {
+        b.patches
+            .iter()
+            .map(|p| (p.file.clone(), p.sha256.clone()))
+            .collect()
+    })
+}
+
+/// What each side's runs remember of this kab: its id, the side, the patches, and B's
+/// declared strategy.
+fn kab_tags(builds: &[Option<BuildInfo>; 2], declared: Option<&str>) -> [KabSide; 2] {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let id = format!(
+        "kab-{}-{:08x}",
+        crate::scenario::runner::now_rfc3339(),
+        nanos ^ std::process::id()
+    );
+    let side = |i: usize| KabSide {
+        id: id.clone(),
+        side: ["A", "B"][i].to_string(),
+        patches: patch_ids(builds[i].as_ref())
+            .into_iter()
+            .map(|(file, sha256)| PatchId { file, sha256 })
+            .collect(),
+        model_strategy: (i == 1).then(|| declared.map(str::to_string)).flatten(),
+    };
+    [side(0), side(1)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boots_alternate_abba() {
+        assert_eq!(abba(2), vec![0, 1, 1, 0]);
+        assert_eq!(abba(1), vec![0, 1]);
+        assert_eq!(abba(3), vec![0, 1, 1, 0, 0, 1]);
+    }
+}
