@@ -17,10 +17,18 @@
 //! kernels ([`KabJudge`]), whose runs are stored by kernel, so an interrupted bisection's
 //! boots are found and reused; the tests' judges are fakes.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use crate::analysis::verdict::Class;
-use crate::lab::series::{Numbers, SeriesStep};
+use crate::error::Error;
+use crate::kernel::Kernel;
+use crate::kernel::build;
+use crate::kernel::vm::{Accel, VmError};
+use crate::lab::kab::{self, KabProgress, KabRequest};
+use crate::lab::series::{self, JudgeSettings, KernelRuns, Numbers, SeriesStep, StepState};
+use crate::store::Store;
 
 /// What a judge says of one commit against another.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -397,6 +405,194 @@ impl Range {
     }
 }
 
+/// The real [`Judge`]: a kab between two commits' kernels, built as `kab` builds a pair
+/// (each commit beside GOOD) and booted ABBA, every run stored and found again by kernel, so
+/// a kernel booted by an earlier step (or an interrupted bisection) is not booted again.
+///
+/// Effort adds boots first (two, an ABBA pair, per step, up to three times the request's),
+/// then doubles the repetitions of each further pair: a boot is what varies most between runs.
+/// The trait cannot fail, so an error that is not the commit's (QEMU missing, a boot that
+/// fails) is kept, every later call answers NOT DECIDED without booting, and the caller reads
+/// it with [`KabJudge::failure`].
+pub struct KabJudge<'a> {
+    range: Range,
+    req: KabRequest,
+    variant: String,
+    metric: Option<String>,
+    store: &'a mut Store,
+    progress: &'a dyn KabProgress,
+    accel: Accel,
+    kernels: BTreeMap<usize, Result<Kernel, String>>,
+    failure: Option<Error>,
+}
+
+impl<'a> KabJudge<'a> {
+    /// A judge of `variant` over `range`, booting as `req` asks (its `base` and `patched` are
+    /// not read: each call names its pair).
+    pub fn new(
+        range: Range,
+        req: KabRequest,
+        variant: String,
+        metric: Option<String>,
+        store: &'a mut Store,
+        progress: &'a dyn KabProgress,
+    ) -> Result<KabJudge<'a>, Error> {
+        crate::kernel::vm::qemu()?;
+        let accel = crate::kernel::vm::choose_accel(req.vm.accel)?.accel;
+        Ok(KabJudge {
+            range,
+            req,
+            variant,
+            metric,
+            store,
+            progress,
+            accel,
+            kernels: BTreeMap::new(),
+            failure: None,
+        })
+    }
+
+    /// The error that stopped judging, when one did.
+    pub fn failure(self) -> Option<Error> {
+        self.failure
+    }
+
+    /// Boots per kernel and repetitions per boot at `effort`.
+    pub fn plan(boots: u32, reps: u32, effort: u32) -> (u32, u32) {
+        // Each step boots one more ABBA pair; past `boots` such steps, at doubled reps.
+        let rep_steps = effort.saturating_sub(boots.max(1));
+        (
+            boots + 2 * effort,
+            reps.saturating_mul(1u32 << rep_steps.min(8)),
+        )
+    }
+
+    /// Commit `i`'s kernel, built beside GOOD (once per bisection).
+    fn kernel(&mut self, i: usize) -> Result<Result<Kernel, String>, Error> {
+        if let Some(k) = self.kernels.get(&i) {
+            return Ok(k.clone());
+        }
+        let specs: Vec<&str> = if i == 0 {
+            vec![self.range.spec(0)]
+        } else {
+            vec![self.range.spec(0), self.range.spec(i)]
+        };
+        let built = match build::resolve(&specs, None, self.req.sandbox, self.progress) {
+            Ok(r) => r
+                .sides
+                .into_iter()
+                .last()
+                .map(|b| b.kernel)
+                .ok_or_else(|| "the build returned no kernel".to_string()),
+            Err(e) if i > 0 && e.fault() == hvlab_core::error::Fault::BadInput => {
+                Err(series::first_error(&e))
+            }
+            Err(e) => return Err(VmError::from(e).into()),
+        };
+        self.kernels.insert(i, built.clone());
+        Ok(built)
+    }
+
+    fn try_judge(&mut self, against: usize, candidate: usize, effort: u32) -> Result<Call, Error> {
+        let a = match self.kernel(against)? {
+            Ok(k) => k,
+            Err(error) => return Ok(Call::DoesNotBuild { error }),
+        };
+        let b = match self.kernel(candidate)? {
+            Ok(k) => k,
+            Err(error) => return Ok(Call::DoesNotBuild { error }),
+        };
+        let (boots, reps) = KabJudge::plan(self.req.boots, self.req.reps, effort);
+        let mut req = self.req.clone();
+        req.boots = boots;
+        req.reps = reps;
+        req.variants = vec![self.variant.clone()];
+        let commands = kab::guest_commands(&req)?;
+        let labelled = vec![
+            (self.range.label(against), a),
+            (self.range.label(candidate), b),
+        ];
+        let mut busy = vec![None, None];
+        let mut failed = vec![Vec::new(), Vec::new()];
+        series::boot_chain(
+            &[0, 1],
+            &labelled,
+            &req,
+            &commands,
+            self.accel,
+            self.store,
+            self.progress,
+            &mut busy,
+            &mut failed,
+        )?;
+        let runs = |k: usize| -> Result<KernelRuns, Error> {
+            Ok(KernelRuns {
+                runs: series::stored_runs(
+                    self.store,
+                    &labelled[k].1.spec,
+                    self.accel,
+                    &req.scenarios,
+                )?,
+                failed_commands: failed[k].clone(),
+                host_busy: busy[k].clone(),
+            })
+        };
+        let (ra, rb) = (runs(0)?, runs(1)?);
+        let step = SeriesStep {
+            label: labelled[1].0.clone(),
+            subject: String::new(),
+            spec: labelled[1].1.spec.clone(),
+        };
+        let table = series::judge_series(
+            &labelled[0].1.spec,
+            &ra,
+            std::slice::from_ref(&step),
+            &[StepState::Built(rb)],
+            &JudgeSettings {
+                scenarios: &req.scenarios,
+                variants: &req.variants,
+                accel: self.accel,
+                threshold: req.threshold,
+                metric: self.metric.as_deref(),
+            },
+        );
+        let row = table
+            .commits
+            .into_iter()
+            .flat_map(|c| c.variants)
+            .find(|v| v.variant == self.variant);
+        Ok(match row {
+            Some(v) => Call::Judged {
+                class: v.vs_parent.class,
+                numbers: v.numbers,
+            },
+            None => Call::Judged {
+                class: Class::NotDecided,
+                numbers: None,
+            },
+        })
+    }
+}
+
+impl Judge for KabJudge<'_> {
+    fn judge(&mut self, against: usize, candidate: usize, effort: u32) -> Call {
+        let undecided = Call::Judged {
+            class: Class::NotDecided,
+            numbers: None,
+        };
+        if self.failure.is_some() {
+            return undecided;
+        }
+        match self.try_judge(against, candidate, effort) {
+            Ok(call) => call,
+            Err(e) => {
+                self.failure = Some(e);
+                undecided
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -461,6 +657,14 @@ mod tests {
             Outcome::Found { commit, .. } => Some(commit),
             Outcome::Uncertain { .. } => None,
         }
+    }
+
+    /// Effort adds an ABBA pair of boots per step; past `boots` such steps, each new pair runs
+    /// at doubled repetitions.
+    #[test]
+    fn the_real_judges_effort_adds_boots_then_repetitions() {
+        let plans: Vec<(u32, u32)> = (0..5).map(|e| KabJudge::plan(2, 10, e)).collect();
+        assert_eq!(plans, [(2, 10), (4, 10), (6, 10), (8, 20), (10, 40)]);
     }
 
     #[test]

@@ -570,76 +570,12 @@ fn stddev_pct(x: &[f64]) -> f64 {
 }
 
 impl SeriesTable {
-    /// The answer first: each commit whose verdict against its parent is a change (or that
-    /// does not build), as `[PATCH 2/4] REGRESSED irqchip-first: …`.
-    pub fn answer(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        for c in &self.commits {
-            if let Some(e) = &c.does_not_build {
-                out.push(format!("{} DOES NOT BUILD: {e}", c.step.label));
-                continue;
-            }
-            for v in &c.variants {
-                let class = v.vs_parent.class;
-                if matches!(class, Class::NoChange | Class::NotDecided) {
-                    continue;
-                }
-                let what = v.numbers.as_ref().map_or_else(String::new, |n| {
-                    format!(
-                        ": {} {} → {} {} ({:+.1}%)",
-                        n.metric,
-                        fmt_num(n.parent),
-                        fmt_num(n.commit),
-                        n.unit,
-                        n.change_pct
-                    )
-                });
-                out.push(format!(
-                    "{} {} {}{what}",
-                    c.step.label,
-                    class.word(),
-                    v.variant
-                ));
-            }
-        }
-        if out.is_empty() {
-            let undecided = self
-                .commits
-                .iter()
-                .flat_map(|c| &c.variants)
-                .filter(|v| v.vs_parent.class == Class::NotDecided)
-                .count();
-            out.push(if undecided == 0 {
-                format!(
-                    "no commit changed anything: every row of {} commit(s) is NO CHANGE against its parent",
-                    self.commits.len()
-                )
-            } else {
-                format!(
-                    "no commit is established to change anything; {undecided} row(s) NOT DECIDED (more --boots or --reps can decide)"
-                )
-            });
-        }
-        out
-    }
-
     /// Whether any row against its parent is REGRESSED (`--fail-on-regression`).
     pub fn regression(&self) -> bool {
         self.commits
             .iter()
             .flat_map(|c| &c.variants)
             .any(|v| v.vs_parent.class == Class::Regressed)
-    }
-}
-
-/// A number as the table prints it: integers bare, others to 3 significant places.
-pub fn fmt_num(x: f64) -> String {
-    if x.fract() == 0.0 && x.abs() < 1e15 {
-        format!("{x:.0}")
-    } else if x.abs() >= 100.0 {
-        format!("{x:.1}")
-    } else {
-        format!("{x:.3}")
     }
 }
 
@@ -757,8 +693,8 @@ type ChainBoots = (Vec<(String, kab::BootSummary)>, Vec<(String, u32)>);
 
 /// Boots `chain` (indices into `kernels`) in [`remaining_order`] until each has `boots`
 /// boots stored, storing every run as it comes back; returns the boots made and those reused.
-#[allow(clippy::too_many_arguments)] // one boot loop for the whole series and for each shard unit
-fn boot_chain(
+#[allow(clippy::too_many_arguments)] // one boot loop for the whole series, each shard unit, each bisect step
+pub(crate) fn boot_chain(
     chain: &[usize],
     kernels: &[(String, crate::kernel::Kernel)],
     req: &kab::KabRequest,
@@ -1320,9 +1256,9 @@ mod tests {
             }
         }
         assert!(
-            t.answer()[0].starts_with("no commit changed anything"),
+            crate::export::series::answer(&t)[0].starts_with("no commit changed anything"),
             "{:?}",
-            t.answer()
+            crate::export::series::answer(&t)
         );
         assert!(!t.regression());
     }
@@ -1360,7 +1296,7 @@ mod tests {
         assert_eq!(n.metric, "m00");
         assert!((n.change_pct - 30.0).abs() < 3.0, "{n:?}");
         assert_eq!(third.variants[1].vs_parent.class, Class::NoChange);
-        let answer = t.answer();
+        let answer = crate::export::series::answer(&t);
         assert!(
             answer[0].starts_with("[PATCH 2/3] DOES NOT BUILD: virt/kvm"),
             "{answer:?}"
