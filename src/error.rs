@@ -337,6 +337,7 @@ mod tests {
     use crate::kernel::KernelError;
     use crate::kernel::build::BuildError;
     use crate::kernel::confine::ConfineError;
+    use crate::kernel::git::{GitError, KernelVersion};
     use crate::kernel::journal::JournalError;
     use crate::kernel::patch::PatchError;
     use crate::kernel::sandbox::SandboxError;
@@ -573,7 +574,78 @@ mod tests {
                 143,
             ),
             (BuildError::Io(p(), io()), 4),
+            (
+                BuildError::NoBaseConfig {
+                    version: KernelVersion {
+                        major: 7,
+                        minor: 3,
+                        sub: 0,
+                    },
+                },
+                2,
+            ),
+            (BuildError::ConfigUnreadable(p(), io()), 2),
+            (BuildError::NoSeries { spec: s() }, 2),
         ];
+        let git = [
+            (GitError::NoGit, 3),
+            (
+                GitError::BadSpec {
+                    spec: s(),
+                    why: s(),
+                },
+                2,
+            ),
+            (
+                GitError::NotARepository {
+                    path: p(),
+                    output: s(),
+                },
+                2,
+            ),
+            (
+                GitError::NotTop {
+                    path: p(),
+                    top: p(),
+                },
+                2,
+            ),
+            (
+                GitError::NoSuchRef {
+                    repo: p(),
+                    rev: s(),
+                    output: s(),
+                },
+                2,
+            ),
+            (
+                GitError::EmptyRange {
+                    repo: p(),
+                    base: s(),
+                    head: s(),
+                },
+                2,
+            ),
+            (
+                GitError::NotLinux {
+                    repo: p(),
+                    rev: s(),
+                    sha: s(),
+                    why: s(),
+                },
+                2,
+            ),
+            (GitError::RangeNotOne { spec: s() }, 2),
+            (
+                GitError::Failed {
+                    what: s(),
+                    dir: p(),
+                    output: s(),
+                },
+                4,
+            ),
+        ];
+        build.extend(git.into_iter().map(|(e, c)| (BuildError::Git(e), c)));
         build.extend(kernel.into_iter().map(|(e, c)| (BuildError::Kernel(e), c)));
         build.extend(
             journal

@@ -86,6 +86,7 @@ fn record(i: usize, h: HostInfo, irqchip_first: f64, memslots_first: f64) -> Run
         warnings: vec![],
         tag: None,
         baseline: None,
+        calls: Vec::new(),
     }
 }
 

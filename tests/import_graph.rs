@@ -290,6 +290,58 @@ fn no_crate_has_an_import_cycle_between_files_or_top_level_modules() {
     assert!(found.is_empty(), "import cycles:\n{}", found.join("\n"));
 }
 
+/// The application's top-level modules, from the top layer down: the command line, the
+/// exporters, the product's logic, tracing, kernels under test, the scenarios, the error and
+/// the system calls.
+const LAYERS: [&str; 8] = [
+    "cli", "export", "lab", "trace", "kernel", "scenario", "error", "sys",
+];
+
+/// At most this many arrows between the application's top-level modules run back up
+/// [`LAYERS`] (issue 36: turn 4 had four; `error` naming `kernel` and `trace`, whose errors
+/// it wraps, are two).
+const MOST_ARROWS_BACK_UP: usize = 4;
+
+/// Few imports run back up the application's layers: a module naming one above it. Each
+/// such arrow is printed; their count is bounded.
+#[test]
+fn few_arrows_run_back_up_the_application_s_layers() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let layer = |m: &str| LAYERS.iter().position(|l| *l == m);
+    let mut up = BTreeSet::new();
+    for (from, tos) in graph(&src) {
+        for to in tos {
+            if let (Some(a), Some(b)) = (from.first(), to.first()) {
+                let (la, lb) = (layer(a), layer(b));
+                assert!(
+                    a == b || (la.is_some() && lb.is_some()),
+                    "{a} -> {b}: a top-level module not in LAYERS"
+                );
+                if lb < la {
+                    up.insert(format!("{} -> {}", show(&from), show(&to)));
+                }
+            }
+        }
+    }
+    println!("arrows back up ({}):", up.len());
+    for arrow in &up {
+        println!("  {arrow}");
+    }
+    let tops: BTreeSet<String> = up
+        .iter()
+        .map(|a| {
+            let (from, to) = a.split_once(" -> ").unwrap();
+            let top = |m: &str| m.split('/').next().unwrap().to_string();
+            format!("{} -> {}", top(from), top(to))
+        })
+        .collect();
+    assert!(
+        tops.len() <= MOST_ARROWS_BACK_UP,
+        "{} arrows run back up the layers (at most {MOST_ARROWS_BACK_UP}): {tops:?}",
+        tops.len()
+    );
+}
+
 /// The reader itself: a cycle planted in a scratch crate is found, through a grouped `use`,
 /// an inline path and `super::`.
 #[test]

@@ -96,17 +96,10 @@ fn compare_hosts(
     } else {
         print_text(&render::fleet_compare(a, b, &outcome))?;
     }
-    busy_gate(
-        args.fail_on_regression && outcome.regression,
-        outcome.confounded && !outcome.beyond_busy_noise,
-        &outcome.busy,
-        "B looks slower, but some runs of the fleet were measured on a busy host",
-    )?;
-    regression_exit(
+    gate(
         args.fail_on_regression,
-        outcome.regression,
-        &outcome.too_few,
-        outcome.needed,
+        &outcome.gate,
+        "B looks slower, but some runs of the fleet were measured on a busy host",
     )
 }
 
@@ -131,19 +124,14 @@ fn compare_runs(
         .into());
     }
     let outcome = lab::compare::compare(store, a, b, args.metric.as_deref(), judging)?;
-    let (results, regressed, too_few, needed) = (
-        &outcome.comparisons,
-        outcome.regression,
-        &outcome.too_few,
-        outcome.needed,
-    );
+    let (results, g) = (&outcome.comparisons, &outcome.gate);
     if args.json {
         print_json(
-            &serde_json::json!({ "comparisons": crate::record::worded(results, "text").map_err(|e| Error::Output(e.into()))?, "regression": regressed, "busy": {"a": outcome.busy[0], "b": outcome.busy[1]}, "confounded": outcome.confounded }),
+            &serde_json::json!({ "comparisons": crate::record::worded(results, "text").map_err(|e| Error::Output(e.into()))?, "regression": g.regression, "busy": {"a": g.busy[0], "b": g.busy[1]}, "confounded": g.confounded }),
         )?;
     } else {
         print_text(&format!("A = {a}\nB = {b}"))?;
-        for (side, busy) in ["A", "B"].iter().zip(&outcome.busy) {
+        for (side, busy) in ["A", "B"].iter().zip(&g.busy) {
             if let Some(why) = busy.first() {
                 print_text(&format!(
                     "warning: side {side} was measured on a busy host ({why}): its times may be inflated"
@@ -159,13 +147,27 @@ fn compare_runs(
             habits::print_styled(&format!("  [{}] {}", comparison_label(c), c), style)?;
         }
     }
-    busy_gate(
-        args.fail_on_regression && regressed,
-        outcome.confounded && !outcome.beyond_busy_noise,
-        &outcome.busy,
+    gate(
+        args.fail_on_regression,
+        g,
         "B looks slower, but A and B are different runs",
+    )
+}
+
+/// The gate of a comparison: refused when a regression it would fail on is confounded by a
+/// busy host (`confounded` says how), else exit 1 on a regression when `fail_on_regression`.
+fn gate(
+    fail_on_regression: bool,
+    g: &lab::compare::Gate,
+    confounded: &str,
+) -> Result<ExitCode, Error> {
+    busy_gate(
+        fail_on_regression && g.regression,
+        g.confounded && !g.beyond_busy_noise,
+        &g.busy,
+        confounded,
     )?;
-    regression_exit(args.fail_on_regression, regressed, too_few, needed)
+    regression_exit(fail_on_regression, g.regression, &g.too_few, g.needed)
 }
 
 /// The regression gate between runs measured apart: when a busy run is on either side and

@@ -117,8 +117,19 @@ pub(super) fn fidelity(db: Option<&Path>, args: &FidelityArgs) -> Result<ExitCod
     } else {
         PatchReport::default()
     };
+    // Memory patches are predictions of thread 004's prefetch.
+    let memory = if args
+        .thread
+        .as_deref()
+        .is_none_or(|t| t == lab::fidelity::memory_patch::THREAD)
+    {
+        let store = crate::store::Store::open_read(&crate::store::resolve_path(db)?)?;
+        lab::fidelity::memory_patch::evaluate(&store)?
+    } else {
+        lab::fidelity::memory_patch::MemoryReport::default()
+    };
     let sum = |f: fn(&ThreadReport) -> usize| reports.iter().map(f).sum::<usize>();
-    let outside = sum(ThreadReport::outside) + patches.outside();
+    let outside = sum(ThreadReport::outside) + patches.outside() + memory.outside();
     if args.json {
         print_json(&serde_json::json!({
             "threads": reports,
@@ -129,10 +140,14 @@ pub(super) fn fidelity(db: Option<&Path>, args: &FidelityArgs) -> Result<ExitCod
             "patches": patches,
             "patch_rows_within": patches.within(),
             "patch_rows_outside": patches.outside(),
+            "memory_patches": memory,
+            "memory_rows_within": memory.within(),
+            "memory_rows_outside": memory.outside(),
         }))?;
     } else {
         print_text(&render::fidelity(&reports))?;
         print_text(&patch_predictions(&patches, args.tolerance))?;
+        print_text(&memory_predictions(&memory))?;
     }
     Ok(if outside == 0 || args.report_only {
         ExitCode::SUCCESS
@@ -172,6 +187,59 @@ fn patch_predictions(report: &PatchReport, tolerance: f64) -> String {
     }
     if report.predictions.is_empty() && report.skipped.is_empty() {
         out.push("  none: no stored kab of a change the model knows (hvlab kab debian:7.3 debian:7.3+001-lifecycle-keyed.patch stores one)".into());
+    }
+    out.join("\n")
+}
+
+/// The predictions of memory patches (thread 004's prefetch): a row per kab side and variant.
+fn memory_predictions(report: &lab::fidelity::memory_patch::MemoryReport) -> String {
+    use lab::fidelity::memory_patch::mmu_words;
+    let mut out = vec![format!(
+        "\npredictions of memory patches (thread 004): {} row(s), {} within, {} outside",
+        report.rows.len(),
+        report.within(),
+        report.outside()
+    )];
+    out.push("  the memory model running each side's prefetch (recognised from its patch or declared) on the MMU its boots ran, against kvm.vcpu.pf_fixed exactly; counts only, no profile read, so nothing is fitted on the patched runs".into());
+    let width = report
+        .rows
+        .iter()
+        .map(|r| r.variant.len())
+        .max()
+        .unwrap_or(0);
+    for r in &report.rows {
+        let verdict = match &r.agreement {
+            Agreement::Within => "within",
+            Agreement::Outside => "OUTSIDE",
+            Agreement::Fitted { .. } => "fitted",
+        };
+        out.push(format!(
+            "  {} {} {} ({}, change: {}; model {}): {:<width$}  {verdict:<7}  pf_fixed model {} kernel {} ({}–{})",
+            r.kab,
+            r.side,
+            r.release,
+            mmu_words(r.mmu),
+            r.change,
+            r.strategy,
+            r.variant,
+            figure(r.pf_fixed.predicted),
+            figure(r.pf_fixed.measured),
+            figure(r.pf_fixed.band[0]),
+            figure(r.pf_fixed.band[1]),
+        ));
+    }
+    for s in &report.skipped {
+        out.push(format!(
+            "  skipped {}{}: {}",
+            s.kab,
+            s.side
+                .as_ref()
+                .map_or(String::new(), |x| format!(" side {x}")),
+            s.why
+        ));
+    }
+    if report.rows.is_empty() && report.skipped.is_empty() {
+        out.push("  none: no stored kab of the memory scenario (hvlab kab debian:7.3 debian:7.3+revert.patch --scenario memory --kvm-param kvm.tdp_mmu=N stores one)".into());
     }
     out.join("\n")
 }

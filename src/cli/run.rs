@@ -8,6 +8,7 @@ use clap::Args;
 use super::progress::TermProgress;
 use super::{MeasureArgs, habits, print_json, request_of};
 use crate::error::{Error, InputError};
+use crate::kernel::kprobe::CallSpec;
 use crate::lab::{backends, host};
 use crate::scenario::{self, Baseline};
 use hvlab_core::BackendKind;
@@ -16,15 +17,8 @@ use hvlab_core::BackendKind;
 pub(super) struct RunArgs {
     /// Scenario (see `hvlab list`)
     scenario: String,
-    /// Backend
-    #[arg(long, value_parser = super::backend_arg(), default_value_t = BackendKind::Kvm)]
-    backend: BackendKind,
-    /// Variant to run (repeatable); default: all
-    #[arg(long = "variant", value_name = "V")]
-    variants: Vec<String>,
-    /// Scenario parameter key=value (repeatable), see `hvlab list`
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    sets: Vec<String>,
+    #[command(flatten)]
+    target: Target,
     #[command(flatten)]
     measure: MeasureArgs,
     /// Include KVM statistics in the terminal output
@@ -41,24 +35,44 @@ pub(super) struct RunArgs {
     /// `hvlab compare --baseline NAME` judges later runs against it; saving again moves it
     #[arg(long, value_name = "NAME", value_parser = parse_baseline_name, conflicts_with = "no_store")]
     save_baseline: Option<String>,
+    /// For `hvlab kab`'s guests: after the timed repetitions, count calls of these kernel
+    /// functions ([MODULE:]FUNCTION[/CALLER...], comma-separated) in one untimed repetition
+    /// of each variant, with kprobes
+    #[arg(long, value_name = "FUNCTIONS", value_delimiter = ',', hide = true, value_parser = parse_call_spec)]
+    count_calls: Vec<CallSpec>,
+}
+
+/// What a scenario runs on and with, for `run` and for every point of a `sweep`: the backend,
+/// the variants and the scenario's parameters.
+#[derive(Debug, Args)]
+pub(super) struct Target {
+    /// Backend
+    #[arg(long, value_parser = super::backend_arg(), default_value_t = BackendKind::Kvm)]
+    pub(super) backend: BackendKind,
+    /// Variant to run (repeatable); default: all
+    #[arg(long = "variant", value_name = "V")]
+    pub(super) variants: Vec<String>,
+    /// Scenario parameter key=value (repeatable), see `hvlab list`
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub(super) sets: Vec<String>,
 }
 
 /// `hvlab run`: checks everything it can before measuring (the request, the options, the
 /// store), then runs, judges, stores and prints.
 pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
     let kind = scenario::Kind::named(&args.scenario)?;
-    if args.backend == BackendKind::Kvm && args.measure.profile.is_some() {
+    if args.target.backend == BackendKind::Kvm && args.measure.profile.is_some() {
         return Err(InputError::ProfileWithKvm.into());
     }
-    let params = kind.parse(&args.sets, args.backend.capabilities())?;
-    let request = request_of(kind.info(), &args.measure, args.variants, params);
-    scenario::check(&request, args.backend)?;
+    let params = kind.parse(&args.target.sets, args.target.backend.capabilities())?;
+    let request = request_of(kind.info(), &args.measure, args.target.variants, params);
+    scenario::check(&request, args.target.backend)?;
     let baseline = match (&args.baseline_variant, args.against_fastest) {
         (Some(v), _) => Baseline::Variant(v.clone()),
         (None, true) => Baseline::Fastest,
         (None, false) => Baseline::Declared,
     };
-    scenario::check_baseline(&request, args.backend, &baseline)?;
+    scenario::check_baseline(&request, args.target.backend, &baseline)?;
     for notice in scenario::notices(&request) {
         habits::note(&format!("note: {}", crate::export::words::notice(&notice)));
     }
@@ -68,13 +82,16 @@ pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
     args.measure.interference.apply()?;
     let say = |note: &str| habits::note(&format!("note: {note}"));
     let mut backend = backends::make(
-        args.backend,
+        args.target.backend,
         host::probe(),
         &backends::ModelProfile::named(args.measure.profile.as_deref()).noting(&say),
         args.measure.seed,
     )?;
     let progress = TermProgress::new(kind.info().name, args.measure.json);
     let mut record = scenario::run_with_baseline(backend.as_mut(), &request, &baseline, &progress)?;
+    if !args.count_calls.is_empty() {
+        record.calls = calls_counted(backend.as_mut(), &request, &record, &args.count_calls);
+    }
     judged_or_failures_kept(&mut record, run_store.as_mut())?;
     record.baseline = args.save_baseline;
     if let Some(s) = &mut run_store {
@@ -107,6 +124,42 @@ fn judged_or_failures_kept(
         }
         (judged, _) => judged,
     }
+}
+
+/// `--count-calls`: per variant that produced samples, one more repetition of it alone,
+/// untimed and unrecorded, with kprobes on `specs` armed only around it (so the timed
+/// repetitions before it never pay for a probe). A repetition that fails leaves its counts
+/// as they are: whatever ran before the failure was counted.
+fn calls_counted(
+    backend: &mut dyn hvlab_core::Backend,
+    request: &scenario::runner::RunRequest,
+    record: &crate::record::RunRecord,
+    specs: &[CallSpec],
+) -> Vec<crate::analysis::calls::VariantCalls> {
+    record
+        .variants
+        .iter()
+        .filter(|v| v.is_ok())
+        .map(|v| {
+            let once = scenario::runner::RunRequest {
+                variants: vec![v.name.clone()],
+                reps: 1,
+                warmup: 0,
+                ..request.clone()
+            };
+            let (functions, _) = crate::kernel::kprobe::count_calls(specs, || {
+                scenario::run(backend, &once, &crate::scenario::runner::Silent)
+            });
+            crate::analysis::calls::VariantCalls {
+                variant: v.name.clone(),
+                functions,
+            }
+        })
+        .collect()
+}
+
+fn parse_call_spec(text: &str) -> Result<CallSpec, String> {
+    CallSpec::parse(text).map_err(|e| e.to_string())
 }
 
 /// `--save-baseline`: a name of letters, digits, `.`, `_` and `-` (it is typed again later).

@@ -22,15 +22,8 @@ pub(super) struct SweepArgs {
     /// the points are the cartesian product)
     #[arg(long = "grid", value_name = "KEY=V1,V2,...", required = true)]
     grid: Vec<String>,
-    /// Backend
-    #[arg(long, value_parser = super::backend_arg(), default_value_t = BackendKind::Kvm)]
-    backend: BackendKind,
-    /// Variant every point runs (repeatable); default: all
-    #[arg(long = "variant", value_name = "V")]
-    variants: Vec<String>,
-    /// Scenario parameter every point shares, key=value (repeatable)
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    sets: Vec<String>,
+    #[command(flatten)]
+    target: super::run::Target,
     #[command(flatten)]
     measure: MeasureArgs,
     #[command(flatten)]
@@ -45,10 +38,10 @@ pub(super) struct SweepArgs {
 pub(super) fn sweep(db: Option<&Path>, args: &SweepArgs) -> Result<ExitCode, Error> {
     let s = scenario::Kind::named(&args.scenario)?;
     let info = s.info();
-    if args.backend == BackendKind::Kvm && args.measure.profile.is_some() {
+    if args.target.backend == BackendKind::Kvm && args.measure.profile.is_some() {
         return Err(InputError::ProfileWithKvm.into());
     }
-    info.require_backend(args.backend)?;
+    info.require_backend(args.target.backend)?;
     let (shard, source) = lab::shard::resolve(
         args.shard.shard.as_deref(),
         args.shard.shard_count,
@@ -56,10 +49,10 @@ pub(super) fn sweep(db: Option<&Path>, args: &SweepArgs) -> Result<ExitCode, Err
     )?;
     let spec = lab::sweep::SweepSpec {
         scenario: s,
-        backend: args.backend,
+        backend: args.target.backend,
         axes: lab::sweep::parse_grid(&args.grid)?,
-        sets: args.sets.clone(),
-        variants: args.variants.clone(),
+        sets: args.target.sets.clone(),
+        variants: args.target.variants.clone(),
         reps: args.measure.reps.unwrap_or(info.default_reps),
         warmup: args.measure.warmup.unwrap_or(info.default_warmup),
         seed: args.measure.seed,
@@ -85,7 +78,7 @@ pub(super) fn sweep(db: Option<&Path>, args: &SweepArgs) -> Result<ExitCode, Err
     // Check the database before measuring, so a bad --db does not cost a sweep.
     let mut store = args.measure.run_store(db)?;
     args.measure.interference.apply()?;
-    let threads = match args.backend {
+    let threads = match args.target.backend {
         BackendKind::Kvm => 1,
         BackendKind::Model => {
             // Resolved before the sweep starts, so a bad --profile costs no point.
@@ -101,7 +94,7 @@ pub(super) fn sweep(db: Option<&Path>, args: &SweepArgs) -> Result<ExitCode, Err
         "sweep {}: {} on {}, {} points; shard {shard} ({source})",
         plan.id,
         info.name,
-        args.backend,
+        args.target.backend,
         plan.points.len()
     ));
     let progress = TermProgress::new("sweep", json);
@@ -112,7 +105,7 @@ pub(super) fn sweep(db: Option<&Path>, args: &SweepArgs) -> Result<ExitCode, Err
         &plan,
         shard,
         threads,
-        |seed| backends::make(args.backend, host.clone(), &model_profile, seed),
+        |seed| backends::make(args.target.backend, host.clone(), &model_profile, seed),
         &progress,
         |mut record| {
             if let Some(store) = &mut store {

@@ -369,6 +369,7 @@ mod escaping {
             warnings: Vec::new(),
             tag: None,
             baseline: None,
+            calls: Vec::new(),
         }
     }
 

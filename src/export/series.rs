@@ -292,6 +292,8 @@ mod tests {
             undecided: Vec::new(),
             host_busy: None,
             failures: [None, None],
+            calls: [None, None],
+            reach: None,
         }
     }
 

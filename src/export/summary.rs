@@ -178,6 +178,7 @@ fn key(c: Class) -> ClassKey {
         Class::NoChange => 4,
         Class::NotDecided => 5,
         Class::Improved => 6,
+        Class::NotExercised => 7,
     }
 }
 
@@ -189,6 +190,7 @@ fn class_of(k: ClassKey) -> Class {
         3 => Class::Slower,
         4 => Class::NoChange,
         6 => Class::Improved,
+        7 => Class::NotExercised,
         _ => Class::NotDecided,
     }
 }

@@ -552,7 +552,7 @@ pub fn fleet_compare(a: &str, b: &str, o: &crate::lab::compare::FleetOutcome) ->
         "A = {a} ({} runs)\nB = {b} ({} runs)\n{} on {}",
         o.runs[0], o.runs[1], o.scenario, o.metric
     );
-    for (side, busy) in ["A", "B"].iter().zip(&o.busy) {
+    for (side, busy) in ["A", "B"].iter().zip(&o.gate.busy) {
         if let Some(why) = busy.first() {
             let _ = writeln!(
                 s,
@@ -1055,6 +1055,7 @@ mod hostile_records {
                 warnings: vec![],
                 tag: None,
                 baseline: None,
+                calls: Vec::new(),
             }
         }
     }

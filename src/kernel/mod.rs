@@ -4,17 +4,21 @@
 //! A spec is `debian:VERSION` (fetched with apt, see [`debian`]), a bzImage (with
 //! `--modules DIR` as `make modules_install INSTALL_MOD_PATH=DIR` leaves it, or KVM built in),
 //! a kernel build tree (`arch/x86/boot/bzImage`, `.config`), or an unpacked Debian package tree
-//! (both layouts: 6.x `boot/vmlinuz-REL` + `lib/modules/REL`, 7.x `usr/lib/modules/REL/`).
+//! (both layouts: 6.x `boot/vmlinuz-REL` + `lib/modules/REL`, 7.x `usr/lib/modules/REL/`),
+//! or a commit of a git tree (`git:PATH@REF`, built by [`build`], see [`git`]).
 
 pub mod build;
 pub mod calibration;
 pub mod confine;
 mod cpio;
 pub mod debian;
+pub mod git;
 pub mod journal;
 pub mod kbuild;
 pub mod ko;
+pub mod kprobe;
 pub mod patch;
+pub mod reach;
 pub mod sandbox;
 pub mod toolchain;
 pub mod vm;

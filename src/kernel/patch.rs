@@ -54,6 +54,9 @@ pub struct Hunk {
     pub header: String,
     /// First line in the old file.
     pub old_start: usize,
+    /// What it changes in the old file, as half-open line ranges `[from, to)`: the lines it
+    /// removes, or an empty range `[n, n)` where it inserts before old line `n`.
+    pub changes: Vec<(usize, usize)>,
 }
 
 /// The change to one file.
@@ -660,11 +663,13 @@ impl<'a> MessageLines<'a> {
             let (a, old_left, _, new_left) = hunk_ranges(h).ok_or_else(|| {
                 self.malformed(i, format!("a hunk header that does not parse: {h}"))
             })?;
+            let (after, changes) = self.hunk_body(h, i + 1, a, old_left, new_left)?;
             diff.hunks.push(Hunk {
                 header: h.to_string(),
                 old_start: a,
+                changes,
             });
-            i = self.hunk_body(h, i + 1, old_left, new_left)?;
+            i = after;
         }
         if diff.hunks.is_empty() {
             return Err(self.malformed(i, format!("`{}` has a header but no hunk", diff.target())));
@@ -672,15 +677,21 @@ impl<'a> MessageLines<'a> {
         Ok((diff, i))
     }
 
-    /// Consumes the body of hunk `h` from line `i`, `old_left` old and `new_left` new lines,
-    /// and a "\ No newline at end of file" after it; returns the line after it.
+    /// Consumes the body of hunk `h` from line `i`, `old_left` old and `new_left` new lines
+    /// (the first old one is `old_line`), and a "\ No newline at end of file" after it;
+    /// returns the line after it and the old lines it changes ([`Hunk::changes`]).
     fn hunk_body(
         &self,
         h: &str,
         mut i: usize,
+        mut old_line: usize,
         mut old_left: usize,
         mut new_left: usize,
-    ) -> Result<usize, PatchError> {
+    ) -> Result<(usize, Vec<(usize, usize)>), PatchError> {
+        let mut changes: Vec<(usize, usize)> = Vec::new();
+        // A run of removed and added lines is one change: it starts at the old line where
+        // the run began and ends after its last removed line.
+        let mut run: Option<(usize, usize)> = None;
         while old_left > 0 || new_left > 0 {
             let Some(body) = self.lines.get(i) else {
                 return Err(self.malformed(
@@ -695,9 +706,19 @@ impl<'a> MessageLines<'a> {
                     // Context (mailers strip a lone space, leaving an empty line).
                     old_left = old_left.saturating_sub(1);
                     new_left = new_left.saturating_sub(1);
+                    changes.extend(run.take());
+                    old_line += 1;
                 }
-                Some(b'-') => old_left = old_left.saturating_sub(1),
-                Some(b'+') => new_left = new_left.saturating_sub(1),
+                Some(b'-') => {
+                    old_left = old_left.saturating_sub(1);
+                    let r = run.get_or_insert((old_line, old_line));
+                    old_line += 1;
+                    r.1 = old_line;
+                }
+                Some(b'+') => {
+                    new_left = new_left.saturating_sub(1);
+                    run.get_or_insert((old_line, old_line));
+                }
                 Some(b'\\') => {}
                 _ => {
                     return Err(self.malformed(
@@ -710,11 +731,12 @@ impl<'a> MessageLines<'a> {
             }
             i += 1;
         }
+        changes.extend(run.take());
         // "\ No newline at end of file" after the last line.
         while self.lines.get(i).is_some_and(|l| l.starts_with('\\')) {
             i += 1;
         }
-        Ok(i)
+        Ok((i, changes))
     }
 }
 

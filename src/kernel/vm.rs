@@ -430,6 +430,8 @@ export PATH=/bin HOME=/var HVLAB_DB=/var/h.db
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
+# kprobe events for `hvlab run --count-calls` (a kernel without tracefs keeps going; hvlab says so).
+mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 r=/var/r
 mkdir -p $r /boot
 stty -F /dev/ttyS1 raw -echo 2>/dev/null

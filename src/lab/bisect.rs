@@ -512,7 +512,7 @@ impl<'a> KabJudge<'a> {
             (self.range.label(against), a),
             (self.range.label(candidate), b),
         ];
-        let mut busy = vec![None, None];
+        let mut busy = vec![Vec::new(), Vec::new()];
         let mut failed = vec![Vec::new(), Vec::new()];
         series::boot_chain(
             &[0, 1],

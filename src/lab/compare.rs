@@ -19,19 +19,31 @@ use crate::store::{Store, StoreError};
 pub struct CompareOutcome {
     /// One comparison per variant pair.
     pub comparisons: Vec<AbComparison>,
-    /// Whether any B is significantly slower than its A.
+    /// What the gate reads of them.
+    pub gate: Gate,
+}
+
+/// What a comparison's gate reads, of runs ([`CompareOutcome`]) or of fleets
+/// ([`FleetOutcome`]): whether B regressed, what was too thin to judge, and the busy hosts
+/// that may confound it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Gate {
+    /// Whether any B is significantly slower than its A (for a fleet: overall or on any
+    /// matched host).
     pub regression: bool,
-    /// The pairs with too few samples for a verdict: "name (n = b vs a)".
+    /// The comparisons with too few samples for a verdict: "name (n = b vs a)" (for a fleet,
+    /// too few hosts overall: "variant overall (n = b vs a hosts)").
     pub too_few: Vec<String>,
-    /// Samples per side with which every one of them could be judged, the correction for
-    /// the comparisons judged together included.
+    /// Samples (for a fleet, hosts) per side with which every one of them could be judged,
+    /// the correction for the comparisons judged together included.
     pub needed: usize,
     /// What made a side's host busy, per side (A, B): empty where every run was quiet or
-    /// recorded no noise.
+    /// recorded no noise (for a fleet, one entry per busy run).
     pub busy: [Vec<String>; 2],
     /// The sides are different runs and one was measured on a busy host: the noise did not
     /// hit both alike (as it does for variants interleaved in one run), so a regression
-    /// between them cannot be told from the host getting busier.
+    /// between them cannot be told from the host getting busier. A fleet's runs on different
+    /// hosts or at different times are never interleaved: any busy run confounds it.
     pub confounded: bool,
     /// Some regression is larger than a busy host makes a run slower ([`BUSY_INFLATION`]):
     /// called even when the sides are confounded.
@@ -124,12 +136,14 @@ pub fn compare(
     let beyond_busy_noise = beyond_busy_noise(comparisons.iter().map(|c| (&c.verdict, c.ci95[0])));
     Ok(CompareOutcome {
         comparisons,
-        regression,
-        too_few,
-        needed,
-        busy,
-        confounded,
-        beyond_busy_noise,
+        gate: Gate {
+            regression,
+            too_few,
+            needed,
+            busy,
+            confounded,
+            beyond_busy_noise,
+        },
     })
 }
 
@@ -325,19 +339,9 @@ pub struct FleetOutcome {
     pub runs: [usize; 2],
     /// One per variant.
     pub comparisons: Vec<FleetComparison>,
-    /// Whether B is significantly slower overall or on any matched host.
-    pub regression: bool,
-    /// The overall comparisons with too few hosts for a verdict: "variant (n = b vs a)".
-    pub too_few: Vec<String>,
-    /// Hosts per side with which every one of them could be judged (see [`CompareOutcome`]).
-    pub needed: usize,
-    /// What made each side's hosts busy (A, B), one entry per busy run.
-    pub busy: [Vec<String>; 2],
-    /// A busy run is on either side: runs on different hosts or at different times are never
-    /// interleaved, so a regression may be the host getting busier (see [`CompareOutcome`]).
-    pub confounded: bool,
-    /// Some regression is beyond what a busy host explains ([`BUSY_INFLATION`]).
-    pub beyond_busy_noise: bool,
+    /// What the gate reads of them (its fields at the top level of the JSON).
+    #[serde(flatten)]
+    pub gate: Gate,
 }
 
 /// Compares the runs selector `b` picks against those `a` picks, per matched host (hosts
@@ -655,12 +659,14 @@ fn fleet_outcome(
         metric,
         runs: [sides[0].len(), sides[1].len()],
         comparisons,
-        regression,
-        too_few,
-        needed,
-        busy,
-        confounded,
-        beyond_busy_noise,
+        gate: Gate {
+            regression,
+            too_few,
+            needed,
+            busy,
+            confounded,
+            beyond_busy_noise,
+        },
     }
 }
 

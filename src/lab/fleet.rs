@@ -423,6 +423,7 @@ mod tests {
             warnings: vec![],
             tag: None,
             baseline: None,
+            calls: Vec::new(),
         }
     }
 

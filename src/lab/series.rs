@@ -157,6 +157,71 @@ impl SeriesSource for MboxSeries {
     }
 }
 
+/// `git:PATH@A..B`: each first-parent commit of the range a step, labelled by its short
+/// hash, from the build layer's [`crate::kernel::build::series_prefixes`] (which reads the
+/// repository only); the base is A's commit.
+#[derive(Debug, Clone)]
+pub struct GitRangeSeries {
+    base: String,
+    steps: Vec<SeriesStep>,
+    /// What the reader must know (a range that follows first parents past a merge).
+    pub notes: Vec<String>,
+}
+
+impl GitRangeSeries {
+    /// Resolves the range `spec` (`git:PATH@A..B`).
+    pub fn parse(spec: &str) -> Result<GitRangeSeries, Error> {
+        let series = crate::kernel::build::series_prefixes(spec).map_err(VmError::from)?;
+        let total = series.steps.len();
+        let steps = series
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(i, st)| SeriesStep {
+                label: st
+                    .commit
+                    .as_ref()
+                    .map_or_else(|| format!("patch {}/{total}", i + 1), |c| c.short.clone()),
+                subject: st.subject.clone(),
+                spec: st.spec.clone(),
+            })
+            .collect();
+        Ok(GitRangeSeries {
+            base: series.base,
+            steps,
+            notes: series.notes,
+        })
+    }
+}
+
+impl SeriesSource for GitRangeSeries {
+    fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn steps(&self) -> Result<Vec<SeriesStep>, Error> {
+        Ok(self.steps.clone())
+    }
+}
+
+/// The series `spec` names: a git range (`git:PATH@A..B`), else an mbox on a base
+/// (`debian:7.3+v3.mbox`).
+pub fn source_of(spec: &str) -> Result<Box<dyn SeriesSource>, Error> {
+    if crate::kernel::git::names_range(spec) {
+        Ok(Box::new(GitRangeSeries::parse(spec)?))
+    } else {
+        Ok(Box::new(MboxSeries::parse(spec)?))
+    }
+}
+
+/// Whether `base` is the base of the series `spec` resolved to `resolved`: the same spec, or
+/// for a range `git:PATH@A..B` its `git:PATH@A` (which resolves to A's commit).
+pub fn is_base_of(base: &str, spec: &str, resolved: &str) -> bool {
+    base == resolved
+        || (crate::kernel::git::names_range(spec)
+            && spec.split_once("..").is_some_and(|(a, _)| a == base))
+}
+
 /// Writes `text` to `path` unless it already holds it, through a temporary file renamed into
 /// place, so a reader never sees half a patch.
 fn write_if_changed(path: &Path, text: &str) -> Result<(), Error> {
@@ -248,8 +313,8 @@ pub struct KernelRuns {
     pub runs: Vec<RunRecord>,
     /// Guest commands that failed on it.
     pub failed_commands: Vec<GuestFailure>,
-    /// The boots the host was busy during, in words, when any.
-    pub host_busy: Option<String>,
+    /// Its boots the host was busy during (none when it was quiet during all).
+    pub host_busy: Vec<kab::BusyBoot>,
 }
 
 /// A commit as built: its runs, or the compiler's first error.
@@ -464,7 +529,7 @@ pub fn judge_series(
             row.parent = steps[p].label.clone();
         }
         let busy = busy_of(&states[i], parent.map(|p| &states[p]), base);
-        row.variants = variant_rows(&vs_parent, &vs_base, busy.as_deref(), settings.metric);
+        row.variants = variant_rows(&vs_parent, &vs_base, &busy, settings.metric);
         rows.push(row);
     }
     SeriesTable {
@@ -475,26 +540,25 @@ pub fn judge_series(
 }
 
 /// Whether the host was busy during a boot of the commit, its parent or the base.
-fn busy_of(commit: &StepState, parent: Option<&StepState>, base: &KernelRuns) -> Option<String> {
+fn busy_of(
+    commit: &StepState,
+    parent: Option<&StepState>,
+    base: &KernelRuns,
+) -> Vec<kab::BusyBoot> {
     let of = |s: &StepState| match s {
         StepState::Built(k) => k.host_busy.clone(),
-        StepState::DoesNotBuild { .. } => None,
+        StepState::DoesNotBuild { .. } => Vec::new(),
     };
-    let parts: Vec<String> = [
-        of(commit),
-        parent.and_then(of).or_else(|| base.host_busy.clone()),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    (!parts.is_empty()).then(|| parts.join("; "))
+    let mut out = of(commit);
+    out.extend(parent.map_or_else(|| base.host_busy.clone(), of));
+    out
 }
 
 /// The rows of one commit: each variant's verdicts, matched by scenario and variant.
 fn variant_rows(
     vs_parent: &[ScenarioAb],
     vs_base: &[ScenarioAb],
-    busy: Option<&str>,
+    busy: &[kab::BusyBoot],
     metric: Option<&str>,
 ) -> Vec<VariantRow> {
     let mut out = Vec::new();
@@ -508,7 +572,7 @@ fn variant_rows(
                 .find(|b| b.variant == v.variant);
             let mut base_verdict =
                 base_v.map_or_else(|| parent_verdict.clone(), |b| kab::verdict(&s.scenario, b));
-            if let Some(busy) = busy {
+            if !busy.is_empty() {
                 kab::not_judged_on_a_busy_host(&mut parent_verdict, busy);
                 kab::not_judged_on_a_busy_host(&mut base_verdict, busy);
             }
@@ -702,7 +766,7 @@ pub(crate) fn boot_chain(
     accel: Accel,
     store: &mut Store,
     progress: &dyn kab::KabProgress,
-    busy: &mut [Option<String>],
+    busy: &mut [Vec<kab::BusyBoot>],
     failed: &mut [Vec<GuestFailure>],
 ) -> Result<ChainBoots, Error> {
     let stored: Vec<u32> = chain
@@ -733,8 +797,12 @@ pub(crate) fn boot_chain(
         let mut summary =
             kab::BootSummary::of(label, &boot, tally.stored, store.location().to_string());
         summary.host_busy = kab::busy_during_boot(&noise);
-        if let Some(b) = &summary.host_busy {
-            busy[k] = Some(format!("a boot of {label}: {b}"));
+        if let Some(reasons) = &summary.host_busy {
+            busy[k].push(kab::BusyBoot {
+                boot: n + 1,
+                side: label.clone(),
+                reasons: reasons.clone(),
+            });
         }
         failed[k].extend(summary.failures.iter().cloned());
         progress.boot_end(&summary);
@@ -833,7 +901,7 @@ pub fn run_per_patch(
             .collect()
     };
     let boots_start = std::time::Instant::now();
-    let mut busy = vec![None; labelled.len()];
+    let mut busy = vec![Vec::new(); labelled.len()];
     let mut failed = vec![Vec::new(); labelled.len()];
     let mut boots = Vec::new();
     let mut reused = Vec::new();

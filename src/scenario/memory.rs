@@ -124,6 +124,22 @@ static VARIANTS: [VariantInfo; 12] = [
     },
 ];
 
+/// The legacy MMU's direct-map fault path (and its SPTE prefetch, thread 004's fix) runs
+/// only with the TDP MMU off: the default TDP MMU maps through `kvm_tdp_mmu_map()` and does not
+/// prefetch.
+pub static REACHES: [super::Reaches; 1] = [super::Reaches {
+    file: "arch/x86/kvm/mmu/mmu.c",
+    functions: &[
+        "__direct_pte_prefetch",
+        "direct_pte_prefetch",
+        "direct_pte_prefetch_many",
+        "direct_map",
+        "direct_page_fault",
+    ],
+    by: "the legacy MMU",
+    kvm_param: "kvm.tdp_mmu=N",
+}];
+
 static MODEL_VARIANTS: [VariantInfo; 3] = [
     VariantInfo {
         name: "none",

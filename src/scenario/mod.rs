@@ -27,6 +27,29 @@ use params::{Param, ParamInfo};
 pub use question::{Baseline, Question};
 use runner::{Progress, RunRequest, ScenarioOutcome};
 
+/// Kernel code a scenario's runs reach only with a KVM module parameter: `hvlab kab` names
+/// it beside a NOT EXERCISED verdict whose patched functions are among `functions`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Reaches {
+    /// The source file of the functions.
+    pub file: &'static str,
+    /// The functions only it reaches.
+    pub functions: &'static [&'static str],
+    /// What reaches them, in words (`the legacy MMU`).
+    pub by: &'static str,
+    /// The `--kvm-param` that selects it (`kvm.tdp_mmu=N`).
+    pub kvm_param: &'static str,
+}
+
+/// What reaches the kernel code `scenario`'s default runs do not ([`Reaches`]).
+pub fn reaches(scenario: &str) -> &'static [Reaches] {
+    if scenario == Kind::Memory.name() {
+        &memory::REACHES
+    } else {
+        &[]
+    }
+}
+
 /// A variant: a policy or configuration to compare.
 #[derive(Debug, Clone, Serialize)]
 pub struct VariantInfo {
@@ -539,99 +562,100 @@ pub fn reject_duplicate_variants(variants: &[String]) -> Result<(), InputError> 
     }
 }
 
-/// Every scenario hvlab has, in catalog order: the registry. A scenario is named by text only
-/// at the edge ([`Kind::named`]); a run's [`Params`] say which scenario it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// [`lifecycle`].
-    Lifecycle,
-    /// [`memory`].
-    Memory,
-    /// [`exits`].
-    Exits,
-    /// [`pinning`].
-    Pinning,
-    /// [`percpu`].
-    Percpu,
-    /// [`dirty`].
-    Dirty,
-    /// [`memslots`].
-    Memslots,
+/// The registry: every scenario once, in catalog order, as its kind, the scenario (a value of
+/// its module) and its parameters' type. `$then!` is called with its own arguments, `;`, then
+/// the list: [`Kind`], [`Params`], their conversions and [`with_params`]'s match are all made
+/// from it, so a new scenario is one line here.
+macro_rules! scenarios {
+    ($then:ident! ($($args:tt)*)) => {
+        $then! { $($args)* ;
+            Lifecycle => lifecycle::Lifecycle(lifecycle::LifecycleParams),
+            Memory => memory::Memory(memory::MemoryParams),
+            Exits => exits::Exits(exits::ExitParams),
+            Pinning => pinning::Pinning(pinning::PinningParams),
+            Percpu => percpu::Percpu(percpu::PercpuParams),
+            Dirty => dirty::Dirty(dirty::DirtyParams),
+            Memslots => memslots::Memslots(memslots::MemslotsParams),
+        }
+    };
 }
 
-/// A scenario's parameters, typed: the variant is the scenario they are for.
-#[derive(Debug, Clone)]
-pub enum Params {
-    /// [`lifecycle`].
-    Lifecycle(lifecycle::LifecycleParams),
-    /// [`memory`].
-    Memory(memory::MemoryParams),
-    /// [`exits`].
-    Exits(exits::ExitParams),
-    /// [`pinning`].
-    Pinning(pinning::PinningParams),
-    /// [`percpu`].
-    Percpu(percpu::PercpuParams),
-    /// [`dirty`].
-    Dirty(dirty::DirtyParams),
-    /// [`memslots`].
-    Memslots(memslots::MemslotsParams),
-}
+/// The registry's types: the kinds, the typed parameters, and the conversions between them.
+macro_rules! registry {
+    (; $($kind:ident => $module:ident::$scenario:ident($params:ty),)*) => {
+        /// Every scenario hvlab has, in catalog order: the registry. A scenario is named by
+        /// text only at the edge ([`Kind::named`]); a run's [`Params`] say which scenario it is.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Kind {
+            $(
+                #[doc = concat!("[`", stringify!($module), "`].")]
+                $kind,
+            )*
+        }
 
-/// `$body` with `$s` bound to the scenario `$params` are for and `$p` to them, typed.
-macro_rules! with_params {
-    ($params:expr, $s:ident, $p:ident => $body:expr) => {
-        match $params {
-            Params::Lifecycle($p) => {
-                let $s = &lifecycle::Lifecycle;
-                $body
+        /// A scenario's parameters, typed: the variant is the scenario they are for.
+        #[derive(Debug, Clone)]
+        pub enum Params {
+            $(
+                #[doc = concat!("[`", stringify!($module), "`].")]
+                $kind($params),
+            )*
+        }
+
+        $(
+            impl From<$params> for Params {
+                fn from(p: $params) -> Params {
+                    Params::$kind(p)
+                }
             }
-            Params::Memory($p) => {
-                let $s = &memory::Memory;
-                $body
+        )*
+
+        impl Kind {
+            /// Every scenario, in catalog order.
+            pub const ALL: [Kind; [$(stringify!($kind)),*].len()] = [$(Kind::$kind),*];
+
+            /// Its defaults: the registry's one match on the kind, which the other
+            /// dispatches go through ([`with_params`]).
+            pub fn defaults(self) -> Params {
+                match self {
+                    $(Kind::$kind => Params::$kind(Default::default()),)*
+                }
             }
-            Params::Exits($p) => {
-                let $s = &exits::Exits;
-                $body
-            }
-            Params::Pinning($p) => {
-                let $s = &pinning::Pinning;
-                $body
-            }
-            Params::Percpu($p) => {
-                let $s = &percpu::Percpu;
-                $body
-            }
-            Params::Dirty($p) => {
-                let $s = &dirty::Dirty;
-                $body
-            }
-            Params::Memslots($p) => {
-                let $s = &memslots::Memslots;
-                $body
+        }
+
+        impl Params {
+            /// The scenario they are for.
+            pub fn kind(&self) -> Kind {
+                match self {
+                    $(Params::$kind(_) => Kind::$kind,)*
+                }
             }
         }
     };
 }
 
-macro_rules! params_from {
-    ($($variant:ident($ty:ty),)*) => {$(
-        impl From<$ty> for Params {
-            fn from(p: $ty) -> Params {
-                Params::$variant(p)
-            }
-        }
-    )*};
+scenarios!(registry!());
+
+/// `$body` with `$s` bound to the scenario `$params` are for and `$p` to them, typed.
+macro_rules! with_params {
+    ($params:expr, $s:ident, $p:ident => $body:expr) => {
+        scenarios!(match_params!($params, $s, $p => $body))
+    };
 }
 
-params_from! {
-    Lifecycle(lifecycle::LifecycleParams),
-    Memory(memory::MemoryParams),
-    Exits(exits::ExitParams),
-    Pinning(pinning::PinningParams),
-    Percpu(percpu::PercpuParams),
-    Dirty(dirty::DirtyParams),
-    Memslots(memslots::MemslotsParams),
+/// [`with_params`]'s match, one arm per scenario of the registry.
+macro_rules! match_params {
+    ($params:expr, $s:ident, $p:ident => $body:expr ;
+     $($kind:ident => $module:ident::$scenario:ident($ty:ty),)*) => {
+        match $params {
+            $(
+                Params::$kind($p) => {
+                    let $s = &$module::$scenario;
+                    $body
+                }
+            )*
+        }
+    };
 }
 
 /// A scenario's catalog entry, for generic code that has the scenario as a value.
@@ -655,17 +679,6 @@ pub struct Listing {
 }
 
 impl Kind {
-    /// Every scenario, in catalog order.
-    pub const ALL: [Kind; 7] = [
-        Kind::Lifecycle,
-        Kind::Memory,
-        Kind::Exits,
-        Kind::Pinning,
-        Kind::Percpu,
-        Kind::Dirty,
-        Kind::Memslots,
-    ];
-
     /// The catalog entry.
     pub fn info(self) -> &'static ScenarioInfo {
         with_params!(&self.defaults(), s, _p => info_of(s))
@@ -696,20 +709,6 @@ impl Kind {
         Listing {
             info: self.info(),
             params: self.param_infos(),
-        }
-    }
-
-    /// Its defaults: the registry's one match on the kind, which the other dispatches go
-    /// through ([`with_params`]).
-    pub fn defaults(self) -> Params {
-        match self {
-            Kind::Lifecycle => Params::Lifecycle(Default::default()),
-            Kind::Memory => Params::Memory(Default::default()),
-            Kind::Exits => Params::Exits(Default::default()),
-            Kind::Pinning => Params::Pinning(Default::default()),
-            Kind::Percpu => Params::Percpu(Default::default()),
-            Kind::Dirty => Params::Dirty(Default::default()),
-            Kind::Memslots => Params::Memslots(Default::default()),
         }
     }
 
@@ -749,19 +748,6 @@ impl Params {
         backend: BackendKind,
     ) -> std::collections::BTreeMap<String, serde_json::Value> {
         with_params!(self, s, p => params::record(table_of(s), p, backend))
-    }
-
-    /// The scenario they are for.
-    pub fn kind(&self) -> Kind {
-        match self {
-            Params::Lifecycle(_) => Kind::Lifecycle,
-            Params::Memory(_) => Kind::Memory,
-            Params::Exits(_) => Kind::Exits,
-            Params::Pinning(_) => Kind::Pinning,
-            Params::Percpu(_) => Kind::Percpu,
-            Params::Dirty(_) => Kind::Dirty,
-            Params::Memslots(_) => Kind::Memslots,
-        }
     }
 }
 
@@ -866,8 +852,8 @@ pub fn judge(record: &RunRecord) -> Result<(), Error> {
     }
 }
 
-/// `--set` text and variants planned for `backend` as the command line would, for tests.
-#[cfg(test)]
+/// `--set` text and variants planned for `backend` as the command line would (tests, and the
+/// memory model's prediction of a kab's runs).
 pub(crate) fn plans_of<S: Scenario>(
     scenario: &S,
     sets: &[&str],

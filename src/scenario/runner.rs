@@ -167,6 +167,7 @@ pub fn assemble<P>(
         warnings: Vec::new(),
         tag: None,
         baseline: None,
+        calls: Vec::new(),
     }
 }
 

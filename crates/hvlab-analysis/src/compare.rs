@@ -51,24 +51,36 @@ pub fn compare(
 /// The minimum effect a variant verdict in a run must show (`run` has no `--threshold`).
 pub const RUN_THRESHOLD: f64 = 0.05;
 
+/// The verdict rule's evidence of a comparison in the `family` judged with it: a [`Verdict`]
+/// and an [`AbComparison`] keep it in fields of the same names.
+macro_rules! evidence {
+    ($comparison:expr, $family:expr) => {
+        Evidence {
+            n: $comparison.n,
+            ratio: $comparison.ratio,
+            ci95: $comparison.ci95,
+            p_value: $comparison.p_value,
+            p_adjusted: $comparison.p_adjusted,
+            family: $family,
+            exact: $comparison.exact,
+        }
+    };
+}
+
+/// Why the rule's `call` is not decided, when it is not.
+fn undecided(call: &Call) -> Option<Undecided> {
+    match call {
+        Call::NotDecided(why) => Some(*why),
+        _ => None,
+    }
+}
+
 impl Verdict {
     /// Applies the verdict rule to this verdict's evidence (its `p_adjusted` as it stands, its
     /// place in the family judged with it).
     fn rejudge(&mut self, family: Family) {
-        let e = Evidence {
-            n: self.n,
-            ratio: self.ratio,
-            ci95: self.ci95,
-            p_value: self.p_value,
-            p_adjusted: self.p_adjusted,
-            family,
-            exact: self.exact,
-        };
-        let call = verdict::call(&e, RUN_THRESHOLD, ALPHA);
-        self.undecided = match call {
-            Call::NotDecided(why) => Some(why),
-            _ => None,
-        };
+        let call = verdict::call(&evidence!(self, family), RUN_THRESHOLD, ALPHA);
+        self.undecided = undecided(&call);
         self.too_few = matches!(self.undecided, Some(Undecided::TooFew { .. }));
         self.significant = call == Call::Higher;
     }
@@ -299,26 +311,14 @@ impl AbComparison {
     /// Applies the verdict rule to this comparison's evidence at its level: its `p_adjusted`
     /// as it stands, its place in the `family` judged with it.
     pub fn rejudge(&mut self, family: Family) {
-        let e = Evidence {
-            n: self.n,
-            ratio: self.ratio,
-            ci95: self.ci95,
-            p_value: self.p_value,
-            p_adjusted: self.p_adjusted,
-            family,
-            exact: self.exact,
-        };
         self.min_n = min_n(self.alpha);
         self.enough_samples = if self.exact {
             self.n.iter().all(|&n| n >= verdict::MIN_PER_SIDE)
         } else {
             self.n.iter().all(|&n| n >= verdict::MIN_PER_SIDE) && family.attainable < self.alpha
         };
-        let call = verdict::call(&e, self.threshold, self.alpha);
-        self.undecided = match call {
-            Call::NotDecided(why) => Some(why),
-            _ => None,
-        };
+        let call = verdict::call(&evidence!(self, family), self.threshold, self.alpha);
+        self.undecided = undecided(&call);
         self.verdict = match call {
             Call::Lower => AbVerdict::Faster,
             Call::Higher => AbVerdict::Slower,

@@ -1,5 +1,6 @@
 //! Statistics, stall detection and comparisons: pure functions over samples and timelines.
 
+pub mod calls;
 pub mod compare;
 pub mod metric_ab;
 pub mod quantity;

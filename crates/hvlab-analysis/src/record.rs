@@ -61,6 +61,11 @@ pub struct RunRecord {
     /// `hvlab compare --baseline NAME` compares against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<String>,
+    /// Calls of a kernel patch's functions per variant, counted in an untimed repetition
+    /// after the timed ones (`hvlab run --count-calls`, asked by `hvlab kab`); empty when not
+    /// asked, and in runs stored before it existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<crate::calls::VariantCalls>,
 }
 
 /// What made an internal run. (`hvlab calibrate` stores no run: its measurements become the

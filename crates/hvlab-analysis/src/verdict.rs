@@ -110,6 +110,10 @@ pub enum Class {
     /// established): the verdict says what would decide it.
     #[serde(rename = "not decided")]
     NotDecided,
+    /// A kernel A/B whose patched functions ran 0 times on both kernels in this variant: the
+    /// run could not have seen the patch, whatever its metrics say.
+    #[serde(rename = "not exercised")]
+    NotExercised,
 }
 
 impl Class {
@@ -123,6 +127,7 @@ impl Class {
             Class::Regressed => "REGRESSED",
             Class::NoChange => "NO CHANGE",
             Class::NotDecided => "NOT DECIDED",
+            Class::NotExercised => "NOT EXERCISED",
         }
     }
 

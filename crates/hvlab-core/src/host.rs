@@ -111,6 +111,11 @@ pub struct KabSide {
     /// The model's strategy the user declared for this side's change (`kab --model-strategy`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_strategy: Option<String>,
+    /// The memory model's prefetch strategy for this side's kernel (`legacy`,
+    /// `legacy-skip-trailing`, `:N` for `PTE_PREFETCH_NUM` N), recognised from its patches or
+    /// declared: what `hvlab fidelity`'s memory rows run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_strategy: Option<String>,
 }
 
 /// A patch by its file name and content.

@@ -19,8 +19,11 @@ use hvlab_core::guest::Backing;
 use hvlab_core::guest::GuestPage;
 use hvlab_core::memory::{HostBacking, Pattern, PrefetchLoop, Touch, TouchPlan, TouchResult};
 
-/// `PTE_PREFETCH_NUM`.
+/// `PTE_PREFETCH_NUM` (arch/x86/kvm/mmu/mmu.c): the stock kernel's prefetch block.
 pub const PTE_PREFETCH_NUM: usize = 8;
+/// The largest block `__direct_pte_prefetch()` can walk: one page table's 512 SPTEs. The
+/// kernel masks the SPTE index with `PTE_PREFETCH_NUM - 1`, so a block is a power of two.
+pub const PTE_PREFETCH_NUM_MAX: usize = 512;
 const HUGE_PAGES: usize = 512;
 
 /// Event counts of one pass.
@@ -52,6 +55,8 @@ pub struct Mmu {
     host_huge: bool,
     huge_mappings: bool,
     uffd_window: Option<usize>,
+    /// `PTE_PREFETCH_NUM` of the kernel mirrored.
+    prefetch_num: usize,
     /// Counts so far.
     pub counts: Counts,
 }
@@ -81,6 +86,7 @@ impl Mmu {
             host_huge,
             huge_mappings: host_huge && guest_huge,
             uffd_window,
+            prefetch_num: PTE_PREFETCH_NUM,
             counts: Counts::default(),
         };
         if host == HostBacking::PreFault {
@@ -89,6 +95,13 @@ impl Mmu {
             mmu.spte.fill(true);
         }
         mmu
+    }
+
+    /// The same memslot under a kernel whose `PTE_PREFETCH_NUM` is `n` (a power of two up to
+    /// [`PTE_PREFETCH_NUM_MAX`]; anything else is clamped to the nearest such block below).
+    pub fn with_prefetch_num(mut self, n: usize) -> Mmu {
+        self.prefetch_num = prefetch_block(n);
+        self
     }
 
     /// Whether the SPTE of `gfn` is present.
@@ -154,8 +167,8 @@ impl Mmu {
     /// `__direct_pte_prefetch()`: runs of not-present SPTEs in the aligned block, split by
     /// present ones and by the faulting SPTE itself.
     fn direct_pte_prefetch(&mut self, gfn: usize) {
-        let base = gfn & !(PTE_PREFETCH_NUM - 1);
-        let end = (base + PTE_PREFETCH_NUM).min(self.spte.len());
+        let base = gfn & !(self.prefetch_num - 1);
+        let end = (base + self.prefetch_num).min(self.spte.len());
         let mut start: Option<usize> = None;
         for i in base..end {
             if self.spte[i] || i == gfn {
@@ -193,6 +206,13 @@ impl Mmu {
 /// ~100 MB. Ordered patterns have no such limit (see [`pass`]).
 pub const PER_PAGE_MAX_PAGES: u64 = (64 << 30) / 4096;
 
+/// `n` as a prefetch block the kernel's mask allows: the largest power of two not above it,
+/// from 1 to [`PTE_PREFETCH_NUM_MAX`].
+fn prefetch_block(n: usize) -> usize {
+    let n = n.clamp(1, PTE_PREFETCH_NUM_MAX);
+    1 << n.ilog2()
+}
+
 /// Least common multiple.
 fn lcm(a: usize, b: usize) -> usize {
     let (mut x, mut y) = (a, b);
@@ -205,7 +225,7 @@ fn lcm(a: usize, b: usize) -> usize {
 /// The block every access's reads and writes stay inside: the `PTE_PREFETCH_NUM`-aligned
 /// prefetch block, the host's fault unit (a 2 MiB THP or the userfaultfd window, both
 /// aligned) and the 2 MiB SPTE of a huge mapping all divide it.
-fn independent_block(host: HostBacking) -> usize {
+fn independent_block(host: HostBacking, prefetch_num: usize) -> usize {
     let host_unit = match host {
         HostBacking::Anonymous(Backing::Thp)
         | HostBacking::Hugetlb(_)
@@ -216,7 +236,7 @@ fn independent_block(host: HostBacking) -> usize {
         | HostBacking::Shmem
         | HostBacking::GuestMemfd => 1,
     };
-    lcm(PTE_PREFETCH_NUM, host_unit)
+    lcm(prefetch_block(prefetch_num), host_unit)
 }
 
 impl std::ops::AddAssign for Counts {
@@ -260,6 +280,8 @@ pub struct Pass {
     pub prefetch: PrefetchLoop,
     /// 2 MiB guest pages.
     pub guest_huge: bool,
+    /// `PTE_PREFETCH_NUM` of the kernel mirrored ([`PTE_PREFETCH_NUM`] in every stock one).
+    pub prefetch_num: usize,
 }
 
 /// Why a pass cannot be modelled.
@@ -289,7 +311,7 @@ impl std::fmt::Display for PassError {
 /// Runs [`Mmu`] over one independent block of `len` pages (the memslot's tail block may be
 /// shorter) touched at `offsets`, in order.
 fn block_counts(p: &Pass, len: usize, offsets: impl Iterator<Item = usize>) -> Counts {
-    let mut m = Mmu::new(len, p.host, p.prefetch, p.guest_huge);
+    let mut m = Mmu::new(len, p.host, p.prefetch, p.guest_huge).with_prefetch_num(p.prefetch_num);
     for o in offsets {
         m.access(o);
     }
@@ -316,13 +338,14 @@ pub fn pass(p: &Pass) -> Result<(Counts, u64), PassError> {
         // Bounded by PER_PAGE_MAX_PAGES.
         #[allow(clippy::cast_possible_truncation)]
         let (pages, last) = (n as usize, n as u32);
-        let mut m = Mmu::new(pages, p.host, p.prefetch, p.guest_huge);
+        let mut m =
+            Mmu::new(pages, p.host, p.prefetch, p.guest_huge).with_prefetch_num(p.prefetch_num);
         for g in hvlab_core::memory::random_order(last, p.seed) {
             m.access(g as usize);
         }
         return Ok((m.counts, n));
     }
-    let block = independent_block(p.host);
+    let block = independent_block(p.host, p.prefetch_num);
     let l = block as u64;
     let full = n / l;
     #[allow(clippy::cast_possible_truncation)] // below `block`
@@ -438,6 +461,7 @@ pub fn touch(costs: &MmuCosts, plan: &TouchPlan) -> Result<TouchResult, PassErro
         host: plan.backing,
         prefetch: prefetch_for(plan, costs.mmu),
         guest_huge: plan.guest_page == GuestPage::Huge,
+        prefetch_num: PTE_PREFETCH_NUM,
     })?;
     let per_touch = match plan.touch {
         Touch::FirstByte => costs.touch_page,
@@ -507,6 +531,19 @@ mod tests {
         // In reverse the faulting SPTE ends the run before it, which the old loop did flush.
         let c = pass(64, POP, PrefetchLoop::LegacySkipTrailing, (0..64).rev());
         assert_eq!((c.faults, c.prefetched), (8, 56));
+    }
+
+    #[test]
+    fn a_larger_prefetch_block_maps_more_per_fault() {
+        // PTE_PREFETCH_NUM 16: a first touch of 64 populated pages faults once per 16.
+        let mut m = Mmu::new(64, POP, PrefetchLoop::Legacy, false).with_prefetch_num(16);
+        for g in 0..64 {
+            m.access(g);
+        }
+        assert_eq!((m.counts.faults, m.counts.prefetched), (4, 60));
+        // Not a power of two: the kernel's mask needs one, the model takes the block below.
+        assert_eq!(prefetch_block(12), 8);
+        assert_eq!(prefetch_block(4096), PTE_PREFETCH_NUM_MAX);
     }
 
     #[test]
@@ -608,7 +645,8 @@ mod tests {
         };
         let order = plan.page_order();
         #[allow(clippy::cast_possible_truncation)] // test sizes are small
-        let mut m = Mmu::new(p.pages as usize, p.host, p.prefetch, p.guest_huge);
+        let mut m = Mmu::new(p.pages as usize, p.host, p.prefetch, p.guest_huge)
+            .with_prefetch_num(p.prefetch_num);
         for g in &order {
             m.access(*g as usize);
         }
@@ -648,6 +686,7 @@ mod tests {
             lp in 0u8..3,
             guest_huge in any::<bool>(),
             seed in any::<u64>(),
+            prefetch_num in prop_oneof![Just(8usize), Just(1), Just(16), Just(512)],
         ) {
             let p = Pass {
                 pages,
@@ -656,6 +695,7 @@ mod tests {
                 host: host_of(host, window),
                 prefetch: loop_of(lp),
                 guest_huge,
+                prefetch_num,
             };
             prop_assert_eq!(super::pass(&p), Ok(per_page(&p)), "{:?}", p);
         }
@@ -684,6 +724,7 @@ mod tests {
                         host,
                         prefetch: loop_of(lp),
                         guest_huge: true,
+                        prefetch_num: PTE_PREFETCH_NUM,
                     };
                     assert_eq!(super::pass(&p), Ok(per_page(&p)), "{p:?}");
                 }
@@ -700,6 +741,7 @@ mod tests {
             host: POP,
             prefetch: PrefetchLoop::Legacy,
             guest_huge: false,
+            prefetch_num: PTE_PREFETCH_NUM,
         };
         let (c, touched) = super::pass(&p).expect("ordered passes have no cap");
         assert_eq!(touched, 1 << 28);

@@ -106,6 +106,7 @@ fn outcome(
         },
         wall_s: 51.0,
         prediction: None,
+        memory_prediction: None,
     }
 }
 

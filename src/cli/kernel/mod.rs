@@ -117,12 +117,16 @@ fn vm_commands(args: &VmArgs) -> Result<Vec<Vec<String>>, Error> {
 #[derive(Debug, Args)]
 pub struct VmArgs {
     /// The kernel: debian:VERSION, a bzImage (with --modules), a build tree, an unpacked package;
-    /// debian:VERSION+PATCH[+PATCH...] rebuilds Debian's source of that version with the patches
+    /// debian:VERSION+PATCH[+PATCH...] rebuilds Debian's source of that version with the patches;
+    /// git:PATH@REF[+PATCH...] builds that commit of a git tree (in hvlab's own clone)
     #[arg(long, value_name = "SPEC")]
     kernel: String,
     /// Modules for a bzImage: DIR/lib/modules/RELEASE (`make modules_install INSTALL_MOD_PATH=DIR`)
     #[arg(long, value_name = "DIR")]
     modules: Option<PathBuf>,
+    /// For git:PATH@REF: the .config whose HZ, preemption, RCU and KVM options the minimal guest config keeps (default: Debian's config of the nearest version in hvlab's cache)
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     #[command(flatten)]
     boot: BootArgs,
     /// More hvlab commands for the same boot, one argument list per line (after the one given)
@@ -196,14 +200,15 @@ pub struct KabArgs {
     /// One JSON document on stdout
     #[arg(long)]
     json: bool,
-    /// The model's strategy for B's change, when the model does not recognise the patch by its hash: always-defer (call_srcu, Linux 6.18 to 7.3), always-sync (before 7d9a0273), lifecycle-keyed (the fix in thread 001)
-    #[arg(long, value_name = "STRATEGY", value_parser = ["always-defer", "always-sync", "lifecycle-keyed"])]
+    /// The model's strategy for B's change, when the model does not recognise the patch: for lifecycle always-defer (call_srcu, Linux 6.18 to 7.3), always-sync (before 7d9a0273), lifecycle-keyed (the fix in thread 001); for memory legacy (thread 004's trailing prefetch), legacy-skip-trailing (without it), either with :N for PTE_PREFETCH_NUM N (legacy:16)
+    #[arg(long, value_name = "STRATEGY", value_parser = parse_model_strategy)]
     model_strategy: Option<String>,
     /// Do not calibrate the base in its first boot (once per kernel and accelerator: about 10 s more in that boot under TCG); the model's prediction for this host then needs a cached calibration
     #[arg(long)]
     no_calibrate: bool,
-    /// SERIES is BASE+SERIES.mbox: judge each commit (message) against its parent and against
-    /// BASE, one row per commit and variant, every comparison corrected as one family
+    /// SERIES is BASE+SERIES.mbox or a git range git:PATH@A..B (BASE git:PATH@A): judge each
+    /// commit (message) against its parent and against BASE, one row per commit and variant,
+    /// every comparison corrected as one family
     #[arg(long)]
     per_patch: bool,
     /// With --per-patch: the table from the store alone, nothing built or booted (after
@@ -249,10 +254,11 @@ pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
     let mut store = open_store(db)?;
     vm::qemu()?;
     let reporter = Reporter::new(false);
-    let resolved = build::resolve(
+    let resolved = build::resolve_with_config(
         &[&args.kernel],
         args.modules.as_deref(),
         args.sandbox.policy(),
+        args.config.as_deref(),
         &reporter,
     )
     .map_err(vm::VmError::from)?;
@@ -522,9 +528,33 @@ fn kab_request(args: &KabArgs) -> Result<KabRequest, Error> {
     })
 }
 
+/// `--model-strategy`: one of the lifecycle model's strategies or the memory model's.
+fn parse_model_strategy(text: &str) -> Result<String, String> {
+    let lifecycle = crate::lab::fidelity::patch::strategy_named(text).is_some();
+    let memory = crate::lab::fidelity::memory_patch::Prefetch::named(text).is_some();
+    if lifecycle || memory {
+        Ok(text.to_string())
+    } else {
+        Err("a strategy is always-defer, always-sync, lifecycle-keyed (lifecycle), or legacy, legacy-skip-trailing, either with :N for PTE_PREFETCH_NUM N a power of two up to 512 (memory)".into())
+    }
+}
+
 /// The options that must agree with what runs, checked before anything is built or booted.
 fn check_kab_args(args: &KabArgs, req: &KabRequest) -> Result<(), Error> {
-    if args.model_strategy.is_some() && !req.scenarios.iter().any(|s| s == "lifecycle") {
+    let memory = args
+        .model_strategy
+        .as_deref()
+        .is_some_and(|m| crate::lab::fidelity::memory_patch::Prefetch::named(m).is_some());
+    if memory && !req.scenarios.iter().any(|s| s == "memory") {
+        return Err(InputError::BadValue {
+            key: "--model-strategy".into(),
+            value: args.model_strategy.clone().unwrap_or_default(),
+            why: "it declares the change to the memory scenario's model; add --scenario memory"
+                .into(),
+        }
+        .into());
+    }
+    if !memory && args.model_strategy.is_some() && !req.scenarios.iter().any(|s| s == "lifecycle") {
         return Err(InputError::BadValue {
             key: "--model-strategy".into(),
             value: args.model_strategy.clone().unwrap_or_default(),
@@ -739,6 +769,8 @@ mod tests {
             undecided: Vec::new(),
             host_busy: None,
             failures: [None, None],
+            calls: [None, None],
+            reach: None,
         }
     }
 
@@ -774,7 +806,11 @@ mod tests {
             vec![stall(Some(19), Some(20), "KVM_IOEVENTFD")],
         );
         v.costs.clear();
-        v.host_busy = Some("boot 2 (B): tasks waited for a CPU 43% of the time".into());
+        v.host_busy = Some(vec![crate::lab::kab::BusyBoot {
+            boot: 2,
+            side: "B".into(),
+            reasons: vec![hvlab_core::noise::BusyReason::Pressure { some_pct: 43.0 }],
+        }]);
         assert_eq!(
             mechanism(&v),
             ["not judged: the host was busy during the boots (below)"]
@@ -941,6 +977,7 @@ mod tests {
             },
             wall_s: 90.0,
             prediction: Some(prediction()),
+            memory_prediction: None,
         }
     }
 
@@ -1063,6 +1100,63 @@ mod tests {
         assert!((15.0..25.0).contains(&saved), "{saved}: {after}");
     }
 
+    /// Issue 37, item 3: the 004 revert under the default TDP MMU, as a kab stored it. The
+    /// text, the cover letter and the JSON say NOT EXERCISED with the calls on each side and
+    /// the legacy MMU's `--kvm-param`; the headline never says "no regression", and the gate
+    /// passes.
+    #[test]
+    fn a_patch_that_never_ran_is_said_not_exercised_with_its_calls_everywhere() {
+        use crate::lab::kab::fixture;
+        let runs = fixture::not_exercised_runs();
+        let (a, b) = (fixture::side(&runs, "A"), fixture::side(&runs, "B"));
+        let judged = kab::judge(
+            &["memory".to_string()],
+            &["populated".to_string()],
+            [
+                kab::SideRuns {
+                    runs: &a,
+                    failed_commands: &[],
+                },
+                kab::SideRuns {
+                    runs: &b,
+                    failed_commands: &[],
+                },
+            ],
+            crate::kernel::vm::Accel::Tcg,
+            0.05,
+        );
+        let o = KabOutcome {
+            scenario_names: vec!["memory".into()],
+            ..dirty_outcome(judged)
+        };
+        let text = render(&o);
+        let first = text.lines().next().unwrap();
+        assert!(
+            first.starts_with("kab: B against A, NOT EXERCISED 1 of 1 variant(s)")
+                && first.contains("the patched code never ran in any variant")
+                && !first.contains("no regression"),
+            "{first}"
+        );
+        assert!(
+            text.contains("NOT EXERCISED populated  the patched code never ran on either kernel, so this variant cannot show the patch: __direct_pte_prefetch 0 → 0 calls\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("the legacy MMU reaches it: --kvm-param kvm.tdp_mmu=N"),
+            "{text}"
+        );
+        let md = markdown(&o, "hvlab kab debian:7.3 debian:7.3+revert.patch");
+        assert!(
+            md.contains("| populated | **NOT EXERCISED** |")
+                && md.contains("__direct_pte_prefetch 0 → 0 calls; the legacy MMU reaches it: --kvm-param kvm.tdp_mmu=N"),
+            "{md}"
+        );
+        let json = serde_json::to_string(&o).unwrap();
+        assert!(json.contains("\"class\":\"NOT EXERCISED\""), "{json}");
+        assert!(json.contains("\"via_callers\":false,\"calls\":0"), "{json}");
+        assert_eq!(kab_exit_code(true, &[], &o).unwrap(), 0);
+    }
+
     /// `outcome()`'s kab, with the dirty scenario judged from `judged` and the boots quiet.
     fn dirty_outcome(judged: Vec<kab::ScenarioAb>) -> KabOutcome {
         let j = kab::judgement(&judged, &[]);
@@ -1073,6 +1167,7 @@ mod tests {
             regression: j.regression,
             inconclusive: j.inconclusive,
             prediction: None,
+            memory_prediction: None,
             ..outcome()
         }
     }

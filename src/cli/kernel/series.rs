@@ -23,8 +23,8 @@ pub(super) fn per_patch(
     args: &KabArgs,
     req: KabRequest,
 ) -> Result<ExitCode, Error> {
-    let source = MboxSeries::parse(&args.patched)?;
-    if source.base() != args.base {
+    let source = series::source_of(&args.patched)?;
+    if !series::is_base_of(&args.base, &args.patched, source.base()) {
         return Err(InputError::BadValue {
             key: "BASE".into(),
             value: args.base.clone(),
@@ -46,7 +46,7 @@ pub(super) fn per_patch(
         let accel = crate::kernel::vm::choose_accel(req.vm.accel)?.accel;
         let table = series::table_from_store(
             &store,
-            &source,
+            source.as_ref(),
             &JudgeSettings {
                 scenarios: &req.scenarios,
                 variants: &req.variants,
@@ -65,7 +65,7 @@ pub(super) fn per_patch(
                 metric: args.metric.clone(),
                 shard,
             },
-            &source,
+            source.as_ref(),
             &mut store,
             &reporter,
         )?;
@@ -89,10 +89,11 @@ pub(super) fn per_patch(
 /// `hvlab bisect`.
 #[derive(Debug, Args)]
 pub struct BisectArgs {
-    /// The last known good kernel: the series' base (debian:7.3)
+    /// The last known good kernel: the series' base (debian:7.3), or a commit (git:PATH@GOOD)
     good: String,
     /// The first known bad: the series whose commits are bisected (debian:7.3+v3.mbox, each
-    /// message a commit)
+    /// message a commit), or a later commit of GOOD's repository (git:PATH@BAD: the
+    /// first-parent commits between them)
     bad: String,
     /// The variant whose verdict is bisected
     #[arg(long, value_name = "V")]
@@ -131,27 +132,56 @@ pub struct BisectArgs {
     boot: BootArgs,
 }
 
-/// GOOD, BAD and the commits between them: BAD an mbox series on GOOD.
+/// GOOD, BAD and the commits between them: BAD an mbox series on GOOD, or GOOD and BAD two
+/// commits of one repository (`git:PATH@GOOD git:PATH@BAD`: the first-parent commits
+/// between them).
 fn range_of(good: &str, bad: &str) -> Result<Range, Error> {
-    if good == bad {
-        return Err(InputError::BadValue {
-            key: "GOOD BAD".into(),
-            value: good.into(),
-            why: "GOOD and BAD are the same kernel; give BAD as the series on GOOD (GOOD+SERIES.mbox)".into(),
+    let refuse = |key: &str, value: &str, why: String| -> Error {
+        InputError::BadValue {
+            key: key.into(),
+            value: value.into(),
+            why,
         }
-        .into());
+        .into()
+    };
+    if good == bad {
+        return Err(refuse(
+            "GOOD BAD",
+            good,
+            "GOOD and BAD are the same kernel; give BAD as the series on GOOD (GOOD+SERIES.mbox) or a later commit (git:PATH@BAD)".into(),
+        ));
+    }
+    let git_rev = |spec: &str| {
+        spec.strip_prefix("git:")
+            .and_then(|rest| rest.rsplit_once('@'))
+            .map(|(path, rev)| (path.to_string(), rev.to_string()))
+    };
+    if let (Some((good_path, _)), Some((bad_path, bad_rev))) = (git_rev(good), git_rev(bad)) {
+        if good_path != bad_path {
+            return Err(refuse(
+                "BAD",
+                bad,
+                format!(
+                    "GOOD is in {good_path} and BAD in {bad_path}; bisect within one repository"
+                ),
+            ));
+        }
+        let source = series::GitRangeSeries::parse(&format!("{good}..{bad_rev}"))?;
+        return Ok(Range {
+            good: source.base().to_string(),
+            steps: source.steps()?,
+        });
     }
     let source = MboxSeries::parse(bad)?;
     if source.base() != good {
-        return Err(InputError::BadValue {
-            key: "GOOD".into(),
-            value: good.into(),
-            why: format!(
+        return Err(refuse(
+            "GOOD",
+            good,
+            format!(
                 "BAD ({bad}) is a series on {}, not on GOOD; give that as GOOD",
                 source.base()
             ),
-        }
-        .into());
+        ));
     }
     Ok(Range {
         good: good.to_string(),
@@ -323,6 +353,36 @@ mod tests {
         assert_eq!(e.exit_code(), 2);
         assert!(e.to_string().contains("--variant"), "{e}");
         assert!(e.to_string().contains("no-such"), "{e}");
+    }
+
+    /// A git range as SERIES (its base `git:PATH@A` accepted as BASE) and as bisect's ends:
+    /// the first-parent commits after GOOD up to BAD, labelled by short hash, with subjects.
+    #[test]
+    fn a_git_range_is_a_series_and_two_commits_of_a_repository_a_bisection_range() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let shas = crate::kernel::git::tests::linux_repo(
+            dir.path(),
+            &["base", "KVM: one", "KVM: two", "KVM: three"],
+        );
+        let at = |i: usize| format!("git:{}@{}", dir.path().display(), shas[i]);
+        let range = format!("{}..{}", at(0), shas[3]);
+        let source = series::source_of(&range).expect("a git range");
+        let steps = source.steps().expect("its steps");
+        assert_eq!(
+            steps.iter().map(|s| s.subject.as_str()).collect::<Vec<_>>(),
+            ["KVM: one", "KVM: two", "KVM: three"]
+        );
+        assert!(shas[1].starts_with(&steps[0].label), "{}", steps[0].label);
+        assert_eq!(steps[2].spec, at(3));
+        assert!(series::is_base_of(&at(0), &range, source.base()));
+        assert!(!series::is_base_of("debian:7.3", &range, source.base()));
+        let r = range_of(&at(0), &at(3)).expect("a bisection range");
+        assert_eq!(r.good, at(0));
+        assert_eq!(r.steps, steps);
+        let other = tempfile::tempdir().expect("a temporary directory");
+        let e = range_of(&at(0), &format!("git:{}@HEAD", other.path().display()))
+            .expect_err("two repositories");
+        assert_eq!(e.exit_code(), 2);
     }
 
     #[test]

@@ -81,7 +81,7 @@ pub(crate) fn css(class: Option<Class>) -> &'static str {
     match class {
         Some(Class::Faster | Class::Fixed | Class::Improved) => "better",
         Some(Class::Slower | Class::Regressed) => "worse",
-        Some(Class::NotDecided) => "undecided",
+        Some(Class::NotDecided | Class::NotExercised) => "undecided",
         Some(Class::NoChange) | None => "",
     }
 }

@@ -3,7 +3,9 @@
 //! command that reproduces it.
 
 use super::prediction::prediction_markdown;
-use super::words::{change_words, confinement, failure_lines, sides_word, stall_words};
+use super::words::{
+    busy_boots, calls_lines, change_words, confinement, failure_lines, sides_word, stall_words,
+};
 use crate::export::escape;
 use crate::kernel::Kernel;
 use crate::kernel::build::{BuildInfo, How};
@@ -21,15 +23,19 @@ pub fn markdown(o: &KabOutcome, command: &str) -> String {
             "- {} boot(s) × {} repetitions a side, ABBA; counts exact, jiffies rank-tested{}",
             o.boots_per_side,
             o.reps,
-            o.host_busy().map_or(String::new(), |busy| format!(
-                "; **nothing judged: the host was busy** ({busy})"
-            ))
+            match o.host_busy().as_slice() {
+                [] => String::new(),
+                busy => format!(
+                    "; **nothing judged: the host was busy** ({})",
+                    busy_boots(busy)
+                ),
+            }
         ),
         String::new(),
         "| variant | verdict | stalls A → B | before → after | cause | cost |".into(),
         "|---|---|---|---|---|---|".into(),
     ];
-    let predicted = prediction_markdown(o.prediction.as_ref());
+    let predicted = prediction_markdown(o.prediction.as_ref(), o.memory_prediction.as_ref());
     // Header, blank, three bullets, blank, the table's two lines; after it a blank, the
     // prediction, a blank and the command.
     let budget = 25 - 8 - 3 - predicted.len();
@@ -121,6 +127,7 @@ fn table_row(v: &VariantVerdict) -> String {
             format!("{} ({sides})", stall_words(s))
         })
         .chain(failure_lines(v))
+        .chain(calls_lines(v))
         .collect::<Vec<_>>()
         .join("; ");
     let cost = v

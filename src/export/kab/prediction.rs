@@ -5,6 +5,7 @@ use super::words::{pair, sides_word};
 use crate::analysis::quantity::fixed_decimals;
 use crate::export::escape;
 use crate::kernel::vm::Accel;
+use crate::lab::fidelity::memory_patch::{MemoryPrediction, VariantPfFixed, mmu_words};
 use crate::lab::kab;
 
 /// Whether a side's prediction matched its measurement, in words.
@@ -108,12 +109,133 @@ pub(super) fn prediction_lines(p: &kab::KabPrediction, accel: Accel, width: usiz
     out
 }
 
+/// A count with thousands separators.
+fn count(x: u64) -> String {
+    fixed_decimals(x as f64)
+}
+
+/// One MMU's prediction for a variant: "pf_fixed 512 → 4,097 (legacy MMU)", and the
+/// measurement beside it when the boots ran that MMU.
+fn pf_fixed_words(v: &VariantPfFixed) -> String {
+    let mut s = format!(
+        "pf_fixed {} → {} ({})",
+        count(v.pf_fixed[0]),
+        count(v.pf_fixed[1]),
+        mmu_words(v.mmu)
+    );
+    if let [Some(a), Some(b)] = v.measured {
+        let exact = a == v.pf_fixed[0] as f64 && b == v.pf_fixed[1] as f64;
+        s.push_str(&if exact {
+            ", as measured".to_string()
+        } else {
+            format!(
+                ", DIFFERS from the measured {} → {}",
+                fixed_decimals(a),
+                fixed_decimals(b)
+            )
+        });
+    }
+    s
+}
+
+/// The memory model's line beside a variant's verdict: the MMU the boots ran first.
+pub(super) fn memory_beside(p: &MemoryPrediction, variant: &str) -> Option<String> {
+    let mut rows: Vec<&VariantPfFixed> = p
+        .this_host
+        .iter()
+        .filter(|v| v.variant == variant)
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    rows.sort_by_key(|v| v.measured.iter().all(Option::is_none));
+    let parts: Vec<String> = rows.into_iter().map(pf_fixed_words).collect();
+    Some(format!("model: {}", parts.join("; ")))
+}
+
+/// The memory model's strategies, what is missing, and thread 004's host, after the verdicts.
+pub(super) fn memory_lines(p: &MemoryPrediction) -> Vec<String> {
+    let mut out = vec![
+        "predicted by the memory model (not measured; counts only, no profile read):".to_string(),
+    ];
+    if !p.unknown.is_empty() {
+        let why: Vec<String> = p.unknown.iter().map(ToString::to_string).collect();
+        out.push(format!("  nothing: {}", why.join("; ")));
+        return out;
+    }
+    let strategy = |i: usize| {
+        p.strategies[i]
+            .as_ref()
+            .map_or_else(String::new, |s| format!("{} ({})", s.name, s.from))
+    };
+    out.push(format!(
+        "  strategies: A {}, B {}",
+        strategy(0),
+        strategy(1)
+    ));
+    if let Some(why) = &p.this_host_missing {
+        out.push(format!("  on this host: none ({why})"));
+    }
+    if let Some(r) = &p.reporters_host {
+        let said: Vec<String> = r
+            .thread
+            .iter()
+            .zip(["A", "B"])
+            .filter_map(|(t, side)| t.map(|t| format!("{side}: the thread measured {t}")))
+            .collect();
+        out.push(format!(
+            "  on {}: pf_fixed {} → {}{}",
+            r.setup,
+            count(r.pf_fixed[0]),
+            count(r.pf_fixed[1]),
+            if said.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", said.join("; "))
+            }
+        ));
+    }
+    out
+}
+
+/// The memory prediction in the cover letter: at most three lines.
+fn memory_markdown(p: &MemoryPrediction) -> Vec<String> {
+    if !p.unknown.is_empty() {
+        let why: Vec<String> = p.unknown.iter().map(ToString::to_string).collect();
+        return vec![format!("Model prediction: none ({})", why.join("; "))];
+    }
+    let mut out =
+        vec!["Model prediction (hvlab's memory model; predicted, not measured):".to_string()];
+    let here: Vec<String> = p
+        .this_host
+        .iter()
+        .filter(|v| v.measured.iter().any(Option::is_some))
+        .map(|v| format!("{} {}", v.variant, pf_fixed_words(v)))
+        .collect();
+    if !here.is_empty() {
+        out.push(format!("- here: {}", here.join(", ")));
+    }
+    if let Some(r) = &p.reporters_host {
+        out.push(format!(
+            "- {}: pf_fixed {} → {}",
+            r.setup,
+            count(r.pf_fixed[0]),
+            count(r.pf_fixed[1])
+        ));
+    }
+    out
+}
+
 /// The prediction in the cover letter: at most three lines.
-pub(super) fn prediction_markdown(p: Option<&kab::KabPrediction>) -> Vec<String> {
+pub(super) fn prediction_markdown(
+    p: Option<&kab::KabPrediction>,
+    memory: Option<&MemoryPrediction>,
+) -> Vec<String> {
     let Some(p) = p else {
-        return vec![
-            "Model prediction: none (the model predicts the lifecycle scenario only)".into(),
-        ];
+        return memory.map_or_else(
+            || vec!["Model prediction: none (the model predicts the lifecycle and memory scenarios only)".into()],
+            memory_markdown,
+        );
     };
     if !p.unknown.is_empty() {
         return vec![format!(

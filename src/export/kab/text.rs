@@ -2,8 +2,10 @@
 //! model's prediction, how the sides were made, the build and the boots, and the details.
 
 use super::details::details;
-use super::prediction::prediction_lines;
-use super::words::{change_words, duration, failure_lines, stall_side, stall_words};
+use super::prediction::{memory_beside, memory_lines, prediction_lines};
+use super::words::{
+    busy_boots, calls_lines, change_words, duration, failure_lines, stall_side, stall_words,
+};
 use crate::analysis::quantity::fixed_decimals;
 use crate::analysis::verdict::Class;
 use crate::kernel::Kernel;
@@ -22,6 +24,9 @@ pub fn render(o: &KabOutcome) -> String {
     out.extend(verdict_lines(o, width));
     if let Some(p) = &o.prediction {
         out.extend(prediction_lines(p, o.accel.accel, width));
+    }
+    if let Some(p) = &o.memory_prediction {
+        out.extend(memory_lines(p));
     }
     out.push(format!("A = {}", how_built(&o.a, o.builds[0].as_ref())));
     out.push(format!("B = {}", how_built(&o.b, o.builds[1].as_ref())));
@@ -78,16 +83,26 @@ fn order(c: Class) -> u8 {
         Class::Regressed => 2,
         Class::NoChange => 3,
         Class::NotDecided => 4,
-        Class::Faster => 5,
-        Class::Slower => 6,
+        Class::NotExercised => 5,
+        Class::Faster => 6,
+        Class::Slower => 7,
     }
 }
 
 /// The headline's end: whether B regressed, read from the classes as the gate reads them;
-/// "no regression" only when something was decided.
+/// "no regression" only when something was decided, in code the patch changed.
 fn gate_words(o: &KabOutcome) -> &'static str {
-    let busy = o.host_busy().is_some();
-    let decided = o.verdicts.iter().any(|v| v.class != Class::NotDecided);
+    let busy = !o.host_busy().is_empty();
+    let exercised: Vec<&VariantVerdict> = o
+        .verdicts
+        .iter()
+        .filter(|v| v.class != Class::NotExercised)
+        .collect();
+    if !o.regression && !o.verdicts.is_empty() && exercised.is_empty() {
+        // Calls are counted exactly, busy host or not.
+        return "; the patched code never ran in any variant: nothing here could show the patch (each variant says what reaches it)";
+    }
+    let decided = exercised.iter().any(|v| v.class != Class::NotDecided);
     match (o.regression, busy) {
         (true, true) => {
             "; REGRESSION: B failed what A ran; nothing else judged: other work kept QEMU waiting for a CPU: rerun on a quiet host"
@@ -119,6 +134,10 @@ fn verdict_lines(o: &KabOutcome, width: usize) -> Vec<String> {
             v.variant
         ));
         for l in lines.iter().skip(1) {
+            out.push(format!("  {:<12} {:<width$}  {l}", "", ""));
+        }
+        let model = o.memory_prediction.as_ref();
+        if let Some(l) = model.and_then(|p| memory_beside(p, &v.variant)) {
             out.push(format!("  {:<12} {:<width$}  {l}", "", ""));
         }
     }
@@ -183,8 +202,10 @@ fn boots_line(o: &KabOutcome) -> String {
         o.boots.len(),
         duration(o.wall.boots_s),
         duration(o.wall.total_s),
-        o.host_busy()
-            .map_or(String::new(), |busy| format!("; host busy during {busy}"))
+        match o.host_busy().as_slice() {
+            [] => String::new(),
+            busy => format!("; host busy during {}", busy_boots(busy)),
+        }
     )
 }
 
@@ -211,6 +232,8 @@ pub fn mechanism(v: &VariantVerdict) -> Vec<String> {
             )],
         },
         Class::NoChange => Vec::new(),
+        // Its lines are the calls' (below).
+        Class::NotExercised => Vec::new(),
         // Classes of one metric's comparison, never a kab variant's.
         Class::Faster | Class::Slower => Vec::new(),
     };
@@ -222,6 +245,7 @@ pub fn mechanism(v: &VariantVerdict) -> Vec<String> {
     {
         out.extend(unchanged_stalls(v));
     }
+    out.extend(calls_lines(v));
     let mut costs: Vec<&Change> = v.costs.iter().collect();
     costs.sort_by(|x, y| (y.b - y.a).total_cmp(&(x.b - x.a)));
     for c in costs {

@@ -1,9 +1,11 @@
 //! How a kab's figures, changes and stalls are written, the same in the terminal text and in
 //! the cover letter.
 
+use crate::analysis::calls::{Counted, FunctionCalls};
 use crate::analysis::quantity::fixed_decimals;
+use crate::analysis::verdict::Class;
 use crate::kernel::sandbox::Confinement;
-use crate::lab::kab::{Change, SideFailure, StallAb, StallSide, VariantVerdict};
+use crate::lab::kab::{BusyBoot, Change, SideFailure, StallAb, StallSide, VariantVerdict};
 
 /// How a build ran, beside its compiler: an unconfined one is said loudly.
 pub(super) fn confinement(c: Confinement) -> &'static str {
@@ -30,6 +32,21 @@ pub fn duration(secs: f64) -> String {
     } else {
         format!("{secs:.1} s")
     }
+}
+
+/// The boots a host was busy during: `boot 2 (B): tasks waited for a CPU 49% of the time`.
+pub(super) fn busy_boots(busy: &[BusyBoot]) -> String {
+    busy.iter()
+        .map(|b| {
+            format!(
+                "boot {} ({}): {}",
+                b.boot,
+                b.side,
+                crate::analysis::words::busy_words(&b.reasons)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// `KVM_SET_USER_MEMORY_REGION waits for the grace period of KVM_CREATE_IRQCHIP`.
@@ -117,4 +134,115 @@ pub(super) fn failure_lines(v: &VariantVerdict) -> Vec<String> {
             Some(format!("{side} {}{ran}", side_failure_words(f)))
         })
         .collect()
+}
+
+/// One function's calls on each side, A → B (`0 → 0`, `4097 → not counted`).
+fn function_calls_words(name: &str, sides: [Option<&FunctionCalls>; 2]) -> String {
+    let count = |f: Option<&FunctionCalls>| {
+        f.and_then(|f| f.counted.calls())
+            .map_or_else(|| "not counted".to_string(), |n| n.to_string())
+    };
+    let mut notes: Vec<String> = Vec::new();
+    for (f, side) in sides.iter().zip(["A", "B"]) {
+        match f.map(|f| &f.counted) {
+            Some(Counted::Probed {
+                symbols,
+                via_callers: true,
+                ..
+            }) => {
+                let note = format!("inlined: counted at its caller {}", symbols.join(" + "));
+                if !notes.contains(&note) {
+                    notes.push(note);
+                }
+            }
+            Some(Counted::NotProbed { why }) => notes.push(format!("{side}: {why}")),
+            Some(Counted::Probed { .. }) => {}
+            None => notes.push(format!("{side}: not asked")),
+        }
+    }
+    let short = name.rsplit(':').next().unwrap_or(name);
+    let notes = if notes.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", notes.join("; "))
+    };
+    format!("{short} {} → {}{notes}", count(sides[0]), count(sides[1]))
+}
+
+/// The calls of each patched function, A → B, when either side counted them.
+fn calls_words(v: &VariantVerdict) -> Option<String> {
+    let mut names: Vec<&str> = Vec::new();
+    for f in v.calls.iter().flatten().flatten() {
+        if !names.contains(&f.function.as_str()) {
+            names.push(&f.function);
+        }
+    }
+    let on = |i: usize, name: &str| {
+        v.calls[i]
+            .as_ref()
+            .and_then(|fs| fs.iter().find(|f| f.function == name))
+    };
+    let words: Vec<String> = names
+        .iter()
+        .map(|n| function_calls_words(n, [on(0, n), on(1, n)]))
+        .collect();
+    (!words.is_empty()).then(|| format!("{} calls", words.join("; ")))
+}
+
+/// What the patched functions' calls say beside the verdict: for NOT EXERCISED, that they
+/// never ran and what would reach them; otherwise the calls per side, when counted.
+pub(super) fn calls_lines(v: &VariantVerdict) -> Vec<String> {
+    let Some(calls) = calls_words(v) else {
+        return Vec::new();
+    };
+    if v.class != Class::NotExercised {
+        return vec![format!("patched code ran: {calls}")];
+    }
+    let mut out = vec![format!(
+        "the patched code never ran on either kernel, so this variant cannot show the patch: {calls}"
+    )];
+    out.extend(v.reach.as_ref().map(|r| {
+        if r.given {
+            format!(
+                "not reached even by {} (--kvm-param {}, given)",
+                r.by, r.kvm_param
+            )
+        } else {
+            format!("{} reaches it: --kvm-param {}", r.by, r.kvm_param)
+        }
+    }));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hvlab_core::noise::BusyReason;
+
+    /// The busy boots as the headline and the cover letter name them, from the reasons as
+    /// data.
+    #[test]
+    fn busy_boots_are_named_with_their_reasons() {
+        let boot = |boot: usize, side: &str, reasons: Vec<BusyReason>| BusyBoot {
+            boot,
+            side: side.into(),
+            reasons,
+        };
+        let busy = [
+            boot(2, "B", vec![BusyReason::Pressure { some_pct: 49.4 }]),
+            boot(
+                3,
+                "B",
+                vec![
+                    BusyReason::Pressure { some_pct: 20.0 },
+                    BusyReason::Steal { pct: 12.0 },
+                ],
+            ),
+        ];
+        assert_eq!(
+            busy_boots(&busy),
+            "boot 2 (B): tasks waited for a CPU 49% of the time; \
+             boot 3 (B): tasks waited for a CPU 20% of the time, steal 12%"
+        );
+    }
 }

@@ -17,15 +17,15 @@ use crate::kernel::{cache_dir, toolchain};
 
 /// Bumped when the way hvlab builds changes, so older cache entries are not reused.
 // 3: builds run sandboxed; an entry built before may hold what an unconfined patch left.
-const RECIPE: &str = "hvlab-kbuild-3";
+pub(super) const RECIPE: &str = "hvlab-kbuild-3";
 
 /// An exclusive `flock` on a file, held while the value lives.
-struct DirLock {
+pub(super) struct DirLock {
     _file: std::fs::File,
 }
 
 impl DirLock {
-    fn take(path: &Path, progress: &dyn BuildProgress) -> Result<DirLock, BuildError> {
+    pub(super) fn take(path: &Path, progress: &dyn BuildProgress) -> Result<DirLock, BuildError> {
         use rustix::fs::{FlockOperation, flock};
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -64,7 +64,7 @@ pub(super) struct SourceCache<'a> {
 
 /// Puts `tree` back after a patch ([`journal::restore`]); when that fails, marks it damaged,
 /// so the next run unpacks it again rather than failing on it forever.
-fn restored(tree: &Path) -> Result<(), BuildError> {
+pub(super) fn restored(tree: &Path) -> Result<(), BuildError> {
     journal::restore(tree).map_err(|e| {
         let why = e.to_string();
         journal::mark_damaged(tree, &why);
@@ -73,6 +73,52 @@ fn restored(tree: &Path) -> Result<(), BuildError> {
             why,
         }
     })
+}
+
+/// Takes the lock of the cache directory `root` (`root/lock`, waiting for another hvlab's
+/// build), with `builds/` and `logs/` made. Under the lock no other build runs, so a
+/// `builds/KEY.tmp` entry found there is what an interrupted build left: removed.
+pub(super) fn lock_builds(
+    root: &Path,
+    progress: &dyn BuildProgress,
+) -> Result<DirLock, BuildError> {
+    let builds = root.join("builds");
+    std::fs::create_dir_all(&builds).map_err(io(root))?;
+    std::fs::create_dir_all(root.join("logs")).map_err(io(root))?;
+    let lock = DirLock::take(&root.join("lock"), progress)?;
+    for e in std::fs::read_dir(&builds).map_err(io(&builds))?.flatten() {
+        if e.file_name().to_string_lossy().ends_with(".tmp") {
+            let path = e.path();
+            std::fs::remove_dir_all(&path).map_err(io(&path))?;
+        }
+    }
+    Ok(lock)
+}
+
+/// The complete entry `builds/KEY` of a cache directory, marked as from the cache.
+pub(super) fn cached_entry(root: &Path, key: &str) -> Option<(PathBuf, BuildInfo)> {
+    let entry = root.join("builds").join(key);
+    let text = std::fs::read_to_string(entry.join("build.json")).ok()?;
+    let mut info: BuildInfo = serde_json::from_str(&text).ok()?;
+    info.cached = true;
+    info.steps.clear();
+    Some((entry, info))
+}
+
+/// Records `info` in the entry `tmp` and renames it to `builds/KEY`: complete only now.
+pub(super) fn finish_entry_in(
+    root: &Path,
+    key: &str,
+    tmp: &Path,
+    info: &BuildInfo,
+) -> Result<PathBuf, BuildError> {
+    let entry = root.join("builds").join(key);
+    let json = serde_json::to_string_pretty(info)
+        .map_err(|e| BuildError::Io(tmp.to_path_buf(), std::io::Error::other(e)))?;
+    std::fs::write(tmp.join("build.json"), json).map_err(io(tmp))?;
+    let _ = std::fs::remove_dir_all(&entry);
+    std::fs::rename(tmp, &entry).map_err(io(&entry))?;
+    Ok(entry)
 }
 
 impl<'a> SourceCache<'a> {
@@ -95,16 +141,7 @@ impl<'a> SourceCache<'a> {
         sandbox: &Sandbox,
         progress: &'a dyn BuildProgress,
     ) -> Result<SourceCache<'a>, BuildError> {
-        let builds = root.join("builds");
-        std::fs::create_dir_all(&builds).map_err(io(&root))?;
-        std::fs::create_dir_all(root.join("logs")).map_err(io(&root))?;
-        let lock = DirLock::take(&root.join("lock"), progress)?;
-        for e in std::fs::read_dir(&builds).map_err(io(&builds))?.flatten() {
-            if e.file_name().to_string_lossy().ends_with(".tmp") {
-                let path = e.path();
-                std::fs::remove_dir_all(&path).map_err(io(&path))?;
-            }
-        }
+        let lock = lock_builds(&root, progress)?;
         Ok(SourceCache {
             image: image.clone(),
             root,
@@ -139,6 +176,11 @@ impl<'a> SourceCache<'a> {
             });
         }
         out
+    }
+
+    /// The unpacked source every build of this image starts from, unpatched between builds.
+    pub(super) fn source_tree(&self) -> PathBuf {
+        self.root.join("modules")
     }
 
     pub(super) fn log(&self, what: &str) -> PathBuf {
@@ -243,12 +285,7 @@ impl SourceCache<'_> {
 
     /// A cached build entry, marked from the cache.
     pub(super) fn cached(&self, key: &str) -> Option<(PathBuf, BuildInfo)> {
-        let entry = self.root.join("builds").join(key);
-        let text = std::fs::read_to_string(entry.join("build.json")).ok()?;
-        let mut info: BuildInfo = serde_json::from_str(&text).ok()?;
-        info.cached = true;
-        info.steps.clear();
-        Some((entry, info))
+        cached_entry(&self.root, key)
     }
 
     /// Builds one side into `builds/KEY.tmp` with `fill`, restoring the tree whatever
@@ -316,12 +353,7 @@ impl SourceCache<'_> {
         tmp: &Path,
         info: &BuildInfo,
     ) -> Result<PathBuf, BuildError> {
-        let entry = self.root.join("builds").join(key);
-        let json = serde_json::to_string_pretty(info)
-            .map_err(|e| BuildError::Io(tmp.to_path_buf(), std::io::Error::other(e)))?;
-        std::fs::write(tmp.join("build.json"), json).map_err(io(tmp))?;
-        std::fs::rename(tmp, &entry).map_err(io(&entry))?;
-        Ok(entry)
+        finish_entry_in(&self.root, key, tmp, info)
     }
 
     pub(super) fn side_label(side: &PatchedSpec) -> String {

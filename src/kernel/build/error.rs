@@ -6,6 +6,7 @@ use hvlab_core::error::Fault;
 
 use crate::kernel::KernelError;
 use crate::kernel::confine::ConfineError;
+use crate::kernel::git::{GitError, KernelVersion};
 use crate::kernel::journal::{self, JournalError};
 use crate::kernel::patch::PatchError;
 use crate::kernel::sandbox::SandboxError;
@@ -54,7 +55,7 @@ pub enum BuildError {
         /// The token after the version.
         suffix: String,
     },
-    /// Kernel spec `{spec}`: hvlab rebuilds patched kernels from Debian's source only; give debian:VERSION+PATCH (e.g. debian:7.3+fix.patch).
+    /// Kernel spec `{spec}`: hvlab builds patched kernels from Debian's source or a git tree only; give debian:VERSION+PATCH (e.g. debian:7.3+fix.patch) or git:PATH@REF+PATCH.
     NotDebian {
         /// The spec.
         spec: String,
@@ -113,6 +114,20 @@ pub enum BuildError {
         config: PathBuf,
     },
     /// {0}
+    Git(#[from] GitError),
+    /// No Debian kernel config is in hvlab's cache to take the tick, preemption, RCU and KVM options of a {version} guest from: give --config FILE (a kernel .config), or fetch Debian's kernel once (hvlab vm --kernel debian:VERSION -- list).
+    NoBaseConfig {
+        /// The git tree's version.
+        version: KernelVersion,
+    },
+    /// Cannot read the config {0}: {1}. Give --config the path of a kernel .config.
+    ConfigUnreadable(PathBuf, std::io::Error),
+    /// Kernel spec `{spec}` names no series: give SPEC+SERIES.mbox (one step per message), SPEC+A.patch+B.patch (one per file) or git:PATH@BASE..HEAD (one per commit).
+    NoSeries {
+        /// The spec.
+        spec: String,
+    },
+    /// {0}
     Confined(#[from] ConfineError),
     /// {0}
     Journal(#[from] JournalError),
@@ -164,11 +179,15 @@ impl BuildError {
             BuildError::Confined(e) => e.fault(),
             BuildError::Journal(e) => e.fault(),
             BuildError::Sandbox(e) => e.fault(),
+            BuildError::Git(e) => e.fault(),
             BuildError::NoPatchFile { .. }
             | BuildError::AmbiguousSpec { .. }
             | BuildError::PatchIsDirectory { .. }
             | BuildError::DebianVersionSuffix { .. }
             | BuildError::NotDebian { .. }
+            | BuildError::NoBaseConfig { .. }
+            | BuildError::ConfigUnreadable(..)
+            | BuildError::NoSeries { .. }
             | BuildError::DoesNotApply { .. }
             | BuildError::PatchedCompile { .. }
             // A patched side's write outside the tree is the patch's doing.

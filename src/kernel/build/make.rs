@@ -28,6 +28,19 @@ pub(super) fn make(
     args: &[String],
     log: &Path,
 ) -> Result<(), MakeError> {
+    make_into(sandbox, tree, None, args, log)
+}
+
+/// [`make`] of the source `tree` into the output directory `out` (`make O=OUT`) when given:
+/// both writable, a write anywhere else refused.
+pub(super) fn make_into(
+    sandbox: &Sandbox,
+    tree: &Path,
+    out: Option<&Path>,
+    args: &[String],
+    log: &Path,
+) -> Result<(), MakeError> {
+    let writable: Vec<&Path> = std::iter::once(tree).chain(out).collect();
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -36,10 +49,12 @@ pub(super) fn make(
     // Only this make's lines are read back: the log gathers every step of a build.
     let before = file.metadata().map_err(MakeError::Io)?.len();
     let err = file.try_clone().map_err(MakeError::Io)?;
-    let mut cmd = sandbox.command("make", &[tree]);
-    cmd.arg("-C")
-        .arg(tree)
-        .arg(format!("-j{}", toolchain::jobs()))
+    let mut cmd = sandbox.command("make", &writable);
+    cmd.arg("-C").arg(tree);
+    if let Some(out) = out {
+        cmd.arg(format!("O={}", out.display()));
+    }
+    cmd.arg(format!("-j{}", toolchain::jobs()))
         .args(args)
         .env("LC_ALL", "C")
         .env("KBUILD_BUILD_USER", "hvlab")
@@ -62,7 +77,7 @@ pub(super) fn make(
         .get(usize::try_from(before).unwrap_or(usize::MAX)..)
         .unwrap_or_default();
     let text = String::from_utf8_lossy(own);
-    if let Some(refused) = sandbox::refused_write(&text, &[tree]) {
+    if let Some(refused) = sandbox::refused_write(&text, &writable) {
         return Err(MakeError::Outside(refused));
     }
     if status.success() {

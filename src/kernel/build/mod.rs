@@ -11,6 +11,11 @@
 //!   preemption, RCU and KVM options of Debian's config), the patched tree incrementally;
 //! - nothing a build uses (documentation): the image as shipped, on both sides.
 //!
+//! A commit of a git tree (`git:PATH@REF[+PATCH...]`, see [`crate::kernel::git`]) is built
+//! whole from the same minimal guest config, in hvlab's own clone of the repository and one
+//! output directory per repository, so moving between commits rebuilds incrementally.
+//! [`series_prefixes`] gives the steps of a series (an mbox's messages, a range's commits).
+//!
 //! The unpatched side is rebuilt the same way from the same tree with the same compiler, so
 //! A and B differ by the patch alone. Every build is cached under hvlab's cache by source
 //! version, config, compiler and patch hashes; an entry is written in a temporary directory
@@ -19,20 +24,23 @@
 
 mod cache;
 mod error;
+mod git;
 mod make;
 mod modules;
+mod prefixes;
 mod record;
 mod spec;
 mod whole;
 
 pub use error::BuildError;
 pub use make::make_in_sandbox;
+pub use prefixes::{SeriesStep, series_prefixes};
 pub use record::{BuildInfo, How, PatchInfo, Step};
 pub use spec::PatchedSpec;
 pub use whole::GUEST_CONFIG;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -61,6 +69,9 @@ pub struct Resolved {
     pub steps: Vec<Step>,
     /// Sentences about the comparison (`A and B differ by the patch alone`).
     pub notes: Vec<String>,
+    /// The unpacked source trees the patched sides were built from, unpatched between
+    /// builds: where a patch's functions are read ([`crate::kernel::reach`]).
+    pub source_trees: Vec<PathBuf>,
 }
 
 /// Where long steps are reported.
@@ -80,19 +91,85 @@ impl BuildProgress for Silent {
 }
 
 /// Resolves kernel specs, building the patched ones: sides on the same Debian image share its
-/// source, and an unpatched side beside a patched one is rebuilt from it too.
+/// source, and an unpatched side beside a patched one is rebuilt from it too. A `git:` side
+/// is built from its commit (see [`resolve_with_config`]).
 pub fn resolve(
     specs: &[&str],
     modules: Option<&Path>,
     policy: SandboxPolicy,
     progress: &dyn BuildProgress,
 ) -> Result<Resolved, BuildError> {
+    resolve_with_config(specs, modules, policy, None, progress)
+}
+
+/// [`resolve`], with `--config FILE`: the config whose tick, preemption, RCU and KVM options
+/// a `git:` side's minimal guest config keeps (else Debian's of the nearest version cached).
+pub fn resolve_with_config(
+    specs: &[&str],
+    modules: Option<&Path>,
+    policy: SandboxPolicy,
+    config: Option<&Path>,
+    progress: &dyn BuildProgress,
+) -> Result<Resolved, BuildError> {
     let parsed = specs
         .iter()
         .map(|s| PatchedSpec::parse(s))
         .collect::<Result<Vec<_>, _>>()?;
+    let (git, other): (Vec<usize>, Vec<usize>) =
+        (0..parsed.len()).partition(|&i| crate::kernel::git::is_git_spec(&parsed[i].base));
+    if git.is_empty() {
+        return resolve_debian(&parsed, modules, policy, progress);
+    }
+    check_toolchain()?;
+    let sandbox = Sandbox::choose(policy)?;
+    let mut sides: Vec<Option<Built>> = vec![None; parsed.len()];
+    let mut steps = Vec::new();
+    let mut notes = Vec::new();
+    let mut source_trees = Vec::new();
+    for &i in &git {
+        let (built, mut own) = git::build_git_side(&parsed[i], config, &sandbox, progress)?;
+        if let Some(b) = &built.build {
+            notes.extend(b.notes.iter().cloned());
+        }
+        sides[i] = Some(built);
+        steps.append(&mut own);
+    }
+    if git.len() > 1 {
+        notes.push(
+            "every git side is built whole from the same minimal config and compiler: they differ by their commits (and patches) alone".into(),
+        );
+    }
+    if !other.is_empty() {
+        let rest: Vec<PatchedSpec> = other.iter().map(|&i| parsed[i].clone()).collect();
+        let mut resolved = resolve_debian(&rest, modules, policy, progress)?;
+        for (&i, b) in other.iter().zip(resolved.sides) {
+            sides[i] = Some(b);
+        }
+        steps.append(&mut resolved.steps);
+        notes.append(&mut resolved.notes);
+        source_trees.append(&mut resolved.source_trees);
+        notes.push(
+            "a git side is built from its tree and another side is not: they differ by more than a patch (source, config, maybe compiler)".into(),
+        );
+    }
+    Ok(Resolved {
+        sides: sides.into_iter().flatten().collect(),
+        steps,
+        notes,
+        source_trees,
+    })
+}
+
+/// [`resolve`] of specs none of which is a git tree.
+fn resolve_debian(
+    parsed: &[PatchedSpec],
+    modules: Option<&Path>,
+    policy: SandboxPolicy,
+    progress: &dyn BuildProgress,
+) -> Result<Resolved, BuildError> {
     if parsed.iter().all(|p| p.patches.is_empty()) {
-        return resolve_as_given(specs, modules);
+        let specs: Vec<&str> = parsed.iter().map(|p| p.given.as_str()).collect();
+        return resolve_as_given(&specs, modules);
     }
     for p in parsed.iter().filter(|p| !p.patches.is_empty()) {
         if !p.base.starts_with("debian:") {
@@ -104,11 +181,20 @@ pub fn resolve(
     // Before anything is fetched.
     check_toolchain()?;
     let sandbox = Sandbox::choose(policy)?;
-    let images = fetch_images(&parsed)?;
+    let images = fetch_images(parsed)?;
     let mut steps = Vec::new();
     let mut notes = Vec::new();
-    let sides = build_image_groups(&parsed, &images, &sandbox, progress, &mut steps, &mut notes)?;
-    let out = complete_sides(sides, &parsed, &images, modules)?;
+    let mut source_trees = Vec::new();
+    let sides = build_image_groups(
+        parsed,
+        &images,
+        &sandbox,
+        progress,
+        &mut steps,
+        &mut notes,
+        &mut source_trees,
+    )?;
+    let out = complete_sides(sides, parsed, &images, modules)?;
     if out.len() == 2 && (out[0].build.is_some() != out[1].build.is_some()) {
         notes.push(
             "one side is a kernel as given and the other was rebuilt here: they differ by more than the patch (source version, compiler, config)".into(),
@@ -118,6 +204,7 @@ pub fn resolve(
         sides: out,
         steps,
         notes,
+        source_trees,
     })
 }
 
@@ -136,6 +223,7 @@ fn resolve_as_given(specs: &[&str], modules: Option<&Path>) -> Result<Resolved, 
         sides,
         steps: Vec::new(),
         notes: Vec::new(),
+        source_trees: Vec::new(),
     })
 }
 
@@ -184,6 +272,7 @@ fn build_image_groups(
     progress: &dyn BuildProgress,
     steps: &mut Vec<Step>,
     notes: &mut Vec<String>,
+    source_trees: &mut Vec<PathBuf>,
 ) -> Result<Vec<Option<Built>>, BuildError> {
     let mut sides: Vec<Option<Built>> = vec![None; parsed.len()];
     // One group per image that has a patched side: every side on that image builds from it.
@@ -208,6 +297,7 @@ fn build_image_groups(
         notes.append(&mut source.notes);
         let built = built?;
         steps.append(&mut source.steps);
+        source_trees.push(source.source_tree());
         for (&j, b) in group.iter().zip(built) {
             sides[j] = Some(b);
             done.insert(j);

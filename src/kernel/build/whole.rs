@@ -88,6 +88,126 @@ fn debian_part(debian_config: &str) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+/// The step that makes the minimal guest config, as progress names it.
+pub(super) const GUEST_CONFIG_STEP: &str =
+    "minimal guest config (tinyconfig + guest + Debian's HZ/preemption/RCU/KVM)";
+
+/// Makes the minimal guest config at `config` (the `.config` that `make_target` reads and
+/// writes): `tinyconfig`, the guest's options, the tick, preemption, RCU and KVM options of
+/// `debian_config`, `olddefconfig`; then checks every guest option took. Returns what the
+/// build records about the config; `of` names the source in an error.
+pub(super) fn guest_config(
+    make_target: &mut dyn FnMut(&str) -> Result<(), BuildError>,
+    config: &Path,
+    debian_config: &str,
+    of: &str,
+) -> Result<String, BuildError> {
+    let part = debian_part(debian_config);
+    make_target("tinyconfig")?;
+    let mut text = std::fs::read_to_string(config).map_err(io(config))?;
+    for (k, v) in GUEST_CONFIG {
+        text.push_str(&format!("{k}={v}\n"));
+    }
+    text.push_str("# CONFIG_LOCALVERSION_AUTO is not set\n");
+    for l in &part {
+        text.push_str(l);
+        text.push('\n');
+    }
+    std::fs::write(config, text).map_err(io(config))?;
+    make_target("olddefconfig")?;
+    let ours = KConfig::read(config).map_err(io(config))?;
+    for (k, v) in GUEST_CONFIG {
+        let got = ours.get(k).unwrap_or("n");
+        if got != *v {
+            return Err(BuildError::GuestConfig {
+                of: of.to_string(),
+                option: (*k).to_string(),
+                wanted: (*v).to_string(),
+                got: got.to_string(),
+                config: config.to_path_buf(),
+            });
+        }
+    }
+    let kept: Vec<&String> = part.iter().filter(|l| !l.starts_with('#')).collect();
+    let lost: Vec<String> = kept
+        .iter()
+        .filter_map(|l| l.split_once('='))
+        .filter(|(k, v)| ours.get(k) != Some(v.trim_matches('"')))
+        .map(|(k, _)| k.trim_start_matches("CONFIG_").to_string())
+        .collect();
+    Ok(format!(
+        "minimal guest config (tinyconfig + {} guest options + {} of Debian's HZ/NO_HZ/preemption/RCU/KVM options; HZ={}, {}){}",
+        GUEST_CONFIG.len(),
+        kept.len() - lost.len(),
+        ours.get("CONFIG_HZ").unwrap_or("?"),
+        preemption(&ours),
+        if lost.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; not kept, their dependencies being outside the guest: {}",
+                lost.join(", ")
+            )
+        }
+    ))
+}
+
+/// Copies what a whole build left in `out` (the tree, or its `O=` directory) into the cache
+/// entry `tmp`: the bzImage, and `lib/modules/RELEASE` with the config and every module of
+/// `modules.order`.
+pub(super) fn collect_kernel(out: &Path, tmp: &Path) -> Result<(), BuildError> {
+    let rel_file = out.join("include/config/kernel.release");
+    let release = std::fs::read_to_string(&rel_file)
+        .map_err(io(&rel_file))?
+        .trim()
+        .to_string();
+    let image = out.join("arch/x86/boot/bzImage");
+    std::fs::copy(&image, tmp.join("bzImage")).map_err(io(&image))?;
+    let mods = tmp.join("lib/modules").join(&release);
+    std::fs::create_dir_all(&mods).map_err(io(&mods))?;
+    std::fs::copy(out.join(".config"), mods.join("config")).map_err(io(out))?;
+    let order = out.join("modules.order");
+    for obj in std::fs::read_to_string(&order)
+        .map_err(io(&order))?
+        .lines()
+        .filter(|l| !l.is_empty())
+    {
+        let rel = obj.trim_end_matches(".o");
+        let from = out.join(format!("{rel}.ko"));
+        let to = mods.join("kernel").join(format!("{rel}.ko"));
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent).map_err(io(parent))?;
+        }
+        std::fs::copy(&from, &to).map_err(io(&from))?;
+    }
+    Ok(())
+}
+
+/// The kernel a complete whole-kernel cache entry holds ([`collect_kernel`]).
+pub(super) fn entry_kernel(entry: &Path, spec: &str, source: String) -> Result<Kernel, BuildError> {
+    let image = entry.join("bzImage");
+    let mods_root = entry.join("lib/modules");
+    let (release, moddir) = std::fs::read_dir(&mods_root)
+        .map_err(io(&mods_root))?
+        .flatten()
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+        .next()
+        .ok_or_else(|| {
+            BuildError::Io(
+                mods_root.clone(),
+                std::io::Error::other("no modules in the cached build"),
+            )
+        })?;
+    Ok(Kernel {
+        release,
+        spec: spec.to_string(),
+        source,
+        image,
+        config: Some(moddir.join("config")),
+        modules: Some(moddir),
+    })
+}
+
 impl SourceCache<'_> {
     /// Builds (or reuses) a whole kernel for every side; every patch applies before anything
     /// is built.
@@ -117,63 +237,17 @@ impl SourceCache<'_> {
         }
         let log = self.log("config");
         let (_, debian_text) = self.debian_config(&tree)?;
-        let step = "the minimal guest config";
-        let part = debian_part(&debian_text);
-        self.timed(
-            "minimal guest config (tinyconfig + guest + Debian's HZ/preemption/RCU/KVM)",
-            |me| {
-                make(&me.sandbox, &tree, &["tinyconfig".into()], &log)
-                    .map_err(make_error(false, step, &log))?;
-                let config = tree.join(".config");
-                let mut text = std::fs::read_to_string(&config).map_err(io(&config))?;
-                for (k, v) in GUEST_CONFIG {
-                    text.push_str(&format!("{k}={v}\n"));
-                }
-                text.push_str("# CONFIG_LOCALVERSION_AUTO is not set\n");
-                for l in &part {
-                    text.push_str(l);
-                    text.push('\n');
-                }
-                std::fs::write(&config, text).map_err(io(&config))?;
-                make(&me.sandbox, &tree, &["olddefconfig".into()], &log)
-                    .map_err(make_error(false, step, &log))
-            },
-        )?;
-        let ours = KConfig::read(&tree.join(".config")).map_err(io(&tree))?;
-        for (k, v) in GUEST_CONFIG {
-            let got = ours.get(k).unwrap_or("n");
-            if got != *v {
-                return Err(BuildError::GuestConfig {
-                    of: self.source_name(),
-                    option: (*k).to_string(),
-                    wanted: (*v).to_string(),
-                    got: got.to_string(),
-                    config: tree.join(".config"),
-                });
-            }
-        }
-        let kept: Vec<&String> = part.iter().filter(|l| !l.starts_with('#')).collect();
-        let lost: Vec<String> = kept
-            .iter()
-            .filter_map(|l| l.split_once('='))
-            .filter(|(k, v)| ours.get(k) != Some(v.trim_matches('"')))
-            .map(|(k, _)| k.trim_start_matches("CONFIG_").to_string())
-            .collect();
-        let note = format!(
-            "minimal guest config (tinyconfig + {} guest options + {} of Debian's HZ/NO_HZ/preemption/RCU/KVM options; HZ={}, {}){}",
-            GUEST_CONFIG.len(),
-            kept.len() - lost.len(),
-            ours.get("CONFIG_HZ").unwrap_or("?"),
-            preemption(&ours),
-            if lost.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "; not kept, their dependencies being outside the guest: {}",
-                    lost.join(", ")
-                )
-            }
-        );
+        let of = self.source_name();
+        let note = self.timed(GUEST_CONFIG_STEP, |me| {
+            let mut run = |target: &str| {
+                make(&me.sandbox, &tree, &[target.into()], &log).map_err(make_error(
+                    false,
+                    "the minimal guest config",
+                    &log,
+                ))
+            };
+            guest_config(&mut run, &tree.join(".config"), &debian_text, &of)
+        })?;
         std::fs::write(&marker, &note).map_err(io(&marker))?;
         Ok((tree, note))
     }
@@ -202,58 +276,14 @@ impl SourceCache<'_> {
                             )
                             .map_err(make_error(patched, &step, &log))
                         })?;
-                        let rel_file = tree.join("include/config/kernel.release");
-                        let release = std::fs::read_to_string(&rel_file)
-                            .map_err(io(&rel_file))?
-                            .trim()
-                            .to_string();
-                        let image = tree.join("arch/x86/boot/bzImage");
-                        std::fs::copy(&image, tmp.join("bzImage")).map_err(io(&image))?;
-                        let mods = tmp.join("lib/modules").join(&release);
-                        std::fs::create_dir_all(&mods).map_err(io(&mods))?;
-                        std::fs::copy(tree.join(".config"), mods.join("config"))
-                            .map_err(io(tree))?;
-                        let order = tree.join("modules.order");
-                        for obj in std::fs::read_to_string(&order)
-                            .map_err(io(&order))?
-                            .lines()
-                            .filter(|l| !l.is_empty())
-                        {
-                            let rel = obj.trim_end_matches(".o");
-                            let from = tree.join(format!("{rel}.ko"));
-                            let to = mods.join("kernel").join(format!("{rel}.ko"));
-                            if let Some(parent) = to.parent() {
-                                std::fs::create_dir_all(parent).map_err(io(parent))?;
-                            }
-                            std::fs::copy(&from, &to).map_err(io(&from))?;
-                        }
-                        Ok(())
+                        collect_kernel(tree, tmp)
                     })?;
                 let info = self.record(How::Whole, config_note, side, notes, steps, &key);
                 (self.finish_entry(&key, &tmp, &info)?, info)
             }
         };
-        let image = entry.join("bzImage");
-        let mods_root = entry.join("lib/modules");
-        let (release, moddir) = std::fs::read_dir(&mods_root)
-            .map_err(io(&mods_root))?
-            .flatten()
-            .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
-            .next()
-            .ok_or_else(|| {
-                BuildError::Io(
-                    mods_root.clone(),
-                    std::io::Error::other("no modules in the cached build"),
-                )
-            })?;
-        let kernel = Kernel {
-            release,
-            spec: side.given.clone(),
-            source: describe_source(&self.image, &info),
-            image,
-            config: Some(moddir.join("config")),
-            modules: Some(moddir),
-        };
+        let source = describe_source(&self.image, &info);
+        let kernel = entry_kernel(&entry, &side.given, source)?;
         Ok(Built {
             kernel,
             build: Some(info),

@@ -8,6 +8,7 @@
 //! tuned away. Which profile values were fitted, and on what, comes from the profiles
 //! themselves (`fitted_on`), so the table cannot claim less fitting than the inputs carry.
 
+pub mod memory_patch;
 pub mod patch;
 mod pebs;
 mod percpu;

@@ -578,7 +578,7 @@ fn base_profile(
 
 impl Skipped {
     /// Kab `id` (its `side`, when only one) skipped, and why.
-    fn of(id: &str, side: Option<&str>, why: String) -> Skipped {
+    pub(crate) fn of(id: &str, side: Option<&str>, why: String) -> Skipped {
         Skipped {
             kab: id.to_string(),
             side: side.map(str::to_string),

@@ -41,9 +41,12 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use hvlab_core::noise::BusyReason;
+
 use crate::kernel::Kernel;
 use crate::kernel::build::{BuildInfo, BuildProgress, Step};
 use crate::kernel::vm::{AccelChoice, VmConfig};
+use crate::lab::fidelity::memory_patch::MemoryPrediction;
 
 /// What `hvlab kab` compares, and how.
 #[derive(Debug, Clone)]
@@ -120,9 +123,19 @@ pub struct BootSummary {
     pub store: String,
     /// Guest commands that failed.
     pub failures: Vec<GuestFailure>,
-    /// What kept this boot's QEMU waiting for a CPU, when anything did (see
-    /// [`busy_during_boot`]).
-    pub host_busy: Option<String>,
+    /// What kept this boot's QEMU waiting for a CPU (pressure or steal), when anything did.
+    pub host_busy: Option<Vec<BusyReason>>,
+}
+
+/// A boot the host was busy during, and what kept its QEMU waiting for a CPU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BusyBoot {
+    /// The boot, from 1 in boot order.
+    pub boot: usize,
+    /// Its side (`A` or `B`).
+    pub side: String,
+    /// What kept its QEMU waiting: CPU pressure or steal.
+    pub reasons: Vec<BusyReason>,
 }
 
 /// This host, as the cover letter names it.
@@ -193,6 +206,9 @@ pub struct KabOutcome {
     /// The model's prediction of the same change (lifecycle only): predicted, never measured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prediction: Option<KabPrediction>,
+    /// The memory model's `pf_fixed` for the change (memory only): predicted, never measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_prediction: Option<MemoryPrediction>,
 }
 
 impl KabOutcome {
@@ -201,8 +217,8 @@ impl KabOutcome {
         self.verdicts.iter().find(|v| v.variant == variant)
     }
 
-    /// The boots the host was busy during, in words, when any (then nothing was judged).
-    pub fn host_busy(&self) -> Option<String> {
+    /// The boots the host was busy during (when any, nothing was judged).
+    pub fn host_busy(&self) -> Vec<BusyBoot> {
         host_busy_during(&self.boots)
     }
 }
@@ -228,7 +244,21 @@ pub(crate) mod fixture {
     /// The four runs, through a store and back: a run whose every variant failed is stored
     /// like any other.
     pub fn runs() -> Vec<RunRecord> {
-        let parsed: Vec<RunRecord> = RUNS
+        through_a_store(RUNS)
+    }
+
+    /// The revert of 004's trailing prefetch under the default TDP MMU, as a kab stored it:
+    /// `__direct_pte_prefetch` called 0 times in every boot (`tests/fixtures/kab-not-exercised/`).
+    pub fn not_exercised_runs() -> Vec<RunRecord> {
+        through_a_store(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/kab-not-exercised/runs.jsonl"
+        )))
+    }
+
+    /// The runs of `jsonl`, stored and loaded back.
+    fn through_a_store(jsonl: &str) -> Vec<RunRecord> {
+        let parsed: Vec<RunRecord> = jsonl
             .lines()
             .map(|l| serde_json::from_str(l).expect("a stored run"))
             .collect();

@@ -10,6 +10,7 @@ use crate::record::RunRecord;
 use crate::scenario;
 use crate::scenario::runner::DEFAULT_SEED;
 
+use crate::lab::fidelity::memory_patch::{self, MemoryPrediction, NoPrediction, PrefetchChoice};
 use crate::lab::fidelity::patch::{self, PatchRow, StrategyChoice, Wait};
 use crate::lab::fidelity::srcu::{OnReportersHost, on_reporters_host};
 use crate::record::pooled;
@@ -86,6 +87,17 @@ fn measured<'a>(side: &'a [RunRecord], scenario: &str) -> Vec<&'a RunRecord> {
         .into_iter()
         .filter(|r| r.produced_samples())
         .collect()
+}
+
+/// The memory model's `pf_fixed` for the change, from each side's `prefetch` against the
+/// memory runs both sides measured.
+pub(super) fn predict_memory(
+    prefetch: [Result<PrefetchChoice, NoPrediction>; 2],
+    sides: &[Vec<RunRecord>; 2],
+) -> MemoryPrediction {
+    let memory = scenario::Kind::Memory.name();
+    let measured = [0, 1].map(|i| measured(&sides[i], memory));
+    memory_patch::predict(prefetch, [&measured[0], &measured[1]])
 }
 
 /// The model's prediction of the change: on this host from the base's calibration, against

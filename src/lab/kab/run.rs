@@ -13,20 +13,41 @@ use crate::scenario;
 use crate::store::Store;
 
 use crate::kernel::calibration::{self, Identity};
+use crate::kernel::patch::PatchFile;
+use crate::lab::fidelity::memory_patch;
 use crate::lab::fidelity::patch::{self, StrategyChoice};
 use hvlab_core::host::{KabSide, PatchId};
 
-use super::judge::{Judgement, ScenarioAb, SideRuns, busy_during_boot, judge, judgement};
-use super::predict::{KabPrediction, predict};
+use super::judge::{
+    Judgement, ScenarioAb, SideRuns, busy_during_boot, judge, judgement, mark_given,
+};
+use super::predict::{KabPrediction, predict, predict_memory};
 use super::{
     BootSummary, GuestFailure, HostSummary, KabOutcome, KabProgress, KabRequest, WallTimes,
 };
+use crate::kernel::reach::{PatchedFunction, Reach, reach_all};
 
 /// Which side a boot is.
 pub fn abba(boots_per_side: u32) -> Vec<usize> {
     (0..boots_per_side * 2)
         .map(|i| usize::from(matches!(i % 4, 1 | 2)))
         .collect()
+}
+
+/// `commands` with the guest's `hvlab run` asked to count calls of the patched functions
+/// (unchanged when there are none).
+fn with_count_calls(mut commands: Vec<Vec<String>>, reach: &Reach) -> Vec<Vec<String>> {
+    if reach.functions.is_empty() {
+        return commands;
+    }
+    let specs: Vec<String> = reach.functions.iter().map(PatchedFunction::spec).collect();
+    for c in commands
+        .iter_mut()
+        .filter(|c| c.first().is_some_and(|a| a == "run"))
+    {
+        c.extend(["--count-calls".to_string(), specs.join(",")]);
+    }
+    commands
 }
 
 /// The hvlab command each boot runs, per scenario; `--variant` and `--set` go to the
@@ -111,13 +132,17 @@ pub fn run(
     let start = Instant::now();
     let commands = guest_commands(req)?;
     vm::qemu()?;
-    let kernels = KabKernels::resolve(req, progress)?;
+    let mut kernels = KabKernels::resolve(req, progress)?;
     let build_s = start.elapsed().as_secs_f64();
+    let (reach, notes) = kernels.patched_functions();
+    kernels.notes.extend(notes);
+    let commands = with_count_calls(commands, &reach);
     let lifecycle = req
         .scenarios
         .iter()
         .any(|s| s == scenario::Kind::Lifecycle.name());
     let strategies = kernels.model_strategies(req.model_strategy.as_deref());
+    let prefetch = kernels.prefetch_strategies(req.model_strategy.as_deref());
     // The base's profile, calibrated in its own guest under this accelerator: what prices the
     // model's prediction of the change here. Kept per kernel, so only a kab's first run on a
     // base pays for it (in its first boot, after the scenarios).
@@ -125,7 +150,13 @@ pub fn run(
     let cached = cached_calibration(&base, progress);
     let calibrate_now =
         req.calibrate && lifecycle && strategies.iter().all(Result::is_ok) && cached.is_none();
-    let tags = kab_tags(&kernels.builds, req.model_strategy.as_deref());
+    let mut tags = kab_tags(
+        &kernels.builds,
+        lifecycle_declared(req.model_strategy.as_deref()),
+    );
+    for (tag, s) in tags.iter_mut().zip(&prefetch) {
+        tag.memory_strategy = s.as_ref().ok().map(|c| c.name.clone());
+    }
     let plan = BootPlan {
         kernels: &kernels,
         commands: &commands,
@@ -168,12 +199,18 @@ pub fn run(
             )
         })
         .transpose()?;
+    let memory = scenario::Kind::Memory.name();
+    let memory_prediction = req
+        .scenarios
+        .iter()
+        .any(|s| s == memory)
+        .then(|| predict_memory(prefetch, &booted.sides));
     let wall = WallTimes {
         build_s,
         boots_s,
         total_s: start.elapsed().as_secs_f64(),
     };
-    Ok(KabOutcome::new(
+    let mut outcome = KabOutcome::new(
         req,
         kernels,
         booted.summaries,
@@ -181,7 +218,15 @@ pub fn run(
         host,
         prediction,
         wall,
-    ))
+    );
+    outcome.memory_prediction = memory_prediction;
+    Ok(outcome)
+}
+
+/// A `--model-strategy` meant for the lifecycle model: any name that is not the memory
+/// model's (which [`KabKernels::prefetch_strategies`] takes).
+fn lifecycle_declared(declared: Option<&str>) -> Option<&str> {
+    declared.filter(|d| memory_patch::Prefetch::named(d).is_none())
 }
 
 /// Both kernels of a kab, resolved (built when patched) and checked, and how their VMs run.
@@ -192,6 +237,8 @@ struct KabKernels {
     build_steps: Vec<Step>,
     notes: Vec<String>,
     choice: AccelChoice,
+    /// The unpatched source the patched sides were built from.
+    source_trees: Vec<PathBuf>,
 }
 
 impl KabKernels {
@@ -219,7 +266,44 @@ impl KabKernels {
             build_steps: resolved.steps,
             notes: resolved.notes,
             choice,
+            source_trees: resolved.source_trees,
         })
+    }
+
+    /// The functions both sides' patches change, read against the unpatched source, with a
+    /// note of what was counted and what could not be placed.
+    fn patched_functions(&self) -> (Reach, Vec<String>) {
+        let mut notes = Vec::new();
+        let patches: Vec<PatchFile> = self
+            .builds
+            .iter()
+            .flatten()
+            .flat_map(|b| &b.patches)
+            .filter_map(|p| match PatchFile::read(&p.path) {
+                Ok(file) => Some(file),
+                Err(e) => {
+                    notes.push(format!("calls not counted for {}: {e}", p.file));
+                    None
+                }
+            })
+            .collect();
+        let Some(tree) = self.source_trees.first() else {
+            return (Reach::default(), notes);
+        };
+        let reach = reach_all(&patches, tree);
+        if !reach.functions.is_empty() {
+            notes.push(format!(
+                "calls of the patched functions are counted in each guest, in one untimed repetition per variant after the timed ones: {}",
+                reach
+                    .functions
+                    .iter()
+                    .map(|f| f.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        notes.extend(reach.skipped.iter().map(|s| format!("not counted: {s}")));
+        (reach, notes)
     }
 
     /// The model's strategy for each side: from its release and patches, and for B the
@@ -234,9 +318,32 @@ impl KabKernels {
             patch::strategy_for(
                 &self.kernels[1].release,
                 &patch_ids(self.builds[1].as_ref()),
-                declared,
+                lifecycle_declared(declared),
             ),
         ]
+    }
+
+    /// The memory model's prefetch for each side: from its patches' hunks, and for B the
+    /// strategy `declared` when it names one of the memory model's.
+    fn prefetch_strategies(
+        &self,
+        declared: Option<&str>,
+    ) -> [Result<memory_patch::PrefetchChoice, memory_patch::NoPrediction>; 2] {
+        let declared = declared.filter(|d| memory_patch::Prefetch::named(d).is_some());
+        [0, 1].map(|i| {
+            let files = self.builds[i]
+                .as_ref()
+                .map_or(&[][..], |b| b.patches.as_slice())
+                .iter()
+                .map(|p| {
+                    PatchFile::read(&p.path).map_err(|e| memory_patch::NoPrediction::Unreadable {
+                        patch: p.file.clone(),
+                        why: e.to_string(),
+                    })
+                })
+                .collect::<Result<Vec<PatchFile>, _>>()?;
+            memory_patch::strategy_for(&files, if i == 1 { declared } else { None })
+        })
     }
 }
 
@@ -316,7 +423,8 @@ impl BootPlan<'_> {
                     // Its costs would be a starved emulator's, priced into every prediction
                     // made with this kernel's cached calibration.
                     Some(why) => progress.note(&format!(
-                        "calibration of A not kept: the host was busy during the boot ({why}); the next kab calibrates again"
+                        "calibration of A not kept: the host was busy during the boot ({}); the next kab calibrates again",
+                        crate::analysis::words::busy_words(why)
                     )),
                     None => booted.calibrated = self.keep_calibration(&toml, progress),
                 }
@@ -403,6 +511,8 @@ impl KabOutcome {
             regression,
             inconclusive,
         } = judgement(&judged, &boots);
+        let mut verdicts = verdicts;
+        mark_given(&mut verdicts, &req.vm.kvm_params);
         let [a, b] = kernels.kernels;
         KabOutcome {
             hvlab_version: format!("{} ({})", host.hvlab_version, host.git_rev),
@@ -429,6 +539,7 @@ impl KabOutcome {
             wall_s: wall.total_s,
             wall,
             prediction,
+            memory_prediction: None,
         }
     }
 }
@@ -462,6 +573,7 @@ fn kab_tags(builds: &[Option<BuildInfo>; 2], declared: Option<&str>) -> [KabSide
             .map(|(file, sha256)| PatchId { file, sha256 })
             .collect(),
         model_strategy: (i == 1).then(|| declared.map(str::to_string)).flatten(),
+        memory_strategy: None,
     };
     [side(0), side(1)]
 }
@@ -475,5 +587,47 @@ mod tests {
         assert_eq!(abba(2), vec![0, 1, 1, 0]);
         assert_eq!(abba(1), vec![0, 1]);
         assert_eq!(abba(3), vec![0, 1, 1, 0, 0, 1]);
+    }
+
+    /// Only `hvlab run` commands are asked to count, each with every patched function and its
+    /// callers; with no function, the commands are left as they were.
+    #[test]
+    fn guest_runs_are_asked_to_count_the_patched_functions() {
+        let commands = vec![
+            ["run", "memory", "--reps", "2"]
+                .map(str::to_string)
+                .to_vec(),
+            ["calibrate"].map(str::to_string).to_vec(),
+        ];
+        let reach = Reach {
+            functions: vec![
+                PatchedFunction {
+                    file: "arch/x86/kvm/mmu/mmu.c".into(),
+                    name: "__direct_pte_prefetch".into(),
+                    module: Some("kvm".into()),
+                    callers: vec!["direct_pte_prefetch".into()],
+                },
+                PatchedFunction {
+                    file: "kernel/rcu/srcutree.c".into(),
+                    name: "call_srcu".into(),
+                    module: None,
+                    callers: vec![],
+                },
+            ],
+            skipped: vec![],
+        };
+        let asked = with_count_calls(commands.clone(), &reach);
+        assert_eq!(
+            asked[0][4..],
+            [
+                "--count-calls".to_string(),
+                "kvm:__direct_pte_prefetch/direct_pte_prefetch,call_srcu".to_string()
+            ]
+        );
+        assert_eq!(asked[1], commands[1]);
+        assert_eq!(
+            with_count_calls(commands.clone(), &Reach::default()),
+            commands
+        );
     }
 }

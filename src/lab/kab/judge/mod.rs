@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use crate::analysis::calls::{FunctionCalls, never_ran, side_calls};
 use crate::analysis::compare::{AbComparison, AbVerdict, ab};
 use crate::analysis::metric_ab::{
     CountCall, MetricJudgement, NotJudged, RankedCount, Shift, correct_together,
@@ -19,7 +20,8 @@ use crate::kernel::vm::Accel;
 use crate::lab::fidelity::patch::{self};
 use crate::record::pooled;
 
-use super::{BootSummary, GuestFailure};
+use super::{BootSummary, BusyBoot, GuestFailure};
+use hvlab_core::noise::BusyReason;
 
 /// How far a metric can be trusted on this accelerator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -111,6 +113,67 @@ pub struct VariantAb {
     /// compared, and the verdict comes from these.
     #[serde(default, skip_serializing_if = "both_ran")]
     pub failures: [Option<SideFailure>; 2],
+    /// Calls of the patched functions on A and on B, summed over the side's boots (`None`:
+    /// that side counted none).
+    #[serde(default, skip_serializing_if = "uncounted")]
+    pub calls: [Option<Vec<FunctionCalls>>; 2],
+}
+
+fn uncounted(calls: &[Option<Vec<FunctionCalls>>; 2]) -> bool {
+    calls.iter().all(Option::is_none)
+}
+
+/// What would reach patched functions a variant never ran, as the scenario declares it
+/// ([`scenario::Reaches`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReachHint {
+    /// What reaches them (`the legacy MMU`).
+    pub by: String,
+    /// The `--kvm-param` that selects it (`kvm.tdp_mmu=N`).
+    pub kvm_param: String,
+    /// Whether this kab already ran with it (then it did not reach them either).
+    pub given: bool,
+}
+
+/// The scenario's way to reach the functions `calls` name, when it declares one for any.
+fn reach_hint(scenario: &str, calls: &[Option<Vec<FunctionCalls>>; 2]) -> Option<ReachHint> {
+    let names: Vec<&str> = calls
+        .iter()
+        .flatten()
+        .flatten()
+        .map(|f| f.function.rsplit(':').next().unwrap_or(&f.function))
+        .collect();
+    scenario::reaches(scenario)
+        .iter()
+        .find(|r| names.iter().any(|n| r.functions.contains(n)))
+        .map(|r| ReachHint {
+            by: r.by.to_string(),
+            kvm_param: r.kvm_param.to_string(),
+            given: false,
+        })
+}
+
+/// Whether `--kvm-param`s `given` already hold `param` (`kvm.tdp_mmu=N` is given as
+/// `kvm.tdp_mmu=0`, `=n` or `=N`, and `kvm-` for `kvm_`).
+fn param_given(given: &[String], param: &str) -> bool {
+    let norm = |p: &str| -> Option<(String, String)> {
+        let (key, value) = p.split_once('=')?;
+        let value = match value.to_ascii_lowercase().as_str() {
+            "n" | "0" | "false" | "off" => "0".to_string(),
+            "y" | "1" | "true" | "on" => "1".to_string(),
+            v => v.to_string(),
+        };
+        Some((key.replace('-', "_"), value))
+    };
+    let wanted = norm(param);
+    wanted.is_some() && given.iter().any(|g| norm(g) == wanted)
+}
+
+/// Marks the hints of `verdicts` that this kab's `--kvm-param`s already followed.
+pub fn mark_given(verdicts: &mut [VariantVerdict], kvm_params: &[String]) {
+    for r in verdicts.iter_mut().filter_map(|v| v.reach.as_mut()) {
+        r.given = param_given(kvm_params, &r.kvm_param);
+    }
 }
 
 /// Why one side of a kab has no samples of a variant.
@@ -371,6 +434,7 @@ pub fn judge_uncorrected(
                 (Ok(v), Ok(_)) => v,
                 (a, b) => {
                     variants.push(VariantAb {
+                        calls: [side_calls(&ra, &name), side_calls(&rb, &name)],
                         variant: name,
                         metrics: Vec::new(),
                         stalls: Vec::new(),
@@ -421,6 +485,7 @@ pub fn judge_uncorrected(
                 metrics,
                 stalls: stalls_ab(&ra, &rb, &v.name),
                 failures: [None, None],
+                calls: [side_calls(&ra, &v.name), side_calls(&rb, &v.name)],
             });
         }
         out.push(ScenarioAb {
@@ -722,7 +787,7 @@ pub struct VariantVerdict {
     pub scenario: String,
     /// The variant.
     pub variant: String,
-    /// The class: FIXED, IMPROVED, REGRESSED, NO CHANGE or NOT DECIDED.
+    /// The class: FIXED, IMPROVED, REGRESSED, NO CHANGE, NOT DECIDED or NOT EXERCISED.
     #[serde(serialize_with = "class_word")]
     pub class: Class,
     /// Repetitions with a stall on A and on B (the `stalls` count), when the scenario counts them.
@@ -740,11 +805,18 @@ pub struct VariantVerdict {
     /// Why nothing was judged: the boots the host was busy during (then the class is NOT
     /// DECIDED, whatever the samples say).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub host_busy: Option<String>,
+    pub host_busy: Option<Vec<BusyBoot>>,
     /// Why A, and why B, has no samples of the variant, when a side has none: B failing
     /// what A ran is REGRESSED; anything else without samples on both sides is NOT DECIDED.
     #[serde(default, skip_serializing_if = "both_ran")]
     pub failures: [Option<SideFailure>; 2],
+    /// Calls of the patched functions on A and on B, when counted: all 0 on both sides makes
+    /// the variant NOT EXERCISED.
+    #[serde(default, skip_serializing_if = "uncounted")]
+    pub calls: [Option<Vec<FunctionCalls>>; 2],
+    /// What would reach the patched functions, when NOT EXERCISED and the scenario knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reach: Option<ReachHint>,
 }
 
 fn change(m: &MetricAb, within_jiffy: bool) -> Change {
@@ -784,6 +856,8 @@ fn failed_verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
         undecided: Vec::new(),
         host_busy: None,
         failures: v.failures.clone(),
+        calls: v.calls.clone(),
+        reach: None,
     }
 }
 
@@ -844,7 +918,11 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
     if unsettled_stall && !undecided.iter().any(|m| m == "stalls") {
         undecided.push("stalls".into());
     }
-    let class = if !regressions.is_empty() {
+    // The patched code never ran on either kernel: nothing here can be the patch's doing.
+    let not_exercised = never_ran([v.calls[0].as_deref(), v.calls[1].as_deref()]);
+    let class = if not_exercised {
+        Class::NotExercised
+    } else if !regressions.is_empty() {
         Class::Regressed
     } else if stalls_gone && stalls_judged_lower {
         Class::Fixed
@@ -867,55 +945,60 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
         undecided,
         host_busy: None,
         failures: [None, None],
+        calls: v.calls.clone(),
+        reach: not_exercised
+            .then(|| reach_hint(scenario, &v.calls))
+            .flatten(),
     }
 }
 
-/// Not judged: the host was busy during `busy` (the boots, in words). Under TCG every time is
+/// Not judged: the host was busy during the `busy` boots. Under TCG every time is
 /// the emulator's, and a boot whose QEMU waited for a CPU is slowed as a whole: its
 /// repetitions share the slowdown, so the rank test across them would take it for the
 /// kernel's (a saturated host made qemu-order's KVM_CREATE_VM 0.20 → 0.82 jiffies, REGRESSED).
 /// Stalls are found by their length, so their counts are no safer, and neither is a FIXED.
 /// A variant a side has no samples of keeps its verdict: a failure (a page the dirty log lost)
 /// is the kernel's answer, not a time a starved emulator stretched.
-pub(crate) fn not_judged_on_a_busy_host(v: &mut VariantVerdict, busy: &str) {
-    if !both_ran(&v.failures) {
+/// Neither is a NOT EXERCISED: its calls are counts of code that never ran, whatever the time.
+pub(crate) fn not_judged_on_a_busy_host(v: &mut VariantVerdict, busy: &[BusyBoot]) {
+    if !both_ran(&v.failures) || v.class == Class::NotExercised {
         return;
     }
     v.class = Class::NotDecided;
-    v.host_busy = Some(busy.to_string());
+    v.host_busy = Some(busy.to_vec());
     // The judgments go with the class; the samples stay in the per-metric details.
     v.regressions.clear();
     v.improvements.clear();
     v.costs.clear();
 }
 
-/// The boots the host was busy during, in words (`boot 2 (B): tasks waited for a CPU 49% of
-/// the time`), or `None` when it was quiet during all.
-pub(super) fn host_busy_during(boots: &[BootSummary]) -> Option<String> {
-    let busy: Vec<String> = boots
+/// The boots the host was busy during, none when it was quiet during all.
+pub(super) fn host_busy_during(boots: &[BootSummary]) -> Vec<BusyBoot> {
+    boots
         .iter()
         .enumerate()
         .filter_map(|(i, b)| {
-            let why = b.host_busy.as_ref()?;
-            Some(format!("boot {} ({}): {why}", i + 1, b.side))
+            Some(BusyBoot {
+                boot: i + 1,
+                side: b.side.clone(),
+                reasons: b.host_busy.clone()?,
+            })
         })
-        .collect();
-    (!busy.is_empty()).then(|| busy.join("; "))
+        .collect()
 }
 
 /// Why a boot's times cannot be judged, when they cannot: other work kept tasks waiting for a
 /// CPU (PSI) or a hypervisor below took time (steal). The load and the runnable count are not
 /// asked: QEMU's single TCG thread beside one busy loop on two cores keeps a CPU of its own
 /// (pressure 2% here), while two busy loops starve it (49%).
-pub(crate) fn busy_during_boot(noise: &hvlab_core::noise::Noise) -> Option<String> {
-    use hvlab_core::noise::BusyReason;
+pub(crate) fn busy_during_boot(noise: &hvlab_core::noise::Noise) -> Option<Vec<BusyReason>> {
     let reasons: Vec<BusyReason> = noise
         .busy
         .iter()
         .copied()
         .filter(|r| matches!(r, BusyReason::Pressure { .. } | BusyReason::Steal { .. }))
         .collect();
-    (!reasons.is_empty()).then(|| crate::analysis::words::busy_words(&reasons))
+    (!reasons.is_empty()).then_some(reasons)
 }
 
 /// Every variant's verdict, in the order judged.
@@ -942,7 +1025,8 @@ pub struct Judgement {
 /// is exactly what fails `--fail-on-regression`, a stall B gained as much as a worse metric.
 pub fn judgement(judged: &[ScenarioAb], boots: &[BootSummary]) -> Judgement {
     let mut verdicts = verdicts(judged);
-    if let Some(busy) = host_busy_during(boots) {
+    let busy = host_busy_during(boots);
+    if !busy.is_empty() {
         for v in &mut verdicts {
             not_judged_on_a_busy_host(v, &busy);
         }

@@ -165,6 +165,7 @@ fn variant(metrics: Vec<MetricAb>, stalls: Vec<StallAb>) -> VariantAb {
         metrics,
         stalls,
         failures: [None, None],
+        calls: [None, None],
     }
 }
 
@@ -246,7 +247,7 @@ fn noise_with(busy: Vec<hvlab_core::noise::BusyReason>) -> hvlab_core::noise::No
     }
 }
 
-fn boot(side: &str, host_busy: Option<&str>) -> BootSummary {
+fn boot(side: &str, host_busy: Option<Vec<BusyReason>>) -> BootSummary {
     BootSummary {
         side: side.into(),
         release: "7.3.4+deb13-amd64".into(),
@@ -257,7 +258,7 @@ fn boot(side: &str, host_busy: Option<&str>) -> BootSummary {
         stored: 1,
         store: "kab.db".into(),
         failures: Vec::new(),
-        host_busy: host_busy.map(str::to_string),
+        host_busy,
     }
 }
 
@@ -265,7 +266,6 @@ fn boot(side: &str, host_busy: Option<&str>) -> BootSummary {
 /// say busy, pressure 2%): judged. Two busy loops starve it (pressure 49%): not judged.
 #[test]
 fn only_cpu_pressure_or_steal_during_a_boot_makes_it_busy() {
-    use hvlab_core::noise::BusyReason;
     let one_loop = noise_with(vec![
         BusyReason::Load {
             load1: 2.5,
@@ -285,13 +285,11 @@ fn only_cpu_pressure_or_steal_during_a_boot_makes_it_busy() {
         BusyReason::Pressure { some_pct: 49.4 },
     ]);
     assert_eq!(
-        busy_during_boot(&two_loops).as_deref(),
-        Some("tasks waited for a CPU 49% of the time")
+        busy_during_boot(&two_loops),
+        Some(vec![BusyReason::Pressure { some_pct: 49.4 }])
     );
-    assert_eq!(
-        busy_during_boot(&noise_with(vec![BusyReason::Steal { pct: 12.0 }])).as_deref(),
-        Some("steal 12%")
-    );
+    let steal = vec![BusyReason::Steal { pct: 12.0 }];
+    assert_eq!(busy_during_boot(&noise_with(steal.clone())), Some(steal));
 }
 
 /// The saturated host's kab: qemu-order REGRESSED on KVM_CREATE_VM 0.20 → 0.82 jiffies, a
@@ -316,17 +314,21 @@ fn a_busy_boot_leaves_every_verdict_not_decided_and_names_the_boot() {
     );
     assert_eq!(fixed.class, Class::Fixed);
     let quiet = [boot("A", None), boot("B", None)];
-    assert_eq!(host_busy_during(&quiet), None);
-    let busy = host_busy_during(&[
-        boot("A", None),
-        boot("B", Some("tasks waited for a CPU 49% of the time")),
-    ])
-    .unwrap();
-    assert_eq!(busy, "boot 2 (B): tasks waited for a CPU 49% of the time");
+    assert_eq!(host_busy_during(&quiet), []);
+    let pressure = vec![BusyReason::Pressure { some_pct: 49.0 }];
+    let busy = host_busy_during(&[boot("A", None), boot("B", Some(pressure.clone()))]);
+    assert_eq!(
+        busy,
+        [BusyBoot {
+            boot: 2,
+            side: "B".into(),
+            reasons: pressure
+        }]
+    );
     for v in [&mut regressed, &mut fixed] {
         not_judged_on_a_busy_host(v, &busy);
         assert_eq!(v.class, Class::NotDecided);
-        assert_eq!(v.host_busy.as_deref(), Some(busy.as_str()));
+        assert_eq!(v.host_busy.as_deref(), Some(busy.as_slice()));
         assert!(v.regressions.is_empty() && v.costs.is_empty());
     }
 }
@@ -643,11 +645,125 @@ fn a_busy_host_does_not_hide_a_failure_of_b() {
     let (a, b) = (fixture::side(&runs, "A"), fixture::side(&runs, "B"));
     let busy = [
         boot("A", None),
-        boot("B", Some("tasks waited for a CPU 49% of the time")),
+        boot("B", Some(vec![BusyReason::Pressure { some_pct: 49.0 }])),
     ];
     let j = judgement(&fixture::judged(&a, &b, [&[], &[]]), &busy);
     assert!(j.verdicts.iter().all(|v| v.class == Class::Regressed));
     assert!(j.regression);
+}
+
+/// The memory kab of the fixture's runs, as `hvlab kab --scenario memory --variant populated`
+/// judges it under TCG.
+fn memory_judged(a: &[RunRecord], b: &[RunRecord]) -> Vec<ScenarioAb> {
+    judge(
+        &["memory".to_string()],
+        &["populated".to_string()],
+        [
+            SideRuns {
+                runs: a,
+                failed_commands: &[],
+            },
+            SideRuns {
+                runs: b,
+                failed_commands: &[],
+            },
+        ],
+        Accel::Tcg,
+        0.05,
+    )
+}
+
+/// Sets every call count of `runs` to `calls`.
+fn with_calls(runs: &mut [RunRecord], calls: u64) {
+    for f in runs
+        .iter_mut()
+        .flat_map(|r| &mut r.calls)
+        .flat_map(|v| &mut v.functions)
+    {
+        if let crate::analysis::calls::Counted::Probed { calls: c, .. } = &mut f.counted {
+            *c = calls;
+        }
+    }
+}
+
+/// Issue 37, item 3: the revert of 004's trailing prefetch under the default TDP MMU, as a kab
+/// stored it. `__direct_pte_prefetch` ran 0 times on both kernels: NOT EXERCISED (never NO
+/// CHANGE), its calls beside it, the legacy MMU named as what reaches it, and no regression.
+#[test]
+fn a_patch_whose_functions_never_ran_is_not_exercised() {
+    let runs = fixture::not_exercised_runs();
+    let (a, b) = (fixture::side(&runs, "A"), fixture::side(&runs, "B"));
+    assert_eq!((a.len(), b.len()), (2, 2));
+    let judged = memory_judged(&a, &b);
+    let v = &judged[0].variants[0];
+    let zero_on = |i: usize| {
+        v.calls[i]
+            .as_ref()
+            .and_then(|fs| fs.first())
+            .and_then(|f| f.counted.calls())
+    };
+    assert_eq!([zero_on(0), zero_on(1)], [Some(0), Some(0)]);
+    let j = judgement(&judged, &quiet_boots());
+    let verdict = &j.verdicts[0];
+    assert_eq!(verdict.class, Class::NotExercised, "{verdict:?}");
+    assert_eq!(
+        verdict.reach,
+        Some(ReachHint {
+            by: "the legacy MMU".into(),
+            kvm_param: "kvm.tdp_mmu=N".into(),
+            given: false,
+        })
+    );
+    assert!(!j.regression);
+    let json = serde_json::to_value(verdict).expect("json");
+    assert_eq!(json["class"], "NOT EXERCISED");
+    assert_eq!(json["calls"][1][0]["function"], "kvm:__direct_pte_prefetch");
+    // The stored kab ran with the host busy in every boot: the counts stand all the same.
+    let busy = [boot(
+        "A",
+        Some(vec![BusyReason::Pressure { some_pct: 100.0 }]),
+    )];
+    let j = judgement(&judged, &busy);
+    assert_eq!(j.verdicts[0].class, Class::NotExercised);
+    // Asked again with the legacy MMU already on, the hint says it did not help.
+    let mut verdicts = j.verdicts;
+    mark_given(&mut verdicts, &["kvm.tdp_mmu=0".to_string()]);
+    assert!(verdicts[0].reach.as_ref().is_some_and(|r| r.given));
+}
+
+/// The same runs with the function called on one side are judged on their metrics as before
+/// (pf_fixed 4097 on both: NO CHANGE), and a worse B whose patched code never ran is not the
+/// patch's regression: the gate stays open.
+#[test]
+fn calls_on_one_side_are_judged_normally_and_never_ran_is_no_regression() {
+    let runs = fixture::not_exercised_runs();
+    let (a, mut b) = (fixture::side(&runs, "A"), fixture::side(&runs, "B"));
+    with_calls(&mut b, 512);
+    let j = judgement(&memory_judged(&a, &b), &quiet_boots());
+    assert_eq!(j.verdicts[0].class, Class::NoChange, "{:?}", j.verdicts[0]);
+    assert_eq!(j.verdicts[0].reach, None);
+    // B faulting more, its patched code never run: NOT EXERCISED, not REGRESSED.
+    let mut b = fixture::side(&runs, "B");
+    for m in b
+        .iter_mut()
+        .flat_map(|r| &mut r.variants)
+        .filter_map(|v| v.metrics.get_mut("kvm.vcpu.pf_fixed"))
+    {
+        m.samples.iter_mut().for_each(|x| *x += 1000.0);
+        m.median += 1000.0;
+    }
+    let judged = memory_judged(&a, &b);
+    assert!(judged[0].variants[0].metrics.iter().any(|m| m.regression));
+    let j = judgement(&judged, &quiet_boots());
+    assert_eq!(j.verdicts[0].class, Class::NotExercised);
+    assert!(!j.regression);
+    // Runs stored before calls were counted judge as they always did.
+    let (mut a, mut b) = (a, fixture::side(&runs, "B"));
+    a.iter_mut()
+        .chain(b.iter_mut())
+        .for_each(|r| r.calls.clear());
+    let j = judgement(&memory_judged(&a, &b), &quiet_boots());
+    assert_eq!(j.verdicts[0].class, Class::NoChange);
 }
 
 /// A/A kabs: both sides of every metric drawn from one distribution. Six variants of

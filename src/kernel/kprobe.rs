@@ -1,0 +1,402 @@
+//! Counting calls of kernel functions with kprobe events (tracefs `kprobe_events` and the
+//! hit counts of `kprobe_profile`), for `hvlab run --count-calls` in a kab's guest. A
+//! function is probed by its own symbol (`NAME`, or the clone GCC made of it,
+//! `NAME.isra.0`/`NAME.constprop.N`); when the compiler inlined it everywhere it has none,
+//! and its callers in the same file are probed instead (which ones is recorded).
+//!
+//! The probes are armed only around the one untimed repetition the caller runs: a kprobe hit
+//! is a breakpoint trap, which the timed repetitions must never pay.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::analysis::calls::{Counted, FunctionCalls, NotProbed};
+
+/// A bad `--count-calls` item.
+#[derive(Debug, thiserror::Error, displaydoc::Display)]
+pub enum CallSpecError {
+    /// Bad --count-calls item `{0}`: expected [MODULE:]FUNCTION[/CALLER...] of C identifiers, e.g. kvm:__direct_pte_prefetch/direct_pte_prefetch.
+    Malformed(String),
+}
+
+/// One function to count: `[MODULE:]NAME[/CALLER…]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallSpec {
+    /// The module it is in (`kvm`), `None` for built-in code.
+    pub module: Option<String>,
+    /// Its name.
+    pub name: String,
+    /// Its callers in its file, probed instead when it has no symbol.
+    pub callers: Vec<String>,
+}
+
+fn is_identifier(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+impl CallSpec {
+    /// Parses one item. Only C identifiers pass: the names are written into
+    /// `kprobe_events`, so nothing else may reach it.
+    pub fn parse(text: &str) -> Result<CallSpec, CallSpecError> {
+        let bad = || CallSpecError::Malformed(text.to_string());
+        let (module, rest) = match text.split_once(':') {
+            Some((m, rest)) => (Some(m.to_string()), rest),
+            None => (None, text),
+        };
+        let mut names = rest.split('/').map(str::to_string);
+        let name = names.next().ok_or_else(bad)?;
+        let callers: Vec<String> = names.collect();
+        let all_ok = module
+            .iter()
+            .chain([&name])
+            .chain(&callers)
+            .all(|n| is_identifier(n));
+        if !all_ok {
+            return Err(bad());
+        }
+        Ok(CallSpec {
+            module,
+            name,
+            callers,
+        })
+    }
+
+    /// How the record names it: `[MODULE:]NAME`.
+    pub fn function(&self) -> String {
+        match &self.module {
+            Some(m) => format!("{m}:{}", self.name),
+            None => self.name.clone(),
+        }
+    }
+
+    /// What to probe, read from `/proc/kallsyms` text: its own symbol, else its callers'
+    /// (`true`: callers), else why none.
+    pub fn symbols(&self, kallsyms: &str) -> Result<(Vec<String>, bool), NotProbed> {
+        let module = self.module.as_deref();
+        if let Some(own) = symbol_in(kallsyms, module, &self.name) {
+            return Ok((vec![own], false));
+        }
+        let callers: Vec<String> = self
+            .callers
+            .iter()
+            .filter_map(|c| symbol_in(kallsyms, module, c))
+            .collect();
+        if callers.is_empty() {
+            return Err(NotProbed::NoSymbol {
+                callers: self.callers.clone(),
+            });
+        }
+        Ok((callers, true))
+    }
+}
+
+/// Whether `suffix` is what GCC appends to a function it cloned with the same body
+/// (`.isra.0`, `.constprop.3`, `.constprop.0.isra.0`): a probe on the clone counts its calls.
+/// `.part.N` and `.cold` are pieces of a function, not the whole: not taken.
+fn is_clone_suffix(suffix: &str) -> bool {
+    let parts: Vec<&str> = suffix.split('.').collect();
+    !suffix.is_empty()
+        && parts.len().is_multiple_of(2)
+        && parts.chunks(2).all(|p| {
+            matches!(p[0], "isra" | "constprop") && p[1].chars().all(|c| c.is_ascii_digit())
+        })
+}
+
+/// The text symbol of `name` in `module` (`None`: built-in) in `/proc/kallsyms` text, itself
+/// or a clone of it ([`is_clone_suffix`]).
+pub fn symbol_in(kallsyms: &str, module: Option<&str>, name: &str) -> Option<String> {
+    let mut clone: Option<String> = None;
+    for line in kallsyms.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(_addr), Some(kind), Some(sym)) = (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        if !matches!(kind, "t" | "T") {
+            continue;
+        }
+        let owner = fields
+            .next()
+            .map(|m| m.trim_start_matches('[').trim_end_matches(']'));
+        if owner != module {
+            continue;
+        }
+        if sym == name {
+            return Some(sym.to_string());
+        }
+        if clone.is_none()
+            && let Some(suffix) = sym.strip_prefix(name).and_then(|s| s.strip_prefix('.'))
+            && is_clone_suffix(suffix)
+        {
+            clone = Some(sym.to_string());
+        }
+    }
+    clone
+}
+
+/// Hits per event in `kprobe_profile` text (`  EVENT  HITS  MISSES` per line).
+pub fn profile_hits(profile: &str) -> std::collections::BTreeMap<String, u64> {
+    profile
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let name = f.next()?;
+            let hits = f.next()?.parse().ok()?;
+            Some((name.to_string(), hits))
+        })
+        .collect()
+}
+
+/// The group hvlab's probes are made in, so they are found (and removed) by it.
+const GROUP: &str = "hvlab";
+
+/// The tracefs mount with kprobe events, or why there is none.
+fn tracefs() -> Result<PathBuf, NotProbed> {
+    for dir in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
+        let dir = PathBuf::from(dir);
+        if dir.join("kprobe_events").exists() {
+            return Ok(dir);
+        }
+    }
+    let detail = if Path::new("/sys/kernel/tracing/trace").exists() {
+        "tracefs is mounted at /sys/kernel/tracing without kprobe_events"
+    } else {
+        "no tracefs with kprobe_events at /sys/kernel/tracing or /sys/kernel/debug/tracing"
+    };
+    Err(NotProbed::NoKprobeEvents {
+        detail: detail.to_string(),
+    })
+}
+
+/// Appends one command to `kprobe_events` (each write is one command to the kernel).
+fn kprobe_command(dir: &Path, command: &str) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("kprobe_events"))?;
+    f.write_all(format!("{command}\n").as_bytes())
+}
+
+fn set_enabled(dir: &Path, on: bool) -> std::io::Result<()> {
+    std::fs::write(
+        dir.join("events").join(GROUP).join("enable"),
+        if on { "1" } else { "0" },
+    )
+}
+
+/// Removes every probe of hvlab's group (a run killed mid-count leaves them).
+fn remove_ours(dir: &Path) {
+    let _ = set_enabled(dir, false);
+    let Ok(events) = std::fs::read_to_string(dir.join("kprobe_events")) else {
+        return;
+    };
+    for line in events.lines() {
+        if let Some(event) = line
+            .split_whitespace()
+            .next()
+            .and_then(|e| e.split_once(':'))
+            .map(|(_, e)| e)
+            .filter(|e| e.starts_with(&format!("{GROUP}/")))
+        {
+            let _ = kprobe_command(dir, &format!("-:{event}"));
+        }
+    }
+}
+
+/// The probes armed for one function: (symbol, event) pairs, and whether they are its
+/// callers'.
+type Armed = (Vec<(String, String)>, bool);
+
+/// Counts the calls of each of `specs` during `run` (called once, probes armed), and returns
+/// them with `run`'s result. A function that cannot be probed says why; `run` runs anyway,
+/// so the caller's untimed repetition is the same with or without counts.
+pub fn count_calls<T>(specs: &[CallSpec], run: impl FnOnce() -> T) -> (Vec<FunctionCalls>, T) {
+    let not = |s: &CallSpec, why: NotProbed| FunctionCalls {
+        function: s.function(),
+        counted: Counted::NotProbed { why },
+    };
+    let dir = match tracefs() {
+        Ok(dir) => dir,
+        Err(why) => {
+            let out = specs.iter().map(|s| not(s, why.clone())).collect();
+            return (out, run());
+        }
+    };
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+    remove_ours(&dir);
+    // Per spec: its probed symbols and their event names, or why not.
+    let mut planned: Vec<Result<Armed, NotProbed>> = Vec::new();
+    let mut n = 0;
+    for s in specs {
+        let chosen = s.symbols(&kallsyms).and_then(|(symbols, via_callers)| {
+            let mut events = Vec::new();
+            for sym in symbols {
+                let event = format!("hvlab_{n}");
+                n += 1;
+                let target = match &s.module {
+                    Some(m) => format!("{m}:{sym}"),
+                    None => sym.clone(),
+                };
+                kprobe_command(&dir, &format!("p:{GROUP}/{event} {target}")).map_err(|e| {
+                    NotProbed::Refused {
+                        symbol: sym.clone(),
+                        error: e.to_string(),
+                    }
+                })?;
+                events.push((sym, event));
+            }
+            Ok((events, via_callers))
+        });
+        planned.push(chosen);
+    }
+    let armed = planned.iter().any(Result::is_ok);
+    let enabled = if armed {
+        set_enabled(&dir, true).map_err(|e| e.to_string())
+    } else {
+        Ok(())
+    };
+    let result = run();
+    let _ = set_enabled(&dir, false);
+    let profile = std::fs::read_to_string(dir.join("kprobe_profile"));
+    remove_ours(&dir);
+    let out = specs
+        .iter()
+        .zip(planned)
+        .map(|(s, chosen)| {
+            let (events, via_callers) = match chosen {
+                Ok(c) => c,
+                Err(why) => return not(s, why),
+            };
+            let hits = match (&enabled, &profile) {
+                (Err(e), _) => {
+                    return not(
+                        s,
+                        NotProbed::Unreadable {
+                            error: format!("enabling the probes: {e}"),
+                        },
+                    );
+                }
+                (_, Err(e)) => {
+                    return not(
+                        s,
+                        NotProbed::Unreadable {
+                            error: format!("kprobe_profile: {e}"),
+                        },
+                    );
+                }
+                (Ok(()), Ok(text)) => profile_hits(text),
+            };
+            let mut calls = 0;
+            for (_, event) in &events {
+                match hits.get(event) {
+                    Some(h) => calls += h,
+                    None => {
+                        return not(
+                            s,
+                            NotProbed::Unreadable {
+                                error: format!("kprobe_profile has no line for {event}"),
+                            },
+                        );
+                    }
+                }
+            }
+            FunctionCalls {
+                function: s.function(),
+                counted: Counted::Probed {
+                    symbols: events.into_iter().map(|(sym, _)| sym).collect(),
+                    via_callers,
+                    calls,
+                },
+            }
+        })
+        .collect();
+    (out, result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kallsyms excerpt as a guest of 7.3 with the kvm modules loaded shows it: the revert's
+    /// function inlined (no symbol), its caller there; a clone; a `.cold` piece; built-in code.
+    const KALLSYMS: &str = "\
+ffffffff8110a2b0 T call_srcu
+ffffffff8110a300 t __call_srcu
+ffffffffc0a41230 t direct_pte_prefetch_many\t[kvm]
+ffffffffc0a41400 t direct_pte_prefetch\t[kvm]
+ffffffffc0a45000 t kvm_mmu_prefetch_sptes.isra.0\t[kvm]
+ffffffffc0a46000 t shadow_walk_next.cold\t[kvm]
+ffffffffc0a47000 d direct_map_data\t[kvm]
+ffffffffc0b00000 t svm_vcpu_run\t[kvm_amd]
+ffffffffc0a10000 T kvm_io_bus_register_dev\t[kvm]
+";
+
+    fn spec(text: &str) -> CallSpec {
+        CallSpec::parse(text).expect("parses")
+    }
+
+    /// The revert's `__direct_pte_prefetch` has no symbol: its caller is probed, and the
+    /// record says so.
+    #[test]
+    fn an_inlined_function_falls_back_to_its_caller_with_a_symbol() {
+        let s = spec("kvm:__direct_pte_prefetch/direct_pte_prefetch/nonexistent");
+        assert_eq!(
+            s.symbols(KALLSYMS),
+            Ok((vec!["direct_pte_prefetch".to_string()], true))
+        );
+        assert_eq!(
+            spec("kvm:kvm_io_bus_register_dev").symbols(KALLSYMS),
+            Ok((vec!["kvm_io_bus_register_dev".to_string()], false))
+        );
+        assert_eq!(
+            spec("call_srcu").symbols(KALLSYMS),
+            Ok((vec!["call_srcu".to_string()], false))
+        );
+    }
+
+    /// A GCC clone counts as the function; a `.cold` piece, a data symbol, another module's
+    /// symbol or a built-in one of the same name do not.
+    #[test]
+    fn clones_are_accepted_and_pieces_and_other_owners_are_not() {
+        assert_eq!(
+            symbol_in(KALLSYMS, Some("kvm"), "kvm_mmu_prefetch_sptes").as_deref(),
+            Some("kvm_mmu_prefetch_sptes.isra.0")
+        );
+        assert_eq!(symbol_in(KALLSYMS, Some("kvm"), "shadow_walk_next"), None);
+        assert_eq!(symbol_in(KALLSYMS, Some("kvm"), "direct_map_data"), None);
+        assert_eq!(symbol_in(KALLSYMS, Some("kvm"), "svm_vcpu_run"), None);
+        assert_eq!(symbol_in(KALLSYMS, None, "direct_pte_prefetch"), None);
+        assert_eq!(
+            spec("kvm:shadow_walk_next/also_missing").symbols(KALLSYMS),
+            Err(NotProbed::NoSymbol {
+                callers: vec!["also_missing".to_string()]
+            })
+        );
+        assert!(is_clone_suffix("constprop.0.isra.0"));
+        assert!(!is_clone_suffix("part.0") && !is_clone_suffix("cold"));
+    }
+
+    /// Only identifiers reach `kprobe_events`: no second command smuggled in a name.
+    #[test]
+    fn specs_take_identifiers_only() {
+        assert_eq!(
+            spec("kvm:f/g"),
+            CallSpec {
+                module: Some("kvm".into()),
+                name: "f".into(),
+                callers: vec!["g".into()]
+            }
+        );
+        for bad in ["kvm:f\n-:x", "kvm:", "f/", "kvm:f g", "../f", "kvm:1f"] {
+            assert!(CallSpec::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn profile_hits_are_read_per_event() {
+        let text = "  hvlab_0                                                    4097               0\n  hvlab_1  0  0\n";
+        let hits = profile_hits(text);
+        assert_eq!(hits.get("hvlab_0"), Some(&4097));
+        assert_eq!(hits.get("hvlab_1"), Some(&0));
+    }
+}
