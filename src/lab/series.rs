@@ -48,6 +48,11 @@ pub trait SeriesSource {
     fn base(&self) -> &str;
     /// The steps, oldest first.
     fn steps(&self) -> Result<Vec<SeriesStep>, Error>;
+    /// What the reader must know about the series (a range that follows first parents past
+    /// a merge).
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// `debian:7.3+v3.mbox`: each message of the mbox a step, written to a file of its own under
@@ -201,6 +206,10 @@ impl SeriesSource for GitRangeSeries {
 
     fn steps(&self) -> Result<Vec<SeriesStep>, Error> {
         Ok(self.steps.clone())
+    }
+
+    fn notes(&self) -> Vec<String> {
+        self.notes.clone()
     }
 }
 
@@ -842,7 +851,7 @@ pub fn run_per_patch(
             .iter()
             .map(|&i| (steps[i].label.clone(), steps[i].spec.clone())),
     );
-    let mut notes = Vec::new();
+    let mut notes = source.notes();
     let resolved = build_all(&specs, k, progress, &mut notes)?;
     let build_s = start.elapsed().as_secs_f64();
     // Index 0 the base, i + 1 commit i.

@@ -56,7 +56,7 @@ pub(super) fn per_patch(
             },
         )?;
         let json = serde_json::to_value(&table).map_err(|e| Error::Output(e.into()))?;
-        (table, Vec::new(), json)
+        (table, source.notes(), json)
     } else {
         let reporter = Reporter::new(args.json);
         let outcome = series::run_per_patch(
