@@ -92,6 +92,9 @@ enum Command {
     /// A/B of two kernels under test: boots them alternately, runs the scenarios, judges counts
     /// exactly and jiffies with the rank test (times only with kvm acceleration)
     Kab(kernel::KabArgs),
+    /// The first commit of a series whose verdict for a variant differs from GOOD's (git
+    /// bisect on a noisy host): hvlab bisect debian:7.3 debian:7.3+v3.mbox --variant V
+    Bisect(kernel::BisectArgs),
     /// A/B verdict: B against A, each a run, RUN:variant, or runs joined by commas; or each a
     /// host selector (key=value terms joined by commas over kernel, cpu, flavour, hz, backend,
     /// e.g. kernel=6.18,cpu=EPYC), compared per matched host and overall
@@ -342,6 +345,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         Command::Trace(args) => tracer::trace(&args),
         Command::Vm(args) => kernel::vm(db, &args),
         Command::Kab(args) => kernel::kab(db, &args),
+        Command::Bisect(args) => kernel::bisect(db, &args),
         Command::Compare(args) => compare::compare(db, &args),
         Command::Report(args) => report::report(db, args),
         Command::Merge(args) => transfer::merge(db, &args),

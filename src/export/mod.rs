@@ -12,6 +12,7 @@ pub mod jsonl;
 pub mod kab;
 pub mod markdown;
 pub mod report;
+pub mod series;
 pub mod summary;
 pub mod sweep;
 pub mod terminal;

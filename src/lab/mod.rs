@@ -2,6 +2,7 @@
 //! the suite and sweeps and their shards, and the host probe whichever backends this build has.
 
 pub mod backends;
+pub mod bisect;
 #[cfg(hvlab_kvm)]
 pub mod calibrate;
 pub mod compare;
@@ -10,6 +11,7 @@ pub mod fleet;
 pub mod host;
 pub mod kab;
 pub mod select;
+pub mod series;
 pub mod shard;
 pub mod suite;
 pub mod sweep;

@@ -3,6 +3,10 @@
 
 #[cfg(test)]
 mod kab_golden;
+mod series;
+
+pub use series::BisectArgs;
+pub(super) use series::bisect;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -202,6 +206,21 @@ pub struct KabArgs {
     /// Do not calibrate the base in its first boot (once per kernel and accelerator: about 10 s more in that boot under TCG); the model's prediction for this host then needs a cached calibration
     #[arg(long)]
     no_calibrate: bool,
+    /// SERIES is BASE+SERIES.mbox or a git range git:PATH@A..B (BASE git:PATH@A): judge each
+    /// commit (message) against its parent and against BASE, one row per commit and variant,
+    /// every comparison corrected as one family
+    #[arg(long)]
+    per_patch: bool,
+    /// With --per-patch: the table from the store alone, nothing built or booted (after
+    /// `hvlab merge` of the shards' files)
+    #[arg(long, requires = "per_patch")]
+    from_store: bool,
+    /// With --per-patch: the metric shown in each row's numbers when none moved [default: the
+    /// first judged]
+    #[arg(long, value_name = "M", requires = "per_patch")]
+    metric: Option<String>,
+    #[command(flatten)]
+    shard: super::ShardArgs,
     #[command(flatten)]
     sandbox: SandboxArgs,
     #[command(flatten)]
@@ -445,6 +464,17 @@ fn command_line() -> String {
 pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
     let req = kab_request(args)?;
     check_kab_args(args, &req)?;
+    if args.per_patch {
+        return series::per_patch(db, args, req);
+    }
+    if let Some(shard) = &args.shard.shard {
+        return Err(InputError::BadValue {
+            key: "--shard".into(),
+            value: shard.clone(),
+            why: "a kab of two kernels has one unit; shards split a series: add --per-patch".into(),
+        }
+        .into());
+    }
     let mut store = open_store(db)?;
     let reporter = Reporter::new(args.json);
     let outcome = kab::run(&req, &mut store, &reporter)?;
@@ -556,11 +586,20 @@ fn check_kab_args(args: &KabArgs, req: &KabRequest) -> Result<(), Error> {
 /// Every `--expect-fixed` variant is one a requested scenario has: a typo must not cost two
 /// kernel builds and four boots before it is said.
 fn check_expected_variants(expect_fixed: &[String], scenarios: &[String]) -> Result<(), Error> {
+    check_variants_exist("--expect-fixed", expect_fixed, scenarios)
+}
+
+/// Every variant `option` names is one a requested scenario has (exit 2 naming the others).
+fn check_variants_exist(
+    option: &str,
+    variants: &[String],
+    scenarios: &[String],
+) -> Result<(), Error> {
     let infos = scenarios
         .iter()
         .map(|s| crate::scenario::find(s))
         .collect::<Result<Vec<_>, _>>()?;
-    for v in expect_fixed {
+    for v in variants {
         if !infos
             .iter()
             .any(|i| i.variants.iter().any(|x| x.name == *v))
@@ -570,7 +609,7 @@ fn check_expected_variants(expect_fixed: &[String], scenarios: &[String]) -> Res
                 .flat_map(|i| i.variants.iter().map(|x| x.name))
                 .collect();
             return Err(InputError::BadValue {
-                key: "--expect-fixed".into(),
+                key: option.into(),
                 value: v.clone(),
                 why: format!(
                     "no scenario of {} has that variant; it has: {}",

@@ -29,9 +29,12 @@ use judge::host_busy_during;
 
 pub use judge::{
     Cause, Change, GraceWait, Judgement, MetricAb, ScenarioAb, SideFailure, SideRuns, StallAb,
-    StallReps, StallSide, Trust, VariantAb, VariantVerdict, judge, judgement, verdict, verdicts,
+    StallReps, StallSide, Trust, VariantAb, VariantVerdict, correct_family, judge,
+    judge_uncorrected, judgement, verdict, verdicts,
 };
+pub(crate) use judge::{busy_during_boot, not_judged_on_a_busy_host};
 pub use predict::{KabPrediction, PredictedWait, ThisHostPrediction, VariantPrediction};
+pub(crate) use run::guest_commands;
 pub use run::{abba, logs_dir, run};
 
 use std::path::PathBuf;

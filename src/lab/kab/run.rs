@@ -52,7 +52,7 @@ fn with_count_calls(mut commands: Vec<Vec<String>>, reach: &Reach) -> Vec<Vec<St
 
 /// The hvlab command each boot runs, per scenario; `--variant` and `--set` go to the
 /// scenarios that have them, and each must fit at least one.
-fn guest_commands(req: &KabRequest) -> Result<Vec<Vec<String>>, Error> {
+pub(crate) fn guest_commands(req: &KabRequest) -> Result<Vec<Vec<String>>, Error> {
     let infos = req
         .scenarios
         .iter()
@@ -469,7 +469,7 @@ impl BootPlan<'_> {
 
 impl BootSummary {
     /// Side `side`'s `boot`, of whose runs `stored` were new to `store`.
-    fn of(side: &str, boot: &vm::Boot, stored: usize, store: String) -> BootSummary {
+    pub(crate) fn of(side: &str, boot: &vm::Boot, stored: usize, store: String) -> BootSummary {
         BootSummary {
             side: side.to_string(),
             release: boot.release.clone(),

@@ -451,6 +451,20 @@ pub fn judge(
     accel: Accel,
     threshold: f64,
 ) -> Vec<ScenarioAb> {
+    let mut out = judge_uncorrected(scenarios, asked, sides, accel, threshold);
+    correct_family(&mut out, threshold);
+    out
+}
+
+/// [`judge`] before the family's correction: for a caller that judges several pairs as one
+/// family (a series' commits), each comparison at its own p until [`correct_family`].
+pub fn judge_uncorrected(
+    scenarios: &[String],
+    asked: &[String],
+    sides: [SideRuns<'_>; 2],
+    accel: Accel,
+    threshold: f64,
+) -> Vec<ScenarioAb> {
     let mut out = Vec::new();
     for scenario in scenarios {
         let (ra, rb) = (
@@ -527,7 +541,6 @@ pub fn judge(
             variants,
         });
     }
-    correct_family(&mut out, threshold);
     out
 }
 
@@ -847,7 +860,7 @@ fn out_of_reach(ratio: f64, together: usize) -> (String, String) {
 /// metrics: a kab of 6 variants × 12 metrics judged each at p < 0.05 alone calls a change in
 /// most A/A kabs), then settles each metric again from its corrected call. Exact counts and
 /// the variants a side failed are outside the family.
-fn correct_family(judged: &mut [ScenarioAb], threshold: f64) {
+pub fn correct_family(judged: &mut [ScenarioAb], threshold: f64) {
     let mut members: Vec<(&mut MetricJudgement, [f64; 2])> = judged
         .iter_mut()
         .flat_map(|s| s.variants.iter_mut())
@@ -1227,7 +1240,7 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
 /// A variant a side has no samples of keeps its verdict: a failure (a page the dirty log lost)
 /// is the kernel's answer, not a time a starved emulator stretched.
 /// Neither is a NOT EXERCISED: its calls are counts of code that never ran, whatever the time.
-fn not_judged_on_a_busy_host(v: &mut VariantVerdict, busy: &[BusyBoot]) {
+pub(crate) fn not_judged_on_a_busy_host(v: &mut VariantVerdict, busy: &[BusyBoot]) {
     if !both_ran(&v.failures) || v.class == Class::NotExercised {
         return;
     }
@@ -1258,7 +1271,7 @@ pub(super) fn host_busy_during(boots: &[BootSummary]) -> Vec<BusyBoot> {
 /// CPU (PSI) or a hypervisor below took time (steal). The load and the runnable count are not
 /// asked: QEMU's single TCG thread beside one busy loop on two cores keeps a CPU of its own
 /// (pressure 2% here), while two busy loops starve it (49%).
-pub(super) fn busy_during_boot(noise: &hvlab_core::noise::Noise) -> Option<Vec<BusyReason>> {
+pub(crate) fn busy_during_boot(noise: &hvlab_core::noise::Noise) -> Option<Vec<BusyReason>> {
     let reasons: Vec<BusyReason> = noise
         .busy
         .iter()

@@ -915,7 +915,10 @@ fn a_patch_whose_functions_never_ran_is_not_exercised() {
     assert_eq!(json["class"], "NOT EXERCISED");
     assert_eq!(json["calls"][1][0]["function"], "kvm:__direct_pte_prefetch");
     // The stored kab ran with the host busy in every boot: the counts stand all the same.
-    let busy = [boot("A", Some(vec![BusyReason::Pressure { some_pct: 100.0 }]))];
+    let busy = [boot(
+        "A",
+        Some(vec![BusyReason::Pressure { some_pct: 100.0 }]),
+    )];
     let j = judgement(&judged, &busy);
     assert_eq!(j.verdicts[0].class, Class::NotExercised);
     // Asked again with the legacy MMU already on, the hint says it did not help.

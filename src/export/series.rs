@@ -1,0 +1,422 @@
+//! A series' per-patch table in words (`hvlab kab BASE SERIES --per-patch`): the terminal
+//! table ([`render`]: the answer first, then a row per commit × variant with its verdict
+//! against its parent and against the base and LKP's numbers, parent | commit | %change, each
+//! ± %stddev) and the cover letter's Markdown ([`markdown`], a section per patch). Numbers go
+//! through the export layer's one formatter ([`crate::analysis::quantity`]), Markdown through
+//! [`super::escape`]. `--json` is the outcome itself through serde.
+
+use crate::analysis::quantity::{fixed_decimals, number};
+use crate::export::escape;
+use crate::lab::series::{CommitRow, Numbers, SeriesTable, VariantRow};
+
+/// A side's median ± its spread in % of its mean, as LKP prints it.
+pub fn with_spread(median: f64, stddev_pct: f64) -> String {
+    format!("{} ±{}%", number(median), fixed_decimals(stddev_pct))
+}
+
+/// The %change, signed.
+fn change(n: &Numbers) -> String {
+    format!("{:+.1}%", n.change_pct)
+}
+
+/// The numbers' cells: parent, commit, %change, metric (dashes when none was compared).
+fn number_cells(n: Option<&Numbers>) -> [String; 4] {
+    n.map_or_else(
+        || std::array::from_fn(|_| "-".to_string()),
+        |n| {
+            [
+                with_spread(n.parent, n.stddev_pct[0]),
+                with_spread(n.commit, n.stddev_pct[1]),
+                change(n),
+                format!("{} ({})", n.metric, n.unit),
+            ]
+        },
+    )
+}
+
+/// The answer first: each commit whose verdict against its parent is a change, or that does
+/// not build, as `[PATCH 2/4] REGRESSED irqchip-first: m00 100 → 130 µs (+30.0%)`; else one
+/// line saying no commit changed anything (or how many rows stayed NOT DECIDED).
+pub fn answer(t: &SeriesTable) -> Vec<String> {
+    use crate::analysis::verdict::Class;
+    let mut out = Vec::new();
+    for c in &t.commits {
+        if let Some(e) = &c.does_not_build {
+            out.push(format!("{} DOES NOT BUILD: {e}", c.step.label));
+            continue;
+        }
+        for v in c
+            .variants
+            .iter()
+            .filter(|v| !matches!(v.vs_parent.class, Class::NoChange | Class::NotDecided))
+        {
+            let what = v.numbers.as_ref().map_or_else(String::new, |n| {
+                format!(
+                    ": {} {} → {} {} ({})",
+                    n.metric,
+                    number(n.parent),
+                    number(n.commit),
+                    n.unit,
+                    change(n)
+                )
+            });
+            out.push(format!(
+                "{} {} {}{what}",
+                c.step.label,
+                v.vs_parent.class.word(),
+                v.variant
+            ));
+        }
+    }
+    if out.is_empty() {
+        let undecided = t
+            .commits
+            .iter()
+            .flat_map(|c| &c.variants)
+            .filter(|v| v.vs_parent.class == Class::NotDecided)
+            .count();
+        out.push(if undecided == 0 {
+            format!(
+                "no commit changed anything: every row of {} commit(s) is NO CHANGE against its parent",
+                t.commits.len()
+            )
+        } else {
+            format!(
+                "no commit is established to change anything; {undecided} row(s) NOT DECIDED (more --boots or --reps can decide)"
+            )
+        });
+    }
+    out
+}
+
+/// The rows of the table: one per commit × variant, a commit that does not build one row
+/// with its error.
+fn rows(t: &SeriesTable) -> Vec<[String; 8]> {
+    let mut out = Vec::new();
+    for c in &t.commits {
+        if let Some(e) = &c.does_not_build {
+            out.push([
+                c.step.label.clone(),
+                "-".into(),
+                format!("DOES NOT BUILD: {e}"),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+            ]);
+            continue;
+        }
+        for v in &c.variants {
+            let [parent, commit, pct, metric] = number_cells(v.numbers.as_ref());
+            out.push([
+                c.step.label.clone(),
+                v.variant.clone(),
+                v.vs_parent.class.word().into(),
+                v.vs_base.class.word().into(),
+                parent,
+                commit,
+                pct,
+                metric,
+            ]);
+        }
+    }
+    out
+}
+
+/// The terminal text: the answer, then the table, then the notes.
+pub fn render(t: &SeriesTable, notes: &[String]) -> String {
+    let mut out = answer(t);
+    out.push(String::new());
+    out.push(format!(
+        "{} commit(s) on {}, each against its parent and against the base; {} comparisons corrected together",
+        t.commits.len(),
+        t.base,
+        t.judged_together
+    ));
+    out.push(String::new());
+    let header = [
+        "commit",
+        "variant",
+        "vs parent",
+        "vs base",
+        "parent ±%sd",
+        "commit ±%sd",
+        "%change",
+        "metric",
+    ];
+    let rows = rows(t);
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            escape::column_width(
+                std::iter::once(header[i].chars().count()).chain(
+                    rows.iter()
+                        .filter(|r| !r[3].is_empty() || i < 2)
+                        .map(|r| r[i].chars().count()),
+                ),
+            )
+        })
+        .collect();
+    let line = |cells: &[String]| {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, &w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    let header: Vec<String> = header.iter().map(ToString::to_string).collect();
+    out.push(line(&header));
+    out.push(
+        widths
+            .iter()
+            .map(|&w| "-".repeat(w))
+            .collect::<Vec<_>>()
+            .join("  "),
+    );
+    for r in &rows {
+        // A commit that does not build: its label, then the error unpadded.
+        if r[3].is_empty() {
+            out.push(format!(
+                "{:<w0$}  {:<w1$}  {}",
+                r[0],
+                r[1],
+                r[2],
+                w0 = widths[0],
+                w1 = widths[1]
+            ));
+        } else {
+            out.push(line(r));
+        }
+    }
+    if !notes.is_empty() {
+        out.push(String::new());
+        out.extend(notes.iter().map(|n| format!("note: {n}")));
+    }
+    out.join("\n")
+}
+
+/// A patch's section of the cover letter: its title, what it was judged against, and a row
+/// per variant.
+fn section(c: &CommitRow, base: &str) -> Vec<String> {
+    let mut out = vec![
+        format!(
+            "### {} {}",
+            escape::markdown(&c.step.label),
+            escape::markdown(&c.step.subject)
+        ),
+        String::new(),
+    ];
+    if let Some(e) = &c.does_not_build {
+        out.push(format!(
+            "Does not build: `{}`",
+            e.replace('`', "'").replace('\n', " ")
+        ));
+        return out;
+    }
+    out.push(format!(
+        "Against its parent ({}) and the base (`{}`):",
+        escape::markdown(&c.parent),
+        base.replace('`', "'")
+    ));
+    out.push(String::new());
+    out.push("| variant | vs parent | vs base | parent | commit | %change |".into());
+    out.push("|---|---|---|---|---|---|".into());
+    out.extend(c.variants.iter().map(markdown_row));
+    out
+}
+
+fn markdown_row(v: &VariantRow) -> String {
+    let [parent, commit, pct, metric] = number_cells(v.numbers.as_ref());
+    let pct = if v.numbers.is_some() {
+        format!("{pct} {metric}")
+    } else {
+        pct
+    };
+    format!(
+        "| {} | {} | {} | {} | {} | {} |",
+        escape::markdown_cell(&v.variant),
+        v.vs_parent.class.word(),
+        v.vs_base.class.word(),
+        escape::markdown_cell(&parent),
+        escape::markdown_cell(&commit),
+        escape::markdown_cell(&pct)
+    )
+}
+
+/// The cover letter's Markdown: the answer, a section per patch, and the command that
+/// reproduces it.
+pub fn markdown(t: &SeriesTable, command: &str) -> String {
+    let mut out = vec![
+        format!(
+            "**hvlab kab --per-patch** on `{}`: {} commit(s), each against its parent and the base, {} comparisons corrected together",
+            t.base.replace('`', "'"),
+            t.commits.len(),
+            t.judged_together
+        ),
+        String::new(),
+    ];
+    out.extend(
+        answer(t)
+            .iter()
+            .map(|a| format!("- {}", escape::markdown(a))),
+    );
+    for c in &t.commits {
+        out.push(String::new());
+        out.extend(section(c, &t.base));
+    }
+    out.push(String::new());
+    out.push(format!("Reproduce: `{}`", command.replace('`', "'")));
+    out.join("\n") + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::verdict::Class;
+    use crate::lab::kab::VariantVerdict;
+    use crate::lab::series::SeriesStep;
+
+    fn verdict(variant: &str, class: Class) -> VariantVerdict {
+        VariantVerdict {
+            scenario: "lifecycle".into(),
+            variant: variant.into(),
+            class,
+            stall_reps: None,
+            stalls: Vec::new(),
+            regressions: Vec::new(),
+            improvements: Vec::new(),
+            costs: Vec::new(),
+            undecided: Vec::new(),
+            host_busy: None,
+            failures: [None, None],
+            calls: [None, None],
+            reach: None,
+        }
+    }
+
+    fn commit(position: usize, variants: Vec<VariantRow>, error: Option<&str>) -> CommitRow {
+        CommitRow {
+            position,
+            step: SeriesStep {
+                label: format!("[PATCH {position}/3]"),
+                subject: format!("KVM: change {position}"),
+                spec: format!("debian:7.3+{position}"),
+            },
+            parent: if position == 1 {
+                "base".into()
+            } else {
+                format!("[PATCH {}/3]", position - 1)
+            },
+            does_not_build: error.map(String::from),
+            variants,
+        }
+    }
+
+    fn table() -> SeriesTable {
+        let row =
+            |variant: &str, parent: Class, base: Class, numbers: Option<Numbers>| VariantRow {
+                scenario: "lifecycle".into(),
+                variant: variant.into(),
+                vs_parent: verdict(variant, parent),
+                vs_base: verdict(variant, base),
+                numbers,
+            };
+        let slower = Numbers {
+            metric: "ioctl.kvm_irqfd_ms".into(),
+            unit: "ms".into(),
+            parent: 12.0,
+            commit: 15.5,
+            change_pct: 29.166,
+            stddev_pct: [2.5, 3.25],
+        };
+        SeriesTable {
+            base: "debian:7.3".into(),
+            commits: vec![
+                commit(
+                    1,
+                    vec![row("irqchip-first", Class::NoChange, Class::NoChange, None)],
+                    None,
+                ),
+                commit(
+                    2,
+                    Vec::new(),
+                    Some("kvm_main.c:17:3: error: `x` undeclared"),
+                ),
+                commit(
+                    3,
+                    vec![row(
+                        "irqchip-first",
+                        Class::Regressed,
+                        Class::Regressed,
+                        Some(slower),
+                    )],
+                    None,
+                ),
+            ],
+            judged_together: 12,
+        }
+    }
+
+    #[test]
+    fn the_answer_comes_first_and_each_row_has_both_verdicts_and_lkp_numbers() {
+        let text = render(&table(), &["a note".into()]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "[PATCH 2/3] DOES NOT BUILD: kvm_main.c:17:3: error: `x` undeclared"
+        );
+        assert_eq!(
+            lines[1],
+            "[PATCH 3/3] REGRESSED irqchip-first: ioctl.kvm_irqfd_ms 12.0 → 15.5 ms (+29.2%)"
+        );
+        let row = lines
+            .iter()
+            .find(|l| l.starts_with("[PATCH 3/3]  "))
+            .expect("commit 3's row");
+        let cells: Vec<&str> = row.split("  ").filter(|c| !c.trim().is_empty()).collect();
+        assert_eq!(
+            cells.iter().map(|c| c.trim()).collect::<Vec<_>>(),
+            [
+                "[PATCH 3/3]",
+                "irqchip-first",
+                "REGRESSED",
+                "REGRESSED",
+                "12.0 ±2.50%",
+                "15.5 ±3.25%",
+                "+29.2%",
+                "ioctl.kvm_irqfd_ms (ms)"
+            ]
+        );
+        assert!(text.contains("[PATCH 2/3]  -"), "{text}");
+        assert!(text.ends_with("note: a note"), "{text}");
+    }
+
+    #[test]
+    fn the_markdown_has_a_section_per_patch_with_cells_escaped() {
+        let md = markdown(
+            &table(),
+            "hvlab kab debian:7.3 debian:7.3+s.mbox --per-patch",
+        );
+        let sections: Vec<&str> = md.lines().filter(|l| l.starts_with("### ")).collect();
+        assert_eq!(
+            sections,
+            [
+                "### \\[PATCH 1/3\\] KVM: change 1",
+                "### \\[PATCH 2/3\\] KVM: change 2",
+                "### \\[PATCH 3/3\\] KVM: change 3"
+            ]
+        );
+        assert!(
+            md.contains("| irqchip-first | REGRESSED | REGRESSED | 12.0 ±2.50% | 15.5 ±3.25% | +29.2% ioctl.kvm_irqfd_ms (ms) |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("Does not build: `kvm_main.c:17:3: error: 'x' undeclared`"),
+            "{md}"
+        );
+        assert!(md.ends_with("--per-patch`\n"), "{md}");
+    }
+}

@@ -1,0 +1,807 @@
+//! `hvlab bisect GOOD BAD --variant V`: the first commit whose verdict for V differs from
+//! GOOD's, as `git bisect` finds it, on a host whose every judgement is noisy.
+//!
+//! - GOOD and BAD are judged first: BAD against GOOD must be the change sought (REGRESSED, or
+//!   with `--fix` FIXED or IMPROVED), else there is nothing to bisect.
+//! - Each step judges the commit nearest the middle against GOOD, adding repetitions (more
+//!   boots, then more reps: [`Judge::judge`]'s `effort`) until the verdict is decided, up to a
+//!   cap. A step that stays NOT DECIDED, changes the other way, or does not build is skipped
+//!   and named, and the next untested commit nearest the middle is tried, as `git bisect skip`
+//!   does: never guessed.
+//! - The culprit is judged against its parent directly, three times at rising effort, and
+//!   named only when most say it is the change: a step the noise decided wrongly sends the
+//!   search to a commit that changes nothing against its parent, which this check catches.
+//!   Otherwise the outcome is uncertain, and says between which commits.
+//!
+//! The logic runs against the [`Judge`] trait: the real one is a kab between two commits'
+//! kernels ([`KabJudge`]), whose runs are stored by kernel, so an interrupted bisection's
+//! boots are found and reused; the tests' judges are fakes.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::analysis::verdict::Class;
+use crate::error::Error;
+use crate::kernel::Kernel;
+use crate::kernel::build;
+use crate::kernel::vm::{Accel, VmError};
+use crate::lab::kab::{self, KabProgress, KabRequest};
+use crate::lab::series::{self, JudgeSettings, KernelRuns, Numbers, SeriesStep, StepState};
+use crate::store::Store;
+
+/// What a judge says of one commit against another.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Call {
+    /// Both built and booted: the variant's verdict.
+    Judged {
+        /// The class.
+        #[serde(serialize_with = "class_word")]
+        class: Class,
+        /// The metric behind it.
+        numbers: Option<Numbers>,
+    },
+    /// The candidate does not build: the compiler's first error.
+    DoesNotBuild {
+        /// The error.
+        error: String,
+    },
+}
+
+fn class_word<S: serde::Serializer>(class: &Class, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(class.word())
+}
+
+/// Judges commits of the range (0 is GOOD, the last BAD) against each other.
+pub trait Judge {
+    /// `candidate` against `against`, for the bisected variant, at `effort` (0 the first try;
+    /// each step up adds boots, then repetitions, to what is already stored).
+    fn judge(&mut self, against: usize, candidate: usize, effort: u32) -> Call;
+}
+
+/// Which change is sought.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Seek {
+    /// The first commit that regressed (REGRESSED, SLOWER).
+    Regression,
+    /// The first commit that fixed it (FIXED, IMPROVED, FASTER): `--fix`.
+    Fix,
+}
+
+impl Seek {
+    /// Whether `class` is the change sought.
+    pub fn is(self, class: Class) -> bool {
+        match self {
+            Seek::Regression => matches!(class, Class::Regressed | Class::Slower),
+            Seek::Fix => matches!(class, Class::Fixed | Class::Improved | Class::Faster),
+        }
+    }
+
+    fn words(self) -> &'static str {
+        match self {
+            Seek::Regression => "REGRESSED",
+            Seek::Fix => "FIXED or IMPROVED",
+        }
+    }
+}
+
+/// One judged step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Probe {
+    /// The commit's index (0 GOOD).
+    pub commit: usize,
+    /// Judged against.
+    pub against: usize,
+    /// The effort that decided it (or the cap).
+    pub effort: u32,
+    /// What was said.
+    pub call: Call,
+}
+
+/// A commit left out of the search, and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Skipped {
+    /// The commit's index.
+    pub commit: usize,
+    /// Why: not decided at the cap, changed the other way, or does not build.
+    pub why: String,
+}
+
+/// How a bisection ended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Outcome {
+    /// The culprit, confirmed against its parent by most of the checks.
+    Found {
+        /// Its index.
+        commit: usize,
+        /// Its parent's.
+        parent: usize,
+        /// The checks against the parent, in order.
+        checks: Vec<Probe>,
+    },
+    /// No single commit can be named: the first changed commit is one of `candidates`.
+    Uncertain {
+        /// The commits it may be, in order.
+        candidates: Vec<usize>,
+        /// Why no one of them is named.
+        why: String,
+    },
+}
+
+/// The bisection: what was judged, what skipped, and the outcome.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Bisection {
+    /// The change sought.
+    pub seek: Seek,
+    /// BAD against GOOD.
+    pub ends: Probe,
+    /// Every step, in order.
+    pub steps: Vec<Probe>,
+    /// The commits left out.
+    pub skipped: Vec<Skipped>,
+    /// How it ended.
+    pub outcome: Outcome,
+}
+
+/// Why no bisection can start.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, displaydoc::Display)]
+pub enum BisectError {
+    /// GOOD and BAD do not differ as sought: BAD against GOOD is {class}, not {sought}; check the variant (--variant), the direction (--fix seeks a fix), or add --boots/--reps when NOT DECIDED.
+    NotDifferent {
+        /// The class BAD got.
+        class: String,
+        /// What was sought.
+        sought: String,
+    },
+    /// BAD does not build ({error}), so there is nothing to bisect towards; give a BAD that builds.
+    BadDoesNotBuild {
+        /// The compiler's first error.
+        error: String,
+    },
+    /// GOOD and BAD are the same commit; give a range of at least one commit.
+    Empty,
+}
+
+/// The decided call of `candidate` against `against`: rising effort until the class is not
+/// NOT DECIDED, or the cap.
+fn decide(judge: &mut dyn Judge, against: usize, candidate: usize, cap: u32) -> Probe {
+    let mut effort = 0;
+    loop {
+        let call = judge.judge(against, candidate, effort);
+        let undecided = matches!(
+            call,
+            Call::Judged {
+                class: Class::NotDecided,
+                ..
+            }
+        );
+        if !undecided || effort >= cap {
+            return Probe {
+                commit: candidate,
+                against,
+                effort,
+                call,
+            };
+        }
+        effort += 1;
+    }
+}
+
+/// The untested commit strictly between `lo` and `hi` nearest their middle (the lower of two
+/// as near), leaving out the skipped.
+fn nearest_middle(lo: usize, hi: usize, skipped: &[Skipped]) -> Option<usize> {
+    let mid = lo.midpoint(hi);
+    (lo + 1..hi)
+        .filter(|c| !skipped.iter().any(|s| s.commit == *c))
+        .min_by_key(|&c| (c.abs_diff(mid), c))
+}
+
+/// Bisects commits `0..=last` (0 GOOD, `last` BAD) for `seek`, adding effort up to `cap` per
+/// step.
+pub fn bisect(
+    judge: &mut dyn Judge,
+    last: usize,
+    seek: Seek,
+    cap: u32,
+) -> Result<Bisection, BisectError> {
+    if last == 0 {
+        return Err(BisectError::Empty);
+    }
+    let ends = decide(judge, 0, last, cap);
+    match &ends.call {
+        Call::DoesNotBuild { error } => {
+            return Err(BisectError::BadDoesNotBuild {
+                error: error.clone(),
+            });
+        }
+        Call::Judged { class, .. } if !seek.is(*class) => {
+            return Err(BisectError::NotDifferent {
+                class: class.word().into(),
+                sought: seek.words().into(),
+            });
+        }
+        Call::Judged { .. } => {}
+    }
+    let mut steps = Vec::new();
+    let (mut skipped, mut outcome) = search(judge, last, seek, cap, false, &mut steps);
+    // A culprit its parent check did not confirm: a step was misjudged. Once more, each step
+    // decided by most of up to three judgements, as the check is.
+    if matches!(&outcome, Outcome::Uncertain { candidates, .. } if candidates.len() == 1) {
+        (skipped, outcome) = search(judge, last, seek, cap, true, &mut steps);
+    }
+    skipped.retain(|s| s.commit > 0);
+    Ok(Bisection {
+        seek,
+        ends,
+        steps,
+        skipped,
+        outcome,
+    })
+}
+
+/// Most of up to three decided judgements of `candidate` against `against` at rising effort:
+/// the first that two agree on (the third only when the first two disagree).
+fn majority(
+    judge: &mut dyn Judge,
+    against: usize,
+    candidate: usize,
+    cap: u32,
+    same: impl Fn(&Call, &Call) -> bool,
+) -> Probe {
+    let mut seen: Vec<Probe> = Vec::new();
+    for round in 0..3u32 {
+        let mut p = decide(judge, against, candidate, cap + round);
+        p.effort = p.effort.max(round);
+        if let Some(agreed) = seen.iter().find(|q| same(&q.call, &p.call)) {
+            let mut out = agreed.clone();
+            out.effort = p.effort;
+            return out;
+        }
+        seen.push(p);
+    }
+    // Three different answers: nothing agreed, which is as good as not decided.
+    let mut last = seen.pop().unwrap_or(Probe {
+        commit: candidate,
+        against,
+        effort: cap,
+        call: Call::Judged {
+            class: Class::NotDecided,
+            numbers: None,
+        },
+    });
+    last.call = Call::Judged {
+        class: Class::NotDecided,
+        numbers: None,
+    };
+    last
+}
+
+/// One pass of the search from GOOD and BAD; `careful` decides each step by [`majority`].
+fn search(
+    judge: &mut dyn Judge,
+    last: usize,
+    seek: Seek,
+    cap: u32,
+    careful: bool,
+    steps: &mut Vec<Probe>,
+) -> (Vec<Skipped>, Outcome) {
+    let (mut lo, mut hi) = (0, last);
+    let mut skipped: Vec<Skipped> = Vec::new();
+    let kind = |c: &Call| match c {
+        Call::Judged { class, .. } if seek.is(*class) => 0,
+        Call::Judged { class, .. } => match class {
+            Class::NoChange => 1,
+            Class::NotDecided => 2,
+            _ => 3,
+        },
+        Call::DoesNotBuild { .. } => 4,
+    };
+    while let Some(m) = nearest_middle(lo, hi, &skipped) {
+        let probe = if careful {
+            majority(judge, 0, m, cap, |a, b| kind(a) == kind(b))
+        } else {
+            decide(judge, 0, m, cap)
+        };
+        match &probe.call {
+            Call::Judged { class, .. } if seek.is(*class) => hi = m,
+            Call::Judged {
+                class: Class::NoChange,
+                ..
+            } => lo = m,
+            Call::Judged { class, .. } => skipped.push(Skipped {
+                commit: m,
+                why: if *class == Class::NotDecided {
+                    format!("{} at the most repetitions (effort {cap})", class.word())
+                } else {
+                    format!("{} against GOOD: neither GOOD nor BAD", class.word())
+                },
+            }),
+            Call::DoesNotBuild { error } => skipped.push(Skipped {
+                commit: m,
+                why: format!("does not build: {error}"),
+            }),
+        }
+        steps.push(probe);
+    }
+    let between: Vec<usize> = (lo + 1..=hi).collect();
+    let outcome = if between.len() > 1 {
+        Outcome::Uncertain {
+            why: format!(
+                "the commits between {lo} and {hi} were skipped, so the first changed commit is any of them"
+            ),
+            candidates: between,
+        }
+    } else {
+        confirm(judge, lo, hi, seek, cap)
+    };
+    (skipped, outcome)
+}
+
+/// The culprit `commit` against its `parent`, judged up to three times at rising effort (the
+/// third only when the first two disagree): named when most say it is the change.
+fn confirm(judge: &mut dyn Judge, parent: usize, commit: usize, seek: Seek, cap: u32) -> Outcome {
+    let mut checks: Vec<Probe> = Vec::new();
+    let is_change = |p: &Probe| matches!(&p.call, Call::Judged { class, .. } if seek.is(*class));
+    for round in 0..3u32 {
+        let mut probe = decide(judge, parent, commit, cap + round);
+        probe.effort = probe.effort.max(round);
+        checks.push(probe);
+        let yes = checks.iter().filter(|p| is_change(p)).count();
+        let no = checks.len() - yes;
+        if yes >= 2 {
+            return Outcome::Found {
+                commit,
+                parent,
+                checks,
+            };
+        }
+        if no >= 2 {
+            break;
+        }
+    }
+    let said: Vec<String> = checks
+        .iter()
+        .map(|p| match &p.call {
+            Call::Judged { class, .. } => class.word().to_string(),
+            Call::DoesNotBuild { error } => format!("does not build ({error})"),
+        })
+        .collect();
+    Outcome::Uncertain {
+        candidates: vec![commit],
+        why: format!(
+            "the search ended at commit {commit}, but against its parent it is {}: a step was likely misjudged by noise; run again with more --boots or --reps",
+            said.join(", then ")
+        ),
+    }
+}
+
+/// A bisection's commits: GOOD, then each step up to BAD.
+#[derive(Debug, Clone, Serialize)]
+pub struct Range {
+    /// GOOD's spec.
+    pub good: String,
+    /// The commits after GOOD, the last BAD.
+    pub steps: Vec<SeriesStep>,
+}
+
+impl Range {
+    /// Commit `i`'s spec (0 GOOD).
+    pub fn spec(&self, i: usize) -> &str {
+        match i.checked_sub(1).and_then(|j| self.steps.get(j)) {
+            Some(s) => &s.spec,
+            None => &self.good,
+        }
+    }
+
+    /// Commit `i`'s label (0 `GOOD`).
+    pub fn label(&self, i: usize) -> String {
+        match i.checked_sub(1).and_then(|j| self.steps.get(j)) {
+            Some(s) => s.label.clone(),
+            None => "GOOD".into(),
+        }
+    }
+}
+
+/// The real [`Judge`]: a kab between two commits' kernels, built as `kab` builds a pair
+/// (each commit beside GOOD) and booted ABBA, every run stored and found again by kernel, so
+/// a kernel booted by an earlier step (or an interrupted bisection) is not booted again.
+///
+/// Effort adds boots first (two, an ABBA pair, per step, up to three times the request's),
+/// then doubles the repetitions of each further pair: a boot is what varies most between runs.
+/// The trait cannot fail, so an error that is not the commit's (QEMU missing, a boot that
+/// fails) is kept, every later call answers NOT DECIDED without booting, and the caller reads
+/// it with [`KabJudge::failure`].
+pub struct KabJudge<'a> {
+    range: Range,
+    req: KabRequest,
+    variant: String,
+    metric: Option<String>,
+    store: &'a mut Store,
+    progress: &'a dyn KabProgress,
+    accel: Accel,
+    kernels: BTreeMap<usize, Result<Kernel, String>>,
+    failure: Option<Error>,
+}
+
+impl<'a> KabJudge<'a> {
+    /// A judge of `variant` over `range`, booting as `req` asks (its `base` and `patched` are
+    /// not read: each call names its pair).
+    pub fn new(
+        range: Range,
+        req: KabRequest,
+        variant: String,
+        metric: Option<String>,
+        store: &'a mut Store,
+        progress: &'a dyn KabProgress,
+    ) -> Result<KabJudge<'a>, Error> {
+        crate::kernel::vm::qemu()?;
+        let accel = crate::kernel::vm::choose_accel(req.vm.accel)?.accel;
+        Ok(KabJudge {
+            range,
+            req,
+            variant,
+            metric,
+            store,
+            progress,
+            accel,
+            kernels: BTreeMap::new(),
+            failure: None,
+        })
+    }
+
+    /// The error that stopped judging, when one did.
+    pub fn failure(self) -> Option<Error> {
+        self.failure
+    }
+
+    /// Boots per kernel and repetitions per boot at `effort`.
+    pub fn plan(boots: u32, reps: u32, effort: u32) -> (u32, u32) {
+        // Each step boots one more ABBA pair; past `boots` such steps, at doubled reps.
+        let rep_steps = effort.saturating_sub(boots.max(1));
+        (
+            boots + 2 * effort,
+            reps.saturating_mul(1u32 << rep_steps.min(8)),
+        )
+    }
+
+    /// Commit `i`'s kernel, built beside GOOD (once per bisection).
+    fn kernel(&mut self, i: usize) -> Result<Result<Kernel, String>, Error> {
+        if let Some(k) = self.kernels.get(&i) {
+            return Ok(k.clone());
+        }
+        let specs: Vec<&str> = if i == 0 {
+            vec![self.range.spec(0)]
+        } else {
+            vec![self.range.spec(0), self.range.spec(i)]
+        };
+        let built = match build::resolve(&specs, None, self.req.sandbox, self.progress) {
+            Ok(r) => r
+                .sides
+                .into_iter()
+                .last()
+                .map(|b| b.kernel)
+                .ok_or_else(|| "the build returned no kernel".to_string()),
+            Err(e) if i > 0 && e.fault() == hvlab_core::error::Fault::BadInput => {
+                Err(series::first_error(&e))
+            }
+            Err(e) => return Err(VmError::from(e).into()),
+        };
+        self.kernels.insert(i, built.clone());
+        Ok(built)
+    }
+
+    fn try_judge(&mut self, against: usize, candidate: usize, effort: u32) -> Result<Call, Error> {
+        let a = match self.kernel(against)? {
+            Ok(k) => k,
+            Err(error) => return Ok(Call::DoesNotBuild { error }),
+        };
+        let b = match self.kernel(candidate)? {
+            Ok(k) => k,
+            Err(error) => return Ok(Call::DoesNotBuild { error }),
+        };
+        let (boots, reps) = KabJudge::plan(self.req.boots, self.req.reps, effort);
+        let mut req = self.req.clone();
+        req.boots = boots;
+        req.reps = reps;
+        req.variants = vec![self.variant.clone()];
+        let commands = kab::guest_commands(&req)?;
+        let labelled = vec![
+            (self.range.label(against), a),
+            (self.range.label(candidate), b),
+        ];
+        let mut busy = vec![Vec::new(), Vec::new()];
+        let mut failed = vec![Vec::new(), Vec::new()];
+        series::boot_chain(
+            &[0, 1],
+            &labelled,
+            &req,
+            &commands,
+            self.accel,
+            self.store,
+            self.progress,
+            &mut busy,
+            &mut failed,
+        )?;
+        let runs = |k: usize| -> Result<KernelRuns, Error> {
+            Ok(KernelRuns {
+                runs: series::stored_runs(
+                    self.store,
+                    &labelled[k].1.spec,
+                    self.accel,
+                    &req.scenarios,
+                )?,
+                failed_commands: failed[k].clone(),
+                host_busy: busy[k].clone(),
+            })
+        };
+        let (ra, rb) = (runs(0)?, runs(1)?);
+        let step = SeriesStep {
+            label: labelled[1].0.clone(),
+            subject: String::new(),
+            spec: labelled[1].1.spec.clone(),
+        };
+        let table = series::judge_series(
+            &labelled[0].1.spec,
+            &ra,
+            std::slice::from_ref(&step),
+            &[StepState::Built(rb)],
+            &JudgeSettings {
+                scenarios: &req.scenarios,
+                variants: &req.variants,
+                accel: self.accel,
+                threshold: req.threshold,
+                metric: self.metric.as_deref(),
+            },
+        );
+        let row = table
+            .commits
+            .into_iter()
+            .flat_map(|c| c.variants)
+            .find(|v| v.variant == self.variant);
+        Ok(match row {
+            Some(v) => Call::Judged {
+                class: v.vs_parent.class,
+                numbers: v.numbers,
+            },
+            None => Call::Judged {
+                class: Class::NotDecided,
+                numbers: None,
+            },
+        })
+    }
+}
+
+impl Judge for KabJudge<'_> {
+    fn judge(&mut self, against: usize, candidate: usize, effort: u32) -> Call {
+        let undecided = Call::Judged {
+            class: Class::NotDecided,
+            numbers: None,
+        };
+        if self.failure.is_some() {
+            return undecided;
+        }
+        match self.try_judge(against, candidate, effort) {
+            Ok(call) => call,
+            Err(e) => {
+                self.failure = Some(e);
+                undecided
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A range whose commit `culprit` regressed; `broken` do not build; `undecided` stay NOT
+    /// DECIDED below `decides_at` effort (forever when it is above the cap).
+    struct Fake {
+        culprit: usize,
+        broken: Vec<usize>,
+        undecided: Vec<usize>,
+        decides_at: u32,
+        /// Every `lie_every`-th call (from `lie_phase`) says the opposite.
+        lie_every: Option<(usize, usize)>,
+        calls: usize,
+    }
+
+    impl Fake {
+        fn new(culprit: usize) -> Fake {
+            Fake {
+                culprit,
+                broken: Vec::new(),
+                undecided: Vec::new(),
+                decides_at: 0,
+                lie_every: None,
+                calls: 0,
+            }
+        }
+    }
+
+    impl Judge for Fake {
+        fn judge(&mut self, against: usize, candidate: usize, effort: u32) -> Call {
+            self.calls += 1;
+            if self.broken.contains(&candidate) {
+                return Call::DoesNotBuild {
+                    error: format!("arch/x86/kvm/x86.c:{candidate}: error: expected ';'"),
+                };
+            }
+            if self.undecided.contains(&candidate) && effort < self.decides_at {
+                return Call::Judged {
+                    class: Class::NotDecided,
+                    numbers: None,
+                };
+            }
+            let changed = against < self.culprit && candidate >= self.culprit;
+            let lie = self
+                .lie_every
+                .is_some_and(|(every, phase)| self.calls % every == phase);
+            let class = if changed != lie {
+                Class::Regressed
+            } else {
+                Class::NoChange
+            };
+            Call::Judged {
+                class,
+                numbers: None,
+            }
+        }
+    }
+
+    fn found(b: &Bisection) -> Option<usize> {
+        match b.outcome {
+            Outcome::Found { commit, .. } => Some(commit),
+            Outcome::Uncertain { .. } => None,
+        }
+    }
+
+    /// Effort adds an ABBA pair of boots per step; past `boots` such steps, each new pair runs
+    /// at doubled repetitions.
+    #[test]
+    fn the_real_judges_effort_adds_boots_then_repetitions() {
+        let plans: Vec<(u32, u32)> = (0..5).map(|e| KabJudge::plan(2, 10, e)).collect();
+        assert_eq!(plans, [(2, 10), (4, 10), (6, 10), (8, 20), (10, 40)]);
+    }
+
+    #[test]
+    fn finds_every_culprit_of_a_clean_range() {
+        for last in 1..=9 {
+            for culprit in 1..=last {
+                let mut j = Fake::new(culprit);
+                let b = bisect(&mut j, last, Seek::Regression, 3).expect("bisects");
+                assert_eq!(found(&b), Some(culprit), "last {last}, culprit {culprit}");
+                assert!(b.skipped.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn good_and_bad_that_do_not_differ_are_refused() {
+        let mut j = Fake::new(99);
+        let e = bisect(&mut j, 4, Seek::Regression, 2).expect_err("no difference");
+        assert_eq!(
+            e,
+            BisectError::NotDifferent {
+                class: "NO CHANGE".into(),
+                sought: "REGRESSED".into()
+            }
+        );
+        assert!(e.to_string().contains("--fix"), "{e}");
+        // A regression sought as a fix is not there either.
+        let mut j = Fake::new(2);
+        assert!(matches!(
+            bisect(&mut j, 4, Seek::Fix, 2),
+            Err(BisectError::NotDifferent { .. })
+        ));
+    }
+
+    #[test]
+    fn an_unbuildable_commit_is_skipped_and_named() {
+        // Commit 4 is the middle of 0..8 and does not build: skipped, the search goes on.
+        let mut j = Fake::new(6);
+        j.broken = vec![4];
+        let b = bisect(&mut j, 8, Seek::Regression, 2).expect("bisects");
+        assert_eq!(found(&b), Some(6));
+        assert_eq!(b.skipped.len(), 1);
+        assert_eq!(b.skipped[0].commit, 4);
+        assert!(
+            b.skipped[0]
+                .why
+                .contains("does not build: arch/x86/kvm/x86.c:4")
+        );
+    }
+
+    #[test]
+    fn a_skipped_culprit_is_named_as_uncertain_never_guessed() {
+        // The culprit itself does not build: the first bad is it or the next, never a guess.
+        let mut j = Fake::new(4);
+        j.broken = vec![4];
+        let b = bisect(&mut j, 8, Seek::Regression, 2).expect("bisects");
+        match &b.outcome {
+            Outcome::Uncertain { candidates, why } => {
+                assert_eq!(candidates, &vec![4, 5]);
+                assert!(why.contains("skipped"), "{why}");
+            }
+            Outcome::Found { .. } => panic!("named a commit the search could not test"),
+        }
+    }
+
+    #[test]
+    fn not_decided_steps_get_more_effort_then_are_skipped() {
+        // Decided at effort 2, under a cap of 3: no skip, more effort spent.
+        let mut j = Fake::new(3);
+        j.undecided = vec![4];
+        j.decides_at = 2;
+        let b = bisect(&mut j, 8, Seek::Regression, 3).expect("bisects");
+        assert_eq!(found(&b), Some(3));
+        assert!(b.skipped.is_empty());
+        assert!(b.steps.iter().any(|p| p.commit == 4 && p.effort == 2));
+        // Never decided under the cap: skipped and named, and the search still ends right.
+        let mut j = Fake::new(3);
+        j.undecided = vec![4];
+        j.decides_at = 99;
+        let b = bisect(&mut j, 8, Seek::Regression, 3).expect("bisects");
+        assert_eq!(found(&b), Some(3));
+        assert_eq!(b.skipped[0].commit, 4);
+        assert!(b.skipped[0].why.contains("NOT DECIDED"), "{:?}", b.skipped);
+    }
+
+    #[test]
+    fn a_judge_wrong_once_in_five_never_names_a_wrong_commit() {
+        let (mut right, mut uncertain) = (0, 0);
+        for last in 2..=12 {
+            for culprit in 1..=last {
+                for phase in 0..5 {
+                    let mut j = Fake::new(culprit);
+                    j.lie_every = Some((5, phase));
+                    let Ok(b) = bisect(&mut j, last, Seek::Regression, 2) else {
+                        // A lie on GOOD vs BAD refuses to start: said, not wrong.
+                        continue;
+                    };
+                    match b.outcome {
+                        Outcome::Found { commit, .. } => {
+                            assert_eq!(
+                                commit, culprit,
+                                "last {last}, culprit {culprit}, phase {phase}: {b:?}"
+                            );
+                            right += 1;
+                        }
+                        Outcome::Uncertain { .. } => uncertain += 1,
+                    }
+                }
+            }
+        }
+        println!(
+            "a judge wrong once in five: {right} named the culprit, {uncertain} uncertain, 0 wrong"
+        );
+        // The checks do their work: most runs still name the culprit.
+        assert!(
+            right > 3 * uncertain,
+            "right {right}, uncertain {uncertain}"
+        );
+    }
+
+    #[test]
+    fn seeks_a_fix() {
+        struct Fixes(usize);
+        impl Judge for Fixes {
+            fn judge(&mut self, against: usize, candidate: usize, _: u32) -> Call {
+                let class = if against < self.0 && candidate >= self.0 {
+                    Class::Fixed
+                } else {
+                    Class::NoChange
+                };
+                Call::Judged {
+                    class,
+                    numbers: None,
+                }
+            }
+        }
+        let b = bisect(&mut Fixes(4), 4, Seek::Fix, 2).expect("bisects");
+        assert_eq!(found(&b), Some(4));
+    }
+}
