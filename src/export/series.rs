@@ -290,6 +290,8 @@ mod tests {
             improvements: Vec::new(),
             costs: Vec::new(),
             undecided: Vec::new(),
+            changes: Vec::new(),
+            causes: Vec::new(),
             host_busy: None,
             failures: [None, None],
             calls: [None, None],
