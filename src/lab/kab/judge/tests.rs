@@ -1110,3 +1110,57 @@ mod aa {
         }
     }
 }
+
+/// A busy host stretches times, not the MMU's arithmetic: a variant whose class rests on
+/// counts each side repeated exactly keeps it (the 004 revert's populated 512 → 4097 faults,
+/// measured while builds ran beside it), while a variant a time or a stall decided does not.
+#[test]
+fn exact_counts_keep_their_verdict_on_a_busy_host() {
+    let pf = |a: f64, b: f64| {
+        let m = count(
+            "kvm.vcpu.pf_fixed",
+            "count",
+            vec![a; 8],
+            vec![b; 8],
+            Accel::Tcg,
+            0.05,
+        );
+        as_declared("memory", "kvm.vcpu.pf_fixed", m)
+    };
+    let judged = vec![ScenarioAb {
+        scenario: "memory".into(),
+        runs: [vec!["a".into()], vec!["b".into()]],
+        variants: vec![
+            variant(vec![pf(512.0, 4097.0)], Vec::new()),
+            variant(vec![pf(4096.0, 4096.0)], Vec::new()),
+        ],
+    }];
+    let busy = [
+        boot("A", Some(vec![BusyReason::Pressure { some_pct: 52.0 }])),
+        boot("B", Some(vec![BusyReason::Pressure { some_pct: 48.0 }])),
+    ];
+    let j = judgement(&judged, &busy);
+    assert_eq!(j.verdicts[0].class, Class::Regressed, "{:?}", j.verdicts[0]);
+    assert!(j.verdicts[0].host_busy.is_none());
+    assert!(j.regression);
+    // Nothing moved: the busy host still leaves it undecided (a time may have hidden a change).
+    assert_eq!(j.verdicts[1].class, Class::NotDecided);
+    // A varying count moved by the rank test is no exact count: undecided on a busy host.
+    let varying = count(
+        "kvm.vcpu.pf_fixed",
+        "count",
+        vec![510.0, 512.0, 514.0, 511.0, 513.0, 512.0, 510.0, 514.0],
+        vec![4090.0, 4097.0, 4093.0, 4099.0, 4095.0, 4092.0, 4098.0, 4096.0],
+        Accel::Tcg,
+        0.05,
+    );
+    let judged = vec![ScenarioAb {
+        scenario: "memory".into(),
+        runs: [vec!["a".into()], vec!["b".into()]],
+        variants: vec![variant(
+            vec![as_declared("memory", "kvm.vcpu.pf_fixed", varying)],
+            Vec::new(),
+        )],
+    }];
+    assert_eq!(judgement(&judged, &busy).verdicts[0].class, Class::NotDecided);
+}
