@@ -664,9 +664,9 @@ impl Checkout {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+/// A Linux-looking git repository for tests here and in the modules that take git specs.
+pub(crate) mod test_repo {
     use super::*;
-    use crate::error::fault_exit_code;
 
     /// Runs git in `dir` for a test, with a fixed identity and dates.
     pub(crate) fn git_ok(dir: &Path, args: &[&str]) -> String {
@@ -704,6 +704,13 @@ pub(crate) mod tests {
         }
         shas
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_repo::{git_ok, linux_repo};
+    use super::*;
+    use crate::error::fault_exit_code;
 
     #[test]
     fn a_spec_splits_at_the_at_after_an_existing_path_and_expands_the_home() {

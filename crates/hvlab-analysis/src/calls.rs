@@ -8,8 +8,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::record::RunRecord;
-
 /// The calls counted in one variant of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VariantCalls {
@@ -116,17 +114,17 @@ impl Counted {
     }
 }
 
-/// One side's calls of `variant`, summed over its runs, per function: `None` when no run
-/// counted calls. A function some run could not probe keeps that run's reason: a count
-/// missing from one boot is not a zero.
-pub fn side_calls(runs: &[&RunRecord], variant: &str) -> Option<Vec<FunctionCalls>> {
+/// One side's calls of `variant`, summed over its runs (each run's `calls`), per function:
+/// `None` when no run counted calls. A function some run could not probe keeps that run's
+/// reason: a count missing from one boot is not a zero. The runs come as their calls, not as
+/// records, so the record (which embeds these types) stays above this module.
+pub fn side_calls<'a>(
+    runs: impl IntoIterator<Item = &'a [VariantCalls]>,
+    variant: &str,
+) -> Option<Vec<FunctionCalls>> {
     let mut out: Vec<FunctionCalls> = Vec::new();
     let mut any = false;
-    for v in runs
-        .iter()
-        .flat_map(|r| &r.calls)
-        .filter(|c| c.variant == variant)
-    {
+    for v in runs.into_iter().flatten().filter(|c| c.variant == variant) {
         any = true;
         for f in &v.functions {
             let Some(seen) = out.iter_mut().find(|s| s.function == f.function) else {

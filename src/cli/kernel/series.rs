@@ -360,7 +360,7 @@ mod tests {
     #[test]
     fn a_git_range_is_a_series_and_two_commits_of_a_repository_a_bisection_range() {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let shas = crate::kernel::git::tests::linux_repo(
+        let shas = crate::kernel::git::test_repo::linux_repo(
             dir.path(),
             &["base", "KVM: one", "KVM: two", "KVM: three"],
         );

@@ -303,7 +303,7 @@ impl GitBuild<'_> {
 mod tests {
     use super::*;
     use crate::error::fault_exit_code;
-    use crate::kernel::git::tests::linux_repo;
+    use crate::kernel::git::test_repo::linux_repo;
 
     /// `git:PATH@REF+x.patch`: the commit is the base, the patch applies on it.
     #[test]

@@ -123,7 +123,7 @@ fn split_messages(
 mod tests {
     use super::*;
     use crate::error::fault_exit_code;
-    use crate::kernel::git::tests::linux_repo;
+    use crate::kernel::git::test_repo::linux_repo;
 
     const MBOX: &str = "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
 From: A <a@example.org>
