@@ -1150,7 +1150,9 @@ fn exact_counts_keep_their_verdict_on_a_busy_host() {
         "kvm.vcpu.pf_fixed",
         "count",
         vec![510.0, 512.0, 514.0, 511.0, 513.0, 512.0, 510.0, 514.0],
-        vec![4090.0, 4097.0, 4093.0, 4099.0, 4095.0, 4092.0, 4098.0, 4096.0],
+        vec![
+            4090.0, 4097.0, 4093.0, 4099.0, 4095.0, 4092.0, 4098.0, 4096.0,
+        ],
         Accel::Tcg,
         0.05,
     );
@@ -1162,5 +1164,8 @@ fn exact_counts_keep_their_verdict_on_a_busy_host() {
             Vec::new(),
         )],
     }];
-    assert_eq!(judgement(&judged, &busy).verdicts[0].class, Class::NotDecided);
+    assert_eq!(
+        judgement(&judged, &busy).verdicts[0].class,
+        Class::NotDecided
+    );
 }
