@@ -92,8 +92,7 @@ fn order(c: Class) -> u8 {
 
 /// The headline's end: whether B regressed, read from the classes as the gate reads them;
 /// "no regression" only when something was decided, in code the patch changed.
-fn gate_words(o: &KabOutcome) -> &'static str {
-    let busy = !o.host_busy().is_empty();
+fn gate_words(o: &KabOutcome) -> String {
     let exercised: Vec<&VariantVerdict> = o
         .verdicts
         .iter()
@@ -101,24 +100,27 @@ fn gate_words(o: &KabOutcome) -> &'static str {
         .collect();
     if !o.regression && !o.verdicts.is_empty() && exercised.is_empty() {
         // Calls are counted exactly, busy host or not.
-        return "; the patched code never ran in any variant: nothing here could show the patch (each variant says what reaches it)";
+        return "; the patched code never ran in any variant: nothing here could show the patch (each variant says what reaches it)".into();
     }
+    // The variants a busy host left unjudged (exact counts stand whatever the load).
+    let set_aside = o.verdicts.iter().filter(|v| v.host_busy.is_some()).count();
+    let judged = o.verdicts.len() - set_aside;
     let decided = exercised.iter().any(|v| v.class != Class::NotDecided);
-    match (o.regression, busy) {
-        (true, true) => {
-            "; REGRESSION: B failed what A ran; nothing else judged: other work kept QEMU waiting for a CPU: rerun on a quiet host"
+    let busy = "other work kept QEMU waiting for a CPU, and a boot slowed as a whole looks like a kernel change: rerun on a quiet host";
+    match (o.regression, set_aside) {
+        (true, 0) => "; REGRESSION".into(),
+        (true, n) => format!("; REGRESSION; {n} variant(s) not judged: {busy}"),
+        (false, n) if n > 0 && judged == 0 => format!("; nothing judged: {busy}"),
+        (false, n) if n > 0 => format!(
+            "; no regression in the {judged} variant(s) judged, {n} not judged: {busy}"
+        ),
+        (false, _) if o.verdicts.is_empty() => {
+            "; nothing judged: no variant to judge (the boots below say what each guest command did)".into()
         }
-        (true, false) => "; REGRESSION",
-        (false, true) => {
-            "; nothing judged: other work kept QEMU waiting for a CPU, and a boot slowed as a whole looks like a kernel change: rerun on a quiet host"
+        (false, _) if !decided => {
+            "; nothing decided: a regression is not ruled out (each variant says why)".into()
         }
-        (false, false) if o.verdicts.is_empty() => {
-            "; nothing judged: no variant to judge (the boots below say what each guest command did)"
-        }
-        (false, false) if !decided => {
-            "; nothing decided: a regression is not ruled out (each variant says why)"
-        }
-        (false, false) => "; no regression",
+        (false, _) => "; no regression".into(),
     }
 }
 

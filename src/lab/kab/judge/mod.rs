@@ -1286,27 +1286,28 @@ pub(crate) fn busy_during_boot(noise: &hvlab_core::noise::Noise) -> Option<Vec<B
     (!reasons.is_empty()).then_some(reasons)
 }
 
-/// Whether every metric that moved the variant's class is a count each side repeated exactly
-/// (`pf_fixed` 512 on every repetition of A, 4097 on every one of B), and no stall was seen. Such
-/// a count is the kernel's arithmetic, not a time: a host busy enough to stretch every time
-/// cannot make the MMU map 1 page per fault instead of 8, so its verdict stands. A stall count
-/// is found by a time's length and does not qualify.
+/// Whether the variant's class rests on counts alone: every metric it judged is a count each
+/// side repeated exactly (`pf_fixed` 512 on every repetition of A, 4097 on every one of B;
+/// times shown but not judged, as under TCG), and no stall was seen. Such a count is the
+/// kernel's arithmetic, not a time: a host busy enough to stretch every time cannot make the
+/// MMU map 1 page per fault instead of 8, nor hide a change in a time nobody judged, so the
+/// verdict stands. A stall count is found by a time's length and does not qualify.
 fn decided_by_exact_counts(v: &VariantAb) -> bool {
-    let moved: Vec<&MetricAb> = v
+    let judged: Vec<&MetricAb> = v
         .metrics
         .iter()
-        .filter(|m| m.regression || m.improved || m.cost || m.inconclusive.is_some())
+        .filter(|m| !matches!(m.judgement, MetricJudgement::NotJudged { .. }))
         .collect();
     let exact = |m: &MetricAb| {
         m.metric != "stalls"
             && matches!(
                 m.judgement,
                 MetricJudgement::Count {
-                    call: CountCall::Higher | CountCall::Lower
+                    call: CountCall::Same | CountCall::Higher | CountCall::Lower
                 }
             )
     };
-    !moved.is_empty() && moved.iter().all(|m| exact(m)) && v.stalls.is_empty()
+    !judged.is_empty() && judged.iter().all(|m| exact(m)) && v.stalls.is_empty()
 }
 
 /// Every variant's verdict, in the order judged.
