@@ -7,6 +7,7 @@ use crate::export::escape;
 use crate::kernel::vm::Accel;
 use crate::lab::fidelity::memory_patch::{MemoryPrediction, VariantPfFixed, mmu_words};
 use crate::lab::kab;
+use crate::lab::kab::ThisHostMissing;
 
 /// Whether a side's prediction matched its measurement, in words.
 fn agreement_words(agrees: [Option<bool>; 2]) -> String {
@@ -99,7 +100,7 @@ pub(super) fn prediction_lines(p: &kab::KabPrediction, accel: Accel, width: usiz
                 ));
             }
         }
-        (None, Some(why)) => out.push(format!("  on this host: none ({why})")),
+        (None, Some(why)) => out.push(format!("  on this host: none ({})", missing_words(*why))),
         (None, None) => {}
     }
     if let Some(r) = &p.reporters_host {
@@ -259,7 +260,7 @@ pub(super) fn prediction_markdown(
                 rows.len()
             ));
         }
-        (None, Some(why)) => out.push(format!("- here: none ({why})")),
+        (None, Some(why)) => out.push(format!("- here: none ({})", missing_words(*why))),
         (None, None) => {}
     }
     if let Some(r) = &p.reporters_host {
@@ -271,4 +272,17 @@ pub(super) fn prediction_markdown(
         ));
     }
     out
+}
+
+/// Why the model predicted nothing for this host, in words.
+fn missing_words(why: ThisHostMissing) -> &'static str {
+    match why {
+        ThisHostMissing::CalibrationNotKept => {
+            "the base's calibration in its guest was not kept or did not come back (the notes above say why)"
+        }
+        ThisHostMissing::NotCalibrated => {
+            "no profile of A calibrated under this accelerator is cached, and --no-calibrate was given"
+        }
+        ThisHostMissing::NoLifecycleRun => "a side brought back no lifecycle run",
+    }
 }

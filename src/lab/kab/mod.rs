@@ -33,7 +33,9 @@ pub use judge::{
     judge_uncorrected, judgement, verdict, verdicts,
 };
 pub(crate) use judge::{busy_during_boot, not_judged_on_a_busy_host};
-pub use predict::{KabPrediction, PredictedWait, ThisHostPrediction, VariantPrediction};
+pub use predict::{
+    KabPrediction, PredictedWait, ThisHostMissing, ThisHostPrediction, VariantPrediction,
+};
 pub(crate) use run::guest_commands;
 pub use run::{abba, logs_dir, run};
 

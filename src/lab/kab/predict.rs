@@ -33,10 +33,22 @@ pub struct KabPrediction {
     pub this_host: Option<ThisHostPrediction>,
     /// Why there is no prediction for this host.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub this_host_missing: Option<String>,
+    pub this_host_missing: Option<ThisHostMissing>,
     /// On the reporter's host: A's strategy, then B's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reporters_host: Option<[OnReportersHost; 2]>,
+}
+
+/// Why the model has no prediction for this host (the renderer words it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ThisHostMissing {
+    /// The base's calibration in its guest was not kept or did not come back.
+    CalibrationNotKept,
+    /// No profile of A is cached for this accelerator, and `--no-calibrate` was given.
+    NotCalibrated,
+    /// A side brought back no lifecycle run.
+    NoLifecycleRun,
 }
 
 /// The prediction on this host.
@@ -138,14 +150,14 @@ pub(super) fn predict(
     );
     let Some((path, profile)) = calibrated else {
         out.this_host_missing = Some(if may_calibrate {
-            "the base's calibration in its guest was not kept or did not come back (the notes above say why)".into()
+            ThisHostMissing::CalibrationNotKept
         } else {
-            "no profile of A calibrated under this accelerator is cached, and --no-calibrate was given".into()
+            ThisHostMissing::NotCalibrated
         });
         return Ok(out);
     };
     if ra.is_empty() || rb.is_empty() {
-        out.this_host_missing = Some("a side brought back no lifecycle run".into());
+        out.this_host_missing = Some(ThisHostMissing::NoLifecycleRun);
         return Ok(out);
     }
     let tolerance = patch::TOLERANCE_PCT;
