@@ -54,8 +54,8 @@
 //! Registrations while the guest boots (`boot-activation`): the VMM's boot thread registers
 //! `boot_ms` after it starts, and the memslot update after its registrations waits until the
 //! second tick after the first one. Where that falls against the tick is the boot thread's
-//! business ([`costs::boot_thread_start`]). A thread left behind the spinning vCPU thread runs on the
-//! next tick, so it registers `boot_ms` modulo the jiffy after a tick, plus its hand-over and its
+//! business ([`costs::boot_thread_start`]). A thread left behind the spinning vCPU thread runs
+//! on the next tick, so it registers `boot_ms` modulo the jiffy after a tick, plus its hand-over and its
 //! sleep's lateness, wherever the build started (HZ=250, boot_ms=50: about 2.2 ms after a tick,
 //! a 5.85 ms wait). A thread that runs at once registers `boot_ms` after the guest's first exit,
 //! so its phase moves with the build's (7.3-7.9 ms waits here). The grace-period kworker is not
