@@ -146,6 +146,9 @@ fn build_all(
         .collect())
 }
 
+/// A kernel of the series as checked: built and able to run the guests, or why not.
+type KernelState = Option<Result<crate::kernel::Kernel, String>>;
+
 /// `hvlab kab BASE SERIES --per-patch`: builds each commit of the series (its shard's, and
 /// their parents), boots them so each adjacent pair is ABBA, stores every run, and judges
 /// every commit against its parent and the base as one family.
@@ -161,14 +164,9 @@ pub fn run_per_patch(
     crate::kernel::vm::qemu()?;
     let steps = source.steps()?;
     let choice = crate::kernel::vm::choose_accel(k.vm.accel)?;
-    // The kernels this process needs: every one for the whole series; a shard's commits and
-    // each one's parent.
     let units = shard_units(steps.len(), &req.shard);
-    let needed: Vec<bool> = (0..steps.len())
-        .map(|i| req.shard.is_whole() || units.iter().any(|&(c, _)| c == i || c == i + 1))
-        .collect();
+    let wanted = kernels_needed(steps.len(), &req.shard, &units);
     let mut specs = vec![("base".to_string(), source.base().to_string())];
-    let wanted: Vec<usize> = (0..steps.len()).filter(|&i| needed[i]).collect();
     specs.extend(
         wanted
             .iter()
@@ -177,81 +175,19 @@ pub fn run_per_patch(
     let mut notes = source.notes();
     let resolved = build_all(&specs, k, progress, &mut notes)?;
     let build_s = start.elapsed().as_secs_f64();
-    // Index 0 the base, i + 1 commit i.
-    let mut states: Vec<Option<Result<crate::kernel::Kernel, String>>> =
-        vec![None; steps.len() + 1];
-    let mut it = resolved.into_iter();
-    if let Some(b) = it.next() {
-        states[0] = Some(b.kernel.map_err(|e| format!("the base {}: {e}", b.spec)));
-    }
-    for (&i, r) in wanted.iter().zip(it) {
-        let checked = r.kernel.and_then(|kern| {
-            crate::kernel::check_kvm(&kern, &choice.vendor_module)
-                .and_then(|()| crate::kernel::check_guest_config(&kern))
-                .map(|()| kern)
-                .map_err(|e| e.to_string())
-        });
-        if let Err(e) = &checked {
-            progress.note(&format!("{} does not build: {e}", r.label));
-        }
-        states[i + 1] = Some(checked);
-    }
-    let base_kernel = match states[0].clone() {
-        Some(Ok(b)) => b,
-        Some(Err(e)) => {
-            return Err(InputError::BadValue {
-                key: "BASE".into(),
-                value: source.base().to_string(),
-                why: e,
-            }
-            .into());
-        }
-        None => return Err(not_a_series(&k.patched, "it has no base")),
-    };
-    let mut labelled: Vec<(String, crate::kernel::Kernel)> = vec![("base".into(), base_kernel)];
-    let mut slot: Vec<Option<usize>> = vec![Some(0); 1];
-    for (i, st) in states.iter().enumerate().skip(1) {
-        if let Some(Ok(kern)) = st {
-            slot.push(Some(labelled.len()));
-            labelled.push((steps[i - 1].label.clone(), kern.clone()));
-        } else {
-            slot.push(None);
-        }
-    }
-    // The chains to boot: the whole series as one, or each shard unit with its parent (the
-    // last kernel before it that built).
-    let built_before = |i: usize| (0..=i).rev().find_map(|j| slot[j]);
-    let chains: Vec<Vec<usize>> = if req.shard.is_whole() {
-        vec![slot.iter().flatten().copied().collect()]
-    } else {
-        units
-            .iter()
-            .filter_map(|&(c, _)| {
-                let me = slot[c + 1]?;
-                Some(vec![built_before(c).unwrap_or(0), me])
-            })
-            .collect()
-    };
+    let states = checked_states(resolved, &wanted, steps.len(), &choice, progress);
+    let (labelled, slot) = bootable(&states, &steps, source.base(), &k.patched)?;
+    let chains = chains_to_boot(&req.shard, &units, &slot);
     let boots_start = std::time::Instant::now();
-    let mut busy = vec![Vec::new(); labelled.len()];
-    let mut failed = vec![Vec::new(); labelled.len()];
-    let mut boots = Vec::new();
-    let mut reused = Vec::new();
-    for chain in &chains {
-        let (made, re) = boot_chain(
-            chain,
-            &labelled,
-            k,
-            &commands,
-            choice.accel,
-            store,
-            progress,
-            &mut busy,
-            &mut failed,
-        )?;
-        boots.extend(made);
-        reused.extend(re);
-    }
+    let booted = boot_chains(
+        &chains,
+        &labelled,
+        k,
+        &commands,
+        choice.accel,
+        store,
+        progress,
+    )?;
     let boots_s = boots_start.elapsed().as_secs_f64();
     let judge_start = std::time::Instant::now();
     let all = crate::store::transfer::select(store, &[])?;
@@ -262,18 +198,11 @@ pub fn run_per_patch(
             choice.accel,
             &k.scenarios,
         ),
-        failed_commands: failed[slot_i].clone(),
-        host_busy: busy[slot_i].clone(),
+        failed_commands: booted.failed[slot_i].clone(),
+        host_busy: booted.busy[slot_i].clone(),
     };
     let base_runs = runs_of(0);
-    let step_states: Vec<StepState> = (0..steps.len())
-        .map(|i| match (&states[i + 1], slot[i + 1]) {
-            (Some(Ok(_)), Some(s)) => StepState::Built(runs_of(s)),
-            (Some(Err(e)), _) => StepState::DoesNotBuild { error: e.clone() },
-            // Another shard's commit: no runs here, judged where it ran and after `merge`.
-            _ => StepState::Built(KernelRuns::default()),
-        })
-        .collect();
+    let step_states = step_states(&states, &slot, runs_of);
     let mut table = judge_series(
         source.base(),
         &base_runs,
@@ -291,27 +220,17 @@ pub fn run_per_patch(
         table
             .commits
             .retain(|c| units.iter().any(|&(u, _)| u + 1 == c.position));
-        notes.push(format!(
-            "shard {}: its commits only, each booted against its parent on this host (a parent is booted again by its child's shard: the shards may run on different hosts); `hvlab merge` the shards' files, then run this command again without --shard against the merged store for the whole table",
-            req.shard
-        ));
+        notes.push(shard_note(&req.shard));
     }
-    if !reused.is_empty() {
-        notes.push(format!(
-            "boots found in the store and not made again: {}",
-            reused
-                .iter()
-                .map(|(l, n)| format!("{l} ({n})"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+    if !booted.reused.is_empty() {
+        notes.push(reused_note(&booted.reused));
     }
     let judge_s = judge_start.elapsed().as_secs_f64();
     Ok(PerPatchOutcome {
         table,
         shard: req.shard.to_string(),
-        boots,
-        reused_boots: reused,
+        boots: booted.boots,
+        reused_boots: booted.reused,
         notes,
         accel: choice,
         wall: kab::WallTimes {
@@ -321,6 +240,179 @@ pub fn run_per_patch(
         },
         judge_s,
     })
+}
+
+/// The commits (0-based) this process needs built: every one for the whole series; a shard's
+/// commits and each one's parent.
+fn kernels_needed(steps: usize, shard: &Shard, units: &[(usize, Option<usize>)]) -> Vec<usize> {
+    (0..steps)
+        .filter(|&i| shard.is_whole() || units.iter().any(|&(c, _)| c == i || c == i + 1))
+        .collect()
+}
+
+/// Each kernel's state, index 0 the base and i + 1 commit i (`None`: not built here): a
+/// commit's kernel must also have the accelerator's KVM module and the guest's config.
+fn checked_states(
+    resolved: Vec<Resolved>,
+    wanted: &[usize],
+    steps: usize,
+    choice: &crate::kernel::vm::AccelChoice,
+    progress: &dyn kab::KabProgress,
+) -> Vec<KernelState> {
+    let mut states: Vec<KernelState> = vec![None; steps + 1];
+    let mut it = resolved.into_iter();
+    if let Some(b) = it.next() {
+        states[0] = Some(b.kernel.map_err(|e| format!("the base {}: {e}", b.spec)));
+    }
+    for (&i, r) in wanted.iter().zip(it) {
+        let checked = r.kernel.and_then(|kern| {
+            crate::kernel::check_kvm(&kern, &choice.vendor_module)
+                .and_then(|()| crate::kernel::check_guest_config(&kern))
+                .map(|()| kern)
+                .map_err(|e| e.to_string())
+        });
+        if let Err(e) = &checked {
+            progress.note(&format!("{} does not build: {e}", r.label));
+        }
+        states[i + 1] = Some(checked);
+    }
+    states
+}
+
+/// The kernels to boot, labelled (the base first), and each state's slot among them (`None`
+/// for a commit that did not build or is not built here). Fails when the base did not build.
+fn bootable(
+    states: &[KernelState],
+    steps: &[SeriesStep],
+    base: &str,
+    patched: &str,
+) -> Result<(Vec<(String, crate::kernel::Kernel)>, Vec<Option<usize>>), Error> {
+    let base_kernel = match states[0].clone() {
+        Some(Ok(b)) => b,
+        Some(Err(e)) => {
+            return Err(InputError::BadValue {
+                key: "BASE".into(),
+                value: base.to_string(),
+                why: e,
+            }
+            .into());
+        }
+        None => return Err(not_a_series(patched, "it has no base")),
+    };
+    let mut labelled: Vec<(String, crate::kernel::Kernel)> = vec![("base".into(), base_kernel)];
+    let mut slot: Vec<Option<usize>> = vec![Some(0); 1];
+    for (i, st) in states.iter().enumerate().skip(1) {
+        if let Some(Ok(kern)) = st {
+            slot.push(Some(labelled.len()));
+            labelled.push((steps[i - 1].label.clone(), kern.clone()));
+        } else {
+            slot.push(None);
+        }
+    }
+    Ok((labelled, slot))
+}
+
+/// The chains to boot (slots of the labelled kernels): the whole series as one, or each shard
+/// unit with its parent (the last kernel before it that built).
+fn chains_to_boot(
+    shard: &Shard,
+    units: &[(usize, Option<usize>)],
+    slot: &[Option<usize>],
+) -> Vec<Vec<usize>> {
+    let built_before = |i: usize| (0..=i).rev().find_map(|j| slot[j]);
+    if shard.is_whole() {
+        vec![slot.iter().flatten().copied().collect()]
+    } else {
+        units
+            .iter()
+            .filter_map(|&(c, _)| {
+                let me = slot[c + 1]?;
+                Some(vec![built_before(c).unwrap_or(0), me])
+            })
+            .collect()
+    }
+}
+
+/// What booting a series' chains brought back, per labelled kernel where it is per kernel.
+struct Booted {
+    /// Each boot made now, with its kernel's label.
+    boots: Vec<(String, kab::BootSummary)>,
+    /// Boots found in the store and not made again, per kernel label.
+    reused: Vec<(String, u32)>,
+    /// Per kernel, its boots the host was busy during.
+    busy: Vec<Vec<kab::BusyBoot>>,
+    /// Per kernel, the guest commands that failed on it.
+    failed: Vec<Vec<kab::GuestFailure>>,
+}
+
+/// Boots each of `chains` (slots of `labelled`) with [`boot_chain`].
+fn boot_chains(
+    chains: &[Vec<usize>],
+    labelled: &[(String, crate::kernel::Kernel)],
+    k: &kab::KabRequest,
+    commands: &[Vec<String>],
+    accel: crate::kernel::vm::Accel,
+    store: &mut Store,
+    progress: &dyn kab::KabProgress,
+) -> Result<Booted, Error> {
+    let mut booted = Booted {
+        boots: Vec::new(),
+        reused: Vec::new(),
+        busy: vec![Vec::new(); labelled.len()],
+        failed: vec![Vec::new(); labelled.len()],
+    };
+    for chain in chains {
+        let (made, re) = boot_chain(
+            chain,
+            labelled,
+            k,
+            commands,
+            accel,
+            store,
+            progress,
+            &mut booted.busy,
+            &mut booted.failed,
+        )?;
+        booted.boots.extend(made);
+        booted.reused.extend(re);
+    }
+    Ok(booted)
+}
+
+/// Each commit's state for the table (`states` without the base): its runs, the compiler's
+/// first error, or no runs when another shard builds it.
+fn step_states(
+    states: &[KernelState],
+    slot: &[Option<usize>],
+    runs_of: impl Fn(usize) -> KernelRuns,
+) -> Vec<StepState> {
+    (1..states.len())
+        .map(|i| match (&states[i], slot[i]) {
+            (Some(Ok(_)), Some(s)) => StepState::Built(runs_of(s)),
+            (Some(Err(e)), _) => StepState::DoesNotBuild { error: e.clone() },
+            // Another shard's commit: no runs here, judged where it ran and after `merge`.
+            _ => StepState::Built(KernelRuns::default()),
+        })
+        .collect()
+}
+
+/// What a shard's table holds and how to get the whole one.
+fn shard_note(shard: &Shard) -> String {
+    format!(
+        "shard {shard}: its commits only, each booted against its parent on this host (a parent is booted again by its child's shard: the shards may run on different hosts); `hvlab merge` the shards' files, then run this command again without --shard against the merged store for the whole table"
+    )
+}
+
+/// The boots found in the store and not made again, per kernel label.
+fn reused_note(reused: &[(String, u32)]) -> String {
+    format!(
+        "boots found in the store and not made again: {}",
+        reused
+            .iter()
+            .map(|(l, n)| format!("{l} ({n})"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 /// The table of a series from the store alone (after `hvlab merge`): each commit's runs found
