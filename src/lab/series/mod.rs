@@ -149,6 +149,9 @@ fn build_all(
 /// A kernel of the series as checked: built and able to run the guests, or why not.
 type KernelState = Option<Result<crate::kernel::Kernel, String>>;
 
+/// The kernels to boot with their labels, the base first.
+type Labelled = Vec<(String, crate::kernel::Kernel)>;
+
 /// `hvlab kab BASE SERIES --per-patch`: builds each commit of the series (its shard's, and
 /// their parents), boots them so each adjacent pair is ABBA, stores every run, and judges
 /// every commit against its parent and the base as one family.
@@ -286,7 +289,7 @@ fn bootable(
     steps: &[SeriesStep],
     base: &str,
     patched: &str,
-) -> Result<(Vec<(String, crate::kernel::Kernel)>, Vec<Option<usize>>), Error> {
+) -> Result<(Labelled, Vec<Option<usize>>), Error> {
     let base_kernel = match states[0].clone() {
         Some(Ok(b)) => b,
         Some(Err(e)) => {
@@ -299,7 +302,7 @@ fn bootable(
         }
         None => return Err(not_a_series(patched, "it has no base")),
     };
-    let mut labelled: Vec<(String, crate::kernel::Kernel)> = vec![("base".into(), base_kernel)];
+    let mut labelled: Labelled = vec![("base".into(), base_kernel)];
     let mut slot: Vec<Option<usize>> = vec![Some(0); 1];
     for (i, st) in states.iter().enumerate().skip(1) {
         if let Some(Ok(kern)) = st {
