@@ -211,44 +211,16 @@ type Armed = (Vec<(String, String)>, bool);
 /// them with `run`'s result. A function that cannot be probed says why; `run` runs anyway,
 /// so the caller's untimed repetition is the same with or without counts.
 pub fn count_calls<T>(specs: &[CallSpec], run: impl FnOnce() -> T) -> (Vec<FunctionCalls>, T) {
-    let not = |s: &CallSpec, why: NotProbed| FunctionCalls {
-        function: s.function(),
-        counted: Counted::NotProbed { why },
-    };
     let dir = match tracefs() {
         Ok(dir) => dir,
         Err(why) => {
-            let out = specs.iter().map(|s| not(s, why.clone())).collect();
+            let out = specs.iter().map(|s| not_probed(s, why.clone())).collect();
             return (out, run());
         }
     };
     let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
     remove_ours(&dir);
-    // Per spec: its probed symbols and their event names, or why not.
-    let mut planned: Vec<Result<Armed, NotProbed>> = Vec::new();
-    let mut n = 0;
-    for s in specs {
-        let chosen = s.symbols(&kallsyms).and_then(|(symbols, via_callers)| {
-            let mut events = Vec::new();
-            for sym in symbols {
-                let event = format!("hvlab_{n}");
-                n += 1;
-                let target = match &s.module {
-                    Some(m) => format!("{m}:{sym}"),
-                    None => sym.clone(),
-                };
-                kprobe_command(&dir, &format!("p:{GROUP}/{event} {target}")).map_err(|e| {
-                    NotProbed::Refused {
-                        symbol: sym.clone(),
-                        error: e.to_string(),
-                    }
-                })?;
-                events.push((sym, event));
-            }
-            Ok((events, via_callers))
-        });
-        planned.push(chosen);
-    }
+    let planned = arm(&dir, specs, &kallsyms);
     let armed = planned.iter().any(Result::is_ok);
     let enabled = if armed {
         set_enabled(&dir, true).map_err(|e| e.to_string())
@@ -262,55 +234,102 @@ pub fn count_calls<T>(specs: &[CallSpec], run: impl FnOnce() -> T) -> (Vec<Funct
     let out = specs
         .iter()
         .zip(planned)
-        .map(|(s, chosen)| {
-            let (events, via_callers) = match chosen {
-                Ok(c) => c,
-                Err(why) => return not(s, why),
-            };
-            let hits = match (&enabled, &profile) {
-                (Err(e), _) => {
-                    return not(
-                        s,
-                        NotProbed::Unreadable {
-                            error: format!("enabling the probes: {e}"),
-                        },
-                    );
-                }
-                (_, Err(e)) => {
-                    return not(
-                        s,
-                        NotProbed::Unreadable {
-                            error: format!("kprobe_profile: {e}"),
-                        },
-                    );
-                }
-                (Ok(()), Ok(text)) => profile_hits(text),
-            };
-            let mut calls = 0;
-            for (_, event) in &events {
-                match hits.get(event) {
-                    Some(h) => calls += h,
-                    None => {
-                        return not(
-                            s,
-                            NotProbed::Unreadable {
-                                error: format!("kprobe_profile has no line for {event}"),
-                            },
-                        );
-                    }
-                }
-            }
-            FunctionCalls {
-                function: s.function(),
-                counted: Counted::Probed {
-                    symbols: events.into_iter().map(|(sym, _)| sym).collect(),
-                    via_callers,
-                    calls,
-                },
-            }
-        })
+        .map(|(s, chosen)| counted(s, chosen, &enabled, &profile))
         .collect();
     (out, result)
+}
+
+/// A function that was not counted, and why.
+fn not_probed(s: &CallSpec, why: NotProbed) -> FunctionCalls {
+    FunctionCalls {
+        function: s.function(),
+        counted: Counted::NotProbed { why },
+    }
+}
+
+/// Arms a probe on each symbol of each of `specs`: per spec, its probed symbols and their
+/// event names, or why not.
+fn arm(dir: &Path, specs: &[CallSpec], kallsyms: &str) -> Vec<Result<Armed, NotProbed>> {
+    let mut planned: Vec<Result<Armed, NotProbed>> = Vec::new();
+    let mut n = 0;
+    for s in specs {
+        let chosen = s.symbols(kallsyms).and_then(|(symbols, via_callers)| {
+            let mut events = Vec::new();
+            for sym in symbols {
+                let event = format!("hvlab_{n}");
+                n += 1;
+                let target = match &s.module {
+                    Some(m) => format!("{m}:{sym}"),
+                    None => sym.clone(),
+                };
+                kprobe_command(dir, &format!("p:{GROUP}/{event} {target}")).map_err(|e| {
+                    NotProbed::Refused {
+                        symbol: sym.clone(),
+                        error: e.to_string(),
+                    }
+                })?;
+                events.push((sym, event));
+            }
+            Ok((events, via_callers))
+        });
+        planned.push(chosen);
+    }
+    planned
+}
+
+/// One spec's calls from the probes' profile: the sum over its events, or why they cannot be
+/// read (the probes were not enabled, the profile is unreadable or lacks an event).
+fn counted(
+    s: &CallSpec,
+    chosen: Result<Armed, NotProbed>,
+    enabled: &Result<(), String>,
+    profile: &std::io::Result<String>,
+) -> FunctionCalls {
+    let (events, via_callers) = match chosen {
+        Ok(c) => c,
+        Err(why) => return not_probed(s, why),
+    };
+    let hits = match (enabled, profile) {
+        (Err(e), _) => {
+            return not_probed(
+                s,
+                NotProbed::Unreadable {
+                    error: format!("enabling the probes: {e}"),
+                },
+            );
+        }
+        (_, Err(e)) => {
+            return not_probed(
+                s,
+                NotProbed::Unreadable {
+                    error: format!("kprobe_profile: {e}"),
+                },
+            );
+        }
+        (Ok(()), Ok(text)) => profile_hits(text),
+    };
+    let mut calls = 0;
+    for (_, event) in &events {
+        match hits.get(event) {
+            Some(h) => calls += h,
+            None => {
+                return not_probed(
+                    s,
+                    NotProbed::Unreadable {
+                        error: format!("kprobe_profile has no line for {event}"),
+                    },
+                );
+            }
+        }
+    }
+    FunctionCalls {
+        function: s.function(),
+        counted: Counted::Probed {
+            symbols: events.into_iter().map(|(sym, _)| sym).collect(),
+            via_callers,
+            calls,
+        },
+    }
 }
 
 #[cfg(test)]

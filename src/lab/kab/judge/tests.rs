@@ -1,7 +1,14 @@
 //! The judging's tests: metrics, verdicts, the busy host and the A/A property.
 
+use super::metric::{count, declared_as, exact, jiffies_metric, judge_must_equal, rank};
+use super::verdict::ReachHint;
 use super::*;
+use crate::analysis::compare::AbVerdict;
+use crate::analysis::metric_ab::{CountCall, MetricJudgement, RankedCount, Shift};
+use crate::analysis::statistics::median;
+use crate::lab::kab::BusyBoot;
 use crate::lab::kab::fixture;
+use hvlab_core::noise::BusyReason;
 use std::path::PathBuf;
 
 fn call_of(m: &MetricAb) -> &CountCall {

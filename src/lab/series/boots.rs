@@ -1,0 +1,154 @@
+//! A series' boots: the sweep order, the runs the store already holds of each kernel, and
+//! booting a chain of kernels.
+
+use crate::error::Error;
+use crate::kernel::vm::Accel;
+use crate::lab::kab::{self, GuestFailure};
+use crate::record::RunRecord;
+use crate::store::Store;
+
+/// The boot order of `kernels` kernels in a chain (0 the base, i the i-th commit), each booted
+/// `boots_each` times: rounds of 0, 1, …, k−1 then k−1, …, 0, so each adjacent pair sees
+/// ABBA (i, i+1, i+1, i) within a round and every boot serves both pairs its kernel is in.
+/// With an odd `boots_each` the last round is forward only.
+pub fn sweep_order(kernels: usize, boots_each: u32) -> Vec<usize> {
+    let mut out = Vec::new();
+    for round in 0..boots_each {
+        if round % 2 == 0 {
+            out.extend(0..kernels);
+        } else {
+            out.extend((0..kernels).rev());
+        }
+    }
+    out
+}
+
+/// [`sweep_order`] without the boots already stored: `stored[i]` boots of kernel `i` are
+/// taken off the front of the order, so an interrupted run resumes where it stopped.
+pub fn remaining_order(stored: &[u32], boots_each: u32) -> Vec<usize> {
+    let mut skip: Vec<u32> = stored.to_vec();
+    sweep_order(stored.len(), boots_each)
+        .into_iter()
+        .filter(|&k| {
+            if skip[k] > 0 {
+                skip[k] -= 1;
+                false
+            } else {
+                true
+            }
+        })
+        .collect()
+}
+
+/// The runs of the kernel built from `spec` under `accel` that the store holds, of `scenarios`.
+pub fn stored_runs(
+    store: &Store,
+    spec: &str,
+    accel: Accel,
+    scenarios: &[String],
+) -> Result<Vec<RunRecord>, Error> {
+    let all = crate::store::transfer::select(store, &[])?;
+    Ok(of_kernel(all, spec, accel, scenarios))
+}
+
+/// Of `runs`, those made on the kernel of `spec` under `accel`, of `scenarios`.
+pub fn of_kernel(
+    runs: Vec<RunRecord>,
+    spec: &str,
+    accel: Accel,
+    scenarios: &[String],
+) -> Vec<RunRecord> {
+    let accel = accel.to_string();
+    runs.into_iter()
+        .filter(|r| {
+            r.host
+                .under_test
+                .as_ref()
+                .is_some_and(|u| u.spec == spec && u.accel == accel)
+                && scenarios.contains(&r.scenario)
+        })
+        .collect()
+}
+
+/// How many boots `runs` hold: the fewest runs of any of `scenarios` (each boot runs each once).
+pub fn boots_in(runs: &[RunRecord], scenarios: &[String]) -> u32 {
+    scenarios
+        .iter()
+        .map(|s| runs.iter().filter(|r| &r.scenario == s).count())
+        .min()
+        .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+/// What one kernel of the series brought back.
+#[derive(Debug, Clone, Default)]
+pub struct KernelRuns {
+    /// Its runs.
+    pub runs: Vec<RunRecord>,
+    /// Guest commands that failed on it.
+    pub failed_commands: Vec<GuestFailure>,
+    /// Its boots the host was busy during (none when it was quiet during all).
+    pub host_busy: Vec<kab::BusyBoot>,
+}
+
+/// The boots a chain made (with the label of the kernel each booted), and the boots per
+/// kernel label found stored and not made again.
+type ChainBoots = (Vec<(String, kab::BootSummary)>, Vec<(String, u32)>);
+
+/// Boots `chain` (indices into `kernels`) in [`remaining_order`] until each has `boots`
+/// boots stored, storing every run as it comes back; returns the boots made and those reused.
+#[allow(clippy::too_many_arguments)] // one boot loop for the whole series, each shard unit, each bisect step
+pub(crate) fn boot_chain(
+    chain: &[usize],
+    kernels: &[(String, crate::kernel::Kernel)],
+    req: &kab::KabRequest,
+    commands: &[Vec<String>],
+    accel: Accel,
+    store: &mut Store,
+    progress: &dyn kab::KabProgress,
+    busy: &mut [Vec<kab::BusyBoot>],
+    failed: &mut [Vec<GuestFailure>],
+) -> Result<ChainBoots, Error> {
+    let stored: Vec<u32> = chain
+        .iter()
+        .map(|&k| {
+            stored_runs(store, &kernels[k].1.spec, accel, &req.scenarios)
+                .map(|r| boots_in(&r, &req.scenarios).min(req.boots))
+        })
+        .collect::<Result<_, _>>()?;
+    let reused: Vec<(String, u32)> = chain
+        .iter()
+        .zip(&stored)
+        .filter(|(_, n)| **n > 0)
+        .map(|(&k, &n)| (kernels[k].0.clone(), n))
+        .collect();
+    let order = remaining_order(&stored, req.boots);
+    let mut made = Vec::new();
+    for (n, &pos) in order.iter().enumerate() {
+        let k = chain[pos];
+        let (label, kernel) = &kernels[k];
+        progress.boot_start(n + 1, order.len(), label, kernel);
+        let before = hvlab_host::noise::Snapshot::take();
+        let (boot, failure) =
+            crate::kernel::vm::boot(kernel, &req.vm, commands, &kab::logs_dir(&kernel.release))?;
+        let noise =
+            hvlab_host::noise::between(&before, &hvlab_host::noise::Snapshot::take(), &[], 1);
+        let tally = crate::kernel::vm::store_runs(store, &boot.runs)?;
+        let mut summary =
+            kab::BootSummary::of(label, &boot, tally.stored, store.location().to_string());
+        summary.host_busy = kab::busy_during_boot(&noise);
+        if let Some(reasons) = &summary.host_busy {
+            busy[k].push(kab::BusyBoot {
+                boot: n + 1,
+                side: label.clone(),
+                reasons: reasons.clone(),
+            });
+        }
+        failed[k].extend(summary.failures.iter().cloned());
+        progress.boot_end(&summary);
+        made.push((label.clone(), summary));
+        if let Some(f) = failure {
+            return Err(f.into());
+        }
+    }
+    Ok((made, reused))
+}
