@@ -403,7 +403,11 @@ fn kab_judges_the_001_fix_from_its_patch_module_only_on_7_3() {
         // Other work starved QEMU: nothing may be judged, and --expect-fixed is not met.
         for x in v["verdicts"].as_array().unwrap() {
             assert_eq!(x["class"], "NOT DECIDED", "{x}");
-            assert!(x["host_busy"].is_string(), "{x}");
+            // The busy boots as data (side, boot, reasons), as the judge names them.
+            assert!(
+                x["host_busy"].as_array().is_some_and(|b| !b.is_empty()),
+                "{x}"
+            );
         }
         assert_eq!(out.status.code(), Some(1), "{err}");
         common::loud_skip(&format!(
