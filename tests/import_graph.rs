@@ -15,12 +15,18 @@ use std::path::{Path, PathBuf};
 /// A module path inside one crate: `["lab", "sweep"]`; the crate root is empty.
 type ModPath = Vec<String>;
 
-/// Every `.rs` file under `dir`.
+/// Every `.rs` file under `dir`, but a test module in a file of its own (`tests.rs` that its
+/// `mod.rs` declares under `#[cfg(test)]`): tests may read the renderers of a higher layer, as
+/// an inline test module may.
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let declared_test_module = std::fs::read_to_string(dir.join("mod.rs"))
+        .is_ok_and(|text| text.contains("#[cfg(test)]\nmod tests;"));
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
             rust_files(&path, out);
+        } else if declared_test_module && path.file_name().is_some_and(|n| n == "tests.rs") {
+            continue;
         } else if path.extension().is_some_and(|e| e == "rs") {
             out.push(path);
         }
