@@ -539,6 +539,85 @@ fn kab_judges_the_001_fix_from_its_patch_module_only_on_7_3() {
 /// and the log, exit 2, and nothing stored or left half-built; a documentation-only patch is
 /// judged anyway (A = B), so --expect-fixed fails; missing build tools are named before
 /// anything is fetched (exit 3).
+/// A series posted as an mbox, judged patch by patch on Debian's 7.3 with every prefix built
+/// module-only (tests/patches/series-v1.mbox: documentation; memslot updates wait a normal
+/// grace period; documentation; the 001 fix): the memslot patch REGRESSED irqchip-first against
+/// its parent, the fix FIXED it against its parent, and both documentation patches are NO
+/// CHANGE against theirs, in one family of comparisons. Counts and jiffies only (TCG).
+#[test]
+fn kab_per_patch_names_the_patches_of_an_mbox_series_module_only_on_7_3() {
+    let Some(_turn) = building("kab_per_patch_names_the_patches_of_an_mbox_series") else {
+        return;
+    };
+    let (_d, db) = db();
+    let series = patch("series-v1.mbox");
+    let out = hvlab()
+        .arg("--db")
+        .arg(&db)
+        .args([
+            "kab",
+            "debian:7.3",
+            &format!("debian:7.3+{series}"),
+            "--per-patch",
+            "--scenario",
+            "lifecycle",
+            "--variant",
+            "irqchip-first",
+            "--boots",
+            "1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("kab --per-patch printed no JSON ({e}): {err}"));
+    let busy: Vec<&Value> = v["boots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| !b[1]["host_busy"].is_null())
+        .collect();
+    if !busy.is_empty() {
+        common::loud_skip(&format!(
+            "kab_per_patch: the host was busy during the boots, so the series could not be judged: {busy:?}"
+        ));
+        return;
+    }
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let commits = v["table"]["commits"].as_array().unwrap();
+    assert_eq!(commits.len(), 4, "{v}");
+    let class = |i: usize, against: &str| -> String {
+        let row = &commits[i]["variants"][0];
+        assert_eq!(row["variant"], "irqchip-first", "{row}");
+        row[against]["class"].as_str().unwrap().to_string()
+    };
+    // Module-only: every prefix is Debian's image with KVM's modules rebuilt.
+    assert!(
+        v["notes"].to_string().contains("differ by the patch alone"),
+        "{}",
+        v["notes"]
+    );
+    assert_eq!(class(0, "vs_parent"), "NO CHANGE", "{v}");
+    assert_eq!(class(1, "vs_parent"), "REGRESSED", "{v}");
+    assert_eq!(class(2, "vs_parent"), "NO CHANGE", "{v}");
+    assert_eq!(class(3, "vs_parent"), "FIXED", "{v}");
+    // Against the base, the regression carries over the documentation patch after it.
+    assert_eq!(class(2, "vs_base"), "REGRESSED", "{v}");
+    // The memslot update's wait, in jiffies, is what moved.
+    let numbers = &commits[1]["variants"][0]["numbers"];
+    assert_eq!(
+        numbers["metric"], "ioctl.KVM_SET_USER_MEMORY_REGION",
+        "{numbers}"
+    );
+    assert!(
+        numbers["commit"].as_f64().unwrap() > numbers["parent"].as_f64().unwrap() * 1.5,
+        "{numbers}"
+    );
+    // One boot per kernel (--boots 1): the base and four prefixes.
+    assert_eq!(v["boots"].as_array().unwrap().len(), 5, "{}", v["boots"]);
+}
+
 #[test]
 fn kab_refuses_bad_patches_and_judges_a_documentation_patch_anyway() {
     let Some(_turn) = building("kab_refuses_bad_patches") else {
