@@ -17,6 +17,12 @@ const SCRIPT: &str = concat!(
     "/examples/slurm/hvlab-suite.sbatch"
 );
 
+/// The per-patch example: a series' commits as the array's units.
+const PER_PATCH_SCRIPT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/examples/slurm/hvlab-per-patch.sbatch"
+);
+
 /// The suite the array runs: the model, few repetitions, so the whole test takes about a
 /// minute.
 const SUITE_ARGS: &str = "--backend model --profile pvm-epyc --reps 3 --warmup 0";
@@ -207,12 +213,12 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
         out
     }
 
-    /// `bash hvlab-suite.sbatch` from `submit_dir`, as the script's header says; returns the
-    /// array job's and the merge job's ids.
-    fn submit(&self, submit_dir: &Path, vars: &[(&str, &str)]) -> (String, String) {
+    /// `bash SCRIPT` from `submit_dir`, as the script's header says; returns the array job's
+    /// and the merge job's ids.
+    fn submit(&self, script: &str, submit_dir: &Path, vars: &[(&str, &str)]) -> (String, String) {
         let mut c = Command::new("bash");
         slurm_env(&mut c, &self.conf)
-            .arg(SCRIPT)
+            .arg(script)
             .envs(vars.iter().copied())
             .current_dir(submit_dir);
         let out = c.output().unwrap();
@@ -453,6 +459,7 @@ fn the_slurm_example_on_a_real_cluster_merges_the_whole_suite_and_cancels_a_fail
     // The array and its merge, submitted from a login shell as the README says.
     let hvlab = env!("CARGO_BIN_EXE_hvlab");
     let (array, merge) = cluster.submit(
+        SCRIPT,
         &submit_dir,
         &[
             ("HVLAB", hvlab),
@@ -546,6 +553,7 @@ fn the_slurm_example_on_a_real_cluster_merges_the_whole_suite_and_cancels_a_fail
 
     // An array whose tasks cannot find hvlab: the merge job is cancelled, not left pending.
     let (array, merge) = cluster.submit(
+        SCRIPT,
         &submit_dir,
         &[
             ("HVLAB_OUT", failed_out.to_str().unwrap()),
@@ -582,6 +590,95 @@ fn the_slurm_example_on_a_real_cluster_merges_the_whole_suite_and_cancels_a_fail
     drop(cluster);
     eprintln!(
         "{test}: {:.1} s including the cluster's start and stop",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// The per-patch example on the same real cluster: a four-patch mbox series on Debian's 7.3,
+/// two array tasks of two commits each, merged and judged from the store as one table that
+/// names the regressing and the fixing patch. Each task boots three kernels under QEMU TCG, one
+/// task after the other (--exclusive on the one node).
+#[test]
+#[ignore = "builds Debian 7.3's KVM modules and boots six kernels under QEMU TCG (about 3 minutes warm); run with --ignored on a quiet host, HVLAB_SVM_TCG set"]
+fn a_series_per_patch_sharded_over_a_slurm_array_merges_into_one_table() {
+    let test = "a_series_per_patch_sharded_over_a_slurm_array";
+    if !slurm_or_skip(test) || !common::tool_or_skip(test, "qemu-system-x86_64") {
+        return;
+    }
+    let started = Instant::now();
+    let mut cluster = Cluster::start();
+    let work = tempfile::tempdir().unwrap();
+    let (submit_dir, out) = (work.path().join("submit"), work.path().join("out"));
+    for d in [&submit_dir, &out] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let series = format!(
+        "debian:7.3+{}/tests/patches/series-v1.mbox",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let (array, merge) = cluster.submit(
+        PER_PATCH_SCRIPT,
+        &submit_dir,
+        &[
+            ("HVLAB", env!("CARGO_BIN_EXE_hvlab")),
+            ("HVLAB_OUT", out.to_str().unwrap()),
+            ("HVLAB_BASE", "debian:7.3"),
+            ("HVLAB_SERIES", &series),
+            (
+                "HVLAB_KAB_ARGS",
+                "--scenario lifecycle --variant irqchip-first --boots 1",
+            ),
+        ],
+    );
+    cluster.wait_ended(&[&array, &merge], Duration::from_secs(1200));
+    let tasks = cluster.states(&array);
+    assert_eq!(tasks.len(), 2, "the example's --array=1-2: {tasks:?}");
+    let logs = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
+    for (task, (state, reason)) in tasks.iter().enumerate() {
+        let log = logs(&format!("hvlab-per-patch-{array}_{}.out", task + 1));
+        assert_eq!(
+            state,
+            "COMPLETED",
+            "array task {}: {reason}: {log}",
+            task + 1
+        );
+        assert!(log.contains(&format!("shard {}/2", task + 1)), "{log}");
+    }
+    assert_eq!(
+        cluster.states(&merge)[0].0,
+        "COMPLETED",
+        "{}",
+        logs(&format!("merge-{merge}.out"))
+    );
+    let text = logs(&format!("series-{array}.txt"));
+    let v: serde_json::Value =
+        serde_json::from_str(&logs(&format!("series-{array}.json"))).unwrap();
+    // The merged table has every commit, each judged against its parent booted by the same task.
+    let commits = v["commits"].as_array().unwrap();
+    assert_eq!(commits.len(), 4, "{text}");
+    let class = |i: usize| commits[i]["variants"][0]["vs_parent"]["class"].clone();
+    let mut busy = false;
+    for i in 0..4 {
+        busy |= class(i) == "NOT DECIDED";
+    }
+    if busy {
+        common::loud_skip(&format!(
+            "{test}: a commit was NOT DECIDED (the host was busy during its boots): {text}"
+        ));
+        return;
+    }
+    assert_eq!(class(0), "NO CHANGE", "{text}");
+    assert_eq!(class(1), "REGRESSED", "{text}");
+    assert_eq!(class(2), "NO CHANGE", "{text}");
+    assert_eq!(class(3), "FIXED", "{text}");
+    assert!(
+        text.starts_with("[PATCH 2/4] REGRESSED irqchip-first"),
+        "{text}"
+    );
+    assert!(out.join(format!("series-{array}.md")).exists());
+    drop(cluster);
+    eprintln!(
+        "{test}: {:.1} s including the cluster's start and stop\n{text}",
         started.elapsed().as_secs_f64()
     );
 }
