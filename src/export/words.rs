@@ -319,7 +319,7 @@ pub fn fidelity_fitted(reports: &[crate::lab::fidelity::ThreadReport]) -> Vec<St
 
 /// The line that opens the fidelity table, verdicts first: only judged rows count.
 pub fn fidelity_headline(reports: &[crate::lab::fidelity::ThreadReport]) -> String {
-    use crate::lab::fidelity::ThreadReport;
+    use crate::lab::fidelity::{Judged, ThreadReport};
     let sum = |f: fn(&ThreadReport) -> usize| reports.iter().map(f).sum::<usize>();
     format!(
         "fidelity: {} threads, {} judged figures: {} within the published range, {} outside; {} fitted rows shown apart (not counted)",

@@ -7,7 +7,7 @@ use crate::analysis::compare::{AbComparison, ab, judge_together};
 use crate::analysis::direction::Better;
 use crate::analysis::statistics::seed_for;
 use crate::analysis::verdict::{ALPHA, Class, Correction};
-use crate::lab::fidelity::{THREADS, ThreadReport};
+use crate::lab::fidelity::{Judged, THREADS, ThreadReport};
 use crate::record::{RunRecord, RunTag};
 use crate::scenario::{Headline, HeadlinePair, Kind};
 

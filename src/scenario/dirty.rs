@@ -428,14 +428,7 @@ fn analyse_variant(
         ioctls: median("collect_ioctls").unwrap_or(0.0),
         ring_full_exits: median("ring_full_exits"),
     }];
-    VariantRecord {
-        name: name.to_string(),
-        status: VariantStatus::Ok,
-        metrics,
-        findings,
-        timeline: Vec::new(),
-        pinned_bytes: Vec::new(),
-    }
+    VariantRecord::ok(name, metrics, findings)
 }
 
 /// Metrics and findings of every variant.

@@ -292,14 +292,7 @@ fn analyse_variant(name: &str, kind: ExitKind, batches: &[ExitResult], seed: u64
             observed: userspace,
         });
     }
-    VariantRecord {
-        name: name.to_string(),
-        status: crate::record::VariantStatus::Ok,
-        metrics,
-        findings,
-        timeline: Vec::new(),
-        pinned_bytes: Vec::new(),
-    }
+    VariantRecord::ok(name, metrics, findings)
 }
 
 /// What the PMU model found: the lists as built, the host-PEBS restriction, the races.

@@ -655,12 +655,8 @@ fn analyse_variant(
     let metrics = series.finish(reps, name, seed);
     let findings = recurring_findings(stalled, reps, baselines);
     VariantRecord {
-        name: name.to_string(),
-        status: crate::record::VariantStatus::Ok,
-        metrics,
-        findings,
         timeline: median_timeline(traces, baselines, jiffy_ns, kernel),
-        pinned_bytes: Vec::new(),
+        ..VariantRecord::ok(name, metrics, findings)
     }
 }
 

@@ -549,14 +549,7 @@ fn analyse_variant(
             faults: uffd.median,
         });
     }
-    VariantRecord {
-        name: name.to_string(),
-        status: crate::record::VariantStatus::Ok,
-        metrics,
-        findings,
-        timeline: Vec::new(),
-        pinned_bytes: Vec::new(),
-    }
+    VariantRecord::ok(name, metrics, findings)
 }
 
 /// The memory scenario.

@@ -17,7 +17,7 @@ use super::{Chart, Observed, Scenario};
 use super::{MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::Direction;
 use crate::error::InputError;
-use crate::record::{RunRecord, VariantRecord, VariantStatus};
+use crate::record::{RunRecord, VariantRecord};
 use hvlab_core::memslots::{MemslotPlan, MemslotResult, SlotOp};
 
 /// The catalog entry.
@@ -169,14 +169,7 @@ fn analyse_variant(name: &str, results: &[MemslotResult], seed: u64) -> VariantR
             series.push("swaps_per_op", "count", f64::from(swaps));
         }
     }
-    VariantRecord {
-        name: name.to_string(),
-        status: VariantStatus::Ok,
-        metrics: series.finish(results.len(), name, seed),
-        findings: Vec::new(),
-        timeline: Vec::new(),
-        pinned_bytes: Vec::new(),
-    }
+    VariantRecord::ok(name, series.finish(results.len(), name, seed), Vec::new())
 }
 
 /// The memslots scenario.

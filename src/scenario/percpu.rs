@@ -345,14 +345,7 @@ fn analyse_variant(
         workload: plan.workload.name.to_string(),
         cpus: plan.cpus,
     }];
-    VariantRecord {
-        name: name.to_string(),
-        status: crate::record::VariantStatus::Ok,
-        metrics,
-        findings,
-        timeline: Vec::new(),
-        pinned_bytes: Vec::new(),
-    }
+    VariantRecord::ok(name, metrics, findings)
 }
 
 /// Where the mechanism lives: the RFC's 160-core AmpereOne (on x86 both schemes are one `%gs`

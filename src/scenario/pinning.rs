@@ -347,11 +347,6 @@ fn analyse_variant(name: &str, plan: &PinPlan, traces: &[PinResult], seed: u64) 
         });
     }
     VariantRecord {
-        name: name.to_string(),
-        status: crate::record::VariantStatus::Ok,
-        metrics,
-        findings,
-        timeline: Vec::new(),
         pinned_bytes: traces
             .first()
             .map(|t| {
@@ -361,6 +356,7 @@ fn analyse_variant(name: &str, plan: &PinPlan, traces: &[PinResult], seed: u64) 
                     .collect()
             })
             .unwrap_or_default(),
+        ..VariantRecord::ok(name, metrics, findings)
     }
 }
 

@@ -258,6 +258,23 @@ pub struct TimelineEvent {
 }
 
 impl VariantRecord {
+    /// A variant that produced samples: its metrics and findings, no timeline or pinned
+    /// bytes (the scenarios that chart those set them over this).
+    pub fn ok(
+        name: &str,
+        metrics: BTreeMap<String, MetricRecord>,
+        findings: Vec<Finding>,
+    ) -> VariantRecord {
+        VariantRecord {
+            name: name.to_string(),
+            status: VariantStatus::Ok,
+            metrics,
+            findings,
+            timeline: Vec::new(),
+            pinned_bytes: Vec::new(),
+        }
+    }
+
     /// Whether the variant produced samples.
     pub fn is_ok(&self) -> bool {
         self.status == VariantStatus::Ok

@@ -1,5 +1,6 @@
 //! The guest vocabulary both backends and the scenarios share: privilege level, page size,
-//! host backing, and the guest's address-space limit.
+//! host backing, the guest's address-space limit, and where the kvm guest puts its page
+//! tables, code, stack and touch order (the model predicts the stage-2 faults they take).
 
 /// The privilege level guest code runs at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -40,6 +41,31 @@ pub enum GuestPage {
 
 /// Largest data region a guest maps (one PD page per GiB fits below its code).
 pub const DATA_MAX_BYTES: u64 = 64 << 30;
+
+// The system memslot at GPA 0, as the kvm guest lays it out (hvlab-kvm's `guest::layout`
+// writes it; the memory prediction replays its page walks). One definition, so the two
+// cannot drift apart.
+
+/// GDT address.
+pub const GDT_GPA: u64 = 0x1000;
+/// PML4 address (CR3).
+pub const PML4_GPA: u64 = 0x2000;
+/// The PDPT.
+pub const PDPT_GPA: u64 = 0x3000;
+/// The PD of GiB 0: 2 MiB identity pages (the system slot, MMIO test addresses).
+pub const PD0_GPA: u64 = 0x4000;
+/// The data region's PDs, one page per GiB, from here.
+pub const DATA_PD_GPA: u64 = 0x5000;
+/// Code address (entry point).
+pub const CODE_GPA: u64 = 0x5_0000;
+/// Initial stack pointer (the stack grows down from it).
+pub const STACK_TOP: u64 = 0x7_0000;
+/// Where the touch-order array (u32 page indices) starts; the data region's 4 KiB page
+/// tables follow it.
+pub const INDEX_GPA: u64 = 0x10_0000;
+
+// The data region's PDs at their most must end below the code.
+const _: () = assert!(DATA_PD_GPA + (DATA_MAX_BYTES >> 30) * 4096 <= CODE_GPA);
 
 /// How host memory behind a memslot is provided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -14,9 +14,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::Agreement;
+use super::{Agreement, Judged, judge_against_samples};
 use crate::analysis::statistics::median;
-use crate::analysis::validate::{Check, Rule, judge_in_band, spread};
+use crate::analysis::validate::{Check, Rule};
 use crate::kernel::patch::PatchFile;
 use crate::model::memory::{Mmu, PTE_PREFETCH_NUM, PTE_PREFETCH_NUM_MAX, Pass, pass};
 use crate::record::{RunRecord, pooled};
@@ -329,18 +329,31 @@ pub enum SetupError {
     Params(String),
 }
 
-/// The guest-physical layout hvlab's kvm guest builds (hvlab-kvm/src/guest/layout.rs), in
-/// 4 KiB frames of the system memslot at GPA 0.
+/// The guest-physical layout hvlab's kvm guest builds (the core's addresses, which
+/// hvlab-kvm's `guest::layout` writes), in 4 KiB frames of the system memslot at GPA 0.
 mod layout {
+    use hvlab_core::guest::{
+        CODE_GPA, DATA_PD_GPA, INDEX_GPA, PD0_GPA, PDPT_GPA, PML4_GPA, STACK_TOP,
+    };
+
+    // Every address below lies under 2 MiB, so a frame number fits any usize.
+    const _: () = assert!(INDEX_GPA < 2 << 20);
+
+    /// The frame holding `gpa`.
+    #[allow(clippy::cast_possible_truncation)] // below 2 MiB: asserted above
+    const fn frame(gpa: u64) -> usize {
+        (gpa / 4096) as usize
+    }
+
     /// PML4, PDPT and the PD of GiB 0: the first fetch of the code walks them, in order.
-    pub const WALK: [usize; 3] = [0x2, 0x3, 0x4];
+    pub const WALK: [usize; 3] = [frame(PML4_GPA), frame(PDPT_GPA), frame(PD0_GPA)];
     /// The data region's PDs, one per GiB, from here.
-    pub const DATA_PD: usize = 0x5;
-    /// The code's first frame, and the stack's top frame (it grows down from 0x7_0000).
-    pub const CODE: usize = 0x50;
-    pub const STACK: usize = 0x6f;
+    pub const DATA_PD: usize = frame(DATA_PD_GPA);
+    /// The code's first frame, and the stack's top frame (it grows down from `STACK_TOP`).
+    pub const CODE: usize = frame(CODE_GPA);
+    pub const STACK: usize = frame(STACK_TOP) - 1;
     /// The touch-order array (u32 page indices), then the data region's 4 KiB page tables.
-    pub const INDEX: usize = 0x100;
+    pub const INDEX: usize = frame(INDEX_GPA);
     /// 4 KiB pages per 2 MiB, and per GiB.
     pub const PER_PT: usize = 512;
     pub const PER_PD: usize = 512 * 512;
@@ -639,21 +652,9 @@ pub struct MemoryReport {
     pub skipped: Vec<super::patch::Skipped>,
 }
 
-impl MemoryReport {
-    /// Rows within.
-    pub fn within(&self) -> usize {
-        self.rows
-            .iter()
-            .filter(|r| r.agreement == Agreement::Within)
-            .count()
-    }
-
-    /// Rows outside.
-    pub fn outside(&self) -> usize {
-        self.rows
-            .iter()
-            .filter(|r| r.agreement == Agreement::Outside)
-            .count()
+impl Judged for MemoryReport {
+    fn agreements(&self) -> impl Iterator<Item = &Agreement> {
+        self.rows.iter().map(|r| &r.agreement)
     }
 }
 
@@ -708,15 +709,7 @@ pub fn from_runs(runs: &[RunRecord]) -> MemoryReport {
                 continue;
             }
         };
-        let change = if kab.patches.is_empty() {
-            "none (stock)".to_string()
-        } else {
-            kab.patches
-                .iter()
-                .map(|p| p.file.as_str())
-                .collect::<Vec<_>>()
-                .join(" + ")
-        };
+        let change = super::patch::change_words(&kab.patches, |p| p.file.clone());
         for (variant, plan) in &plans {
             let measured = pooled(&side_runs, variant, PF_FIXED);
             if measured.is_empty() {
@@ -729,15 +722,13 @@ pub fn from_runs(runs: &[RunRecord]) -> MemoryReport {
                     continue;
                 }
             };
-            let m = median(&measured);
-            let check = judge_in_band(
+            let check = judge_against_samples(
                 "memory",
                 variant,
                 PF_FIXED,
                 "count",
                 predicted as f64,
-                m,
-                spread(&measured, m),
+                &measured,
                 Rule::Exact(0.0),
             );
             let agreement = if check.pass && measured.iter().all(|x| *x == predicted as f64) {

@@ -18,6 +18,8 @@ pub mod srcu;
 
 use serde::Serialize;
 
+use crate::analysis::statistics::median;
+use crate::analysis::validate::{Check, Rule, judge_in_band, spread};
 use crate::error::Error;
 use crate::model::ModelBackend;
 use crate::model::ModelError;
@@ -284,30 +286,67 @@ pub struct ThreadReport {
     pub fitted: Vec<Fitted>,
 }
 
-impl ThreadReport {
+/// A table of rows each with an [`Agreement`]: every fidelity table (a thread's, a patch's
+/// prediction, the memory rows) counts its rows the same way.
+pub trait Judged {
+    /// Each row's agreement.
+    fn agreements(&self) -> impl Iterator<Item = &Agreement>;
+
+    /// Rows within.
+    fn within(&self) -> usize {
+        self.agreements()
+            .filter(|a| **a == Agreement::Within)
+            .count()
+    }
+
+    /// Rows outside: each a miss of the model.
+    fn outside(&self) -> usize {
+        self.agreements()
+            .filter(|a| **a == Agreement::Outside)
+            .count()
+    }
+
+    /// Rows that re-show a fitted value: shown apart, not tests.
+    fn fitted_rows(&self) -> usize {
+        self.agreements()
+            .filter(|a| matches!(a, Agreement::Fitted { .. }))
+            .count()
+    }
+
     /// Rows judged (within or outside): the fitted ones are not tests.
-    pub fn judged(&self) -> usize {
-        self.rows.len() - self.fitted_rows()
+    fn judged(&self) -> usize {
+        self.agreements().count() - self.fitted_rows()
     }
+}
 
-    /// Judged rows inside their range.
-    pub fn within(&self) -> usize {
-        self.count(|a| *a == Agreement::Within)
+impl Judged for ThreadReport {
+    fn agreements(&self) -> impl Iterator<Item = &Agreement> {
+        self.rows.iter().map(|r| &r.agreement)
     }
+}
 
-    /// Judged rows outside their range: each a miss of the model.
-    pub fn outside(&self) -> usize {
-        self.count(|a| *a == Agreement::Outside)
-    }
-
-    /// Rows that re-show a fitted value.
-    pub fn fitted_rows(&self) -> usize {
-        self.count(|a| matches!(a, Agreement::Fitted { .. }))
-    }
-
-    fn count(&self, f: impl Fn(&Agreement) -> bool) -> usize {
-        self.rows.iter().filter(|r| f(&r.agreement)).count()
-    }
+/// The model's `predicted` figure of `metric` against the kernel's samples of it: judged by
+/// `rule` within their spread (10th to 90th percentile) about their median.
+pub fn judge_against_samples(
+    scenario: &str,
+    variant: &str,
+    metric: &str,
+    unit: &str,
+    predicted: f64,
+    kernel: &[f64],
+    rule: Rule,
+) -> Check {
+    let measured = median(kernel);
+    judge_in_band(
+        scenario,
+        variant,
+        metric,
+        unit,
+        predicted,
+        measured,
+        spread(kernel, measured),
+        rule,
+    )
 }
 
 /// A thread the model is judged against.

@@ -22,9 +22,9 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::{Agreement, Fitted};
+use super::{Agreement, Fitted, Judged, judge_against_samples};
 use crate::analysis::statistics::median;
-use crate::analysis::validate::{Check, Rule, judge_in_band, spread};
+use crate::analysis::validate::{Check, Rule};
 use crate::error::Error;
 use crate::kernel::calibration::{self, Identity};
 use crate::model::profile::Profile;
@@ -34,7 +34,7 @@ use crate::scenario::lifecycle::strategy_name;
 use crate::scenario::{Kind, Params};
 use crate::store::Store;
 use hvlab_core::BackendKind;
-use hvlab_core::host::UnderTest;
+use hvlab_core::host::{PatchId, UnderTest};
 use hvlab_core::ioctl_table::{BusRegistration, SrcuKernel};
 use hvlab_core::lifecycle::Strategy;
 
@@ -175,6 +175,15 @@ fn strategy_of_run(under_test: &UnderTest) -> Result<StrategyChoice, String> {
     )
 }
 
+/// A kab side's change in words: `none (stock)`, or its patches, each as `name` words it,
+/// joined by ` + `.
+pub(crate) fn change_words(patches: &[PatchId], name: impl Fn(&PatchId) -> String) -> String {
+    if patches.is_empty() {
+        return "none (stock)".to_string();
+    }
+    patches.iter().map(name).collect::<Vec<_>>().join(" + ")
+}
+
 /// An ioctl that waited for the grace period another one started.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Wait {
@@ -244,21 +253,9 @@ pub struct Prediction {
     pub rows: Vec<PatchRow>,
 }
 
-impl Prediction {
-    /// Rows within.
-    pub fn within(&self) -> usize {
-        self.rows
-            .iter()
-            .filter(|r| r.agreement == Agreement::Within)
-            .count()
-    }
-
-    /// Rows outside: each a miss of the model.
-    pub fn outside(&self) -> usize {
-        self.rows
-            .iter()
-            .filter(|r| r.agreement == Agreement::Outside)
-            .count()
+impl Judged for Prediction {
+    fn agreements(&self) -> impl Iterator<Item = &Agreement> {
+        self.rows.iter().map(|r| &r.agreement)
     }
 }
 
@@ -282,15 +279,10 @@ pub struct PatchReport {
     pub skipped: Vec<Skipped>,
 }
 
-impl PatchReport {
-    /// Rows within, over every prediction.
-    pub fn within(&self) -> usize {
-        self.predictions.iter().map(Prediction::within).sum()
-    }
-
-    /// Rows outside.
-    pub fn outside(&self) -> usize {
-        self.predictions.iter().map(Prediction::outside).sum()
+/// Over every prediction.
+impl Judged for PatchReport {
+    fn agreements(&self) -> impl Iterator<Item = &Agreement> {
+        self.predictions.iter().flat_map(Judged::agreements)
     }
 }
 
@@ -334,14 +326,13 @@ fn row(
         return None;
     }
     let scenario = Kind::Lifecycle.name();
-    let stalls = judge_in_band(
+    let stalls = judge_against_samples(
         scenario,
         variant,
         "stalls",
         "count",
         median(&ms),
-        median(&ks),
-        spread(&ks, median(&ks)),
+        &ks,
         Rule::Exact(0.0),
     );
     let stalled = |x: &[f64]| [x.iter().filter(|v| **v > 0.0).count(), x.len()];
@@ -368,14 +359,13 @@ fn row(
             if k.is_empty() || m.is_empty() {
                 return None;
             }
-            Some(judge_in_band(
+            Some(judge_against_samples(
                 scenario,
                 variant,
                 &format!("ioctl.{ioctl}"),
                 "jiffies",
                 median(&m),
-                median(&k),
-                spread(&k, median(&k)),
+                &k,
                 Rule::Within(tolerance),
             ))
         })
@@ -637,20 +627,13 @@ fn predict(set: &Set<'_>, tolerance: f64, seed: u64) -> Result<Prediction, Error
         }
     }
     let u = set.under_test;
-    let change = match u.kab.as_ref().map(|k| k.patches.as_slice()) {
-        Some(patches) if !patches.is_empty() => patches
-            .iter()
-            .map(|p| {
-                format!(
-                    "{} (sha256 {})",
-                    p.file,
-                    &p.sha256[..p.sha256.len().min(16)]
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(" + "),
-        _ => "none (stock)".to_string(),
-    };
+    let change = change_words(u.kab.as_ref().map_or(&[], |k| k.patches.as_slice()), |p| {
+        format!(
+            "{} (sha256 {})",
+            p.file,
+            &p.sha256[..p.sha256.len().min(16)]
+        )
+    });
     let kernel_reps = set
         .runs
         .iter()

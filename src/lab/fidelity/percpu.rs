@@ -193,7 +193,7 @@ fn regression_rows(fork: &RunRecord, memcg: &RunRecord) -> Result<Vec<Row>, Erro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::fidelity::{Agreement, ThreadReport};
+    use crate::lab::fidelity::{Agreement, Judged, ThreadReport};
 
     fn report() -> ThreadReport {
         super::super::report(&Percpu, &crate::lab::host::probe(), 1)

@@ -15,26 +15,18 @@
 //! ```
 //! Every entry has the user bit set: CPL3 code touches everything directly.
 
-pub use hvlab_core::guest::{DATA_MAX_BYTES, GuestPage};
+// The system slot's addresses are the core's, shared with the model's prediction of the
+// faults the guest's own page walks take.
+pub use hvlab_core::guest::{
+    CODE_GPA, DATA_MAX_BYTES, GDT_GPA, GuestPage, INDEX_GPA, PML4_GPA, STACK_TOP,
+};
+use hvlab_core::guest::{DATA_PD_GPA, PD0_GPA, PDPT_GPA};
 
 use super::super::KvmError;
 use super::super::guest_memory::GuestMemory;
 
-/// GDT address.
-pub const GDT_GPA: u64 = 0x1000;
-/// PML4 address (CR3).
-pub const PML4_GPA: u64 = 0x2000;
-const PDPT_GPA: u64 = 0x3000;
-const PD0_GPA: u64 = 0x4000;
-const DATA_PD_GPA: u64 = 0x5000;
-/// Code address (entry point).
-pub const CODE_GPA: u64 = 0x5_0000;
 /// Largest payload.
 pub const CODE_MAX: usize = 0x1_0000;
-/// Initial stack pointer.
-pub const STACK_TOP: u64 = 0x7_0000;
-/// Where the touch-order array starts.
-pub const INDEX_GPA: u64 = 0x10_0000;
 /// An address with no memslot: accesses exit as MMIO.
 pub const MMIO_TEST_GPA: u64 = 0x3000_0000;
 /// The ioeventfd doorbell (also unbacked; KVM completes the write in the kernel).
