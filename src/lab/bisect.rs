@@ -27,7 +27,9 @@ use crate::kernel::Kernel;
 use crate::kernel::build;
 use crate::kernel::vm::{Accel, VmError};
 use crate::lab::kab::{self, KabProgress, KabRequest};
-use crate::lab::series::{self, JudgeSettings, KernelRuns, Numbers, SeriesStep, StepState};
+use crate::lab::series::{
+    self, JudgeSettings, KernelRuns, Numbers, RunsAsked, SeriesStep, StepState,
+};
 use crate::store::Store;
 
 /// What a judge says of one commit against another.
@@ -410,7 +412,9 @@ impl Range {
 /// a kernel booted by an earlier step (or an interrupted bisection) is not booted again.
 ///
 /// Effort adds boots first (two, an ABBA pair, per step, up to three times the request's),
-/// then doubles the repetitions of each further pair: a boot is what varies most between runs.
+/// then doubles the repetitions: a boot is what varies most between runs. Runs are found by
+/// what was asked ([`RunsAsked`]), reps included, so boots at fewer reps are not pooled with
+/// those at more: a step that doubles them boots its kernels again at the new count.
 /// The trait cannot fail, so an error that is not the commit's (QEMU missing, a boot that
 /// fails) is kept, every later call answers NOT DECIDED without booting, and the caller reads
 /// it with [`KabJudge::failure`].
@@ -525,14 +529,10 @@ impl<'a> KabJudge<'a> {
             &mut busy,
             &mut failed,
         )?;
+        let asked = RunsAsked::of(&req, self.accel);
         let runs = |k: usize| -> Result<KernelRuns, Error> {
             Ok(KernelRuns {
-                runs: series::stored_runs(
-                    self.store,
-                    &labelled[k].1.spec,
-                    self.accel,
-                    &req.scenarios,
-                )?,
+                runs: series::stored_runs(self.store, &labelled[k].1.spec, &asked)?,
                 failed_commands: failed[k].clone(),
                 host_busy: busy[k].clone(),
             })
@@ -549,9 +549,7 @@ impl<'a> KabJudge<'a> {
             std::slice::from_ref(&step),
             &[StepState::Built(rb)],
             &JudgeSettings {
-                scenarios: &req.scenarios,
-                variants: &req.variants,
-                accel: self.accel,
+                asked,
                 threshold: req.threshold,
                 metric: self.metric.as_deref(),
             },

@@ -48,9 +48,7 @@ pub(super) fn per_patch(
             &store,
             source.as_ref(),
             &JudgeSettings {
-                scenarios: &req.scenarios,
-                variants: &req.variants,
-                accel,
+                asked: series::RunsAsked::of(&req, accel),
                 threshold: req.threshold,
                 metric: args.metric.as_deref(),
             },

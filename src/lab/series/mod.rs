@@ -6,9 +6,11 @@
 //!   base ([`MboxSeries`]), or a git range (the git spec's own source, when it is given one).
 //! - Boots follow [`sweep_order`]: base, 1, 2, …, N, N, …, 2, 1, base per round, so every
 //!   adjacent pair (parent, commit) sees ABBA and each kernel's boot serves both pairs it is in.
-//! - Runs are stored as they come back and found again by kernel ([`stored_runs`]): an
+//! - Runs are stored as they come back and found again by kernel and by what was asked
+//!   ([`stored_runs`], [`RunsAsked`]: scenario, variants, `--set`, reps, accelerator): an
 //!   interrupted run, a shard's or a bisection's boots count toward the next, and a kernel with
-//!   enough stored boots is not booted again.
+//!   enough stored boots is not booted again; another command's boots of the same kernel
+//!   (other variants, another `--set`) are not taken for this one's.
 //! - Every comparison of the table (N commits × 2 × variants × metrics) is corrected together
 //!   ([`judge_series`]): a table of 576 comparisons each at p < 0.05 alone would flag a change
 //!   in nearly every A/A series.
@@ -31,7 +33,9 @@ use crate::store::Store;
 use source::not_a_series;
 
 pub(crate) use boots::boot_chain;
-pub use boots::{KernelRuns, boots_in, of_kernel, remaining_order, stored_runs, sweep_order};
+pub use boots::{
+    KernelRuns, RunsAsked, boots_in, of_kernel, remaining_order, stored_runs, sweep_order,
+};
 pub use source::{GitRangeSeries, MboxSeries, SeriesSource, SeriesStep, is_base_of, source_of};
 pub use table::{
     CommitRow, JudgeSettings, Numbers, SeriesTable, StepState, VariantRow, first_error,
@@ -194,13 +198,9 @@ pub fn run_per_patch(
     let boots_s = boots_start.elapsed().as_secs_f64();
     let judge_start = std::time::Instant::now();
     let all = crate::store::transfer::select(store, &[])?;
+    let asked = RunsAsked::of(k, choice.accel);
     let runs_of = |slot_i: usize| KernelRuns {
-        runs: of_kernel(
-            all.clone(),
-            &labelled[slot_i].1.spec,
-            choice.accel,
-            &k.scenarios,
-        ),
+        runs: of_kernel(all.clone(), &labelled[slot_i].1.spec, &asked),
         failed_commands: booted.failed[slot_i].clone(),
         host_busy: booted.busy[slot_i].clone(),
     };
@@ -212,9 +212,7 @@ pub fn run_per_patch(
         &steps,
         &step_states,
         &JudgeSettings {
-            scenarios: &k.scenarios,
-            variants: &k.variants,
-            accel: choice.accel,
+            asked,
             threshold: k.threshold,
             metric: req.metric.as_deref(),
         },
@@ -429,7 +427,7 @@ pub fn table_from_store(
     let steps = source.steps()?;
     let all = crate::store::transfer::select(store, &[])?;
     let runs = |spec: &str| KernelRuns {
-        runs: of_kernel(all.clone(), spec, settings.accel, settings.scenarios),
+        runs: of_kernel(all.clone(), spec, &settings.asked),
         ..KernelRuns::default()
     };
     let base = runs(source.base());

@@ -5,13 +5,12 @@ use serde::Serialize;
 
 use crate::analysis::verdict::Class;
 use crate::kernel::build::BuildError;
-use crate::kernel::vm::Accel;
 use crate::lab::kab::{
     self, GuestFailure, MetricAb, ScenarioAb, SideRuns, VariantAb, VariantVerdict,
 };
 use crate::record::RunRecord;
 
-use super::boots::KernelRuns;
+use super::boots::{KernelRuns, RunsAsked};
 use super::source::SeriesStep;
 
 /// A commit as built: its runs, or the compiler's first error.
@@ -123,12 +122,8 @@ fn family_size(judged: &[ScenarioAb]) -> usize {
 /// What a series is judged with.
 #[derive(Debug, Clone)]
 pub struct JudgeSettings<'a> {
-    /// Scenarios.
-    pub scenarios: &'a [String],
-    /// Variants asked for (all when empty).
-    pub variants: &'a [String],
-    /// The accelerator the runs were made under.
-    pub accel: Accel,
+    /// The runs judged: scenarios, variants (all when empty), `--set`, reps, accelerator.
+    pub asked: RunsAsked<'a>,
     /// Smallest change that counts.
     pub threshold: f64,
     /// The metric to show in the numbers when none moved (else the first judged).
@@ -167,8 +162,8 @@ pub fn judge_series(
         let (ba, bf) = side(base);
         let judge = |a: &[RunRecord], af: &[GuestFailure]| {
             kab::judge_uncorrected(
-                settings.scenarios,
-                settings.variants,
+                settings.asked.scenarios,
+                settings.asked.variants,
                 [
                     SideRuns {
                         runs: a,
@@ -179,7 +174,7 @@ pub fn judge_series(
                         failed_commands: &cf,
                     },
                 ],
-                settings.accel,
+                settings.asked.accel,
                 settings.threshold,
             )
         };
