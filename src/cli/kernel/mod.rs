@@ -215,8 +215,8 @@ pub struct KabArgs {
     /// `hvlab merge` of the shards' files)
     #[arg(long, requires = "per_patch")]
     from_store: bool,
-    /// With --per-patch: the metric shown in each row's numbers when none moved [default: the
-    /// first judged]
+    /// With --per-patch: the metric shown in each row's numbers when none moved and it was
+    /// judged (never a time under TCG) [default: the first judged, counts first]
     #[arg(long, value_name = "M", requires = "per_patch")]
     metric: Option<String>,
     #[command(flatten)]

@@ -60,7 +60,7 @@ pub struct PerPatchRequest {
     /// The kab's settings: `base` is BASE, `patched` the SERIES spec; boots and reps per
     /// kernel.
     pub kab: kab::KabRequest,
-    /// The metric shown in each row's numbers when none moved.
+    /// The metric shown in each row's numbers when none moved and it was judged.
     pub metric: Option<String>,
     /// The slice of the series this process runs (the whole series without `--shard`).
     pub shard: Shard,

@@ -322,6 +322,71 @@ fn a_documentation_only_series_is_no_change_on_every_row() {
     assert!(!t.regression());
 }
 
+/// Under TCG a time is shown, never judged: a row that moved nothing shows a metric the
+/// verdict judged (the exact count), not the first time of the variant; a row that regressed
+/// shows the metric that made it REGRESSED.
+#[test]
+fn the_tables_metric_is_one_the_verdict_judged() {
+    let scenarios = vec![SCENARIO.to_string()];
+    let mut rng = Rng(7);
+    let same = |_: usize, _: usize| 1.0;
+    // A time that sorts before every other metric, as lifecycle's `between_builds.setup_ms`.
+    let with_setup_time = |mut k: KernelRuns, rng: &mut Rng| {
+        for v in k.runs.iter_mut().flat_map(|r| &mut r.variants) {
+            let samples = (0..10).map(|_| rng.normal(3.0, 0.3)).collect();
+            v.metrics
+                .insert("between_builds.setup_ms".into(), metric(samples, "ms"));
+        }
+        k
+    };
+    let base = kernel("debian:7.3", 2, 2, 3, 10, 0.01, &mut rng, &same);
+    let base = with_setup_time(base, &mut rng);
+    let st = steps(1);
+    let commit = kernel(&st[0].spec, 2, 2, 3, 10, 0.01, &mut rng, &same);
+    let states = vec![StepState::Built(with_setup_time(commit, &mut rng))];
+    let mut tcg = settings(&scenarios);
+    tcg.asked.accel = Accel::Tcg;
+    let t = judge_series("debian:7.3", &base, &st, &states, &tcg);
+    for v in &t.commits[0].variants {
+        assert_eq!(v.vs_parent.class, Class::NoChange, "{}", v.variant);
+        let n = v.numbers.as_ref().expect("numbers");
+        assert_eq!(
+            (n.metric.as_str(), n.unit.as_str()),
+            ("kvm.vm.exits", "count")
+        );
+    }
+    // Asked for a time under TCG: not judged, so not shown as the row's metric.
+    tcg.metric = Some("m01");
+    let t = judge_series("debian:7.3", &base, &st, &states, &tcg);
+    let n = t.commits[0].variants[0].numbers.as_ref().expect("numbers");
+    assert_eq!(n.metric, "kvm.vm.exits");
+    let text = crate::export::series::render(&t, &[]);
+    assert!(text.contains("kvm.vm.exits (count)"), "{text}");
+    assert!(!text.contains("(us)") && !text.contains("(ms)"), "{text}");
+    // Under KVM the times are judged: the one asked for is shown; and a regression shows
+    // the metric that regressed, whatever was asked.
+    let mut kvm = settings(&scenarios);
+    kvm.metric = Some("m01");
+    let t = judge_series("debian:7.3", &base, &st, &states, &kvm);
+    let n = t.commits[0].variants[0].numbers.as_ref().expect("numbers");
+    assert_eq!(n.metric, "m01");
+    let slower = |v: usize, m: usize| if v == 0 && m == 2 { 1.3 } else { 1.0 };
+    let states = vec![StepState::Built(kernel(
+        &st[0].spec,
+        2,
+        2,
+        3,
+        10,
+        0.01,
+        &mut rng,
+        &slower,
+    ))];
+    let t = judge_series("debian:7.3", &base, &st, &states, &kvm);
+    let row = &t.commits[0].variants[0];
+    assert_eq!(row.vs_parent.class, Class::Regressed);
+    assert_eq!(row.numbers.as_ref().map(|n| n.metric.as_str()), Some("m02"));
+}
+
 /// Commit 2 does not build; commit 3 regresses lazy's m00 by 30%: its row is REGRESSED
 /// against commit 1 (the last that built), the answer leads with it, and commit 2's row
 /// carries the compiler's error.
