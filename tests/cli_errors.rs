@@ -175,3 +175,58 @@ fn list_json_is_one_document_describing_every_scenario() {
     assert_eq!(lifecycle["variants"].as_array().unwrap().len(), 6);
     assert_eq!(lifecycle["headline"], "ready_ms");
 }
+
+/// `--config FILE` for kab, kab --per-patch and bisect: a file that is not there is bad input
+/// naming it, before anything is built or booted (no kernel is fetched by this test).
+#[test]
+fn a_missing_config_file_is_bad_input_naming_it() {
+    let (d, db) = db();
+    let missing = d.path().join("no-such.config");
+    let missing = missing.to_str().unwrap();
+    let needles = ["Cannot read the config", missing, "Give --config the path"];
+    assert_exit(
+        &run(
+            &db,
+            &[
+                "kab",
+                "debian:7.3",
+                "git:/nowhere@HEAD",
+                "--config",
+                missing,
+            ],
+        ),
+        2,
+        &needles,
+    );
+    assert_exit(
+        &run(
+            &db,
+            &[
+                "kab",
+                "debian:7.3",
+                "debian:7.3+v3.mbox",
+                "--per-patch",
+                "--config",
+                missing,
+            ],
+        ),
+        2,
+        &needles,
+    );
+    assert_exit(
+        &run(
+            &db,
+            &[
+                "bisect",
+                "git:/nowhere@v7.2",
+                "git:/nowhere@v7.3",
+                "--variant",
+                "irqchip-first",
+                "--config",
+                missing,
+            ],
+        ),
+        2,
+        &needles,
+    );
+}

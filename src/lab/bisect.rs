@@ -24,8 +24,8 @@ use serde::Serialize;
 use crate::analysis::verdict::Class;
 use crate::error::Error;
 use crate::kernel::Kernel;
-use crate::kernel::build;
-use crate::kernel::vm::{Accel, VmError};
+
+use crate::kernel::vm::Accel;
 use crate::lab::kab::{self, KabProgress, KabRequest};
 use crate::lab::series::{
     self, JudgeSettings, KernelRuns, Numbers, RunsAsked, SeriesStep, StepState,
@@ -476,23 +476,12 @@ impl<'a> KabJudge<'a> {
         if let Some(k) = self.kernels.get(&i) {
             return Ok(k.clone());
         }
-        let specs: Vec<&str> = if i == 0 {
-            vec![self.range.spec(0)]
-        } else {
-            vec![self.range.spec(0), self.range.spec(i)]
-        };
-        let built = match build::resolve(&specs, None, self.req.sandbox, self.progress) {
-            Ok(r) => r
-                .sides
-                .into_iter()
-                .last()
-                .map(|b| b.kernel)
-                .ok_or_else(|| "the build returned no kernel".to_string()),
-            Err(e) if i > 0 && e.fault() == hvlab_core::error::Fault::BadInput => {
-                Err(series::first_error(&e))
-            }
-            Err(e) => return Err(VmError::from(e).into()),
-        };
+        let built = series::build_beside_base(
+            self.range.spec(0),
+            (i > 0).then(|| self.range.spec(i)),
+            &self.req,
+            self.progress,
+        )?;
         self.kernels.insert(i, built.clone());
         Ok(built)
     }

@@ -124,9 +124,8 @@ pub struct VmArgs {
     /// Modules for a bzImage: DIR/lib/modules/RELEASE (`make modules_install INSTALL_MOD_PATH=DIR`)
     #[arg(long, value_name = "DIR")]
     modules: Option<PathBuf>,
-    /// For git:PATH@REF: the .config whose HZ, preemption, RCU and KVM options the minimal guest config keeps (default: Debian's config of the nearest version in hvlab's cache)
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    config: GuestConfigArgs,
     #[command(flatten)]
     boot: BootArgs,
     /// More hvlab commands for the same boot, one argument list per line (after the one given)
@@ -148,6 +147,27 @@ pub struct SandboxArgs {
     /// Build a patched kernel unconfined, as yourself, where no bubblewrap sandbox can be made: the patch's Makefiles then run with your rights (the output says so)
     #[arg(long)]
     no_sandbox: bool,
+}
+
+/// `--config FILE`: the config a `git:` kernel's minimal guest config takes its options from.
+#[derive(Debug, Args)]
+pub struct GuestConfigArgs {
+    /// For git:PATH@REF: the .config whose HZ, preemption, RCU and KVM options the minimal guest config keeps (default: Debian's config of the nearest version in hvlab's cache)
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+impl GuestConfigArgs {
+    /// The file, read once now: a missing or unreadable one is bad input (exit 2) naming it,
+    /// before anything is built or booted (and even when no side is a `git:` tree).
+    fn checked(&self) -> Result<Option<PathBuf>, Error> {
+        let Some(path) = &self.config else {
+            return Ok(None);
+        };
+        std::fs::read_to_string(path)
+            .map_err(|e| vm::VmError::from(build::BuildError::ConfigUnreadable(path.clone(), e)))?;
+        Ok(Some(path.clone()))
+    }
 }
 
 impl SandboxArgs {
@@ -220,6 +240,8 @@ pub struct KabArgs {
     #[arg(long, value_name = "M", requires = "per_patch")]
     metric: Option<String>,
     #[command(flatten)]
+    config: GuestConfigArgs,
+    #[command(flatten)]
     shard: super::ShardArgs,
     #[command(flatten)]
     sandbox: SandboxArgs,
@@ -250,6 +272,7 @@ fn keep(store: &mut Store, boot: &Boot) -> Result<String, Error> {
 /// `hvlab vm`.
 pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
     let cfg = args.boot.config()?;
+    let config = args.config.checked()?;
     let commands = vm_commands(args)?;
     let mut store = open_store(db)?;
     vm::qemu()?;
@@ -258,7 +281,7 @@ pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
         &[&args.kernel],
         args.modules.as_deref(),
         args.sandbox.policy(),
-        args.config.as_deref(),
+        config.as_deref(),
         &reporter,
     )
     .map_err(vm::VmError::from)?;
@@ -525,6 +548,7 @@ fn kab_request(args: &KabArgs) -> Result<KabRequest, Error> {
         model_strategy: args.model_strategy.clone(),
         calibrate: !args.no_calibrate,
         sandbox: args.sandbox.policy(),
+        config: args.config.checked()?,
     })
 }
 

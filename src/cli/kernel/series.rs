@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{
-    BootArgs, KabArgs, Reporter, SandboxArgs, check_variants_exist, command_line, open_store,
-    write_cover_letter,
+    BootArgs, GuestConfigArgs, KabArgs, Reporter, SandboxArgs, check_variants_exist, command_line,
+    open_store, write_cover_letter,
 };
 use crate::error::{Error, InputError};
 use crate::export::series::{markdown, render, with_spread};
@@ -125,6 +125,8 @@ pub struct BisectArgs {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
+    config: GuestConfigArgs,
+    #[command(flatten)]
     sandbox: SandboxArgs,
     #[command(flatten)]
     boot: BootArgs,
@@ -198,6 +200,7 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
         args.scenarios.clone()
     };
     check_variants_exist("--variant", std::slice::from_ref(&args.variant), &scenarios)?;
+    let config = args.config.checked()?;
     let range = range_of(&args.good, &args.bad)?;
     let req = KabRequest {
         base: args.good.clone(),
@@ -212,6 +215,7 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
         model_strategy: None,
         calibrate: false,
         sandbox: args.sandbox.policy(),
+        config,
     };
     let seek = if args.fix {
         Seek::Fix

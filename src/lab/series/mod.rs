@@ -104,7 +104,8 @@ fn build_all(
 ) -> Result<Vec<Resolved>, Error> {
     use crate::kernel::build;
     let refs: Vec<&str> = specs.iter().map(|(_, s)| s.as_str()).collect();
-    let together = build::resolve(&refs, None, req.sandbox, progress);
+    let together =
+        build::resolve_with_config(&refs, None, req.sandbox, req.config.as_deref(), progress);
     let kernels: Vec<Result<crate::kernel::Kernel, String>> = match together {
         Ok(r) => {
             notes.extend(r.notes);
@@ -117,23 +118,12 @@ fn build_all(
             ));
             let mut out = Vec::new();
             for (i, spec) in refs.iter().enumerate() {
-                let pair: Vec<&str> = if i == 0 {
-                    vec![spec]
-                } else {
-                    vec![refs[0], spec]
-                };
-                out.push(match build::resolve(&pair, None, req.sandbox, progress) {
-                    Ok(r) => r
-                        .sides
-                        .into_iter()
-                        .last()
-                        .map(|b| b.kernel)
-                        .ok_or_else(|| "the build returned no kernel".to_string()),
-                    Err(e) if i > 0 && e.fault() == hvlab_core::error::Fault::BadInput => {
-                        Err(first_error(&e))
-                    }
-                    Err(e) => return Err(VmError::from(e).into()),
-                });
+                out.push(build_beside_base(
+                    refs[0],
+                    (i > 0).then_some(*spec),
+                    req,
+                    progress,
+                )?);
             }
             out
         }
@@ -148,6 +138,32 @@ fn build_all(
             kernel,
         })
         .collect())
+}
+
+/// Builds `spec` beside the base (the base alone when `None`), as kab builds a pair, so the
+/// two differ by the commit alone: its kernel, or the compiler's first error when the commit
+/// is at fault (it does not build, its patch does not apply). A fault of the base or of the
+/// host is the run's error.
+pub(crate) fn build_beside_base(
+    base: &str,
+    spec: Option<&str>,
+    req: &kab::KabRequest,
+    progress: &dyn kab::KabProgress,
+) -> Result<Result<crate::kernel::Kernel, String>, Error> {
+    let specs: Vec<&str> = std::iter::once(base).chain(spec).collect();
+    let config = req.config.as_deref();
+    match crate::kernel::build::resolve_with_config(&specs, None, req.sandbox, config, progress) {
+        Ok(r) => Ok(r
+            .sides
+            .into_iter()
+            .last()
+            .map(|b| b.kernel)
+            .ok_or_else(|| "the build returned no kernel".to_string())),
+        Err(e) if spec.is_some() && e.fault() == hvlab_core::error::Fault::BadInput => {
+            Ok(Err(first_error(&e)))
+        }
+        Err(e) => Err(VmError::from(e).into()),
+    }
 }
 
 /// A kernel of the series as checked: built and able to run the guests, or why not.
