@@ -183,50 +183,24 @@ fn a_missing_config_file_is_bad_input_naming_it() {
     let (d, db) = db();
     let missing = d.path().join("no-such.config");
     let missing = missing.to_str().unwrap();
-    let needles = ["Cannot read the config", missing, "Give --config the path"];
-    assert_exit(
-        &run(
-            &db,
-            &[
-                "kab",
-                "debian:7.3",
-                "git:/nowhere@HEAD",
-                "--config",
-                missing,
-            ],
-        ),
-        2,
-        &needles,
-    );
-    assert_exit(
-        &run(
-            &db,
-            &[
-                "kab",
-                "debian:7.3",
-                "debian:7.3+v3.mbox",
-                "--per-patch",
-                "--config",
-                missing,
-            ],
-        ),
-        2,
-        &needles,
-    );
-    assert_exit(
-        &run(
-            &db,
-            &[
-                "bisect",
-                "git:/nowhere@v7.2",
-                "git:/nowhere@v7.3",
-                "--variant",
-                "irqchip-first",
-                "--config",
-                missing,
-            ],
-        ),
-        2,
-        &needles,
-    );
+    let commands: [&[&str]; 3] = [
+        &["kab", "debian:7.3", "git:/nowhere@HEAD"],
+        &["kab", "debian:7.3", "debian:7.3+v3.mbox", "--per-patch"],
+        &[
+            "bisect",
+            "git:/nowhere@v7.2",
+            "git:/nowhere@v7.3",
+            "--variant",
+            "irqchip-first",
+        ],
+    ];
+    for command in commands {
+        let mut args = command.to_vec();
+        args.extend(["--config", missing]);
+        assert_exit(
+            &run(&db, &args),
+            2,
+            &["Cannot read the config", missing, "Give --config the path"],
+        );
+    }
 }

@@ -770,12 +770,8 @@ mod tests {
         let a = usize::from(stalls.iter().any(|s| s.a.is_some())) * 20;
         let b = usize::from(stalls.iter().any(|s| s.b.is_some())) * 20;
         VariantVerdict {
-            scenario: "lifecycle".into(),
-            variant: variant.into(),
-            class,
             stall_reps: Some([reps(a), reps(b)]),
             stalls,
-            regressions: Vec::new(),
             improvements: vec![Change {
                 metric: "ioctl.KVM_SET_USER_MEMORY_REGION".into(),
                 unit: "jiffies".into(),
@@ -794,13 +790,7 @@ mod tests {
                 undeclared: false,
                 tolerance: None,
             }],
-            undecided: Vec::new(),
-            changes: Vec::new(),
-            causes: Vec::new(),
-            host_busy: None,
-            failures: [None, None],
-            calls: [None, None],
-            reach: None,
+            ..VariantVerdict::of_class("lifecycle", variant, class)
         }
     }
 

@@ -11,7 +11,7 @@ use super::{
     open_store, write_cover_letter,
 };
 use crate::error::{Error, InputError};
-use crate::export::series::{markdown, render, with_spread};
+use crate::export::series::{markdown, numbers_words, render};
 use crate::lab::bisect::{self, Bisection, Call, KabJudge, Outcome, Range, Seek};
 use crate::lab::kab::KabRequest;
 use crate::lab::series::{self, JudgeSettings, MboxSeries, PerPatchRequest, SeriesSource};
@@ -260,16 +260,9 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
 fn call_words(call: &Call) -> String {
     match call {
         Call::Judged { class, numbers } => {
-            let n = numbers.as_ref().map_or_else(String::new, |n| {
-                format!(
-                    ": {} {} → {} {} ({:+.1}%)",
-                    n.metric,
-                    with_spread(n.parent, n.stddev_pct[0]),
-                    with_spread(n.commit, n.stddev_pct[1]),
-                    n.unit,
-                    n.change_pct
-                )
-            });
+            let n = numbers
+                .as_ref()
+                .map_or_else(String::new, |n| format!(": {}", numbers_words(n, true)));
             format!("{}{n}", class.word())
         }
         Call::DoesNotBuild { error } => format!("DOES NOT BUILD: {error}"),
