@@ -204,3 +204,30 @@ fn a_missing_config_file_is_bad_input_naming_it() {
         );
     }
 }
+
+/// `bisect --speculate` on a machine of its own (no Slurm job, no Kubernetes pod): refused,
+/// saying why, before anything is built.
+#[test]
+fn speculation_without_a_cluster_is_refused_saying_why() {
+    let (_d, db) = db();
+    let out = hvlab()
+        .args([
+            "bisect",
+            "git:/nowhere@v7.2",
+            "git:/nowhere@v7.3",
+            "--variant",
+            "irqchip-first",
+            "--speculate",
+        ])
+        .arg("--db")
+        .arg(&db)
+        .env_remove("SLURM_JOB_ID")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    assert_exit(
+        &out,
+        2,
+        &["--speculate", "no cluster", "starve the timed boots"],
+    );
+}

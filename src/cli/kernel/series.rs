@@ -124,6 +124,11 @@ pub struct BisectArgs {
     /// One JSON document on stdout
     #[arg(long)]
     json: bool,
+    /// Under a cluster (a Slurm job, a Kubernetes pod): while a step boots, build the next
+    /// step's two possible commits ahead (refused on a machine of its own, where the builds
+    /// would take the CPU the timed boots measure with)
+    #[arg(long)]
+    speculate: bool,
     #[command(flatten)]
     config: GuestConfigArgs,
     #[command(flatten)]
@@ -201,6 +206,14 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
     };
     check_variants_exist("--variant", std::slice::from_ref(&args.variant), &scenarios)?;
     let config = args.config.checked()?;
+    if args.speculate && bisect::cluster_of(|k| std::env::var(k).ok()).is_none() {
+        return Err(InputError::BadValue {
+            key: "--speculate".into(),
+            value: "on this machine".into(),
+            why: "no cluster is configured (neither SLURM_JOB_ID nor KUBERNETES_SERVICE_HOST is set), and on this machine's own cores a speculative build would starve the timed boots and skew their verdicts; run the bisection as a Slurm job or in a Kubernetes pod, or drop --speculate".into(),
+        }
+        .into());
+    }
     let range = range_of(&args.good, &args.bad)?;
     let req = KabRequest {
         base: args.good.clone(),
@@ -233,6 +246,9 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
         &mut store,
         &reporter,
     )?;
+    if args.speculate {
+        judge = judge.speculating();
+    }
     let result = bisect::bisect(&mut judge, last, seek, args.max_effort);
     if let Some(e) = judge.failure() {
         return Err(e);
