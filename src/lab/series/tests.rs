@@ -514,6 +514,51 @@ fn stored_runs_are_reused_only_when_made_as_asked() {
     assert!(of_kernel(all, spec, &every).is_empty());
 }
 
+/// The base's runs of a real kab (Debian 7.3, every lifecycle variant, 10 reps, TCG), as
+/// stored: a request made the same way reuses all four, one for a variant restricted to it;
+/// another `--set` or more reps reuses none. Guards the match against a parameter whose
+/// default the host and the guest would spell differently (then nothing would be reused).
+#[test]
+fn a_real_kabs_stored_runs_are_reused_by_the_same_request() {
+    let runs: Vec<RunRecord> = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/kab-7.3-001/runs.jsonl"
+    ))
+    .lines()
+    .map(|l| serde_json::from_str(l).expect("a stored run"))
+    .collect();
+    let scenarios = ["lifecycle".to_string()];
+    let asked = RunsAsked {
+        scenarios: &scenarios,
+        variants: &[],
+        sets: &[],
+        reps: 10,
+        accel: Accel::Tcg,
+    };
+    let count = |asked: &RunsAsked<'_>| of_kernel(runs.clone(), "debian:7.3", asked).len();
+    assert_eq!(count(&asked), 4);
+    let one = ["irqchip-first".to_string()];
+    let kept = of_kernel(
+        runs.clone(),
+        "debian:7.3",
+        &RunsAsked {
+            variants: &one,
+            ..asked
+        },
+    );
+    assert_eq!(kept.len(), 4);
+    assert!(kept.iter().all(|r| r.variants.len() == 1));
+    let devices = ["devices=16".to_string()];
+    assert_eq!(
+        count(&RunsAsked {
+            sets: &devices,
+            ..asked
+        }),
+        0
+    );
+    assert_eq!(count(&RunsAsked { reps: 20, ..asked }), 0);
+}
+
 struct Fixed(Vec<SeriesStep>);
 impl SeriesSource for Fixed {
     fn base(&self) -> &str {
