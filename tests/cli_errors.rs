@@ -175,3 +175,59 @@ fn list_json_is_one_document_describing_every_scenario() {
     assert_eq!(lifecycle["variants"].as_array().unwrap().len(), 6);
     assert_eq!(lifecycle["headline"], "ready_ms");
 }
+
+/// `--config FILE` for kab, kab --per-patch and bisect: a file that is not there is bad input
+/// naming it, before anything is built or booted (no kernel is fetched by this test).
+#[test]
+fn a_missing_config_file_is_bad_input_naming_it() {
+    let (d, db) = db();
+    let missing = d.path().join("no-such.config");
+    let missing = missing.to_str().unwrap();
+    let commands: [&[&str]; 3] = [
+        &["kab", "debian:7.3", "git:/nowhere@HEAD"],
+        &["kab", "debian:7.3", "debian:7.3+v3.mbox", "--per-patch"],
+        &[
+            "bisect",
+            "git:/nowhere@v7.2",
+            "git:/nowhere@v7.3",
+            "--variant",
+            "irqchip-first",
+        ],
+    ];
+    for command in commands {
+        let mut args = command.to_vec();
+        args.extend(["--config", missing]);
+        assert_exit(
+            &run(&db, &args),
+            2,
+            &["Cannot read the config", missing, "Give --config the path"],
+        );
+    }
+}
+
+/// `bisect --speculate` on a machine of its own (no Slurm job, no Kubernetes pod): refused,
+/// saying why, before anything is built.
+#[test]
+fn speculation_without_a_cluster_is_refused_saying_why() {
+    let (_d, db) = db();
+    let out = hvlab()
+        .args([
+            "bisect",
+            "git:/nowhere@v7.2",
+            "git:/nowhere@v7.3",
+            "--variant",
+            "irqchip-first",
+            "--speculate",
+        ])
+        .arg("--db")
+        .arg(&db)
+        .env_remove("SLURM_JOB_ID")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    assert_exit(
+        &out,
+        2,
+        &["--speculate", "no cluster", "starve the timed boots"],
+    );
+}

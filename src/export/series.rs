@@ -19,6 +19,26 @@ fn change(n: &Numbers) -> String {
     format!("{:+.1}%", n.change_pct)
 }
 
+/// A metric's numbers in a verdict's line: `m00 100 → 130 µs (+30.0%)`, each side with its
+/// spread when `spread` (`m00 100 ±2% → 130 ±3% µs (+30.0%)`).
+pub fn numbers_words(n: &Numbers, spread: bool) -> String {
+    let side = |median: f64, stddev_pct: f64| {
+        if spread {
+            with_spread(median, stddev_pct)
+        } else {
+            number(median)
+        }
+    };
+    format!(
+        "{} {} → {} {} ({})",
+        n.metric,
+        side(n.parent, n.stddev_pct[0]),
+        side(n.commit, n.stddev_pct[1]),
+        n.unit,
+        change(n)
+    )
+}
+
 /// The numbers' cells: parent, commit, %change, metric (dashes when none was compared).
 fn number_cells(n: Option<&Numbers>) -> [String; 4] {
     n.map_or_else(
@@ -50,16 +70,10 @@ pub fn answer(t: &SeriesTable) -> Vec<String> {
             .iter()
             .filter(|v| !matches!(v.vs_parent.class, Class::NoChange | Class::NotDecided))
         {
-            let what = v.numbers.as_ref().map_or_else(String::new, |n| {
-                format!(
-                    ": {} {} → {} {} ({})",
-                    n.metric,
-                    number(n.parent),
-                    number(n.commit),
-                    n.unit,
-                    change(n)
-                )
-            });
+            let what = v
+                .numbers
+                .as_ref()
+                .map_or_else(String::new, |n| format!(": {}", numbers_words(n, false)));
             out.push(format!(
                 "{} {} {}{what}",
                 c.step.label,
@@ -280,23 +294,7 @@ mod tests {
     use crate::lab::series::SeriesStep;
 
     fn verdict(variant: &str, class: Class) -> VariantVerdict {
-        VariantVerdict {
-            scenario: "lifecycle".into(),
-            variant: variant.into(),
-            class,
-            stall_reps: None,
-            stalls: Vec::new(),
-            regressions: Vec::new(),
-            improvements: Vec::new(),
-            costs: Vec::new(),
-            undecided: Vec::new(),
-            changes: Vec::new(),
-            causes: Vec::new(),
-            host_busy: None,
-            failures: [None, None],
-            calls: [None, None],
-            reach: None,
-        }
+        VariantVerdict::of_class("lifecycle", variant, class)
     }
 
     fn commit(position: usize, variants: Vec<VariantRow>, error: Option<&str>) -> CommitRow {

@@ -24,10 +24,13 @@ use serde::Serialize;
 use crate::analysis::verdict::Class;
 use crate::error::Error;
 use crate::kernel::Kernel;
+
 use crate::kernel::build;
-use crate::kernel::vm::{Accel, VmError};
+use crate::kernel::vm::Accel;
 use crate::lab::kab::{self, KabProgress, KabRequest};
-use crate::lab::series::{self, JudgeSettings, KernelRuns, Numbers, SeriesStep, StepState};
+use crate::lab::series::{
+    self, JudgeSettings, KernelRuns, Numbers, RunsAsked, SeriesStep, StepState,
+};
 use crate::store::Store;
 
 /// What a judge says of one commit against another.
@@ -58,6 +61,11 @@ pub trait Judge {
     /// `candidate` against `against`, for the bisected variant, at `effort` (0 the first try;
     /// each step up adds boots, then repetitions, to what is already stored).
     fn judge(&mut self, against: usize, candidate: usize, effort: u32) -> Call;
+
+    /// The commits the step after the one about to be judged will take, one per outcome (see
+    /// [`next_midpoints`]): a judge may build them ahead while this step boots. Nothing by
+    /// default.
+    fn ahead(&mut self, _commits: &[usize]) {}
 }
 
 /// Which change is sought.
@@ -199,6 +207,21 @@ fn nearest_middle(lo: usize, hi: usize, skipped: &[Skipped]) -> Option<usize> {
         .min_by_key(|&c| (c.abs_diff(mid), c))
 }
 
+/// The commits the search judges after judging `m` between `lo` and `hi`: the middle of the
+/// lower half (when `m` is the change) and of the upper half (when it is not); none for a
+/// half with no untested commit left.
+pub fn next_midpoints(lo: usize, hi: usize, m: usize, skipped: &[Skipped]) -> Vec<usize> {
+    let mut out: Vec<usize> = [
+        nearest_middle(lo, m, skipped),
+        nearest_middle(m, hi, skipped),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    out.dedup();
+    out
+}
+
 /// Bisects commits `0..=last` (0 GOOD, `last` BAD) for `seek`, adding effort up to `cap` per
 /// step.
 pub fn bisect(
@@ -300,6 +323,7 @@ fn search(
         Call::DoesNotBuild { .. } => 4,
     };
     while let Some(m) = nearest_middle(lo, hi, &skipped) {
+        judge.ahead(&next_midpoints(lo, hi, m, &skipped));
         let probe = if careful {
             majority(judge, 0, m, cap, |a, b| kind(a) == kind(b))
         } else {
@@ -378,6 +402,16 @@ fn confirm(judge: &mut dyn Judge, parent: usize, commit: usize, seek: Seek, cap:
     }
 }
 
+/// The cluster this process runs in, from its environment (`get`): a Slurm job
+/// (`SLURM_JOB_ID`) or a Kubernetes pod (`KUBERNETES_SERVICE_HOST`), whose node is the job's
+/// own; `None` on a machine of its own.
+pub fn cluster_of(get: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let set = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+    set("SLURM_JOB_ID")
+        .map(|j| format!("Slurm job {j}"))
+        .or_else(|| set("KUBERNETES_SERVICE_HOST").map(|_| "a Kubernetes pod".to_string()))
+}
+
 /// A bisection's commits: GOOD, then each step up to BAD.
 #[derive(Debug, Clone, Serialize)]
 pub struct Range {
@@ -410,7 +444,9 @@ impl Range {
 /// a kernel booted by an earlier step (or an interrupted bisection) is not booted again.
 ///
 /// Effort adds boots first (two, an ABBA pair, per step, up to three times the request's),
-/// then doubles the repetitions of each further pair: a boot is what varies most between runs.
+/// then doubles the repetitions: a boot is what varies most between runs. Runs are found by
+/// what was asked ([`RunsAsked`]), reps included, so boots at fewer reps are not pooled with
+/// those at more: a step that doubles them boots its kernels again at the new count.
 /// The trait cannot fail, so an error that is not the commit's (QEMU missing, a boot that
 /// fails) is kept, every later call answers NOT DECIDED without booting, and the caller reads
 /// it with [`KabJudge::failure`].
@@ -424,6 +460,10 @@ pub struct KabJudge<'a> {
     accel: Accel,
     kernels: BTreeMap<usize, Result<Kernel, String>>,
     failure: Option<Error>,
+    /// `--speculate`: build the next step's candidates ahead, in the background.
+    speculate: bool,
+    /// The commits a speculative build has been started for.
+    started_ahead: Vec<usize>,
 }
 
 impl<'a> KabJudge<'a> {
@@ -449,7 +489,18 @@ impl<'a> KabJudge<'a> {
             accel,
             kernels: BTreeMap::new(),
             failure: None,
+            speculate: false,
+            started_ahead: Vec::new(),
         })
+    }
+
+    /// The same judge building each next step's two candidates ahead, in a thread of its own
+    /// while this step boots (`--speculate`, under a cluster only: see [`cluster_of`]). The
+    /// builds land in the kernel cache, where the step that needs one finds it; the cache's
+    /// lock on a source keeps a speculative build and the step's own from sharing a tree.
+    pub fn speculating(mut self) -> KabJudge<'a> {
+        self.speculate = true;
+        self
     }
 
     /// The error that stopped judging, when one did.
@@ -472,23 +523,12 @@ impl<'a> KabJudge<'a> {
         if let Some(k) = self.kernels.get(&i) {
             return Ok(k.clone());
         }
-        let specs: Vec<&str> = if i == 0 {
-            vec![self.range.spec(0)]
-        } else {
-            vec![self.range.spec(0), self.range.spec(i)]
-        };
-        let built = match build::resolve(&specs, None, self.req.sandbox, self.progress) {
-            Ok(r) => r
-                .sides
-                .into_iter()
-                .last()
-                .map(|b| b.kernel)
-                .ok_or_else(|| "the build returned no kernel".to_string()),
-            Err(e) if i > 0 && e.fault() == hvlab_core::error::Fault::BadInput => {
-                Err(series::first_error(&e))
-            }
-            Err(e) => return Err(VmError::from(e).into()),
-        };
+        let built = series::build_beside_base(
+            self.range.spec(0),
+            (i > 0).then(|| self.range.spec(i)),
+            &self.req,
+            self.progress,
+        )?;
         self.kernels.insert(i, built.clone());
         Ok(built)
     }
@@ -525,14 +565,10 @@ impl<'a> KabJudge<'a> {
             &mut busy,
             &mut failed,
         )?;
+        let asked = RunsAsked::of(&req, self.accel);
         let runs = |k: usize| -> Result<KernelRuns, Error> {
             Ok(KernelRuns {
-                runs: series::stored_runs(
-                    self.store,
-                    &labelled[k].1.spec,
-                    self.accel,
-                    &req.scenarios,
-                )?,
+                runs: series::stored_runs(self.store, &labelled[k].1.spec, &asked)?,
                 failed_commands: failed[k].clone(),
                 host_busy: busy[k].clone(),
             })
@@ -549,9 +585,7 @@ impl<'a> KabJudge<'a> {
             std::slice::from_ref(&step),
             &[StepState::Built(rb)],
             &JudgeSettings {
-                scenarios: &req.scenarios,
-                variants: &req.variants,
-                accel: self.accel,
+                asked,
                 threshold: req.threshold,
                 metric: self.metric.as_deref(),
             },
@@ -575,6 +609,41 @@ impl<'a> KabJudge<'a> {
 }
 
 impl Judge for KabJudge<'_> {
+    fn ahead(&mut self, commits: &[usize]) {
+        if !self.speculate || self.failure.is_some() {
+            return;
+        }
+        let fresh: Vec<usize> = commits
+            .iter()
+            .copied()
+            .filter(|c| !self.kernels.contains_key(c) && !self.started_ahead.contains(c))
+            .collect();
+        if fresh.is_empty() {
+            return;
+        }
+        self.started_ahead.extend(&fresh);
+        let good = self.range.spec(0).to_string();
+        let specs: Vec<String> = fresh
+            .iter()
+            .map(|&c| self.range.spec(c).to_string())
+            .collect();
+        let (sandbox, config) = (self.req.sandbox, self.req.config.clone());
+        // Detached: a build nobody needs in the end only fills the cache, and one cut off
+        // when the bisection ends is not marked complete there.
+        std::thread::spawn(move || {
+            for spec in specs {
+                // Its error, if any, is the step's to report when it builds the commit.
+                let _ = build::resolve_with_config(
+                    &[good.as_str(), spec.as_str()],
+                    None,
+                    sandbox,
+                    config.as_deref(),
+                    &build::Silent,
+                );
+            }
+        });
+    }
+
     fn judge(&mut self, against: usize, candidate: usize, effort: u32) -> Call {
         let undecided = Call::Judged {
             class: Class::NotDecided,
@@ -607,6 +676,8 @@ mod tests {
         /// Every `lie_every`-th call (from `lie_phase`) says the opposite.
         lie_every: Option<(usize, usize)>,
         calls: usize,
+        /// What each step announced for the next, in order.
+        announced: Vec<Vec<usize>>,
     }
 
     impl Fake {
@@ -618,11 +689,16 @@ mod tests {
                 decides_at: 0,
                 lie_every: None,
                 calls: 0,
+                announced: Vec::new(),
             }
         }
     }
 
     impl Judge for Fake {
+        fn ahead(&mut self, commits: &[usize]) {
+            self.announced.push(commits.to_vec());
+        }
+
         fn judge(&mut self, against: usize, candidate: usize, effort: u32) -> Call {
             self.calls += 1;
             if self.broken.contains(&candidate) {
@@ -782,6 +858,64 @@ mod tests {
         assert!(
             right > 3 * uncertain,
             "right {right}, uncertain {uncertain}"
+        );
+    }
+
+    /// Speculation builds the two commits the next step may take: whichever way a decided
+    /// step goes, the next step judges one of them; after a skipped step the search moves
+    /// within the same halves, so no promise holds and none is checked.
+    #[test]
+    fn each_step_announces_both_possible_next_midpoints() {
+        assert_eq!(next_midpoints(0, 8, 4, &[]), [2, 6]);
+        assert_eq!(next_midpoints(0, 2, 1, &[]), Vec::<usize>::new());
+        assert_eq!(next_midpoints(3, 5, 4, &[]), Vec::<usize>::new());
+        let skip = |commit| Skipped {
+            commit,
+            why: String::new(),
+        };
+        assert_eq!(next_midpoints(0, 8, 4, &[skip(2)]), [1, 6]);
+        let mut checked = 0;
+        for (last, broken) in (2..=12).flat_map(|l| [(l, None), (l, Some(l / 2))]) {
+            for culprit in 1..=last {
+                let mut j = Fake::new(culprit);
+                j.broken = broken.into_iter().collect();
+                let b = bisect(&mut j, last, Seek::Regression, 2).expect("bisects");
+                assert_eq!(j.announced.len(), b.steps.len(), "one announcement a step");
+                for (k, step) in b.steps.iter().enumerate().skip(1) {
+                    if b.skipped.iter().any(|s| s.commit == b.steps[k - 1].commit) {
+                        continue;
+                    }
+                    assert!(
+                        j.announced[k - 1].contains(&step.commit),
+                        "last {last}, culprit {culprit}: step {k} judged {}, announced {:?}",
+                        step.commit,
+                        j.announced[k - 1]
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 100, "{checked} steps checked");
+    }
+
+    #[test]
+    fn only_a_slurm_job_or_a_kubernetes_pod_is_a_cluster() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| (*v).to_string())
+            }
+        };
+        assert_eq!(cluster_of(env(&[])), None);
+        assert_eq!(cluster_of(env(&[("SLURM_JOB_ID", " ")])), None);
+        assert_eq!(
+            cluster_of(env(&[("SLURM_JOB_ID", "4242")])).as_deref(),
+            Some("Slurm job 4242")
+        );
+        assert_eq!(
+            cluster_of(env(&[("KUBERNETES_SERVICE_HOST", "10.0.0.1")])).as_deref(),
+            Some("a Kubernetes pod")
         );
     }
 

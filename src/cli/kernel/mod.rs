@@ -124,9 +124,8 @@ pub struct VmArgs {
     /// Modules for a bzImage: DIR/lib/modules/RELEASE (`make modules_install INSTALL_MOD_PATH=DIR`)
     #[arg(long, value_name = "DIR")]
     modules: Option<PathBuf>,
-    /// For git:PATH@REF: the .config whose HZ, preemption, RCU and KVM options the minimal guest config keeps (default: Debian's config of the nearest version in hvlab's cache)
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    config: GuestConfigArgs,
     #[command(flatten)]
     boot: BootArgs,
     /// More hvlab commands for the same boot, one argument list per line (after the one given)
@@ -148,6 +147,27 @@ pub struct SandboxArgs {
     /// Build a patched kernel unconfined, as yourself, where no bubblewrap sandbox can be made: the patch's Makefiles then run with your rights (the output says so)
     #[arg(long)]
     no_sandbox: bool,
+}
+
+/// `--config FILE`: the config a `git:` kernel's minimal guest config takes its options from.
+#[derive(Debug, Args)]
+pub struct GuestConfigArgs {
+    /// For git:PATH@REF: the .config whose HZ, preemption, RCU and KVM options the minimal guest config keeps (default: Debian's config of the nearest version in hvlab's cache)
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+impl GuestConfigArgs {
+    /// The file, read once now: a missing or unreadable one is bad input (exit 2) naming it,
+    /// before anything is built or booted (and even when no side is a `git:` tree).
+    fn checked(&self) -> Result<Option<PathBuf>, Error> {
+        let Some(path) = &self.config else {
+            return Ok(None);
+        };
+        std::fs::read_to_string(path)
+            .map_err(|e| vm::VmError::from(build::BuildError::ConfigUnreadable(path.clone(), e)))?;
+        Ok(Some(path.clone()))
+    }
 }
 
 impl SandboxArgs {
@@ -215,10 +235,12 @@ pub struct KabArgs {
     /// `hvlab merge` of the shards' files)
     #[arg(long, requires = "per_patch")]
     from_store: bool,
-    /// With --per-patch: the metric shown in each row's numbers when none moved [default: the
-    /// first judged]
+    /// With --per-patch: the metric shown in each row's numbers when none moved and it was
+    /// judged (never a time under TCG) [default: the first judged, counts first]
     #[arg(long, value_name = "M", requires = "per_patch")]
     metric: Option<String>,
+    #[command(flatten)]
+    config: GuestConfigArgs,
     #[command(flatten)]
     shard: super::ShardArgs,
     #[command(flatten)]
@@ -250,6 +272,7 @@ fn keep(store: &mut Store, boot: &Boot) -> Result<String, Error> {
 /// `hvlab vm`.
 pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
     let cfg = args.boot.config()?;
+    let config = args.config.checked()?;
     let commands = vm_commands(args)?;
     let mut store = open_store(db)?;
     vm::qemu()?;
@@ -258,7 +281,7 @@ pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
         &[&args.kernel],
         args.modules.as_deref(),
         args.sandbox.policy(),
-        args.config.as_deref(),
+        config.as_deref(),
         &reporter,
     )
     .map_err(vm::VmError::from)?;
@@ -525,6 +548,7 @@ fn kab_request(args: &KabArgs) -> Result<KabRequest, Error> {
         model_strategy: args.model_strategy.clone(),
         calibrate: !args.no_calibrate,
         sandbox: args.sandbox.policy(),
+        config: args.config.checked()?,
     })
 }
 
@@ -746,12 +770,8 @@ mod tests {
         let a = usize::from(stalls.iter().any(|s| s.a.is_some())) * 20;
         let b = usize::from(stalls.iter().any(|s| s.b.is_some())) * 20;
         VariantVerdict {
-            scenario: "lifecycle".into(),
-            variant: variant.into(),
-            class,
             stall_reps: Some([reps(a), reps(b)]),
             stalls,
-            regressions: Vec::new(),
             improvements: vec![Change {
                 metric: "ioctl.KVM_SET_USER_MEMORY_REGION".into(),
                 unit: "jiffies".into(),
@@ -770,13 +790,7 @@ mod tests {
                 undeclared: false,
                 tolerance: None,
             }],
-            undecided: Vec::new(),
-            changes: Vec::new(),
-            causes: Vec::new(),
-            host_busy: None,
-            failures: [None, None],
-            calls: [None, None],
-            reach: None,
+            ..VariantVerdict::of_class("lifecycle", variant, class)
         }
     }
 

@@ -7,11 +7,11 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{
-    BootArgs, KabArgs, Reporter, SandboxArgs, check_variants_exist, command_line, open_store,
-    write_cover_letter,
+    BootArgs, GuestConfigArgs, KabArgs, Reporter, SandboxArgs, check_variants_exist, command_line,
+    open_store, write_cover_letter,
 };
 use crate::error::{Error, InputError};
-use crate::export::series::{markdown, render, with_spread};
+use crate::export::series::{markdown, numbers_words, render};
 use crate::lab::bisect::{self, Bisection, Call, KabJudge, Outcome, Range, Seek};
 use crate::lab::kab::KabRequest;
 use crate::lab::series::{self, JudgeSettings, MboxSeries, PerPatchRequest, SeriesSource};
@@ -48,9 +48,7 @@ pub(super) fn per_patch(
             &store,
             source.as_ref(),
             &JudgeSettings {
-                scenarios: &req.scenarios,
-                variants: &req.variants,
-                accel,
+                asked: series::RunsAsked::of(&req, accel),
                 threshold: req.threshold,
                 metric: args.metric.as_deref(),
             },
@@ -126,6 +124,13 @@ pub struct BisectArgs {
     /// One JSON document on stdout
     #[arg(long)]
     json: bool,
+    /// Under a cluster (a Slurm job, a Kubernetes pod): while a step boots, build the next
+    /// step's two possible commits ahead (refused on a machine of its own, where the builds
+    /// would take the CPU the timed boots measure with)
+    #[arg(long)]
+    speculate: bool,
+    #[command(flatten)]
+    config: GuestConfigArgs,
     #[command(flatten)]
     sandbox: SandboxArgs,
     #[command(flatten)]
@@ -200,6 +205,15 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
         args.scenarios.clone()
     };
     check_variants_exist("--variant", std::slice::from_ref(&args.variant), &scenarios)?;
+    let config = args.config.checked()?;
+    if args.speculate && bisect::cluster_of(|k| std::env::var(k).ok()).is_none() {
+        return Err(InputError::BadValue {
+            key: "--speculate".into(),
+            value: "on this machine".into(),
+            why: "no cluster is configured (neither SLURM_JOB_ID nor KUBERNETES_SERVICE_HOST is set), and on this machine's own cores a speculative build would starve the timed boots and skew their verdicts; run the bisection as a Slurm job or in a Kubernetes pod, or drop --speculate".into(),
+        }
+        .into());
+    }
     let range = range_of(&args.good, &args.bad)?;
     let req = KabRequest {
         base: args.good.clone(),
@@ -214,6 +228,7 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
         model_strategy: None,
         calibrate: false,
         sandbox: args.sandbox.policy(),
+        config,
     };
     let seek = if args.fix {
         Seek::Fix
@@ -231,6 +246,9 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
         &mut store,
         &reporter,
     )?;
+    if args.speculate {
+        judge = judge.speculating();
+    }
     let result = bisect::bisect(&mut judge, last, seek, args.max_effort);
     if let Some(e) = judge.failure() {
         return Err(e);
@@ -258,16 +276,9 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
 fn call_words(call: &Call) -> String {
     match call {
         Call::Judged { class, numbers } => {
-            let n = numbers.as_ref().map_or_else(String::new, |n| {
-                format!(
-                    ": {} {} → {} {} ({:+.1}%)",
-                    n.metric,
-                    with_spread(n.parent, n.stddev_pct[0]),
-                    with_spread(n.commit, n.stddev_pct[1]),
-                    n.unit,
-                    n.change_pct
-                )
-            });
+            let n = numbers
+                .as_ref()
+                .map_or_else(String::new, |n| format!(": {}", numbers_words(n, true)));
             format!("{}{n}", class.word())
         }
         Call::DoesNotBuild { error } => format!("DOES NOT BUILD: {error}"),

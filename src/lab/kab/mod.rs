@@ -79,6 +79,9 @@ pub struct KabRequest {
     pub calibrate: bool,
     /// Whether kernel builds must run sandboxed (`--no-sandbox` turns it off).
     pub sandbox: crate::kernel::sandbox::SandboxPolicy,
+    /// `--config FILE`: the .config whose HZ, preemption, RCU and KVM options a `git:` side's
+    /// minimal guest config keeps (else Debian's config of the nearest version cached).
+    pub config: Option<std::path::PathBuf>,
 }
 
 /// Where a kab's progress goes (building is reported through [`BuildProgress`]).

@@ -245,8 +245,14 @@ impl KabKernels {
     /// Resolves (and builds) both kernels, picks the accelerator, and checks that both can
     /// host hvlab before either boots.
     fn resolve(req: &KabRequest, progress: &dyn KabProgress) -> Result<KabKernels, Error> {
-        let resolved = build::resolve(&[&req.base, &req.patched], None, req.sandbox, progress)
-            .map_err(VmError::from)?;
+        let resolved = build::resolve_with_config(
+            &[&req.base, &req.patched],
+            None,
+            req.sandbox,
+            req.config.as_deref(),
+            progress,
+        )
+        .map_err(VmError::from)?;
         let [a, b]: [build::Built; 2] = resolved.sides.try_into().map_err(|_| {
             VmError::Io(
                 PathBuf::from(&req.base),

@@ -1,10 +1,15 @@
 //! A series' boots: the sweep order, the runs the store already holds of each kernel, and
 //! booting a chain of kernels.
 
-use crate::error::Error;
+use std::collections::BTreeMap;
+
+use hvlab_core::BackendKind;
+
+use crate::error::{Error, InputError};
 use crate::kernel::vm::Accel;
 use crate::lab::kab::{self, GuestFailure};
 use crate::record::RunRecord;
+use crate::scenario::Kind;
 use crate::store::Store;
 
 /// The boot order of `kernels` kernels in a chain (0 the base, i the i-th commit), each booted
@@ -40,32 +45,130 @@ pub fn remaining_order(stored: &[u32], boots_each: u32) -> Vec<usize> {
         .collect()
 }
 
-/// The runs of the kernel built from `spec` under `accel` that the store holds, of `scenarios`.
+/// What a stored run must have been made as to stand for a boot a request would make: a
+/// shared store holds other commands' boots of the same kernel (kab's lifecycle boots of the
+/// base with other variants, another `--set`, fewer reps), which judged together would
+/// compare different experiments.
+#[derive(Debug, Clone, Copy)]
+pub struct RunsAsked<'a> {
+    /// Scenarios.
+    pub scenarios: &'a [String],
+    /// Variants asked for (all the scenario's when empty).
+    pub variants: &'a [String],
+    /// `--set key=value`, each for the scenarios that have the key.
+    pub sets: &'a [String],
+    /// Repetitions per variant per boot.
+    pub reps: u32,
+    /// The accelerator the runs were made under.
+    pub accel: Accel,
+}
+
+impl<'a> RunsAsked<'a> {
+    /// The runs `req`'s boots make under `accel`.
+    pub fn of(req: &'a kab::KabRequest, accel: Accel) -> RunsAsked<'a> {
+        RunsAsked {
+            scenarios: &req.scenarios,
+            variants: &req.variants,
+            sets: &req.sets,
+            reps: req.reps,
+            accel,
+        }
+    }
+
+    /// Per asked scenario, what its runs must hold: the variants the guest runs and the
+    /// parameters it records (`None` for a scenario the catalog does not know, whose runs
+    /// nothing can match).
+    fn per_scenario(&self) -> Vec<(&'a str, Option<ScenarioRuns>)> {
+        self.scenarios
+            .iter()
+            .map(|name| (name.as_str(), ScenarioRuns::of(name, self).ok()))
+            .collect()
+    }
+}
+
+/// What one scenario's run must hold for a request: its variants (all of them, maybe more)
+/// and its parameters as the run records them.
+struct ScenarioRuns {
+    variants: Vec<String>,
+    params: BTreeMap<String, serde_json::Value>,
+}
+
+impl ScenarioRuns {
+    fn of(name: &str, asked: &RunsAsked<'_>) -> Result<ScenarioRuns, InputError> {
+        let kind = Kind::named(name)?;
+        let info = kind.info();
+        // The guest's `hvlab run` gets only the variants and keys its scenario has (see
+        // `kab::guest_commands`), and runs every variant when given none of its own.
+        let mut variants: Vec<String> = asked
+            .variants
+            .iter()
+            .filter(|v| info.variants.iter().any(|x| x.name == v.as_str()))
+            .cloned()
+            .collect();
+        if variants.is_empty() {
+            variants = info.variants.iter().map(|v| v.name.to_string()).collect();
+        }
+        let sets: Vec<String> = asked
+            .sets
+            .iter()
+            .filter(|kv| info.has_param(kv.split_once('=').map_or(kv.as_str(), |(k, _)| k)))
+            .cloned()
+            .collect();
+        let backend = BackendKind::Kvm;
+        let mut params = kind.parse(&sets, backend.capabilities())?.record(backend);
+        params.insert("reps".into(), asked.reps.into());
+        Ok(ScenarioRuns { variants, params })
+    }
+
+    /// `run` restricted to the variants asked, when it holds all of them and was made with
+    /// these parameters and reps; `None` when it was another experiment.
+    fn restrict(&self, mut run: RunRecord) -> Option<RunRecord> {
+        let same_params = self
+            .params
+            .iter()
+            .all(|(k, v)| run.params.get(k) == Some(v));
+        let has_all = self
+            .variants
+            .iter()
+            .all(|v| run.variants.iter().any(|r| &r.name == v));
+        if !same_params || !has_all {
+            return None;
+        }
+        let asked = |name: &str| self.variants.iter().any(|v| v == name);
+        run.variants.retain(|v| asked(&v.name));
+        run.calls.retain(|c| asked(&c.variant));
+        run.verdicts
+            .retain(|v| asked(&v.faster) && asked(&v.slower));
+        Some(run)
+    }
+}
+
+/// The runs of the kernel built from `spec` that the store holds as `asked` would make them.
 pub fn stored_runs(
     store: &Store,
     spec: &str,
-    accel: Accel,
-    scenarios: &[String],
+    asked: &RunsAsked<'_>,
 ) -> Result<Vec<RunRecord>, Error> {
     let all = crate::store::transfer::select(store, &[])?;
-    Ok(of_kernel(all, spec, accel, scenarios))
+    Ok(of_kernel(all, spec, asked))
 }
 
-/// Of `runs`, those made on the kernel of `spec` under `accel`, of `scenarios`.
-pub fn of_kernel(
-    runs: Vec<RunRecord>,
-    spec: &str,
-    accel: Accel,
-    scenarios: &[String],
-) -> Vec<RunRecord> {
-    let accel = accel.to_string();
+/// Of `runs`, those made on the kernel of `spec` as `asked` would make them, restricted to
+/// the variants asked (a run of more variants serves; one of fewer, another `--set`, other
+/// reps or another accelerator does not).
+pub fn of_kernel(runs: Vec<RunRecord>, spec: &str, asked: &RunsAsked<'_>) -> Vec<RunRecord> {
+    let accel = asked.accel.to_string();
+    let wanted = asked.per_scenario();
     runs.into_iter()
         .filter(|r| {
             r.host
                 .under_test
                 .as_ref()
                 .is_some_and(|u| u.spec == spec && u.accel == accel)
-                && scenarios.contains(&r.scenario)
+        })
+        .filter_map(|r| {
+            let (_, want) = wanted.iter().find(|(name, _)| *name == r.scenario)?;
+            want.as_ref()?.restrict(r)
         })
         .collect()
 }
@@ -108,10 +211,11 @@ pub(crate) fn boot_chain(
     busy: &mut [Vec<kab::BusyBoot>],
     failed: &mut [Vec<GuestFailure>],
 ) -> Result<ChainBoots, Error> {
+    let asked = RunsAsked::of(req, accel);
     let stored: Vec<u32> = chain
         .iter()
         .map(|&k| {
-            stored_runs(store, &kernels[k].1.spec, accel, &req.scenarios)
+            stored_runs(store, &kernels[k].1.spec, &asked)
                 .map(|r| boots_in(&r, &req.scenarios).min(req.boots))
         })
         .collect::<Result<_, _>>()?;

@@ -6,9 +6,11 @@
 //!   base ([`MboxSeries`]), or a git range (the git spec's own source, when it is given one).
 //! - Boots follow [`sweep_order`]: base, 1, 2, …, N, N, …, 2, 1, base per round, so every
 //!   adjacent pair (parent, commit) sees ABBA and each kernel's boot serves both pairs it is in.
-//! - Runs are stored as they come back and found again by kernel ([`stored_runs`]): an
+//! - Runs are stored as they come back and found again by kernel and by what was asked
+//!   ([`stored_runs`], [`RunsAsked`]: scenario, variants, `--set`, reps, accelerator): an
 //!   interrupted run, a shard's or a bisection's boots count toward the next, and a kernel with
-//!   enough stored boots is not booted again.
+//!   enough stored boots is not booted again; another command's boots of the same kernel
+//!   (other variants, another `--set`) are not taken for this one's.
 //! - Every comparison of the table (N commits × 2 × variants × metrics) is corrected together
 //!   ([`judge_series`]): a table of 576 comparisons each at p < 0.05 alone would flag a change
 //!   in nearly every A/A series.
@@ -31,7 +33,9 @@ use crate::store::Store;
 use source::not_a_series;
 
 pub(crate) use boots::boot_chain;
-pub use boots::{KernelRuns, boots_in, of_kernel, remaining_order, stored_runs, sweep_order};
+pub use boots::{
+    KernelRuns, RunsAsked, boots_in, of_kernel, remaining_order, stored_runs, sweep_order,
+};
 pub use source::{GitRangeSeries, MboxSeries, SeriesSource, SeriesStep, is_base_of, source_of};
 pub use table::{
     CommitRow, JudgeSettings, Numbers, SeriesTable, StepState, VariantRow, first_error,
@@ -56,7 +60,7 @@ pub struct PerPatchRequest {
     /// The kab's settings: `base` is BASE, `patched` the SERIES spec; boots and reps per
     /// kernel.
     pub kab: kab::KabRequest,
-    /// The metric shown in each row's numbers when none moved.
+    /// The metric shown in each row's numbers when none moved and it was judged.
     pub metric: Option<String>,
     /// The slice of the series this process runs (the whole series without `--shard`).
     pub shard: Shard,
@@ -100,7 +104,8 @@ fn build_all(
 ) -> Result<Vec<Resolved>, Error> {
     use crate::kernel::build;
     let refs: Vec<&str> = specs.iter().map(|(_, s)| s.as_str()).collect();
-    let together = build::resolve(&refs, None, req.sandbox, progress);
+    let together =
+        build::resolve_with_config(&refs, None, req.sandbox, req.config.as_deref(), progress);
     let kernels: Vec<Result<crate::kernel::Kernel, String>> = match together {
         Ok(r) => {
             notes.extend(r.notes);
@@ -113,23 +118,12 @@ fn build_all(
             ));
             let mut out = Vec::new();
             for (i, spec) in refs.iter().enumerate() {
-                let pair: Vec<&str> = if i == 0 {
-                    vec![spec]
-                } else {
-                    vec![refs[0], spec]
-                };
-                out.push(match build::resolve(&pair, None, req.sandbox, progress) {
-                    Ok(r) => r
-                        .sides
-                        .into_iter()
-                        .last()
-                        .map(|b| b.kernel)
-                        .ok_or_else(|| "the build returned no kernel".to_string()),
-                    Err(e) if i > 0 && e.fault() == hvlab_core::error::Fault::BadInput => {
-                        Err(first_error(&e))
-                    }
-                    Err(e) => return Err(VmError::from(e).into()),
-                });
+                out.push(build_beside_base(
+                    refs[0],
+                    (i > 0).then_some(*spec),
+                    req,
+                    progress,
+                )?);
             }
             out
         }
@@ -144,6 +138,32 @@ fn build_all(
             kernel,
         })
         .collect())
+}
+
+/// Builds `spec` beside the base (the base alone when `None`), as kab builds a pair, so the
+/// two differ by the commit alone: its kernel, or the compiler's first error when the commit
+/// is at fault (it does not build, its patch does not apply). A fault of the base or of the
+/// host is the run's error.
+pub(crate) fn build_beside_base(
+    base: &str,
+    spec: Option<&str>,
+    req: &kab::KabRequest,
+    progress: &dyn kab::KabProgress,
+) -> Result<Result<crate::kernel::Kernel, String>, Error> {
+    let specs: Vec<&str> = std::iter::once(base).chain(spec).collect();
+    let config = req.config.as_deref();
+    match crate::kernel::build::resolve_with_config(&specs, None, req.sandbox, config, progress) {
+        Ok(r) => Ok(r
+            .sides
+            .into_iter()
+            .last()
+            .map(|b| b.kernel)
+            .ok_or_else(|| "the build returned no kernel".to_string())),
+        Err(e) if spec.is_some() && e.fault() == hvlab_core::error::Fault::BadInput => {
+            Ok(Err(first_error(&e)))
+        }
+        Err(e) => Err(VmError::from(e).into()),
+    }
 }
 
 /// A kernel of the series as checked: built and able to run the guests, or why not.
@@ -194,13 +214,9 @@ pub fn run_per_patch(
     let boots_s = boots_start.elapsed().as_secs_f64();
     let judge_start = std::time::Instant::now();
     let all = crate::store::transfer::select(store, &[])?;
+    let asked = RunsAsked::of(k, choice.accel);
     let runs_of = |slot_i: usize| KernelRuns {
-        runs: of_kernel(
-            all.clone(),
-            &labelled[slot_i].1.spec,
-            choice.accel,
-            &k.scenarios,
-        ),
+        runs: of_kernel(all.clone(), &labelled[slot_i].1.spec, &asked),
         failed_commands: booted.failed[slot_i].clone(),
         host_busy: booted.busy[slot_i].clone(),
     };
@@ -212,9 +228,7 @@ pub fn run_per_patch(
         &steps,
         &step_states,
         &JudgeSettings {
-            scenarios: &k.scenarios,
-            variants: &k.variants,
-            accel: choice.accel,
+            asked,
             threshold: k.threshold,
             metric: req.metric.as_deref(),
         },
@@ -429,7 +443,7 @@ pub fn table_from_store(
     let steps = source.steps()?;
     let all = crate::store::transfer::select(store, &[])?;
     let runs = |spec: &str| KernelRuns {
-        runs: of_kernel(all.clone(), spec, settings.accel, settings.scenarios),
+        runs: of_kernel(all.clone(), spec, &settings.asked),
         ..KernelRuns::default()
     };
     let base = runs(source.base());

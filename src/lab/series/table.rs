@@ -5,13 +5,12 @@ use serde::Serialize;
 
 use crate::analysis::verdict::Class;
 use crate::kernel::build::BuildError;
-use crate::kernel::vm::Accel;
 use crate::lab::kab::{
-    self, GuestFailure, MetricAb, ScenarioAb, SideRuns, VariantAb, VariantVerdict,
+    self, GuestFailure, MetricAb, ScenarioAb, SideRuns, Trust, VariantAb, VariantVerdict,
 };
 use crate::record::RunRecord;
 
-use super::boots::KernelRuns;
+use super::boots::{KernelRuns, RunsAsked};
 use super::source::SeriesStep;
 
 /// A commit as built: its runs, or the compiler's first error.
@@ -123,12 +122,8 @@ fn family_size(judged: &[ScenarioAb]) -> usize {
 /// What a series is judged with.
 #[derive(Debug, Clone)]
 pub struct JudgeSettings<'a> {
-    /// Scenarios.
-    pub scenarios: &'a [String],
-    /// Variants asked for (all when empty).
-    pub variants: &'a [String],
-    /// The accelerator the runs were made under.
-    pub accel: Accel,
+    /// The runs judged: scenarios, variants (all when empty), `--set`, reps, accelerator.
+    pub asked: RunsAsked<'a>,
     /// Smallest change that counts.
     pub threshold: f64,
     /// The metric to show in the numbers when none moved (else the first judged).
@@ -167,8 +162,8 @@ pub fn judge_series(
         let (ba, bf) = side(base);
         let judge = |a: &[RunRecord], af: &[GuestFailure]| {
             kab::judge_uncorrected(
-                settings.scenarios,
-                settings.variants,
+                settings.asked.scenarios,
+                settings.asked.variants,
                 [
                     SideRuns {
                         runs: a,
@@ -179,7 +174,7 @@ pub fn judge_series(
                         failed_commands: &cf,
                     },
                 ],
-                settings.accel,
+                settings.asked.accel,
                 settings.threshold,
             )
         };
@@ -285,21 +280,38 @@ fn variant_rows(
     out
 }
 
-/// The metric to show: the first that moved (a regression, an improvement, a cost), else the
-/// one asked for, else the first compared.
+/// The metric to show: one the verdict judged, never a time shown but not judged (every time
+/// under TCG). The one that decided the class (the first regression of a REGRESSED, the
+/// first improvement of a FIXED, the first unsettled metric of a NOT DECIDED), else any that
+/// moved (a cost), else the one asked for when it was judged, else the first judged metric:
+/// a count, then a jiffies metric, then a time. None when nothing was judged.
 fn numbers(v: &VariantAb, verdict: &VariantVerdict, asked: Option<&str>) -> Option<Numbers> {
-    let moved = verdict
-        .regressions
-        .iter()
-        .chain(&verdict.improvements)
-        .chain(&verdict.costs)
-        .map(|c| c.metric.as_str())
-        .next();
-    let name = moved.or(asked);
-    let m: &MetricAb = match name {
-        Some(n) => v.metrics.iter().find(|m| m.metric == n)?,
-        None => v.metrics.first()?,
+    use crate::analysis::metric_ab::MetricJudgement;
+    let judged = |m: &&MetricAb| !matches!(m.judgement, MetricJudgement::NotJudged { .. });
+    let named = |n: &str| v.metrics.iter().filter(judged).find(|m| m.metric == n);
+    let changes = |c: &[kab::Change]| c.iter().map(|c| c.metric.clone()).collect::<Vec<_>>();
+    let deciding: Vec<String> = match verdict.class {
+        Class::Regressed | Class::Slower => changes(&verdict.regressions),
+        Class::Fixed | Class::Improved | Class::Faster => changes(&verdict.improvements),
+        Class::NotDecided => verdict.undecided.clone(),
+        _ => Vec::new(),
     };
+    let moved = changes(&verdict.regressions)
+        .into_iter()
+        .chain(changes(&verdict.improvements))
+        .chain(changes(&verdict.costs));
+    let first_judged = || {
+        let by_trust = |t: Trust| v.metrics.iter().filter(judged).find(|m| m.trust == t);
+        by_trust(Trust::Count)
+            .or_else(|| by_trust(Trust::Jiffies))
+            .or_else(|| by_trust(Trust::Time))
+    };
+    let m: &MetricAb = deciding
+        .into_iter()
+        .chain(moved)
+        .chain(asked.map(str::to_string))
+        .find_map(|n| named(&n))
+        .or_else(first_judged)?;
     let [a, b] = m.median;
     Some(Numbers {
         metric: m.metric.clone(),

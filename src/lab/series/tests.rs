@@ -59,9 +59,13 @@ fn run(
         u.accel = "kvm".into();
         u.kab = None;
     }
+    r.params = memory_params(u32::try_from(reps).unwrap_or(u32::MAX), &[]);
+    let names = crate::scenario::find(SCENARIO)
+        .expect("the memory scenario")
+        .variants;
     r.variants = (0..variants)
         .map(|v| VariantRecord {
-            name: format!("v{v}"),
+            name: names[v].name.to_string(),
             status: VariantStatus::Ok,
             metrics: (0..metrics)
                 .map(|m| {
@@ -81,6 +85,18 @@ fn run(
         })
         .collect();
     r
+}
+
+/// The parameters a kvm run of the memory scenario records with `sets` at `reps`.
+fn memory_params(reps: u32, sets: &[String]) -> BTreeMap<String, serde_json::Value> {
+    let kvm = hvlab_core::BackendKind::Kvm;
+    let mut p = crate::scenario::Kind::named(SCENARIO)
+        .expect("the memory scenario")
+        .parse(sets, kvm.capabilities())
+        .expect("its parameters")
+        .record(kvm);
+    p.insert("reps".into(), reps.into());
+    p
 }
 
 fn metric(samples: Vec<f64>, unit: &str) -> MetricRecord {
@@ -140,9 +156,13 @@ fn steps(n: usize) -> Vec<SeriesStep> {
 
 fn settings(scenarios: &[String]) -> JudgeSettings<'_> {
     JudgeSettings {
-        scenarios,
-        variants: &[],
-        accel: Accel::Kvm,
+        asked: RunsAsked {
+            scenarios,
+            variants: &[],
+            sets: &[],
+            reps: 10,
+            accel: Accel::Kvm,
+        },
         threshold: 0.05,
         metric: None,
     }
@@ -204,7 +224,7 @@ fn every_commit_is_one_shards_unit_with_its_parent() {
 }
 
 /// One simulated table of N = 4 commits × 6 variants × 12 metrics, every kernel booted
-/// twice with `reps` repetitions at a 5% spread; commit 3 scales v0's m00 by `shift`.
+/// twice with `reps` repetitions at a 5% spread; commit 3 scales lazy's m00 by `shift`.
 fn aa_table(seed: u64, reps: usize, shift: f64) -> SeriesTable {
     let scenarios = vec![SCENARIO.to_string()];
     let mut rng = Rng(seed);
@@ -257,7 +277,7 @@ fn an_aa_series_flags_a_change_in_at_most_five_percent_of_tables() {
             t.commits[2].variants[0].vs_parent.class == Class::Regressed
         })
         .count();
-    println!("the same tables with commit 3 30% slower on v0 m00: {found} of 2 flag it");
+    println!("the same tables with commit 3 30% slower on lazy's m00: {found} of 2 flag it");
     assert_eq!(found, 2, "{found} of 2 tables found a 30% regression");
 }
 
@@ -302,7 +322,72 @@ fn a_documentation_only_series_is_no_change_on_every_row() {
     assert!(!t.regression());
 }
 
-/// Commit 2 does not build; commit 3 regresses v0's m00 by 30%: its row is REGRESSED
+/// Under TCG a time is shown, never judged: a row that moved nothing shows a metric the
+/// verdict judged (the exact count), not the first time of the variant; a row that regressed
+/// shows the metric that made it REGRESSED.
+#[test]
+fn the_tables_metric_is_one_the_verdict_judged() {
+    let scenarios = vec![SCENARIO.to_string()];
+    let mut rng = Rng(7);
+    let same = |_: usize, _: usize| 1.0;
+    // A time that sorts before every other metric, as lifecycle's `between_builds.setup_ms`.
+    let with_setup_time = |mut k: KernelRuns, rng: &mut Rng| {
+        for v in k.runs.iter_mut().flat_map(|r| &mut r.variants) {
+            let samples = (0..10).map(|_| rng.normal(3.0, 0.3)).collect();
+            v.metrics
+                .insert("between_builds.setup_ms".into(), metric(samples, "ms"));
+        }
+        k
+    };
+    let base = kernel("debian:7.3", 2, 2, 3, 10, 0.01, &mut rng, &same);
+    let base = with_setup_time(base, &mut rng);
+    let st = steps(1);
+    let commit = kernel(&st[0].spec, 2, 2, 3, 10, 0.01, &mut rng, &same);
+    let states = vec![StepState::Built(with_setup_time(commit, &mut rng))];
+    let mut tcg = settings(&scenarios);
+    tcg.asked.accel = Accel::Tcg;
+    let t = judge_series("debian:7.3", &base, &st, &states, &tcg);
+    for v in &t.commits[0].variants {
+        assert_eq!(v.vs_parent.class, Class::NoChange, "{}", v.variant);
+        let n = v.numbers.as_ref().expect("numbers");
+        assert_eq!(
+            (n.metric.as_str(), n.unit.as_str()),
+            ("kvm.vm.exits", "count")
+        );
+    }
+    // Asked for a time under TCG: not judged, so not shown as the row's metric.
+    tcg.metric = Some("m01");
+    let t = judge_series("debian:7.3", &base, &st, &states, &tcg);
+    let n = t.commits[0].variants[0].numbers.as_ref().expect("numbers");
+    assert_eq!(n.metric, "kvm.vm.exits");
+    let text = crate::export::series::render(&t, &[]);
+    assert!(text.contains("kvm.vm.exits (count)"), "{text}");
+    assert!(!text.contains("(us)") && !text.contains("(ms)"), "{text}");
+    // Under KVM the times are judged: the one asked for is shown; and a regression shows
+    // the metric that regressed, whatever was asked.
+    let mut kvm = settings(&scenarios);
+    kvm.metric = Some("m01");
+    let t = judge_series("debian:7.3", &base, &st, &states, &kvm);
+    let n = t.commits[0].variants[0].numbers.as_ref().expect("numbers");
+    assert_eq!(n.metric, "m01");
+    let slower = |v: usize, m: usize| if v == 0 && m == 2 { 1.3 } else { 1.0 };
+    let states = vec![StepState::Built(kernel(
+        &st[0].spec,
+        2,
+        2,
+        3,
+        10,
+        0.01,
+        &mut rng,
+        &slower,
+    ))];
+    let t = judge_series("debian:7.3", &base, &st, &states, &kvm);
+    let row = &t.commits[0].variants[0];
+    assert_eq!(row.vs_parent.class, Class::Regressed);
+    assert_eq!(row.numbers.as_ref().map(|n| n.metric.as_str()), Some("m02"));
+}
+
+/// Commit 2 does not build; commit 3 regresses lazy's m00 by 30%: its row is REGRESSED
 /// against commit 1 (the last that built), the answer leads with it, and commit 2's row
 /// carries the compiler's error.
 #[test]
@@ -328,10 +413,10 @@ fn a_commit_that_does_not_build_keeps_its_row_and_the_next_is_judged_past_it() {
     assert!(t.commits[1].variants.is_empty());
     let third = &t.commits[2];
     assert_eq!(third.parent, "[PATCH 1/3]");
-    let v0 = &third.variants[0];
-    assert_eq!(v0.vs_parent.class, Class::Regressed);
-    assert_eq!(v0.vs_base.class, Class::Regressed);
-    let n = v0.numbers.as_ref().expect("numbers");
+    let lazy = &third.variants[0];
+    assert_eq!(lazy.vs_parent.class, Class::Regressed);
+    assert_eq!(lazy.vs_base.class, Class::Regressed);
+    let n = lazy.numbers.as_ref().expect("numbers");
     assert_eq!(n.metric, "m00");
     assert!((n.change_pct - 30.0).abs() < 3.0, "{n:?}");
     assert_eq!(third.variants[1].vs_parent.class, Class::NoChange);
@@ -341,10 +426,137 @@ fn a_commit_that_does_not_build_keeps_its_row_and_the_next_is_judged_past_it() {
         "{answer:?}"
     );
     assert!(
-        answer[1].starts_with("[PATCH 3/3] REGRESSED v0: m00 "),
+        answer[1].starts_with("[PATCH 3/3] REGRESSED lazy: m00 "),
         "{answer:?}"
     );
     assert!(t.regression());
+}
+
+/// A shared store's runs of one kernel: only those made as asked stand for this request's
+/// boots. Each stored run differs from what is asked in one thing; a run of more variants
+/// serves, restricted to those asked.
+#[test]
+fn stored_runs_are_reused_only_when_made_as_asked() {
+    let mut rng = Rng(5);
+    let same = |_: usize, _: usize| 1.0;
+    let spec = "debian:7.3";
+    let scenarios = [SCENARIO.to_string()];
+    let variants = ["lazy".to_string(), "populated".to_string()];
+    let sets = ["window=16".to_string()];
+    let mut made = |id: &str, variants: usize, reps: u32, sets: &[String]| {
+        let mut r = run(id, spec, variants, 1, 10, 0.01, &mut rng, &same);
+        r.params = memory_params(reps, sets);
+        r
+    };
+    let superset = made("superset", 3, 10, &sets);
+    let exact = made("exact", 2, 10, &sets);
+    let fewer_variants = made("fewer-variants", 1, 10, &sets);
+    let default_set = made("default-set", 2, 10, &[]);
+    let other_set = made("other-set", 2, 10, &["window=32".to_string()]);
+    let other_reps = made("other-reps", 2, 20, &sets);
+    let mut other_accel = made("other-accel", 2, 10, &sets);
+    if let Some(u) = other_accel.host.under_test.as_mut() {
+        u.accel = "tcg".into();
+    }
+    let mut other_scenario = made("other-scenario", 2, 10, &sets);
+    other_scenario.scenario = "lifecycle".into();
+    let mut other_kernel = made("other-kernel", 2, 10, &sets);
+    if let Some(u) = other_kernel.host.under_test.as_mut() {
+        u.spec = "debian:7.2".into();
+    }
+    let all = vec![
+        superset,
+        exact,
+        fewer_variants,
+        default_set,
+        other_set,
+        other_reps,
+        other_accel,
+        other_scenario,
+        other_kernel,
+    ];
+    let asked = RunsAsked {
+        scenarios: &scenarios,
+        variants: &variants,
+        sets: &sets,
+        reps: 10,
+        accel: Accel::Kvm,
+    };
+    let kept = of_kernel(all.clone(), spec, &asked);
+    let ids: Vec<&str> = kept.iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(ids, ["superset", "exact"]);
+    let names: Vec<&str> = kept[0].variants.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["lazy", "populated"],
+        "restricted to the variants asked"
+    );
+    assert_eq!(boots_in(&kept, &scenarios), 2);
+    // The same kernel asked at 20 reps, or under TCG: only the run made so.
+    let at = |reps: u32, accel: Accel| {
+        let asked = RunsAsked {
+            reps,
+            accel,
+            ..asked
+        };
+        of_kernel(all.clone(), spec, &asked)
+            .into_iter()
+            .map(|r| r.run_id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(at(20, Accel::Kvm), ["other-reps"]);
+    assert_eq!(at(10, Accel::Tcg), ["other-accel"]);
+    // Every variant asked (none named): a run of two or three of them does not serve.
+    let every = RunsAsked {
+        variants: &[],
+        ..asked
+    };
+    assert!(of_kernel(all, spec, &every).is_empty());
+}
+
+/// The base's runs of a real kab (Debian 7.3, every lifecycle variant, 10 reps, TCG), as
+/// stored: a request made the same way reuses all four, one for a variant restricted to it;
+/// another `--set` or more reps reuses none. Guards the match against a parameter whose
+/// default the host and the guest would spell differently (then nothing would be reused).
+#[test]
+fn a_real_kabs_stored_runs_are_reused_by_the_same_request() {
+    let runs: Vec<RunRecord> = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/kab-7.3-001/runs.jsonl"
+    ))
+    .lines()
+    .map(|l| serde_json::from_str(l).expect("a stored run"))
+    .collect();
+    let scenarios = ["lifecycle".to_string()];
+    let asked = RunsAsked {
+        scenarios: &scenarios,
+        variants: &[],
+        sets: &[],
+        reps: 10,
+        accel: Accel::Tcg,
+    };
+    let count = |asked: &RunsAsked<'_>| of_kernel(runs.clone(), "debian:7.3", asked).len();
+    assert_eq!(count(&asked), 4);
+    let one = ["irqchip-first".to_string()];
+    let kept = of_kernel(
+        runs.clone(),
+        "debian:7.3",
+        &RunsAsked {
+            variants: &one,
+            ..asked
+        },
+    );
+    assert_eq!(kept.len(), 4);
+    assert!(kept.iter().all(|r| r.variants.len() == 1));
+    let devices = ["devices=16".to_string()];
+    assert_eq!(
+        count(&RunsAsked {
+            sets: &devices,
+            ..asked
+        }),
+        0
+    );
+    assert_eq!(count(&RunsAsked { reps: 20, ..asked }), 0);
 }
 
 struct Fixed(Vec<SeriesStep>);
@@ -394,7 +606,11 @@ fn shards_merged_give_the_whole_table_from_the_store() {
     for f in &files {
         crate::store::transfer::merge_file(&mut merged, f).expect("merged");
     }
-    let t = table_from_store(&merged, &Fixed(st), &settings(&scenarios)).expect("a table");
+    // The runs hold two of memory's variants: those are what was asked.
+    let variants = ["lazy".to_string(), "populated".to_string()];
+    let mut asked = settings(&scenarios);
+    asked.asked.variants = &variants;
+    let t = table_from_store(&merged, &Fixed(st), &asked).expect("a table");
     assert_eq!(t.commits.len(), 3);
     let classes: Vec<Vec<Class>> = t
         .commits

@@ -289,21 +289,33 @@ fn failed_verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
         _ => Class::NotDecided,
     };
     VariantVerdict {
-        scenario: scenario.to_string(),
-        variant: v.variant.clone(),
-        class,
-        stall_reps: None,
-        stalls: Vec::new(),
-        regressions: Vec::new(),
-        improvements: Vec::new(),
-        costs: Vec::new(),
-        undecided: Vec::new(),
-        changes: Vec::new(),
-        causes: Vec::new(),
-        host_busy: None,
         failures: v.failures.clone(),
         calls: v.calls.clone(),
-        reach: None,
+        ..VariantVerdict::of_class(scenario, &v.variant, class)
+    }
+}
+
+impl VariantVerdict {
+    /// A verdict of `class` with nothing behind it yet: no stalls, changes, causes, failures
+    /// or calls, for a caller to fill in what it knows.
+    pub fn of_class(scenario: &str, variant: &str, class: Class) -> VariantVerdict {
+        VariantVerdict {
+            scenario: scenario.to_string(),
+            variant: variant.to_string(),
+            class,
+            stall_reps: None,
+            stalls: Vec::new(),
+            regressions: Vec::new(),
+            improvements: Vec::new(),
+            costs: Vec::new(),
+            undecided: Vec::new(),
+            changes: Vec::new(),
+            causes: Vec::new(),
+            host_busy: None,
+            failures: [None, None],
+            calls: [None, None],
+            reach: None,
+        }
     }
 }
 
