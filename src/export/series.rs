@@ -7,7 +7,8 @@
 
 use crate::analysis::quantity::{fixed_decimals, number};
 use crate::export::escape;
-use crate::lab::series::{CommitRow, Numbers, SeriesTable, VariantRow};
+use crate::export::kab::duration;
+use crate::lab::series::{CommitRow, Numbers, PhaseTimes, SeriesTable, VariantRow};
 
 /// A side's median ± its spread in % of its mean, as LKP prints it.
 pub fn with_spread(median: f64, stddev_pct: f64) -> String {
@@ -136,6 +137,19 @@ fn rows(t: &SeriesTable) -> Vec<[String; 8]> {
         }
     }
     out
+}
+
+/// Where a per-patch run or a bisection spent its time, as kab prints it: building, the boots
+/// made, judging, and the wall time of all of it.
+pub fn phases_line(p: &PhaseTimes) -> String {
+    format!(
+        "time: build {}, {} boot(s) {}, judging {}; wall time {}",
+        duration(p.build_s),
+        p.boots,
+        duration(p.boots_s),
+        duration(p.judge_s),
+        duration(p.total_s)
+    )
 }
 
 /// The terminal text: the answer, then the table, then the notes.

@@ -464,6 +464,10 @@ pub struct KabJudge<'a> {
     speculate: bool,
     /// The commits a speculative build has been started for.
     started_ahead: Vec<usize>,
+    /// Where the steps' time went.
+    phases: series::PhaseTimes,
+    /// When judging began.
+    started: std::time::Instant,
 }
 
 impl<'a> KabJudge<'a> {
@@ -491,6 +495,8 @@ impl<'a> KabJudge<'a> {
             failure: None,
             speculate: false,
             started_ahead: Vec::new(),
+            phases: series::PhaseTimes::default(),
+            started: std::time::Instant::now(),
         })
     }
 
@@ -508,6 +514,14 @@ impl<'a> KabJudge<'a> {
         self.failure
     }
 
+    /// Where the time went so far: building, booting, judging, and all of it.
+    pub fn phases(&self) -> series::PhaseTimes {
+        series::PhaseTimes {
+            total_s: self.started.elapsed().as_secs_f64(),
+            ..self.phases
+        }
+    }
+
     /// Boots per kernel and repetitions per boot at `effort`.
     pub fn plan(boots: u32, reps: u32, effort: u32) -> (u32, u32) {
         // Each step boots one more ABBA pair; past `boots` such steps, at doubled reps.
@@ -523,12 +537,15 @@ impl<'a> KabJudge<'a> {
         if let Some(k) = self.kernels.get(&i) {
             return Ok(k.clone());
         }
+        let start = std::time::Instant::now();
         let built = series::build_beside_base(
             self.range.spec(0),
             (i > 0).then(|| self.range.spec(i)),
             &self.req,
             self.progress,
-        )?;
+        );
+        self.phases.build_s += start.elapsed().as_secs_f64();
+        let built = built?;
         self.kernels.insert(i, built.clone());
         Ok(built)
     }
@@ -554,7 +571,8 @@ impl<'a> KabJudge<'a> {
         ];
         let mut busy = vec![Vec::new(), Vec::new()];
         let mut failed = vec![Vec::new(), Vec::new()];
-        series::boot_chain(
+        let boots_start = std::time::Instant::now();
+        let booted = series::boot_chain(
             &[0, 1],
             &labelled,
             &req,
@@ -565,6 +583,9 @@ impl<'a> KabJudge<'a> {
             &mut busy,
             &mut failed,
         )?;
+        self.phases.boots += booted.0.len();
+        self.phases.boots_s += boots_start.elapsed().as_secs_f64();
+        let judge_start = std::time::Instant::now();
         let asked = RunsAsked::of(&req, self.accel);
         let runs = |k: usize| -> Result<KernelRuns, Error> {
             Ok(KernelRuns {
@@ -595,6 +616,7 @@ impl<'a> KabJudge<'a> {
             .into_iter()
             .flat_map(|c| c.variants)
             .find(|v| v.variant == self.variant);
+        self.phases.judge_s += judge_start.elapsed().as_secs_f64();
         Ok(match row {
             Some(v) => Call::Judged {
                 class: v.vs_parent.class,

@@ -11,7 +11,7 @@ use super::{
     open_store, write_cover_letter,
 };
 use crate::error::{Error, InputError};
-use crate::export::series::{markdown, numbers_words, render};
+use crate::export::series::{markdown, numbers_words, phases_line, render};
 use crate::lab::bisect::{self, Bisection, Call, KabJudge, Outcome, Range, Seek};
 use crate::lab::kab::KabRequest;
 use crate::lab::series::{self, JudgeSettings, MboxSeries, PerPatchRequest, SeriesSource};
@@ -42,7 +42,7 @@ pub(super) fn per_patch(
         &crate::lab::shard::process_env(),
     )?;
     let mut store = open_store(db)?;
-    let (table, notes, json) = if args.from_store {
+    let (table, notes, json, phases) = if args.from_store {
         let accel = crate::kernel::vm::choose_accel(req.vm.accel)?.accel;
         let table = series::table_from_store(
             &store,
@@ -54,7 +54,7 @@ pub(super) fn per_patch(
             },
         )?;
         let json = serde_json::to_value(&table).map_err(|e| Error::Output(e.into()))?;
-        (table, source.notes(), json)
+        (table, source.notes(), json, None)
     } else {
         let reporter = Reporter::new(args.json);
         let outcome = series::run_per_patch(
@@ -69,12 +69,17 @@ pub(super) fn per_patch(
         )?;
         drop(reporter);
         let json = serde_json::to_value(&outcome).map_err(|e| Error::Output(e.into()))?;
-        (outcome.table, outcome.notes, json)
+        let phases = outcome.phases();
+        (outcome.table, outcome.notes, json, Some(phases))
     };
     if args.json {
         super::super::print_json(&json)?;
     } else {
-        super::super::print_text(&render(&table, &notes))?;
+        let mut text = render(&table, &notes);
+        if let Some(p) = &phases {
+            text = format!("{text}\n{}", phases_line(p));
+        }
+        super::super::print_text(&text)?;
     }
     if let Some(path) = &args.markdown {
         write_cover_letter(path, &markdown(&table, &command_line()), &store)?;
@@ -250,6 +255,7 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
         judge = judge.speculating();
     }
     let result = bisect::bisect(&mut judge, last, seek, args.max_effort);
+    let phases = judge.phases();
     if let Some(e) = judge.failure() {
         return Err(e);
     }
@@ -261,10 +267,11 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
     })?;
     if args.json {
         super::super::print_json(&serde_json::json!({
-            "range": range, "bisection": bisection, "command": command_line(),
+            "range": range, "bisection": bisection, "command": command_line(), "phases": phases,
         }))?;
     } else {
-        super::super::print_text(&bisect_text(&range, &bisection, &command_line()))?;
+        let text = bisect_text(&range, &bisection, &command_line());
+        super::super::print_text(&format!("{text}\n{}", phases_line(&phases)))?;
     }
     Ok(ExitCode::from(u8::from(!matches!(
         bisection.outcome,

@@ -87,6 +87,34 @@ pub struct PerPatchOutcome {
     pub judge_s: f64,
 }
 
+/// Where a per-patch run or a bisection spent its wall time: building, booting, judging.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct PhaseTimes {
+    /// Resolving and building the kernels, in seconds.
+    pub build_s: f64,
+    /// The boots made (not those found in the store).
+    pub boots: usize,
+    /// Booting them and running the scenarios, in seconds.
+    pub boots_s: f64,
+    /// Judging the stored runs, in seconds.
+    pub judge_s: f64,
+    /// All of it, in seconds.
+    pub total_s: f64,
+}
+
+impl PerPatchOutcome {
+    /// Its phases' wall times.
+    pub fn phases(&self) -> PhaseTimes {
+        PhaseTimes {
+            build_s: self.wall.build_s,
+            boots: self.boots.len(),
+            boots_s: self.wall.boots_s,
+            judge_s: self.judge_s,
+            total_s: self.wall.total_s,
+        }
+    }
+}
+
 /// One kernel of the series as resolved: its label, spec, and the kernel or why it has none.
 struct Resolved {
     label: String,
