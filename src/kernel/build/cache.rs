@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::error::io;
+use super::note::{BuildConfig, BuildNote};
 use super::record::{BuildInfo, How, PatchInfo, Step};
 use super::{BuildError, BuildProgress, PatchedSpec};
 use crate::kernel::debian::{self, BuildInputs, DebianImage};
@@ -57,7 +58,7 @@ pub(super) struct SourceCache<'a> {
     pub(super) sandbox: Sandbox,
     pub(super) steps: Vec<Step>,
     /// What the reader must know about the source (a damaged tree unpacked again).
-    pub(super) notes: Vec<String>,
+    pub(super) notes: Vec<BuildNote>,
     progress: &'a dyn BuildProgress,
     _lock: DirLock,
 }
@@ -223,9 +224,10 @@ impl<'a> SourceCache<'a> {
             // back is unpacked again, never left to fail every run that follows.
             match journal::recover(&tree) {
                 Ok(()) => return Ok(tree),
-                Err(why) => self.notes.push(format!(
-                    "the source tree {name}/ was left damaged by an earlier run ({why}): unpacked again"
-                )),
+                Err(why) => self.notes.push(BuildNote::TreeUnpackedAgain {
+                    tree: name.to_string(),
+                    why,
+                }),
             }
         }
         let inputs = self.inputs()?;
@@ -296,7 +298,7 @@ impl SourceCache<'_> {
         key: &str,
         side: &PatchedSpec,
         fill: impl FnOnce(&mut Self, &Path, &Path) -> Result<(), BuildError>,
-    ) -> Result<(PathBuf, Vec<String>, Vec<Step>), BuildError> {
+    ) -> Result<(PathBuf, Vec<BuildNote>, Vec<Step>), BuildError> {
         let entry = self.root.join("builds").join(key);
         let tmp = self.root.join("builds").join(format!("{key}.tmp"));
         let _ = std::fs::remove_dir_all(&tmp);
@@ -312,7 +314,7 @@ impl SourceCache<'_> {
         let restored = restored(tree);
         let own: Vec<Step> = self.steps.drain(before..).collect();
         let notes = match result {
-            Ok(n) => n,
+            Ok(n) => n.into_iter().map(BuildNote::from).collect(),
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&tmp);
                 return Err(e);
@@ -327,9 +329,9 @@ impl SourceCache<'_> {
     pub(super) fn record(
         &self,
         how: How,
-        config: String,
+        config: BuildConfig,
         side: &PatchedSpec,
-        notes: Vec<String>,
+        notes: Vec<BuildNote>,
         steps: Vec<Step>,
         key: &str,
     ) -> BuildInfo {

@@ -27,6 +27,7 @@ mod error;
 mod git;
 mod make;
 mod modules;
+mod note;
 mod prefixes;
 mod record;
 mod spec;
@@ -34,6 +35,7 @@ mod whole;
 
 pub use error::BuildError;
 pub use make::make_in_sandbox;
+pub use note::{BaseConfig, BuildConfig, BuildNote, PreemptModel, Preemption};
 pub use prefixes::{SeriesStep, series_prefixes};
 pub use record::{BuildInfo, How, PatchInfo, Step};
 pub use spec::PatchedSpec;
@@ -67,8 +69,8 @@ pub struct Resolved {
     pub sides: Vec<Built>,
     /// Fetching, unpacking and preparing the source (shared by the sides).
     pub steps: Vec<Step>,
-    /// Sentences about the comparison (`A and B differ by the patch alone`).
-    pub notes: Vec<String>,
+    /// What the reader must know about the comparison (A and B differ by the patch alone).
+    pub notes: Vec<BuildNote>,
     /// The unpacked source trees the patched sides were built from, unpatched between
     /// builds: where a patch's functions are read ([`crate::kernel::reach`]).
     pub source_trees: Vec<PathBuf>,
@@ -135,9 +137,7 @@ pub fn resolve_with_config(
         steps.append(&mut own);
     }
     if git.len() > 1 {
-        notes.push(
-            "every git side is built whole from the same minimal config and compiler: they differ by their commits (and patches) alone".into(),
-        );
+        notes.push(BuildNote::GitSidesAlike);
     }
     if !other.is_empty() {
         let rest: Vec<PatchedSpec> = other.iter().map(|&i| parsed[i].clone()).collect();
@@ -148,9 +148,7 @@ pub fn resolve_with_config(
         steps.append(&mut resolved.steps);
         notes.append(&mut resolved.notes);
         source_trees.append(&mut resolved.source_trees);
-        notes.push(
-            "a git side is built from its tree and another side is not: they differ by more than a patch (source, config, maybe compiler)".into(),
-        );
+        notes.push(BuildNote::GitBesideOther);
     }
     Ok(Resolved {
         sides: sides.into_iter().flatten().collect(),
@@ -196,9 +194,7 @@ fn resolve_debian(
     )?;
     let out = complete_sides(sides, parsed, &images, modules)?;
     if out.len() == 2 && (out[0].build.is_some() != out[1].build.is_some()) {
-        notes.push(
-            "one side is a kernel as given and the other was rebuilt here: they differ by more than the patch (source version, compiler, config)".into(),
-        );
+        notes.push(BuildNote::GivenBesideRebuilt);
     }
     Ok(Resolved {
         sides: out,
@@ -271,7 +267,7 @@ fn build_image_groups(
     sandbox: &Sandbox,
     progress: &dyn BuildProgress,
     steps: &mut Vec<Step>,
-    notes: &mut Vec<String>,
+    notes: &mut Vec<BuildNote>,
     source_trees: &mut Vec<PathBuf>,
 ) -> Result<Vec<Option<Built>>, BuildError> {
     let mut sides: Vec<Option<Built>> = vec![None; parsed.len()];
@@ -338,7 +334,7 @@ impl SourceCache<'_> {
     fn build_group(
         &mut self,
         sides: &[&PatchedSpec],
-        notes: &mut Vec<String>,
+        notes: &mut Vec<BuildNote>,
     ) -> Result<Vec<Built>, BuildError> {
         let tree = self.unpacked("modules")?;
         let (debian, debian_text) = self.debian_config(&tree)?;
@@ -349,20 +345,17 @@ impl SourceCache<'_> {
             Plan::Nothing => self.as_shipped(&tree, sides, &placed, notes),
             Plan::Modules { dirs, modules } => {
                 if sides.len() > 1 {
-                    notes.push(format!(
-                        "every side is {}'s image with {} rebuilt from the same source, config and compiler: they differ by the patch alone",
-                        self.image.release,
-                        modules.iter().map(|m| format!("{m}.ko")).collect::<Vec<_>>().join(", ")
-                    ));
+                    notes.push(BuildNote::ModulesAlike {
+                        release: self.image.release.clone(),
+                        modules: modules.clone(),
+                    });
                 }
                 self.modules_group(&tree, sides, &dirs, &config_sha)
             }
             Plan::Whole { why } => {
-                notes.push(format!("a whole kernel is built: {why}"));
+                notes.push(BuildNote::WholeKernel { why });
                 if sides.len() > 1 {
-                    notes.push(
-                        "every side is built from the same source, minimal config and compiler: they differ by the patch alone".into(),
-                    );
+                    notes.push(BuildNote::WholeAlike);
                 }
                 self.whole_group(&tree, sides, &config_sha)
             }
@@ -375,7 +368,7 @@ impl SourceCache<'_> {
         tree: &Path,
         sides: &[&PatchedSpec],
         placed: &[(String, Placement)],
-        notes: &mut Vec<String>,
+        notes: &mut Vec<BuildNote>,
     ) -> Result<Vec<Built>, BuildError> {
         let why = placed
             .iter()
@@ -387,10 +380,10 @@ impl SourceCache<'_> {
             .join(", ");
         // Still refuse a patch that does not apply.
         self.check_applies(tree, sides.iter().copied())?;
-        notes.push(format!(
-            "the patches touch nothing a build uses ({why}); every side is {} as shipped, so they are the same kernel: judged anyway",
-            self.image.release
-        ));
+        notes.push(BuildNote::NothingBuilt {
+            why: why.clone(),
+            release: self.image.release.clone(),
+        });
         Ok(sides
             .iter()
             .map(|s| {
@@ -401,7 +394,7 @@ impl SourceCache<'_> {
                     build: Some(BuildInfo {
                         how: How::AsShipped { why: why.clone() },
                         source: self.image.kernel.source.clone(),
-                        config: "Debian's, as shipped".into(),
+                        config: BuildConfig::AsShipped,
                         compiler: "Debian's".into(),
                         patches: s.patches.iter().map(PatchInfo::from).collect(),
                         notes: Vec::new(),
