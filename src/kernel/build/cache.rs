@@ -386,6 +386,37 @@ mod tests {
     use crate::kernel::build::Silent;
     use crate::kernel::sandbox::SandboxPolicy;
 
+    /// An entry an older hvlab cached, its config and notes sentences, is still reused: the
+    /// sentences load as they were said.
+    #[test]
+    fn an_entry_cached_before_notes_were_typed_is_reused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let entry = dir.path().join("builds/0a1b2c3d");
+        std::fs::create_dir_all(&entry).expect("entry");
+        let old = r#"{"how":{"kind":"modules","dirs":["arch/x86/kvm"],"modules":["kvm.ko"]},
+            "source":"linux-source-7.3 7.3.4-1 (Debian)",
+            "config":"Debian's config of 7.3.4+deb13-amd64 (from linux-headers-7.3.4+deb13-amd64)",
+            "compiler":"gcc 14.2.0","patches":[],
+            "notes":["x.patch: virt/kvm/kvm_main.c: Hunk #1 succeeded at 6073 (offset 3 lines)"],
+            "steps":[{"what":"make M=arch/x86/kvm","secs":21.0}],"key":"0a1b2c3d"}"#;
+        std::fs::write(entry.join("build.json"), old).expect("write");
+        let (_, info) = cached_entry(dir.path(), "0a1b2c3d").expect("the old entry loads");
+        assert!(info.cached && info.steps.is_empty());
+        assert_eq!(
+            info.config,
+            BuildConfig::Said(
+                "Debian's config of 7.3.4+deb13-amd64 (from linux-headers-7.3.4+deb13-amd64)"
+                    .into()
+            )
+        );
+        assert_eq!(
+            info.notes,
+            [BuildNote::Said(
+                "x.patch: virt/kvm/kvm_main.c: Hunk #1 succeeded at 6073 (offset 3 lines)".into()
+            )]
+        );
+    }
+
     /// An interrupted build leaves `builds/KEY.tmp`; the next run that takes the source lock
     /// removes it, and keeps complete entries.
     #[test]
