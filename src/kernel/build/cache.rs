@@ -13,6 +13,7 @@ use crate::kernel::debian::{self, BuildInputs, DebianImage};
 use crate::kernel::journal::{self, apply};
 use crate::kernel::kbuild::KConfig;
 use crate::kernel::patch::{PatchFile, sha256_hex};
+use crate::kernel::progress::reported;
 use crate::kernel::sandbox::Sandbox;
 use crate::kernel::{cache_dir, toolchain};
 
@@ -161,22 +162,13 @@ impl<'a> SourceCache<'a> {
         what: &str,
         f: impl FnOnce(&mut Self) -> Result<T, BuildError>,
     ) -> Result<T, BuildError> {
-        self.progress.begin(what);
-        let start = Instant::now();
-        let out = f(self);
-        let secs = start.elapsed().as_secs_f64();
-        if out.is_ok() {
-            self.progress.end(what, secs);
-        } else {
-            self.progress.end(&format!("{what} failed"), secs);
-        }
-        if out.is_ok() {
-            self.steps.push(Step {
-                what: what.to_string(),
-                secs,
-            });
-        }
-        out
+        let progress = self.progress;
+        let (out, secs) = reported(progress, what, || f(self))?;
+        self.steps.push(Step {
+            what: what.to_string(),
+            secs,
+        });
+        Ok(out)
     }
 
     /// The unpacked source every build of this image starts from, unpatched between builds.
@@ -203,7 +195,10 @@ impl<'a> SourceCache<'a> {
         );
         let dir = self.root.join("debs");
         let image = self.image.clone();
-        let inputs = self.timed(&what, |_| Ok(debian::download_build_inputs(&image, &dir)?))?;
+        let progress = self.progress;
+        let inputs = self.timed(&what, |_| {
+            Ok(debian::download_build_inputs(&image, &dir, progress)?)
+        })?;
         self.inputs = Some(inputs.clone());
         Ok(inputs)
     }

@@ -6,7 +6,6 @@
 //! so the next build in `out/` is incremental.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use super::cache::{RECIPE, cached_entry, finish_entry_in, lock_builds, restored};
 use super::error::io;
@@ -18,6 +17,7 @@ use super::{BuildError, BuildProgress, Built, PatchedSpec};
 use crate::kernel::git::{Checkout, GitSpec, KernelVersion};
 use crate::kernel::journal;
 use crate::kernel::patch::{PatchFile, sha256_hex};
+use crate::kernel::progress::reported;
 use crate::kernel::sandbox::Sandbox;
 use crate::kernel::{cache_dir, from_tree, toolchain};
 
@@ -170,21 +170,13 @@ impl GitBuild<'_> {
         what: &str,
         f: impl FnOnce(&mut Self) -> Result<T, BuildError>,
     ) -> Result<T, BuildError> {
-        self.progress.begin(what);
-        let start = Instant::now();
-        let out = f(self);
-        let secs = start.elapsed().as_secs_f64();
-        match &out {
-            Ok(_) => {
-                self.progress.end(what, secs);
-                self.steps.push(Step {
-                    what: what.to_string(),
-                    secs,
-                });
-            }
-            Err(_) => self.progress.end(&format!("{what} failed"), secs),
-        }
-        out
+        let progress = self.progress;
+        let (out, secs) = reported(progress, what, || f(self))?;
+        self.steps.push(Step {
+            what: what.to_string(),
+            secs,
+        });
+        Ok(out)
     }
 
     /// hvlab's clone at the commit: a tree a crash left patched is put back first, and one

@@ -33,6 +33,7 @@ mod record;
 mod spec;
 mod whole;
 
+pub use super::progress::{BuildProgress, Silent};
 pub use error::BuildError;
 pub use make::make_in_sandbox;
 pub use note::{BaseConfig, BuildConfig, BuildNote, PreemptModel, Preemption};
@@ -74,22 +75,6 @@ pub struct Resolved {
     /// The unpacked source trees the patched sides were built from, unpatched between
     /// builds: where a patch's functions are read ([`crate::kernel::reach`]).
     pub source_trees: Vec<PathBuf>,
-}
-
-/// Where long steps are reported.
-pub trait BuildProgress {
-    /// A step starts.
-    fn begin(&self, step: &str);
-    /// It ended after `secs`.
-    fn end(&self, step: &str, secs: f64);
-}
-
-/// No progress.
-pub struct Silent;
-
-impl BuildProgress for Silent {
-    fn begin(&self, _: &str) {}
-    fn end(&self, _: &str, _: f64) {}
 }
 
 /// Resolves kernel specs, building the patched ones: sides on the same Debian image share its
@@ -167,7 +152,7 @@ fn resolve_debian(
 ) -> Result<Resolved, BuildError> {
     if parsed.iter().all(|p| p.patches.is_empty()) {
         let specs: Vec<&str> = parsed.iter().map(|p| p.given.as_str()).collect();
-        return resolve_as_given(&specs, modules);
+        return resolve_as_given(&specs, modules, progress);
     }
     for p in parsed.iter().filter(|p| !p.patches.is_empty()) {
         if !p.base.starts_with("debian:") {
@@ -179,7 +164,7 @@ fn resolve_debian(
     // Before anything is fetched.
     check_toolchain()?;
     let sandbox = Sandbox::choose(policy)?;
-    let images = fetch_images(parsed)?;
+    let images = fetch_images(parsed, progress)?;
     let mut steps = Vec::new();
     let mut notes = Vec::new();
     let mut source_trees = Vec::new();
@@ -192,7 +177,7 @@ fn resolve_debian(
         &mut notes,
         &mut source_trees,
     )?;
-    let out = complete_sides(sides, parsed, &images, modules)?;
+    let out = complete_sides(sides, parsed, &images, modules, progress)?;
     if out.len() == 2 && (out[0].build.is_some() != out[1].build.is_some()) {
         notes.push(BuildNote::GivenBesideRebuilt);
     }
@@ -205,12 +190,16 @@ fn resolve_debian(
 }
 
 /// Specs without patches: each kernel as given, nothing built.
-fn resolve_as_given(specs: &[&str], modules: Option<&Path>) -> Result<Resolved, BuildError> {
+fn resolve_as_given(
+    specs: &[&str],
+    modules: Option<&Path>,
+    progress: &dyn BuildProgress,
+) -> Result<Resolved, BuildError> {
     let sides = specs
         .iter()
         .map(|s| {
             Ok(Built {
-                kernel: super::resolve(s, modules)?,
+                kernel: super::resolve(s, modules, progress)?,
                 build: None,
             })
         })
@@ -240,7 +229,10 @@ fn check_toolchain() -> Result<(), BuildError> {
 
 /// The Debian image of each spec (`None` for a spec not on Debian), one lookup per version
 /// named: sides on the same version share it.
-fn fetch_images(parsed: &[PatchedSpec]) -> Result<Vec<Option<DebianImage>>, BuildError> {
+fn fetch_images(
+    parsed: &[PatchedSpec],
+    progress: &dyn BuildProgress,
+) -> Result<Vec<Option<DebianImage>>, BuildError> {
     let mut fetched: BTreeMap<&str, DebianImage> = BTreeMap::new();
     let mut images: Vec<Option<DebianImage>> = Vec::new();
     for p in parsed {
@@ -248,7 +240,7 @@ fn fetch_images(parsed: &[PatchedSpec]) -> Result<Vec<Option<DebianImage>>, Buil
             Some(v) => Some(match fetched.get(v) {
                 Some(image) => image.clone(),
                 None => {
-                    let image = debian::fetch_image(v)?;
+                    let image = debian::fetch_image(v, progress)?;
                     fetched.insert(v, image.clone());
                     image
                 }
@@ -308,6 +300,7 @@ fn complete_sides(
     parsed: &[PatchedSpec],
     images: &[Option<DebianImage>],
     modules: Option<&Path>,
+    progress: &dyn BuildProgress,
 ) -> Result<Vec<Built>, BuildError> {
     let mut out = Vec::new();
     for (i, side) in sides.into_iter().enumerate() {
@@ -320,7 +313,7 @@ fn complete_sides(
                         k.spec = parsed[i].given.clone();
                         k
                     }
-                    None => super::resolve(&parsed[i].given, modules)?,
+                    None => super::resolve(&parsed[i].given, modules, progress)?,
                 },
                 build: None,
             },
