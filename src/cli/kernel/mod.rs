@@ -924,14 +924,12 @@ mod tests {
     fn a_hunk_applied_at_an_offset_is_said_in_the_text_beside_its_side() {
         let mut o = outcome();
         if let Some(b) = o.builds[1].as_mut() {
-            b.notes = vec![BuildNote::HunkMoved {
+            // GNU patch's line, as the build records it.
+            b.notes = vec![BuildNote::from(crate::kernel::journal::HunkReport {
                 patch: "001-lifecycle-keyed.patch".into(),
                 file: "virt/kvm/kvm_main.c".into(),
-                hunk: 1,
-                at: 6073,
-                fuzz: None,
-                offset: Some(3),
-            }];
+                line: "Hunk #1 succeeded at 6073 (offset 3 lines)".into(),
+            })];
         }
         let text = render(&o);
         assert!(

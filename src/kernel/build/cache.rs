@@ -50,6 +50,41 @@ impl DirLock {
     }
 }
 
+/// A build that reports its long steps and records the ones that succeed, with their times
+/// (a Debian source's, a git repository's).
+pub(super) trait TimedSteps<'p> {
+    /// Where its steps are reported.
+    fn progress(&self) -> &'p dyn BuildProgress;
+    /// The steps done so far.
+    fn steps(&mut self) -> &mut Vec<Step>;
+
+    /// Runs `f` as the step `what`: reported, and recorded when it succeeds.
+    fn timed<T>(
+        &mut self,
+        what: &str,
+        f: impl FnOnce(&mut Self) -> Result<T, BuildError>,
+    ) -> Result<T, BuildError>
+    where
+        Self: Sized,
+    {
+        let (out, secs) = reported(self.progress(), what, || f(self))?;
+        self.steps().push(Step {
+            what: what.to_string(),
+            secs,
+        });
+        Ok(out)
+    }
+}
+
+impl<'a> TimedSteps<'a> for SourceCache<'a> {
+    fn progress(&self) -> &'a dyn BuildProgress {
+        self.progress
+    }
+    fn steps(&mut self) -> &mut Vec<Step> {
+        &mut self.steps
+    }
+}
+
 /// One Debian source version in the cache: its trees and builds, locked while in use.
 pub(super) struct SourceCache<'a> {
     pub(super) image: DebianImage,
@@ -155,20 +190,6 @@ impl<'a> SourceCache<'a> {
             progress,
             _lock: lock,
         })
-    }
-
-    pub(super) fn timed<T>(
-        &mut self,
-        what: &str,
-        f: impl FnOnce(&mut Self) -> Result<T, BuildError>,
-    ) -> Result<T, BuildError> {
-        let progress = self.progress;
-        let (out, secs) = reported(progress, what, || f(self))?;
-        self.steps.push(Step {
-            what: what.to_string(),
-            secs,
-        });
-        Ok(out)
     }
 
     /// The unpacked source every build of this image starts from, unpatched between builds.

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::cache::{RECIPE, cached_entry, finish_entry_in, lock_builds, restored};
+use super::cache::{RECIPE, TimedSteps, cached_entry, finish_entry_in, lock_builds, restored};
 use super::error::io;
 use super::make::{make_error, make_into};
 use super::note::{BaseConfig, BuildConfig, BuildNote, config_marker};
@@ -17,7 +17,6 @@ use super::{BuildError, BuildProgress, Built, PatchedSpec};
 use crate::kernel::git::{Checkout, GitSpec, KernelVersion};
 use crate::kernel::journal;
 use crate::kernel::patch::{PatchFile, sha256_hex};
-use crate::kernel::progress::reported;
 use crate::kernel::sandbox::Sandbox;
 use crate::kernel::{cache_dir, from_tree, toolchain};
 
@@ -154,6 +153,15 @@ fn nearest_debian_config(kernels: &Path, version: KernelVersion) -> Option<(Stri
         .map(|(_, release, config)| (release, config))
 }
 
+impl<'a> TimedSteps<'a> for GitBuild<'a> {
+    fn progress(&self) -> &'a dyn BuildProgress {
+        self.progress
+    }
+    fn steps(&mut self) -> &mut Vec<Step> {
+        &mut self.steps
+    }
+}
+
 /// One build in a repository's cache directory, its lock held by the caller.
 struct GitBuild<'a> {
     root: PathBuf,
@@ -165,20 +173,6 @@ struct GitBuild<'a> {
 }
 
 impl GitBuild<'_> {
-    fn timed<T>(
-        &mut self,
-        what: &str,
-        f: impl FnOnce(&mut Self) -> Result<T, BuildError>,
-    ) -> Result<T, BuildError> {
-        let progress = self.progress;
-        let (out, secs) = reported(progress, what, || f(self))?;
-        self.steps.push(Step {
-            what: what.to_string(),
-            secs,
-        });
-        Ok(out)
-    }
-
     /// hvlab's clone at the commit: a tree a crash left patched is put back first, and one
     /// that cannot be is cloned again.
     fn checkout(&mut self, spec: &GitSpec) -> Result<Checkout, BuildError> {

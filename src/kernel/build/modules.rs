@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::cache::SourceCache;
+use super::cache::{SourceCache, TimedSteps};
 use super::error::io;
 use super::make::{make, make_error};
 use super::note::{BuildConfig, config_marker, read_config_marker};

@@ -250,19 +250,27 @@ mod tests {
             serde_json::from_str::<BuildNote>(&json).expect("loads"),
             note
         );
-        let guest = BuildConfig::MinimalGuest {
-            guest_options: 40,
-            kept: 12,
-            hz: "250".into(),
-            preemption: Preemption {
-                model: PreemptModel::Dynamic,
-                lazy: true,
-            },
-            lost: vec![],
-            base: Some(BaseConfig::NearestDebian {
-                release: "7.2.13+deb13-amd64".into(),
-            }),
-        };
+        // A git side's guest config, its base config tagged inside it.
+        let guest: BuildConfig = serde_json::from_str(
+            r#"{"kind":"minimal_guest","guest_options":40,"kept":12,"hz":"250",
+                "preemption":{"model":"dynamic","lazy":true},"lost":[],
+                "base":{"kind":"nearest_debian","release":"7.2.13+deb13-amd64"}}"#,
+        )
+        .expect("a typed config loads");
+        assert!(
+            matches!(
+                &guest,
+                BuildConfig::MinimalGuest {
+                    preemption: Preemption {
+                        model: PreemptModel::Dynamic,
+                        lazy: true
+                    },
+                    base: Some(BaseConfig::NearestDebian { .. }),
+                    ..
+                }
+            ),
+            "{guest:?}"
+        );
         assert_eq!(read_config_marker(&config_marker(&guest)), guest);
         for line in [
             "Hunk #1 succeeded at 6073 (offset 3 lines)",
