@@ -247,7 +247,8 @@ fn selftests_dir(args: &Args) -> Result<Option<PathBuf>, String> {
     if !args.build {
         return Ok(None);
     }
-    let tree = hvlab::kernel::debian::fetch_source(&args.series).map_err(|e| e.to_string())?;
+    let tree =
+        hvlab::kernel::debian::fetch_source(&args.series, &Steps).map_err(|e| e.to_string())?;
     if !tree.join("usr/include/linux/kvm.h").is_file() {
         eprintln!("selftests bench: make headers in {}", tree.display());
         make(&tree, &["-s", "headers"])?;
@@ -515,4 +516,16 @@ fn render(args: &Args, rows: &[Row], loops: &str, host: &str) -> String {
     }
     s.push_str(&format!("\n{loops}\n"));
     s
+}
+
+/// The kernel code's long steps (fetching the source), on stderr like this bench's own.
+struct Steps;
+
+impl hvlab::kernel::progress::BuildProgress for Steps {
+    fn begin(&self, step: &str) {
+        eprintln!("selftests bench: {step}");
+    }
+    fn end(&self, step: &str, secs: f64) {
+        eprintln!("selftests bench: {step}: {secs:.0} s");
+    }
 }

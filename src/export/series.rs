@@ -8,7 +8,7 @@
 use crate::analysis::quantity::{fixed_decimals, number};
 use crate::export::escape;
 use crate::export::kab::duration;
-use crate::lab::series::{CommitRow, Numbers, PhaseTimes, SeriesTable, VariantRow};
+use crate::lab::series::{CommitRow, Numbers, PhaseTimes, SeriesNote, SeriesTable, VariantRow};
 
 /// A side's median ± its spread in % of its mean, as LKP prints it.
 pub fn with_spread(median: f64, stddev_pct: f64) -> String {
@@ -152,8 +152,29 @@ pub fn phases_line(p: &PhaseTimes) -> String {
     )
 }
 
+impl std::fmt::Display for SeriesNote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SeriesNote::Shard { shard } => write!(
+                f,
+                "shard {shard}: its commits only, each booted against its parent on this host (a parent is booted again by its child's shard: the shards may run on different hosts); `hvlab merge` the shards' files, then run this command again without --shard against the merged store for the whole table"
+            ),
+            SeriesNote::ReusedBoots { boots } => write!(
+                f,
+                "boots found in the store and not made again: {}",
+                boots
+                    .iter()
+                    .map(|(l, n)| format!("{l} ({n})"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            SeriesNote::Build(note) => note.fmt(f),
+        }
+    }
+}
+
 /// The terminal text: the answer, then the table, then the notes.
-pub fn render(t: &SeriesTable, notes: &[String]) -> String {
+pub fn render(t: &SeriesTable, notes: &[SeriesNote]) -> String {
     let mut out = answer(t);
     out.push(String::new());
     out.push(format!(
@@ -376,7 +397,12 @@ mod tests {
 
     #[test]
     fn the_answer_comes_first_and_each_row_has_both_verdicts_and_lkp_numbers() {
-        let text = render(&table(), &["a note".into()]);
+        let text = render(
+            &table(),
+            &[SeriesNote::ReusedBoots {
+                boots: vec![("base".into(), 4), ("a1b2c3d".into(), 2)],
+            }],
+        );
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0],
@@ -405,7 +431,12 @@ mod tests {
             ]
         );
         assert!(text.contains("[PATCH 2/3]  -"), "{text}");
-        assert!(text.ends_with("note: a note"), "{text}");
+        assert!(
+            text.ends_with(
+                "note: boots found in the store and not made again: base (4), a1b2c3d (2)"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

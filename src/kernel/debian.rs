@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
+use super::progress::{BuildProgress, reported};
 use super::{Kernel, KernelError, cache_dir, from_tree};
 
 /// Suites searched: bookworm has 6.1 (and 6.12 in its security and backports suites),
@@ -141,7 +142,11 @@ impl Apt {
 
     /// The package lists, refreshed first when older than a day (`space` checked before),
     /// held shared until the returned lock drops: no update runs while they are read.
-    fn fresh_lists(&self, space: &Path) -> Result<AptLock, KernelError> {
+    fn fresh_lists(
+        &self,
+        space: &Path,
+        progress: &dyn BuildProgress,
+    ) -> Result<AptLock, KernelError> {
         let shared = self.lock(false)?;
         if self.lists_fresh() {
             return Ok(shared);
@@ -152,7 +157,7 @@ impl Apt {
         if !self.lists_fresh() {
             // The lists take about 60 MiB: check before apt fills the disk.
             need_space(space)?;
-            self.update()?;
+            self.update(progress)?;
         }
         drop(exclusive);
         // Fresh now: no update runs until they age, so nothing changes them in between.
@@ -226,11 +231,17 @@ impl Apt {
             .is_some_and(|age| age < LISTS_MAX_AGE)
     }
 
-    fn update(&self) -> Result<(), KernelError> {
-        eprintln!(
-            "kernel: refreshing Debian's package lists (private apt state in {})",
+    fn update(&self, progress: &dyn BuildProgress) -> Result<(), KernelError> {
+        let what = format!(
+            "refresh Debian's package lists (private apt state in {})",
             self.dir.display()
         );
+        reported(progress, &what, || self.refresh_lists())?;
+        Ok(())
+    }
+
+    /// `apt-get update`, its binary cache built, marked fresh.
+    fn refresh_lists(&self) -> Result<(), KernelError> {
         self.run(
             "apt-get",
             &["-qq", "update"],
@@ -360,12 +371,15 @@ impl DebianImage {
 }
 
 /// The newest kernel of series `version`, unpacked in the cache (downloaded only once).
-pub fn fetch(version: &str) -> Result<Kernel, KernelError> {
-    fetch_image(version).map(|d| d.kernel)
+pub fn fetch(version: &str, progress: &dyn BuildProgress) -> Result<Kernel, KernelError> {
+    fetch_image(version, progress).map(|d| d.kernel)
 }
 
 /// [`fetch`], with the package and version it resolved to.
-pub fn fetch_image(version: &str) -> Result<DebianImage, KernelError> {
+pub fn fetch_image(
+    version: &str,
+    progress: &dyn BuildProgress,
+) -> Result<DebianImage, KernelError> {
     if version.is_empty() || !version.chars().all(|c| c.is_ascii_digit() || c == '.') {
         return Err(KernelError::UnknownSpec(format!("debian:{version}")));
     }
@@ -373,7 +387,7 @@ pub fn fetch_image(version: &str) -> Result<DebianImage, KernelError> {
     std::fs::create_dir_all(&kernels).map_err(|e| KernelError::Io(kernels.clone(), e))?;
     let apt = Apt::new()?;
     // Held until the packages are downloaded: no update changes the lists under them.
-    let (best, _lists) = newest_of(&apt, version, &kernels)?;
+    let (best, _lists) = newest_of(&apt, version, &kernels, progress)?;
     let dir = kernels.join(&best.release);
     let source = format!("{} {} (Debian)", best.package, best.version);
     let image = |kernel: Kernel| DebianImage {
@@ -400,15 +414,12 @@ pub fn fetch_image(version: &str) -> Result<DebianImage, KernelError> {
     let debs = kernels.join(format!("{}.debs", best.release));
     let _ = std::fs::remove_dir_all(&debs);
     std::fs::create_dir_all(&debs).map_err(|e| KernelError::Io(debs.clone(), e))?;
-    eprintln!("kernel: fetching {}", packages.join(" "));
     let mut args = vec!["-qq", "download"];
     args.extend(packages.iter().map(String::as_str));
-    apt.run(
-        "apt-get",
-        &args,
-        &debs,
-        &format!("download {}", packages.join(" ")),
-    )?;
+    let what = format!("download {}", packages.join(" "));
+    reported(progress, &format!("fetch {}", packages.join(" ")), || {
+        apt.run("apt-get", &args, &debs, &what)
+    })?;
     let tmp = kernels.join(format!("{}.tmp", best.release));
     let _ = std::fs::remove_dir_all(&tmp);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&debs)
@@ -446,8 +457,13 @@ pub fn fetch_image(version: &str) -> Result<DebianImage, KernelError> {
 }
 
 /// The newest candidate of series `version`, with the lists it was read from held shared.
-fn newest_of(apt: &Apt, version: &str, space: &Path) -> Result<(Candidate, AptLock), KernelError> {
-    let lists = apt.fresh_lists(space)?;
+fn newest_of(
+    apt: &Apt,
+    version: &str,
+    space: &Path,
+    progress: &dyn BuildProgress,
+) -> Result<(Candidate, AptLock), KernelError> {
+    let lists = apt.fresh_lists(space, progress)?;
     let cands = apt.candidates()?;
     let Some(best) = cands
         .iter()
@@ -476,9 +492,13 @@ pub struct BuildInputs {
 
 /// Downloads `image`'s source and headers packages, of its exact version, into `dir`; a
 /// source of another version is refused, naming both.
-pub fn download_build_inputs(image: &DebianImage, dir: &Path) -> Result<BuildInputs, KernelError> {
+pub fn download_build_inputs(
+    image: &DebianImage,
+    dir: &Path,
+    progress: &dyn BuildProgress,
+) -> Result<BuildInputs, KernelError> {
     let apt = Apt::new()?;
-    let _lists = apt.fresh_lists(dir)?;
+    let _lists = apt.fresh_lists(dir, progress)?;
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).map_err(|e| KernelError::Io(dir.to_path_buf(), e))?;
     need_space(dir)?;
@@ -594,7 +614,7 @@ pub fn unpack_headers(deb: &Path, release: &str, into: &Path) -> Result<(), Kern
 
 /// The kernel source of series `series` (Debian's `linux-source-SERIES`), unpacked once in
 /// the cache: the selftests side-by-side benchmark builds the KVM selftests from it.
-pub fn fetch_source(series: &str) -> Result<PathBuf, KernelError> {
+pub fn fetch_source(series: &str, progress: &dyn BuildProgress) -> Result<PathBuf, KernelError> {
     if series.is_empty() || !series.chars().all(|c| c.is_ascii_digit() || c == '.') {
         return Err(KernelError::UnknownSpec(format!("debian:{series}")));
     }
@@ -605,20 +625,17 @@ pub fn fetch_source(series: &str) -> Result<PathBuf, KernelError> {
         return Ok(tree);
     }
     let apt = Apt::new()?;
-    let _lists = apt.fresh_lists(&sources)?;
+    let _lists = apt.fresh_lists(&sources, progress)?;
     // The tarball is ~150 MiB and unpacks to ~1.5 GiB.
     need_space(&sources)?;
     let package = format!("linux-source-{series}");
     let debs = sources.join(format!("{package}.debs"));
     let _ = std::fs::remove_dir_all(&debs);
     std::fs::create_dir_all(&debs).map_err(|e| KernelError::Io(debs.clone(), e))?;
-    eprintln!("kernel: fetching {package}");
-    apt.run(
-        "apt-get",
-        &["-qq", "download", &package],
-        &debs,
-        &format!("download {package}"),
-    )?;
+    let what = format!("download {package}");
+    reported(progress, &format!("fetch {package}"), || {
+        apt.run("apt-get", &["-qq", "download", &package], &debs, &what)
+    })?;
     let tmp = sources.join(format!("{package}.tmp"));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| KernelError::Io(tmp.clone(), e))?;
@@ -649,6 +666,7 @@ pub fn fetch_source(series: &str) -> Result<PathBuf, KernelError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::progress::Silent;
 
     #[test]
     fn releases_come_from_both_package_layouts_and_skip_other_flavours() {
@@ -712,6 +730,38 @@ esac
         }
     }
 
+    /// Refreshing the lists is a step reported through the progress every kernel step goes
+    /// to (quiet with --json, a spinner on a terminal), never printed on its own.
+    #[test]
+    fn refreshing_the_package_lists_is_reported_as_a_step() {
+        struct Steps(std::cell::RefCell<Vec<String>>);
+        impl BuildProgress for Steps {
+            fn begin(&self, step: &str) {
+                self.0.borrow_mut().push(format!("begin {step}"));
+            }
+            fn end(&self, step: &str, _: f64) {
+                self.0.borrow_mut().push(format!("end {step}"));
+            }
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bin = dir.path().join("bin");
+        std::fs::create_dir_all(&bin).expect("bin");
+        fake_apt(&bin);
+        let state = dir.path().join("apt");
+        let apt = Apt::at(state.clone(), Some(bin)).expect("apt state");
+        let steps = Steps(std::cell::RefCell::new(Vec::new()));
+        let (c, _lists) = newest_of(&apt, "7.3", dir.path(), &steps).expect("resolves");
+        assert_eq!(c.version, "7.3.4-1~bpo13+1");
+        let what = format!(
+            "refresh Debian's package lists (private apt state in {})",
+            state.display()
+        );
+        assert_eq!(
+            *steps.0.borrow(),
+            [format!("begin {what}"), format!("end {what}")]
+        );
+    }
+
     /// Two resolutions of `debian:7.3` on one cache whose lists are stale: the second starts
     /// while the first's update has the lists emptied. Both must get 7.3.4; without the lock
     /// the second said "Debian has no kernel 7.3 ... the newest it has per series: ."
@@ -724,7 +774,7 @@ esac
         let state = dir.path().join("apt");
         let resolve = || -> Result<String, String> {
             let apt = Apt::at(state.clone(), Some(bin.clone())).map_err(|e| e.to_string())?;
-            newest_of(&apt, "7.3", dir.path())
+            newest_of(&apt, "7.3", dir.path(), &Silent)
                 .map(|(c, _lists)| format!("{} {}", c.package, c.version))
                 .map_err(|e| e.to_string())
         };

@@ -576,24 +576,14 @@ impl GitRange {
         &self.commits
     }
 
-    /// What the reader must know about the range: that it follows first parents, when a
-    /// merge is among its commits.
-    pub fn note(&self) -> Option<String> {
-        let merges: Vec<String> = self
-            .commits
+    /// The merges among the range's commits (`3f2a1b0c (Merge side)`): the range follows
+    /// first parents past them, and the reader must know it.
+    pub fn merges(&self) -> Vec<String> {
+        self.commits
             .iter()
             .filter(|c| c.merge)
             .map(Commit::label)
-            .collect();
-        (!merges.is_empty()).then(|| {
-            format!(
-                "the range follows first parents: {} {} one step each, judged against {} first parent, and the commits {} brought in are not judged one by one",
-                merges.join(", "),
-                if merges.len() == 1 { "is" } else { "are" },
-                if merges.len() == 1 { "its" } else { "their" },
-                if merges.len() == 1 { "it" } else { "they" },
-            )
-        })
+            .collect()
     }
 }
 
@@ -854,17 +844,14 @@ mod tests {
         assert_eq!(range.base.sha, shas[0]);
         let merges: Vec<bool> = range.commits().iter().map(|c| c.merge).collect();
         assert_eq!(merges, [false, true, false]);
-        let note = range.note().expect("a merge is named");
-        assert!(
-            note.starts_with("the range follows first parents:"),
-            "{note}"
-        );
-        assert!(note.contains("(Merge side)"), "{note}");
+        let named = range.merges();
+        assert_eq!(named.len(), 1, "{named:?}");
+        assert!(named[0].contains("(Merge side)"), "{named:?}");
         // No merge: nothing to say.
         let plain = GitRange::parse(&format!("git:{}@{}..{}", d.display(), shas[0], shas[1]))
             .expect("range");
         assert_eq!(plain.commits().len(), 1);
-        assert_eq!(plain.note(), None);
+        assert!(plain.merges().is_empty());
         // Empty: HEAD is the base, or behind it.
         for rev in ["main..main", &format!("main..{}", shas[0])] {
             let e = GitRange::parse(&format!("git:{}@{rev}", d.display())).expect_err(rev);

@@ -266,7 +266,7 @@ pub fn apply(
     tree: &Path,
     patches: &[PatchFile],
     source: &str,
-) -> Result<Vec<String>, ApplyError> {
+) -> Result<Vec<HunkReport>, ApplyError> {
     confine::in_tree(tree, patches)?;
     record(tree, patches)?;
     let mut notes = Vec::new();
@@ -515,8 +515,19 @@ pub(super) fn why_not_applied(output: &str, message: &Patch) -> String {
     )
 }
 
+/// A hunk `patch` applied, but not where the diff put it: its line of `patch`'s output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HunkReport {
+    /// The patch (or message) it belongs to.
+    pub patch: String,
+    /// The file it changes.
+    pub file: String,
+    /// `patch`'s line, its full stop dropped (`Hunk #1 succeeded at 6073 (offset 3 lines)`).
+    pub line: String,
+}
+
 /// `Hunk #1 succeeded at 6073 (offset 3 lines).`: worth saying beside the verdict.
-pub(super) fn offsets(output: &str, name: &str) -> Vec<String> {
+pub(super) fn offsets(output: &str, name: &str) -> Vec<HunkReport> {
     let mut target = String::new();
     let mut out = Vec::new();
     for line in output.lines() {
@@ -524,7 +535,11 @@ pub(super) fn offsets(output: &str, name: &str) -> Vec<String> {
             target = f.trim().trim_matches('\'').to_string();
         }
         if line.starts_with("Hunk #") && line.contains(" succeeded at ") {
-            out.push(format!("{name}: {target}: {}", line.trim_end_matches('.')));
+            out.push(HunkReport {
+                patch: name.to_string(),
+                file: target.clone(),
+                line: line.trim_end_matches('.').to_string(),
+            });
         }
     }
     out
@@ -541,7 +556,7 @@ mod tests {
     use crate::kernel::build::BuildError;
 
     /// [`apply`] in the sandbox the tests use, its error as a build reports it.
-    fn applied(tree: &Path, p: &[PatchFile], source: &str) -> Result<Vec<String>, BuildError> {
+    fn applied(tree: &Path, p: &[PatchFile], source: &str) -> Result<Vec<HunkReport>, BuildError> {
         apply(&sandbox(), tree, p, source).map_err(BuildError::from)
     }
     use crate::error::fault_exit_code;
@@ -972,7 +987,11 @@ mod tests {
         let ok = "patching file virt/kvm/kvm_main.c\nHunk #1 succeeded at 6073 (offset 3 lines).\n";
         assert_eq!(
             offsets(ok, "x.patch"),
-            ["x.patch: virt/kvm/kvm_main.c: Hunk #1 succeeded at 6073 (offset 3 lines)"]
+            [HunkReport {
+                patch: "x.patch".into(),
+                file: "virt/kvm/kvm_main.c".into(),
+                line: "Hunk #1 succeeded at 6073 (offset 3 lines)".into(),
+            }]
         );
     }
 }

@@ -18,6 +18,7 @@ pub mod kbuild;
 pub mod ko;
 pub mod kprobe;
 pub mod patch;
+pub mod progress;
 pub mod reach;
 pub mod sandbox;
 pub mod toolchain;
@@ -26,6 +27,7 @@ pub mod vm;
 use std::path::{Path, PathBuf};
 
 use hvlab_core::error::Fault;
+use progress::BuildProgress;
 use serde::Serialize;
 
 /// Why a kernel spec cannot be used.
@@ -215,9 +217,13 @@ pub fn cache_dir() -> PathBuf {
 
 /// Resolves a spec (with `--modules DIR` for a bare bzImage) into a bootable kernel, fetching
 /// and caching Debian kernels.
-pub fn resolve(spec: &str, modules: Option<&Path>) -> Result<Kernel, KernelError> {
+pub fn resolve(
+    spec: &str,
+    modules: Option<&Path>,
+    progress: &dyn BuildProgress,
+) -> Result<Kernel, KernelError> {
     if let Some(version) = spec.strip_prefix("debian:") {
-        let mut k = debian::fetch(version)?;
+        let mut k = debian::fetch(version, progress)?;
         k.spec = spec.to_string();
         return Ok(k);
     }
@@ -451,7 +457,7 @@ mod tests {
 
     #[test]
     fn an_unknown_spec_is_named_with_the_shapes_that_work() {
-        let e = resolve("not-a-kernel-anywhere", None).unwrap_err();
+        let e = resolve("not-a-kernel-anywhere", None, &progress::Silent).unwrap_err();
         assert_eq!(fault_exit_code(e.fault()), 2);
         assert!(e.to_string().contains("debian:VERSION"), "{e}");
     }
@@ -461,7 +467,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let image = dir.path().join("bzImage");
         std::fs::write(&image, b"not really a kernel").unwrap();
-        let k = resolve(image.to_str().unwrap(), None).unwrap();
+        let k = resolve(image.to_str().unwrap(), None, &progress::Silent).unwrap();
         let e = check_kvm(&k, "kvm_amd").unwrap_err();
         assert_eq!(fault_exit_code(e.fault()), 2);
         assert!(e.to_string().contains("--modules DIR"), "{e}");
@@ -471,7 +477,7 @@ mod tests {
             "CONFIG_KVM=y\nCONFIG_KVM_AMD=y\n",
         )
         .unwrap();
-        let k = resolve(image.to_str().unwrap(), None).unwrap();
+        let k = resolve(image.to_str().unwrap(), None, &progress::Silent).unwrap();
         check_kvm(&k, "kvm_amd").unwrap();
     }
 

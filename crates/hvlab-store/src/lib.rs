@@ -9,6 +9,33 @@
 //! `hvlab show` reprints exactly what `hvlab run` printed, and so runs move between stores
 //! unchanged ([`transfer`]: merge, export, import).
 
+/// A [`RunRow`]'s values for [`RUN_COLUMNS`], in their order: an array of the engine's
+/// `&dyn ToSql` (the two engines' traits differ, so the list is a macro, written once).
+macro_rules! run_values {
+    ($row:expr) => {
+        [
+            &$row.id,
+            &$row.scenario,
+            &$row.backend,
+            &$row.profile,
+            &$row.started_at,
+            &$row.finished_at,
+            &$row.kernel,
+            &$row.kvm_flavour,
+            &$row.hvlab_version,
+            &$row.git_rev,
+            &$row.cpu,
+            &$row.hz,
+            &$row.host_json,
+            &$row.params_json,
+            &$row.record_json,
+            &$row.tag,
+            &$row.suite,
+            &$row.baseline,
+        ]
+    };
+}
+
 mod postgres;
 pub mod schema;
 mod sqlite;
@@ -330,6 +357,41 @@ pub enum Ingested {
     Conflict,
 }
 
+/// The runs table's columns a run fills, in the order of `run_values!`, the same for both
+/// engines; a store of schema 2 has the first 15 (the tag, suite and baseline came with
+/// schema 3).
+const RUN_COLUMNS: [&str; 18] = [
+    "id",
+    "scenario",
+    "backend",
+    "profile",
+    "started_at",
+    "finished_at",
+    "kernel",
+    "kvm_flavour",
+    "hvlab_version",
+    "git_rev",
+    "cpu",
+    "hz",
+    "host_json",
+    "params_json",
+    "record_json",
+    "tag",
+    "suite",
+    "baseline",
+];
+
+/// `INSERT INTO runs` of the first `n` of [`RUN_COLUMNS`], the run stored complete; `mark` is
+/// the engine's placeholder sign (`?1` on SQLite, `$1` on PostgreSQL).
+fn insert_run_sql(n: usize, mark: char) -> String {
+    let placeholders: Vec<String> = (1..=n).map(|i| format!("{mark}{i}")).collect();
+    format!(
+        "INSERT INTO runs ({}, status) VALUES ({}, 'complete')",
+        RUN_COLUMNS[..n].join(", "),
+        placeholders.join(", ")
+    )
+}
+
 /// A run as rows, the same for both engines.
 struct RunRow {
     id: String,
@@ -594,6 +656,47 @@ fn one_hit(query: &str, hits: Vec<(String, String)>) -> Result<String, StoreErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both engines insert the one column list, each with its own placeholders, and every
+    /// column it names is made by both engines' migrations.
+    #[test]
+    fn both_engines_insert_the_one_run_column_list() {
+        let pg = insert_run_sql(RUN_COLUMNS.len(), '$');
+        assert!(
+            pg.starts_with("INSERT INTO runs (id, scenario, backend,"),
+            "{pg}"
+        );
+        assert!(
+            pg.contains("VALUES ($1, $2,") && pg.contains("$18, 'complete')"),
+            "{pg}"
+        );
+        assert!(!pg.contains("$19"), "{pg}");
+        let v2 = insert_run_sql(15, '?');
+        assert!(
+            v2.contains("record_json, status)") && v2.contains("?15, 'complete')"),
+            "{v2}"
+        );
+        for column in RUN_COLUMNS {
+            for (engine, sql) in [
+                (
+                    "sqlite",
+                    schema::MIGRATIONS
+                        .iter()
+                        .map(|m| m.sqlite)
+                        .collect::<String>(),
+                ),
+                (
+                    "postgres",
+                    schema::MIGRATIONS
+                        .iter()
+                        .map(|m| m.postgres)
+                        .collect::<String>(),
+                ),
+            ] {
+                assert!(sql.contains(column), "{engine}'s schema has no {column}");
+            }
+        }
+    }
 
     #[test]
     fn db_url_with_an_unknown_or_miscased_scheme_is_refused_listing_the_supported_ones() {

@@ -21,7 +21,10 @@ use tokio_postgres::config::Host;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Config, GenericClient, NoTls, Transaction};
 
-use super::{Ingested, RunListing, RunRow, StoreError, renamed, same_content, schema};
+use super::{
+    Ingested, RUN_COLUMNS, RunListing, RunRow, StoreError, insert_run_sql, renamed, same_content,
+    schema,
+};
 use crate::record::RunRecord;
 
 /// The advisory lock key that serializes schema migrations between hvlab processes
@@ -472,36 +475,12 @@ async fn migrate(client: &mut Client, shown: &str) -> Result<(), StoreError> {
 
 /// The run row; false when a run with this id is stored already (nothing written then).
 async fn insert_run(tx: &mut Transaction<'_>, row: &RunRow) -> Result<bool, tokio_postgres::Error> {
-    let n = tx
-        .execute(
-            "INSERT INTO runs (id, scenario, backend, profile, started_at, finished_at, status,
-                               kernel, kvm_flavour, hvlab_version, git_rev, cpu, hz,
-                               host_json, params_json, record_json, tag, suite, baseline)
-             VALUES ($1, $2, $3, $4, $5, $6, 'complete', $7, $8, $9, $10, $11, $12, $13, $14, $15,
-                     $16, $17, $18)
-             ON CONFLICT (id) DO NOTHING",
-            &[
-                &row.id,
-                &row.scenario,
-                &row.backend,
-                &row.profile,
-                &row.started_at,
-                &row.finished_at,
-                &row.kernel,
-                &row.kvm_flavour,
-                &row.hvlab_version,
-                &row.git_rev,
-                &row.cpu,
-                &row.hz,
-                &row.host_json,
-                &row.params_json,
-                &row.record_json,
-                &row.tag,
-                &row.suite,
-                &row.baseline,
-            ],
-        )
-        .await?;
+    let sql = format!(
+        "{} ON CONFLICT (id) DO NOTHING",
+        insert_run_sql(RUN_COLUMNS.len(), '$')
+    );
+    let values: [&(dyn tokio_postgres::types::ToSql + Sync); 18] = run_values!(row);
+    let n = tx.execute(&sql, &values).await?;
     Ok(n == 1)
 }
 

@@ -4,7 +4,10 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
-use super::{Ingested, RunListing, RunRow, StoreError, renamed, same_content, schema};
+use super::{
+    Ingested, RUN_COLUMNS, RunListing, RunRow, StoreError, insert_run_sql, renamed, same_content,
+    schema,
+};
 use crate::record::RunRecord;
 
 /// How long a command waits for another hvlab holding the database (a suite stores a run
@@ -439,70 +442,21 @@ fn stored_json(conn: &Connection, id: &str) -> rusqlite::Result<Option<String>> 
     .optional()
 }
 
-/// The runs table's columns a run fills, in the order of [`run_values`]; a store of schema 2
-/// has the first [`V2_COLUMNS`] (the tag, suite and baseline came with schema 3).
-const RUN_COLUMNS: [&str; 18] = [
-    "id",
-    "scenario",
-    "backend",
-    "profile",
-    "started_at",
-    "finished_at",
-    "kernel",
-    "kvm_flavour",
-    "hvlab_version",
-    "git_rev",
-    "cpu",
-    "hz",
-    "host_json",
-    "params_json",
-    "record_json",
-    "tag",
-    "suite",
-    "baseline",
-];
-
 /// How many of [`RUN_COLUMNS`] a schema-2 store has.
 #[cfg(test)]
 const V2_COLUMNS: usize = 15;
 
 /// A run's values for [`RUN_COLUMNS`], in their order.
 fn run_values(row: &RunRow) -> [&dyn rusqlite::ToSql; 18] {
-    [
-        &row.id,
-        &row.scenario,
-        &row.backend,
-        &row.profile,
-        &row.started_at,
-        &row.finished_at,
-        &row.kernel,
-        &row.kvm_flavour,
-        &row.hvlab_version,
-        &row.git_rev,
-        &row.cpu,
-        &row.hz,
-        &row.host_json,
-        &row.params_json,
-        &row.record_json,
-        &row.tag,
-        &row.suite,
-        &row.baseline,
-    ]
-}
-
-/// `INSERT INTO runs` of the first `n` of [`RUN_COLUMNS`], the run stored complete.
-fn insert_run_sql(n: usize) -> String {
-    let placeholders: Vec<String> = (1..=n).map(|i| format!("?{i}")).collect();
-    format!(
-        "INSERT INTO runs ({}, status) VALUES ({}, 'complete')",
-        RUN_COLUMNS[..n].join(", "),
-        placeholders.join(", ")
-    )
+    run_values!(row)
 }
 
 /// Every row of one run, inside the caller's transaction.
 fn insert(tx: &Transaction<'_>, row: &RunRow) -> rusqlite::Result<()> {
-    tx.execute(&insert_run_sql(RUN_COLUMNS.len()), &run_values(row)[..])?;
+    tx.execute(
+        &insert_run_sql(RUN_COLUMNS.len(), '?'),
+        &run_values(row)[..],
+    )?;
     let mut variant =
         tx.prepare("INSERT INTO variants (run_id, ordinal, name, status) VALUES (?1, ?2, ?3, ?4)")?;
     for (ordinal, name, status) in &row.variants {
@@ -659,8 +613,11 @@ mod tests {
             conn.pragma_update(None, "user_version", 2).unwrap();
             for run in [&showcase, &users] {
                 let row = super::super::RunRow::of(run).unwrap();
-                conn.execute(&insert_run_sql(V2_COLUMNS), &run_values(&row)[..V2_COLUMNS])
-                    .unwrap();
+                conn.execute(
+                    &insert_run_sql(V2_COLUMNS, '?'),
+                    &run_values(&row)[..V2_COLUMNS],
+                )
+                .unwrap();
             }
         }
         let store = Store::open(&path).unwrap();

@@ -21,7 +21,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use crate::analysis::verdict::Class;
 use crate::error::{Error, InputError};
 use crate::export::kab::{duration, how_built, markdown, render};
-use crate::kernel::build::{self, BuildProgress};
+use crate::kernel::build::{self, BuildNote, BuildProgress};
 use crate::kernel::calibration;
 use crate::kernel::sandbox::SandboxPolicy;
 use crate::kernel::vm::{self, Accel, Boot, VmConfig};
@@ -428,7 +428,7 @@ impl BuildProgress for Reporter {
 }
 
 impl KabProgress for Reporter {
-    fn kernels(&self, kernels: &[Kernel; 2], notes: &[String], accel: &vm::AccelChoice) {
+    fn kernels(&self, kernels: &[Kernel; 2], notes: &[BuildNote], accel: &vm::AccelChoice) {
         self.line(&format!("A: {}", describe(&kernels[0])));
         self.line(&format!("B: {}", describe(&kernels[1])));
         for n in notes {
@@ -938,10 +938,12 @@ mod tests {
     fn a_hunk_applied_at_an_offset_is_said_in_the_text_beside_its_side() {
         let mut o = outcome();
         if let Some(b) = o.builds[1].as_mut() {
-            b.notes = vec![
-                "001-lifecycle-keyed.patch: virt/kvm/kvm_main.c: Hunk #1 succeeded at 6073 (offset 3 lines)"
-                    .into(),
-            ];
+            // GNU patch's line, as the build records it.
+            b.notes = vec![BuildNote::from(crate::kernel::journal::HunkReport {
+                patch: "001-lifecycle-keyed.patch".into(),
+                file: "virt/kvm/kvm_main.c".into(),
+                line: "Hunk #1 succeeded at 6073 (offset 3 lines)".into(),
+            })];
         }
         let text = render(&o);
         assert!(
@@ -1003,7 +1005,10 @@ mod tests {
                 modules: vec!["kvm.ko".into(), "kvm-amd.ko".into()],
             },
             source: "linux-source-7.3 7.3.4-1~bpo13+1 (Debian)".into(),
-            config: "Debian's".into(),
+            config: build::BuildConfig::Debian {
+                release: "7.3.4+deb13-amd64".into(),
+                lost: Vec::new(),
+            },
             compiler: "gcc 12.2.0".into(),
             patches,
             notes: Vec::new(),

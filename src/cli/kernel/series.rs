@@ -14,7 +14,9 @@ use crate::error::{Error, InputError};
 use crate::export::series::{markdown, numbers_words, phases_line, render};
 use crate::lab::bisect::{self, Bisection, Call, KabJudge, Outcome, Range, Seek};
 use crate::lab::kab::KabRequest;
-use crate::lab::series::{self, JudgeSettings, MboxSeries, PerPatchRequest, SeriesSource};
+use crate::lab::series::{
+    self, JudgeSettings, MboxSeries, PerPatchRequest, SeriesNote, SeriesSource,
+};
 
 /// `hvlab kab BASE SERIES --per-patch`: the series' table (a shard's with `--shard`), or with
 /// `--from-store` the table of what the store holds (the shards' files merged).
@@ -54,7 +56,8 @@ pub(super) fn per_patch(
             },
         )?;
         let json = serde_json::to_value(&table).map_err(|e| Error::Output(e.into()))?;
-        (table, source.notes(), json, None)
+        let notes: Vec<SeriesNote> = source.notes().into_iter().map(SeriesNote::Build).collect();
+        (table, notes, json, None)
     } else {
         let reporter = Reporter::new(args.json);
         let outcome = series::run_per_patch(

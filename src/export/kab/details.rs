@@ -5,7 +5,7 @@
 use crate::analysis::compare::AbVerdict;
 use crate::analysis::direction::{Direction, change_pct};
 use crate::analysis::metric_ab::{CountCall, MetricJudgement, RankedCount, Shift};
-use crate::analysis::quantity::fixed_decimals;
+use crate::analysis::quantity::{fixed_decimals, p_equals};
 use crate::analysis::stall::STALL_JIFFIES;
 use crate::lab::kab::{MetricAb, ScenarioAb, Trust, VariantAb};
 use crate::scenario;
@@ -173,8 +173,10 @@ fn jiffies_line(m: &MetricAb, unshown: &mut Unshown) -> Option<String> {
     };
     let p = c.map_or(String::new(), |c| {
         format!(
-            ", rank test p = {:.3}, 95% CI of the ratio {:.2}–{:.2}",
-            c.p_value, c.ci95[0], c.ci95[1]
+            ", rank test {}, 95% CI of the ratio {:.2}–{:.2}",
+            p_equals(c.p_value),
+            c.ci95[0],
+            c.ci95[1]
         )
     });
     let significant =
@@ -221,7 +223,7 @@ fn time_line(m: &MetricAb, headline: &str, unshown: &mut Unshown) -> Option<Stri
         format!(
             "    [time: {}{}] {}: A {} → B {}",
             verdict_word(c.verdict),
-            format_args!(", p = {:.3}", c.p_value),
+            format_args!(", {}", p_equals(c.p_value)),
             m.metric,
             side_text(m, 0),
             side_text(m, 1)

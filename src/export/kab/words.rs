@@ -7,8 +7,86 @@ use crate::analysis::quantity::fixed_decimals;
 use crate::analysis::verdict::Class;
 use crate::kernel::sandbox::Confinement;
 use crate::lab::kab::{
-    BusyBoot, Cause, Change, GraceWait, SideFailure, StallAb, StallSide, VariantVerdict,
+    BusyBoot, Cause, Change, CorrectedP, GraceWait, Inconclusive, KabNote, SideFailure, StallAb,
+    StallSide, Unsettled, VariantVerdict, WorseWay,
 };
+
+impl std::fmt::Display for KabNote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KabNote::CallsNotCounted { patch, why } => {
+                write!(f, "calls not counted for {patch}: {why}")
+            }
+            KabNote::CallsCounted { functions } => write!(
+                f,
+                "calls of the patched functions are counted in each guest, in one untimed repetition per variant after the timed ones: {}",
+                functions.join(", ")
+            ),
+            KabNote::NotCounted { what } => write!(f, "not counted: {what}"),
+            KabNote::Build(note) => note.fmt(f),
+        }
+    }
+}
+
+impl std::fmt::Display for Inconclusive {
+    /// What was seen, with how many samples, what is unsettled, and what would decide it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [na, nb] = self.n;
+        let (seen, unsettled) = match self.unsettled {
+            Unsettled::SizeNotEstablished {
+                ratio,
+                p,
+                ci95,
+                threshold,
+            } => (
+                format!(
+                    "B's median is {ratio:.2}× A's and the rank test separates them ({}), but the 95% CI of the ratio ({:.2}–{:.2}) reaches below the +{:.0}% threshold, so",
+                    p_words(p),
+                    ci95[0],
+                    ci95[1],
+                    threshold * 100.0,
+                ),
+                "the change's size is not established".to_string(),
+            ),
+            Unsettled::Noise { worse, p } => (
+                format!(
+                    "B's median is {}, but",
+                    match worse {
+                        WorseWay::Higher => "higher",
+                        WorseWay::Lower => "lower",
+                    }
+                ),
+                format!("the rank test cannot tell it from noise ({})", p_words(p)),
+            ),
+            Unsettled::OutOfReach {
+                ratio,
+                alpha,
+                together,
+            } => (
+                format!("B's median is {ratio:.2}× A's, but"),
+                format!(
+                    "no difference can reach p < {alpha} once corrected over the {together} comparisons judged together"
+                ),
+            ),
+        };
+        write!(
+            f,
+            "{seen} with n = {nb} vs {na} {unsettled}; more repetitions (--reps) or boots (--boots) can decide"
+        )
+    }
+}
+
+/// `p = 0.012`, and when judged with others what the correction made of it.
+fn p_words(p: CorrectedP) -> String {
+    if p.together > 1 {
+        format!(
+            "p = {:.3}, {:.3} corrected over the {} comparisons judged together",
+            p.p, p.adjusted, p.together
+        )
+    } else {
+        format!("p = {:.3}", p.p)
+    }
+}
 
 /// How a build ran, beside its compiler: an unconfined one is said loudly.
 pub(super) fn confinement(c: Confinement) -> &'static str {

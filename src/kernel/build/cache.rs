@@ -6,12 +6,14 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::error::io;
+use super::note::{BuildConfig, BuildNote};
 use super::record::{BuildInfo, How, PatchInfo, Step};
 use super::{BuildError, BuildProgress, PatchedSpec};
 use crate::kernel::debian::{self, BuildInputs, DebianImage};
 use crate::kernel::journal::{self, apply};
 use crate::kernel::kbuild::KConfig;
 use crate::kernel::patch::{PatchFile, sha256_hex};
+use crate::kernel::progress::reported;
 use crate::kernel::sandbox::Sandbox;
 use crate::kernel::{cache_dir, toolchain};
 
@@ -48,6 +50,41 @@ impl DirLock {
     }
 }
 
+/// A build that reports its long steps and records the ones that succeed, with their times
+/// (a Debian source's, a git repository's).
+pub(super) trait TimedSteps<'p> {
+    /// Where its steps are reported.
+    fn progress(&self) -> &'p dyn BuildProgress;
+    /// The steps done so far.
+    fn steps(&mut self) -> &mut Vec<Step>;
+
+    /// Runs `f` as the step `what`: reported, and recorded when it succeeds.
+    fn timed<T>(
+        &mut self,
+        what: &str,
+        f: impl FnOnce(&mut Self) -> Result<T, BuildError>,
+    ) -> Result<T, BuildError>
+    where
+        Self: Sized,
+    {
+        let (out, secs) = reported(self.progress(), what, || f(self))?;
+        self.steps().push(Step {
+            what: what.to_string(),
+            secs,
+        });
+        Ok(out)
+    }
+}
+
+impl<'a> TimedSteps<'a> for SourceCache<'a> {
+    fn progress(&self) -> &'a dyn BuildProgress {
+        self.progress
+    }
+    fn steps(&mut self) -> &mut Vec<Step> {
+        &mut self.steps
+    }
+}
+
 /// One Debian source version in the cache: its trees and builds, locked while in use.
 pub(super) struct SourceCache<'a> {
     pub(super) image: DebianImage,
@@ -57,7 +94,7 @@ pub(super) struct SourceCache<'a> {
     pub(super) sandbox: Sandbox,
     pub(super) steps: Vec<Step>,
     /// What the reader must know about the source (a damaged tree unpacked again).
-    pub(super) notes: Vec<String>,
+    pub(super) notes: Vec<BuildNote>,
     progress: &'a dyn BuildProgress,
     _lock: DirLock,
 }
@@ -155,29 +192,6 @@ impl<'a> SourceCache<'a> {
         })
     }
 
-    pub(super) fn timed<T>(
-        &mut self,
-        what: &str,
-        f: impl FnOnce(&mut Self) -> Result<T, BuildError>,
-    ) -> Result<T, BuildError> {
-        self.progress.begin(what);
-        let start = Instant::now();
-        let out = f(self);
-        let secs = start.elapsed().as_secs_f64();
-        if out.is_ok() {
-            self.progress.end(what, secs);
-        } else {
-            self.progress.end(&format!("{what} failed"), secs);
-        }
-        if out.is_ok() {
-            self.steps.push(Step {
-                what: what.to_string(),
-                secs,
-            });
-        }
-        out
-    }
-
     /// The unpacked source every build of this image starts from, unpatched between builds.
     pub(super) fn source_tree(&self) -> PathBuf {
         self.root.join("modules")
@@ -202,7 +216,10 @@ impl<'a> SourceCache<'a> {
         );
         let dir = self.root.join("debs");
         let image = self.image.clone();
-        let inputs = self.timed(&what, |_| Ok(debian::download_build_inputs(&image, &dir)?))?;
+        let progress = self.progress;
+        let inputs = self.timed(&what, |_| {
+            Ok(debian::download_build_inputs(&image, &dir, progress)?)
+        })?;
         self.inputs = Some(inputs.clone());
         Ok(inputs)
     }
@@ -223,9 +240,10 @@ impl<'a> SourceCache<'a> {
             // back is unpacked again, never left to fail every run that follows.
             match journal::recover(&tree) {
                 Ok(()) => return Ok(tree),
-                Err(why) => self.notes.push(format!(
-                    "the source tree {name}/ was left damaged by an earlier run ({why}): unpacked again"
-                )),
+                Err(why) => self.notes.push(BuildNote::TreeUnpackedAgain {
+                    tree: name.to_string(),
+                    why,
+                }),
             }
         }
         let inputs = self.inputs()?;
@@ -296,7 +314,7 @@ impl SourceCache<'_> {
         key: &str,
         side: &PatchedSpec,
         fill: impl FnOnce(&mut Self, &Path, &Path) -> Result<(), BuildError>,
-    ) -> Result<(PathBuf, Vec<String>, Vec<Step>), BuildError> {
+    ) -> Result<(PathBuf, Vec<BuildNote>, Vec<Step>), BuildError> {
         let entry = self.root.join("builds").join(key);
         let tmp = self.root.join("builds").join(format!("{key}.tmp"));
         let _ = std::fs::remove_dir_all(&tmp);
@@ -312,7 +330,7 @@ impl SourceCache<'_> {
         let restored = restored(tree);
         let own: Vec<Step> = self.steps.drain(before..).collect();
         let notes = match result {
-            Ok(n) => n,
+            Ok(n) => n.into_iter().map(BuildNote::from).collect(),
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&tmp);
                 return Err(e);
@@ -327,9 +345,9 @@ impl SourceCache<'_> {
     pub(super) fn record(
         &self,
         how: How,
-        config: String,
+        config: BuildConfig,
         side: &PatchedSpec,
-        notes: Vec<String>,
+        notes: Vec<BuildNote>,
         steps: Vec<Step>,
         key: &str,
     ) -> BuildInfo {
@@ -383,6 +401,37 @@ mod tests {
     use crate::kernel::Kernel;
     use crate::kernel::build::Silent;
     use crate::kernel::sandbox::SandboxPolicy;
+
+    /// An entry an older hvlab cached, its config and notes sentences, is still reused: the
+    /// sentences load as they were said.
+    #[test]
+    fn an_entry_cached_before_notes_were_typed_is_reused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let entry = dir.path().join("builds/0a1b2c3d");
+        std::fs::create_dir_all(&entry).expect("entry");
+        let old = r#"{"how":{"kind":"modules","dirs":["arch/x86/kvm"],"modules":["kvm.ko"]},
+            "source":"linux-source-7.3 7.3.4-1 (Debian)",
+            "config":"Debian's config of 7.3.4+deb13-amd64 (from linux-headers-7.3.4+deb13-amd64)",
+            "compiler":"gcc 14.2.0","patches":[],
+            "notes":["x.patch: virt/kvm/kvm_main.c: Hunk #1 succeeded at 6073 (offset 3 lines)"],
+            "steps":[{"what":"make M=arch/x86/kvm","secs":21.0}],"key":"0a1b2c3d"}"#;
+        std::fs::write(entry.join("build.json"), old).expect("write");
+        let (_, info) = cached_entry(dir.path(), "0a1b2c3d").expect("the old entry loads");
+        assert!(info.cached && info.steps.is_empty());
+        assert_eq!(
+            info.config,
+            BuildConfig::Said(
+                "Debian's config of 7.3.4+deb13-amd64 (from linux-headers-7.3.4+deb13-amd64)"
+                    .into()
+            )
+        );
+        assert_eq!(
+            info.notes,
+            [BuildNote::Said(
+                "x.patch: virt/kvm/kvm_main.c: Hunk #1 succeeded at 6073 (offset 3 lines)".into()
+            )]
+        );
+    }
 
     /// An interrupted build leaves `builds/KEY.tmp`; the next run that takes the source lock
     /// removes it, and keeps complete entries.

@@ -6,11 +6,11 @@
 //! so the next build in `out/` is incremental.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
-use super::cache::{RECIPE, cached_entry, finish_entry_in, lock_builds, restored};
+use super::cache::{RECIPE, TimedSteps, cached_entry, finish_entry_in, lock_builds, restored};
 use super::error::io;
 use super::make::{make_error, make_into};
+use super::note::{BaseConfig, BuildConfig, BuildNote, config_marker};
 use super::record::{BuildInfo, How, PatchInfo, Step};
 use super::whole::{GUEST_CONFIG_STEP, collect_kernel, entry_kernel, guest_config};
 use super::{BuildError, BuildProgress, Built, PatchedSpec};
@@ -53,12 +53,15 @@ pub(super) fn build_git_side(
         steps: Vec::new(),
         notes: Vec::new(),
     };
-    let (tmp, config_note, mut notes) = build.build(&spec, side, &key, &base_text)?;
+    let (tmp, mut config, mut notes) = build.build(&spec, side, &key, &base_text)?;
     notes.append(&mut build.notes);
+    if let BuildConfig::MinimalGuest { base, .. } = &mut config {
+        *base = Some(origin);
+    }
     let info = BuildInfo {
         how: How::Whole,
         source,
-        config: format!("{config_note}, its HZ/preemption/RCU/KVM options from {origin}"),
+        config,
         compiler,
         patches: side.patches.iter().map(PatchInfo::from).collect(),
         notes,
@@ -115,19 +118,21 @@ fn key_of(sha: &str, base_config: &str, compiler: &str, patches: &[PatchFile]) -
 fn base_config(
     given: Option<&Path>,
     version: KernelVersion,
-) -> Result<(String, String), BuildError> {
+) -> Result<(String, BaseConfig), BuildError> {
     if let Some(path) = given {
         let text = std::fs::read_to_string(path)
             .map_err(|e| BuildError::ConfigUnreadable(path.to_path_buf(), e))?;
-        return Ok((text, format!("--config {}", path.display())));
+        return Ok((
+            text,
+            BaseConfig::Given {
+                path: path.to_path_buf(),
+            },
+        ));
     }
     let (release, path) = nearest_debian_config(&cache_dir().join("kernels"), version)
         .ok_or(BuildError::NoBaseConfig { version })?;
     let text = std::fs::read_to_string(&path).map_err(io(&path))?;
-    Ok((
-        text,
-        format!("Debian's {release} config (the nearest hvlab has)"),
-    ))
+    Ok((text, BaseConfig::NearestDebian { release }))
 }
 
 /// The release and config of the complete Debian kernel under `kernels` (hvlab's kernel
@@ -148,6 +153,15 @@ fn nearest_debian_config(kernels: &Path, version: KernelVersion) -> Option<(Stri
         .map(|(_, release, config)| (release, config))
 }
 
+impl<'a> TimedSteps<'a> for GitBuild<'a> {
+    fn progress(&self) -> &'a dyn BuildProgress {
+        self.progress
+    }
+    fn steps(&mut self) -> &mut Vec<Step> {
+        &mut self.steps
+    }
+}
+
 /// One build in a repository's cache directory, its lock held by the caller.
 struct GitBuild<'a> {
     root: PathBuf,
@@ -155,32 +169,10 @@ struct GitBuild<'a> {
     progress: &'a dyn BuildProgress,
     steps: Vec<Step>,
     /// What the reader must know (a damaged clone made again).
-    notes: Vec<String>,
+    notes: Vec<BuildNote>,
 }
 
 impl GitBuild<'_> {
-    fn timed<T>(
-        &mut self,
-        what: &str,
-        f: impl FnOnce(&mut Self) -> Result<T, BuildError>,
-    ) -> Result<T, BuildError> {
-        self.progress.begin(what);
-        let start = Instant::now();
-        let out = f(self);
-        let secs = start.elapsed().as_secs_f64();
-        match &out {
-            Ok(_) => {
-                self.progress.end(what, secs);
-                self.steps.push(Step {
-                    what: what.to_string(),
-                    secs,
-                });
-            }
-            Err(_) => self.progress.end(&format!("{what} failed"), secs),
-        }
-        out
-    }
-
     /// hvlab's clone at the commit: a tree a crash left patched is put back first, and one
     /// that cannot be is cloned again.
     fn checkout(&mut self, spec: &GitSpec) -> Result<Checkout, BuildError> {
@@ -188,10 +180,10 @@ impl GitBuild<'_> {
         if dir.is_dir()
             && let Err(why) = journal::recover(&dir)
         {
-            self.notes.push(format!(
-                "hvlab's clone of {} was left damaged by an earlier run ({why}): cloned again",
-                spec.repo.path.display()
-            ));
+            self.notes.push(BuildNote::CloneMadeAgain {
+                repo: spec.repo.path.clone(),
+                why,
+            });
             std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
         }
         let what = format!("check out {} in hvlab's clone", spec.commit.label());
@@ -210,7 +202,7 @@ impl GitBuild<'_> {
         side: &PatchedSpec,
         key: &str,
         base_text: &str,
-    ) -> Result<(PathBuf, String, Vec<String>), BuildError> {
+    ) -> Result<(PathBuf, BuildConfig, Vec<BuildNote>), BuildError> {
         let checkout = self.checkout(spec)?;
         let tree = checkout.dir;
         let out = self.root.join("out");
@@ -240,7 +232,10 @@ impl GitBuild<'_> {
                     .map_err(make_error(patched, &step, &log))
                 })?;
                 collect_kernel(&out, &tmp)?;
-                Ok((config_note, notes))
+                Ok((
+                    config_note,
+                    notes.into_iter().map(BuildNote::from).collect(),
+                ))
             });
         let back = restored(&tree);
         match result {
@@ -265,7 +260,7 @@ impl GitBuild<'_> {
         out: &Path,
         base_text: &str,
         log: &Path,
-    ) -> Result<String, BuildError> {
+    ) -> Result<BuildConfig, BuildError> {
         let mut inputs = vec![
             spec.repo.kconfig_fingerprint(&spec.commit.sha)?,
             sha256_hex(base_text.as_bytes()),
@@ -282,8 +277,11 @@ impl GitBuild<'_> {
             && let Some((made_for, note)) = text.split_once('\n')
             && made_for == fingerprint
             && out.join(".config").is_file()
+            // An older hvlab's sentence lacks the facts the record needs: configured again.
+            && let Ok(config) = serde_json::from_str::<BuildConfig>(note)
+            && !matches!(config, BuildConfig::Said(_))
         {
-            return Ok(note.to_string());
+            return Ok(config);
         }
         let of = format!("{} {}", spec.repo.path.display(), spec.commit.label());
         let note = self.timed(GUEST_CONFIG_STEP, |me| {
@@ -294,7 +292,8 @@ impl GitBuild<'_> {
                 };
             guest_config(&mut run, &out.join(".config"), base_text, &of)
         })?;
-        std::fs::write(&marker, format!("{fingerprint}\n{note}")).map_err(io(&marker))?;
+        std::fs::write(&marker, format!("{fingerprint}\n{}", config_marker(&note)))
+            .map_err(io(&marker))?;
         Ok(note)
     }
 }
@@ -361,7 +360,12 @@ mod tests {
         std::fs::write(&given, "CONFIG_HZ=1000\n").expect("write");
         let (text, origin) = base_config(Some(&given), v(7, 3, 4)).expect("read");
         assert_eq!(text, "CONFIG_HZ=1000\n");
-        assert_eq!(origin, format!("--config {}", given.display()));
+        assert_eq!(
+            origin,
+            BaseConfig::Given {
+                path: given.clone()
+            }
+        );
         let e = base_config(Some(&kernels.join("missing")), v(7, 3, 4)).expect_err("missing");
         assert_eq!(fault_exit_code(e.fault()), 2);
         assert!(e.to_string().contains("Give --config the path"), "{e}");

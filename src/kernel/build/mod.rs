@@ -27,13 +27,16 @@ mod error;
 mod git;
 mod make;
 mod modules;
+mod note;
 mod prefixes;
 mod record;
 mod spec;
 mod whole;
 
+pub use super::progress::{BuildProgress, Silent};
 pub use error::BuildError;
 pub use make::make_in_sandbox;
+pub use note::{BaseConfig, BuildConfig, BuildNote, PreemptModel, Preemption};
 pub use prefixes::{SeriesStep, series_prefixes};
 pub use record::{BuildInfo, How, PatchInfo, Step};
 pub use spec::PatchedSpec;
@@ -67,27 +70,11 @@ pub struct Resolved {
     pub sides: Vec<Built>,
     /// Fetching, unpacking and preparing the source (shared by the sides).
     pub steps: Vec<Step>,
-    /// Sentences about the comparison (`A and B differ by the patch alone`).
-    pub notes: Vec<String>,
+    /// What the reader must know about the comparison (A and B differ by the patch alone).
+    pub notes: Vec<BuildNote>,
     /// The unpacked source trees the patched sides were built from, unpatched between
     /// builds: where a patch's functions are read ([`crate::kernel::reach`]).
     pub source_trees: Vec<PathBuf>,
-}
-
-/// Where long steps are reported.
-pub trait BuildProgress {
-    /// A step starts.
-    fn begin(&self, step: &str);
-    /// It ended after `secs`.
-    fn end(&self, step: &str, secs: f64);
-}
-
-/// No progress.
-pub struct Silent;
-
-impl BuildProgress for Silent {
-    fn begin(&self, _: &str) {}
-    fn end(&self, _: &str, _: f64) {}
 }
 
 /// Resolves kernel specs, building the patched ones: sides on the same Debian image share its
@@ -135,9 +122,7 @@ pub fn resolve_with_config(
         steps.append(&mut own);
     }
     if git.len() > 1 {
-        notes.push(
-            "every git side is built whole from the same minimal config and compiler: they differ by their commits (and patches) alone".into(),
-        );
+        notes.push(BuildNote::GitSidesAlike);
     }
     if !other.is_empty() {
         let rest: Vec<PatchedSpec> = other.iter().map(|&i| parsed[i].clone()).collect();
@@ -148,9 +133,7 @@ pub fn resolve_with_config(
         steps.append(&mut resolved.steps);
         notes.append(&mut resolved.notes);
         source_trees.append(&mut resolved.source_trees);
-        notes.push(
-            "a git side is built from its tree and another side is not: they differ by more than a patch (source, config, maybe compiler)".into(),
-        );
+        notes.push(BuildNote::GitBesideOther);
     }
     Ok(Resolved {
         sides: sides.into_iter().flatten().collect(),
@@ -169,7 +152,7 @@ fn resolve_debian(
 ) -> Result<Resolved, BuildError> {
     if parsed.iter().all(|p| p.patches.is_empty()) {
         let specs: Vec<&str> = parsed.iter().map(|p| p.given.as_str()).collect();
-        return resolve_as_given(&specs, modules);
+        return resolve_as_given(&specs, modules, progress);
     }
     for p in parsed.iter().filter(|p| !p.patches.is_empty()) {
         if !p.base.starts_with("debian:") {
@@ -181,7 +164,7 @@ fn resolve_debian(
     // Before anything is fetched.
     check_toolchain()?;
     let sandbox = Sandbox::choose(policy)?;
-    let images = fetch_images(parsed)?;
+    let images = fetch_images(parsed, progress)?;
     let mut steps = Vec::new();
     let mut notes = Vec::new();
     let mut source_trees = Vec::new();
@@ -194,11 +177,9 @@ fn resolve_debian(
         &mut notes,
         &mut source_trees,
     )?;
-    let out = complete_sides(sides, parsed, &images, modules)?;
+    let out = complete_sides(sides, parsed, &images, modules, progress)?;
     if out.len() == 2 && (out[0].build.is_some() != out[1].build.is_some()) {
-        notes.push(
-            "one side is a kernel as given and the other was rebuilt here: they differ by more than the patch (source version, compiler, config)".into(),
-        );
+        notes.push(BuildNote::GivenBesideRebuilt);
     }
     Ok(Resolved {
         sides: out,
@@ -209,12 +190,16 @@ fn resolve_debian(
 }
 
 /// Specs without patches: each kernel as given, nothing built.
-fn resolve_as_given(specs: &[&str], modules: Option<&Path>) -> Result<Resolved, BuildError> {
+fn resolve_as_given(
+    specs: &[&str],
+    modules: Option<&Path>,
+    progress: &dyn BuildProgress,
+) -> Result<Resolved, BuildError> {
     let sides = specs
         .iter()
         .map(|s| {
             Ok(Built {
-                kernel: super::resolve(s, modules)?,
+                kernel: super::resolve(s, modules, progress)?,
                 build: None,
             })
         })
@@ -244,7 +229,10 @@ fn check_toolchain() -> Result<(), BuildError> {
 
 /// The Debian image of each spec (`None` for a spec not on Debian), one lookup per version
 /// named: sides on the same version share it.
-fn fetch_images(parsed: &[PatchedSpec]) -> Result<Vec<Option<DebianImage>>, BuildError> {
+fn fetch_images(
+    parsed: &[PatchedSpec],
+    progress: &dyn BuildProgress,
+) -> Result<Vec<Option<DebianImage>>, BuildError> {
     let mut fetched: BTreeMap<&str, DebianImage> = BTreeMap::new();
     let mut images: Vec<Option<DebianImage>> = Vec::new();
     for p in parsed {
@@ -252,7 +240,7 @@ fn fetch_images(parsed: &[PatchedSpec]) -> Result<Vec<Option<DebianImage>>, Buil
             Some(v) => Some(match fetched.get(v) {
                 Some(image) => image.clone(),
                 None => {
-                    let image = debian::fetch_image(v)?;
+                    let image = debian::fetch_image(v, progress)?;
                     fetched.insert(v, image.clone());
                     image
                 }
@@ -271,7 +259,7 @@ fn build_image_groups(
     sandbox: &Sandbox,
     progress: &dyn BuildProgress,
     steps: &mut Vec<Step>,
-    notes: &mut Vec<String>,
+    notes: &mut Vec<BuildNote>,
     source_trees: &mut Vec<PathBuf>,
 ) -> Result<Vec<Option<Built>>, BuildError> {
     let mut sides: Vec<Option<Built>> = vec![None; parsed.len()];
@@ -312,6 +300,7 @@ fn complete_sides(
     parsed: &[PatchedSpec],
     images: &[Option<DebianImage>],
     modules: Option<&Path>,
+    progress: &dyn BuildProgress,
 ) -> Result<Vec<Built>, BuildError> {
     let mut out = Vec::new();
     for (i, side) in sides.into_iter().enumerate() {
@@ -324,7 +313,7 @@ fn complete_sides(
                         k.spec = parsed[i].given.clone();
                         k
                     }
-                    None => super::resolve(&parsed[i].given, modules)?,
+                    None => super::resolve(&parsed[i].given, modules, progress)?,
                 },
                 build: None,
             },
@@ -338,7 +327,7 @@ impl SourceCache<'_> {
     fn build_group(
         &mut self,
         sides: &[&PatchedSpec],
-        notes: &mut Vec<String>,
+        notes: &mut Vec<BuildNote>,
     ) -> Result<Vec<Built>, BuildError> {
         let tree = self.unpacked("modules")?;
         let (debian, debian_text) = self.debian_config(&tree)?;
@@ -349,20 +338,17 @@ impl SourceCache<'_> {
             Plan::Nothing => self.as_shipped(&tree, sides, &placed, notes),
             Plan::Modules { dirs, modules } => {
                 if sides.len() > 1 {
-                    notes.push(format!(
-                        "every side is {}'s image with {} rebuilt from the same source, config and compiler: they differ by the patch alone",
-                        self.image.release,
-                        modules.iter().map(|m| format!("{m}.ko")).collect::<Vec<_>>().join(", ")
-                    ));
+                    notes.push(BuildNote::ModulesAlike {
+                        release: self.image.release.clone(),
+                        modules: modules.clone(),
+                    });
                 }
                 self.modules_group(&tree, sides, &dirs, &config_sha)
             }
             Plan::Whole { why } => {
-                notes.push(format!("a whole kernel is built: {why}"));
+                notes.push(BuildNote::WholeKernel { why });
                 if sides.len() > 1 {
-                    notes.push(
-                        "every side is built from the same source, minimal config and compiler: they differ by the patch alone".into(),
-                    );
+                    notes.push(BuildNote::WholeAlike);
                 }
                 self.whole_group(&tree, sides, &config_sha)
             }
@@ -375,7 +361,7 @@ impl SourceCache<'_> {
         tree: &Path,
         sides: &[&PatchedSpec],
         placed: &[(String, Placement)],
-        notes: &mut Vec<String>,
+        notes: &mut Vec<BuildNote>,
     ) -> Result<Vec<Built>, BuildError> {
         let why = placed
             .iter()
@@ -387,10 +373,10 @@ impl SourceCache<'_> {
             .join(", ");
         // Still refuse a patch that does not apply.
         self.check_applies(tree, sides.iter().copied())?;
-        notes.push(format!(
-            "the patches touch nothing a build uses ({why}); every side is {} as shipped, so they are the same kernel: judged anyway",
-            self.image.release
-        ));
+        notes.push(BuildNote::NothingBuilt {
+            why: why.clone(),
+            release: self.image.release.clone(),
+        });
         Ok(sides
             .iter()
             .map(|s| {
@@ -401,7 +387,7 @@ impl SourceCache<'_> {
                     build: Some(BuildInfo {
                         how: How::AsShipped { why: why.clone() },
                         source: self.image.kernel.source.clone(),
-                        config: "Debian's, as shipped".into(),
+                        config: BuildConfig::AsShipped,
                         compiler: "Debian's".into(),
                         patches: s.patches.iter().map(PatchInfo::from).collect(),
                         notes: Vec::new(),

@@ -3,9 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use super::cache::SourceCache;
+use super::cache::{SourceCache, TimedSteps};
 use super::error::io;
 use super::make::{make, make_error};
+use super::note::{BuildConfig, config_marker, read_config_marker};
 use super::record::{BuildInfo, How, describe_source};
 use super::{BuildError, Built, PatchedSpec};
 use crate::kernel::kbuild::KConfig;
@@ -66,11 +67,11 @@ impl SourceCache<'_> {
     }
 
     /// The module tree: Debian's config through olddefconfig, `modules_prepare` done.
-    pub(super) fn prepared(&mut self) -> Result<(PathBuf, String), BuildError> {
+    pub(super) fn prepared(&mut self) -> Result<(PathBuf, BuildConfig), BuildError> {
         let tree = self.unpacked("modules")?;
         let marker = tree.join(".hvlab/prepared");
-        if let Ok(note) = std::fs::read_to_string(&marker) {
-            return Ok((tree, note));
+        if let Ok(text) = std::fs::read_to_string(&marker) {
+            return Ok((tree, read_config_marker(&text)));
         }
         let log = self.log("modules_prepare");
         let release = self.image.release.clone();
@@ -90,23 +91,12 @@ impl SourceCache<'_> {
         })?;
         let (debian, _) = self.debian_config(&tree)?;
         let ours = KConfig::read(&tree.join(".config")).map_err(io(&tree))?;
-        let lost = debian.lost_in(&ours);
-        let note = format!(
-            "Debian's config of {} (from linux-headers-{}){}",
+        let config = BuildConfig::Debian {
             release,
-            release,
-            if lost.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "; olddefconfig with this host's compiler left out {} option(s) it cannot build: {}",
-                    lost.len(),
-                    lost.join(", ")
-                )
-            }
-        );
-        std::fs::write(&marker, &note).map_err(io(&marker))?;
-        Ok((tree, note))
+            lost: debian.lost_in(&ours),
+        };
+        std::fs::write(&marker, config_marker(&config)).map_err(io(&marker))?;
+        Ok((tree, config))
     }
 
     fn build_modules(

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::error::io;
+use super::note::BuildNote;
 use super::{BuildError, PatchedSpec};
 use crate::kernel::cache_dir;
 use crate::kernel::git::{self, Commit, GitRange};
@@ -20,7 +21,7 @@ pub struct Series {
     /// The steps, oldest first.
     pub steps: Vec<SeriesStep>,
     /// What the reader must know (a range that follows first parents past a merge).
-    pub notes: Vec<String>,
+    pub notes: Vec<BuildNote>,
 }
 
 /// One step of a series.
@@ -57,7 +58,11 @@ fn series_prefixes_in(spec: &str, cache: &Path) -> Result<Series, BuildError> {
                     commit: Some(c.clone()),
                 })
                 .collect(),
-            notes: range.note().into_iter().collect(),
+            notes: Some(range.merges())
+                .filter(|m| !m.is_empty())
+                .map(|merges| BuildNote::FirstParents { merges })
+                .into_iter()
+                .collect(),
         });
     }
     let parsed = PatchedSpec::parse(spec)?;

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::note::{BuildConfig, BuildNote};
 use crate::kernel::debian::DebianImage;
 use crate::kernel::patch::PatchFile;
 use crate::kernel::sandbox::Confinement;
@@ -71,13 +72,13 @@ pub struct BuildInfo {
     /// The source (`linux-source-7.3 7.3.4-1~bpo13+1 (Debian)`).
     pub source: String,
     /// The config, and what olddefconfig on this host changed in it.
-    pub config: String,
+    pub config: BuildConfig,
     /// The compiler.
     pub compiler: String,
     /// The patches applied, in order.
     pub patches: Vec<PatchInfo>,
-    /// Hunks applied at an offset or with fuzz.
-    pub notes: Vec<String>,
+    /// Hunks applied at an offset or with fuzz, a damaged tree made again.
+    pub notes: Vec<BuildNote>,
     /// The build's own steps (none when reused).
     pub steps: Vec<Step>,
     /// The cache key.

@@ -3,9 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use super::cache::SourceCache;
+use super::cache::{SourceCache, TimedSteps};
 use super::error::io;
 use super::make::{make, make_error};
+use super::note::{BuildConfig, PreemptModel, Preemption, config_marker, read_config_marker};
 use super::record::{How, describe_source};
 use super::{BuildError, Built, PatchedSpec};
 use crate::kernel::Kernel;
@@ -101,7 +102,7 @@ pub(super) fn guest_config(
     config: &Path,
     debian_config: &str,
     of: &str,
-) -> Result<String, BuildError> {
+) -> Result<BuildConfig, BuildError> {
     let part = debian_part(debian_config);
     make_target("tinyconfig")?;
     let mut text = std::fs::read_to_string(config).map_err(io(config))?;
@@ -135,21 +136,14 @@ pub(super) fn guest_config(
         .filter(|(k, v)| ours.get(k) != Some(v.trim_matches('"')))
         .map(|(k, _)| k.trim_start_matches("CONFIG_").to_string())
         .collect();
-    Ok(format!(
-        "minimal guest config (tinyconfig + {} guest options + {} of Debian's HZ/NO_HZ/preemption/RCU/KVM options; HZ={}, {}){}",
-        GUEST_CONFIG.len(),
-        kept.len() - lost.len(),
-        ours.get("CONFIG_HZ").unwrap_or("?"),
-        preemption(&ours),
-        if lost.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "; not kept, their dependencies being outside the guest: {}",
-                lost.join(", ")
-            )
-        }
-    ))
+    Ok(BuildConfig::MinimalGuest {
+        guest_options: GUEST_CONFIG.len(),
+        kept: kept.len() - lost.len(),
+        hz: ours.get("CONFIG_HZ").unwrap_or("?").to_string(),
+        preemption: preemption(&ours),
+        lost,
+        base: None,
+    })
 }
 
 /// Copies what a whole build left in `out` (the tree, or its `O=` directory) into the cache
@@ -229,16 +223,16 @@ impl SourceCache<'_> {
     }
 
     /// RCU and KVM options, olddefconfig; every guest option checked.
-    pub(super) fn configured(&mut self) -> Result<(PathBuf, String), BuildError> {
+    pub(super) fn configured(&mut self) -> Result<(PathBuf, BuildConfig), BuildError> {
         let tree = self.unpacked("whole")?;
         let marker = tree.join(".hvlab/configured");
-        if let Ok(note) = std::fs::read_to_string(&marker) {
-            return Ok((tree, note));
+        if let Ok(text) = std::fs::read_to_string(&marker) {
+            return Ok((tree, read_config_marker(&text)));
         }
         let log = self.log("config");
         let (_, debian_text) = self.debian_config(&tree)?;
         let of = self.source_name();
-        let note = self.timed(GUEST_CONFIG_STEP, |me| {
+        let config = self.timed(GUEST_CONFIG_STEP, |me| {
             let mut run = |target: &str| {
                 make(&me.sandbox, &tree, &[target.into()], &log).map_err(make_error(
                     false,
@@ -248,8 +242,8 @@ impl SourceCache<'_> {
             };
             guest_config(&mut run, &tree.join(".config"), &debian_text, &of)
         })?;
-        std::fs::write(&marker, &note).map_err(io(&marker))?;
-        Ok((tree, note))
+        std::fs::write(&marker, config_marker(&config)).map_err(io(&marker))?;
+        Ok((tree, config))
     }
 
     fn build_whole(&mut self, side: &PatchedSpec, debian_sha: &str) -> Result<Built, BuildError> {
@@ -291,28 +285,24 @@ impl SourceCache<'_> {
     }
 }
 
-/// `PREEMPT_DYNAMIC (lazy)`, `PREEMPT`, `voluntary`, `none`.
-fn preemption(c: &KConfig) -> String {
+/// The preemption model of a config.
+fn preemption(c: &KConfig) -> Preemption {
     let on = |k: &str| c.get(k) == Some("y");
     let model = if on("CONFIG_PREEMPT_RT") {
-        "PREEMPT_RT"
+        PreemptModel::Rt
     } else if on("CONFIG_PREEMPT_DYNAMIC") {
-        "dynamic preemption"
+        PreemptModel::Dynamic
     } else if on("CONFIG_PREEMPT") || on("CONFIG_PREEMPT_LAZY") {
-        "full preemption"
+        PreemptModel::Full
     } else if on("CONFIG_PREEMPT_VOLUNTARY") {
-        "voluntary preemption"
+        PreemptModel::Voluntary
     } else {
-        "no forced preemption"
+        PreemptModel::None
     };
-    format!(
-        "{model}{}",
-        if on("CONFIG_PREEMPT_LAZY") {
-            ", lazy"
-        } else {
-            ""
-        }
-    )
+    Preemption {
+        model,
+        lazy: on("CONFIG_PREEMPT_LAZY"),
+    }
 }
 
 #[cfg(test)]

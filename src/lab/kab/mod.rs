@@ -28,9 +28,10 @@ mod run;
 use judge::host_busy_during;
 
 pub use judge::{
-    Cause, Change, GraceWait, Judgement, MetricAb, ScenarioAb, SideFailure, SideRuns, StallAb,
-    StallReps, StallSide, Trust, VariantAb, VariantVerdict, correct_family, judge,
-    judge_uncorrected, judgement, verdict, verdicts,
+    Cause, Change, CorrectedP, GraceWait, Inconclusive, Judgement, MetricAb, ScenarioAb,
+    SideFailure, SideRuns, StallAb, StallReps, StallSide, Trust, Unsettled, VariantAb,
+    VariantVerdict, WorseWay, correct_family, judge, judge_uncorrected, judgement, verdict,
+    verdicts,
 };
 pub(crate) use judge::{busy_during_boot, not_judged_on_a_busy_host};
 pub use predict::{
@@ -46,7 +47,7 @@ use serde::Serialize;
 use hvlab_core::noise::BusyReason;
 
 use crate::kernel::Kernel;
-use crate::kernel::build::{BuildInfo, BuildProgress, Step};
+use crate::kernel::build::{BuildInfo, BuildNote, BuildProgress, Step};
 use crate::kernel::vm::{AccelChoice, VmConfig};
 use crate::lab::fidelity::memory_patch::MemoryPrediction;
 
@@ -87,13 +88,40 @@ pub struct KabRequest {
 /// Where a kab's progress goes (building is reported through [`BuildProgress`]).
 pub trait KabProgress: BuildProgress {
     /// Both kernels are ready: what they are and how the VMs run.
-    fn kernels(&self, kernels: &[Kernel; 2], notes: &[String], accel: &AccelChoice);
+    fn kernels(&self, kernels: &[Kernel; 2], notes: &[BuildNote], accel: &AccelChoice);
     /// Boot `n` of `total` starts.
     fn boot_start(&self, n: usize, total: usize, side: &str, kernel: &Kernel);
     /// It ended.
     fn boot_end(&self, boot: &BootSummary);
     /// Something the user should know as it happens (a calibration kept, or not).
     fn note(&self, text: &str);
+}
+
+/// Something the reader of a kab must know about its kernels: how they were built, and what
+/// of the patched code is counted. Words in `src/export/kab/words.rs`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum KabNote {
+    /// A patch file could not be read, so its functions' calls are not counted.
+    CallsNotCounted {
+        /// The patch file.
+        patch: String,
+        /// Why it could not be read.
+        why: String,
+    },
+    /// The patched functions whose calls each guest counts.
+    CallsCounted {
+        /// Their names.
+        functions: Vec<String>,
+    },
+    /// A changed place whose calls cannot be counted.
+    NotCounted {
+        /// The place and why (`arch/x86/kvm/x86.c: a macro`).
+        what: String,
+    },
+    /// About how the kernels were built (serialized with the build note's own `kind`).
+    #[serde(untagged)]
+    Build(BuildNote),
 }
 
 /// A guest command that did not exit 0.
@@ -181,8 +209,8 @@ pub struct KabOutcome {
     pub builds: [Option<BuildInfo>; 2],
     /// Steps the builds shared (fetching, unpacking and preparing the source).
     pub build_steps: Vec<Step>,
-    /// What the reader must know about the pair (`they differ by the patch alone`).
-    pub notes: Vec<String>,
+    /// What the reader must know about the pair (they differ by the patch alone).
+    pub notes: Vec<KabNote>,
     /// The accelerator.
     pub accel: AccelChoice,
     /// This host.

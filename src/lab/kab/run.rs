@@ -23,7 +23,7 @@ use super::judge::{
 };
 use super::predict::{KabPrediction, predict, predict_memory};
 use super::{
-    BootSummary, GuestFailure, HostSummary, KabOutcome, KabProgress, KabRequest, WallTimes,
+    BootSummary, GuestFailure, HostSummary, KabNote, KabOutcome, KabProgress, KabRequest, WallTimes,
 };
 use crate::kernel::reach::{PatchedFunction, Reach, reach_all};
 
@@ -235,7 +235,7 @@ struct KabKernels {
     builds: [Option<BuildInfo>; 2],
     /// Fetching, unpacking and preparing the source.
     build_steps: Vec<Step>,
-    notes: Vec<String>,
+    notes: Vec<KabNote>,
     choice: AccelChoice,
     /// The unpatched source the patched sides were built from.
     source_trees: Vec<PathBuf>,
@@ -270,7 +270,7 @@ impl KabKernels {
             kernels,
             builds: [a.build, b.build],
             build_steps: resolved.steps,
-            notes: resolved.notes,
+            notes: resolved.notes.into_iter().map(KabNote::Build).collect(),
             choice,
             source_trees: resolved.source_trees,
         })
@@ -278,7 +278,7 @@ impl KabKernels {
 
     /// The functions both sides' patches change, read against the unpatched source, with a
     /// note of what was counted and what could not be placed.
-    fn patched_functions(&self) -> (Reach, Vec<String>) {
+    fn patched_functions(&self) -> (Reach, Vec<KabNote>) {
         let mut notes = Vec::new();
         let patches: Vec<PatchFile> = self
             .builds
@@ -288,7 +288,10 @@ impl KabKernels {
             .filter_map(|p| match PatchFile::read(&p.path) {
                 Ok(file) => Some(file),
                 Err(e) => {
-                    notes.push(format!("calls not counted for {}: {e}", p.file));
+                    notes.push(KabNote::CallsNotCounted {
+                        patch: p.file.clone(),
+                        why: e.to_string(),
+                    });
                     None
                 }
             })
@@ -298,17 +301,16 @@ impl KabKernels {
         };
         let reach = reach_all(&patches, tree);
         if !reach.functions.is_empty() {
-            notes.push(format!(
-                "calls of the patched functions are counted in each guest, in one untimed repetition per variant after the timed ones: {}",
-                reach
-                    .functions
-                    .iter()
-                    .map(|f| f.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+            notes.push(KabNote::CallsCounted {
+                functions: reach.functions.iter().map(|f| f.name.clone()).collect(),
+            });
         }
-        notes.extend(reach.skipped.iter().map(|s| format!("not counted: {s}")));
+        notes.extend(
+            reach
+                .skipped
+                .iter()
+                .map(|s| KabNote::NotCounted { what: s.clone() }),
+        );
         (reach, notes)
     }
 

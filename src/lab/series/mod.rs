@@ -24,7 +24,7 @@ mod table;
 use serde::Serialize;
 
 use crate::error::{Error, InputError};
-use crate::kernel::build::BuildError;
+use crate::kernel::build::{BuildError, BuildNote};
 use crate::kernel::vm::VmError;
 use crate::lab::kab::{self};
 use crate::lab::shard::Shard;
@@ -78,7 +78,7 @@ pub struct PerPatchOutcome {
     /// Boots found in the store and not made again, per kernel label.
     pub reused_boots: Vec<(String, u32)>,
     /// What the reader must know (builds, reuse, pooling across shards).
-    pub notes: Vec<String>,
+    pub notes: Vec<SeriesNote>,
     /// The accelerator.
     pub accel: crate::kernel::vm::AccelChoice,
     /// Wall times: building, booting, judging.
@@ -115,6 +115,26 @@ impl PerPatchOutcome {
     }
 }
 
+/// Something the reader of a per-patch table must know. Words in `src/export/series.rs`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SeriesNote {
+    /// This process ran one shard of the series.
+    Shard {
+        /// The shard.
+        shard: Shard,
+    },
+    /// Boots found in the store and not made again.
+    ReusedBoots {
+        /// Per kernel label, how many.
+        boots: Vec<(String, u32)>,
+    },
+    /// About the series or how its kernels were built (serialized with the build note's own
+    /// `kind`).
+    #[serde(untagged)]
+    Build(BuildNote),
+}
+
 /// One kernel of the series as resolved: its label, spec, and the kernel or why it has none.
 struct Resolved {
     label: String,
@@ -128,7 +148,7 @@ fn build_all(
     specs: &[(String, String)],
     req: &kab::KabRequest,
     progress: &dyn kab::KabProgress,
-    notes: &mut Vec<String>,
+    notes: &mut Vec<SeriesNote>,
 ) -> Result<Vec<Resolved>, Error> {
     use crate::kernel::build;
     let refs: Vec<&str> = specs.iter().map(|(_, s)| s.as_str()).collect();
@@ -136,7 +156,7 @@ fn build_all(
         build::resolve_with_config(&refs, None, req.sandbox, req.config.as_deref(), progress);
     let kernels: Vec<Result<crate::kernel::Kernel, String>> = match together {
         Ok(r) => {
-            notes.extend(r.notes);
+            notes.extend(r.notes.into_iter().map(SeriesNote::Build));
             r.sides.into_iter().map(|b| Ok(b.kernel)).collect()
         }
         Err(e @ (BuildError::PatchedCompile { .. } | BuildError::DoesNotApply { .. })) => {
@@ -223,7 +243,7 @@ pub fn run_per_patch(
             .iter()
             .map(|&i| (steps[i].label.clone(), steps[i].spec.clone())),
     );
-    let mut notes = source.notes();
+    let mut notes: Vec<SeriesNote> = source.notes().into_iter().map(SeriesNote::Build).collect();
     let resolved = build_all(&specs, k, progress, &mut notes)?;
     let build_s = start.elapsed().as_secs_f64();
     let states = checked_states(resolved, &wanted, steps.len(), &choice, progress);
@@ -265,10 +285,12 @@ pub fn run_per_patch(
         table
             .commits
             .retain(|c| units.iter().any(|&(u, _)| u + 1 == c.position));
-        notes.push(shard_note(&req.shard));
+        notes.push(SeriesNote::Shard { shard: req.shard });
     }
     if !booted.reused.is_empty() {
-        notes.push(reused_note(&booted.reused));
+        notes.push(SeriesNote::ReusedBoots {
+            boots: booted.reused.clone(),
+        });
     }
     let judge_s = judge_start.elapsed().as_secs_f64();
     Ok(PerPatchOutcome {
@@ -439,25 +461,6 @@ fn step_states(
             _ => StepState::Built(KernelRuns::default()),
         })
         .collect()
-}
-
-/// What a shard's table holds and how to get the whole one.
-fn shard_note(shard: &Shard) -> String {
-    format!(
-        "shard {shard}: its commits only, each booted against its parent on this host (a parent is booted again by its child's shard: the shards may run on different hosts); `hvlab merge` the shards' files, then run this command again without --shard against the merged store for the whole table"
-    )
-}
-
-/// The boots found in the store and not made again, per kernel label.
-fn reused_note(reused: &[(String, u32)]) -> String {
-    format!(
-        "boots found in the store and not made again: {}",
-        reused
-            .iter()
-            .map(|(l, n)| format!("{l} ({n})"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    )
 }
 
 /// The table of a series from the store alone (after `hvlab merge`): each commit's runs found

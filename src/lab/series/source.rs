@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::{Error, InputError};
-use crate::kernel::build::PatchedSpec;
+use crate::kernel::build::{BuildNote, PatchedSpec};
 use crate::kernel::vm::VmError;
 
 /// One commit of a series: how output names it and the kernel spec that builds it (the base
@@ -29,7 +29,7 @@ pub trait SeriesSource {
     fn steps(&self) -> Result<Vec<SeriesStep>, Error>;
     /// What the reader must know about the series (a range that follows first parents past
     /// a merge).
-    fn notes(&self) -> Vec<String> {
+    fn notes(&self) -> Vec<BuildNote> {
         Vec::new()
     }
 }
@@ -149,7 +149,7 @@ pub struct GitRangeSeries {
     base: String,
     steps: Vec<SeriesStep>,
     /// What the reader must know (a range that follows first parents past a merge).
-    pub notes: Vec<String>,
+    pub notes: Vec<BuildNote>,
 }
 
 impl GitRangeSeries {
@@ -187,7 +187,7 @@ impl SeriesSource for GitRangeSeries {
         Ok(self.steps.clone())
     }
 
-    fn notes(&self) -> Vec<String> {
+    fn notes(&self) -> Vec<BuildNote> {
         self.notes.clone()
     }
 }

@@ -49,9 +49,9 @@ pub struct MetricAb {
     /// Whether B regressed on it.
     pub regression: bool,
     /// When B looks worse by more than would count, but the rank test cannot tell it from
-    /// noise with these samples: what was seen and what would decide it. Never a regression,
-    /// never silently "no change" either.
-    pub inconclusive: Option<String>,
+    /// noise with these samples: what was seen (more repetitions or boots would decide it).
+    /// Never a regression, never silently "no change" either.
+    pub inconclusive: Option<Inconclusive>,
     /// B is significantly worse, by less than would make it a regression (a jiffies metric
     /// longer by under half a jiffy: an expedited grace period, not a normal one).
     pub cost: bool,
@@ -65,6 +65,72 @@ pub struct MetricAb {
     /// An exact count that moved by less than its declared tolerance: a change, judged
     /// neither a regression nor an improvement.
     pub within_tolerance: bool,
+}
+
+/// Why a worse-looking B is not a verdict yet: what stays unsettled with these samples.
+/// Words in `src/export/kab/words.rs`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Inconclusive {
+    /// What was seen and what is unsettled.
+    #[serde(flatten)]
+    pub unsettled: Unsettled,
+    /// Samples per side (A, B).
+    pub n: [usize; 2],
+}
+
+/// What a worse-looking B's comparison leaves unsettled.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Unsettled {
+    /// The rank test separates the sides, but the 95% CI of the ratio reaches below the
+    /// threshold: the change's size is not established.
+    SizeNotEstablished {
+        /// B's median over A's.
+        ratio: f64,
+        /// The rank test's p.
+        p: CorrectedP,
+        /// The 95% CI of the ratio.
+        ci95: [f64; 2],
+        /// The threshold (0.05 for 5%).
+        threshold: f64,
+    },
+    /// B's median is worse, but the rank test cannot tell it from noise.
+    Noise {
+        /// Which way B's median moved.
+        worse: WorseWay,
+        /// The rank test's p.
+        p: CorrectedP,
+    },
+    /// No arrangement of the samples could reach the level once corrected.
+    OutOfReach {
+        /// B's median over A's.
+        ratio: f64,
+        /// The level.
+        alpha: f64,
+        /// How many comparisons were judged together.
+        together: usize,
+    },
+}
+
+/// A p-value, and what the correction over the comparisons judged together made of it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CorrectedP {
+    /// Alone.
+    pub p: f64,
+    /// Corrected.
+    pub adjusted: f64,
+    /// How many comparisons were judged together (1: no correction).
+    pub together: usize,
+}
+
+/// Which way a worse B's median moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorseWay {
+    /// Higher (lower is better).
+    Higher,
+    /// Lower (higher is better).
+    Lower,
 }
 
 /// How kab judges a metric until its scenario's declaration is read (and a test's metric):
@@ -99,7 +165,7 @@ impl Serialize for MetricAb {
             comparison: Option<&'a AbComparison>,
             not_judged: Option<String>,
             regression: bool,
-            inconclusive: &'a Option<String>,
+            inconclusive: &'a Option<Inconclusive>,
             cost: bool,
             #[serde(skip_serializing_if = "Option::is_none")]
             better: Option<String>,
@@ -324,7 +390,10 @@ fn settle(m: &mut MetricAb, threshold: f64) {
         } => count_unsettled(r, m.median, threshold, direction),
         _ => None,
     }
-    .map(|(seen, unsettled)| undecided(&seen, &unsettled, &m.samples[0], &m.samples[1]));
+    .map(|unsettled| Inconclusive {
+        unsettled,
+        n: [m.samples[0].len(), m.samples[1].len()],
+    });
     if m.trust == Trust::Jiffies && m.median[1] - m.median[0] < STALL_JIFFIES {
         m.inconclusive = None;
         if m.regression {
@@ -357,61 +426,43 @@ fn looks_worse(ratio: f64, threshold: f64, direction: Direction) -> bool {
     }
 }
 
-/// Which way B's median moved when it looks worse: `higher`, or `lower` for a
-/// higher-is-better metric.
-fn worse_word(direction: Direction) -> &'static str {
+/// Which way B's median moved when it looks worse: higher, or lower for a higher-is-better
+/// metric.
+fn worse_way(direction: Direction) -> WorseWay {
     match direction {
-        Direction::HigherIsBetter => "lower",
-        _ => "higher",
+        Direction::HigherIsBetter => WorseWay::Lower,
+        _ => WorseWay::Higher,
     }
 }
 
-/// `p = 0.012`, and when judged with others what the correction made of it.
-fn p_words(p: f64, adjusted: f64, together: usize) -> String {
-    if together > 1 {
-        format!(
-            "p = {p:.3}, {adjusted:.3} corrected over the {together} comparisons judged together"
-        )
-    } else {
-        format!("p = {p:.3}")
-    }
-}
-
-/// What was seen and what is unsettled, when a ranked comparison leaves B's worse look or the
-/// level itself undecided.
-fn ranked_unsettled(
-    c: &AbComparison,
-    threshold: f64,
-    direction: Direction,
-) -> Option<(String, String)> {
+/// What is unsettled, when a ranked comparison leaves B's worse look or the level itself
+/// undecided.
+fn ranked_unsettled(c: &AbComparison, threshold: f64, direction: Direction) -> Option<Unsettled> {
     if let Some(Undecided::Unreachable { .. }) = c.undecided {
         return Some(out_of_reach(c.ratio, c.judged_together));
     }
     if c.verdict != AbVerdict::NotDecided || !looks_worse(c.ratio, threshold, direction) {
         return None;
     }
+    let p = CorrectedP {
+        p: c.p_value,
+        adjusted: c.p_adjusted,
+        together: c.judged_together,
+    };
     // B beyond the threshold on the median, yet not significant: too few samples against
     // this much noise (a few emulator hiccups on one side sink a 6-sample rank test).
     Some(if c.p_adjusted < c.alpha {
-        (
-            format!(
-                "B's median is {:.2}× A's and the rank test separates them ({}), but the 95% CI of the ratio ({:.2}–{:.2}) reaches below the +{:.0}% threshold, so",
-                c.ratio,
-                p_words(c.p_value, c.p_adjusted, c.judged_together),
-                c.ci95[0],
-                c.ci95[1],
-                threshold * 100.0,
-            ),
-            "the change's size is not established".to_string(),
-        )
+        Unsettled::SizeNotEstablished {
+            ratio: c.ratio,
+            p,
+            ci95: c.ci95,
+            threshold,
+        }
     } else {
-        (
-            format!("B's median is {}, but", worse_word(direction)),
-            format!(
-                "the rank test cannot tell it from noise ({})",
-                p_words(c.p_value, c.p_adjusted, c.judged_together)
-            ),
-        )
+        Unsettled::Noise {
+            worse: worse_way(direction),
+            p,
+        }
     })
 }
 
@@ -421,29 +472,31 @@ fn count_unsettled(
     [ma, mb]: [f64; 2],
     threshold: f64,
     direction: Direction,
-) -> Option<(String, String)> {
+) -> Option<Unsettled> {
     match r.shift {
         Shift::OutOfReach { .. } => Some(out_of_reach(mb / ma, r.judged_together)),
-        Shift::NotSignificant if looks_worse(mb / ma, threshold, direction) => Some((
-            format!("B's median is {}, but", worse_word(direction)),
-            format!(
-                "the rank test cannot tell it from noise ({})",
-                p_words(r.p_value, r.p_adjusted, r.judged_together)
-            ),
-        )),
+        Shift::NotSignificant if looks_worse(mb / ma, threshold, direction) => {
+            Some(Unsettled::Noise {
+                worse: worse_way(direction),
+                p: CorrectedP {
+                    p: r.p_value,
+                    adjusted: r.p_adjusted,
+                    together: r.judged_together,
+                },
+            })
+        }
         _ => None,
     }
 }
 
 /// A comparison no arrangement of whose samples could be called at the level, corrected over
 /// the `together` comparisons judged with it.
-fn out_of_reach(ratio: f64, together: usize) -> (String, String) {
-    (
-        format!("B's median is {ratio:.2}× A's, but"),
-        format!(
-            "no difference can reach p < {ALPHA} once corrected over the {together} comparisons judged together"
-        ),
-    )
+fn out_of_reach(ratio: f64, together: usize) -> Unsettled {
+    Unsettled::OutOfReach {
+        ratio,
+        alpha: ALPHA,
+        together,
+    }
 }
 
 /// Corrects every comparison of a kab together (Holm over every ranked jiffies and time
@@ -469,14 +522,4 @@ pub fn correct_family(judged: &mut [ScenarioAb], threshold: f64) {
     {
         settle(m, threshold);
     }
-}
-
-/// Why a worse-looking B is not a verdict yet (what was seen, what is unsettled with these
-/// samples), and what would make one.
-fn undecided(seen: &str, unsettled: &str, xa: &[f64], xb: &[f64]) -> String {
-    format!(
-        "{seen} with n = {} vs {} {unsettled}; more repetitions (--reps) or boots (--boots) can decide",
-        xb.len(),
-        xa.len()
-    )
 }

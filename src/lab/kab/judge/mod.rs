@@ -25,7 +25,7 @@ use stall::stalls_ab;
 
 pub(super) use busy::host_busy_during;
 pub(crate) use busy::{busy_during_boot, not_judged_on_a_busy_host};
-pub use metric::{MetricAb, Trust, correct_family};
+pub use metric::{CorrectedP, Inconclusive, MetricAb, Trust, Unsettled, WorseWay, correct_family};
 pub use stall::{StallAb, StallSide};
 pub use verdict::{
     Cause, Change, GraceWait, StallReps, VariantVerdict, mark_given, verdict, verdicts,
