@@ -281,18 +281,30 @@ fn variant_rows(
 }
 
 /// The metric to show: one the verdict judged, never a time shown but not judged (every time
-/// under TCG). The one that decided the class (the first regression of a REGRESSED, the
-/// first improvement of a FIXED, the first unsettled metric of a NOT DECIDED), else any that
-/// moved (a cost), else the one asked for when it was judged, else the first judged metric:
-/// a count, then a jiffies metric, then a time. None when nothing was judged.
+/// under TCG). The one that decided the class (the first regression of a REGRESSED; for a
+/// FIXED the ioctl that no longer stalls, else its first improvement; the first unsettled
+/// metric of a NOT DECIDED), else any that moved (a cost), else the one asked for when it was
+/// judged, else an ioctl that stalls on either side (what a reader of a lifecycle row wants to
+/// see unchanged), else the first judged metric: jiffies, then a count, then a time. None
+/// when nothing was judged.
 fn numbers(v: &VariantAb, verdict: &VariantVerdict, asked: Option<&str>) -> Option<Numbers> {
     use crate::analysis::metric_ab::MetricJudgement;
     let judged = |m: &&MetricAb| !matches!(m.judgement, MetricJudgement::NotJudged { .. });
     let named = |n: &str| v.metrics.iter().filter(judged).find(|m| m.metric == n);
     let changes = |c: &[kab::Change]| c.iter().map(|c| c.metric.clone()).collect::<Vec<_>>();
+    let stalled = |gone_only: bool| {
+        verdict
+            .stalls
+            .iter()
+            .filter(move |s| !gone_only || (s.a.is_some() && s.b.is_none()))
+            .map(|s| format!("ioctl.{}", s.ioctl))
+    };
     let deciding: Vec<String> = match verdict.class {
         Class::Regressed | Class::Slower => changes(&verdict.regressions),
-        Class::Fixed | Class::Improved | Class::Faster => changes(&verdict.improvements),
+        Class::Fixed => stalled(true)
+            .chain(changes(&verdict.improvements))
+            .collect(),
+        Class::Improved | Class::Faster => changes(&verdict.improvements),
         Class::NotDecided => verdict.undecided.clone(),
         _ => Vec::new(),
     };
@@ -302,14 +314,15 @@ fn numbers(v: &VariantAb, verdict: &VariantVerdict, asked: Option<&str>) -> Opti
         .chain(changes(&verdict.costs));
     let first_judged = || {
         let by_trust = |t: Trust| v.metrics.iter().filter(judged).find(|m| m.trust == t);
-        by_trust(Trust::Count)
-            .or_else(|| by_trust(Trust::Jiffies))
+        by_trust(Trust::Jiffies)
+            .or_else(|| by_trust(Trust::Count))
             .or_else(|| by_trust(Trust::Time))
     };
     let m: &MetricAb = deciding
         .into_iter()
         .chain(moved)
         .chain(asked.map(str::to_string))
+        .chain(stalled(false))
         .find_map(|n| named(&n))
         .or_else(first_judged)?;
     let [a, b] = m.median;
