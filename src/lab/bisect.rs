@@ -72,7 +72,10 @@ pub trait Judge {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Seek {
-    /// The first commit that regressed (REGRESSED, SLOWER).
+    /// The first commit whose verdict against GOOD differs from GOOD's own (any decided class
+    /// but NO CHANGE), as `git bisect` seeks the first "new" commit: the default.
+    Change,
+    /// The first commit that regressed (REGRESSED, SLOWER): `--regression`.
     Regression,
     /// The first commit that fixed it (FIXED, IMPROVED, FASTER): `--fix`.
     Fix,
@@ -81,14 +84,30 @@ pub enum Seek {
 impl Seek {
     /// Whether `class` is the change sought.
     pub fn is(self, class: Class) -> bool {
+        let worse = matches!(class, Class::Regressed | Class::Slower);
+        let better = matches!(class, Class::Fixed | Class::Improved | Class::Faster);
         match self {
-            Seek::Regression => matches!(class, Class::Regressed | Class::Slower),
-            Seek::Fix => matches!(class, Class::Fixed | Class::Improved | Class::Faster),
+            Seek::Change => worse || better,
+            Seek::Regression => worse,
+            Seek::Fix => better,
         }
+    }
+
+    /// Whether a commit judged `class` against GOOD is still on GOOD's side of the change
+    /// sought: NO CHANGE, and a change the other way (a commit that made it worse has not yet
+    /// fixed it; one that made it better has not regressed it).
+    fn before(self, class: Class) -> bool {
+        class == Class::NoChange
+            || match self {
+                Seek::Change => false,
+                Seek::Regression => Seek::Fix.is(class),
+                Seek::Fix => Seek::Regression.is(class),
+            }
     }
 
     fn words(self) -> &'static str {
         match self {
+            Seek::Change => "a change (REGRESSED, SLOWER, FIXED, IMPROVED or FASTER)",
             Seek::Regression => "REGRESSED",
             Seek::Fix => "FIXED or IMPROVED",
         }
@@ -331,10 +350,7 @@ fn search(
         };
         match &probe.call {
             Call::Judged { class, .. } if seek.is(*class) => hi = m,
-            Call::Judged {
-                class: Class::NoChange,
-                ..
-            } => lo = m,
+            Call::Judged { class, .. } if seek.before(*class) => lo = m,
             Call::Judged { class, .. } => skipped.push(Skipped {
                 commit: m,
                 why: if *class == Class::NotDecided {
@@ -959,5 +975,48 @@ mod tests {
         }
         let b = bisect(&mut Fixes(4), 4, Seek::Fix, 2).expect("bisects");
         assert_eq!(found(&b), Some(4));
+    }
+
+    /// Issue 38's series: commit 2 makes it worse, commit 4 fixes it (better than GOOD). The
+    /// first commit that differs from GOOD is 2; the first fix is 4, past the two commits that
+    /// are worse than GOOD (not yet fixed, so on GOOD's side); a regression is not what BAD
+    /// is against GOOD, so seeking one is refused naming BAD's class.
+    #[test]
+    fn the_first_change_and_the_first_fix_of_a_series_that_regresses_then_fixes() {
+        /// Each commit's state: 0 as GOOD, 1 worse (commits 2 and 3), 2 better (4 on).
+        struct WorseThenFixed;
+        impl Judge for WorseThenFixed {
+            fn judge(&mut self, against: usize, candidate: usize, _: u32) -> Call {
+                let state = |c: usize| match c {
+                    0 | 1 => 0,
+                    2 | 3 => 1,
+                    _ => 2,
+                };
+                let class = match (state(against), state(candidate)) {
+                    (a, b) if a == b => Class::NoChange,
+                    (_, 2) => Class::Fixed,
+                    (0, 1) => Class::Regressed,
+                    _ => Class::Improved,
+                };
+                Call::Judged {
+                    class,
+                    numbers: None,
+                }
+            }
+        }
+        let b = bisect(&mut WorseThenFixed, 4, Seek::Change, 2).expect("bisects");
+        assert_eq!(found(&b), Some(2));
+        assert!(b.skipped.is_empty(), "{:?}", b.skipped);
+        let b = bisect(&mut WorseThenFixed, 4, Seek::Fix, 2).expect("bisects");
+        assert_eq!(found(&b), Some(4));
+        assert!(b.skipped.is_empty(), "{:?}", b.skipped);
+        let e = bisect(&mut WorseThenFixed, 4, Seek::Regression, 2).expect_err("BAD is fixed");
+        assert_eq!(
+            e,
+            BisectError::NotDifferent {
+                class: "FIXED".into(),
+                sought: "REGRESSED".into()
+            }
+        );
     }
 }

@@ -107,9 +107,14 @@ pub struct BisectArgs {
     /// The metric shown with each verdict [default: the one that moved, else the first judged]
     #[arg(long, value_name = "M")]
     metric: Option<String>,
-    /// Seek the first commit that fixed it (FIXED or IMPROVED), not the first that regressed
-    #[arg(long)]
+    /// Seek the first commit that fixed it (FIXED or IMPROVED against GOOD), not the first
+    /// that changed it either way
+    #[arg(long, conflicts_with = "regression")]
     fix: bool,
+    /// Seek the first commit that regressed it (REGRESSED or SLOWER against GOOD), not the
+    /// first that changed it either way
+    #[arg(long)]
+    regression: bool,
     /// Scenario to run (repeatable) [default: lifecycle]
     #[arg(long = "scenario", value_name = "S")]
     scenarios: Vec<String>,
@@ -240,8 +245,10 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
     };
     let seek = if args.fix {
         Seek::Fix
-    } else {
+    } else if args.regression {
         Seek::Regression
+    } else {
+        Seek::Change
     };
     let mut store = open_store(db)?;
     let reporter = Reporter::new(args.json);
@@ -338,6 +345,7 @@ fn bisect_text(range: &Range, b: &Bisection, command: &str) -> String {
         "BAD against GOOD: {} (the change sought: {})",
         call_words(&b.ends.call),
         match b.seek {
+            Seek::Change => "a change either way",
             Seek::Regression => "a regression",
             Seek::Fix => "a fix",
         }
