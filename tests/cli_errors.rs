@@ -205,6 +205,42 @@ fn a_missing_config_file_is_bad_input_naming_it() {
     }
 }
 
+/// One boot per kernel is refused by per-patch and bisect, saying why, before anything is
+/// built: a boot's own offset in jiffies is as large as a commit's.
+#[test]
+fn one_boot_per_kernel_is_refused_by_per_patch_and_bisect() {
+    let (_d, db) = db();
+    let per_patch = run(
+        &db,
+        &[
+            "kab",
+            "debian:7.3",
+            "debian:7.3+v3.mbox",
+            "--per-patch",
+            "--boots",
+            "1",
+        ],
+    );
+    assert_exit(
+        &per_patch,
+        2,
+        &["--boots", "a boot's own offset", "--boots 2"],
+    );
+    let bisect = run(
+        &db,
+        &[
+            "bisect",
+            "git:/nowhere@v7.2",
+            "git:/nowhere@v7.3",
+            "--variant",
+            "irqchip-first",
+            "--boots",
+            "1",
+        ],
+    );
+    assert_exit(&bisect, 2, &["--boots", "1"]);
+}
+
 /// `bisect --speculate` on a machine of its own (no Slurm job, no Kubernetes pod): refused,
 /// saying why, before anything is built.
 #[test]

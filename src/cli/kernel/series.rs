@@ -18,6 +18,10 @@ use crate::lab::series::{
     self, JudgeSettings, MboxSeries, PerPatchRequest, SeriesNote, SeriesSource,
 };
 
+/// Why a commit is never judged from one boot a side: a boot carries an offset of its own in
+/// the jiffies an ioctl waits, as large as a commit's, which one boot cannot tell apart.
+const ONE_BOOT: &str = "one boot per kernel cannot tell a boot's own offset from a commit's (measured: the same KVM modules' memslot update waited 0.77 jiffies in one boot and 1.51 in the next, and a documentation patch came out REGRESSED); give --boots 2 or more";
+
 /// `hvlab kab BASE SERIES --per-patch`: the series' table (a shard's with `--shard`), or with
 /// `--from-store` the table of what the store holds (the shards' files merged).
 pub(super) fn per_patch(
@@ -25,6 +29,14 @@ pub(super) fn per_patch(
     args: &KabArgs,
     req: KabRequest,
 ) -> Result<ExitCode, Error> {
+    if req.boots < 2 {
+        return Err(InputError::BadValue {
+            key: "--boots".into(),
+            value: req.boots.to_string(),
+            why: ONE_BOOT.into(),
+        }
+        .into());
+    }
     let source = series::source_of(&args.patched)?;
     if !series::is_base_of(&args.base, &args.patched, source.base()) {
         return Err(InputError::BadValue {
@@ -121,8 +133,9 @@ pub struct BisectArgs {
     /// Scenario parameter key=value (repeatable)
     #[arg(long = "set", value_name = "KEY=VALUE")]
     sets: Vec<String>,
-    /// Boots per kernel at the first try of a step, in ABBA order
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=50))]
+    /// Boots per kernel at the first try of a step, in ABBA order (at least 2: one boot
+    /// cannot tell a boot's own offset from a commit's)
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..=50))]
     boots: u32,
     /// Repetitions per variant in each boot at the first try
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
