@@ -945,6 +945,12 @@ mod tests {
         let mut seen = 0;
         for entry in std::fs::read_dir(&dir).expect("tests/patches") {
             let path = entry.expect("entry").path();
+            // A series: its messages apply one on another, so two of them may touch the same
+            // lines, which a tree made from one blob's context cannot hold. The kernels test
+            // applies it for real, message by message.
+            if path.extension().is_some_and(|e| e == "mbox") {
+                continue;
+            }
             let p = [PatchFile::read(&path).expect("parses")];
             confine::lexical(&p).expect("confined");
             let scratch = tempfile::tempdir().expect("tempdir");
