@@ -540,15 +540,11 @@ fn kab_judges_the_001_fix_from_its_patch_module_only_on_7_3() {
     assert!(!err.contains("build: "), "{err}");
 }
 
-/// Bad patches: named with the file, the hunk and the target, or the compiler's first errors
-/// and the log, exit 2, and nothing stored or left half-built; a documentation-only patch is
-/// judged anyway (A = B), so --expect-fixed fails; missing build tools are named before
-/// anything is fetched (exit 3).
 /// A series posted as an mbox, judged patch by patch on Debian's 7.3 with every prefix built
 /// module-only (tests/patches/series-v1.mbox: documentation; memslot updates wait a normal
 /// grace period; documentation; the 001 fix): the memslot patch REGRESSED irqchip-first against
-/// its parent, the fix FIXED it against its parent, and both documentation patches are NO
-/// CHANGE against theirs, in one family of comparisons. Counts and jiffies only (TCG).
+/// its parent, the fix FIXED it against its parent, and neither documentation patch is flagged
+/// against its parent, in one family of comparisons. Counts and jiffies only (TCG).
 #[test]
 fn kab_per_patch_names_the_patches_of_an_mbox_series_module_only_on_7_3() {
     let Some(_turn) = building("kab_per_patch_names_the_patches_of_an_mbox_series") else {
@@ -605,9 +601,14 @@ fn kab_per_patch_names_the_patches_of_an_mbox_series_module_only_on_7_3() {
         "{}",
         v["notes"]
     );
-    assert_eq!(class(0, "vs_parent"), "NO CHANGE", "{v}");
+    // A documentation patch is never flagged. NO CHANGE is what every quiet run here gave;
+    // NOT DECIDED is the honest word when two boots' offsets leave a +20% in jiffies
+    // unsettled (seen once in the 3-patch benchmark), never a change.
+    for doc in [0, 2] {
+        let c = class(doc, "vs_parent");
+        assert!(c == "NO CHANGE" || c == "NOT DECIDED", "{v}");
+    }
     assert_eq!(class(1, "vs_parent"), "REGRESSED", "{v}");
-    assert_eq!(class(2, "vs_parent"), "NO CHANGE", "{v}");
     assert_eq!(class(3, "vs_parent"), "FIXED", "{v}");
     // Against the base, the regression carries over the documentation patch after it.
     assert_eq!(class(2, "vs_base"), "REGRESSED", "{v}");
@@ -714,6 +715,10 @@ fn a_git_tree_per_patch_and_its_bisections_name_the_regressing_and_the_fixing_co
     assert_eq!((code, found(&v)), (Some(0), Some(4)), "{v}");
 }
 
+/// Bad patches: named with the file, the hunk and the target, or the compiler's first errors
+/// and the log, exit 2, and nothing stored or left half-built; a documentation-only patch is
+/// judged anyway (A = B), so --expect-fixed fails; missing build tools are named before
+/// anything is fetched (exit 3).
 #[test]
 fn kab_refuses_bad_patches_and_judges_a_documentation_patch_anyway() {
     let Some(_turn) = building("kab_refuses_bad_patches") else {
