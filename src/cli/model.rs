@@ -175,20 +175,20 @@ fn patch_predictions(report: &PatchReport, tolerance: f64) -> String {
     for p in &report.predictions {
         out.extend(kernel_prediction(p));
     }
-    for s in &report.skipped {
-        out.push(format!(
-            "  skipped {}{}: {}",
-            s.kab,
-            s.side
-                .as_ref()
-                .map_or(String::new(), |x| format!(" side {x}")),
-            s.why
-        ));
-    }
+    out.extend(report.skipped.iter().map(skipped_line));
     if report.predictions.is_empty() && report.skipped.is_empty() {
         out.push("  none: no stored kab of a change the model knows (hvlab kab debian:7.3 debian:7.3+001-lifecycle-keyed.patch stores one)".into());
     }
     out.join("\n")
+}
+
+/// A stored kab (or one side of it) a fidelity table left out, and why.
+fn skipped_line(s: &lab::fidelity::patch::Skipped) -> String {
+    let side = s
+        .side
+        .as_ref()
+        .map_or(String::new(), |x| format!(" side {x}"));
+    format!("  skipped {}{side}: {}", s.kab, s.why)
 }
 
 /// The predictions of memory patches (thread 004's prefetch): a row per kab side and variant.
@@ -228,16 +228,7 @@ fn memory_predictions(report: &lab::fidelity::memory_patch::MemoryReport) -> Str
             figure(r.pf_fixed.band[1]),
         ));
     }
-    for s in &report.skipped {
-        out.push(format!(
-            "  skipped {}{}: {}",
-            s.kab,
-            s.side
-                .as_ref()
-                .map_or(String::new(), |x| format!(" side {x}")),
-            s.why
-        ));
-    }
+    out.extend(report.skipped.iter().map(skipped_line));
     if report.rows.is_empty() && report.skipped.is_empty() {
         out.push("  none: no stored kab of the memory scenario (hvlab kab debian:7.3 debian:7.3+revert.patch --scenario memory --kvm-param kvm.tdp_mmu=N stores one)".into());
     }

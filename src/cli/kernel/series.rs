@@ -22,6 +22,19 @@ use crate::lab::series::{
 /// the jiffies an ioctl waits, as large as a commit's, which one boot cannot tell apart.
 const ONE_BOOT: &str = "one boot per kernel cannot tell a boot's own offset from a commit's (measured: the same KVM modules' memslot update waited 0.77 jiffies in one boot and 1.51 in the next, and a documentation patch came out REGRESSED); give --boots 2 or more";
 
+/// Per-patch and bisect judge commits from two boots per kernel at least ([`ONE_BOOT`]).
+fn at_least_two_boots(boots: u32) -> Result<(), Error> {
+    if boots >= 2 {
+        return Ok(());
+    }
+    Err(InputError::BadValue {
+        key: "--boots".into(),
+        value: boots.to_string(),
+        why: ONE_BOOT.into(),
+    }
+    .into())
+}
+
 /// `hvlab kab BASE SERIES --per-patch`: the series' table (a shard's with `--shard`), or with
 /// `--from-store` the table of what the store holds (the shards' files merged).
 pub(super) fn per_patch(
@@ -29,14 +42,7 @@ pub(super) fn per_patch(
     args: &KabArgs,
     req: KabRequest,
 ) -> Result<ExitCode, Error> {
-    if req.boots < 2 {
-        return Err(InputError::BadValue {
-            key: "--boots".into(),
-            value: req.boots.to_string(),
-            why: ONE_BOOT.into(),
-        }
-        .into());
-    }
+    at_least_two_boots(req.boots)?;
     let source = series::source_of(&args.patched)?;
     if !series::is_base_of(&args.base, &args.patched, source.base()) {
         return Err(InputError::BadValue {
@@ -135,7 +141,7 @@ pub struct BisectArgs {
     sets: Vec<String>,
     /// Boots per kernel at the first try of a step, in ABBA order (at least 2: one boot
     /// cannot tell a boot's own offset from a commit's)
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..=50))]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=50))]
     boots: u32,
     /// Repetitions per variant in each boot at the first try
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
@@ -231,6 +237,7 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
         args.scenarios.clone()
     };
     check_variants_exist("--variant", std::slice::from_ref(&args.variant), &scenarios)?;
+    at_least_two_boots(args.boots)?;
     let config = args.config.checked()?;
     if args.speculate && bisect::cluster_of(|k| std::env::var(k).ok()).is_none() {
         return Err(InputError::BadValue {
