@@ -28,8 +28,8 @@ mod run;
 use judge::host_busy_during;
 
 pub use judge::{
-    Cause, Change, CorrectedP, GraceWait, Inconclusive, Judgement, MetricAb, ScenarioAb,
-    SideFailure, SideRuns, StallAb, StallReps, StallSide, Trust, Unsettled, VariantAb,
+    Cause, Change, CorrectedP, GraceWait, Inconclusive, Judgement, MetricAb, MetricOutcome,
+    ScenarioAb, SideFailure, SideRuns, StallAb, StallReps, StallSide, Trust, Unsettled, VariantAb,
     VariantVerdict, WorseWay, correct_family, judge, judge_uncorrected, judgement, verdict,
     verdicts,
 };
