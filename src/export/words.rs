@@ -462,7 +462,7 @@ pub fn sweep_too_big(c: &crate::lab::sweep::StoreCost, store: &str, free: u64) -
     )
 }
 
-// ---- What lab's suite and sweeps could not do, in words (issue 18, "cli2" block) ----
+// ---- What lab's suite and sweeps could not do, in words ----
 
 /// A suite unit this host could not run: `scenario on backend: why`.
 pub fn skipped_unit(s: &crate::lab::suite::Skipped) -> String {

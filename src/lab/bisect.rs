@@ -980,7 +980,7 @@ mod tests {
         assert_eq!(found(&b), Some(4));
     }
 
-    /// Issue 38's series: commit 2 makes it worse, commit 4 fixes it (better than GOOD). The
+    /// A series where commit 2 makes it worse and commit 4 fixes it (better than GOOD). The
     /// first commit that differs from GOOD is 2; the first fix is 4, past the two commits that
     /// are worse than GOOD (not yet fixed, so on GOOD's side); a regression is not what BAD
     /// is against GOOD, so seeking one is refused naming BAD's class.

@@ -54,7 +54,7 @@ pub struct Gate {
 
 /// How much slower a busy host made the same run: A/A pairs of different runs on this 2-core
 /// machine at load 8-12 (a CPU hog per core beside four builds) differed by up to 1.72× (95%
-/// CI upper end 2.24×; issue 17's A/A experiment). A slowdown whose whole 95% interval lies
+/// CI upper end 2.24×, in an A/A experiment). A slowdown whose whole 95% interval lies
 /// above this is not the host getting busier, so the gate still calls it.
 pub const BUSY_INFLATION: f64 = 2.5;
 

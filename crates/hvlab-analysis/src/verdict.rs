@@ -1,4 +1,4 @@
-//! The one verdict rule (../shared/DESIGN.md, "Verdicts: one rule everywhere"): `run`'s headline,
+//! The one verdict rule (docs/ARCHITECTURE.md, "Verdicts"): `run`'s headline,
 //! `compare`, `suite`, `validate`, `kab` and fleet comparisons all call a difference through
 //! [`call`], after [`adjust`] has corrected the p-values of the metrics judged together and
 //! [`family`] has placed each comparison in that family.

@@ -1201,7 +1201,7 @@ mod tests {
         assert!((15.0..25.0).contains(&saved), "{saved}: {after}");
     }
 
-    /// Issue 37, item 3: the 004 revert under the default TDP MMU, as a kab stored it. The
+    /// The 004 revert under the default TDP MMU, as a kab stored it. The
     /// text, the cover letter and the JSON say NOT EXERCISED with the calls on each side and
     /// the legacy MMU's `--kvm-param`; the headline never says "no regression", and the gate
     /// passes.
@@ -1273,7 +1273,7 @@ mod tests {
         }
     }
 
-    /// Issue 37: B's dirty log lost a page per pass, so every dirty variant failed on B. The
+    /// B's dirty log lost a page per pass, so every dirty variant failed on B. The
     /// table has every variant, REGRESSED with B's own words; the headline says REGRESSION,
     /// and `--fail-on-regression` exits 1 (it exited 0 under "of 0 variant(s) … no regression").
     #[test]

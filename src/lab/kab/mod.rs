@@ -256,7 +256,7 @@ impl KabOutcome {
     }
 }
 
-/// A kab of a patch that makes dirty logging lose one page per pass (issue 37), as stored:
+/// A kab of a patch that makes dirty logging lose one page per pass, as stored:
 /// A ran every dirty variant, B failed each (`tests/fixtures/kab-dirty-lost-page/`).
 #[cfg(test)]
 pub(crate) mod fixture {

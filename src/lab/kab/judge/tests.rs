@@ -663,7 +663,7 @@ fn scenario_of(variants: Vec<VariantAb>) -> ScenarioAb {
     }
 }
 
-/// Issue 36: a stall B gained regresses it as its stall count does. In 12 of 20
+/// A stall B gained regresses it as its stall count does. In 12 of 20
 /// repetitions, with no other metric worse, the count is higher beyond chance: REGRESSED,
 /// and the gate (`KabOutcome.regression`, what `--fail-on-regression` reads) fails. In 3
 /// of 20 the count cannot be told from noise: B looks worse, NOT DECIDED naming the
@@ -730,7 +730,7 @@ fn a_stall_b_gained_regresses_as_its_count_does_and_the_gate_follows_the_class()
     assert!(!j.regression);
 }
 
-/// Issue 37: B's dirty log loses a page per pass, so every dirty variant failed on B and
+/// B's dirty log loses a page per pass, so every dirty variant failed on B and
 /// ran on A. Each is REGRESSED with B's failure, none left out, and the gate fails.
 #[test]
 fn a_variant_a_ran_and_b_failed_is_regressed_with_b_s_failure() {
@@ -933,7 +933,7 @@ fn with_calls(runs: &mut [RunRecord], calls: u64) {
     }
 }
 
-/// Issue 37, item 3: the revert of 004's trailing prefetch under the default TDP MMU, as a kab
+/// The revert of 004's trailing prefetch under the default TDP MMU, as a kab
 /// stored it. `__direct_pte_prefetch` ran 0 times on both kernels: NOT EXERCISED (never NO
 /// CHANGE), its calls beside it, the legacy MMU named as what reaches it, and no regression.
 #[test]
