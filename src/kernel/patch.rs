@@ -57,6 +57,18 @@ pub struct Hunk {
     /// What it changes in the old file, as half-open line ranges `[from, to)`: the lines it
     /// removes, or an empty range `[n, n)` where it inserts before old line `n`.
     pub changes: Vec<(usize, usize)>,
+    /// Lines it spans in the old file (`b` of `-a,b`).
+    pub old_len: usize,
+    /// First line in the new file (`c` of `+c,d`).
+    pub new_start: usize,
+    /// Lines it spans in the new file (`d` of `+c,d`).
+    pub new_len: usize,
+    /// The old file's lines it removes (1-based).
+    pub removed: Vec<usize>,
+    /// The new file's lines it adds (1-based).
+    pub added: Vec<usize>,
+    /// Its context lines, each as (old line, new line).
+    pub kept: Vec<(usize, usize)>,
 }
 
 /// The change to one file.
@@ -91,6 +103,29 @@ impl FileDiff {
     /// The file in the tree this diff changes (the old path of a deletion).
     pub fn target(&self) -> &str {
         self.new.as_deref().or(self.old.as_deref()).unwrap_or("")
+    }
+
+    /// Where the old file's line `old` is in the new file, when the diff keeps it (a context
+    /// line, or one no hunk spans); `None` for a line it removes.
+    pub fn new_line_of(&self, old: usize) -> Option<usize> {
+        let mut shift: isize = 0;
+        for h in &self.hunks {
+            // `-a,0` inserts after old line `a`.
+            let first = if h.old_len == 0 {
+                h.old_start + 1
+            } else {
+                h.old_start
+            };
+            if old < first {
+                break;
+            }
+            if old >= first + h.old_len {
+                shift += isize::try_from(h.new_len).ok()? - isize::try_from(h.old_len).ok()?;
+                continue;
+            }
+            return h.kept.iter().find(|(o, _)| *o == old).map(|&(_, n)| n);
+        }
+        old.checked_add_signed(shift)
     }
 
     /// Whether the diff is of a symlink, before or after (git mode `120000`).
@@ -660,14 +695,20 @@ impl<'a> MessageLines<'a> {
             if !h.starts_with("@@ ") {
                 break;
             }
-            let (a, old_left, _, new_left) = hunk_ranges(h).ok_or_else(|| {
+            let (a, old_left, c, new_left) = hunk_ranges(h).ok_or_else(|| {
                 self.malformed(i, format!("a hunk header that does not parse: {h}"))
             })?;
-            let (after, changes) = self.hunk_body(h, i + 1, a, old_left, new_left)?;
+            let (after, body) = self.hunk_body(h, i + 1, (a, c), old_left, new_left)?;
             diff.hunks.push(Hunk {
                 header: h.to_string(),
                 old_start: a,
-                changes,
+                changes: body.changes,
+                old_len: old_left,
+                new_start: c,
+                new_len: new_left,
+                removed: body.removed,
+                added: body.added,
+                kept: body.kept,
             });
             i = after;
         }
@@ -684,11 +725,14 @@ impl<'a> MessageLines<'a> {
         &self,
         h: &str,
         mut i: usize,
-        mut old_line: usize,
+        (mut old_line, mut new_line): (usize, usize),
         mut old_left: usize,
         mut new_left: usize,
-    ) -> Result<(usize, Vec<(usize, usize)>), PatchError> {
+    ) -> Result<(usize, HunkBody), PatchError> {
         let mut changes: Vec<(usize, usize)> = Vec::new();
+        let mut removed = Vec::new();
+        let mut added = Vec::new();
+        let mut kept = Vec::new();
         // A run of removed and added lines is one change: it starts at the old line where
         // the run began and ends after its last removed line.
         let mut run: Option<(usize, usize)> = None;
@@ -707,16 +751,21 @@ impl<'a> MessageLines<'a> {
                     old_left = old_left.saturating_sub(1);
                     new_left = new_left.saturating_sub(1);
                     changes.extend(run.take());
+                    kept.push((old_line, new_line));
                     old_line += 1;
+                    new_line += 1;
                 }
                 Some(b'-') => {
                     old_left = old_left.saturating_sub(1);
+                    removed.push(old_line);
                     let r = run.get_or_insert((old_line, old_line));
                     old_line += 1;
                     r.1 = old_line;
                 }
                 Some(b'+') => {
                     new_left = new_left.saturating_sub(1);
+                    added.push(new_line);
+                    new_line += 1;
                     run.get_or_insert((old_line, old_line));
                 }
                 Some(b'\\') => {}
@@ -736,8 +785,24 @@ impl<'a> MessageLines<'a> {
         while self.lines.get(i).is_some_and(|l| l.starts_with('\\')) {
             i += 1;
         }
-        Ok((i, changes))
+        Ok((
+            i,
+            HunkBody {
+                changes,
+                removed,
+                added,
+                kept,
+            },
+        ))
     }
+}
+
+/// What a hunk's lines change: [`Hunk::changes`], [`Hunk::removed`], [`Hunk::added`].
+struct HunkBody {
+    changes: Vec<(usize, usize)>,
+    removed: Vec<usize>,
+    added: Vec<usize>,
+    kept: Vec<(usize, usize)>,
 }
 
 #[cfg(test)]
@@ -813,6 +878,29 @@ index 3333333..4444444 100644
         );
         let targets: Vec<&str> = p[0].files.iter().map(FileDiff::target).collect();
         assert_eq!(targets, ["include/linux/srcu.h", "kernel/rcu/srcutree.c"]);
+    }
+
+    /// Each hunk names the old lines it removes, the new lines it adds, and where a kept line
+    /// moved: what DWARF's line tables and line-number constants are read against.
+    #[test]
+    fn hunks_give_removed_added_and_moved_lines() {
+        let text = "--- a/f.c\n+++ b/f.c\n@@ -3,4 +3,5 @@ int f(void)\n a\n-b\n+B\n+B2\n c\n d\n@@ -20,2 +21,0 @@\n-x\n-y\n@@ -30,0 +30,1 @@\n+z\n";
+        let p = parsed(text);
+        let d = &p[0].files[0];
+        let h = &d.hunks[0];
+        assert_eq!((h.removed.clone(), h.added.clone()), (vec![4], vec![4, 5]));
+        assert_eq!(h.kept, vec![(3, 3), (5, 6), (6, 7)]);
+        assert_eq!((d.hunks[1].removed.clone(), d.hunks[1].added.clone()), (vec![20, 21], vec![]));
+        assert_eq!(d.hunks[2].added, vec![30]);
+        // Before the first hunk, inside it, between hunks, after a deletion, after an insertion.
+        let map: Vec<Option<usize>> = [2, 4, 5, 10, 20, 25, 30, 31]
+            .iter()
+            .map(|&l| d.new_line_of(l))
+            .collect();
+        assert_eq!(
+            map,
+            vec![Some(2), None, Some(6), Some(11), None, Some(24), Some(29), Some(31)]
+        );
     }
 
     #[test]
