@@ -95,6 +95,10 @@ enum Command {
     /// The first commit of a series whose verdict for a variant differs from GOOD's (git
     /// bisect on a noisy host): hvlab bisect debian:7.3 debian:7.3+v3.mbox --variant V
     Bisect(kernel::BisectArgs),
+    /// One commit against GOOD as a `git bisect run` step: exit 0 like GOOD, 1 changed as
+    /// sought, 125 does not build or not decided; NO CHANGE without booting when the object
+    /// code is identical: git bisect run hvlab judge git:$PWD@v7.3 --variant V
+    Judge(kernel::JudgeArgs),
     /// A/B verdict: B against A, each a run, RUN:variant, or runs joined by commas; or each a
     /// host selector (key=value terms joined by commas over kernel, cpu, flavour, hz, backend,
     /// e.g. kernel=6.18,cpu=EPYC), compared per matched host and overall
@@ -346,6 +350,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         Command::Vm(args) => kernel::vm(db, &args),
         Command::Kab(args) => kernel::kab(db, &args),
         Command::Bisect(args) => kernel::bisect(db, &args),
+        Command::Judge(args) => kernel::judge(db, &args),
         Command::Compare(args) => compare::compare(db, &args),
         Command::Report(args) => report::report(db, args),
         Command::Merge(args) => transfer::merge(db, &args),

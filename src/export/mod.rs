@@ -7,11 +7,13 @@
 
 pub mod build;
 pub mod csv;
+pub mod email;
 pub mod escape;
 pub mod html;
 pub mod jsonl;
 pub mod kab;
 pub mod markdown;
+pub mod objdiff;
 pub mod report;
 pub mod series;
 pub mod summary;

@@ -17,6 +17,7 @@ pub mod journal;
 pub mod kbuild;
 pub mod ko;
 pub mod kprobe;
+pub mod mail;
 pub mod objdiff;
 pub mod patch;
 pub mod progress;

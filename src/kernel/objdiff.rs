@@ -365,7 +365,11 @@ impl Units {
             let Some(bytes) = data_of.get(&section.index()) else {
                 continue;
             };
-            let covered = out.symbols.get(&section.index()).cloned().unwrap_or_default();
+            let covered = out
+                .symbols
+                .get(&section.index())
+                .cloned()
+                .unwrap_or_default();
             let mut gaps = Vec::new();
             let mut at = 0u64;
             for (start, size, _) in &covered {
@@ -474,10 +478,7 @@ impl Units {
                         let offset = r.addend() + if pc { 4 } else { 0 };
                         self.in_section(file, section, offset)
                     }
-                    _ => Target::Symbol(
-                        normalised(sym.name().unwrap_or_default()),
-                        r.addend(),
-                    ),
+                    _ => Target::Symbol(normalised(sym.name().unwrap_or_default()), r.addend()),
                 }
             }
             RelocationTarget::Section(section) => self.in_section(file, section, r.addend()),
@@ -498,9 +499,8 @@ impl Units {
             let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
             return Target::Str(rest[..end].to_vec());
         }
-        self.symbol_at(section, offset).unwrap_or_else(|| {
-            Target::Section(s.name().unwrap_or_default().to_string(), offset)
-        })
+        self.symbol_at(section, offset)
+            .unwrap_or_else(|| Target::Section(s.name().unwrap_or_default().to_string(), offset))
     }
 
     /// The symbol of `section` covering `offset` (or starting right at it), and the offset
@@ -700,6 +700,16 @@ pub fn compare(
     module: &str,
     patches: &[PatchFile],
 ) -> Result<ModuleDelta, ObjdiffError> {
+    compare_with(old, new, module, &LineShift::of(patches))
+}
+
+/// [`compare`] with the line shift given.
+pub fn compare_with(
+    old: &Path,
+    new: &Path,
+    module: &str,
+    lines: &LineShift<'_>,
+) -> Result<ModuleDelta, ObjdiffError> {
     let read = |p: &Path| {
         super::ko::bytes(p).map_err(|e| {
             ObjdiffError::Read(
@@ -714,7 +724,7 @@ pub fn compare(
         })
     };
     let (x, y) = (read(old)?, read(new)?);
-    compare_bytes((old, &x), (new, &y), module, &LineShift::of(patches))
+    compare_bytes((old, &x), (new, &y), module, lines)
 }
 
 /// [`compare`] of two objects in memory.
@@ -756,7 +766,11 @@ pub fn compare_bytes(
                     line_numbers: 0,
                 },
             };
-            let kind = a.units.get(key).or(b.units.get(key)).map_or(key.0, |u| u.kind);
+            let kind = a
+                .units
+                .get(key)
+                .or(b.units.get(key))
+                .map_or(key.0, |u| u.kind);
             UnitDelta {
                 kind,
                 name: key.1.clone(),
@@ -770,5 +784,8 @@ pub fn compare_bytes(
     })
 }
 
+mod builds;
+pub use builds::{BuildsDelta, NotCompared, compare_builds};
+
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -890,7 +890,10 @@ index 3333333..4444444 100644
         let h = &d.hunks[0];
         assert_eq!((h.removed.clone(), h.added.clone()), (vec![4], vec![4, 5]));
         assert_eq!(h.kept, vec![(3, 3), (5, 6), (6, 7)]);
-        assert_eq!((d.hunks[1].removed.clone(), d.hunks[1].added.clone()), (vec![20, 21], vec![]));
+        assert_eq!(
+            (d.hunks[1].removed.clone(), d.hunks[1].added.clone()),
+            (vec![20, 21], vec![])
+        );
         assert_eq!(d.hunks[2].added, vec![30]);
         // Before the first hunk, inside it, between hunks, after a deletion, after an insertion.
         let map: Vec<Option<usize>> = [2, 4, 5, 10, 20, 25, 30, 31]
@@ -899,7 +902,16 @@ index 3333333..4444444 100644
             .collect();
         assert_eq!(
             map,
-            vec![Some(2), None, Some(6), Some(11), None, Some(24), Some(29), Some(31)]
+            vec![
+                Some(2),
+                None,
+                Some(6),
+                Some(11),
+                None,
+                Some(24),
+                Some(29),
+                Some(31)
+            ]
         );
     }
 

@@ -19,6 +19,9 @@ use serde::Serialize;
 
 use super::patch::{FileDiff, PatchFile};
 
+mod dwarf;
+pub use dwarf::{LineSite, sites};
+
 /// A function definition the scanner found in a C file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CFunction {
@@ -410,6 +413,128 @@ pub fn reach_all<'a>(patches: impl IntoIterator<Item = &'a PatchFile>, tree: &Pa
         out.skipped.extend(r.skipped);
     }
     out
+}
+
+/// Where a [`Reach`] came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ReachSource {
+    /// The unpatched build's DWARF: exact, inlined call sites included.
+    Dwarf {
+        /// Each changed line's code: the function it is in, and where that was inlined.
+        sites: Vec<(String, dwarf::LineSite)>,
+    },
+    /// The C scanner, because the build carries no debug information.
+    ScannerNoDebugInfo,
+}
+
+/// The old-file lines a hunk's change `[from, to)` touches: the lines it removes, or for an
+/// insertion before line `n` the lines either side of it.
+fn changed_lines(diff: &FileDiff) -> BTreeSet<u64> {
+    diff.hunks
+        .iter()
+        .flat_map(|h| &h.changes)
+        .flat_map(|&(from, to)| {
+            if from == to {
+                (from.saturating_sub(1)..=from).collect::<Vec<_>>()
+            } else {
+                (from..to).collect()
+            }
+        })
+        .map(|l| l as u64)
+        .collect()
+}
+
+/// The functions `patches` change per the DWARF of the unpatched build's `objects` (each
+/// module's name and bytes): each changed line's function, with the functions it was inlined
+/// into as its callers (counted when it has no symbol of its own). `None` when no object
+/// carries debug information.
+pub fn reach_from_dwarf<'a>(
+    patches: impl IntoIterator<Item = &'a PatchFile>,
+    objects: &[(String, Vec<u8>)],
+) -> Option<(Reach, ReachSource)> {
+    let mut out = Reach::default();
+    let mut all_sites = Vec::new();
+    let mut any_dwarf = false;
+    for diff in patches
+        .into_iter()
+        .flat_map(|p| &p.patches)
+        .flat_map(|p| &p.files)
+    {
+        let Some(file) = diff.old.as_deref() else {
+            out.skipped.push(format!(
+                "{}: a new file, absent from the base",
+                diff.target()
+            ));
+            continue;
+        };
+        if !(file.ends_with(".c") || file.ends_with(".h")) {
+            out.skipped.push(format!("{file}: not C source"));
+            continue;
+        }
+        let lines = changed_lines(diff);
+        let mut found = false;
+        for (module, bytes) in objects {
+            match dwarf::sites(bytes, file, &lines) {
+                Ok(Some(sites)) => {
+                    any_dwarf = true;
+                    for site in sites {
+                        found = true;
+                        let at = out
+                            .functions
+                            .iter()
+                            .position(|f| f.file == file && f.name == site.function);
+                        let i = at.unwrap_or_else(|| {
+                            out.functions.push(PatchedFunction {
+                                file: file.to_string(),
+                                name: site.function.clone(),
+                                module: Some(module.clone()),
+                                callers: Vec::new(),
+                            });
+                            out.functions.len() - 1
+                        });
+                        if let Some(caller) = &site.inlined_into
+                            && !out.functions[i].callers.contains(caller)
+                        {
+                            out.functions[i].callers.push(caller.clone());
+                        }
+                        all_sites.push((module.clone(), site));
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => out
+                    .skipped
+                    .push(format!("{file}: {module}'s debug information: {e}")),
+            }
+        }
+        if !found {
+            out.skipped
+                .push(format!("{file}: its changed lines compiled to no code"));
+        }
+    }
+    any_dwarf.then_some((out, ReachSource::Dwarf { sites: all_sites }))
+}
+
+/// KVM's modules of `kernel` (`kvm`, `kvm_amd`, `kvm_intel`), each name with its bytes, for
+/// [`reach_from_dwarf`]; a module that is absent or unreadable is left out.
+pub fn module_objects(kernel: &super::Kernel) -> Vec<(String, Vec<u8>)> {
+    ["kvm", "kvm_amd", "kvm_intel"]
+        .into_iter()
+        .filter_map(|m| {
+            let bytes = super::ko::bytes(&kernel.module_file(m)?).ok()?;
+            Some((m.to_string(), bytes))
+        })
+        .collect()
+}
+
+/// [`reach_from_dwarf`], else (no debug information) the C scanner over `tree`, saying so.
+pub fn reach_exact_or_scanned(
+    patches: &[PatchFile],
+    objects: &[(String, Vec<u8>)],
+    tree: &Path,
+) -> (Reach, ReachSource) {
+    reach_from_dwarf(patches, objects)
+        .unwrap_or_else(|| (reach_all(patches, tree), ReachSource::ScannerNoDebugInfo))
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ pub mod compare;
 pub mod fidelity;
 pub mod fleet;
 pub mod host;
+pub mod judge;
 pub mod kab;
 pub mod select;
 pub mod series;

@@ -1,10 +1,13 @@
 //! `hvlab vm` and `hvlab kab`: kernels under test booted in QEMU, and their A/B. The words of
 //! a kab's outcome (the terminal text and the cover letter) are [`crate::export::kab`]'s.
 
+mod judge;
 #[cfg(test)]
 mod kab_golden;
 mod series;
 
+pub use judge::JudgeArgs;
+pub(super) use judge::judge;
 pub use series::BisectArgs;
 pub(super) use series::bisect;
 
@@ -602,7 +605,7 @@ fn check_kab_args(args: &KabArgs, req: &KabRequest) -> Result<(), Error> {
     }
     check_expected_variants(&args.expect_fixed, &req.scenarios)?;
     if let Some(path) = &args.markdown {
-        check_writable(path)?;
+        check_writable(path, COVER_LETTER, MARKDOWN)?;
     }
     Ok(())
 }
@@ -649,7 +652,11 @@ fn check_variants_exist(
 
 /// `--markdown FILE` can be written, checked before anything is built: an existing file is
 /// opened for writing without truncation, a new one created and removed again.
-fn check_writable(path: &Path) -> Result<(), Error> {
+/// What `--markdown FILE` writes, and the option, as an unwritable path's error names them.
+const COVER_LETTER: &str = "the cover-letter paragraph";
+const MARKDOWN: &str = "--markdown FILE";
+
+fn check_writable(path: &Path, what: &'static str, option: &'static str) -> Result<(), Error> {
     let existed = path.exists();
     std::fs::OpenOptions::new()
         .write(true)
@@ -657,9 +664,9 @@ fn check_writable(path: &Path) -> Result<(), Error> {
         .truncate(false)
         .open(path)
         .map_err(|e| Error::OutputPath {
-            what: "the cover-letter paragraph",
+            what,
             path: path.to_path_buf(),
-            option: "--markdown FILE",
+            option,
             why: e.to_string(),
         })?;
     if !existed {
@@ -966,9 +973,14 @@ mod tests {
             .expect("a lifecycle variant");
         let dir = tempfile::tempdir().expect("tempdir");
         let fresh = dir.path().join("cover.md");
-        check_writable(&fresh).expect("a new file in a writable directory");
+        check_writable(&fresh, COVER_LETTER, MARKDOWN).expect("a new file in a writable directory");
         assert!(!fresh.exists(), "the check leaves nothing behind");
-        let e = check_writable(&dir.path().join("no/such/dir/cover.md")).expect_err("no dir");
+        let e = check_writable(
+            &dir.path().join("no/such/dir/cover.md"),
+            COVER_LETTER,
+            MARKDOWN,
+        )
+        .expect_err("no dir");
         assert!(e.to_string().contains("--markdown"), "{e}");
     }
 

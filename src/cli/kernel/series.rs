@@ -23,7 +23,7 @@ use crate::lab::series::{
 const ONE_BOOT: &str = "one boot per kernel cannot tell a boot's own offset from a commit's (measured: the same KVM modules' memslot update waited 0.77 jiffies in one boot and 1.51 in the next, and a documentation patch came out REGRESSED); give --boots 2 or more";
 
 /// Per-patch and bisect judge commits from two boots per kernel at least ([`ONE_BOOT`]).
-fn at_least_two_boots(boots: u32) -> Result<(), Error> {
+pub(super) fn at_least_two_boots(boots: u32) -> Result<(), Error> {
     if boots >= 2 {
         return Ok(());
     }

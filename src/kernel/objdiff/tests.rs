@@ -15,7 +15,11 @@ pub(crate) fn compiled(dir: &Path, name: &str, source: &str, extra: &[&str]) -> 
         .arg(&o)
         .output()
         .expect("cc runs (a C compiler is what building hvlab needs)");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     std::fs::read(&o).expect("object")
 }
 
@@ -143,7 +147,10 @@ fn a_barrier_changes_the_function_it_is_in_and_nothing_else() {
             .map(|(_, d)| *d)
     };
     assert!(
-        matches!(of("reload"), Some(Delta::Grown { .. } | Delta::ChangedSameSize { .. })),
+        matches!(
+            of("reload"),
+            Some(Delta::Grown { .. } | Delta::ChangedSameSize { .. })
+        ),
         "{f:?}"
     );
     for n in ["helper", "warns"] {
@@ -155,7 +162,10 @@ fn a_barrier_changes_the_function_it_is_in_and_nothing_else() {
         .filter(|(_, d)| !d.is_identical())
         .filter_map(|(n, _)| n.split('.').next())
         .collect();
-    assert!(changed.iter().all(|n| ["reload", "caller"].contains(n)), "{changed:?}");
+    assert!(
+        changed.iter().all(|n| ["reload", "caller"].contains(n)),
+        "{changed:?}"
+    );
 }
 
 /// A function added, one removed, a string changed: bloat-o-meter's view with bytes.
@@ -169,10 +179,22 @@ fn added_removed_and_grown_functions_are_told_with_bytes() {
         .replace("warn_at(\"m.c\"", "warn_at(\"mm.c\"");
     let d = delta_of(BASE, &new);
     let f = functions(&d);
-    assert!(f.iter().any(|(n, d)| *n == "fresh" && matches!(d, Delta::Added { bytes } if *bytes > 0)), "{f:?}");
-    assert!(f.iter().any(|(n, d)| *n == "caller" && matches!(d, Delta::Removed { bytes } if *bytes > 0)), "{f:?}");
+    assert!(
+        f.iter()
+            .any(|(n, d)| *n == "fresh" && matches!(d, Delta::Added { bytes } if *bytes > 0)),
+        "{f:?}"
+    );
+    assert!(
+        f.iter()
+            .any(|(n, d)| *n == "caller" && matches!(d, Delta::Removed { bytes } if *bytes > 0)),
+        "{f:?}"
+    );
     // The string `warns` names changed: its code is the same, what it points at is not.
-    assert!(f.iter().any(|(n, d)| *n == "warns" && matches!(d, Delta::ChangedSameSize { .. })), "{f:?}");
+    assert!(
+        f.iter()
+            .any(|(n, d)| *n == "warns" && matches!(d, Delta::ChangedSameSize { .. })),
+        "{f:?}"
+    );
     let s = d.summary(UnitKind::Function);
     assert_eq!((s.added, s.removed), (1, 1));
     let net: i64 = f.iter().map(|(_, d)| d.bytes_change()).sum();
@@ -181,7 +203,10 @@ fn added_removed_and_grown_functions_are_told_with_bytes() {
 
 #[test]
 fn clone_numbers_are_not_part_of_a_name() {
-    assert_eq!(normalised("__direct_pte_prefetch.isra.0"), "__direct_pte_prefetch.isra");
+    assert_eq!(
+        normalised("__direct_pte_prefetch.isra.0"),
+        "__direct_pte_prefetch.isra"
+    );
     assert_eq!(normalised("f.constprop.0.isra.0"), "f.constprop.isra");
     assert_eq!(normalised("__key.123"), "__key");
     assert_eq!(normalised("kvm_mmu_page_fault"), "kvm_mmu_page_fault");

@@ -25,7 +25,7 @@ use super::predict::{KabPrediction, predict, predict_memory};
 use super::{
     BootSummary, GuestFailure, HostSummary, KabNote, KabOutcome, KabProgress, KabRequest, WallTimes,
 };
-use crate::kernel::reach::{PatchedFunction, Reach, reach_all};
+use crate::kernel::reach::{PatchedFunction, Reach, reach_exact_or_scanned};
 
 /// Which side a boot is.
 pub fn abba(boots_per_side: u32) -> Vec<usize> {
@@ -299,7 +299,9 @@ impl KabKernels {
         let Some(tree) = self.source_trees.first() else {
             return (Reach::default(), notes);
         };
-        let reach = reach_all(&patches, tree);
+        // Exact from the unpatched modules' DWARF when they carry it, else the C scanner.
+        let objects = crate::kernel::reach::module_objects(&self.kernels[0]);
+        let (reach, _) = reach_exact_or_scanned(&patches, &objects, tree);
         if !reach.functions.is_empty() {
             notes.push(KabNote::CallsCounted {
                 functions: reach.functions.iter().map(|f| f.name.clone()).collect(),

@@ -1,0 +1,206 @@
+//! The object-code delta in words, as kernel reviewers read `scripts/bloat-o-meter`: per
+//! module its summary line (`add/remove: 0/0 grow/shrink: 1/0 up/down: 16/0 (16)`) and a row
+//! per changed function with its old and new size in bytes; or "object code identical", with
+//! the line-number constants the patch moved; and what was not compared, and why.
+
+use crate::kernel::objdiff::{BuildsDelta, Delta, ModuleDelta, NotCompared, UnitKind};
+use crate::kernel::reach::{Reach, ReachSource};
+
+/// A unit's kind as a column heading.
+fn kind_word(kind: UnitKind) -> &'static str {
+    match kind {
+        UnitKind::Function => "Function",
+        UnitKind::Data => "Data",
+        UnitKind::Section => "Section",
+    }
+}
+
+/// Old and new size in bytes (`-` where absent), and what changed beyond the size.
+fn sizes(d: &Delta) -> (String, String, &'static str) {
+    let n = |b: u64| b.to_string();
+    match *d {
+        Delta::Added { bytes } => ("-".into(), n(bytes), ""),
+        Delta::Removed { bytes } => (n(bytes), "-".into(), ""),
+        Delta::Grown { from, to } | Delta::Shrunk { from, to } => (n(from), n(to), ""),
+        Delta::ChangedSameSize { bytes } => (n(bytes), n(bytes), "  (same size, code changed)"),
+        Delta::Identical { bytes, .. } => (n(bytes), n(bytes), ""),
+    }
+}
+
+/// The line-number constants that differed only by the patch's line shift, over a module.
+pub fn line_numbers(m: &ModuleDelta) -> u32 {
+    m.units
+        .iter()
+        .map(|u| match u.delta {
+            Delta::Identical { line_numbers, .. } => line_numbers,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// bloat-o-meter's summary line of a module's functions, in bytes.
+pub fn summary_line(m: &ModuleDelta) -> String {
+    let s = m.summary(UnitKind::Function);
+    let (mut up, mut down) = (0i64, 0i64);
+    for u in m.units.iter().filter(|u| u.kind == UnitKind::Function) {
+        let c = u.delta.bytes_change();
+        if c > 0 {
+            up += c;
+        } else {
+            down += c;
+        }
+    }
+    format!(
+        "add/remove: {}/{} grow/shrink: {}/{} same size changed: {} up/down: {up}/{down} ({} bytes)",
+        s.added, s.removed, s.grown, s.shrunk, s.changed_same_size, s.net_bytes
+    )
+}
+
+/// One module's delta: identical in one line, else the summary and a row per changed unit.
+pub fn module(m: &ModuleDelta) -> String {
+    let functions = m.summary(UnitKind::Function);
+    let total = functions.identical
+        + functions.changed_same_size
+        + functions.grown
+        + functions.shrunk
+        + functions.added
+        + functions.removed;
+    if m.identical() {
+        return format!(
+            "{}.ko: object code identical ({total} functions; {} line-number constants moved by the patch)",
+            m.module,
+            line_numbers(m)
+        );
+    }
+    let mut out = format!("{}.ko: {}\n", m.module, summary_line(m));
+    let changed: Vec<_> = m.changed().collect();
+    let width = changed
+        .iter()
+        .map(|u| u.name.len())
+        .max()
+        .unwrap_or(0)
+        .max(8);
+    let mut kind = None;
+    for u in changed {
+        if kind != Some(u.kind) {
+            kind = Some(u.kind);
+            out.push_str(&format!(
+                "  {:<width$} {:>8} {:>8} {:>8}\n",
+                kind_word(u.kind),
+                "old",
+                "new",
+                "delta"
+            ));
+        }
+        let (old, new, note) = sizes(&u.delta);
+        out.push_str(&format!(
+            "  {:<width$} {old:>8} {new:>8} {:>+8}{note}\n",
+            u.name,
+            u.delta.bytes_change()
+        ));
+    }
+    out.trim_end().to_string()
+}
+
+/// Why part of the builds was not compared.
+pub fn not_compared(n: &NotCompared) -> String {
+    match n {
+        NotCompared::WholeKernel => {
+            "a whole kernel was built and its vmlinux is not kept, so its built-in code is not compared".into()
+        }
+        NotCompared::NotBuilt => {
+            "a kernel used as given (not built by hvlab): its object code is not known".into()
+        }
+        NotCompared::ModuleMissing { module } => {
+            format!("{module}.ko is in one build only")
+        }
+        NotCompared::Unreadable { module, error } => format!("{module}.ko: {error}"),
+    }
+}
+
+/// The whole delta: each module, then what was not compared.
+pub fn builds(d: &BuildsDelta) -> String {
+    let mut parts: Vec<String> = d.modules.iter().map(module).collect();
+    parts.extend(
+        d.not_compared
+            .iter()
+            .map(|n| format!("not compared: {}", not_compared(n))),
+    );
+    if parts.is_empty() {
+        parts.push("no module rebuilt: the patch changes nothing a build uses".into());
+    }
+    parts.join("\n")
+}
+
+/// The functions a patch reaches, and where that was read: `f (inlined into g, h)`.
+pub fn reach(r: &Reach, source: &ReachSource) -> String {
+    let (from, callers) = match source {
+        ReachSource::Dwarf { .. } => ("from DWARF", "inlined into"),
+        ReachSource::ScannerNoDebugInfo => (
+            "from the C scanner (the build has no debug information)",
+            "callers in its file",
+        ),
+    };
+    let functions: Vec<String> = r
+        .functions
+        .iter()
+        .map(|f| {
+            if f.callers.is_empty() {
+                f.name.clone()
+            } else {
+                format!("{} ({callers} {})", f.name, f.callers.join(", "))
+            }
+        })
+        .collect();
+    let list = if functions.is_empty() {
+        "none".to_string()
+    } else {
+        functions.join(", ")
+    };
+    format!("reach {from}: {list}")
+}
+
+/// A judgement (`hvlab judge`): the object-code delta, the reason, and what git is told.
+pub fn judgement(j: &crate::lab::judge::Judgement) -> String {
+    use crate::lab::judge::{Answer, Reason};
+    let reason = match &j.reason {
+        Reason::ObjectIdentical => {
+            "NO CHANGE: object code identical, so not booted (an exact answer)".to_string()
+        }
+        Reason::DoesNotBuild { error } => format!("DOES NOT BUILD: {error}"),
+        Reason::NotBooted => "NOT DECIDED: the object code changed and --no-boot was given".into(),
+        Reason::Judged {
+            class,
+            numbers,
+            effort,
+        } => {
+            let n = numbers.as_ref().map_or_else(String::new, |n| {
+                format!(": {}", super::series::numbers_words(n, true))
+            });
+            format!("{}{n} (booted, effort {effort})", class.word())
+        }
+    };
+    let answer = match j.answer {
+        Answer::Good => "good",
+        Answer::Bad => "bad",
+        Answer::Skip => "skip",
+    };
+    let mut out = format!(
+        "{} against GOOD {}, variant {}\n",
+        j.candidate, j.good, j.variant
+    );
+    if let Some(d) = &j.object {
+        out.push_str(&builds(d));
+        out.push('\n');
+    }
+    if let Some((r, source)) = &j.reach {
+        out.push_str(&reach(r, source));
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "{reason}\n{answer} (exit {}) in {:.1} s",
+        j.answer.exit_code(),
+        j.wall_s
+    ));
+    out
+}
