@@ -267,3 +267,28 @@ fn speculation_without_a_cluster_is_refused_saying_why() {
         &["--speculate", "no cluster", "starve the timed boots"],
     );
 }
+
+/// `hvlab judge` is a `git bisect run` step: its own errors exit 128 plus the usual code, so
+/// git stops the bisection instead of marking the commit bad (any code 1–127 but 125).
+#[test]
+fn judge_errors_stop_a_git_bisect_run_instead_of_marking_the_commit_bad() {
+    let (_d, db) = db();
+    assert_exit(
+        &run(
+            &db,
+            &["judge", "debian:7.3", "debian:7.3", "--variant", "no-such"],
+        ),
+        130,
+        &["--variant", "no-such"],
+    );
+    // No CANDIDATE and no git tree around the working directory.
+    let dir = tempfile::tempdir().unwrap();
+    let out = hvlab()
+        .current_dir(dir.path())
+        .env("GIT_CEILING_DIRECTORIES", dir.path().parent().unwrap())
+        .args(["judge", "debian:7.3", "--variant", "qemu-order", "--db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert_exit(&out, 130, &["not in a git tree", "name the candidate"]);
+}

@@ -242,7 +242,8 @@ mod tests {
                 .references()
                 .as_text_list()
                 .expect("references")
-                .into_iter()
+                .iter()
+                .map(|c| c.as_ref())
                 .collect();
             assert_eq!(refs, ["cover.series@example.org", own.as_str()]);
             assert_eq!(m.message_id(), Some(id.as_str()));

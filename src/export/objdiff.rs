@@ -204,3 +204,82 @@ pub fn judgement(j: &crate::lab::judge::Judgement) -> String {
     ));
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::objdiff::UnitDelta;
+
+    fn unit(kind: UnitKind, name: &str, delta: Delta) -> UnitDelta {
+        UnitDelta {
+            kind,
+            name: name.into(),
+            delta,
+        }
+    }
+
+    /// bloat-o-meter's summary counts and bytes, a row per changed unit with both sizes;
+    /// identical modules in one line with the line numbers moved.
+    #[test]
+    fn a_module_delta_reads_as_bloat_o_meter() {
+        let m = ModuleDelta {
+            module: "kvm".into(),
+            units: vec![
+                unit(
+                    UnitKind::Function,
+                    "grown",
+                    Delta::Grown { from: 589, to: 619 },
+                ),
+                unit(UnitKind::Function, "gone", Delta::Removed { bytes: 40 }),
+                unit(
+                    UnitKind::Function,
+                    "same",
+                    Delta::ChangedSameSize { bytes: 12 },
+                ),
+                unit(
+                    UnitKind::Function,
+                    "kept",
+                    Delta::Identical {
+                        bytes: 8,
+                        line_numbers: 2,
+                    },
+                ),
+                unit(
+                    UnitKind::Section,
+                    ".text",
+                    Delta::Grown { from: 10, to: 12 },
+                ),
+            ],
+        };
+        let text = module(&m);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "kvm.ko: add/remove: 0/1 grow/shrink: 1/0 same size changed: 1 up/down: 30/-40 (-10 bytes)"
+        );
+        assert!(lines.iter().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["grown", "589", "619", "+30"]));
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["gone", "40", "-", "-40"])
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("same") && l.contains("code changed"))
+        );
+        assert!(
+            !text.contains("kept"),
+            "identical units are not listed: {text}"
+        );
+        assert!(lines.iter().any(|l| l.trim_start().starts_with("Section")));
+        let same = ModuleDelta {
+            module: "kvm_amd".into(),
+            units: vec![m.units[3].clone()],
+        };
+        assert_eq!(
+            module(&same),
+            "kvm_amd.ko: object code identical (1 functions; 2 line-number constants moved by the patch)"
+        );
+    }
+}

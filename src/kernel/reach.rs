@@ -350,21 +350,31 @@ pub fn functions_changed(diff: &FileDiff, source: &str) -> Vec<String> {
     names
 }
 
+/// The unpatched C file a diff changes, or why it has no functions to reach.
+fn c_source(diff: &FileDiff) -> Result<&str, String> {
+    let Some(file) = diff.old.as_deref() else {
+        return Err(format!(
+            "{}: a new file, absent from the base",
+            diff.target()
+        ));
+    };
+    if !(file.ends_with(".c") || file.ends_with(".h")) {
+        return Err(format!("{file}: not C source"));
+    }
+    Ok(file)
+}
+
 /// The functions `patch` changes, read against the unpatched `tree`.
 pub fn reach(patch: &PatchFile, tree: &Path) -> Reach {
     let mut out = Reach::default();
     for diff in patch.patches.iter().flat_map(|p| &p.files) {
-        let Some(file) = diff.old.as_deref() else {
-            out.skipped.push(format!(
-                "{}: a new file, absent from the base",
-                diff.target()
-            ));
-            continue;
+        let file = match c_source(diff) {
+            Ok(file) => file,
+            Err(why) => {
+                out.skipped.push(why);
+                continue;
+            }
         };
-        if !(file.ends_with(".c") || file.ends_with(".h")) {
-            out.skipped.push(format!("{file}: not C source"));
-            continue;
-        }
         let source = match std::fs::read(tree.join(file)) {
             Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             Err(e) => {
@@ -461,17 +471,13 @@ pub fn reach_from_dwarf<'a>(
         .flat_map(|p| &p.patches)
         .flat_map(|p| &p.files)
     {
-        let Some(file) = diff.old.as_deref() else {
-            out.skipped.push(format!(
-                "{}: a new file, absent from the base",
-                diff.target()
-            ));
-            continue;
+        let file = match c_source(diff) {
+            Ok(file) => file,
+            Err(why) => {
+                out.skipped.push(why);
+                continue;
+            }
         };
-        if !(file.ends_with(".c") || file.ends_with(".h")) {
-            out.skipped.push(format!("{file}: not C source"));
-            continue;
-        }
         let lines = changed_lines(diff);
         let mut found = false;
         for (module, bytes) in objects {

@@ -152,8 +152,8 @@ pub fn sites(
         }
     }
     let empty = Relocations::default();
-    let dwarf = gimli::Dwarf::load(|id| -> Result<R<'_>, gimli::Error> {
-        Ok(match data.get(&id) {
+    let dwarf = gimli::Dwarf::load(|id| {
+        Ok::<_, gimli::Error>(match data.get(&id) {
             Some((b, r)) => RelocateReader::new(EndianSlice::new(b, endian), r),
             None => RelocateReader::new(EndianSlice::new(&[], endian), &empty),
         })
