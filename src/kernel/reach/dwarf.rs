@@ -218,7 +218,7 @@ pub fn sites(
                 continue;
             }
             let mut ranges = Vec::new();
-            let mut it = unit.die_ranges(entry).map_err(err)?;
+            let mut it = dwarf.die_ranges(&unit, entry).map_err(err)?;
             while let Some(r) = it.next().map_err(err)? {
                 ranges.push((r.begin, r.end));
             }
