@@ -250,6 +250,29 @@ fn a_stall_a_had_and_b_never_has_is_fixed() {
     );
 }
 
+/// A stall in a minority of A's repetitions (7 of 20, as a wall-clock boot under TCG gave the
+/// 001 fix's firecracker order) and in none of B's: both medians are 0, yet the ranks say B
+/// is lower beyond chance, so the variant is FIXED, not NOT DECIDED.
+#[test]
+fn a_stall_in_a_minority_of_a_and_never_in_b_is_fixed() {
+    let mut a = vec![0.0; 13];
+    a.extend([1.0; 7]);
+    let v = verdict(
+        "lifecycle",
+        &variant(vec![stalls(a, vec![0.0; 20])], vec![stall(Some(7), None)]),
+    );
+    assert_eq!(v.class, VariantClass::Fixed, "{v:?}");
+    assert!(v.undecided.is_empty(), "{:?}", v.undecided);
+    // The other way round, the same counts are a stall B gained, judged higher.
+    let mut b = vec![0.0; 13];
+    b.extend([1.0; 7]);
+    let v = verdict(
+        "lifecycle",
+        &variant(vec![stalls(vec![0.0; 20], b)], vec![stall(None, Some(7))]),
+    );
+    assert_eq!(v.class, VariantClass::Regressed, "{v:?}");
+}
+
 fn noise_with(busy: Vec<hvlab_core::noise::BusyReason>) -> hvlab_core::noise::Noise {
     hvlab_core::noise::Noise {
         cores: 2,
