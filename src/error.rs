@@ -585,7 +585,6 @@ mod tests {
                 2,
             ),
             (BuildError::ConfigUnreadable(p(), io()), 2),
-            (BuildError::NoSeries { spec: s() }, 2),
         ];
         let git = [
             (GitError::NoGit, 3),

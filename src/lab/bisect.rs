@@ -25,7 +25,7 @@ use crate::analysis::verdict::Class;
 use crate::error::Error;
 use crate::kernel::Kernel;
 
-use crate::kernel::build;
+use crate::kernel::build::{self, PatchedSpec};
 use crate::kernel::vm::Accel;
 use crate::lab::kab::{self, KabProgress, KabRequest};
 use crate::lab::series::{
@@ -431,15 +431,15 @@ pub fn cluster_of(get: impl Fn(&str) -> Option<String>) -> Option<String> {
 /// A bisection's commits: GOOD, then each step up to BAD.
 #[derive(Debug, Clone, Serialize)]
 pub struct Range {
-    /// GOOD's spec.
-    pub good: String,
+    /// GOOD's kernel.
+    pub good: PatchedSpec,
     /// The commits after GOOD, the last BAD.
     pub steps: Vec<SeriesStep>,
 }
 
 impl Range {
-    /// Commit `i`'s spec (0 GOOD).
-    pub fn spec(&self, i: usize) -> &str {
+    /// Commit `i`'s kernel (0 GOOD).
+    pub fn spec(&self, i: usize) -> &PatchedSpec {
         match i.checked_sub(1).and_then(|j| self.steps.get(j)) {
             Some(s) => &s.spec,
             None => &self.good,
@@ -580,7 +580,7 @@ impl<'a> KabJudge<'a> {
         req.boots = boots;
         req.reps = reps;
         req.variants = vec![self.variant.clone()];
-        let commands = kab::guest_commands(&req)?;
+        let commands = kab::guest_commands(&req);
         let labelled = vec![
             (self.range.label(against), a),
             (self.range.label(candidate), b),
@@ -614,7 +614,7 @@ impl<'a> KabJudge<'a> {
         let step = SeriesStep {
             label: labelled[1].0.clone(),
             subject: String::new(),
-            spec: labelled[1].1.spec.clone(),
+            spec: self.range.spec(candidate).clone(),
         };
         let table = series::judge_series(
             &labelled[0].1.spec,
@@ -660,11 +660,8 @@ impl Judge for KabJudge<'_> {
             return;
         }
         self.started_ahead.extend(&fresh);
-        let good = self.range.spec(0).to_string();
-        let specs: Vec<String> = fresh
-            .iter()
-            .map(|&c| self.range.spec(c).to_string())
-            .collect();
+        let good = self.range.spec(0).clone();
+        let specs: Vec<PatchedSpec> = fresh.iter().map(|&c| self.range.spec(c).clone()).collect();
         let (sandbox, config) = (self.req.sandbox, self.req.config.clone());
         // Detached: a build nobody needs in the end only fills the cache, and one cut off
         // when the bisection ends is not marked complete there.
@@ -672,8 +669,7 @@ impl Judge for KabJudge<'_> {
             for spec in specs {
                 // Its error, if any, is the step's to report when it builds the commit.
                 let _ = build::resolve_with_config(
-                    &[good.as_str(), spec.as_str()],
-                    None,
+                    &[good.clone(), spec],
                     sandbox,
                     config.as_deref(),
                     &build::Silent,

@@ -142,6 +142,7 @@ pub fn judge_series(
     let side = |k: &'_ KernelRuns| -> (Vec<RunRecord>, Vec<GuestFailure>) {
         (k.runs.clone(), k.failed_commands.clone())
     };
+    let names = settings.asked.names();
     // Per judged commit: (its index, its parent's index or None for the base, the comparisons).
     let mut pairs: Vec<(usize, Option<usize>, usize)> = Vec::new();
     let mut family: Vec<ScenarioAb> = Vec::new();
@@ -162,7 +163,7 @@ pub fn judge_series(
         let (ba, bf) = side(base);
         let judge = |a: &[RunRecord], af: &[GuestFailure]| {
             kab::judge_uncorrected(
-                settings.asked.scenarios,
+                &names,
                 settings.asked.variants,
                 [
                     SideRuns {
