@@ -528,6 +528,9 @@ fn command_line() -> String {
 
 /// `hvlab kab`.
 pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
+    if args.per_patch {
+        series::at_least_two_boots(args.judge.boots)?;
+    }
     let req = kab_request(args)?;
     check_kab_args(args, &req)?;
     if args.per_patch {

@@ -26,7 +26,7 @@ use crate::lab::series::{
 const ONE_BOOT: &str = "one boot per kernel cannot tell a boot's own offset from a commit's (measured: the same KVM modules' memslot update waited 0.77 jiffies in one boot and 1.51 in the next, and a documentation patch came out REGRESSED); give --boots 2 or more";
 
 /// Per-patch and bisect judge commits from two boots per kernel at least ([`ONE_BOOT`]).
-fn at_least_two_boots(boots: u32) -> Result<(), Error> {
+pub(super) fn at_least_two_boots(boots: u32) -> Result<(), Error> {
     if boots >= 2 {
         return Ok(());
     }
@@ -45,7 +45,6 @@ pub(super) fn per_patch(
     args: &KabArgs,
     req: KabRequest,
 ) -> Result<ExitCode, Error> {
-    at_least_two_boots(req.boots)?;
     let source = series::source_of(&req.patched)?;
     if !series::is_base_of(&req.base, &req.patched, source.base()) {
         return Err(InputError::BadValue {
