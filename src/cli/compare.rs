@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{habits, print_json, print_text, render};
-use crate::error::{Error, InputError};
+use crate::cli::Error;
+use crate::error::InputError;
 use crate::lab;
 use crate::store::{self, Store};
 

@@ -22,8 +22,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::analysis::verdict::Class;
-use crate::error::Error;
 use crate::kernel::Kernel;
+use crate::lab::Error;
 
 use crate::kernel::build::{self, PatchedSpec};
 use crate::kernel::vm::Accel;

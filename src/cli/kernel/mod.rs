@@ -19,7 +19,8 @@ use std::io::IsTerminal;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::analysis::verdict::Class;
-use crate::error::{Error, InputError};
+use crate::cli::Error;
+use crate::error::InputError;
 use crate::export::kab::{duration, how_built, markdown, render};
 use crate::kernel::build::{self, BuildNote, BuildProgress, PatchedSpec};
 use crate::kernel::calibration;

@@ -10,7 +10,8 @@ use super::{
     JudgeArgs, KabArgs, Reporter, check_variants_exist, command_line, open_store,
     write_cover_letter,
 };
-use crate::error::{Error, InputError};
+use crate::cli::Error;
+use crate::error::InputError;
 use crate::export::series::{markdown, numbers_words, phases_line, render};
 use crate::kernel::build::PatchedSpec;
 use crate::kernel::git::Revs;
@@ -281,7 +282,7 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
     let result = bisect::bisect(&mut judge, last, seek, args.max_effort);
     let phases = judge.phases();
     if let Some(e) = judge.failure() {
-        return Err(e);
+        return Err(e.into());
     }
     drop(reporter);
     let bisection = result.map_err(|e| InputError::BadValue {

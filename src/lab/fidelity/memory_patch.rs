@@ -756,7 +756,7 @@ pub fn from_runs(runs: &[RunRecord]) -> MemoryReport {
 }
 
 /// Memory rows from the kvm memory runs in `store` that a kab booted.
-pub fn evaluate(store: &crate::store::Store) -> Result<MemoryReport, crate::error::Error> {
+pub fn evaluate(store: &crate::store::Store) -> Result<MemoryReport, crate::lab::Error> {
     let mut runs = Vec::new();
     for l in store.list(usize::MAX)?.iter().filter(|l| {
         l.backend == BackendKind::Kvm

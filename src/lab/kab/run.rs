@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::error::Error;
 use crate::kernel::build::{self, BuildInfo, Step};
 use crate::kernel::vm::{self, AccelChoice, VmError};
 use crate::kernel::{self, Kernel};
+use crate::lab::Error;
 use crate::record::RunRecord;
 use crate::scenario;
 use crate::store::Store;

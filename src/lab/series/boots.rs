@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use hvlab_core::BackendKind;
 
-use crate::error::Error;
 use crate::kernel::vm::Accel;
+use crate::lab::Error;
 use crate::lab::kab::{self, GuestFailure};
 use crate::record::RunRecord;
 use crate::store::Store;

@@ -23,9 +23,10 @@ mod table;
 
 use serde::Serialize;
 
-use crate::error::{Error, InputError};
+use crate::error::InputError;
 use crate::kernel::build::{BuildError, BuildNote, PatchedSpec};
 use crate::kernel::vm::VmError;
+use crate::lab::Error;
 use crate::lab::kab::{self};
 use crate::lab::shard::Shard;
 use crate::store::Store;

@@ -5,12 +5,13 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::error::{Error, InputError};
+use crate::error::InputError;
 use crate::kernel::build::{BuildError, BuildNote, PatchedSpec};
 use crate::kernel::git::Revs;
 use crate::kernel::patch::PatchFile;
 use crate::kernel::source::KernelSource;
 use crate::kernel::vm::VmError;
+use crate::lab::Error;
 
 /// One commit of a series: how output names it and the kernel that builds it (the base with
 /// every commit up to and including this one).
