@@ -1,10 +1,10 @@
 //! The errors of the layers below the lab (bad input, a scenario's run, the store, an export),
-//! and the one mapping of a kind of failure to its exit code ([`fault_exit_code`], after the
-//! design's output contract): 2 bad input, 3 the host cannot run what was asked, 4 a
-//! measurement or storage failure, 128 + the signal when interrupted. (1 is reserved for a
-//! failed verdict, which is not an error.) Each layer above has its own error, wrapping these:
-//! the lab's (`crate::lab::Error`) and the command line's (`crate::cli::Error`); nothing here
-//! names a layer above.
+//! and the one mapping of a kind of failure to its exit code ([`fault_exit_code`];
+//! docs/ARCHITECTURE.md, "Errors and exit codes"): 2 bad input, 3 the host cannot run what was
+//! asked, 4 a measurement or storage failure, 128 + the signal when interrupted. (1 is reserved
+//! for a failed verdict, which is not an error.) Each layer above has its own error, wrapping
+//! these: the lab's (`crate::lab::Error`) and the command line's (`crate::cli::Error`); nothing
+//! here names a layer above.
 
 use crate::store::StoreError;
 use hvlab_core::error::{BackendError, BadOrder, Fault};
@@ -229,8 +229,9 @@ pub fn chain(e: &dyn std::error::Error) -> Vec<String> {
     out
 }
 
-/// The exit code of a kind of failure (the design's output contract); 128 + the signal for
-/// an interrupted command, as a shell reports it. The one place a failure becomes a code.
+/// The exit code of a kind of failure (docs/ARCHITECTURE.md, "Errors and exit codes"); 128 + the
+/// signal for an interrupted command, as a shell reports it. The one place a failure becomes a
+/// code.
 pub fn fault_exit_code(fault: Fault) -> i32 {
     match fault {
         Fault::BadInput => 2,

@@ -1,4 +1,4 @@
-//! The import graph of every crate's `src/` (issue 18): which module names which through
+//! The import graph of every crate's `src/`: which module names which through
 //! `crate::…` and `super::…` paths. The crate graph keeps crates from naming one above them;
 //! inside a crate nothing does, so this test refuses an import cycle between the files of a
 //! crate and between its top-level modules. Test modules are left out (a test may reach

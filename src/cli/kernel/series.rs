@@ -383,7 +383,7 @@ fn bisect_text(range: &Range, b: &Bisection, command: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::verdict::Class;
+    use crate::analysis::class::VariantClass;
     use crate::lab::bisect::{Probe, Skipped};
     use crate::lab::series::{Numbers, SeriesStep};
 
@@ -451,7 +451,7 @@ mod tests {
                 .collect(),
         };
         let regressed = Call::Judged {
-            class: Class::Regressed,
+            class: VariantClass::Regressed,
             numbers: Some(Numbers {
                 metric: "ioctl.kvm_irqfd_ms".into(),
                 unit: "ms".into(),
