@@ -28,9 +28,7 @@ use crate::lab::Error;
 use crate::kernel::build::{self, PatchedSpec};
 use crate::kernel::vm::Accel;
 use crate::lab::kab::{self, KabProgress, KabRequest};
-use crate::lab::series::{
-    self, JudgeSettings, KernelRuns, Numbers, RunsAsked, SeriesStep, StepState,
-};
+use crate::lab::series::{self, JudgeSettings, KernelRuns, Numbers, RunsAsked, SeriesStep};
 use crate::store::Store;
 
 /// What a judge says of one commit against another.
@@ -104,14 +102,6 @@ impl Seek {
                 Seek::Fix => Seek::Regression.is(class),
             }
     }
-
-    fn words(self) -> &'static str {
-        match self {
-            Seek::Change => "a change (REGRESSED, SLOWER, FIXED, IMPROVED or FASTER)",
-            Seek::Regression => "REGRESSED",
-            Seek::Fix => "FIXED or IMPROVED",
-        }
-    }
 }
 
 /// One judged step.
@@ -133,7 +123,50 @@ pub struct Skipped {
     /// The commit's index.
     pub commit: usize,
     /// Why: not decided at the cap, changed the other way, or does not build.
-    pub why: String,
+    pub why: SkipReason,
+}
+
+/// Why a commit was left out of the search. Words in `src/export/bisect.rs`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum SkipReason {
+    /// Still NOT DECIDED at the most effort a step gets.
+    NotDecided {
+        /// That effort (`--max-effort`).
+        effort: u32,
+    },
+    /// Decided against GOOD, but neither as GOOD nor as the change sought.
+    Neither {
+        /// Its class against GOOD.
+        class: VariantClass,
+    },
+    /// It does not build.
+    DoesNotBuild {
+        /// The compiler's first error.
+        error: String,
+    },
+}
+
+/// Why no single commit is named. Words in `src/export/bisect.rs`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum NotNamed {
+    /// The commits between `lo` and `hi` were skipped, so the first changed commit is any of
+    /// the commits after `lo` up to `hi`.
+    Skipped {
+        /// The last commit on GOOD's side.
+        lo: usize,
+        /// The first on the change's side.
+        hi: usize,
+    },
+    /// The search ended at `commit`, but its checks against its parent did not say it is the
+    /// change: a step was likely misjudged by noise.
+    NotConfirmed {
+        /// The commit the search ended at.
+        commit: usize,
+        /// What each check against its parent said, in order.
+        said: Vec<Call>,
+    },
 }
 
 /// How a bisection ended.
@@ -154,7 +187,7 @@ pub enum Outcome {
         /// The commits it may be, in order.
         candidates: Vec<usize>,
         /// Why no one of them is named.
-        why: String,
+        why: NotNamed,
     },
 }
 
@@ -173,22 +206,22 @@ pub struct Bisection {
     pub outcome: Outcome,
 }
 
-/// Why no bisection can start.
-#[derive(Debug, Clone, PartialEq, thiserror::Error, displaydoc::Display)]
+/// Why no bisection can start. Words in `src/export/bisect.rs`.
+#[derive(Debug, Clone, PartialEq)]
 pub enum BisectError {
-    /// GOOD and BAD do not differ as sought: BAD against GOOD is {class}, not {sought}; check the variant (--variant), the direction (--fix seeks a fix), or add --boots/--reps when NOT DECIDED.
+    /// GOOD and BAD do not differ as sought.
     NotDifferent {
-        /// The class BAD got.
-        class: String,
+        /// The class BAD got against GOOD.
+        class: VariantClass,
         /// What was sought.
-        sought: String,
+        seek: Seek,
     },
-    /// BAD does not build ({error}), so there is nothing to bisect towards; give a BAD that builds.
+    /// BAD does not build, so there is nothing to bisect towards.
     BadDoesNotBuild {
         /// The compiler's first error.
         error: String,
     },
-    /// GOOD and BAD are the same commit; give a range of at least one commit.
+    /// GOOD and BAD are the same commit.
     Empty,
 }
 
@@ -261,8 +294,8 @@ pub fn bisect(
         }
         Call::Judged { class, .. } if !seek.is(*class) => {
             return Err(BisectError::NotDifferent {
-                class: class.word().into(),
-                sought: seek.words().into(),
+                class: *class,
+                seek,
             });
         }
         Call::Judged { .. } => {}
@@ -357,14 +390,16 @@ fn search(
             Call::Judged { class, .. } => skipped.push(Skipped {
                 commit: m,
                 why: if *class == VariantClass::NotDecided {
-                    format!("{} at the most repetitions (effort {cap})", class.word())
+                    SkipReason::NotDecided { effort: cap }
                 } else {
-                    format!("{} against GOOD: neither GOOD nor BAD", class.word())
+                    SkipReason::Neither { class: *class }
                 },
             }),
             Call::DoesNotBuild { error } => skipped.push(Skipped {
                 commit: m,
-                why: format!("does not build: {error}"),
+                why: SkipReason::DoesNotBuild {
+                    error: error.clone(),
+                },
             }),
         }
         steps.push(probe);
@@ -372,9 +407,7 @@ fn search(
     let between: Vec<usize> = (lo + 1..=hi).collect();
     let outcome = if between.len() > 1 {
         Outcome::Uncertain {
-            why: format!(
-                "the commits between {lo} and {hi} were skipped, so the first changed commit is any of them"
-            ),
+            why: NotNamed::Skipped { lo, hi },
             candidates: between,
         }
     } else {
@@ -405,19 +438,12 @@ fn confirm(judge: &mut dyn Judge, parent: usize, commit: usize, seek: Seek, cap:
             break;
         }
     }
-    let said: Vec<String> = checks
-        .iter()
-        .map(|p| match &p.call {
-            Call::Judged { class, .. } => class.word().to_string(),
-            Call::DoesNotBuild { error } => format!("does not build ({error})"),
-        })
-        .collect();
     Outcome::Uncertain {
         candidates: vec![commit],
-        why: format!(
-            "the search ended at commit {commit}, but against its parent it is {}: a step was likely misjudged by noise; run again with more --boots or --reps",
-            said.join(", then ")
-        ),
+        why: NotNamed::NotConfirmed {
+            commit,
+            said: checks.into_iter().map(|p| p.call).collect(),
+        },
     }
 }
 
@@ -614,27 +640,17 @@ impl<'a> KabJudge<'a> {
             })
         };
         let (ra, rb) = (runs(0)?, runs(1)?);
-        let step = SeriesStep {
-            label: labelled[1].0.clone(),
-            subject: String::new(),
-            spec: self.range.spec(candidate).clone(),
-        };
-        let table = series::judge_series(
-            &labelled[0].1.spec,
+        let row = series::judge_commit(
             &ra,
-            std::slice::from_ref(&step),
-            &[StepState::Built(rb)],
+            &rb,
             &JudgeSettings {
                 asked,
                 threshold: req.threshold,
                 metric: self.metric.as_deref(),
             },
-        );
-        let row = table
-            .commits
-            .into_iter()
-            .flat_map(|c| c.variants)
-            .find(|v| v.variant == self.variant);
+        )
+        .into_iter()
+        .find(|v| v.variant == self.variant);
         self.phases.judge_s += judge_start.elapsed().as_secs_f64();
         Ok(match row {
             Some(v) => Call::Judged {
@@ -799,11 +815,10 @@ mod tests {
         assert_eq!(
             e,
             BisectError::NotDifferent {
-                class: "NO CHANGE".into(),
-                sought: "REGRESSED".into()
+                class: VariantClass::NoChange,
+                seek: Seek::Regression
             }
         );
-        assert!(e.to_string().contains("--fix"), "{e}");
         // A regression sought as a fix is not there either.
         let mut j = Fake::new(2);
         assert!(matches!(
@@ -821,10 +836,11 @@ mod tests {
         assert_eq!(found(&b), Some(6));
         assert_eq!(b.skipped.len(), 1);
         assert_eq!(b.skipped[0].commit, 4);
-        assert!(
-            b.skipped[0]
-                .why
-                .contains("does not build: arch/x86/kvm/x86.c:4")
+        assert_eq!(
+            b.skipped[0].why,
+            SkipReason::DoesNotBuild {
+                error: "arch/x86/kvm/x86.c:4: error: expected ';'".into()
+            }
         );
     }
 
@@ -837,7 +853,7 @@ mod tests {
         match &b.outcome {
             Outcome::Uncertain { candidates, why } => {
                 assert_eq!(candidates, &vec![4, 5]);
-                assert!(why.contains("skipped"), "{why}");
+                assert_eq!(why, &NotNamed::Skipped { lo: 3, hi: 5 });
             }
             Outcome::Found { .. } => panic!("named a commit the search could not test"),
         }
@@ -860,7 +876,7 @@ mod tests {
         let b = bisect(&mut j, 8, Seek::Regression, 3).expect("bisects");
         assert_eq!(found(&b), Some(3));
         assert_eq!(b.skipped[0].commit, 4);
-        assert!(b.skipped[0].why.contains("NOT DECIDED"), "{:?}", b.skipped);
+        assert_eq!(b.skipped[0].why, SkipReason::NotDecided { effort: 3 });
     }
 
     #[test]
@@ -908,7 +924,7 @@ mod tests {
         assert_eq!(next_midpoints(3, 5, 4, &[]), Vec::<usize>::new());
         let skip = |commit| Skipped {
             commit,
-            why: String::new(),
+            why: SkipReason::NotDecided { effort: 0 },
         };
         assert_eq!(next_midpoints(0, 8, 4, &[skip(2)]), [1, 6]);
         let mut checked = 0;
@@ -1013,8 +1029,8 @@ mod tests {
         assert_eq!(
             e,
             BisectError::NotDifferent {
-                class: "FIXED".into(),
-                sought: "REGRESSED".into()
+                class: VariantClass::Fixed,
+                seek: Seek::Regression
             }
         );
     }

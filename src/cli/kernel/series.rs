@@ -12,11 +12,12 @@ use super::{
 };
 use crate::cli::Error;
 use crate::error::InputError;
-use crate::export::series::{markdown, numbers_words, phases_line, render};
+use crate::export::bisect::{bisect_text, refusal_words};
+use crate::export::series::{markdown, phases_line, render};
 use crate::kernel::build::PatchedSpec;
 use crate::kernel::git::Revs;
 use crate::kernel::source::KernelSource;
-use crate::lab::bisect::{self, Bisection, Call, KabJudge, Outcome, Range, Seek};
+use crate::lab::bisect::{self, KabJudge, Outcome, Range, Seek};
 use crate::lab::kab::KabRequest;
 use crate::lab::series::{
     self, JudgeSettings, MboxSeries, PerPatchRequest, SeriesNote, SeriesSource,
@@ -132,8 +133,8 @@ pub struct BisectArgs {
     /// that changed it either way
     #[arg(long, conflicts_with = "regression")]
     fix: bool,
-    /// Seek the first commit that regressed it (REGRESSED or SLOWER against GOOD), not the
-    /// first that changed it either way
+    /// Seek the first commit that regressed it (REGRESSED against GOOD), not the first that
+    /// changed it either way
     #[arg(long)]
     regression: bool,
     #[command(flatten)]
@@ -288,7 +289,7 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
     let bisection = result.map_err(|e| InputError::BadValue {
         key: "GOOD BAD".into(),
         value: format!("{} {}", args.good, args.bad),
-        why: e.to_string(),
+        why: refusal_words(&e),
     })?;
     if args.judge.json {
         super::super::print_json(&serde_json::json!({
@@ -304,88 +305,9 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
     ))))
 }
 
-/// A call in words: the class with its metric's numbers, or the build's error.
-fn call_words(call: &Call) -> String {
-    match call {
-        Call::Judged { class, numbers } => {
-            let n = numbers
-                .as_ref()
-                .map_or_else(String::new, |n| format!(": {}", numbers_words(n, true)));
-            format!("{}{n}", class.word())
-        }
-        Call::DoesNotBuild { error } => format!("DOES NOT BUILD: {error}"),
-    }
-}
-
-/// The bisection's account: the culprit (or the commits it may be), its verdict against its
-/// parent, the skipped commits, and the command that reproduces it.
-fn bisect_text(range: &Range, b: &Bisection, command: &str) -> String {
-    let name = |i: usize| {
-        let subject = i
-            .checked_sub(1)
-            .and_then(|j| range.steps.get(j))
-            .map_or(String::new(), |s| format!(" {}", s.subject));
-        format!("{}{subject}", range.label(i))
-    };
-    let mut out = Vec::new();
-    match &b.outcome {
-        Outcome::Found {
-            commit,
-            parent,
-            checks,
-        } => {
-            out.push(format!("first changed commit: {}", name(*commit)));
-            if let Some(c) = checks.last() {
-                out.push(format!(
-                    "  against its parent ({}): {}",
-                    range.label(*parent),
-                    call_words(&c.call)
-                ));
-            }
-            out.push(format!("  kernel: {}", range.spec(*commit).given));
-        }
-        Outcome::Uncertain { candidates, why } => {
-            out.push(format!(
-                "no single commit named: it is one of {}",
-                candidates
-                    .iter()
-                    .map(|&c| range.label(c))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-            out.push(format!("  {why}"));
-        }
-    }
-    out.push(format!(
-        "BAD against GOOD: {} (the change sought: {})",
-        call_words(&b.ends.call),
-        match b.seek {
-            Seek::Change => "a change either way",
-            Seek::Regression => "a regression",
-            Seek::Fix => "a fix",
-        }
-    ));
-    out.push(format!("{} step(s) judged", b.steps.len()));
-    if b.skipped.is_empty() {
-        out.push("skipped: none".into());
-    } else {
-        out.push("skipped:".into());
-        out.extend(
-            b.skipped
-                .iter()
-                .map(|s| format!("  {}: {}", name(s.commit), s.why)),
-        );
-    }
-    out.push(format!("reproduce: {command}"));
-    out.join("\n")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::class::VariantClass;
-    use crate::lab::bisect::{Probe, Skipped};
-    use crate::lab::series::{Numbers, SeriesStep};
 
     #[test]
     fn good_and_bad_that_are_one_kernel_or_an_unknown_variant_exit_2_naming_it() {
@@ -436,68 +358,5 @@ mod tests {
         )
         .expect_err("two repositories");
         assert_eq!(e.exit_code(), 2);
-    }
-
-    #[test]
-    fn a_bisection_names_the_commit_its_subject_verdict_numbers_skips_and_command() {
-        let range = Range {
-            good: PatchedSpec::named("debian:7.3"),
-            steps: (1..=3)
-                .map(|i| SeriesStep {
-                    label: format!("[PATCH {i}/3]"),
-                    subject: format!("KVM: change {i}"),
-                    spec: PatchedSpec::named(&format!("debian:7.3+{i}.patch")),
-                })
-                .collect(),
-        };
-        let regressed = Call::Judged {
-            class: VariantClass::Regressed,
-            numbers: Some(Numbers {
-                metric: "ioctl.kvm_irqfd_ms".into(),
-                unit: "ms".into(),
-                parent: 12.0,
-                commit: 15.5,
-                change_pct: 29.2,
-                stddev_pct: [2.5, 3.0],
-            }),
-        };
-        let probe = |commit, against| Probe {
-            commit,
-            against,
-            effort: 0,
-            call: regressed.clone(),
-        };
-        let b = Bisection {
-            seek: Seek::Regression,
-            ends: probe(3, 0),
-            steps: vec![probe(2, 0)],
-            skipped: vec![Skipped {
-                commit: 1,
-                why: "does not build: kvm_main.c:3: error".into(),
-            }],
-            outcome: Outcome::Found {
-                commit: 2,
-                parent: 1,
-                checks: vec![probe(2, 1), probe(2, 1)],
-            },
-        };
-        let text = bisect_text(
-            &range,
-            &b,
-            "hvlab bisect debian:7.3 debian:7.3+s.mbox --variant v",
-        );
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "first changed commit: [PATCH 2/3] KVM: change 2");
-        assert_eq!(
-            lines[1],
-            "  against its parent ([PATCH 1/3]): REGRESSED: ioctl.kvm_irqfd_ms 12.0 ±2.50% → 15.5 ±3% ms (+29.2%)"
-        );
-        assert!(
-            text.contains(
-                "skipped:\n  [PATCH 1/3] KVM: change 1: does not build: kvm_main.c:3: error"
-            ),
-            "{text}"
-        );
-        assert!(text.ends_with("reproduce: hvlab bisect debian:7.3 debian:7.3+s.mbox --variant v"));
     }
 }

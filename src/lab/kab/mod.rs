@@ -31,8 +31,7 @@ use judge::host_busy_during;
 pub use judge::{
     Cause, Change, CorrectedP, GraceWait, Inconclusive, Judgement, MetricAb, MetricOutcome,
     ScenarioAb, SideFailure, SideRuns, StallAb, StallReps, StallSide, Trust, Unsettled, VariantAb,
-    VariantVerdict, WorseWay, correct_family, judge, judge_uncorrected, judgement, verdict,
-    verdicts,
+    VariantVerdict, WorseWay, correct_family, judge, judge_pair, judgement, verdict, verdicts,
 };
 pub(crate) use judge::{busy_during_boot, not_judged_on_a_busy_host};
 pub use predict::{

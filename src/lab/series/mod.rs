@@ -40,7 +40,7 @@ pub use boots::{
 pub use source::{GitRangeSeries, MboxSeries, SeriesSource, SeriesStep, is_base_of, source_of};
 pub use table::{
     CommitRow, JudgeSettings, Numbers, SeriesTable, StepState, VariantRow, first_error,
-    judge_series,
+    judge_commit, judge_series,
 };
 
 /// The kernels a shard boots: unit `k` (0-based position in the series) is commit `k` booted
