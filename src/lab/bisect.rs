@@ -14,8 +14,11 @@
 //!   Otherwise the outcome is uncertain, and says between which commits.
 //!
 //! The logic runs against the [`Judge`] trait: the real one is a kab between two commits'
-//! kernels ([`KabJudge`]), whose runs are stored by kernel, so an interrupted bisection's
-//! boots are found and reused; the tests' judges are fakes.
+//! kernels ([`KabJudge`]), judged by the pair judge kab and `--per-patch` judge by
+//! ([`series::judge_commit`]), whose runs are stored by kernel, so an interrupted bisection's
+//! boots are found and reused; the tests' judges are fakes. The records are typed (a skip's
+//! reason, why no commit is named, why none can start); their words are in
+//! `src/export/bisect.rs`.
 
 use std::collections::BTreeMap;
 
