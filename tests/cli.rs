@@ -13,6 +13,7 @@ mod fleet;
 mod fuzz_inputs;
 mod hangs;
 mod import_graph;
+mod kernel_source;
 mod model;
 mod recovery;
 mod report;

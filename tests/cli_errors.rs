@@ -267,3 +267,55 @@ fn speculation_without_a_cluster_is_refused_saying_why() {
         &["--speculate", "no cluster", "starve the timed boots"],
     );
 }
+
+/// A `--set` value the guest's scenario would refuse is refused on the host by kab, kab
+/// --per-patch and bisect alike, naming the parameter and what it takes, before anything is
+/// fetched or built: the kernel cache stays empty (it once built and booted both kernels, and
+/// every guest's refusal read as NOT DECIDED, exit 0). So is a key no asked scenario declares.
+#[test]
+fn a_bad_set_is_refused_on_the_host_before_any_kernel_is_fetched() {
+    let (d, db) = db();
+    let cache = d.path().join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let patches = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/patches");
+    let fix = format!(
+        "debian:7.3+{}",
+        patches.join("001-lifecycle-keyed.patch").display()
+    );
+    let series = format!("debian:7.3+{}", patches.join("series-v1.mbox").display());
+    let bisect =
+        |variant: &'static str| vec!["bisect", "debian:7.3", &series, "--variant", variant];
+    let refused = |args: Vec<&str>, needles: &[&str]| {
+        let out = hvlab()
+            .args(&args)
+            .arg("--db")
+            .arg(&db)
+            .env("HVLAB_CACHE", &cache)
+            .output()
+            .unwrap();
+        assert_exit(&out, 2, needles);
+    };
+    for command in [
+        vec!["kab", "debian:7.3", &fix],
+        vec!["kab", "debian:7.3", &series, "--per-patch"],
+        bisect("populated"),
+    ] {
+        let mut args = command.clone();
+        args.extend(["--scenario", "memory", "--set", "size=banana"]);
+        refused(args, &["`banana` for size", "256MiB, 6GiB, 512M, 4096"]);
+    }
+    for command in [
+        vec!["kab", "debian:7.3", &fix],
+        vec!["kab", "debian:7.3", &series, "--per-patch"],
+        bisect("irqchip-first"),
+    ] {
+        let mut args = command.clone();
+        args.extend(["--set", "guest.cpl=0"]);
+        refused(
+            args,
+            &["guest.cpl=0", "no scenario of lifecycle has that parameter"],
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(&cache).unwrap().collect();
+    assert!(left.is_empty(), "the kernel cache was written: {left:?}");
+}

@@ -3,6 +3,7 @@
 //! prints.
 
 mod compare;
+mod error;
 pub mod habits;
 mod inspect;
 mod kernel;
@@ -27,11 +28,12 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::error::{Error, InputError};
+use crate::error::InputError;
 use crate::export::escape::terminal as safe;
 use crate::scenario::runner::{DEFAULT_SEED, RunRequest};
 use crate::scenario::{Params, ScenarioInfo};
 use crate::trace;
+pub use error::Error;
 use hvlab_core::BackendKind;
 
 /// hvlab — the hypervisor fast-path lab: where does virtualization cost time on this host, did a

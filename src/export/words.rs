@@ -475,7 +475,7 @@ pub fn point_problem(p: &crate::lab::sweep::PointProblem) -> String {
 }
 
 /// Why a sweep goes on without a store-cost estimate.
-pub fn sweep_cost_unknown(why: &crate::error::Error) -> String {
+pub fn sweep_cost_unknown(why: &crate::lab::Error) -> String {
     format!("warning: the store size of this sweep was not estimated: {why}")
 }
 

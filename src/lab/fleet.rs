@@ -17,7 +17,8 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::error::{Error, InputError};
+use crate::error::InputError;
+use crate::lab::Error;
 use crate::record::RunRecord;
 use crate::store::Store;
 use hvlab_core::BackendKind;

@@ -728,6 +728,11 @@ impl Kind {
             })
     }
 
+    /// The scenario a stored run is of (`None` for one this hvlab does not know).
+    pub fn of_run(run: &RunRecord) -> Option<Kind> {
+        Kind::named(&run.scenario).ok()
+    }
+
     /// Its parameters as `hvlab list` shows them.
     pub fn param_infos(self) -> Vec<ParamInfo> {
         with_params!(&self.defaults(), s, _p => params::infos(table_of(s)))

@@ -19,14 +19,16 @@ use std::io::IsTerminal;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::analysis::class::VariantClass;
-use crate::error::{Error, InputError};
+use crate::cli::Error;
+use crate::error::InputError;
 use crate::export::kab::{duration, how_built, markdown, render};
-use crate::kernel::build::{self, BuildNote, BuildProgress};
+use crate::kernel::build::{self, BuildNote, BuildProgress, PatchedSpec};
 use crate::kernel::calibration;
 use crate::kernel::sandbox::SandboxPolicy;
 use crate::kernel::vm::{self, Accel, Boot, VmConfig};
 use crate::kernel::{self, Kernel};
 use crate::lab::kab::{self, BootSummary, KabOutcome, KabProgress, KabRequest};
+use crate::scenario::Kind;
 use crate::store::{self, Store};
 
 /// How the VM is booted (shared by `vm` and `kab`).
@@ -180,6 +182,74 @@ impl SandboxArgs {
     }
 }
 
+/// What `kab`, `kab --per-patch` and `bisect` share: the scenarios each guest runs, its
+/// parameters, the boots and repetitions, the threshold, and where and how kernels build and
+/// boot.
+#[derive(Debug, Args)]
+pub struct JudgeArgs {
+    /// Scenario to run (repeatable) [default: lifecycle]
+    #[arg(long = "scenario", value_name = "S")]
+    scenarios: Vec<String>,
+    /// Scenario parameter key=value (repeatable), for the scenarios that declare the key;
+    /// checked here before anything is built
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+    /// Boots per kernel, in ABBA order (a bisection's at the first try of a step; per-patch and
+    /// bisect take 2 at least: one boot cannot tell a boot's own offset from a commit's)
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=50))]
+    boots: u32,
+    /// Repetitions per variant in each boot (a bisection's at the first try)
+    // 10, so 20 per side with the default boots: two emulator hiccups on one side sink a rank
+    // test over 6 per side, and a repetition costs far less than a boot.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    reps: u32,
+    /// Smallest change that counts for judged jiffies and times
+    #[arg(long, default_value = "5%")]
+    threshold: String,
+    /// One JSON document on stdout
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    config: GuestConfigArgs,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
+    #[command(flatten)]
+    boot: BootArgs,
+}
+
+impl JudgeArgs {
+    /// The request of `base` against `patched` running `variants`, typed once: both kernel
+    /// specs read (their patches and the paths those name included), every scenario with its
+    /// parameters checked by its own declarations, the boots and the build settings; any of
+    /// it wrong is bad input, before anything is fetched, built or booted.
+    fn request(
+        &self,
+        base: &str,
+        patched: &str,
+        variants: Vec<String>,
+    ) -> Result<KabRequest, Error> {
+        let threshold = crate::lab::compare::parse_threshold(&self.threshold)?;
+        let vm = self.boot.config()?;
+        let config = self.config.checked()?;
+        let scenarios = kab::guest_scenarios(&self.scenarios, &variants, &self.sets)?;
+        let spec = |text: &str| PatchedSpec::parse(text).map_err(vm::VmError::from);
+        Ok(KabRequest {
+            base: spec(base)?,
+            patched: spec(patched)?,
+            scenarios,
+            variants,
+            boots: self.boots,
+            reps: self.reps,
+            threshold,
+            vm,
+            model_strategy: None,
+            calibrate: false,
+            sandbox: self.sandbox.policy(),
+            config,
+        })
+    }
+}
+
 /// `hvlab kab`.
 #[derive(Debug, Args)]
 pub struct KabArgs {
@@ -188,26 +258,11 @@ pub struct KabArgs {
     /// The patched kernel, e.g. debian:7.3+fix.patch (rebuilt from Debian's source of that
     /// version; an unpatched debian:7.3 as A is then rebuilt the same way, without the patch)
     patched: String,
-    /// Scenario to run (repeatable) [default: lifecycle]
-    #[arg(long = "scenario", value_name = "S")]
-    scenarios: Vec<String>,
     /// Variant to run (repeatable) [default: all]
     #[arg(long = "variant", value_name = "V")]
     variants: Vec<String>,
-    /// Scenario parameter key=value (repeatable)
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    sets: Vec<String>,
-    /// Boots per kernel, in ABBA order
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=50))]
-    boots: u32,
-    /// Repetitions per variant in each boot
-    // 10, so 20 per side with the default boots: two emulator hiccups on one side sink a rank
-    // test over 6 per side, and a repetition costs far less than a boot.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    reps: u32,
-    /// Smallest change that counts for judged jiffies and times
-    #[arg(long, default_value = "5%")]
-    threshold: String,
+    #[command(flatten)]
+    judge: JudgeArgs,
     /// Exit 1 when any verdict is REGRESSED (a judged metric worse, a stall gained, or a variant A ran that B failed)
     #[arg(long)]
     fail_on_regression: bool,
@@ -217,9 +272,6 @@ pub struct KabArgs {
     /// Write a paragraph for the patch's cover letter (Markdown, at most 25 lines) here, and a copy beside the stored runs
     #[arg(long, value_name = "FILE")]
     markdown: Option<PathBuf>,
-    /// One JSON document on stdout
-    #[arg(long)]
-    json: bool,
     /// The model's strategy for B's change, when the model does not recognise the patch: for lifecycle always-defer (call_srcu, Linux 6.18 to 7.3), always-sync (before 7d9a0273), lifecycle-keyed (the fix in thread 001); for memory legacy (thread 004's trailing prefetch), legacy-skip-trailing (without it), either with :N for PTE_PREFETCH_NUM N (legacy:16)
     #[arg(long, value_name = "STRATEGY", value_parser = parse_model_strategy)]
     model_strategy: Option<String>,
@@ -240,13 +292,7 @@ pub struct KabArgs {
     #[arg(long, value_name = "M", requires = "per_patch")]
     metric: Option<String>,
     #[command(flatten)]
-    config: GuestConfigArgs,
-    #[command(flatten)]
     shard: super::ShardArgs,
-    #[command(flatten)]
-    sandbox: SandboxArgs,
-    #[command(flatten)]
-    boot: BootArgs,
 }
 
 fn open_store(db: Option<&Path>) -> Result<Store, Error> {
@@ -274,17 +320,15 @@ pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
     let cfg = args.boot.config()?;
     let config = args.config.checked()?;
     let commands = vm_commands(args)?;
+    let spec = PatchedSpec::parse(&args.kernel)
+        .map_err(vm::VmError::from)?
+        .with_modules(args.modules.as_deref());
     let mut store = open_store(db)?;
     vm::qemu()?;
     let reporter = Reporter::new(false);
-    let resolved = build::resolve_with_config(
-        &[&args.kernel],
-        args.modules.as_deref(),
-        args.sandbox.policy(),
-        config.as_deref(),
-        &reporter,
-    )
-    .map_err(vm::VmError::from)?;
+    let resolved =
+        build::resolve_with_config(&[spec], args.sandbox.policy(), config.as_deref(), &reporter)
+            .map_err(vm::VmError::from)?;
     drop(reporter);
     let Some(built) = resolved.sides.into_iter().next() else {
         return Err(InputError::BadValue {
@@ -485,6 +529,9 @@ fn command_line() -> String {
 
 /// `hvlab kab`.
 pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
+    if args.per_patch {
+        series::at_least_two_boots(args.judge.boots)?;
+    }
     let req = kab_request(args)?;
     check_kab_args(args, &req)?;
     if args.per_patch {
@@ -499,10 +546,10 @@ pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
         .into());
     }
     let mut store = open_store(db)?;
-    let reporter = Reporter::new(args.json);
+    let reporter = Reporter::new(args.judge.json);
     let outcome = kab::run(&req, &mut store, &reporter)?;
     drop(reporter);
-    if args.json {
+    if args.judge.json {
         super::print_json(&outcome)?;
     } else {
         super::print_text(&render(&outcome))?;
@@ -531,25 +578,12 @@ fn kab_exit_code(
 
 /// What the kab compares, and how, from its arguments.
 fn kab_request(args: &KabArgs) -> Result<KabRequest, Error> {
-    Ok(KabRequest {
-        base: args.base.clone(),
-        patched: args.patched.clone(),
-        scenarios: if args.scenarios.is_empty() {
-            vec!["lifecycle".to_string()]
-        } else {
-            args.scenarios.clone()
-        },
-        variants: args.variants.clone(),
-        sets: args.sets.clone(),
-        boots: args.boots,
-        reps: args.reps,
-        threshold: crate::lab::compare::parse_threshold(&args.threshold)?,
-        vm: args.boot.config()?,
-        model_strategy: args.model_strategy.clone(),
-        calibrate: !args.no_calibrate,
-        sandbox: args.sandbox.policy(),
-        config: args.config.checked()?,
-    })
+    let mut req = args
+        .judge
+        .request(&args.base, &args.patched, args.variants.clone())?;
+    req.model_strategy = args.model_strategy.clone();
+    req.calibrate = !args.no_calibrate;
+    Ok(req)
 }
 
 /// `--model-strategy`: one of the lifecycle model's strategies or the memory model's.
@@ -569,7 +603,7 @@ fn check_kab_args(args: &KabArgs, req: &KabRequest) -> Result<(), Error> {
         .model_strategy
         .as_deref()
         .is_some_and(|m| crate::lab::fidelity::memory_patch::Prefetch::named(m).is_some());
-    if memory && !req.scenarios.iter().any(|s| s == "memory") {
+    if memory && !req.runs(Kind::Memory) {
         return Err(InputError::BadValue {
             key: "--model-strategy".into(),
             value: args.model_strategy.clone().unwrap_or_default(),
@@ -578,7 +612,7 @@ fn check_kab_args(args: &KabArgs, req: &KabRequest) -> Result<(), Error> {
         }
         .into());
     }
-    if !memory && args.model_strategy.is_some() && !req.scenarios.iter().any(|s| s == "lifecycle") {
+    if !memory && args.model_strategy.is_some() && !req.runs(Kind::Lifecycle) {
         return Err(InputError::BadValue {
             key: "--model-strategy".into(),
             value: args.model_strategy.clone().unwrap_or_default(),
@@ -600,7 +634,7 @@ fn check_kab_args(args: &KabArgs, req: &KabRequest) -> Result<(), Error> {
         }
         .into());
     }
-    check_expected_variants(&args.expect_fixed, &req.scenarios)?;
+    check_expected_variants(&args.expect_fixed, &req.scenario_names())?;
     if let Some(path) = &args.markdown {
         check_writable(path)?;
     }

@@ -122,11 +122,6 @@ pub enum BuildError {
     },
     /// Cannot read the config {0}: {1}. Give --config the path of a kernel .config.
     ConfigUnreadable(PathBuf, std::io::Error),
-    /// Kernel spec `{spec}` names no series: give SPEC+SERIES.mbox (one step per message), SPEC+A.patch+B.patch (one per file) or git:PATH@BASE..HEAD (one per commit).
-    NoSeries {
-        /// The spec.
-        spec: String,
-    },
     /// {0}
     Confined(#[from] ConfineError),
     /// {0}
@@ -187,7 +182,6 @@ impl BuildError {
             | BuildError::NotDebian { .. }
             | BuildError::NoBaseConfig { .. }
             | BuildError::ConfigUnreadable(..)
-            | BuildError::NoSeries { .. }
             | BuildError::DoesNotApply { .. }
             | BuildError::PatchedCompile { .. }
             // A patched side's write outside the tree is the patch's doing.

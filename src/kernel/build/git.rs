@@ -20,16 +20,16 @@ use crate::kernel::patch::{PatchFile, sha256_hex};
 use crate::kernel::sandbox::Sandbox;
 use crate::kernel::{cache_dir, from_tree, toolchain};
 
-/// Builds (or reuses) the kernel of one `git:` side. `config` is `--config FILE`, whose tick,
-/// preemption, RCU and KVM options the minimal guest keeps; without it, those of Debian's
-/// config of the nearest version in hvlab's kernel cache.
+/// Builds (or reuses) the kernel of one git side, at the commit `spec` resolved. `config` is
+/// `--config FILE`, whose tick, preemption, RCU and KVM options the minimal guest keeps;
+/// without it, those of Debian's config of the nearest version in hvlab's kernel cache.
 pub(super) fn build_git_side(
     side: &PatchedSpec,
+    spec: &GitSpec,
     config: Option<&Path>,
     sandbox: &Sandbox,
     progress: &dyn BuildProgress,
 ) -> Result<(Built, Vec<Step>), BuildError> {
-    let spec = GitSpec::parse(&side.base)?;
     let root = cache_dir().join("git").join(spec.repo.cache_id());
     let _lock = lock_builds(&root, progress)?;
     let (base_text, origin) = base_config(config, spec.version)?;
@@ -53,7 +53,7 @@ pub(super) fn build_git_side(
         steps: Vec::new(),
         notes: Vec::new(),
     };
-    let (tmp, mut config, mut notes) = build.build(&spec, side, &key, &base_text)?;
+    let (tmp, mut config, mut notes) = build.build(spec, side, &key, &base_text)?;
     notes.append(&mut build.notes);
     if let BuildConfig::MinimalGuest { base, .. } = &mut config {
         *base = Some(origin);
@@ -303,6 +303,7 @@ mod tests {
     use super::*;
     use crate::error::fault_exit_code;
     use crate::kernel::git::test_repo::linux_repo;
+    use crate::kernel::source::KernelSource;
 
     /// `git:PATH@REF+x.patch`: the commit is the base, the patch applies on it.
     #[test]
@@ -314,10 +315,17 @@ mod tests {
         let side = PatchedSpec::parse(&format!("{base}+{}", patch.display())).expect("parses");
         assert_eq!(side.base, base);
         assert_eq!(side.patches.len(), 1);
-        assert_eq!(
-            GitSpec::parse(&side.base).expect("resolves").commit.subject,
-            "base"
-        );
+        let commit = match &side.source {
+            KernelSource::Git { repo, revs } => {
+                GitSpec::resolve(&side.base, repo, revs)
+                    .expect("resolves")
+                    .commit
+            }
+            other @ (KernelSource::Debian { .. }
+            | KernelSource::Tree { .. }
+            | KernelSource::BzImage { .. }) => panic!("not a git source: {other:?}"),
+        };
+        assert_eq!(commit.subject, "base");
     }
 
     /// Debian's config of the nearest complete kernel in the cache: the same series before a

@@ -25,8 +25,8 @@ use serde::Serialize;
 use super::{Agreement, Fitted, Judged, judge_against_samples};
 use crate::analysis::statistics::median;
 use crate::analysis::validate::{Check, Rule};
-use crate::error::Error;
 use crate::kernel::calibration::{self, Identity};
+use crate::lab::Error;
 use crate::model::profile::Profile;
 use crate::record::pooled;
 use crate::record::{Finding, RunRecord};
@@ -466,7 +466,7 @@ pub fn compare(
 /// a kab.
 fn kab_side(run: &RunRecord) -> Option<&hvlab_core::host::KabSide> {
     (run.backend == BackendKind::Kvm
-        && run.scenario == Kind::Lifecycle.name()
+        && Kind::of_run(run) == Some(Kind::Lifecycle)
         && run.tag.is_none())
     .then_some(())?;
     run.host.under_test.as_ref()?.kab.as_ref()
@@ -670,7 +670,9 @@ pub fn evaluate(store: &Store, tolerance: f64, seed: u64) -> Result<PatchReport,
     let listed = store.list(usize::MAX)?;
     let mut runs = Vec::new();
     for l in listed.iter().filter(|l| {
-        l.backend == BackendKind::Kvm && l.scenario == Kind::Lifecycle.name() && l.is_users()
+        l.backend == BackendKind::Kvm
+            && Kind::named(&l.scenario).ok() == Some(Kind::Lifecycle)
+            && l.is_users()
     }) {
         let run = store.load(&l.run_id)?;
         if kab_side(&run).is_some() {

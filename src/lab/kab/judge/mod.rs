@@ -219,14 +219,16 @@ pub fn judge(
     accel: Accel,
     threshold: f64,
 ) -> Vec<ScenarioAb> {
-    let mut out = judge_uncorrected(scenarios, asked, sides, accel, threshold);
+    let mut out = judge_pair(scenarios, asked, sides, accel, threshold);
     correct_family(&mut out, threshold);
     out
 }
 
-/// [`judge`] before the family's correction: for a caller that judges several pairs as one
-/// family (a series' commits), each comparison at its own p until [`correct_family`].
-pub fn judge_uncorrected(
+/// The pair judge: B's runs against A's, each comparison at its own p until
+/// [`correct_family`]. A kab corrects its one pair's ([`judge`]); `--per-patch` corrects every
+/// pair of its table together, and a bisection's step its pair alone
+/// (`crate::lab::series::judge_commit`).
+pub fn judge_pair(
     scenarios: &[String],
     asked: &[String],
     sides: [SideRuns<'_>; 2],
