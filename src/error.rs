@@ -163,6 +163,9 @@ pub enum Error {
     /// A kernel under test in a VM (`hvlab vm`, `hvlab kab`).
     #[error(transparent)]
     Vm(#[from] crate::kernel::vm::VmError),
+    /// hvlab's kernel cache (`hvlab cache`).
+    #[error(transparent)]
+    Cache(#[from] crate::kernel::cache::CacheError),
     /// Writing output.
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
@@ -297,6 +300,7 @@ impl Error {
             Error::Input(_) | Error::OutputPath { .. } => 2,
             Error::AllUnsupported { .. } | Error::ShardWithoutKvm { .. } | Error::KvmNotBuilt => 3,
             Error::Vm(e) => fault_exit_code(e.fault()),
+            Error::Cache(e) => fault_exit_code(e.fault()),
             Error::Interrupted { signal, .. } => {
                 fault_exit_code(Fault::Interrupted { signal: *signal })
             }

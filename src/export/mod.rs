@@ -6,6 +6,7 @@
 //! Markdown). HTML goes through askama templates (`templates/`), which escape every value.
 
 pub mod build;
+pub mod cache;
 pub mod csv;
 pub mod escape;
 pub mod html;

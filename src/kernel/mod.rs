@@ -8,6 +8,7 @@
 //! or a commit of a git tree (`git:PATH@REF`, built by [`build`], see [`git`]).
 
 pub mod build;
+pub mod cache;
 pub mod calibration;
 pub mod confine;
 mod cpio;
@@ -17,6 +18,8 @@ pub mod journal;
 pub mod kbuild;
 pub mod ko;
 pub mod kprobe;
+pub mod limits;
+pub mod overlay;
 pub mod patch;
 pub mod progress;
 pub mod reach;
