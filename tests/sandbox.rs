@@ -7,7 +7,9 @@
 //! session.
 //!
 //! The scratch trees live under Cargo's target directory, wherever the clone is: under /tmp
-//! too, which the sandbox shows read-only like the rest of the filesystem.
+//! too, which the sandbox shows read-only like the rest of the filesystem. `.ci/run` runs this
+//! binary again from clones under /tmp and under the home directory, their scratch trees where
+//! Cargo would put them there ([`scratch_root`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,6 +33,13 @@ fn sandbox_or_skip(test: &str) -> Option<Sandbox> {
     }
 }
 
+/// Where scratch trees go: Cargo's target directory for the tests, or `HVLAB_TEST_SCRATCH`
+/// (`.ci/run` sets it to a clone's, so this binary runs there without a second build).
+pub(crate) fn scratch_root() -> PathBuf {
+    std::env::var_os("HVLAB_TEST_SCRATCH")
+        .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from)
+}
+
 /// A scratch source tree with `makefile`, under the target directory, and its output
 /// directory beside it.
 struct Scratch {
@@ -41,7 +50,7 @@ struct Scratch {
 }
 
 fn scratch(makefile: &str) -> Scratch {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir");
+    let dir = tempfile::tempdir_in(scratch_root()).expect("scratch dir");
     let source = dir.path().join("source");
     let out = dir.path().join("out");
     std::fs::create_dir_all(&source).expect("source");
@@ -87,7 +96,7 @@ fn a_recipe_that_writes_outside_its_output_fails_naming_the_path() {
     let Some(sandbox) = sandbox_or_skip("a_recipe_that_writes_outside_its_output") else {
         return;
     };
-    let victim = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let victim = tempfile::tempdir_in(scratch_root()).expect("dir");
     let outside = victim.path().join("owned-by-the-patch");
     let s = scratch(&format!("all:\n\ttouch {}\n", outside.display()));
     expect_wrote_outside(s.make(&sandbox, LimitOverrides::default()), &outside);
@@ -100,7 +109,7 @@ fn a_shell_call_that_writes_outside_its_output_fails_the_build_make_let_pass() {
     let Some(sandbox) = sandbox_or_skip("a_shell_call_that_writes_outside_its_output") else {
         return;
     };
-    let victim = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let victim = tempfile::tempdir_in(scratch_root()).expect("dir");
     let outside = victim.path().join("written-by-shell");
     let s = scratch(&format!(
         "X := $(shell touch {})\nall:\n\t@echo built > $(O)/inside\n",
@@ -391,10 +400,14 @@ fn a_daemon_that_outlives_make_is_ended_with_the_build() {
         }
         let secs = unique_secs(salt);
         let s = scratch(&format!(
-            "X := $(shell setsid sleep {secs} >/dev/null 2>&1 < /dev/null &)\nall:\n\t@true\n"
+            "X := $(shell setsid sh -c 'echo started > $(O)/daemon; exec sleep {secs}' >/dev/null 2>&1 < /dev/null &)\nall:\n\t@sleep 0.5\n"
         ));
         s.make(&sandbox, LimitOverrides::default())
             .expect("the build itself succeeds");
+        assert!(
+            s.out.join("daemon").is_file(),
+            "{policy:?}: the daemon never started"
+        );
         let deadline = Instant::now() + Duration::from_secs(5);
         while running(&["sleep", &secs]) > 0 {
             assert!(

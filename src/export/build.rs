@@ -171,7 +171,7 @@ impl fmt::Display for LimitHit {
                 match file {
                     Some(file) => write!(
                         f,
-                        ": a write to {} failed with \"File too large\" at that size",
+                        ": writing {} failed with \"File too large\" at that size",
                         file.display()
                     ),
                     None => f.write_str(": its output and temporary files grew past it"),

@@ -106,7 +106,7 @@ pub fn pruned(p: &Pruned, now: u64) -> String {
     if let Some(age) = p.older_than_s {
         asked.push(format!(
             "last used more than {} ago",
-            ago(0, age).trim_end_matches(" ago")
+            ago(age, 0).trim_end_matches(" ago")
         ));
     }
     if let Some(keep) = p.keep_bytes {
@@ -211,4 +211,17 @@ pub fn verified(checks: &[SourceCheck]) -> String {
         }
     }
     s.trim_end().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_read_in_the_largest_whole_unit() {
+        assert_eq!(ago(100, 88), "12 s ago");
+        assert_eq!(ago(4000, 100), "65 min ago");
+        assert_eq!(ago(30 * 86_400, 0), "30 d ago");
+        assert_eq!(ago(0, 5), "0 s ago");
+    }
 }

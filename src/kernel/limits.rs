@@ -265,7 +265,7 @@ impl Guard {
         let too_large = log
             .lines()
             .find(|l| l.contains("File too large"))
-            .map(|l| super::sandbox::last_absolute_path(l));
+            .map(super::sandbox::last_path);
         if let Some(file) = too_large {
             return Some(LimitHit::Disk {
                 limit: limits.disk_bytes,

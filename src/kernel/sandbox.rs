@@ -424,6 +424,29 @@ pub fn refused_write(log: &str, writable: &[&Path]) -> Option<RefusedWrite> {
     })
 }
 
+/// The last path in `text`: the last absolute one ([`last_absolute_path`]), else the last
+/// quoted one, as the writer named it (`dd: error writing 'big.bin': File too large`).
+pub(crate) fn last_path(text: &str) -> Option<PathBuf> {
+    last_absolute_path(text).or_else(|| {
+        let mut last: Option<(usize, &str)> = None;
+        for (open, close) in [('\'', '\''), ('‘', '’'), ('"', '"')] {
+            let mut at = 0;
+            while let Some(start) = text[at..].find(open) {
+                let inner_at = at + start + open.len_utf8();
+                let Some(end) = text[inner_at..].find(close) else {
+                    break;
+                };
+                let inner = &text[inner_at..inner_at + end];
+                if !inner.is_empty() && last.is_none_or(|(p, _)| p < inner_at) {
+                    last = Some((inner_at, inner));
+                }
+                at = inner_at + end + close.len_utf8();
+            }
+        }
+        last.map(|(_, p)| PathBuf::from(p))
+    })
+}
+
 /// The last absolute path in `text`: quoted ('/a b', ‘/a’, "/a", `/a') or a bare word
 /// (`/bin/sh: 1: cannot create /x/y:`).
 pub(crate) fn last_absolute_path(text: &str) -> Option<PathBuf> {
@@ -492,6 +515,20 @@ mod tests {
             None
         );
         assert_eq!(refused_write("  LD [M]  kvm.ko\n", &[tree]), None);
+    }
+
+    /// A writer stopped at the disk limit names its file, relative or not.
+    #[test]
+    fn a_file_too_large_is_named_as_its_writer_named_it() {
+        assert_eq!(
+            last_path("dd: error writing 'big.bin': File too large"),
+            Some(PathBuf::from("big.bin"))
+        );
+        assert_eq!(
+            last_path("cp: error writing ‘/x/out/f’: File too large"),
+            Some(PathBuf::from("/x/out/f"))
+        );
+        assert_eq!(last_path("File too large"), None);
     }
 
     #[test]
