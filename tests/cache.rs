@@ -86,10 +86,12 @@ impl Holder {
         if shared {
             cmd.arg("-s");
         }
-        let child = cmd
+        // A group of its own: flock and its sleep end together.
+        let child = std::os::unix::process::CommandExt::process_group(&mut cmd, 0)
             .arg(path)
             .args(["sleep", "60"])
             .stdout(Stdio::null())
+            .stderr(Stdio::null())
             .spawn()
             .expect("flock (util-linux)");
         // Until it holds: a non-blocking exclusive attempt fails.
@@ -111,7 +113,10 @@ impl Holder {
 
 impl Drop for Holder {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        let _ = rustix::process::kill_process_group(
+            rustix::process::Pid::from_child(&self.0),
+            rustix::process::Signal::KILL,
+        );
         let _ = self.0.wait();
     }
 }
@@ -151,17 +156,28 @@ fn hvlab_cache_lists_every_entry_with_its_size_last_use_and_use() {
     assert!(mid["bytes"].as_u64().expect("bytes") >= 1 << 20, "{mid}");
     assert_eq!(kind_of(&format!("{SOURCE}/builds/k-new"))["in_use"], false);
     assert_eq!(kind_of("kernels/7.3.4+deb13-amd64")["kind"], "kernel");
-    assert_eq!(kind_of("logs/100-7.3.4+deb13-amd64-5000001")["kind"], "boot_log");
+    assert_eq!(
+        kind_of("logs/100-7.3.4+deb13-amd64-5000001")["kind"],
+        "boot_log"
+    );
     assert_eq!(kind_of("calibrations")["kind"], "kept");
     let now = hvlab::kernel::now_stamp();
-    let age = now - kind_of(&format!("{SOURCE}/builds/k-old"))["last_use"]
-        .as_u64()
-        .expect("last use");
+    let age = now
+        - kind_of(&format!("{SOURCE}/builds/k-old"))["last_use"]
+            .as_u64()
+            .expect("last use");
     assert!((4 * 86_400 - 60..4 * 86_400 + 60).contains(&age), "{age}");
     assert!(inv["bytes"].as_u64().expect("bytes") >= 3 << 20, "{inv}");
     // The words: sizes with their units, the last use, what is in use; logs one line a kind.
     let text = stdout(&cache_cmd(dir.path(), &[]));
-    for words in ["hvlab's cache ", " on disk in ", "MiB", "4 d ago", "in use", "1 boot logs (--all lists each)"] {
+    for words in [
+        "hvlab's cache ",
+        " on disk in ",
+        "MiB",
+        "4 d ago",
+        "in use",
+        "1 boot logs (--all lists each)",
+    ] {
         assert!(text.contains(words), "{words:?} in:\n{text}");
     }
 }
@@ -173,7 +189,10 @@ fn prune_takes_the_least_recently_used_and_never_what_another_hvlab_holds() {
     // Another hvlab boots the oldest build; another builds on the source (its lock taken).
     let booting = Holder::new(&root.join("builds/k-old"), true);
     let building = Holder::new(&root.join("lock"), false);
-    let dry = cache_cmd(dir.path(), &["prune", "--keep-size", "1M", "--dry-run", "--json"]);
+    let dry = cache_cmd(
+        dir.path(),
+        &["prune", "--keep-size", "1M", "--dry-run", "--json"],
+    );
     assert_exit(&dry, 0, &[]);
     let d = json(&dry);
     assert!(root.join("builds/k-mid").is_dir(), "a dry run removed it");
@@ -181,7 +200,11 @@ fn prune_takes_the_least_recently_used_and_never_what_another_hvlab_holds() {
     let out = cache_cmd(dir.path(), &["prune", "--keep-size", "1M", "--json"]);
     assert_exit(&out, 0, &[]);
     let p = json(&out);
-    assert_eq!(names(&p["removed"]), names(&d["removed"]), "the dry run said otherwise");
+    assert_eq!(
+        names(&p["removed"]),
+        names(&d["removed"]),
+        "the dry run said otherwise"
+    );
     let removed = names(&p["removed"]);
     // Least recently used first: the boot log (9 days), then what is not in use of the rest.
     assert_eq!(removed[0], "logs/100-7.3.4+deb13-amd64-5000001", "{p}");
@@ -193,7 +216,10 @@ fn prune_takes_the_least_recently_used_and_never_what_another_hvlab_holds() {
     let in_use = names(&p["in_use"]);
     assert!(in_use.contains(&format!("{SOURCE}/builds/k-old")), "{p}");
     assert!(in_use.contains(&format!("{SOURCE}/source")), "{p}");
-    assert!(dir.path().join("calibrations/x.toml").is_file(), "a calibration was pruned");
+    assert!(
+        dir.path().join("calibrations/x.toml").is_file(),
+        "a calibration was pruned"
+    );
     assert!(p["after"].as_u64() < p["before"].as_u64(), "{p}");
     // Once those hvlabs are done, the rest goes too, and the cache is under the size.
     drop((booting, building));
@@ -204,7 +230,10 @@ fn prune_takes_the_least_recently_used_and_never_what_another_hvlab_holds() {
     assert!(!root.join("builds/k-old").exists());
     // Past an age alone: nothing younger goes.
     let text = stdout(&cache_cmd(dir.path(), &["prune", "--older-than", "30d"]));
-    assert!(text.starts_with("removed 0 entries (last used more than 30 d ago)"), "{text}");
+    assert!(
+        text.starts_with("removed 0 entries (last used more than 30 d ago)"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -214,7 +243,8 @@ fn verify_names_a_source_changed_behind_hvlabs_back_and_has_it_unpacked_again() 
     let out = cache_cmd(dir.path(), &["verify"]);
     assert_exit(&out, 0, &[]);
     assert!(
-        stdout(&out).contains("source: linux-source-7.3 7.3.4-1~bpo13+1 (Debian): as unpacked (sha256 "),
+        stdout(&out)
+            .contains("source: linux-source-7.3 7.3.4-1~bpo13+1 (Debian): as unpacked (sha256 "),
         "{}",
         stdout(&out)
     );
@@ -236,7 +266,10 @@ fn verify_names_a_source_changed_behind_hvlabs_back_and_has_it_unpacked_again() 
     ] {
         assert!(said.contains(words), "{words:?} in:\n{said}");
     }
-    assert!(root.join("source.damaged").is_file(), "not marked for unpacking again");
+    assert!(
+        root.join("source.damaged").is_file(),
+        "not marked for unpacking again"
+    );
     let j = json(&cache_cmd(dir.path(), &["verify", "--json"]));
     assert_eq!(j["sources"][0]["result"]["state"], "changed", "{j}");
     assert_eq!(

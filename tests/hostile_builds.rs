@@ -43,9 +43,18 @@ fn vm(db: &Path, patch: &Path, extra: &[&str]) -> std::process::Output {
 
 /// What every hostile build must leave: no work directory, no half-built entry.
 fn nothing_kept() {
-    for source in std::fs::read_dir(cache_dir().join("kbuild")).unwrap().flatten() {
-        assert!(!source.path().join("work").exists(), "a work directory was left");
-        for e in std::fs::read_dir(source.path().join("builds")).unwrap().flatten() {
+    for source in std::fs::read_dir(cache_dir().join("kbuild"))
+        .unwrap()
+        .flatten()
+    {
+        assert!(
+            !source.path().join("work").exists(),
+            "a work directory was left"
+        );
+        for e in std::fs::read_dir(source.path().join("builds"))
+            .unwrap()
+            .flatten()
+        {
             assert!(
                 !e.file_name().to_string_lossy().ends_with(".tmp"),
                 "a half-built entry was left: {}",
@@ -97,7 +106,11 @@ fn a_hostile_kvm_makefile_cannot_write_the_shared_source_nor_run_past_its_time()
     );
     let start = std::time::Instant::now();
     let out = vm(&db, &sleep, &["--build-timeout", "5s"]);
-    assert_exit(&out, 2, &["reached its wall-time limit of 5.0 s (--build-timeout)"]);
+    assert_exit(
+        &out,
+        2,
+        &["reached its wall-time limit of 5.0 s (--build-timeout)"],
+    );
     assert!(
         start.elapsed() < std::time::Duration::from_secs(120),
         "{:?}: {}",

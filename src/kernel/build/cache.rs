@@ -534,7 +534,7 @@ impl SourceCache<'_> {
         };
         drop(work);
         let own: Vec<Step> = self.steps.drain(before..).collect();
-        let hunks = match laid.and_then(|_| result) {
+        let hunks = match laid.and(result) {
             Ok(h) => h,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&tmp);

@@ -125,8 +125,8 @@ pub fn inventory(cache: &Path) -> Inventory {
                     entries.push(entry(
                         cache,
                         Kind::Kernel,
-                        &[p.clone()],
-                        Guarding::Dir(p),
+                        std::slice::from_ref(&p),
+                        Guarding::Dir(p.clone()),
                         about,
                     ));
                 }
@@ -235,8 +235,8 @@ fn source_entries(cache: &Path, root: &Path, out: &mut Vec<Entry>) {
                     out.push(entry(
                         cache,
                         Kind::Build,
-                        &[p.clone()],
-                        Guarding::Dir(p),
+                        std::slice::from_ref(&p),
+                        Guarding::Dir(p.clone()),
                         about,
                     ));
                 }
