@@ -129,15 +129,27 @@ pub fn pruned(p: &Pruned, now: u64) -> String {
         let _ = writeln!(s, "{}", trimmed(&t));
     }
     if !p.in_use.is_empty() {
-        let _ = writeln!(
-            s,
-            "kept, in use by a running hvlab: {}",
-            p.in_use
-                .iter()
-                .map(|e| format!("{} ({})", e.name, bytes(e.bytes)))
-                .collect::<Vec<_>>()
-                .join(", ")
+        // Each entry by name, but the logs a build holds with its source one line per kind.
+        let mut kept: Vec<String> = Vec::new();
+        let mut logs: Vec<(Kind, usize, u64)> = Vec::new();
+        for e in &p.in_use {
+            if matches!(e.kind, Kind::BootLog | Kind::BuildLog) {
+                match logs.iter_mut().find(|l| l.0 == e.kind) {
+                    Some(l) => {
+                        l.1 += 1;
+                        l.2 += e.bytes;
+                    }
+                    None => logs.push((e.kind, 1, e.bytes)),
+                }
+            } else {
+                kept.push(format!("{} ({})", e.name, bytes(e.bytes)));
+            }
+        }
+        kept.extend(
+            logs.into_iter()
+                .map(|(k, n, size)| format!("{n} {}s ({})", kind(k), bytes(size))),
         );
+        let _ = writeln!(s, "kept, in use by a running hvlab: {}", kept.join(", "));
     }
     if let Some(keep) = p.keep_bytes
         && p.after > keep

@@ -149,6 +149,9 @@ impl Apt {
         progress: &dyn BuildProgress,
     ) -> Result<AptLock, KernelError> {
         let shared = self.lock(false)?;
+        // Read by every resolution: its last use for `hvlab cache prune`, which would
+        // otherwise take the lists as unused since their last update.
+        hold::touch(&self.dir);
         if self.lists_fresh() {
             return Ok(shared);
         }

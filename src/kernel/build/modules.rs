@@ -11,7 +11,7 @@ use super::make::make_error;
 use super::note::{BuildConfig, config_marker, read_config_marker};
 use super::record::{BuildInfo, How, describe_source};
 use super::{BuildError, Built, PatchedSpec};
-use crate::kernel::cache::layout;
+use crate::kernel::cache::{hold, layout};
 use crate::kernel::kbuild::KConfig;
 use crate::kernel::limits::BuildKind;
 use crate::kernel::{from_tree, ko};
@@ -78,6 +78,8 @@ impl SourceCache<'_> {
         let prepared = self.root().join(layout::PREPARED);
         let marker = prepared.join(".hvlab-prepared");
         if let Ok(text) = std::fs::read_to_string(&marker) {
+            // Its last use, for `hvlab cache prune`: every module build reads it.
+            hold::touch(&prepared);
             return Ok((prepared, read_config_marker(&text)));
         }
         let _ = std::fs::remove_dir_all(&prepared);
@@ -178,6 +180,7 @@ impl SourceCache<'_> {
         let (tmp, notes, steps) =
             self.build_entry(&tree.clone(), key, side, |me, laid, work, entry| {
                 let base = me.root().join(layout::MODULES_OUT);
+                hold::touch(&base);
                 let out = if job.patched {
                     own_output(&base, &work.out())?;
                     work.out()

@@ -11,7 +11,7 @@ use super::note::{BuildConfig, PreemptModel, Preemption, config_marker, read_con
 use super::record::{How, describe_source};
 use super::{BuildError, Built, PatchedSpec};
 use crate::kernel::Kernel;
-use crate::kernel::cache::layout;
+use crate::kernel::cache::{hold, layout};
 use crate::kernel::kbuild::KConfig;
 use crate::kernel::limits::BuildKind;
 use crate::kernel::patch::sha256_hex;
@@ -232,6 +232,8 @@ impl SourceCache<'_> {
         let out = self.root().join(layout::WHOLE_OUT);
         let marker = out.join(".hvlab-configured");
         if let Ok(text) = std::fs::read_to_string(&marker) {
+            // Its last use, for `hvlab cache prune`: every whole-kernel build starts from it.
+            hold::touch(&out);
             return Ok((tree, out, read_config_marker(&text)));
         }
         let _ = std::fs::remove_dir_all(&out);

@@ -26,12 +26,24 @@ pub fn hold(dir: &Path) -> std::io::Result<bool> {
     if !dir.is_dir() {
         return Ok(false);
     }
-    // Not ours to touch (another user's shared cache): its last use stays as it was.
-    let _ = file.set_modified(std::time::SystemTime::now());
+    mark_used(&file);
     HELD.lock()
         .map_err(|_| std::io::Error::other("the cache's hold list was poisoned"))?
         .push(file);
     Ok(true)
+}
+
+/// Marks the entry `dir` used now (its mtime), for an entry held by a lock file of its own
+/// rather than [`hold`] (the apt state, whose lists every resolution reads).
+pub fn touch(dir: &Path) {
+    if let Ok(file) = File::open(dir) {
+        mark_used(&file);
+    }
+}
+
+fn mark_used(dir: &File) {
+    // Not ours to touch (another user's shared cache): its last use stays as it was.
+    let _ = dir.set_modified(std::time::SystemTime::now());
 }
 
 /// An entry locked for removal: no hvlab holds it, and none can until this is dropped.
@@ -76,5 +88,25 @@ mod tests {
         assert!(hold(&entry).expect("hold"));
         assert!(in_use(&entry));
         assert!(!hold(&dir.path().join("gone")).expect("hold"));
+    }
+
+    /// An entry read under a lock of its own (the apt lists) is marked used, not held.
+    #[test]
+    fn a_touched_entry_is_used_now_and_not_held() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let apt = dir.path().join("apt");
+        std::fs::create_dir_all(&apt).expect("mkdir");
+        let day_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(86_400);
+        File::open(&apt)
+            .and_then(|f| f.set_modified(day_ago))
+            .expect("age it");
+        touch(&apt);
+        let age = std::fs::metadata(&apt)
+            .and_then(|m| m.modified())
+            .expect("mtime")
+            .elapsed()
+            .unwrap_or_default();
+        assert!(age < std::time::Duration::from_secs(3600), "{age:?}");
+        assert!(!in_use(&apt));
     }
 }
