@@ -94,6 +94,8 @@ impl Holder {
             .stderr(Stdio::null())
             .spawn()
             .expect("flock (util-linux)");
+        // Owned at once, so a failure below still ends it.
+        let holder = Holder(child);
         // Until it holds: a non-blocking exclusive attempt fails.
         for _ in 0..200 {
             let probe = Command::new("flock")
@@ -103,7 +105,7 @@ impl Holder {
                 .status()
                 .expect("flock");
             if !probe.success() {
-                return Holder(child);
+                return holder;
             }
             std::thread::sleep(Duration::from_millis(10));
         }

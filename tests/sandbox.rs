@@ -67,6 +67,7 @@ fn scratch(makefile: &str) -> Scratch {
 
 impl Scratch {
     /// `make -C SOURCE O=OUT` as builds run it, with these limits.
+    #[allow(clippy::result_large_err)] // the library's error, as its builds return it
     fn make(&self, sandbox: &Sandbox, limits: LimitOverrides) -> Result<(), BuildError> {
         build::make_out_of_tree(
             &sandbox.clone().with_limits(limits),

@@ -76,13 +76,13 @@ mod tests {
         let a = dir.path().join("a");
         std::fs::create_dir_all(&a).expect("mkdir");
         std::fs::write(a.join("f"), vec![7u8; 64 * 1024]).expect("write");
-        let one = bytes(&[a.clone()]);
+        let one = bytes(std::slice::from_ref(&a));
         assert!(one >= 64 * 1024, "{one}");
         std::fs::hard_link(a.join("f"), a.join("g")).expect("link");
         let big = dir.path().join("big");
         std::fs::write(&big, vec![1u8; 1024 * 1024]).expect("write");
         std::os::unix::fs::symlink(&big, a.join("l")).expect("symlink");
-        let linked = bytes(&[a.clone()]);
+        let linked = bytes(std::slice::from_ref(&a));
         assert!(linked < one + 16 * 1024, "{one} {linked}");
         // Two roots sharing the inode: still once.
         let b = dir.path().join("b");
