@@ -291,7 +291,7 @@ fn vm_boots_a_bzimage_with_a_modules_dir_and_keeps_its_runs() {
 }
 
 /// [`booting`], on a host that can build kernels (`.ci/run` installs the tools).
-fn building(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+pub(crate) fn building(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
     let turn = booting(test)?;
     ["make", "gcc", "flex", "bison", "pahole"]
         .iter()
@@ -300,7 +300,7 @@ fn building(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
 }
 
 /// hvlab's cache, as hvlab computes it.
-fn cache_dir() -> PathBuf {
+pub(crate) fn cache_dir() -> PathBuf {
     let home = std::env::var("HOME").unwrap();
     std::env::var("HVLAB_CACHE").map_or_else(
         |_| {
@@ -834,7 +834,7 @@ fn kab_refuses_bad_patches_and_judges_a_documentation_patch_anyway() {
         .flatten()
     {
         assert!(
-            !source.path().join("modules/.hvlab/journal").exists(),
+            !source.path().join("source/.hvlab/journal").exists(),
             "a patched tree was left"
         );
     }

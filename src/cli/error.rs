@@ -20,6 +20,9 @@ pub enum Error {
     /// The tracer.
     #[error(transparent)]
     Trace(#[from] TraceError),
+    /// hvlab's kernel cache (`hvlab cache`).
+    #[error(transparent)]
+    Cache(#[from] crate::kernel::cache::CacheError),
     /// Writing to stdout.
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
@@ -101,6 +104,7 @@ impl Error {
         match self {
             Error::Lab(e) => e.fault(),
             Error::Trace(e) => e.fault(),
+            Error::Cache(e) => e.fault(),
             Error::OutputPath { .. } => Fault::BadInput,
             Error::ShardWithoutKvm { .. } => Fault::HostCannot,
             Error::Output(_)

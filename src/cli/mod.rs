@@ -2,6 +2,7 @@
 //! a function of its parsed arguments; `dispatch` only routes. This is the only layer that
 //! prints.
 
+mod cache;
 mod compare;
 mod error;
 pub mod habits;
@@ -94,6 +95,9 @@ enum Command {
     /// A/B of two kernels under test: boots them alternately, runs the scenarios, judges counts
     /// exactly and jiffies with the rank test (times only with kvm acceleration)
     Kab(kernel::KabArgs),
+    /// What hvlab's kernel cache holds (sources, builds, kernels, logs: size and last use);
+    /// `prune` the least recently used, `verify` the sources against their checksums
+    Cache(cache::CacheArgs),
     /// The first commit of a series whose verdict for a variant differs from GOOD's (git
     /// bisect on a noisy host): hvlab bisect debian:7.3 debian:7.3+v3.mbox --variant V
     Bisect(kernel::BisectArgs),
@@ -348,6 +352,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         Command::Vm(args) => kernel::vm(db, &args),
         Command::Kab(args) => kernel::kab(db, &args),
         Command::Bisect(args) => kernel::bisect(db, &args),
+        Command::Cache(args) => cache::cache(&args),
         Command::Compare(args) => compare::compare(db, &args),
         Command::Report(args) => report::report(db, args),
         Command::Merge(args) => transfer::merge(db, &args),

@@ -7,6 +7,7 @@
 
 pub mod bisect;
 pub mod build;
+pub mod cache;
 pub mod csv;
 pub mod escape;
 pub mod html;

@@ -9,6 +9,7 @@
 //! [`source::KernelSource`], read once from the command line.
 
 pub mod build;
+pub mod cache;
 pub mod calibration;
 pub mod confine;
 mod cpio;
@@ -18,6 +19,8 @@ pub mod journal;
 pub mod kbuild;
 pub mod ko;
 pub mod kprobe;
+pub mod limits;
+pub mod overlay;
 pub mod patch;
 pub mod progress;
 pub mod reach;

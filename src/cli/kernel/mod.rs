@@ -24,6 +24,7 @@ use crate::error::InputError;
 use crate::export::kab::{duration, how_built, markdown, render};
 use crate::kernel::build::{self, BuildNote, BuildProgress, PatchedSpec};
 use crate::kernel::calibration;
+use crate::kernel::limits::LimitOverrides;
 use crate::kernel::sandbox::SandboxPolicy;
 use crate::kernel::vm::{self, Accel, Boot, VmConfig};
 use crate::kernel::{self, Kernel};
@@ -143,12 +144,21 @@ pub struct VmArgs {
     args: Vec<String>,
 }
 
-/// Where a patched kernel builds (shared by `vm` and `kab`).
+/// Where a patched kernel builds, and its limits (shared by `vm`, `kab` and `bisect`).
 #[derive(Debug, Args)]
 pub struct SandboxArgs {
     /// Build a patched kernel unconfined, as yourself, where no bubblewrap sandbox can be made: the patch's Makefiles then run with your rights (the output says so)
     #[arg(long)]
     no_sandbox: bool,
+    /// Wall-time limit of each make of a kernel build, e.g. 45m [default: 10m for modules, 30m for a whole kernel]
+    #[arg(long, value_name = "DURATION", value_parser = super::cache::parse_duration)]
+    build_timeout: Option<Duration>,
+    /// Disk space each make of a kernel build may add (output and temporary files), and the largest file it may write, e.g. 8G [default: 1G for modules, 4G for a whole kernel]
+    #[arg(long, value_name = "SIZE", value_parser = super::cache::parse_size)]
+    build_disk: Option<u64>,
+    /// Processes a kernel build may have at once, held by a pids cgroup where hvlab can make one, else RLIMIT_NPROC [default: 512]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    build_procs: Option<u32>,
 }
 
 /// `--config FILE`: the config a `git:` kernel's minimal guest config takes its options from.
@@ -174,10 +184,18 @@ impl GuestConfigArgs {
 
 impl SandboxArgs {
     fn policy(&self) -> SandboxPolicy {
-        if self.no_sandbox {
-            SandboxPolicy::Off
+        let base = if self.no_sandbox {
+            SandboxPolicy::OFF
         } else {
-            SandboxPolicy::Required
+            SandboxPolicy::REQUIRED
+        };
+        SandboxPolicy {
+            limits: LimitOverrides {
+                wall: self.build_timeout,
+                disk_bytes: self.build_disk,
+                processes: self.build_procs,
+            },
+            ..base
         }
     }
 }

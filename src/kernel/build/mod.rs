@@ -5,10 +5,12 @@
 //! Where the patch goes decides the build ([`super::kbuild::plan`]):
 //! - modules only (KVM's `virt/kvm/`, `arch/x86/kvm/`, any `obj-m`): Debian's `.config` and
 //!   `Module.symvers` from the headers package, `make olddefconfig`, `modules_prepare` once
-//!   per source version, then `make M=DIR` with `KERNELRELEASE` of the image; the rebuilt
-//!   `.ko` files replace the image's (after a `vermagic` check) in a tree of hard links to it;
+//!   per source version (`O=prepared`), then `make M=DIR MO=OUT/DIR` with `KERNELRELEASE` of
+//!   the image; the rebuilt `.ko` files replace the image's (after a `vermagic` check) in a
+//!   tree of hard links to it;
 //! - built-in code: a whole kernel from a minimal guest config ([`GUEST_CONFIG`] plus the HZ,
-//!   preemption, RCU and KVM options of Debian's config), the patched tree incrementally;
+//!   preemption, RCU and KVM options of Debian's config), `make O=OUT`, the patched side
+//!   incrementally from the unpatched one's output;
 //! - nothing a build uses (documentation): the image as shipped, on both sides.
 //!
 //! A commit of a git tree (`git:PATH@REF[+PATCH...]`, see [`crate::kernel::git`]) is built
@@ -35,7 +37,7 @@ mod whole;
 
 pub use super::progress::{BuildProgress, Silent};
 pub use error::BuildError;
-pub use make::make_in_sandbox;
+pub use make::make_out_of_tree;
 pub use note::{BaseConfig, BuildConfig, BuildNote, PreemptModel, Preemption};
 pub use prefixes::{Series, SeriesStep, range_steps};
 pub use record::{BuildInfo, How, PatchInfo, Step};
@@ -318,8 +320,8 @@ impl SourceCache<'_> {
         sides: &[&PatchedSpec],
         notes: &mut Vec<BuildNote>,
     ) -> Result<Vec<Built>, BuildError> {
-        let tree = self.unpacked("modules")?;
-        let (debian, debian_text) = self.debian_config(&tree)?;
+        let tree = self.source()?;
+        let (debian, debian_text) = self.debian_config()?;
         let touched: BTreeSet<String> = sides.iter().flat_map(|s| s.touched()).collect();
         let (plan, placed) = kbuild::plan(&tree, &debian, &touched);
         let config_sha = sha256_hex(debian_text.as_bytes());

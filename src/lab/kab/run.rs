@@ -81,13 +81,10 @@ pub(crate) fn guest_commands(req: &KabRequest) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// Where a boot's console log goes.
+/// Where a boot's console log goes (the cache keeps successful boots' logs for the last
+/// runs only).
 pub fn logs_dir(release: &str) -> PathBuf {
-    kernel::cache_dir().join("logs").join(format!(
-        "{}-{release}-{}",
-        kernel::now_stamp(),
-        std::process::id()
-    ))
+    kernel::cache::new_boot_log_dir(release)
 }
 
 /// The kernel A/B: resolves (and builds) both kernels, checks them before any boot, boots
