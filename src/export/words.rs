@@ -3,7 +3,9 @@
 
 use crate::analysis::compare::Verdict;
 use crate::analysis::verdict::Class;
-pub use crate::analysis::words::{busy_words, fmt_value, ratio_ci, stall_cause};
+pub use crate::analysis::words::{
+    busy_words, clock_words, fmt_value, jiffies_on, ratio_ci, stall_cause,
+};
 use crate::record::{Finding, RunRecord};
 
 /// The verdict that answers a run: the largest decided difference, else the first not
@@ -489,6 +491,14 @@ pub fn notice(n: &crate::scenario::Notice) -> String {
     }
 }
 
+/// The line `hvlab vm` prints before it boots: the clock the guest measures on.
+pub fn clock_line(clock: hvlab_core::host::Clock) -> String {
+    match clock {
+        hvlab_core::host::Clock::Wall => "clock: wall (guest times are real time)".to_string(),
+        hvlab_core::host::Clock::Icount => "clock: icount, QEMU's instruction clock (-icount shift=0,sleep=off,align=off): a guest time is the instructions it took, the same on a busy host; jiffies are virtual ticks".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -528,3 +538,4 @@ mod tests {
         }
     }
 }
+

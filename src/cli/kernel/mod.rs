@@ -25,6 +25,7 @@ use crate::kernel::build::{self, BuildNote, BuildProgress};
 use crate::kernel::calibration;
 use crate::kernel::sandbox::SandboxPolicy;
 use crate::kernel::vm::{self, Accel, Boot, VmConfig};
+use hvlab_core::host::Clock;
 use crate::kernel::{self, Kernel};
 use crate::lab::kab::{self, BootSummary, KabOutcome, KabProgress, KabRequest};
 use crate::store::{self, Store};
@@ -75,6 +76,9 @@ impl BootArgs {
         }
         Ok(VmConfig {
             accel: self.accel,
+            // kab, per-patch and bisect judge times on the wall clock; `hvlab vm` chooses its
+            // own (`--clock`).
+            clock: Some(Clock::Wall),
             cpus: self.cpus,
             mem_mib: mib,
             kvm_params: self.kvm_params.clone(),
@@ -128,6 +132,11 @@ pub struct VmArgs {
     config: GuestConfigArgs,
     #[command(flatten)]
     boot: BootArgs,
+    /// The clock the guest measures on: icount (QEMU's instruction clock: a time is the guest
+    /// instructions it took, the same on a busy host) or wall [default: icount under tcg, wall
+    /// under kvm, where icount cannot be]
+    #[arg(long, value_name = "CLOCK", value_parser = parse_clock)]
+    clock: Option<Clock>,
     /// More hvlab commands for the same boot, one argument list per line (after the one given)
     #[arg(long, value_name = "FILE")]
     commands: Option<PathBuf>,
@@ -269,9 +278,18 @@ fn keep(store: &mut Store, boot: &Boot) -> Result<String, Error> {
     ))
 }
 
+/// `--clock`.
+fn parse_clock(text: &str) -> Result<Clock, String> {
+    text.parse()
+}
+
 /// `hvlab vm`.
 pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
-    let cfg = args.boot.config()?;
+    let cfg = VmConfig {
+        clock: args.clock,
+        ..args.boot.config()?
+    };
+    vm::check_clock(cfg.accel, cfg.clock)?;
     let config = args.config.checked()?;
     let commands = vm_commands(args)?;
     let mut store = open_store(db)?;
@@ -302,7 +320,10 @@ pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
     for n in &resolved.notes {
         eprintln!("note: {n}");
     }
-    eprintln!("{}", vm::choose_accel(cfg.accel)?.why);
+    let choice = vm::choose_accel(cfg.accel)?;
+    eprintln!("{}", choice.why);
+    let clock = vm::choose_clock(cfg.clock, &choice, &vm::qemu()?)?;
+    eprintln!("{}", crate::export::words::clock_line(clock));
     let dir = kab::logs_dir(&kernel.release);
     let (boot, failure) = vm::boot(&kernel, &cfg, &commands, &dir)?;
     if let Some(s) = boot.to_first_command_s {
@@ -1056,6 +1077,7 @@ mod tests {
                 cpu_model: "EPYC,+svm,+npt".into(),
                 vendor_module: "kvm_amd".into(),
                 why: "accel: tcg".into(),
+                clock: Default::default(),
             },
             host: HostSummary {
                 kernel: "6.18".into(),
