@@ -7,6 +7,7 @@ mod common;
 
 mod adversarial;
 mod cli_errors;
+mod clocks;
 mod cli_habits;
 mod fake_backend;
 mod fleet;

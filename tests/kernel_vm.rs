@@ -71,6 +71,84 @@ fn vm_without_qemu_names_the_package_to_install() {
 }
 
 #[test]
+fn vm_icount_under_kvm_acceleration_is_bad_input_before_anything_else() {
+    let (d, db) = db();
+    // No QEMU on the PATH: the clock and the accelerator contradict each other whatever the
+    // host has, so that is said first.
+    let empty = d.path().join("empty-path");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = hvlab()
+        .args([
+            "vm", "--kernel", "debian:6.12", "--accel", "kvm", "--clock", "icount", "--", "host",
+        ])
+        .arg("--db")
+        .arg(&db)
+        .env("PATH", &empty)
+        .output()
+        .unwrap();
+    assert_exit(
+        &out,
+        2,
+        &[
+            "--clock icount needs QEMU's emulator",
+            "--accel kvm",
+            "Add --accel tcg, or use --clock wall",
+        ],
+    );
+    let out = hvlab()
+        .args(["vm", "--kernel", "debian:6.12", "--clock", "cycles", "--", "host"])
+        .arg("--db")
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert_exit(&out, 2, &["`cycles` is not a clock: give icount or wall"]);
+}
+
+#[test]
+fn vm_with_a_qemu_that_refuses_icount_names_its_words_before_any_fetch() {
+    use std::os::unix::fs::PermissionsExt;
+    let (d, db) = db();
+    let bin = d.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    // A QEMU built without TCG's instruction counting, as a script: it refuses -icount as
+    // QEMU does, and would boot nothing else either.
+    let fake = bin.join("qemu-system-x86_64");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = -icount ] && { echo \"qemu-system-x86_64: -icount: this QEMU has no TCG\" >&2; exit 1; }; done\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    // debian:6.12 is never fetched: the clock is chosen first (an empty cache stays empty).
+    let cache = d.path().join("cache");
+    let out = hvlab()
+        .args([
+            "vm", "--kernel", "debian:6.12", "--accel", "tcg", "--", "host",
+        ])
+        .arg("--db")
+        .arg(&db)
+        .env("PATH", &path)
+        .env("HVLAB_CACHE", &cache)
+        .output()
+        .unwrap();
+    assert_exit(
+        &out,
+        3,
+        &[
+            "cannot run the guest on its instruction clock",
+            "-icount: this QEMU has no TCG",
+            "use --clock wall",
+        ],
+    );
+    assert!(
+        !cache.join("kernels").exists(),
+        "nothing was fetched: {:?}",
+        std::fs::read_dir(&cache).map(|r| r.count())
+    );
+}
+
+#[test]
 fn vm_bzimage_without_modules_or_built_in_kvm_is_bad_input() {
     if !common::tool_or_skip("vm_bzimage_without_modules", "qemu-system-x86_64") {
         return;

@@ -67,11 +67,22 @@ pub fn host(h: &HostInfo) -> String {
         h.hz_source
     );
     let _ = writeln!(s, "thp           {}", h.thp);
+    if h.clock != hvlab_core::host::Clock::Wall {
+        let _ = writeln!(
+            s,
+            "clock         {}",
+            crate::export::words::clock_words(h.clock)
+        );
+    }
     let _ = writeln!(
         s,
         "hypervisor    {}",
         match (&h.hypervisor, h.cpu_emulated()) {
             (None, _) => "none (bare metal)".to_string(),
+            (Some(sig), true) if h.clock == hvlab_core::host::Clock::Icount => format!(
+                "{} (CPUID signature {sig}; CPU emulated, on its instruction clock: times are guest instructions)",
+                hvlab_core::host::hypervisor_name(sig)
+            ),
             (Some(sig), true) => format!(
                 "{} (CPUID signature {sig}; CPU emulated: times are not meaningful)",
                 hvlab_core::host::hypervisor_name(sig)

@@ -293,7 +293,11 @@ pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
     let config = args.config.checked()?;
     let commands = vm_commands(args)?;
     let mut store = open_store(db)?;
-    vm::qemu()?;
+    let qemu = vm::qemu()?;
+    // The accelerator and the clock before anything is fetched or built: a QEMU that cannot
+    // count instructions is said at once.
+    let choice = vm::choose_accel(cfg.accel)?;
+    let clock = vm::choose_clock(cfg.clock, &choice, &qemu)?;
     let reporter = Reporter::new(false);
     let resolved = build::resolve_with_config(
         &[&args.kernel],
@@ -320,9 +324,7 @@ pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
     for n in &resolved.notes {
         eprintln!("note: {n}");
     }
-    let choice = vm::choose_accel(cfg.accel)?;
     eprintln!("{}", choice.why);
-    let clock = vm::choose_clock(cfg.clock, &choice, &vm::qemu()?)?;
     eprintln!("{}", crate::export::words::clock_line(clock));
     let dir = kab::logs_dir(&kernel.release);
     let (boot, failure) = vm::boot(&kernel, &cfg, &commands, &dir)?;
