@@ -19,6 +19,7 @@ pub mod ko;
 pub mod kprobe;
 pub mod patch;
 pub mod progress;
+pub mod pvh;
 pub mod reach;
 pub mod sandbox;
 pub mod toolchain;
