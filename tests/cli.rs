@@ -7,8 +7,8 @@ mod common;
 
 mod adversarial;
 mod cli_errors;
-mod clocks;
 mod cli_habits;
+mod clocks;
 mod fake_backend;
 mod fleet;
 mod fuzz_inputs;

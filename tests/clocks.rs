@@ -60,7 +60,10 @@ fn stored_runs_keep_their_clock_and_list_it() {
         })
         .collect();
     for (id, clock) in fixture_runs() {
-        assert!(clocks.contains(&(id.clone(), clock.clone())), "{id} {clock}: {listed}");
+        assert!(
+            clocks.contains(&(id.clone(), clock.clone())),
+            "{id} {clock}: {listed}"
+        );
     }
     assert_eq!(by_clock("icount").len(), 2);
     assert_eq!(by_clock("wall").len(), 1);
@@ -73,12 +76,23 @@ fn stored_runs_keep_their_clock_and_list_it() {
     let at = header.iter().position(|h| *h == "clock").unwrap();
     let unit = header.iter().position(|h| *h == "unit").unwrap();
     let metric = header.iter().position(|h| *h == "metric").unwrap();
-    let rows: Vec<Vec<&str>> = csv.lines().skip(1).map(|l| l.split(',').collect()).collect();
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
     for (id, clock) in fixture_runs() {
-        let row = rows.iter().find(|r| r[0] == id && r[metric] == "ready_ms").unwrap();
+        let row = rows
+            .iter()
+            .find(|r| r[0] == id && r[metric] == "ready_ms")
+            .unwrap();
         assert_eq!(row[at], clock, "{id}");
         // A time on the instruction clock is millions of instructions, never milliseconds.
-        assert_eq!(row[unit], if clock == "icount" { "Minsn" } else { "ms" }, "{id}");
+        assert_eq!(
+            row[unit],
+            if clock == "icount" { "Minsn" } else { "ms" },
+            "{id}"
+        );
     }
 }
 
@@ -88,7 +102,10 @@ fn times_on_the_instruction_clock_read_as_instructions() {
     let icount = &by_clock("icount")[0];
     let shown = String::from_utf8(run(&db, &["show", icount]).stdout).unwrap();
     assert!(shown.contains("instruction clock"), "{shown}");
-    assert!(shown.contains(" insn ") && shown.contains("Minsn"), "{shown}");
+    assert!(
+        shown.contains(" insn ") && shown.contains("Minsn"),
+        "{shown}"
+    );
     // Neither a metric line nor a finding or a verdict says milliseconds or nanoseconds.
     for line in shown.lines() {
         let line = line.trim_start();
@@ -131,7 +148,11 @@ fn runs_of_two_clocks_are_never_compared() {
     }
     // Several runs on one side do not hide one of the other clock.
     let side = format!("{},{}", by_clock("icount")[1], wall);
-    assert_exit(&run(&db, &["compare", icount, &side]), 2, &["never compare"]);
+    assert_exit(
+        &run(&db, &["compare", icount, &side]),
+        2,
+        &["never compare"],
+    );
     // Selectors that pick both clocks are refused too; naming one clock compares.
     assert_exit(
         &run(&db, &["compare", "kernel=7.3", "kernel=7.3"]),
@@ -147,11 +168,7 @@ fn runs_of_two_clocks_are_never_compared() {
             &format!("{}:irqchip-first", by_clock("icount")[1]),
         ],
     );
-    assert!(
-        matches!(out.status.code(), Some(0 | 1)),
-        "{}",
-        stderr(&out)
-    );
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{}", stderr(&out));
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("instructions"), "{text}");
 }
@@ -178,6 +195,9 @@ fn a_report_keeps_the_clocks_in_rows_of_their_own() {
             && rows.iter().any(|r| r.contains("(tcg\\)")),
         "{summary}"
     );
-    let on_icount = rows.iter().find(|r| r.contains("instruction clock")).unwrap();
+    let on_icount = rows
+        .iter()
+        .find(|r| r.contains("instruction clock"))
+        .unwrap();
     assert!(on_icount.contains("M instructions"), "{on_icount}");
 }

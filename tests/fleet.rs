@@ -309,7 +309,10 @@ fn bad_selectors_exit_2_naming_the_valid_keys() {
     assert_exit(
         &run(&db, &["compare", "kern=6.18", "kernel=6.19"]),
         2,
-        &["kern=6.18", "valid keys: kernel, cpu, flavour, hz, clock, backend"],
+        &[
+            "kern=6.18",
+            "valid keys: kernel, cpu, flavour, hz, clock, backend",
+        ],
     );
     assert_exit(
         &run(&db, &["compare", "kernel=6.18", "kernel=7.0"]),

@@ -79,7 +79,15 @@ fn vm_icount_under_kvm_acceleration_is_bad_input_before_anything_else() {
     std::fs::create_dir_all(&empty).unwrap();
     let out = hvlab()
         .args([
-            "vm", "--kernel", "debian:6.12", "--accel", "kvm", "--clock", "icount", "--", "host",
+            "vm",
+            "--kernel",
+            "debian:6.12",
+            "--accel",
+            "kvm",
+            "--clock",
+            "icount",
+            "--",
+            "host",
         ])
         .arg("--db")
         .arg(&db)
@@ -96,7 +104,15 @@ fn vm_icount_under_kvm_acceleration_is_bad_input_before_anything_else() {
         ],
     );
     let out = hvlab()
-        .args(["vm", "--kernel", "debian:6.12", "--clock", "cycles", "--", "host"])
+        .args([
+            "vm",
+            "--kernel",
+            "debian:6.12",
+            "--clock",
+            "cycles",
+            "--",
+            "host",
+        ])
         .arg("--db")
         .arg(&db)
         .output()
@@ -124,7 +140,13 @@ fn vm_with_a_qemu_that_refuses_icount_names_its_words_before_any_fetch() {
     let cache = d.path().join("cache");
     let out = hvlab()
         .args([
-            "vm", "--kernel", "debian:6.12", "--accel", "tcg", "--", "host",
+            "vm",
+            "--kernel",
+            "debian:6.12",
+            "--accel",
+            "tcg",
+            "--",
+            "host",
         ])
         .arg("--db")
         .arg(&db)

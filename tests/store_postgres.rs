@@ -599,7 +599,11 @@ fn postgres_keeps_each_runs_clock_and_refuses_to_compare_two_clocks() {
     let listed = json(&run(&url, &["runs", "--json"]));
     for r in listed["runs"].as_array().expect("runs") {
         let id = r["run_id"].as_str().expect("id");
-        assert_eq!(r["clock"].as_str(), clocks.get(id).map(String::as_str), "{r}");
+        assert_eq!(
+            r["clock"].as_str(),
+            clocks.get(id).map(String::as_str),
+            "{r}"
+        );
     }
     let mut client = pg.client(&url);
     for (id, clock) in &clocks {
@@ -612,8 +616,16 @@ fn postgres_keeps_each_runs_clock_and_refuses_to_compare_two_clocks() {
     // Out again byte for byte, and refused together in one comparison.
     let again = run(&url, &["export"]);
     assert_eq!(String::from_utf8_lossy(&again.stdout), text);
-    let icount = clocks.iter().find(|(_, c)| *c == "icount").expect("an icount run").0;
-    let wall = clocks.iter().find(|(_, c)| *c == "wall").expect("a wall run").0;
+    let icount = clocks
+        .iter()
+        .find(|(_, c)| *c == "icount")
+        .expect("an icount run")
+        .0;
+    let wall = clocks
+        .iter()
+        .find(|(_, c)| *c == "wall")
+        .expect("a wall run")
+        .0;
     assert_exit(
         &run(&url, &["compare", icount, wall]),
         2,

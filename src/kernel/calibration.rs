@@ -191,7 +191,12 @@ mod tests {
         let wall = id("linux-binary 7.3.4", "tcg");
         let icount = wall.clone().on_clock(Clock::Icount);
         assert_ne!(wall.path(), icount.path());
-        let file = icount.path().file_name().unwrap().to_string_lossy().into_owned();
+        let file = icount
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         assert!(file.starts_with("7.3.4_deb13-amd64-tcg-icount-"), "{file}");
         // The wall clock's key is the one kept before there were clocks.
         let key = [

@@ -131,7 +131,11 @@ mod tests {
 
     /// A bzImage's setup header around `payload`: the fields `payload` reads, at their offsets.
     fn bz_image(setup_sects: u8, protocol: u16, data: &[u8]) -> Vec<u8> {
-        let sects = if setup_sects == 0 { 4 } else { usize::from(setup_sects) };
+        let sects = if setup_sects == 0 {
+            4
+        } else {
+            usize::from(setup_sects)
+        };
         let start = (sects + 1) * 512;
         let mut image = vec![0u8; start + 16];
         image[0x1f1] = setup_sects;

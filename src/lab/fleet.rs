@@ -506,7 +506,10 @@ mod tests {
     #[test]
     fn bad_selectors_name_the_valid_keys_or_the_valid_values() {
         for (text, needle) in [
-            ("kern=6.18", "valid keys: kernel, cpu, flavour, hz, clock, backend"),
+            (
+                "kern=6.18",
+                "valid keys: kernel, cpu, flavour, hz, clock, backend",
+            ),
             ("clock=cycles", "wall or icount"),
             ("kernel=6.18,bogus", "not key=value"),
             ("kernel=", "needs a value"),
@@ -536,8 +539,19 @@ mod tests {
             clock: Clock::Icount,
             ..fp.clone()
         };
-        assert_eq!(m.key(&icount), "cpu=AMD EPYC 7763, flavour=svm, clock=icount");
-        assert!(Selector::parse("clock=icount").unwrap().matches_host(&icount, BackendKind::Kvm));
-        assert!(!Selector::parse("clock=icount").unwrap().matches_host(&fp, BackendKind::Kvm));
+        assert_eq!(
+            m.key(&icount),
+            "cpu=AMD EPYC 7763, flavour=svm, clock=icount"
+        );
+        assert!(
+            Selector::parse("clock=icount")
+                .unwrap()
+                .matches_host(&icount, BackendKind::Kvm)
+        );
+        assert!(
+            !Selector::parse("clock=icount")
+                .unwrap()
+                .matches_host(&fp, BackendKind::Kvm)
+        );
     }
 }

@@ -417,7 +417,10 @@ mod tests {
             format_all(&[4858.0, 5468.0], "insn"),
             ["4,858 instructions", "5,468 instructions"]
         );
-        assert_eq!(format_range(6.94, 6.97, "Minsn"), "6.94–6.97 M instructions");
+        assert_eq!(
+            format_range(6.94, 6.97, "Minsn"),
+            "6.94–6.97 M instructions"
+        );
         for text in [format(4858.0, "insn"), format(6.96, "Minsn")] {
             assert!(text.ends_with("instructions"), "{text}");
         }

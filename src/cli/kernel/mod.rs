@@ -25,10 +25,10 @@ use crate::kernel::build::{self, BuildNote, BuildProgress};
 use crate::kernel::calibration;
 use crate::kernel::sandbox::SandboxPolicy;
 use crate::kernel::vm::{self, Accel, Boot, VmConfig};
-use hvlab_core::host::Clock;
 use crate::kernel::{self, Kernel};
 use crate::lab::kab::{self, BootSummary, KabOutcome, KabProgress, KabRequest};
 use crate::store::{self, Store};
+use hvlab_core::host::Clock;
 
 /// How the VM is booted (shared by `vm` and `kab`).
 #[derive(Debug, Args)]
