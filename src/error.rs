@@ -1,6 +1,6 @@
-//! The top-level error and its exit code (../shared/DESIGN.md, "Output contract"): 2 bad input, 3 the
-//! host cannot run what was asked, 4 a measurement or storage failure. (1 is reserved for a
-//! failed verdict, which is not an error.)
+//! The top-level error and its exit code (docs/ARCHITECTURE.md, "Errors and exit codes"): 2 bad
+//! input, 3 the host cannot run what was asked, 4 a measurement or storage failure. (1 is
+//! reserved for a failed verdict, which is not an error.)
 
 use crate::store::StoreError;
 use crate::trace::TraceError;
@@ -326,7 +326,7 @@ impl Error {
     }
 }
 
-/// The exit code of a kind of failure (../shared/DESIGN.md, "Output contract"); 128 + the
+/// The exit code of a kind of failure (docs/ARCHITECTURE.md, "Errors and exit codes"); 128 + the
 /// signal for an interrupted command, as a shell reports it.
 pub fn fault_exit_code(fault: Fault) -> i32 {
     match fault {

@@ -10,7 +10,7 @@
 //! single runs (suite, sweep, calibration, validation, fidelity); [`trace`] attributes another
 //! VMM's ioctls; [`sys`] holds the few system calls without a safe wrapper.
 //!
-//! A mechanism has one name in every layer (the README's Layout has the same table):
+//! A mechanism has one name in every layer (docs/ARCHITECTURE.md has the same table):
 //!
 //! | mechanism | scenario | core | kvm | model |
 //! |---|---|---|---|---|

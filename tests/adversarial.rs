@@ -1,4 +1,4 @@
-//! Issue 8: bad input, interruptions and concurrency. Every case gets a clear answer and the
+//! Bad input, interruptions and concurrency. Every case gets a clear answer and the
 //! documented exit code (2 bad input, 3 the host cannot run it, 4 a measurement or storage
 //! failure), nothing is lost and nothing is left behind. One test (or more) per row.
 #![allow(

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use hvlab::analysis::verdict::Class;
+use hvlab::analysis::class::MetricClass;
 use hvlab::record::{Finding, RunRecord, SelfCheck, VariantStatus};
 use hvlab::scenario::runner::{RunRequest, Silent};
 use hvlab::scenario::{Baseline, Kind, Params};
@@ -197,7 +197,7 @@ fn exits_on_a_fake_backend_reports_its_scripted_costs_and_calls_the_cheapest_kin
     for v in &r.verdicts {
         assert_eq!(v.faster, "cpuid", "{v:#?}");
         assert_eq!(v.against(), "cpuid", "{v:#?}");
-        assert_eq!(v.class(), Class::Slower, "{v:#?}");
+        assert_eq!(v.class(), MetricClass::Slower, "{v:#?}");
         assert!(v.significant, "{v:#?}");
     }
     // --baseline-variant: every other variant against the one named.
@@ -206,12 +206,15 @@ fn exits_on_a_fake_backend_reports_its_scripted_costs_and_calls_the_cheapest_kin
         &["cpuid", "pio-out", "hlt"],
         &Baseline::Variant("pio-out".into()),
     );
-    let classes: Vec<(&str, Class)> = r
+    let classes: Vec<(&str, MetricClass)> = r
         .verdicts
         .iter()
         .map(|v| (v.variant(), v.class()))
         .collect();
-    assert_eq!(classes, [("cpuid", Class::Faster), ("hlt", Class::Slower)]);
+    assert_eq!(
+        classes,
+        [("cpuid", MetricClass::Faster), ("hlt", MetricClass::Slower)]
+    );
     let r = run_exits_against(&mut fake, &["cpuid", "pio-out", "hlt"], &Baseline::Fastest);
     let hlt = r
         .verdicts
@@ -413,7 +416,9 @@ fn memslots_on_a_fake_backend_reports_each_kind_per_update_and_calls_add_the_fas
     // against the first. A flat cost is no change, for every kind.
     assert_eq!(r.verdicts.len(), 3, "{:#?}", r.verdicts);
     assert!(
-        r.verdicts.iter().all(|v| v.class() == Class::NoChange),
+        r.verdicts
+            .iter()
+            .all(|v| v.class() == MetricClass::NoChange),
         "{:#?}",
         r.verdicts
     );
@@ -431,7 +436,7 @@ fn memslots_growth_shows_a_cost_that_rises_with_the_slots_present() {
     assert!((growth - 104.5 / 14.5).abs() < 1e-6, "{growth}");
     // And the question's answer: the last tenth is SLOWER than the first, for every kind.
     assert!(
-        r.verdicts.iter().all(|v| v.class() == Class::Slower),
+        r.verdicts.iter().all(|v| v.class() == MetricClass::Slower),
         "{:#?}",
         r.verdicts
     );
@@ -1066,7 +1071,7 @@ fn memory_on_a_fake_backend_reports_scripted_costs_and_faults_and_calls_populate
         "{:#?}",
         r.verdicts
     );
-    let classes: Vec<(&str, Class)> = r
+    let classes: Vec<(&str, MetricClass)> = r
         .verdicts
         .iter()
         .map(|v| (v.variant(), v.class()))
@@ -1074,8 +1079,8 @@ fn memory_on_a_fake_backend_reports_scripted_costs_and_faults_and_calls_populate
     assert_eq!(
         classes,
         [
-            ("populated", Class::Faster),
-            ("uffd-prefetch", Class::Slower)
+            ("populated", MetricClass::Faster),
+            ("uffd-prefetch", MetricClass::Slower)
         ]
     );
     let populated = &r.verdicts[0];
@@ -1242,7 +1247,7 @@ fn pinning_on_a_fake_backend_calls_keeping_the_pin_faster_and_words_aging_and_bl
         .find(|v| v.variant() == "keep")
         .expect("keep judged");
     assert!(
-        keep.class() == Class::Faster && (6.0..7.0).contains(&keep.ratio),
+        keep.class() == MetricClass::Faster && (6.0..7.0).contains(&keep.ratio),
         "{keep:#?}"
     );
     // The buffer exceeds the cap: every policy that pins loses the scripted records, said
@@ -1426,7 +1431,7 @@ fn dirty_on_a_fake_backend_calls_the_scripted_slower_ring_slower_and_reports_its
         Some((1024, 15, Some(1024.0), 9.0, None))
     );
     // Each mode against the bitmap: the clears and the ring both SLOWER.
-    let classes: Vec<(&str, &str, Class)> = r
+    let classes: Vec<(&str, &str, MetricClass)> = r
         .verdicts
         .iter()
         .map(|v| (v.variant(), v.against(), v.class()))
@@ -1434,8 +1439,8 @@ fn dirty_on_a_fake_backend_calls_the_scripted_slower_ring_slower_and_reports_its
     assert_eq!(
         classes,
         [
-            ("clear", "bitmap", Class::Slower),
-            ("ring", "bitmap", Class::Slower)
+            ("clear", "bitmap", MetricClass::Slower),
+            ("ring", "bitmap", MetricClass::Slower)
         ]
     );
 }

@@ -1,4 +1,4 @@
-//! Property test (issue 8): random `--set` values and random profile TOML fed to the parsers
+//! Property test: random `--set` values and random profile TOML fed to the parsers
 //! in-process. Nothing panics; every rejection is bad input (exit 2) and names the key.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 

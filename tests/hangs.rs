@@ -1,4 +1,4 @@
-//! Nothing hangs, whatever the peer (issue 16, rule 3): a PostgreSQL server that accepts a
+//! Nothing hangs, whatever the peer: a PostgreSQL server that accepts a
 //! connection and never answers ends in an error naming it, within the connect timeout.
 
 use crate::common;

@@ -1,4 +1,4 @@
-//! The import graph of every crate's `src/` (issue 18): which module names which through
+//! The import graph of every crate's `src/`: which module names which through
 //! `crate::…` and `super::…` paths. The crate graph keeps crates from naming one above them;
 //! inside a crate nothing does, so this test refuses an import cycle between the files of a
 //! crate and between its top-level modules. Test modules are left out (a test may reach
@@ -304,8 +304,7 @@ const LAYERS: [&str; 8] = [
 ];
 
 /// At most this many arrows between the application's top-level modules run back up
-/// [`LAYERS`] (issue 36: turn 4 had four; `error` naming `kernel` and `trace`, whose errors
-/// it wraps, are two).
+/// [`LAYERS`] (`error` naming `kernel` and `trace`, whose errors it wraps, are two of them).
 const MOST_ARROWS_BACK_UP: usize = 4;
 
 /// Few imports run back up the application's layers: a module naming one above it. Each

@@ -727,7 +727,7 @@ fn kab_per_patch_names_the_patches_of_an_mbox_series_module_only_on_7_3() {
     assert_eq!(v["boots"].as_array().unwrap().len(), 10, "{}", v["boots"]);
 }
 
-/// Issue 38's git tree: Debian's linux-source-7.3 in one commit (`HVLAB_GIT_TREE`), and the
+/// A git tree: Debian's linux-source-7.3 in one commit (`HVLAB_GIT_TREE`), and the
 /// four commits of tests/patches/series-v1.mbox applied on its root in a worktree of the test's
 /// own, with fixed dates (so their ids, and hvlab's builds of them, are the same on every run;
 /// the tree's working tree, index, HEAD and branches are left as they were). Per patch over the

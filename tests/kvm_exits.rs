@@ -84,7 +84,7 @@ fn modes_and_capabilities_decide_what_runs() {
         return;
     };
     // With both unsupported (no KVM_CAP_PMU_CAPABILITY here) the run has nothing to show:
-    // exit 3, each variant's reason on stderr, nothing stored (issue 8).
+    // exit 3, each variant's reason on stderr, nothing stored.
     let dir = tempfile::tempdir().unwrap();
     let out = common::run(
         &dir.path().join("hvlab.db"),

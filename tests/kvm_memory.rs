@@ -123,7 +123,7 @@ fn variants_the_host_lacks_say_what_is_missing() {
         return;
     };
     // Asked alone, an unsupported variant leaves nothing to run: exit 3 with the reason on
-    // stderr and no JSON (issue 8); on a host with the capability it runs.
+    // stderr and no JSON; on a host with the capability it runs.
     let dir = tempfile::tempdir().unwrap();
     let out = common::run(
         &dir.path().join("hvlab.db"),

@@ -184,7 +184,8 @@ fn boot_registrations_defer_under_the_fix_and_the_next_memslot_update_waits() {
 
 #[test]
 fn the_pvm_profile_predicts_this_hosts_lifecycle_measurements() {
-    // ../shared/DESIGN.md, lifecycle, measured here at HZ=250; none of these went into pvm-epyc.
+    // Measured on the project's PVM hosts at HZ=250 (each figure below); none of these went
+    // into pvm-epyc.
     let r = model(
         "lifecycle",
         &[],

@@ -1,4 +1,4 @@
-//! A measured run is never thrown away (issue 16, rule 2): a store that cannot take a run is
+//! A measured run is never thrown away: a store that cannot take a run is
 //! refused before anything is measured; a save that fails after measuring prints the run (the
 //! full JSON with `--json`) and keeps it in a recovery file that `hvlab import` takes, named
 //! by the error.

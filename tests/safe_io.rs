@@ -1,4 +1,4 @@
-//! Issue 16, part A: hvlab writes only what it was asked to write and only regular files, reads
+//! hvlab writes only what it was asked to write and only regular files, reads
 //! without writing, keeps terminals and Markdown safe from imported names, refuses bad input
 //! with exit 2 before any work, and never hangs on extreme values. One test (or more) per case.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
@@ -676,8 +676,9 @@ fn import_refuses_huge_or_non_finite_samples_naming_the_line() {
     );
 }
 
-/// Records whose summary its samples do not give (issue 30's three, and a verdict that is not
-/// its samples'): each refused naming the line and the field, nothing imported, never shown.
+/// Records whose summary its samples do not give (a sample count, a range, a median without
+/// samples, an interval backwards; and a verdict that is not its samples'): each refused
+/// naming the line and the field, nothing imported, never shown.
 #[test]
 fn import_refuses_summaries_and_verdicts_their_samples_do_not_give() {
     let (d, db) = db();

@@ -456,7 +456,8 @@ fn the_slurm_example_on_a_real_cluster_merges_the_whole_suite_and_cancels_a_fail
         std::fs::create_dir(d).unwrap();
     }
 
-    // The array and its merge, submitted from a login shell as the README says.
+    // The array and its merge, submitted from a login shell as docs/commands.md ("Sweeps and
+    // shards") says.
     let hvlab = env!("CARGO_BIN_EXE_hvlab");
     let (array, merge) = cluster.submit(
         SCRIPT,

@@ -1,4 +1,4 @@
-//! The KVM selftests beside hvlab on this host (issue 22, item 6): builds `demand_paging_test`
+//! The KVM selftests beside hvlab on this host: builds `demand_paging_test`
 //! and `dirty_log_perf_test` from Debian's `linux-source` package when asked, runs each and
 //! hvlab's matching variant in alternating rounds, and writes the side-by-side table.
 //!

@@ -1,5 +1,5 @@
 //! A lifecycle sweep on the model: 100 points (all six variants, default repetitions) on every
-//! core, with and without storing them in SQLite. The target is 1,000 points in under
+//! core, with and without storing them in SQLite. The target is 1,000 points in under
 //! a minute on 2 cores, storage included: under 6 s per 100 here.
 #![allow(clippy::unwrap_used)] // bench code: a panic is the failure report
 

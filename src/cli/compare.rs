@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{habits, print_json, print_text, render};
+use crate::analysis::class::MetricClass;
 use crate::error::{Error, InputError};
 use crate::lab;
 use crate::store::{self, Store};
@@ -140,9 +141,9 @@ fn compare_runs(
         }
         for c in results {
             let style = match c.verdict {
-                crate::analysis::compare::AbVerdict::Faster => habits::style::GOOD,
-                crate::analysis::compare::AbVerdict::Slower => habits::style::BAD,
-                _ => anstyle::Style::new(),
+                MetricClass::Faster => habits::style::GOOD,
+                MetricClass::Slower => habits::style::BAD,
+                MetricClass::NoChange | MetricClass::NotDecided => anstyle::Style::new(),
             };
             habits::print_styled(&format!("  [{}] {}", comparison_label(c), c), style)?;
         }

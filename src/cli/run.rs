@@ -184,7 +184,7 @@ mod tests {
     use crate::lab::kab::fixture;
     use crate::record::VariantStatus;
 
-    /// Issue 37: the guest's `hvlab run dirty` whose every variant failed keeps the run, each
+    /// The guest's `hvlab run dirty` whose every variant failed keeps the run, each
     /// variant's failure in it, and still fails (exit 4) naming where; without a store, and
     /// when every variant is merely unsupported here, nothing is stored.
     #[test]

@@ -59,18 +59,23 @@ fn number_cells(n: Option<&Numbers>) -> [String; 4] {
 /// not build, as `[PATCH 2/4] REGRESSED irqchip-first: m00 100 → 130 µs (+30.0%)`; else one
 /// line saying no commit changed anything (or how many rows stayed NOT DECIDED).
 pub fn answer(t: &SeriesTable) -> Vec<String> {
-    use crate::analysis::verdict::Class;
+    use crate::analysis::class::VariantClass;
+    // The rows that changed against their parent (NOT EXERCISED is listed: it says the
+    // commit's code never ran).
+    let listed = |c: VariantClass| match c {
+        VariantClass::NoChange | VariantClass::NotDecided => false,
+        VariantClass::Fixed
+        | VariantClass::Improved
+        | VariantClass::Regressed
+        | VariantClass::NotExercised => true,
+    };
     let mut out = Vec::new();
     for c in &t.commits {
         if let Some(e) = &c.does_not_build {
             out.push(format!("{} DOES NOT BUILD: {e}", c.step.label));
             continue;
         }
-        for v in c
-            .variants
-            .iter()
-            .filter(|v| !matches!(v.vs_parent.class, Class::NoChange | Class::NotDecided))
-        {
+        for v in c.variants.iter().filter(|v| listed(v.vs_parent.class)) {
             let what = v
                 .numbers
                 .as_ref()
@@ -88,7 +93,7 @@ pub fn answer(t: &SeriesTable) -> Vec<String> {
             .commits
             .iter()
             .flat_map(|c| &c.variants)
-            .filter(|v| v.vs_parent.class == Class::NotDecided)
+            .filter(|v| v.vs_parent.class == VariantClass::NotDecided)
             .count();
         out.push(if undecided == 0 {
             format!(
@@ -324,11 +329,11 @@ pub fn markdown(t: &SeriesTable, command: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::verdict::Class;
+    use crate::analysis::class::VariantClass;
     use crate::lab::kab::VariantVerdict;
     use crate::lab::series::SeriesStep;
 
-    fn verdict(variant: &str, class: Class) -> VariantVerdict {
+    fn verdict(variant: &str, class: VariantClass) -> VariantVerdict {
         VariantVerdict::of_class("lifecycle", variant, class)
     }
 
@@ -351,14 +356,16 @@ mod tests {
     }
 
     fn table() -> SeriesTable {
-        let row =
-            |variant: &str, parent: Class, base: Class, numbers: Option<Numbers>| VariantRow {
-                scenario: "lifecycle".into(),
-                variant: variant.into(),
-                vs_parent: verdict(variant, parent),
-                vs_base: verdict(variant, base),
-                numbers,
-            };
+        let row = |variant: &str,
+                   parent: VariantClass,
+                   base: VariantClass,
+                   numbers: Option<Numbers>| VariantRow {
+            scenario: "lifecycle".into(),
+            variant: variant.into(),
+            vs_parent: verdict(variant, parent),
+            vs_base: verdict(variant, base),
+            numbers,
+        };
         let slower = Numbers {
             metric: "ioctl.kvm_irqfd_ms".into(),
             unit: "ms".into(),
@@ -372,7 +379,12 @@ mod tests {
             commits: vec![
                 commit(
                     1,
-                    vec![row("irqchip-first", Class::NoChange, Class::NoChange, None)],
+                    vec![row(
+                        "irqchip-first",
+                        VariantClass::NoChange,
+                        VariantClass::NoChange,
+                        None,
+                    )],
                     None,
                 ),
                 commit(
@@ -384,8 +396,8 @@ mod tests {
                     3,
                     vec![row(
                         "irqchip-first",
-                        Class::Regressed,
-                        Class::Regressed,
+                        VariantClass::Regressed,
+                        VariantClass::Regressed,
                         Some(slower),
                     )],
                     None,

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::analysis::verdict::Class;
+use crate::analysis::class::MetricClass;
 use crate::export::words::{answer_of, verdict_cause, verdict_number, verdict_short};
 use crate::record::{RunRecord, RunTag, Warning};
 use hvlab_core::BackendKind;
@@ -153,7 +153,7 @@ pub struct RunLine {
     /// else the first not decided, else the first no change).
     pub answer: Option<Answered>,
     /// How many of its verdicts fell in each class.
-    pub tally: BTreeMap<ClassKey, usize>,
+    pub tally: BTreeMap<MetricClass, usize>,
     /// The headline metric's lowest and highest variant median, with those variants and the
     /// unit.
     pub range: Option<Range>,
@@ -167,40 +167,11 @@ pub struct RunLine {
     pub warnings: Vec<Warning>,
 }
 
-/// A class as a sort key (the vocabulary's order).
-pub type ClassKey = u8;
-
-fn key(c: Class) -> ClassKey {
-    match c {
-        Class::Fixed => 0,
-        Class::Faster => 1,
-        Class::Regressed => 2,
-        Class::Slower => 3,
-        Class::NoChange => 4,
-        Class::NotDecided => 5,
-        Class::Improved => 6,
-        Class::NotExercised => 7,
-    }
-}
-
-fn class_of(k: ClassKey) -> Class {
-    match k {
-        0 => Class::Fixed,
-        1 => Class::Faster,
-        2 => Class::Regressed,
-        3 => Class::Slower,
-        4 => Class::NoChange,
-        6 => Class::Improved,
-        7 => Class::NotExercised,
-        _ => Class::NotDecided,
-    }
-}
-
 /// A verdict, in the words of the first screen.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answered {
     /// Its class.
-    pub class: Class,
+    pub class: MetricClass,
     /// "populated against lazy: FASTER, 9.3×".
     pub short: String,
     /// "1.25 µs vs 11.6 µs (95% CI of the ratio 9.1–9.5×)".
@@ -242,7 +213,7 @@ pub struct SummaryRow {
     /// The answer in the one vocabulary (or the tally of the runs' answers).
     pub answer: String,
     /// Its class, when the row has one answer.
-    pub class: Option<Class>,
+    pub class: Option<MetricClass>,
     /// The number with its interval (or the headline's spread across runs).
     pub number: String,
     /// The cause.
@@ -401,7 +372,7 @@ fn run_line(r: &RunRecord, page: String) -> RunLine {
     });
     let mut tally = BTreeMap::new();
     for v in &r.verdicts {
-        *tally.entry(key(v.class())).or_insert(0) += 1;
+        *tally.entry(v.class()).or_insert(0) += 1;
     }
     let medians: Vec<(f64, &str, &str)> = r
         .variants
@@ -436,16 +407,10 @@ fn run_line(r: &RunRecord, page: String) -> RunLine {
 }
 
 /// "9 FASTER, 1 SLOWER, 2 NO CHANGE".
-pub fn tally_words(tally: &BTreeMap<ClassKey, usize>) -> String {
+pub fn tally_words(tally: &BTreeMap<MetricClass, usize>) -> String {
     tally
         .iter()
-        .map(|(k, n)| {
-            format!(
-                "{} {}",
-                crate::analysis::quantity::count(*n as f64),
-                class_of(*k)
-            )
-        })
+        .map(|(c, n)| format!("{} {c}", crate::analysis::quantity::count(*n as f64)))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -484,7 +449,7 @@ fn setup(lines: &[RunLine]) -> String {
 struct Told {
     page: String,
     answer: String,
-    class: Option<Class>,
+    class: Option<MetricClass>,
     number: String,
     cause: String,
     others: String,
@@ -522,7 +487,7 @@ fn told_by_one(line: &RunLine, costs: bool) -> Told {
     let mut tally = line.tally.clone();
     let (answer, class, number, cause) = match &line.answer {
         Some(a) => {
-            if let Some(n) = tally.get_mut(&key(a.class)) {
+            if let Some(n) = tally.get_mut(&a.class) {
                 *n -= 1;
             }
             (
@@ -567,7 +532,7 @@ fn told_by_many(lines: &[RunLine], group_page: &str) -> Told {
     let mut answers = BTreeMap::new();
     for l in lines {
         if let Some(a) = &l.answer {
-            *answers.entry(key(a.class)).or_insert(0) += 1;
+            *answers.entry(a.class).or_insert(0) += 1;
         }
     }
     let answer = if answers.is_empty() {
@@ -580,7 +545,7 @@ fn told_by_many(lines: &[RunLine], group_page: &str) -> Told {
         )
     };
     let class = (answers.len() == 1)
-        .then(|| answers.keys().next().map(|k| class_of(*k)))
+        .then(|| answers.keys().next().copied())
         .flatten();
     let low = lines
         .iter()

@@ -874,7 +874,7 @@ pub fn fidelity(reports: &[crate::lab::fidelity::ThreadReport]) -> String {
     out
 }
 
-// ---- What the suite and a sweep did, in words (issue 18: lab returns data, this words it) ----
+// ---- What the suite and a sweep did, in words (lab returns data, this words it) ----
 
 /// What `hvlab suite` sums up at its end.
 pub struct SuiteSummary<'a> {

@@ -1,11 +1,12 @@
 //! Sentences shared by every rendering of a run (terminal, Markdown, HTML), so the three say
 //! the same thing in the same words.
 
+use crate::analysis::class::MetricClass;
 use crate::analysis::compare::Verdict;
-use crate::analysis::verdict::Class;
 pub use crate::analysis::words::{
     busy_words, clock_words, fmt_value, jiffies_on, ratio_ci, stall_cause,
 };
+use crate::lab::threads::PairClass;
 use crate::record::{Finding, RunRecord};
 
 /// The verdict that answers a run: the largest decided difference, else the first not
@@ -13,10 +14,14 @@ use crate::record::{Finding, RunRecord};
 pub fn answer_of(verdicts: &[Verdict]) -> Option<&Verdict> {
     let decided = verdicts
         .iter()
-        .filter(|v| v.class() != Class::NoChange && v.class() != Class::NotDecided)
+        .filter(|v| v.class().called())
         .max_by(|a, b| a.ratio.total_cmp(&b.ratio));
     decided
-        .or_else(|| verdicts.iter().find(|v| v.class() == Class::NotDecided))
+        .or_else(|| {
+            verdicts
+                .iter()
+                .find(|v| v.class() == MetricClass::NotDecided)
+        })
         .or_else(|| verdicts.first())
 }
 
@@ -25,12 +30,14 @@ pub fn answer_of(verdicts: &[Verdict]) -> Option<&Verdict> {
 pub fn verdict_short(v: &Verdict) -> String {
     let head = format!("{} against {}: {}", v.variant(), v.against(), v.class());
     match v.class() {
-        Class::NotDecided => match v.undecided.as_ref().and_then(|u| u.needed()) {
+        MetricClass::NotDecided => match v.undecided.as_ref().and_then(|u| u.needed()) {
             Some(k) => format!("{head} (`--reps {k}` can decide)"),
             None => format!("{head} (more repetitions can decide)"),
         },
-        Class::NoChange => head,
-        _ => format!("{head}, {}", crate::analysis::quantity::ratio(v.ratio)),
+        MetricClass::NoChange => head,
+        MetricClass::Faster | MetricClass::Slower => {
+            format!("{head}, {}", crate::analysis::quantity::ratio(v.ratio))
+        }
     }
 }
 
@@ -116,16 +123,15 @@ fn headline_pair(
     let c = &p.comparison;
     let both = crate::analysis::quantity::format_all(&c.median, &c.unit);
     let (a, b) = sides.unwrap_or((p.pair.before, p.pair.after));
-    let ratio = match p.class {
-        Class::NoChange | Class::NotDecided => String::new(),
-        _ => {
-            let r = if c.ratio < 1.0 {
-                1.0 / c.ratio
-            } else {
-                c.ratio
-            };
-            format!(" {}", crate::analysis::quantity::ratio(r))
-        }
+    let ratio = if p.class.called() {
+        let r = if c.ratio < 1.0 {
+            1.0 / c.ratio
+        } else {
+            c.ratio
+        };
+        format!(" {}", crate::analysis::quantity::ratio(r))
+    } else {
+        String::new()
     };
     let mut facts = Vec::new();
     if let Some([sa, sb]) = p.stalled {
@@ -145,7 +151,7 @@ fn headline_pair(
         let both = crate::analysis::quantity::format_all(&[*x, *y], unit);
         facts.push(format!("{metric} {} → {}", both[0], both[1]));
     }
-    if p.class == Class::NotDecided
+    if p.class == PairClass::Metric(MetricClass::NotDecided)
         && let Some(k) = c.undecided.as_ref().and_then(|u| u.needed())
     {
         facts.push(format!("about {k} samples a side would decide it"));
@@ -458,7 +464,7 @@ pub fn sweep_too_big(c: &crate::lab::sweep::StoreCost, store: &str, free: u64) -
     )
 }
 
-// ---- What lab's suite and sweeps could not do, in words (issue 18, "cli2" block) ----
+// ---- What lab's suite and sweeps could not do, in words ----
 
 /// A suite unit this host could not run: `scenario on backend: why`.
 pub fn skipped_unit(s: &crate::lab::suite::Skipped) -> String {

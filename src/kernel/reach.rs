@@ -1,8 +1,8 @@
-//! Which kernel functions a patch changes, so a kab can count whether they ran at all (issue 37,
-//! "NOT EXERCISED"): each hunk's `@@ … @@ context` function, and the function enclosing each
-//! line it changes in the unpatched source, found by a small C scanner ([`functions_of`]). For
-//! each function, its callers in the same file: where to count when the compiler inlined it
-//! everywhere and left no symbol to probe.
+//! Which kernel functions a patch changes, so a kab can count whether they ran at all (NOT
+//! EXERCISED when they never did): each hunk's `@@ … @@ context` function, and the function
+//! enclosing each line it changes in the unpatched source, found by a small C scanner
+//! ([`functions_of`]). For each function, its callers in the same file: where to count when the
+//! compiler inlined it everywhere and left no symbol to probe.
 //!
 //! The scanner is not a C parser. It drops comments, strings, character literals and
 //! preprocessor lines, and takes a top-level `{` that follows `name(…)` (with no `;` or `=`

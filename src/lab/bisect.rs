@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::analysis::verdict::Class;
+use crate::analysis::class::VariantClass;
 use crate::error::Error;
 use crate::kernel::Kernel;
 
@@ -40,8 +40,7 @@ pub enum Call {
     /// Both built and booted: the variant's verdict.
     Judged {
         /// The class.
-        #[serde(serialize_with = "class_word")]
-        class: Class,
+        class: VariantClass,
         /// The metric behind it.
         numbers: Option<Numbers>,
     },
@@ -50,10 +49,6 @@ pub enum Call {
         /// The error.
         error: String,
     },
-}
-
-fn class_word<S: serde::Serializer>(class: &Class, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(class.word())
 }
 
 /// Judges commits of the range (0 is GOOD, the last BAD) against each other.
@@ -75,17 +70,22 @@ pub enum Seek {
     /// The first commit whose verdict against GOOD differs from GOOD's own (any decided class
     /// but NO CHANGE), as `git bisect` seeks the first "new" commit: the default.
     Change,
-    /// The first commit that regressed (REGRESSED, SLOWER): `--regression`.
+    /// The first commit that regressed (REGRESSED): `--regression`.
     Regression,
-    /// The first commit that fixed it (FIXED, IMPROVED, FASTER): `--fix`.
+    /// The first commit that fixed it (FIXED, IMPROVED): `--fix`.
     Fix,
 }
 
 impl Seek {
     /// Whether `class` is the change sought.
-    pub fn is(self, class: Class) -> bool {
-        let worse = matches!(class, Class::Regressed | Class::Slower);
-        let better = matches!(class, Class::Fixed | Class::Improved | Class::Faster);
+    pub fn is(self, class: VariantClass) -> bool {
+        let (worse, better) = match class {
+            VariantClass::Regressed => (true, false),
+            VariantClass::Fixed | VariantClass::Improved => (false, true),
+            VariantClass::NoChange | VariantClass::NotDecided | VariantClass::NotExercised => {
+                (false, false)
+            }
+        };
         match self {
             Seek::Change => worse || better,
             Seek::Regression => worse,
@@ -96,8 +96,8 @@ impl Seek {
     /// Whether a commit judged `class` against GOOD is still on GOOD's side of the change
     /// sought: NO CHANGE, and a change the other way (a commit that made it worse has not yet
     /// fixed it; one that made it better has not regressed it).
-    fn before(self, class: Class) -> bool {
-        class == Class::NoChange
+    fn before(self, class: VariantClass) -> bool {
+        class == VariantClass::NoChange
             || match self {
                 Seek::Change => false,
                 Seek::Regression => Seek::Fix.is(class),
@@ -201,7 +201,7 @@ fn decide(judge: &mut dyn Judge, against: usize, candidate: usize, cap: u32) -> 
         let undecided = matches!(
             call,
             Call::Judged {
-                class: Class::NotDecided,
+                class: VariantClass::NotDecided,
                 ..
             }
         );
@@ -310,12 +310,12 @@ fn majority(
         against,
         effort: cap,
         call: Call::Judged {
-            class: Class::NotDecided,
+            class: VariantClass::NotDecided,
             numbers: None,
         },
     });
     last.call = Call::Judged {
-        class: Class::NotDecided,
+        class: VariantClass::NotDecided,
         numbers: None,
     };
     last
@@ -335,9 +335,12 @@ fn search(
     let kind = |c: &Call| match c {
         Call::Judged { class, .. } if seek.is(*class) => 0,
         Call::Judged { class, .. } => match class {
-            Class::NoChange => 1,
-            Class::NotDecided => 2,
-            _ => 3,
+            VariantClass::NoChange => 1,
+            VariantClass::NotDecided => 2,
+            VariantClass::Fixed
+            | VariantClass::Improved
+            | VariantClass::Regressed
+            | VariantClass::NotExercised => 3,
         },
         Call::DoesNotBuild { .. } => 4,
     };
@@ -353,7 +356,7 @@ fn search(
             Call::Judged { class, .. } if seek.before(*class) => lo = m,
             Call::Judged { class, .. } => skipped.push(Skipped {
                 commit: m,
-                why: if *class == Class::NotDecided {
+                why: if *class == VariantClass::NotDecided {
                     format!("{} at the most repetitions (effort {cap})", class.word())
                 } else {
                     format!("{} against GOOD: neither GOOD nor BAD", class.word())
@@ -639,7 +642,7 @@ impl<'a> KabJudge<'a> {
                 numbers: v.numbers,
             },
             None => Call::Judged {
-                class: Class::NotDecided,
+                class: VariantClass::NotDecided,
                 numbers: None,
             },
         })
@@ -684,7 +687,7 @@ impl Judge for KabJudge<'_> {
 
     fn judge(&mut self, against: usize, candidate: usize, effort: u32) -> Call {
         let undecided = Call::Judged {
-            class: Class::NotDecided,
+            class: VariantClass::NotDecided,
             numbers: None,
         };
         if self.failure.is_some() {
@@ -746,7 +749,7 @@ mod tests {
             }
             if self.undecided.contains(&candidate) && effort < self.decides_at {
                 return Call::Judged {
-                    class: Class::NotDecided,
+                    class: VariantClass::NotDecided,
                     numbers: None,
                 };
             }
@@ -755,9 +758,9 @@ mod tests {
                 .lie_every
                 .is_some_and(|(every, phase)| self.calls % every == phase);
             let class = if changed != lie {
-                Class::Regressed
+                VariantClass::Regressed
             } else {
-                Class::NoChange
+                VariantClass::NoChange
             };
             Call::Judged {
                 class,
@@ -963,9 +966,9 @@ mod tests {
         impl Judge for Fixes {
             fn judge(&mut self, against: usize, candidate: usize, _: u32) -> Call {
                 let class = if against < self.0 && candidate >= self.0 {
-                    Class::Fixed
+                    VariantClass::Fixed
                 } else {
-                    Class::NoChange
+                    VariantClass::NoChange
                 };
                 Call::Judged {
                     class,
@@ -977,7 +980,7 @@ mod tests {
         assert_eq!(found(&b), Some(4));
     }
 
-    /// Issue 38's series: commit 2 makes it worse, commit 4 fixes it (better than GOOD). The
+    /// A series where commit 2 makes it worse and commit 4 fixes it (better than GOOD). The
     /// first commit that differs from GOOD is 2; the first fix is 4, past the two commits that
     /// are worse than GOOD (not yet fixed, so on GOOD's side); a regression is not what BAD
     /// is against GOOD, so seeking one is refused naming BAD's class.
@@ -993,10 +996,10 @@ mod tests {
                     _ => 2,
                 };
                 let class = match (state(against), state(candidate)) {
-                    (a, b) if a == b => Class::NoChange,
-                    (_, 2) => Class::Fixed,
-                    (0, 1) => Class::Regressed,
-                    _ => Class::Improved,
+                    (a, b) if a == b => VariantClass::NoChange,
+                    (_, 2) => VariantClass::Fixed,
+                    (0, 1) => VariantClass::Regressed,
+                    _ => VariantClass::Improved,
                 };
                 Call::Judged {
                     class,

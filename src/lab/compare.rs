@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::analysis::compare::{AbComparison, AbVerdict, judge_together};
+use crate::analysis::class::MetricClass;
+use crate::analysis::compare::{AbComparison, judge_together};
 use crate::analysis::direction::Better;
 use crate::analysis::statistics::{median, seed_for};
 use crate::analysis::verdict::Correction;
@@ -53,15 +54,15 @@ pub struct Gate {
 
 /// How much slower a busy host made the same run: A/A pairs of different runs on this 2-core
 /// machine at load 8-12 (a CPU hog per core beside four builds) differed by up to 1.72× (95%
-/// CI upper end 2.24×; issue 17's A/A experiment). A slowdown whose whole 95% interval lies
+/// CI upper end 2.24×, in an A/A experiment). A slowdown whose whole 95% interval lies
 /// above this is not the host getting busier, so the gate still calls it.
 pub const BUSY_INFLATION: f64 = 2.5;
 
 /// Whether some comparison is a slowdown beyond what a busy host explains.
-fn beyond_busy_noise<'a>(slowdowns: impl IntoIterator<Item = (&'a AbVerdict, f64)>) -> bool {
+fn beyond_busy_noise<'a>(slowdowns: impl IntoIterator<Item = (&'a MetricClass, f64)>) -> bool {
     slowdowns
         .into_iter()
-        .any(|(v, ci_low)| *v == AbVerdict::Slower && ci_low >= BUSY_INFLATION)
+        .any(|(v, ci_low)| *v == MetricClass::Slower && ci_low >= BUSY_INFLATION)
 }
 
 /// The low end of the 95% interval of B's slowdown as a factor: of the ratio B/A when lower
@@ -137,7 +138,7 @@ pub fn compare(
         judging.alpha,
         judging.correction,
     );
-    let regression = comparisons.iter().any(|c| c.verdict == AbVerdict::Slower);
+    let regression = comparisons.iter().any(|c| c.verdict == MetricClass::Slower);
     let too_few = comparisons
         .iter()
         .filter(|c| !c.enough_samples)
@@ -653,10 +654,10 @@ fn fleet_outcome(
     comparisons: Vec<FleetComparison>,
 ) -> FleetOutcome {
     let regression = comparisons.iter().any(|c| {
-        c.overall.verdict == AbVerdict::Slower
+        c.overall.verdict == MetricClass::Slower
             || c.per_host
                 .iter()
-                .any(|h| h.comparison.verdict == AbVerdict::Slower)
+                .any(|h| h.comparison.verdict == MetricClass::Slower)
     });
     let too_few = comparisons
         .iter()
@@ -747,15 +748,15 @@ mod tests {
 
     #[test]
     fn a_slowdown_beyond_what_a_busy_host_does_is_still_called() {
-        let slower = AbVerdict::Slower;
+        let slower = MetricClass::Slower;
         // 1.7x was an A/A pair on a busy host: not enough, whatever its interval.
         assert!(!beyond_busy_noise([(&slower, 1.7)]));
         assert!(!beyond_busy_noise([(&slower, BUSY_INFLATION - 0.01)]));
         assert!(beyond_busy_noise([(&slower, BUSY_INFLATION)]));
         // Only slowdowns count: a large speed-up is never a regression.
-        assert!(!beyond_busy_noise([(&AbVerdict::Faster, 10.0)]));
+        assert!(!beyond_busy_noise([(&MetricClass::Faster, 10.0)]));
         assert!(beyond_busy_noise([
-            (&AbVerdict::Faster, 10.0),
+            (&MetricClass::Faster, 10.0),
             (&slower, 1.2),
             (&slower, 9.0)
         ]));

@@ -303,8 +303,8 @@ pub fn plan(spec: &SweepSpec) -> Result<SweepPlan, InputError> {
     })
 }
 
-/// What storing one shard of a sweep would take, measured before any point runs: rule 6 of
-/// issue 16 (a 10^6-point sweep was accepted that needed about 80 GB).
+/// What storing one shard of a sweep would take, measured before any point runs, so a sweep
+/// too large for the disk is refused before it starts (a 10^6-point sweep needs about 80 GB).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct StoreCost {
     /// Points this shard would store.

@@ -3,10 +3,11 @@
 //! 22.0 ms → lifecycle-keyed 0.500 ms, FIXED), one line per thread beside the thread's fidelity
 //! status. Data only; `export::words` words it.
 
+use crate::analysis::class::{MetricClass, VariantClass};
 use crate::analysis::compare::{AbComparison, ab, judge_together};
 use crate::analysis::direction::Better;
 use crate::analysis::statistics::seed_for;
-use crate::analysis::verdict::{ALPHA, Class, Correction};
+use crate::analysis::verdict::{ALPHA, Correction};
 use crate::lab::fidelity::{Judged, THREADS, ThreadReport};
 use crate::record::{RunRecord, RunTag};
 use crate::scenario::{Headline, HeadlinePair, Kind};
@@ -65,11 +66,61 @@ pub struct PairVerdict {
     /// After (B) against before (A).
     pub comparison: AbComparison,
     /// The verdict, stalls taken into account (FIXED, REGRESSED).
-    pub class: Class,
+    pub class: PairClass,
     /// Repetitions with a stall before and after, where the scenario counts stalls.
     pub stalled: Option<[[usize; 2]; 2]>,
     /// Further metrics, before → after: (metric, unit, before median, after median).
     pub shown: Vec<(String, String, f64, f64)>,
+}
+
+/// A before/after's verdict: its metric's class, or where the scenario counts stalls, kab's
+/// word for a stall that went or came with the change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairClass {
+    /// The metric's class, the stalls (if counted) not changing it.
+    Metric(MetricClass),
+    /// FASTER, and A's recurring stall gone on B.
+    Fixed,
+    /// SLOWER, and a recurring stall gained on B.
+    Regressed,
+}
+
+impl PairClass {
+    /// `class` with the stalls taken into account: an established faster B whose A stalled
+    /// and that does not is FIXED; an established slower B that gained a stall is REGRESSED.
+    pub fn with_stalls(class: MetricClass, a_stalls: bool, b_stalls: bool) -> PairClass {
+        match class {
+            MetricClass::Faster if a_stalls && !b_stalls => PairClass::Fixed,
+            MetricClass::Slower if !a_stalls && b_stalls => PairClass::Regressed,
+            MetricClass::Faster
+            | MetricClass::Slower
+            | MetricClass::NoChange
+            | MetricClass::NotDecided => PairClass::Metric(class),
+        }
+    }
+
+    /// Whether a difference was called, either way.
+    pub fn called(self) -> bool {
+        match self {
+            PairClass::Metric(c) => c.called(),
+            PairClass::Fixed | PairClass::Regressed => true,
+        }
+    }
+
+    /// The word printed: the metric's, or the variant class's a kab would print.
+    pub fn word(self) -> &'static str {
+        match self {
+            PairClass::Metric(c) => c.word(),
+            PairClass::Fixed => VariantClass::Fixed.word(),
+            PairClass::Regressed => VariantClass::Regressed.word(),
+        }
+    }
+}
+
+impl std::fmt::Display for PairClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.word())
+    }
 }
 
 /// The unit of a suite run: `suite/SCENARIO/model/PROFILE/N` for a showcase.
@@ -155,17 +206,20 @@ pub(crate) fn recurs(s: [usize; 2]) -> bool {
 /// not separate and that moved by less than a jiffy is NO CHANGE: the mechanism is the same
 /// on both (001's boot-time registrations still defer), and no sample count would make a
 /// sub-jiffy shift of where the grace period's ticks fall a change of that mechanism.
-fn stall_class(c: &AbComparison, a_stalls: bool, b_stalls: bool, hz: u32) -> Class {
-    let class = c.verdict.class().with_stalls(a_stalls, b_stalls);
+fn stall_class(c: &AbComparison, a_stalls: bool, b_stalls: bool, hz: u32) -> PairClass {
+    let class = PairClass::with_stalls(c.verdict, a_stalls, b_stalls);
     let jiffy_ms = 1000.0 / f64::from(hz.max(1));
     let moved_ms = match c.unit.as_str() {
         "ms" => Some((c.median[1] - c.median[0]).abs()),
         "us" | "µs" => Some((c.median[1] - c.median[0]).abs() / 1000.0),
         _ => None,
     };
-    if class == Class::NotDecided && a_stalls && b_stalls && moved_ms.is_some_and(|m| m < jiffy_ms)
+    if class == PairClass::Metric(MetricClass::NotDecided)
+        && a_stalls
+        && b_stalls
+        && moved_ms.is_some_and(|m| m < jiffy_ms)
     {
-        Class::NoChange
+        PairClass::Metric(MetricClass::NoChange)
     } else {
         class
     }
@@ -206,7 +260,7 @@ fn judge(h: &Headline, before: &RunRecord, after: &RunRecord) -> HeadlineVerdict
             let stalls = stalled(before, p.before).zip(stalled(after, p.after));
             let class = match stalls {
                 Some((a, b)) => stall_class(&comparison, recurs(a), recurs(b), after.host.hz),
-                None => comparison.verdict.class(),
+                None => PairClass::Metric(comparison.verdict),
             };
             let shown = p
                 .shown
@@ -261,16 +315,35 @@ mod tests {
     fn a_stall_on_both_sides_that_moved_less_than_a_jiffy_is_no_change() {
         // 001's boot-time registrations: 19.7 → 18.1 ms, wide spread, both stall.
         let c = stalls_of(19.7, 18.1, 2.0);
-        assert_eq!(c.verdict.class(), Class::NotDecided, "{c:?}");
-        assert_eq!(stall_class(&c, true, true, 100), Class::NoChange);
+        assert_eq!(c.verdict, MetricClass::NotDecided, "{c:?}");
+        let metric = PairClass::Metric;
+        assert_eq!(
+            stall_class(&c, true, true, 100),
+            metric(MetricClass::NoChange)
+        );
         // The same shift at HZ=1000 is more than a jiffy: still not decided.
-        assert_eq!(stall_class(&c, true, true, 1000), Class::NotDecided);
+        assert_eq!(
+            stall_class(&c, true, true, 1000),
+            metric(MetricClass::NotDecided)
+        );
         // Without a stall on both sides the stall rule says nothing.
-        assert_eq!(stall_class(&c, false, false, 100), Class::NotDecided);
-        // A stall gone, established faster, is FIXED; a gained one, slower, REGRESSED.
+        assert_eq!(
+            stall_class(&c, false, false, 100),
+            metric(MetricClass::NotDecided)
+        );
+        // A stall gone, established faster, is FIXED; a gained one, slower, REGRESSED; a
+        // stall gone with a slower B, or gained with a faster one, is the metric's class.
         let fixed = stalls_of(22.0, 0.5, 0.01);
-        assert_eq!(stall_class(&fixed, true, false, 100), Class::Fixed);
+        assert_eq!(stall_class(&fixed, true, false, 100), PairClass::Fixed);
+        assert_eq!(
+            stall_class(&fixed, false, true, 100),
+            metric(MetricClass::Faster)
+        );
         let broke = stalls_of(0.5, 22.0, 0.01);
-        assert_eq!(stall_class(&broke, false, true, 100), Class::Regressed);
+        assert_eq!(stall_class(&broke, false, true, 100), PairClass::Regressed);
+        assert_eq!(
+            stall_class(&broke, true, false, 100),
+            metric(MetricClass::Slower)
+        );
     }
 }

@@ -721,7 +721,7 @@ mod tests {
         assert_eq!(verdicts.len(), 1);
         let v = &verdicts[0];
         assert_eq!((v.variant(), v.against()), ("ring", "bitmap"));
-        assert_eq!(v.class(), crate::analysis::verdict::Class::Faster);
+        assert_eq!(v.class(), crate::analysis::class::MetricClass::Faster);
         assert!(v.significant && v.ratio > 3.9, "{v:?}");
         let f = out.variants[1].findings[0].to_string();
         assert!(f.contains("exactly the 100 pages"), "{f}");

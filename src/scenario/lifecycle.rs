@@ -1071,7 +1071,7 @@ mod tests {
         let v = &verdicts[0];
         assert_eq!(v.faster, "memslots-first");
         assert_eq!(v.against(), "memslots-first");
-        assert_eq!(v.class(), crate::analysis::verdict::Class::Slower);
+        assert_eq!(v.class(), crate::analysis::class::MetricClass::Slower);
         assert!(v.significant && v.ratio > 10.0);
         assert!(
             v.to_string().contains("cause: KVM_SET_USER_MEMORY_REGION"),

@@ -1008,7 +1008,7 @@ mod tests {
         // Three passes a side are too few for the rule: not decided, never "no change".
         assert_eq!(
             verdicts[0].class(),
-            crate::analysis::verdict::Class::NotDecided
+            crate::analysis::class::MetricClass::NotDecided
         );
         assert!(!out.variants[0].metrics.contains_key("guest_table_pages"));
     }

@@ -854,12 +854,12 @@ pub fn check_baseline(
     })
 }
 
-/// The run-level outcome of a finished run (../shared/DESIGN.md, exit codes): at least one variant
-/// produced samples, or the error to exit with. Every variant unsupported here is the host's
-/// limitation (exit 3); no variant producing samples while one or more failed is a
-/// measurement failure (exit 4). A suite or sweep stores neither; `hvlab run` stores the
-/// failed one with each variant's failure (exit 4 all the same), so that a kernel A/B whose
-/// patched side broke a variant names the failure instead of losing the variant.
+/// The run-level outcome of a finished run (docs/ARCHITECTURE.md, "Errors and exit codes"): at
+/// least one variant produced samples, or the error to exit with. Every variant unsupported
+/// here is the host's limitation (exit 3); no variant producing samples while one or more
+/// failed is a measurement failure (exit 4). A suite or sweep stores neither; `hvlab run`
+/// stores the failed one with each variant's failure (exit 4 all the same), so that a kernel
+/// A/B whose patched side broke a variant names the failure instead of losing the variant.
 pub fn judge(record: &RunRecord) -> Result<(), Error> {
     if record.produced_samples() {
         return Ok(());

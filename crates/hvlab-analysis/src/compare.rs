@@ -2,9 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::class::MetricClass;
 use super::direction::Better;
 use super::statistics::{bootstrap_ratio_ci, exact_rank_p, median, seed_for};
-use super::verdict::{self, ALPHA, Call, Class, Correction, Evidence, Family, Undecided};
+use super::verdict::{self, ALPHA, Call, Correction, Evidence, Family, Undecided};
 use crate::record::VariantRecord;
 
 pub use crate::record::{StallCause, Verdict};
@@ -165,15 +166,15 @@ impl Verdict {
     }
 
     /// The verdict in the one vocabulary: the judged side against its baseline.
-    pub fn class(&self) -> Class {
+    pub fn class(&self) -> MetricClass {
         if self.undecided.is_some() {
-            Class::NotDecided
+            MetricClass::NotDecided
         } else if !self.significant {
-            Class::NoChange
+            MetricClass::NoChange
         } else if self.variant_is_faster() {
-            Class::Faster
+            MetricClass::Faster
         } else {
-            Class::Slower
+            MetricClass::Slower
         }
     }
 }
@@ -265,8 +266,8 @@ pub struct AbComparison {
     #[serde(default)]
     pub exact: bool,
     /// B against A.
-    pub verdict: AbVerdict,
-    /// Why it was not decided and what would decide it ([`AbVerdict::NotDecided`] only).
+    pub verdict: MetricClass,
+    /// Why it was not decided and what would decide it ([`MetricClass::NotDecided`] only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undecided: Option<Undecided>,
     /// The threshold a change must exceed, as a fraction.
@@ -275,36 +276,6 @@ pub struct AbComparison {
     /// ms) B higher. Left out of stored comparisons when lower.
     #[serde(default, skip_serializing_if = "Better::is_lower")]
     pub better: Better,
-}
-
-/// What an A/B comparison concluded; serialized as the words scripts match on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum AbVerdict {
-    /// B is significantly faster.
-    #[serde(rename = "faster")]
-    Faster,
-    /// B is significantly slower: a regression.
-    #[serde(rename = "slower")]
-    Slower,
-    /// No change beyond the threshold, where the test could have called one.
-    #[serde(rename = "no change")]
-    NoChange,
-    /// Not decided: too few samples, a level the family's correction puts out of reach, or a
-    /// difference the samples cannot establish (`undecided` says which, and what decides it).
-    #[serde(rename = "not decided")]
-    NotDecided,
-}
-
-impl AbVerdict {
-    /// The same verdict in the one vocabulary.
-    pub fn class(self) -> Class {
-        match self {
-            AbVerdict::Faster => Class::Faster,
-            AbVerdict::Slower => Class::Slower,
-            AbVerdict::NoChange => Class::NoChange,
-            AbVerdict::NotDecided => Class::NotDecided,
-        }
-    }
 }
 
 /// The fewest samples per side the rule can call anything with at level `alpha`.
@@ -325,10 +296,10 @@ impl AbComparison {
         let call = verdict::call(&evidence!(self, family), self.threshold, self.alpha);
         self.undecided = undecided(&call);
         self.verdict = match (call, self.better) {
-            (Call::Lower, Better::Lower) | (Call::Higher, Better::Higher) => AbVerdict::Faster,
-            (Call::Higher, Better::Lower) | (Call::Lower, Better::Higher) => AbVerdict::Slower,
-            (Call::NoChange, _) => AbVerdict::NoChange,
-            (Call::NotDecided(_), _) => AbVerdict::NotDecided,
+            (Call::Lower, Better::Lower) | (Call::Higher, Better::Higher) => MetricClass::Faster,
+            (Call::Higher, Better::Lower) | (Call::Lower, Better::Higher) => MetricClass::Slower,
+            (Call::NoChange, _) => MetricClass::NoChange,
+            (Call::NotDecided(_), _) => MetricClass::NotDecided,
         };
     }
 }
@@ -355,7 +326,7 @@ pub fn judge_together(comparisons: &mut [&mut AbComparison], alpha: f64, correct
 /// counts when the exact rank test gives p below the level and the whole 95% interval of the
 /// ratio lies beyond `threshold` (a fraction, 0.05 for 5%). When nothing could be called (too
 /// few samples, or a difference the samples cannot establish) the verdict is
-/// [`AbVerdict::NotDecided`] and the text says what would decide it.
+/// [`MetricClass::NotDecided`] and the text says what would decide it.
 pub fn ab(
     metric: &str,
     unit: &str,
@@ -385,7 +356,7 @@ pub fn ab(
         min_n: min_n(ALPHA),
         enough_samples: false,
         exact: verdict::constant(a) && verdict::constant(b),
-        verdict: AbVerdict::NoChange,
+        verdict: MetricClass::NoChange,
         undecided: None,
         threshold,
         better: Better::Lower,
@@ -406,16 +377,16 @@ impl AbComparison {
     /// Whether B's median is established higher than A's (whichever way is better).
     pub fn b_higher(&self) -> bool {
         match self.better {
-            Better::Lower => self.verdict == AbVerdict::Slower,
-            Better::Higher => self.verdict == AbVerdict::Faster,
+            Better::Lower => self.verdict == MetricClass::Slower,
+            Better::Higher => self.verdict == MetricClass::Faster,
         }
     }
 
     /// Whether B's median is established lower than A's.
     pub fn b_lower(&self) -> bool {
         match self.better {
-            Better::Lower => self.verdict == AbVerdict::Faster,
-            Better::Higher => self.verdict == AbVerdict::Slower,
+            Better::Lower => self.verdict == MetricClass::Faster,
+            Better::Higher => self.verdict == MetricClass::Slower,
         }
     }
 }
@@ -454,7 +425,7 @@ mod tests {
                     .starts_with("irqchip-first against memslots-first: SLOWER on ready_ms, "),
                 "{v}"
             );
-            assert_eq!(v.class(), Class::Slower);
+            assert_eq!(v.class(), MetricClass::Slower);
             let named = against(
                 "ready_ms",
                 "ms",
@@ -462,7 +433,7 @@ mod tests {
                 ("memslots-first", &fast),
                 1,
             );
-            assert_eq!(named.class(), Class::Faster);
+            assert_eq!(named.class(), MetricClass::Faster);
             assert!(
                 named
                     .to_string()
@@ -477,17 +448,17 @@ mod tests {
         let a = [7.4, 7.6, 7.5, 7.7, 7.5, 7.6, 7.4, 7.8];
         let b = [0.50, 0.51, 0.49, 0.52, 0.50, 0.48, 0.51, 0.50];
         let v = ab("ready_ms", "ms", ("A", &a), ("B", &b), 0.05, 1);
-        assert_eq!(v.verdict, AbVerdict::Faster);
+        assert_eq!(v.verdict, MetricClass::Faster);
         assert!(v.ci95[1] < 1.0);
         assert_eq!(
             ab("ready_ms", "ms", ("B", &b), ("A", &a), 0.05, 1).verdict,
-            AbVerdict::Slower
+            MetricClass::Slower
         );
         // A real but tiny change stays under the threshold.
         let c: Vec<f64> = a.iter().map(|x| x * 1.02).collect();
         assert_eq!(
             ab("ready_ms", "ms", ("A", &a), ("C", &c), 0.05, 1).verdict,
-            AbVerdict::NoChange
+            MetricClass::NoChange
         );
     }
 
@@ -507,7 +478,7 @@ mod tests {
             1,
         )
         .judged_by(Better::Higher);
-        assert_eq!(up.verdict, AbVerdict::Faster);
+        assert_eq!(up.verdict, MetricClass::Faster);
         assert!(up.b_higher() && !up.b_lower());
         assert!(up.to_string().contains("FASTER, 1.5"), "{up}");
         let down = ab(
@@ -519,13 +490,13 @@ mod tests {
             1,
         )
         .judged_by(Better::Higher);
-        assert_eq!(down.verdict, AbVerdict::Slower);
+        assert_eq!(down.verdict, MetricClass::Slower);
         assert!(down.to_string().contains("SLOWER, 1.5"), "{down}");
         let json = serde_json::to_value(&down).expect("json");
         assert_eq!(json["better"], "higher");
         // Lower is better by default, and left out of the JSON.
         let cost = ab("ready_ms", "ms", ("A", &a), ("B", &b), 0.05, 1);
-        assert_eq!(cost.verdict, AbVerdict::Slower);
+        assert_eq!(cost.verdict, MetricClass::Slower);
         assert!(
             serde_json::to_value(&cost)
                 .expect("json")

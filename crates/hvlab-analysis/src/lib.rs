@@ -1,6 +1,7 @@
 //! Statistics, stall detection and comparisons: pure functions over samples and timelines.
 
 pub mod calls;
+pub mod class;
 pub mod compare;
 pub mod direction;
 pub mod metric_ab;

@@ -264,7 +264,8 @@ impl std::fmt::Display for CountCall {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compare::{AbVerdict, ab};
+    use crate::class::MetricClass;
+    use crate::compare::ab;
 
     fn varies(a: &[f64], b: &[f64]) -> MetricJudgement {
         let m = [crate::statistics::median(a), crate::statistics::median(b)];
@@ -309,7 +310,7 @@ mod tests {
         assert_eq!(r.shift, Shift::NotSignificant);
         let c = ranked.comparison().expect("ranked");
         assert_eq!(c.judged_together, 40);
-        assert_ne!(c.verdict, AbVerdict::Slower, "{c:?}");
+        assert_ne!(c.verdict, MetricClass::Slower, "{c:?}");
         assert!(exact.higher(), "an exact count is outside the family");
     }
 

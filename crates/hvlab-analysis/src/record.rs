@@ -1,5 +1,6 @@
-//! The run record: what a run produced, in the shape of the output contract (../shared/DESIGN.md,
-//! "Output contract"). The store persists it, `--json` prints it, the report reads it.
+//! The run record: what a run produced, in the shape of the output contract
+//! (docs/ARCHITECTURE.md, "Output contract"). The store persists it, `--json` prints it, the
+//! report reads it.
 
 use std::collections::BTreeMap;
 

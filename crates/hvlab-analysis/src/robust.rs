@@ -152,7 +152,7 @@ mod tests {
 
     #[test]
     fn a_lifecycle_variant_at_half_a_millisecond_and_two_to_six_is_two_modes() {
-        // The case: 0.5 ms most of the time, 2–6 ms when a grace period was in flight.
+        // 0.5 ms most of the time, 2–6 ms when a grace period was in flight.
         let s = [
             0.5, 0.52, 2.1, 0.49, 3.4, 0.51, 5.8, 0.5, 2.6, 0.53, 4.4, 0.5,
         ];

@@ -1,4 +1,4 @@
-//! The one verdict rule (../shared/DESIGN.md, "Verdicts: one rule everywhere"): `run`'s headline,
+//! The one verdict rule (docs/ARCHITECTURE.md, "Verdicts"): `run`'s headline,
 //! `compare`, `suite`, `validate`, `kab` and fleet comparisons all call a difference through
 //! [`call`], after [`adjust`] has corrected the p-values of the metrics judged together and
 //! [`family`] has placed each comparison in that family.
@@ -79,73 +79,6 @@ pub fn benjamini_hochberg(p: &[f64]) -> Vec<f64> {
         out[k] = running;
     }
     out
-}
-
-/// The one vocabulary of verdicts, in every command and format (text, JSON, Markdown, HTML):
-/// what B is against A. FASTER and SLOWER are for one metric where lower is better; FIXED,
-/// IMPROVED and REGRESSED for a whole variant judged on many (a kernel A/B: a recurring stall
-/// gone, a judged metric better, a judged metric worse or a variant B failed); NO CHANGE and
-/// NOT DECIDED for either.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Class {
-    /// B is lower by more than the threshold, established.
-    #[serde(rename = "faster")]
-    Faster,
-    /// B is higher by more than the threshold, established: for a gate, a regression.
-    #[serde(rename = "slower")]
-    Slower,
-    /// A's recurring stall is gone on B, and B is established lower.
-    #[serde(rename = "fixed")]
-    Fixed,
-    /// B is established better on a judged metric, and worse on none.
-    #[serde(rename = "improved")]
-    Improved,
-    /// B gained a recurring stall, or is established higher with it.
-    #[serde(rename = "regressed")]
-    Regressed,
-    /// No difference beyond the threshold, where the test could have called one.
-    #[serde(rename = "no change")]
-    NoChange,
-    /// Nothing can be said yet (too few samples, a level out of reach, a difference not
-    /// established): the verdict says what would decide it.
-    #[serde(rename = "not decided")]
-    NotDecided,
-    /// A kernel A/B whose patched functions ran 0 times on both kernels in this variant: the
-    /// run could not have seen the patch, whatever its metrics say.
-    #[serde(rename = "not exercised")]
-    NotExercised,
-}
-
-impl Class {
-    /// The word printed (the JSON word in capitals).
-    pub fn word(self) -> &'static str {
-        match self {
-            Class::Faster => "FASTER",
-            Class::Slower => "SLOWER",
-            Class::Fixed => "FIXED",
-            Class::Improved => "IMPROVED",
-            Class::Regressed => "REGRESSED",
-            Class::NoChange => "NO CHANGE",
-            Class::NotDecided => "NOT DECIDED",
-            Class::NotExercised => "NOT EXERCISED",
-        }
-    }
-
-    /// With the stalls taken into account: an established faster B whose A stalled and that
-    /// does not is FIXED; an established slower B that gained a stall is REGRESSED.
-    pub fn with_stalls(self, a_stalls: bool, b_stalls: bool) -> Class {
-        match (self, a_stalls, b_stalls) {
-            (Class::Faster, true, false) => Class::Fixed,
-            (Class::Slower, false, true) => Class::Regressed,
-            _ => self,
-        }
-    }
-}
-
-impl std::fmt::Display for Class {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.word())
-    }
 }
 
 /// What the rule says about B against A (lower is better).

@@ -6,7 +6,8 @@
 
 use std::fmt;
 
-use crate::compare::{AbComparison, AbVerdict, Verdict};
+use crate::class::MetricClass;
+use crate::compare::{AbComparison, Verdict};
 use crate::record::{Finding, SelfCheck};
 use hvlab_core::memory::Stage2Mmu;
 
@@ -27,7 +28,6 @@ impl fmt::Display for Verdict {
     /// "populated against lazy: FASTER on ns_per_page, 5.10× (1.31 µs vs 6.68 µs; 95% CI of
     /// the ratio 2.60–6.40×)": the judged side first, its class in the one vocabulary.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use crate::verdict::Class;
         let (variant, against, metric, ci) =
             (self.variant(), self.against(), &self.metric, self.ci95);
         let [v_m, a_m] = self.medians_variant_baseline();
@@ -38,7 +38,7 @@ impl fmt::Display for Verdict {
         let direction = if v_m <= a_m { "faster" } else { "slower" };
         let class = self.class();
         match class {
-            Class::NotDecided => write!(
+            MetricClass::NotDecided => write!(
                 f,
                 "{variant} against {against}: NOT DECIDED on {metric} ({v_t} vs {a_t}, {} {direction}, {ci_text}): {}",
                 q(self.ratio),
@@ -52,12 +52,12 @@ impl fmt::Display for Verdict {
                         "--reps"
                     ))
             )?,
-            Class::NoChange => write!(
+            MetricClass::NoChange => write!(
                 f,
                 "{variant} against {against}: NO CHANGE on {metric} ({v_t} vs {a_t}, {} {direction}, {ci_text})",
                 q(self.ratio),
             )?,
-            _ => write!(
+            MetricClass::Faster | MetricClass::Slower => write!(
                 f,
                 "{variant} against {against}: {class} on {metric}, {} ({v_t} vs {a_t}; {ci_text})",
                 q(self.ratio),
@@ -165,9 +165,9 @@ impl fmt::Display for AbComparison {
         let q = crate::quantity::ratio;
         let change = match self.verdict {
             // The factor of the change, whichever way is better.
-            AbVerdict::Faster => format!("FASTER, {}", q(ratio.max(1.0 / ratio))),
-            AbVerdict::Slower => format!("SLOWER, {} (a regression)", q(ratio.max(1.0 / ratio))),
-            AbVerdict::NotDecided => match &self.undecided {
+            MetricClass::Faster => format!("FASTER, {}", q(ratio.max(1.0 / ratio))),
+            MetricClass::Slower => format!("SLOWER, {} (a regression)", q(ratio.max(1.0 / ratio))),
+            MetricClass::NotDecided => match &self.undecided {
                 Some(why) => format!(
                     "NOT DECIDED: {}",
                     undecided(
@@ -180,7 +180,7 @@ impl fmt::Display for AbComparison {
                 ),
                 None => "NOT DECIDED".to_string(),
             },
-            AbVerdict::NoChange => "NO CHANGE".to_string(),
+            MetricClass::NoChange => "NO CHANGE".to_string(),
         };
         let (b, a) = fmt_pair(self.median[1], self.median[0], &self.unit);
         write!(

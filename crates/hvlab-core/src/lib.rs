@@ -9,7 +9,7 @@
 //! backend fails with stands beside the trait ([`error`]). Nothing here does I/O: the host
 //! probe and the noise meter that fill [`host`] and [`noise`] are `hvlab-host`'s.
 //!
-//! A mechanism has one name in every layer (the README's Layout has the same table):
+//! A mechanism has one name in every layer (docs/ARCHITECTURE.md has the same table):
 //!
 //! | mechanism | scenario | core | kvm | model |
 //! |---|---|---|---|---|

@@ -5,7 +5,7 @@
 //! reader (`stats`), the guest payload (`guest/`), and one executor per mechanism. Its errors
 //! stand beside it (`error`).
 //!
-//! A mechanism has one name in every layer (the README's Layout has the same table):
+//! A mechanism has one name in every layer (docs/ARCHITECTURE.md has the same table):
 //!
 //! | mechanism | scenario | core | kvm | model |
 //! |---|---|---|---|---|

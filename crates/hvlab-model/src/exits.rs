@@ -557,7 +557,7 @@ mod tests {
         assert_eq!(old.writes() - new.writes(), 2);
     }
 
-    /// Issue 21's corner: with the host's DATA_CFG given to the guest, the DATA_CFG entry
+    /// A corner of the model: with the host's DATA_CFG given to the guest, the DATA_CFG entry
     /// drops out by coincidence and a PEBS guest switches less before the series than a
     /// non-PEBS guest. The default guest DATA_CFG differs from the host's, so it never does;
     /// the corner stays reachable by asking for it.

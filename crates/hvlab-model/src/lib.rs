@@ -4,7 +4,7 @@
 //! One module per mechanism, named as the mechanism, with [`mmu_lock`] (the vCPUs' contention
 //! on `kvm->mmu_lock`, which memory and dirty both model); [`profile`] holds the costs.
 //!
-//! A mechanism has one name in every layer (the README's Layout has the same table):
+//! A mechanism has one name in every layer (docs/ARCHITECTURE.md has the same table):
 //!
 //! | mechanism | scenario | core | kvm | model |
 //! |---|---|---|---|---|

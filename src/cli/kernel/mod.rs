@@ -18,7 +18,7 @@ use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::analysis::verdict::Class;
+use crate::analysis::class::VariantClass;
 use crate::error::{Error, InputError};
 use crate::export::kab::{duration, how_built, markdown, render};
 use crate::kernel::build::{self, BuildNote, BuildProgress};
@@ -749,7 +749,7 @@ fn misses_expected_fixed(expect_fixed: &[String], outcome: &KabOutcome) -> Resul
                 }
                 .into());
             }
-            Some(verdict) if verdict.class != Class::Fixed => {
+            Some(verdict) if verdict.class != VariantClass::Fixed => {
                 eprintln!(
                     "--expect-fixed {v}: its verdict is {}, not FIXED",
                     verdict.class.word()
@@ -785,7 +785,7 @@ mod tests {
         }
     }
 
-    fn verdict(variant: &str, class: Class, stalls: Vec<StallAb>) -> VariantVerdict {
+    fn verdict(variant: &str, class: VariantClass, stalls: Vec<StallAb>) -> VariantVerdict {
         let reps = |n| StallReps {
             stalled: n,
             reps: 20,
@@ -823,7 +823,7 @@ mod tests {
     fn a_stall_on_both_kernels_is_named_on_both_sides() {
         let v = verdict(
             "boot-activation",
-            Class::NoChange,
+            VariantClass::NoChange,
             vec![stall(Some(19), Some(20), "KVM_IOEVENTFD")],
         );
         let text = mechanism(&v).join("\n");
@@ -845,7 +845,7 @@ mod tests {
     fn a_verdict_on_a_busy_host_says_not_judged_and_nothing_else() {
         let mut v = verdict(
             "boot-activation",
-            Class::NotDecided,
+            VariantClass::NotDecided,
             vec![stall(Some(19), Some(20), "KVM_IOEVENTFD")],
         );
         v.costs.clear();
@@ -864,7 +864,7 @@ mod tests {
     fn a_fixed_stall_names_its_cause_counts_and_jiffies_in_one_line() {
         let v = verdict(
             "irqchip-first",
-            Class::Fixed,
+            VariantClass::Fixed,
             vec![stall(Some(20), None, "KVM_CREATE_IRQCHIP")],
         );
         let lines = mechanism(&v);
@@ -891,7 +891,7 @@ mod tests {
         };
         let mut v = verdict(
             "irqchip-first",
-            Class::Regressed,
+            VariantClass::Regressed,
             vec![stall(None, Some(20), "KVM_CREATE_IRQCHIP")],
         );
         v.improvements.clear();
@@ -918,7 +918,7 @@ mod tests {
             "{text}"
         );
 
-        let mut lazy = verdict("lazy", Class::NoChange, Vec::new());
+        let mut lazy = verdict("lazy", VariantClass::NoChange, Vec::new());
         lazy.stall_reps = None;
         lazy.improvements.clear();
         lazy.costs.clear();
@@ -933,7 +933,7 @@ mod tests {
             ]
         );
 
-        let mut populated = verdict("populated", Class::Regressed, Vec::new());
+        let mut populated = verdict("populated", VariantClass::Regressed, Vec::new());
         populated.stall_reps = None;
         populated.improvements.clear();
         populated.costs.clear();
@@ -1062,7 +1062,7 @@ mod tests {
         .map(|v| {
             verdict(
                 v,
-                Class::Fixed,
+                VariantClass::Fixed,
                 vec![stall(Some(20), None, "KVM_CREATE_IRQCHIP")],
             )
         })
@@ -1225,7 +1225,7 @@ mod tests {
         assert!((15.0..25.0).contains(&saved), "{saved}: {after}");
     }
 
-    /// Issue 37, item 3: the 004 revert under the default TDP MMU, as a kab stored it. The
+    /// The 004 revert under the default TDP MMU, as a kab stored it. The
     /// text, the cover letter and the JSON say NOT EXERCISED with the calls on each side and
     /// the legacy MMU's `--kvm-param`; the headline never says "no regression", and the gate
     /// passes.
@@ -1297,7 +1297,7 @@ mod tests {
         }
     }
 
-    /// Issue 37: B's dirty log lost a page per pass, so every dirty variant failed on B. The
+    /// B's dirty log lost a page per pass, so every dirty variant failed on B. The
     /// table has every variant, REGRESSED with B's own words; the headline says REGRESSION,
     /// and `--fail-on-regression` exits 1 (it exited 0 under "of 0 variant(s) … no regression").
     #[test]

@@ -388,7 +388,7 @@ fn bisect_text(range: &Range, b: &Bisection, command: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::verdict::Class;
+    use crate::analysis::class::VariantClass;
     use crate::lab::bisect::{Probe, Skipped};
     use crate::lab::series::{Numbers, SeriesStep};
 
@@ -447,7 +447,7 @@ mod tests {
                 .collect(),
         };
         let regressed = Call::Judged {
-            class: Class::Regressed,
+            class: VariantClass::Regressed,
             numbers: Some(Numbers {
                 metric: "ioctl.kvm_irqfd_ms".into(),
                 unit: "ms".into(),

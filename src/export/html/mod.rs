@@ -10,8 +10,8 @@ mod sweep;
 use askama::Template;
 
 use super::{Export, ExportError, Exporter};
+use crate::analysis::class::MetricClass;
 use crate::analysis::quantity::format_range;
-use crate::analysis::verdict::Class;
 use crate::export::param_value;
 use crate::export::summary::SummaryRow;
 use crate::export::words::fmt_value;
@@ -77,12 +77,12 @@ impl Figure {
 }
 
 /// The CSS class of a verdict's class (its colour).
-pub(crate) fn css(class: Option<Class>) -> &'static str {
+pub(crate) fn css(class: Option<MetricClass>) -> &'static str {
     match class {
-        Some(Class::Faster | Class::Fixed | Class::Improved) => "better",
-        Some(Class::Slower | Class::Regressed) => "worse",
-        Some(Class::NotDecided | Class::NotExercised) => "undecided",
-        Some(Class::NoChange) | None => "",
+        Some(MetricClass::Faster) => "better",
+        Some(MetricClass::Slower) => "worse",
+        Some(MetricClass::NotDecided) => "undecided",
+        Some(MetricClass::NoChange) | None => "",
     }
 }
 

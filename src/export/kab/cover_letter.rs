@@ -7,7 +7,7 @@ use super::words::{
     busy_boots, calls_lines, cause_words, change_words, confinement, failure_lines, sides_word,
     small_change_words, stall_words,
 };
-use crate::analysis::verdict::Class;
+use crate::analysis::class::VariantClass;
 use crate::export::escape;
 use crate::kernel::Kernel;
 use crate::kernel::build::{BuildInfo, How};
@@ -135,7 +135,7 @@ fn table_row(v: &VariantVerdict) -> String {
         .chain(
             v.causes
                 .iter()
-                .filter(|_| v.class != Class::Fixed)
+                .filter(|_| v.class != VariantClass::Fixed)
                 .map(cause_words),
         )
         .chain(calls_lines(v))

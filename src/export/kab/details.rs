@@ -2,12 +2,12 @@
 //! that moved or were not decided, the counts the same on both kernels, and what was counted
 //! rather than shown.
 
-use crate::analysis::compare::AbVerdict;
+use crate::analysis::class::MetricClass;
 use crate::analysis::direction::{Direction, change_pct};
 use crate::analysis::metric_ab::{CountCall, MetricJudgement, RankedCount, Shift};
 use crate::analysis::quantity::{fixed_decimals, p_equals};
 use crate::analysis::stall::STALL_JIFFIES;
-use crate::lab::kab::{MetricAb, ScenarioAb, Trust, VariantAb};
+use crate::lab::kab::{MetricAb, MetricOutcome, ScenarioAb, Trust, VariantAb};
 use crate::scenario;
 
 /// The per-metric comparison, after the verdicts.
@@ -110,7 +110,7 @@ fn count_line(m: &MetricAb, unshown: &mut Unshown, same_here: &mut Vec<String>) 
         CountCall::Varies(RankedCount {
             shift: Shift::NotSignificant | Shift::OutOfReach { .. },
             ..
-        }) if m.inconclusive.is_none() => {
+        }) if m.outcome.inconclusive().is_none() => {
             unshown.varying += 1;
             return None;
         }
@@ -121,17 +121,14 @@ fn count_line(m: &MetricAb, unshown: &mut Unshown, same_here: &mut Vec<String>) 
         Some(pct) => format!("{call}, {pct}"),
         None => call.to_string(),
     };
-    let tag = if m.regression {
-        format!("REGRESSION: {word}")
-    } else if m.inconclusive.is_some() {
-        format!("NOT DECIDED: {word}")
-    } else if m.within_tolerance {
-        format!(
+    let tag = match m.outcome {
+        MetricOutcome::Regression => format!("REGRESSION: {word}"),
+        MetricOutcome::Inconclusive(_) => format!("NOT DECIDED: {word}"),
+        MetricOutcome::WithinTolerance => format!(
             "{word}, a change under the {}% it tolerates",
             fixed_decimals(m.declared.count_tolerance * 100.0)
-        )
-    } else {
-        word
+        ),
+        MetricOutcome::Improvement | MetricOutcome::Cost | MetricOutcome::Unmoved => word,
     };
     let tag = match direction_note(m) {
         Some(note) => format!("{tag}; {note}"),
@@ -167,7 +164,7 @@ fn direction_note(m: &MetricAb) -> Option<String> {
 fn jiffies_line(m: &MetricAb, unshown: &mut Unshown) -> Option<String> {
     let c = m.judgement.comparison();
     let verdict = match c {
-        Some(_) if m.inconclusive.is_some() => "B higher, not established",
+        Some(_) if m.outcome.inconclusive().is_some() => "B higher, not established",
         Some(c) => verdict_word(c.verdict),
         None => "not judged",
     };
@@ -179,18 +176,18 @@ fn jiffies_line(m: &MetricAb, unshown: &mut Unshown) -> Option<String> {
             c.ci95[1]
         )
     });
-    let significant =
-        c.is_some_and(|c| c.verdict != AbVerdict::NoChange && c.verdict != AbVerdict::NotDecided);
+    let significant = c.is_some_and(|c| c.verdict.called());
     if m.median[0].max(m.median[1]) < STALL_JIFFIES && !significant {
         unshown.quiet += 1;
         return None;
     }
-    let tag = if m.regression {
-        "REGRESSION, jiffies"
-    } else if m.inconclusive.is_some() {
-        "NOT DECIDED, jiffies"
-    } else {
-        "jiffies"
+    let tag = match m.outcome {
+        MetricOutcome::Regression => "REGRESSION, jiffies",
+        MetricOutcome::Inconclusive(_) => "NOT DECIDED, jiffies",
+        MetricOutcome::Improvement
+        | MetricOutcome::Cost
+        | MetricOutcome::WithinTolerance
+        | MetricOutcome::Unmoved => "jiffies",
     };
     let note = m
         .judgement
@@ -219,7 +216,7 @@ fn time_line(m: &MetricAb, headline: &str, unshown: &mut Unshown) -> Option<Stri
         });
     }
     let c = m.judgement.comparison()?;
-    (m.metric == headline || m.regression).then(|| {
+    (m.metric == headline || m.outcome == MetricOutcome::Regression).then(|| {
         format!(
             "    [time: {}{}] {}: A {} → B {}",
             verdict_word(c.verdict),
@@ -258,8 +255,8 @@ fn undecided(judged: &[ScenarioAb]) -> Vec<String> {
         .flat_map(|s| {
             s.variants.iter().flat_map(move |v| {
                 v.metrics.iter().filter_map(move |m| {
-                    m.inconclusive
-                        .as_ref()
+                    m.outcome
+                        .inconclusive()
                         .map(|why| format!("{} {} {}: {why}", s.scenario, v.variant, m.metric))
                 })
             })
@@ -279,12 +276,12 @@ fn undecided(judged: &[ScenarioAb]) -> Vec<String> {
     out
 }
 
-fn verdict_word(v: AbVerdict) -> &'static str {
+fn verdict_word(v: MetricClass) -> &'static str {
     match v {
-        AbVerdict::Faster => "B shorter",
-        AbVerdict::Slower => "B longer",
-        AbVerdict::NoChange => "no significant change",
-        AbVerdict::NotDecided => "not decided by the rank test",
+        MetricClass::Faster => "B shorter",
+        MetricClass::Slower => "B longer",
+        MetricClass::NoChange => "no significant change",
+        MetricClass::NotDecided => "not decided by the rank test",
     }
 }
 

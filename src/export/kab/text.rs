@@ -7,8 +7,8 @@ use super::words::{
     busy_boots, calls_lines, cause_words, change_words, duration, failure_lines,
     small_change_words, stall_side, stall_words,
 };
+use crate::analysis::class::VariantClass;
 use crate::analysis::quantity::fixed_decimals;
-use crate::analysis::verdict::Class;
 use crate::kernel::Kernel;
 use crate::kernel::build::{BuildInfo, How};
 use crate::lab::kab::{Cause, Change, KabOutcome, StallAb, VariantVerdict};
@@ -52,14 +52,11 @@ pub fn render(o: &KabOutcome) -> String {
 
 /// The answer: how many variants got each verdict, what was measured, and whether B regressed.
 fn headline(o: &KabOutcome) -> String {
-    let mut counts: Vec<(Class, usize)> = Vec::new();
+    // In the classes' display order: the changes first, worst last among them.
+    let mut counts: std::collections::BTreeMap<VariantClass, usize> = Default::default();
     for v in &o.verdicts {
-        match counts.iter_mut().find(|(c, _)| *c == v.class) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((v.class, 1)),
-        }
+        *counts.entry(v.class).or_insert(0) += 1;
     }
-    counts.sort_by_key(|(c, _)| order(*c));
     let tally = counts
         .iter()
         .map(|(c, n)| format!("{} {n}", c.word()))
@@ -76,27 +73,13 @@ fn headline(o: &KabOutcome) -> String {
     )
 }
 
-/// Where a class comes in the headline's tally: the changes first, worst last among them.
-fn order(c: Class) -> u8 {
-    match c {
-        Class::Fixed => 0,
-        Class::Improved => 1,
-        Class::Regressed => 2,
-        Class::NoChange => 3,
-        Class::NotDecided => 4,
-        Class::NotExercised => 5,
-        Class::Faster => 6,
-        Class::Slower => 7,
-    }
-}
-
 /// The headline's end: whether B regressed, read from the classes as the gate reads them;
 /// "no regression" only when something was decided, in code the patch changed.
 fn gate_words(o: &KabOutcome) -> String {
     let exercised: Vec<&VariantVerdict> = o
         .verdicts
         .iter()
-        .filter(|v| v.class != Class::NotExercised)
+        .filter(|v| v.class != VariantClass::NotExercised)
         .collect();
     if !o.regression && !o.verdicts.is_empty() && exercised.is_empty() {
         // Calls are counted exactly, busy host or not.
@@ -105,7 +88,9 @@ fn gate_words(o: &KabOutcome) -> String {
     // The variants a busy host left unjudged (exact counts stand whatever the load).
     let set_aside = o.verdicts.iter().filter(|v| v.host_busy.is_some()).count();
     let judged = o.verdicts.len() - set_aside;
-    let decided = exercised.iter().any(|v| v.class != Class::NotDecided);
+    let decided = exercised
+        .iter()
+        .any(|v| v.class != VariantClass::NotDecided);
     let busy = "other work kept QEMU waiting for a CPU, and a boot slowed as a whole looks like a kernel change: rerun on a quiet host";
     match (o.regression, set_aside) {
         (true, 0) => "; REGRESSION".into(),
@@ -219,28 +204,26 @@ pub fn mechanism(v: &VariantVerdict) -> Vec<String> {
         return failures;
     }
     let mut out = match v.class {
-        Class::Fixed => fixed(v),
-        Class::Regressed => regressed(v),
-        Class::Improved => moved(v, &v.improvements, "B better"),
-        Class::NotDecided => match &v.host_busy {
+        VariantClass::Fixed => fixed(v),
+        VariantClass::Regressed => regressed(v),
+        VariantClass::Improved => moved(v, &v.improvements, "B better"),
+        VariantClass::NotDecided => match &v.host_busy {
             Some(_) => vec!["not judged: the host was busy during the boots (below)".into()],
             None => vec![format!(
                 "the samples cannot settle {} (details below)",
                 v.undecided.join(", ")
             )],
         },
-        Class::NoChange => Vec::new(),
+        VariantClass::NoChange => Vec::new(),
         // Its lines are the calls' (below).
-        Class::NotExercised => Vec::new(),
-        // Classes of one metric's comparison, never a kab variant's.
-        Class::Faster | Class::Slower => Vec::new(),
+        VariantClass::NotExercised => Vec::new(),
     };
-    if v.host_busy.is_none()
-        && matches!(
-            v.class,
-            Class::NoChange | Class::NotDecided | Class::Improved
-        )
-    {
+    // The stalls that stayed, where the class does not already say what became of them.
+    let stalls_stayed = match v.class {
+        VariantClass::NoChange | VariantClass::NotDecided | VariantClass::Improved => true,
+        VariantClass::Fixed | VariantClass::Regressed | VariantClass::NotExercised => false,
+    };
+    if v.host_busy.is_none() && stalls_stayed {
         out.extend(unchanged_stalls(v));
     }
     if v.host_busy.is_none() {
@@ -368,7 +351,7 @@ fn unchanged_stalls(v: &VariantVerdict) -> Vec<String> {
             )
         })
         .collect();
-    if v.class == Class::NoChange && v.stalls.is_empty() {
+    if v.class == VariantClass::NoChange && v.stalls.is_empty() {
         if v.stall_reps.is_some() {
             out.push("no stall on either kernel".into());
         } else if v.changes.is_empty() {

@@ -2,9 +2,9 @@
 //! the cover letter.
 
 use crate::analysis::calls::{Counted, FunctionCalls};
+use crate::analysis::class::VariantClass;
 use crate::analysis::direction::change_pct;
 use crate::analysis::quantity::fixed_decimals;
-use crate::analysis::verdict::Class;
 use crate::kernel::sandbox::Confinement;
 use crate::lab::kab::{
     BusyBoot, Cause, Change, CorrectedP, GraceWait, Inconclusive, KabNote, SideFailure, StallAb,
@@ -365,7 +365,7 @@ pub(super) fn calls_lines(v: &VariantVerdict) -> Vec<String> {
     let Some(calls) = calls_words(v) else {
         return Vec::new();
     };
-    if v.class != Class::NotExercised {
+    if v.class != VariantClass::NotExercised {
         return vec![format!("patched code ran: {calls}")];
     }
     let mut out = vec![format!(

@@ -186,7 +186,8 @@ mod tests {
         assert!(first_errors("a\nb\nmake: *** [Makefile] Error 2\n").contains("make: ***"));
     }
 
-    /// 128 + the signal, as the README says of every interrupted command.
+    /// 128 + the signal, as docs/commands.md ("Output contract") says of every interrupted
+    /// command.
     #[test]
     fn an_interrupted_build_exits_128_plus_the_signal() {
         let e = make_error(false, "make M=arch/x86/kvm", Path::new("x.log"))(MakeError::Stopped(

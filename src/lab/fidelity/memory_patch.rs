@@ -1,6 +1,6 @@
 //! Predictions of memory patches: thread 004's SPTE prefetch in a patched kernel, the model's
-//! `pf_fixed` against what a kab measured (../shared/DESIGN.md, "Fidelity" and "Judging a
-//! kernel change").
+//! `pf_fixed` against what a kab measured (docs/ARCHITECTURE.md, "Fidelity" and "Kernels
+//! under test").
 //!
 //! A patch is recognised from its text: the revert of 004's trailing prefetch (the
 //! `if (start) direct_pte_prefetch_many(...)` after the loop of `__direct_pte_prefetch()`

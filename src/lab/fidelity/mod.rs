@@ -1,5 +1,5 @@
 //! `hvlab fidelity`: each kernel thread's published setup run on the model, side by side with
-//! the figures the thread reports (../shared/DESIGN.md, "Fidelity").
+//! the figures the thread reports (docs/ARCHITECTURE.md, "Fidelity").
 //!
 //! One file per thread. A thread module builds its published setup (profile, HZ, sizes,
 //! orders, workloads) as ordinary model runs of a registered scenario ([`model_run`]), reads
@@ -29,7 +29,7 @@ use crate::scenario::Params;
 use crate::scenario::runner::{RunRequest, Silent};
 use hvlab_core::host::HostInfo;
 
-/// How a thread's words become a range: one rule for every row (../shared/DESIGN.md, "Fidelity").
+/// How a thread's words become a range: one rule for every row (docs/ARCHITECTURE.md, "Fidelity").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Words {
@@ -718,7 +718,7 @@ mod tests {
         );
     }
 
-    /// The perturbation finds the rows that re-show a fitted value (issue 21): 000's 20 s
+    /// The perturbation finds the rows that re-show a fitted value: 000's 20 s
     /// and 0.2 s (fitted on the 4 s of the same runs), 003's ~900 cycles after the series
     /// (the fastpath base fitted on ~860), 002's kernel-build sys time (the forwarding stall
     /// fitted on mmapfork, a benchmark of the same cover letter).

@@ -1,5 +1,5 @@
-//! Predictions of patches: the model against a patched kernel (../shared/DESIGN.md, "Fidelity" and
-//! "Judging a kernel change").
+//! Predictions of patches: the model against a patched kernel (docs/ARCHITECTURE.md, "Fidelity"
+//! and "Kernels under test").
 //!
 //! A stored kab (`hvlab kab A B`) of a change the model knows (one of its registration
 //! strategies: declared with `kab --model-strategy`, or recognised from the patch's sha256)
@@ -65,7 +65,7 @@ pub fn strategy_named(name: &str) -> Option<Strategy> {
 pub struct KnownChange {
     /// The sha256 of the patch file.
     pub sha256: &'static str,
-    /// Its file name in `../shared/patches/`.
+    /// Its file name (as in `tests/patches/`).
     pub file: &'static str,
     /// The strategy it makes `kvm_io_bus_register_dev()` follow.
     pub strategy: Strategy,

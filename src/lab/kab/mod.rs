@@ -28,8 +28,8 @@ mod run;
 use judge::host_busy_during;
 
 pub use judge::{
-    Cause, Change, CorrectedP, GraceWait, Inconclusive, Judgement, MetricAb, ScenarioAb,
-    SideFailure, SideRuns, StallAb, StallReps, StallSide, Trust, Unsettled, VariantAb,
+    Cause, Change, CorrectedP, GraceWait, Inconclusive, Judgement, MetricAb, MetricOutcome,
+    ScenarioAb, SideFailure, SideRuns, StallAb, StallReps, StallSide, Trust, Unsettled, VariantAb,
     VariantVerdict, WorseWay, correct_family, judge, judge_uncorrected, judgement, verdict,
     verdicts,
 };
@@ -256,7 +256,7 @@ impl KabOutcome {
     }
 }
 
-/// A kab of a patch that makes dirty logging lose one page per pass (issue 37), as stored:
+/// A kab of a patch that makes dirty logging lose one page per pass, as stored:
 /// A ran every dirty variant, B failed each (`tests/fixtures/kab-dirty-lost-page/`).
 #[cfg(test)]
 pub(crate) mod fixture {

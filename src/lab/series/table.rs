@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::analysis::verdict::Class;
+use crate::analysis::class::VariantClass;
 use crate::kernel::build::BuildError;
 use crate::lab::kab::{
     self, GuestFailure, MetricAb, ScenarioAb, SideRuns, Trust, VariantAb, VariantVerdict,
@@ -300,13 +300,13 @@ fn numbers(v: &VariantAb, verdict: &VariantVerdict, asked: Option<&str>) -> Opti
             .map(|s| format!("ioctl.{}", s.ioctl))
     };
     let deciding: Vec<String> = match verdict.class {
-        Class::Regressed | Class::Slower => changes(&verdict.regressions),
-        Class::Fixed => stalled(true)
+        VariantClass::Regressed => changes(&verdict.regressions),
+        VariantClass::Fixed => stalled(true)
             .chain(changes(&verdict.improvements))
             .collect(),
-        Class::Improved | Class::Faster => changes(&verdict.improvements),
-        Class::NotDecided => verdict.undecided.clone(),
-        _ => Vec::new(),
+        VariantClass::Improved => changes(&verdict.improvements),
+        VariantClass::NotDecided => verdict.undecided.clone(),
+        VariantClass::NoChange | VariantClass::NotExercised => Vec::new(),
     };
     let moved = changes(&verdict.regressions)
         .into_iter()
@@ -361,6 +361,6 @@ impl SeriesTable {
         self.commits
             .iter()
             .flat_map(|c| &c.variants)
-            .any(|v| v.vs_parent.class == Class::Regressed)
+            .any(|v| v.vs_parent.class == VariantClass::Regressed)
     }
 }

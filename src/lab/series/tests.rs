@@ -1,7 +1,7 @@
 //! The series' tests: the boot order, shards, the table's judging and the sources.
 
 use super::*;
-use crate::analysis::verdict::Class;
+use crate::analysis::class::VariantClass;
 use crate::kernel::build::PatchedSpec;
 use crate::kernel::vm::Accel;
 use crate::record::RunRecord;
@@ -170,9 +170,12 @@ fn settings(scenarios: &[String]) -> JudgeSettings<'_> {
 
 fn flagged(t: &SeriesTable) -> bool {
     t.commits.iter().flat_map(|c| &c.variants).any(|v| {
-        [v.vs_parent.class, v.vs_base.class]
-            .iter()
-            .any(|c| matches!(c, Class::Regressed | Class::Improved | Class::Fixed))
+        [v.vs_parent.class, v.vs_base.class].iter().any(|c| {
+            matches!(
+                c,
+                VariantClass::Regressed | VariantClass::Improved | VariantClass::Fixed
+            )
+        })
     })
 }
 
@@ -274,7 +277,7 @@ fn an_aa_series_flags_a_change_in_at_most_five_percent_of_tables() {
     let found = (0..2u32)
         .filter(|&trial| {
             let t = aa_table(0xc0de_0000 + u64::from(trial), reps, 1.3);
-            t.commits[2].variants[0].vs_parent.class == Class::Regressed
+            t.commits[2].variants[0].vs_parent.class == VariantClass::Regressed
         })
         .count();
     println!("the same tables with commit 3 30% slower on lazy's m00: {found} of 2 flag it");
@@ -300,14 +303,14 @@ fn a_documentation_only_series_is_no_change_on_every_row() {
         for v in &c.variants {
             assert_eq!(
                 v.vs_parent.class,
-                Class::NoChange,
+                VariantClass::NoChange,
                 "{} {}",
                 c.step.label,
                 v.variant
             );
             assert_eq!(
                 v.vs_base.class,
-                Class::NoChange,
+                VariantClass::NoChange,
                 "{} {}",
                 c.step.label,
                 v.variant
@@ -348,7 +351,7 @@ fn the_tables_metric_is_one_the_verdict_judged() {
     tcg.asked.accel = Accel::Tcg;
     let t = judge_series("debian:7.3", &base, &st, &states, &tcg);
     for v in &t.commits[0].variants {
-        assert_eq!(v.vs_parent.class, Class::NoChange, "{}", v.variant);
+        assert_eq!(v.vs_parent.class, VariantClass::NoChange, "{}", v.variant);
         let n = v.numbers.as_ref().expect("numbers");
         assert_eq!(
             (n.metric.as_str(), n.unit.as_str()),
@@ -383,7 +386,7 @@ fn the_tables_metric_is_one_the_verdict_judged() {
     ))];
     let t = judge_series("debian:7.3", &base, &st, &states, &kvm);
     let row = &t.commits[0].variants[0];
-    assert_eq!(row.vs_parent.class, Class::Regressed);
+    assert_eq!(row.vs_parent.class, VariantClass::Regressed);
     assert_eq!(row.numbers.as_ref().map(|n| n.metric.as_str()), Some("m02"));
 }
 
@@ -414,12 +417,12 @@ fn a_commit_that_does_not_build_keeps_its_row_and_the_next_is_judged_past_it() {
     let third = &t.commits[2];
     assert_eq!(third.parent, "[PATCH 1/3]");
     let lazy = &third.variants[0];
-    assert_eq!(lazy.vs_parent.class, Class::Regressed);
-    assert_eq!(lazy.vs_base.class, Class::Regressed);
+    assert_eq!(lazy.vs_parent.class, VariantClass::Regressed);
+    assert_eq!(lazy.vs_base.class, VariantClass::Regressed);
     let n = lazy.numbers.as_ref().expect("numbers");
     assert_eq!(n.metric, "m00");
     assert!((n.change_pct - 30.0).abs() < 3.0, "{n:?}");
-    assert_eq!(third.variants[1].vs_parent.class, Class::NoChange);
+    assert_eq!(third.variants[1].vs_parent.class, VariantClass::NoChange);
     let answer = crate::export::series::answer(&t);
     assert!(
         answer[0].starts_with("[PATCH 2/3] DOES NOT BUILD: virt/kvm"),
@@ -612,7 +615,7 @@ fn shards_merged_give_the_whole_table_from_the_store() {
     asked.asked.variants = &variants;
     let t = table_from_store(&merged, &Fixed(st), &asked).expect("a table");
     assert_eq!(t.commits.len(), 3);
-    let classes: Vec<Vec<Class>> = t
+    let classes: Vec<Vec<VariantClass>> = t
         .commits
         .iter()
         .map(|c| c.variants.iter().map(|v| v.vs_parent.class).collect())
@@ -620,13 +623,16 @@ fn shards_merged_give_the_whole_table_from_the_store() {
     assert_eq!(
         classes,
         vec![
-            vec![Class::NoChange, Class::NoChange],
-            vec![Class::NoChange, Class::Regressed],
-            vec![Class::NoChange, Class::NoChange],
+            vec![VariantClass::NoChange, VariantClass::NoChange],
+            vec![VariantClass::NoChange, VariantClass::Regressed],
+            vec![VariantClass::NoChange, VariantClass::NoChange],
         ]
     );
     // Commit 3 against the base keeps commit 2's regression.
-    assert_eq!(t.commits[2].variants[1].vs_base.class, Class::Regressed);
+    assert_eq!(
+        t.commits[2].variants[1].vs_base.class,
+        VariantClass::Regressed
+    );
 }
 
 #[test]

@@ -2,8 +2,8 @@
 
 use hvlab_core::noise::BusyReason;
 
+use crate::analysis::class::VariantClass;
 use crate::analysis::metric_ab::{CountCall, MetricJudgement};
-use crate::analysis::verdict::Class;
 use crate::lab::kab::{BootSummary, BusyBoot};
 
 use super::metric::MetricAb;
@@ -19,10 +19,10 @@ use super::{VariantAb, both_ran};
 /// is the kernel's answer, not a time a starved emulator stretched.
 /// Neither is a NOT EXERCISED: its calls are counts of code that never ran, whatever the time.
 pub(crate) fn not_judged_on_a_busy_host(v: &mut VariantVerdict, busy: &[BusyBoot]) {
-    if !both_ran(&v.failures) || v.class == Class::NotExercised {
+    if !both_ran(&v.failures) || v.class == VariantClass::NotExercised {
         return;
     }
-    v.class = Class::NotDecided;
+    v.class = VariantClass::NotDecided;
     v.host_busy = Some(busy.to_vec());
     // The judgments go with the class; the samples stay in the per-metric details.
     v.regressions.clear();

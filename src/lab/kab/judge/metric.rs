@@ -4,7 +4,8 @@
 
 use serde::Serialize;
 
-use crate::analysis::compare::{AbComparison, AbVerdict, ab};
+use crate::analysis::class::MetricClass;
+use crate::analysis::compare::{AbComparison, ab};
 use crate::analysis::direction::{Declared, Direction, change_pct};
 use crate::analysis::metric_ab::{
     CountCall, MetricJudgement, NotJudged, RankedCount, Shift, correct_together,
@@ -46,25 +47,51 @@ pub struct MetricAb {
     pub median: [f64; 2],
     /// How it was judged: a count, a ranked comparison, or not at all and why.
     pub judgement: MetricJudgement,
-    /// Whether B regressed on it.
-    pub regression: bool,
-    /// When B looks worse by more than would count, but the rank test cannot tell it from
-    /// noise with these samples: what was seen (more repetitions or boots would decide it).
-    /// Never a regression, never silently "no change" either.
-    pub inconclusive: Option<Inconclusive>,
-    /// B is significantly worse, by less than would make it a regression (a jiffies metric
-    /// longer by under half a jiffy: an expedited grace period, not a normal one).
-    pub cost: bool,
+    /// What the judgement makes of B, the declared way.
+    pub outcome: MetricOutcome,
     /// Which way is better and the count tolerance, as its scenario declares them.
     pub declared: Declared,
     /// For a must-equal metric, how far each side's median is from the metric it must
     /// equal (A, B), when the variant has that metric.
     pub off_by: Option<[f64; 2]>,
-    /// Whether B is judged better on it, the declared way.
-    pub improved: bool,
+}
+
+/// What one metric's judgement makes of B, the way its scenario declares it better: one of
+/// these, never two.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MetricOutcome {
+    /// Judged worse: a regression.
+    Regression,
+    /// Judged better.
+    Improvement,
+    /// Significantly worse, by less than would make it a regression (a jiffies metric longer
+    /// by under half a jiffy: an expedited grace period, not a normal one).
+    Cost,
     /// An exact count that moved by less than its declared tolerance: a change, judged
     /// neither a regression nor an improvement.
-    pub within_tolerance: bool,
+    WithinTolerance,
+    /// B looks worse by more than would count, or the family put the level out of reach, and
+    /// the rank test cannot tell it from noise with these samples: what was seen (more
+    /// repetitions or boots would decide it). Never a regression, never silently "no change"
+    /// either.
+    Inconclusive(Inconclusive),
+    /// Nothing to settle: the same, within the rule's threshold, neither way better, or not
+    /// judged.
+    Unmoved,
+}
+
+impl MetricOutcome {
+    /// What is unsettled, for an inconclusive outcome.
+    pub fn inconclusive(&self) -> Option<&Inconclusive> {
+        match self {
+            MetricOutcome::Inconclusive(why) => Some(why),
+            MetricOutcome::Regression
+            | MetricOutcome::Improvement
+            | MetricOutcome::Cost
+            | MetricOutcome::WithinTolerance
+            | MetricOutcome::Unmoved => None,
+        }
+    }
 }
 
 /// Why a worse-looking B is not a verdict yet: what stays unsettled with these samples.
@@ -165,7 +192,7 @@ impl Serialize for MetricAb {
             comparison: Option<&'a AbComparison>,
             not_judged: Option<String>,
             regression: bool,
-            inconclusive: &'a Option<Inconclusive>,
+            inconclusive: Option<&'a Inconclusive>,
             cost: bool,
             #[serde(skip_serializing_if = "Option::is_none")]
             better: Option<String>,
@@ -187,15 +214,15 @@ impl Serialize for MetricAb {
             exact,
             comparison: self.judgement.comparison(),
             not_judged: self.judgement.not_judged().map(|why| why.to_string()),
-            regression: self.regression,
-            inconclusive: &self.inconclusive,
-            cost: self.cost,
+            regression: self.outcome == MetricOutcome::Regression,
+            inconclusive: self.outcome.inconclusive(),
+            cost: self.outcome == MetricOutcome::Cost,
             better: direction_words(&self.declared),
             // Counts that moved, as LKP prints them.
             change_pct: (self.trust == Trust::Count && self.median[0] != self.median[1])
                 .then(|| change_pct(self.median[0], self.median[1]))
                 .flatten(),
-            within_tolerance: self.within_tolerance,
+            within_tolerance: self.outcome == MetricOutcome::WithinTolerance,
         }
         .serialize(serializer)
     }
@@ -342,13 +369,9 @@ fn metric_ab(
         median: [median(&samples[0]), median(&samples[1])],
         samples,
         judgement,
-        regression: false,
-        inconclusive: None,
-        cost: false,
+        outcome: MetricOutcome::Unmoved,
         declared: LOWER_IS_BETTER,
         off_by: None,
-        improved: false,
-        within_tolerance: false,
     };
     settle(&mut m, threshold);
     m
@@ -362,45 +385,47 @@ fn metric_ab(
 /// jiffy), and nothing to settle.
 fn settle(m: &mut MetricAb, threshold: f64) {
     let (higher, lower) = (m.judgement.higher(), m.judgement.lower());
-    m.within_tolerance = (higher || lower) && within_tolerance(m);
-    let (worse, better) = if m.within_tolerance {
-        (false, false)
-    } else {
-        match m.declared.direction {
-            Direction::LowerIsBetter => (higher, lower),
-            Direction::HigherIsBetter => (lower, higher),
-            Direction::Neither => (false, false),
-            // Off its partner by more on B is worse, whichever way it moved.
-            Direction::MustEqual(_) => match m.off_by {
-                Some([a, b]) if higher || lower => (b > a, b < a),
-                _ => (false, false),
-            },
-        }
+    if (higher || lower) && within_tolerance(m) {
+        m.outcome = MetricOutcome::WithinTolerance;
+        return;
+    }
+    let (worse, better) = match m.declared.direction {
+        Direction::LowerIsBetter => (higher, lower),
+        Direction::HigherIsBetter => (lower, higher),
+        Direction::Neither => (false, false),
+        // Off its partner by more on B is worse, whichever way it moved.
+        Direction::MustEqual(_) => match m.off_by {
+            Some([a, b]) if higher || lower => (b > a, b < a),
+            _ => (false, false),
+        },
     };
-    m.regression = worse;
-    m.improved = better;
-    m.cost = false;
-    let direction = m.declared.direction;
-    m.inconclusive = match &m.judgement {
-        MetricJudgement::Ranked { comparison } => {
-            ranked_unsettled(comparison, threshold, direction)
-        }
-        MetricJudgement::Count {
-            call: CountCall::Varies(r),
-        } => count_unsettled(r, m.median, threshold, direction),
-        _ => None,
-    }
-    .map(|unsettled| Inconclusive {
-        unsettled,
-        n: [m.samples[0].len(), m.samples[1].len()],
-    });
-    if m.trust == Trust::Jiffies && m.median[1] - m.median[0] < STALL_JIFFIES {
-        m.inconclusive = None;
-        if m.regression {
-            m.regression = false;
-            m.cost = true;
-        }
-    }
+    let under_half_a_jiffy = m.trust == Trust::Jiffies && m.median[1] - m.median[0] < STALL_JIFFIES;
+    m.outcome = if worse && under_half_a_jiffy {
+        MetricOutcome::Cost
+    } else if worse {
+        MetricOutcome::Regression
+    } else if better {
+        MetricOutcome::Improvement
+    } else if under_half_a_jiffy {
+        MetricOutcome::Unmoved
+    } else {
+        let direction = m.declared.direction;
+        let unsettled = match &m.judgement {
+            MetricJudgement::Ranked { comparison } => {
+                ranked_unsettled(comparison, threshold, direction)
+            }
+            MetricJudgement::Count {
+                call: CountCall::Varies(r),
+            } => count_unsettled(r, m.median, threshold, direction),
+            MetricJudgement::Count { .. } | MetricJudgement::NotJudged { .. } => None,
+        };
+        unsettled.map_or(MetricOutcome::Unmoved, |unsettled| {
+            MetricOutcome::Inconclusive(Inconclusive {
+                unsettled,
+                n: [m.samples[0].len(), m.samples[1].len()],
+            })
+        })
+    };
 }
 
 /// Whether `m` is an exact count that moved by less than its declared tolerance (a lazy pass
@@ -441,7 +466,7 @@ fn ranked_unsettled(c: &AbComparison, threshold: f64, direction: Direction) -> O
     if let Some(Undecided::Unreachable { .. }) = c.undecided {
         return Some(out_of_reach(c.ratio, c.judged_together));
     }
-    if c.verdict != AbVerdict::NotDecided || !looks_worse(c.ratio, threshold, direction) {
+    if c.verdict != MetricClass::NotDecided || !looks_worse(c.ratio, threshold, direction) {
         return None;
     }
     let p = CorrectedP {

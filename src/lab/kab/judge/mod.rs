@@ -10,9 +10,9 @@ mod verdict;
 use serde::Serialize;
 
 use crate::analysis::calls::{FunctionCalls, side_calls};
+use crate::analysis::class::VariantClass;
 use crate::analysis::direction::Declared;
 use crate::analysis::metric_ab::NotJudged;
-use crate::analysis::verdict::Class;
 use crate::kernel::vm::Accel;
 use crate::lab::fidelity::patch::{self};
 use crate::record::{RunRecord, VariantRecord, VariantStatus, pooled};
@@ -25,7 +25,9 @@ use stall::stalls_ab;
 
 pub(super) use busy::host_busy_during;
 pub(crate) use busy::{busy_during_boot, not_judged_on_a_busy_host};
-pub use metric::{CorrectedP, Inconclusive, MetricAb, Trust, Unsettled, WorseWay, correct_family};
+pub use metric::{
+    CorrectedP, Inconclusive, MetricAb, MetricOutcome, Trust, Unsettled, WorseWay, correct_family,
+};
 pub use stall::{StallAb, StallSide};
 pub use verdict::{
     Cause, Change, GraceWait, StallReps, VariantVerdict, mark_given, verdict, verdicts,
@@ -335,12 +337,12 @@ pub fn judgement(judged: &[ScenarioAb], boots: &[BootSummary]) -> Judgement {
             }
         }
     }
-    let regression = verdicts.iter().any(|v| v.class == Class::Regressed);
+    let regression = verdicts.iter().any(|v| v.class == VariantClass::Regressed);
     let inconclusive = judged
         .iter()
         .flat_map(|s| &s.variants)
         .flat_map(|v| &v.metrics)
-        .filter(|m| m.inconclusive.is_some())
+        .filter(|m| m.outcome.inconclusive().is_some())
         .count();
     Judgement {
         verdicts,

@@ -3,7 +3,7 @@
 use super::metric::{count, declared_as, exact, jiffies_metric, judge_must_equal, rank};
 use super::verdict::ReachHint;
 use super::*;
-use crate::analysis::compare::AbVerdict;
+use crate::analysis::class::MetricClass;
 use crate::analysis::metric_ab::{CountCall, MetricJudgement, RankedCount, Shift};
 use crate::analysis::statistics::median;
 use crate::lab::kab::BusyBoot;
@@ -29,7 +29,7 @@ fn counts_are_compared_exactly() {
         0.05,
     );
     assert_eq!(call_of(&m), &CountCall::Higher);
-    assert!(m.regression);
+    assert_eq!(m.outcome, MetricOutcome::Regression);
     let m = count(
         "kvm.vcpu.pf_fixed",
         "count",
@@ -39,7 +39,7 @@ fn counts_are_compared_exactly() {
         0.05,
     );
     assert_eq!(call_of(&m), &CountCall::Same);
-    assert!(!m.regression);
+    assert_eq!(m.outcome, MetricOutcome::Unmoved);
     // Varying: the rank test, alone here; its words say so.
     let m = count(
         "kvm.vcpu.pf_fixed",
@@ -75,9 +75,8 @@ fn tcg_times_are_shown_not_judged() {
         Some(NotJudged::TimeUnderTcg),
     );
     assert!(m.judgement.comparison().is_none());
-    assert!(!m.regression);
     assert!(
-        m.inconclusive.is_none(),
+        m.outcome == MetricOutcome::Unmoved,
         "a time not judged is not undecided either"
     );
 }
@@ -95,12 +94,12 @@ fn a_worse_b_the_test_cannot_separate_is_inconclusive_not_no_change() {
     let a = vec![0.106, 0.099, 0.189, 1.431, 0.735, 0.102];
     let b = vec![1.658, 0.735, 0.626, 1.270, 0.514, 0.776];
     let m = jiffies(a, b);
-    assert!(!m.regression);
+    assert!(m.outcome != MetricOutcome::Regression);
     assert_eq!(
         m.judgement.comparison().map(|c| c.verdict),
-        Some(AbVerdict::NotDecided)
+        Some(MetricClass::NotDecided)
     );
-    let why = m.inconclusive.expect("inconclusive");
+    let why = *m.outcome.inconclusive().expect("inconclusive");
     assert_eq!(why.n, [6, 6]);
     assert!(
         matches!(
@@ -124,7 +123,7 @@ fn a_worse_b_the_test_cannot_separate_is_inconclusive_not_no_change() {
     .repeat(2);
     let b: Vec<f64> = [1.658, 0.735, 0.626, 1.270, 0.514, 0.776, 0.9, 0.8, 1.1, 0.7].repeat(2);
     let m = jiffies(a, b);
-    assert!(m.regression && m.inconclusive.is_none());
+    assert_eq!(m.outcome, MetricOutcome::Regression);
     // Separated by the rank test, but the ratio's interval reaches below the threshold
     // (longer by most of a jiffy: the half-jiffy rule does not settle it).
     let a: Vec<f64> = (0..20).map(|i| 10.0 + f64::from(i) * 0.1).collect();
@@ -132,7 +131,7 @@ fn a_worse_b_the_test_cannot_separate_is_inconclusive_not_no_change() {
     let m = jiffies(a, b);
     let c = m.judgement.comparison().expect("judged");
     assert!(c.p_value < 0.05 && c.ci95[0] < 1.05, "{c:?}");
-    let why = m.inconclusive.expect("inconclusive");
+    let why = *m.outcome.inconclusive().expect("inconclusive");
     assert!(
         matches!(why.unsettled, Unsettled::SizeNotEstablished { threshold, .. } if threshold == 0.05),
         "{why:?}"
@@ -143,7 +142,7 @@ fn a_worse_b_the_test_cannot_separate_is_inconclusive_not_no_change() {
     );
     // Equal sides are neither.
     let m = jiffies(vec![0.1; 6], vec![0.1; 6]);
-    assert!(!m.regression && m.inconclusive.is_none());
+    assert_eq!(m.outcome, MetricOutcome::Unmoved);
 }
 
 #[test]
@@ -156,8 +155,7 @@ fn a_count_higher_on_b_without_significance_is_inconclusive() {
         Accel::Tcg,
         0.05,
     );
-    assert!(!m.regression);
-    assert!(m.inconclusive.is_some(), "{m:?}");
+    assert!(matches!(m.outcome, MetricOutcome::Inconclusive(_)), "{m:?}");
     // Three a side can never be called: out of reach, said whichever way B looks.
     let m = count(
         "x",
@@ -167,7 +165,7 @@ fn a_count_higher_on_b_without_significance_is_inconclusive() {
         Accel::Tcg,
         0.05,
     );
-    assert!(!m.regression && m.inconclusive.is_some(), "{m:?}");
+    assert!(matches!(m.outcome, MetricOutcome::Inconclusive(_)), "{m:?}");
     // Lower on B, or higher by less than the threshold, with samples enough: nothing to
     // decide.
     for (a, b) in [
@@ -181,7 +179,7 @@ fn a_count_higher_on_b_without_significance_is_inconclusive() {
         ),
     ] {
         let m = count("x", "count", a, b, Accel::Tcg, 0.05);
-        assert!(m.inconclusive.is_none(), "{m:?}");
+        assert!(m.outcome.inconclusive().is_none(), "{m:?}");
     }
 }
 
@@ -231,7 +229,7 @@ fn a_stall_a_had_and_b_never_has_is_fixed() {
             vec![stall(Some(20), None)],
         ),
     );
-    assert_eq!(v.class, Class::Fixed);
+    assert_eq!(v.class, VariantClass::Fixed);
     assert_eq!(
         v.stall_reps,
         Some([
@@ -331,7 +329,7 @@ fn a_busy_boot_leaves_every_verdict_not_decided_and_names_the_boot() {
         0.05,
     );
     let mut regressed = verdict("lifecycle", &variant(vec![create_vm], Vec::new()));
-    assert_eq!(regressed.class, Class::Regressed);
+    assert_eq!(regressed.class, VariantClass::Regressed);
     let mut fixed = verdict(
         "lifecycle",
         &variant(
@@ -339,7 +337,7 @@ fn a_busy_boot_leaves_every_verdict_not_decided_and_names_the_boot() {
             vec![stall(Some(20), None)],
         ),
     );
-    assert_eq!(fixed.class, Class::Fixed);
+    assert_eq!(fixed.class, VariantClass::Fixed);
     let quiet = [boot("A", None), boot("B", None)];
     assert_eq!(host_busy_during(&quiet), []);
     let pressure = vec![BusyReason::Pressure { some_pct: 49.0 }];
@@ -354,7 +352,7 @@ fn a_busy_boot_leaves_every_verdict_not_decided_and_names_the_boot() {
     );
     for v in [&mut regressed, &mut fixed] {
         not_judged_on_a_busy_host(v, &busy);
-        assert_eq!(v.class, Class::NotDecided);
+        assert_eq!(v.class, VariantClass::NotDecided);
         assert_eq!(v.host_busy.as_deref(), Some(busy.as_slice()));
         assert!(v.regressions.is_empty() && v.costs.is_empty());
     }
@@ -370,7 +368,7 @@ fn a_stray_stalled_repetition_on_b_does_not_hide_a_fix() {
         "lifecycle",
         &variant(vec![stalls(vec![1.0; 20], b)], vec![stall(Some(20), None)]),
     );
-    assert_eq!(v.class, Class::Fixed, "{v:?}");
+    assert_eq!(v.class, VariantClass::Fixed, "{v:?}");
     // Without a recurring stall on A to match, B must never stall.
     let mut b = vec![0.0; 20];
     b[7] = 1.0;
@@ -378,7 +376,7 @@ fn a_stray_stalled_repetition_on_b_does_not_hide_a_fix() {
         "lifecycle",
         &variant(vec![stalls(vec![1.0; 20], b)], vec![]),
     );
-    assert_eq!(v.class, Class::Improved, "{v:?}");
+    assert_eq!(v.class, VariantClass::Improved, "{v:?}");
 }
 
 /// An expedited grace period per registration: KVM_IOEVENTFD 0.018 → 0.118 jiffies is
@@ -387,20 +385,20 @@ fn a_stray_stalled_repetition_on_b_does_not_hide_a_fix() {
 fn a_registration_slower_within_a_jiffy_is_a_cost_not_a_regression() {
     let spread = |base: f64| -> Vec<f64> { (0..20).map(|i| base + f64::from(i) * 0.001).collect() };
     let m = jiffies_metric("ioctl.KVM_IOEVENTFD", spread(0.018), spread(0.118), 0.05);
-    assert!(m.cost && !m.regression, "{m:?}");
+    assert_eq!(m.outcome, MetricOutcome::Cost, "{m:?}");
     let v = verdict(
         "lifecycle",
         &variant(vec![stalls(vec![0.0; 20], vec![0.0; 20]), m], vec![]),
     );
-    assert_eq!(v.class, Class::NoChange);
+    assert_eq!(v.class, VariantClass::NoChange);
     assert_eq!(v.costs.len(), 1);
     assert!((v.costs[0].b - 0.118).abs() < 0.01 && v.costs[0].within_jiffy);
     // Longer by a grace period's worth: a regression.
     let m = jiffies_metric("ioctl.KVM_IOEVENTFD", spread(0.018), spread(1.2), 0.05);
-    assert!(m.regression && !m.cost);
+    assert_eq!(m.outcome, MetricOutcome::Regression);
     assert_eq!(
         verdict("lifecycle", &variant(vec![m], vec![])).class,
-        Class::Regressed
+        VariantClass::Regressed
     );
 }
 
@@ -415,7 +413,7 @@ fn a_stall_on_both_kernels_is_no_change_and_named_on_both() {
             vec![stall(Some(19), Some(20))],
         ),
     );
-    assert_eq!(v.class, Class::NoChange);
+    assert_eq!(v.class, VariantClass::NoChange);
     assert!(v.stalls[0].a.is_some() && v.stalls[0].b.is_some());
 }
 
@@ -428,7 +426,7 @@ fn a_stall_b_gained_is_a_regression() {
             vec![stall(None, Some(20))],
         ),
     );
-    assert_eq!(v.class, Class::Regressed);
+    assert_eq!(v.class, VariantClass::Regressed);
     assert_eq!(v.regressions[0].metric, "stalls");
 }
 
@@ -456,10 +454,10 @@ fn a_higher_is_better_metric_is_judged_its_own_way() {
         as_declared("memory", "total_pages_per_ms", m)
     };
     let up = class_of("memory", vec![rate(100.0, 130.0)]);
-    assert_eq!(up.class, Class::Improved, "{up:?}");
+    assert_eq!(up.class, VariantClass::Improved, "{up:?}");
     assert!(up.regressions.is_empty());
     let down = class_of("memory", vec![rate(100.0, 70.0)]);
-    assert_eq!(down.class, Class::Regressed, "{down:?}");
+    assert_eq!(down.class, VariantClass::Regressed, "{down:?}");
     assert_eq!(down.regressions[0].metric, "total_pages_per_ms");
     // Lower-is-better, the same move reads the other way.
     let faults = |a: f64, b: f64| {
@@ -468,7 +466,7 @@ fn a_higher_is_better_metric_is_judged_its_own_way() {
     };
     assert_eq!(
         class_of("memory", vec![faults(100.0, 130.0)]).class,
-        Class::Regressed
+        VariantClass::Regressed
     );
 }
 
@@ -497,14 +495,14 @@ fn a_must_equal_metric_is_judged_by_its_partner() {
         ]
     };
     let lost = class_of("dirty", pair([4096.0, 4095.0], [4096.0, 4096.0]));
-    assert_eq!(lost.class, Class::Regressed, "{lost:?}");
+    assert_eq!(lost.class, VariantClass::Regressed, "{lost:?}");
     assert_eq!(lost.regressions[0].metric, "pages_dirty");
     let mended = class_of("dirty", pair([4095.0, 4096.0], [4096.0, 4096.0]));
-    assert_eq!(mended.class, Class::Improved, "{mended:?}");
+    assert_eq!(mended.class, VariantClass::Improved, "{mended:?}");
     assert_eq!(mended.improvements[0].metric, "pages_dirty");
     // A larger workload on B: both counts higher, still equal: nothing worse.
     let larger = class_of("dirty", pair([4096.0, 8192.0], [4096.0, 8192.0]));
-    assert_eq!(larger.class, Class::NoChange, "{larger:?}");
+    assert_eq!(larger.class, VariantClass::NoChange, "{larger:?}");
 }
 
 /// The lazy variant of the 004 revert: 4096 → 4097 faults per pass, one page the guest's
@@ -525,9 +523,9 @@ fn one_fault_in_4096_is_a_change_and_a_lost_prefetch_a_regression() {
         as_declared("memory", "kvm.vcpu.pf_fixed", m)
     };
     let lazy = pf(4096.0, 4097.0);
-    assert!(lazy.within_tolerance && !lazy.regression, "{lazy:?}");
+    assert_eq!(lazy.outcome, MetricOutcome::WithinTolerance, "{lazy:?}");
     let v = class_of("memory", vec![lazy]);
-    assert_eq!(v.class, Class::NoChange, "{v:?}");
+    assert_eq!(v.class, VariantClass::NoChange, "{v:?}");
     assert_eq!(v.changes.len(), 1);
     assert_eq!(v.changes[0].tolerance, Some(0.01));
     let json = serde_json::to_value(&v.changes[0]).expect("json");
@@ -536,7 +534,7 @@ fn one_fault_in_4096_is_a_change_and_a_lost_prefetch_a_regression() {
     let mut populated = variant(vec![pf(512.0, 4097.0)], Vec::new());
     populated.pages_touched = [Some(4096), Some(4096)];
     let v = verdict("memory", &populated);
-    assert_eq!(v.class, Class::Regressed);
+    assert_eq!(v.class, VariantClass::Regressed);
     assert_eq!(
         v.causes,
         vec![Cause::PagesPerFault {
@@ -547,7 +545,7 @@ fn one_fault_in_4096_is_a_change_and_a_lost_prefetch_a_regression() {
     // Undeclared: lower-is-better, and said so.
     let other = count("x.y", "count", vec![1.0; 8], vec![2.0; 8], Accel::Tcg, 0.05);
     let other = as_declared("memory", "x.y", other);
-    assert!(other.regression && !other.declared.declared);
+    assert!(other.outcome == MetricOutcome::Regression && !other.declared.declared);
     let v = class_of("memory", vec![other]);
     assert!(v.regressions[0].undeclared);
 }
@@ -576,7 +574,7 @@ fn a_memory_kab_judges_faults_by_the_declared_tolerance_and_names_prefetch() {
     );
     let v = verdicts(&judged);
     assert_eq!(v[0].variant, "populated");
-    assert_eq!(v[0].class, Class::Regressed, "{:?}", v[0]);
+    assert_eq!(v[0].class, VariantClass::Regressed, "{:?}", v[0]);
     assert_eq!(
         v[0].causes,
         vec![Cause::PagesPerFault {
@@ -585,7 +583,7 @@ fn a_memory_kab_judges_faults_by_the_declared_tolerance_and_names_prefetch() {
         }]
     );
     assert_eq!(v[1].variant, "lazy");
-    assert_eq!(v[1].class, Class::NoChange, "{:?}", v[1]);
+    assert_eq!(v[1].class, VariantClass::NoChange, "{:?}", v[1]);
     assert_eq!(v[1].changes[0].metric, "kvm.vcpu.pf_fixed");
     let lazy = &judged[0].variants[1].metrics[0];
     let json = serde_json::to_value(lazy).expect("json");
@@ -611,7 +609,7 @@ fn a_regressed_stall_names_the_grace_period_on_each_side() {
             vec![stall(None, Some(20))],
         ),
     );
-    assert_eq!(v.class, Class::Regressed);
+    assert_eq!(v.class, VariantClass::Regressed);
     let Some(Cause::GracePeriod { ioctl, waits }) = v.causes.first() else {
         panic!("{:?}", v.causes)
     };
@@ -631,11 +629,11 @@ fn a_regressed_stall_names_the_grace_period_on_each_side() {
 fn a_grace_period_lost_without_a_stall_count_is_improved() {
     let m = jiffies_metric("ioctl.KVM_CREATE_VCPU", vec![1.5; 12], vec![0.2; 12], 0.05);
     let v = verdict("lifecycle", &variant(vec![m], vec![]));
-    assert_eq!(v.class, Class::Improved);
+    assert_eq!(v.class, VariantClass::Improved);
     // Shorter by a fraction of a jiffy only: listed, but not a class of its own.
     let m = jiffies_metric("ioctl.KVM_CREATE_VCPU", vec![0.3; 12], vec![0.2; 12], 0.05);
     let v = verdict("lifecycle", &variant(vec![m], vec![]));
-    assert_eq!(v.class, Class::NoChange);
+    assert_eq!(v.class, VariantClass::NoChange);
     assert!(v.improvements[0].within_jiffy);
 }
 
@@ -649,7 +647,7 @@ fn a_rare_stall_gone_is_not_decided_not_fixed() {
             vec![],
         ),
     );
-    assert_eq!(v.class, Class::NotDecided);
+    assert_eq!(v.class, VariantClass::NotDecided);
     assert_eq!(v.undecided, ["stalls"]);
 }
 
@@ -665,7 +663,7 @@ fn scenario_of(variants: Vec<VariantAb>) -> ScenarioAb {
     }
 }
 
-/// Issue 36: a stall B gained regresses it as its stall count does. In 12 of 20
+/// A stall B gained regresses it as its stall count does. In 12 of 20
 /// repetitions, with no other metric worse, the count is higher beyond chance: REGRESSED,
 /// and the gate (`KabOutcome.regression`, what `--fail-on-regression` reads) fails. In 3
 /// of 20 the count cannot be told from noise: B looks worse, NOT DECIDED naming the
@@ -690,9 +688,15 @@ fn a_stall_b_gained_regresses_as_its_count_does_and_the_gate_follows_the_class()
         vec![stalls(vec![0.0; 20], often), ioeventfd()],
         vec![stall(None, Some(12))],
     );
-    assert!(!v.metrics[1].regression && !v.metrics[1].cost, "{v:?}");
+    assert!(
+        !matches!(
+            v.metrics[1].outcome,
+            MetricOutcome::Regression | MetricOutcome::Cost
+        ),
+        "{v:?}"
+    );
     let j = judgement(&[scenario_of(vec![v])], &quiet_boots());
-    assert_eq!(j.verdicts[0].class, Class::Regressed);
+    assert_eq!(j.verdicts[0].class, VariantClass::Regressed);
     assert_eq!(j.verdicts[0].regressions[0].metric, "stalls");
     assert!(j.regression, "a printed REGRESSED must fail the gate");
     let mut rare = vec![0.0; 20];
@@ -703,9 +707,14 @@ fn a_stall_b_gained_regresses_as_its_count_does_and_the_gate_follows_the_class()
         vec![stalls(vec![0.0; 20], rare), ioeventfd()],
         vec![stall(None, Some(3))],
     );
-    assert!(v.metrics.iter().all(|m| !m.regression), "{v:?}");
+    assert!(
+        v.metrics
+            .iter()
+            .all(|m| m.outcome != MetricOutcome::Regression),
+        "{v:?}"
+    );
     let j = judgement(&[scenario_of(vec![v])], &quiet_boots());
-    assert_eq!(j.verdicts[0].class, Class::NotDecided);
+    assert_eq!(j.verdicts[0].class, VariantClass::NotDecided);
     assert_eq!(j.verdicts[0].undecided, ["stalls"]);
     assert!(
         !j.regression,
@@ -717,11 +726,11 @@ fn a_stall_b_gained_regresses_as_its_count_does_and_the_gate_follows_the_class()
         vec![],
     );
     let j = judgement(&[scenario_of(vec![v])], &quiet_boots());
-    assert_eq!(j.verdicts[0].class, Class::NotDecided);
+    assert_eq!(j.verdicts[0].class, VariantClass::NotDecided);
     assert!(!j.regression);
 }
 
-/// Issue 37: B's dirty log loses a page per pass, so every dirty variant failed on B and
+/// B's dirty log loses a page per pass, so every dirty variant failed on B and
 /// ran on A. Each is REGRESSED with B's failure, none left out, and the gate fails.
 #[test]
 fn a_variant_a_ran_and_b_failed_is_regressed_with_b_s_failure() {
@@ -738,7 +747,7 @@ fn a_variant_a_ran_and_b_failed_is_regressed_with_b_s_failure() {
     assert_eq!(names, ["bitmap", "clear", "ring"]);
     let j = judgement(&judged, &quiet_boots());
     for v in &j.verdicts {
-        assert_eq!(v.class, Class::Regressed, "{v:?}");
+        assert_eq!(v.class, VariantClass::Regressed, "{v:?}");
         assert_eq!(
             v.failures,
             [
@@ -771,7 +780,7 @@ fn a_variant_failing_on_both_kernels_is_not_decided_with_both_failures() {
     let j = judgement(&fixture::judged(&a, &b, [&[], &[]]), &quiet_boots());
     assert_eq!(j.verdicts.len(), 3);
     for v in &j.verdicts {
-        assert_eq!(v.class, Class::NotDecided, "{v:?}");
+        assert_eq!(v.class, VariantClass::NotDecided, "{v:?}");
         let why = |f: &Option<SideFailure>| match f {
             Some(SideFailure::Failed { why, .. }) => why.clone(),
             other => panic!("a failure expected, got {other:?}"),
@@ -795,7 +804,7 @@ fn a_side_that_brought_no_run_back_leaves_no_variant_out() {
     let j = judgement(&judged, &quiet_boots());
     assert_eq!(j.verdicts.len(), 3);
     for v in &j.verdicts {
-        assert_eq!(v.class, Class::Regressed);
+        assert_eq!(v.class, VariantClass::Regressed);
         assert_eq!(
             v.failures[1],
             Some(SideFailure::NoRun {
@@ -806,7 +815,11 @@ fn a_side_that_brought_no_run_back_leaves_no_variant_out() {
     assert!(j.regression);
     // No command failed (a run went missing some other way): nothing to blame on B.
     let j = judgement(&fixture::judged(&a, &[], [&[], &[]]), &quiet_boots());
-    assert!(j.verdicts.iter().all(|v| v.class == Class::NotDecided));
+    assert!(
+        j.verdicts
+            .iter()
+            .all(|v| v.class == VariantClass::NotDecided)
+    );
     assert!(!j.regression);
     // Neither side brought a run: the dirty scenario's own variants, none judged.
     let j = judgement(&fixture::judged(&[], &[], [&[], &[]]), &quiet_boots());
@@ -818,7 +831,11 @@ fn a_side_that_brought_no_run_back_leaves_no_variant_out() {
         .collect();
     let listed: Vec<&str> = j.verdicts.iter().map(|v| v.variant.as_str()).collect();
     assert_eq!(listed, own);
-    assert!(j.verdicts.iter().all(|v| v.class == Class::NotDecided));
+    assert!(
+        j.verdicts
+            .iter()
+            .all(|v| v.class == VariantClass::NotDecided)
+    );
     // A variant asked for by name is listed even when no run has it.
     let judged = judge(
         &["dirty".to_string()],
@@ -848,7 +865,11 @@ fn a_variant_failing_in_one_boot_of_b_is_regressed() {
     let mut b = fixture::side(&runs, "B");
     b[0] = a[0].clone();
     let j = judgement(&fixture::judged(&a, &b, [&[], &[]]), &quiet_boots());
-    assert!(j.verdicts.iter().all(|v| v.class == Class::Regressed));
+    assert!(
+        j.verdicts
+            .iter()
+            .all(|v| v.class == VariantClass::Regressed)
+    );
     assert!(matches!(
         &j.verdicts[0].failures[1],
         Some(SideFailure::Failed {
@@ -870,7 +891,11 @@ fn a_busy_host_does_not_hide_a_failure_of_b() {
         boot("B", Some(vec![BusyReason::Pressure { some_pct: 49.0 }])),
     ];
     let j = judgement(&fixture::judged(&a, &b, [&[], &[]]), &busy);
-    assert!(j.verdicts.iter().all(|v| v.class == Class::Regressed));
+    assert!(
+        j.verdicts
+            .iter()
+            .all(|v| v.class == VariantClass::Regressed)
+    );
     assert!(j.regression);
 }
 
@@ -908,7 +933,7 @@ fn with_calls(runs: &mut [RunRecord], calls: u64) {
     }
 }
 
-/// Issue 37, item 3: the revert of 004's trailing prefetch under the default TDP MMU, as a kab
+/// The revert of 004's trailing prefetch under the default TDP MMU, as a kab
 /// stored it. `__direct_pte_prefetch` ran 0 times on both kernels: NOT EXERCISED (never NO
 /// CHANGE), its calls beside it, the legacy MMU named as what reaches it, and no regression.
 #[test]
@@ -927,7 +952,7 @@ fn a_patch_whose_functions_never_ran_is_not_exercised() {
     assert_eq!([zero_on(0), zero_on(1)], [Some(0), Some(0)]);
     let j = judgement(&judged, &quiet_boots());
     let verdict = &j.verdicts[0];
-    assert_eq!(verdict.class, Class::NotExercised, "{verdict:?}");
+    assert_eq!(verdict.class, VariantClass::NotExercised, "{verdict:?}");
     assert_eq!(
         verdict.reach,
         Some(ReachHint {
@@ -946,7 +971,7 @@ fn a_patch_whose_functions_never_ran_is_not_exercised() {
         Some(vec![BusyReason::Pressure { some_pct: 100.0 }]),
     )];
     let j = judgement(&judged, &busy);
-    assert_eq!(j.verdicts[0].class, Class::NotExercised);
+    assert_eq!(j.verdicts[0].class, VariantClass::NotExercised);
     // Asked again with the legacy MMU already on, the hint says it did not help.
     let mut verdicts = j.verdicts;
     mark_given(&mut verdicts, &["kvm.tdp_mmu=0".to_string()]);
@@ -962,7 +987,12 @@ fn calls_on_one_side_are_judged_normally_and_never_ran_is_no_regression() {
     let (a, mut b) = (fixture::side(&runs, "A"), fixture::side(&runs, "B"));
     with_calls(&mut b, 512);
     let j = judgement(&memory_judged(&a, &b), &quiet_boots());
-    assert_eq!(j.verdicts[0].class, Class::NoChange, "{:?}", j.verdicts[0]);
+    assert_eq!(
+        j.verdicts[0].class,
+        VariantClass::NoChange,
+        "{:?}",
+        j.verdicts[0]
+    );
     assert_eq!(j.verdicts[0].reach, None);
     // B faulting more, its patched code never run: NOT EXERCISED, not REGRESSED.
     let mut b = fixture::side(&runs, "B");
@@ -975,9 +1005,14 @@ fn calls_on_one_side_are_judged_normally_and_never_ran_is_no_regression() {
         m.median += 1000.0;
     }
     let judged = memory_judged(&a, &b);
-    assert!(judged[0].variants[0].metrics.iter().any(|m| m.regression));
+    assert!(
+        judged[0].variants[0]
+            .metrics
+            .iter()
+            .any(|m| m.outcome == MetricOutcome::Regression)
+    );
     let j = judgement(&judged, &quiet_boots());
-    assert_eq!(j.verdicts[0].class, Class::NotExercised);
+    assert_eq!(j.verdicts[0].class, VariantClass::NotExercised);
     assert!(!j.regression);
     // Runs stored before calls were counted judge as they always did.
     let (mut a, mut b) = (a, fixture::side(&runs, "B"));
@@ -985,7 +1020,7 @@ fn calls_on_one_side_are_judged_normally_and_never_ran_is_no_regression() {
         .chain(b.iter_mut())
         .for_each(|r| r.calls.clear());
     let j = judgement(&memory_judged(&a, &b), &quiet_boots());
-    assert_eq!(j.verdicts[0].class, Class::NoChange);
+    assert_eq!(j.verdicts[0].class, VariantClass::NoChange);
 }
 
 /// A/A kabs: both sides of every metric drawn from one distribution. Six variants of
@@ -1080,7 +1115,7 @@ mod aa {
     }
 
     /// The classes of one A/A kab, as `hvlab kab` judges and prints them.
-    fn aa_kab(template: &RunRecord, seed: u64, stall_chance: f64) -> Vec<Class> {
+    fn aa_kab(template: &RunRecord, seed: u64, stall_chance: f64) -> Vec<VariantClass> {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let a = side(template, &mut rng, stall_chance, "A");
         let b = side(template, &mut rng, stall_chance, "B");
@@ -1116,7 +1151,12 @@ mod aa {
             .filter(|k| {
                 aa_kab(template, seed.wrapping_mul(1_000_003) + k, stall_chance)
                     .iter()
-                    .any(|c| matches!(c, Class::Regressed | Class::Improved | Class::Fixed))
+                    .any(|c| {
+                        matches!(
+                            c,
+                            VariantClass::Regressed | VariantClass::Improved | VariantClass::Fixed
+                        )
+                    })
             })
             .count() as u64
     }
@@ -1167,11 +1207,16 @@ fn exact_counts_keep_their_verdict_on_a_busy_host() {
         boot("B", Some(vec![BusyReason::Pressure { some_pct: 48.0 }])),
     ];
     let j = judgement(&judged, &busy);
-    assert_eq!(j.verdicts[0].class, Class::Regressed, "{:?}", j.verdicts[0]);
+    assert_eq!(
+        j.verdicts[0].class,
+        VariantClass::Regressed,
+        "{:?}",
+        j.verdicts[0]
+    );
     assert!(j.verdicts[0].host_busy.is_none());
     assert!(j.regression);
     // Nothing moved, and only exact counts were judged: NO CHANGE stands too.
-    assert_eq!(j.verdicts[1].class, Class::NoChange);
+    assert_eq!(j.verdicts[1].class, VariantClass::NoChange);
     // A varying count moved by the rank test is no exact count: undecided on a busy host.
     let varying = count(
         "kvm.vcpu.pf_fixed",
@@ -1193,6 +1238,6 @@ fn exact_counts_keep_their_verdict_on_a_busy_host() {
     }];
     assert_eq!(
         judgement(&judged, &busy).verdicts[0].class,
-        Class::NotDecided
+        VariantClass::NotDecided
     );
 }

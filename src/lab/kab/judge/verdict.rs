@@ -4,12 +4,12 @@
 use serde::Serialize;
 
 use crate::analysis::calls::{FunctionCalls, never_ran};
+use crate::analysis::class::VariantClass;
 use crate::analysis::stall::STALL_JIFFIES;
-use crate::analysis::verdict::Class;
 use crate::lab::kab::BusyBoot;
 use crate::scenario;
 
-use super::metric::{MetricAb, Trust};
+use super::metric::{MetricAb, MetricOutcome, Trust};
 use super::stall::{StallAb, StallSide};
 use super::{ScenarioAb, SideFailure, VariantAb, both_ran, uncounted};
 
@@ -64,11 +64,6 @@ pub fn mark_given(verdicts: &mut [VariantVerdict], kvm_params: &[String]) {
     for r in verdicts.iter_mut().filter_map(|v| v.reach.as_mut()) {
         r.given = param_given(kvm_params, &r.kvm_param);
     }
-}
-
-/// A class as kab's JSON spells it: the printed word (`NO CHANGE`).
-fn class_word<S: serde::Serializer>(class: &Class, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(class.word())
 }
 
 /// A judged metric that moved: medians in its judged unit.
@@ -160,8 +155,7 @@ pub struct VariantVerdict {
     /// The variant.
     pub variant: String,
     /// The class: FIXED, IMPROVED, REGRESSED, NO CHANGE, NOT DECIDED or NOT EXERCISED.
-    #[serde(serialize_with = "class_word")]
-    pub class: Class,
+    pub class: VariantClass,
     /// Repetitions with a stall on A and on B (the `stalls` count), when the scenario counts them.
     pub stall_reps: Option<[StallReps; 2]>,
     /// The stalls, matched across sides.
@@ -206,13 +200,14 @@ fn change(m: &MetricAb, within_jiffy: bool) -> Change {
         b: m.median[1],
         within_jiffy,
         undeclared: !m.declared.declared,
-        tolerance: m.within_tolerance.then_some(m.declared.count_tolerance),
+        tolerance: (m.outcome == MetricOutcome::WithinTolerance)
+            .then_some(m.declared.count_tolerance),
     }
 }
 
 /// Whether B is judged better on `m` (the declared way), and whether by under half a jiffy.
 fn better(m: &MetricAb) -> Option<bool> {
-    m.improved
+    (m.outcome == MetricOutcome::Improvement)
         .then(|| m.trust == Trust::Jiffies && m.median[0] - m.median[1] < STALL_JIFFIES)
 }
 
@@ -285,8 +280,8 @@ fn causes(v: &VariantAb, moved: &[&Change]) -> Vec<Cause> {
 /// failed, or a side could not run it or brought no run back), each side's reason kept.
 fn failed_verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
     let class = match &v.failures {
-        [None, Some(b)] if b.is_failure() => Class::Regressed,
-        _ => Class::NotDecided,
+        [None, Some(b)] if b.is_failure() => VariantClass::Regressed,
+        _ => VariantClass::NotDecided,
     };
     VariantVerdict {
         failures: v.failures.clone(),
@@ -298,7 +293,7 @@ fn failed_verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
 impl VariantVerdict {
     /// A verdict of `class` with nothing behind it yet: no stalls, changes, causes, failures
     /// or calls, for a caller to fill in what it knows.
-    pub fn of_class(scenario: &str, variant: &str, class: Class) -> VariantVerdict {
+    pub fn of_class(scenario: &str, variant: &str, class: VariantClass) -> VariantVerdict {
         VariantVerdict {
             scenario: scenario.to_string(),
             variant: variant.to_string(),
@@ -335,13 +330,13 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
     let regressions: Vec<Change> = v
         .metrics
         .iter()
-        .filter(|m| m.regression)
+        .filter(|m| m.outcome == MetricOutcome::Regression)
         .map(|m| change(m, false))
         .collect();
     let costs: Vec<Change> = v
         .metrics
         .iter()
-        .filter(|m| m.cost)
+        .filter(|m| m.outcome == MetricOutcome::Cost)
         .map(|m| change(m, true))
         .collect();
     let improvements: Vec<Change> = v
@@ -352,13 +347,13 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
     let mut undecided: Vec<String> = v
         .metrics
         .iter()
-        .filter(|m| m.inconclusive.is_some())
+        .filter(|m| m.outcome.inconclusive().is_some())
         .map(|m| m.metric.clone())
         .collect();
     let changes: Vec<Change> = v
         .metrics
         .iter()
-        .filter(|m| m.within_tolerance)
+        .filter(|m| m.outcome == MetricOutcome::WithinTolerance)
         .map(|m| change(m, false))
         .collect();
     let moved: Vec<&Change> = regressions.iter().chain(&improvements).collect();
@@ -387,17 +382,17 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
     // The patched code never ran on either kernel: nothing here can be the patch's doing.
     let not_exercised = never_ran([v.calls[0].as_deref(), v.calls[1].as_deref()]);
     let class = if not_exercised {
-        Class::NotExercised
+        VariantClass::NotExercised
     } else if !regressions.is_empty() {
-        Class::Regressed
+        VariantClass::Regressed
     } else if stalls_gone && stalls_judged_lower {
-        Class::Fixed
+        VariantClass::Fixed
     } else if improvements.iter().any(|c| !c.within_jiffy) {
-        Class::Improved
+        VariantClass::Improved
     } else if !undecided.is_empty() {
-        Class::NotDecided
+        VariantClass::NotDecided
     } else {
-        Class::NoChange
+        VariantClass::NoChange
     };
     VariantVerdict {
         scenario: scenario.to_string(),
