@@ -48,6 +48,11 @@ pub struct BootArgs {
     /// Time limit per hvlab command in the guest, seconds
     #[arg(long, default_value_t = 900)]
     timeout: u64,
+    /// The clock the guest measures on: icount (QEMU's instruction clock: a time is the guest
+    /// instructions it took, the same on a busy host) or wall [default: icount under tcg, wall
+    /// under kvm, where icount cannot be]
+    #[arg(long, value_name = "CLOCK", value_parser = parse_clock)]
+    clock: Option<Clock>,
 }
 
 impl BootArgs {
@@ -76,9 +81,7 @@ impl BootArgs {
         }
         Ok(VmConfig {
             accel: self.accel,
-            // kab, per-patch and bisect judge times on the wall clock; `hvlab vm` chooses its
-            // own (`--clock`).
-            clock: Some(Clock::Wall),
+            clock: self.clock,
             cpus: self.cpus,
             mem_mib: mib,
             kvm_params: self.kvm_params.clone(),
@@ -132,11 +135,6 @@ pub struct VmArgs {
     config: GuestConfigArgs,
     #[command(flatten)]
     boot: BootArgs,
-    /// The clock the guest measures on: icount (QEMU's instruction clock: a time is the guest
-    /// instructions it took, the same on a busy host) or wall [default: icount under tcg, wall
-    /// under kvm, where icount cannot be]
-    #[arg(long, value_name = "CLOCK", value_parser = parse_clock)]
-    clock: Option<Clock>,
     /// More hvlab commands for the same boot, one argument list per line (after the one given)
     #[arg(long, value_name = "FILE")]
     commands: Option<PathBuf>,
@@ -206,9 +204,10 @@ pub struct KabArgs {
     /// Scenario parameter key=value (repeatable)
     #[arg(long = "set", value_name = "KEY=VALUE")]
     sets: Vec<String>,
-    /// Boots per kernel, in ABBA order
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=50))]
-    boots: u32,
+    /// Boots per kernel, in ABBA order [default: 1 on the instruction clock, where a boot
+    /// repeats the last one's times; 2 on the wall clock and with --per-patch]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
+    boots: Option<u32>,
     /// Repetitions per variant in each boot
     // 10, so 20 per side with the default boots: two emulator hiccups on one side sink a rank
     // test over 6 per side, and a repetition costs far less than a boot.
@@ -285,10 +284,7 @@ fn parse_clock(text: &str) -> Result<Clock, String> {
 
 /// `hvlab vm`.
 pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
-    let cfg = VmConfig {
-        clock: args.clock,
-        ..args.boot.config()?
-    };
+    let cfg = args.boot.config()?;
     vm::check_clock(cfg.accel, cfg.clock)?;
     let config = args.config.checked()?;
     let commands = vm_commands(args)?;
@@ -458,6 +454,7 @@ impl KabProgress for Reporter {
             self.line(&format!("note: {n}"));
         }
         self.line(&accel.why);
+        self.line(&crate::export::words::clock_line(accel.clock));
     }
 
     fn boot_start(&self, n: usize, total: usize, side: &str, kernel: &Kernel) {
@@ -552,6 +549,15 @@ fn kab_exit_code(
     Ok(u8::from(regressed || missed_fixed))
 }
 
+/// Whether the boots will run on the instruction clock: asked for, or TCG's default. An
+/// accelerator that cannot be had is said later, by the boot itself.
+fn icount_by_default(boot: &BootArgs) -> bool {
+    match boot.clock {
+        Some(clock) => clock == Clock::Icount,
+        None => vm::choose_accel(boot.accel).is_ok_and(|c| c.accel != Accel::Kvm),
+    }
+}
+
 /// What the kab compares, and how, from its arguments.
 fn kab_request(args: &KabArgs) -> Result<KabRequest, Error> {
     Ok(KabRequest {
@@ -564,7 +570,13 @@ fn kab_request(args: &KabArgs) -> Result<KabRequest, Error> {
         },
         variants: args.variants.clone(),
         sets: args.sets.clone(),
-        boots: args.boots,
+        boots: args
+            .boots
+            .unwrap_or(if icount_by_default(&args.boot) && !args.per_patch {
+                1
+            } else {
+                2
+            }),
         reps: args.reps,
         threshold: crate::lab::compare::parse_threshold(&args.threshold)?,
         vm: args.boot.config()?,

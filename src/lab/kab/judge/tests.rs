@@ -556,22 +556,7 @@ fn one_fault_in_4096_is_a_change_and_a_lost_prefetch_a_regression() {
 #[test]
 fn a_memory_kab_judges_faults_by_the_declared_tolerance_and_names_prefetch() {
     let [a, b] = fixture::memory_revert();
-    let judged = judge(
-        &["memory".to_string()],
-        &[],
-        [
-            SideRuns {
-                runs: &a,
-                failed_commands: &[],
-            },
-            SideRuns {
-                runs: &b,
-                failed_commands: &[],
-            },
-        ],
-        Accel::Tcg,
-        0.05,
-    );
+    let judged = judge_runs("memory", &a, &b);
     let v = verdicts(&judged);
     assert_eq!(v[0].variant, "populated");
     assert_eq!(v[0].class, VariantClass::Regressed, "{:?}", v[0]);
@@ -1240,4 +1225,101 @@ fn exact_counts_keep_their_verdict_on_a_busy_host() {
         judgement(&judged, &busy).verdicts[0].class,
         VariantClass::NotDecided
     );
+}
+
+/// Two boots of Debian 7.3 on QEMU's instruction clock, `hvlab run exits --reps 10` in each, as
+/// stored (`tests/fixtures/kab-icount-exits/`): the first boot's run, then the second's.
+fn icount_exits() -> [RunRecord; 2] {
+    let runs: Vec<RunRecord> = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/kab-icount-exits/runs.jsonl"
+    ))
+    .lines()
+    .map(|l| serde_json::from_str(l).expect("a stored run"))
+    .collect();
+    runs.try_into().expect("two runs")
+}
+
+/// `scenario` of runs `a` against runs `b`, under TCG, every variant, at 5%.
+fn judge_runs(scenario: &str, a: &[RunRecord], b: &[RunRecord]) -> Vec<ScenarioAb> {
+    let side = |runs| SideRuns {
+        runs,
+        failed_commands: &[],
+    };
+    judge(
+        &[scenario.to_string()],
+        &[],
+        [side(a), side(b)],
+        Accel::Tcg,
+        0.05,
+    )
+}
+
+fn judge_exits(a: &RunRecord, b: &RunRecord) -> Vec<ScenarioAb> {
+    judge_runs("exits", &[a.clone()], &[b.clone()])
+}
+
+/// On the instruction clock a time is judged under TCG, one boot a side: two boots of one
+/// kernel are NO CHANGE on every exit, with the roundtrip compared (not merely shown); the
+/// second boot with 323 instructions more per exit (what a 64-step loop at the top of
+/// `vcpu_enter_guest()` cost) is REGRESSED on every exit, by that many instructions. The same
+/// runs read as the wall clock's leave the roundtrip not judged, as before.
+#[test]
+fn times_on_the_instruction_clock_are_judged_one_boot_a_side() {
+    let [a, b] = icount_exits();
+    assert!(a.host.clock == Clock::Icount && b.host.clock == Clock::Icount);
+    let same = judge_exits(&a, &b);
+    let exits: Vec<&str> = same[0]
+        .variants
+        .iter()
+        .map(|v| v.variant.as_str())
+        .collect();
+    assert!(exits.len() >= 4, "{exits:?}");
+    for (v, ab) in verdicts(&same).iter().zip(&same[0].variants) {
+        assert_eq!(v.class, VariantClass::NoChange, "{v:?}");
+        let rt = ab.metrics.iter().find(|m| m.metric == "roundtrip_ns");
+        let rt = rt.unwrap_or_else(|| panic!("{}: no roundtrip", ab.variant));
+        assert_eq!(rt.unit, "insn");
+        assert!(rt.judgement.comparison().is_some(), "{rt:?}");
+        assert_eq!(rt.outcome, MetricOutcome::Unmoved, "{rt:?}");
+    }
+    let mut slower = b.clone();
+    for v in &mut slower.variants {
+        if let Some(m) = v.metrics.get_mut("roundtrip_ns") {
+            m.samples.iter_mut().for_each(|x| *x += 323.0);
+            m.median += 323.0;
+            m.min += 323.0;
+            m.max += 323.0;
+        }
+    }
+    let worse = judge_exits(&a, &slower);
+    for (v, ab) in verdicts(&worse).iter().zip(&worse[0].variants) {
+        assert_eq!(v.class, VariantClass::Regressed, "{v:?}");
+        let rt = ab
+            .metrics
+            .iter()
+            .find(|m| m.metric == "roundtrip_ns")
+            .unwrap();
+        assert_eq!(rt.outcome, MetricOutcome::Regression, "{rt:?}");
+        let delta = rt.median[1] - rt.median[0];
+        assert!((318.0..=328.0).contains(&delta), "{}: {delta}", ab.variant);
+    }
+    let wall = |r: &RunRecord| {
+        let mut r = r.clone();
+        r.host.clock = Clock::Wall;
+        r
+    };
+    let on_wall = judge_exits(&wall(&a), &wall(&slower));
+    for ab in &on_wall[0].variants {
+        let rt = ab
+            .metrics
+            .iter()
+            .find(|m| m.metric == "roundtrip_ns")
+            .unwrap();
+        assert_eq!(
+            rt.judgement.not_judged(),
+            Some(NotJudged::TimeUnderTcg),
+            "{rt:?}"
+        );
+    }
 }
