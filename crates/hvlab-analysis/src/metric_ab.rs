@@ -232,7 +232,7 @@ impl std::fmt::Display for NotJudged {
                 "a timing-driven counter (timer interrupts, preemptions), varying between repetitions; under TCG its wall time is the emulator's"
             }
             NotJudged::JudgedInJiffies => {
-                "judged in virtual jiffies (the same instructions over the tick), by the stall rule"
+                "on the instruction clock these lifecycle times are judged once, in virtual jiffies (the same instructions over the tick), by the stall rule"
             }
         })
     }

@@ -293,9 +293,12 @@ pub fn judge_uncorrected(
                 }
                 let mut not_judged =
                     (accel != Accel::Kvm && !icount).then_some(NotJudged::TimeUnderTcg);
-                // The lifecycle's ioctl times in the guest's jiffies: judged everywhere.
+                // The lifecycle's ioctl times in the guest's jiffies: judged everywhere. On the
+                // instruction clock its other times too (a VM's ready time, a boot's memslot
+                // wait): there a jiffy is exact, and what moves them by less than half of one
+                // is no grace period gained or lost but an expedited one's cost.
                 if scenario == crate::scenario::Kind::Lifecycle.name()
-                    && name.starts_with("ioctl.")
+                    && (name.starts_with("ioctl.") || icount)
                     && (m.unit == "ms" || m.unit == "Minsn")
                 {
                     let (ja, jb) = (patch::jiffy_ms(&ra), patch::jiffy_ms(&rb));
