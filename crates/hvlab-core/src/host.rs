@@ -256,6 +256,26 @@ impl HostInfo {
     }
 }
 
+/// A hypervisor's name from its CPUID signature (leaf 0x40000000, as each hypervisor's source
+/// sets it); an unknown signature is returned as it is.
+pub fn hypervisor_name(signature: &str) -> String {
+    match signature.trim() {
+        "KVMKVMKVM" => "KVM",
+        "Linux KVM Hv" => "KVM (with Hyper-V enlightenments)",
+        "TCGTCGTCGTCG" => "QEMU TCG",
+        "Microsoft Hv" => "Hyper-V",
+        "VMwareVMware" => "VMware",
+        "XenVMMXenVMM" => "Xen",
+        "VBoxVBoxVBox" => "VirtualBox",
+        "ACRNACRNACRN" => "ACRN",
+        "bhyve bhyve" => "bhyve",
+        "lrpepyh  vr" | "prl hyperv" => "Parallels",
+        "QNXQVMBSQG" => "QNX Hypervisor",
+        other => other,
+    }
+    .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -323,24 +343,4 @@ mod tests {
         let old: HostInfo = serde_json::from_str(&wall).unwrap();
         assert_eq!(old.clock, Clock::Wall);
     }
-}
-
-/// A hypervisor's name from its CPUID signature (leaf 0x40000000, as each hypervisor's source
-/// sets it); an unknown signature is returned as it is.
-pub fn hypervisor_name(signature: &str) -> String {
-    match signature.trim() {
-        "KVMKVMKVM" => "KVM",
-        "Linux KVM Hv" => "KVM (with Hyper-V enlightenments)",
-        "TCGTCGTCGTCG" => "QEMU TCG",
-        "Microsoft Hv" => "Hyper-V",
-        "VMwareVMware" => "VMware",
-        "XenVMMXenVMM" => "Xen",
-        "VBoxVBoxVBox" => "VirtualBox",
-        "ACRNACRNACRN" => "ACRN",
-        "bhyve bhyve" => "bhyve",
-        "lrpepyh  vr" | "prl hyperv" => "Parallels",
-        "QNXQVMBSQG" => "QNX Hypervisor",
-        other => other,
-    }
-    .to_string()
 }

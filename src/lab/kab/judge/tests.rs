@@ -1257,7 +1257,7 @@ fn judge_runs(scenario: &str, a: &[RunRecord], b: &[RunRecord]) -> Vec<ScenarioA
 }
 
 fn judge_exits(a: &RunRecord, b: &RunRecord) -> Vec<ScenarioAb> {
-    judge_runs("exits", &[a.clone()], &[b.clone()])
+    judge_runs("exits", std::slice::from_ref(a), std::slice::from_ref(b))
 }
 
 /// On the instruction clock a time is judged under TCG, one boot a side: two boots of one
