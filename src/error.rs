@@ -90,6 +90,8 @@ pub enum InputError {
     TwoVariantsOnOneSide(String, String),
     /// Both sides must be runs of the same scenario, but run {0} is {1} and run {2} is {3}: compare runs of one scenario.
     ScenarioMismatch(String, String, String, String),
+    /// {0}
+    MixedClocks(crate::record::MixedClocks),
     /// The two sides share no variant that produced samples: name the variants (`RUN:variant`).
     NoSharedVariant,
     /// Side {side} has no {metric} for {variant}: choose a metric the variant reports (`hvlab show RUN`).
@@ -103,6 +105,12 @@ pub enum InputError {
     },
     /// --fail-on-regression cannot judge {0}: the verdict rule needs at least {1} samples per side to reach its level (p < 0.01 after the correction for the comparisons judged together); store runs with more --reps, or compare several runs per side (A1,A2,...).
     TooFewToJudge(String, usize),
+}
+
+impl From<crate::record::MixedClocks> for InputError {
+    fn from(mixed: crate::record::MixedClocks) -> InputError {
+        InputError::MixedClocks(mixed)
+    }
 }
 
 impl From<BadOrder> for InputError {

@@ -8,6 +8,7 @@ mod common;
 mod adversarial;
 mod cli_errors;
 mod cli_habits;
+mod clocks;
 mod fake_backend;
 mod fleet;
 mod fuzz_inputs;

@@ -23,6 +23,7 @@ pub mod limits;
 pub mod overlay;
 pub mod patch;
 pub mod progress;
+pub mod pvh;
 pub mod reach;
 pub mod sandbox;
 pub mod source;

@@ -552,6 +552,7 @@ pub fn run_against<S: Scenario>(
     let params = params::record(S::PARAMS, &request.params, backend.kind());
     let mut record = runner::assemble(info, backend, params, request, started, outcome);
     record.verdicts = verdicts;
+    record.label_times();
     record.warnings = crate::analysis::robust::warnings(&record, info.headline, noise.as_ref());
     record.noise = noise;
     Ok(record)

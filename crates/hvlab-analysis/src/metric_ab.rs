@@ -93,6 +93,9 @@ pub enum NotJudged {
     TimeUnderTcg,
     /// A counter that follows wall time (timer interrupts, preemptions), under TCG.
     TimingDrivenUnderTcg,
+    /// An ioctl's time on the instruction clock whose SRCU wait is judged in virtual jiffies
+    /// (the same time, divided by the tick): the stall rule decides it, once.
+    JudgedInJiffies,
 }
 
 impl RankedCount {
@@ -248,6 +251,9 @@ impl std::fmt::Display for NotJudged {
             }
             NotJudged::TimingDrivenUnderTcg => {
                 "a timing-driven counter (timer interrupts, preemptions), varying between repetitions; under TCG its wall time is the emulator's"
+            }
+            NotJudged::JudgedInJiffies => {
+                "on the instruction clock these lifecycle times are judged once, in virtual jiffies (the same instructions over the tick), by the stall rule"
             }
         })
     }

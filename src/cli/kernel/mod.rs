@@ -31,6 +31,7 @@ use crate::kernel::{self, Kernel};
 use crate::lab::kab::{self, BootSummary, KabOutcome, KabProgress, KabRequest};
 use crate::scenario::Kind;
 use crate::store::{self, Store};
+use hvlab_core::host::Clock;
 
 /// How the VM is booted (shared by `vm` and `kab`).
 #[derive(Debug, Args)]
@@ -50,6 +51,11 @@ pub struct BootArgs {
     /// Time limit per hvlab command in the guest, seconds
     #[arg(long, default_value_t = 900)]
     timeout: u64,
+    /// The clock the guest measures on: icount (QEMU's instruction clock: a time is the guest
+    /// instructions it took, the same on a busy host) or wall [default: icount under tcg, wall
+    /// under kvm, where icount cannot be]
+    #[arg(long, value_name = "CLOCK", value_parser = parse_clock)]
+    clock: Option<Clock>,
 }
 
 impl BootArgs {
@@ -78,6 +84,7 @@ impl BootArgs {
         }
         Ok(VmConfig {
             accel: self.accel,
+            clock: self.clock,
             cpus: self.cpus,
             mem_mib: mib,
             kvm_params: self.kvm_params.clone(),
@@ -212,10 +219,11 @@ pub struct JudgeArgs {
     /// checked here before anything is built
     #[arg(long = "set", value_name = "KEY=VALUE")]
     sets: Vec<String>,
-    /// Boots per kernel, in ABBA order (a bisection's at the first try of a step; per-patch and
-    /// bisect take 2 at least: one boot cannot tell a boot's own offset from a commit's)
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=50))]
-    boots: u32,
+    /// Boots per kernel, in ABBA order [default: 1 on the instruction clock, where a boot
+    /// repeats the last one's times; 2 on the wall clock, and with --per-patch and bisect,
+    /// which take 2 at least: one boot cannot tell a boot's own offset from a commit's]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
+    boots: Option<u32>,
     /// Repetitions per variant in each boot (a bisection's at the first try)
     // 10, so 20 per side with the default boots: two emulator hiccups on one side sink a rank
     // test over 6 per side, and a repetition costs far less than a boot.
@@ -236,6 +244,17 @@ pub struct JudgeArgs {
 }
 
 impl JudgeArgs {
+    /// The boots per kernel asked for, else the default: one on the instruction clock for a
+    /// kab of two kernels, two otherwise.
+    fn boots(&self, series: bool) -> u32 {
+        self.boots
+            .unwrap_or(if icount_by_default(&self.boot) && !series {
+                1
+            } else {
+                2
+            })
+    }
+
     /// The request of `base` against `patched` running `variants`, typed once: both kernel
     /// specs read (their patches and the paths those name included), every scenario with its
     /// parameters checked by its own declarations, the boots and the build settings; any of
@@ -245,6 +264,7 @@ impl JudgeArgs {
         base: &str,
         patched: &str,
         variants: Vec<String>,
+        series: bool,
     ) -> Result<KabRequest, Error> {
         let threshold = crate::lab::compare::parse_threshold(&self.threshold)?;
         let vm = self.boot.config()?;
@@ -256,7 +276,7 @@ impl JudgeArgs {
             patched: spec(patched)?,
             scenarios,
             variants,
-            boots: self.boots,
+            boots: self.boots(series),
             reps: self.reps,
             threshold,
             vm,
@@ -333,16 +353,26 @@ fn keep(store: &mut Store, boot: &Boot) -> Result<String, Error> {
     ))
 }
 
+/// `--clock`.
+fn parse_clock(text: &str) -> Result<Clock, String> {
+    text.parse()
+}
+
 /// `hvlab vm`.
 pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
     let cfg = args.boot.config()?;
+    vm::check_clock(cfg.accel, cfg.clock)?;
     let config = args.config.checked()?;
     let commands = vm_commands(args)?;
     let spec = PatchedSpec::parse(&args.kernel)
         .map_err(vm::VmError::from)?
         .with_modules(args.modules.as_deref());
     let mut store = open_store(db)?;
-    vm::qemu()?;
+    let qemu = vm::qemu()?;
+    // The accelerator and the clock before anything is fetched or built: a QEMU that cannot
+    // count instructions is said at once.
+    let choice = vm::choose_accel(cfg.accel)?;
+    let clock = vm::choose_clock(cfg.clock, &choice, &qemu)?;
     let reporter = Reporter::new(false);
     let resolved =
         build::resolve_with_config(&[spec], args.sandbox.policy(), config.as_deref(), &reporter)
@@ -364,7 +394,8 @@ pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
     for n in &resolved.notes {
         eprintln!("note: {n}");
     }
-    eprintln!("{}", vm::choose_accel(cfg.accel)?.why);
+    eprintln!("{}", choice.why);
+    eprintln!("{}", crate::export::words::clock_line(clock));
     let dir = kab::logs_dir(&kernel.release);
     let (boot, failure) = vm::boot(&kernel, &cfg, &commands, &dir)?;
     if let Some(s) = boot.to_first_command_s {
@@ -497,6 +528,7 @@ impl KabProgress for Reporter {
             self.line(&format!("note: {n}"));
         }
         self.line(&accel.why);
+        self.line(&crate::export::words::clock_line(accel.clock));
     }
 
     fn boot_start(&self, n: usize, total: usize, side: &str, kernel: &Kernel) {
@@ -548,7 +580,7 @@ fn command_line() -> String {
 /// `hvlab kab`.
 pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
     if args.per_patch {
-        series::at_least_two_boots(args.judge.boots)?;
+        series::at_least_two_boots(args.judge.boots(true))?;
     }
     let req = kab_request(args)?;
     check_kab_args(args, &req)?;
@@ -594,11 +626,20 @@ fn kab_exit_code(
     Ok(u8::from(regressed || missed_fixed))
 }
 
+/// Whether the boots will run on the instruction clock: asked for, or TCG's default. An
+/// accelerator that cannot be had is said later, by the boot itself.
+fn icount_by_default(boot: &BootArgs) -> bool {
+    match boot.clock {
+        Some(clock) => clock == Clock::Icount,
+        None => vm::choose_accel(boot.accel).is_ok_and(|c| c.accel != Accel::Kvm),
+    }
+}
+
 /// What the kab compares, and how, from its arguments.
 fn kab_request(args: &KabArgs) -> Result<KabRequest, Error> {
     let mut req = args
         .judge
-        .request(&args.base, &args.patched, args.variants.clone())?;
+        .request(&args.base, &args.patched, args.variants.clone(), args.per_patch)?;
     req.model_strategy = args.model_strategy.clone();
     req.calibrate = !args.no_calibrate;
     Ok(req)
@@ -1108,6 +1149,7 @@ mod tests {
                 cpu_model: "EPYC,+svm,+npt".into(),
                 vendor_module: "kvm_amd".into(),
                 why: "accel: tcg".into(),
+                clock: Default::default(),
             },
             host: HostSummary {
                 kernel: "6.18".into(),

@@ -245,7 +245,7 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
         args.judge.scenarios.clone()
     };
     check_variants_exist("--variant", std::slice::from_ref(&args.variant), &scenarios)?;
-    at_least_two_boots(args.judge.boots)?;
+    at_least_two_boots(args.judge.boots(true))?;
     args.judge.config.checked()?;
     if args.speculate && bisect::cluster_of(|k| std::env::var(k).ok()).is_none() {
         return Err(InputError::BadValue {
@@ -257,7 +257,7 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
     }
     let req = args
         .judge
-        .request(&args.good, &args.bad, vec![args.variant.clone()])?;
+        .request(&args.good, &args.bad, vec![args.variant.clone()], true)?;
     let range = range_of(&req.base, &req.patched)?;
     let seek = if args.fix {
         Seek::Fix

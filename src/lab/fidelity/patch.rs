@@ -547,13 +547,16 @@ fn base_profile(
     let (Some(ua), Some(ub)) = (a.host.under_test.as_ref(), b.host.under_test.as_ref()) else {
         return Ok(None);
     };
+    // Both sides' measurements against one profile: on one clock, or not at all.
+    let clock = crate::record::one_clock(sides.iter().flatten().copied())
+        .map_err(|mixed| mixed.to_string())?;
     if ua.release != ub.release {
         return Err(format!(
             "A is {} and B is {}: a prediction of a patch compares one version with itself patched",
             ua.release, ub.release
         ));
     }
-    let base = Identity::of_run(ua);
+    let base = Identity::of_run(ua).on_clock(clock);
     match calibrations(&base)? {
         Some(profile) => Ok(Some(profile)),
         None => Err(format!(
@@ -591,6 +594,7 @@ impl<'a> Set<'a> {
         let params = |r: &RunRecord| serde_json::to_string(&r.params).unwrap_or_default();
         let same = |s: &Set<'_>| {
             Identity::of_run(s.under_test) == Identity::of_run(under_test)
+                && crate::record::one_clock(s.runs.iter().chain(side).copied()).is_ok()
                 && s.strategy.name == strategy.name
                 && s.profile.0 == profile.0
                 && s.runs.first().map(|r| params(r)) == side.first().map(|r| params(r))

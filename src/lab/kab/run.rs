@@ -16,7 +16,7 @@ use crate::kernel::calibration::{self, Identity};
 use crate::kernel::patch::PatchFile;
 use crate::lab::fidelity::memory_patch;
 use crate::lab::fidelity::patch::{self, StrategyChoice};
-use hvlab_core::host::{KabSide, PatchId};
+use hvlab_core::host::{Clock, KabSide, PatchId};
 
 use super::judge::{
     Judgement, ScenarioAb, SideRuns, busy_during_boot, judge, judgement, mark_given,
@@ -96,6 +96,7 @@ pub fn run(
 ) -> Result<KabOutcome, Error> {
     let start = Instant::now();
     let commands = guest_commands(req);
+    vm::check_clock(req.vm.accel, req.vm.clock)?;
     vm::qemu()?;
     let mut kernels = KabKernels::resolve(req, progress)?;
     let build_s = start.elapsed().as_secs_f64();
@@ -204,6 +205,9 @@ impl KabKernels {
     /// Resolves (and builds) both kernels, picks the accelerator, and checks that both can
     /// host hvlab before either boots.
     fn resolve(req: &KabRequest, progress: &dyn KabProgress) -> Result<KabKernels, Error> {
+        // The accelerator and the clock before anything is fetched or built.
+        let mut choice = vm::choose_accel(req.vm.accel)?;
+        choice.clock = vm::choose_clock(req.vm.clock, &choice, &vm::qemu()?)?;
         let resolved = build::resolve_with_config(
             &[req.base.clone(), req.patched.clone()],
             req.sandbox,
@@ -217,7 +221,6 @@ impl KabKernels {
                 std::io::Error::other("two kernels expected"),
             )
         })?;
-        let choice = vm::choose_accel(req.vm.accel)?;
         let kernels = [a.kernel, b.kernel];
         for k in &kernels {
             kernel::check_kvm(k, &choice.vendor_module).map_err(VmError::from)?;
@@ -383,7 +386,12 @@ impl BootPlan<'_> {
                     u.kab = Some(self.tags[side].clone());
                 }
             }
-            let busy = busy_during_boot(&noise);
+            // On the instruction clock a guest's time is the instructions it ran, whatever else
+            // the host runs: a busy host slows the boot, not what it measures.
+            let busy = match self.kernels.choice.clock {
+                Clock::Wall => busy_during_boot(&noise),
+                Clock::Icount => None,
+            };
             if let Some(toml) = boot.calibrated.take() {
                 match &busy {
                     // Its costs would be a starved emulator's, priced into every prediction
