@@ -31,7 +31,9 @@ pub mod scenario;
 pub mod sys;
 pub mod trace;
 
-pub use error::{Error, InputError};
+// What can stop a command (each layer's error wrapped in it), and what bad input says.
+pub use cli::Error;
+pub use error::InputError;
 // The layers below, each its own crate, under the names the code and the tests use.
 pub use hvlab_analysis as analysis;
 pub use hvlab_analysis::record;

@@ -126,6 +126,34 @@ pub fn own_session_dying_with_parent(cmd: &mut Command) {
     }
 }
 
+/// Limits what `cmd`'s child and everything it starts may do: no file larger than
+/// `file_bytes` (`RLIMIT_FSIZE`), with `SIGXFSZ` ignored so that a write past it fails with
+/// `EFBIG` ("File too large", in the writer's own words) rather than killing the writer
+/// unseen; and, given the `cgroup.procs` of a pids cgroup, the child writes itself into it
+/// before exec, so every process it starts is counted there from the first. A child the
+/// cgroup refuses still runs (the caller checks where it landed).
+pub fn limit_child(cmd: &mut Command, file_bytes: u64, cgroup_procs: Option<RawFd>) {
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe system calls (setrlimit, signal, write) on values captured by copy;
+    // `cgroup_procs` is a descriptor the parent holds open across the spawn (without
+    // close-on-exec mattering: it is used before exec), so it is open in the child.
+    unsafe {
+        cmd.pre_exec(move || {
+            let cap = rustix::process::Rlimit {
+                current: Some(file_bytes),
+                maximum: Some(file_bytes),
+            };
+            rustix::process::setrlimit(rustix::process::Resource::Fsize, cap)?;
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            if let Some(fd) = cgroup_procs {
+                // "0" is the writer itself, in cgroup v1 and v2 alike.
+                let _ = rustix::io::write(BorrowedFd::borrow_raw(fd), b"0");
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Closes descriptors inherited by number (those a parent passed down for another process),
 /// ignoring any that is not open.
 pub fn close_inherited(fds: impl IntoIterator<Item = RawFd>) {

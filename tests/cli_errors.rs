@@ -292,3 +292,75 @@ fn judge_errors_stop_a_git_bisect_run_instead_of_marking_the_commit_bad() {
         .unwrap();
     assert_exit(&out, 130, &["not in a git tree", "name the candidate"]);
 }
+
+/// A `--set` value the guest's scenario would refuse is refused on the host by kab, kab
+/// --per-patch, bisect and judge alike, naming the parameter and what it takes, before anything
+/// is fetched or built: the kernel cache stays empty (it once built and booted both kernels, and
+/// every guest's refusal read as NOT DECIDED, exit 0). So is a key no asked scenario declares.
+#[test]
+fn a_bad_set_is_refused_on_the_host_before_any_kernel_is_fetched() {
+    let (d, db) = db();
+    let cache = d.path().join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let patches = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/patches");
+    let fix = format!(
+        "debian:7.3+{}",
+        patches.join("001-lifecycle-keyed.patch").display()
+    );
+    let series = format!("debian:7.3+{}", patches.join("series-v1.mbox").display());
+    let bisect =
+        |variant: &'static str| vec!["bisect", "debian:7.3", &series, "--variant", variant];
+    let refused = |args: Vec<&str>, needles: &[&str]| {
+        let out = hvlab()
+            .args(&args)
+            .arg("--db")
+            .arg(&db)
+            .env("HVLAB_CACHE", &cache)
+            .output()
+            .unwrap();
+        assert_exit(&out, 2, needles);
+    };
+    for command in [
+        vec!["kab", "debian:7.3", &fix],
+        vec!["kab", "debian:7.3", &series, "--per-patch"],
+        bisect("populated"),
+    ] {
+        let mut args = command.clone();
+        args.extend(["--scenario", "memory", "--set", "size=banana"]);
+        refused(args, &["`banana` for size", "256MiB, 6GiB, 512M, 4096"]);
+    }
+    for command in [
+        vec!["kab", "debian:7.3", &fix],
+        vec!["kab", "debian:7.3", &series, "--per-patch"],
+        bisect("irqchip-first"),
+    ] {
+        let mut args = command.clone();
+        args.extend(["--set", "guest.cpl=0"]);
+        refused(
+            args,
+            &["guest.cpl=0", "no scenario of lifecycle has that parameter"],
+        );
+    }
+    // judge, a `git bisect run` step, refuses it the same way, exiting 128 + 2 so that git
+    // stops instead of marking the commit bad.
+    let out = hvlab()
+        .args([
+            "judge",
+            "debian:7.3",
+            fix.as_str(),
+            "--variant",
+            "populated",
+        ])
+        .args(["--scenario", "memory", "--set", "size=banana", "--db"])
+        .arg(&db)
+        .env("HVLAB_CACHE", &cache)
+        .output()
+        .unwrap();
+    assert_exit(
+        &out,
+        130,
+        &["`banana` for size", "256MiB, 6GiB, 512M, 4096"],
+    );
+    let left: Vec<_> = std::fs::read_dir(&cache).unwrap().collect();
+    assert!(left.is_empty(), "the kernel cache was written: {left:?}");
+}

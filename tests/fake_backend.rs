@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use hvlab::analysis::class::MetricClass;
+use hvlab::error::fault_exit_code;
 use hvlab::record::{Finding, RunRecord, SelfCheck, VariantStatus};
 use hvlab::scenario::runner::{RunRequest, Silent};
 use hvlab::scenario::{Baseline, Kind, Params};
@@ -312,7 +313,7 @@ fn a_backend_without_a_percpu_predictor_is_refused_before_the_percpu_scenario_ru
         err.to_string(),
         "The kvm backend cannot run scenario percpu yet; it runs on: model."
     );
-    assert_eq!(err.exit_code(), 2);
+    assert_eq!(fault_exit_code(err.fault()), 2);
 }
 
 /// A backend that updates memslots at a scripted cost per kind, flat or growing with the
@@ -742,7 +743,7 @@ fn refused_as_model_only(backend: &mut Scripted, scenario: &str, variants: &[&st
         err.to_string().contains("--backend model"),
         "{scenario} {variants:?} {sets:?}: {err}"
     );
-    assert_eq!(err.exit_code(), 2, "{err}");
+    assert_eq!(fault_exit_code(err.fault()), 2, "{err}");
 }
 
 // ---- lifecycle ----

@@ -39,6 +39,7 @@ fn host(kernel: &str, cpu: &str, flavour: KvmFlavour) -> HostInfo {
         hvlab_version: "test".into(),
         git_rev: "test".into(),
         under_test: None,
+        clock: Default::default(),
     }
 }
 
@@ -308,7 +309,10 @@ fn bad_selectors_exit_2_naming_the_valid_keys() {
     assert_exit(
         &run(&db, &["compare", "kern=6.18", "kernel=6.19"]),
         2,
-        &["kern=6.18", "valid keys: kernel, cpu, flavour, hz, backend"],
+        &[
+            "kern=6.18",
+            "valid keys: kernel, cpu, flavour, hz, clock, backend",
+        ],
     );
     assert_exit(
         &run(&db, &["compare", "kernel=6.18", "kernel=7.0"]),

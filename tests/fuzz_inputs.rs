@@ -268,7 +268,7 @@ fn random_profile_toml_is_accepted_in_range_or_refused_naming_the_key() {
                 }
                 Err(e) => {
                     let msg = e.to_string();
-                    let code = Error::Model(ModelError::Profile(e)).exit_code();
+                    let code = Error::from(ModelError::Profile(e)).exit_code();
                     prop_assert_eq!(code, 2, "{}", msg);
                     if cut.is_none() {
                         prop_assert!(

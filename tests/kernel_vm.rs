@@ -71,6 +71,127 @@ fn vm_without_qemu_names_the_package_to_install() {
 }
 
 #[test]
+fn vm_icount_under_kvm_acceleration_is_bad_input_before_anything_else() {
+    let (d, db) = db();
+    // No QEMU on the PATH: the clock and the accelerator contradict each other whatever the
+    // host has, so that is said first.
+    let empty = d.path().join("empty-path");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = hvlab()
+        .args([
+            "vm",
+            "--kernel",
+            "debian:6.12",
+            "--accel",
+            "kvm",
+            "--clock",
+            "icount",
+            "--",
+            "host",
+        ])
+        .arg("--db")
+        .arg(&db)
+        .env("PATH", &empty)
+        .output()
+        .unwrap();
+    assert_exit(
+        &out,
+        2,
+        &[
+            "--clock icount needs QEMU's emulator",
+            "--accel kvm",
+            "Add --accel tcg, or use --clock wall",
+        ],
+    );
+    // kab (and --per-patch) the same, before a kernel is resolved.
+    let out = hvlab()
+        .args([
+            "kab",
+            "debian:6.12",
+            "debian:6.12",
+            "--accel",
+            "kvm",
+            "--clock",
+            "icount",
+        ])
+        .arg("--db")
+        .arg(&db)
+        .env("PATH", &empty)
+        .output()
+        .unwrap();
+    assert_exit(
+        &out,
+        2,
+        &["--clock icount needs QEMU's emulator", "--accel kvm"],
+    );
+    let out = hvlab()
+        .args([
+            "vm",
+            "--kernel",
+            "debian:6.12",
+            "--clock",
+            "cycles",
+            "--",
+            "host",
+        ])
+        .arg("--db")
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert_exit(&out, 2, &["`cycles` is not a clock: give icount or wall"]);
+}
+
+#[test]
+fn vm_with_a_qemu_that_refuses_icount_names_its_words_before_any_fetch() {
+    use std::os::unix::fs::PermissionsExt;
+    let (d, db) = db();
+    let bin = d.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    // A QEMU built without TCG's instruction counting, as a script: it refuses -icount as
+    // QEMU does, and would boot nothing else either.
+    let fake = bin.join("qemu-system-x86_64");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = -icount ] && { echo \"qemu-system-x86_64: -icount: this QEMU has no TCG\" >&2; exit 1; }; done\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    // debian:6.12 is never fetched: the clock is chosen first (an empty cache stays empty).
+    let cache = d.path().join("cache");
+    let out = hvlab()
+        .args([
+            "vm",
+            "--kernel",
+            "debian:6.12",
+            "--accel",
+            "tcg",
+            "--",
+            "host",
+        ])
+        .arg("--db")
+        .arg(&db)
+        .env("PATH", &path)
+        .env("HVLAB_CACHE", &cache)
+        .output()
+        .unwrap();
+    assert_exit(
+        &out,
+        3,
+        &[
+            "cannot run the guest on its instruction clock",
+            "-icount: this QEMU has no TCG",
+            "use --clock wall",
+        ],
+    );
+    assert!(
+        !cache.join("kernels").exists(),
+        "nothing was fetched: {:?}",
+        std::fs::read_dir(&cache).map(|r| r.count())
+    );
+}
+
+#[test]
 fn vm_bzimage_without_modules_or_built_in_kvm_is_bad_input() {
     if !common::tool_or_skip("vm_bzimage_without_modules", "qemu-system-x86_64") {
         return;
@@ -291,7 +412,7 @@ fn vm_boots_a_bzimage_with_a_modules_dir_and_keeps_its_runs() {
 }
 
 /// [`booting`], on a host that can build kernels (`.ci/run` installs the tools).
-fn building(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+pub(crate) fn building(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
     let turn = booting(test)?;
     ["make", "gcc", "flex", "bison", "pahole"]
         .iter()
@@ -300,7 +421,7 @@ fn building(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
 }
 
 /// hvlab's cache, as hvlab computes it.
-fn cache_dir() -> PathBuf {
+pub(crate) fn cache_dir() -> PathBuf {
     let home = std::env::var("HOME").unwrap();
     std::env::var("HVLAB_CACHE").map_or_else(
         |_| {
@@ -355,8 +476,8 @@ fn verdict_of<'a>(v: &'a Value, variant: &str) -> &'a Value {
 /// The 001 fix judged from the patch alone on Debian's 7.3: both sides' KVM modules rebuilt
 /// from linux-source-7.3 with Debian's config, the fix FIXED on the three construction
 /// orders that register before the first vCPU, boot-activation still stalling on both, and
-/// the cost of an expedited grace period per early registration. Counts and jiffies only,
-/// never times (TCG).
+/// the cost of an expedited grace period per early registration. On QEMU's instruction clock
+/// (kab's default under TCG): one boot a side, times judged in guest instructions.
 #[test]
 fn kab_judges_the_001_fix_from_its_patch_module_only_on_7_3() {
     let Some(_turn) = building("kab_judges_the_001_fix_from_its_patch") else {
@@ -379,14 +500,6 @@ fn kab_judges_the_001_fix_from_its_patch_module_only_on_7_3() {
         "firecracker-order",
         "--variant",
         "boot-activation",
-        // One boot a side, 20 repetitions each: firecracker-order's A stalls in 16 of 20 on a
-        // quiet host but in 5 of 10 on a loaded one (jiffies pass while TCG is starved, so the
-        // grace period ends before the memslot update), which 10 repetitions cannot tell from
-        // B's odd emulator pause. More repetitions cost less than a second boot pair (14 s).
-        "--boots",
-        "1",
-        "--reps",
-        "20",
         "--expect-fixed",
         "irqchip-first",
         "--markdown",
@@ -420,6 +533,27 @@ fn kab_judges_the_001_fix_from_its_patch_module_only_on_7_3() {
         return;
     }
     assert_eq!(out.status.code(), Some(0), "{err}");
+    // The instruction clock by default under TCG, one boot a side, and its times judged, not
+    // shown as the emulator's: irqchip-first's ready time in instructions, judged once, in
+    // virtual jiffies.
+    assert_eq!(v["accel"]["clock"], "icount", "{}", v["accel"]);
+    assert_eq!(v["boots"].as_array().unwrap().len(), 2, "{}", v["boots"]);
+    let metric = |name: &str| {
+        v["scenarios"][0]["variants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["variant"] == "irqchip-first")
+            .and_then(|x| x["metrics"].as_array())
+            .and_then(|m| m.iter().find(|m| m["metric"] == name))
+            .unwrap_or_else(|| panic!("no {name}: {}", v["scenarios"]))
+            .clone()
+    };
+    let ready_ms = metric("ready_ms");
+    assert_eq!(ready_ms["unit"], "Minsn", "{ready_ms}");
+    let ready = metric("ready");
+    assert_eq!(ready["unit"], "jiffies", "{ready}");
+    assert!(!ready["comparison"].is_null(), "{ready}");
     // How both sides were made: Debian's image, kvm.ko and friends rebuilt, the patch on B.
     for side in 0..2 {
         let b = &v["builds"][side];
@@ -834,7 +968,7 @@ fn kab_refuses_bad_patches_and_judges_a_documentation_patch_anyway() {
         .flatten()
     {
         assert!(
-            !source.path().join("modules/.hvlab/journal").exists(),
+            !source.path().join("source/.hvlab/journal").exists(),
             "a patched tree was left"
         );
     }

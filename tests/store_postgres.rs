@@ -570,6 +570,99 @@ fn postgres_stores_tags_suites_and_baselines_and_an_old_showcase_is_tagged_by_th
     );
 }
 
+/// The stored runs of Debian 7.3 on the instruction clock and on the wall clock.
+fn clock_fixture() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/icount-7.3/runs.jsonl")
+}
+
+#[test]
+fn postgres_keeps_each_runs_clock_and_refuses_to_compare_two_clocks() {
+    let Some(pg) = Cluster::start("postgres_keeps_each_runs_clock") else {
+        return;
+    };
+    let url = pg.database("clocks");
+    let fixture = clock_fixture();
+    let text = std::fs::read_to_string(&fixture).expect("fixture");
+    let clocks: BTreeMap<String, String> = text
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a run");
+            (
+                v["run_id"].as_str().expect("id").to_string(),
+                v["host"]["clock"].as_str().unwrap_or("wall").to_string(),
+            )
+        })
+        .collect();
+    let out = run(&url, &["import", fixture.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    // The column, as listed, and the record, as shown.
+    let listed = json(&run(&url, &["runs", "--json"]));
+    for r in listed["runs"].as_array().expect("runs") {
+        let id = r["run_id"].as_str().expect("id");
+        assert_eq!(
+            r["clock"].as_str(),
+            clocks.get(id).map(String::as_str),
+            "{r}"
+        );
+    }
+    let mut client = pg.client(&url);
+    for (id, clock) in &clocks {
+        let stored: String = client
+            .query_one("SELECT clock FROM runs WHERE id = $1", &[id])
+            .expect("a stored run")
+            .get(0);
+        assert_eq!(&stored, clock, "{id}");
+    }
+    // Out again byte for byte, and refused together in one comparison.
+    let again = run(&url, &["export"]);
+    assert_eq!(String::from_utf8_lossy(&again.stdout), text);
+    let icount = clocks
+        .iter()
+        .find(|(_, c)| *c == "icount")
+        .expect("an icount run")
+        .0;
+    let wall = clocks
+        .iter()
+        .find(|(_, c)| *c == "wall")
+        .expect("a wall run")
+        .0;
+    assert_exit(
+        &run(&url, &["compare", icount, wall]),
+        2,
+        &[icount.as_str(), wall.as_str(), "never compare"],
+    );
+
+    // A store of schema 1 holding a kvm run on the instruction clock: migration 4 reads its
+    // clock from its host fingerprint.
+    let old = pg.database("clocks_v1");
+    let record: serde_json::Value = serde_json::from_str(
+        text.lines()
+            .find(|l| l.contains(r#""clock":"icount""#))
+            .expect("an icount line"),
+    )
+    .expect("a run");
+    let mut client = pg.client(&old);
+    client.batch_execute(V1_POSTGRES).expect("v1 schema");
+    client
+        .execute(
+            "INSERT INTO runs VALUES ($1, 'lifecycle', 'kvm', NULL, $2, $3, 'complete', $4,
+                                     $5, '0.1.0', 'old', $6, $7, $8)",
+            &[
+                &record["run_id"].as_str(),
+                &record["started_at"].as_str(),
+                &record["finished_at"].as_str(),
+                &record["host"]["kernel"].as_str(),
+                &record["host"]["kvm_flavour"].as_str(),
+                &record["host"].to_string(),
+                &record["params"].to_string(),
+                &record.to_string(),
+            ],
+        )
+        .expect("v1 run");
+    let listed = json(&run(&old, &["runs", "--json"]));
+    assert_eq!(listed["runs"][0]["clock"], "icount", "{listed}");
+}
+
 #[test]
 fn hvlab_db_in_the_environment_selects_postgres() {
     let Some(pg) = Cluster::start("hvlab_db_in_the_environment_selects_postgres") else {

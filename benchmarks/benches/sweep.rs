@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use hvlab::error::Error;
+use hvlab::lab::Error;
 use hvlab::lab::shard::Shard;
 use hvlab::lab::sweep::{self, SweepSpec};
 use hvlab::model::ModelBackend;
@@ -49,14 +49,19 @@ fn bench(c: &mut Criterion) {
         .sample_size(10)
         .measurement_time(Duration::from_secs(20));
     group.bench_function("run", |b| {
-        b.iter(|| sweep::run(&plan, Shard::WHOLE, threads, backend, &Silent, |_| Ok(())).unwrap())
+        b.iter(|| {
+            sweep::run(&plan, Shard::WHOLE, threads, backend, &Silent, |_| {
+                Ok::<(), Error>(())
+            })
+            .unwrap()
+        })
     });
     group.bench_function("run and store", |b| {
         b.iter(|| {
             let dir = tempfile::tempdir().unwrap();
             let mut store = Store::open(&dir.path().join("sweep.db")).unwrap();
             sweep::run(&plan, Shard::WHOLE, threads, backend, &Silent, |mut r| {
-                Ok(store.save(&mut r)?)
+                Ok::<(), Error>(store.save(&mut r)?)
             })
             .unwrap()
         })

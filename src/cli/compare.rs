@@ -7,7 +7,8 @@ use clap::Args;
 
 use super::{habits, print_json, print_text, render};
 use crate::analysis::class::MetricClass;
-use crate::error::{Error, InputError};
+use crate::cli::Error;
+use crate::error::InputError;
 use crate::lab;
 use crate::store::{self, Store};
 

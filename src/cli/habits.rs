@@ -10,7 +10,7 @@ use anstyle::{AnsiColor, Style};
 use clap::{ColorChoice, CommandFactory};
 
 use super::Cli;
-use crate::error::Error;
+use crate::cli::Error;
 use crate::export::escape::terminal as safe;
 
 /// `hvlab --version`: the crate version and the git revision it was built from (`-dirty` when

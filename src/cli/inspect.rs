@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{print_json, print_table, print_text, render};
-use crate::error::Error;
+use crate::cli::Error;
 use crate::lab::{self, host};
 use crate::scenario;
 use crate::store::{self, Store};

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use clap::{Args, CommandFactory};
 
 use super::Cli;
-use crate::error::{Error, InputError};
+use crate::cli::Error;
+use crate::error::InputError;
 
 /// `hvlab man [SUBCOMMAND] [--dir DIR]`.
 #[derive(Debug, Args)]

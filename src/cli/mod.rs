@@ -2,7 +2,9 @@
 //! a function of its parsed arguments; `dispatch` only routes. This is the only layer that
 //! prints.
 
+mod cache;
 mod compare;
+mod error;
 pub mod habits;
 mod inspect;
 mod kernel;
@@ -27,11 +29,12 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::error::{Error, InputError};
+use crate::error::InputError;
 use crate::export::escape::terminal as safe;
 use crate::scenario::runner::{DEFAULT_SEED, RunRequest};
 use crate::scenario::{Params, ScenarioInfo};
 use crate::trace;
+pub use error::Error;
 use hvlab_core::BackendKind;
 
 /// hvlab — the hypervisor fast-path lab: where does virtualization cost time on this host, did a
@@ -92,13 +95,16 @@ enum Command {
     /// A/B of two kernels under test: boots them alternately, runs the scenarios, judges counts
     /// exactly and jiffies with the rank test (times only with kvm acceleration)
     Kab(kernel::KabArgs),
+    /// What hvlab's kernel cache holds (sources, builds, kernels, logs: size and last use);
+    /// `prune` the least recently used, `verify` the sources against their checksums
+    Cache(cache::CacheArgs),
     /// The first commit of a series whose verdict for a variant differs from GOOD's (git
     /// bisect on a noisy host): hvlab bisect debian:7.3 debian:7.3+v3.mbox --variant V
     Bisect(kernel::BisectArgs),
     /// One commit against GOOD as a `git bisect run` step: exit 0 like GOOD, 1 changed as
     /// sought, 125 does not build or not decided; NO CHANGE without booting when the object
     /// code is identical: git bisect run hvlab judge git:$PWD@v7.3 --variant V
-    Judge(kernel::JudgeArgs),
+    Judge(kernel::BisectStepArgs),
     /// A/B verdict: B against A, each a run, RUN:variant, or runs joined by commas; or each a
     /// host selector (key=value terms joined by commas over kernel, cpu, flavour, hz, backend,
     /// e.g. kernel=6.18,cpu=EPYC), compared per matched host and overall
@@ -351,6 +357,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         Command::Kab(args) => kernel::kab(db, &args),
         Command::Bisect(args) => kernel::bisect(db, &args),
         Command::Judge(args) => kernel::judge(db, &args),
+        Command::Cache(args) => cache::cache(&args),
         Command::Compare(args) => compare::compare(db, &args),
         Command::Report(args) => report::report(db, args),
         Command::Merge(args) => transfer::merge(db, &args),

@@ -10,7 +10,7 @@ use super::paths::check_output_file;
 use super::progress::TermProgress;
 use super::run_store::RunStore;
 use super::{InterferenceArgs, print_json, print_text, render};
-use crate::error::Error;
+use crate::cli::Error;
 use crate::lab::fidelity::patch::{PatchReport, PatchRow, Prediction, Wait};
 use crate::lab::fidelity::{Agreement, Judged};
 use crate::lab::{self, backends, host};

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::error::Error;
+use crate::cli::Error;
 use crate::lab;
 use crate::record::RunRecord;
 

@@ -7,7 +7,8 @@ use clap::Args;
 
 use super::paths::{write_report, write_report_streaming, write_report_with};
 use super::{habits, print_text};
-use crate::error::{Error, InputError};
+use crate::cli::Error;
+use crate::error::InputError;
 use crate::lab::{self, host};
 use crate::scenario::runner::DEFAULT_SEED;
 use crate::store::{self, Store};

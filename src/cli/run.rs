@@ -7,7 +7,8 @@ use clap::Args;
 
 use super::progress::TermProgress;
 use super::{MeasureArgs, habits, print_json, request_of};
-use crate::error::{Error, InputError};
+use crate::cli::Error;
+use crate::error::InputError;
 use crate::kernel::kprobe::CallSpec;
 use crate::lab::{backends, host};
 use crate::scenario::{self, Baseline};
@@ -114,7 +115,7 @@ fn judged_or_failures_kept(
     store: Option<&mut super::run_store::RunStore>,
 ) -> Result<(), Error> {
     match (scenario::judge(record), store) {
-        (Err(Error::AllFailed { scenario, reasons }), Some(s)) => {
+        (Err(crate::error::Error::AllFailed { scenario, reasons }), Some(s)) => {
             s.save(record)?;
             Err(Error::AllFailedStored {
                 scenario,
@@ -122,7 +123,7 @@ fn judged_or_failures_kept(
                 reasons,
             })
         }
-        (judged, _) => judged,
+        (judged, _) => Ok(judged?),
     }
 }
 
@@ -217,7 +218,15 @@ mod tests {
         // No store (--no-store): the failure as before, nothing written.
         let mut record = failed.clone();
         let err = judged_or_failures_kept(&mut record, None).unwrap_err();
-        assert!(matches!(err, Error::AllFailed { .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                Error::Lab(crate::lab::Error::Run(
+                    crate::error::Error::AllFailed { .. }
+                ))
+            ),
+            "{err}"
+        );
         // Every variant unsupported here: the host's limit (exit 3), not stored.
         let db = dir.path().join("unsupported.db");
         let mut store = super::super::run_store::RunStore::open(Some(&db), false).unwrap();

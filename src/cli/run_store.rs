@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::error::Error;
+use crate::cli::Error;
 use crate::export::escape::terminal as safe;
 use crate::record::RunRecord;
 use crate::store::{self, Store};

@@ -10,7 +10,7 @@ use super::paths::{check_output_dir, write_report};
 use super::progress::TermProgress;
 use super::run_store::RunStore;
 use super::{MeasureArgs, ShardArgs, habits, print_json, print_text, render, request_of};
-use crate::error::Error;
+use crate::cli::Error;
 use crate::export::words;
 use crate::lab::{self, backends, host};
 use crate::record::RunRecord;
@@ -192,7 +192,7 @@ fn shard_outcome(
     } else if let Some(e) = shard_without_kvm(shard, units, records, skipped) {
         return Err(e);
     } else if records.is_empty() {
-        return Err(backends::no_kvm());
+        return Err(backends::no_kvm().into());
     }
     Ok(())
 }

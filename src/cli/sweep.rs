@@ -7,7 +7,8 @@ use clap::Args;
 
 use super::progress::TermProgress;
 use super::{MeasureArgs, ShardArgs, habits, print_json, print_table, print_text, render};
-use crate::error::{Error, InputError};
+use crate::cli::Error;
+use crate::error::InputError;
 use crate::export::words;
 use crate::lab::{self, backends, host};
 use crate::scenario;
@@ -118,7 +119,7 @@ pub(super) fn sweep(db: Option<&Path>, args: &SweepArgs) -> Result<ExitCode, Err
             if store.is_none() && json {
                 unstored.push(record);
             }
-            Ok(())
+            Ok::<(), Error>(())
         },
     )?;
     if json {

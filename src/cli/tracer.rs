@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::{print_json, print_text, render};
-use crate::error::Error;
+use crate::cli::Error;
 use crate::lab::host;
 use crate::trace::{self, Until};
 

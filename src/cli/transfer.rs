@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{habits, print_json, print_text, render};
-use crate::error::Error;
+use crate::cli::Error;
 use crate::export::Format;
 use crate::store::transfer::Tally;
 use crate::store::{self, Store};

@@ -4,6 +4,7 @@
 use std::fmt;
 
 use crate::kernel::build::{BaseConfig, BuildConfig, BuildNote, PreemptModel, Preemption};
+use crate::kernel::limits::{LimitHit, ProcessCap};
 
 impl fmt::Display for BuildNote {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -150,6 +151,50 @@ impl fmt::Display for Preemption {
             f.write_str(", lazy")?;
         }
         Ok(())
+    }
+}
+
+impl fmt::Display for LimitHit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LimitHit::WallTime { limit } => write!(
+                f,
+                "its wall-time limit of {} (--build-timeout)",
+                super::kab::duration(limit.as_secs_f64())
+            ),
+            LimitHit::Disk { limit, file } => {
+                write!(
+                    f,
+                    "its disk limit of {} (--build-disk)",
+                    super::words::bytes(*limit)
+                )?;
+                match file {
+                    Some(file) => write!(
+                        f,
+                        ": writing {} failed with \"File too large\" at that size",
+                        file.display()
+                    ),
+                    None => f.write_str(": its output and temporary files grew past it"),
+                }
+            }
+            LimitHit::Processes { limit, cap } => write!(
+                f,
+                "its limit of {limit} processes (--build-procs, held by {cap}): a fork was refused"
+            ),
+        }
+    }
+}
+
+impl fmt::Display for ProcessCap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ProcessCap::PidsCgroupV1 => "a pids cgroup of its own, cgroup v1",
+            ProcessCap::PidsCgroupV2 => "a pids cgroup of its own, cgroup v2",
+            ProcessCap::RlimitNproc => "RLIMIT_NPROC in the sandbox's user namespace",
+            ProcessCap::Unenforced => {
+                "nothing: no pids cgroup can be made here, and RLIMIT_NPROC holds neither root nor a build without a sandbox"
+            }
+        })
     }
 }
 

@@ -5,7 +5,7 @@ use super::{Export, ExportError, Exporter};
 use crate::record::RunRecord;
 
 /// The CSV columns, in order.
-pub const CSV_HEADER: [&str; 20] = [
+pub const CSV_HEADER: [&str; 21] = [
     "run_id",
     "started_at",
     "scenario",
@@ -14,6 +14,7 @@ pub const CSV_HEADER: [&str; 20] = [
     "kernel",
     "cpu",
     "hz",
+    "clock",
     "tag",
     "suite",
     "sweep",
@@ -79,6 +80,7 @@ fn write_csv(runs: &[RunRecord], out: &mut Vec<u8>) -> Result<(), ExportError> {
                     run.host.kernel.clone(),
                     run.host.cpu.clone(),
                     run.host.hz.to_string(),
+                    run.clock().to_string(),
                     run.tag.map(|t| t.to_string()).unwrap_or_default(),
                     param("suite"),
                     param("sweep"),

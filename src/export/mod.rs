@@ -5,7 +5,9 @@
 //! place ([`words`]); [`escape`] keeps what no template engine does (terminal text and
 //! Markdown). HTML goes through askama templates (`templates/`), which escape every value.
 
+pub mod bisect;
 pub mod build;
+pub mod cache;
 pub mod csv;
 pub mod email;
 pub mod escape;

@@ -343,7 +343,7 @@ mod tests {
             step: SeriesStep {
                 label: format!("[PATCH {position}/3]"),
                 subject: format!("KVM: change {position}"),
-                spec: format!("debian:7.3+{position}"),
+                spec: crate::kernel::build::PatchedSpec::named(&format!("debian:7.3+{position}")),
             },
             parent: if position == 1 {
                 "base".into()

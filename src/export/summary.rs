@@ -109,6 +109,7 @@ pub fn warnings(rows: &[SummaryRow]) -> Vec<String> {
                     count,
                     n,
                     k,
+                    ..
                 } => {
                     let seen = format!("{variant} {count} of {n}");
                     let rule = format!("{k}");
@@ -316,6 +317,12 @@ pub fn host(r: &RunRecord) -> String {
         return format!("model of {profile} ({})", parts.join(", "));
     }
     match &h.under_test {
+        // A kernel on the instruction clock is a host of its own: its rows never share
+        // numbers with the same kernel's wall-clock runs.
+        Some(u) if r.clock() == hvlab_core::host::Clock::Icount => format!(
+            "Linux {} under test ({}, instruction clock), HZ {}, {} CPUs",
+            u.release, u.accel, h.hz, h.cores
+        ),
         Some(u) => format!(
             "Linux {} under test ({}), HZ {}, {} CPUs",
             u.release, u.accel, h.hz, h.cores
@@ -629,6 +636,7 @@ mod tests {
             count,
             n: 20,
             k: 3.0,
+            clock: Default::default(),
         }
     }
 

@@ -67,11 +67,22 @@ pub fn host(h: &HostInfo) -> String {
         h.hz_source
     );
     let _ = writeln!(s, "thp           {}", h.thp);
+    if h.clock != hvlab_core::host::Clock::Wall {
+        let _ = writeln!(
+            s,
+            "clock         {}",
+            crate::export::words::clock_words(h.clock)
+        );
+    }
     let _ = writeln!(
         s,
         "hypervisor    {}",
         match (&h.hypervisor, h.cpu_emulated()) {
             (None, _) => "none (bare metal)".to_string(),
+            (Some(sig), true) if h.clock == hvlab_core::host::Clock::Icount => format!(
+                "{} (CPUID signature {sig}; CPU emulated, on its instruction clock: times are guest instructions)",
+                hvlab_core::host::hypervisor_name(sig)
+            ),
             (Some(sig), true) => format!(
                 "{} (CPUID signature {sig}; CPU emulated: times are not meaningful)",
                 hvlab_core::host::hypervisor_name(sig)
@@ -170,6 +181,21 @@ pub fn list(catalog: &[scenario::Listing]) -> String {
 /// glance: bytes as KiB/MiB/GiB, ns as µs or ms once they grow.
 fn display_scale(unit: &str, median: f64) -> (f64, String) {
     let m = median.abs();
+    // The instruction clock's units: whole instructions below a million, then millions.
+    let instructions = match unit {
+        "insn" => Some(1.0),
+        "kinsn" => Some(1e3),
+        "Minsn" => Some(1e6),
+        "Ginsn" => Some(1e9),
+        _ => None,
+    };
+    if let Some(f) = instructions {
+        return if m * f >= 1e6 {
+            (1e6 / f, "Minsn".into())
+        } else {
+            (1.0 / f, "insn".into())
+        };
+    }
     match unit {
         "bytes" if m >= f64::from(1u32 << 30) => (f64::from(1u32 << 30), "GiB".into()),
         "bytes" if m >= f64::from(1u32 << 20) => (f64::from(1u32 << 20), "MiB".into()),
@@ -294,7 +320,13 @@ fn host_lines(s: &mut String, r: &RunRecord) {
     for w in &r.warnings {
         let _ = writeln!(s, "warning: {w}");
     }
-    if r.backend.capabilities().real_time && h.cpu_emulated() {
+    if r.clock() == hvlab_core::host::Clock::Icount {
+        let _ = writeln!(
+            s,
+            "note: measured on {}: one virtual nanosecond per guest instruction, the same whatever else the host runs; an instruction is not a cycle (a world switch or an MSR write counts once); counts are exact",
+            crate::export::words::clock_words(r.clock())
+        );
+    } else if r.backend.capabilities().real_time && h.cpu_emulated() {
         let _ = writeln!(
             s,
             "note: this host's CPU is emulated in software ({}): every exit is emulated, so times here are not meaningful; counts are",
@@ -1141,6 +1173,7 @@ mod hostile_records {
                     tag: r.tag,
                     suite: None,
                     baseline: None,
+                    clock: r.clock(),
                     params: r.params.clone(),
                 };
                 let hosts = crate::lab::fleet::group_by_host(vec![&listing], |l| {

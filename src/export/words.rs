@@ -3,7 +3,9 @@
 
 use crate::analysis::class::MetricClass;
 use crate::analysis::compare::Verdict;
-pub use crate::analysis::words::{busy_words, fmt_value, ratio_ci, stall_cause};
+pub use crate::analysis::words::{
+    busy_words, clock_words, fmt_value, jiffies_on, ratio_ci, stall_cause,
+};
 use crate::lab::threads::PairClass;
 use crate::record::{Finding, RunRecord};
 
@@ -475,7 +477,7 @@ pub fn point_problem(p: &crate::lab::sweep::PointProblem) -> String {
 }
 
 /// Why a sweep goes on without a store-cost estimate.
-pub fn sweep_cost_unknown(why: &crate::error::Error) -> String {
+pub fn sweep_cost_unknown(why: &crate::lab::Error) -> String {
     format!("warning: the store size of this sweep was not estimated: {why}")
 }
 
@@ -492,6 +494,14 @@ pub fn notice(n: &crate::scenario::Notice) -> String {
         Notice::ThpMode { mode } => format!(
             "THP {mode}: lazy, populated, uffd and the system memory opt out per mapping (MADV_NOHUGEPAGE); thp opts in (MADV_HUGEPAGE)"
         ),
+    }
+}
+
+/// The line `hvlab vm` prints before it boots: the clock the guest measures on.
+pub fn clock_line(clock: hvlab_core::host::Clock) -> String {
+    match clock {
+        hvlab_core::host::Clock::Wall => "clock: wall (guest times are real time)".to_string(),
+        hvlab_core::host::Clock::Icount => "clock: icount, QEMU's instruction clock (-icount shift=0,sleep=off,align=off): a guest time is the instructions it took, the same on a busy host; jiffies are virtual ticks".to_string(),
     }
 }
 

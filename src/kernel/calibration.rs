@@ -6,11 +6,12 @@
 //! model priced with them predicts the guest's stalls in jiffies and counts, which is what a
 //! kab under TCG judges. So a profile is only ever used for the kernel build and accelerator
 //! it was measured on: the key is the release, where the kernel came from (which names a
-//! rebuild and its patches), the accelerator and QEMU's CPU model.
+//! rebuild and its patches), the accelerator, QEMU's CPU model and the clock (on QEMU's
+//! instruction clock the costs are instruction counts, never nanoseconds).
 
 use std::path::PathBuf;
 
-use hvlab_core::host::UnderTest;
+use hvlab_core::host::{Clock, UnderTest};
 
 use super::Kernel;
 use super::patch::sha256_hex;
@@ -34,32 +35,42 @@ pub struct Identity {
     pub accel: String,
     /// QEMU's `-cpu`.
     pub cpu_model: String,
+    /// The clock the guest measured on.
+    pub clock: Clock,
 }
 
 impl Identity {
-    /// A kernel about to boot under `choice`.
+    /// A kernel about to boot under `choice` (its accelerator and clock).
     pub fn of(kernel: &Kernel, choice: &AccelChoice) -> Identity {
         Identity {
             release: kernel.release.clone(),
             source: kernel.source.clone(),
             accel: choice.accel.to_string(),
             cpu_model: choice.cpu_model.clone(),
+            clock: choice.clock,
         }
     }
 
-    /// The kernel a stored run was made on.
+    /// The kernel a stored run was made on (on the wall clock: [`Identity::on_clock`] says
+    /// another).
     pub fn of_run(under_test: &UnderTest) -> Identity {
         Identity {
             release: under_test.release.clone(),
             source: under_test.source.clone(),
             accel: under_test.accel.clone(),
             cpu_model: under_test.cpu_model.clone(),
+            clock: Clock::Wall,
         }
+    }
+
+    /// The same kernel and accelerator, measured on `clock`.
+    pub fn on_clock(self, clock: Clock) -> Identity {
+        Identity { clock, ..self }
     }
 
     /// The profile's file: readable release and accelerator, then a hash of the whole key.
     pub fn path(&self) -> PathBuf {
-        let key = [
+        let mut key = [
             self.release.as_str(),
             &self.source,
             &self.accel,
@@ -67,6 +78,12 @@ impl Identity {
             CALIBRATION_FORMAT,
         ]
         .join("\n");
+        // The wall clock's keys are as they were before there were two clocks, so the
+        // profiles already kept are found again.
+        if !self.clock.is_wall() {
+            key.push('\n');
+            key.push_str(self.clock.as_str());
+        }
         let safe: String = self
             .release
             .chars()
@@ -78,16 +95,25 @@ impl Identity {
                 }
             })
             .collect();
+        let accel = match self.clock {
+            Clock::Wall => self.accel.clone(),
+            Clock::Icount => format!("{}-icount", self.accel),
+        };
         super::cache_dir().join("calibrations").join(format!(
-            "{safe}-{}-{}.toml",
-            self.accel,
+            "{safe}-{accel}-{}.toml",
             &sha256_hex(key.as_bytes())[..16]
         ))
     }
 
     /// The name the profile goes by in model runs.
     pub fn profile_name(&self) -> String {
-        format!("calibrated {} under {}", self.release, self.accel)
+        match self.clock {
+            Clock::Wall => format!("calibrated {} under {}", self.release, self.accel),
+            Clock::Icount => format!(
+                "calibrated {} under {} on the instruction clock",
+                self.release, self.accel
+            ),
+        }
     }
 }
 
@@ -140,6 +166,7 @@ mod tests {
             source: source.into(),
             accel: accel.into(),
             cpu_model: "EPYC,+svm,+npt".into(),
+            clock: Clock::Wall,
         }
     }
 
@@ -155,5 +182,36 @@ mod tests {
         let name = base.path();
         let file = name.file_name().unwrap().to_string_lossy();
         assert!(file.starts_with("7.3.4_deb13-amd64-tcg-"), "{file}");
+    }
+
+    /// A profile calibrated on the instruction clock prices in instructions: never the one
+    /// a wall-clock kab of the same kernel reads, and the other way round.
+    #[test]
+    fn the_instruction_clock_has_its_own_profile_and_the_wall_clock_keeps_its_old_one() {
+        let wall = id("linux-binary 7.3.4", "tcg");
+        let icount = wall.clone().on_clock(Clock::Icount);
+        assert_ne!(wall.path(), icount.path());
+        let file = icount
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        assert!(file.starts_with("7.3.4_deb13-amd64-tcg-icount-"), "{file}");
+        // The wall clock's key is the one kept before there were clocks.
+        let key = [
+            wall.release.as_str(),
+            &wall.source,
+            &wall.accel,
+            &wall.cpu_model,
+            CALIBRATION_FORMAT,
+        ]
+        .join("\n");
+        assert!(
+            wall.path()
+                .to_string_lossy()
+                .ends_with(&format!("-tcg-{}.toml", &sha256_hex(key.as_bytes())[..16]))
+        );
+        assert!(icount.profile_name().contains("instruction clock"));
     }
 }

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
+use super::cache::hold;
 use super::progress::{BuildProgress, reported};
 use super::{Kernel, KernelError, cache_dir, from_tree};
 
@@ -148,6 +149,9 @@ impl Apt {
         progress: &dyn BuildProgress,
     ) -> Result<AptLock, KernelError> {
         let shared = self.lock(false)?;
+        // Read by every resolution: its last use for `hvlab cache prune`, which would
+        // otherwise take the lists as unused since their last update.
+        hold::touch(&self.dir);
         if self.lists_fresh() {
             return Ok(shared);
         }
@@ -396,7 +400,11 @@ pub fn fetch_image(
         release: best.release.clone(),
         kernel,
     };
-    if dir.join(".complete").is_file()
+    // Held for the rest of this run, so no prune removes it under a boot.
+    let held = dir.join(".complete").is_file()
+        && hold::hold(&dir).map_err(|e| KernelError::Io(dir.clone(), e))?;
+    if held
+        && dir.join(".complete").is_file()
         && let Some(mut k) = from_tree(&dir)
     {
         k.source = source;
@@ -448,6 +456,7 @@ pub fn fetch_image(
         .map_err(|e| KernelError::Io(tmp.clone(), e))?;
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::rename(&tmp, &dir).map_err(|e| KernelError::Io(dir.clone(), e))?;
+    hold::hold(&dir).map_err(|e| KernelError::Io(dir.clone(), e))?;
     let mut k = from_tree(&dir).ok_or_else(|| KernelError::Apt {
         what: format!("find the kernel image in {}", dir.display()),
         output: "neither boot/vmlinuz-REL nor usr/lib/modules/REL/vmlinuz".into(),
@@ -592,7 +601,12 @@ pub fn unpack_source(deb: &Path, into: &Path) -> Result<(), KernelError> {
     pipeline(&script, &format!("unpack {}", deb.display()))
 }
 
-/// Copies the `.config` and `Module.symvers` of a headers package into `into`.
+/// Where [`unpack_headers`] puts Debian's `.config` (beside the source tree, not in it: a
+/// tree built out of tree must hold none).
+pub const DEBIAN_CONFIG: &str = "debian.config";
+
+/// Copies the `.config` (as [`DEBIAN_CONFIG`]) and `Module.symvers` of a headers package
+/// into `into`.
 pub fn unpack_headers(deb: &Path, release: &str, into: &Path) -> Result<(), KernelError> {
     let tmp = into.join(".hvlab-headers");
     let _ = std::fs::remove_dir_all(&tmp);
@@ -604,9 +618,12 @@ pub fn unpack_headers(deb: &Path, release: &str, into: &Path) -> Result<(), Kern
         quoted(&tmp)
     );
     pipeline(&script, &format!("unpack {}", deb.display()))?;
-    for name in [".config", "Module.symvers"] {
+    for (name, to) in [
+        (".config", DEBIAN_CONFIG),
+        ("Module.symvers", "Module.symvers"),
+    ] {
         let from = tmp.join(&base).join(name);
-        std::fs::copy(&from, into.join(name)).map_err(|e| KernelError::Io(from.clone(), e))?;
+        std::fs::copy(&from, into.join(to)).map_err(|e| KernelError::Io(from.clone(), e))?;
     }
     let _ = std::fs::remove_dir_all(&tmp);
     Ok(())

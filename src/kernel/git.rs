@@ -103,19 +103,6 @@ impl GitError {
     }
 }
 
-/// Whether `spec` names a git tree (`git:...`), with or without patches after it.
-pub fn is_git_spec(spec: &str) -> bool {
-    spec.starts_with("git:")
-}
-
-/// Whether `spec` is a git range (`git:PATH@BASE..HEAD`), read as [`GitRange::parse`] reads it.
-pub fn names_range(spec: &str) -> bool {
-    split_spec(spec)
-        .ok()
-        .and_then(|(_, rev)| parse_revs(spec, &rev).ok())
-        .is_some_and(|r| matches!(r, Revs::Range { .. }))
-}
-
 /// `git -C dir`, deaf to the caller's `GIT_*` variables (a hook's `GIT_DIR` would point every
 /// command at another repository) and never paging or prompting.
 fn git(dir: &Path) -> Command {
@@ -180,7 +167,7 @@ fn expand_tilde(path: &str) -> PathBuf {
 
 /// `git:PATH@REV` split: the path (`~` expanded) and what follows the `@`. `PATH` may hold an
 /// `@` itself: the first `@` after which the path exists wins, else the first `@`.
-fn split_spec(spec: &str) -> Result<(PathBuf, String), GitError> {
+pub(super) fn split_spec(spec: &str) -> Result<(PathBuf, String), GitError> {
     let bad = |why: &str| GitError::BadSpec {
         spec: spec.to_string(),
         why: why.to_string(),
@@ -205,14 +192,22 @@ fn split_spec(spec: &str) -> Result<(PathBuf, String), GitError> {
     Ok((expand_tilde(path), rev.to_string()))
 }
 
-/// What a spec names after the `@`: one commit, or a range.
+/// What a git spec names after the `@`: one commit, or a range of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Revs {
+pub enum Revs {
+    /// `REF`: one commit (a branch, a tag, a SHA, `HEAD~2`).
     One(String),
-    Range { base: String, head: String },
+    /// `BASE..HEAD`: the first-parent commits after BASE up to HEAD.
+    Range {
+        /// BASE as given.
+        base: String,
+        /// HEAD as given.
+        head: String,
+    },
 }
 
-fn parse_revs(spec: &str, rev: &str) -> Result<Revs, GitError> {
+/// What follows the `@` of `spec`, read as one ref or a range `BASE..HEAD`.
+pub(super) fn parse_revs(spec: &str, rev: &str) -> Result<Revs, GitError> {
     let bad = |why: &str| GitError::BadSpec {
         spec: spec.to_string(),
         why: why.to_string(),
@@ -499,25 +494,22 @@ pub struct GitSpec {
 }
 
 impl GitSpec {
-    /// Parses and resolves `git:PATH@REF`, reading the repository only; a range is refused.
-    pub fn parse(spec: &str) -> Result<GitSpec, GitError> {
-        let (path, rev) = split_spec(spec)?;
-        let rev = match parse_revs(spec, &rev)? {
-            Revs::One(rev) => rev,
-            Revs::Range { .. } => {
-                return Err(GitError::RangeNotOne {
-                    spec: spec.to_string(),
-                });
-            }
+    /// Resolves the commit `revs` names in the repository at `repo` (the spec `given`),
+    /// reading the repository only; a range is refused (a kernel under test is one commit).
+    pub fn resolve(given: &str, repo: &Path, revs: &Revs) -> Result<GitSpec, GitError> {
+        let Revs::One(rev) = revs else {
+            return Err(GitError::RangeNotOne {
+                spec: given.to_string(),
+            });
         };
-        let repo = Repo::open(&path)?;
-        let sha = repo.commit_of(&rev)?;
-        let version = repo.linux_version(&rev, &sha)?;
+        let repo = Repo::open(repo)?;
+        let sha = repo.commit_of(rev)?;
+        let version = repo.linux_version(rev, &sha)?;
         let commit = repo.describe(&sha)?;
         Ok(GitSpec {
-            given: spec.to_string(),
+            given: given.to_string(),
             repo,
-            rev,
+            rev: rev.to_string(),
             commit,
             version,
         })
@@ -538,32 +530,32 @@ pub struct GitRange {
 }
 
 impl GitRange {
-    /// Parses and resolves `git:PATH@BASE..HEAD`, reading the repository only. A range with
-    /// no commits, or whose base or head is not a Linux tree, is refused.
-    pub fn parse(spec: &str) -> Result<GitRange, GitError> {
-        let (path, rev) = split_spec(spec)?;
-        let Revs::Range { base, head } = parse_revs(spec, &rev)? else {
+    /// Resolves the range `revs` names in the repository at `repo` (the spec `given`),
+    /// reading the repository only. One commit, a range with no commits, or one whose base or
+    /// head is not a Linux tree, is refused.
+    pub fn resolve(given: &str, repo: &Path, revs: &Revs) -> Result<GitRange, GitError> {
+        let Revs::Range { base, head } = revs else {
             return Err(GitError::BadSpec {
-                spec: spec.to_string(),
+                spec: given.to_string(),
                 why: "it names one commit, not a range BASE..HEAD".into(),
             });
         };
-        let repo = Repo::open(&path)?;
-        let base_sha = repo.commit_of(&base)?;
-        let head_sha = repo.commit_of(&head)?;
-        repo.linux_version(&base, &base_sha)?;
-        repo.linux_version(&head, &head_sha)?;
+        let repo = Repo::open(repo)?;
+        let base_sha = repo.commit_of(base)?;
+        let head_sha = repo.commit_of(head)?;
+        repo.linux_version(base, &base_sha)?;
+        repo.linux_version(head, &head_sha)?;
         let commits = repo.first_parent_commits(&base_sha, &head_sha)?;
         if commits.is_empty() {
             return Err(GitError::EmptyRange {
                 repo: repo.path.clone(),
-                base,
-                head,
+                base: base.clone(),
+                head: head.clone(),
             });
         }
         let base = repo.describe(&base_sha)?;
         Ok(GitRange {
-            given: spec.to_string(),
+            given: given.to_string(),
             repo,
             base,
             commits,
@@ -702,6 +694,18 @@ mod tests {
     use super::*;
     use crate::error::fault_exit_code;
 
+    /// `git:PATH@REF` read as the command line reads it, then resolved as the build does.
+    fn resolve_one(text: &str) -> Result<GitSpec, GitError> {
+        let (path, rev) = split_spec(text)?;
+        GitSpec::resolve(text, &path, &parse_revs(text, &rev)?)
+    }
+
+    /// `git:PATH@BASE..HEAD`, likewise.
+    fn resolve_range(text: &str) -> Result<GitRange, GitError> {
+        let (path, rev) = split_spec(text)?;
+        GitRange::resolve(text, &path, &parse_revs(text, &rev)?)
+    }
+
     #[test]
     fn a_spec_splits_at_the_at_after_an_existing_path_and_expands_the_home() {
         let home = std::env::var("HOME").expect("HOME");
@@ -765,7 +769,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let shas = linux_repo(dir.path(), &["base", "kvm: a change"]);
         let d = dir.path().display();
-        let spec = GitSpec::parse(&format!("git:{d}@HEAD")).expect("resolves");
+        let spec = resolve_one(&format!("git:{d}@HEAD")).expect("resolves");
         assert_eq!(spec.commit.sha, shas[1]);
         assert_eq!(spec.commit.subject, "kvm: a change");
         assert_eq!(spec.version.to_string(), "7.3.4");
@@ -774,26 +778,26 @@ mod tests {
             format!("git:{}@{}", spec.repo.path.display(), shas[1])
         );
         assert_eq!(
-            GitSpec::parse(&format!("git:{d}@HEAD~1"))
+            resolve_one(&format!("git:{d}@HEAD~1"))
                 .expect("resolves")
                 .commit
                 .sha,
             shas[0]
         );
-        let e = GitSpec::parse(&format!("git:{d}@no-such-branch")).expect_err("bad ref");
+        let e = resolve_one(&format!("git:{d}@no-such-branch")).expect_err("bad ref");
         assert_eq!(fault_exit_code(e.fault()), 2);
         assert!(
             e.to_string().contains("`no-such-branch` is not a commit"),
             "{e}"
         );
         let plain = tempfile::tempdir().expect("tempdir");
-        let e = GitSpec::parse(&format!("git:{}@HEAD", plain.path().display()))
+        let e = resolve_one(&format!("git:{}@HEAD", plain.path().display()))
             .expect_err("not a repository");
         assert!(matches!(e, GitError::NotARepository { .. }), "{e}");
         assert_eq!(fault_exit_code(e.fault()), 2);
-        let e = GitSpec::parse(&format!("git:{d}/arch@HEAD")).expect_err("inside");
+        let e = resolve_one(&format!("git:{d}/arch@HEAD")).expect_err("inside");
         assert!(matches!(e, GitError::NotTop { .. }), "{e}");
-        let e = GitSpec::parse(&format!("git:{d}@HEAD~1..HEAD")).expect_err("a range");
+        let e = resolve_one(&format!("git:{d}@HEAD~1..HEAD")).expect_err("a range");
         assert!(matches!(e, GitError::RangeNotOne { .. }), "{e}");
     }
 
@@ -805,7 +809,7 @@ mod tests {
         git_ok(dir.path(), &["add", "-A"]);
         git_ok(dir.path(), &["commit", "--quiet", "-m", "not linux"]);
         let spec = format!("git:{}@HEAD", dir.path().display());
-        let e = GitSpec::parse(&spec).expect_err("not linux");
+        let e = resolve_one(&spec).expect_err("not linux");
         assert_eq!(fault_exit_code(e.fault()), 2);
         assert!(
             e.to_string()
@@ -814,7 +818,7 @@ mod tests {
         );
         std::fs::write(dir.path().join("Makefile"), "VERSION = 7\n").expect("write");
         git_ok(dir.path(), &["commit", "--quiet", "-am", "a version"]);
-        let e = GitSpec::parse(&spec).expect_err("no kvm");
+        let e = resolve_one(&spec).expect_err("no kvm");
         assert!(
             e.to_string().contains("it has no arch/x86/kvm/ directory"),
             "{e}"
@@ -838,7 +842,7 @@ mod tests {
         std::fs::write(d.join("arch/x86/kvm/x86.c"), "int v = 9;\n").expect("write");
         git_ok(d, &["commit", "--quiet", "-am", "three"]);
         let range =
-            GitRange::parse(&format!("git:{}@{}..main", d.display(), shas[0])).expect("range");
+            resolve_range(&format!("git:{}@{}..main", d.display(), shas[0])).expect("range");
         let subjects: Vec<&str> = range.commits().iter().map(|c| c.subject.as_str()).collect();
         assert_eq!(subjects, ["one", "Merge side", "three"]);
         assert_eq!(range.base.sha, shas[0]);
@@ -848,17 +852,17 @@ mod tests {
         assert_eq!(named.len(), 1, "{named:?}");
         assert!(named[0].contains("(Merge side)"), "{named:?}");
         // No merge: nothing to say.
-        let plain = GitRange::parse(&format!("git:{}@{}..{}", d.display(), shas[0], shas[1]))
-            .expect("range");
+        let plain =
+            resolve_range(&format!("git:{}@{}..{}", d.display(), shas[0], shas[1])).expect("range");
         assert_eq!(plain.commits().len(), 1);
         assert!(plain.merges().is_empty());
         // Empty: HEAD is the base, or behind it.
         for rev in ["main..main", &format!("main..{}", shas[0])] {
-            let e = GitRange::parse(&format!("git:{}@{rev}", d.display())).expect_err(rev);
+            let e = resolve_range(&format!("git:{}@{rev}", d.display())).expect_err(rev);
             assert!(matches!(e, GitError::EmptyRange { .. }), "{e}");
             assert_eq!(fault_exit_code(e.fault()), 2);
         }
-        let e = GitRange::parse(&format!("git:{}@nope..main", d.display())).expect_err("ref");
+        let e = resolve_range(&format!("git:{}@nope..main", d.display())).expect_err("ref");
         assert!(matches!(e, GitError::NoSuchRef { .. }), "{e}");
     }
 
@@ -890,9 +894,9 @@ mod tests {
             ]
         };
         let before = state(&user);
-        let spec = GitSpec::parse(&format!("git:{}@HEAD~1", user.display())).expect("spec");
+        let spec = resolve_one(&format!("git:{}@HEAD~1", user.display())).expect("spec");
         let range =
-            GitRange::parse(&format!("git:{}@{}..HEAD", user.display(), shas[0])).expect("range");
+            resolve_range(&format!("git:{}@{}..HEAD", user.display(), shas[0])).expect("range");
         let clone = Checkout::open(&spec.repo, &dir.path().join("cache/src")).expect("clone");
         clone.switch_to(&spec.commit.sha).expect("checkout");
         assert_eq!(clone.head().expect("head"), shas[1]);

@@ -20,8 +20,9 @@ use hvlab_core::error::Fault;
 use serde::{Deserialize, Serialize};
 
 use super::confine::{self, STATE_DIR};
+use super::limits::Guard;
 use super::patch::{FileDiff, Patch, PatchFile};
-use super::sandbox::{Confinement, Sandbox};
+use super::sandbox::{Sandbox, View};
 
 /// Why a tree's journal cannot be written or played back.
 /// Why a side's patches could not be applied to its tree (the build maps it to its own
@@ -131,11 +132,13 @@ fn files(tree: &Path) -> (PathBuf, PathBuf, PathBuf) {
 
 /// The `patch` that applies one message to `tree`, reading it on stdin: `-p1`, no fuzz, no
 /// backup or reject files, no version-control checkout, the C locale (its output is parsed).
-/// One place, so it can be run in a sandbox.
-pub fn patch_command(sandbox: &Sandbox, tree: &Path) -> Command {
+/// One place, so it can be run in a sandbox, where it may write `tree` and `tmp` (its
+/// `TMPDIR`, where it keeps its copy of the input) alone.
+pub fn patch_command(sandbox: &Sandbox, tree: &Path, tmp: &Path) -> Command {
     // In the sandbox: a patch is untrusted, and whatever GNU patch does with its names, it can
     // write nothing but the tree.
-    let mut command = sandbox.command("patch", &[tree]);
+    let view = View::writing(&[tree, tmp], Some(tmp));
+    let mut command = sandbox.command("patch", &view, &Guard::unlimited());
     command
         .args([
             "-p1",
@@ -155,14 +158,8 @@ pub fn patch_command(sandbox: &Sandbox, tree: &Path) -> Command {
         // PATCH_GET or VERSION_CONTROL change what it writes.
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LC_ALL", "C");
-    // Where patch keeps its copy of the input: the sandbox's private /tmp, else the caller's.
-    if sandbox.confinement() == Confinement::Bubblewrap {
-        command.env("TMPDIR", "/tmp");
-    } else if let Some(tmp) = std::env::var_os("TMPDIR") {
-        command.env("TMPDIR", tmp);
-    }
-    command
+        .env("LC_ALL", "C")
+        .env("TMPDIR", tmp)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -170,7 +167,7 @@ pub fn patch_command(sandbox: &Sandbox, tree: &Path) -> Command {
 }
 
 /// Every path the diffs of `patches` can touch, and every directory above one in the tree.
-fn paths(patches: &[PatchFile]) -> BTreeSet<String> {
+pub(crate) fn paths(patches: &[PatchFile]) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for diff in patches
         .iter()
@@ -269,11 +266,30 @@ pub fn apply(
 ) -> Result<Vec<HunkReport>, ApplyError> {
     confine::in_tree(tree, patches)?;
     record(tree, patches)?;
+    let tmp = tree.join(STATE_DIR).join("tmp");
+    std::fs::create_dir_all(&tmp).map_err(io_err("create", &tmp))?;
+    let applied = run_patch(sandbox, tree, &tmp, patches, source, tree);
+    let _ = std::fs::remove_dir_all(&tmp);
+    applied
+}
+
+/// Runs GNU patch for each message of `patches` on `dir` (its temporary files in `tmp`); a
+/// message that does not apply is named against `source`, unpacked in `tree`.
+pub(crate) fn run_patch(
+    sandbox: &Sandbox,
+    dir: &Path,
+    tmp: &Path,
+    patches: &[PatchFile],
+    source: &str,
+    tree: &Path,
+) -> Result<Vec<HunkReport>, ApplyError> {
     let mut notes = Vec::new();
     for p in patches {
         for (n, message) in p.patches.iter().enumerate() {
             let name = message.label(p, n);
-            let mut child = patch_command(sandbox, tree).spawn().map_err(patch_failed)?;
+            let mut child = patch_command(sandbox, dir, tmp)
+                .spawn()
+                .map_err(patch_failed)?;
             if let Some(mut stdin) = child.stdin.take() {
                 stdin
                     .write_all(message.diff_text().as_bytes())
@@ -546,7 +562,7 @@ pub(super) fn offsets(output: &str, name: &str) -> Vec<HunkReport> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeMap;
     use std::os::unix::fs::symlink;
 
@@ -565,15 +581,15 @@ mod tests {
 
     /// Patches run as kab runs them: in bubblewrap where it works here (CI installs it),
     /// else unconfined, so the path rules are tested either way.
-    fn sandbox() -> Sandbox {
+    pub(crate) fn sandbox() -> Sandbox {
         Sandbox::detect()
-            .or_else(|_| Sandbox::choose(SandboxPolicy::Off))
+            .or_else(|_| Sandbox::choose(SandboxPolicy::OFF))
             .expect("no sandbox is always possible")
     }
 
     /// Everything of a directory a restore must put back, by path: each directory and its
     /// mode, each file's mode and content, each symlink's target (hvlab's `.hvlab/` aside).
-    fn snapshot(root: &Path) -> BTreeMap<String, String> {
+    pub(crate) fn snapshot(root: &Path) -> BTreeMap<String, String> {
         fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
             let mut names: Vec<_> = std::fs::read_dir(dir)
                 .expect("read_dir")
@@ -611,7 +627,7 @@ mod tests {
         out
     }
 
-    fn write(path: &Path, text: &str) {
+    pub(crate) fn write(path: &Path, text: &str) {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).expect("mkdir");
         }
@@ -619,7 +635,7 @@ mod tests {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
     }
 
-    fn patch_file(name: &str, text: &str) -> PatchFile {
+    pub(crate) fn patch_file(name: &str, text: &str) -> PatchFile {
         let path = PathBuf::from(name);
         PatchFile {
             patches: patch::parse(&path, text).expect("the test's patch parses"),
@@ -630,7 +646,7 @@ mod tests {
 
     /// One change a generated patch makes, each to its own directory `d{i}/` holding `f`.
     #[derive(Debug, Clone, Copy)]
-    enum Op {
+    pub(crate) enum Op {
         Modify,
         /// `d{i}/f` is its directory's only file: patch removes the directory too.
         Delete,
@@ -644,7 +660,7 @@ mod tests {
         SymlinkRetarget,
     }
 
-    fn ops() -> impl Strategy<Value = Op> {
+    pub(crate) fn ops() -> impl Strategy<Value = Op> {
         prop_oneof![
             Just(Op::Modify),
             Just(Op::Delete),
@@ -659,7 +675,7 @@ mod tests {
     }
 
     /// Sets up `d{i}/` for `op` in `tree` and returns the git diff that makes it.
-    fn setup_and_diff(tree: &Path, i: usize, op: Op, lines: &[String]) -> String {
+    pub(crate) fn setup_and_diff(tree: &Path, i: usize, op: Op, lines: &[String]) -> String {
         let old: String = lines.iter().map(|l| format!("{l}\n")).collect();
         write(&tree.join(format!("d{i}/f")), &old);
         let minus: String = lines.iter().map(|l| format!("-{l}\n")).collect();

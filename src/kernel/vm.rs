@@ -13,6 +13,13 @@
 //! otherwise, with an AMD CPU model that has SVM and NPT (QEMU's TCG emulates SVM, not VMX).
 //! TCG runs single-threaded: with `thread=multi` Linux 6.12 and 7.2 guests oopsed on an
 //! `int3` in `__schedule` (a text-poke another vCPU had not yet seen).
+//!
+//! Clocks: under TCG the guest runs on QEMU's instruction clock by default (`-icount
+//! shift=0,sleep=off,align=off`): its time advances one nanosecond per instruction it executes
+//! and an idle guest jumps to its next timer, so a time measured in the guest is an instruction
+//! count, the same whatever else the host runs. The guest's hvlab is told on the kernel command
+//! line (`hvlab.clock=icount`) and records it in every run's host fingerprint. Under KVM the
+//! guest's instructions run on the CPU, unseen by QEMU: there only the wall clock exists.
 
 use crate::kernel::which;
 use crate::sys::{StopSignals, signal_name};
@@ -23,6 +30,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hvlab_core::error::Fault;
+use hvlab_core::host::Clock;
 use serde::Serialize;
 
 use super::cpio::Cpio;
@@ -61,6 +69,18 @@ pub enum VmError {
     },
     /// --accel kvm needs /dev/kvm with VMX or SVM and nested virtualization; this host's is {0}. Use --accel tcg (or auto).
     NoNestedKvm(String),
+    /// --clock icount needs QEMU's emulator, but {why}: under KVM the guest's instructions run on the CPU, where QEMU cannot count them. Add --accel tcg, or use --clock wall.
+    IcountNeedsTcg {
+        /// How KVM came to be the accelerator.
+        why: String,
+    },
+    /// {qemu} cannot run the guest on its instruction clock ({cause}): `-icount shift=0,sleep=off,align=off` was refused. Install a QEMU with TCG (Debian's qemu-system-x86), or use --clock wall.
+    NoIcount {
+        /// The QEMU asked.
+        qemu: PathBuf,
+        /// What QEMU said.
+        cause: String,
+    },
     /// The guest kernel oopsed or panicked ({runs} completed runs were kept):
     /// {excerpt}
     /// full serial log: {log}
@@ -119,8 +139,12 @@ impl VmError {
         match self {
             VmError::Kernel(e) => e.fault(),
             VmError::Build(e) => e.fault(),
-            VmError::BadKvmParam(_) | VmError::NoSuchParam { .. } => Fault::BadInput,
-            VmError::MissingTool { .. } | VmError::NoNestedKvm(_) => Fault::HostCannot,
+            VmError::BadKvmParam(_)
+            | VmError::NoSuchParam { .. }
+            | VmError::IcountNeedsTcg { .. } => Fault::BadInput,
+            VmError::MissingTool { .. } | VmError::NoNestedKvm(_) | VmError::NoIcount { .. } => {
+                Fault::HostCannot
+            }
             VmError::GuestOops { .. }
             | VmError::TimedOut { .. }
             | VmError::ModuleLoad { .. }
@@ -158,6 +182,9 @@ impl std::fmt::Display for Accel {
 pub struct VmConfig {
     /// Asked accelerator.
     pub accel: Accel,
+    /// Asked clock; `None`: the accelerator's own (the instruction clock under TCG, the wall
+    /// clock under KVM).
+    pub clock: Option<Clock>,
     /// vCPUs.
     pub cpus: u32,
     /// Memory in MiB.
@@ -172,6 +199,7 @@ impl Default for VmConfig {
     fn default() -> VmConfig {
         VmConfig {
             accel: Accel::Auto,
+            clock: None,
             cpus: 1,
             mem_mib: 2048,
             kvm_params: Vec::new(),
@@ -191,6 +219,9 @@ pub struct AccelChoice {
     pub vendor_module: String,
     /// Why.
     pub why: String,
+    /// The clock the guest measures on ([`choose_clock`]; the wall clock until it is chosen).
+    #[serde(skip_serializing_if = "Clock::is_wall")]
+    pub clock: Clock,
 }
 
 /// Picks the accelerator: nested VMX/SVM KVM when asked or available, TCG with an SVM+NPT CPU
@@ -220,6 +251,7 @@ pub fn choose_accel(asked: Accel) -> Result<AccelChoice, VmError> {
                 why: format!(
                     "accel: kvm (/dev/kvm is {describe}); the kernel under test runs KVM nested"
                 ),
+                clock: Clock::Wall,
             })
         }
         _ => Ok(AccelChoice {
@@ -229,8 +261,99 @@ pub fn choose_accel(asked: Accel) -> Result<AccelChoice, VmError> {
             why: format!(
                 "accel: tcg, single-threaded, AMD EPYC model with SVM+NPT (/dev/kvm here is {describe}); guest times measure the emulator"
             ),
+            clock: Clock::Wall,
         }),
     }
+}
+
+/// Refuses the instruction clock with the KVM accelerator asked by name: bad input, known
+/// before anything is fetched or built.
+pub fn check_clock(accel: Accel, clock: Option<Clock>) -> Result<(), VmError> {
+    match (accel, clock) {
+        (Accel::Kvm, Some(Clock::Icount)) => Err(VmError::IcountNeedsTcg {
+            why: "--accel kvm asks for KVM".into(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The clock the guest runs on under `choice`: `asked`, else the accelerator's own (the
+/// instruction clock under TCG, the wall clock under KVM). The instruction clock under KVM is
+/// bad input; a QEMU that refuses `-icount` cannot (exit 3), with QEMU's own words.
+pub fn choose_clock(
+    asked: Option<Clock>,
+    choice: &AccelChoice,
+    qemu: &Path,
+) -> Result<Clock, VmError> {
+    let clock = match (choice.accel, asked) {
+        (Accel::Kvm, Some(Clock::Icount)) => {
+            return Err(VmError::IcountNeedsTcg {
+                why: "--accel auto chose KVM on this host (nested virtualization is available)"
+                    .into(),
+            });
+        }
+        (Accel::Kvm, _) => Clock::Wall,
+        (_, asked) => asked.unwrap_or(Clock::Icount),
+    };
+    if clock == Clock::Icount {
+        icount_works(qemu)?;
+    }
+    Ok(clock)
+}
+
+/// QEMU's instruction clock: one virtual nanosecond per guest instruction (`shift=0`), an idle
+/// guest jumping to its next timer rather than sleeping through it (`sleep=off`), and the
+/// virtual clock never held back to the host's (`align=off`, QEMU's default, said so a newer
+/// default cannot change what a run measures).
+const ICOUNT: &str = "shift=0,sleep=off,align=off";
+
+/// Whether `qemu` takes `-icount` with TCG: an empty machine, paused, told to quit at once.
+fn icount_works(qemu: &Path) -> Result<(), VmError> {
+    let no = |cause: String| VmError::NoIcount {
+        qemu: qemu.to_path_buf(),
+        cause,
+    };
+    let mut child = Command::new(qemu)
+        .args(["-machine", "none", "-accel", "tcg", "-icount", ICOUNT])
+        .args(["-display", "none", "-nodefaults", "-monitor", "stdio", "-S"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| VmError::Io(qemu.to_path_buf(), e))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // QEMU may have exited already (a refused option): its stderr says why.
+        let _ = stdin.write_all(b"quit\n");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(no("it did not quit within 20 s".into()));
+            }
+            Err(e) => return Err(VmError::Io(qemu.to_path_buf(), e)),
+        }
+    };
+    let mut said = String::new();
+    if let Some(mut err) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut err, &mut said);
+    }
+    if status.success() {
+        return Ok(());
+    }
+    let first = said
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.contains("module ui-"))
+        .unwrap_or("no message");
+    Err(no(match status.code() {
+        Some(code) => format!("{first}; exit {code}"),
+        None => format!("{first}; {status}"),
+    }))
 }
 
 /// The host CPU's virtualization extension and whether its KVM module allows nesting.
@@ -263,7 +386,7 @@ pub struct GuestCommand {
 pub struct Boot {
     /// `uname -r` in the guest.
     pub release: String,
-    /// The accelerator.
+    /// The accelerator and the clock.
     pub accel: AccelChoice,
     /// Per command, in order.
     pub commands: Vec<GuestCommand>,
@@ -627,7 +750,9 @@ pub fn boot(
     workdir: &Path,
 ) -> Result<(Boot, Option<VmError>), VmError> {
     let qemu = qemu()?;
-    let choice = choose_accel(cfg.accel)?;
+    check_clock(cfg.accel, cfg.clock)?;
+    let mut choice = choose_accel(cfg.accel)?;
+    choice.clock = choose_clock(cfg.clock, &choice, &qemu)?;
     check_kvm(kernel, &choice.vendor_module)?;
     super::check_guest_config(kernel)?;
     std::fs::create_dir_all(workdir).map_err(|e| VmError::Io(workdir.to_path_buf(), e))?;
@@ -637,11 +762,22 @@ pub fn boot(
         results: workdir.join("results.bin"),
     };
     let _ = std::fs::remove_file(&serial.results);
-    let cmd = qemu_command(&qemu, kernel, &choice, cfg, &initrd, &serial, workdir)?;
+    // On the instruction clock the guest's own decompression is seconds of emulated work:
+    // QEMU starts the unpacked kernel at its PVH entry where it has one.
+    let unpacked = match choice.clock {
+        Clock::Icount => super::pvh::vmlinux(&kernel.image, workdir).ok(),
+        Clock::Wall => None,
+    };
+    let image = unpacked.as_deref().unwrap_or(&kernel.image);
+    let cmd = qemu_command(&qemu, image, &choice, cfg, &initrd, &serial, workdir)?;
     let limit = Duration::from_secs(120)
         + cfg.cmd_timeout * u32::try_from(commands.len()).unwrap_or(u32::MAX).max(1);
-    let run = run_qemu(&qemu, cmd, &serial.console, limit)?;
+    let run = run_qemu(&qemu, cmd, &serial.console, limit);
     let _ = std::fs::remove_file(&initrd);
+    if let Some(unpacked) = &unpacked {
+        let _ = std::fs::remove_file(unpacked);
+    }
+    let run = run?;
     let text =
         String::from_utf8_lossy(&std::fs::read(&serial.console).unwrap_or_default()).into_owned();
     let mut first_cmd = run.first_cmd;
@@ -690,10 +826,11 @@ struct SerialFiles {
     results: PathBuf,
 }
 
-/// The QEMU command line for the boot, with its stderr to `workdir/qemu.err`.
+/// The QEMU command line for the boot of `image` (a bzImage, or an unpacked kernel with a PVH
+/// entry), with its stderr to `workdir/qemu.err`.
 fn qemu_command(
     qemu: &Path,
-    kernel: &Kernel,
+    image: &Path,
     choice: &AccelChoice,
     cfg: &VmConfig,
     initrd: &Path,
@@ -705,6 +842,9 @@ fn qemu_command(
         Accel::Kvm => cmd.args(["-accel", "kvm"]),
         _ => cmd.args(["-accel", "tcg,thread=single"]),
     };
+    if choice.clock == Clock::Icount {
+        cmd.args(["-icount", ICOUNT]);
+    }
     // qboot, where QEMU ships it, skips SeaBIOS's device probing: a second or two under TCG.
     if Path::new("/usr/share/qemu/qboot.rom").is_file() {
         cmd.args(["-bios", "qboot.rom"]);
@@ -725,13 +865,11 @@ fn qemu_command(
         .arg("-serial")
         .arg(format!("file:{}", serial.results.display()))
         .arg("-kernel")
-        .arg(&kernel.image)
+        .arg(image)
         .arg("-initrd")
         .arg(initrd)
-        .args([
-            "-append",
-            "console=ttyS0 quiet panic=-1 oops=panic nmi_watchdog=0 tsc=unstable",
-        ])
+        .arg("-append")
+        .arg(kernel_command_line(choice.clock))
         .stdin(Stdio::null())
         .stdout(Stdio::null());
     let qemu_err = workdir.join("qemu.err");
@@ -743,6 +881,30 @@ fn qemu_command(
     // `run_qemu` spawns and waits on the same one.
     crate::sys::own_session_dying_with_parent(&mut cmd);
     Ok(cmd)
+}
+
+/// The guest kernel's command line: the console on the first serial port, an oops ends the
+/// VM, and the clock the guest's hvlab measures on.
+fn kernel_command_line(clock: Clock) -> String {
+    let common = "console=ttyS0 quiet panic=-1 oops=panic nmi_watchdog=0";
+    match clock {
+        // TCG's TSC follows the host's, not the guest's virtual time: the kernel would find
+        // it unstable mid-run and switch clocksources under a measurement.
+        Clock::Wall => format!("{common} tsc=unstable"),
+        // On the instruction clock every busy wait costs its length in emulated instructions
+        // (a `pause` leaves TCG's execution loop each time), so the boot's waits are what the
+        // wall time goes to; each of these drops one that nothing measured depends on:
+        // - the TSC counts virtual nanoseconds exactly, so it is the clocksource (a read is one
+        //   instruction, not an HPET access of ~700, and resolves one instruction, not ten);
+        // - `noapictimer`: the LAPIC timer's calibration spins 100 ms of virtual time (4.7 s
+        //   of a 14 s boot); the tick comes from the HPET instead;
+        // - `no_timer_check`: the IO-APIC timer check waits ten ticks in `mdelay`;
+        // - `cryptomgr.notests=1`: the crypto self-tests (ECDSA, RSA) at boot.
+        Clock::Icount => format!(
+            "{common} tsc=reliable noapictimer no_timer_check cryptomgr.notests=1 {}={clock}",
+            Clock::KERNEL_PARAM
+        ),
+    }
 }
 
 /// How QEMU's run ended, as watched from the host.
@@ -918,6 +1080,12 @@ fn boot_failure(
 
 /// Marks a run as made on a kernel under test, in its host fingerprint.
 fn tag(run: &mut RunRecord, kernel: &Kernel, choice: &AccelChoice) {
+    // The VMM knows the clock it booted the guest on; the guest's own probe read the same from
+    // its command line, and an hvlab too old to read it recorded none.
+    if choice.clock == Clock::Icount && run.host.clock != Clock::Icount {
+        run.host.clock = Clock::Icount;
+        run.label_times();
+    }
     run.host.under_test = Some(hvlab_core::host::UnderTest {
         release: run.host.kernel.clone(),
         spec: kernel.spec.clone(),

@@ -3,7 +3,7 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use crate::error::Error;
+use crate::lab::Error;
 use crate::model::profile::Profile;
 use crate::model::{self, ModelBackend, ModelError};
 use crate::scenario::runner::Progress;
@@ -19,7 +19,7 @@ pub fn kvm(host: HostInfo) -> Result<Box<dyn Backend>, Error> {
 /// Opens `/dev/kvm` as a backend: this build has no kvm backend.
 #[cfg(not(hvlab_kvm))]
 pub fn kvm(_: HostInfo) -> Result<Box<dyn Backend>, Error> {
-    Err(Error::KvmNotBuilt)
+    Err(crate::error::Error::KvmNotBuilt.into())
 }
 
 /// Measures this host's cost profile with the kvm backend.
@@ -31,7 +31,7 @@ pub fn calibrate(kvm: &mut dyn Backend, progress: &dyn Progress) -> Result<Profi
 /// Measures this host's cost profile with the kvm backend: this build has none.
 #[cfg(not(hvlab_kvm))]
 pub fn calibrate(_: &mut dyn Backend, _: &dyn Progress) -> Result<Profile, Error> {
-    Err(Error::KvmNotBuilt)
+    Err(crate::error::Error::KvmNotBuilt.into())
 }
 
 /// The error for a command that needs `/dev/kvm` where there is none: the device missing,
@@ -40,7 +40,7 @@ pub fn no_kvm() -> Error {
     #[cfg(hvlab_kvm)]
     return crate::kvm::KvmError::DeviceMissing(hvlab_host::probe::kvm_device_path()).into();
     #[cfg(not(hvlab_kvm))]
-    return Error::KvmNotBuilt;
+    return crate::error::Error::KvmNotBuilt.into();
 }
 
 /// The backend `kind` on `host`: `/dev/kvm`, or the model with `profile`'s profile.

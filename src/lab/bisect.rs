@@ -14,23 +14,24 @@
 //!   Otherwise the outcome is uncertain, and says between which commits.
 //!
 //! The logic runs against the [`Judge`] trait: the real one is a kab between two commits'
-//! kernels ([`KabJudge`]), whose runs are stored by kernel, so an interrupted bisection's
-//! boots are found and reused; the tests' judges are fakes.
+//! kernels ([`KabJudge`]), judged by the pair judge kab and `--per-patch` judge by
+//! ([`series::judge_commit`]), whose runs are stored by kernel, so an interrupted bisection's
+//! boots are found and reused; the tests' judges are fakes. The records are typed (a skip's
+//! reason, why no commit is named, why none can start); their words are in
+//! `src/export/bisect.rs`.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use crate::analysis::class::VariantClass;
-use crate::error::Error;
 use crate::kernel::Kernel;
+use crate::lab::Error;
 
-use crate::kernel::build;
+use crate::kernel::build::{self, PatchedSpec};
 use crate::kernel::vm::Accel;
 use crate::lab::kab::{self, KabProgress, KabRequest};
-use crate::lab::series::{
-    self, JudgeSettings, KernelRuns, Numbers, RunsAsked, SeriesStep, StepState,
-};
+use crate::lab::series::{self, JudgeSettings, KernelRuns, Numbers, RunsAsked, SeriesStep};
 use crate::store::Store;
 
 /// What a judge says of one commit against another.
@@ -104,14 +105,6 @@ impl Seek {
                 Seek::Fix => Seek::Regression.is(class),
             }
     }
-
-    fn words(self) -> &'static str {
-        match self {
-            Seek::Change => "a change (REGRESSED, SLOWER, FIXED, IMPROVED or FASTER)",
-            Seek::Regression => "REGRESSED",
-            Seek::Fix => "FIXED or IMPROVED",
-        }
-    }
 }
 
 /// One judged step.
@@ -133,7 +126,50 @@ pub struct Skipped {
     /// The commit's index.
     pub commit: usize,
     /// Why: not decided at the cap, changed the other way, or does not build.
-    pub why: String,
+    pub why: SkipReason,
+}
+
+/// Why a commit was left out of the search. Words in `src/export/bisect.rs`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum SkipReason {
+    /// Still NOT DECIDED at the most effort a step gets.
+    NotDecided {
+        /// That effort (`--max-effort`).
+        effort: u32,
+    },
+    /// Decided against GOOD, but neither as GOOD nor as the change sought.
+    Neither {
+        /// Its class against GOOD.
+        class: VariantClass,
+    },
+    /// It does not build.
+    DoesNotBuild {
+        /// The compiler's first error.
+        error: String,
+    },
+}
+
+/// Why no single commit is named. Words in `src/export/bisect.rs`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum NotNamed {
+    /// The commits between `lo` and `hi` were skipped, so the first changed commit is any of
+    /// the commits after `lo` up to `hi`.
+    Skipped {
+        /// The last commit on GOOD's side.
+        lo: usize,
+        /// The first on the change's side.
+        hi: usize,
+    },
+    /// The search ended at `commit`, but its checks against its parent did not say it is the
+    /// change: a step was likely misjudged by noise.
+    NotConfirmed {
+        /// The commit the search ended at.
+        commit: usize,
+        /// What each check against its parent said, in order.
+        said: Vec<Call>,
+    },
 }
 
 /// How a bisection ended.
@@ -154,7 +190,7 @@ pub enum Outcome {
         /// The commits it may be, in order.
         candidates: Vec<usize>,
         /// Why no one of them is named.
-        why: String,
+        why: NotNamed,
     },
 }
 
@@ -173,22 +209,22 @@ pub struct Bisection {
     pub outcome: Outcome,
 }
 
-/// Why no bisection can start.
-#[derive(Debug, Clone, PartialEq, thiserror::Error, displaydoc::Display)]
+/// Why no bisection can start. Words in `src/export/bisect.rs`.
+#[derive(Debug, Clone, PartialEq)]
 pub enum BisectError {
-    /// GOOD and BAD do not differ as sought: BAD against GOOD is {class}, not {sought}; check the variant (--variant), the direction (--fix seeks a fix), or add --boots/--reps when NOT DECIDED.
+    /// GOOD and BAD do not differ as sought.
     NotDifferent {
-        /// The class BAD got.
-        class: String,
+        /// The class BAD got against GOOD.
+        class: VariantClass,
         /// What was sought.
-        sought: String,
+        seek: Seek,
     },
-    /// BAD does not build ({error}), so there is nothing to bisect towards; give a BAD that builds.
+    /// BAD does not build, so there is nothing to bisect towards.
     BadDoesNotBuild {
         /// The compiler's first error.
         error: String,
     },
-    /// GOOD and BAD are the same commit; give a range of at least one commit.
+    /// GOOD and BAD are the same commit.
     Empty,
 }
 
@@ -261,8 +297,8 @@ pub fn bisect(
         }
         Call::Judged { class, .. } if !seek.is(*class) => {
             return Err(BisectError::NotDifferent {
-                class: class.word().into(),
-                sought: seek.words().into(),
+                class: *class,
+                seek,
             });
         }
         Call::Judged { .. } => {}
@@ -357,14 +393,16 @@ fn search(
             Call::Judged { class, .. } => skipped.push(Skipped {
                 commit: m,
                 why: if *class == VariantClass::NotDecided {
-                    format!("{} at the most repetitions (effort {cap})", class.word())
+                    SkipReason::NotDecided { effort: cap }
                 } else {
-                    format!("{} against GOOD: neither GOOD nor BAD", class.word())
+                    SkipReason::Neither { class: *class }
                 },
             }),
             Call::DoesNotBuild { error } => skipped.push(Skipped {
                 commit: m,
-                why: format!("does not build: {error}"),
+                why: SkipReason::DoesNotBuild {
+                    error: error.clone(),
+                },
             }),
         }
         steps.push(probe);
@@ -372,9 +410,7 @@ fn search(
     let between: Vec<usize> = (lo + 1..=hi).collect();
     let outcome = if between.len() > 1 {
         Outcome::Uncertain {
-            why: format!(
-                "the commits between {lo} and {hi} were skipped, so the first changed commit is any of them"
-            ),
+            why: NotNamed::Skipped { lo, hi },
             candidates: between,
         }
     } else {
@@ -405,19 +441,12 @@ fn confirm(judge: &mut dyn Judge, parent: usize, commit: usize, seek: Seek, cap:
             break;
         }
     }
-    let said: Vec<String> = checks
-        .iter()
-        .map(|p| match &p.call {
-            Call::Judged { class, .. } => class.word().to_string(),
-            Call::DoesNotBuild { error } => format!("does not build ({error})"),
-        })
-        .collect();
     Outcome::Uncertain {
         candidates: vec![commit],
-        why: format!(
-            "the search ended at commit {commit}, but against its parent it is {}: a step was likely misjudged by noise; run again with more --boots or --reps",
-            said.join(", then ")
-        ),
+        why: NotNamed::NotConfirmed {
+            commit,
+            said: checks.into_iter().map(|p| p.call).collect(),
+        },
     }
 }
 
@@ -434,15 +463,15 @@ pub fn cluster_of(get: impl Fn(&str) -> Option<String>) -> Option<String> {
 /// A bisection's commits: GOOD, then each step up to BAD.
 #[derive(Debug, Clone, Serialize)]
 pub struct Range {
-    /// GOOD's spec.
-    pub good: String,
+    /// GOOD's kernel.
+    pub good: PatchedSpec,
     /// The commits after GOOD, the last BAD.
     pub steps: Vec<SeriesStep>,
 }
 
 impl Range {
-    /// Commit `i`'s spec (0 GOOD).
-    pub fn spec(&self, i: usize) -> &str {
+    /// Commit `i`'s kernel (0 GOOD).
+    pub fn spec(&self, i: usize) -> &PatchedSpec {
         match i.checked_sub(1).and_then(|j| self.steps.get(j)) {
             Some(s) => &s.spec,
             None => &self.good,
@@ -583,7 +612,7 @@ impl<'a> KabJudge<'a> {
         req.boots = boots;
         req.reps = reps;
         req.variants = vec![self.variant.clone()];
-        let commands = kab::guest_commands(&req)?;
+        let commands = kab::guest_commands(&req);
         let labelled = vec![
             (self.range.label(against), a),
             (self.range.label(candidate), b),
@@ -614,27 +643,17 @@ impl<'a> KabJudge<'a> {
             })
         };
         let (ra, rb) = (runs(0)?, runs(1)?);
-        let step = SeriesStep {
-            label: labelled[1].0.clone(),
-            subject: String::new(),
-            spec: labelled[1].1.spec.clone(),
-        };
-        let table = series::judge_series(
-            &labelled[0].1.spec,
+        let row = series::judge_commit(
             &ra,
-            std::slice::from_ref(&step),
-            &[StepState::Built(rb)],
+            &rb,
             &JudgeSettings {
                 asked,
                 threshold: req.threshold,
                 metric: self.metric.as_deref(),
             },
-        );
-        let row = table
-            .commits
-            .into_iter()
-            .flat_map(|c| c.variants)
-            .find(|v| v.variant == self.variant);
+        )
+        .into_iter()
+        .find(|v| v.variant == self.variant);
         self.phases.judge_s += judge_start.elapsed().as_secs_f64();
         Ok(match row {
             Some(v) => Call::Judged {
@@ -663,11 +682,8 @@ impl Judge for KabJudge<'_> {
             return;
         }
         self.started_ahead.extend(&fresh);
-        let good = self.range.spec(0).to_string();
-        let specs: Vec<String> = fresh
-            .iter()
-            .map(|&c| self.range.spec(c).to_string())
-            .collect();
+        let good = self.range.spec(0).clone();
+        let specs: Vec<PatchedSpec> = fresh.iter().map(|&c| self.range.spec(c).clone()).collect();
         let (sandbox, config) = (self.req.sandbox, self.req.config.clone());
         // Detached: a build nobody needs in the end only fills the cache, and one cut off
         // when the bisection ends is not marked complete there.
@@ -675,8 +691,7 @@ impl Judge for KabJudge<'_> {
             for spec in specs {
                 // Its error, if any, is the step's to report when it builds the commit.
                 let _ = build::resolve_with_config(
-                    &[good.as_str(), spec.as_str()],
-                    None,
+                    &[good.clone(), spec],
                     sandbox,
                     config.as_deref(),
                     &build::Silent,
@@ -803,11 +818,10 @@ mod tests {
         assert_eq!(
             e,
             BisectError::NotDifferent {
-                class: "NO CHANGE".into(),
-                sought: "REGRESSED".into()
+                class: VariantClass::NoChange,
+                seek: Seek::Regression
             }
         );
-        assert!(e.to_string().contains("--fix"), "{e}");
         // A regression sought as a fix is not there either.
         let mut j = Fake::new(2);
         assert!(matches!(
@@ -825,10 +839,11 @@ mod tests {
         assert_eq!(found(&b), Some(6));
         assert_eq!(b.skipped.len(), 1);
         assert_eq!(b.skipped[0].commit, 4);
-        assert!(
-            b.skipped[0]
-                .why
-                .contains("does not build: arch/x86/kvm/x86.c:4")
+        assert_eq!(
+            b.skipped[0].why,
+            SkipReason::DoesNotBuild {
+                error: "arch/x86/kvm/x86.c:4: error: expected ';'".into()
+            }
         );
     }
 
@@ -841,7 +856,7 @@ mod tests {
         match &b.outcome {
             Outcome::Uncertain { candidates, why } => {
                 assert_eq!(candidates, &vec![4, 5]);
-                assert!(why.contains("skipped"), "{why}");
+                assert_eq!(why, &NotNamed::Skipped { lo: 3, hi: 5 });
             }
             Outcome::Found { .. } => panic!("named a commit the search could not test"),
         }
@@ -864,7 +879,7 @@ mod tests {
         let b = bisect(&mut j, 8, Seek::Regression, 3).expect("bisects");
         assert_eq!(found(&b), Some(3));
         assert_eq!(b.skipped[0].commit, 4);
-        assert!(b.skipped[0].why.contains("NOT DECIDED"), "{:?}", b.skipped);
+        assert_eq!(b.skipped[0].why, SkipReason::NotDecided { effort: 3 });
     }
 
     #[test]
@@ -912,7 +927,7 @@ mod tests {
         assert_eq!(next_midpoints(3, 5, 4, &[]), Vec::<usize>::new());
         let skip = |commit| Skipped {
             commit,
-            why: String::new(),
+            why: SkipReason::NotDecided { effort: 0 },
         };
         assert_eq!(next_midpoints(0, 8, 4, &[skip(2)]), [1, 6]);
         let mut checked = 0;
@@ -1017,8 +1032,8 @@ mod tests {
         assert_eq!(
             e,
             BisectError::NotDifferent {
-                class: "FIXED".into(),
-                sought: "REGRESSED".into()
+                class: VariantClass::Fixed,
+                seek: Seek::Regression
             }
         );
     }

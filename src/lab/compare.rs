@@ -9,7 +9,8 @@ use crate::analysis::compare::{AbComparison, judge_together};
 use crate::analysis::direction::Better;
 use crate::analysis::statistics::{median, seed_for};
 use crate::analysis::verdict::Correction;
-use crate::error::{Error, InputError};
+use crate::error::InputError;
+use crate::lab::Error;
 use crate::lab::fleet::{HostFingerprint, HostMatch, Selector};
 use crate::record::RunRecord;
 use crate::scenario;
@@ -129,6 +130,7 @@ pub fn compare(
     judging: Judging,
 ) -> Result<CompareOutcome, Error> {
     let (sa, sb) = (load_side(store, a)?, load_side(store, b)?);
+    crate::record::one_clock(sa.runs.iter().chain(&sb.runs)).map_err(InputError::from)?;
     let busy = [busy_of(&sa), busy_of(&sb)];
     let confounded = run_ids(&sa) != run_ids(&sb) && busy.iter().any(|b| !b.is_empty());
     let mut comparisons = compare_sides(sa, sb, metric, judging.threshold)?;
@@ -385,6 +387,7 @@ pub fn compare_fleet(
             .collect()
     };
     let sides = [side(0), side(1)];
+    crate::record::one_clock(sides.iter().flatten().copied()).map_err(InputError::from)?;
     let scenario_name = one_scenario_on_one_backend(&sides, [a, b], scenario)?;
     let info = scenario::find(&scenario_name)?;
     let metric = metric.unwrap_or(info.headline).to_string();

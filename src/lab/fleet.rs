@@ -10,6 +10,8 @@
 //! - `cpu`: the CPU model name contains the value, ignoring case (`cpu=EPYC`);
 //! - `flavour`: the KVM flavour, exactly (`vmx`, `svm`, `pvm`, `arm64`, `none`);
 //! - `hz`: the tick rate, exactly (`hz=250`);
+//! - `clock`: the clock the run's times are on, exactly (`wall`, or `icount`: QEMU's
+//!   instruction clock in a kernel under test);
 //! - `backend`: the backend that produced the run (`kvm` or `model`).
 
 use std::collections::BTreeSet;
@@ -17,11 +19,12 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::error::{Error, InputError};
+use crate::error::InputError;
+use crate::lab::Error;
 use crate::record::RunRecord;
 use crate::store::Store;
 use hvlab_core::BackendKind;
-use hvlab_core::host::HostInfo;
+use hvlab_core::host::{Clock, HostInfo};
 
 /// What identifies a host for fleet views: the properties that change what KVM does and how
 /// long it takes. Derived from [`HostInfo`]; core counts, versions and capabilities are left out
@@ -36,6 +39,10 @@ pub struct HostFingerprint {
     pub flavour: String,
     /// Timer ticks per second.
     pub hz: u32,
+    /// The clock its times are on: one machine on two clocks is two hosts, whose times never
+    /// meet on one chart or in one comparison.
+    #[serde(skip_serializing_if = "Clock::is_wall")]
+    pub clock: Clock,
     /// A model run's host is the modelled one: its cost profile (and the HZ it ran at, after
     /// any `--set hz`), kept apart from the machine that computed it (the fields above), so
     /// model profiles never count as real hosts.
@@ -51,6 +58,7 @@ impl HostFingerprint {
             cpu: host.cpu.clone(),
             flavour: host.kvm_flavour.to_string(),
             hz: host.hz,
+            clock: host.clock,
             profile: None,
         }
     }
@@ -59,6 +67,7 @@ impl HostFingerprint {
     pub fn of_run(run: &RunRecord) -> HostFingerprint {
         HostFingerprint {
             profile: modelled(run.backend, run.profile.as_deref()),
+            clock: run.clock(),
             ..HostFingerprint::of(&run.host)
         }
     }
@@ -70,6 +79,7 @@ impl HostFingerprint {
             cpu: run.cpu.clone(),
             flavour: run.kvm_flavour.clone(),
             hz: run.hz,
+            clock: run.clock,
             profile: modelled(run.backend, run.profile.as_deref()),
         }
     }
@@ -86,6 +96,7 @@ impl HostFingerprint {
             SelectorKey::Cpu => self.cpu.clone(),
             SelectorKey::Flavour => self.flavour.clone(),
             SelectorKey::Hz => self.hz.to_string(),
+            SelectorKey::Clock => self.clock.to_string(),
             SelectorKey::Backend => String::new(),
         }
     }
@@ -109,7 +120,11 @@ impl fmt::Display for HostFingerprint {
             f,
             "Linux {} · {} · {} · HZ={}",
             self.kernel, self.cpu, self.flavour, self.hz
-        )
+        )?;
+        match self.clock {
+            Clock::Wall => Ok(()),
+            Clock::Icount => f.write_str(" · instruction clock"),
+        }
     }
 }
 
@@ -214,19 +229,22 @@ pub enum SelectorKey {
     Flavour,
     /// Tick rate.
     Hz,
+    /// The clock the run's times are on.
+    Clock,
     /// Backend of the run.
     Backend,
 }
 
 /// The keys a selector takes, for error messages.
-pub const SELECTOR_KEYS: &str = "kernel, cpu, flavour, hz, backend";
+pub const SELECTOR_KEYS: &str = "kernel, cpu, flavour, hz, clock, backend";
 
 /// The fingerprint fields, in display order.
-const FINGERPRINT_KEYS: [SelectorKey; 4] = [
+const FINGERPRINT_KEYS: [SelectorKey; 5] = [
     SelectorKey::Kernel,
     SelectorKey::Cpu,
     SelectorKey::Flavour,
     SelectorKey::Hz,
+    SelectorKey::Clock,
 ];
 
 impl SelectorKey {
@@ -236,6 +254,7 @@ impl SelectorKey {
             "cpu" => SelectorKey::Cpu,
             "flavour" | "flavor" => SelectorKey::Flavour,
             "hz" => SelectorKey::Hz,
+            "clock" => SelectorKey::Clock,
             "backend" => SelectorKey::Backend,
             _ => return None,
         })
@@ -247,6 +266,7 @@ impl SelectorKey {
             SelectorKey::Cpu => "cpu",
             SelectorKey::Flavour => "flavour",
             SelectorKey::Hz => "hz",
+            SelectorKey::Clock => "clock",
             SelectorKey::Backend => "backend",
         }
     }
@@ -307,6 +327,9 @@ impl Selector {
                 SelectorKey::Backend if !["kvm", "model"].contains(&v) => {
                     return Err(bad(format!("backend is kvm or model, not `{v}`")));
                 }
+                SelectorKey::Clock if v.parse::<Clock>().is_err() => {
+                    return Err(bad(format!("clock is wall or icount, not `{v}`")));
+                }
                 _ => {}
             }
             if terms.iter().any(|(prev, _)| *prev == key) {
@@ -327,7 +350,11 @@ impl Selector {
 
     /// Whether `run` is selected.
     pub fn matches(&self, run: &RunRecord) -> bool {
-        self.matches_host(&HostFingerprint::of(&run.host), run.backend)
+        let host = HostFingerprint {
+            clock: run.clock(),
+            ..HostFingerprint::of(&run.host)
+        };
+        self.matches_host(&host, run.backend)
     }
 
     /// Whether a run on `host` by `backend` is selected (a listing tells both, so runs are
@@ -338,6 +365,7 @@ impl Selector {
             SelectorKey::Cpu => host.cpu.to_lowercase().contains(&v.to_lowercase()),
             SelectorKey::Flavour => host.flavour == *v,
             SelectorKey::Hz => host.hz.to_string() == *v,
+            SelectorKey::Clock => host.clock.as_str() == v,
             SelectorKey::Backend => backend.to_string() == *v,
         })
     }
@@ -374,6 +402,8 @@ impl HostMatch {
     pub fn key(&self, fp: &HostFingerprint) -> String {
         self.keys
             .iter()
+            // The wall clock goes without saying: only the instruction clock is named.
+            .filter(|k| !(**k == SelectorKey::Clock && fp.clock.is_wall()))
             .map(|k| format!("{}={}", k.name(), fp.field(*k)))
             .collect::<Vec<_>>()
             .join(", ")
@@ -404,6 +434,7 @@ mod tests {
             hvlab_version: "0".into(),
             git_rev: "x".into(),
             under_test: None,
+            clock: Default::default(),
         }
     }
 
@@ -476,7 +507,11 @@ mod tests {
     #[test]
     fn bad_selectors_name_the_valid_keys_or_the_valid_values() {
         for (text, needle) in [
-            ("kern=6.18", "valid keys: kernel, cpu, flavour, hz, backend"),
+            (
+                "kern=6.18",
+                "valid keys: kernel, cpu, flavour, hz, clock, backend",
+            ),
+            ("clock=cycles", "wall or icount"),
             ("kernel=6.18,bogus", "not key=value"),
             ("kernel=", "needs a value"),
             ("hz=fast", "whole number"),
@@ -500,5 +535,24 @@ mod tests {
         let m = HostMatch::for_selectors(&a, &b);
         let fp = HostFingerprint::of(&host("6.18.2", "AMD EPYC 7763", KvmFlavour::Svm, 250));
         assert_eq!(m.key(&fp), "cpu=AMD EPYC 7763, flavour=svm");
+        // One kernel under test on the instruction clock pairs only with its like.
+        let icount = HostFingerprint {
+            clock: Clock::Icount,
+            ..fp.clone()
+        };
+        assert_eq!(
+            m.key(&icount),
+            "cpu=AMD EPYC 7763, flavour=svm, clock=icount"
+        );
+        assert!(
+            Selector::parse("clock=icount")
+                .unwrap()
+                .matches_host(&icount, BackendKind::Kvm)
+        );
+        assert!(
+            !Selector::parse("clock=icount")
+                .unwrap()
+                .matches_host(&fp, BackendKind::Kvm)
+        );
     }
 }

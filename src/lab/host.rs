@@ -22,13 +22,13 @@ pub fn probe() -> HostInfo {
 /// Fails with the access error when `/dev/kvm` cannot be used. A model-only build has nothing
 /// to require: its host description already says it was built without the kvm backend.
 #[cfg(hvlab_kvm)]
-pub fn require_kvm(host: &HostInfo) -> Result<(), crate::error::Error> {
+pub fn require_kvm(host: &HostInfo) -> Result<(), crate::lab::Error> {
     Ok(crate::kvm::host::require_kvm(host)?)
 }
 
 /// Fails with the access error when `/dev/kvm` cannot be used. A model-only build has nothing
 /// to require: its host description already says it was built without the kvm backend.
 #[cfg(not(hvlab_kvm))]
-pub fn require_kvm(_: &HostInfo) -> Result<(), crate::error::Error> {
+pub fn require_kvm(_: &HostInfo) -> Result<(), crate::lab::Error> {
     Ok(())
 }

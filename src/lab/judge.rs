@@ -10,11 +10,13 @@
 use serde::Serialize;
 
 use crate::analysis::class::VariantClass;
-use crate::error::Error;
 use crate::kernel::build::{self, PatchedSpec};
+use crate::kernel::git::Revs;
 use crate::kernel::objdiff::{self, BuildsDelta, LineShift};
 use crate::kernel::patch::PatchFile;
 use crate::kernel::reach::{self, Reach, ReachSource};
+use crate::kernel::source::KernelSource;
+use crate::lab::Error;
 use crate::lab::bisect::{Call, Judge, KabJudge, Range, Seek};
 use crate::lab::kab::{KabProgress, KabRequest};
 use crate::lab::series::{Numbers, SeriesStep, first_error};
@@ -121,34 +123,48 @@ pub fn answer_of(seek: Seek, class: VariantClass) -> Answer {
 }
 
 /// The patches the candidate has over GOOD: what moved the lines of the files it changes.
-/// A Debian spec's patches past GOOD's own; for two commits of one repository, their diff.
-pub fn patches_over(good: &str, candidate: &str) -> Result<Vec<PatchFile>, Error> {
-    let (g, c) = (
-        PatchedSpec::parse(good).map_err(crate::kernel::vm::VmError::from)?,
-        PatchedSpec::parse(candidate).map_err(crate::kernel::vm::VmError::from)?,
-    );
-    if let (Some((gp, grev)), Some((cp, crev))) = (git_rev(&g.base), git_rev(&c.base)) {
-        if gp == cp {
-            return Ok(git_diff(gp, grev, crev).into_iter().collect());
+/// A Debian spec's patches past GOOD's own; for two commits of one repository, their diff
+/// (and the candidate's own patches past GOOD's on top).
+pub fn patches_over(good: &PatchedSpec, candidate: &PatchedSpec) -> Vec<PatchFile> {
+    let own = candidate
+        .patches
+        .iter()
+        .filter(|p| !good.patches.iter().any(|q| q.sha256 == p.sha256))
+        .cloned();
+    match (git_rev(&good.source), git_rev(&candidate.source)) {
+        (Some((gp, grev)), Some((cp, crev))) if gp == cp => {
+            git_diff(gp, grev, crev).into_iter().chain(own).collect()
         }
-        return Ok(Vec::new());
+        // Two repositories: no diff says what moved, so any moved line number counts.
+        (Some(_), Some(_)) => Vec::new(),
+        _ => own.collect(),
     }
-    Ok(c.patches
-        .into_iter()
-        .filter(|p| !g.patches.iter().any(|q| q.sha256 == p.sha256))
-        .collect())
 }
 
-/// `git:PATH@REV` split.
-fn git_rev(spec: &str) -> Option<(&str, &str)> {
-    spec.strip_prefix("git:")?.rsplit_once('@')
+/// A `git:PATH@REV` source's repository and commit.
+fn git_rev(source: &KernelSource) -> Option<(&std::path::Path, &str)> {
+    match source {
+        KernelSource::Git {
+            repo,
+            revs: Revs::One(rev),
+        } => Some((repo.as_path(), rev.as_str())),
+        KernelSource::Git {
+            revs: Revs::Range { .. },
+            ..
+        }
+        | KernelSource::Debian { .. }
+        | KernelSource::Tree { .. }
+        | KernelSource::BzImage { .. } => None,
+    }
 }
 
 /// The diff between two commits of `repo`, parsed; `None` when git cannot give it, and then
 /// any moved line number counts as a change.
-fn git_diff(repo: &str, from: &str, to: &str) -> Option<PatchFile> {
+fn git_diff(repo: &std::path::Path, from: &str, to: &str) -> Option<PatchFile> {
     let out = std::process::Command::new("git")
-        .args(["-C", repo, "diff", "--no-color", "--no-ext-diff", from, to])
+        .arg("-C")
+        .arg(repo)
+        .args(["diff", "--no-color", "--no-ext-diff", from, to])
         .output()
         .ok()?;
     if !out.status.success() {
@@ -171,14 +187,14 @@ pub fn judge(
     progress: &dyn KabProgress,
 ) -> Result<Judgement, Error> {
     let start = std::time::Instant::now();
-    let (good, candidate) = (req.kab.base.clone(), req.kab.patched.clone());
-    let patches = patches_over(&good, &candidate)?;
+    let (good, candidate) = (&req.kab.base, &req.kab.patched);
+    let patches = patches_over(good, candidate);
     let done = |object: Option<BuildsDelta>,
                 reach: Option<(Reach, ReachSource)>,
                 reason: Reason,
                 answer: Answer| Judgement {
-        good: good.clone(),
-        candidate: candidate.clone(),
+        good: good.given.clone(),
+        candidate: candidate.given.clone(),
         variant: req.variant.clone(),
         seek: req.seek,
         object,
@@ -188,8 +204,7 @@ pub fn judge(
         wall_s: start.elapsed().as_secs_f64(),
     };
     let built = build::resolve_with_config(
-        &[good.as_str(), candidate.as_str()],
-        None,
+        &[good.clone(), candidate.clone()],
         req.kab.sandbox,
         req.kab.config.as_deref(),
         progress,
@@ -207,7 +222,7 @@ pub fn judge(
                 Answer::Skip,
             ));
         }
-        Err(e) => return Err(crate::kernel::vm::VmError::from(e).into()),
+        Err(e) => return Err(e.into()),
     };
     let [a, b] = sides.as_slice() else {
         let error = "the build returned no kernel".to_string();

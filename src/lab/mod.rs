@@ -6,6 +6,7 @@ pub mod bisect;
 #[cfg(hvlab_kvm)]
 pub mod calibrate;
 pub mod compare;
+mod error;
 pub mod fidelity;
 pub mod fleet;
 pub mod host;
@@ -19,9 +20,10 @@ pub mod sweep;
 pub mod threads;
 pub mod validate;
 
+pub use error::Error;
+
 use std::path::PathBuf;
 
-use crate::error::Error;
 use crate::record::RunRecord;
 use crate::scenario;
 use crate::store;

@@ -10,7 +10,8 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::error::{Error, InputError};
+use crate::error::InputError;
+use crate::lab::Error;
 use crate::record::RunRecord;
 use crate::store::{RunListing, Store};
 use hvlab_core::BackendKind;

@@ -5,7 +5,7 @@
 //! into records whose verdicts compare nothing, and lose the interleaving of variants that
 //! spreads a shared machine's drift over all of them.
 
-use crate::error::Error;
+use crate::lab::Error;
 use crate::record::RunRecord;
 use crate::scenario::runner::{Progress, RunRequest};
 use crate::scenario::{self, Kind, Params, ScenarioInfo, Showcase};
@@ -37,7 +37,7 @@ pub struct Skipped {
 }
 
 impl Skipped {
-    fn new(info: &ScenarioInfo, backend: BackendKind, why: &Error) -> Skipped {
+    fn new(info: &ScenarioInfo, backend: BackendKind, why: &dyn std::fmt::Display) -> Skipped {
         Skipped {
             scenario: info.name,
             backend,
@@ -157,7 +157,7 @@ pub fn plan(only: Option<BackendKind>, shard: Shard) -> Vec<String> {
 /// it) before the next starts. Every run carries `suite_id` (its `suite` parameter), so a
 /// report shows the whole suite, whichever shards ran its units.
 #[allow(clippy::too_many_arguments)]
-pub fn run<P: Progress>(
+pub fn run<P: Progress, E: From<Error>>(
     suite_id: &str,
     host: &HostInfo,
     only: Option<BackendKind>,
@@ -166,8 +166,8 @@ pub fn run<P: Progress>(
     backend: impl Fn(BackendKind, HostInfo, u64) -> Result<Box<dyn Backend>, Error>,
     request: impl Fn(Kind) -> RunRequest,
     progress: impl Fn(&ScenarioInfo) -> P,
-    mut keep: impl FnMut(&mut RunRecord) -> Result<(), Error>,
-) -> Result<SuiteOutcome, Error> {
+    mut keep: impl FnMut(&mut RunRecord) -> Result<(), E>,
+) -> Result<SuiteOutcome, E> {
     let mut records = Vec::new();
     let mut skipped = Vec::new();
     let mut keys = Vec::new();
@@ -194,7 +194,7 @@ pub fn run<P: Progress>(
                 skipped.push(Skipped::new(info, kind, &e));
                 continue;
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         let base = request(unit.scenario);
         let request = match &unit.showcase {
@@ -206,7 +206,8 @@ pub fn run<P: Progress>(
                 ..base
             },
         };
-        let mut record = scenario::run(b.as_mut(), &request, &progress(info))?;
+        let mut record =
+            scenario::run(b.as_mut(), &request, &progress(info)).map_err(Error::from)?;
         // Which unit of the job this run is: the key its seed comes from, and what tells
         // two runs of one scenario on one backend (a showcase) apart after a merge.
         record

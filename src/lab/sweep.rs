@@ -17,7 +17,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
-use crate::error::{Error, InputError};
+use crate::error::InputError;
+use crate::lab::Error;
 use crate::record::RunRecord;
 use crate::scenario::params::parse_set;
 use crate::scenario::runner::{Progress, RunRequest, Silent};
@@ -476,7 +477,7 @@ pub fn preflight(
         // Only the shape of the record is wanted: the nearest built-in profile, without the
         // note about it a model sweep would print.
         crate::model::default_profile(host, None)
-            .map_err(|e| Error::Model(e.into()))
+            .map_err(|e| Error::from(crate::model::ModelError::from(e)))
             .and_then(|(p, _)| {
                 store_cost(spec, shard, |seed| -> Result<Box<dyn Backend>, Error> {
                     Ok(Box::new(crate::model::ModelBackend::new(
@@ -502,7 +503,12 @@ pub fn preflight(
                 cost,
             },
         }),
-        Err(e @ (Error::Input(_) | Error::Model(crate::model::ModelError::Profile(_)))) => Err(e),
+        Err(
+            e @ Error::Run(
+                crate::error::Error::Input(_)
+                | crate::error::Error::Model(crate::model::ModelError::Profile(_)),
+            ),
+        ) => Err(e),
         Err(e) => Ok(Preflight::NotEstimated(e)),
     }
 }
@@ -534,7 +540,7 @@ pub struct PointProblem {
 }
 
 impl PointProblem {
-    fn new(point: &Point, why: &Error) -> PointProblem {
+    fn new(point: &Point, why: &dyn std::fmt::Display) -> PointProblem {
         PointProblem {
             point: point.label(),
             why: why.to_string(),
@@ -554,7 +560,7 @@ fn run_point(
     backend: &(impl Fn(u64) -> Result<Box<dyn Backend>, Error> + Sync),
 ) -> PointResult {
     let outcome = backend(point.request.seed)
-        .and_then(|mut b| scenario::run(b.as_mut(), &point.request, &Silent));
+        .and_then(|mut b| scenario::run(b.as_mut(), &point.request, &Silent).map_err(Error::from));
     let mut record = match outcome {
         Ok(r) => r,
         Err(e) if e.is_host_limitation() => {
@@ -564,7 +570,7 @@ fn run_point(
     };
     match scenario::judge(&record) {
         Ok(()) => {}
-        Err(e @ Error::AllUnsupported { .. }) => {
+        Err(e @ crate::error::Error::AllUnsupported { .. }) => {
             return PointResult::Skipped(PointProblem::new(point, &e));
         }
         Err(e) => return PointResult::Failed(PointProblem::new(point, &e)),
@@ -591,14 +597,14 @@ fn tag(record: &mut RunRecord, id: &str, axes: &[Axis], position: usize) {
 /// its own backend from `backend(seed)`. `keep` gets every run that produced samples, in job
 /// order whatever the thread count, before the sweep goes on; an error from `keep` (storage)
 /// stops the sweep.
-pub fn run(
+pub fn run<E>(
     plan: &SweepPlan,
     shard: Shard,
     threads: usize,
     backend: impl Fn(u64) -> Result<Box<dyn Backend>, Error> + Sync,
     progress: &dyn Progress,
-    mut keep: impl FnMut(RunRecord) -> Result<(), Error>,
-) -> Result<SweepOutcome, Error> {
+    mut keep: impl FnMut(RunRecord) -> Result<(), E>,
+) -> Result<SweepOutcome, E> {
     let mine: Vec<&Point> = plan
         .points
         .iter()
@@ -611,7 +617,7 @@ pub fn run(
         ..SweepOutcome::default()
     };
     progress.start("points", mine.len() as u64);
-    let mut take = |point: &Point, result: PointResult| -> Result<(), Error> {
+    let mut take = |point: &Point, result: PointResult| -> Result<(), E> {
         progress.step(&point.label());
         match result {
             PointResult::Ran(record) => {
@@ -631,7 +637,7 @@ pub fn run(
     } else {
         let next = AtomicUsize::new(0);
         let stop = std::sync::atomic::AtomicBool::new(false);
-        std::thread::scope(|scope| -> Result<(), Error> {
+        std::thread::scope(|scope| -> Result<(), E> {
             let (tx, rx) = mpsc::channel::<(usize, PointResult)>();
             for _ in 0..threads {
                 let tx = tx.clone();
@@ -790,7 +796,7 @@ mod tests {
             let mut got = Vec::new();
             let out = run(&p, shard, threads, backend, &Silent, |r| {
                 got.push(r);
-                Ok(())
+                Ok::<(), Error>(())
             })
             .unwrap();
             assert_eq!(out.ran, got.len());
@@ -879,7 +885,7 @@ mod tests {
         let e = run(&p, Shard::WHOLE, 2, backend, &Silent, |_| {
             kept += 1;
             if kept == 2 {
-                Err(Error::Output(std::io::Error::other("disk full")))
+                Err(Error::from(std::io::Error::other("disk full")))
             } else {
                 Ok(())
             }

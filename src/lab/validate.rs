@@ -2,7 +2,7 @@
 //! scenario names (not those calibration used), metric by metric.
 
 use crate::analysis::validate::{Check, Rule};
-use crate::error::Error;
+use crate::lab::Error;
 use crate::record::RunRecord;
 use crate::scenario::runner::{DEFAULT_SEED, Progress, RunRequest};
 use crate::scenario::{self, Kind};
@@ -51,14 +51,14 @@ impl Validation {
 /// Runs every scenario's validation point on both backends and judges each metric: times
 /// within the kvm side's own spread plus `tolerance` percent (shown, not judged, where this
 /// host's CPU is emulated), counts exactly. `keep` gets every run, to store it.
-pub fn validate(
+pub fn validate<E: From<Error>>(
     kvm: &mut dyn Backend,
     model: &mut dyn Backend,
     host: &HostInfo,
     tolerance: f64,
     progress: &dyn Progress,
-    mut keep: impl FnMut(&mut RunRecord) -> Result<(), Error>,
-) -> Result<Validation, Error> {
+    mut keep: impl FnMut(&mut RunRecord) -> Result<(), E>,
+) -> Result<Validation, E> {
     let time_rule = if host.cpu_emulated() {
         Rule::Unjudged
     } else {
@@ -79,12 +79,12 @@ pub fn validate(
             warmup: 1,
             seed: DEFAULT_SEED,
         };
-        let mut real = scenario::run(kvm, &request, progress)?;
+        let mut real = scenario::run(kvm, &request, progress).map_err(Error::from)?;
         let model_request = RunRequest {
             params: point.model_params,
             ..request
         };
-        let mut predicted = scenario::run(model, &model_request, progress)?;
+        let mut predicted = scenario::run(model, &model_request, progress).map_err(Error::from)?;
         if let Some(n) = real.noise.as_ref().filter(|n| n.is_busy()) {
             busy.push(n.clone());
         }

@@ -92,7 +92,7 @@ static BACKING: Choice<DirtyBacking, 5> = Choice {
 
 /// Each parameter, declared once.
 pub static PARAMS: [Param<DirtyParams>; 9] = [
-    bytes!("size" => size_bytes, "logged data region, a multiple of 2 MiB up to 64GiB (64 MiB keeps the suite short; the issue's figures use 256MiB)"),
+    bytes!("size" => size_bytes, "logged data region, a multiple of 2 MiB up to 64GiB (64 MiB keeps the suite short; the collect times and costs per page in docs/scenarios.md were measured at 256MiB)"),
     whole!(
         passes,
         "measured passes per repetition, after one unmeasured pass that maps the pages",

@@ -46,7 +46,7 @@ use crate::record::RunRecord;
 use crate::record::VariantStatus;
 use crate::record::{Finding, TimelineEvent, VariantRecord};
 use hvlab_core::Capabilities;
-use hvlab_core::host::HostInfo;
+use hvlab_core::host::{Clock, HostInfo};
 use hvlab_core::ioctl_table::BusRegistration;
 use hvlab_core::ioctl_table::SrcuKernel;
 use hvlab_core::lifecycle::{ConstructionPlan, ConstructionTrace, IoctlEvent, Step, Strategy};
@@ -612,6 +612,7 @@ fn recurring_findings(
                     jiffies,
                     stalled_reps: seen,
                     reps,
+                    clock: Clock::Wall,
                 },
                 None => Finding::SlowIoctl {
                     ioctl,
@@ -621,6 +622,7 @@ fn recurring_findings(
                     jiffies,
                     slow_reps: seen,
                     reps,
+                    clock: Clock::Wall,
                 },
             }
         })
@@ -677,6 +679,7 @@ fn stall_cause(slower: &VariantRecord) -> Option<StallCause> {
                 caused_by: caused_by.clone(),
                 median_ms: *median_ms,
                 jiffies: *jiffies,
+                clock: Clock::Wall,
             }),
             _ => None,
         })

@@ -552,6 +552,7 @@ pub fn run_against<S: Scenario>(
     let params = params::record(S::PARAMS, &request.params, backend.kind());
     let mut record = runner::assemble(info, backend, params, request, started, outcome);
     record.verdicts = verdicts;
+    record.label_times();
     record.warnings = crate::analysis::robust::warnings(&record, info.headline, noise.as_ref());
     record.noise = noise;
     Ok(record)
@@ -726,6 +727,11 @@ impl Kind {
             .ok_or_else(|| {
                 InputError::UnknownScenario(name.to_string(), Kind::ALL.map(Kind::name).join(", "))
             })
+    }
+
+    /// The scenario a stored run is of (`None` for one this hvlab does not know).
+    pub fn of_run(run: &RunRecord) -> Option<Kind> {
+        Kind::named(&run.scenario).ok()
     }
 
     /// Its parameters as `hvlab list` shows them.

@@ -6,9 +6,19 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The hvlab binary under test.
+/// The hvlab binary under test. Its data directory (the default store, kept profiles) is the
+/// tests' own under Cargo's target directory: a test that forgets `--db` must never write the
+/// user's store, nor fail on one an older or newer hvlab wrote.
 pub fn hvlab() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_hvlab"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hvlab"));
+    cmd.env("XDG_DATA_HOME", scratch_data_home())
+        .env_remove("HVLAB_DB");
+    cmd
+}
+
+/// `$XDG_DATA_HOME` for hvlab under test: a directory of the test build's own.
+pub fn scratch_data_home() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("xdg-data")
 }
 
 /// Runs hvlab with `args` against the database `db` (a file or a `postgres://` URL).

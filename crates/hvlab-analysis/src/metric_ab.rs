@@ -62,6 +62,10 @@ pub struct RankedCount {
     pub n: [usize; 2],
     /// What the test says.
     pub shift: Shift,
+    /// Which way B's samples rank against A's: the test's direction. Not the medians', which
+    /// tie at 0 when a stall hits 7 of 20 repetitions of A and none of B.
+    #[serde(skip)]
+    pub b_ranks: std::cmp::Ordering,
 }
 
 /// What a varying count's rank test says about B.
@@ -89,11 +93,14 @@ pub enum NotJudged {
     TimeUnderTcg,
     /// A counter that follows wall time (timer interrupts, preemptions), under TCG.
     TimingDrivenUnderTcg,
+    /// An ioctl's time on the instruction clock whose SRCU wait is judged in virtual jiffies
+    /// (the same time, divided by the tick): the stall rule decides it, once.
+    JudgedInJiffies,
 }
 
 impl RankedCount {
     /// A varying count's rank test, judged alone.
-    pub fn alone(a: &[f64], b: &[f64], medians: [f64; 2]) -> RankedCount {
+    pub fn alone(a: &[f64], b: &[f64]) -> RankedCount {
         let p = exact_rank_p(a, b);
         let n = [a.len(), b.len()];
         let mut r = RankedCount {
@@ -102,17 +109,20 @@ impl RankedCount {
             judged_together: 1,
             n,
             shift: Shift::NotSignificant,
+            b_ranks: rank_direction(a, b),
         };
-        r.rejudge(Family::alone(n, ALPHA), medians);
+        r.rejudge(Family::alone(n, ALPHA));
         r
     }
 
     /// The shift at this count's `p_adjusted` and place in its `family`. A count that is zero
-    /// on a side has no ratio, so no interval: the direction is the medians'.
-    fn rejudge(&mut self, family: Family, [ma, mb]: [f64; 2]) {
-        self.shift = if self.p_adjusted < ALPHA && mb > ma {
+    /// on a side has no ratio, so no interval: the direction is the ranks' (the sign of the
+    /// Mann-Whitney U statistic's distance from its mean), the one the test's p is about.
+    fn rejudge(&mut self, family: Family) {
+        use std::cmp::Ordering;
+        self.shift = if self.p_adjusted < ALPHA && self.b_ranks == Ordering::Greater {
             Shift::Higher
-        } else if self.p_adjusted < ALPHA && mb < ma {
+        } else if self.p_adjusted < ALPHA && self.b_ranks == Ordering::Less {
             Shift::Lower
         } else if self.n.iter().any(|&n| n < verdict::MIN_PER_SIDE) || family.attainable >= ALPHA {
             Shift::OutOfReach {
@@ -122,6 +132,22 @@ impl RankedCount {
             Shift::NotSignificant
         };
     }
+}
+
+/// Whether B's samples rank above A's, below them or neither: pairs (a, b) with b > a
+/// against pairs with b < a, ties counting for neither.
+fn rank_direction(a: &[f64], b: &[f64]) -> std::cmp::Ordering {
+    let (mut above, mut below) = (0usize, 0usize);
+    for x in a {
+        for y in b {
+            match y.partial_cmp(x) {
+                Some(std::cmp::Ordering::Greater) => above += 1,
+                Some(std::cmp::Ordering::Less) => below += 1,
+                _ => {}
+            }
+        }
+    }
+    above.cmp(&below)
 }
 
 impl MetricJudgement {
@@ -176,12 +202,11 @@ impl MetricJudgement {
 }
 
 /// Corrects the judgements of one A/B together: Holm over every ranked comparison and every
-/// varying count's rank p among `judged` (the medians of each, A and B, beside it), then each
-/// called again at its corrected p and its place in the family. Exact counts and metrics not
+/// varying count's rank p among `judged`, then each called again at its corrected p and its place in the family. Exact counts and metrics not
 /// judged are left as they are.
-pub fn correct_together(judged: &mut [(&mut MetricJudgement, [f64; 2])]) {
+pub fn correct_together(judged: &mut [&mut MetricJudgement]) {
     let mut members: Vec<(usize, f64, [usize; 2])> = Vec::new();
-    for (i, (j, _)) in judged.iter().enumerate() {
+    for (i, j) in judged.iter().enumerate() {
         match &**j {
             MetricJudgement::Ranked { comparison } => {
                 members.push((i, comparison.p_value, comparison.n));
@@ -198,8 +223,7 @@ pub fn correct_together(judged: &mut [(&mut MetricJudgement, [f64; 2])]) {
     let families = verdict::family(&p, &n, Correction::Holm, ALPHA);
     let together = members.len();
     for (((i, _, _), p_adjusted), family) in members.iter().zip(adjusted).zip(families) {
-        let (j, medians) = &mut judged[*i];
-        match &mut **j {
+        match &mut *judged[*i] {
             MetricJudgement::Ranked { comparison: c } => {
                 c.p_adjusted = p_adjusted;
                 c.correction = Correction::Holm;
@@ -212,7 +236,7 @@ pub fn correct_together(judged: &mut [(&mut MetricJudgement, [f64; 2])]) {
             } => {
                 r.p_adjusted = p_adjusted;
                 r.judged_together = together;
-                r.rejudge(family, *medians);
+                r.rejudge(family);
             }
             _ => {}
         }
@@ -227,6 +251,9 @@ impl std::fmt::Display for NotJudged {
             }
             NotJudged::TimingDrivenUnderTcg => {
                 "a timing-driven counter (timer interrupts, preemptions), varying between repetitions; under TCG its wall time is the emulator's"
+            }
+            NotJudged::JudgedInJiffies => {
+                "on the instruction clock these lifecycle times are judged once, in virtual jiffies (the same instructions over the tick), by the stall rule"
             }
         })
     }
@@ -268,9 +295,8 @@ mod tests {
     use crate::compare::ab;
 
     fn varies(a: &[f64], b: &[f64]) -> MetricJudgement {
-        let m = [crate::statistics::median(a), crate::statistics::median(b)];
         MetricJudgement::Count {
-            call: CountCall::Varies(RankedCount::alone(a, b, m)),
+            call: CountCall::Varies(RankedCount::alone(a, b)),
         }
     }
 
@@ -291,13 +317,8 @@ mod tests {
         };
         let flat: Vec<f64> = vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
         let mut nulls: Vec<MetricJudgement> = (0..38).map(|_| varies(&flat, &flat)).collect();
-        let medians = [a[4], b[4]];
-        let mut judged: Vec<(&mut MetricJudgement, [f64; 2])> = vec![
-            (&mut count, medians),
-            (&mut ranked, medians),
-            (&mut exact, medians),
-        ];
-        judged.extend(nulls.iter_mut().map(|j| (j, [4.5, 4.5])));
+        let mut judged: Vec<&mut MetricJudgement> = vec![&mut count, &mut ranked, &mut exact];
+        judged.extend(nulls.iter_mut());
         correct_together(&mut judged);
         let MetricJudgement::Count {
             call: CountCall::Varies(r),
@@ -320,8 +341,7 @@ mod tests {
     fn a_family_that_cannot_reach_the_level_leaves_counts_out_of_reach() {
         let a = [0.0, 1.0, 0.0, 1.0];
         let mut js: Vec<MetricJudgement> = (0..30).map(|_| varies(&a, &a)).collect();
-        let mut judged: Vec<(&mut MetricJudgement, [f64; 2])> =
-            js.iter_mut().map(|j| (j, [0.5, 0.5])).collect();
+        let mut judged: Vec<&mut MetricJudgement> = js.iter_mut().collect();
         correct_together(&mut judged);
         let MetricJudgement::Count {
             call: CountCall::Varies(r),

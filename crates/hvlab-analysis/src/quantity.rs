@@ -2,7 +2,10 @@
 //! times scaled to ns/µs/ms/s, sizes to B/KiB/MiB/GiB, counts exact with thousands separators,
 //! ratios as `9.1×`, percentages, p-values as `0.003` or `< 0.001`. Three significant digits
 //! throughout (whole digits are never rounded away), so `24630000.0 ns` reads `24.6 ms` and
-//! two figures side by side (`4.67 µs vs 42.6 µs`) read in the same unit.
+//! two figures side by side (`4.67 µs vs 42.6 µs`) read in the same unit. Times measured on
+//! QEMU's instruction clock are instruction counts (`insn`, `kinsn`, `Minsn`, `Ginsn`: the
+//! virtual ns, µs, ms and s they were measured as) and read as such: `4,858 instructions`,
+//! `6.96 M instructions`.
 
 /// What a unit measures, and its factor to the kind's base unit (ns for time, bytes for sizes).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -11,6 +14,8 @@ enum Kind {
     Time(f64),
     /// Bytes per unit.
     Bytes(f64),
+    /// Guest instructions per unit (the instruction clock's time).
+    Instructions(f64),
     /// An exact count, printed bare.
     Count,
     /// A dimensionless number (a per-iteration rate), printed bare.
@@ -29,6 +34,10 @@ fn kind(unit: &str) -> Kind {
         "us" | "µs" | "μs" => Kind::Time(1e3),
         "ms" => Kind::Time(1e6),
         "s" => Kind::Time(1e9),
+        "insn" => Kind::Instructions(1.0),
+        "kinsn" => Kind::Instructions(1e3),
+        "Minsn" => Kind::Instructions(1e6),
+        "Ginsn" => Kind::Instructions(1e9),
         "B" | "bytes" | "byte" => Kind::Bytes(1.0),
         "KiB" => Kind::Bytes(1024.0),
         "MiB" => Kind::Bytes(1024.0 * 1024.0),
@@ -42,6 +51,13 @@ fn kind(unit: &str) -> Kind {
 }
 
 const TIME_UNITS: [(f64, &str); 4] = [(1.0, "ns"), (1e3, "µs"), (1e6, "ms"), (1e9, "s")];
+/// Instructions in full below a million (`16,312 instructions`: every whole digit is kept),
+/// then in millions and billions.
+const INSTRUCTION_UNITS: [(f64, &str); 3] = [
+    (1.0, "instructions"),
+    (1e6, "M instructions"),
+    (1e9, "G instructions"),
+];
 const BYTE_UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
 
 /// `x` rounded to three significant digits, whole digits kept (65,536.4 → 65,536).
@@ -181,6 +197,15 @@ fn scale_for(k: Kind, largest: f64) -> Option<(f64, String)> {
             }
             Some((pick.0, pick.1.to_string()))
         }
+        Kind::Instructions(_) => {
+            let mut pick = INSTRUCTION_UNITS[0];
+            for u in INSTRUCTION_UNITS {
+                if a >= u.0 {
+                    pick = u;
+                }
+            }
+            Some((pick.0, pick.1.to_string()))
+        }
         Kind::Bytes(f) if a == 0.0 => BYTE_UNITS
             .iter()
             .zip(0..)
@@ -207,7 +232,10 @@ fn scale_for(k: Kind, largest: f64) -> Option<(f64, String)> {
 pub fn format_all(values: &[f64], unit: &str) -> Vec<String> {
     // A derived unit (`ns/page`) scales its numerator.
     if let Some((num, per)) = unit.split_once('/')
-        && matches!(kind(num), Kind::Time(_) | Kind::Bytes(_))
+        && matches!(
+            kind(num),
+            Kind::Time(_) | Kind::Bytes(_) | Kind::Instructions(_)
+        )
     {
         return format_all(values, num)
             .into_iter()
@@ -220,7 +248,7 @@ pub fn format_all(values: &[f64], unit: &str) -> Vec<String> {
             return "n/a".to_string();
         }
         match (k, scale) {
-            (Kind::Time(f) | Kind::Bytes(f), Some((s, name))) => {
+            (Kind::Time(f) | Kind::Bytes(f) | Kind::Instructions(f), Some((s, name))) => {
                 let base = v * f;
                 // Whole bytes below a KiB are exact: `0 B`, `512 B`.
                 if matches!(k, Kind::Bytes(_)) && name == "B" && base.fract() == 0.0 {
@@ -251,7 +279,7 @@ pub fn format_all(values: &[f64], unit: &str) -> Vec<String> {
         .iter()
         .filter(|v| v.is_finite())
         .map(|v| match k {
-            Kind::Time(f) | Kind::Bytes(f) => (v * f).abs(),
+            Kind::Time(f) | Kind::Bytes(f) | Kind::Instructions(f) => (v * f).abs(),
             _ => v.abs(),
         })
         .fold(0.0, f64::max);
@@ -259,7 +287,7 @@ pub fn format_all(values: &[f64], unit: &str) -> Vec<String> {
         .iter()
         .filter(|v| v.is_finite() && **v != 0.0)
         .map(|v| match k {
-            Kind::Time(f) | Kind::Bytes(f) => (v * f).abs(),
+            Kind::Time(f) | Kind::Bytes(f) | Kind::Instructions(f) => (v * f).abs(),
             _ => v.abs(),
         })
         .fold(f64::INFINITY, f64::min);
@@ -270,7 +298,7 @@ pub fn format_all(values: &[f64], unit: &str) -> Vec<String> {
             .iter()
             .map(|v| {
                 let own = match k {
-                    Kind::Time(f) | Kind::Bytes(f) => (v * f).abs(),
+                    Kind::Time(f) | Kind::Bytes(f) | Kind::Instructions(f) => (v * f).abs(),
                     _ => v.abs(),
                 };
                 one(*v, scale_for(k, own).as_ref())
@@ -319,7 +347,8 @@ pub fn format_range(lo: f64, hi: f64, unit: &str) -> String {
     if a == b {
         return a.clone();
     }
-    match (a.rsplit_once(' '), b.rsplit_once(' ')) {
+    // The number, then its unit (which may be words: `M instructions`).
+    match (a.split_once(' '), b.split_once(' ')) {
         (Some((x, u)), Some((y, v))) if u == v => format!("{x}–{y} {u}"),
         _ => format!("{a}–{b}"),
     }
@@ -373,6 +402,28 @@ mod tests {
         assert_eq!(format_all(&[0.0091, 40.0], "ms"), ["9.10 µs", "40.0 ms"]);
         assert_eq!(format_range(7.5, 7.7, "ms"), "7.50–7.70 ms");
         assert_eq!(format_range(7.5, 7.5, "ms"), "7.50 ms");
+    }
+
+    #[test]
+    fn instruction_clock_times_read_as_instructions_never_as_time() {
+        assert_eq!(format(4858.0, "insn"), "4,858 instructions");
+        assert_eq!(format(16.312, "kinsn"), "16,312 instructions");
+        assert_eq!(format(6.96, "Minsn"), "6.96 M instructions");
+        assert_eq!(format(0.0347, "Minsn"), "34,700 instructions");
+        assert_eq!(format(2.5, "Ginsn"), "2.50 G instructions");
+        assert_eq!(format(7962.0, "insn/page"), "7,962 instructions/page");
+        assert_eq!(format(0.0, "Minsn"), "0 instructions");
+        assert_eq!(
+            format_all(&[4858.0, 5468.0], "insn"),
+            ["4,858 instructions", "5,468 instructions"]
+        );
+        assert_eq!(
+            format_range(6.94, 6.97, "Minsn"),
+            "6.94–6.97 M instructions"
+        );
+        for text in [format(4858.0, "insn"), format(6.96, "Minsn")] {
+            assert!(text.ends_with("instructions"), "{text}");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use crate::statistics::{Modes, Summary};
 use hvlab_core::BackendKind;
-use hvlab_core::host::HostInfo;
+use hvlab_core::host::{Clock, HostInfo};
 use hvlab_core::noise::{BusyReason, Noise};
 
 /// The random end of a run id: 64 bits from the OS-seeded generator as 16 hex digits, so two
@@ -128,6 +128,10 @@ pub enum Warning {
         n: usize,
         /// The rule's k (scaled MADs).
         k: f64,
+        /// The clock the run measured on: on the instruction clock an outlier is work the
+        /// guest itself did in that repetition, never the host's load.
+        #[serde(default, skip_serializing_if = "Clock::is_wall")]
+        clock: Clock,
     },
     /// A variant's headline metric has two modes: the median alone would hide one.
     Bimodal {
@@ -164,6 +168,77 @@ impl RunRecord {
     pub fn produced_samples(&self) -> bool {
         self.variants.iter().any(VariantRecord::is_ok)
     }
+
+    /// The clock this run's times are on: its host's for a backend that measures real time;
+    /// the wall clock for the model, whose times are its profile's nanoseconds wherever it ran.
+    pub fn clock(&self) -> Clock {
+        if self.backend.capabilities().real_time {
+            self.host.clock
+        } else {
+            Clock::Wall
+        }
+    }
+
+    /// Says in the record what its times are, once a run on the instruction clock is
+    /// assembled: every time metric's unit (and the verdicts' and warnings' on them) becomes
+    /// the instruction unit of its clock ([`Clock::unit`]: `ms` → `Minsn`, the values as
+    /// measured), and the lifecycle's stall findings carry the clock, so their jiffies read as
+    /// virtual ticks. A run on the wall clock is left as it is.
+    pub fn label_times(&mut self) {
+        let clock = self.clock();
+        if clock.is_wall() {
+            return;
+        }
+        for v in &mut self.variants {
+            for m in v.metrics.values_mut() {
+                m.unit = clock.unit(&m.unit);
+            }
+            for f in &mut v.findings {
+                f.set_clock(clock);
+            }
+        }
+        for v in &mut self.verdicts {
+            v.unit = clock.unit(&v.unit);
+            if let Some(c) = &mut v.cause {
+                c.clock = clock;
+            }
+        }
+        for w in &mut self.warnings {
+            if let Warning::Bimodal { unit, .. } = w {
+                *unit = clock.unit(unit);
+            }
+        }
+    }
+}
+
+/// Runs measured on two clocks, given to one comparison: the first run of each clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MixedClocks {
+    /// A run, and its clock.
+    pub first: (String, Clock),
+    /// The first run given on another clock, and that clock.
+    pub other: (String, Clock),
+}
+
+/// The one clock `runs` share (the wall clock for none), or the first two runs whose clocks
+/// differ: every comparison of stored runs (`compare`, the fleet, fidelity, a report's
+/// comparisons) asks this before it compares a time, since an instruction count and a
+/// nanosecond never compare.
+pub fn one_clock<'a>(runs: impl IntoIterator<Item = &'a RunRecord>) -> Result<Clock, MixedClocks> {
+    let mut first: Option<&RunRecord> = None;
+    for run in runs {
+        match first {
+            None => first = Some(run),
+            Some(f) if f.clock() != run.clock() => {
+                return Err(MixedClocks {
+                    first: (f.run_id.clone(), f.clock()),
+                    other: (run.run_id.clone(), run.clock()),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(first.map_or(Clock::Wall, RunRecord::clock))
 }
 
 /// Whether a variant produced samples. Written as `ok`, `unsupported: why` (the host cannot
@@ -464,6 +539,10 @@ pub enum Finding {
         stalled_reps: usize,
         /// Repetitions measured.
         reps: usize,
+        /// The clock its times were measured on (on the instruction clock they are
+        /// instructions, and its jiffies virtual ticks).
+        #[serde(default, skip_serializing_if = "Clock::is_wall")]
+        clock: Clock,
     },
     /// An ioctl repeatedly slower than its baseline by more than half a jiffy, for no reason
     /// the analysis knows: it cannot wait for SRCU on this kernel, or no grace period was in
@@ -484,6 +563,9 @@ pub enum Finding {
         slow_reps: usize,
         /// Repetitions measured.
         reps: usize,
+        /// The clock its times were measured on.
+        #[serde(default, skip_serializing_if = "Clock::is_wall")]
+        clock: Clock,
     },
     /// A measured value that disagrees with what the scenario expects of it.
     SelfCheck {
@@ -584,6 +666,15 @@ pub enum Finding {
     },
 }
 
+impl Finding {
+    /// Marks a finding that carries times with the clock they were measured on.
+    pub fn set_clock(&mut self, on: Clock) {
+        if let Finding::SrcuStall { clock, .. } | Finding::SlowIoctl { clock, .. } = self {
+            *clock = on;
+        }
+    }
+}
+
 /// The self-checks scenarios make on their own measurements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -657,6 +748,9 @@ pub struct StallCause {
     pub median_ms: f64,
     /// Its excess, in jiffies.
     pub jiffies: f64,
+    /// The clock it was measured on.
+    #[serde(default, skip_serializing_if = "Clock::is_wall")]
+    pub clock: Clock,
 }
 
 /// Verdicts in JSON: the data, the class in the one vocabulary (`class`: "faster", "slower",

@@ -38,6 +38,11 @@ pub fn outliers(samples: &[f64], k: f64) -> Vec<usize> {
 
 pub use super::statistics::Modes;
 
+/// On the instruction clock, the smallest departure from the median (a fraction of it) that
+/// counts as an outlier: the guest's repetitions differ by a few instructions, or by a timer
+/// interrupt's work (a few thousand), which 3 MADs of a near-zero spread would all flag.
+pub const ICOUNT_OUTLIER_FLOOR: f64 = 0.01;
+
 /// Fewest samples in which two modes are looked for.
 pub const BIMODAL_MIN_N: usize = 6;
 
@@ -105,7 +110,19 @@ pub fn warnings(r: &RunRecord, headline: &str, noise: Option<&Noise>) -> Vec<War
             // Two modes explain the far samples: they are not outliers of one mode.
             continue;
         }
-        let count = outliers(&m.samples, OUTLIER_K).len();
+        let clock = r.clock();
+        let count = match clock {
+            hvlab_core::host::Clock::Wall => outliers(&m.samples, OUTLIER_K).len(),
+            // A few instructions of spread make the MAD tiny; only what moves beyond the
+            // clock's own jitter (a timer interrupt's work) is worth a warning.
+            hvlab_core::host::Clock::Icount => {
+                let floor = ICOUNT_OUTLIER_FLOOR * median(&m.samples).abs();
+                outliers(&m.samples, OUTLIER_K)
+                    .into_iter()
+                    .filter(|&i| (m.samples[i] - m.median).abs() > floor)
+                    .count()
+            }
+        };
         if count > 0 {
             out.push(Warning::Outliers {
                 variant: v.name.clone(),
@@ -113,6 +130,7 @@ pub fn warnings(r: &RunRecord, headline: &str, noise: Option<&Noise>) -> Vec<War
                 count,
                 n: m.samples.len(),
                 k: OUTLIER_K,
+                clock,
             });
         }
     }

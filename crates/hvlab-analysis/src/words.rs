@@ -88,10 +88,11 @@ pub fn stall_cause(c: &crate::compare::StallCause) -> String {
         .as_deref()
         .map_or(String::new(), |c| format!(" started by {c}"));
     format!(
-        "{} waited {} ({:.1} jiffies) for the SRCU grace period{by}",
+        "{} waited {} ({:.1} {}) for the SRCU grace period{by}",
         c.ioctl,
-        fmt_value(c.median_ms, "ms"),
-        c.jiffies
+        fmt_value(c.median_ms, &c.clock.unit("ms")),
+        c.jiffies,
+        jiffies_on(c.clock)
     )
 }
 
@@ -225,6 +226,36 @@ impl fmt::Display for Finding {
     }
 }
 
+/// What a jiffy is on `clock`: a tick of real time, or of the instruction clock's virtual time.
+pub fn jiffies_on(clock: hvlab_core::host::Clock) -> &'static str {
+    match clock {
+        hvlab_core::host::Clock::Wall => "jiffies",
+        hvlab_core::host::Clock::Icount => "virtual jiffies",
+    }
+}
+
+/// What a clock's times are, in a few words.
+pub fn clock_words(clock: hvlab_core::host::Clock) -> &'static str {
+    match clock {
+        hvlab_core::host::Clock::Wall => "the wall clock (times in nanoseconds)",
+        hvlab_core::host::Clock::Icount => {
+            "QEMU's instruction clock (times in guest instructions, jiffies in virtual ticks)"
+        }
+    }
+}
+
+impl fmt::Display for crate::record::MixedClocks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ((a, ca), (b, cb)) = (&self.first, &self.other);
+        write!(
+            f,
+            "run {a} was measured on {} and run {b} on {}: times of two clocks never compare; compare runs of one clock (`hvlab runs` shows each run's clock)",
+            clock_words(*ca),
+            clock_words(*cb)
+        )
+    }
+}
+
 /// The sentences of each mechanism's findings (each helper words its own; [`Finding`]'s
 /// `Display` picks the helper).
 impl Finding {
@@ -241,6 +272,7 @@ impl Finding {
                 jiffies,
                 stalled_reps,
                 reps,
+                clock,
                 ..
             } => {
                 let what = match (caused_at, caused_by) {
@@ -256,9 +288,10 @@ impl Finding {
                 };
                 write!(
                     f,
-                    "{ioctl} (ioctl #{step}) waited for {what}: {}, {jiffies:.1} jiffies over its {} baseline, in {stalled_reps} of {reps} reps",
-                    fmt_value(*median_ms, "ms"),
-                    fmt_value(*baseline_ms, "ms")
+                    "{ioctl} (ioctl #{step}) waited for {what}: {}, {jiffies:.1} {} over its {} baseline, in {stalled_reps} of {reps} reps",
+                    fmt_value(*median_ms, &clock.unit("ms")),
+                    jiffies_on(*clock),
+                    fmt_value(*baseline_ms, &clock.unit("ms"))
                 )
             }
             Finding::SlowIoctl {
@@ -269,11 +302,13 @@ impl Finding {
                 jiffies,
                 slow_reps,
                 reps,
+                clock,
             } => write!(
                 f,
-                "{ioctl} (ioctl #{step}) was slow, cause unknown: {}, {jiffies:.1} jiffies over its {} baseline, in {slow_reps} of {reps} reps (it cannot wait for SRCU on this kernel, or no grace period was in flight)",
-                fmt_value(*median_ms, "ms"),
-                fmt_value(*baseline_ms, "ms")
+                "{ioctl} (ioctl #{step}) was slow, cause unknown: {}, {jiffies:.1} {} over its {} baseline, in {slow_reps} of {reps} reps (it cannot wait for SRCU on this kernel, or no grace period was in flight)",
+                fmt_value(*median_ms, &clock.unit("ms")),
+                jiffies_on(*clock),
+                fmt_value(*baseline_ms, &clock.unit("ms"))
             ),
             _ => Ok(()),
         }
@@ -536,9 +571,21 @@ impl fmt::Display for crate::record::Warning {
                 count,
                 n,
                 k,
+                clock: hvlab_core::host::Clock::Wall,
             } => write!(
                 f,
                 "{variant}: {count} of {n} samples of {metric} are outliers (beyond the median ± {k}·MAD): something interrupted those repetitions; the median and the rank test are robust to them, but consider a quieter host or more repetitions"
+            ),
+            Warning::Outliers {
+                variant,
+                metric,
+                count,
+                n,
+                k,
+                clock: hvlab_core::host::Clock::Icount,
+            } => write!(
+                f,
+                "{variant}: {count} of {n} samples of {metric} are outliers (beyond the median ± {k}·MAD and 1% of it): on the instruction clock the host's load cannot move a sample, so the guest did other work in those repetitions (a first allocation, a timer interrupt's handler); the median is robust to them"
             ),
             Warning::Bimodal {
                 variant,

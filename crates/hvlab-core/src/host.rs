@@ -77,6 +77,101 @@ pub struct HostInfo {
     /// from where, and how it was booted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub under_test: Option<UnderTest>,
+    /// The clock this host's times are measured on: the wall clock, or QEMU's instruction
+    /// clock in a kernel under test booted with `-icount` (absent in JSON: the wall clock).
+    #[serde(default, skip_serializing_if = "Clock::is_wall")]
+    pub clock: Clock,
+}
+
+/// The clock a host measures time on. Times of two clocks never compare: under `icount` a
+/// "nanosecond" is one guest instruction, and a jiffy a tick of virtual time.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Clock {
+    /// Real time, as it passes (bare metal, KVM, a VM's own wall clock, QEMU TCG without
+    /// icount).
+    #[default]
+    Wall,
+    /// QEMU's instruction clock (`-icount shift=0`): the guest's time advances one nanosecond
+    /// per instruction it executes, and an idle guest jumps to its next timer. A time is an
+    /// instruction count; a jiffy is a tick of that virtual time.
+    Icount,
+}
+
+impl Clock {
+    /// Every clock, for parsing and messages.
+    pub const ALL: [Clock; 2] = [Clock::Wall, Clock::Icount];
+
+    /// The kernel command-line parameter by which `hvlab vm` tells the guest's hvlab its clock
+    /// (`hvlab.clock=icount`): only the VMM that boots the kernel can set it, so a process on
+    /// a real host cannot claim a clock it does not have.
+    pub const KERNEL_PARAM: &'static str = "hvlab.clock";
+
+    /// Its name (`wall`, `icount`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Clock::Wall => "wall",
+            Clock::Icount => "icount",
+        }
+    }
+
+    /// Whether this is the wall clock (what a record without a clock was measured on).
+    pub fn is_wall(&self) -> bool {
+        *self == Clock::Wall
+    }
+
+    /// The clock a kernel command line names (`hvlab.clock=icount`); the wall clock when it
+    /// names none or one this hvlab does not know.
+    pub fn from_cmdline(cmdline: &str) -> Clock {
+        cmdline
+            .split_whitespace()
+            .filter_map(|w| w.strip_prefix(Clock::KERNEL_PARAM)?.strip_prefix('='))
+            .next_back()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_default()
+    }
+
+    /// The unit a time measured in `unit` on this clock is stored in. On the wall clock every
+    /// unit is itself; on the instruction clock a nanosecond is an instruction, so `ns` becomes
+    /// `insn`, `us` `kinsn`, `ms` `Minsn`, `s` `Ginsn` (the value unchanged: 6.96 ms of virtual
+    /// time is 6.96 million instructions), and `ns/page` `insn/page`. Other units (counts,
+    /// bytes, jiffies) are the same on both clocks, and a rate per time is per instructions
+    /// (`pages/ms` becomes `pages/Minsn`).
+    pub fn unit(self, unit: &str) -> String {
+        if self == Clock::Wall {
+            return unit.to_string();
+        }
+        if let Some((num, per)) = unit.split_once('/') {
+            return format!("{}/{}", self.unit(num), self.unit(per));
+        }
+        match unit {
+            "ns" => "insn",
+            "us" | "µs" | "μs" => "kinsn",
+            "ms" => "Minsn",
+            "s" => "Ginsn",
+            other => other,
+        }
+        .to_string()
+    }
+}
+
+impl std::fmt::Display for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Clock {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Clock, String> {
+        Clock::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| format!("`{s}` is not a clock: give icount or wall"))
+    }
 }
 
 /// A kernel under test, booted in a VM by `hvlab vm`: stored in its runs' host fingerprint.
@@ -179,4 +274,73 @@ pub fn hypervisor_name(signature: &str) -> String {
         other => other,
     }
     .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_instruction_clock_stores_times_as_instructions_and_leaves_other_units() {
+        assert_eq!(Clock::Icount.unit("ns"), "insn");
+        assert_eq!(Clock::Icount.unit("us"), "kinsn");
+        assert_eq!(Clock::Icount.unit("ms"), "Minsn");
+        assert_eq!(Clock::Icount.unit("s"), "Ginsn");
+        assert_eq!(Clock::Icount.unit("ns/page"), "insn/page");
+        assert_eq!(Clock::Icount.unit("pages/ms"), "pages/Minsn");
+        for other in ["count", "bytes", "jiffies", "ratio", ""] {
+            assert_eq!(Clock::Icount.unit(other), other);
+        }
+        for unit in ["ns", "ms", "ns/page", "count"] {
+            assert_eq!(Clock::Wall.unit(unit), unit);
+        }
+    }
+
+    #[test]
+    fn a_guest_learns_its_clock_from_the_kernel_command_line_only() {
+        let line = "console=ttyS0 quiet hvlab.clock=icount tsc=reliable";
+        assert_eq!(Clock::from_cmdline(line), Clock::Icount);
+        assert_eq!(Clock::from_cmdline("console=ttyS0 quiet"), Clock::Wall);
+        // A value this hvlab does not know, or a parameter that only starts alike, is no clock.
+        assert_eq!(Clock::from_cmdline("hvlab.clock=cycles"), Clock::Wall);
+        assert_eq!(Clock::from_cmdline("hvlab.clocks=icount"), Clock::Wall);
+        // The kernel takes the last of a repeated parameter.
+        assert_eq!(
+            Clock::from_cmdline("hvlab.clock=icount hvlab.clock=wall"),
+            Clock::Wall
+        );
+        assert_eq!("icount".parse::<Clock>(), Ok(Clock::Icount));
+        assert!("tsc".parse::<Clock>().is_err());
+    }
+
+    #[test]
+    fn a_host_without_a_clock_in_its_json_is_on_the_wall_clock_and_says_icount_only() {
+        let host = |clock: Clock| HostInfo {
+            kernel: "7.3.4".into(),
+            cpu: "AMD EPYC".into(),
+            cores: 1,
+            kvm_flavour: KvmFlavour::Svm,
+            tdp: Some(true),
+            tdp_mmu: Some(true),
+            vpmu: Some(false),
+            hz: 250,
+            hz_source: "config".into(),
+            thp: "always".into(),
+            hypervisor: Some("TCGTCGTCGTCG".into()),
+            kvm_access: "ok".into(),
+            capabilities: BTreeMap::new(),
+            hvlab_version: "0".into(),
+            git_rev: "x".into(),
+            under_test: None,
+            clock,
+        };
+        let wall = serde_json::to_string(&host(Clock::Wall)).unwrap();
+        assert!(!wall.contains("clock"), "{wall}");
+        let icount = serde_json::to_string(&host(Clock::Icount)).unwrap();
+        assert!(icount.contains(r#""clock":"icount""#), "{icount}");
+        let back: HostInfo = serde_json::from_str(&icount).unwrap();
+        assert_eq!(back.clock, Clock::Icount);
+        let old: HostInfo = serde_json::from_str(&wall).unwrap();
+        assert_eq!(old.clock, Clock::Wall);
+    }
 }

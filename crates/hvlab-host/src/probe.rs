@@ -7,7 +7,7 @@ use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use hvlab_core::host::{HostInfo, KvmFlavour};
+use hvlab_core::host::{Clock, HostInfo, KvmFlavour};
 
 /// Where hvlab looks for the KVM device; `HVLAB_KVM_DEVICE` overrides it (tests use this to
 /// exercise the missing-device path, and it helps on hosts with a renamed node). An empty
@@ -43,6 +43,7 @@ pub fn probe_with(kvm_access: String, capabilities: BTreeMap<String, bool>) -> H
         hvlab_version: String::new(),
         git_rev: String::new(),
         under_test: None,
+        clock: Clock::from_cmdline(&read_trimmed("/proc/cmdline").unwrap_or_default()),
     }
 }
 

@@ -32,6 +32,7 @@ macro_rules! run_values {
             &$row.tag,
             &$row.suite,
             &$row.baseline,
+            &$row.clock,
         ]
     };
 }
@@ -204,6 +205,8 @@ pub struct RunListing {
     pub suite: Option<String>,
     /// The named baseline it was saved as.
     pub baseline: Option<String>,
+    /// The clock its times are on (the wall clock, or QEMU's instruction clock).
+    pub clock: hvlab_core::host::Clock,
     /// Every parameter in effect (a sweep's id is its `sweep`).
     pub params: std::collections::BTreeMap<String, serde_json::Value>,
 }
@@ -359,8 +362,8 @@ pub enum Ingested {
 
 /// The runs table's columns a run fills, in the order of `run_values!`, the same for both
 /// engines; a store of schema 2 has the first 15 (the tag, suite and baseline came with
-/// schema 3).
-const RUN_COLUMNS: [&str; 18] = [
+/// schema 3, the clock with schema 4).
+const RUN_COLUMNS: [&str; 19] = [
     "id",
     "scenario",
     "backend",
@@ -379,6 +382,7 @@ const RUN_COLUMNS: [&str; 18] = [
     "tag",
     "suite",
     "baseline",
+    "clock",
 ];
 
 /// `INSERT INTO runs` of the first `n` of [`RUN_COLUMNS`], the run stored complete; `mark` is
@@ -409,6 +413,8 @@ struct RunRow {
     tag: Option<String>,
     suite: Option<String>,
     baseline: Option<String>,
+    /// The clock its times are on ([`RunRecord::clock`]).
+    clock: String,
     host_json: String,
     params_json: String,
     record_json: String,
@@ -446,6 +452,7 @@ impl RunRow {
                 .and_then(serde_json::Value::as_str)
                 .map(str::to_string),
             baseline: run.baseline.clone(),
+            clock: run.clock().to_string(),
             host_json: json(&run.host)?,
             params_json: json(&run.params)?,
             record_json: json(run)?,
@@ -667,10 +674,10 @@ mod tests {
             "{pg}"
         );
         assert!(
-            pg.contains("VALUES ($1, $2,") && pg.contains("$18, 'complete')"),
+            pg.contains("VALUES ($1, $2,") && pg.contains("$19, 'complete')"),
             "{pg}"
         );
-        assert!(!pg.contains("$19"), "{pg}");
+        assert!(!pg.contains("$20"), "{pg}");
         let v2 = insert_run_sql(15, '?');
         assert!(
             v2.contains("record_json, status)") && v2.contains("?15, 'complete')"),

@@ -320,7 +320,7 @@ impl PgStore {
                     "SELECT id, scenario, backend, started_at, kernel, kvm_flavour, cpu, hz,
                             coalesce((SELECT array_agg(name ORDER BY ordinal) FROM variants
                                       WHERE run_id = runs.id), '{}'),
-                            profile, tag, suite, params_json, baseline
+                            profile, tag, suite, params_json, baseline, clock
                      FROM runs WHERE status = 'complete'
                      ORDER BY started_at DESC, id DESC LIMIT $1",
                     &[&i64::try_from(limit).unwrap_or(i64::MAX)],
@@ -333,6 +333,10 @@ impl PgStore {
                 let run_id: String = r.try_get(0).map_err(&pg)?;
                 let backend: String = r.try_get(2).map_err(&pg)?;
                 let backend = backend.parse().map_err(|e: String| {
+                    StoreError::Corrupt(run_id.clone(), serde::de::Error::custom(e))
+                })?;
+                let clock: String = r.try_get(14).map_err(&pg)?;
+                let clock = clock.parse().map_err(|e: String| {
                     StoreError::Corrupt(run_id.clone(), serde::de::Error::custom(e))
                 })?;
                 let listing = (|| {
@@ -351,6 +355,7 @@ impl PgStore {
                         suite: r.try_get(11)?,
                         params: super::params_of(r.try_get::<_, &str>(12)?),
                         baseline: r.try_get(13)?,
+                        clock,
                     })
                 })();
                 listing.map_err(&pg)
@@ -479,7 +484,7 @@ async fn insert_run(tx: &mut Transaction<'_>, row: &RunRow) -> Result<bool, toki
         "{} ON CONFLICT (id) DO NOTHING",
         insert_run_sql(RUN_COLUMNS.len(), '$')
     );
-    let values: [&(dyn tokio_postgres::types::ToSql + Sync); 18] = run_values!(row);
+    let values: [&(dyn tokio_postgres::types::ToSql + Sync); 19] = run_values!(row);
     let n = tx.execute(&sql, &values).await?;
     Ok(n == 1)
 }

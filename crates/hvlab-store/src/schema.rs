@@ -21,7 +21,7 @@ pub struct Migration {
 }
 
 /// The version this hvlab writes.
-pub const LATEST: i64 = 3;
+pub const LATEST: i64 = 4;
 
 /// Migration 1's tables, written once for both engines: they differ only in the names of the
 /// 64-bit integer and float types.
@@ -134,6 +134,24 @@ UPDATE runs SET tag = coalesce(record_json::jsonb ->> 'tag',
                 suite = params_json::jsonb ->> 'suite',
                 baseline = record_json::jsonb ->> 'baseline';
 CREATE INDEX IF NOT EXISTS runs_by_suite ON runs (suite);
+",
+    },
+    Migration {
+        version: 4,
+        what: "the clock a run's times are on (wall, or QEMU's instruction clock) as a column, so runs of two clocks are never compared",
+        // Runs stored before: a kvm run's clock from its host fingerprint (none there: the
+        // wall clock), a model run's the wall clock (its times are its profile's).
+        sqlite: "
+ALTER TABLE runs ADD COLUMN clock TEXT NOT NULL DEFAULT 'wall';
+UPDATE runs SET clock = coalesce(json_extract(host_json, '$.clock'), 'wall')
+    WHERE backend = 'kvm';
+CREATE INDEX IF NOT EXISTS runs_by_clock ON runs (clock);
+",
+        postgres: "
+ALTER TABLE runs ADD COLUMN clock TEXT NOT NULL DEFAULT 'wall';
+UPDATE runs SET clock = coalesce(host_json::jsonb ->> 'clock', 'wall')
+    WHERE backend = 'kvm';
+CREATE INDEX IF NOT EXISTS runs_by_clock ON runs (clock);
 ",
     },
 ];

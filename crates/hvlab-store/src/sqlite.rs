@@ -360,7 +360,7 @@ impl SqliteStore {
             "SELECT id, scenario, backend, started_at, kernel, kvm_flavour, cpu, hz,
                     (SELECT json_group_array(name) FROM
                         (SELECT name FROM variants WHERE run_id = runs.id ORDER BY ordinal)),
-                    profile, tag, suite, params_json, baseline
+                    profile, tag, suite, params_json, baseline, clock
              FROM runs WHERE status = 'complete' ORDER BY started_at DESC, id DESC LIMIT ?1",
         )?;
         let rows = stmt.query_map(params![i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
@@ -389,6 +389,13 @@ impl SqliteStore {
                 suite: r.get(11)?,
                 params: super::params_of(&r.get::<_, String>(12)?),
                 baseline: r.get(13)?,
+                clock: r.get::<_, String>(14)?.parse().map_err(|e: String| {
+                    rusqlite::Error::FromSqlConversionFailure(
+                        14,
+                        rusqlite::types::Type::Text,
+                        e.into(),
+                    )
+                })?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -447,7 +454,7 @@ fn stored_json(conn: &Connection, id: &str) -> rusqlite::Result<Option<String>> 
 const V2_COLUMNS: usize = 15;
 
 /// A run's values for [`RUN_COLUMNS`], in their order.
-fn run_values(row: &RunRow) -> [&dyn rusqlite::ToSql; 18] {
+fn run_values(row: &RunRow) -> [&dyn rusqlite::ToSql; 19] {
     run_values!(row)
 }
 
@@ -629,6 +636,56 @@ mod tests {
         assert!(!old_showcase.is_users());
         assert!(by_id(&users.run_id).is_users());
         assert_eq!(by_id(&users.run_id).suite, None);
+    }
+
+    #[test]
+    fn a_version_3_store_takes_migration_4_and_its_runs_list_on_their_clocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let mut icount = record("2026-11-22T10:00:00Z-lifecycle-kvm-0001");
+        icount.host.clock = hvlab_core::host::Clock::Icount;
+        let wall = record("2026-11-22T10:00:01Z-lifecycle-kvm-0002");
+        // A model run computed in an instruction-clock guest: its times are its profile's.
+        let mut model = record("2026-11-22T10:00:02Z-lifecycle-model-0003");
+        model.backend = hvlab_core::BackendKind::Model;
+        model.host.clock = hvlab_core::host::Clock::Icount;
+        {
+            // A store as hvlab wrote it at schema 3: no clock column.
+            let conn = Connection::open(&path).unwrap();
+            for m in &schema::MIGRATIONS[..3] {
+                conn.execute_batch(m.sqlite).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 3).unwrap();
+            for run in [&icount, &wall, &model] {
+                let row = super::super::RunRow::of(run).unwrap();
+                conn.execute(
+                    &insert_run_sql(RUN_COLUMNS.len() - 1, '?'),
+                    &run_values(&row)[..RUN_COLUMNS.len() - 1],
+                )
+                .unwrap();
+            }
+        }
+        let mut store = Store::open(&path).unwrap();
+        let clock_of = |store: &Store, id: &str| {
+            store
+                .list(10)
+                .unwrap()
+                .into_iter()
+                .find(|l| l.run_id == id)
+                .unwrap()
+                .clock
+        };
+        use hvlab_core::host::Clock;
+        assert_eq!(clock_of(&store, &icount.run_id), Clock::Icount);
+        assert_eq!(clock_of(&store, &wall.run_id), Clock::Wall);
+        assert_eq!(clock_of(&store, &model.run_id), Clock::Wall);
+        // A run stored now keeps its clock, in the column and in the record.
+        let mut new = record("2026-11-22T10:00:03Z-lifecycle-kvm-0004");
+        new.host.clock = Clock::Icount;
+        store.save(&mut new).unwrap();
+        assert_eq!(clock_of(&store, &new.run_id), Clock::Icount);
+        assert_eq!(store.load(&new.run_id).unwrap(), new);
+        assert_eq!(store.load(&new.run_id).unwrap().clock(), Clock::Icount);
     }
 
     #[test]

@@ -6,19 +6,20 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{
-    BootArgs, GuestConfigArgs, Reporter, SandboxArgs, check_variants_exist, check_writable,
-    command_line, open_store, series::at_least_two_boots,
+    JudgeArgs, Reporter, check_variants_exist, check_writable, command_line, open_store,
+    series::at_least_two_boots,
 };
-use crate::error::{Error, InputError};
+use crate::cli::Error;
+use crate::error::InputError;
 use crate::export::email::ReplyContext;
+use crate::kernel::build::PatchedSpec;
 use crate::kernel::mail::Thread;
 use crate::lab::bisect::Seek;
 use crate::lab::judge::{self, JudgeRequest};
-use crate::lab::kab::KabRequest;
 
-/// `hvlab judge`.
+/// `hvlab judge`: one step of `git bisect run`.
 #[derive(Debug, Args)]
-pub struct JudgeArgs {
+pub struct BisectStepArgs {
     /// The known good kernel (debian:7.3, git:PATH@v7.3)
     good: String,
     /// The kernel judged [default: the commit checked out in the git tree here,
@@ -36,24 +37,11 @@ pub struct JudgeArgs {
     /// Bad is REGRESSED only, not any change
     #[arg(long)]
     regression: bool,
-    /// Scenario to run (repeatable) [default: lifecycle]
-    #[arg(long = "scenario", value_name = "S")]
-    scenarios: Vec<String>,
-    /// Scenario parameter key=value (repeatable)
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    sets: Vec<String>,
-    /// Boots per kernel at the first try, in ABBA order (at least 2)
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=50))]
-    boots: u32,
-    /// Repetitions per variant in each boot at the first try
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    reps: u32,
+    #[command(flatten)]
+    judge: JudgeArgs,
     /// How many times a NOT DECIDED judgement gets more: each adds an ABBA pair of boots
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=8))]
     max_effort: u32,
-    /// Smallest change that counts for judged jiffies and times
-    #[arg(long, default_value = "5%")]
-    threshold: String,
     /// Never boot: answer from the object code alone (identical: good; changed: skip)
     #[arg(long)]
     no_boot: bool,
@@ -61,15 +49,6 @@ pub struct JudgeArgs {
     /// References from the candidate's last patch's Message-ID), to FILE
     #[arg(long, value_name = "FILE")]
     email: Option<PathBuf>,
-    /// One JSON document on stdout
-    #[arg(long)]
-    json: bool,
-    #[command(flatten)]
-    config: GuestConfigArgs,
-    #[command(flatten)]
-    sandbox: SandboxArgs,
-    #[command(flatten)]
-    boot: BootArgs,
 }
 
 /// The commit checked out in the git tree around the working directory, as a spec.
@@ -96,8 +75,8 @@ fn head_of_cwd() -> Result<String, Error> {
 
 /// The thread of the candidate's last patch over GOOD, for `--email FILE`, with FILE checked
 /// writable.
-fn thread_of(good: &str, candidate: &str, path: &Path) -> Result<Thread, Error> {
-    let patches = judge::patches_over(good, candidate)?;
+fn thread_of(good: &PatchedSpec, candidate: &PatchedSpec, path: &Path) -> Result<Thread, Error> {
+    let patches = judge::patches_over(good, candidate);
     let thread = patches
         .last()
         .and_then(|p| p.patches.last())
@@ -166,35 +145,23 @@ fn write_reply(path: &Path, j: &judge::Judgement, thread: &Thread) -> Result<(),
     Ok(())
 }
 
-fn run(db: Option<&Path>, args: &JudgeArgs) -> Result<ExitCode, Error> {
-    let scenarios = if args.scenarios.is_empty() {
+fn run(db: Option<&Path>, args: &BisectStepArgs) -> Result<ExitCode, Error> {
+    let scenarios = if args.judge.scenarios.is_empty() {
         vec!["lifecycle".to_string()]
     } else {
-        args.scenarios.clone()
+        args.judge.scenarios.clone()
     };
     check_variants_exist("--variant", std::slice::from_ref(&args.variant), &scenarios)?;
-    at_least_two_boots(args.boots)?;
-    let config = args.config.checked()?;
+    // A step of a bisection: two boots a side at least, as `bisect`'s own steps.
+    at_least_two_boots(args.judge.boots(true))?;
     let candidate = match &args.candidate {
         Some(c) => c.clone(),
         None => head_of_cwd()?,
     };
     let req = JudgeRequest {
-        kab: KabRequest {
-            base: args.good.clone(),
-            patched: candidate,
-            scenarios,
-            variants: vec![args.variant.clone()],
-            sets: args.sets.clone(),
-            boots: args.boots,
-            reps: args.reps,
-            threshold: crate::lab::compare::parse_threshold(&args.threshold)?,
-            vm: args.boot.config()?,
-            model_strategy: None,
-            calibrate: false,
-            sandbox: args.sandbox.policy(),
-            config,
-        },
+        kab: args
+            .judge
+            .request(&args.good, &candidate, vec![args.variant.clone()], true)?,
         variant: args.variant.clone(),
         metric: args.metric.clone(),
         seek: if args.fix {
@@ -213,10 +180,10 @@ fn run(db: Option<&Path>, args: &JudgeArgs) -> Result<ExitCode, Error> {
         None => None,
     };
     let mut store = open_store(db)?;
-    let reporter = Reporter::new(args.json);
+    let reporter = Reporter::new(args.judge.json);
     let j = judge::judge(&req, &mut store, &reporter)?;
     drop(reporter);
-    if args.json {
+    if args.judge.json {
         super::super::print_json(&j)?;
     } else {
         super::super::print_text(&crate::export::objdiff::judgement(&j))?;
@@ -230,7 +197,7 @@ fn run(db: Option<&Path>, args: &JudgeArgs) -> Result<ExitCode, Error> {
 /// `hvlab judge`: exit 0 (good), 1 (bad) or 125 (skip) with an answer; any error of its own
 /// (bad input, a host that cannot boot, a store that fails) exits 128 plus its usual code, which
 /// stops `git bisect run` instead of marking the commit bad.
-pub fn judge(db: Option<&Path>, args: &JudgeArgs) -> Result<ExitCode, Error> {
+pub fn judge(db: Option<&Path>, args: &BisectStepArgs) -> Result<ExitCode, Error> {
     match run(db, args) {
         Ok(code) => Ok(code),
         Err(Error::Output(e)) => Err(Error::Output(e)),

@@ -84,6 +84,7 @@ fn outcome(
             cpu_model: "EPYC,+svm,+npt".into(),
             vendor_module: "kvm_amd".into(),
             why: "accel: tcg (no nested virtualization on this host)".into(),
+            clock: Default::default(),
         },
         host: HostSummary {
             kernel: "6.18".into(),

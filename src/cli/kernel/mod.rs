@@ -6,7 +6,7 @@ mod judge;
 mod kab_golden;
 mod series;
 
-pub use judge::JudgeArgs;
+pub use judge::BisectStepArgs;
 pub(super) use judge::judge;
 pub use series::BisectArgs;
 pub(super) use series::bisect;
@@ -22,15 +22,19 @@ use std::io::IsTerminal;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::analysis::class::VariantClass;
-use crate::error::{Error, InputError};
+use crate::cli::Error;
+use crate::error::InputError;
 use crate::export::kab::{duration, how_built, markdown, render};
-use crate::kernel::build::{self, BuildNote, BuildProgress};
+use crate::kernel::build::{self, BuildNote, BuildProgress, PatchedSpec};
 use crate::kernel::calibration;
+use crate::kernel::limits::LimitOverrides;
 use crate::kernel::sandbox::SandboxPolicy;
 use crate::kernel::vm::{self, Accel, Boot, VmConfig};
 use crate::kernel::{self, Kernel};
 use crate::lab::kab::{self, BootSummary, KabOutcome, KabProgress, KabRequest};
+use crate::scenario::Kind;
 use crate::store::{self, Store};
+use hvlab_core::host::Clock;
 
 /// How the VM is booted (shared by `vm` and `kab`).
 #[derive(Debug, Args)]
@@ -50,6 +54,11 @@ pub struct BootArgs {
     /// Time limit per hvlab command in the guest, seconds
     #[arg(long, default_value_t = 900)]
     timeout: u64,
+    /// The clock the guest measures on: icount (QEMU's instruction clock: a time is the guest
+    /// instructions it took, the same on a busy host) or wall [default: icount under tcg, wall
+    /// under kvm, where icount cannot be]
+    #[arg(long, value_name = "CLOCK", value_parser = parse_clock)]
+    clock: Option<Clock>,
 }
 
 impl BootArgs {
@@ -78,6 +87,7 @@ impl BootArgs {
         }
         Ok(VmConfig {
             accel: self.accel,
+            clock: self.clock,
             cpus: self.cpus,
             mem_mib: mib,
             kvm_params: self.kvm_params.clone(),
@@ -144,12 +154,21 @@ pub struct VmArgs {
     args: Vec<String>,
 }
 
-/// Where a patched kernel builds (shared by `vm` and `kab`).
+/// Where a patched kernel builds, and its limits (shared by `vm`, `kab` and `bisect`).
 #[derive(Debug, Args)]
 pub struct SandboxArgs {
     /// Build a patched kernel unconfined, as yourself, where no bubblewrap sandbox can be made: the patch's Makefiles then run with your rights (the output says so)
     #[arg(long)]
     no_sandbox: bool,
+    /// Wall-time limit of each make of a kernel build, e.g. 45m [default: 10m for modules, 30m for a whole kernel]
+    #[arg(long, value_name = "DURATION", value_parser = super::cache::parse_duration)]
+    build_timeout: Option<Duration>,
+    /// Disk space each make of a kernel build may add (output and temporary files), and the largest file it may write, e.g. 8G [default: 1G for modules, 4G for a whole kernel]
+    #[arg(long, value_name = "SIZE", value_parser = super::cache::parse_size)]
+    build_disk: Option<u64>,
+    /// Processes a kernel build may have at once, held by a pids cgroup where hvlab can make one, else RLIMIT_NPROC [default: 512]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    build_procs: Option<u32>,
 }
 
 /// `--config FILE`: the config a `git:` kernel's minimal guest config takes its options from.
@@ -175,11 +194,100 @@ impl GuestConfigArgs {
 
 impl SandboxArgs {
     fn policy(&self) -> SandboxPolicy {
-        if self.no_sandbox {
-            SandboxPolicy::Off
+        let base = if self.no_sandbox {
+            SandboxPolicy::OFF
         } else {
-            SandboxPolicy::Required
+            SandboxPolicy::REQUIRED
+        };
+        SandboxPolicy {
+            limits: LimitOverrides {
+                wall: self.build_timeout,
+                disk_bytes: self.build_disk,
+                processes: self.build_procs,
+            },
+            ..base
         }
+    }
+}
+
+/// What `kab`, `kab --per-patch`, `bisect` and `judge` share: the scenarios each guest runs, its
+/// parameters, the boots and repetitions, the threshold, and where and how kernels build and
+/// boot.
+#[derive(Debug, Args)]
+pub struct JudgeArgs {
+    /// Scenario to run (repeatable) [default: lifecycle]
+    #[arg(long = "scenario", value_name = "S")]
+    scenarios: Vec<String>,
+    /// Scenario parameter key=value (repeatable), for the scenarios that declare the key;
+    /// checked here before anything is built
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+    /// Boots per kernel, in ABBA order [default: 1 on the instruction clock, where a boot
+    /// repeats the last one's times; 2 on the wall clock, and with --per-patch, bisect and
+    /// judge, which take 2 at least: one boot cannot tell a boot's own offset from a commit's]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
+    boots: Option<u32>,
+    /// Repetitions per variant in each boot (a bisection's at the first try)
+    // 10, so 20 per side with the default boots: two emulator hiccups on one side sink a rank
+    // test over 6 per side, and a repetition costs far less than a boot.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    reps: u32,
+    /// Smallest change that counts for judged jiffies and times
+    #[arg(long, default_value = "5%")]
+    threshold: String,
+    /// One JSON document on stdout
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    config: GuestConfigArgs,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
+    #[command(flatten)]
+    boot: BootArgs,
+}
+
+impl JudgeArgs {
+    /// The boots per kernel asked for, else the default: one on the instruction clock for a
+    /// kab of two kernels, two otherwise.
+    fn boots(&self, series: bool) -> u32 {
+        self.boots
+            .unwrap_or(if icount_by_default(&self.boot) && !series {
+                1
+            } else {
+                2
+            })
+    }
+
+    /// The request of `base` against `patched` running `variants`, typed once: both kernel
+    /// specs read (their patches and the paths those name included), every scenario with its
+    /// parameters checked by its own declarations, the boots and the build settings; any of
+    /// it wrong is bad input, before anything is fetched, built or booted.
+    fn request(
+        &self,
+        base: &str,
+        patched: &str,
+        variants: Vec<String>,
+        series: bool,
+    ) -> Result<KabRequest, Error> {
+        let threshold = crate::lab::compare::parse_threshold(&self.threshold)?;
+        let vm = self.boot.config()?;
+        let config = self.config.checked()?;
+        let scenarios = kab::guest_scenarios(&self.scenarios, &variants, &self.sets)?;
+        let spec = |text: &str| PatchedSpec::parse(text).map_err(vm::VmError::from);
+        Ok(KabRequest {
+            base: spec(base)?,
+            patched: spec(patched)?,
+            scenarios,
+            variants,
+            boots: self.boots(series),
+            reps: self.reps,
+            threshold,
+            vm,
+            model_strategy: None,
+            calibrate: false,
+            sandbox: self.sandbox.policy(),
+            config,
+        })
     }
 }
 
@@ -191,26 +299,11 @@ pub struct KabArgs {
     /// The patched kernel, e.g. debian:7.3+fix.patch (rebuilt from Debian's source of that
     /// version; an unpatched debian:7.3 as A is then rebuilt the same way, without the patch)
     patched: String,
-    /// Scenario to run (repeatable) [default: lifecycle]
-    #[arg(long = "scenario", value_name = "S")]
-    scenarios: Vec<String>,
     /// Variant to run (repeatable) [default: all]
     #[arg(long = "variant", value_name = "V")]
     variants: Vec<String>,
-    /// Scenario parameter key=value (repeatable)
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    sets: Vec<String>,
-    /// Boots per kernel, in ABBA order
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=50))]
-    boots: u32,
-    /// Repetitions per variant in each boot
-    // 10, so 20 per side with the default boots: two emulator hiccups on one side sink a rank
-    // test over 6 per side, and a repetition costs far less than a boot.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    reps: u32,
-    /// Smallest change that counts for judged jiffies and times
-    #[arg(long, default_value = "5%")]
-    threshold: String,
+    #[command(flatten)]
+    judge: JudgeArgs,
     /// Exit 1 when any verdict is REGRESSED (a judged metric worse, a stall gained, or a variant A ran that B failed)
     #[arg(long)]
     fail_on_regression: bool,
@@ -220,9 +313,6 @@ pub struct KabArgs {
     /// Write a paragraph for the patch's cover letter (Markdown, at most 25 lines) here, and a copy beside the stored runs
     #[arg(long, value_name = "FILE")]
     markdown: Option<PathBuf>,
-    /// One JSON document on stdout
-    #[arg(long)]
-    json: bool,
     /// The model's strategy for B's change, when the model does not recognise the patch: for lifecycle always-defer (call_srcu, Linux 6.18 to 7.3), always-sync (before 7d9a0273), lifecycle-keyed (the fix in thread 001); for memory legacy (thread 004's trailing prefetch), legacy-skip-trailing (without it), either with :N for PTE_PREFETCH_NUM N (legacy:16)
     #[arg(long, value_name = "STRATEGY", value_parser = parse_model_strategy)]
     model_strategy: Option<String>,
@@ -243,13 +333,7 @@ pub struct KabArgs {
     #[arg(long, value_name = "M", requires = "per_patch")]
     metric: Option<String>,
     #[command(flatten)]
-    config: GuestConfigArgs,
-    #[command(flatten)]
     shard: super::ShardArgs,
-    #[command(flatten)]
-    sandbox: SandboxArgs,
-    #[command(flatten)]
-    boot: BootArgs,
 }
 
 fn open_store(db: Option<&Path>) -> Result<Store, Error> {
@@ -272,22 +356,30 @@ fn keep(store: &mut Store, boot: &Boot) -> Result<String, Error> {
     ))
 }
 
+/// `--clock`.
+fn parse_clock(text: &str) -> Result<Clock, String> {
+    text.parse()
+}
+
 /// `hvlab vm`.
 pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
     let cfg = args.boot.config()?;
+    vm::check_clock(cfg.accel, cfg.clock)?;
     let config = args.config.checked()?;
     let commands = vm_commands(args)?;
+    let spec = PatchedSpec::parse(&args.kernel)
+        .map_err(vm::VmError::from)?
+        .with_modules(args.modules.as_deref());
     let mut store = open_store(db)?;
-    vm::qemu()?;
+    let qemu = vm::qemu()?;
+    // The accelerator and the clock before anything is fetched or built: a QEMU that cannot
+    // count instructions is said at once.
+    let choice = vm::choose_accel(cfg.accel)?;
+    let clock = vm::choose_clock(cfg.clock, &choice, &qemu)?;
     let reporter = Reporter::new(false);
-    let resolved = build::resolve_with_config(
-        &[&args.kernel],
-        args.modules.as_deref(),
-        args.sandbox.policy(),
-        config.as_deref(),
-        &reporter,
-    )
-    .map_err(vm::VmError::from)?;
+    let resolved =
+        build::resolve_with_config(&[spec], args.sandbox.policy(), config.as_deref(), &reporter)
+            .map_err(vm::VmError::from)?;
     drop(reporter);
     let Some(built) = resolved.sides.into_iter().next() else {
         return Err(InputError::BadValue {
@@ -305,7 +397,8 @@ pub fn vm(db: Option<&Path>, args: &VmArgs) -> Result<ExitCode, Error> {
     for n in &resolved.notes {
         eprintln!("note: {n}");
     }
-    eprintln!("{}", vm::choose_accel(cfg.accel)?.why);
+    eprintln!("{}", choice.why);
+    eprintln!("{}", crate::export::words::clock_line(clock));
     let dir = kab::logs_dir(&kernel.release);
     let (boot, failure) = vm::boot(&kernel, &cfg, &commands, &dir)?;
     if let Some(s) = boot.to_first_command_s {
@@ -438,6 +531,7 @@ impl KabProgress for Reporter {
             self.line(&format!("note: {n}"));
         }
         self.line(&accel.why);
+        self.line(&crate::export::words::clock_line(accel.clock));
     }
 
     fn boot_start(&self, n: usize, total: usize, side: &str, kernel: &Kernel) {
@@ -488,6 +582,9 @@ fn command_line() -> String {
 
 /// `hvlab kab`.
 pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
+    if args.per_patch {
+        series::at_least_two_boots(args.judge.boots(true))?;
+    }
     let req = kab_request(args)?;
     check_kab_args(args, &req)?;
     if args.per_patch {
@@ -502,10 +599,10 @@ pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
         .into());
     }
     let mut store = open_store(db)?;
-    let reporter = Reporter::new(args.json);
+    let reporter = Reporter::new(args.judge.json);
     let outcome = kab::run(&req, &mut store, &reporter)?;
     drop(reporter);
-    if args.json {
+    if args.judge.json {
         super::print_json(&outcome)?;
     } else {
         super::print_text(&render(&outcome))?;
@@ -532,27 +629,26 @@ fn kab_exit_code(
     Ok(u8::from(regressed || missed_fixed))
 }
 
+/// Whether the boots will run on the instruction clock: asked for, or TCG's default. An
+/// accelerator that cannot be had is said later, by the boot itself.
+fn icount_by_default(boot: &BootArgs) -> bool {
+    match boot.clock {
+        Some(clock) => clock == Clock::Icount,
+        None => vm::choose_accel(boot.accel).is_ok_and(|c| c.accel != Accel::Kvm),
+    }
+}
+
 /// What the kab compares, and how, from its arguments.
 fn kab_request(args: &KabArgs) -> Result<KabRequest, Error> {
-    Ok(KabRequest {
-        base: args.base.clone(),
-        patched: args.patched.clone(),
-        scenarios: if args.scenarios.is_empty() {
-            vec!["lifecycle".to_string()]
-        } else {
-            args.scenarios.clone()
-        },
-        variants: args.variants.clone(),
-        sets: args.sets.clone(),
-        boots: args.boots,
-        reps: args.reps,
-        threshold: crate::lab::compare::parse_threshold(&args.threshold)?,
-        vm: args.boot.config()?,
-        model_strategy: args.model_strategy.clone(),
-        calibrate: !args.no_calibrate,
-        sandbox: args.sandbox.policy(),
-        config: args.config.checked()?,
-    })
+    let mut req = args.judge.request(
+        &args.base,
+        &args.patched,
+        args.variants.clone(),
+        args.per_patch,
+    )?;
+    req.model_strategy = args.model_strategy.clone();
+    req.calibrate = !args.no_calibrate;
+    Ok(req)
 }
 
 /// `--model-strategy`: one of the lifecycle model's strategies or the memory model's.
@@ -572,7 +668,7 @@ fn check_kab_args(args: &KabArgs, req: &KabRequest) -> Result<(), Error> {
         .model_strategy
         .as_deref()
         .is_some_and(|m| crate::lab::fidelity::memory_patch::Prefetch::named(m).is_some());
-    if memory && !req.scenarios.iter().any(|s| s == "memory") {
+    if memory && !req.runs(Kind::Memory) {
         return Err(InputError::BadValue {
             key: "--model-strategy".into(),
             value: args.model_strategy.clone().unwrap_or_default(),
@@ -581,7 +677,7 @@ fn check_kab_args(args: &KabArgs, req: &KabRequest) -> Result<(), Error> {
         }
         .into());
     }
-    if !memory && args.model_strategy.is_some() && !req.scenarios.iter().any(|s| s == "lifecycle") {
+    if !memory && args.model_strategy.is_some() && !req.runs(Kind::Lifecycle) {
         return Err(InputError::BadValue {
             key: "--model-strategy".into(),
             value: args.model_strategy.clone().unwrap_or_default(),
@@ -603,7 +699,7 @@ fn check_kab_args(args: &KabArgs, req: &KabRequest) -> Result<(), Error> {
         }
         .into());
     }
-    check_expected_variants(&args.expect_fixed, &req.scenarios)?;
+    check_expected_variants(&args.expect_fixed, &req.scenario_names())?;
     if let Some(path) = &args.markdown {
         check_writable(path, COVER_LETTER, MARKDOWN)?;
     }
@@ -1068,6 +1164,7 @@ mod tests {
                 cpu_model: "EPYC,+svm,+npt".into(),
                 vendor_module: "kvm_amd".into(),
                 why: "accel: tcg".into(),
+                clock: Default::default(),
             },
             host: HostSummary {
                 kernel: "6.18".into(),

@@ -7,12 +7,17 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{
-    BootArgs, GuestConfigArgs, KabArgs, Reporter, SandboxArgs, check_variants_exist, command_line,
-    open_store, write_cover_letter,
+    JudgeArgs, KabArgs, Reporter, check_variants_exist, command_line, open_store,
+    write_cover_letter,
 };
-use crate::error::{Error, InputError};
-use crate::export::series::{markdown, numbers_words, phases_line, render};
-use crate::lab::bisect::{self, Bisection, Call, KabJudge, Outcome, Range, Seek};
+use crate::cli::Error;
+use crate::error::InputError;
+use crate::export::bisect::{bisect_text, refusal_words};
+use crate::export::series::{markdown, phases_line, render};
+use crate::kernel::build::PatchedSpec;
+use crate::kernel::git::Revs;
+use crate::kernel::source::KernelSource;
+use crate::lab::bisect::{self, KabJudge, Outcome, Range, Seek};
 use crate::lab::kab::KabRequest;
 use crate::lab::series::{
     self, JudgeSettings, MboxSeries, PerPatchRequest, SeriesNote, SeriesSource,
@@ -42,16 +47,15 @@ pub(super) fn per_patch(
     args: &KabArgs,
     req: KabRequest,
 ) -> Result<ExitCode, Error> {
-    at_least_two_boots(req.boots)?;
-    let source = series::source_of(&args.patched)?;
-    if !series::is_base_of(&args.base, &args.patched, source.base()) {
+    let source = series::source_of(&req.patched)?;
+    if !series::is_base_of(&req.base, &req.patched, source.base()) {
         return Err(InputError::BadValue {
             key: "BASE".into(),
-            value: args.base.clone(),
+            value: req.base.given.clone(),
             why: format!(
                 "the series {} is on {}; give that as BASE",
-                args.patched,
-                source.base()
+                req.patched.given,
+                source.base().given
             ),
         }
         .into());
@@ -77,7 +81,7 @@ pub(super) fn per_patch(
         let notes: Vec<SeriesNote> = source.notes().into_iter().map(SeriesNote::Build).collect();
         (table, notes, json, None)
     } else {
-        let reporter = Reporter::new(args.json);
+        let reporter = Reporter::new(args.judge.json);
         let outcome = series::run_per_patch(
             &PerPatchRequest {
                 kab: req,
@@ -93,7 +97,7 @@ pub(super) fn per_patch(
         let phases = outcome.phases();
         (outcome.table, outcome.notes, json, Some(phases))
     };
-    if args.json {
+    if args.judge.json {
         super::super::print_json(&json)?;
     } else {
         let mut text = render(&table, &notes);
@@ -129,50 +133,27 @@ pub struct BisectArgs {
     /// that changed it either way
     #[arg(long, conflicts_with = "regression")]
     fix: bool,
-    /// Seek the first commit that regressed it (REGRESSED or SLOWER against GOOD), not the
-    /// first that changed it either way
+    /// Seek the first commit that regressed it (REGRESSED against GOOD), not the first that
+    /// changed it either way
     #[arg(long)]
     regression: bool,
-    /// Scenario to run (repeatable) [default: lifecycle]
-    #[arg(long = "scenario", value_name = "S")]
-    scenarios: Vec<String>,
-    /// Scenario parameter key=value (repeatable)
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    sets: Vec<String>,
-    /// Boots per kernel at the first try of a step, in ABBA order (at least 2: one boot
-    /// cannot tell a boot's own offset from a commit's)
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=50))]
-    boots: u32,
-    /// Repetitions per variant in each boot at the first try
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    reps: u32,
+    #[command(flatten)]
+    judge: JudgeArgs,
     /// How many times a step that is NOT DECIDED gets more: each adds an ABBA pair of boots,
     /// past --boots of them at doubled repetitions
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=8))]
     max_effort: u32,
-    /// Smallest change that counts for judged jiffies and times
-    #[arg(long, default_value = "5%")]
-    threshold: String,
-    /// One JSON document on stdout
-    #[arg(long)]
-    json: bool,
     /// Under a cluster (a Slurm job, a Kubernetes pod): while a step boots, build the next
     /// step's two possible commits ahead (refused on a machine of its own, where the builds
     /// would take the CPU the timed boots measure with)
     #[arg(long)]
     speculate: bool,
-    #[command(flatten)]
-    config: GuestConfigArgs,
-    #[command(flatten)]
-    sandbox: SandboxArgs,
-    #[command(flatten)]
-    boot: BootArgs,
 }
 
 /// GOOD, BAD and the commits between them: BAD an mbox series on GOOD, or GOOD and BAD two
 /// commits of one repository (`git:PATH@GOOD git:PATH@BAD`: the first-parent commits
 /// between them).
-fn range_of(good: &str, bad: &str) -> Result<Range, Error> {
+fn range_of(good: &PatchedSpec, bad: &PatchedSpec) -> Result<Range, Error> {
     let refuse = |key: &str, value: &str, why: String| -> Error {
         InputError::BadValue {
             key: key.into(),
@@ -181,47 +162,74 @@ fn range_of(good: &str, bad: &str) -> Result<Range, Error> {
         }
         .into()
     };
-    if good == bad {
+    if good.given == bad.given {
         return Err(refuse(
             "GOOD BAD",
-            good,
+            &good.given,
             "GOOD and BAD are the same kernel; give BAD as the series on GOOD (GOOD+SERIES.mbox) or a later commit (git:PATH@BAD)".into(),
         ));
     }
-    let git_rev = |spec: &str| {
-        spec.strip_prefix("git:")
-            .and_then(|rest| rest.rsplit_once('@'))
-            .map(|(path, rev)| (path.to_string(), rev.to_string()))
+    let commits = match (&good.source, &bad.source) {
+        (
+            KernelSource::Git {
+                repo: good_repo,
+                revs: Revs::One(from),
+            },
+            KernelSource::Git {
+                repo: bad_repo,
+                revs: Revs::One(to),
+            },
+        ) if good.patches.is_empty() && bad.patches.is_empty() => {
+            Some((good_repo, bad_repo, from, to))
+        }
+        (
+            KernelSource::Git { .. }
+            | KernelSource::Debian { .. }
+            | KernelSource::Tree { .. }
+            | KernelSource::BzImage { .. },
+            KernelSource::Git { .. }
+            | KernelSource::Debian { .. }
+            | KernelSource::Tree { .. }
+            | KernelSource::BzImage { .. },
+        ) => None,
     };
-    if let (Some((good_path, _)), Some((bad_path, bad_rev))) = (git_rev(good), git_rev(bad)) {
-        if good_path != bad_path {
+    if let Some((good_repo, bad_repo, from, to)) = commits {
+        if good_repo != bad_repo {
             return Err(refuse(
                 "BAD",
-                bad,
+                &bad.given,
                 format!(
-                    "GOOD is in {good_path} and BAD in {bad_path}; bisect within one repository"
+                    "GOOD is in {} and BAD in {}; bisect within one repository",
+                    good_repo.display(),
+                    bad_repo.display()
                 ),
             ));
         }
-        let source = series::GitRangeSeries::parse(&format!("{good}..{bad_rev}"))?;
+        let revs = Revs::Range {
+            base: from.clone(),
+            head: to.clone(),
+        };
+        let source =
+            series::GitRangeSeries::of(&format!("{}..{to}", good.given), good_repo, &revs)?;
         return Ok(Range {
-            good: source.base().to_string(),
+            good: source.base().clone(),
             steps: source.steps()?,
         });
     }
-    let source = MboxSeries::parse(bad)?;
-    if source.base() != good {
+    let source = MboxSeries::of(bad)?;
+    if source.base().given != good.given {
         return Err(refuse(
             "GOOD",
-            good,
+            &good.given,
             format!(
-                "BAD ({bad}) is a series on {}, not on GOOD; give that as GOOD",
-                source.base()
+                "BAD ({}) is a series on {}, not on GOOD; give that as GOOD",
+                bad.given,
+                source.base().given
             ),
         ));
     }
     Ok(Range {
-        good: good.to_string(),
+        good: good.clone(),
         steps: source.steps()?,
     })
 }
@@ -231,14 +239,14 @@ fn range_of(good: &str, bad: &str) -> Result<Range, Error> {
 /// skipped commits and the command that reproduces it. Exit 0 with a culprit named, 1 when
 /// none can be.
 pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
-    let scenarios = if args.scenarios.is_empty() {
+    let scenarios = if args.judge.scenarios.is_empty() {
         vec!["lifecycle".to_string()]
     } else {
-        args.scenarios.clone()
+        args.judge.scenarios.clone()
     };
     check_variants_exist("--variant", std::slice::from_ref(&args.variant), &scenarios)?;
-    at_least_two_boots(args.boots)?;
-    let config = args.config.checked()?;
+    at_least_two_boots(args.judge.boots(true))?;
+    args.judge.config.checked()?;
     if args.speculate && bisect::cluster_of(|k| std::env::var(k).ok()).is_none() {
         return Err(InputError::BadValue {
             key: "--speculate".into(),
@@ -247,22 +255,10 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
         }
         .into());
     }
-    let range = range_of(&args.good, &args.bad)?;
-    let req = KabRequest {
-        base: args.good.clone(),
-        patched: args.bad.clone(),
-        scenarios,
-        variants: vec![args.variant.clone()],
-        sets: args.sets.clone(),
-        boots: args.boots,
-        reps: args.reps,
-        threshold: crate::lab::compare::parse_threshold(&args.threshold)?,
-        vm: args.boot.config()?,
-        model_strategy: None,
-        calibrate: false,
-        sandbox: args.sandbox.policy(),
-        config,
-    };
+    let req = args
+        .judge
+        .request(&args.good, &args.bad, vec![args.variant.clone()], true)?;
+    let range = range_of(&req.base, &req.patched)?;
     let seek = if args.fix {
         Seek::Fix
     } else if args.regression {
@@ -271,7 +267,7 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
         Seek::Change
     };
     let mut store = open_store(db)?;
-    let reporter = Reporter::new(args.json);
+    let reporter = Reporter::new(args.judge.json);
     let last = range.steps.len();
     let mut judge = KabJudge::new(
         range.clone(),
@@ -287,15 +283,15 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
     let result = bisect::bisect(&mut judge, last, seek, args.max_effort);
     let phases = judge.phases();
     if let Some(e) = judge.failure() {
-        return Err(e);
+        return Err(e.into());
     }
     drop(reporter);
     let bisection = result.map_err(|e| InputError::BadValue {
         key: "GOOD BAD".into(),
         value: format!("{} {}", args.good, args.bad),
-        why: e.to_string(),
+        why: refusal_words(&e),
     })?;
-    if args.json {
+    if args.judge.json {
         super::super::print_json(&serde_json::json!({
             "range": range, "bisection": bisection, "command": command_line(), "phases": phases,
         }))?;
@@ -309,92 +305,14 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
     ))))
 }
 
-/// A call in words: the class with its metric's numbers, or the build's error.
-fn call_words(call: &Call) -> String {
-    match call {
-        Call::Judged { class, numbers } => {
-            let n = numbers
-                .as_ref()
-                .map_or_else(String::new, |n| format!(": {}", numbers_words(n, true)));
-            format!("{}{n}", class.word())
-        }
-        Call::DoesNotBuild { error } => format!("DOES NOT BUILD: {error}"),
-    }
-}
-
-/// The bisection's account: the culprit (or the commits it may be), its verdict against its
-/// parent, the skipped commits, and the command that reproduces it.
-fn bisect_text(range: &Range, b: &Bisection, command: &str) -> String {
-    let name = |i: usize| {
-        let subject = i
-            .checked_sub(1)
-            .and_then(|j| range.steps.get(j))
-            .map_or(String::new(), |s| format!(" {}", s.subject));
-        format!("{}{subject}", range.label(i))
-    };
-    let mut out = Vec::new();
-    match &b.outcome {
-        Outcome::Found {
-            commit,
-            parent,
-            checks,
-        } => {
-            out.push(format!("first changed commit: {}", name(*commit)));
-            if let Some(c) = checks.last() {
-                out.push(format!(
-                    "  against its parent ({}): {}",
-                    range.label(*parent),
-                    call_words(&c.call)
-                ));
-            }
-            out.push(format!("  kernel: {}", range.spec(*commit)));
-        }
-        Outcome::Uncertain { candidates, why } => {
-            out.push(format!(
-                "no single commit named: it is one of {}",
-                candidates
-                    .iter()
-                    .map(|&c| range.label(c))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-            out.push(format!("  {why}"));
-        }
-    }
-    out.push(format!(
-        "BAD against GOOD: {} (the change sought: {})",
-        call_words(&b.ends.call),
-        match b.seek {
-            Seek::Change => "a change either way",
-            Seek::Regression => "a regression",
-            Seek::Fix => "a fix",
-        }
-    ));
-    out.push(format!("{} step(s) judged", b.steps.len()));
-    if b.skipped.is_empty() {
-        out.push("skipped: none".into());
-    } else {
-        out.push("skipped:".into());
-        out.extend(
-            b.skipped
-                .iter()
-                .map(|s| format!("  {}: {}", name(s.commit), s.why)),
-        );
-    }
-    out.push(format!("reproduce: {command}"));
-    out.join("\n")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::class::VariantClass;
-    use crate::lab::bisect::{Probe, Skipped};
-    use crate::lab::series::{Numbers, SeriesStep};
 
     #[test]
     fn good_and_bad_that_are_one_kernel_or_an_unknown_variant_exit_2_naming_it() {
-        let e = range_of("debian:7.3", "debian:7.3").expect_err("the same kernel");
+        let debian = PatchedSpec::parse("debian:7.3").expect("a spec");
+        let e = range_of(&debian, &debian).expect_err("the same kernel");
         assert_eq!(e.exit_code(), 2);
         assert!(e.to_string().contains("GOOD BAD"), "{e}");
         let e = check_variants_exist("--variant", &["no-such".into()], &["lifecycle".into()])
@@ -414,7 +332,8 @@ mod tests {
             &["base", "KVM: one", "KVM: two", "KVM: three"],
         );
         let at = |i: usize| format!("git:{}@{}", dir.path().display(), shas[i]);
-        let range = format!("{}..{}", at(0), shas[3]);
+        let spec = |text: &str| PatchedSpec::parse(text).expect("a spec");
+        let range = spec(&format!("{}..{}", at(0), shas[3]));
         let source = series::source_of(&range).expect("a git range");
         let steps = source.steps().expect("its steps");
         assert_eq!(
@@ -422,78 +341,22 @@ mod tests {
             ["KVM: one", "KVM: two", "KVM: three"]
         );
         assert!(shas[1].starts_with(&steps[0].label), "{}", steps[0].label);
-        assert_eq!(steps[2].spec, at(3));
-        assert!(series::is_base_of(&at(0), &range, source.base()));
-        assert!(!series::is_base_of("debian:7.3", &range, source.base()));
-        let r = range_of(&at(0), &at(3)).expect("a bisection range");
-        assert_eq!(r.good, at(0));
+        assert_eq!(steps[2].spec.given, at(3));
+        assert!(series::is_base_of(&spec(&at(0)), &range, source.base()));
+        assert!(!series::is_base_of(
+            &spec("debian:7.3"),
+            &range,
+            source.base()
+        ));
+        let r = range_of(&spec(&at(0)), &spec(&at(3))).expect("a bisection range");
+        assert_eq!(r.good.given, at(0));
         assert_eq!(r.steps, steps);
         let other = tempfile::tempdir().expect("a temporary directory");
-        let e = range_of(&at(0), &format!("git:{}@HEAD", other.path().display()))
-            .expect_err("two repositories");
+        let e = range_of(
+            &spec(&at(0)),
+            &spec(&format!("git:{}@HEAD", other.path().display())),
+        )
+        .expect_err("two repositories");
         assert_eq!(e.exit_code(), 2);
-    }
-
-    #[test]
-    fn a_bisection_names_the_commit_its_subject_verdict_numbers_skips_and_command() {
-        let range = Range {
-            good: "debian:7.3".into(),
-            steps: (1..=3)
-                .map(|i| SeriesStep {
-                    label: format!("[PATCH {i}/3]"),
-                    subject: format!("KVM: change {i}"),
-                    spec: format!("debian:7.3+{i}.patch"),
-                })
-                .collect(),
-        };
-        let regressed = Call::Judged {
-            class: VariantClass::Regressed,
-            numbers: Some(Numbers {
-                metric: "ioctl.kvm_irqfd_ms".into(),
-                unit: "ms".into(),
-                parent: 12.0,
-                commit: 15.5,
-                change_pct: 29.2,
-                stddev_pct: [2.5, 3.0],
-            }),
-        };
-        let probe = |commit, against| Probe {
-            commit,
-            against,
-            effort: 0,
-            call: regressed.clone(),
-        };
-        let b = Bisection {
-            seek: Seek::Regression,
-            ends: probe(3, 0),
-            steps: vec![probe(2, 0)],
-            skipped: vec![Skipped {
-                commit: 1,
-                why: "does not build: kvm_main.c:3: error".into(),
-            }],
-            outcome: Outcome::Found {
-                commit: 2,
-                parent: 1,
-                checks: vec![probe(2, 1), probe(2, 1)],
-            },
-        };
-        let text = bisect_text(
-            &range,
-            &b,
-            "hvlab bisect debian:7.3 debian:7.3+s.mbox --variant v",
-        );
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "first changed commit: [PATCH 2/3] KVM: change 2");
-        assert_eq!(
-            lines[1],
-            "  against its parent ([PATCH 1/3]): REGRESSED: ioctl.kvm_irqfd_ms 12.0 ±2.50% → 15.5 ±3% ms (+29.2%)"
-        );
-        assert!(
-            text.contains(
-                "skipped:\n  [PATCH 1/3] KVM: change 1: does not build: kvm_main.c:3: error"
-            ),
-            "{text}"
-        );
-        assert!(text.ends_with("reproduce: hvlab bisect debian:7.3 debian:7.3+s.mbox --variant v"));
     }
 }

@@ -434,6 +434,8 @@ pub fn timeline(r: &RunRecord) -> Option<String> {
     let names: Vec<String> = vs.iter().map(|v| v.name.clone()).collect();
     let height = 70 + 36 * u32::try_from(vs.len()).unwrap_or(10);
     let x_range = span(0.0, (end * 1.05).max(1e-9))?;
+    // Milliseconds, or on the instruction clock millions of instructions.
+    let unit = r.clock().unit("ms");
     render(height.max(200), |root| {
         let mut c = ChartBuilder::on(root)
             .caption(
@@ -450,7 +452,7 @@ pub fn timeline(r: &RunRecord) -> Option<String> {
             .y_label_formatter(&fmt)
             .label_style(label_font())
             .axis_desc_style(label_font())
-            .x_label_formatter(&|x: &f64| crate::analysis::quantity::tick(*x, "ms"))
+            .x_label_formatter(&|x: &f64| crate::analysis::quantity::tick(*x, &unit))
             .x_max_light_lines(2)
             .x_desc("since KVM_CREATE_VM")
             .disable_y_mesh()
@@ -508,6 +510,7 @@ pub fn pinned_bytes(r: &RunRecord) -> Option<String> {
         / f64::from(1u32 << 20);
     let x_range = span(0.0, end.max(1e-9) * 1.02)?;
     let y_range = span(0.0, (top * 1.15).max(1.0))?;
+    let unit = r.clock().unit("ms");
     render(340, |root| {
         let mut c = ChartBuilder::on(root)
             .caption("pinned memory over the trace", caption_font())
@@ -518,7 +521,7 @@ pub fn pinned_bytes(r: &RunRecord) -> Option<String> {
         c.configure_mesh()
             .label_style(label_font())
             .axis_desc_style(label_font())
-            .x_label_formatter(&|x: &f64| crate::analysis::quantity::tick(*x, "ms"))
+            .x_label_formatter(&|x: &f64| crate::analysis::quantity::tick(*x, &unit))
             .y_label_formatter(&|y: &f64| crate::analysis::quantity::tick(*y, "MiB"))
             .x_desc("time in the trace")
             .y_desc("pinned")

@@ -9,6 +9,7 @@ use crate::analysis::quantity::format_range as range;
 use crate::export::words::fmt_value;
 use crate::lab::fleet::{HostFingerprint, HostGroup, group_by_host, host_value};
 use crate::record::RunRecord;
+use hvlab_core::host::Clock;
 
 /// The page's file name, beside `index.html`.
 pub const FILE: &str = "fleet.html";
@@ -87,10 +88,10 @@ pub fn page(records: &[RunRecord]) -> askama::Result<String> {
                     .as_ref()
                     .map_or(f.kernel.clone(), |_| "model".into()),
                 cpu: f.profile.as_ref().unwrap_or(&f.cpu).clone(),
-                kvm: if f.is_real() {
-                    f.flavour.to_string()
-                } else {
-                    "model".into()
+                kvm: match (f.is_real(), f.clock) {
+                    (false, _) => "model".into(),
+                    (true, Clock::Wall) => f.flavour.to_string(),
+                    (true, Clock::Icount) => format!("{} (instruction clock)", f.flavour),
                 },
                 hz: f.hz,
                 runs: h.runs.len(),
@@ -98,10 +99,11 @@ pub fn page(records: &[RunRecord]) -> askama::Result<String> {
             }
         })
         .collect();
-    // Scenario × backend in order of first appearance, then each variant.
-    let mut keys: Vec<(String, String)> = Vec::new();
+    // Scenario × backend × clock in order of first appearance, then each variant: the hosts
+    // of one clock share a chart, as an instruction count and a nanosecond never compare.
+    let mut keys: Vec<(String, String, Clock)> = Vec::new();
     for r in records {
-        let key = (r.scenario.clone(), r.backend.to_string());
+        let key = (r.scenario.clone(), r.backend.to_string(), r.clock());
         if !keys.contains(&key) {
             keys.push(key);
         }
@@ -111,7 +113,7 @@ pub fn page(records: &[RunRecord]) -> askama::Result<String> {
         hosts: host_rows,
         sections: keys
             .iter()
-            .filter_map(|(scenario, backend)| section(&hosts, scenario, backend))
+            .filter_map(|(scenario, backend, clock)| section(&hosts, scenario, backend, *clock))
             .collect(),
     };
     Ok(fleet.render()? + "\n")
@@ -122,13 +124,19 @@ fn label(i: usize) -> String {
     format!("H{}", i + 1)
 }
 
-fn section(hosts: &[HostGroup<&RunRecord>], scenario: &str, backend: &str) -> Option<Section> {
+fn section(
+    hosts: &[HostGroup<&RunRecord>],
+    scenario: &str,
+    backend: &str,
+    clock: Clock,
+) -> Option<Section> {
     let info = crate::scenario::find(scenario).ok()?;
     let metric = info.headline;
     // The runs of this section per host, keeping each host's label.
     let per_host: Vec<(usize, &HostGroup<&RunRecord>, Vec<&RunRecord>)> = hosts
         .iter()
         .enumerate()
+        .filter(|(_, h)| h.fingerprint.clock == clock)
         .map(|(i, h)| {
             let runs = h
                 .runs
@@ -184,7 +192,10 @@ fn section(hosts: &[HostGroup<&RunRecord>], scenario: &str, backend: &str) -> Op
         });
     }
     Some(Section {
-        title: format!("{scenario} on {backend}"),
+        title: match clock {
+            Clock::Wall => format!("{scenario} on {backend}"),
+            Clock::Icount => format!("{scenario} on {backend}, on QEMU's instruction clock"),
+        },
         metric: metric.to_string(),
         hosts: per_host.len(),
         variants,

@@ -22,9 +22,14 @@ pub fn markdown(o: &KabOutcome, command: &str) -> String {
         format!("- A: {}", side(&o.a, o.builds[0].as_ref())),
         format!("- B: {}", side(&o.b, o.builds[1].as_ref())),
         format!(
-            "- {} boot(s) × {} repetitions a side, ABBA; counts exact, jiffies rank-tested{}",
+            "- {} boot(s) × {} repetitions a side, ABBA; counts exact, jiffies rank-tested{}{}",
             o.boots_per_side,
             o.reps,
+            match o.accel.clock {
+                hvlab_core::host::Clock::Wall => "",
+                hvlab_core::host::Clock::Icount =>
+                    ", times rank-tested in guest instructions (QEMU's instruction clock)",
+            },
             match o.host_busy().as_slice() {
                 [] => String::new(),
                 busy => format!(

@@ -68,9 +68,21 @@ fn headline(o: &KabOutcome) -> String {
         o.scenario_names.join(", "),
         o.boots_per_side,
         o.reps,
-        o.accel.accel,
+        accel_and_clock(&o.accel),
         gate_words(o)
     )
+}
+
+/// The accelerator, and the clock when it is QEMU's instruction clock (times then judged in
+/// instructions).
+fn accel_and_clock(choice: &crate::kernel::vm::AccelChoice) -> String {
+    match choice.clock {
+        hvlab_core::host::Clock::Wall => choice.accel.to_string(),
+        hvlab_core::host::Clock::Icount => format!(
+            "{}, instruction clock: times in guest instructions",
+            choice.accel
+        ),
+    }
 }
 
 /// The headline's end: whether B regressed, read from the classes as the gate reads them;

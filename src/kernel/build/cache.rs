@@ -1,25 +1,32 @@
-//! The build cache of one Debian source version: its lock, its unpacked trees, and entries
-//! keyed by recipe, config, compiler and patches, written as `KEY.tmp` and renamed when
-//! complete.
+//! The build cache of one Debian source version: its lock, its unpacked source (read-only to
+//! every build, its checksum taken when unpacked), the output directories its unpatched
+//! builds reuse, each build's own work directory, and entries keyed by recipe, config,
+//! compiler and patches, written as `KEY.tmp` and renamed when complete. The layout is
+//! [`crate::kernel::cache`]'s.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::error::io;
+use super::make::Make;
 use super::note::{BuildConfig, BuildNote};
 use super::record::{BuildInfo, How, PatchInfo, Step};
 use super::{BuildError, BuildProgress, PatchedSpec};
+use crate::kernel::cache::{checksum, hold, layout};
 use crate::kernel::debian::{self, BuildInputs, DebianImage};
-use crate::kernel::journal::{self, apply};
+use crate::kernel::journal::{self, HunkReport};
 use crate::kernel::kbuild::KConfig;
+use crate::kernel::limits::BuildKind;
+use crate::kernel::overlay::{self, Overlay};
 use crate::kernel::patch::{PatchFile, sha256_hex};
 use crate::kernel::progress::reported;
 use crate::kernel::sandbox::Sandbox;
 use crate::kernel::{cache_dir, toolchain};
 
 /// Bumped when the way hvlab builds changes, so older cache entries are not reused.
-// 3: builds run sandboxed; an entry built before may hold what an unconfined patch left.
-pub(super) const RECIPE: &str = "hvlab-kbuild-3";
+// 4: built out of tree from a source read-only to the build; an entry built before may hold
+// what an earlier build wrote into the shared tree.
+pub(super) const RECIPE: &str = "hvlab-kbuild-4";
 
 /// An exclusive `flock` on a file, held while the value lives.
 pub(super) struct DirLock {
@@ -114,27 +121,37 @@ pub(super) fn restored(tree: &Path) -> Result<(), BuildError> {
 
 /// Takes the lock of the cache directory `root` (`root/lock`, waiting for another hvlab's
 /// build), with `builds/` and `logs/` made. Under the lock no other build runs, so a
-/// `builds/KEY.tmp` entry found there is what an interrupted build left: removed.
+/// `builds/KEY.tmp` entry or a `work/` directory found there is what an interrupted build
+/// left: removed.
 pub(super) fn lock_builds(
     root: &Path,
     progress: &dyn BuildProgress,
 ) -> Result<DirLock, BuildError> {
-    let builds = root.join("builds");
+    let builds = root.join(layout::BUILDS);
     std::fs::create_dir_all(&builds).map_err(io(root))?;
-    std::fs::create_dir_all(root.join("logs")).map_err(io(root))?;
-    let lock = DirLock::take(&root.join("lock"), progress)?;
+    std::fs::create_dir_all(root.join(layout::LOGS)).map_err(io(root))?;
+    let lock = DirLock::take(&root.join(layout::LOCK), progress)?;
     for e in std::fs::read_dir(&builds).map_err(io(&builds))?.flatten() {
         if e.file_name().to_string_lossy().ends_with(".tmp") {
             let path = e.path();
             std::fs::remove_dir_all(&path).map_err(io(&path))?;
         }
     }
+    let work = root.join(layout::WORK);
+    if work.exists() {
+        std::fs::remove_dir_all(&work).map_err(io(&work))?;
+    }
     Ok(lock)
 }
 
-/// The complete entry `builds/KEY` of a cache directory, marked as from the cache.
+/// The complete entry `builds/KEY` of a cache directory, marked as from the cache, and held
+/// for the rest of this run ([`hold`]).
 pub(super) fn cached_entry(root: &Path, key: &str) -> Option<(PathBuf, BuildInfo)> {
-    let entry = root.join("builds").join(key);
+    let entry = root.join(layout::BUILDS).join(key);
+    // Gone (or pruned while this waited for it): not cached.
+    if !hold::hold(&entry).ok()? {
+        return None;
+    }
     let text = std::fs::read_to_string(entry.join("build.json")).ok()?;
     let mut info: BuildInfo = serde_json::from_str(&text).ok()?;
     info.cached = true;
@@ -142,20 +159,152 @@ pub(super) fn cached_entry(root: &Path, key: &str) -> Option<(PathBuf, BuildInfo
     Some((entry, info))
 }
 
-/// Records `info` in the entry `tmp` and renames it to `builds/KEY`: complete only now.
+/// Records `info` in the entry `tmp` and renames it to `builds/KEY`: complete only now, and
+/// held for the rest of this run (from before the rename, so no prune can take it between).
 pub(super) fn finish_entry_in(
     root: &Path,
     key: &str,
     tmp: &Path,
     info: &BuildInfo,
 ) -> Result<PathBuf, BuildError> {
-    let entry = root.join("builds").join(key);
+    let entry = root.join(layout::BUILDS).join(key);
     let json = serde_json::to_string_pretty(info)
         .map_err(|e| BuildError::Io(tmp.to_path_buf(), std::io::Error::other(e)))?;
     std::fs::write(tmp.join("build.json"), json).map_err(io(tmp))?;
+    hold::hold(tmp).map_err(io(tmp))?;
     let _ = std::fs::remove_dir_all(&entry);
     std::fs::rename(tmp, &entry).map_err(io(&entry))?;
     Ok(entry)
+}
+
+/// How a side's patches reach its build.
+#[derive(Debug)]
+pub(super) enum Laid {
+    /// It has none.
+    Unpatched,
+    /// Laid over the read-only source by the sandbox: the source is not written.
+    Overlay(Overlay),
+    /// Applied in the tree itself (no sandbox to lay them over it), put back from the
+    /// journal afterwards ([`unlay`]).
+    InPlace,
+}
+
+impl Laid {
+    /// The overlay the build's sandbox lays over the source, if any.
+    pub(super) fn overlay(&self) -> Option<&Overlay> {
+        match self {
+            Laid::Overlay(o) => Some(o),
+            Laid::Unpatched | Laid::InPlace => None,
+        }
+    }
+}
+
+/// Applies `patches` for a build of `tree`: laid over it when the sandbox can (the patched
+/// copies under `work`), else in the tree with a journal. `source` names the tree in errors.
+pub(super) fn lay(
+    sandbox: &Sandbox,
+    tree: &Path,
+    patches: &[PatchFile],
+    source: &str,
+    work: &Path,
+) -> Result<(Laid, Vec<HunkReport>), BuildError> {
+    if patches.is_empty() {
+        return Ok((Laid::Unpatched, Vec::new()));
+    }
+    if sandbox.overlays() {
+        let (o, hunks) = overlay::patched(sandbox, tree, patches, source, &work.join("overlay"))?;
+        return Ok((Laid::Overlay(o), hunks));
+    }
+    match journal::apply(sandbox, tree, patches, source) {
+        Ok(hunks) => Ok((Laid::InPlace, hunks)),
+        Err(e) => {
+            // What applied before the failure is put back now.
+            restored(tree)?;
+            Err(e.into())
+        }
+    }
+}
+
+/// Undoes [`lay`]: a patch applied in the tree is put back (an overlay goes with `work`).
+pub(super) fn unlay(tree: &Path, laid: &Laid) -> Result<(), BuildError> {
+    match laid {
+        Laid::InPlace => restored(tree),
+        Laid::Unpatched | Laid::Overlay(_) => Ok(()),
+    }
+}
+
+/// A build's own directory (`work/NAME/`: its patch overlay, its output when it is not the
+/// source's shared one, its temporary files), removed when dropped, whatever happened.
+#[derive(Debug)]
+pub(super) struct Work {
+    pub(super) dir: PathBuf,
+}
+
+impl Work {
+    pub(super) fn new(root: &Path, name: &str) -> Result<Work, BuildError> {
+        let dir = root.join(layout::WORK).join(name);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        Ok(Work { dir })
+    }
+
+    /// Its temporary directory (`TMPDIR`), made and removed around each make.
+    pub(super) fn tmp(&self) -> PathBuf {
+        self.dir.join("tmp")
+    }
+
+    /// Its own output directory.
+    pub(super) fn out(&self) -> PathBuf {
+        self.dir.join("out")
+    }
+}
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        // `work/` itself, once no build's is left in it.
+        if let Some(parent) = self.dir.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
+}
+
+/// The output directory a patched build writes: a copy of `base` (what the unpatched builds
+/// wrote, so make rebuilds only what the patch changes) at `to`, or an empty one. The copy
+/// keeps modes and times (`cp -a`); nothing a patched build writes reaches `base`, which a
+/// later unpatched build reuses.
+pub(super) fn own_output(base: &Path, to: &Path) -> Result<(), BuildError> {
+    if !base.is_dir() {
+        return std::fs::create_dir_all(to).map_err(io(to));
+    }
+    let out = std::process::Command::new("cp")
+        .args(["-a", "--reflink=auto"])
+        .arg(base)
+        .arg(to)
+        .output()
+        .map_err(io(base))?;
+    if !out.status.success() {
+        let _ = std::fs::remove_dir_all(to);
+        return Err(BuildError::Io(
+            to.to_path_buf(),
+            std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+        ));
+    }
+    Ok(())
+}
+
+/// Runs `build`, which writes the shared output directory `out` of unpatched builds: when it
+/// fails (or reaches a limit), what it wrote goes, and the next build starts that directory
+/// afresh.
+pub(super) fn or_remove<T>(
+    out: &Path,
+    build: impl FnOnce() -> Result<T, BuildError>,
+) -> Result<T, BuildError> {
+    let result = build();
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(out);
+    }
+    result
 }
 
 impl<'a> SourceCache<'a> {
@@ -192,9 +341,15 @@ impl<'a> SourceCache<'a> {
         })
     }
 
-    /// The unpacked source every build of this image starts from, unpatched between builds.
+    /// The unpacked source every build of this image starts from, never written after it was
+    /// unpacked (but by a `--no-sandbox` build's patch, put back from its journal).
     pub(super) fn source_tree(&self) -> PathBuf {
-        self.root.join("modules")
+        self.root.join(layout::SOURCE)
+    }
+
+    /// The cache directory of this source version.
+    pub(super) fn root(&self) -> &Path {
+        &self.root
     }
 
     pub(super) fn log(&self, what: &str) -> PathBuf {
@@ -232,58 +387,104 @@ impl<'a> SourceCache<'a> {
         )
     }
 
-    /// An unpacked tree with Debian's config beside it (`.hvlab/debian.config`).
-    pub(super) fn unpacked(&mut self, name: &str) -> Result<PathBuf, BuildError> {
-        let tree = self.root.join(name);
-        if tree.join(".hvlab/unpacked").is_file() {
-            // A crash mid-build leaves a journal: played back here. A tree that cannot be put
-            // back is unpacked again, never left to fail every run that follows.
+    /// The unpacked source, with Debian's config and `Module.symvers` beside it, its checksum
+    /// taken, held for the rest of this run. A tree without a checksum record (an unpack that
+    /// did not finish, an older hvlab's), one that `hvlab cache verify` found changed, or one
+    /// a crashed `--no-sandbox` build left patched and that cannot be put back, is unpacked
+    /// again.
+    pub(super) fn source(&mut self) -> Result<PathBuf, BuildError> {
+        let tree = self.source_tree();
+        let damaged = self.root.join(layout::DAMAGED);
+        if let Ok(why) = std::fs::read_to_string(&damaged) {
+            self.notes.push(BuildNote::TreeUnpackedAgain {
+                tree: layout::SOURCE.into(),
+                why,
+            });
+        } else if tree.is_dir() && checksum::recorded(&tree).is_some() {
             match journal::recover(&tree) {
-                Ok(()) => return Ok(tree),
+                Ok(()) => {
+                    hold::hold(&tree).map_err(io(&tree))?;
+                    return Ok(tree);
+                }
                 Err(why) => self.notes.push(BuildNote::TreeUnpackedAgain {
-                    tree: name.to_string(),
+                    tree: layout::SOURCE.into(),
                     why,
                 }),
             }
         }
         let inputs = self.inputs()?;
+        let (record, manifest) = checksum::record_files(&tree);
+        for f in [&record, &manifest, &damaged] {
+            let _ = std::fs::remove_file(f);
+        }
         let _ = std::fs::remove_dir_all(&tree);
-        std::fs::create_dir_all(tree.join(".hvlab")).map_err(io(&tree))?;
+        std::fs::create_dir_all(&tree).map_err(io(&tree))?;
         let release = self.image.release.clone();
+        let root = self.root.clone();
         self.timed(
-            &format!("unpack {} into {name}/", self.image.source_package()),
+            &format!(
+                "unpack {} into {}/",
+                self.image.source_package(),
+                layout::SOURCE
+            ),
             |_| {
                 debian::unpack_source(&inputs.source_deb, &tree)?;
-                debian::unpack_headers(&inputs.headers_deb, &release, &tree)?;
+                debian::unpack_headers(&inputs.headers_deb, &release, &root)?;
                 Ok(())
             },
         )?;
-        let config = tree.join(".config");
-        std::fs::copy(&config, tree.join(".hvlab/debian.config")).map_err(io(&config))?;
-        std::fs::write(tree.join(".hvlab/unpacked"), self.source_name()).map_err(io(&tree))?;
+        let what = self.source_name();
+        self.timed(
+            "checksum the unpacked source (hvlab cache verify checks it)",
+            |_| checksum::record(&tree, &what).map_err(io(&tree)),
+        )?;
+        hold::hold(&tree).map_err(io(&tree))?;
         Ok(tree)
     }
 
-    pub(super) fn debian_config(&self, tree: &Path) -> Result<(KConfig, String), BuildError> {
-        let path = tree.join(".hvlab/debian.config");
+    /// Debian's config of the image, parsed and as text.
+    pub(super) fn debian_config(&self) -> Result<(KConfig, String), BuildError> {
+        let path = self.root.join(debian::DEBIAN_CONFIG);
         let text = std::fs::read_to_string(&path).map_err(io(&path))?;
         Ok((KConfig::parse(&text), text))
+    }
+
+    /// A `make` of this source for a build of `kind`, writing `writable` (and `work`'s
+    /// temporary directory), the patch `laid` over the source.
+    pub(super) fn make<'m>(
+        &'m self,
+        tree: &'m Path,
+        laid: &'m Laid,
+        writable: Vec<&'m Path>,
+        tmp: &'m Path,
+        kind: BuildKind,
+        log: &'m Path,
+    ) -> Make<'m> {
+        Make {
+            sandbox: &self.sandbox,
+            source: tree,
+            overlay: laid.overlay(),
+            writable,
+            tmp,
+            kind,
+            log,
+        }
     }
 }
 
 impl SourceCache<'_> {
-    /// Applies each side's patches to `tree` and restores it: a patch that does not apply
-    /// fails before anything is built.
+    /// Applies each side's patches (to copies, or in the tree and back): a patch that does
+    /// not apply fails before anything is built.
     pub(super) fn check_applies<'s>(
         &self,
         tree: &Path,
         sides: impl Iterator<Item = &'s PatchedSpec>,
     ) -> Result<(), BuildError> {
         let source = self.source_name();
-        for s in sides.filter(|s| !s.patches.is_empty()) {
-            let checked = apply(&self.sandbox, tree, &s.patches, &source).map_err(BuildError::from);
-            restored(tree)?;
-            checked?;
+        for (n, s) in sides.filter(|s| !s.patches.is_empty()).enumerate() {
+            let work = Work::new(&self.root, &format!("check-{n}"))?;
+            let (laid, _) = lay(&self.sandbox, tree, &s.patches, &source, &work.dir)?;
+            unlay(tree, &laid)?;
         }
         Ok(())
     }
@@ -306,39 +507,42 @@ impl SourceCache<'_> {
         cached_entry(&self.root, key)
     }
 
-    /// Builds one side into `builds/KEY.tmp` with `fill`, restoring the tree whatever
-    /// happens; renamed to `builds/KEY` only when complete.
+    /// Builds one side into `builds/KEY.tmp` with `fill` (given the source, the side's
+    /// patches laid over it, its work directory and the entry), in a work directory of its
+    /// own that goes whatever happens; renamed to `builds/KEY` only when complete.
     pub(super) fn build_entry(
         &mut self,
         tree: &Path,
         key: &str,
         side: &PatchedSpec,
-        fill: impl FnOnce(&mut Self, &Path, &Path) -> Result<(), BuildError>,
+        fill: impl FnOnce(&mut Self, &Laid, &Work, &Path) -> Result<(), BuildError>,
     ) -> Result<(PathBuf, Vec<BuildNote>, Vec<Step>), BuildError> {
-        let entry = self.root.join("builds").join(key);
-        let tmp = self.root.join("builds").join(format!("{key}.tmp"));
+        let tmp = self.root.join(layout::BUILDS).join(format!("{key}.tmp"));
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
+        let work = Work::new(&self.root, key)?;
         let before = self.steps.len();
         let source = self.source_name();
-        let result = apply(&self.sandbox, tree, &side.patches, &source)
-            .map_err(BuildError::from)
-            .and_then(|notes| {
-                fill(self, tree, &tmp)?;
-                Ok(notes)
-            });
-        let restored = restored(tree);
+        let laid = lay(&self.sandbox, tree, &side.patches, &source, &work.dir);
+        let result = match &laid {
+            Ok((laid, hunks)) => fill(self, laid, &work, &tmp).map(|()| hunks.clone()),
+            Err(_) => Ok(Vec::new()),
+        };
+        let back = match &laid {
+            Ok((laid, _)) => unlay(tree, laid),
+            Err(_) => Ok(()),
+        };
+        drop(work);
         let own: Vec<Step> = self.steps.drain(before..).collect();
-        let notes = match result {
-            Ok(n) => n.into_iter().map(BuildNote::from).collect(),
+        let hunks = match laid.and(result) {
+            Ok(h) => h,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&tmp);
                 return Err(e);
             }
         };
-        restored?;
-        let _ = std::fs::remove_dir_all(&entry);
-        Ok((tmp, notes, own))
+        back?;
+        Ok((tmp, hunks.into_iter().map(BuildNote::from).collect(), own))
     }
 
     /// What a fresh build records about itself.
@@ -454,7 +658,7 @@ mod tests {
                 modules: None,
             },
         };
-        let sandbox = Sandbox::choose(SandboxPolicy::Off).expect("no sandbox is always possible");
+        let sandbox = Sandbox::choose(SandboxPolicy::OFF).expect("no sandbox is always possible");
         let cache = SourceCache::open_in(root.clone(), &image, &sandbox, &Silent).expect("opens");
         assert!(!root.join("builds/4be5cab6.tmp").exists());
         assert!(root.join("builds/0a1b2c3d").is_dir());

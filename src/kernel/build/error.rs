@@ -8,6 +8,7 @@ use crate::kernel::KernelError;
 use crate::kernel::confine::ConfineError;
 use crate::kernel::git::{GitError, KernelVersion};
 use crate::kernel::journal::{self, JournalError};
+use crate::kernel::limits::LimitHit;
 use crate::kernel::patch::PatchError;
 use crate::kernel::sandbox::SandboxError;
 
@@ -122,11 +123,6 @@ pub enum BuildError {
     },
     /// Cannot read the config {0}: {1}. Give --config the path of a kernel .config.
     ConfigUnreadable(PathBuf, std::io::Error),
-    /// Kernel spec `{spec}` names no series: give SPEC+SERIES.mbox (one step per message), SPEC+A.patch+B.patch (one per file) or git:PATH@BASE..HEAD (one per commit).
-    NoSeries {
-        /// The spec.
-        spec: String,
-    },
     /// {0}
     Confined(#[from] ConfineError),
     /// {0}
@@ -140,7 +136,7 @@ pub enum BuildError {
     },
     /// {0}
     Sandbox(#[from] SandboxError),
-    /// The build ({step}) tried to write {path}, outside its tree, and the sandbox refused: `{line}`. Nothing outside the tree was written; {fix}. Full log: {log}
+    /// The build ({step}) tried to write {path}, outside its output directory, and the sandbox refused: `{line}`. Nothing outside its output directory was written (the source tree is read-only to a build); {fix}. Full log: {log}
     WroteOutside {
         /// What was being built.
         step: String,
@@ -150,6 +146,17 @@ pub enum BuildError {
         line: String,
         /// What to do: remove that write from the patch, or report the unpatched source's.
         fix: &'static str,
+        /// The whole log.
+        log: PathBuf,
+        /// Whether the side is patched (then it is the patch's doing).
+        patched: bool,
+    },
+    /// The build ({step}) reached {limit}: it was ended with everything it started, and what it wrote was removed; a patch that does this is refused, and a genuine build that needs more can be given it with that option. Full log: {log}
+    LimitReached {
+        /// What was being built.
+        step: String,
+        /// The limit, and what reached it.
+        limit: LimitHit,
         /// The whole log.
         log: PathBuf,
         /// Whether the side is patched (then it is the patch's doing).
@@ -187,16 +194,17 @@ impl BuildError {
             | BuildError::NotDebian { .. }
             | BuildError::NoBaseConfig { .. }
             | BuildError::ConfigUnreadable(..)
-            | BuildError::NoSeries { .. }
             | BuildError::DoesNotApply { .. }
             | BuildError::PatchedCompile { .. }
             // A patched side's write outside the tree is the patch's doing.
-            | BuildError::WroteOutside { patched: true, .. } => Fault::BadInput,
+            | BuildError::WroteOutside { patched: true, .. }
+            | BuildError::LimitReached { patched: true, .. } => Fault::BadInput,
             BuildError::MissingTools { .. }
             | BuildError::BaseCompile { .. }
             | BuildError::Vermagic { .. }
             | BuildError::GuestConfig { .. }
-            | BuildError::WroteOutside { patched: false, .. } => Fault::HostCannot,
+            | BuildError::WroteOutside { patched: false, .. }
+            | BuildError::LimitReached { patched: false, .. } => Fault::HostCannot,
             BuildError::Damaged { .. } | BuildError::Io(..) => Fault::Failed,
             BuildError::Interrupted { signal, .. } => Fault::Interrupted { signal: *signal },
         }

@@ -1,35 +1,42 @@
 //! A whole kernel from a commit of a git tree (`git:PATH@REF[+PATCH...]`). Each repository
 //! has one directory in the cache (`git/ID/`, locked while in use like a Debian source):
-//! hvlab's clone (`src/`, see [`Checkout`]), one output directory (`out/`, `make O=`) and the
-//! kernels built (`builds/KEY`, per commit, config, compiler and patches, complete only once
-//! renamed into place). Moving the clone between commits rewrites only the files that differ,
-//! so the next build in `out/` is incremental.
+//! hvlab's clone (`src/`, see [`Checkout`]; read-only to every build), one output directory
+//! (`out/`, `make O=`) and the kernels built (`builds/KEY`, per commit, config, compiler and
+//! patches, complete only once renamed into place). Moving the clone between commits rewrites
+//! only the files that differ, so the next build in `out/` is incremental. A side with patches
+//! has them laid over the clone and builds in a copy of `out/` of its own, so what it wrote
+//! (objects newer than the unpatched files) never reaches a later build.
 
 use std::path::{Path, PathBuf};
 
-use super::cache::{RECIPE, TimedSteps, cached_entry, finish_entry_in, lock_builds, restored};
+use super::cache::{
+    Laid, RECIPE, TimedSteps, Work, cached_entry, finish_entry_in, lay, lock_builds, or_remove,
+    own_output, unlay,
+};
 use super::error::io;
-use super::make::{make_error, make_into};
+use super::make::{Make, make_error};
 use super::note::{BaseConfig, BuildConfig, BuildNote, config_marker};
 use super::record::{BuildInfo, How, PatchInfo, Step};
 use super::whole::{GUEST_CONFIG_STEP, collect_kernel, entry_kernel, guest_config};
 use super::{BuildError, BuildProgress, Built, PatchedSpec};
+use crate::kernel::cache::layout;
 use crate::kernel::git::{Checkout, GitSpec, KernelVersion};
 use crate::kernel::journal;
+use crate::kernel::limits::BuildKind;
 use crate::kernel::patch::{PatchFile, sha256_hex};
 use crate::kernel::sandbox::Sandbox;
 use crate::kernel::{cache_dir, from_tree, toolchain};
 
-/// Builds (or reuses) the kernel of one `git:` side. `config` is `--config FILE`, whose tick,
-/// preemption, RCU and KVM options the minimal guest keeps; without it, those of Debian's
-/// config of the nearest version in hvlab's kernel cache.
+/// Builds (or reuses) the kernel of one git side, at the commit `spec` resolved. `config` is
+/// `--config FILE`, whose tick, preemption, RCU and KVM options the minimal guest keeps;
+/// without it, those of Debian's config of the nearest version in hvlab's kernel cache.
 pub(super) fn build_git_side(
     side: &PatchedSpec,
+    spec: &GitSpec,
     config: Option<&Path>,
     sandbox: &Sandbox,
     progress: &dyn BuildProgress,
 ) -> Result<(Built, Vec<Step>), BuildError> {
-    let spec = GitSpec::parse(&side.base)?;
     let root = cache_dir().join("git").join(spec.repo.cache_id());
     let _lock = lock_builds(&root, progress)?;
     let (base_text, origin) = base_config(config, spec.version)?;
@@ -53,7 +60,7 @@ pub(super) fn build_git_side(
         steps: Vec::new(),
         notes: Vec::new(),
     };
-    let (tmp, mut config, mut notes) = build.build(&spec, side, &key, &base_text)?;
+    let (tmp, mut config, mut notes) = build.build(spec, side, &key, &base_text)?;
     notes.append(&mut build.notes);
     if let BuildConfig::MinimalGuest { base, .. } = &mut config {
         *base = Some(origin);
@@ -176,7 +183,7 @@ impl GitBuild<'_> {
     /// hvlab's clone at the commit: a tree a crash left patched is put back first, and one
     /// that cannot be is cloned again.
     fn checkout(&mut self, spec: &GitSpec) -> Result<Checkout, BuildError> {
-        let dir = self.root.join("src");
+        let dir = self.root.join(layout::CLONE);
         if dir.is_dir()
             && let Err(why) = journal::recover(&dir)
         {
@@ -194,8 +201,10 @@ impl GitBuild<'_> {
         })
     }
 
-    /// Checks out, patches, configures and builds into `builds/KEY.tmp`, putting the clone
-    /// back whatever happens. Returns the entry, the config's note and the patches' notes.
+    /// Checks out, lays the patches over the clone, configures and builds into
+    /// `builds/KEY.tmp`: an unpatched commit in `out/` (removed when its build fails), a
+    /// patched one in a copy of its own. Returns the entry, the config's note and the
+    /// patches' notes.
     fn build(
         &mut self,
         spec: &GitSpec,
@@ -205,44 +214,53 @@ impl GitBuild<'_> {
     ) -> Result<(PathBuf, BuildConfig, Vec<BuildNote>), BuildError> {
         let checkout = self.checkout(spec)?;
         let tree = checkout.dir;
-        let out = self.root.join("out");
-        std::fs::create_dir_all(&out).map_err(io(&out))?;
-        let tmp = self.root.join("builds").join(format!("{key}.tmp"));
+        let tmp = self.root.join(layout::BUILDS).join(format!("{key}.tmp"));
         std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-        let log = self.root.join("logs").join(format!(
+        let log = self.root.join(layout::LOGS).join(format!(
             "{}-{}-{key}.log",
             crate::kernel::now_stamp(),
             spec.commit.short
         ));
         let source = format!("{} {}", spec.repo.path.display(), spec.commit.label());
         let patched = !side.patches.is_empty();
-        let result = journal::apply(&self.sandbox, &tree, &side.patches, &source)
-            .map_err(BuildError::from)
-            .and_then(|notes| {
-                let config_note = self.configure(spec, side, &tree, &out, base_text, &log)?;
-                let step = format!("make bzImage modules ({})", spec.commit.label());
-                self.timed(&step, |me| {
-                    make_into(
-                        &me.sandbox,
-                        &tree,
-                        Some(&out),
-                        &["bzImage".into(), "modules".into()],
-                        &log,
-                    )
-                    .map_err(make_error(patched, &step, &log))
-                })?;
-                collect_kernel(&out, &tmp)?;
+        let work = Work::new(&self.root, key)?;
+        let base = self.root.join(layout::GIT_OUT);
+        let result = lay(&self.sandbox, &tree, &side.patches, &source, &work.dir).and_then(
+            |(laid, hunks)| {
+                let built = if patched {
+                    own_output(&base, &work.out()).and_then(|()| {
+                        self.make_kernel(
+                            spec,
+                            side,
+                            &tree,
+                            &laid,
+                            &work.out(),
+                            &work,
+                            base_text,
+                            &log,
+                            &tmp,
+                        )
+                    })
+                } else {
+                    std::fs::create_dir_all(&base).map_err(io(&base))?;
+                    or_remove(&base.clone(), || {
+                        self.make_kernel(
+                            spec, side, &tree, &laid, &base, &work, base_text, &log, &tmp,
+                        )
+                    })
+                };
+                let back = unlay(&tree, &laid);
+                let config_note = built?;
+                back?;
                 Ok((
                     config_note,
-                    notes.into_iter().map(BuildNote::from).collect(),
+                    hunks.into_iter().map(BuildNote::from).collect(),
                 ))
-            });
-        let back = restored(&tree);
+            },
+        );
+        drop(work);
         match result {
-            Ok((config_note, notes)) => {
-                back?;
-                Ok((tmp, config_note, notes))
-            }
+            Ok((config_note, notes)) => Ok((tmp, config_note, notes)),
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&tmp);
                 Err(e)
@@ -250,14 +268,70 @@ impl GitBuild<'_> {
         }
     }
 
+    /// Configures `out` and builds the kernel there (`make O=OUT bzImage modules`, the clone
+    /// read-only with `laid` over it), then collects it into the entry `tmp`.
+    #[allow(clippy::too_many_arguments)]
+    fn make_kernel(
+        &mut self,
+        spec: &GitSpec,
+        side: &PatchedSpec,
+        tree: &Path,
+        laid: &Laid,
+        out: &Path,
+        work: &Work,
+        base_text: &str,
+        log: &Path,
+        tmp: &Path,
+    ) -> Result<BuildConfig, BuildError> {
+        let patched = !side.patches.is_empty();
+        let config_note = self.configure(spec, side, tree, laid, out, work, base_text, log)?;
+        let step = format!("make bzImage modules ({})", spec.commit.label());
+        let args = vec![
+            format!("O={}", out.display()),
+            "bzImage".into(),
+            "modules".into(),
+        ];
+        let scratch = work.tmp();
+        self.timed(&step, |me| {
+            me.make(tree, laid, out, &scratch, log)
+                .run(&args)
+                .map_err(make_error(patched, &step, log))
+        })?;
+        collect_kernel(out, tmp)?;
+        Ok(config_note)
+    }
+
+    /// A whole-kernel `make` of the clone writing `out` alone.
+    fn make<'m>(
+        &'m self,
+        tree: &'m Path,
+        laid: &'m Laid,
+        out: &'m Path,
+        tmp: &'m Path,
+        log: &'m Path,
+    ) -> Make<'m> {
+        Make {
+            sandbox: &self.sandbox,
+            source: tree,
+            overlay: laid.overlay(),
+            writable: vec![out],
+            tmp,
+            kind: BuildKind::Whole,
+            log,
+        }
+    }
+
     /// The minimal guest config in `out`, made again only when what it is made from changed:
     /// the commit's Kconfig files, the base config, or a patch that touches Kconfig.
+    #[allow(clippy::too_many_arguments)]
     fn configure(
         &mut self,
         spec: &GitSpec,
         side: &PatchedSpec,
         tree: &Path,
+        laid: &Laid,
         out: &Path,
+        work: &Work,
         base_text: &str,
         log: &Path,
     ) -> Result<BuildConfig, BuildError> {
@@ -284,12 +358,14 @@ impl GitBuild<'_> {
             return Ok(config);
         }
         let of = format!("{} {}", spec.repo.path.display(), spec.commit.label());
+        let o = format!("O={}", out.display());
+        let scratch = work.tmp();
         let note = self.timed(GUEST_CONFIG_STEP, |me| {
-            let mut run =
-                |target: &str| {
-                    make_into(&me.sandbox, tree, Some(out), &[target.into()], log)
-                        .map_err(make_error(false, "the minimal guest config", log))
-                };
+            let mut run = |target: &str| {
+                me.make(tree, laid, out, &scratch, log)
+                    .run(&[o.clone(), target.into()])
+                    .map_err(make_error(false, "the minimal guest config", log))
+            };
             guest_config(&mut run, &out.join(".config"), base_text, &of)
         })?;
         std::fs::write(&marker, format!("{fingerprint}\n{}", config_marker(&note)))
@@ -303,6 +379,7 @@ mod tests {
     use super::*;
     use crate::error::fault_exit_code;
     use crate::kernel::git::test_repo::linux_repo;
+    use crate::kernel::source::KernelSource;
 
     /// `git:PATH@REF+x.patch`: the commit is the base, the patch applies on it.
     #[test]
@@ -314,10 +391,17 @@ mod tests {
         let side = PatchedSpec::parse(&format!("{base}+{}", patch.display())).expect("parses");
         assert_eq!(side.base, base);
         assert_eq!(side.patches.len(), 1);
-        assert_eq!(
-            GitSpec::parse(&side.base).expect("resolves").commit.subject,
-            "base"
-        );
+        let commit = match &side.source {
+            KernelSource::Git { repo, revs } => {
+                GitSpec::resolve(&side.base, repo, revs)
+                    .expect("resolves")
+                    .commit
+            }
+            other @ (KernelSource::Debian { .. }
+            | KernelSource::Tree { .. }
+            | KernelSource::BzImage { .. }) => panic!("not a git source: {other:?}"),
+        };
+        assert_eq!(commit.subject, "base");
     }
 
     /// Debian's config of the nearest complete kernel in the cache: the same series before a

@@ -1,101 +1,144 @@
-//! `make` in the sandbox, and what its log says when it fails.
+//! `make` in the sandbox, out of tree and within its limits, and what its log says when it
+//! fails.
 
 use std::path::Path;
 use std::process::Stdio;
 
 use super::BuildError;
-use crate::kernel::sandbox::{self, Ended, Sandbox};
+use crate::kernel::limits::{BuildKind, LimitHit};
+use crate::kernel::overlay::Overlay;
+use crate::kernel::sandbox::{self, Ended, Sandbox, View};
 use crate::kernel::toolchain;
 
 /// Why a `make` did not build.
 pub(super) enum MakeError {
     /// It failed: the first compiler errors.
     Failed(String),
-    /// It tried to write outside its tree (whether or not make then failed).
+    /// It tried to write outside its output directory (whether or not make then failed).
     Outside(sandbox::RefusedWrite),
+    /// It reached a limit and was ended, with everything it started.
+    Limit(LimitHit),
     /// hvlab was asked to stop by this signal; make and what it started were ended.
     Stopped(i32),
     /// The log could not be written, or make could not be started.
     Io(std::io::Error),
 }
 
-/// `make` in `tree`, in the sandbox (writable: the tree alone), with Kbuild's identity
-/// variables fixed, appending to `log` (an fd hvlab opened). A refused write outside the tree
-/// fails the build even when make went on (`$(shell ...)` failures do not stop make).
-pub(super) fn make(
-    sandbox: &Sandbox,
-    tree: &Path,
-    args: &[String],
-    log: &Path,
-) -> Result<(), MakeError> {
-    make_into(sandbox, tree, None, args, log)
+/// One `make` of a build: the source it reads (read-only, with the patch laid over it), the
+/// directories it may write, and the limits of its kind of build.
+pub(super) struct Make<'a> {
+    pub sandbox: &'a Sandbox,
+    /// The source tree (`make -C`).
+    pub source: &'a Path,
+    /// The patch laid over the source, when the side is patched and built in a sandbox.
+    pub overlay: Option<&'a Overlay>,
+    /// What it writes: its output directories, the first its working directory.
+    pub writable: Vec<&'a Path>,
+    /// Its temporary directory, made before and removed after.
+    pub tmp: &'a Path,
+    /// What it builds, for its default limits.
+    pub kind: BuildKind,
+    /// The build log, appended to.
+    pub log: &'a Path,
 }
 
-/// [`make`] of the source `tree` into the output directory `out` (`make O=OUT`) when given:
-/// both writable, a write anywhere else refused.
-pub(super) fn make_into(
-    sandbox: &Sandbox,
-    tree: &Path,
-    out: Option<&Path>,
-    args: &[String],
-    log: &Path,
-) -> Result<(), MakeError> {
-    let writable: Vec<&Path> = std::iter::once(tree).chain(out).collect();
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .map_err(MakeError::Io)?;
-    // Only this make's lines are read back: the log gathers every step of a build.
-    let before = file.metadata().map_err(MakeError::Io)?.len();
-    let err = file.try_clone().map_err(MakeError::Io)?;
-    let mut cmd = sandbox.command("make", &writable);
-    cmd.arg("-C").arg(tree);
-    if let Some(out) = out {
-        cmd.arg(format!("O={}", out.display()));
+impl Make<'_> {
+    /// `make -C SOURCE ARGS` with Kbuild's identity variables fixed, appending to the log (an
+    /// fd hvlab opened). A refused write fails the build even when make went on (`$(shell
+    /// ...)` failures do not stop make); so does a limit reached.
+    pub(super) fn run(&self, args: &[String]) -> Result<(), MakeError> {
+        let _ = std::fs::remove_dir_all(self.tmp);
+        std::fs::create_dir_all(self.tmp).map_err(MakeError::Io)?;
+        let result = self.run_in(args);
+        let _ = std::fs::remove_dir_all(self.tmp);
+        result
     }
-    cmd.arg(format!("-j{}", toolchain::jobs()))
-        .args(args)
-        .env("LC_ALL", "C")
-        .env("KBUILD_BUILD_USER", "hvlab")
-        .env("KBUILD_BUILD_HOST", "hvlab")
-        .env("KBUILD_BUILD_VERSION", "1")
-        .env("KBUILD_BUILD_TIMESTAMP", "Thu Jan  1 00:00:00 UTC 2026")
-        .env_remove("ARCH")
-        .env_remove("CROSS_COMPILE")
-        .env_remove("KBUILD_OUTPUT")
-        .env_remove("KCONFIG_CONFIG")
-        .stdin(Stdio::null())
-        .stdout(file)
-        .stderr(err);
-    let status = match sandbox::run_to_end(cmd).map_err(MakeError::Io)? {
-        Ended::Stopped(sig) => return Err(MakeError::Stopped(sig)),
-        Ended::Exited(status) => status,
-    };
-    let bytes = std::fs::read(log).map_err(MakeError::Io)?;
-    let own = bytes
-        .get(usize::try_from(before).unwrap_or(usize::MAX)..)
-        .unwrap_or_default();
-    let text = String::from_utf8_lossy(own);
-    if let Some(refused) = sandbox::refused_write(&text, &writable) {
-        return Err(MakeError::Outside(refused));
+
+    fn run_in(&self, args: &[String]) -> Result<(), MakeError> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log)
+            .map_err(MakeError::Io)?;
+        // Only this make's lines are read back: the log gathers every step of a build.
+        let before = file.metadata().map_err(MakeError::Io)?.len();
+        let err = file.try_clone().map_err(MakeError::Io)?;
+        let mut writable = self.writable.clone();
+        writable.push(self.tmp);
+        let view = View {
+            overlays: self.overlay.map(|o| o.binds.clone()).unwrap_or_default(),
+            writable: writable.iter().map(|p| p.to_path_buf()).collect(),
+            tmp: Some(self.tmp.to_path_buf()),
+            cwd: self.writable.first().map(|p| p.to_path_buf()),
+        };
+        let mut guard = self
+            .sandbox
+            .guard(self.sandbox.limits(self.kind), &writable);
+        let mut cmd = self.sandbox.command("make", &view, &guard);
+        cmd.arg("-C")
+            .arg(self.source)
+            .arg(format!("-j{}", toolchain::jobs()))
+            .args(args)
+            .env("LC_ALL", "C")
+            .env("KBUILD_BUILD_USER", "hvlab")
+            .env("KBUILD_BUILD_HOST", "hvlab")
+            .env("KBUILD_BUILD_VERSION", "1")
+            .env("KBUILD_BUILD_TIMESTAMP", "Thu Jan  1 00:00:00 UTC 2026")
+            .env_remove("ARCH")
+            .env_remove("CROSS_COMPILE")
+            .env_remove("KBUILD_OUTPUT")
+            .env_remove("KCONFIG_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(err);
+        let ended = sandbox::run_to_end(cmd, &mut guard, Some(self.log)).map_err(MakeError::Io)?;
+        let bytes = std::fs::read(self.log).map_err(MakeError::Io)?;
+        let own = bytes
+            .get(usize::try_from(before).unwrap_or(usize::MAX)..)
+            .unwrap_or_default();
+        let text = String::from_utf8_lossy(own);
+        let status = match ended {
+            Ended::Stopped(sig) => return Err(MakeError::Stopped(sig)),
+            Ended::Limit(hit) => return Err(MakeError::Limit(hit)),
+            Ended::Exited(status) => status,
+        };
+        if let Some(refused) = sandbox::refused_write(&text, &writable) {
+            return Err(MakeError::Outside(refused));
+        }
+        if status.success() {
+            return Ok(());
+        }
+        Err(MakeError::Failed(first_errors(&text)))
     }
-    if status.success() {
-        return Ok(());
-    }
-    Err(MakeError::Failed(first_errors(&text)))
 }
 
-/// `make ARGS` in `tree` as every kernel build runs it: in `sandbox`, writable only there,
-/// ended with hvlab; a failure or a write outside the tree is reported as a patched side's.
-/// For a tree of the caller's own (tests, tools); builds go through the cache.
-pub fn make_in_sandbox(
+/// `make -C SOURCE O=OUT ARGS` as every kernel build runs it, for a tree of the caller's own
+/// (tests, tools): in `sandbox`, `source` read-only, `out` (and its `.tmp` beside it) the only
+/// directories it writes, within the limits of `kind`, ended with hvlab. A failure, a write
+/// outside `out` or a limit reached is reported as a patched side's. Builds go through the
+/// cache.
+pub fn make_out_of_tree(
     sandbox: &Sandbox,
-    tree: &Path,
+    source: &Path,
+    out: &Path,
     args: &[String],
+    kind: BuildKind,
     log: &Path,
 ) -> Result<(), BuildError> {
-    make(sandbox, tree, args, log).map_err(make_error(true, "make", log))
+    let tmp = out.with_extension("tmp");
+    let mut all = vec![format!("O={}", out.display())];
+    all.extend(args.iter().cloned());
+    Make {
+        sandbox,
+        source,
+        overlay: None,
+        writable: vec![out],
+        tmp: &tmp,
+        kind,
+        log,
+    }
+    .run(&all)
+    .map_err(make_error(true, "make", log))
 }
 
 /// The first compiler errors of a build log (with the source lines gcc quotes after them),
@@ -152,10 +195,16 @@ pub(super) fn make_error<'a>(
                 path: refused.path,
                 line: refused.line,
                 fix: if patched {
-                    "remove that write from the patch (a kernel build writes only in its tree)"
+                    "remove that write from the patch (a kernel build writes only in its output directory)"
                 } else {
                     "the unpatched source should never do this: report it to hvlab with the log"
                 },
+                log,
+                patched,
+            },
+            MakeError::Limit(limit) => BuildError::LimitReached {
+                step,
+                limit,
                 log,
                 patched,
             },

@@ -5,16 +5,18 @@
 //! Where the patch goes decides the build ([`super::kbuild::plan`]):
 //! - modules only (KVM's `virt/kvm/`, `arch/x86/kvm/`, any `obj-m`): Debian's `.config` and
 //!   `Module.symvers` from the headers package, `make olddefconfig`, `modules_prepare` once
-//!   per source version, then `make M=DIR` with `KERNELRELEASE` of the image; the rebuilt
-//!   `.ko` files replace the image's (after a `vermagic` check) in a tree of hard links to it;
+//!   per source version (`O=prepared`), then `make M=DIR MO=OUT/DIR` with `KERNELRELEASE` of
+//!   the image; the rebuilt `.ko` files replace the image's (after a `vermagic` check) in a
+//!   tree of hard links to it;
 //! - built-in code: a whole kernel from a minimal guest config ([`GUEST_CONFIG`] plus the HZ,
-//!   preemption, RCU and KVM options of Debian's config), the patched tree incrementally;
+//!   preemption, RCU and KVM options of Debian's config), `make O=OUT`, the patched side
+//!   incrementally from the unpatched one's output;
 //! - nothing a build uses (documentation): the image as shipped, on both sides.
 //!
 //! A commit of a git tree (`git:PATH@REF[+PATCH...]`, see [`crate::kernel::git`]) is built
 //! whole from the same minimal guest config, in hvlab's own clone of the repository and one
 //! output directory per repository, so moving between commits rebuilds incrementally.
-//! [`series_prefixes`] gives the steps of a series (an mbox's messages, a range's commits).
+//! [`range_steps`] gives the steps of a git range (its commits).
 //!
 //! The unpatched side is rebuilt the same way from the same tree with the same compiler, so
 //! A and B differ by the patch alone. Every build is cached under hvlab's cache by source
@@ -35,9 +37,9 @@ mod whole;
 
 pub use super::progress::{BuildProgress, Silent};
 pub use error::BuildError;
-pub use make::make_in_sandbox;
+pub use make::make_out_of_tree;
 pub use note::{BaseConfig, BuildConfig, BuildNote, PreemptModel, Preemption};
-pub use prefixes::{SeriesStep, series_prefixes};
+pub use prefixes::{Series, SeriesStep, range_steps};
 pub use record::{BuildInfo, How, PatchInfo, Step};
 pub use spec::PatchedSpec;
 pub use whole::GUEST_CONFIG;
@@ -48,9 +50,11 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::debian::{self, DebianImage};
+use super::git::{GitSpec, Revs};
 use super::kbuild::{self, Placement, Plan};
 use super::patch::sha256_hex;
 use super::sandbox::{Confinement, Sandbox, SandboxPolicy};
+use super::source::KernelSource;
 use super::{Kernel, KernelError, toolchain};
 use cache::SourceCache;
 
@@ -78,43 +82,38 @@ pub struct Resolved {
 }
 
 /// Resolves kernel specs, building the patched ones: sides on the same Debian image share its
-/// source, and an unpatched side beside a patched one is rebuilt from it too. A `git:` side
-/// is built from its commit (see [`resolve_with_config`]).
-pub fn resolve(
-    specs: &[&str],
-    modules: Option<&Path>,
-    policy: SandboxPolicy,
-    progress: &dyn BuildProgress,
-) -> Result<Resolved, BuildError> {
-    resolve_with_config(specs, modules, policy, None, progress)
-}
-
-/// [`resolve`], with `--config FILE`: the config whose tick, preemption, RCU and KVM options
-/// a `git:` side's minimal guest config keeps (else Debian's of the nearest version cached).
+/// source, and an unpatched side beside a patched one is rebuilt from it too. A git side is
+/// built from its commit; `config` is `--config FILE`, the config whose tick, preemption, RCU
+/// and KVM options its minimal guest config keeps (else Debian's of the nearest version
+/// cached).
 pub fn resolve_with_config(
-    specs: &[&str],
-    modules: Option<&Path>,
+    specs: &[PatchedSpec],
     policy: SandboxPolicy,
     config: Option<&Path>,
     progress: &dyn BuildProgress,
 ) -> Result<Resolved, BuildError> {
-    let parsed = specs
-        .iter()
-        .map(|s| PatchedSpec::parse(s))
-        .collect::<Result<Vec<_>, _>>()?;
-    let (git, other): (Vec<usize>, Vec<usize>) =
-        (0..parsed.len()).partition(|&i| crate::kernel::git::is_git_spec(&parsed[i].base));
+    let mut git: Vec<(usize, &Path, &Revs)> = Vec::new();
+    let mut other: Vec<usize> = Vec::new();
+    for (i, spec) in specs.iter().enumerate() {
+        match &spec.source {
+            KernelSource::Git { repo, revs } => git.push((i, repo, revs)),
+            KernelSource::Debian { .. }
+            | KernelSource::Tree { .. }
+            | KernelSource::BzImage { .. } => other.push(i),
+        }
+    }
     if git.is_empty() {
-        return resolve_debian(&parsed, modules, policy, progress);
+        return resolve_debian(specs, policy, progress);
     }
     check_toolchain()?;
     let sandbox = Sandbox::choose(policy)?;
-    let mut sides: Vec<Option<Built>> = vec![None; parsed.len()];
+    let mut sides: Vec<Option<Built>> = vec![None; specs.len()];
     let mut steps = Vec::new();
     let mut notes = Vec::new();
     let mut source_trees = Vec::new();
-    for &i in &git {
-        let (built, mut own) = git::build_git_side(&parsed[i], config, &sandbox, progress)?;
+    for &(i, repo, revs) in &git {
+        let commit = GitSpec::resolve(&specs[i].base, repo, revs)?;
+        let (built, mut own) = git::build_git_side(&specs[i], &commit, config, &sandbox, progress)?;
         if let Some(b) = &built.build {
             notes.extend(b.notes.iter().cloned());
         }
@@ -125,8 +124,8 @@ pub fn resolve_with_config(
         notes.push(BuildNote::GitSidesAlike);
     }
     if !other.is_empty() {
-        let rest: Vec<PatchedSpec> = other.iter().map(|&i| parsed[i].clone()).collect();
-        let mut resolved = resolve_debian(&rest, modules, policy, progress)?;
+        let rest: Vec<PatchedSpec> = other.iter().map(|&i| specs[i].clone()).collect();
+        let mut resolved = resolve_debian(&rest, policy, progress)?;
         for (&i, b) in other.iter().zip(resolved.sides) {
             sides[i] = Some(b);
         }
@@ -143,23 +142,15 @@ pub fn resolve_with_config(
     })
 }
 
-/// [`resolve`] of specs none of which is a git tree.
+/// [`resolve_with_config`] of specs none of which is a git tree (the spec's reading refused
+/// patches on a kernel given as built).
 fn resolve_debian(
     parsed: &[PatchedSpec],
-    modules: Option<&Path>,
     policy: SandboxPolicy,
     progress: &dyn BuildProgress,
 ) -> Result<Resolved, BuildError> {
     if parsed.iter().all(|p| p.patches.is_empty()) {
-        let specs: Vec<&str> = parsed.iter().map(|p| p.given.as_str()).collect();
-        return resolve_as_given(&specs, modules, progress);
-    }
-    for p in parsed.iter().filter(|p| !p.patches.is_empty()) {
-        if !p.base.starts_with("debian:") {
-            return Err(BuildError::NotDebian {
-                spec: p.given.clone(),
-            });
-        }
+        return resolve_as_given(parsed, progress);
     }
     // Before anything is fetched.
     check_toolchain()?;
@@ -177,7 +168,7 @@ fn resolve_debian(
         &mut notes,
         &mut source_trees,
     )?;
-    let out = complete_sides(sides, parsed, &images, modules, progress)?;
+    let out = complete_sides(sides, parsed, &images, progress)?;
     if out.len() == 2 && (out[0].build.is_some() != out[1].build.is_some()) {
         notes.push(BuildNote::GivenBesideRebuilt);
     }
@@ -191,15 +182,14 @@ fn resolve_debian(
 
 /// Specs without patches: each kernel as given, nothing built.
 fn resolve_as_given(
-    specs: &[&str],
-    modules: Option<&Path>,
+    parsed: &[PatchedSpec],
     progress: &dyn BuildProgress,
 ) -> Result<Resolved, BuildError> {
-    let sides = specs
+    let sides = parsed
         .iter()
-        .map(|s| {
+        .map(|p| {
             Ok(Built {
-                kernel: super::resolve(s, modules, progress)?,
+                kernel: super::resolve(&p.given, &p.source, progress)?,
                 build: None,
             })
         })
@@ -236,16 +226,18 @@ fn fetch_images(
     let mut fetched: BTreeMap<&str, DebianImage> = BTreeMap::new();
     let mut images: Vec<Option<DebianImage>> = Vec::new();
     for p in parsed {
-        images.push(match p.base.strip_prefix("debian:") {
-            Some(v) => Some(match fetched.get(v) {
+        images.push(match &p.source {
+            KernelSource::Debian { version } => Some(match fetched.get(version.as_str()) {
                 Some(image) => image.clone(),
                 None => {
-                    let image = debian::fetch_image(v, progress)?;
-                    fetched.insert(v, image.clone());
+                    let image = debian::fetch_image(version, progress)?;
+                    fetched.insert(version, image.clone());
                     image
                 }
             }),
-            None => None,
+            KernelSource::Git { .. } | KernelSource::Tree { .. } | KernelSource::BzImage { .. } => {
+                None
+            }
         });
     }
     Ok(images)
@@ -299,7 +291,6 @@ fn complete_sides(
     sides: Vec<Option<Built>>,
     parsed: &[PatchedSpec],
     images: &[Option<DebianImage>],
-    modules: Option<&Path>,
     progress: &dyn BuildProgress,
 ) -> Result<Vec<Built>, BuildError> {
     let mut out = Vec::new();
@@ -313,7 +304,7 @@ fn complete_sides(
                         k.spec = parsed[i].given.clone();
                         k
                     }
-                    None => super::resolve(&parsed[i].given, modules, progress)?,
+                    None => super::resolve(&parsed[i].given, &parsed[i].source, progress)?,
                 },
                 build: None,
             },
@@ -329,8 +320,8 @@ impl SourceCache<'_> {
         sides: &[&PatchedSpec],
         notes: &mut Vec<BuildNote>,
     ) -> Result<Vec<Built>, BuildError> {
-        let tree = self.unpacked("modules")?;
-        let (debian, debian_text) = self.debian_config(&tree)?;
+        let tree = self.source()?;
+        let (debian, debian_text) = self.debian_config()?;
         let touched: BTreeSet<String> = sides.iter().flat_map(|s| s.touched()).collect();
         let (plan, placed) = kbuild::plan(&tree, &debian, &touched);
         let config_sha = sha256_hex(debian_text.as_bytes());

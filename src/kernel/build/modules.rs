@@ -1,15 +1,19 @@
-//! A modules-only build: `make M=DIR` against Debian's prepared tree, the rebuilt `.ko`
-//! files (their vermagic checked) in place of the image's in a tree of hard links to it.
+//! A modules-only build: `make M=DIR MO=OUT/DIR` against Debian's config prepared out of the
+//! read-only source (`O=prepared`, read-only too), the rebuilt `.ko` files (their vermagic
+//! checked) in place of the image's in a tree of hard links to it. The unpatched side writes
+//! `modules-out/`; a patched side a copy of it of its own.
 
 use std::path::{Path, PathBuf};
 
-use super::cache::{SourceCache, TimedSteps};
+use super::cache::{Laid, SourceCache, TimedSteps, Work, or_remove, own_output};
 use super::error::io;
-use super::make::{make, make_error};
+use super::make::make_error;
 use super::note::{BuildConfig, config_marker, read_config_marker};
 use super::record::{BuildInfo, How, describe_source};
 use super::{BuildError, Built, PatchedSpec};
+use crate::kernel::cache::{hold, layout};
 use crate::kernel::kbuild::KConfig;
+use crate::kernel::limits::BuildKind;
 use crate::kernel::{from_tree, ko};
 
 /// Links every file of `from` into `to` (hard links; copies across filesystems).
@@ -66,37 +70,62 @@ impl SourceCache<'_> {
         Ok(out)
     }
 
-    /// The module tree: Debian's config through olddefconfig, `modules_prepare` done.
+    /// Debian's config prepared for module builds (`prepared/`, `O=` of every module build):
+    /// olddefconfig and `modules_prepare`, once per source version. What a failed prepare
+    /// wrote goes.
     pub(super) fn prepared(&mut self) -> Result<(PathBuf, BuildConfig), BuildError> {
-        let tree = self.unpacked("modules")?;
-        let marker = tree.join(".hvlab/prepared");
+        let tree = self.source()?;
+        let prepared = self.root().join(layout::PREPARED);
+        let marker = prepared.join(".hvlab-prepared");
         if let Ok(text) = std::fs::read_to_string(&marker) {
-            return Ok((tree, read_config_marker(&text)));
+            // Its last use, for `hvlab cache prune`: every module build reads it.
+            hold::touch(&prepared);
+            return Ok((prepared, read_config_marker(&text)));
         }
+        let _ = std::fs::remove_dir_all(&prepared);
+        std::fs::create_dir_all(&prepared).map_err(io(&prepared))?;
+        let (debian, debian_text) = self.debian_config()?;
+        let config = prepared.join(".config");
+        std::fs::write(&config, &debian_text).map_err(io(&config))?;
+        let symvers = self.root().join("Module.symvers");
+        std::fs::copy(&symvers, prepared.join("Module.symvers")).map_err(io(&symvers))?;
         let log = self.log("modules_prepare");
         let release = self.image.release.clone();
         let step = "olddefconfig and modules_prepare of Debian's config";
-        self.timed("olddefconfig", |me| {
-            make(&me.sandbox, &tree, &["olddefconfig".into()], &log)
-                .map_err(make_error(false, step, &log))
-        })?;
-        self.timed("modules_prepare", |me| {
-            make(
-                &me.sandbox,
-                &tree,
-                &[format!("KERNELRELEASE={release}"), "modules_prepare".into()],
-                &log,
-            )
-            .map_err(make_error(false, step, &log))
-        })?;
-        let (debian, _) = self.debian_config(&tree)?;
-        let ours = KConfig::read(&tree.join(".config")).map_err(io(&tree))?;
-        let config = BuildConfig::Debian {
-            release,
-            lost: debian.lost_in(&ours),
-        };
-        std::fs::write(&marker, config_marker(&config)).map_err(io(&marker))?;
-        Ok((tree, config))
+        let work = Work::new(self.root(), "prepare")?;
+        let o = format!("O={}", prepared.display());
+        or_remove(&prepared, || {
+            for (what, target) in [
+                ("olddefconfig", "olddefconfig"),
+                ("modules_prepare", "modules_prepare"),
+            ] {
+                let args = vec![
+                    o.clone(),
+                    format!("KERNELRELEASE={release}"),
+                    target.to_string(),
+                ];
+                let tmp = work.tmp();
+                self.timed(what, |me| {
+                    me.make(
+                        &tree,
+                        &Laid::Unpatched,
+                        vec![&prepared],
+                        &tmp,
+                        BuildKind::Modules,
+                        &log,
+                    )
+                    .run(&args)
+                    .map_err(make_error(false, step, &log))
+                })?;
+            }
+            let ours = KConfig::read(&config).map_err(io(&config))?;
+            let note = BuildConfig::Debian {
+                release: release.clone(),
+                lost: debian.lost_in(&ours),
+            };
+            std::fs::write(&marker, config_marker(&note)).map_err(io(&marker))?;
+            Ok((prepared.clone(), note))
+        })
     }
 
     fn build_modules(
@@ -136,7 +165,8 @@ impl SourceCache<'_> {
         dirs: &[String],
         key: &str,
     ) -> Result<(PathBuf, BuildInfo), BuildError> {
-        let (tree, config_note) = self.prepared()?;
+        let (prepared, config_note) = self.prepared()?;
+        let tree = self.source_tree();
         let job = ModulesJob {
             dirs,
             release: self.image.release.clone(),
@@ -144,13 +174,30 @@ impl SourceCache<'_> {
             patched: !side.patches.is_empty(),
             label: Self::side_label(side),
             log: self.log(&format!("modules-{key}")),
+            prepared,
         };
         let mut built_modules: Vec<String> = Vec::new();
-        let (tmp, notes, steps) = self.build_entry(&tree.clone(), key, side, |me, tree, tmp| {
-            me.make_module_dirs(tree, &job)?;
-            built_modules = install_rebuilt_modules(tree, tmp, &job)?;
-            Ok(())
-        })?;
+        let (tmp, notes, steps) =
+            self.build_entry(&tree.clone(), key, side, |me, laid, work, entry| {
+                let base = me.root().join(layout::MODULES_OUT);
+                hold::touch(&base);
+                let out = if job.patched {
+                    own_output(&base, &work.out())?;
+                    work.out()
+                } else {
+                    base
+                };
+                let build = |me: &mut SourceCache<'_>| {
+                    me.make_module_dirs(&tree, laid, &out, work, &job)?;
+                    install_rebuilt_modules(&out, entry, &job)
+                };
+                built_modules = if job.patched {
+                    build(me)?
+                } else {
+                    or_remove(&out.clone(), || build(me))?
+                };
+                Ok(())
+            })?;
         let how = How::Modules {
             dirs: dirs.to_vec(),
             modules: built_modules,
@@ -159,24 +206,37 @@ impl SourceCache<'_> {
         Ok((self.finish_entry(key, &tmp, &info)?, info))
     }
 
-    /// `make M=DIR modules` in each of the job's directories, one timed step each.
-    fn make_module_dirs(&mut self, tree: &Path, job: &ModulesJob) -> Result<(), BuildError> {
+    /// `make M=DIR MO=OUT/DIR modules` in each of the job's directories, one timed step each:
+    /// the source and the prepared config read-only, `out` the only directory written.
+    fn make_module_dirs(
+        &mut self,
+        tree: &Path,
+        laid: &Laid,
+        out: &Path,
+        work: &Work,
+        job: &ModulesJob,
+    ) -> Result<(), BuildError> {
         for dir in job.dirs {
             let step = format!("make M={dir} ({})", job.label);
+            // Kbuild puts a module's objects under MO as it does under the tree: `virt/kvm`'s
+            // of `arch/x86/kvm` (`$(KVM) = ../../../virt/kvm`) land at OUT/virt/kvm.
+            let mo = out.join(dir);
+            std::fs::create_dir_all(&mo).map_err(io(&mo))?;
             let args = vec![
+                format!("O={}", job.prepared.display()),
                 format!("KERNELRELEASE={}", job.release),
                 // No DWARF: Debian ships its modules stripped, and it is most of
                 // the compile time.
                 "KCFLAGS=-g0".to_string(),
                 format!("M={dir}"),
+                format!("MO={}", mo.display()),
                 "modules".to_string(),
             ];
+            let tmp = work.tmp();
             self.timed(&step, |me| {
-                make(&me.sandbox, tree, &args, &job.log).map_err(make_error(
-                    job.patched,
-                    &step,
-                    &job.log,
-                ))
+                me.make(tree, laid, vec![out], &tmp, BuildKind::Modules, &job.log)
+                    .run(&args)
+                    .map_err(make_error(job.patched, &step, &job.log))
             })?;
         }
         Ok(())
@@ -197,12 +257,14 @@ struct ModulesJob<'a> {
     label: String,
     /// The build log.
     log: PathBuf,
+    /// Debian's config prepared (`O=`).
+    prepared: PathBuf,
 }
 
-/// The image's tree, hard-linked into `tmp/kernel`, with the modules built in `tree` in place
+/// The image's tree, hard-linked into `tmp/kernel`, with the modules built in `out` in place
 /// of the shipped (compressed) ones; returns the modules' file names.
 fn install_rebuilt_modules(
-    tree: &Path,
+    out: &Path,
     tmp: &Path,
     job: &ModulesJob,
 ) -> Result<Vec<String>, BuildError> {
@@ -218,26 +280,26 @@ fn install_rebuilt_modules(
         })?;
     let mut built_modules: Vec<String> = Vec::new();
     for dir in job.dirs {
-        let order = tree.join(dir).join("modules.order");
+        let order = out.join(dir).join("modules.order");
         let names = std::fs::read_to_string(&order).map_err(io(&order))?;
         for obj in names.lines().filter(|l| !l.is_empty()) {
-            built_modules.push(replace_module(tree, dir, obj, &linked, job)?);
+            built_modules.push(replace_module(out, dir, obj, &linked, job)?);
         }
     }
     Ok(built_modules)
 }
 
-/// Puts the module `obj` (of `modules.order` in `dir`) built in `tree` in place of the image's
+/// Puts the module `obj` (of `modules.order` in `dir`) built in `out` in place of the image's
 /// in `linked`, after checking its vermagic against the one it replaces; returns its file name.
 fn replace_module(
-    tree: &Path,
+    out: &Path,
     dir: &str,
     obj: &str,
     linked: &Path,
     job: &ModulesJob,
 ) -> Result<String, BuildError> {
     let rel = obj.trim_end_matches(".o");
-    let built = tree.join(dir).join(format!("{rel}.ko"));
+    let built = out.join(dir).join(format!("{rel}.ko"));
     let bytes = std::fs::read(&built).map_err(io(&built))?;
     let dest_dir = linked
         .join("kernel")

@@ -1,19 +1,25 @@
-//! `SPEC+PATCH[+PATCH...]`: where the base spec ends and each patch file begins.
+//! `SPEC+PATCH[+PATCH...]`: the kernel's source ([`KernelSource`]), where it ends and each
+//! patch file begins. Read once, where the command line takes the spec.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
 use super::BuildError;
+use crate::kernel::KernelError;
 use crate::kernel::confine;
+use crate::kernel::git::GitError;
 use crate::kernel::patch::PatchFile;
+use crate::kernel::source::KernelSource;
 
-/// A kernel spec with its patches: `debian:7.3+a.patch+b.patch`.
+/// A kernel spec, typed: its source and the patches on it (`debian:7.3+a.patch+b.patch`).
 #[derive(Debug, Clone)]
 pub struct PatchedSpec {
-    /// As given.
+    /// As given: what names the kernel in output and in the runs it stores.
     pub given: String,
-    /// The spec before the first patch (`debian:7.3`).
+    /// The spec before the first patch, as given (`debian:7.3`).
     pub base: String,
+    /// What the kernel is made from.
+    pub source: KernelSource,
     /// The patches, in the order they apply.
     pub patches: Vec<PatchFile>,
 }
@@ -22,10 +28,16 @@ impl PatchedSpec {
     /// Splits at `+`. A `+` inside a file name works when the whole name exists; a spec that
     /// reads two ways (`amb+x.patch` beside both `amb` and `amb+x.patch`) is refused, naming
     /// both readings. `+debNN` after a Debian version is the start of Debian's own version
-    /// string, not a patch.
+    /// string, not a patch. Patches go on a source hvlab rebuilds (Debian's, a git tree's);
+    /// what the patches name is checked before anything is fetched.
     pub fn parse(spec: &str) -> Result<PatchedSpec, BuildError> {
         let tokens: Vec<&str> = spec.split('+').collect();
-        let (base, first_patch) = Self::base_of(spec, &tokens)?;
+        let first = tokens.first().copied().unwrap_or_default();
+        let scheme = KernelSource::with_scheme(first);
+        let (base, first_patch) = match &scheme {
+            Some(source) => Self::after_scheme(spec, source, &tokens)?,
+            None => Self::path_base(&tokens),
+        };
         let rest = &tokens[first_patch..];
         let readings = patch_readings(rest);
         let paths = match readings.as_slice() {
@@ -45,39 +57,108 @@ impl PatchedSpec {
             .collect::<Result<Vec<_>, _>>()?;
         // Before anything is fetched: what the patch text alone says about its paths.
         confine::lexical(&patches)?;
+        let not_rebuilt = || BuildError::NotDebian {
+            spec: spec.to_string(),
+        };
+        let source = match scheme {
+            Some(source) => source?,
+            None => match KernelSource::at_path(Path::new(&base)) {
+                Some(source) => source,
+                None if patches.is_empty() => {
+                    return Err(KernelError::UnknownSpec(spec.to_string()).into());
+                }
+                None => return Err(not_rebuilt()),
+            },
+        };
+        if !patches.is_empty() && !source.takes_patches() {
+            return Err(not_rebuilt());
+        }
         Ok(PatchedSpec {
             given: spec.to_string(),
             base,
+            source,
             patches,
         })
     }
 
-    /// The base spec and the index of the first patch token. A path base keeps every `+`
-    /// until the path exists (a build tree named `linux+rt`).
-    fn base_of(spec: &str, tokens: &[&str]) -> Result<(String, usize), BuildError> {
-        let mut base = tokens.first().copied().unwrap_or_default().to_string();
-        let mut i = 1;
-        if base.starts_with("debian:") {
-            if let Some(next) = tokens.get(1)
-                && is_debian_version_suffix(next)
-                && !Path::new(next).exists()
-            {
-                return Err(BuildError::DebianVersionSuffix {
-                    spec: spec.to_string(),
-                    suffix: (*next).to_string(),
-                });
-            }
-            return Ok((base, i));
+    /// The same spec with `--modules DIR` for a kernel given as built.
+    #[must_use]
+    pub fn with_modules(mut self, dir: Option<&Path>) -> PatchedSpec {
+        self.source = self.source.with_modules(dir);
+        self
+    }
+
+    /// The spec of this source with `patches` on it (a step of a series): `given` names it.
+    pub fn with_patches(&self, given: String, patches: Vec<PatchFile>) -> PatchedSpec {
+        PatchedSpec {
+            given,
+            base: self.base.clone(),
+            source: self.source.clone(),
+            patches,
         }
+    }
+
+    /// The spec of one source with no patches: `given` names it (`git:PATH@SHA`).
+    pub fn unpatched(given: String, source: KernelSource) -> PatchedSpec {
+        PatchedSpec {
+            base: given.clone(),
+            given,
+            source,
+            patches: Vec::new(),
+        }
+    }
+
+    /// A spec named `given` on Debian 7.3, its patches not read: tests that judge runs stored
+    /// under a kernel's name.
+    #[cfg(test)]
+    pub(crate) fn named(given: &str) -> PatchedSpec {
+        PatchedSpec {
+            given: given.to_string(),
+            base: "debian:7.3".into(),
+            source: KernelSource::Debian {
+                version: "7.3".into(),
+            },
+            patches: Vec::new(),
+        }
+    }
+
+    /// The base and the index of the first patch token after a scheme's first token, whose
+    /// own text has no `+` (`+deb13` after a Debian version, which is the version's own text,
+    /// is refused, naming it).
+    fn after_scheme(
+        spec: &str,
+        source: &Result<KernelSource, GitError>,
+        tokens: &[&str],
+    ) -> Result<(String, usize), BuildError> {
+        let first = tokens.first().copied().unwrap_or_default().to_string();
+        if let Ok(source) = source
+            && let Some(next) = tokens.get(1)
+            && source.name_goes_on(next)
+            && !Path::new(next).exists()
+        {
+            return Err(BuildError::DebianVersionSuffix {
+                spec: spec.to_string(),
+                suffix: (*next).to_string(),
+            });
+        }
+        Ok((first, 1))
+    }
+
+    /// A path base keeps every `+` until the path exists (a build tree named `linux+rt`);
+    /// text that is no path is the first token (which the source's reading then names).
+    fn path_base(tokens: &[&str]) -> (String, usize) {
+        let first = tokens.first().copied().unwrap_or_default().to_string();
+        let mut base = first.clone();
+        let mut i = 1;
         while !Path::new(&base).exists() && i < tokens.len() {
             base = format!("{base}+{}", tokens[i]);
             i += 1;
         }
-        if !Path::new(&base).exists() {
-            // Not a path: the base is the first token (its own resolver names it).
-            return Ok((tokens.first().copied().unwrap_or_default().to_string(), 1));
+        if Path::new(&base).exists() {
+            (base, i)
+        } else {
+            (first, 1)
         }
-        Ok((base, i))
     }
 
     /// The error for patch tokens no reading turns into files: the first name that is not a
@@ -98,9 +179,26 @@ impl PatchedSpec {
             path: name.to_string(),
         }
     }
+
     /// Every file the patches change.
     pub fn touched(&self) -> BTreeSet<String> {
         self.patches.iter().flat_map(PatchFile::touched).collect()
+    }
+}
+
+/// Two specs are one kernel when they read the same.
+impl PartialEq for PatchedSpec {
+    fn eq(&self, other: &PatchedSpec) -> bool {
+        self.given == other.given && self.source == other.source
+    }
+}
+
+impl Eq for PatchedSpec {}
+
+/// A spec is written as given (runs, tables and bisections name kernels by it).
+impl serde::Serialize for PatchedSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.given)
     }
 }
 
@@ -125,15 +223,6 @@ fn patch_readings(tokens: &[&str]) -> Vec<Vec<String>> {
         }
     }
     out
-}
-
-/// `deb13`, `deb13u1`, `bpo13`: the tail of a Debian version (`7.3.4+deb13-amd64`).
-fn is_debian_version_suffix(token: &str) -> bool {
-    ["deb", "bpo"].iter().any(|p| {
-        token
-            .strip_prefix(p)
-            .is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit()))
-    })
 }
 
 #[cfg(test)]

@@ -1,16 +1,19 @@
 //! A whole kernel from the minimal guest config: tinyconfig, the guest's options, and
-//! Debian's tick, preemption, RCU and KVM options.
+//! Debian's tick, preemption, RCU and KVM options; built out of the read-only source into
+//! `whole-out/` (the unpatched side) or a copy of it of a patched side's own.
 
 use std::path::{Path, PathBuf};
 
-use super::cache::{SourceCache, TimedSteps};
+use super::cache::{Laid, SourceCache, TimedSteps, Work, or_remove, own_output};
 use super::error::io;
-use super::make::{make, make_error};
+use super::make::make_error;
 use super::note::{BuildConfig, PreemptModel, Preemption, config_marker, read_config_marker};
 use super::record::{How, describe_source};
 use super::{BuildError, Built, PatchedSpec};
 use crate::kernel::Kernel;
+use crate::kernel::cache::{hold, layout};
 use crate::kernel::kbuild::KConfig;
+use crate::kernel::limits::BuildKind;
 use crate::kernel::patch::sha256_hex;
 
 /// The minimal guest: what hvlab's initramfs and scenarios need (64-bit SMP, serial console,
@@ -222,35 +225,55 @@ impl SourceCache<'_> {
         Ok(out.into_iter().flatten().collect())
     }
 
-    /// RCU and KVM options, olddefconfig; every guest option checked.
-    pub(super) fn configured(&mut self) -> Result<(PathBuf, BuildConfig), BuildError> {
-        let tree = self.unpacked("whole")?;
-        let marker = tree.join(".hvlab/configured");
+    /// The minimal guest config in `whole-out/` (`O=` of the unpatched side's build): made
+    /// once per source version, every guest option checked. What a failed config wrote goes.
+    pub(super) fn configured(&mut self) -> Result<(PathBuf, PathBuf, BuildConfig), BuildError> {
+        let tree = self.source()?;
+        let out = self.root().join(layout::WHOLE_OUT);
+        let marker = out.join(".hvlab-configured");
         if let Ok(text) = std::fs::read_to_string(&marker) {
-            return Ok((tree, read_config_marker(&text)));
+            // Its last use, for `hvlab cache prune`: every whole-kernel build starts from it.
+            hold::touch(&out);
+            return Ok((tree, out, read_config_marker(&text)));
         }
+        let _ = std::fs::remove_dir_all(&out);
+        std::fs::create_dir_all(&out).map_err(io(&out))?;
         let log = self.log("config");
-        let (_, debian_text) = self.debian_config(&tree)?;
+        let (_, debian_text) = self.debian_config()?;
         let of = self.source_name();
-        let config = self.timed(GUEST_CONFIG_STEP, |me| {
-            let mut run = |target: &str| {
-                make(&me.sandbox, &tree, &[target.into()], &log).map_err(make_error(
-                    false,
-                    "the minimal guest config",
-                    &log,
-                ))
-            };
-            guest_config(&mut run, &tree.join(".config"), &debian_text, &of)
+        let work = Work::new(self.root(), "config")?;
+        let o = format!("O={}", out.display());
+        let config = or_remove(&out, || {
+            self.timed(GUEST_CONFIG_STEP, |me| {
+                let tmp = work.tmp();
+                let mut run = |target: &str| {
+                    me.make(
+                        &tree,
+                        &Laid::Unpatched,
+                        vec![&out],
+                        &tmp,
+                        BuildKind::Whole,
+                        &log,
+                    )
+                    .run(&[o.clone(), target.into()])
+                    .map_err(make_error(
+                        false,
+                        "the minimal guest config",
+                        &log,
+                    ))
+                };
+                guest_config(&mut run, &out.join(".config"), &debian_text, &of)
+            })
         })?;
         std::fs::write(&marker, config_marker(&config)).map_err(io(&marker))?;
-        Ok((tree, config))
+        Ok((tree, out, config))
     }
 
     fn build_whole(&mut self, side: &PatchedSpec, debian_sha: &str) -> Result<Built, BuildError> {
-        let (tree, config_note) = self.configured()?;
-        let config_sha = std::fs::read(tree.join(".config"))
+        let (tree, base, config_note) = self.configured()?;
+        let config_sha = std::fs::read(base.join(".config"))
             .map(|b| sha256_hex(&b))
-            .map_err(io(&tree))?;
+            .map_err(io(&base))?;
         let key = self.key(&format!("whole:{config_sha}"), debian_sha, &side.patches);
         let (entry, info) = match self.cached(&key) {
             Some(hit) => hit,
@@ -259,18 +282,33 @@ impl SourceCache<'_> {
                 let label = Self::side_label(side);
                 let log = self.log(&format!("whole-{key}"));
                 let (tmp, notes, steps) =
-                    self.build_entry(&tree.clone(), &key, side, |me, tree, tmp| {
+                    self.build_entry(&tree, &key, side, |me, laid, work, entry| {
+                        let out = if patched {
+                            own_output(&base, &work.out())?;
+                            work.out()
+                        } else {
+                            base.clone()
+                        };
                         let step = format!("make bzImage modules ({label})");
-                        me.timed(&step, |me| {
-                            make(
-                                &me.sandbox,
-                                tree,
-                                &["bzImage".into(), "modules".into()],
-                                &log,
-                            )
-                            .map_err(make_error(patched, &step, &log))
-                        })?;
-                        collect_kernel(tree, tmp)
+                        let build = |me: &mut SourceCache<'_>| {
+                            let tmp = work.tmp();
+                            let args = vec![
+                                format!("O={}", out.display()),
+                                "bzImage".into(),
+                                "modules".into(),
+                            ];
+                            me.timed(&step, |me| {
+                                me.make(&tree, laid, vec![&out], &tmp, BuildKind::Whole, &log)
+                                    .run(&args)
+                                    .map_err(make_error(patched, &step, &log))
+                            })?;
+                            collect_kernel(&out, entry)
+                        };
+                        if patched {
+                            build(me)
+                        } else {
+                            or_remove(&out.clone(), || build(me))
+                        }
                     })?;
                 let info = self.record(How::Whole, config_note, side, notes, steps, &key);
                 (self.finish_entry(&key, &tmp, &info)?, info)

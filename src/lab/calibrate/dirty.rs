@@ -14,7 +14,7 @@
 //! (which [`mmu_lock_hold`] explains), from the same pass run by one vCPU and by two.
 
 use super::{put_measured, run};
-use crate::error::Error;
+use crate::lab::Error;
 use crate::model::profile::{MmuKind, Profile};
 use crate::record::RunRecord;
 use crate::scenario::dirty::DirtyParams;

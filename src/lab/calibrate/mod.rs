@@ -4,8 +4,8 @@
 //! provenance says which run and which formula. Values calibrate does not measure are copied
 //! from the built-in profile closest to this host, and say so.
 
-use crate::error::Error;
 use crate::kvm::pinning::pins as pin;
+use crate::lab::Error;
 use crate::model::profile::{MmuKind, Profile};
 use crate::record::{MetricRecord, RunRecord};
 use crate::scenario::runner::{Progress, RunRequest};
@@ -69,7 +69,7 @@ fn run(
         warmup: 1,
         ..RunRequest::new(params.into())
     };
-    scenario::run(backend, &request, progress)
+    Ok(scenario::run(backend, &request, progress)?)
 }
 
 /// Sets a measured cost, unless the measurement did not yield a positive finite number (a

@@ -20,6 +20,7 @@ use crate::analysis::validate::{Check, Rule};
 use crate::kernel::patch::PatchFile;
 use crate::model::memory::{Mmu, PTE_PREFETCH_NUM, PTE_PREFETCH_NUM_MAX, Pass, pass};
 use crate::record::{RunRecord, pooled};
+use crate::scenario::Kind;
 use crate::scenario::memory::{Memory, PARAMS};
 use hvlab_core::BackendKind;
 use hvlab_core::guest::{Backing, GuestPage};
@@ -660,8 +661,10 @@ impl Judged for MemoryReport {
 
 /// The kab side of a user's kvm memory run booted by a kab.
 fn kab_side(run: &RunRecord) -> Option<&hvlab_core::host::KabSide> {
-    (run.backend == BackendKind::Kvm && run.scenario == "memory" && run.tag.is_none())
-        .then_some(())?;
+    (run.backend == BackendKind::Kvm
+        && Kind::of_run(run) == Some(Kind::Memory)
+        && run.tag.is_none())
+    .then_some(())?;
     run.host.under_test.as_ref()?.kab.as_ref()
 }
 
@@ -723,7 +726,7 @@ pub fn from_runs(runs: &[RunRecord]) -> MemoryReport {
                 }
             };
             let check = judge_against_samples(
-                "memory",
+                Kind::Memory.name(),
                 variant,
                 PF_FIXED,
                 "count",
@@ -753,13 +756,13 @@ pub fn from_runs(runs: &[RunRecord]) -> MemoryReport {
 }
 
 /// Memory rows from the kvm memory runs in `store` that a kab booted.
-pub fn evaluate(store: &crate::store::Store) -> Result<MemoryReport, crate::error::Error> {
+pub fn evaluate(store: &crate::store::Store) -> Result<MemoryReport, crate::lab::Error> {
     let mut runs = Vec::new();
-    for l in store
-        .list(usize::MAX)?
-        .iter()
-        .filter(|l| l.backend == BackendKind::Kvm && l.scenario == "memory" && l.is_users())
-    {
+    for l in store.list(usize::MAX)?.iter().filter(|l| {
+        l.backend == BackendKind::Kvm
+            && Kind::named(&l.scenario).ok() == Some(Kind::Memory)
+            && l.is_users()
+    }) {
         let run = store.load(&l.run_id)?;
         if kab_side(&run).is_some() {
             runs.push(run);

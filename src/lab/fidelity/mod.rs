@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use crate::analysis::statistics::median;
 use crate::analysis::validate::{Check, Rule, judge_in_band, spread};
-use crate::error::Error;
+use crate::lab::Error;
 use crate::model::ModelBackend;
 use crate::model::ModelError;
 use crate::model::profile::{Profile, ProfileError};
@@ -492,7 +492,7 @@ pub fn model_run(
         warmup: 0,
         seed,
     };
-    crate::scenario::run(&mut backend, &request, &Silent)
+    Ok(crate::scenario::run(&mut backend, &request, &Silent)?)
 }
 
 /// Loads a built-in profile for a thread's setup.

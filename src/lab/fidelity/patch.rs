@@ -25,8 +25,8 @@ use serde::Serialize;
 use super::{Agreement, Fitted, Judged, judge_against_samples};
 use crate::analysis::statistics::median;
 use crate::analysis::validate::{Check, Rule};
-use crate::error::Error;
 use crate::kernel::calibration::{self, Identity};
+use crate::lab::Error;
 use crate::model::profile::Profile;
 use crate::record::pooled;
 use crate::record::{Finding, RunRecord};
@@ -466,7 +466,7 @@ pub fn compare(
 /// a kab.
 fn kab_side(run: &RunRecord) -> Option<&hvlab_core::host::KabSide> {
     (run.backend == BackendKind::Kvm
-        && run.scenario == Kind::Lifecycle.name()
+        && Kind::of_run(run) == Some(Kind::Lifecycle)
         && run.tag.is_none())
     .then_some(())?;
     run.host.under_test.as_ref()?.kab.as_ref()
@@ -547,13 +547,16 @@ fn base_profile(
     let (Some(ua), Some(ub)) = (a.host.under_test.as_ref(), b.host.under_test.as_ref()) else {
         return Ok(None);
     };
+    // Both sides' measurements against one profile: on one clock, or not at all.
+    let clock = crate::record::one_clock(sides.iter().flatten().copied())
+        .map_err(|mixed| mixed.to_string())?;
     if ua.release != ub.release {
         return Err(format!(
             "A is {} and B is {}: a prediction of a patch compares one version with itself patched",
             ua.release, ub.release
         ));
     }
-    let base = Identity::of_run(ua);
+    let base = Identity::of_run(ua).on_clock(clock);
     match calibrations(&base)? {
         Some(profile) => Ok(Some(profile)),
         None => Err(format!(
@@ -591,6 +594,7 @@ impl<'a> Set<'a> {
         let params = |r: &RunRecord| serde_json::to_string(&r.params).unwrap_or_default();
         let same = |s: &Set<'_>| {
             Identity::of_run(s.under_test) == Identity::of_run(under_test)
+                && crate::record::one_clock(s.runs.iter().chain(side).copied()).is_ok()
                 && s.strategy.name == strategy.name
                 && s.profile.0 == profile.0
                 && s.runs.first().map(|r| params(r)) == side.first().map(|r| params(r))
@@ -670,7 +674,9 @@ pub fn evaluate(store: &Store, tolerance: f64, seed: u64) -> Result<PatchReport,
     let listed = store.list(usize::MAX)?;
     let mut runs = Vec::new();
     for l in listed.iter().filter(|l| {
-        l.backend == BackendKind::Kvm && l.scenario == Kind::Lifecycle.name() && l.is_users()
+        l.backend == BackendKind::Kvm
+            && Kind::named(&l.scenario).ok() == Some(Kind::Lifecycle)
+            && l.is_users()
     }) {
         let run = store.load(&l.run_id)?;
         if kab_side(&run).is_some() {

@@ -11,7 +11,7 @@
 //! with a per-list part (one cost per entry could not), but that is a fit, not a test.
 
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
-use crate::error::Error;
+use crate::lab::Error;
 use crate::model::profile::Profile;
 use crate::record::RunRecord;
 use crate::scenario::Kind;

@@ -10,7 +10,7 @@
 //! tests (memcg creation, fork) are predictions.
 
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
-use crate::error::Error;
+use crate::lab::Error;
 use crate::model::profile::Profile;
 use crate::record::RunRecord;
 use crate::scenario::Kind;

@@ -8,7 +8,7 @@
 //! (`model::memory`); no profile value enters a count, so nothing here is fitted.
 
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
-use crate::error::Error;
+use crate::lab::Error;
 use crate::model::profile::Profile;
 use crate::scenario::Kind;
 use crate::scenario::memory::MemoryParams;

@@ -11,7 +11,7 @@
 //! `fitted`. The 4 MiB per-switch rows and the `perf stat` runs at 256 MiB are predictions.
 
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
-use crate::error::Error;
+use crate::lab::Error;
 use crate::model::profile::Profile;
 use crate::record::RunRecord;
 use crate::scenario::Kind;

@@ -8,7 +8,7 @@
 //! per-ioctl work from assumed costs that no row's figure went into.
 
 use super::{ModelFigure, Published, Row, Thread, ThreadInfo};
-use crate::error::Error;
+use crate::lab::Error;
 use crate::model::profile::Profile;
 use crate::record::RunRecord;
 use crate::scenario::Kind;

@@ -18,11 +18,12 @@
 //! resolves and builds both kernels, boots them in ABBA order, stores their runs and returns
 //! a [`KabOutcome`]; the command line only renders it.
 //!
-//! Here: the request, the outcome and its parts. Judging is in `judge`, the boots in `run`,
-//! the model's prediction in `predict`.
+//! Here: the outcome and its parts. The request, typed where the command line reads it, is in
+//! `request`, judging in `judge`, the boots in `run`, the model's prediction in `predict`.
 
 mod judge;
 mod predict;
+mod request;
 mod run;
 
 use judge::host_busy_during;
@@ -30,13 +31,13 @@ use judge::host_busy_during;
 pub use judge::{
     Cause, Change, CorrectedP, GraceWait, Inconclusive, Judgement, MetricAb, MetricOutcome,
     ScenarioAb, SideFailure, SideRuns, StallAb, StallReps, StallSide, Trust, Unsettled, VariantAb,
-    VariantVerdict, WorseWay, correct_family, judge, judge_uncorrected, judgement, verdict,
-    verdicts,
+    VariantVerdict, WorseWay, correct_family, judge, judge_pair, judgement, verdict, verdicts,
 };
 pub(crate) use judge::{busy_during_boot, not_judged_on_a_busy_host};
 pub use predict::{
     KabPrediction, PredictedWait, ThisHostMissing, ThisHostPrediction, VariantPrediction,
 };
+pub use request::{GuestScenario, KabRequest, guest_scenarios};
 pub(crate) use run::guest_commands;
 pub use run::{abba, logs_dir, run};
 
@@ -48,42 +49,8 @@ use hvlab_core::noise::BusyReason;
 
 use crate::kernel::Kernel;
 use crate::kernel::build::{BuildInfo, BuildNote, BuildProgress, Step};
-use crate::kernel::vm::{AccelChoice, VmConfig};
+use crate::kernel::vm::AccelChoice;
 use crate::lab::fidelity::memory_patch::MemoryPrediction;
-
-/// What `hvlab kab` compares, and how.
-#[derive(Debug, Clone)]
-pub struct KabRequest {
-    /// A: a kernel spec, `SPEC[+PATCH...]`.
-    pub base: String,
-    /// B.
-    pub patched: String,
-    /// Scenarios (default `lifecycle`).
-    pub scenarios: Vec<String>,
-    /// Variants to run (all when empty).
-    pub variants: Vec<String>,
-    /// `--set key=value` for the scenarios that have the key.
-    pub sets: Vec<String>,
-    /// Boots per kernel.
-    pub boots: u32,
-    /// Repetitions per variant per boot.
-    pub reps: u32,
-    /// Smallest change that counts for judged jiffies and times (0.05 = 5%).
-    pub threshold: f64,
-    /// How each VM boots.
-    pub vm: VmConfig,
-    /// The model's strategy for B's change (`always-defer`, `always-sync`, `lifecycle-keyed`),
-    /// when the patch is not one the model recognises by its hash.
-    pub model_strategy: Option<String>,
-    /// Calibrate the base in its first boot when no profile of it is cached, so the model
-    /// can predict the change on this host (about 10 s under TCG, once per kernel).
-    pub calibrate: bool,
-    /// Whether kernel builds must run sandboxed (`--no-sandbox` turns it off).
-    pub sandbox: crate::kernel::sandbox::SandboxPolicy,
-    /// `--config FILE`: the .config whose HZ, preemption, RCU and KVM options a `git:` side's
-    /// minimal guest config keeps (else Debian's config of the nearest version cached).
-    pub config: Option<std::path::PathBuf>,
-}
 
 /// Where a kab's progress goes (building is reported through [`BuildProgress`]).
 pub trait KabProgress: BuildProgress {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::analysis::statistics::median;
-use crate::error::Error;
+use crate::lab::Error;
 use crate::record::RunRecord;
 use crate::scenario;
 use crate::scenario::runner::DEFAULT_SEED;

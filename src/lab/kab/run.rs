@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::error::{Error, InputError};
 use crate::kernel::build::{self, BuildInfo, Step};
 use crate::kernel::vm::{self, AccelChoice, VmError};
 use crate::kernel::{self, Kernel};
+use crate::lab::Error;
 use crate::record::RunRecord;
 use crate::scenario;
 use crate::store::Store;
@@ -16,7 +16,7 @@ use crate::kernel::calibration::{self, Identity};
 use crate::kernel::patch::PatchFile;
 use crate::lab::fidelity::memory_patch;
 use crate::lab::fidelity::patch::{self, StrategyChoice};
-use hvlab_core::host::{KabSide, PatchId};
+use hvlab_core::host::{Clock, KabSide, PatchId};
 
 use super::judge::{
     Judgement, ScenarioAb, SideRuns, busy_during_boot, judge, judgement, mark_given,
@@ -50,49 +50,13 @@ fn with_count_calls(mut commands: Vec<Vec<String>>, reach: &Reach) -> Vec<Vec<St
     commands
 }
 
-/// The hvlab command each boot runs, per scenario; `--variant` and `--set` go to the
-/// scenarios that have them, and each must fit at least one.
-pub(crate) fn guest_commands(req: &KabRequest) -> Result<Vec<Vec<String>>, Error> {
-    let infos = req
-        .scenarios
+/// The hvlab command each boot runs, per scenario, with the variants and `--set`s it has
+/// (read on the host: [`super::guest_scenarios`]).
+pub(crate) fn guest_commands(req: &KabRequest) -> Vec<Vec<String>> {
+    req.scenarios
         .iter()
-        .map(|s| scenario::find(s))
-        .collect::<Result<Vec<_>, _>>()?;
-    let key_of = |kv: &str| kv.split_once('=').map_or(kv, |(k, _)| k).to_string();
-    let has_param = |info: &scenario::ScenarioInfo, kv: &str| {
-        let key = key_of(kv);
-        key.starts_with("guest.") || info.has_param(&key)
-    };
-    let has_variant =
-        |info: &scenario::ScenarioInfo, v: &str| info.variants.iter().any(|x| x.name == v);
-    let unknown = |key: &str, value: &str, what: &str| -> Error {
-        InputError::BadValue {
-            key: key.into(),
-            value: value.to_string(),
-            why: format!(
-                "no scenario of {} has that {what}; `hvlab list` shows them",
-                req.scenarios.join(", ")
-            ),
-        }
-        .into()
-    };
-    if let Some(kv) = req
-        .sets
-        .iter()
-        .find(|kv| !infos.iter().any(|i| has_param(i, kv)))
-    {
-        return Err(unknown("--set", kv, "parameter"));
-    }
-    if let Some(v) = req
-        .variants
-        .iter()
-        .find(|v| !infos.iter().any(|i| has_variant(i, v)))
-    {
-        return Err(unknown("--variant", v, "variant"));
-    }
-    Ok(infos
-        .iter()
-        .map(|info| {
+        .map(|s| {
+            let info = s.kind.info();
             let mut c = vec![
                 "run".to_string(),
                 info.name.to_string(),
@@ -102,24 +66,25 @@ pub(crate) fn guest_commands(req: &KabRequest) -> Result<Vec<Vec<String>>, Error
                 "1".into(),
                 "--json".into(),
             ];
-            for v in req.variants.iter().filter(|v| has_variant(info, v)) {
+            for v in req
+                .variants
+                .iter()
+                .filter(|v| info.variants.iter().any(|x| x.name == v.as_str()))
+            {
                 c.extend(["--variant".to_string(), v.clone()]);
             }
-            for kv in req.sets.iter().filter(|kv| has_param(info, kv)) {
+            for kv in &s.sets {
                 c.extend(["--set".to_string(), kv.clone()]);
             }
             c
         })
-        .collect())
+        .collect()
 }
 
-/// Where a boot's console log goes.
+/// Where a boot's console log goes (the cache keeps successful boots' logs for the last
+/// runs only).
 pub fn logs_dir(release: &str) -> PathBuf {
-    kernel::cache_dir().join("logs").join(format!(
-        "{}-{release}-{}",
-        kernel::now_stamp(),
-        std::process::id()
-    ))
+    kernel::cache::new_boot_log_dir(release)
 }
 
 /// The kernel A/B: resolves (and builds) both kernels, checks them before any boot, boots
@@ -130,17 +95,15 @@ pub fn run(
     progress: &dyn KabProgress,
 ) -> Result<KabOutcome, Error> {
     let start = Instant::now();
-    let commands = guest_commands(req)?;
+    let commands = guest_commands(req);
+    vm::check_clock(req.vm.accel, req.vm.clock)?;
     vm::qemu()?;
     let mut kernels = KabKernels::resolve(req, progress)?;
     let build_s = start.elapsed().as_secs_f64();
     let (reach, notes) = kernels.patched_functions();
     kernels.notes.extend(notes);
     let commands = with_count_calls(commands, &reach);
-    let lifecycle = req
-        .scenarios
-        .iter()
-        .any(|s| s == scenario::Kind::Lifecycle.name());
+    let lifecycle = req.runs(scenario::Kind::Lifecycle);
     let strategies = kernels.model_strategies(req.model_strategy.as_deref());
     let prefetch = kernels.prefetch_strategies(req.model_strategy.as_deref());
     // The base's profile, calibrated in its own guest under this accelerator: what prices the
@@ -177,7 +140,7 @@ pub fn run(
             .collect::<Vec<GuestFailure>>()
     });
     let judged = judge(
-        &req.scenarios,
+        &req.scenario_names(),
         &req.variants,
         [0, 1].map(|i| SideRuns {
             runs: &booted.sides[i],
@@ -199,11 +162,8 @@ pub fn run(
             )
         })
         .transpose()?;
-    let memory = scenario::Kind::Memory.name();
     let memory_prediction = req
-        .scenarios
-        .iter()
-        .any(|s| s == memory)
+        .runs(scenario::Kind::Memory)
         .then(|| predict_memory(prefetch, &booted.sides));
     let wall = WallTimes {
         build_s,
@@ -245,9 +205,11 @@ impl KabKernels {
     /// Resolves (and builds) both kernels, picks the accelerator, and checks that both can
     /// host hvlab before either boots.
     fn resolve(req: &KabRequest, progress: &dyn KabProgress) -> Result<KabKernels, Error> {
+        // The accelerator and the clock before anything is fetched or built.
+        let mut choice = vm::choose_accel(req.vm.accel)?;
+        choice.clock = vm::choose_clock(req.vm.clock, &choice, &vm::qemu()?)?;
         let resolved = build::resolve_with_config(
-            &[&req.base, &req.patched],
-            None,
+            &[req.base.clone(), req.patched.clone()],
             req.sandbox,
             req.config.as_deref(),
             progress,
@@ -255,11 +217,10 @@ impl KabKernels {
         .map_err(VmError::from)?;
         let [a, b]: [build::Built; 2] = resolved.sides.try_into().map_err(|_| {
             VmError::Io(
-                PathBuf::from(&req.base),
+                PathBuf::from(&req.base.given),
                 std::io::Error::other("two kernels expected"),
             )
         })?;
-        let choice = vm::choose_accel(req.vm.accel)?;
         let kernels = [a.kernel, b.kernel];
         for k in &kernels {
             kernel::check_kvm(k, &choice.vendor_module).map_err(VmError::from)?;
@@ -427,7 +388,12 @@ impl BootPlan<'_> {
                     u.kab = Some(self.tags[side].clone());
                 }
             }
-            let busy = busy_during_boot(&noise);
+            // On the instruction clock a guest's time is the instructions it ran, whatever else
+            // the host runs: a busy host slows the boot, not what it measures.
+            let busy = match self.kernels.choice.clock {
+                Clock::Wall => busy_during_boot(&noise),
+                Clock::Icount => None,
+            };
             if let Some(toml) = boot.calibrated.take() {
                 match &busy {
                     // Its costs would be a starved emulator's, priced into every prediction
@@ -538,7 +504,7 @@ impl KabOutcome {
                 cores: host.cores,
                 hypervisor: host.hypervisor,
             },
-            scenario_names: req.scenarios.clone(),
+            scenario_names: req.scenario_names(),
             boots_per_side: req.boots,
             reps: req.reps,
             boots,

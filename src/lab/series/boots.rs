@@ -5,11 +5,10 @@ use std::collections::BTreeMap;
 
 use hvlab_core::BackendKind;
 
-use crate::error::{Error, InputError};
 use crate::kernel::vm::Accel;
+use crate::lab::Error;
 use crate::lab::kab::{self, GuestFailure};
 use crate::record::RunRecord;
-use crate::scenario::Kind;
 use crate::store::Store;
 
 /// The boot order of `kernels` kernels in a chain (0 the base, i the i-th commit), each booted
@@ -51,12 +50,10 @@ pub fn remaining_order(stored: &[u32], boots_each: u32) -> Vec<usize> {
 /// compare different experiments.
 #[derive(Debug, Clone, Copy)]
 pub struct RunsAsked<'a> {
-    /// Scenarios.
-    pub scenarios: &'a [String],
+    /// Scenarios, with their parameters as the guests run them.
+    pub scenarios: &'a [kab::GuestScenario],
     /// Variants asked for (all the scenario's when empty).
     pub variants: &'a [String],
-    /// `--set key=value`, each for the scenarios that have the key.
-    pub sets: &'a [String],
     /// Repetitions per variant per boot.
     pub reps: u32,
     /// The accelerator the runs were made under.
@@ -69,19 +66,25 @@ impl<'a> RunsAsked<'a> {
         RunsAsked {
             scenarios: &req.scenarios,
             variants: &req.variants,
-            sets: &req.sets,
             reps: req.reps,
             accel,
         }
     }
 
-    /// Per asked scenario, what its runs must hold: the variants the guest runs and the
-    /// parameters it records (`None` for a scenario the catalog does not know, whose runs
-    /// nothing can match).
-    fn per_scenario(&self) -> Vec<(&'a str, Option<ScenarioRuns>)> {
+    /// The scenarios' names, in the order asked.
+    pub fn names(&self) -> Vec<String> {
         self.scenarios
             .iter()
-            .map(|name| (name.as_str(), ScenarioRuns::of(name, self).ok()))
+            .map(|s| s.kind.name().to_string())
+            .collect()
+    }
+
+    /// Per asked scenario, what its runs must hold: the variants the guest runs and the
+    /// parameters it records.
+    fn per_scenario(&self) -> Vec<(&'static str, ScenarioRuns)> {
+        self.scenarios
+            .iter()
+            .map(|s| (s.kind.name(), ScenarioRuns::of(s, self)))
             .collect()
     }
 }
@@ -94,10 +97,9 @@ struct ScenarioRuns {
 }
 
 impl ScenarioRuns {
-    fn of(name: &str, asked: &RunsAsked<'_>) -> Result<ScenarioRuns, InputError> {
-        let kind = Kind::named(name)?;
-        let info = kind.info();
-        // The guest's `hvlab run` gets only the variants and keys its scenario has (see
+    fn of(scenario: &kab::GuestScenario, asked: &RunsAsked<'_>) -> ScenarioRuns {
+        let info = scenario.kind.info();
+        // The guest's `hvlab run` gets only the variants its scenario has (see
         // `kab::guest_commands`), and runs every variant when given none of its own.
         let mut variants: Vec<String> = asked
             .variants
@@ -108,16 +110,9 @@ impl ScenarioRuns {
         if variants.is_empty() {
             variants = info.variants.iter().map(|v| v.name.to_string()).collect();
         }
-        let sets: Vec<String> = asked
-            .sets
-            .iter()
-            .filter(|kv| info.has_param(kv.split_once('=').map_or(kv.as_str(), |(k, _)| k)))
-            .cloned()
-            .collect();
-        let backend = BackendKind::Kvm;
-        let mut params = kind.parse(&sets, backend.capabilities())?.record(backend);
+        let mut params = scenario.params.record(BackendKind::Kvm);
         params.insert("reps".into(), asked.reps.into());
-        Ok(ScenarioRuns { variants, params })
+        ScenarioRuns { variants, params }
     }
 
     /// `run` restricted to the variants asked, when it holds all of them and was made with
@@ -168,7 +163,7 @@ pub fn of_kernel(runs: Vec<RunRecord>, spec: &str, asked: &RunsAsked<'_>) -> Vec
         })
         .filter_map(|r| {
             let (_, want) = wanted.iter().find(|(name, _)| *name == r.scenario)?;
-            want.as_ref()?.restrict(r)
+            want.restrict(r)
         })
         .collect()
 }
@@ -216,7 +211,7 @@ pub(crate) fn boot_chain(
         .iter()
         .map(|&k| {
             stored_runs(store, &kernels[k].1.spec, &asked)
-                .map(|r| boots_in(&r, &req.scenarios).min(req.boots))
+                .map(|r| boots_in(&r, &req.scenario_names()).min(req.boots))
         })
         .collect::<Result<_, _>>()?;
     let reused: Vec<(String, u32)> = chain

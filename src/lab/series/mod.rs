@@ -23,9 +23,10 @@ mod table;
 
 use serde::Serialize;
 
-use crate::error::{Error, InputError};
-use crate::kernel::build::{BuildError, BuildNote};
+use crate::error::InputError;
+use crate::kernel::build::{BuildError, BuildNote, PatchedSpec};
 use crate::kernel::vm::VmError;
+use crate::lab::Error;
 use crate::lab::kab::{self};
 use crate::lab::shard::Shard;
 use crate::store::Store;
@@ -39,7 +40,7 @@ pub use boots::{
 pub use source::{GitRangeSeries, MboxSeries, SeriesSource, SeriesStep, is_base_of, source_of};
 pub use table::{
     CommitRow, JudgeSettings, Numbers, SeriesTable, StepState, VariantRow, first_error,
-    judge_series,
+    judge_commit, judge_series,
 };
 
 /// The kernels a shard boots: unit `k` (0-based position in the series) is commit `k` booted
@@ -138,22 +139,21 @@ pub enum SeriesNote {
 /// One kernel of the series as resolved: its label, spec, and the kernel or why it has none.
 struct Resolved {
     label: String,
-    spec: String,
+    spec: PatchedSpec,
     kernel: Result<crate::kernel::Kernel, String>,
 }
 
 /// Builds `specs` (the base first): together when all build, each beside the base when one
 /// does not, so a commit that does not compile costs its own row and not the series.
 fn build_all(
-    specs: &[(String, String)],
+    specs: &[(String, PatchedSpec)],
     req: &kab::KabRequest,
     progress: &dyn kab::KabProgress,
     notes: &mut Vec<SeriesNote>,
 ) -> Result<Vec<Resolved>, Error> {
     use crate::kernel::build;
-    let refs: Vec<&str> = specs.iter().map(|(_, s)| s.as_str()).collect();
-    let together =
-        build::resolve_with_config(&refs, None, req.sandbox, req.config.as_deref(), progress);
+    let refs: Vec<PatchedSpec> = specs.iter().map(|(_, s)| s.clone()).collect();
+    let together = build::resolve_with_config(&refs, req.sandbox, req.config.as_deref(), progress);
     let kernels: Vec<Result<crate::kernel::Kernel, String>> = match together {
         Ok(r) => {
             notes.extend(r.notes.into_iter().map(SeriesNote::Build));
@@ -167,8 +167,8 @@ fn build_all(
             let mut out = Vec::new();
             for (i, spec) in refs.iter().enumerate() {
                 out.push(build_beside_base(
-                    refs[0],
-                    (i > 0).then_some(*spec),
+                    &refs[0],
+                    (i > 0).then_some(spec),
                     req,
                     progress,
                 )?);
@@ -193,14 +193,14 @@ fn build_all(
 /// is at fault (it does not build, its patch does not apply). A fault of the base or of the
 /// host is the run's error.
 pub(crate) fn build_beside_base(
-    base: &str,
-    spec: Option<&str>,
+    base: &PatchedSpec,
+    spec: Option<&PatchedSpec>,
     req: &kab::KabRequest,
     progress: &dyn kab::KabProgress,
 ) -> Result<Result<crate::kernel::Kernel, String>, Error> {
-    let specs: Vec<&str> = std::iter::once(base).chain(spec).collect();
+    let specs: Vec<PatchedSpec> = std::iter::once(base).chain(spec).cloned().collect();
     let config = req.config.as_deref();
-    match crate::kernel::build::resolve_with_config(&specs, None, req.sandbox, config, progress) {
+    match crate::kernel::build::resolve_with_config(&specs, req.sandbox, config, progress) {
         Ok(r) => Ok(r
             .sides
             .into_iter()
@@ -231,13 +231,13 @@ pub fn run_per_patch(
 ) -> Result<PerPatchOutcome, Error> {
     let start = std::time::Instant::now();
     let k = &req.kab;
-    let commands = kab::guest_commands(k)?;
+    let commands = kab::guest_commands(k);
     crate::kernel::vm::qemu()?;
     let steps = source.steps()?;
     let choice = crate::kernel::vm::choose_accel(k.vm.accel)?;
     let units = shard_units(steps.len(), &req.shard);
     let wanted = kernels_needed(steps.len(), &req.shard, &units);
-    let mut specs = vec![("base".to_string(), source.base().to_string())];
+    let mut specs = vec![("base".to_string(), source.base().clone())];
     specs.extend(
         wanted
             .iter()
@@ -271,7 +271,7 @@ pub fn run_per_patch(
     let base_runs = runs_of(0);
     let step_states = step_states(&states, &slot, runs_of);
     let mut table = judge_series(
-        source.base(),
+        &source.base().given,
         &base_runs,
         &steps,
         &step_states,
@@ -329,7 +329,10 @@ fn checked_states(
     let mut states: Vec<KernelState> = vec![None; steps + 1];
     let mut it = resolved.into_iter();
     if let Some(b) = it.next() {
-        states[0] = Some(b.kernel.map_err(|e| format!("the base {}: {e}", b.spec)));
+        states[0] = Some(
+            b.kernel
+                .map_err(|e| format!("the base {}: {e}", b.spec.given)),
+        );
     }
     for (&i, r) in wanted.iter().zip(it) {
         let checked = r.kernel.and_then(|kern| {
@@ -351,20 +354,20 @@ fn checked_states(
 fn bootable(
     states: &[KernelState],
     steps: &[SeriesStep],
-    base: &str,
-    patched: &str,
+    base: &PatchedSpec,
+    patched: &PatchedSpec,
 ) -> Result<(Labelled, Vec<Option<usize>>), Error> {
     let base_kernel = match states[0].clone() {
         Some(Ok(b)) => b,
         Some(Err(e)) => {
             return Err(InputError::BadValue {
                 key: "BASE".into(),
-                value: base.to_string(),
+                value: base.given.clone(),
                 why: e,
             }
             .into());
         }
-        None => return Err(not_a_series(patched, "it has no base")),
+        None => return Err(not_a_series(&patched.given, "it has no base")),
     };
     let mut labelled: Labelled = vec![("base".into(), base_kernel)];
     let mut slot: Vec<Option<usize>> = vec![Some(0); 1];
@@ -473,8 +476,8 @@ pub fn table_from_store(
 ) -> Result<SeriesTable, Error> {
     let steps = source.steps()?;
     let all = crate::store::transfer::select(store, &[])?;
-    let runs = |spec: &str| KernelRuns {
-        runs: of_kernel(all.clone(), spec, &settings.asked),
+    let runs = |spec: &PatchedSpec| KernelRuns {
+        runs: of_kernel(all.clone(), &spec.given, &settings.asked),
         ..KernelRuns::default()
     };
     let base = runs(source.base());
@@ -494,7 +497,7 @@ pub fn table_from_store(
         })
         .collect();
     Ok(judge_series(
-        source.base(),
+        &source.base().given,
         &base,
         &steps,
         &states,

@@ -5,26 +5,31 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::error::{Error, InputError};
-use crate::kernel::build::{BuildNote, PatchedSpec};
+use crate::error::InputError;
+use crate::kernel::build::{BuildError, BuildNote, PatchedSpec};
+use crate::kernel::git::Revs;
+use crate::kernel::patch::PatchFile;
+use crate::kernel::source::KernelSource;
 use crate::kernel::vm::VmError;
+use crate::lab::Error;
 
-/// One commit of a series: how output names it and the kernel spec that builds it (the base
-/// with every commit up to and including this one).
+/// One commit of a series: how output names it and the kernel that builds it (the base with
+/// every commit up to and including this one).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SeriesStep {
     /// `[PATCH 2/4]`, or a commit's short hash.
     pub label: String,
     /// The subject, without the label.
     pub subject: String,
-    /// A spec `resolve` accepts (`debian:7.3+0001.patch+0002.patch`, `git:~/linux@3f2a…`).
-    pub spec: String,
+    /// Its kernel (`debian:7.3+0001.patch+0002.patch`, `git:~/linux@3f2a…`): written as its
+    /// text, which names the runs its boots store.
+    pub spec: PatchedSpec,
 }
 
 /// Where a series' steps come from: an mbox on a Debian base, a git range.
 pub trait SeriesSource {
-    /// The spec every step is judged against (the series' base).
-    fn base(&self) -> &str;
+    /// The kernel every step is judged against (the series' base).
+    fn base(&self) -> &PatchedSpec;
     /// The steps, oldest first.
     fn steps(&self) -> Result<Vec<SeriesStep>, Error>;
     /// What the reader must know about the series (a range that follows first parents past
@@ -36,36 +41,36 @@ pub trait SeriesSource {
 
 /// `debian:7.3+v3.mbox`: each message of the mbox a step, written to a file of its own under
 /// hvlab's cache (named by the mbox's hash, so the same series finds its builds and runs
-/// again), the step's spec the base with the files up to it.
+/// again), the step's kernel the base with the files up to it.
 #[derive(Debug, Clone)]
 pub struct MboxSeries {
-    base: String,
+    base: PatchedSpec,
     spec: PatchedSpec,
     dir: PathBuf,
 }
 
 impl MboxSeries {
-    /// Reads `spec` (`BASE+SERIES.mbox[+MORE]`); every message of every patch file is a step.
-    pub fn parse(spec: &str) -> Result<MboxSeries, Error> {
-        let parsed = PatchedSpec::parse(spec).map_err(VmError::from)?;
-        if parsed.patches.is_empty() {
-            return Err(not_a_series(spec, "it has no patch file"));
+    /// The series `spec` (`BASE+SERIES.mbox[+MORE]`) names: every message of every patch
+    /// file is a step.
+    pub fn of(spec: &PatchedSpec) -> Result<MboxSeries, Error> {
+        if spec.patches.is_empty() {
+            return Err(not_a_series(&spec.given, "it has no patch file"));
         }
-        let hashes: String = parsed.patches.iter().map(|p| p.sha256.as_str()).collect();
+        let hashes: String = spec.patches.iter().map(|p| p.sha256.as_str()).collect();
         let id = crate::kernel::patch::sha256_hex(hashes.as_bytes());
         let dir = crate::kernel::cache_dir()
             .join("series")
             .join(&id[..16.min(id.len())]);
         Ok(MboxSeries {
-            base: parsed.base.clone(),
-            spec: parsed,
+            base: spec.with_patches(spec.base.clone(), Vec::new()),
+            spec: spec.clone(),
             dir,
         })
     }
 
     /// The same, its per-message files under `dir` (tests).
-    pub fn in_dir(spec: &str, dir: &Path) -> Result<MboxSeries, Error> {
-        let mut s = MboxSeries::parse(spec)?;
+    pub fn in_dir(spec: &PatchedSpec, dir: &Path) -> Result<MboxSeries, Error> {
+        let mut s = MboxSeries::of(spec)?;
         s.dir = dir.to_path_buf();
         Ok(s)
     }
@@ -98,7 +103,7 @@ fn label_of(subject: Option<&str>, n: usize, total: usize) -> (String, String) {
 }
 
 impl SeriesSource for MboxSeries {
-    fn base(&self) -> &str {
+    fn base(&self) -> &PatchedSpec {
         &self.base
     }
 
@@ -114,7 +119,8 @@ impl SeriesSource for MboxSeries {
         }
         std::fs::create_dir_all(&self.dir).map_err(|e| VmError::Io(self.dir.clone(), e))?;
         let total = messages.len();
-        let mut spec = self.base.clone();
+        let mut given = self.base.given.clone();
+        let mut patches = Vec::new();
         let mut out = Vec::new();
         for (i, m) in messages.iter().enumerate() {
             let path = self.dir.join(format!("{:04}.patch", i + 1));
@@ -129,12 +135,13 @@ impl SeriesSource for MboxSeries {
                     ),
                 ));
             }
-            spec = format!("{spec}+{}", path.display());
+            given = format!("{given}+{}", path.display());
+            patches.push(PatchFile::read(&path).map_err(|e| VmError::from(BuildError::from(e)))?);
             let (label, subject) = label_of(m.subject.as_deref(), i + 1, total);
             out.push(SeriesStep {
                 label,
                 subject,
-                spec: spec.clone(),
+                spec: self.base.with_patches(given.clone(), patches.clone()),
             });
         }
         Ok(out)
@@ -142,32 +149,27 @@ impl SeriesSource for MboxSeries {
 }
 
 /// `git:PATH@A..B`: each first-parent commit of the range a step, labelled by its short
-/// hash, from the build layer's [`crate::kernel::build::series_prefixes`] (which reads the
+/// hash, from the build layer's [`crate::kernel::build::range_steps`] (which reads the
 /// repository only); the base is A's commit.
 #[derive(Debug, Clone)]
 pub struct GitRangeSeries {
-    base: String,
+    base: PatchedSpec,
     steps: Vec<SeriesStep>,
     /// What the reader must know (a range that follows first parents past a merge).
     pub notes: Vec<BuildNote>,
 }
 
 impl GitRangeSeries {
-    /// Resolves the range `spec` (`git:PATH@A..B`).
-    pub fn parse(spec: &str) -> Result<GitRangeSeries, Error> {
-        let series = crate::kernel::build::series_prefixes(spec).map_err(VmError::from)?;
-        let total = series.steps.len();
+    /// Resolves the range `revs` of `repo`, which the spec `given` names.
+    pub fn of(given: &str, repo: &Path, revs: &Revs) -> Result<GitRangeSeries, Error> {
+        let series = crate::kernel::build::range_steps(given, repo, revs).map_err(VmError::from)?;
         let steps = series
             .steps
-            .iter()
-            .enumerate()
-            .map(|(i, st)| SeriesStep {
-                label: st
-                    .commit
-                    .as_ref()
-                    .map_or_else(|| format!("patch {}/{total}", i + 1), |c| c.short.clone()),
-                subject: st.subject.clone(),
-                spec: st.spec.clone(),
+            .into_iter()
+            .map(|st| SeriesStep {
+                label: st.commit.short,
+                subject: st.subject,
+                spec: st.spec,
             })
             .collect();
         Ok(GitRangeSeries {
@@ -179,7 +181,7 @@ impl GitRangeSeries {
 }
 
 impl SeriesSource for GitRangeSeries {
-    fn base(&self) -> &str {
+    fn base(&self) -> &PatchedSpec {
         &self.base
     }
 
@@ -192,22 +194,52 @@ impl SeriesSource for GitRangeSeries {
     }
 }
 
-/// The series `spec` names: a git range (`git:PATH@A..B`), else an mbox on a base
-/// (`debian:7.3+v3.mbox`).
-pub fn source_of(spec: &str) -> Result<Box<dyn SeriesSource>, Error> {
-    if crate::kernel::git::names_range(spec) {
-        Ok(Box::new(GitRangeSeries::parse(spec)?))
-    } else {
-        Ok(Box::new(MboxSeries::parse(spec)?))
+/// The series `spec` names: a git range (`git:PATH@A..B`), else the messages of the patch
+/// files on a base (`debian:7.3+v3.mbox`).
+pub fn source_of(spec: &PatchedSpec) -> Result<Box<dyn SeriesSource>, Error> {
+    match &spec.source {
+        KernelSource::Git {
+            repo,
+            revs: revs @ Revs::Range { .. },
+        } => Ok(Box::new(GitRangeSeries::of(&spec.given, repo, revs)?)),
+        KernelSource::Git {
+            revs: Revs::One(_), ..
+        }
+        | KernelSource::Debian { .. }
+        | KernelSource::Tree { .. }
+        | KernelSource::BzImage { .. } => Ok(Box::new(MboxSeries::of(spec)?)),
     }
 }
 
-/// Whether `base` is the base of the series `spec` resolved to `resolved`: the same spec, or
-/// for a range `git:PATH@A..B` its `git:PATH@A` (which resolves to A's commit).
-pub fn is_base_of(base: &str, spec: &str, resolved: &str) -> bool {
-    base == resolved
-        || (crate::kernel::git::names_range(spec)
-            && spec.split_once("..").is_some_and(|(a, _)| a == base))
+/// Whether `base` is the base of the series `spec`, resolved to `resolved`: the same kernel,
+/// or for a range `git:PATH@A..B` the commit `git:PATH@A` of the same repository.
+pub fn is_base_of(base: &PatchedSpec, spec: &PatchedSpec, resolved: &PatchedSpec) -> bool {
+    if base.given == resolved.given {
+        return true;
+    }
+    let range_from = match &spec.source {
+        KernelSource::Git {
+            repo,
+            revs: Revs::Range { base: from, .. },
+        } => Some((repo, from)),
+        KernelSource::Git {
+            revs: Revs::One(_), ..
+        }
+        | KernelSource::Debian { .. }
+        | KernelSource::Tree { .. }
+        | KernelSource::BzImage { .. } => None,
+    };
+    let commit = match &base.source {
+        KernelSource::Git {
+            repo,
+            revs: Revs::One(rev),
+        } if base.patches.is_empty() => Some((repo, rev)),
+        KernelSource::Git { .. }
+        | KernelSource::Debian { .. }
+        | KernelSource::Tree { .. }
+        | KernelSource::BzImage { .. } => None,
+    };
+    range_from.is_some() && range_from == commit
 }
 
 /// Writes `text` to `path` unless it already holds it, through a temporary file renamed into

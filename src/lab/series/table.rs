@@ -5,10 +5,7 @@ use serde::Serialize;
 
 use crate::analysis::class::VariantClass;
 use crate::kernel::build::BuildError;
-use crate::lab::kab::{
-    self, GuestFailure, MetricAb, ScenarioAb, SideRuns, Trust, VariantAb, VariantVerdict,
-};
-use crate::record::RunRecord;
+use crate::lab::kab::{self, MetricAb, ScenarioAb, SideRuns, Trust, VariantAb, VariantVerdict};
 
 use super::boots::{KernelRuns, RunsAsked};
 use super::source::SeriesStep;
@@ -139,9 +136,6 @@ pub fn judge_series(
     states: &[StepState],
     settings: &JudgeSettings<'_>,
 ) -> SeriesTable {
-    let side = |k: &'_ KernelRuns| -> (Vec<RunRecord>, Vec<GuestFailure>) {
-        (k.runs.clone(), k.failed_commands.clone())
-    };
     // Per judged commit: (its index, its parent's index or None for the base, the comparisons).
     let mut pairs: Vec<(usize, Option<usize>, usize)> = Vec::new();
     let mut family: Vec<ScenarioAb> = Vec::new();
@@ -157,34 +151,13 @@ pub fn judge_series(
             },
             None => base,
         };
-        let (pa, pf) = side(parent_runs);
-        let (cr, cf) = side(runs);
-        let (ba, bf) = side(base);
-        let judge = |a: &[RunRecord], af: &[GuestFailure]| {
-            kab::judge_uncorrected(
-                settings.asked.scenarios,
-                settings.asked.variants,
-                [
-                    SideRuns {
-                        runs: a,
-                        failed_commands: af,
-                    },
-                    SideRuns {
-                        runs: &cr,
-                        failed_commands: &cf,
-                    },
-                ],
-                settings.asked.accel,
-                settings.threshold,
-            )
-        };
-        let vs_parent = judge(&pa, &pf);
+        let vs_parent = judge_pair(parent_runs, runs, settings);
         let count = vs_parent.len();
         family.extend(vs_parent);
         // Against the base only when the parent is not the base: the same comparison twice
         // would count twice in the family.
         if parent.is_some() {
-            family.extend(judge(&ba, &bf));
+            family.extend(judge_pair(base, runs, settings));
         }
         pairs.push((i, parent, count));
         parent = Some(i);
@@ -229,6 +202,41 @@ pub fn judge_series(
         commits: rows,
         judged_together,
     }
+}
+
+/// `candidate`'s runs against `against`'s by the pair judge ([`kab::judge_pair`]), each
+/// comparison at its own p until the family is corrected.
+fn judge_pair<'a>(
+    against: &'a KernelRuns,
+    candidate: &'a KernelRuns,
+    settings: &JudgeSettings<'_>,
+) -> Vec<ScenarioAb> {
+    let side = |k: &'a KernelRuns| SideRuns {
+        runs: &k.runs,
+        failed_commands: &k.failed_commands,
+    };
+    kab::judge_pair(
+        &settings.asked.names(),
+        settings.asked.variants,
+        [side(against), side(candidate)],
+        settings.asked.accel,
+        settings.threshold,
+    )
+}
+
+/// One commit's kernel judged against another's on their own (corrected as a family of their
+/// own), as a series' row judges a commit against its parent: each variant's verdict, with the
+/// metric behind it. What each step of a bisection is judged by.
+pub fn judge_commit(
+    against: &KernelRuns,
+    candidate: &KernelRuns,
+    settings: &JudgeSettings<'_>,
+) -> Vec<VariantRow> {
+    let mut judged = judge_pair(against, candidate, settings);
+    kab::correct_family(&mut judged, settings.threshold);
+    let mut busy = candidate.host_busy.clone();
+    busy.extend(against.host_busy.iter().cloned());
+    variant_rows(&judged, &judged, &busy, settings.metric)
 }
 
 /// Whether the host was busy during a boot of the commit, its parent or the base.

@@ -149,17 +149,22 @@ fn steps(n: usize) -> Vec<SeriesStep> {
         .map(|i| SeriesStep {
             label: format!("[PATCH {i}/{n}]"),
             subject: format!("change {i}"),
-            spec: format!("debian:7.3+{i}"),
+            spec: PatchedSpec::named(&format!("debian:7.3+{i}")),
         })
         .collect()
 }
 
-fn settings(scenarios: &[String]) -> JudgeSettings<'_> {
+/// `names` with `sets`, typed as the command line types them.
+fn typed(names: &[&str], sets: &[String]) -> Vec<kab::GuestScenario> {
+    let names: Vec<String> = names.iter().map(ToString::to_string).collect();
+    kab::guest_scenarios(&names, &[], sets).expect("scenarios")
+}
+
+fn settings(scenarios: &[kab::GuestScenario]) -> JudgeSettings<'_> {
     JudgeSettings {
         asked: RunsAsked {
             scenarios,
             variants: &[],
-            sets: &[],
             reps: 10,
             accel: Accel::Kvm,
         },
@@ -229,7 +234,7 @@ fn every_commit_is_one_shards_unit_with_its_parent() {
 /// One simulated table of N = 4 commits × 6 variants × 12 metrics, every kernel booted
 /// twice with `reps` repetitions at a 5% spread; commit 3 scales lazy's m00 by `shift`.
 fn aa_table(seed: u64, reps: usize, shift: f64) -> SeriesTable {
-    let scenarios = vec![SCENARIO.to_string()];
+    let scenarios = typed(&[SCENARIO], &[]);
     let mut rng = Rng(seed);
     let same = |_: usize, _: usize| 1.0;
     let changed = |v: usize, m: usize| if v == 0 && m == 0 { shift } else { 1.0 };
@@ -240,7 +245,7 @@ fn aa_table(seed: u64, reps: usize, shift: f64) -> SeriesTable {
         .enumerate()
         .map(|(i, s)| {
             let f: &dyn Fn(usize, usize) -> f64 = if i == 2 { &changed } else { &same };
-            StepState::Built(kernel(&s.spec, 2, 6, 12, reps, 0.05, &mut rng, f))
+            StepState::Built(kernel(&s.spec.given, 2, 6, 12, reps, 0.05, &mut rng, f))
         })
         .collect();
     let t = judge_series("debian:7.3", &base, &st, &states, &settings(&scenarios));
@@ -288,14 +293,14 @@ fn an_aa_series_flags_a_change_in_at_most_five_percent_of_tables() {
 /// every row against its parent and against the base is NO CHANGE.
 #[test]
 fn a_documentation_only_series_is_no_change_on_every_row() {
-    let scenarios = vec![SCENARIO.to_string()];
+    let scenarios = typed(&[SCENARIO], &[]);
     let mut rng = Rng(38);
     let same = |_: usize, _: usize| 1.0;
     let base = kernel("debian:7.3", 2, 6, 12, 10, 0.01, &mut rng, &same);
     let st = steps(4);
     let states: Vec<StepState> = st
         .iter()
-        .map(|s| StepState::Built(kernel(&s.spec, 2, 6, 12, 10, 0.01, &mut rng, &same)))
+        .map(|s| StepState::Built(kernel(&s.spec.given, 2, 6, 12, 10, 0.01, &mut rng, &same)))
         .collect();
     let t = judge_series("debian:7.3", &base, &st, &states, &settings(&scenarios));
     for c in &t.commits {
@@ -330,7 +335,7 @@ fn a_documentation_only_series_is_no_change_on_every_row() {
 /// shows the metric that made it REGRESSED.
 #[test]
 fn the_tables_metric_is_one_the_verdict_judged() {
-    let scenarios = vec![SCENARIO.to_string()];
+    let scenarios = typed(&[SCENARIO], &[]);
     let mut rng = Rng(7);
     let same = |_: usize, _: usize| 1.0;
     // A time that sorts before every other metric, as lifecycle's `between_builds.setup_ms`.
@@ -345,7 +350,7 @@ fn the_tables_metric_is_one_the_verdict_judged() {
     let base = kernel("debian:7.3", 2, 2, 3, 10, 0.01, &mut rng, &same);
     let base = with_setup_time(base, &mut rng);
     let st = steps(1);
-    let commit = kernel(&st[0].spec, 2, 2, 3, 10, 0.01, &mut rng, &same);
+    let commit = kernel(&st[0].spec.given, 2, 2, 3, 10, 0.01, &mut rng, &same);
     let states = vec![StepState::Built(with_setup_time(commit, &mut rng))];
     let mut tcg = settings(&scenarios);
     tcg.asked.accel = Accel::Tcg;
@@ -375,7 +380,7 @@ fn the_tables_metric_is_one_the_verdict_judged() {
     assert_eq!(n.metric, "m01");
     let slower = |v: usize, m: usize| if v == 0 && m == 2 { 1.3 } else { 1.0 };
     let states = vec![StepState::Built(kernel(
-        &st[0].spec,
+        &st[0].spec.given,
         2,
         2,
         3,
@@ -395,18 +400,36 @@ fn the_tables_metric_is_one_the_verdict_judged() {
 /// carries the compiler's error.
 #[test]
 fn a_commit_that_does_not_build_keeps_its_row_and_the_next_is_judged_past_it() {
-    let scenarios = vec![SCENARIO.to_string()];
+    let scenarios = typed(&[SCENARIO], &[]);
     let mut rng = Rng(7);
     let same = |_: usize, _: usize| 1.0;
     let slower = |v: usize, m: usize| if v == 0 && m == 0 { 1.3 } else { 1.0 };
     let st = steps(3);
     let base = kernel("debian:7.3", 2, 2, 3, 10, 0.01, &mut rng, &same);
     let states = vec![
-        StepState::Built(kernel(&st[0].spec, 2, 2, 3, 10, 0.01, &mut rng, &same)),
+        StepState::Built(kernel(
+            &st[0].spec.given,
+            2,
+            2,
+            3,
+            10,
+            0.01,
+            &mut rng,
+            &same,
+        )),
         StepState::DoesNotBuild {
             error: "virt/kvm/kvm_main.c:1702:9: error: implicit declaration".into(),
         },
-        StepState::Built(kernel(&st[2].spec, 2, 2, 3, 10, 0.01, &mut rng, &slower)),
+        StepState::Built(kernel(
+            &st[2].spec.given,
+            2,
+            2,
+            3,
+            10,
+            0.01,
+            &mut rng,
+            &slower,
+        )),
     ];
     let t = judge_series("debian:7.3", &base, &st, &states, &settings(&scenarios));
     assert_eq!(
@@ -443,9 +466,9 @@ fn stored_runs_are_reused_only_when_made_as_asked() {
     let mut rng = Rng(5);
     let same = |_: usize, _: usize| 1.0;
     let spec = "debian:7.3";
-    let scenarios = [SCENARIO.to_string()];
     let variants = ["lazy".to_string(), "populated".to_string()];
     let sets = ["window=16".to_string()];
+    let scenarios = typed(&[SCENARIO], &sets);
     let mut made = |id: &str, variants: usize, reps: u32, sets: &[String]| {
         let mut r = run(id, spec, variants, 1, 10, 0.01, &mut rng, &same);
         r.params = memory_params(reps, sets);
@@ -481,7 +504,6 @@ fn stored_runs_are_reused_only_when_made_as_asked() {
     let asked = RunsAsked {
         scenarios: &scenarios,
         variants: &variants,
-        sets: &sets,
         reps: 10,
         accel: Accel::Kvm,
     };
@@ -494,7 +516,7 @@ fn stored_runs_are_reused_only_when_made_as_asked() {
         ["lazy", "populated"],
         "restricted to the variants asked"
     );
-    assert_eq!(boots_in(&kept, &scenarios), 2);
+    assert_eq!(boots_in(&kept, &[SCENARIO.to_string()]), 2);
     // The same kernel asked at 20 reps, or under TCG: only the run made so.
     let at = |reps: u32, accel: Accel| {
         let asked = RunsAsked {
@@ -530,11 +552,10 @@ fn a_real_kabs_stored_runs_are_reused_by_the_same_request() {
     .lines()
     .map(|l| serde_json::from_str(l).expect("a stored run"))
     .collect();
-    let scenarios = ["lifecycle".to_string()];
+    let scenarios = typed(&["lifecycle"], &[]);
     let asked = RunsAsked {
         scenarios: &scenarios,
         variants: &[],
-        sets: &[],
         reps: 10,
         accel: Accel::Tcg,
     };
@@ -551,10 +572,10 @@ fn a_real_kabs_stored_runs_are_reused_by_the_same_request() {
     );
     assert_eq!(kept.len(), 4);
     assert!(kept.iter().all(|r| r.variants.len() == 1));
-    let devices = ["devices=16".to_string()];
+    let devices = typed(&["lifecycle"], &["devices=16".to_string()]);
     assert_eq!(
         count(&RunsAsked {
-            sets: &devices,
+            scenarios: &devices,
             ..asked
         }),
         0
@@ -562,13 +583,13 @@ fn a_real_kabs_stored_runs_are_reused_by_the_same_request() {
     assert_eq!(count(&RunsAsked { reps: 20, ..asked }), 0);
 }
 
-struct Fixed(Vec<SeriesStep>);
+struct Fixed(PatchedSpec, Vec<SeriesStep>);
 impl SeriesSource for Fixed {
-    fn base(&self) -> &str {
-        "debian:7.3"
+    fn base(&self) -> &PatchedSpec {
+        &self.0
     }
     fn steps(&self) -> Result<Vec<SeriesStep>, Error> {
-        Ok(self.0.clone())
+        Ok(self.1.clone())
     }
 }
 
@@ -577,7 +598,7 @@ impl SeriesSource for Fixed {
 #[test]
 fn shards_merged_give_the_whole_table_from_the_store() {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let scenarios = vec![SCENARIO.to_string()];
+    let scenarios = typed(&[SCENARIO], &[]);
     let st = steps(3);
     let mut rng = Rng(11);
     let same = |_: usize, _: usize| 1.0;
@@ -588,7 +609,7 @@ fn shards_merged_give_the_whole_table_from_the_store() {
         let path = dir.path().join(format!("shard{i}.db"));
         let mut store = Store::open(&path).expect("a store");
         for (c, parent) in shard_units(st.len(), &shard) {
-            let parent_spec = parent.map_or("debian:7.3", |p| st[p].spec.as_str());
+            let parent_spec = parent.map_or("debian:7.3", |p| st[p].spec.given.as_str());
             // Commit 2 (index 1) made the change; every commit after it keeps it.
             let shift: &dyn Fn(usize, usize) -> f64 = if c >= 1 { &slower } else { &same };
             let parent_shift: &dyn Fn(usize, usize) -> f64 = if parent.is_some_and(|p| p >= 1) {
@@ -597,7 +618,7 @@ fn shards_merged_give_the_whole_table_from_the_store() {
                 &same
             };
             let mut runs = kernel(parent_spec, 2, 2, 3, 10, 0.01, &mut rng, parent_shift).runs;
-            runs.extend(kernel(&st[c].spec, 2, 2, 3, 10, 0.01, &mut rng, shift).runs);
+            runs.extend(kernel(&st[c].spec.given, 2, 2, 3, 10, 0.01, &mut rng, shift).runs);
             for r in &mut runs {
                 r.run_id = format!("{}-shard{i}", r.run_id);
             }
@@ -613,7 +634,12 @@ fn shards_merged_give_the_whole_table_from_the_store() {
     let variants = ["lazy".to_string(), "populated".to_string()];
     let mut asked = settings(&scenarios);
     asked.asked.variants = &variants;
-    let t = table_from_store(&merged, &Fixed(st), &asked).expect("a table");
+    let t = table_from_store(
+        &merged,
+        &Fixed(PatchedSpec::named("debian:7.3"), st),
+        &asked,
+    )
+    .expect("a table");
     assert_eq!(t.commits.len(), 3);
     let classes: Vec<Vec<VariantClass>> = t
         .commits
@@ -653,20 +679,22 @@ fn an_mbox_series_becomes_one_step_per_message() {
         ),
     )
     .expect("written");
-    let spec = format!("debian:7.3+{}", mbox.display());
+    let spec = PatchedSpec::parse(&format!("debian:7.3+{}", mbox.display())).expect("a spec");
     let s = MboxSeries::in_dir(&spec, &dir.path().join("steps")).expect("a series");
-    assert_eq!(s.base(), "debian:7.3");
+    assert_eq!(s.base().given, "debian:7.3");
     let st = s.steps().expect("steps");
     assert_eq!(st.len(), 2);
     assert_eq!(st[0].label, "[PATCH 1/2]");
     assert_eq!(st[1].subject, "kvm: part 2");
-    // Each step's spec is the base with every message up to it, each its own file.
-    let parsed = PatchedSpec::parse(&st[1].spec).expect("a spec resolve accepts");
+    // Each step's spec is the base with every message up to it, each its own file, and its
+    // text reads back as the same kernel.
+    let parsed = PatchedSpec::parse(&st[1].spec.given).expect("a spec resolve accepts");
+    assert_eq!(parsed, st[1].spec);
     assert_eq!(parsed.base, "debian:7.3");
     assert_eq!(parsed.patches.len(), 2);
     assert!(parsed.touched().contains("virt/kvm/kvm_main.c"));
     assert_eq!(
-        PatchedSpec::parse(&st[0].spec)
+        PatchedSpec::parse(&st[0].spec.given)
             .expect("a spec")
             .patches
             .len(),

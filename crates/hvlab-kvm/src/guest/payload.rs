@@ -206,14 +206,28 @@ pub fn exit_loop(kind: ExitKind, iterations: u64, vendor: Vendor) -> Result<Vec<
     build().map_err(asm_err)
 }
 
-/// A guest that keeps running without exits: signal `Start`, then spin (`pause`) forever. The
-/// lifecycle scenario's boot orders keep vCPU 0 in it while the VMM registers devices.
+/// Iterations of the spinning guest's counting loop between two `pause`s.
+const SPINS_PER_PAUSE: u32 = 4096;
+
+/// A guest that keeps running without exits: signal `Start`, then spin forever, counting down
+/// [`SPINS_PER_PAUSE`] iterations between two `pause`s. The lifecycle scenario's boot orders
+/// keep vCPU 0 in it while the VMM registers devices.
+///
+/// A `pause` every iteration would exit: hardware's pause-loop exiting (Intel PLE, AMD's pause
+/// filter) traps `pause`s that come within ~128 cycles of each other, and QEMU's TCG leaves its
+/// execution loop on every `pause`, which on its instruction clock made the 50 ms a boot order
+/// spins take about 9 s of wall time per VM. Thousands of cycles apart they do neither.
 pub fn spin_loop() -> Result<Vec<u8>, KvmError> {
     let build = || -> Result<Vec<u8>, IcedError> {
         let mut a = CodeAssembler::new(64)?;
         signal(&mut a, Signal::Start)?;
         let mut spin = a.create_label();
+        let mut count = a.create_label();
         a.set_label(&mut spin)?;
+        a.mov(ecx, SPINS_PER_PAUSE)?;
+        a.set_label(&mut count)?;
+        a.dec(ecx)?;
+        a.jnz(count)?;
         a.pause()?;
         a.jmp(spin)?;
         a.assemble(CODE_GPA)

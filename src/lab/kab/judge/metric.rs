@@ -297,8 +297,7 @@ pub(super) fn count(
         let why = Some(NotJudged::TimingDrivenUnderTcg);
         return rank(name, unit, Trust::Count, xa, xb, threshold, why);
     }
-    let medians = [median(&xa), median(&xb)];
-    let call = CountCall::Varies(RankedCount::alone(&xa, &xb, medians));
+    let call = CountCall::Varies(RankedCount::alone(&xa, &xb));
     metric_ab(
         name,
         unit,
@@ -530,14 +529,11 @@ fn out_of_reach(ratio: f64, together: usize) -> Unsettled {
 /// most A/A kabs), then settles each metric again from its corrected call. Exact counts and
 /// the variants a side failed are outside the family.
 pub fn correct_family(judged: &mut [ScenarioAb], threshold: f64) {
-    let mut members: Vec<(&mut MetricJudgement, [f64; 2])> = judged
+    let mut members: Vec<&mut MetricJudgement> = judged
         .iter_mut()
         .flat_map(|s| s.variants.iter_mut())
         .flat_map(|v| v.metrics.iter_mut())
-        .map(|m| {
-            let medians = m.median;
-            (&mut m.judgement, medians)
-        })
+        .map(|m| &mut m.judgement)
         .collect();
     correct_together(&mut members);
     for m in judged

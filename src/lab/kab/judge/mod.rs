@@ -17,6 +17,7 @@ use crate::kernel::vm::Accel;
 use crate::lab::fidelity::patch::{self};
 use crate::record::{RunRecord, VariantRecord, VariantStatus, pooled};
 use crate::scenario;
+use hvlab_core::host::Clock;
 
 use super::{BootSummary, GuestFailure};
 use busy::decided_by_exact_counts;
@@ -112,8 +113,23 @@ pub struct ScenarioAb {
     pub variants: Vec<VariantAb>,
 }
 
+/// A time: on the wall clock, or on the instruction clock (its units, [`Clock::unit`]).
 fn is_time(unit: &str) -> bool {
-    matches!(unit, "ns" | "us" | "ms" | "s")
+    matches!(
+        unit,
+        "ns" | "us" | "ms" | "s" | "insn" | "kinsn" | "Minsn" | "Ginsn"
+    )
+}
+
+/// Whether every run of both sides measured on QEMU's instruction clock, where a time is the
+/// instructions the guest ran: the same from one repetition and one boot to the next, so it is
+/// judged under TCG too.
+fn on_instruction_clock(runs: [&[&RunRecord]; 2]) -> bool {
+    runs.iter().all(|side| !side.is_empty())
+        && runs
+            .iter()
+            .flat_map(|side| side.iter())
+            .all(|r| r.host.clock == Clock::Icount)
 }
 
 /// One side's calls of `variant`, summed over its runs.
@@ -219,14 +235,16 @@ pub fn judge(
     accel: Accel,
     threshold: f64,
 ) -> Vec<ScenarioAb> {
-    let mut out = judge_uncorrected(scenarios, asked, sides, accel, threshold);
+    let mut out = judge_pair(scenarios, asked, sides, accel, threshold);
     correct_family(&mut out, threshold);
     out
 }
 
-/// [`judge`] before the family's correction: for a caller that judges several pairs as one
-/// family (a series' commits), each comparison at its own p until [`correct_family`].
-pub fn judge_uncorrected(
+/// The pair judge: B's runs against A's, each comparison at its own p until
+/// [`correct_family`]. A kab corrects its one pair's ([`judge`]); `--per-patch` corrects every
+/// pair of its table together, and a bisection's step its pair alone
+/// (`crate::lab::series::judge_commit`).
+pub fn judge_pair(
     scenarios: &[String],
     asked: &[String],
     sides: [SideRuns<'_>; 2],
@@ -239,6 +257,7 @@ pub fn judge_uncorrected(
             of_scenario(sides[0].runs, scenario),
             of_scenario(sides[1].runs, scenario),
         );
+        let icount = on_instruction_clock([&ra, &rb]);
         let mut variants = Vec::new();
         for name in variant_names(scenario, asked, [&ra, &rb]) {
             let on_a = side_variant(&ra, &name, scenario, sides[0].failed_commands);
@@ -274,10 +293,15 @@ pub fn judge_uncorrected(
                 if !is_time(&m.unit) {
                     continue;
                 }
-                // The lifecycle's ioctl times in the guest's jiffies: judged everywhere.
+                let mut not_judged =
+                    (accel != Accel::Kvm && !icount).then_some(NotJudged::TimeUnderTcg);
+                // The lifecycle's ioctl times in the guest's jiffies: judged everywhere. On the
+                // instruction clock its other times too (a VM's ready time, a boot's memslot
+                // wait): there a jiffy is exact, and what moves them by less than half of one
+                // is no grace period gained or lost but an expedited one's cost.
                 if scenario == crate::scenario::Kind::Lifecycle.name()
-                    && name.starts_with("ioctl.")
-                    && m.unit == "ms"
+                    && (name.starts_with("ioctl.") || icount)
+                    && (m.unit == "ms" || m.unit == "Minsn")
                 {
                     let (ja, jb) = (patch::jiffy_ms(&ra), patch::jiffy_ms(&rb));
                     let xa_j: Vec<f64> = xa.iter().map(|x| x / ja).collect();
@@ -285,8 +309,10 @@ pub fn judge_uncorrected(
                     let metric = name.trim_end_matches("_ms").to_string();
                     let m = jiffies_metric(&metric, xa_j, xb_j, threshold);
                     metrics.push(declared_as(m, declared(name), threshold));
+                    if icount {
+                        not_judged = Some(NotJudged::JudgedInJiffies);
+                    }
                 }
-                let not_judged = (accel != Accel::Kvm).then_some(NotJudged::TimeUnderTcg);
                 let time = rank(name, &m.unit, Trust::Time, xa, xb, threshold, not_judged);
                 metrics.push(declared_as(time, declared(name), threshold));
             }

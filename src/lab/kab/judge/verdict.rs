@@ -234,7 +234,7 @@ fn causes(v: &VariantAb, moved: &[&Change]) -> Vec<Cause> {
     let mut ioctls: Vec<String> = moved
         .iter()
         .filter(|c| c.unit == "jiffies" && !c.within_jiffy)
-        .map(|c| c.metric.trim_start_matches("ioctl.").to_string())
+        .filter_map(|c| c.metric.strip_prefix("ioctl.").map(str::to_string))
         .collect();
     for s in v.stalls.iter().filter(|s| s.a.is_some() != s.b.is_some()) {
         if !ioctls.contains(&s.ioctl) {
