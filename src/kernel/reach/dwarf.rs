@@ -265,11 +265,14 @@ mod tests {
     use super::*;
     use crate::kernel::objdiff::tests::compiled;
 
-    const SOURCE: &str = r#"extern int sink;
+    // `twice` calls out, so its line keeps code of its own at -O2: without the call, gcc 12
+    // folds it into `outer`'s one instruction, attributed to `outer`'s line, and the inlined
+    // instance's range is empty.
+    const SOURCE: &str = r#"extern int sink, note(int);
 static inline __attribute__((always_inline)) int twice(int x)
 {
 	/* a comment */
-	return x * 2 + sink;
+	return note(x) * 2 + sink;
 }
 
 int outer(int x)
@@ -315,7 +318,7 @@ int other(int x)
         use crate::kernel::objdiff::tests::diff_of;
         use crate::kernel::reach::{ReachSource, reach_exact_or_scanned};
         let dir = tempfile::tempdir().expect("tempdir");
-        let new = SOURCE.replace("return x * 2 + sink;", "return x * 3 + sink;");
+        let new = SOURCE.replace("return note(x) * 2 + sink;", "return note(x) * 3 + sink;");
         let patch = diff_of(dir.path(), SOURCE, &new);
         let g = compiled(dir.path(), "m", SOURCE, &["-g"]);
         let patches = [patch];
