@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-use super::{print_json, print_table, print_text};
 use super::error::Error;
+use super::{print_json, print_table, print_text};
 use crate::export::cache as words;
 use crate::kernel::cache::{self, PruneRequest, Verified};
 use crate::kernel::{cache_dir, now_stamp};

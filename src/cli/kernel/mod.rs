@@ -637,9 +637,12 @@ fn icount_by_default(boot: &BootArgs) -> bool {
 
 /// What the kab compares, and how, from its arguments.
 fn kab_request(args: &KabArgs) -> Result<KabRequest, Error> {
-    let mut req = args
-        .judge
-        .request(&args.base, &args.patched, args.variants.clone(), args.per_patch)?;
+    let mut req = args.judge.request(
+        &args.base,
+        &args.patched,
+        args.variants.clone(),
+        args.per_patch,
+    )?;
     req.model_strategy = args.model_strategy.clone();
     req.calibrate = !args.no_calibrate;
     Ok(req)
