@@ -522,14 +522,22 @@ fn validate_matches_fault_counts_exactly_on_this_host() {
             "no dirty {m} check: {r}"
         );
     }
+    // calibrate keeps a profile only when the host was quiet while it measured (a busy
+    // host's costs are inflated): whichever happened, stderr and the file must agree.
+    let busy = common::stderr(&out).contains("the host was busy while calibrating");
     for c in &exact {
+        // A stall count is a count of a race between times (a grace period against the
+        // ioctls before a memslot update): a busy calibration's inflated ioctl costs can let
+        // the model's grace period end first. Then validate must not pass the host: it
+        // says it cannot judge. Fault and dirty counts hold whatever the load.
+        if busy && c["metric"] == "stalls" && c["pass"] == false {
+            assert_eq!(out.status.code(), Some(4), "{c}: {err}");
+            continue;
+        }
         assert_eq!(c["pass"], true, "exact check failed: {c}");
     }
     // On this host both sides run every point: nothing is left uncompared.
     assert_eq!(r["unjudged"], serde_json::json!([]), "{r}");
-    // calibrate keeps a profile only when the host was quiet while it measured (a busy
-    // host's costs are inflated): whichever happened, stderr and the file must agree.
-    let busy = common::stderr(&out).contains("the host was busy while calibrating");
     assert_eq!(
         dir.path().join("this-host.toml").exists(),
         !busy,

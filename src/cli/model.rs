@@ -420,6 +420,8 @@ fn validate_with(
     let h = host::probe();
     let mut kvm = backends::kvm(h.clone())?;
     let progress = TermProgress::new("validate", json);
+    // A busy calibration inflates the costs the model runs on: its failures cannot be judged.
+    let mut busy_calibration = None;
     let profile = match profile {
         Some(p) => Profile::load(p).map_err(ModelError::from)?,
         None => {
@@ -439,6 +441,7 @@ fn validate_with(
                         "the host was busy while calibrating ({}): the profile is used for this validation but not written",
                         busy_why(&noise)
                     );
+                    busy_calibration = Some(noise);
                 } else {
                     if let Some(dir) = path.parent() {
                         std::fs::create_dir_all(dir)?;
@@ -451,7 +454,7 @@ fn validate_with(
     };
     let host = h.clone();
     let mut model = ModelBackend::new(profile, h, DEFAULT_SEED);
-    let validation = lab::validate::validate(
+    let mut validation = lab::validate::validate(
         kvm.as_mut(),
         &mut model,
         &host,
@@ -459,6 +462,7 @@ fn validate_with(
         &progress,
         |record| run_store.save(record),
     )?;
+    validation.busy.extend(busy_calibration);
     let failed = validation.failed();
     let checks = &validation.checks;
     let busy: Vec<String> = validation

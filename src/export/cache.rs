@@ -232,7 +232,8 @@ mod tests {
     #[test]
     fn ages_read_in_the_largest_whole_unit() {
         assert_eq!(ago(100, 88), "12 s ago");
-        assert_eq!(ago(4000, 100), "65 min ago");
+        assert_eq!(ago(3000, 100), "48 min ago");
+        assert_eq!(ago(4000, 100), "1 h ago");
         assert_eq!(ago(30 * 86_400, 0), "30 d ago");
         assert_eq!(ago(0, 5), "0 s ago");
     }

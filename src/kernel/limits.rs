@@ -252,9 +252,9 @@ impl Guard {
     }
 
     /// After the command ended: every process of it still alive is killed, and the limit it
-    /// reached, if any: a refused fork, a file that grew too large (`log` names it), or the
-    /// directories grown past the limit.
-    pub fn finish(&mut self, log: &str) -> Option<LimitHit> {
+    /// reached, if any: a refused fork, a file that grew too large (`too_large`: the log said
+    /// so, naming the file when it could), or the directories grown past the limit.
+    pub fn finish(&mut self, too_large: Option<Option<PathBuf>>) -> Option<LimitHit> {
         let limits = self.limits?;
         if let Some(cg) = &self.cgroup {
             cg.kill_all();
@@ -262,10 +262,6 @@ impl Guard {
         if let Some(hit) = self.process_hit() {
             return Some(hit);
         }
-        let too_large = log
-            .lines()
-            .find(|l| l.contains("File too large"))
-            .map(super::sandbox::last_path);
         if let Some(file) = too_large {
             return Some(LimitHit::Disk {
                 limit: limits.disk_bytes,

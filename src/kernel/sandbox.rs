@@ -375,7 +375,11 @@ pub fn run_to_end(
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default();
     // Ends whatever of it left the session (a daemon), and says what limit it reached.
-    let last = guard.finish(&text);
+    let too_large = text
+        .lines()
+        .find(|l| l.contains("File too large"))
+        .map(last_path);
+    let last = guard.finish(too_large);
     Ok(match ended {
         Some(why) => why,
         None => match last {

@@ -11,7 +11,7 @@
 use serde::Serialize;
 
 use crate::compare::AbComparison;
-use crate::statistics::exact_rank_p;
+use crate::statistics::rank_test;
 use crate::verdict::{self, ALPHA, Correction, Family};
 
 /// How one metric was judged, B against A (lower is better).
@@ -101,15 +101,15 @@ pub enum NotJudged {
 impl RankedCount {
     /// A varying count's rank test, judged alone.
     pub fn alone(a: &[f64], b: &[f64]) -> RankedCount {
-        let p = exact_rank_p(a, b);
+        let test = rank_test(a, b);
         let n = [a.len(), b.len()];
         let mut r = RankedCount {
-            p_value: p,
-            p_adjusted: p,
+            p_value: test.p,
+            p_adjusted: test.p,
             judged_together: 1,
             n,
             shift: Shift::NotSignificant,
-            b_ranks: rank_direction(a, b),
+            b_ranks: test.b_ranks,
         };
         r.rejudge(Family::alone(n, ALPHA));
         r
@@ -132,22 +132,6 @@ impl RankedCount {
             Shift::NotSignificant
         };
     }
-}
-
-/// Whether B's samples rank above A's, below them or neither: pairs (a, b) with b > a
-/// against pairs with b < a, ties counting for neither.
-fn rank_direction(a: &[f64], b: &[f64]) -> std::cmp::Ordering {
-    let (mut above, mut below) = (0usize, 0usize);
-    for x in a {
-        for y in b {
-            match y.partial_cmp(x) {
-                Some(std::cmp::Ordering::Greater) => above += 1,
-                Some(std::cmp::Ordering::Less) => below += 1,
-                _ => {}
-            }
-        }
-    }
-    above.cmp(&below)
 }
 
 impl MetricJudgement {

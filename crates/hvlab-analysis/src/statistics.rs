@@ -197,27 +197,56 @@ fn doubled_midranks(a: &[f64], b: &[f64]) -> Vec<usize> {
     ranks
 }
 
+/// A rank test's answer: its two-sided p-value and which way B's samples rank against A's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RankTest {
+    /// Two-sided p-value ([`exact_rank_p`]).
+    pub p: f64,
+    /// Whether B ranks above A (`Greater`), below it or neither: the sign of A's rank sum's
+    /// distance from its mean, the distance the p-value is about.
+    pub b_ranks: std::cmp::Ordering,
+}
+
+/// The rank test of `a` against `b`, p-value and direction from one ranking.
+pub fn rank_test(a: &[f64], b: &[f64]) -> RankTest {
+    let (n1, n) = (a.len(), a.len() + b.len());
+    if a.is_empty() || b.is_empty() {
+        return RankTest {
+            p: 1.0,
+            b_ranks: std::cmp::Ordering::Equal,
+        };
+    }
+    let ranks = doubled_midranks(a, b);
+    let observed: usize = ranks[..n1].iter().sum();
+    let total: usize = ranks.iter().sum();
+    // A's rank sum below its mean n1·total/n means B ranks above.
+    let b_ranks = (n1 * total).cmp(&(n * observed));
+    let p = if n > EXACT_MAX_N || a.iter().chain(b).any(|x| !x.is_finite()) {
+        mann_whitney_p(a, b)
+    } else {
+        exact_permutation_p(&ranks, n1, observed, total)
+    };
+    RankTest { p, b_ranks }
+}
+
 /// Two-sided p-value of an exact permutation test on the rank sum (the exact Wilcoxon-Mann-
 /// Whitney test, ties as midranks): of all C(n1 + n2, n1) ways to split the pooled samples
 /// into sides of these sizes, the share whose rank sum is at least as far from its mean as the
 /// observed one. Valid at any n, unlike the normal approximation; pooled samples above
 /// 60 fall back to [`mann_whitney_p`]. 1.0 when either side is empty.
 pub fn exact_rank_p(a: &[f64], b: &[f64]) -> f64 {
-    let (n1, n) = (a.len(), a.len() + b.len());
-    if a.is_empty() || b.is_empty() {
-        return 1.0;
-    }
-    if n > EXACT_MAX_N || a.iter().chain(b).any(|x| !x.is_finite()) {
-        return mann_whitney_p(a, b);
-    }
-    let ranks = doubled_midranks(a, b);
-    let observed: usize = ranks[..n1].iter().sum();
-    let total: usize = ranks.iter().sum();
+    rank_test(a, b).p
+}
+
+/// The exact permutation p-value of A's doubled rank sum `observed` among `ranks` (the
+/// pooled doubled midranks, A's `n1` first; `total` their sum).
+fn exact_permutation_p(ranks: &[usize], n1: usize, observed: usize, total: usize) -> f64 {
+    let n = ranks.len();
     let max_sum = total;
     // ways[k][s]: subsets of k of the ranks seen so far with doubled rank sum s.
     let mut ways = vec![vec![0f64; max_sum + 1]; n1 + 1];
     ways[0][0] = 1.0;
-    for &r in &ranks {
+    for &r in ranks {
         for k in (1..=n1).rev() {
             let (lo, hi) = ways.split_at_mut(k);
             let (prev, cur) = (&lo[k - 1], &mut hi[0]);
@@ -541,5 +570,24 @@ mod tests {
         assert_eq!(exact_min_n(0.05), 4);
         // Identical samples: nothing to see.
         assert!((exact_rank_p(&[1.0, 1.0, 1.0], &[1.0, 1.0]) - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_rank_tests_direction_is_bs_side_of_the_mean_at_any_size() {
+        use std::cmp::Ordering::{Equal, Greater, Less};
+        let up = rank_test(&[1.0, 2.0, 3.0], &[10.0, 11.0, 12.0]);
+        assert_eq!(up.b_ranks, Greater);
+        assert_eq!(up.p, exact_rank_p(&[1.0, 2.0, 3.0], &[10.0, 11.0, 12.0]));
+        assert_eq!(rank_test(&[10.0, 11.0], &[1.0, 2.0, 3.0]).b_ranks, Less);
+        assert_eq!(rank_test(&[2.0; 4], &[2.0; 5]).b_ranks, Equal);
+        // Medians tie at 0 while a minority of A stalled: the ranks still see it.
+        let a = [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+        assert_eq!(rank_test(&a, &[0.0; 7]).b_ranks, Less);
+        // Past the exact test's size (the normal approximation's p), the same ranking.
+        let big_a: Vec<f64> = (0..40).map(f64::from).collect();
+        let big_b: Vec<f64> = (20..60).map(f64::from).collect();
+        let t = rank_test(&big_a, &big_b);
+        assert_eq!((t.b_ranks, t.p), (Greater, mann_whitney_p(&big_a, &big_b)));
+        assert_eq!(rank_test(&[], &[1.0]).b_ranks, Equal);
     }
 }

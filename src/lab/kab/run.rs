@@ -16,7 +16,7 @@ use crate::kernel::calibration::{self, Identity};
 use crate::kernel::patch::PatchFile;
 use crate::lab::fidelity::memory_patch;
 use crate::lab::fidelity::patch::{self, StrategyChoice};
-use hvlab_core::host::{Clock, KabSide, PatchId};
+use hvlab_core::host::{KabSide, PatchId};
 
 use super::judge::{
     Judgement, ScenarioAb, SideRuns, busy_during_boot, judge, judgement, mark_given,
@@ -388,12 +388,7 @@ impl BootPlan<'_> {
                     u.kab = Some(self.tags[side].clone());
                 }
             }
-            // On the instruction clock a guest's time is the instructions it ran, whatever else
-            // the host runs: a busy host slows the boot, not what it measures.
-            let busy = match self.kernels.choice.clock {
-                Clock::Wall => busy_during_boot(&noise),
-                Clock::Icount => None,
-            };
+            let busy = busy_during_boot(&noise, boot.accel.clock);
             if let Some(toml) = boot.calibrated.take() {
                 match &busy {
                     // Its costs would be a starved emulator's, priced into every prediction

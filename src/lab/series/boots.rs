@@ -234,7 +234,7 @@ pub(crate) fn boot_chain(
         let tally = crate::kernel::vm::store_runs(store, &boot.runs)?;
         let mut summary =
             kab::BootSummary::of(label, &boot, tally.stored, store.location().to_string());
-        summary.host_busy = kab::busy_during_boot(&noise);
+        summary.host_busy = kab::busy_during_boot(&noise, boot.accel.clock);
         if let Some(reasons) = &summary.host_busy {
             busy[k].push(kab::BusyBoot {
                 boot: n + 1,
