@@ -5,16 +5,12 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::{
-    JudgeArgs, Reporter, check_variants_exist, check_writable, command_line, open_store,
-    series::at_least_two_boots,
-};
+use super::{Reporter, SoughtArgs, check_writable, command_line, open_store};
 use crate::cli::Error;
 use crate::error::InputError;
 use crate::export::email::ReplyContext;
 use crate::kernel::build::PatchedSpec;
 use crate::kernel::mail::Thread;
-use crate::lab::bisect::Seek;
 use crate::lab::judge::{self, JudgeRequest};
 
 /// `hvlab judge`: one step of `git bisect run`.
@@ -25,23 +21,8 @@ pub struct BisectStepArgs {
     /// The kernel judged [default: the commit checked out in the git tree here,
     /// git:TOPLEVEL@HEAD, as `git bisect run` leaves it at each step]
     candidate: Option<String>,
-    /// The variant judged
-    #[arg(long, value_name = "V")]
-    variant: String,
-    /// The metric shown with the verdict [default: the one that moved, else the first judged]
-    #[arg(long, value_name = "M")]
-    metric: Option<String>,
-    /// Bad is FIXED or IMPROVED (seeking the commit that fixed it), not any change
-    #[arg(long, conflicts_with = "regression")]
-    fix: bool,
-    /// Bad is REGRESSED only, not any change
-    #[arg(long)]
-    regression: bool,
     #[command(flatten)]
-    judge: JudgeArgs,
-    /// How many times a NOT DECIDED judgement gets more: each adds an ABBA pair of boots
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=8))]
-    max_effort: u32,
+    sought: SoughtArgs,
     /// Never boot: answer from the object code alone (identical: good; changed: skip)
     #[arg(long)]
     no_boot: bool,
@@ -146,32 +127,20 @@ fn write_reply(path: &Path, j: &judge::Judgement, thread: &Thread) -> Result<(),
 }
 
 fn run(db: Option<&Path>, args: &BisectStepArgs) -> Result<ExitCode, Error> {
-    let scenarios = if args.judge.scenarios.is_empty() {
-        vec!["lifecycle".to_string()]
-    } else {
-        args.judge.scenarios.clone()
-    };
-    check_variants_exist("--variant", std::slice::from_ref(&args.variant), &scenarios)?;
-    // A step of a bisection: two boots a side at least, as `bisect`'s own steps.
-    at_least_two_boots(args.judge.boots(true))?;
+    let sought = &args.sought;
+    sought.checked_scenarios()?;
     let candidate = match &args.candidate {
         Some(c) => c.clone(),
         None => head_of_cwd()?,
     };
     let req = JudgeRequest {
-        kab: args
+        kab: sought
             .judge
-            .request(&args.good, &candidate, vec![args.variant.clone()], true)?,
-        variant: args.variant.clone(),
-        metric: args.metric.clone(),
-        seek: if args.fix {
-            Seek::Fix
-        } else if args.regression {
-            Seek::Regression
-        } else {
-            Seek::Change
-        },
-        max_effort: args.max_effort,
+            .request(&args.good, &candidate, vec![sought.variant.clone()], true)?,
+        variant: sought.variant.clone(),
+        metric: sought.metric.clone(),
+        seek: sought.seek(),
+        max_effort: sought.max_effort,
         boot: !args.no_boot,
     };
     // The thread is read, and the file checked, before anything is built.
@@ -180,10 +149,10 @@ fn run(db: Option<&Path>, args: &BisectStepArgs) -> Result<ExitCode, Error> {
         None => None,
     };
     let mut store = open_store(db)?;
-    let reporter = Reporter::new(args.judge.json);
+    let reporter = Reporter::new(sought.judge.json);
     let j = judge::judge(&req, &mut store, &reporter)?;
     drop(reporter);
-    if args.judge.json {
+    if sought.judge.json {
         super::super::print_json(&j)?;
     } else {
         super::super::print_text(&crate::export::objdiff::judgement(&j))?;

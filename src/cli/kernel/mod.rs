@@ -246,6 +246,57 @@ pub struct JudgeArgs {
     boot: BootArgs,
 }
 
+/// What a bisection (or one step of `git bisect run`) seeks: the variant, which change of it
+/// counts as bad, how hard to try, and the kab settings of every judgement.
+#[derive(Debug, Args)]
+pub struct SoughtArgs {
+    /// The variant judged
+    #[arg(long, value_name = "V")]
+    pub variant: String,
+    /// The metric shown with each verdict [default: the one that moved, else the first judged]
+    #[arg(long, value_name = "M")]
+    pub metric: Option<String>,
+    /// Bad is FIXED or IMPROVED against GOOD (seeking the commit that fixed it), not any change
+    #[arg(long, conflicts_with = "regression")]
+    pub fix: bool,
+    /// Bad is REGRESSED against GOOD only, not any change
+    #[arg(long)]
+    pub regression: bool,
+    #[command(flatten)]
+    pub judge: JudgeArgs,
+    /// How many times a NOT DECIDED judgement gets more: each adds an ABBA pair of boots,
+    /// past --boots of them at doubled repetitions
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=8))]
+    pub max_effort: u32,
+}
+
+impl SoughtArgs {
+    /// Which change is bad.
+    pub fn seek(&self) -> crate::lab::bisect::Seek {
+        use crate::lab::bisect::Seek;
+        if self.fix {
+            Seek::Fix
+        } else if self.regression {
+            Seek::Regression
+        } else {
+            Seek::Change
+        }
+    }
+
+    /// The scenarios asked (`lifecycle` when none), with `--variant` checked to be one of
+    /// theirs, and two boots a side at least, as every step of a bisection takes.
+    pub fn checked_scenarios(&self) -> Result<Vec<String>, Error> {
+        let scenarios = if self.judge.scenarios.is_empty() {
+            vec!["lifecycle".to_string()]
+        } else {
+            self.judge.scenarios.clone()
+        };
+        check_variants_exist("--variant", std::slice::from_ref(&self.variant), &scenarios)?;
+        series::at_least_two_boots(self.judge.boots(true))?;
+        Ok(scenarios)
+    }
+}
+
 impl JudgeArgs {
     /// The boots per kernel asked for, else the default: one on the instruction clock for a
     /// kab of two kernels, two otherwise.

@@ -6,10 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::{
-    JudgeArgs, KabArgs, Reporter, check_variants_exist, command_line, open_store,
-    write_cover_letter,
-};
+use super::{KabArgs, Reporter, SoughtArgs, command_line, open_store, write_cover_letter};
 use crate::cli::Error;
 use crate::error::InputError;
 use crate::export::bisect::{bisect_text, refusal_words};
@@ -17,7 +14,7 @@ use crate::export::series::{markdown, phases_line, render};
 use crate::kernel::build::PatchedSpec;
 use crate::kernel::git::Revs;
 use crate::kernel::source::KernelSource;
-use crate::lab::bisect::{self, KabJudge, Outcome, Range, Seek};
+use crate::lab::bisect::{self, KabJudge, Outcome, Range};
 use crate::lab::kab::KabRequest;
 use crate::lab::series::{
     self, JudgeSettings, MboxSeries, PerPatchRequest, SeriesNote, SeriesSource,
@@ -123,26 +120,8 @@ pub struct BisectArgs {
     /// message a commit), or a later commit of GOOD's repository (git:PATH@BAD: the
     /// first-parent commits between them)
     bad: String,
-    /// The variant whose verdict is bisected
-    #[arg(long, value_name = "V")]
-    variant: String,
-    /// The metric shown with each verdict [default: the one that moved, else the first judged]
-    #[arg(long, value_name = "M")]
-    metric: Option<String>,
-    /// Seek the first commit that fixed it (FIXED or IMPROVED against GOOD), not the first
-    /// that changed it either way
-    #[arg(long, conflicts_with = "regression")]
-    fix: bool,
-    /// Seek the first commit that regressed it (REGRESSED against GOOD), not the first that
-    /// changed it either way
-    #[arg(long)]
-    regression: bool,
     #[command(flatten)]
-    judge: JudgeArgs,
-    /// How many times a step that is NOT DECIDED gets more: each adds an ABBA pair of boots,
-    /// past --boots of them at doubled repetitions
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=8))]
-    max_effort: u32,
+    sought: SoughtArgs,
     /// Under a cluster (a Slurm job, a Kubernetes pod): while a step boots, build the next
     /// step's two possible commits ahead (refused on a machine of its own, where the builds
     /// would take the CPU the timed boots measure with)
@@ -239,14 +218,9 @@ fn range_of(good: &PatchedSpec, bad: &PatchedSpec) -> Result<Range, Error> {
 /// skipped commits and the command that reproduces it. Exit 0 with a culprit named, 1 when
 /// none can be.
 pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
-    let scenarios = if args.judge.scenarios.is_empty() {
-        vec!["lifecycle".to_string()]
-    } else {
-        args.judge.scenarios.clone()
-    };
-    check_variants_exist("--variant", std::slice::from_ref(&args.variant), &scenarios)?;
-    at_least_two_boots(args.judge.boots(true))?;
-    args.judge.config.checked()?;
+    let sought = &args.sought;
+    sought.checked_scenarios()?;
+    sought.judge.config.checked()?;
     if args.speculate && bisect::cluster_of(|k| std::env::var(k).ok()).is_none() {
         return Err(InputError::BadValue {
             key: "--speculate".into(),
@@ -255,32 +229,26 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
         }
         .into());
     }
-    let req = args
+    let req = sought
         .judge
-        .request(&args.good, &args.bad, vec![args.variant.clone()], true)?;
+        .request(&args.good, &args.bad, vec![sought.variant.clone()], true)?;
     let range = range_of(&req.base, &req.patched)?;
-    let seek = if args.fix {
-        Seek::Fix
-    } else if args.regression {
-        Seek::Regression
-    } else {
-        Seek::Change
-    };
+    let seek = sought.seek();
     let mut store = open_store(db)?;
-    let reporter = Reporter::new(args.judge.json);
+    let reporter = Reporter::new(sought.judge.json);
     let last = range.steps.len();
     let mut judge = KabJudge::new(
         range.clone(),
         req,
-        args.variant.clone(),
-        args.metric.clone(),
+        sought.variant.clone(),
+        sought.metric.clone(),
         &mut store,
         &reporter,
     )?;
     if args.speculate {
         judge = judge.speculating();
     }
-    let result = bisect::bisect(&mut judge, last, seek, args.max_effort);
+    let result = bisect::bisect(&mut judge, last, seek, sought.max_effort);
     let phases = judge.phases();
     if let Some(e) = judge.failure() {
         return Err(e.into());
@@ -291,7 +259,7 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
         value: format!("{} {}", args.good, args.bad),
         why: refusal_words(&e),
     })?;
-    if args.judge.json {
+    if sought.judge.json {
         super::super::print_json(&serde_json::json!({
             "range": range, "bisection": bisection, "command": command_line(), "phases": phases,
         }))?;
@@ -315,8 +283,12 @@ mod tests {
         let e = range_of(&debian, &debian).expect_err("the same kernel");
         assert_eq!(e.exit_code(), 2);
         assert!(e.to_string().contains("GOOD BAD"), "{e}");
-        let e = check_variants_exist("--variant", &["no-such".into()], &["lifecycle".into()])
-            .expect_err("an unknown variant");
+        let e = super::super::check_variants_exist(
+            "--variant",
+            &["no-such".into()],
+            &["lifecycle".into()],
+        )
+        .expect_err("an unknown variant");
         assert_eq!(e.exit_code(), 2);
         assert!(e.to_string().contains("--variant"), "{e}");
         assert!(e.to_string().contains("no-such"), "{e}");
