@@ -677,8 +677,9 @@ fn kab_judges_the_001_fix_from_its_patch_module_only_on_7_3() {
 /// A series posted as an mbox, judged patch by patch on Debian's 7.3 with every prefix built
 /// module-only (tests/patches/series-v1.mbox: documentation; memslot updates wait a normal
 /// grace period; documentation; the 001 fix): the memslot patch REGRESSED irqchip-first against
-/// its parent, the fix FIXED it against its parent, and neither documentation patch is flagged
-/// against its parent, in one family of comparisons. Counts and jiffies only (TCG).
+/// its parent, and neither documentation patch is flagged against its parent, in one family of
+/// comparisons. On the instruction clock (TCG's default) the fix does not undo patch 2: see
+/// below. Counts and jiffies only (TCG).
 #[test]
 fn kab_per_patch_names_the_patches_of_an_mbox_series_module_only_on_7_3() {
     let Some(_turn) = building("kab_per_patch_names_the_patches_of_an_mbox_series") else {
@@ -743,7 +744,29 @@ fn kab_per_patch_names_the_patches_of_an_mbox_series_module_only_on_7_3() {
         assert!(c == "NO CHANGE" || c == "NOT DECIDED", "{v}");
     }
     assert_eq!(class(1, "vs_parent"), "REGRESSED", "{v}");
-    assert_eq!(class(3, "vs_parent"), "FIXED", "{v}");
+    // The fix on top of patch 2: registration before any vCPU now synchronizes (expedited) and
+    // frees, so no grace period is in flight at the memslot update, but patch 2's
+    // synchronize_srcu() still waits a normal one of its own. It is auto-expedited only when
+    // the last grace period ended more than exp_holdoff (25 us, srcu_should_expedite() in
+    // kernel/rcu/srcutree.c) before: under TCG's wall clock the emulated PIT setup between the
+    // two took longer than that (0.101 jiffies, FIXED), at one instruction per nanosecond it
+    // does not, as on hardware (3.72 against 3.74 jiffies: the wait stays). What the fix costs
+    // is its synchronize_srcu_expedited() in KVM_CREATE_IRQCHIP.
+    let on_icount = v["accel"]["clock"] == "icount";
+    if on_icount {
+        assert_eq!(class(3, "vs_parent"), "NO CHANGE", "{v}");
+        let costs = &commits[3]["variants"][0]["vs_parent"]["costs"];
+        assert!(
+            costs
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["metric"] == "ioctl.KVM_CREATE_IRQCHIP"),
+            "{costs}"
+        );
+    } else {
+        assert_eq!(class(3, "vs_parent"), "FIXED", "{v}");
+    }
     // Against the base, the regression carries over the documentation patch after it.
     assert_eq!(class(2, "vs_base"), "REGRESSED", "{v}");
     // The memslot update's wait, in jiffies, is what moved.
@@ -765,9 +788,10 @@ fn kab_per_patch_names_the_patches_of_an_mbox_series_module_only_on_7_3() {
 /// four commits of tests/patches/series-v1.mbox applied on its root in a worktree of the test's
 /// own, with fixed dates (so their ids, and hvlab's builds of them, are the same on every run;
 /// the tree's working tree, index, HEAD and branches are left as they were). Per patch over the
-/// range: commit 2 REGRESSED and commit 4 FIXED on irqchip-first against their parents, the
-/// documentation commits NO CHANGE; a bisection between the first and the last commit names
-/// commit 2, and with --fix commit 4.
+/// range: commit 2 REGRESSED on irqchip-first against its parent, commit 4 FIXED on TCG's wall
+/// clock and NO CHANGE on the instruction clock, the documentation commits NO CHANGE; a
+/// bisection between the first and the last commit names commit 2 (with --regression too), and
+/// on the wall clock with --fix commit 4.
 #[test]
 #[ignore = "builds whole kernels from a git tree of linux-source-7.3 given as HVLAB_GIT_TREE: about 30 minutes cold on 2 cores, then about 3 minutes; run with --ignored"]
 fn a_git_tree_per_patch_and_its_bisections_name_the_regressing_and_the_fixing_commit() {
@@ -831,9 +855,12 @@ fn a_git_tree_per_patch_and_its_bisections_name_the_regressing_and_the_fixing_co
     let (code, v) = run(&per_patch);
     assert_eq!(code, Some(0), "{v}");
     let class = |i: usize| v["table"]["commits"][i]["variants"][0]["vs_parent"]["class"].clone();
+    // The fix undoes patch 2 only on TCG's wall clock (see the module-only per-patch test).
+    let on_icount = v["accel"]["clock"] == "icount";
+    let fix = if on_icount { "NO CHANGE" } else { "FIXED" };
     assert_eq!(
         [class(0), class(1), class(2), class(3)],
-        ["NO CHANGE", "REGRESSED", "NO CHANGE", "FIXED"].map(Value::from),
+        ["NO CHANGE", "REGRESSED", "NO CHANGE", fix].map(Value::from),
         "{v}"
     );
     let bisect = |extra: &[&str]| {
@@ -845,8 +872,13 @@ fn a_git_tree_per_patch_and_its_bisections_name_the_regressing_and_the_fixing_co
     let found = |v: &Value| v["bisection"]["outcome"]["commit"].as_u64();
     let (code, v) = bisect(&[]);
     assert_eq!((code, found(&v)), (Some(0), Some(2)), "{v}");
-    let (code, v) = bisect(&["--fix"]);
-    assert_eq!((code, found(&v)), (Some(0), Some(4)), "{v}");
+    if on_icount {
+        let (code, v) = bisect(&["--regression"]);
+        assert_eq!((code, found(&v)), (Some(0), Some(2)), "{v}");
+    } else {
+        let (code, v) = bisect(&["--fix"]);
+        assert_eq!((code, found(&v)), (Some(0), Some(4)), "{v}");
+    }
 }
 
 /// Bad patches: named with the file, the hunk and the target, or the compiler's first errors

@@ -671,7 +671,9 @@ fn a_series_per_patch_sharded_over_a_slurm_array_merges_into_one_table() {
     assert_eq!(class(0), "NO CHANGE", "{text}");
     assert_eq!(class(1), "REGRESSED", "{text}");
     assert_eq!(class(2), "NO CHANGE", "{text}");
-    assert_eq!(class(3), "FIXED", "{text}");
+    // The fix does not undo patch 2's normal grace period on the instruction clock (TCG's
+    // default, which the tasks use): see kernel_vm's per-patch test.
+    assert_eq!(class(3), "NO CHANGE", "{text}");
     assert!(
         text.starts_with("[PATCH 2/4] REGRESSED irqchip-first"),
         "{text}"

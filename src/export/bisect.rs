@@ -81,19 +81,19 @@ pub fn not_named_words(why: &NotNamed) -> String {
     }
 }
 
-/// Why no bisection can start, naming the fix.
+/// Why no bisection can start, naming the fix (one clause: the error's template ends it).
 pub fn refusal_words(e: &BisectError) -> String {
     match e {
         BisectError::NotDifferent { class, seek } => format!(
-            "GOOD and BAD do not differ as sought: BAD against GOOD is {}, not {}; check the variant (--variant), the direction (--fix seeks a fix), or add --boots/--reps when NOT DECIDED.",
+            "GOOD and BAD do not differ as sought: BAD against GOOD is {}, not {}; check the variant (--variant), the direction (--fix seeks a fix), or add --boots/--reps when NOT DECIDED",
             class.word(),
             sought_classes(*seek)
         ),
         BisectError::BadDoesNotBuild { error } => format!(
-            "BAD does not build ({error}), so there is nothing to bisect towards; give a BAD that builds."
+            "BAD does not build ({error}), so there is nothing to bisect towards; give a BAD that builds"
         ),
         BisectError::Empty => {
-            "GOOD and BAD are the same commit; give a range of at least one commit.".into()
+            "GOOD and BAD are the same commit; give a range of at least one commit".into()
         }
     }
 }

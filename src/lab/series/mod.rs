@@ -232,9 +232,11 @@ pub fn run_per_patch(
     let start = std::time::Instant::now();
     let k = &req.kab;
     let commands = kab::guest_commands(k);
-    crate::kernel::vm::qemu()?;
+    let qemu = crate::kernel::vm::qemu()?;
     let steps = source.steps()?;
-    let choice = crate::kernel::vm::choose_accel(k.vm.accel)?;
+    // The accelerator and the clock the table says it was measured on, as kab's.
+    let mut choice = crate::kernel::vm::choose_accel(k.vm.accel)?;
+    choice.clock = crate::kernel::vm::choose_clock(k.vm.clock, &choice, &qemu)?;
     let units = shard_units(steps.len(), &req.shard);
     let wanted = kernels_needed(steps.len(), &req.shard, &units);
     let mut specs = vec![("base".to_string(), source.base().clone())];
