@@ -10,7 +10,7 @@
 use serde::Serialize;
 
 use crate::analysis::class::VariantClass;
-use crate::kernel::build::{self, PatchedSpec};
+use crate::kernel::build::{self, BuildError, PatchedSpec};
 use crate::kernel::git::Revs;
 use crate::kernel::objdiff::{self, BuildsDelta, LineShift};
 use crate::kernel::patch::PatchFile;
@@ -203,6 +203,14 @@ pub fn judge(
         answer,
         wall_s: start.elapsed().as_secs_f64(),
     };
+    // GOOD first, alone (cached after a bisection's first step): a failure there is judge's
+    // own, and one in the pair after it is the candidate's.
+    build::resolve_with_config(
+        std::slice::from_ref(good),
+        req.kab.sandbox,
+        req.kab.config.as_deref(),
+        progress,
+    )?;
     let built = build::resolve_with_config(
         &[good.clone(), candidate.clone()],
         req.kab.sandbox,
@@ -211,9 +219,15 @@ pub fn judge(
     );
     let (sides, trees) = match built {
         Ok(r) => (r.sides, r.source_trees),
-        // As a bisection's step: an error in resolving the pair that is the input's is the
-        // candidate's (GOOD built before).
-        Err(e) if e.fault() == hvlab_core::error::Fault::BadInput => {
+        // As a bisection's step: the input's error, or a commit of the candidate's that does
+        // not compile (git:PATH@REF has no patch, so its compiler error is a BaseCompile).
+        Err(e)
+            if e.fault() == hvlab_core::error::Fault::BadInput
+                || matches!(
+                    e,
+                    BuildError::BaseCompile { .. } | BuildError::PatchedCompile { .. }
+                ) =>
+        {
             let error = first_error(&e);
             return Ok(done(
                 None,

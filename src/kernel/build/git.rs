@@ -10,8 +10,8 @@
 use std::path::{Path, PathBuf};
 
 use super::cache::{
-    Laid, RECIPE, TimedSteps, Work, cached_entry, finish_entry_in, lay, lock_builds, or_remove,
-    own_output, unlay,
+    Laid, RECIPE, TimedSteps, Work, cached_entry, finish_entry_in, lay, lock_builds, own_output,
+    unlay,
 };
 use super::error::io;
 use super::make::{Make, make_error};
@@ -202,9 +202,9 @@ impl GitBuild<'_> {
     }
 
     /// Checks out, lays the patches over the clone, configures and builds into
-    /// `builds/KEY.tmp`: an unpatched commit in `out/` (removed when its build fails), a
-    /// patched one in a copy of its own. Returns the entry, the config's note and the
-    /// patches' notes.
+    /// `builds/KEY.tmp`: an unpatched commit in `out/` (removed when its build fails, but for a
+    /// compiler error), a patched one in a copy of its own. Returns the entry, the config's
+    /// note and the patches' notes.
     fn build(
         &mut self,
         spec: &GitSpec,
@@ -243,11 +243,19 @@ impl GitBuild<'_> {
                     })
                 } else {
                     std::fs::create_dir_all(&base).map_err(io(&base))?;
-                    or_remove(&base.clone(), || {
-                        self.make_kernel(
-                            spec, side, &tree, &laid, &base, &work, base_text, &log, &tmp,
-                        )
-                    })
+                    let built = self.make_kernel(
+                        spec, side, &tree, &laid, &base, &work, base_text, &log, &tmp,
+                    );
+                    // What a failed or limited build wrote goes, but a commit that does not
+                    // compile keeps `out/`: make stopped at the error having written only
+                    // objects that compiled, and the next commit of a bisection reuses them
+                    // (removing them made each later step a cold build, 16 min on 2 cores).
+                    if let Err(e) = &built
+                        && !matches!(e, BuildError::BaseCompile { .. })
+                    {
+                        let _ = std::fs::remove_dir_all(&base);
+                    }
+                    built
                 };
                 let back = unlay(&tree, &laid);
                 let config_note = built?;
