@@ -132,6 +132,51 @@ pub fn builds(d: &BuildsDelta) -> String {
     parts.join("\n")
 }
 
+/// The delta in one line, for a table's row: `kvm.ko identical (9 line-number constants
+/// moved)`, or per changed module its changed functions, the first few by name and size
+/// (`kvm.ko: kvm_io_bus_register_dev 589 → 619 (+30)`), and what was not compared.
+pub fn brief(d: &BuildsDelta) -> String {
+    const NAMED: usize = 3;
+    let mut parts: Vec<String> = d
+        .modules
+        .iter()
+        .map(|m| {
+            if m.identical() {
+                return format!(
+                    "{}.ko identical ({} line-number constants moved)",
+                    m.module,
+                    line_numbers(m)
+                );
+            }
+            let changed: Vec<_> = m.changed().filter(|u| u.kind == UnitKind::Function).collect();
+            let mut named: Vec<String> = changed
+                .iter()
+                .take(NAMED)
+                .map(|u| {
+                    let (old, new, note) = sizes(&u.delta);
+                    format!("{} {old} → {new} ({:+}){note}", u.name, u.delta.bytes_change())
+                })
+                .collect();
+            if changed.len() > NAMED {
+                named.push(format!("{} more", changed.len() - NAMED));
+            }
+            if named.is_empty() {
+                named.push("data or sections changed, no function".into());
+            }
+            format!("{}.ko: {}", m.module, named.join(", "))
+        })
+        .collect();
+    parts.extend(
+        d.not_compared
+            .iter()
+            .map(|n| format!("not compared: {}", not_compared(n))),
+    );
+    if parts.is_empty() {
+        parts.push("no module rebuilt".into());
+    }
+    parts.join("; ")
+}
+
 /// The functions a patch reaches, and where that was read: `f (inlined into g, h)`.
 pub fn reach(r: &Reach, source: &ReachSource) -> String {
     let (from, callers) = match source {

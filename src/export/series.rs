@@ -128,7 +128,13 @@ fn rows(t: &SeriesTable) -> Vec<[String; 8]> {
             continue;
         }
         for v in &c.variants {
-            let [parent, commit, pct, metric] = number_cells(v.numbers.as_ref());
+            let [parent, commit, pct, metric] = if c.object_identical() {
+                // Its parent's runs are its own: no number of its own to show.
+                let none = || "-".to_string();
+                [none(), none(), none(), NOT_BOOTED.to_string()]
+            } else {
+                number_cells(v.numbers.as_ref())
+            };
             out.push([
                 c.step.label.clone(),
                 v.variant.clone(),
@@ -142,6 +148,36 @@ fn rows(t: &SeriesTable) -> Vec<[String; 8]> {
         }
     }
     out
+}
+
+/// What a commit's metric cell says when its object code is its parent's.
+const NOT_BOOTED: &str = "object code identical to its parent's: not booted";
+
+/// Each commit's object code against its parent's, one line each, when any was compared.
+fn object_lines(t: &SeriesTable) -> Vec<String> {
+    let lines: Vec<String> = t
+        .commits
+        .iter()
+        .filter_map(|c| {
+            let d = c.object.as_ref()?;
+            let booted = if c.object_identical() {
+                "not booted"
+            } else {
+                "booted"
+            };
+            Some(format!(
+                "  {}: {} ({booted})",
+                c.step.label,
+                super::objdiff::brief(d)
+            ))
+        })
+        .collect();
+    if lines.is_empty() {
+        return lines;
+    }
+    std::iter::once("object code, each commit against its parent (line-number constants aside):".to_string())
+        .chain(lines)
+        .collect()
 }
 
 /// Where a per-patch run or a bisection spent its time, as kab prints it: building, the boots
@@ -245,6 +281,11 @@ pub fn render(t: &SeriesTable, notes: &[SeriesNote]) -> String {
             out.push(line(r));
         }
     }
+    let objects = object_lines(t);
+    if !objects.is_empty() {
+        out.push(String::new());
+        out.extend(objects);
+    }
     if !notes.is_empty() {
         out.push(String::new());
         out.extend(notes.iter().map(|n| format!("note: {n}")));
@@ -279,6 +320,18 @@ fn section(c: &CommitRow, base: &str) -> Vec<String> {
     out.push("| variant | vs parent | vs base | parent | commit | %change |".into());
     out.push("|---|---|---|---|---|---|".into());
     out.extend(c.variants.iter().map(markdown_row));
+    if let Some(d) = &c.object {
+        out.push(String::new());
+        let booted = if c.object_identical() {
+            ": not booted, an exact NO CHANGE"
+        } else {
+            ""
+        };
+        out.push(format!(
+            "Object code against its parent: {}{booted}.",
+            escape::markdown(&super::objdiff::brief(d))
+        ));
+    }
     out
 }
 
@@ -351,6 +404,7 @@ mod tests {
                 format!("[PATCH {}/3]", position - 1)
             },
             does_not_build: error.map(String::from),
+            object: None,
             variants,
         }
     }
@@ -448,6 +502,54 @@ mod tests {
                 "note: boots found in the store and not made again: base (4), a1b2c3d (2)"
             ),
             "{text}"
+        );
+    }
+
+    /// A commit whose object code is its parent's says so in its row (no numbers of its
+    /// own), and every compared commit's delta is listed after the table and in its section.
+    #[test]
+    fn a_commit_not_booted_for_identical_object_code_says_so() {
+        use crate::kernel::objdiff::{BuildsDelta, Delta, ModuleDelta, UnitDelta, UnitKind};
+        let delta = |delta| BuildsDelta {
+            modules: vec![ModuleDelta {
+                module: "kvm".into(),
+                units: vec![UnitDelta {
+                    kind: UnitKind::Function,
+                    name: "kvm_io_bus_register_dev".into(),
+                    delta,
+                }],
+            }],
+            not_compared: Vec::new(),
+        };
+        let mut t = table();
+        t.commits[0].object = Some(delta(Delta::Identical {
+            bytes: 589,
+            line_numbers: 9,
+        }));
+        t.commits[2].object = Some(delta(Delta::Grown { from: 589, to: 619 }));
+        let text = render(&t, &[]);
+        let row = text
+            .lines()
+            .find(|l| l.starts_with("[PATCH 1/3]  "))
+            .expect("commit 1's row");
+        assert!(row.contains("NO CHANGE"), "{row}");
+        assert!(row.ends_with(NOT_BOOTED), "{row}");
+        assert!(!row.contains('%'), "no numbers of its own: {row}");
+        assert!(
+            text.contains("  [PATCH 1/3]: kvm.ko identical (9 line-number constants moved) (not booted)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  [PATCH 3/3]: kvm.ko: kvm_io_bus_register_dev 589 → 619 (+30) (booted)"),
+            "{text}"
+        );
+        let md = markdown(&t, "hvlab kab debian:7.3 debian:7.3+s.mbox --per-patch");
+        assert!(
+            md.contains(&format!(
+                "Object code against its parent: {}: not booted, an exact NO CHANGE.",
+                escape::markdown("kvm.ko identical (9 line-number constants moved)")
+            )),
+            "{md}"
         );
     }
 

@@ -593,7 +593,7 @@ impl<'a> KabJudge<'a> {
             self.progress,
         );
         self.phases.build_s += start.elapsed().as_secs_f64();
-        let built = built?;
+        let built = built?.map(|b| b.kernel);
         self.kernels.insert(i, built.clone());
         Ok(built)
     }

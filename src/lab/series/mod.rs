@@ -24,7 +24,8 @@ mod table;
 use serde::Serialize;
 
 use crate::error::InputError;
-use crate::kernel::build::{BuildError, BuildNote, PatchedSpec};
+use crate::kernel::build::{BuildError, BuildNote, Built, PatchedSpec};
+use crate::kernel::objdiff::{self, BuildsDelta};
 use crate::kernel::vm::VmError;
 use crate::lab::Error;
 use crate::lab::kab::{self};
@@ -140,7 +141,7 @@ pub enum SeriesNote {
 struct Resolved {
     label: String,
     spec: PatchedSpec,
-    kernel: Result<crate::kernel::Kernel, String>,
+    built: Result<Built, String>,
 }
 
 /// Builds `specs` (the base first): together when all build, each beside the base when one
@@ -154,10 +155,10 @@ fn build_all(
     use crate::kernel::build;
     let refs: Vec<PatchedSpec> = specs.iter().map(|(_, s)| s.clone()).collect();
     let together = build::resolve_with_config(&refs, req.sandbox, req.config.as_deref(), progress);
-    let kernels: Vec<Result<crate::kernel::Kernel, String>> = match together {
+    let kernels: Vec<Result<Built, String>> = match together {
         Ok(r) => {
             notes.extend(r.notes.into_iter().map(SeriesNote::Build));
-            r.sides.into_iter().map(|b| Ok(b.kernel)).collect()
+            r.sides.into_iter().map(Ok).collect()
         }
         Err(e @ (BuildError::PatchedCompile { .. } | BuildError::DoesNotApply { .. })) => {
             progress.note(&format!(
@@ -180,16 +181,16 @@ fn build_all(
     Ok(specs
         .iter()
         .zip(kernels)
-        .map(|((label, spec), kernel)| Resolved {
+        .map(|((label, spec), built)| Resolved {
             label: label.clone(),
             spec: spec.clone(),
-            kernel,
+            built,
         })
         .collect())
 }
 
 /// Builds `spec` beside the base (the base alone when `None`), as kab builds a pair, so the
-/// two differ by the commit alone: its kernel, or the compiler's first error when the commit
+/// two differ by the commit alone: its build, or the compiler's first error when the commit
 /// is at fault (it does not build, its patch does not apply). A fault of the base or of the
 /// host is the run's error.
 pub(crate) fn build_beside_base(
@@ -197,7 +198,7 @@ pub(crate) fn build_beside_base(
     spec: Option<&PatchedSpec>,
     req: &kab::KabRequest,
     progress: &dyn kab::KabProgress,
-) -> Result<Result<crate::kernel::Kernel, String>, Error> {
+) -> Result<Result<Built, String>, Error> {
     let specs: Vec<PatchedSpec> = std::iter::once(base).chain(spec).cloned().collect();
     let config = req.config.as_deref();
     match crate::kernel::build::resolve_with_config(&specs, req.sandbox, config, progress) {
@@ -205,7 +206,6 @@ pub(crate) fn build_beside_base(
             .sides
             .into_iter()
             .last()
-            .map(|b| b.kernel)
             .ok_or_else(|| "the build returned no kernel".to_string())),
         Err(e) if spec.is_some() && e.fault() == hvlab_core::error::Fault::BadInput => {
             Ok(Err(first_error(&e)))
@@ -215,7 +215,7 @@ pub(crate) fn build_beside_base(
 }
 
 /// A kernel of the series as checked: built and able to run the guests, or why not.
-type KernelState = Option<Result<crate::kernel::Kernel, String>>;
+type KernelState = Option<Result<Built, String>>;
 
 /// The kernels to boot with their labels, the base first.
 type Labelled = Vec<(String, crate::kernel::Kernel)>;
@@ -249,7 +249,8 @@ pub fn run_per_patch(
     let resolved = build_all(&specs, k, progress, &mut notes)?;
     let build_s = start.elapsed().as_secs_f64();
     let states = checked_states(resolved, &wanted, steps.len(), &choice, progress);
-    let (labelled, slot) = bootable(&states, &steps, source.base(), &k.patched)?;
+    let objects = object_deltas(&states, &steps, source.base());
+    let (labelled, slot) = bootable(&states, &objects, &steps, source.base(), &k.patched)?;
     let chains = chains_to_boot(&req.shard, &units, &slot);
     let boots_start = std::time::Instant::now();
     let booted = boot_chains(
@@ -283,6 +284,9 @@ pub fn run_per_patch(
             metric: req.metric.as_deref(),
         },
     );
+    for row in &mut table.commits {
+        row.object = objects.get(row.position - 1).cloned().flatten();
+    }
     if !req.shard.is_whole() {
         table
             .commits
@@ -331,16 +335,13 @@ fn checked_states(
     let mut states: Vec<KernelState> = vec![None; steps + 1];
     let mut it = resolved.into_iter();
     if let Some(b) = it.next() {
-        states[0] = Some(
-            b.kernel
-                .map_err(|e| format!("the base {}: {e}", b.spec.given)),
-        );
+        states[0] = Some(b.built.map_err(|e| format!("the base {}: {e}", b.spec.given)));
     }
     for (&i, r) in wanted.iter().zip(it) {
-        let checked = r.kernel.and_then(|kern| {
-            crate::kernel::check_kvm(&kern, &choice.vendor_module)
-                .and_then(|()| crate::kernel::check_guest_config(&kern))
-                .map(|()| kern)
+        let checked = r.built.and_then(|built| {
+            crate::kernel::check_kvm(&built.kernel, &choice.vendor_module)
+                .and_then(|()| crate::kernel::check_guest_config(&built.kernel))
+                .map(|()| built)
                 .map_err(|e| e.to_string())
         });
         if let Err(e) = &checked {
@@ -351,16 +352,46 @@ fn checked_states(
     states
 }
 
+/// Each commit's object code against its parent's (the last kernel before it that built),
+/// by commit (0-based); `None` where either did not build here.
+fn object_deltas(
+    states: &[KernelState],
+    steps: &[SeriesStep],
+    base: &PatchedSpec,
+) -> Vec<Option<BuildsDelta>> {
+    (1..states.len())
+        .map(|i| {
+            let Some(Ok(me)) = &states[i] else {
+                return None;
+            };
+            let p = (0..i).rev().find(|&j| matches!(states[j], Some(Ok(_))))?;
+            let Some(Ok(parent)) = &states[p] else {
+                return None;
+            };
+            let parent_spec = if p == 0 { base } else { &steps[p - 1].spec };
+            let patches = crate::lab::judge::patches_over(parent_spec, &steps[i - 1].spec);
+            Some(objdiff::compare_builds(
+                parent,
+                me,
+                &objdiff::LineShift::of(&patches),
+            ))
+        })
+        .collect()
+}
+
 /// The kernels to boot, labelled (the base first), and each state's slot among them (`None`
-/// for a commit that did not build or is not built here). Fails when the base did not build.
+/// for a commit that did not build or is not built here). A commit whose object code is its
+/// parent's, line-number constants aside, is not booted: its slot is its parent's, whose runs
+/// are its own (an exact NO CHANGE against it). Fails when the base did not build.
 fn bootable(
     states: &[KernelState],
+    objects: &[Option<BuildsDelta>],
     steps: &[SeriesStep],
     base: &PatchedSpec,
     patched: &PatchedSpec,
 ) -> Result<(Labelled, Vec<Option<usize>>), Error> {
     let base_kernel = match states[0].clone() {
-        Some(Ok(b)) => b,
+        Some(Ok(b)) => b.kernel,
         Some(Err(e)) => {
             return Err(InputError::BadValue {
                 key: "BASE".into(),
@@ -374,11 +405,18 @@ fn bootable(
     let mut labelled: Labelled = vec![("base".into(), base_kernel)];
     let mut slot: Vec<Option<usize>> = vec![Some(0); 1];
     for (i, st) in states.iter().enumerate().skip(1) {
-        if let Some(Ok(kern)) = st {
-            slot.push(Some(labelled.len()));
-            labelled.push((steps[i - 1].label.clone(), kern.clone()));
-        } else {
-            slot.push(None);
+        let identical = objects
+            .get(i - 1)
+            .and_then(Option::as_ref)
+            .is_some_and(BuildsDelta::identical);
+        let parent_slot = (0..i).rev().find_map(|j| slot[j]);
+        match st {
+            Some(Ok(_)) if identical && parent_slot.is_some() => slot.push(parent_slot),
+            Some(Ok(built)) => {
+                slot.push(Some(labelled.len()));
+                labelled.push((steps[i - 1].label.clone(), built.kernel.clone()));
+            }
+            _ => slot.push(None),
         }
     }
     Ok((labelled, slot))
@@ -392,14 +430,19 @@ fn chains_to_boot(
     slot: &[Option<usize>],
 ) -> Vec<Vec<usize>> {
     let built_before = |i: usize| (0..=i).rev().find_map(|j| slot[j]);
+    // A commit not booted shares its parent's slot: each kernel once in a chain.
+    let once = |mut chain: Vec<usize>| {
+        chain.dedup();
+        chain
+    };
     if shard.is_whole() {
-        vec![slot.iter().flatten().copied().collect()]
+        vec![once(slot.iter().flatten().copied().collect())]
     } else {
         units
             .iter()
             .filter_map(|&(c, _)| {
                 let me = slot[c + 1]?;
-                Some(vec![built_before(c).unwrap_or(0), me])
+                Some(once(vec![built_before(c).unwrap_or(0), me]))
             })
             .collect()
     }

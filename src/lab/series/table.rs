@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use crate::analysis::class::VariantClass;
 use crate::kernel::build::BuildError;
+use crate::kernel::objdiff::BuildsDelta;
 use crate::lab::kab::{self, MetricAb, ScenarioAb, SideRuns, Trust, VariantAb, VariantVerdict};
 
 use super::boots::{KernelRuns, RunsAsked};
@@ -84,6 +85,18 @@ pub struct CommitRow {
     pub does_not_build: Option<String>,
     /// Per variant (none when it does not build).
     pub variants: Vec<VariantRow>,
+    /// Its object code against its parent's, when both were built here. Identical (line-number
+    /// constants aside): it was not booted, its parent's runs are its own, and every row is an
+    /// exact NO CHANGE against its parent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object: Option<BuildsDelta>,
+}
+
+impl CommitRow {
+    /// Whether its object code is its parent's, so it was not booted.
+    pub fn object_identical(&self) -> bool {
+        self.object.as_ref().is_some_and(BuildsDelta::identical)
+    }
 }
 
 /// The per-patch table.
@@ -174,6 +187,7 @@ pub fn judge_series(
             parent: "base".into(),
             does_not_build: None,
             variants: Vec::new(),
+            object: None,
         };
         if let Some(StepState::DoesNotBuild { error }) = states.get(i) {
             row.does_not_build = Some(error.clone());

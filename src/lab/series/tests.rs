@@ -231,6 +231,84 @@ fn every_commit_is_one_shards_unit_with_its_parent() {
     }
 }
 
+/// A built kernel of the given spec, as a series state holds it.
+fn built(spec: &str) -> KernelState {
+    Some(Ok(Built {
+        kernel: crate::kernel::Kernel {
+            release: "7.3.4+deb13-amd64".into(),
+            spec: spec.into(),
+            source: "test".into(),
+            image: std::path::PathBuf::from("/nonexistent/bzImage"),
+            config: None,
+            modules: None,
+        },
+        build: None,
+    }))
+}
+
+/// A delta of kvm.ko: one function identical but for `lines` line numbers, or grown.
+fn kvm_delta(identical: bool) -> BuildsDelta {
+    use crate::kernel::objdiff::{Delta, ModuleDelta, UnitDelta, UnitKind};
+    let delta = if identical {
+        Delta::Identical {
+            bytes: 589,
+            line_numbers: 9,
+        }
+    } else {
+        Delta::Grown { from: 589, to: 619 }
+    };
+    BuildsDelta {
+        modules: vec![ModuleDelta {
+            module: "kvm".into(),
+            units: vec![UnitDelta {
+                kind: UnitKind::Function,
+                name: "kvm_io_bus_register_dev".into(),
+                delta,
+            }],
+        }],
+        not_compared: Vec::new(),
+    }
+}
+
+/// A commit whose object code is its parent's is not booted: it takes its parent's slot (and
+/// runs), the chain boots each kernel once, and a commit after it is judged against the
+/// kernel that was booted. A commit whose code changed, or whose delta is unknown, boots.
+#[test]
+fn a_commit_with_its_parents_object_code_is_not_booted() {
+    let states = vec![
+        built("debian:7.3"),
+        built("debian:7.3+1"),
+        built("debian:7.3+2"),
+        Some(Err("does not build".into())),
+        built("debian:7.3+4"),
+        built("debian:7.3+5"),
+    ];
+    // 1 changed, 2 identical to 1, 3 does not build, 4 identical to 2 (its last built
+    // parent), 5 not compared (a whole kernel).
+    let mut whole = kvm_delta(true);
+    whole.not_compared.push(crate::kernel::objdiff::NotCompared::WholeKernel);
+    let objects = vec![
+        Some(kvm_delta(false)),
+        Some(kvm_delta(true)),
+        None,
+        Some(kvm_delta(true)),
+        Some(whole),
+    ];
+    let steps = steps(5);
+    let base = PatchedSpec::named("debian:7.3");
+    let patched = PatchedSpec::named("debian:7.3+series");
+    let (labelled, slot) = bootable(&states, &objects, &steps, &base, &patched).expect("bootable");
+    let labels: Vec<&str> = labelled.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(labels, ["base", "[PATCH 1/5]", "[PATCH 5/5]"]);
+    assert_eq!(slot, [Some(0), Some(1), Some(1), None, Some(1), Some(2)]);
+    let chains = chains_to_boot(&Shard::WHOLE, &[], &slot);
+    assert_eq!(chains, vec![vec![0, 1, 2]]);
+    // A shard of commit 2 alone boots its parent once.
+    let units = [(1, Some(0))];
+    let shard = chains_to_boot(&Shard::new(1, 5).expect("a shard"), &units, &slot);
+    assert_eq!(shard, vec![vec![1]]);
+}
+
 /// One simulated table of N = 4 commits × 6 variants × 12 metrics, every kernel booted
 /// twice with `reps` repetitions at a 5% spread; commit 3 scales lazy's m00 by `shift`.
 fn aa_table(seed: u64, reps: usize, shift: f64) -> SeriesTable {
