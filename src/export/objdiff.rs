@@ -3,7 +3,7 @@
 //! per changed function with its old and new size in bytes; or "object code identical", with
 //! the line-number constants the patch moved; and what was not compared, and why.
 
-use crate::kernel::objdiff::{BuildsDelta, Delta, ModuleDelta, NotCompared, UnitKind};
+use crate::kernel::objdiff::{BuildsDelta, Delta, ModuleDelta, NotCompared, UnitKind, VMLINUX};
 use crate::kernel::reach::{Reach, ReachSource};
 
 /// A unit's kind as a column heading.
@@ -24,6 +24,15 @@ fn sizes(d: &Delta) -> (String, String, &'static str) {
         Delta::Grown { from, to } | Delta::Shrunk { from, to } => (n(from), n(to), ""),
         Delta::ChangedSameSize { bytes } => (n(bytes), n(bytes), "  (same size, code changed)"),
         Delta::Identical { bytes, .. } => (n(bytes), n(bytes), ""),
+    }
+}
+
+/// A delta's file: `kvm.ko`, or `vmlinux` for a whole kernel's built-in code.
+fn file_name(m: &ModuleDelta) -> String {
+    if m.module == VMLINUX {
+        VMLINUX.to_string()
+    } else {
+        format!("{}.ko", m.module)
     }
 }
 
@@ -67,12 +76,12 @@ pub fn module(m: &ModuleDelta) -> String {
         + functions.removed;
     if m.identical() {
         return format!(
-            "{}.ko: object code identical ({total} functions; {} line-number constants moved by the patch)",
-            m.module,
+            "{}: object code identical ({total} functions; {} line-number constants moved by the patch)",
+            file_name(m),
             line_numbers(m)
         );
     }
-    let mut out = format!("{}.ko: {}\n", m.module, summary_line(m));
+    let mut out = format!("{}: {}\n", file_name(m), summary_line(m));
     let changed: Vec<_> = m.changed().collect();
     let width = changed
         .iter()
@@ -106,13 +115,16 @@ pub fn module(m: &ModuleDelta) -> String {
 pub fn not_compared(n: &NotCompared) -> String {
     match n {
         NotCompared::WholeKernel => {
-            "a whole kernel was built and its vmlinux is not kept, so its built-in code is not compared".into()
+            "a whole kernel whose cache entry keeps no vmlinux (built before hvlab kept one): its built-in code is not compared".into()
         }
         NotCompared::NotBuilt => {
             "a kernel used as given (not built by hvlab): its object code is not known".into()
         }
         NotCompared::ModuleMissing { module } => {
             format!("{module}.ko is in one build only")
+        }
+        NotCompared::Unreadable { module, error } if module == VMLINUX => {
+            format!("{module}: {error}")
         }
         NotCompared::Unreadable { module, error } => format!("{module}.ko: {error}"),
     }
@@ -143,8 +155,8 @@ pub fn brief(d: &BuildsDelta) -> String {
         .map(|m| {
             if m.identical() {
                 return format!(
-                    "{}.ko identical ({} line-number constants moved)",
-                    m.module,
+                    "{} identical ({} line-number constants moved)",
+                    file_name(m),
                     line_numbers(m)
                 );
             }
@@ -163,7 +175,7 @@ pub fn brief(d: &BuildsDelta) -> String {
             if named.is_empty() {
                 named.push("data or sections changed, no function".into());
             }
-            format!("{}.ko: {}", m.module, named.join(", "))
+            format!("{}: {}", file_name(m), named.join(", "))
         })
         .collect();
     parts.extend(

@@ -180,6 +180,13 @@ impl Kernel {
         })
     }
 
+    /// The linked kernel kept beside the image (`vmlinux`), when it was built and kept: what
+    /// a whole kernel's built-in code is compared by.
+    pub fn vmlinux(&self) -> Option<PathBuf> {
+        let file = self.image.parent()?.join("vmlinux");
+        file.is_file().then_some(file)
+    }
+
     /// Whether KVM for `vendor_module` (`kvm_amd`) is built into the image (per its config).
     pub fn kvm_built_in(&self, vendor_module: &str) -> bool {
         let vendor = if vendor_module == "kvm_intel" {

@@ -251,11 +251,17 @@ struct Body {
     code: bool,
 }
 
-/// A module read for comparison: its units by name.
+/// A module (or a linked vmlinux) read for comparison: its units by name.
 struct Units {
     units: BTreeMap<(UnitKind, String), Body>,
     /// Per section, its named symbols sorted by start: (start, size, name).
     symbols: HashMap<SectionIndex, Vec<(u64, u64, String)>>,
+    /// Each section's address: 0 in a relocatable module, where it is placed in a linked
+    /// executable (vmlinux), whose symbols and branch targets are addresses.
+    addresses: HashMap<SectionIndex, u64>,
+    /// In a linked executable, every named symbol by address (address, size, name): a call
+    /// there is a resolved address that may lead to another section (`.noinstr.text`).
+    linked: Vec<(u64, u64, String)>,
 }
 
 /// `name` with GCC's and the assembler's numbers dropped (`f.isra.0` → `f.isra`, `key.12` →
@@ -295,6 +301,11 @@ impl Units {
     fn read(path: &Path, data: &[u8]) -> Result<Units, ObjdiffError> {
         let file = object::File::parse(data)
             .map_err(|e| ObjdiffError::NotElf(path.to_path_buf(), e.to_string()))?;
+        let linked = file.kind() == object::ObjectKind::Executable;
+        let addresses: HashMap<SectionIndex, u64> = file
+            .sections()
+            .map(|s| (s.index(), if linked { s.address() } else { 0 }))
+            .collect();
         let mut symbols: HashMap<SectionIndex, Vec<(u64, u64, String)>> = HashMap::new();
         let mut named: Vec<(UnitKind, String, SectionIndex, u64, u64)> = Vec::new();
         for sym in file.symbols() {
@@ -309,22 +320,34 @@ impl Units {
             if sym.size() == 0 || name.is_empty() {
                 continue;
             }
+            // A symbol's place in its section: its address less the section's.
+            let start = sym.address() - addresses.get(&section).copied().unwrap_or(0);
             symbols
                 .entry(section)
                 .or_default()
-                .push((sym.address(), sym.size(), normalised(name)));
+                .push((start, sym.size(), normalised(name)));
             // CFI and call-padding prefixes are the compiler's padding, not a function.
             if name.starts_with("__pfx_") || name.starts_with("__cfi_") {
                 continue;
             }
-            named.push((kind, normalised(name), section, sym.address(), sym.size()));
+            named.push((kind, normalised(name), section, start, sym.size()));
         }
         for list in symbols.values_mut() {
             list.sort();
         }
+        let mut by_address: Vec<(u64, u64, String)> = Vec::new();
+        if linked {
+            for (section, list) in &symbols {
+                let base = addresses.get(section).copied().unwrap_or(0);
+                by_address.extend(list.iter().map(|(o, n, name)| (base + o, *n, name.clone())));
+            }
+            by_address.sort();
+        }
         let mut out = Units {
             units: BTreeMap::new(),
             symbols,
+            addresses,
+            linked: by_address,
         };
         let mut relocs_of: HashMap<SectionIndex, Vec<(u64, object::Relocation)>> = HashMap::new();
         let mut data_of: HashMap<SectionIndex, Vec<u8>> = HashMap::new();
@@ -434,7 +457,10 @@ impl Units {
             .min(data.len());
         let mut bytes = data[from..to].to_vec();
         let mut relocs = Vec::new();
+        // A linked executable's relocations (`--emit-relocs`) are at addresses.
+        let base = self.addresses.get(&section).copied().unwrap_or(0);
         for (offset, r) in relocs_of.get(&section).into_iter().flatten() {
+            let offset = &offset.wrapping_sub(base);
             if *offset < start || *offset >= start + size {
                 continue;
             }
@@ -503,6 +529,24 @@ impl Units {
             .unwrap_or_else(|| Target::Section(s.name().unwrap_or_default().to_string(), offset))
     }
 
+    /// In a linked executable, the symbol covering `address` (or starting right at it), and
+    /// the offset from its start.
+    fn linked_symbol_at(&self, address: u64) -> Option<Target> {
+        let after = self.linked.partition_point(|(start, _, _)| *start <= address);
+        // The nearest starts only: an address no symbol covers would otherwise scan them all.
+        self.linked[..after]
+            .iter()
+            .rev()
+            .take(8)
+            .find(|(start, size, _)| address < start + size || address == *start)
+            .map(|(start, _, name)| {
+                Target::Symbol(
+                    name.clone(),
+                    i64::try_from(address - start).unwrap_or(i64::MAX),
+                )
+            })
+    }
+
     /// The symbol of `section` covering `offset` (or starting right at it), and the offset
     /// from its start.
     fn symbol_at(&self, section: SectionIndex, offset: i64) -> Option<Target> {
@@ -547,17 +591,23 @@ enum Operand {
 impl Units {
     /// A function's instructions, positions replaced by what they reach.
     fn instructions(&self, body: &Body) -> Vec<Insn> {
-        let mut decoder = Decoder::with_ip(64, &body.bytes, body.start, DecoderOptions::NONE);
-        let end = body.start + body.bytes.len() as u64;
+        // Decoded where the unit runs: in a linked executable its section's address, so a
+        // branch's target is an address any section's symbol may hold.
+        let base = self.addresses.get(&body.section).copied().unwrap_or(0);
+        let first = base + body.start;
+        let mut decoder = Decoder::with_ip(64, &body.bytes, first, DecoderOptions::NONE);
+        let end = first + body.bytes.len() as u64;
         let place = |target: u64| -> Operand {
-            if (body.start..end).contains(&target) {
-                Operand::Local(target - body.start)
-            } else {
+            if (first..end).contains(&target) {
+                Operand::Local(target - first)
+            } else if self.linked.is_empty() {
                 Operand::Far(
                     i64::try_from(target)
                         .ok()
                         .and_then(|t| self.symbol_at(body.section, t)),
                 )
+            } else {
+                Operand::Far(self.linked_symbol_at(target))
             }
         };
         let mut out = Vec::new();
@@ -785,7 +835,7 @@ pub fn compare_bytes(
 }
 
 mod builds;
-pub use builds::{BuildsDelta, NotCompared, compare_builds};
+pub use builds::{BuildsDelta, NotCompared, VMLINUX, compare_builds};
 
 #[cfg(test)]
 pub(crate) mod tests;

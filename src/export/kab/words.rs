@@ -23,6 +23,14 @@ impl std::fmt::Display for KabNote {
                 functions.join(", ")
             ),
             KabNote::NotCounted { what } => write!(f, "not counted: {what}"),
+            KabNote::ObjectCode { delta } => write!(
+                f,
+                "object code of B against A (line-number constants aside): {}",
+                crate::export::objdiff::brief(delta)
+            ),
+            KabNote::ReachRead { reach, source } => {
+                f.write_str(&crate::export::objdiff::reach(reach, source))
+            }
             KabNote::Build(note) => note.fmt(f),
         }
     }

@@ -150,7 +150,7 @@ pub(super) fn guest_config(
 }
 
 /// Copies what a whole build left in `out` (the tree, or its `O=` directory) into the cache
-/// entry `tmp`: the bzImage, and `lib/modules/RELEASE` with the config and every module of
+/// entry `tmp`: the bzImage, the vmlinux, and `lib/modules/RELEASE` with the config and every module of
 /// `modules.order`.
 pub(super) fn collect_kernel(out: &Path, tmp: &Path) -> Result<(), BuildError> {
     let rel_file = out.join("include/config/kernel.release");
@@ -160,6 +160,10 @@ pub(super) fn collect_kernel(out: &Path, tmp: &Path) -> Result<(), BuildError> {
         .to_string();
     let image = out.join("arch/x86/boot/bzImage");
     std::fs::copy(&image, tmp.join("bzImage")).map_err(io(&image))?;
+    // The linked kernel, for the object-code delta of its built-in code (the minimal guest
+    // config has no debug information: about 12 MB).
+    let vmlinux = out.join("vmlinux");
+    std::fs::copy(&vmlinux, tmp.join("vmlinux")).map_err(io(&vmlinux))?;
     let mods = tmp.join("lib/modules").join(&release);
     std::fs::create_dir_all(&mods).map_err(io(&mods))?;
     std::fs::copy(out.join(".config"), mods.join("config")).map_err(io(out))?;

@@ -212,3 +212,75 @@ fn clone_numbers_are_not_part_of_a_name() {
     assert_eq!(normalised("kvm_mmu_page_fault"), "kvm_mmu_page_fault");
     assert_eq!(normalised("f.cold"), "f.cold");
 }
+
+/// `source` (with the symbols it names defined after it) linked into a static executable at
+/// its own addresses, as vmlinux is: no relocations, every call and RIP-relative field a
+/// resolved address.
+fn linked(dir: &Path, name: &str, source: &str) -> Vec<u8> {
+    let c = dir.join(format!("{name}.c"));
+    let exe = dir.join(name);
+    let defined = format!(
+        "{source}\nvoid warn_at(const char *file, int line) {{ asm volatile(\"\" :: \"r\"(file), \"r\"(line)); }}\nint sink;\n__attribute__((section(\".other.text\"), noinline)) int elsewhere(int *p) {{ return warns(p) + 1; }}\n"
+    );
+    std::fs::write(&c, defined).expect("write C");
+    let out = std::process::Command::new("cc")
+        .args(["-O2", "-g0", "-fno-pie", "-no-pie", "-nostdlib", "-static"])
+        .args(["-Wl,-e,elsewhere", "-Wl,--build-id=none"])
+        .arg(&c)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("cc runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read(&exe).expect("executable")
+}
+
+/// A linked executable (vmlinux) is compared by what its addresses name: a comment moves
+/// line numbers only, and a function that grows moves every function after it, whose calls
+/// and data references (another section's `elsewhere` included) still name the same symbols.
+#[test]
+fn a_linked_executable_is_compared_by_what_its_addresses_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let compare = |old: &str, new: &str| {
+        let patch = diff_of(dir.path(), old, new);
+        let (a, b) = (linked(dir.path(), "a", old), linked(dir.path(), "b", new));
+        compare_bytes(
+            (Path::new("a"), &a),
+            (Path::new("b"), &b),
+            VMLINUX,
+            &LineShift::of(&[patch]),
+        )
+        .expect("compares")
+    };
+    let comment = BASE.replace(
+        "static __attribute__",
+        "/*\n * A comment of three lines\n * that moves the code below.\n */\nstatic __attribute__",
+    );
+    let d = compare(BASE, &comment);
+    assert!(d.identical(), "{:#?}", d.changed().collect::<Vec<_>>());
+    assert!(functions(&d).len() >= 5, "{:?}", functions(&d));
+
+    let barrier = BASE.replace("/* BARRIER */", "barrier();");
+    let d = compare(BASE, &barrier);
+    let f = functions(&d);
+    let of = |n: &str| {
+        f.iter()
+            .find(|(m, _)| m.split('.').next() == Some(n))
+            .map(|(_, d)| *d)
+    };
+    assert!(
+        matches!(
+            of("reload"),
+            Some(Delta::Grown { .. } | Delta::ChangedSameSize { .. })
+        ),
+        "{f:?}"
+    );
+    // After reload in .text, so moved; calling helper and warn_at, and from another section warns.
+    for n in ["helper", "warns", "warn_at", "elsewhere"] {
+        assert!(of(n).is_some_and(|d| d.is_identical()), "{n}: {f:?}");
+    }
+}

@@ -86,6 +86,20 @@ pub enum KabNote {
         /// The place and why (`arch/x86/kvm/x86.c: a macro`).
         what: String,
     },
+    /// B's object code against A's, function by function (line-number constants aside),
+    /// when both were built by hvlab.
+    ObjectCode {
+        /// The delta.
+        delta: crate::kernel::objdiff::BuildsDelta,
+    },
+    /// Where the patched functions were read: the unpatched build's DWARF (exact, inlined
+    /// call sites included) or the C scanner (the build has no debug information).
+    ReachRead {
+        /// The functions and inlined sites, as read.
+        reach: crate::kernel::reach::Reach,
+        /// Where.
+        source: crate::kernel::reach::ReachSource,
+    },
     /// About how the kernels were built (serialized with the build note's own `kind`).
     #[serde(untagged)]
     Build(BuildNote),

@@ -221,6 +221,14 @@ impl KabKernels {
                 std::io::Error::other("two kernels expected"),
             )
         })?;
+        let mut notes: Vec<KabNote> = resolved.notes.iter().cloned().map(KabNote::Build).collect();
+        if a.build.is_some() && b.build.is_some() {
+            let patches = crate::lab::judge::patches_over(&req.base, &req.patched);
+            let lines = crate::kernel::objdiff::LineShift::of(&patches);
+            notes.push(KabNote::ObjectCode {
+                delta: crate::kernel::objdiff::compare_builds(&a, &b, &lines),
+            });
+        }
         let kernels = [a.kernel, b.kernel];
         for k in &kernels {
             kernel::check_kvm(k, &choice.vendor_module).map_err(VmError::from)?;
@@ -231,7 +239,7 @@ impl KabKernels {
             kernels,
             builds: [a.build, b.build],
             build_steps: resolved.steps,
-            notes: resolved.notes.into_iter().map(KabNote::Build).collect(),
+            notes,
             choice,
             source_trees: resolved.source_trees,
         })
@@ -262,7 +270,13 @@ impl KabKernels {
         };
         // Exact from the unpatched modules' DWARF when they carry it, else the C scanner.
         let objects = crate::kernel::reach::module_objects(&self.kernels[0]);
-        let (reach, _) = reach_exact_or_scanned(&patches, &objects, tree);
+        let (reach, source) = reach_exact_or_scanned(&patches, &objects, tree);
+        if !patches.is_empty() {
+            notes.push(KabNote::ReachRead {
+                reach: reach.clone(),
+                source,
+            });
+        }
         if !reach.functions.is_empty() {
             notes.push(KabNote::CallsCounted {
                 functions: reach.functions.iter().map(|f| f.name.clone()).collect(),
