@@ -205,26 +205,41 @@ fn a_missing_config_file_is_bad_input_naming_it() {
     }
 }
 
-/// One boot per kernel is refused by per-patch and bisect, saying why, before anything is
-/// built: a boot's own offset in jiffies is as large as a commit's.
+/// One boot per kernel on the wall clock is refused by per-patch and bisect, saying why,
+/// before anything is built: a boot's own offset in jiffies is as large as a commit's. On the
+/// instruction clock one boot is the default, and `--boots 1` goes on to the next check (here
+/// the missing series).
 #[test]
-fn one_boot_per_kernel_is_refused_by_per_patch_and_bisect() {
+fn one_boot_per_kernel_is_refused_by_per_patch_and_bisect_on_the_wall_clock() {
     let (_d, db) = db();
-    let per_patch = run(
-        &db,
-        &[
-            "kab",
-            "debian:7.3",
-            "debian:7.3+v3.mbox",
-            "--per-patch",
-            "--boots",
-            "1",
-        ],
-    );
+    let per_patch = |clock: &str| {
+        run(
+            &db,
+            &[
+                "kab",
+                "debian:7.3",
+                "debian:7.3+v3.mbox",
+                "--per-patch",
+                "--boots",
+                "1",
+                "--accel",
+                "tcg",
+                "--clock",
+                clock,
+            ],
+        )
+    };
     assert_exit(
-        &per_patch,
+        &per_patch("wall"),
         2,
-        &["--boots", "a boot's own offset", "--boots 2"],
+        &["--boots", "a boot's own offset", "--boots 2", "--clock icount"],
+    );
+    let on_icount = per_patch("icount");
+    assert_exit(&on_icount, 2, &["v3.mbox"]);
+    assert!(
+        !String::from_utf8_lossy(&on_icount.stderr).contains("a boot's own offset"),
+        "{}",
+        String::from_utf8_lossy(&on_icount.stderr)
     );
     let bisect = run(
         &db,
@@ -236,6 +251,10 @@ fn one_boot_per_kernel_is_refused_by_per_patch_and_bisect() {
             "irqchip-first",
             "--boots",
             "1",
+            "--accel",
+            "tcg",
+            "--clock",
+            "wall",
         ],
     );
     assert_exit(&bisect, 2, &["--boots", "1"]);

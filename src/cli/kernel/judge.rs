@@ -136,7 +136,7 @@ fn run(db: Option<&Path>, args: &BisectStepArgs) -> Result<ExitCode, Error> {
     let req = JudgeRequest {
         kab: sought
             .judge
-            .request(&args.good, &candidate, vec![sought.variant.clone()], true)?,
+            .request(&args.good, &candidate, vec![sought.variant.clone()])?,
         variant: sought.variant.clone(),
         metric: sought.metric.clone(),
         seek: sought.seek(),

@@ -292,21 +292,26 @@ impl SoughtArgs {
             self.judge.scenarios.clone()
         };
         check_variants_exist("--variant", std::slice::from_ref(&self.variant), &scenarios)?;
-        series::at_least_two_boots(self.judge.boots(true))?;
+        self.judge.check_series_boots()?;
         Ok(scenarios)
     }
 }
 
 impl JudgeArgs {
-    /// The boots per kernel asked for, else the default: one on the instruction clock for a
-    /// kab of two kernels, two otherwise.
-    fn boots(&self, series: bool) -> u32 {
+    /// The boots per kernel asked for, else the default: one on the instruction clock, where
+    /// a boot repeats the last one's times, two on the wall clock.
+    fn boots(&self) -> u32 {
         self.boots
-            .unwrap_or(if icount_by_default(&self.boot) && !series {
-                1
-            } else {
-                2
-            })
+            .unwrap_or(if icount_by_default(&self.boot) { 1 } else { 2 })
+    }
+
+    /// Per-patch and bisect judge a commit from its boots: on the wall clock two a kernel at
+    /// least ([`series::at_least_two_boots`]).
+    fn check_series_boots(&self) -> Result<(), Error> {
+        if icount_by_default(&self.boot) {
+            return Ok(());
+        }
+        series::at_least_two_boots(self.boots())
     }
 
     /// The request of `base` against `patched` running `variants`, typed once: both kernel
@@ -318,7 +323,6 @@ impl JudgeArgs {
         base: &str,
         patched: &str,
         variants: Vec<String>,
-        series: bool,
     ) -> Result<KabRequest, Error> {
         let threshold = crate::lab::compare::parse_threshold(&self.threshold)?;
         let vm = self.boot.config()?;
@@ -330,7 +334,7 @@ impl JudgeArgs {
             patched: spec(patched)?,
             scenarios,
             variants,
-            boots: self.boots(series),
+            boots: self.boots(),
             reps: self.reps,
             threshold,
             vm,
@@ -634,7 +638,7 @@ fn command_line() -> String {
 /// `hvlab kab`.
 pub fn kab(db: Option<&Path>, args: &KabArgs) -> Result<ExitCode, Error> {
     if args.per_patch {
-        series::at_least_two_boots(args.judge.boots(true))?;
+        args.judge.check_series_boots()?;
     }
     let req = kab_request(args)?;
     check_kab_args(args, &req)?;
@@ -691,12 +695,9 @@ fn icount_by_default(boot: &BootArgs) -> bool {
 
 /// What the kab compares, and how, from its arguments.
 fn kab_request(args: &KabArgs) -> Result<KabRequest, Error> {
-    let mut req = args.judge.request(
-        &args.base,
-        &args.patched,
-        args.variants.clone(),
-        args.per_patch,
-    )?;
+    let mut req = args
+        .judge
+        .request(&args.base, &args.patched, args.variants.clone())?;
     req.model_strategy = args.model_strategy.clone();
     req.calibrate = !args.no_calibrate;
     Ok(req)

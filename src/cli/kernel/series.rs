@@ -20,11 +20,13 @@ use crate::lab::series::{
     self, JudgeSettings, MboxSeries, PerPatchRequest, SeriesNote, SeriesSource,
 };
 
-/// Why a commit is never judged from one boot a side: a boot carries an offset of its own in
-/// the jiffies an ioctl waits, as large as a commit's, which one boot cannot tell apart.
-const ONE_BOOT: &str = "one boot per kernel cannot tell a boot's own offset from a commit's (measured: the same KVM modules' memslot update waited 0.77 jiffies in one boot and 1.51 in the next, and a documentation patch came out REGRESSED); give --boots 2 or more";
+/// Why a commit is never judged from one boot a side on the wall clock: a boot carries an
+/// offset of its own in the jiffies an ioctl waits, as large as a commit's, which one boot
+/// cannot tell apart. On the instruction clock a boot repeats the last one's ticks.
+const ONE_BOOT: &str = "on the wall clock one boot per kernel cannot tell a boot's own offset from a commit's (measured: the same KVM modules' memslot update waited 0.77 jiffies in one boot and 1.51 in the next, and a documentation patch came out REGRESSED); give --boots 2 or more, or --clock icount under TCG";
 
-/// Per-patch and bisect judge commits from two boots per kernel at least ([`ONE_BOOT`]).
+/// Per-patch and bisect on the wall clock judge commits from two boots per kernel at least
+/// ([`ONE_BOOT`]).
 pub(super) fn at_least_two_boots(boots: u32) -> Result<(), Error> {
     if boots >= 2 {
         return Ok(());
@@ -231,7 +233,7 @@ pub fn bisect(db: Option<&Path>, args: &BisectArgs) -> Result<ExitCode, Error> {
     }
     let req = sought
         .judge
-        .request(&args.good, &args.bad, vec![sought.variant.clone()], true)?;
+        .request(&args.good, &args.bad, vec![sought.variant.clone()])?;
     let range = range_of(&req.base, &req.patched)?;
     let seek = sought.seek();
     let mut store = open_store(db)?;

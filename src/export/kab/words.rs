@@ -28,6 +28,11 @@ impl std::fmt::Display for KabNote {
                 "object code of B against A (line-number constants aside): {}",
                 crate::export::objdiff::brief(delta)
             ),
+            KabNote::SecondBoot { changed } => write!(
+                f,
+                "each side was booted a second time: with one boot a side on the instruction clock, {} changed; the verdicts are judged from both boots",
+                changed.join(", ")
+            ),
             KabNote::ReachRead { reach, source } => {
                 f.write_str(&crate::export::objdiff::reach(reach, source))
             }

@@ -100,6 +100,12 @@ pub enum KabNote {
         /// Where.
         source: crate::kernel::reach::ReachSource,
     },
+    /// On the instruction clock, times judged changed with one boot a side: each side was
+    /// booted once more, and the kab judged from both boots.
+    SecondBoot {
+        /// The metrics (`variant: metric`) that changed with one boot a side.
+        changed: Vec<String>,
+    },
     /// About how the kernels were built (serialized with the build note's own `kind`).
     #[serde(untagged)]
     Build(BuildNote),

@@ -16,7 +16,7 @@ use crate::kernel::calibration::{self, Identity};
 use crate::kernel::patch::PatchFile;
 use crate::lab::fidelity::memory_patch;
 use crate::lab::fidelity::patch::{self, StrategyChoice};
-use hvlab_core::host::{KabSide, PatchId};
+use hvlab_core::host::{Clock, KabSide, PatchId};
 
 use super::judge::{
     Judgement, ScenarioAb, SideRuns, busy_during_boot, judge, judgement, mark_given,
@@ -128,27 +128,24 @@ pub fn run(
         base: &base,
     };
     let boots_start = Instant::now();
-    let booted = plan.boot_abba(req, store, progress)?;
+    let mut booted = plan.boot_abba(req, store, progress)?;
+    let mut judged = judge_booted(req, &booted, kernels.choice.accel);
+    // One boot a side is the instruction clock's default: a time it judges changed is booted
+    // once more on each side (B then A, completing ABBA) and judged again, so a guest that is
+    // not deterministic shows as boots of one kernel that disagree, not as the patch.
+    let changed = changed_on_one_boot(req, kernels.choice.clock, &judged);
+    let mut second_boot = None;
+    if !changed.is_empty() {
+        progress.note(&format!(
+            "a second boot of each side: on the instruction clock {} changed with one boot a side",
+            changed.join(", ")
+        ));
+        plan.boot_in(&[1, 0], req, store, progress, &mut booted)?;
+        judged = judge_booted(req, &booted, kernels.choice.accel);
+        second_boot = Some(KabNote::SecondBoot { changed });
+    }
     let boots_s = boots_start.elapsed().as_secs_f64();
     let calibrated = booted.calibrated.or(cached);
-    let failed_commands = ["A", "B"].map(|side| {
-        booted
-            .summaries
-            .iter()
-            .filter(|b| b.side == side)
-            .flat_map(|b| b.failures.iter().cloned())
-            .collect::<Vec<GuestFailure>>()
-    });
-    let judged = judge(
-        &req.scenario_names(),
-        &req.variants,
-        [0, 1].map(|i| SideRuns {
-            runs: &booted.sides[i],
-            failed_commands: &failed_commands[i],
-        }),
-        kernels.choice.accel,
-        req.threshold,
-    );
     let host = crate::lab::host::probe();
     let prediction = lifecycle
         .then(|| {
@@ -170,6 +167,7 @@ pub fn run(
         boots_s,
         total_s: start.elapsed().as_secs_f64(),
     };
+    kernels.notes.extend(second_boot);
     let mut outcome = KabOutcome::new(
         req,
         kernels,
@@ -181,6 +179,51 @@ pub fn run(
     );
     outcome.memory_prediction = memory_prediction;
     Ok(outcome)
+}
+
+/// B judged against A from what the boots brought back.
+fn judge_booted(req: &KabRequest, booted: &Booted, accel: vm::Accel) -> Vec<ScenarioAb> {
+    let failed_commands = ["A", "B"].map(|side| {
+        booted
+            .summaries
+            .iter()
+            .filter(|b| b.side == side)
+            .flat_map(|b| b.failures.iter().cloned())
+            .collect::<Vec<GuestFailure>>()
+    });
+    judge(
+        &req.scenario_names(),
+        &req.variants,
+        [0, 1].map(|i| SideRuns {
+            runs: &booted.sides[i],
+            failed_commands: &failed_commands[i],
+        }),
+        accel,
+        req.threshold,
+    )
+}
+
+/// The time metrics (`variant: metric`) judged changed from one boot a side on the
+/// instruction clock: what a second boot of each side must confirm. None on the wall clock or
+/// with more boots asked for.
+fn changed_on_one_boot(req: &KabRequest, clock: Clock, judged: &[ScenarioAb]) -> Vec<String> {
+    use super::judge::{MetricOutcome, Trust};
+    if clock != Clock::Icount || req.boots != 1 {
+        return Vec::new();
+    }
+    judged
+        .iter()
+        .flat_map(|s| &s.variants)
+        .flat_map(|v| v.metrics.iter().map(move |m| (v, m)))
+        .filter(|(_, m)| m.trust == Trust::Time)
+        .filter(|(_, m)| {
+            matches!(
+                m.outcome,
+                MetricOutcome::Regression | MetricOutcome::Improvement | MetricOutcome::Cost
+            )
+        })
+        .map(|(v, m)| format!("{}: {}", v.variant, m.metric))
+        .collect()
 }
 
 /// A `--model-strategy` meant for the lifecycle model: any name that is not the memory
@@ -381,11 +424,26 @@ impl BootPlan<'_> {
             summaries: Vec::new(),
             calibrated: None,
         };
-        let order = abba(req.boots);
+        self.boot_in(&abba(req.boots), req, store, progress, &mut booted)?;
+        Ok(booted)
+    }
+
+    /// Boots the sides in `order` (0 A, 1 B) after what `booted` holds, adding to it.
+    fn boot_in(
+        &self,
+        order: &[usize],
+        req: &KabRequest,
+        store: &mut Store,
+        progress: &dyn KabProgress,
+        booted: &mut Booted,
+    ) -> Result<(), Error> {
+        let first = booted.summaries.len();
+        let total = first + order.len();
         for (i, &side) in order.iter().enumerate() {
+            let i = first + i;
             let k = &self.kernels.kernels[side];
             let name = ["A", "B"][side];
-            progress.boot_start(i + 1, order.len(), name, k);
+            progress.boot_start(i + 1, total, name, k);
             let mut these = self.commands.to_vec();
             if self.calibrate_now && i == 0 {
                 // --force: an emulated host's own readings call it busy, and its costs are the
@@ -425,7 +483,7 @@ impl BootPlan<'_> {
                 return Err(f.into());
             }
         }
-        Ok(booted)
+        Ok(())
     }
 
     /// Keeps the calibration a boot brought back as the base's (only the first boot
