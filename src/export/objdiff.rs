@@ -144,22 +144,17 @@ pub fn builds(d: &BuildsDelta) -> String {
     parts.join("\n")
 }
 
-/// The delta in one line, for a table's row: `kvm.ko identical (9 line-number constants
-/// moved)`, or per changed module its changed functions, the first few by name and size
-/// (`kvm.ko: kvm_io_bus_register_dev 589 → 619 (+30)`), and what was not compared.
+/// The delta in one line, for a table's row: per changed module its changed functions, the
+/// first few by name and size (`kvm.ko: kvm_io_bus_register_dev 589 → 619 (+30)`), then the
+/// identical ones (`identical: kvm.ko (9 line-number constants moved), kvm_amd.ko`), and what
+/// was not compared.
 pub fn brief(d: &BuildsDelta) -> String {
     const NAMED: usize = 3;
     let mut parts: Vec<String> = d
         .modules
         .iter()
+        .filter(|m| !m.identical())
         .map(|m| {
-            if m.identical() {
-                return format!(
-                    "{} identical ({} line-number constants moved)",
-                    file_name(m),
-                    line_numbers(m)
-                );
-            }
             let changed: Vec<_> = m.changed().filter(|u| u.kind == UnitKind::Function).collect();
             let mut named: Vec<String> = changed
                 .iter()
@@ -178,6 +173,18 @@ pub fn brief(d: &BuildsDelta) -> String {
             format!("{}: {}", file_name(m), named.join(", "))
         })
         .collect();
+    let identical: Vec<String> = d
+        .modules
+        .iter()
+        .filter(|m| m.identical())
+        .map(|m| match line_numbers(m) {
+            0 => file_name(m),
+            n => format!("{} ({n} line-number constants moved)", file_name(m)),
+        })
+        .collect();
+    if !identical.is_empty() {
+        parts.push(format!("identical: {}", identical.join(", ")));
+    }
     parts.extend(
         d.not_compared
             .iter()
@@ -273,6 +280,51 @@ mod tests {
             name: name.into(),
             delta,
         }
+    }
+
+    /// A table's one line: changed modules first with their functions (the first three named),
+    /// then the identical ones with the line numbers each moved, a vmlinux by its own name,
+    /// then what was not compared.
+    #[test]
+    fn the_brief_delta_names_what_changed_first() {
+        let grown = |name: &str| unit(UnitKind::Function, name, Delta::Grown { from: 10, to: 14 });
+        let d = BuildsDelta {
+            modules: vec![
+                ModuleDelta {
+                    module: "kvm_amd".into(),
+                    units: vec![unit(
+                        UnitKind::Function,
+                        "svm_vcpu_run",
+                        Delta::Identical {
+                            bytes: 8,
+                            line_numbers: 3,
+                        },
+                    )],
+                },
+                ModuleDelta {
+                    module: "kvm".into(),
+                    units: ["a", "b", "c", "d"].map(grown).to_vec(),
+                },
+                ModuleDelta {
+                    module: VMLINUX.into(),
+                    units: vec![unit(
+                        UnitKind::Data,
+                        "x",
+                        Delta::Identical {
+                            bytes: 4,
+                            line_numbers: 0,
+                        },
+                    )],
+                },
+            ],
+            not_compared: vec![NotCompared::ModuleMissing {
+                module: "kvm_intel".into(),
+            }],
+        };
+        assert_eq!(
+            brief(&d),
+            "kvm.ko: a 10 → 14 (+4), b 10 → 14 (+4), c 10 → 14 (+4), 1 more; identical: kvm_amd.ko (3 line-number constants moved), vmlinux; not compared: kvm_intel.ko is in one build only"
+        );
     }
 
     /// bloat-o-meter's summary counts and bytes, a row per changed unit with both sizes;

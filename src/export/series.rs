@@ -536,7 +536,7 @@ mod tests {
         assert!(row.ends_with(NOT_BOOTED), "{row}");
         assert!(!row.contains('%'), "no numbers of its own: {row}");
         assert!(
-            text.contains("  [PATCH 1/3]: kvm.ko identical (9 line-number constants moved) (not booted)"),
+            text.contains("  [PATCH 1/3]: identical: kvm.ko (9 line-number constants moved) (not booted)"),
             "{text}"
         );
         assert!(
@@ -547,7 +547,7 @@ mod tests {
         assert!(
             md.contains(&format!(
                 "Object code against its parent: {}: not booted, an exact NO CHANGE.",
-                escape::markdown("kvm.ko identical (9 line-number constants moved)")
+                escape::markdown("identical: kvm.ko (9 line-number constants moved)")
             )),
             "{md}"
         );
