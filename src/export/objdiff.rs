@@ -59,10 +59,28 @@ pub fn summary_line(m: &ModuleDelta) -> String {
             down += c;
         }
     }
+    // A linked image's same-size differences are mostly moved addresses ([`MOVED_ONLY`]).
+    let same_size = if m.module == VMLINUX {
+        String::new()
+    } else {
+        format!(" same size changed: {}", s.changed_same_size)
+    };
     format!(
-        "add/remove: {}/{} grow/shrink: {}/{} same size changed: {} up/down: {up}/{down} ({} bytes)",
-        s.added, s.removed, s.grown, s.shrunk, s.changed_same_size, s.net_bytes
+        "add/remove: {}/{} grow/shrink: {}/{}{same_size} up/down: {up}/{down} ({} bytes)",
+        s.added, s.removed, s.grown, s.shrunk, s.net_bytes
     )
+}
+
+/// What the rows of a linked image leave out: its units of the same size whose bytes differ.
+/// A vmlinux has no relocations, so a function that grows moves every address after it, and
+/// the code and data naming those addresses differ though they do what they did; its changes
+/// are read by size, as `scripts/bloat-o-meter` reads them (identical is still exact).
+const MOVED_ONLY: &str = "units of the same size differ and are not listed: in a linked image (no relocations) a size change moves the addresses after it, which code and data name";
+
+/// Whether a changed unit gets a row: in a linked image only a change of size (or an added or
+/// removed unit), see [`MOVED_ONLY`].
+fn listed(m: &ModuleDelta, u: &crate::kernel::objdiff::UnitDelta) -> bool {
+    m.module != VMLINUX || !matches!(u.delta, Delta::ChangedSameSize { .. })
 }
 
 /// One module's delta: identical in one line, else the summary and a row per changed unit.
@@ -82,7 +100,11 @@ pub fn module(m: &ModuleDelta) -> String {
         );
     }
     let mut out = format!("{}: {}\n", file_name(m), summary_line(m));
-    let changed: Vec<_> = m.changed().collect();
+    let changed: Vec<_> = m.changed().filter(|u| listed(m, u)).collect();
+    let unlisted = m.changed().count() - changed.len();
+    if unlisted > 0 {
+        out.push_str(&format!("  {unlisted} {MOVED_ONLY}\n"));
+    }
     let width = changed
         .iter()
         .map(|u| u.name.len())
@@ -155,7 +177,10 @@ pub fn brief(d: &BuildsDelta) -> String {
         .iter()
         .filter(|m| !m.identical())
         .map(|m| {
-            let changed: Vec<_> = m.changed().filter(|u| u.kind == UnitKind::Function).collect();
+            let changed: Vec<_> = m
+                .changed()
+                .filter(|u| u.kind == UnitKind::Function && listed(m, u))
+                .collect();
             let mut named: Vec<String> = changed
                 .iter()
                 .take(NAMED)
@@ -168,7 +193,11 @@ pub fn brief(d: &BuildsDelta) -> String {
                 named.push(format!("{} more", changed.len() - NAMED));
             }
             if named.is_empty() {
-                named.push("data or sections changed, no function".into());
+                named.push(if m.module == VMLINUX {
+                    "no function changed size (same-size differences: addresses that moved)".into()
+                } else {
+                    "data or sections changed, no function".into()
+                });
             }
             format!("{}: {}", file_name(m), named.join(", "))
         })
@@ -325,6 +354,42 @@ mod tests {
             brief(&d),
             "kvm.ko: a 10 → 14 (+4), b 10 → 14 (+4), c 10 → 14 (+4), 1 more; identical: kvm_amd.ko (3 line-number constants moved), vmlinux; not compared: kvm_intel.ko is in one build only"
         );
+    }
+
+    /// A linked image is read by size: its same-size differences (moved addresses) are counted
+    /// in one line, not listed, and not in the summary.
+    #[test]
+    fn a_vmlinux_delta_lists_size_changes_only() {
+        let m = ModuleDelta {
+            module: VMLINUX.into(),
+            units: vec![
+                unit(
+                    UnitKind::Function,
+                    "srcu_should_expedite",
+                    Delta::Grown { from: 120, to: 137 },
+                ),
+                unit(
+                    UnitKind::Function,
+                    "copy_process",
+                    Delta::ChangedSameSize { bytes: 5563 },
+                ),
+                unit(UnitKind::Data, "rcu_state", Delta::ChangedSameSize { bytes: 1280 }),
+            ],
+        };
+        let text = module(&m);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "vmlinux: add/remove: 0/0 grow/shrink: 1/0 up/down: 17/0 (17 bytes)"
+        );
+        assert_eq!(lines[1], format!("  2 {MOVED_ONLY}"));
+        assert!(!text.contains("copy_process") && !text.contains("rcu_state"), "{text}");
+        assert!(text.contains("srcu_should_expedite"), "{text}");
+        let d = BuildsDelta {
+            modules: vec![m],
+            not_compared: Vec::new(),
+        };
+        assert_eq!(brief(&d), "vmlinux: srcu_should_expedite 120 → 137 (+17)");
     }
 
     /// bloat-o-meter's summary counts and bytes, a row per changed unit with both sizes;
