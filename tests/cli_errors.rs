@@ -232,7 +232,12 @@ fn one_boot_per_kernel_is_refused_by_per_patch_and_bisect_on_the_wall_clock() {
     assert_exit(
         &per_patch("wall"),
         2,
-        &["--boots", "a boot's own offset", "--boots 2", "--clock icount"],
+        &[
+            "--boots",
+            "a boot's own offset",
+            "--boots 2",
+            "--clock icount",
+        ],
     );
     let on_icount = per_patch("icount");
     assert_exit(&on_icount, 2, &["v3.mbox"]);

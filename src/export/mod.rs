@@ -13,6 +13,7 @@ pub mod email;
 pub mod escape;
 pub mod html;
 pub mod jsonl;
+pub mod judge;
 pub mod kab;
 pub mod markdown;
 pub mod objdiff;

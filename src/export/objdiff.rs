@@ -186,7 +186,11 @@ pub fn brief(d: &BuildsDelta) -> String {
                 .take(NAMED)
                 .map(|u| {
                     let (old, new, note) = sizes(&u.delta);
-                    format!("{} {old} → {new} ({:+}){note}", u.name, u.delta.bytes_change())
+                    format!(
+                        "{} {old} → {new} ({:+}){note}",
+                        u.name,
+                        u.delta.bytes_change()
+                    )
                 })
                 .collect();
             if changed.len() > NAMED {
@@ -251,51 +255,6 @@ pub fn reach(r: &Reach, source: &ReachSource) -> String {
         functions.join(", ")
     };
     format!("reach {from}: {list}")
-}
-
-/// A judgement (`hvlab judge`): the object-code delta, the reason, and what git is told.
-pub fn judgement(j: &crate::lab::judge::Judgement) -> String {
-    use crate::lab::judge::{Answer, Reason};
-    let reason = match &j.reason {
-        Reason::ObjectIdentical => {
-            "NO CHANGE: object code identical, so not booted (an exact answer)".to_string()
-        }
-        Reason::DoesNotBuild { error } => format!("DOES NOT BUILD: {error}"),
-        Reason::NotBooted => "NOT DECIDED: the object code changed and --no-boot was given".into(),
-        Reason::Judged {
-            class,
-            numbers,
-            effort,
-        } => {
-            let n = numbers.as_ref().map_or_else(String::new, |n| {
-                format!(": {}", super::series::numbers_words(n, true))
-            });
-            format!("{}{n} (booted, effort {effort})", class.word())
-        }
-    };
-    let answer = match j.answer {
-        Answer::Good => "good",
-        Answer::Bad => "bad",
-        Answer::Skip => "skip",
-    };
-    let mut out = format!(
-        "{} against GOOD {}, variant {}\n",
-        j.candidate, j.good, j.variant
-    );
-    if let Some(d) = &j.object {
-        out.push_str(&builds(d));
-        out.push('\n');
-    }
-    if let Some((r, source)) = &j.reach {
-        out.push_str(&reach(r, source));
-        out.push('\n');
-    }
-    out.push_str(&format!(
-        "{reason}\n{answer} (exit {}) in {:.1} s",
-        j.answer.exit_code(),
-        j.wall_s
-    ));
-    out
 }
 
 #[cfg(test)]
@@ -373,7 +332,11 @@ mod tests {
                     "copy_process",
                     Delta::ChangedSameSize { bytes: 5563 },
                 ),
-                unit(UnitKind::Data, "rcu_state", Delta::ChangedSameSize { bytes: 1280 }),
+                unit(
+                    UnitKind::Data,
+                    "rcu_state",
+                    Delta::ChangedSameSize { bytes: 1280 },
+                ),
             ],
         };
         let text = module(&m);
@@ -383,7 +346,10 @@ mod tests {
             "vmlinux: add/remove: 0/0 grow/shrink: 1/0 up/down: 17/0 (17 bytes)"
         );
         assert_eq!(lines[1], format!("  2 {MOVED_ONLY}"));
-        assert!(!text.contains("copy_process") && !text.contains("rcu_state"), "{text}");
+        assert!(
+            !text.contains("copy_process") && !text.contains("rcu_state"),
+            "{text}"
+        );
         assert!(text.contains("srcu_should_expedite"), "{text}");
         let d = BuildsDelta {
             modules: vec![m],

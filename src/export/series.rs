@@ -175,9 +175,11 @@ fn object_lines(t: &SeriesTable) -> Vec<String> {
     if lines.is_empty() {
         return lines;
     }
-    std::iter::once("object code, each commit against its parent (line-number constants aside):".to_string())
-        .chain(lines)
-        .collect()
+    std::iter::once(
+        "object code, each commit against its parent (line-number constants aside):".to_string(),
+    )
+    .chain(lines)
+    .collect()
 }
 
 /// Where a per-patch run or a bisection spent its time, as kab prints it: building, the boots
@@ -536,11 +538,15 @@ mod tests {
         assert!(row.ends_with(NOT_BOOTED), "{row}");
         assert!(!row.contains('%'), "no numbers of its own: {row}");
         assert!(
-            text.contains("  [PATCH 1/3]: identical: kvm.ko (9 line-number constants moved) (not booted)"),
+            text.contains(
+                "  [PATCH 1/3]: identical: kvm.ko (9 line-number constants moved) (not booted)"
+            ),
             "{text}"
         );
         assert!(
-            text.contains("  [PATCH 3/3]: kvm.ko: kvm_io_bus_register_dev 589 → 619 (+30) (booted)"),
+            text.contains(
+                "  [PATCH 3/3]: kvm.ko: kvm_io_bus_register_dev 589 → 619 (+30) (booted)"
+            ),
             "{text}"
         );
         let md = markdown(&t, "hvlab kab debian:7.3 debian:7.3+s.mbox --per-patch");

@@ -532,7 +532,9 @@ impl Units {
     /// In a linked executable, the symbol covering `address` (or starting right at it), and
     /// the offset from its start.
     fn linked_symbol_at(&self, address: u64) -> Option<Target> {
-        let after = self.linked.partition_point(|(start, _, _)| *start <= address);
+        let after = self
+            .linked
+            .partition_point(|(start, _, _)| *start <= address);
         // The nearest starts only: an address no symbol covers would otherwise scan them all.
         self.linked[..after]
             .iter()

@@ -11,11 +11,8 @@ use serde::Serialize;
 
 use crate::analysis::class::VariantClass;
 use crate::kernel::build::{self, BuildError, PatchedSpec};
-use crate::kernel::git::Revs;
 use crate::kernel::objdiff::{self, BuildsDelta, LineShift};
-use crate::kernel::patch::PatchFile;
 use crate::kernel::reach::{self, Reach, ReachSource};
-use crate::kernel::source::KernelSource;
 use crate::lab::Error;
 use crate::lab::bisect::{Call, Judge, KabJudge, Range, Seek};
 use crate::lab::kab::{KabProgress, KabRequest};
@@ -122,64 +119,6 @@ pub fn answer_of(seek: Seek, class: VariantClass) -> Answer {
     }
 }
 
-/// The patches the candidate has over GOOD: what moved the lines of the files it changes.
-/// A Debian spec's patches past GOOD's own; for two commits of one repository, their diff
-/// (and the candidate's own patches past GOOD's on top).
-pub fn patches_over(good: &PatchedSpec, candidate: &PatchedSpec) -> Vec<PatchFile> {
-    let own = candidate
-        .patches
-        .iter()
-        .filter(|p| !good.patches.iter().any(|q| q.sha256 == p.sha256))
-        .cloned();
-    match (git_rev(&good.source), git_rev(&candidate.source)) {
-        (Some((gp, grev)), Some((cp, crev))) if gp == cp => {
-            git_diff(gp, grev, crev).into_iter().chain(own).collect()
-        }
-        // Two repositories: no diff says what moved, so any moved line number counts.
-        (Some(_), Some(_)) => Vec::new(),
-        _ => own.collect(),
-    }
-}
-
-/// A `git:PATH@REV` source's repository and commit.
-fn git_rev(source: &KernelSource) -> Option<(&std::path::Path, &str)> {
-    match source {
-        KernelSource::Git {
-            repo,
-            revs: Revs::One(rev),
-        } => Some((repo.as_path(), rev.as_str())),
-        KernelSource::Git {
-            revs: Revs::Range { .. },
-            ..
-        }
-        | KernelSource::Debian { .. }
-        | KernelSource::Tree { .. }
-        | KernelSource::BzImage { .. } => None,
-    }
-}
-
-/// The diff between two commits of `repo`, parsed; `None` when git cannot give it, and then
-/// any moved line number counts as a change.
-fn git_diff(repo: &std::path::Path, from: &str, to: &str) -> Option<PatchFile> {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args(["diff", "--no-color", "--no-ext-diff", from, to])
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let path = std::path::PathBuf::from(format!("{from}..{to}.diff"));
-    let patches = crate::kernel::patch::parse(&path, &text).ok()?;
-    Some(PatchFile {
-        path,
-        sha256: crate::kernel::patch::sha256_hex(&out.stdout),
-        patches,
-    })
-}
-
 /// Judges `req.kab.patched` against `req.kab.base`.
 pub fn judge(
     req: &JudgeRequest,
@@ -188,7 +127,7 @@ pub fn judge(
 ) -> Result<Judgement, Error> {
     let start = std::time::Instant::now();
     let (good, candidate) = (&req.kab.base, &req.kab.patched);
-    let patches = patches_over(good, candidate);
+    let patches = candidate.patches_over(good);
     let done = |object: Option<BuildsDelta>,
                 reach: Option<(Reach, ReachSource)>,
                 reason: Reason,

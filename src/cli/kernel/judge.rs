@@ -57,7 +57,7 @@ fn head_of_cwd() -> Result<String, Error> {
 /// The thread of the candidate's last patch over GOOD, for `--email FILE`, with FILE checked
 /// writable.
 fn thread_of(good: &PatchedSpec, candidate: &PatchedSpec, path: &Path) -> Result<Thread, Error> {
-    let patches = judge::patches_over(good, candidate);
+    let patches = candidate.patches_over(good);
     let thread = patches
         .last()
         .and_then(|p| p.patches.last())
@@ -155,7 +155,7 @@ fn run(db: Option<&Path>, args: &BisectStepArgs) -> Result<ExitCode, Error> {
     if sought.judge.json {
         super::super::print_json(&j)?;
     } else {
-        super::super::print_text(&crate::export::objdiff::judgement(&j))?;
+        super::super::print_text(&crate::export::judge::judgement(&j))?;
     }
     if let Some((path, thread)) = thread {
         write_reply(path, &j, &thread)?;

@@ -145,11 +145,7 @@ impl SourceCache<'_> {
         dirs: &[String],
         config_sha: &str,
     ) -> Result<Built, BuildError> {
-        let key = self.key(
-            &modules_how(dirs),
-            config_sha,
-            &side.patches,
-        );
+        let key = self.key(&modules_how(dirs), config_sha, &side.patches);
         let (entry, info) = match self.cached(&key) {
             Some(hit) => hit,
             None => self.fresh_modules_entry(side, dirs, &key)?,

@@ -7,7 +7,7 @@ use std::path::Path;
 use super::BuildError;
 use crate::kernel::KernelError;
 use crate::kernel::confine;
-use crate::kernel::git::GitError;
+use crate::kernel::git::{GitError, Revs};
 use crate::kernel::patch::PatchFile;
 use crate::kernel::source::KernelSource;
 
@@ -223,6 +223,67 @@ fn patch_readings(tokens: &[&str]) -> Vec<Vec<String>> {
         }
     }
     out
+}
+
+impl PatchedSpec {
+    /// The patches this spec has over `good`: what moved the lines of the files it changes
+    /// (the line shift the object-code delta allows). A Debian spec's patches past GOOD's own;
+    /// for two commits of one repository, their diff (and this spec's own patches past GOOD's
+    /// on top).
+    pub fn patches_over(&self, good: &PatchedSpec) -> Vec<PatchFile> {
+        let own = self
+            .patches
+            .iter()
+            .filter(|p| !good.patches.iter().any(|q| q.sha256 == p.sha256))
+            .cloned();
+        match (git_rev(&good.source), git_rev(&self.source)) {
+            (Some((gp, grev)), Some((cp, crev))) if gp == cp => {
+                git_diff(gp, grev, crev).into_iter().chain(own).collect()
+            }
+            // Two repositories: no diff says what moved, so any moved line number counts.
+            (Some(_), Some(_)) => Vec::new(),
+            _ => own.collect(),
+        }
+    }
+}
+
+/// A `git:PATH@REV` source's repository and commit.
+fn git_rev(source: &KernelSource) -> Option<(&std::path::Path, &str)> {
+    match source {
+        KernelSource::Git {
+            repo,
+            revs: Revs::One(rev),
+        } => Some((repo.as_path(), rev.as_str())),
+        KernelSource::Git {
+            revs: Revs::Range { .. },
+            ..
+        }
+        | KernelSource::Debian { .. }
+        | KernelSource::Tree { .. }
+        | KernelSource::BzImage { .. } => None,
+    }
+}
+
+/// The diff between two commits of `repo`, parsed; `None` when git cannot give it, and then
+/// any moved line number counts as a change.
+fn git_diff(repo: &std::path::Path, from: &str, to: &str) -> Option<PatchFile> {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(["diff", "--no-color", "--no-ext-diff", from, to])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let path = std::path::PathBuf::from(format!("{from}..{to}.diff"));
+    let patches = crate::kernel::patch::parse(&path, &text).ok()?;
+    Some(PatchFile {
+        path,
+        sha256: crate::kernel::patch::sha256_hex(&out.stdout),
+        patches,
+    })
 }
 
 #[cfg(test)]

@@ -266,7 +266,7 @@ impl KabKernels {
         })?;
         let mut notes: Vec<KabNote> = resolved.notes.iter().cloned().map(KabNote::Build).collect();
         if a.build.is_some() && b.build.is_some() {
-            let patches = crate::lab::judge::patches_over(&req.base, &req.patched);
+            let patches = req.patched.patches_over(&req.base);
             let lines = crate::kernel::objdiff::LineShift::of(&patches);
             notes.push(KabNote::ObjectCode {
                 delta: crate::kernel::objdiff::compare_builds(&a, &b, &lines),

@@ -335,7 +335,10 @@ fn checked_states(
     let mut states: Vec<KernelState> = vec![None; steps + 1];
     let mut it = resolved.into_iter();
     if let Some(b) = it.next() {
-        states[0] = Some(b.built.map_err(|e| format!("the base {}: {e}", b.spec.given)));
+        states[0] = Some(
+            b.built
+                .map_err(|e| format!("the base {}: {e}", b.spec.given)),
+        );
     }
     for (&i, r) in wanted.iter().zip(it) {
         let checked = r.built.and_then(|built| {
@@ -369,7 +372,7 @@ fn object_deltas(
                 return None;
             };
             let parent_spec = if p == 0 { base } else { &steps[p - 1].spec };
-            let patches = crate::lab::judge::patches_over(parent_spec, &steps[i - 1].spec);
+            let patches = steps[i - 1].spec.patches_over(parent_spec);
             Some(objdiff::compare_builds(
                 parent,
                 me,

@@ -286,7 +286,9 @@ fn a_commit_with_its_parents_object_code_is_not_booted() {
     // 1 changed, 2 identical to 1, 3 does not build, 4 identical to 2 (its last built
     // parent), 5 not compared (a whole kernel).
     let mut whole = kvm_delta(true);
-    whole.not_compared.push(crate::kernel::objdiff::NotCompared::WholeKernel);
+    whole
+        .not_compared
+        .push(crate::kernel::objdiff::NotCompared::WholeKernel);
     let objects = vec![
         Some(kvm_delta(false)),
         Some(kvm_delta(true)),
