@@ -10,7 +10,7 @@
 use serde::Serialize;
 
 use crate::analysis::class::VariantClass;
-use crate::kernel::build::{self, BuildError, PatchedSpec};
+use crate::kernel::build::{self, BuildError};
 use crate::kernel::objdiff::{self, BuildsDelta, LineShift};
 use crate::kernel::reach::{self, Reach, ReachSource};
 use crate::lab::Error;
