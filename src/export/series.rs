@@ -511,18 +511,8 @@ mod tests {
     /// own), and every compared commit's delta is listed after the table and in its section.
     #[test]
     fn a_commit_not_booted_for_identical_object_code_says_so() {
-        use crate::kernel::objdiff::{BuildsDelta, Delta, ModuleDelta, UnitDelta, UnitKind};
-        let delta = |delta| BuildsDelta {
-            modules: vec![ModuleDelta {
-                module: "kvm".into(),
-                units: vec![UnitDelta {
-                    kind: UnitKind::Function,
-                    name: "kvm_io_bus_register_dev".into(),
-                    delta,
-                }],
-            }],
-            not_compared: Vec::new(),
-        };
+        use crate::kernel::objdiff::Delta;
+        use crate::kernel::objdiff::tests::kvm_delta as delta;
         let mut t = table();
         t.commits[0].object = Some(delta(Delta::Identical {
             bytes: 589,
