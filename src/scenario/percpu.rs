@@ -15,7 +15,7 @@
 use super::params::{Choice, Param, Values, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Headline, HeadlinePair, MetricInfo, ScenarioInfo, Showcase, VariantInfo};
+use super::{Headline, HeadlinePair, IcountTolerance, MetricInfo, ScenarioInfo, Showcase, VariantInfo};
 use super::{Observed, Scenario};
 use crate::analysis::Direction;
 
@@ -100,6 +100,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "ns",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "kernel time per work item",
     },
     MetricInfo {
@@ -107,6 +108,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "ns",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "kernel plus user time per work item",
     },
     MetricInfo {
@@ -114,6 +116,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "%",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "change of kernel time per item against the offset scheme",
     },
     MetricInfo {
@@ -121,6 +124,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "%",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "change of wall time per item against the offset scheme",
     },
     MetricInfo {
@@ -129,6 +133,7 @@ static METRICS: [MetricInfo; 10] = [
         // Items per second.
         better: Direction::HigherIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "change of items per second against the offset scheme (stress-ng's bogo-ops rate)",
     },
     MetricInfo {
@@ -136,6 +141,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "cycles",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "longest dependent chain of one this_cpu_add()",
     },
     MetricInfo {
@@ -143,6 +149,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "ns",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "one this_cpu_add()",
     },
     MetricInfo {
@@ -150,6 +157,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "ops",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "this_cpu ops per work item (call-site counts per kernel event)",
     },
     MetricInfo {
@@ -157,6 +165,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "ns",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "per item: mapping per-CPU chunk pages into every CPU's table, the extra TLB flush, hotplug sync",
     },
     MetricInfo {
@@ -164,6 +173,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "bytes",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "memory of the per-CPU kernel page tables",
     },
 ];
