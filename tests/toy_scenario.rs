@@ -16,7 +16,9 @@ use hvlab::record::{VariantRecord, VariantStatus};
 use hvlab::scenario::params::{self, Param, Values};
 use hvlab::scenario::runner::{RunRequest, ScenarioOutcome, Silent};
 use hvlab::scenario::samples::{Series, per_variant};
-use hvlab::scenario::{IcountTolerance, MetricInfo, Observed, Scenario, ScenarioInfo, VariantInfo, run_scenario};
+use hvlab::scenario::{
+    IcountTolerance, MetricInfo, Observed, Scenario, ScenarioInfo, VariantInfo, run_scenario,
+};
 use hvlab_core::BackendKind;
 use hvlab_core::exits::{ExitKind, ExitPlan, ExitResult};
 

@@ -15,7 +15,9 @@
 use super::params::{Choice, Param, Values, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Headline, HeadlinePair, IcountTolerance, MetricInfo, ScenarioInfo, Showcase, VariantInfo};
+use super::{
+    Headline, HeadlinePair, IcountTolerance, MetricInfo, ScenarioInfo, Showcase, VariantInfo,
+};
 use super::{Observed, Scenario};
 use crate::analysis::Direction;
 

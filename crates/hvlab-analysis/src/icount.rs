@@ -260,7 +260,10 @@ mod tests {
         assert!((j.tolerance_insn - 150.0).abs() < 1e-9, "{j:?}");
         assert_eq!(j.call, IcountCall::Same, "{j:?}");
         // Agreeing boots (within each other's repetitions) are no finding.
-        assert_eq!(boots_disagree(0, &[boot(2400.0, 5.0), boot(2403.0, 5.0)]), None);
+        assert_eq!(
+            boots_disagree(0, &[boot(2400.0, 5.0), boot(2403.0, 5.0)]),
+            None
+        );
         assert_eq!(boots_disagree(0, &[boot(2400.0, 5.0)]), None);
     }
 

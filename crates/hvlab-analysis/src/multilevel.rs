@@ -74,7 +74,10 @@ pub fn components(boots: &[Vec<f64>]) -> VarianceComponents {
     let n = boots.len().max(1) as f64;
     let within = boots.iter().map(|b| variance(&ln_all(b))).sum::<f64>() / n;
     let reps = boots.iter().map(|b| b.len() as f64).sum::<f64>() / n;
-    let medians: Vec<f64> = boots.iter().map(|b| median(b).max(f64::MIN_POSITIVE).ln()).collect();
+    let medians: Vec<f64> = boots
+        .iter()
+        .map(|b| median(b).max(f64::MIN_POSITIVE).ln())
+        .collect();
     let between = (variance(&medians) - within / reps.max(1.0)).max(0.0);
     VarianceComponents {
         between,
@@ -158,10 +161,7 @@ impl BootsAb {
     /// The comparison again, its level divided among `together` comparisons.
     pub fn rejudge(&mut self, together: usize) {
         self.judged_together = together.max(1);
-        let (la, lb) = (
-            ln_all(&self.boot_medians[0]),
-            ln_all(&self.boot_medians[1]),
-        );
+        let (la, lb) = (ln_all(&self.boot_medians[0]), ln_all(&self.boot_medians[1]));
         let w = welch(&la, &lb);
         let q = 1.0 - self.alpha / (2.0 * self.judged_together as f64);
         let half = if w.se > 0.0 {
@@ -230,10 +230,7 @@ fn welch(a: &[f64], b: &[f64]) -> Welch {
             p: 1.0,
         };
     }
-    let (va, vb) = (
-        variance(a) / a.len() as f64,
-        variance(b) / b.len() as f64,
-    );
+    let (va, vb) = (variance(a) / a.len() as f64, variance(b) / b.len() as f64);
     let se2 = va + vb;
     if se2 <= 0.0 {
         return Welch {
@@ -243,8 +240,7 @@ fn welch(a: &[f64], b: &[f64]) -> Welch {
             p: if diff == 0.0 { 1.0 } else { 0.0 },
         };
     }
-    let df = se2 * se2
-        / (va * va / (a.len() as f64 - 1.0) + vb * vb / (b.len() as f64 - 1.0));
+    let df = se2 * se2 / (va * va / (a.len() as f64 - 1.0) + vb * vb / (b.len() as f64 - 1.0));
     let t = diff.abs() / se2.sqrt();
     Welch {
         diff,
@@ -315,8 +311,8 @@ fn incomplete_beta(a: f64, b: f64, x: f64) -> f64 {
     if x >= 1.0 {
         return 1.0;
     }
-    let front = (ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b) + a * x.ln() + b * (1.0 - x).ln())
-        .exp();
+    let front =
+        (ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b) + a * x.ln() + b * (1.0 - x).ln()).exp();
     // The fraction converges fast for x below the mean; above it, by symmetry.
     if x > (a + 1.0) / (a + b + 2.0) {
         return 1.0 - incomplete_beta(b, a, 1.0 - x);
@@ -332,7 +328,10 @@ fn incomplete_beta(a: f64, b: f64, x: f64) -> f64 {
     for m in 1..500 {
         let m = f64::from(m);
         let even = m * (b - m) * x / ((a + 2.0 * m - 1.0) * (a + 2.0 * m));
-        for num in [even, -(a + m) * (a + b + m) * x / ((a + 2.0 * m) * (a + 2.0 * m + 1.0))] {
+        for num in [
+            even,
+            -(a + m) * (a + b + m) * x / ((a + 2.0 * m) * (a + 2.0 * m + 1.0)),
+        ] {
             d = 1.0 + num * d;
             if d.abs() < TINY {
                 d = TINY;
@@ -362,7 +361,13 @@ mod tests {
     /// 1.960 in the limit).
     #[test]
     fn t_quantiles_match_the_tables() {
-        for (df, t) in [(1.0, 12.706), (2.0, 4.303), (4.0, 2.776), (10.0, 2.228), (1e9, 1.960)] {
+        for (df, t) in [
+            (1.0, 12.706),
+            (2.0, 4.303),
+            (4.0, 2.776),
+            (10.0, 2.228),
+            (1e9, 1.960),
+        ] {
             let q = t_quantile(0.975, df);
             assert!((q - t).abs() < 2e-3, "df {df}: {q} against {t}");
         }
@@ -376,7 +381,11 @@ mod tests {
     fn variance_components_and_the_reps_they_make_optimal() {
         let boots: Vec<Vec<f64>> = [0.9, 1.0, 1.1]
             .iter()
-            .map(|o| (0..10).map(|i| o * (0.99 + 0.02 * f64::from(i) / 9.0)).collect())
+            .map(|o| {
+                (0..10)
+                    .map(|i| o * (0.99 + 0.02 * f64::from(i) / 9.0))
+                    .collect()
+            })
             .collect();
         let v = components(&boots);
         assert_eq!(v.boots, 3);

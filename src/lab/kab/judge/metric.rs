@@ -8,10 +8,10 @@ use crate::analysis::class::MetricClass;
 use crate::analysis::compare::{AbComparison, ab};
 use crate::analysis::direction::{Declared, Direction, change_pct};
 use crate::analysis::icount::{IcountAb, IcountTolerance};
-use crate::analysis::multilevel::{BootsAb, BootsCall};
 use crate::analysis::metric_ab::{
     CountCall, MetricJudgement, NotJudged, RankedCount, Shift, correct_together,
 };
+use crate::analysis::multilevel::{BootsAb, BootsCall};
 use crate::analysis::stall::STALL_JIFFIES;
 use crate::analysis::statistics::{median, seed_for};
 use crate::analysis::verdict::{self, ALPHA, Undecided};

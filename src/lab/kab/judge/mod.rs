@@ -145,6 +145,13 @@ fn per_boot(runs: &[&RunRecord], variant: &str, metric: &str) -> Vec<Vec<f64>> {
         .collect()
 }
 
+/// The boots a side from which a wall-clock time is judged with the boot as the unit. Two a
+/// side give Welch's interval one or two degrees of freedom: its 97.5% quantile is 4.3–12.7
+/// alone and near 100 once the level is divided among a kab's time comparisons, so nothing
+/// could be called; with two, the repetitions stay pooled under the family's rank rule, as a
+/// series' two boots a commit are judged.
+const BOOTS_AS_UNIT: usize = 3;
+
 /// A wall-clock boot's cost until its first command, in seconds: what a debian:7.3 boot under
 /// TCG took (3.7–3.9 s measured); under KVM acceleration a boot is shorter, so the
 /// repetitions per boot suggested are at most this many.
@@ -172,7 +179,11 @@ fn costs(runs: [&[&RunRecord]; 2]) -> Costs {
     }
     Costs {
         boot_s: WALL_BOOT_S,
-        rep_s: if reps == 0 { 0.0 } else { seconds / reps as f64 },
+        rep_s: if reps == 0 {
+            0.0
+        } else {
+            seconds / reps as f64
+        },
     }
 }
 
@@ -401,7 +412,7 @@ pub fn judge_pair(
                     }
                     // On the wall clock with boots to compare: the boot is the unit.
                     let (ba, bb) = (per_boot(&ra, &v.name, name), per_boot(&rb, &v.name, name));
-                    if !icount && ba.len() >= 2 && bb.len() >= 2 {
+                    if !icount && ba.len() >= BOOTS_AS_UNIT && bb.len() >= BOOTS_AS_UNIT {
                         let judged = multilevel::judge(&ba, &bb, threshold, costs([&ra, &rb]));
                         let m = by_boots(name, &m.unit, xa, xb, judged, threshold);
                         metrics.push(declared_as(m, declared(name), threshold));

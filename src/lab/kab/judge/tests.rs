@@ -1493,7 +1493,8 @@ fn an_exit_323_instructions_longer_is_regressed_in_instructions() {
     let words = crate::export::kab::mechanism(&v).join("\n");
     eprintln!("{words}");
     assert!(
-        words.contains("B worse: roundtrip_ns +32") && words.contains(" instructions per exit (+5.0%, 6,4"),
+        words.contains("B worse: roundtrip_ns +32")
+            && words.contains(" instructions per exit (+5.0%, 6,4"),
         "{words}"
     );
     assert!(
@@ -1505,13 +1506,19 @@ fn an_exit_323_instructions_longer_is_regressed_in_instructions() {
     assert_eq!(json["regression"], true);
     assert!(json["samples"].is_array() && json["comparison"].is_null());
     assert_eq!(json["instruction_clock"]["call"], "higher");
-    assert!(json["instruction_clock"]["tolerance_insn"].as_f64() == Some(50.0), "{json}");
+    assert!(
+        json["instruction_clock"]["tolerance_insn"].as_f64() == Some(50.0),
+        "{json}"
+    );
     assert!(needs_another_boot(&judged));
     // Outside the family: the regression stands among as many comparisons as a kab judges.
     let mut many = judged.clone();
     many.extend(std::iter::repeat_n(judged[0].clone(), 10));
     correct_family(&mut many, 0.05);
-    assert_eq!(roundtrip(of_variant(&many, "mmio-read")).outcome, MetricOutcome::Regression);
+    assert_eq!(
+        roundtrip(of_variant(&many, "mmio-read")).outcome,
+        MetricOutcome::Regression
+    );
 }
 
 /// An A/A on the instruction clock, each side's repetitions spread ±5 instructions and the
@@ -1568,9 +1575,18 @@ fn boots_that_disagree_are_a_finding_and_no_false_regression() {
     assert!(!needs_another_boot(&judged));
     // One boot of A against the disagreeing pair: hlt 60 instructions apart would be a
     // change of the exit path (beyond its 50), but A's boots disagree by 120: no regression.
-    let judged = judge_runs("exits", &a_twice, &[shifted(&a, Some("hlt"), "roundtrip_ns", 60.0)]);
+    let judged = judge_runs(
+        "exits",
+        &a_twice,
+        &[shifted(&a, Some("hlt"), "roundtrip_ns", 60.0)],
+    );
     let hlt = of_variant(&judged, "hlt");
-    assert_ne!(roundtrip(hlt).outcome, MetricOutcome::Regression, "{:?}", roundtrip(hlt));
+    assert_ne!(
+        roundtrip(hlt).outcome,
+        MetricOutcome::Regression,
+        "{:?}",
+        roundtrip(hlt)
+    );
 }
 
 /// Under KVM acceleration with three boots a side, a wall-clock time is judged with the boot
@@ -1618,10 +1634,21 @@ fn wall_clock_times_with_boots_a_side_are_judged_per_boot() {
         0.05,
         1,
     );
-    assert!(pooled.p_value < 0.01, "pooled, the boots' offset reads as a change: {pooled:?}");
+    assert!(
+        pooled.p_value < 0.01,
+        "pooled, the boots' offset reads as a change: {pooled:?}"
+    );
     let json = serde_json::to_value(rt).expect("json");
-    assert!(json["boots"]["variance"][0]["between"].as_f64().unwrap() > 0.0, "{json}");
+    assert!(
+        json["boots"]["variance"][0]["between"].as_f64().unwrap() > 0.0,
+        "{json}"
+    );
     assert!(json["boots"]["reps_per_boot"].is_array(), "{json}");
+    // Two boots a side stay pooled under the family's rank rule: per boot, nothing could be
+    // called.
+    let two = on_kvm(&side([1.0, 1.08, 0.97])[..2], &side([1.07, 1.0, 1.09])[..2]);
+    let rt = roundtrip(of_variant(&two, "pio-out"));
+    assert!(rt.judgement.comparison().is_some(), "{rt:?}");
     let slower = on_kvm(&side([1.0, 1.02, 0.99]), &side([1.3, 1.31, 1.29]));
     let rt = roundtrip(of_variant(&slower, "pio-out"));
     assert_eq!(rt.outcome, MetricOutcome::Regression, "{rt:?}");

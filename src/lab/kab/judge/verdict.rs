@@ -452,7 +452,12 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
 fn instruction_changes(v: &VariantAb) -> Vec<InstructionChange> {
     v.metrics
         .iter()
-        .filter(|m| matches!(m.outcome, MetricOutcome::Regression | MetricOutcome::Improvement))
+        .filter(|m| {
+            matches!(
+                m.outcome,
+                MetricOutcome::Regression | MetricOutcome::Improvement
+            )
+        })
         .filter_map(|m| match &m.judgement {
             MetricJudgement::InstructionClock { judged } => Some(InstructionChange {
                 metric: m.metric.clone(),
