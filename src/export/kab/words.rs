@@ -210,20 +210,9 @@ fn per_what(metric: &str) -> &'static str {
     }
 }
 
-/// Instructions with thousands separated (`6,461`), rounded to the instruction.
+/// Instructions, rounded to the instruction, with thousands separated (`6,461`).
 fn insn_words(x: f64) -> String {
-    // Rounded first, so the conversion cannot truncate a fraction.
-    #[allow(clippy::cast_possible_truncation)]
-    let n = x.round() as i64;
-    let digits = n.unsigned_abs().to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if n < 0 { format!("-{out}") } else { out }
+    crate::analysis::quantity::count(x.round())
 }
 
 /// A time judged on the instruction clock: `roundtrip_ns +323 instructions per exit (+5.0%,
