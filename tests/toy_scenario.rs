@@ -16,7 +16,9 @@ use hvlab::record::{VariantRecord, VariantStatus};
 use hvlab::scenario::params::{self, Param, Values};
 use hvlab::scenario::runner::{RunRequest, ScenarioOutcome, Silent};
 use hvlab::scenario::samples::{Series, per_variant};
-use hvlab::scenario::{MetricInfo, Observed, Scenario, ScenarioInfo, VariantInfo, run_scenario};
+use hvlab::scenario::{
+    IcountTolerance, MetricInfo, Observed, Scenario, ScenarioInfo, VariantInfo, run_scenario,
+};
 use hvlab_core::BackendKind;
 use hvlab_core::exits::{ExitKind, ExitPlan, ExitResult};
 
@@ -39,6 +41,7 @@ static INFO: ScenarioInfo = ScenarioInfo {
         unit: "ns",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "host time per CPUID roundtrip",
     }],
     headline: "roundtrip_ns",

@@ -31,7 +31,7 @@ use super::params::{Choice, Param, Text, Values, bytes, choice, size_text, whole
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Observed, Scenario, ValidationPoint};
-use super::{MetricInfo, ScenarioInfo, VariantInfo};
+use super::{IcountTolerance, MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::Direction;
 use crate::analysis::validate::{Rule, check};
 use crate::error::InputError;
@@ -153,6 +153,7 @@ static METRICS: [MetricInfo; 16] = [
         unit: "ms",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "VMM time collecting one pass's log: get (bitmap); get + clears (clear); harvests + resets, mid-pass ones included (ring)",
     },
     MetricInfo {
@@ -160,6 +161,7 @@ static METRICS: [MetricInfo; 16] = [
         unit: "ns",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "collect_ms per page found dirty",
     },
     MetricInfo {
@@ -167,6 +169,7 @@ static METRICS: [MetricInfo; 16] = [
         unit: "ns",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "host time from the guest's Start to End signal per page written, ring harvests excluded: a write-protect fault each",
     },
     MetricInfo {
@@ -174,6 +177,7 @@ static METRICS: [MetricInfo; 16] = [
         unit: "pages/ms",
         better: Direction::HigherIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "pages written by all vCPUs per ms, from the common start to the last vCPU's End",
     },
     MetricInfo {
@@ -181,6 +185,7 @@ static METRICS: [MetricInfo; 16] = [
         unit: "pages/ms",
         better: Direction::HigherIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "each vCPU's own rate (its slice's writes over its own time), the mean over the vCPUs of a pass",
     },
     MetricInfo {
@@ -188,6 +193,7 @@ static METRICS: [MetricInfo; 16] = [
         unit: "ms",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "KVM_GET_DIRTY_LOG per pass (bitmap, clear)",
     },
     MetricInfo {
@@ -195,6 +201,7 @@ static METRICS: [MetricInfo; 16] = [
         unit: "ms",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "KVM_CLEAR_DIRTY_LOG calls per pass (clear)",
     },
     MetricInfo {
@@ -202,6 +209,7 @@ static METRICS: [MetricInfo; 16] = [
         unit: "ms",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "reading the ring's entries and marking them harvested, per pass (ring)",
     },
     MetricInfo {
@@ -209,6 +217,7 @@ static METRICS: [MetricInfo; 16] = [
         unit: "ms",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "KVM_RESET_DIRTY_RINGS calls per pass (ring)",
     },
     MetricInfo {
@@ -217,6 +226,7 @@ static METRICS: [MetricInfo; 16] = [
         // The workload's size: what the guest was asked to write.
         better: Direction::Neither,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "pages the guest wrote per pass",
     },
     MetricInfo {
@@ -226,6 +236,7 @@ static METRICS: [MetricInfo; 16] = [
         // reported that was not written.
         better: Direction::MustEqual("pages_written"),
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "distinct pages the collected log reported per pass (equal to pages_written, or the variant fails)",
     },
     MetricInfo {
@@ -233,6 +244,7 @@ static METRICS: [MetricInfo; 16] = [
         unit: "count",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "write-protect faults per pass: kvm.vcpu.pf_taken over the pass (every page is mapped by then); the model counts its own",
     },
     MetricInfo {
@@ -240,6 +252,7 @@ static METRICS: [MetricInfo; 16] = [
         unit: "count",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "collection ioctls per pass (gets, clears, ring resets)",
     },
     MetricInfo {
@@ -247,6 +260,7 @@ static METRICS: [MetricInfo; 16] = [
         unit: "count",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "KVM_EXIT_DIRTY_RING_FULL exits per pass (ring)",
     },
     MetricInfo {
@@ -254,6 +268,7 @@ static METRICS: [MetricInfo; 16] = [
         unit: "count",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "vCPU statistics that changed during a pass, per pass",
     },
     MetricInfo {
@@ -261,6 +276,7 @@ static METRICS: [MetricInfo; 16] = [
         unit: "count",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "VM statistics that changed during a pass, per pass",
     },
 ];

@@ -20,7 +20,7 @@ use super::params::{Param, Values, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Observed, Scenario, ValidationPoint};
-use super::{MetricInfo, ScenarioInfo, VariantInfo};
+use super::{IcountTolerance, MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::Direction;
 use crate::analysis::validate::check;
 use crate::error::InputError;
@@ -176,12 +176,22 @@ pub static PARAMS: [Param<ExitParams>; 6] = [
     ),
 ];
 
+/// An exit's roundtrip on the instruction clock: two boots of one kernel agree on every exit
+/// within 0.03% (under 2 of about 5,000 instructions), and one boot's repetitions within ±5
+/// instructions, so 50 instructions (five times the repetitions' range) or 0.5% is already a
+/// change of the exit path, where a time's default would let 200 pass.
+const ROUNDTRIP_ICOUNT: IcountTolerance = IcountTolerance {
+    relative: 0.005,
+    floor_insn: 50.0,
+};
+
 static METRICS: [MetricInfo; 7] = [
     MetricInfo {
         name: "roundtrip_ns",
         unit: "ns",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: ROUNDTRIP_ICOUNT,
         doc: "host time from Start to End per iteration (exit + handling + re-entry)",
     },
     MetricInfo {
@@ -189,6 +199,7 @@ static METRICS: [MetricInfo; 7] = [
         unit: "ticks",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "guest TSC ticks per iteration",
     },
     MetricInfo {
@@ -196,6 +207,7 @@ static METRICS: [MetricInfo; 7] = [
         unit: "ratio",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "exits that reached hvlab, per iteration",
     },
     MetricInfo {
@@ -203,6 +215,7 @@ static METRICS: [MetricInfo; 7] = [
         unit: "ratio",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "vCPU statistic deltas per iteration (exits, io_exits, mmio_exits, ...)",
     },
     MetricInfo {
@@ -210,6 +223,7 @@ static METRICS: [MetricInfo; 7] = [
         unit: "count",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "MSR writes per roundtrip (model PMU variants): the loads plus the explicit WRMSRs",
     },
     MetricInfo {
@@ -217,6 +231,7 @@ static METRICS: [MetricInfo; 7] = [
         unit: "count",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "MSR loads the CPU does per roundtrip from the switch lists and the VMCS fields (model PMU variants)",
     },
     MetricInfo {
@@ -224,6 +239,7 @@ static METRICS: [MetricInfo; 7] = [
         unit: "count",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "explicit WRMSRs before VM-entry per roundtrip (model PMU variants)",
     },
 ];

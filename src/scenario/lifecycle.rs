@@ -35,7 +35,7 @@ use super::params::{Choice, Param, Values, choice, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Headline, HeadlinePair, Notice, Observed, Scenario, Showcase, ValidationPoint};
-use super::{MetricInfo, ScenarioInfo, VariantInfo};
+use super::{IcountTolerance, MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::Direction;
 use crate::analysis::compare::StallCause;
 use crate::analysis::stall::{Baselines, Stall, find_stalls, kernel_effects};
@@ -192,6 +192,7 @@ static METRICS: [MetricInfo; 18] = [
         unit: "ms",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "KVM_CREATE_VM to the first guest exit, per VM",
     },
     MetricInfo {
@@ -199,6 +200,7 @@ static METRICS: [MetricInfo; 18] = [
         unit: "ms",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "total time in each KVM ioctl during construction, per VM",
     },
     MetricInfo {
@@ -206,6 +208,7 @@ static METRICS: [MetricInfo; 18] = [
         unit: "count",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "SRCU stalls per VM: ioctls that can wait for kvm->srcu on this kernel, slower than their unstalled baseline by more than half a jiffy while a grace period was in flight",
     },
     MetricInfo {
@@ -213,6 +216,7 @@ static METRICS: [MetricInfo; 18] = [
         unit: "ms",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "the VMM's time from the previous build's last step to this build's KVM_CREATE_VM (teardown and setup): where the timer ticks fall for this build's grace periods, per VM built back to back",
     },
     MetricInfo {
@@ -220,6 +224,7 @@ static METRICS: [MetricInfo; 18] = [
         unit: "ms",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "the first part of between_builds_ms: the previous VM's teardown (the VMM stops its vCPU threads, closes its fds, which runs kvm_destroy_vm() and its barriers, and unmaps its memory), per VM built back to back",
     },
     MetricInfo {
@@ -227,6 +232,7 @@ static METRICS: [MetricInfo; 18] = [
         unit: "ms",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "the rest of between_builds_ms: the VMM's time from the previous VM's teardown to this build's KVM_CREATE_VM (this VM's memory and payload), per VM built back to back",
     },
     MetricInfo {
@@ -235,6 +241,7 @@ static METRICS: [MetricInfo; 18] = [
         // Where the ticks fall: a condition of the run, not a cost.
         better: Direction::Neither,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "time from the last timer tick to KVM_CREATE_VM (CLOCK_MONOTONIC less CLOCK_MONOTONIC_COARSE on kvm; the model's own ticks): SRCU's delayed work fires on ticks, so this sets a stall's length, per VM",
     },
     MetricInfo {
@@ -243,6 +250,7 @@ static METRICS: [MetricInfo; 18] = [
         // A phase against the ticks, not a cost.
         better: Direction::Neither,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "boot orders: time from the last timer tick to the first registration while vCPU 0 runs (tick_phase_ms plus its start on the VM's clock, modulo the jiffy): where that grace period starts against the ticks, per VM",
     },
     MetricInfo {
@@ -250,6 +258,7 @@ static METRICS: [MetricInfo; 18] = [
         unit: "ms",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "boot orders: from the VMM's spawn of its boot thread (just before vCPU 0 enters KVM_RUN) to that thread's first run; a thread left behind the vCPU thread on its CPU runs only once that CPU's tick has it pulled to an idle one, per VM",
     },
     MetricInfo {
@@ -258,6 +267,7 @@ static METRICS: [MetricInfo; 18] = [
         // A phase against the ticks, not a cost.
         better: Direction::Neither,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "boot orders: time from the last timer tick to the boot thread's first run (tick_phase_ms plus its start on the VM's clock, modulo the jiffy), per VM",
     },
     MetricInfo {
@@ -265,6 +275,7 @@ static METRICS: [MetricInfo; 18] = [
         unit: "us",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "boot orders: from when the boot thread could go on (it had first run and vCPU 0 had made its first exit) to its going on, the vCPU thread's message received: on a CPU the spinning vCPU thread holds, a wake-up behind it; where the boot_ms sleep starts, per VM",
     },
     MetricInfo {
@@ -272,6 +283,7 @@ static METRICS: [MetricInfo; 18] = [
         unit: "us",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "boot orders: how much later than asked the boot thread's boot_ms sleep ended and its first registration began (timer slack, the wake-up), per VM",
     },
     MetricInfo {
@@ -279,6 +291,7 @@ static METRICS: [MetricInfo; 18] = [
         unit: "ms",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "with vcpus > 1: the first KVM_CREATE_VCPU, the one that can add a memslot (x86's APIC-access page) and wait for SRCU, per VM",
     },
     MetricInfo {
@@ -286,6 +299,7 @@ static METRICS: [MetricInfo; 18] = [
         unit: "ms",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "with vcpus > 1: the mean of the other KVM_CREATE_VCPU calls, per VM",
     },
     MetricInfo {
@@ -293,6 +307,7 @@ static METRICS: [MetricInfo; 18] = [
         unit: "us",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "boot orders: mean KVM_IOEVENTFD registration while vCPU 0 runs guest code, per VM",
     },
     MetricInfo {
@@ -300,6 +315,7 @@ static METRICS: [MetricInfo; 18] = [
         unit: "ms",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "boot orders: the memslot update after those registrations, vCPU 0 still running, per VM",
     },
     MetricInfo {
@@ -307,6 +323,7 @@ static METRICS: [MetricInfo; 18] = [
         unit: "count",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "VM binary statistics accumulated from creation to the first exit, per VM",
     },
     MetricInfo {
@@ -314,6 +331,7 @@ static METRICS: [MetricInfo; 18] = [
         unit: "count",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "vCPU 0 binary statistics from creation to the first exit, per VM",
     },
 ];

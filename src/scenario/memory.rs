@@ -21,7 +21,7 @@ use super::params::{Choice, Param, Text, Values, bytes, choice, size_text};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Notice, Observed, Scenario, ValidationPoint};
-use super::{MetricInfo, ScenarioInfo, VariantInfo};
+use super::{IcountTolerance, MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::Direction;
 use crate::analysis::validate::{Rule, check, check_count};
 use crate::error::InputError;
@@ -238,6 +238,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "ns",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "host time from the guest's Start to End signal per page touched",
     },
     MetricInfo {
@@ -245,6 +246,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "ms",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "host time of the pass",
     },
     MetricInfo {
@@ -252,6 +254,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "pages/ms",
         better: Direction::HigherIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "pages touched by all vCPUs per ms from the common start to the last vCPU's End",
     },
     MetricInfo {
@@ -259,6 +262,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "pages/ms",
         better: Direction::HigherIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "each vCPU's own rate (its slice over its own time), the mean over the vCPUs of a pass",
     },
     MetricInfo {
@@ -267,6 +271,7 @@ static METRICS: [MetricInfo; 10] = [
         // The host's setting before the pass, not the kernel's doing.
         better: Direction::Neither,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "hugetlb variants: the pool's size before hvlab grew it (it is set back to this after each pass)",
     },
     MetricInfo {
@@ -275,6 +280,7 @@ static METRICS: [MetricInfo; 10] = [
         // What hvlab set the pool to for the pass.
         better: Direction::Neither,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "hugetlb variants: the pool's size while the pass ran",
     },
     MetricInfo {
@@ -282,6 +288,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "count",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "userfaultfd page faults served (uffd variants), per pass",
     },
     MetricInfo {
@@ -290,6 +297,7 @@ static METRICS: [MetricInfo; 10] = [
         // The guest's own page-table pages: what its layout needs, subtracted from the faults.
         better: Direction::Neither,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "with TDP: the guest page-table pages the pass faulted on (counted in kvm.vcpu.pf_fixed, subtracted from the data faults)",
     },
     MetricInfo {
@@ -300,6 +308,7 @@ static METRICS: [MetricInfo; 10] = [
         // regression.
         better: Direction::LowerIsBetter,
         count_tolerance: 0.01,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "vCPU statistics that changed during the pass (pf_fixed, pf_taken, exits, ...)",
     },
     MetricInfo {
@@ -308,6 +317,7 @@ static METRICS: [MetricInfo; 10] = [
         // As the vCPU statistics: a page or two of the guest kernel's own is noise.
         better: Direction::LowerIsBetter,
         count_tolerance: 0.01,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "VM statistics that changed during the pass",
     },
 ];

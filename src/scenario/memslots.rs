@@ -14,7 +14,7 @@ use super::params::{Param, Text, Values, size_text, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Observed, Scenario};
-use super::{MetricInfo, ScenarioInfo, VariantInfo};
+use super::{IcountTolerance, MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::Direction;
 use crate::error::InputError;
 use crate::record::{RunRecord, VariantRecord};
@@ -92,6 +92,7 @@ static METRICS: [MetricInfo; 6] = [
         unit: "us",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "mean time of one update over all slots",
     },
     MetricInfo {
@@ -99,6 +100,7 @@ static METRICS: [MetricInfo; 6] = [
         unit: "us",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "mean time of the first tenth of the updates (add: the smallest VM; delete: the largest)",
     },
     MetricInfo {
@@ -106,6 +108,7 @@ static METRICS: [MetricInfo; 6] = [
         unit: "us",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "mean time of the last tenth of the updates",
     },
     MetricInfo {
@@ -113,6 +116,7 @@ static METRICS: [MetricInfo; 6] = [
         unit: "ratio",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "last_us / first_us: 1 when an update costs the same at every slot count",
     },
     MetricInfo {
@@ -120,6 +124,7 @@ static METRICS: [MetricInfo; 6] = [
         unit: "ms",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "every update of the repetition",
     },
     MetricInfo {
@@ -127,6 +132,7 @@ static METRICS: [MetricInfo; 6] = [
         unit: "count",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "kvm_swap_active_memslots() calls (expedited SRCU grace periods) per update (model)",
     },
 ];

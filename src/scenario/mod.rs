@@ -19,6 +19,7 @@ use serde::Serialize;
 
 use crate::analysis::compare::StallCause;
 use crate::analysis::direction::{self, Declared, Direction};
+pub use crate::analysis::icount::IcountTolerance;
 use crate::analysis::validate::{Check, Rule};
 use crate::error::{Error, InputError};
 use crate::record::{RunRecord, VariantRecord, VariantStatus};
@@ -72,6 +73,11 @@ pub struct MetricInfo {
     /// An exact count's relative change (0.01: 1% of the count) below which kab reports it
     /// as a change, neither a regression nor an improvement; 0 where every change counts.
     pub count_tolerance: f64,
+    /// For a time: how far it may move on QEMU's instruction clock without being a change
+    /// (a share of A's median and a floor in instructions, the larger;
+    /// [`IcountTolerance::TIME`] unless the metric is known to move more, or less, between
+    /// boots of one kernel).
+    pub icount_tolerance: IcountTolerance,
     /// What it measures and on what basis.
     pub doc: &'static str,
 }
@@ -146,6 +152,7 @@ impl ScenarioInfo {
             .map_or(Declared::UNDECLARED, |m| Declared {
                 direction: m.better,
                 count_tolerance: m.count_tolerance,
+                icount_tolerance: m.icount_tolerance,
                 declared: true,
             })
     }

@@ -15,7 +15,9 @@
 use super::params::{Choice, Param, Values, whole};
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
-use super::{Headline, HeadlinePair, MetricInfo, ScenarioInfo, Showcase, VariantInfo};
+use super::{
+    Headline, HeadlinePair, IcountTolerance, MetricInfo, ScenarioInfo, Showcase, VariantInfo,
+};
 use super::{Observed, Scenario};
 use crate::analysis::Direction;
 
@@ -100,6 +102,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "ns",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "kernel time per work item",
     },
     MetricInfo {
@@ -107,6 +110,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "ns",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "kernel plus user time per work item",
     },
     MetricInfo {
@@ -114,6 +118,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "%",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "change of kernel time per item against the offset scheme",
     },
     MetricInfo {
@@ -121,6 +126,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "%",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "change of wall time per item against the offset scheme",
     },
     MetricInfo {
@@ -129,6 +135,7 @@ static METRICS: [MetricInfo; 10] = [
         // Items per second.
         better: Direction::HigherIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "change of items per second against the offset scheme (stress-ng's bogo-ops rate)",
     },
     MetricInfo {
@@ -136,6 +143,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "cycles",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "longest dependent chain of one this_cpu_add()",
     },
     MetricInfo {
@@ -143,6 +151,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "ns",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "one this_cpu_add()",
     },
     MetricInfo {
@@ -150,6 +159,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "ops",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "this_cpu ops per work item (call-site counts per kernel event)",
     },
     MetricInfo {
@@ -157,6 +167,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "ns",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "per item: mapping per-CPU chunk pages into every CPU's table, the extra TLB flush, hotplug sync",
     },
     MetricInfo {
@@ -164,6 +175,7 @@ static METRICS: [MetricInfo; 10] = [
         unit: "bytes",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "memory of the per-CPU kernel page tables",
     },
 ];

@@ -19,7 +19,7 @@ use super::params::{Choice, Param, Text, Values, bytes, choice, size_text, whole
 use super::runner::{RunRequest, ScenarioOutcome};
 use super::samples::{Series, per_variant};
 use super::{Chart, Observed, Scenario};
-use super::{MetricInfo, ScenarioInfo, VariantInfo};
+use super::{IcountTolerance, MetricInfo, ScenarioInfo, VariantInfo};
 use crate::analysis::Direction;
 use crate::error::InputError;
 use crate::record::RunRecord;
@@ -175,6 +175,7 @@ static METRICS: [MetricInfo; 12] = [
         unit: "count",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "pin operations over the trace (exact: what the policy decided, not how long it took)",
     },
     MetricInfo {
@@ -182,6 +183,7 @@ static METRICS: [MetricInfo; 12] = [
         unit: "ms",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "time spent pinning and mapping at stage 2 over the trace",
     },
     MetricInfo {
@@ -189,6 +191,7 @@ static METRICS: [MetricInfo; 12] = [
         unit: "ms",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "time walking guest stage 1, once per enable (model; the kvm backend's VMM knows the address)",
     },
     MetricInfo {
@@ -196,6 +199,7 @@ static METRICS: [MetricInfo; 12] = [
         unit: "count",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "stage-2 faults on the buffer (no-pin)",
     },
     MetricInfo {
@@ -203,6 +207,7 @@ static METRICS: [MetricInfo; 12] = [
         unit: "count",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "KVM_PRE_FAULT_MEMORY calls, one per new buffer (gmem-prefault)",
     },
     MetricInfo {
@@ -210,6 +215,7 @@ static METRICS: [MetricInfo; 12] = [
         unit: "ms",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "time in those calls, counted in the overhead (gmem-prefault)",
     },
     MetricInfo {
@@ -217,6 +223,7 @@ static METRICS: [MetricInfo; 12] = [
         unit: "ms",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "walk + pin + unpin + buffer faults over the trace",
     },
     MetricInfo {
@@ -224,6 +231,7 @@ static METRICS: [MetricInfo; 12] = [
         unit: "ms",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "time spent unpinning over the trace",
     },
     MetricInfo {
@@ -231,6 +239,7 @@ static METRICS: [MetricInfo; 12] = [
         unit: "us",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "walk + pin + unpin + buffer-fault time per slice",
     },
     MetricInfo {
@@ -238,6 +247,7 @@ static METRICS: [MetricInfo; 12] = [
         unit: "bytes",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "most bytes pinned at once",
     },
     MetricInfo {
@@ -245,6 +255,7 @@ static METRICS: [MetricInfo; 12] = [
         unit: "bytes",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "bytes still pinned at the end of the idle tail",
     },
     MetricInfo {
@@ -252,6 +263,7 @@ static METRICS: [MetricInfo; 12] = [
         unit: "count",
         better: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         doc: "records lost: the buffer did not fit the cap, or (no-pin) SPE stopped on a stage-2 fault",
     },
 ];

@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::icount::IcountTolerance;
+
 /// Which way a metric is better.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -47,6 +49,8 @@ pub struct Declared {
     /// An exact count's relative change below which it is reported as a change and judged
     /// neither better nor worse (0: every change counts).
     pub count_tolerance: f64,
+    /// How far a time on QEMU's instruction clock may move without being a change.
+    pub icount_tolerance: IcountTolerance,
     /// Whether the scenario declares the metric; when not, it is judged lower-is-better with
     /// no tolerance, and the judgement says so.
     pub declared: bool,
@@ -57,6 +61,7 @@ impl Declared {
     pub const UNDECLARED: Declared = Declared {
         direction: Direction::LowerIsBetter,
         count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
         declared: false,
     };
 }

@@ -11,6 +11,8 @@
 use serde::Serialize;
 
 use crate::compare::AbComparison;
+use crate::icount::{IcountAb, IcountCall};
+use crate::multilevel::BootsAb;
 use crate::statistics::rank_test;
 use crate::verdict::{self, ALPHA, Correction, Family};
 
@@ -27,6 +29,19 @@ pub enum MetricJudgement {
     Ranked {
         /// The comparison.
         comparison: AbComparison,
+    },
+    /// A time on QEMU's instruction clock, judged exactly: beyond both sides' spread and the
+    /// metric's declared tolerance ([`crate::icount::judge`]). Outside the family: there is
+    /// no chance in it to correct for.
+    InstructionClock {
+        /// The instructions, the spread and the tolerance.
+        judged: IcountAb,
+    },
+    /// A wall-clock time with several boots a side, judged with the boot as the unit
+    /// ([`crate::multilevel::judge`]).
+    Boots {
+        /// The per-boot comparison and the variance of each level.
+        judged: BootsAb,
     },
     /// Shown, not judged.
     NotJudged {
@@ -148,6 +163,8 @@ impl MetricJudgement {
                     })
             ),
             MetricJudgement::Ranked { comparison } => comparison.b_higher(),
+            MetricJudgement::InstructionClock { judged } => judged.call == IcountCall::Higher,
+            MetricJudgement::Boots { judged } => judged.b_higher(),
             MetricJudgement::NotJudged { .. } => false,
         }
     }
@@ -164,6 +181,8 @@ impl MetricJudgement {
                     })
             ),
             MetricJudgement::Ranked { comparison } => comparison.b_lower(),
+            MetricJudgement::InstructionClock { judged } => judged.call == IcountCall::Lower,
+            MetricJudgement::Boots { judged } => judged.b_lower(),
             MetricJudgement::NotJudged { .. } => false,
         }
     }

@@ -4,10 +4,14 @@
 
 use crate::analysis::class::MetricClass;
 use crate::analysis::direction::{Direction, change_pct};
+use crate::analysis::icount::IcountCall;
 use crate::analysis::metric_ab::{CountCall, MetricJudgement, RankedCount, Shift};
+use crate::analysis::multilevel::{BootsAb, BootsCall};
 use crate::analysis::quantity::{fixed_decimals, p_equals};
 use crate::analysis::stall::STALL_JIFFIES;
 use crate::lab::kab::{MetricAb, MetricOutcome, ScenarioAb, Trust, VariantAb};
+
+use super::words::instruction_words;
 use crate::scenario;
 
 /// The per-metric comparison, after the verdicts.
@@ -99,7 +103,9 @@ fn count_line(m: &MetricAb, unshown: &mut Unshown, same_here: &mut Vec<String>) 
             unshown.timing_counts += 1;
             return None;
         }
-        MetricJudgement::Ranked { .. } => return None,
+        MetricJudgement::Ranked { .. }
+        | MetricJudgement::InstructionClock { .. }
+        | MetricJudgement::Boots { .. } => return None,
     };
     match call {
         CountCall::Same => {
@@ -215,6 +221,43 @@ fn time_line(m: &MetricAb, headline: &str, unshown: &mut Unshown) -> Option<Stri
             )
         });
     }
+    let shown = m.metric == headline
+        || matches!(
+            m.outcome,
+            MetricOutcome::Regression | MetricOutcome::Improvement
+        );
+    match &m.judgement {
+        MetricJudgement::InstructionClock { judged } => {
+            return shown.then(|| {
+                let call = match judged.call {
+                    IcountCall::Higher => "B longer",
+                    IcountCall::Lower => "B shorter",
+                    IcountCall::Same => "within the spread or the tolerance",
+                };
+                format!(
+                    "    [time, instruction clock: {call}] {}",
+                    instruction_words(&m.metric, judged)
+                )
+            });
+        }
+        MetricJudgement::Boots { judged } => {
+            return (shown || m.outcome.inconclusive().is_some()).then(|| {
+                format!(
+                    "    [time, per boot: {}, ratio {:.3} ({:.3}–{:.3}), Welch p = {:.3}; {}] {}: A {} → B {}",
+                    boots_word(judged.call),
+                    judged.ratio,
+                    judged.ci[0],
+                    judged.ci[1],
+                    judged.p_value,
+                    reps_words(judged),
+                    m.metric,
+                    side_text(m, 0),
+                    side_text(m, 1)
+                )
+            });
+        }
+        _ => {}
+    }
     let c = m.judgement.comparison()?;
     (m.metric == headline || m.outcome == MetricOutcome::Regression).then(|| {
         format!(
@@ -274,6 +317,33 @@ fn undecided(judged: &[ScenarioAb]) -> Vec<String> {
         out.push(format!("  {u}"));
     }
     out
+}
+
+fn boots_word(c: BootsCall) -> &'static str {
+    match c {
+        BootsCall::Higher => "B longer",
+        BootsCall::Lower => "B shorter",
+        BootsCall::Same => "no change beyond the threshold",
+        BootsCall::NotDecided => "not decided by the boots",
+    }
+}
+
+/// Each side's boots and the repetitions per boot its variance components make optimal.
+fn reps_words(b: &BootsAb) -> String {
+    let side = |i: usize| {
+        let v = &b.variance[i];
+        let reps = b.reps_per_boot[i].map_or_else(
+            || "no variance between boots seen".to_string(),
+            |r| format!("{r} reps a boot optimal"),
+        );
+        format!(
+            "{} boots, sd {:.1}% between, {:.1}% within, {reps}",
+            v.boots,
+            100.0 * v.between.sqrt(),
+            100.0 * v.within.sqrt()
+        )
+    };
+    format!("A {}; B {}", side(0), side(1))
 }
 
 fn verdict_word(v: MetricClass) -> &'static str {

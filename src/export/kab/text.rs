@@ -4,8 +4,8 @@
 use super::details::details;
 use super::prediction::{memory_beside, memory_lines, prediction_lines};
 use super::words::{
-    busy_boots, calls_lines, cause_words, change_words, duration, failure_lines,
-    small_change_words, stall_side, stall_words,
+    boots_disagree_words, busy_boots, calls_lines, cause_words, change_words, duration,
+    failure_lines, instruction_words, small_change_words, stall_side, stall_words,
 };
 use crate::analysis::class::VariantClass;
 use crate::analysis::quantity::fixed_decimals;
@@ -246,6 +246,11 @@ pub fn mechanism(v: &VariantVerdict) -> Vec<String> {
         );
     }
     out.extend(calls_lines(v));
+    out.extend(
+        v.boots_disagree
+            .iter()
+            .map(|d| format!("finding: {}", boots_disagree_words(&d.metric, &d.boots))),
+    );
     let mut costs: Vec<&Change> = v.costs.iter().collect();
     costs.sort_by(|x, y| (y.b - y.a).total_cmp(&(x.b - x.a)));
     for c in costs {
@@ -335,10 +340,16 @@ fn moved(v: &VariantVerdict, changes: &[Change], word: &str) -> Vec<String> {
     let shown: Vec<&Change> = changes.iter().filter(|c| !c.within_jiffy).collect();
     let mut out: Vec<String> = shown
         .iter()
-        .map(|c| match cause_of(v, c) {
-            Some(cause @ Cause::GracePeriod { .. }) => cause_words(cause),
-            Some(cause) => format!("{word}: {}: {}", change_words(c), cause_words(cause)),
-            None => format!("{word}: {}", change_words(c)),
+        .map(|c| {
+            // On the instruction clock the change is said in instructions, with its tolerance.
+            if let Some(words) = instruction_change(v, c) {
+                return format!("{word}: {words}");
+            }
+            match cause_of(v, c) {
+                Some(cause @ Cause::GracePeriod { .. }) => cause_words(cause),
+                Some(cause) => format!("{word}: {}: {}", change_words(c), cause_words(cause)),
+                None => format!("{word}: {}", change_words(c)),
+            }
         })
         .collect();
     out.extend(
@@ -348,6 +359,14 @@ fn moved(v: &VariantVerdict, changes: &[Change], word: &str) -> Vec<String> {
             .map(cause_words),
     );
     out
+}
+
+/// A change judged on the instruction clock, in instructions.
+fn instruction_change(v: &VariantVerdict, c: &Change) -> Option<String> {
+    v.instruction_clock
+        .iter()
+        .find(|i| i.metric == c.metric)
+        .map(|i| instruction_words(&i.metric, &i.judged))
 }
 
 /// The stalls both kernels have; with no change and no stall, that there is none.

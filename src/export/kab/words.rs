@@ -4,6 +4,7 @@
 use crate::analysis::calls::{Counted, FunctionCalls};
 use crate::analysis::class::VariantClass;
 use crate::analysis::direction::change_pct;
+use crate::analysis::icount::{BootsDisagree, IcountAb};
 use crate::analysis::quantity::fixed_decimals;
 use crate::kernel::sandbox::Confinement;
 use crate::lab::kab::{
@@ -70,6 +71,26 @@ impl std::fmt::Display for Inconclusive {
                     }
                 ),
                 format!("the rank test cannot tell it from noise ({})", p_words(p)),
+            ),
+            Unsettled::BootsNotEstablished {
+                ratio,
+                ci,
+                boots,
+                together,
+            } => (
+                format!(
+                    "judged with the boot as the unit ({} vs {} boots), B's boots are {ratio:.2}× A's, but the interval of the ratio ({:.2}–{:.2}{}) reaches across the threshold, so",
+                    boots[1],
+                    boots[0],
+                    ci[0],
+                    ci[1],
+                    if together > 1 {
+                        format!(", the level divided among {together} such comparisons")
+                    } else {
+                        String::new()
+                    }
+                ),
+                "the change is not established".to_string(),
             ),
             Unsettled::OutOfReach {
                 ratio,
@@ -188,6 +209,58 @@ pub(super) fn change_words(c: &Change) -> String {
         out.push_str(" (not declared by its scenario: judged lower-is-better)");
     }
     out
+}
+
+/// What a time judged on the instruction clock is counted per, from its metric: an exit's
+/// roundtrip per exit, a per-page time per page.
+fn per_what(metric: &str) -> &'static str {
+    if metric == "roundtrip_ns" {
+        " per exit"
+    } else if metric.contains("per_page") {
+        " per page"
+    } else {
+        ""
+    }
+}
+
+/// Instructions, rounded to the instruction, with thousands separated (`6,461`).
+fn insn_words(x: f64) -> String {
+    crate::analysis::quantity::count(x.round())
+}
+
+/// A time judged on the instruction clock: `roundtrip_ns +323 instructions per exit (+5.0%,
+/// 6,461 → 6,784 insn; tolerance ±3.1% (200 insn), spread ±5 insn)`. The spread is half the
+/// wider side's range: the medians must differ by more than the whole range.
+pub(super) fn instruction_words(metric: &str, j: &IcountAb) -> String {
+    let sign = if j.delta_insn < 0.0 { "-" } else { "+" };
+    let pct = j
+        .delta_pct
+        .map_or(String::new(), |p| format!("{sign}{:.1}%, ", p.abs()));
+    let tolerance = match j.tolerance_pct() {
+        Some(p) => format!("±{p:.1}% ({} insn)", insn_words(j.tolerance_insn)),
+        None => format!("±{} insn", insn_words(j.tolerance_insn)),
+    };
+    format!(
+        "{metric} {sign}{} instructions{} ({pct}{} → {} insn; tolerance {tolerance}, spread ±{} insn)",
+        insn_words(j.delta_insn.abs()),
+        per_what(metric),
+        insn_words(j.median_insn[0]),
+        insn_words(j.median_insn[1]),
+        fixed_decimals(j.spread_insn / 2.0),
+    )
+}
+
+/// A finding: `boots of A disagree on roundtrip_ns: 2,400 vs 2,550 insn, ±5 within a boot
+/// (something in the guest is not deterministic); its tolerance widened to 150 insn`.
+pub(super) fn boots_disagree_words(metric: &str, d: &BootsDisagree) -> String {
+    format!(
+        "boots of {} disagree on {metric}: {} vs {} insn, ±{} within a boot (something in the guest is not deterministic); its tolerance widened to {} insn",
+        if d.side == 0 { "A" } else { "B" },
+        insn_words(d.medians_insn[0]),
+        insn_words(d.medians_insn[1]),
+        fixed_decimals(d.within_insn / 2.0),
+        insn_words(d.apart_insn()),
+    )
 }
 
 /// A count that moved by less than its declared tolerance: `kvm.vcpu.pf_fixed +1 (+0.02%,

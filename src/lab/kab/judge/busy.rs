@@ -80,13 +80,14 @@ pub(super) fn decided_by_exact_counts(v: &VariantAb) -> bool {
         .iter()
         .filter(|m| !matches!(m.judgement, MetricJudgement::NotJudged { .. }))
         .collect();
+    // A time on the instruction clock is a count too: of the instructions the guest ran.
     let exact = |m: &MetricAb| {
         m.metric != "stalls"
             && matches!(
                 m.judgement,
                 MetricJudgement::Count {
                     call: CountCall::Same | CountCall::Higher | CountCall::Lower
-                }
+                } | MetricJudgement::InstructionClock { .. }
             )
     };
     !judged.is_empty() && judged.iter().all(|m| exact(m)) && v.stalls.is_empty()

@@ -7,9 +7,11 @@ use serde::Serialize;
 use crate::analysis::class::MetricClass;
 use crate::analysis::compare::{AbComparison, ab};
 use crate::analysis::direction::{Declared, Direction, change_pct};
+use crate::analysis::icount::{IcountAb, IcountTolerance};
 use crate::analysis::metric_ab::{
     CountCall, MetricJudgement, NotJudged, RankedCount, Shift, correct_together,
 };
+use crate::analysis::multilevel::{BootsAb, BootsCall};
 use crate::analysis::stall::STALL_JIFFIES;
 use crate::analysis::statistics::{median, seed_for};
 use crate::analysis::verdict::{self, ALPHA, Undecided};
@@ -128,6 +130,18 @@ pub enum Unsettled {
         /// The rank test's p.
         p: CorrectedP,
     },
+    /// Judged with the boot as the unit, the interval of the ratio reaches across the
+    /// threshold: more boots would decide it.
+    BootsNotEstablished {
+        /// The ratio of the boots' geometric means, B over A.
+        ratio: f64,
+        /// Its interval, at the level divided among `together`.
+        ci: [f64; 2],
+        /// Boots per side (A, B).
+        boots: [usize; 2],
+        /// Comparisons judged with the boot as the unit in the kab.
+        together: usize,
+    },
     /// No arrangement of the samples could reach the level once corrected.
     OutOfReach {
         /// B's median over A's.
@@ -165,6 +179,7 @@ pub enum WorseWay {
 const LOWER_IS_BETTER: Declared = Declared {
     direction: Direction::LowerIsBetter,
     count_tolerance: 0.0,
+    icount_tolerance: IcountTolerance::TIME,
     declared: true,
 };
 
@@ -200,6 +215,10 @@ impl Serialize for MetricAb {
             change_pct: Option<String>,
             #[serde(skip_serializing_if = "std::ops::Not::not")]
             within_tolerance: bool,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            instruction_clock: Option<&'a IcountAb>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            boots: Option<&'a BootsAb>,
         }
         let exact = match &self.judgement {
             MetricJudgement::Count { call } => Some(call.to_string()),
@@ -223,6 +242,14 @@ impl Serialize for MetricAb {
                 .then(|| change_pct(self.median[0], self.median[1]))
                 .flatten(),
             within_tolerance: self.outcome == MetricOutcome::WithinTolerance,
+            instruction_clock: match &self.judgement {
+                MetricJudgement::InstructionClock { judged } => Some(judged),
+                _ => None,
+            },
+            boots: match &self.judgement {
+                MetricJudgement::Boots { judged } => Some(judged),
+                _ => None,
+            },
         }
         .serialize(serializer)
     }
@@ -352,6 +379,33 @@ pub(super) fn rank(
     metric_ab(name, unit, trust, [xa, xb], judgement, threshold)
 }
 
+/// A time on the instruction clock, judged exactly ([`crate::analysis::icount::judge`]).
+pub(super) fn instruction_clock(
+    name: &str,
+    unit: &str,
+    xa: Vec<f64>,
+    xb: Vec<f64>,
+    judged: IcountAb,
+) -> MetricAb {
+    let judgement = MetricJudgement::InstructionClock { judged };
+    // No threshold applies: the tolerance is the metric's own.
+    metric_ab(name, unit, Trust::Time, [xa, xb], judgement, 0.0)
+}
+
+/// A wall-clock time judged with the boot as the unit
+/// ([`crate::analysis::multilevel::judge`]).
+pub(super) fn by_boots(
+    name: &str,
+    unit: &str,
+    xa: Vec<f64>,
+    xb: Vec<f64>,
+    judged: BootsAb,
+    threshold: f64,
+) -> MetricAb {
+    let judgement = MetricJudgement::Boots { judged };
+    metric_ab(name, unit, Trust::Time, [xa, xb], judgement, threshold)
+}
+
 /// A metric with its judgement, settled ([`settle`]).
 fn metric_ab(
     name: &str,
@@ -416,7 +470,10 @@ fn settle(m: &mut MetricAb, threshold: f64) {
             MetricJudgement::Count {
                 call: CountCall::Varies(r),
             } => count_unsettled(r, m.median, threshold, direction),
-            MetricJudgement::Count { .. } | MetricJudgement::NotJudged { .. } => None,
+            MetricJudgement::Boots { judged } => boots_unsettled(judged, threshold, direction),
+            MetricJudgement::Count { .. }
+            | MetricJudgement::InstructionClock { .. }
+            | MetricJudgement::NotJudged { .. } => None,
         };
         unsettled.map_or(MetricOutcome::Unmoved, |unsettled| {
             MetricOutcome::Inconclusive(Inconclusive {
@@ -490,6 +547,19 @@ fn ranked_unsettled(c: &AbComparison, threshold: f64, direction: Direction) -> O
     })
 }
 
+/// The same for a time judged with the boot as the unit: B looks worse beyond the threshold
+/// and the boots' interval reaches across it.
+fn boots_unsettled(b: &BootsAb, threshold: f64, direction: Direction) -> Option<Unsettled> {
+    (b.call == BootsCall::NotDecided && looks_worse(b.ratio, threshold, direction)).then(|| {
+        Unsettled::BootsNotEstablished {
+            ratio: b.ratio,
+            ci: b.ci,
+            boots: [b.boot_medians[0].len(), b.boot_medians[1].len()],
+            together: b.judged_together,
+        }
+    })
+}
+
 /// The same for a varying count, whose direction is its medians'.
 fn count_unsettled(
     r: &RankedCount,
@@ -526,8 +596,9 @@ fn out_of_reach(ratio: f64, together: usize) -> Unsettled {
 /// Corrects every comparison of a kab together (Holm over every ranked jiffies and time
 /// comparison and every varying count's rank p, across all its scenarios, variants and
 /// metrics: a kab of 6 variants × 12 metrics judged each at p < 0.05 alone calls a change in
-/// most A/A kabs), then settles each metric again from its corrected call. Exact counts and
-/// the variants a side failed are outside the family.
+/// most A/A kabs), then settles each metric again from its corrected call. Exact counts, times
+/// on the instruction clock and the variants a side failed are outside the family; times
+/// judged with the boot as the unit divide the level among themselves.
 pub fn correct_family(judged: &mut [ScenarioAb], threshold: f64) {
     let mut members: Vec<&mut MetricJudgement> = judged
         .iter_mut()
@@ -536,6 +607,18 @@ pub fn correct_family(judged: &mut [ScenarioAb], threshold: f64) {
         .map(|m| &mut m.judgement)
         .collect();
     correct_together(&mut members);
+    // Times judged with the boot as the unit: their level divided among them.
+    let mut by_boots: Vec<&mut BootsAb> = judged
+        .iter_mut()
+        .flat_map(|s| s.variants.iter_mut())
+        .flat_map(|v| v.metrics.iter_mut())
+        .filter_map(|m| match &mut m.judgement {
+            MetricJudgement::Boots { judged } => Some(judged),
+            _ => None,
+        })
+        .collect();
+    let together = by_boots.len();
+    by_boots.iter_mut().for_each(|b| b.rejudge(together));
     for m in judged
         .iter_mut()
         .flat_map(|s| s.variants.iter_mut())

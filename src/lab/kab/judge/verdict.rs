@@ -5,6 +5,8 @@ use serde::Serialize;
 
 use crate::analysis::calls::{FunctionCalls, never_ran};
 use crate::analysis::class::VariantClass;
+use crate::analysis::icount::{BootsDisagree, IcountAb};
+use crate::analysis::metric_ab::MetricJudgement;
 use crate::analysis::stall::STALL_JIFFIES;
 use crate::lab::kab::BusyBoot;
 use crate::scenario;
@@ -85,6 +87,27 @@ pub struct Change {
     /// An exact count's declared tolerance, when it moved by less (a change, not a verdict).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tolerance: Option<f64>,
+}
+
+/// A time judged changed on the instruction clock: its delta in instructions, the spread and
+/// the tolerance it was judged against.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InstructionChange {
+    /// The metric.
+    pub metric: String,
+    /// The judgement.
+    pub judged: IcountAb,
+}
+
+/// A finding: one side's boots disagree on a time on the instruction clock by more than
+/// their repetitions spread, so something in the guest is not deterministic; the metric's
+/// tolerance was widened to the disagreement.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BootsDisagreement {
+    /// The metric.
+    pub metric: String,
+    /// The side, its boots' medians and the spread within a boot.
+    pub boots: BootsDisagree,
 }
 
 /// Why a variant moved, as data (the renderers word it): what the scenario attributes the
@@ -190,6 +213,12 @@ pub struct VariantVerdict {
     /// What would reach the patched functions, when NOT EXERCISED and the scenario knows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reach: Option<ReachHint>,
+    /// The regressions and improvements judged on the instruction clock, in instructions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instruction_clock: Vec<InstructionChange>,
+    /// Times whose boots of one side disagree (a finding, whatever the class).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub boots_disagree: Vec<BootsDisagreement>,
 }
 
 fn change(m: &MetricAb, within_jiffy: bool) -> Change {
@@ -310,6 +339,8 @@ impl VariantVerdict {
             failures: [None, None],
             calls: [None, None],
             reach: None,
+            instruction_clock: Vec::new(),
+            boots_disagree: Vec::new(),
         }
     }
 }
@@ -412,7 +443,47 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
         reach: not_exercised
             .then(|| reach_hint(scenario, &v.calls))
             .flatten(),
+        instruction_clock: instruction_changes(v),
+        boots_disagree: boots_disagree(v),
     }
+}
+
+/// The variant's times judged changed on the instruction clock.
+fn instruction_changes(v: &VariantAb) -> Vec<InstructionChange> {
+    v.metrics
+        .iter()
+        .filter(|m| {
+            matches!(
+                m.outcome,
+                MetricOutcome::Regression | MetricOutcome::Improvement
+            )
+        })
+        .filter_map(|m| match &m.judgement {
+            MetricJudgement::InstructionClock { judged } => Some(InstructionChange {
+                metric: m.metric.clone(),
+                judged: judged.clone(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The variant's times whose boots of one side disagree.
+fn boots_disagree(v: &VariantAb) -> Vec<BootsDisagreement> {
+    v.metrics
+        .iter()
+        .flat_map(|m| match &m.judgement {
+            MetricJudgement::InstructionClock { judged } => judged
+                .boots_disagree
+                .iter()
+                .map(|d| BootsDisagreement {
+                    metric: m.metric.clone(),
+                    boots: *d,
+                })
+                .collect(),
+            _ => Vec::new(),
+        })
+        .collect()
 }
 
 /// Every variant's verdict, in the order judged.
