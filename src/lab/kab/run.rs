@@ -19,7 +19,8 @@ use crate::lab::fidelity::patch::{self, StrategyChoice};
 use hvlab_core::host::{Clock, KabSide, PatchId};
 
 use super::judge::{
-    Judgement, ScenarioAb, SideRuns, busy_during_boot, judge, judgement, mark_given,
+    Judgement, ScenarioAb, SideRuns, busy_during_boot, changed_with_one_boot, judge, judgement,
+    mark_given,
 };
 use super::predict::{KabPrediction, predict, predict_memory};
 use super::{
@@ -203,27 +204,13 @@ fn judge_booted(req: &KabRequest, booted: &Booted, accel: vm::Accel) -> Vec<Scen
     )
 }
 
-/// The time metrics (`variant: metric`) judged changed from one boot a side on the
-/// instruction clock: what a second boot of each side must confirm. None on the wall clock or
-/// with more boots asked for.
+/// The times judged changed with one boot a side on the instruction clock
+/// ([`changed_with_one_boot`]): none on the wall clock or with more boots asked for.
 fn changed_on_one_boot(req: &KabRequest, clock: Clock, judged: &[ScenarioAb]) -> Vec<String> {
-    use super::judge::{MetricOutcome, Trust};
     if clock != Clock::Icount || req.boots != 1 {
         return Vec::new();
     }
-    judged
-        .iter()
-        .flat_map(|s| &s.variants)
-        .flat_map(|v| v.metrics.iter().map(move |m| (v, m)))
-        .filter(|(_, m)| m.trust == Trust::Time)
-        .filter(|(_, m)| {
-            matches!(
-                m.outcome,
-                MetricOutcome::Regression | MetricOutcome::Improvement | MetricOutcome::Cost
-            )
-        })
-        .map(|(v, m)| format!("{}: {}", v.variant, m.metric))
-        .collect()
+    changed_with_one_boot(judged)
 }
 
 /// A `--model-strategy` meant for the lifecycle model: any name that is not the memory

@@ -187,27 +187,25 @@ fn costs(runs: [&[&RunRecord]; 2]) -> Costs {
     }
 }
 
-/// Whether a kab judged on the instruction clock should boot each kernel once more: some
-/// time was judged changed there while a side had a single boot, so nothing yet says
-/// whether that kernel's boots agree (a guest that is not deterministic moves between boots
-/// what no patch changed). After the second boot a side's disagreeing boots become a finding
-/// (`VariantVerdict::boots_disagree`) and widen the metric's tolerance, and the kab is judged again.
-/// Pure: the caller decides whether it boots.
-#[allow(
-    dead_code,
-    reason = "kab's run decides its second boot by this; until it does, only the tests call it"
-)]
-pub fn needs_another_boot(judged: &[ScenarioAb]) -> bool {
+/// The times (`variant: metric`) a kab judged on the instruction clock changed while a side
+/// had a single boot: each kernel should boot once more, since nothing yet says whether its
+/// boots agree (a guest that is not deterministic moves between boots what no patch changed).
+/// After the second boot a side's disagreeing boots become a finding
+/// (`VariantVerdict::boots_disagree`) and widen the metric's tolerance, and the kab is judged
+/// again. Pure: the caller decides whether it boots.
+pub fn changed_with_one_boot(judged: &[ScenarioAb]) -> Vec<String> {
     judged
         .iter()
         .flat_map(|s| &s.variants)
-        .flat_map(|v| &v.metrics)
-        .any(|m| match &m.judgement {
+        .flat_map(|v| v.metrics.iter().map(move |m| (v, m)))
+        .filter(|(_, m)| match &m.judgement {
             MetricJudgement::InstructionClock { judged } => {
                 (judged.call != icount::IcountCall::Same) && judged.boots.contains(&1)
             }
             _ => false,
         })
+        .map(|(v, m)| format!("{}: {}", v.variant, m.metric))
+        .collect()
 }
 
 /// One side's calls of `variant`, summed over its runs.
