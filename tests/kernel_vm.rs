@@ -786,10 +786,20 @@ fn kab_per_patch_names_the_patches_of_an_mbox_series_module_only_on_7_3() {
     for doc in [0, 2] {
         let modules = commits[doc]["object"]["modules"].as_array().unwrap();
         assert!(!modules.is_empty(), "{}", commits[doc]["object"]);
-        assert!(commits[doc]["object"]["not_compared"].as_array().unwrap().is_empty());
+        assert!(
+            commits[doc]["object"]["not_compared"]
+                .as_array()
+                .unwrap()
+                .is_empty()
+        );
     }
     let boots = if on_icount { 3 } else { 10 };
-    assert_eq!(v["boots"].as_array().unwrap().len(), boots, "{}", v["boots"]);
+    assert_eq!(
+        v["boots"].as_array().unwrap().len(),
+        boots,
+        "{}",
+        v["boots"]
+    );
 }
 
 /// A git tree: Debian's linux-source-7.3 in one commit (`HVLAB_GIT_TREE`), and the
