@@ -21,15 +21,33 @@ extern "C" fn on_stop_signal(sig: libc::c_int) {
 /// SIGINT, SIGTERM and SIGHUP handlers for the time of a long-running child: they only record
 /// the signal, and the caller's loop forwards it, cleans up and returns ([`Self::pending`]). A
 /// signal ignored by whoever started hvlab (nohup, a background job) stays ignored. The
-/// previous handlers come back on drop.
+/// previous handlers come back when the last guard is dropped: guards nest, so boots that run
+/// side by side, each holding one, share one installation and see the same signal.
 #[derive(Debug)]
 pub struct StopSignals {
+    _private: (),
+}
+
+/// The handlers hvlab replaced, and how many guards hold the installation.
+struct Installed {
+    holders: usize,
     old: Vec<(libc::c_int, libc::sigaction)>,
 }
 
+/// `None` while no guard exists.
+static INSTALLED: std::sync::Mutex<Option<Installed>> = std::sync::Mutex::new(None);
+
 impl StopSignals {
-    /// Installs the handlers, forgetting any stop signal recorded before.
+    /// Installs the handlers (the first guard forgets any stop signal recorded before; a
+    /// later one joins the installation in place).
     pub fn install() -> StopSignals {
+        let mut installed = INSTALLED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(i) = installed.as_mut() {
+            i.holders += 1;
+            return StopSignals { _private: () };
+        }
         STOP.store(0, Ordering::SeqCst);
         let mut old = Vec::new();
         for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
@@ -51,7 +69,8 @@ impl StopSignals {
                 }
             }
         }
-        StopSignals { old }
+        *installed = Some(Installed { holders: 1, old });
+        StopSignals { _private: () }
     }
 
     /// The stop signal received since [`Self::install`], if any.
@@ -65,10 +84,21 @@ impl StopSignals {
 
 impl Drop for StopSignals {
     fn drop(&mut self) {
-        for (sig, prev) in &self.old {
-            // SAFETY: restoring the sigaction that was in place before `install`.
+        let mut installed = INSTALLED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(i) = installed.as_mut() else {
+            return;
+        };
+        i.holders -= 1;
+        if i.holders > 0 {
+            return;
+        }
+        for (sig, prev) in &i.old {
+            // SAFETY: restoring the sigaction that was in place before the first `install`.
             unsafe { libc::sigaction(*sig, prev, std::ptr::null_mut()) };
         }
+        *installed = None;
     }
 }
 

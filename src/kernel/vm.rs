@@ -292,13 +292,21 @@ pub fn choose_clock(
                     .into(),
             });
         }
-        (Accel::Kvm, _) => Clock::Wall,
-        (_, asked) => asked.unwrap_or(Clock::Icount),
+        (accel, asked) => clock_under(accel, asked),
     };
     if clock == Clock::Icount {
         icount_works(qemu)?;
     }
     Ok(clock)
+}
+
+/// The clock a guest under the chosen `accel` runs on: the wall clock under KVM, else the
+/// one asked, the instruction clock by default.
+pub fn clock_under(accel: Accel, asked: Option<Clock>) -> Clock {
+    match accel {
+        Accel::Kvm => Clock::Wall,
+        _ => asked.unwrap_or(Clock::Icount),
+    }
 }
 
 /// QEMU's instruction clock: one virtual nanosecond per guest instruction (`shift=0`), an idle
@@ -802,6 +810,78 @@ pub fn boot(
         calibrated: sent.text("this-host.toml"),
     };
     Ok((boot, failure))
+}
+
+/// One boot of [`boot_each`]: a kernel, the commands its guest runs, where its logs go.
+pub struct BootJob<'a> {
+    /// The kernel.
+    pub kernel: &'a Kernel,
+    /// The hvlab commands the guest runs.
+    pub commands: &'a [Vec<String>],
+    /// Its console log and what the guest sent back.
+    pub workdir: PathBuf,
+}
+
+/// How many boots may run side by side on `clock`. On the instruction clock a guest's time
+/// is the instructions it executed, which another QEMU on the next core cannot move (the A/A
+/// kab under two CPU hogs is the evidence), so as many as the host has cores, each TCG QEMU
+/// being one busy thread, and memory for; on the wall clock one, since a second guest would
+/// be load on the first's times.
+pub fn boots_at_once(clock: Clock, cfg: &VmConfig) -> usize {
+    if clock != Clock::Icount {
+        return 1;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    // A guest's RAM, plus QEMU's own and its translation cache (256 MiB here).
+    let per_boot_kib = (u64::from(cfg.mem_mib) + 256) * 1024;
+    let by_memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemAvailable:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(1, |kib| {
+            usize::try_from(kib / 2 / per_boot_kib).unwrap_or(1)
+        });
+    cores.min(by_memory).max(1)
+}
+
+/// Boots `jobs`, `at_once` of them side by side (each on its own thread, which spawns its
+/// QEMU and waits on it: the death signal follows that thread), and returns each boot's
+/// result in the order of `jobs`.
+pub fn boot_each(
+    jobs: &[BootJob<'_>],
+    cfg: &VmConfig,
+    at_once: usize,
+) -> Vec<Result<(Boot, Option<VmError>), VmError>> {
+    if at_once <= 1 || jobs.len() <= 1 {
+        return jobs
+            .iter()
+            .map(|j| boot(j.kernel, cfg, j.commands, &j.workdir))
+            .collect();
+    }
+    let mut results = Vec::with_capacity(jobs.len());
+    for group in jobs.chunks(at_once) {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = group
+                .iter()
+                .map(|j| scope.spawn(move || boot(j.kernel, cfg, j.commands, &j.workdir)))
+                .collect();
+            for h in handles {
+                results.push(h.join().unwrap_or_else(|_| {
+                    Err(VmError::Io(
+                        PathBuf::from("qemu"),
+                        std::io::Error::other("the thread that ran this boot panicked"),
+                    ))
+                }));
+            }
+        });
+        if StopSignals::pending().is_some() {
+            break;
+        }
+    }
+    results
 }
 
 /// Builds the initramfs and writes it to `workdir`; returns its path.

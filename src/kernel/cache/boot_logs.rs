@@ -17,7 +17,28 @@ pub const KEEP_RUNS: usize = 10;
 pub fn new_boot_log_dir(release: &str) -> PathBuf {
     let logs = cache_dir().join("logs");
     trim(&logs, KEEP_RUNS);
-    logs.join(format!("{}-{release}-{}", now_stamp(), std::process::id()))
+    logs.join(format!(
+        "{}-{release}-{}",
+        unique_stamp(),
+        std::process::id()
+    ))
+}
+
+/// The last stamp this process gave a boot log.
+static LAST_STAMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Now's stamp, or one past the last given when that is later: two boots of one release
+/// started in the same second (a kab's A and B side by side) get directories of their own.
+fn unique_stamp() -> u64 {
+    let now = now_stamp();
+    let previous = LAST_STAMP
+        .fetch_update(
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+            |last| Some(now.max(last + 1)),
+        )
+        .unwrap_or(now);
+    now.max(previous + 1)
 }
 
 /// The release in a boot log's name (`STAMP-RELEASE-PID`).

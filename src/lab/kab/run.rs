@@ -428,50 +428,100 @@ impl BootPlan<'_> {
     ) -> Result<(), Error> {
         let first = booted.summaries.len();
         let total = first + order.len();
-        for (i, &side) in order.iter().enumerate() {
-            let i = first + i;
-            let k = &self.kernels.kernels[side];
-            let name = ["A", "B"][side];
-            progress.boot_start(i + 1, total, name, k);
-            let mut these = self.commands.to_vec();
-            if self.calibrate_now && i == 0 {
-                // --force: an emulated host's own readings call it busy, and its costs are the
-                // emulator's anyway (the model then predicts jiffies and counts, not times).
-                these.push(vec!["calibrate".into(), "--force".into()]);
+        let at_once = vm::boots_at_once(self.kernels.choice.clock, &req.vm);
+        let mut next = first;
+        for group in order.chunks(at_once) {
+            let commands: Vec<Vec<Vec<String>>> = (next..next + group.len())
+                .map(|i| {
+                    let mut these = self.commands.to_vec();
+                    if self.calibrate_now && i == 0 {
+                        // --force: an emulated host's own readings call it busy, and its costs
+                        // are the emulator's anyway (the model then predicts jiffies and
+                        // counts, not times).
+                        these.push(vec!["calibrate".into(), "--force".into()]);
+                    }
+                    these
+                })
+                .collect();
+            let jobs: Vec<vm::BootJob<'_>> = group
+                .iter()
+                .zip(&commands)
+                .map(|(&side, these)| {
+                    let k = &self.kernels.kernels[side];
+                    vm::BootJob {
+                        kernel: k,
+                        commands: these,
+                        workdir: logs_dir(&k.release),
+                    }
+                })
+                .collect();
+            let names: Vec<&str> = group.iter().map(|&side| ["A", "B"][side]).collect();
+            let k0 = &self.kernels.kernels[group[0]];
+            if group.len() == 1 {
+                progress.boot_start(next + 1, total, names[0], k0);
+            } else {
+                progress.boot_start(
+                    next + 1,
+                    total,
+                    &format!("{} side by side (instruction clock)", names.join(" and ")),
+                    k0,
+                );
             }
             let before = hvlab_host::noise::Snapshot::take();
-            let (mut boot, failure) = vm::boot(k, &req.vm, &these, &logs_dir(&k.release))?;
-            // QEMU's TCG thread is the one runnable thread of this boot.
-            let noise =
-                hvlab_host::noise::between(&before, &hvlab_host::noise::Snapshot::take(), &[], 1);
-            for r in &mut boot.runs {
-                if let Some(u) = r.host.under_test.as_mut() {
-                    u.kab = Some(self.tags[side].clone());
+            let results = vm::boot_each(&jobs, &req.vm, at_once);
+            // QEMU's TCG thread is the one runnable thread of each boot.
+            let noise = hvlab_host::noise::between(
+                &before,
+                &hvlab_host::noise::Snapshot::take(),
+                &[],
+                u32::try_from(group.len()).unwrap_or(u32::MAX),
+            );
+            for (&side, result) in group.iter().zip(results) {
+                next += 1;
+                let (boot, failure) = result?;
+                self.keep_boot(side, boot, &noise, store, progress, booted)?;
+                if let Some(f) = failure {
+                    return Err(f.into());
                 }
-            }
-            let busy = busy_during_boot(&noise, boot.accel.clock);
-            if let Some(toml) = boot.calibrated.take() {
-                match &busy {
-                    // Its costs would be a starved emulator's, priced into every prediction
-                    // made with this kernel's cached calibration.
-                    Some(why) => progress.note(&format!(
-                        "calibration of A not kept: the host was busy during the boot ({}); the next kab calibrates again",
-                        crate::analysis::words::busy_words(why)
-                    )),
-                    None => booted.calibrated = self.keep_calibration(&toml, progress),
-                }
-            }
-            let tally = vm::store_runs(store, &boot.runs)?;
-            let mut summary =
-                BootSummary::of(name, &boot, tally.stored, store.location().to_string());
-            summary.host_busy = busy;
-            progress.boot_end(&summary);
-            booted.summaries.push(summary);
-            booted.sides[side].extend(boot.runs);
-            if let Some(f) = failure {
-                return Err(f.into());
             }
         }
+        Ok(())
+    }
+
+    /// Stores one boot's runs, keeps the calibration it brought back, and adds it to `booted`.
+    fn keep_boot(
+        &self,
+        side: usize,
+        mut boot: vm::Boot,
+        noise: &hvlab_core::noise::Noise,
+        store: &mut Store,
+        progress: &dyn KabProgress,
+        booted: &mut Booted,
+    ) -> Result<(), Error> {
+        let name = ["A", "B"][side];
+        for r in &mut boot.runs {
+            if let Some(u) = r.host.under_test.as_mut() {
+                u.kab = Some(self.tags[side].clone());
+            }
+        }
+        let busy = busy_during_boot(noise, boot.accel.clock);
+        if let Some(toml) = boot.calibrated.take() {
+            match &busy {
+                // Its costs would be a starved emulator's, priced into every prediction
+                // made with this kernel's cached calibration.
+                Some(why) => progress.note(&format!(
+                    "calibration of A not kept: the host was busy during the boot ({}); the next kab calibrates again",
+                    crate::analysis::words::busy_words(why)
+                )),
+                None => booted.calibrated = self.keep_calibration(&toml, progress),
+            }
+        }
+        let tally = vm::store_runs(store, &boot.runs)?;
+        let mut summary = BootSummary::of(name, &boot, tally.stored, store.location().to_string());
+        summary.host_busy = busy;
+        progress.boot_end(&summary);
+        booted.summaries.push(summary);
+        booted.sides[side].extend(boot.runs);
         Ok(())
     }
 

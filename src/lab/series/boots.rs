@@ -222,31 +222,68 @@ pub(crate) fn boot_chain(
         .collect();
     let order = remaining_order(&stored, req.boots);
     let mut made = Vec::new();
-    for (n, &pos) in order.iter().enumerate() {
-        let k = chain[pos];
-        let (label, kernel) = &kernels[k];
-        progress.boot_start(n + 1, order.len(), label, kernel);
-        let before = hvlab_host::noise::Snapshot::take();
-        let (boot, failure) =
-            crate::kernel::vm::boot(kernel, &req.vm, commands, &kab::logs_dir(&kernel.release))?;
-        let noise =
-            hvlab_host::noise::between(&before, &hvlab_host::noise::Snapshot::take(), &[], 1);
-        let tally = crate::kernel::vm::store_runs(store, &boot.runs)?;
-        let mut summary =
-            kab::BootSummary::of(label, &boot, tally.stored, store.location().to_string());
-        summary.host_busy = kab::busy_during_boot(&noise, boot.accel.clock);
-        if let Some(reasons) = &summary.host_busy {
-            busy[k].push(kab::BusyBoot {
-                boot: n + 1,
-                side: label.clone(),
-                reasons: reasons.clone(),
-            });
+    let at_once = crate::kernel::vm::boots_at_once(
+        crate::kernel::vm::clock_under(accel, req.vm.clock),
+        &req.vm,
+    );
+    let mut n = 0;
+    for group in order.chunks(at_once) {
+        let jobs: Vec<crate::kernel::vm::BootJob<'_>> = group
+            .iter()
+            .map(|&pos| {
+                let kernel = &kernels[chain[pos]].1;
+                crate::kernel::vm::BootJob {
+                    kernel,
+                    commands,
+                    workdir: kab::logs_dir(&kernel.release),
+                }
+            })
+            .collect();
+        let labels: Vec<&str> = group
+            .iter()
+            .map(|&pos| kernels[chain[pos]].0.as_str())
+            .collect();
+        let first = &kernels[chain[group[0]]].1;
+        if group.len() == 1 {
+            progress.boot_start(n + 1, order.len(), labels[0], first);
+        } else {
+            progress.boot_start(
+                n + 1,
+                order.len(),
+                &format!("{} side by side (instruction clock)", labels.join(", ")),
+                first,
+            );
         }
-        failed[k].extend(summary.failures.iter().cloned());
-        progress.boot_end(&summary);
-        made.push((label.clone(), summary));
-        if let Some(f) = failure {
-            return Err(f.into());
+        let before = hvlab_host::noise::Snapshot::take();
+        let results = crate::kernel::vm::boot_each(&jobs, &req.vm, at_once);
+        let noise = hvlab_host::noise::between(
+            &before,
+            &hvlab_host::noise::Snapshot::take(),
+            &[],
+            u32::try_from(group.len()).unwrap_or(u32::MAX),
+        );
+        for (&pos, result) in group.iter().zip(results) {
+            n += 1;
+            let k = chain[pos];
+            let label = &kernels[k].0;
+            let (boot, failure) = result?;
+            let tally = crate::kernel::vm::store_runs(store, &boot.runs)?;
+            let mut summary =
+                kab::BootSummary::of(label, &boot, tally.stored, store.location().to_string());
+            summary.host_busy = kab::busy_during_boot(&noise, boot.accel.clock);
+            if let Some(reasons) = &summary.host_busy {
+                busy[k].push(kab::BusyBoot {
+                    boot: n,
+                    side: label.clone(),
+                    reasons: reasons.clone(),
+                });
+            }
+            failed[k].extend(summary.failures.iter().cloned());
+            progress.boot_end(&summary);
+            made.push((label.clone(), summary));
+            if let Some(f) = failure {
+                return Err(f.into());
+            }
         }
     }
     Ok((made, reused))
