@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use hvlab_core::error::Fault;
 use hvlab_core::host::Clock;
@@ -315,6 +315,20 @@ pub fn clock_under(accel: Accel, asked: Option<Clock>) -> Clock {
 /// default cannot change what a run measures).
 const ICOUNT: &str = "shift=0,sleep=off,align=off";
 
+/// On the instruction clock, what makes two boots of one kernel execute the same instructions:
+/// RDRAND from a seeded generator instead of the host's entropy (`-seed`), and the RTC starting
+/// at one date ([`GUEST_RTC_BASE`]) and following virtual time (`clock=vm`): the kernel mixes
+/// the RTC's time into its random pool, so a boot started a second later hashes, allocates and
+/// lays out differently. Without them two boots of Debian 7.3 differed by up to 2.5% on an
+/// ioctl's instructions (`KVM_CREATE_IRQCHIP`) and 1.3% on a 56 M-instruction memory pass;
+/// with the RTC at the host's time still 2.3%; with both (and the guest's own randomization
+/// off, [`kernel_command_line`]) every time agreed to the instruction (docs/kernels.md). The
+/// guest's runs get the host's time back when they come home ([`restamp`]).
+const DETERMINISTIC_GUEST: [&str; 4] = ["-seed", "1", "-rtc", "base=2000-01-01T00:00:00,clock=vm"];
+
+/// The date the guest's RTC starts at on the instruction clock (as in [`DETERMINISTIC_GUEST`]).
+const GUEST_RTC_BASE: &str = "2000-01-01T00:00:00Z";
+
 /// Whether `qemu` takes `-icount` with TCG: an empty machine, paused, told to quit at once.
 fn icount_works(qemu: &Path) -> Result<(), VmError> {
     let no = |cause: String| VmError::NoIcount {
@@ -323,6 +337,7 @@ fn icount_works(qemu: &Path) -> Result<(), VmError> {
     };
     let mut child = Command::new(qemu)
         .args(["-machine", "none", "-accel", "tcg", "-icount", ICOUNT])
+        .args(DETERMINISTIC_GUEST)
         .args(["-display", "none", "-nodefaults", "-monitor", "stdio", "-S"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -797,7 +812,7 @@ pub fn boot(
         .text("release")
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
-    let (out, runs) = guest_commands(commands, &sent, kernel, &choice);
+    let (out, runs) = guest_commands(commands, &sent, kernel, &choice, run.booted_at);
     let failure = boot_failure(&text, run.failure, runs.len(), &sent, run.status, &serial);
     let boot = Boot {
         release,
@@ -923,7 +938,7 @@ fn qemu_command(
         _ => cmd.args(["-accel", "tcg,thread=single"]),
     };
     if choice.clock == Clock::Icount {
-        cmd.args(["-icount", ICOUNT]);
+        cmd.args(["-icount", ICOUNT]).args(DETERMINISTIC_GUEST);
     }
     // qboot, where QEMU ships it, skips SeaBIOS's device probing: a second or two under TCG.
     if Path::new("/usr/share/qemu/qboot.rom").is_file() {
@@ -980,8 +995,11 @@ fn kernel_command_line(clock: Clock) -> String {
         //   of a 14 s boot); the tick comes from the HPET instead;
         // - `no_timer_check`: the IO-APIC timer check waits ten ticks in `mdelay`;
         // - `cryptomgr.notests=1`: the crypto self-tests (ECDSA, RSA) at boot.
+        // And the guest's own randomness is fixed, as QEMU's `-seed` fixes RDRAND
+        // ([`DETERMINISTIC_GUEST`]): no KASLR (a bzImage boot), no mmap randomization, no
+        // per-syscall kernel stack offset.
         Clock::Icount => format!(
-            "{common} tsc=reliable noapictimer no_timer_check cryptomgr.notests=1 {}={clock}",
+            "{common} tsc=reliable noapictimer no_timer_check cryptomgr.notests=1 nokaslr norandmaps randomize_kstack_offset=off {}={clock}",
             Clock::KERNEL_PARAM
         ),
     }
@@ -997,6 +1015,8 @@ struct QemuRun {
     failure: Option<VmError>,
     /// Seconds QEMU ran.
     wall_s: f64,
+    /// When QEMU started, by the host's clock.
+    booted_at: SystemTime,
 }
 
 /// Starts QEMU and waits for it to end, stopping it at `limit` or on a stop signal.
@@ -1008,6 +1028,7 @@ fn run_qemu(
 ) -> Result<QemuRun, VmError> {
     let signals = StopSignals::install();
     let start = Instant::now();
+    let booted_at = SystemTime::now();
     let mut child = cmd
         .spawn()
         .map_err(|e| VmError::Io(qemu.to_path_buf(), e))?;
@@ -1053,6 +1074,7 @@ fn run_qemu(
         first_cmd,
         failure,
         wall_s,
+        booted_at,
     })
 }
 
@@ -1086,12 +1108,13 @@ impl SentFiles {
 }
 
 /// Each command's exit code and output, and the runs the guest stored (tagged with the kernel
-/// under test, oldest first).
+/// under test, oldest first). `booted_at`: when QEMU started, by the host's clock.
 fn guest_commands(
     commands: &[Vec<String>],
     sent: &SentFiles,
     kernel: &Kernel,
     choice: &AccelChoice,
+    booted_at: SystemTime,
 ) -> (Vec<GuestCommand>, Vec<RunRecord>) {
     let mut out = Vec::new();
     let mut runs: BTreeMap<String, RunRecord> = BTreeMap::new();
@@ -1116,8 +1139,43 @@ fn guest_commands(
         });
     }
     let mut runs: Vec<RunRecord> = runs.into_values().collect();
+    if choice.clock == Clock::Icount {
+        // After the guest's ids have merged the commands' copies of each run.
+        runs.iter_mut().for_each(|r| restamp(r, booted_at));
+    }
     runs.sort_by(|a, b| a.started_at.cmp(&b.started_at));
     (out, runs)
+}
+
+/// A run from a guest on the instruction clock, whose RTC started at [`GUEST_RTC_BASE`], given
+/// the host's time: its start and end become the boot's start on the host plus the guest's
+/// virtual time since that base, and its id is made again around them with a fresh random end
+/// (two boots of one kernel make the same runs to the instruction, the guest's random ids
+/// included). A time that does not read as one is left as it is.
+fn restamp(run: &mut RunRecord, booted_at: SystemTime) {
+    let Ok(base) = humantime::parse_rfc3339(GUEST_RTC_BASE) else {
+        return;
+    };
+    let shift = |t: &str| -> Option<String> {
+        let since = humantime::parse_rfc3339(t)
+            .ok()?
+            .duration_since(base)
+            .ok()?;
+        Some(humantime::format_rfc3339_seconds(booted_at + since).to_string())
+    };
+    let (Some(started), Some(finished)) = (shift(&run.started_at), shift(&run.finished_at)) else {
+        return;
+    };
+    // `<started_at>-<scenario>-<backend>-<random>`.
+    if let Some((middle, _)) = run
+        .run_id
+        .strip_prefix(run.started_at.as_str())
+        .and_then(|rest| rest.rsplit_once('-'))
+    {
+        run.run_id = format!("{started}{middle}-{}", crate::record::run_id_suffix());
+    }
+    run.started_at = started;
+    run.finished_at = finished;
 }
 
 /// What went wrong with the boot, if anything: an oops first, then the time limit (with the
@@ -1192,6 +1250,41 @@ pub fn say(text: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run as the guest on the instruction clock stores it, from a stored fixture.
+    fn guest_run(started: &str, finished: &str) -> RunRecord {
+        let text = include_str!("../../tests/fixtures/kab-icount-exits/runs.jsonl");
+        let mut r: RunRecord = serde_json::from_str(text.lines().next().unwrap_or_default())
+            .expect("the fixture's first line is a run");
+        r.started_at = started.into();
+        r.finished_at = finished.into();
+        r.run_id = format!("{started}-exits-kvm-0123456789abcdef");
+        r
+    }
+
+    #[test]
+    fn a_guest_run_on_the_instruction_clock_gets_the_hosts_time_and_an_id_of_its_own() {
+        let booted_at = humantime::parse_rfc3339("2026-11-29T17:00:00Z").expect("a date");
+        let mut one = guest_run("2000-01-01T00:00:05Z", "2000-01-01T00:01:10Z");
+        let mut two = one.clone();
+        restamp(&mut one, booted_at);
+        restamp(&mut two, booted_at);
+        assert_eq!(one.started_at, "2026-11-29T17:00:05Z");
+        assert_eq!(one.finished_at, "2026-11-29T17:01:10Z");
+        assert!(
+            one.run_id.starts_with("2026-11-29T17:00:05Z-exits-kvm-"),
+            "{}",
+            one.run_id
+        );
+        assert_eq!(one.run_id.len(), two.run_id.len());
+        // Two boots' identical runs must not be taken for one in the store.
+        assert_ne!(one.run_id, two.run_id);
+        // A time that is not the guest's RTC date is left alone.
+        let mut odd = guest_run("yesterday", "today");
+        let id = odd.run_id.clone();
+        restamp(&mut odd, booted_at);
+        assert_eq!((odd.run_id, odd.started_at), (id, "yesterday".to_string()));
+    }
 
     #[test]
     fn frames_survive_a_truncated_tail() {
