@@ -349,9 +349,10 @@ pub(super) struct ValidateArgs {
     #[arg(long, value_name = "NAME|PATH")]
     profile: Option<String>,
     /// Allowed error on times, percent, beyond the kvm side's own spread (fault counts
-    /// must match exactly)
-    #[arg(long, default_value_t = 15.0, value_parser = parse_tolerance, allow_hyphen_values = true)]
-    tolerance: f64,
+    /// must match exactly) [default: 15, or 1 on QEMU's instruction clock, where a time is an
+    /// instruction count]
+    #[arg(long, value_parser = parse_tolerance, allow_hyphen_values = true)]
+    tolerance: Option<f64>,
     /// One JSON document on stdout
     #[arg(long)]
     json: bool,
@@ -411,13 +412,14 @@ fn parse_tolerance(text: &str) -> Result<f64, String> {
 fn validate_with(
     db: Option<&Path>,
     profile: Option<&str>,
-    tolerance: f64,
+    tolerance: Option<f64>,
     json: bool,
 ) -> Result<ExitCode, Error> {
     // Opened before measuring or calibrating, so a store that cannot take the runs costs no
     // KVM work.
     let mut run_store = RunStore::open(db, json)?;
     let h = host::probe();
+    let tolerance = tolerance.unwrap_or_else(|| lab::validate::default_tolerance(h.clock));
     let mut kvm = backends::kvm(h.clone())?;
     let progress = TermProgress::new("validate", json);
     // A busy calibration inflates the costs the model runs on: its failures cannot be judged.
@@ -477,7 +479,12 @@ fn validate_with(
             "unjudged": validation.unjudged
         }))?;
     } else {
-        print_text(&render::validation(checks, &validation.unjudged, tolerance))?;
+        print_text(&render::validation(
+            checks,
+            &validation.unjudged,
+            tolerance,
+            host.clock,
+        ))?;
     }
     if validation.cannot_judge() {
         return Err(Error::HostBusy {

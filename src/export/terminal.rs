@@ -784,6 +784,7 @@ pub fn validation(
     checks: &[crate::analysis::validate::Check],
     unjudged: &[crate::lab::validate::Unjudged],
     tolerance: f64,
+    clock: hvlab_core::host::Clock,
 ) -> String {
     let mut s = format!(
         "{:<10} {:<20} {:<20} {:>14} {:>14} {:>9}  verdict\n",
@@ -820,9 +821,15 @@ pub fn validation(
     }
     let failed = checks.iter().filter(|c| !c.pass).count();
     let judged = checks.iter().filter(|c| c.judged).count();
+    let times = match clock {
+        hvlab_core::host::Clock::Wall => format!("times within {tolerance}%"),
+        hvlab_core::host::Clock::Icount => {
+            format!("times within {tolerance}% in guest instructions, on QEMU's instruction clock")
+        }
+    };
     let _ = write!(
         s,
-        "\n{} of {judged} checks pass (times within {tolerance}%, fault counts exact with the flavour's known extras)",
+        "\n{} of {judged} checks pass ({times}, fault counts exact with the flavour's known extras)",
         judged - failed,
     );
     if judged < checks.len() {

@@ -196,6 +196,19 @@ impl Backend for ModelBackend {
             // An ioeventfd write completes in the kernel but goes through the MMIO bus.
             ExitKind::Ioeventfd => (g("exit_kernel_ns")? + g("exit_userspace_ns")?) / 3.0,
             ExitKind::Fastpath => g("exit_fastpath_cycles")? / ghz,
+            // An MMIO exit is a userspace exit whose instruction KVM decodes and emulates
+            // first: `npf_interception()` (SVM) or `handle_ept_misconfig()` (VMX) ->
+            // `kvm_mmu_page_fault()` -> `x86_emulate_instruction()`, where a PIO exit's
+            // exit information gives port, size and value. A profile that has not measured
+            // the emulation prices it as a PIO exit.
+            ExitKind::MmioWrite | ExitKind::MmioRead => {
+                let emulate = self.profile.costs.contains_key("mmio_emulate_ns");
+                g("exit_userspace_ns")?
+                    + emulate
+                        .then(|| g("mmio_emulate_ns"))
+                        .transpose()?
+                        .unwrap_or(0.0)
+            }
             _ => g("exit_userspace_ns")?,
         };
         // Only PMU variants read the PMU costs, so a profile calibrated before they existed
@@ -336,4 +349,57 @@ pub fn default_profile(
         format!("no calibrated profile for this host, and {how}; `hvlab calibrate` measures one")
     });
     Ok((Profile::load(name)?, note))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn host() -> HostInfo {
+        HostInfo {
+            kernel: "7.3.4".into(),
+            cpu: "AMD EPYC".into(),
+            cores: 1,
+            kvm_flavour: KvmFlavour::Svm,
+            tdp: Some(true),
+            tdp_mmu: Some(true),
+            vpmu: Some(false),
+            hz: 250,
+            hz_source: "config".into(),
+            thp: "always".into(),
+            hypervisor: None,
+            kvm_access: "ok".into(),
+            capabilities: BTreeMap::new(),
+            hvlab_version: "0".into(),
+            git_rev: "x".into(),
+            under_test: None,
+            clock: hvlab_core::host::Clock::Wall,
+        }
+    }
+
+    fn roundtrip(profile: &Profile, kind: ExitKind) -> u64 {
+        let mut model = ModelBackend::new(profile.clone(), host(), 1);
+        let plan = ExitPlan {
+            kind,
+            iterations: 100,
+            cpl: None,
+            timeout: std::time::Duration::from_secs(1),
+            pmu: None,
+        };
+        model.exit_roundtrips(&plan).unwrap().elapsed_ns / 100
+    }
+
+    /// An MMIO exit is a PIO exit plus the instruction's emulation where the profile measured
+    /// it; a profile that did not prices both alike, as before.
+    #[test]
+    fn an_mmio_exit_adds_the_measured_emulation_to_a_pio_exit() {
+        let mut p = Profile::load("intel-spr-vmx").unwrap();
+        let pio = roundtrip(&p, ExitKind::PioOut);
+        assert_eq!(roundtrip(&p, ExitKind::MmioRead), pio);
+        p.set("mmio_emulate_ns", 2_635.0, "ns", "test");
+        assert_eq!(roundtrip(&p, ExitKind::PioOut), pio);
+        assert_eq!(roundtrip(&p, ExitKind::MmioWrite), pio + 2_635);
+        assert_eq!(roundtrip(&p, ExitKind::MmioRead), pio + 2_635);
+    }
 }

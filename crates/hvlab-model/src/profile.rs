@@ -250,6 +250,10 @@ const OPTIONAL_KEYS: &[(&str, Range)] = &[
     ("first_run_long_mode_ns", Range::Real(0.0, MAX_NS)),
     // How the host logs dirty pages (1: Intel PML); absent is write-protection.
     ("dirty_log_pml", Range::Flag),
+    // Measured on the instruction clock first: where the boot thread's first run falls, and an
+    // MMIO exit's instruction emulation.
+    ("boot_thread_wait_ns", Range::Real(0.0, MAX_NS)),
+    ("mmio_emulate_ns", Range::Real(0.0, MAX_NS)),
 ];
 
 /// Built-in profiles: (name, TOML).
@@ -270,6 +274,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     (
         "x86-vmx-hz100",
         include_str!("../../../profiles/x86-vmx-hz100.toml"),
+    ),
+    (
+        "tcg-icount-epyc",
+        include_str!("../../../profiles/tcg-icount-epyc.toml"),
     ),
 ];
 
@@ -514,6 +522,37 @@ mod tests {
             let p = Profile::parse(name, text).unwrap();
             for (key, _) in LATER_KEYS {
                 assert!(p.costs.contains_key(*key), "{name} lacks {key}");
+            }
+        }
+    }
+
+    /// The instruction clock's profile was calibrated, so it gives every cost a calibration
+    /// writes, the measured-only ones too, each said to be in guest instructions.
+    #[test]
+    fn the_instruction_clock_profile_gives_every_key_in_instructions() {
+        let p = Profile::load("tcg-icount-epyc").unwrap();
+        for (key, _) in KEYS.iter().chain(LATER_KEYS).chain(OPTIONAL_KEYS) {
+            if *key == "dirty_log_pml" {
+                continue; // a VMX feature: absent on SVM
+            }
+            assert!(p.costs.contains_key(*key), "tcg-icount-epyc lacks {key}");
+        }
+        assert!(p.describes.contains("instruction clock"), "{}", p.describes);
+        for (key, c) in &p.costs {
+            if c.provenance
+                .contains("calibrated on QEMU's instruction clock")
+            {
+                assert!(
+                    c.provenance.contains("QEMU 7.2") && c.provenance.contains("hvlab vm"),
+                    "{key}: {}",
+                    c.provenance
+                );
+            } else {
+                assert!(
+                    c.provenance
+                        .starts_with("not measured on the instruction clock"),
+                    "{key}"
+                );
             }
         }
     }

@@ -597,7 +597,7 @@ fn boot_start_costs(
         q[1],
         "ns",
         tag(&format!(
-            "dup() of an fd and a scoped thread spawn, until the spawner goes on: {}",
+            "dup() of an fd and a thread spawn, until spawn() returns and the spawner goes on (the new thread not yet run): {}",
             spread(q, 1.0, "ns", starts.len())
         )),
     );
@@ -650,6 +650,28 @@ fn boot_thread_costs(
             "boot.thread_tick_phase_ms of the threads that waited for a tick (from the tick to their first run): {from}"
         )),
     );
+    // The threads no tick held back: how long after their spawn they first ran. With an idle
+    // CPU to take it, a new thread runs at once; with none (one CPU, the vCPU thread spinning
+    // in the guest on it) it waits for the scheduler to preempt the vCPU thread.
+    let waits_untied: Vec<f64> = waits
+        .iter()
+        .zip(starts)
+        .filter(|(wait, start)| wait <= start)
+        .map(|(wait, _)| *wait)
+        .collect();
+    if !waits_untied.is_empty() {
+        let w = quartiles(&waits_untied);
+        put_measured(
+            p,
+            "boot_thread_wait_ns",
+            w[1],
+            "ns",
+            tag(&format!(
+                "boot.thread_wait_ms of the threads that did not wait for a tick (from their spawn to their first run): {}",
+                spread(w, 1.0, "ns", waits_untied.len())
+            )),
+        );
+    }
     let late = quartiles(lates);
     put_measured(
         p,
@@ -679,12 +701,15 @@ fn boot_thread_costs(
 fn boot_thread_starts_ns(n: u32) -> Vec<f64> {
     (0..n)
         .map(|_| {
+            // The spawner's own cost, as the kvm backend's vCPU thread pays it: it goes on to
+            // KVM_RUN once spawn() returns (clone3() and wake_up_new_task()), not once the new
+            // thread has run; the scope's join after the timing is no part of it.
             let start = std::time::Instant::now();
             let fd = rustix::io::dup(std::io::stdin()).ok();
-            std::thread::scope(|s| {
+            let elapsed = std::thread::scope(|s| {
                 s.spawn(|| std::hint::black_box(&fd));
+                start.elapsed().as_nanos() as f64
             });
-            let elapsed = start.elapsed().as_nanos() as f64;
             drop(fd);
             elapsed
         })
@@ -814,25 +839,73 @@ fn memory_costs(
             tag("memory thp: 512 x ns_per_page - stage2_fault_ns"),
         );
     }
-    let t1 = med(&m2, "uffd", "ns_per_page")?;
-    let t8 = med(&m2, "uffd-prefetch", "ns_per_page")?;
-    let copy = (8.0 * t8 - t1) / 7.0 - prefetch;
+    // Per page, a userfaultfd pass costs its stage-2 faults, its prefetched SPTEs, its
+    // userfaultfd faults and one UFFDIO_COPY of the page: T = s·φ + p·(1 - φ) + u·a + c, with
+    // φ the stage-2 faults per page (the TDP MMU faults every page, whatever the window
+    // copied; a prefetching MMU maps the window's other pages from the first fault) and a the
+    // userfaultfd faults per page, both counted by the runs. Window 1 and window 8 give u and c.
+    let pages = (size_bytes / 4096).max(1) as f64;
+    let pf_populated = metric(&m4, "populated", "kvm.vcpu.pf_fixed")
+        .ok()
+        .map(|m| m.median)
+        .filter(|n| *n > 0.0);
+    let tdp_mmu = p.mmu == MmuKind::TdpMmu;
+    let window = |variant: &str, w: f64| -> Result<UffdPass, Error> {
+        let faulted = match (metric(&m2, variant, "kvm.vcpu.pf_fixed"), pf_populated) {
+            (Ok(f), Some(all)) => (f.median / all).min(1.0),
+            // Without KVM's counters: the TDP MMU faults every page, a prefetching MMU the
+            // first of each window.
+            _ if tdp_mmu => 1.0,
+            _ => 1.0 / w,
+        };
+        let uffd = metric(&m2, variant, "uffd_faults").map_or(1.0 / w, |m| m.median / pages);
+        Ok(UffdPass {
+            ns_per_page: med(&m2, variant, "ns_per_page")?,
+            faulted,
+            uffd,
+        })
+    };
+    let (w1, w8) = (window("uffd", 1.0)?, window("uffd-prefetch", 8.0)?);
+    let known = |w: &UffdPass| w.ns_per_page - fault * w.faulted - prefetch * (1.0 - w.faulted);
+    let uffd_fault = if w1.uffd > w8.uffd {
+        (known(&w1) - known(&w8)) / (w1.uffd - w8.uffd)
+    } else {
+        f64::NAN
+    };
+    let copy = known(&w1) - uffd_fault * w1.uffd;
+    let counted = format!(
+        "stage-2 faults per page {:.3} and {:.3}, userfaultfd faults per page {:.3} and {:.3}",
+        w1.faulted, w8.faulted, w1.uffd, w8.uffd
+    );
     put_measured(
         p,
         "uffd_copy_page_ns",
         copy,
         "ns",
-        tag("memory uffd and uffd-prefetch (window 8): (8 x T8 - T1) / 7 - prefetch_page_ns"),
+        tag(&format!(
+            "memory uffd (window 1, T1) and uffd-prefetch (window 8, T8), sequential: per page T = stage2_fault_ns x stage-2 faults + prefetch_page_ns x prefetched + uffd_fault_ns x userfaultfd faults + uffd_copy_page_ns, solved on both ({counted}, counted by the runs)"
+        )),
     );
     put_measured(
         p,
         "uffd_fault_ns",
-        t1 - fault - copy.max(0.0),
+        uffd_fault,
         "ns",
-        tag("memory uffd: T1 - stage2_fault_ns - uffd_copy_page_ns"),
+        tag(&format!(
+            "memory uffd (window 1, T1) and uffd-prefetch (window 8, T8), sequential: (T1 - T8 less their stage-2 faults and prefetches) / the difference of their userfaultfd faults per page ({counted})"
+        )),
     );
 
     Ok(())
+}
+
+/// One userfaultfd pass of the calibration, per page touched.
+struct UffdPass {
+    ns_per_page: f64,
+    /// Stage-2 faults (the rest of the pages are prefetched).
+    faulted: f64,
+    /// userfaultfd faults.
+    uffd: f64,
 }
 
 /// Exits: the roundtrip to userspace (PIO) and in the kernel (CPUID), and the TSC rate.
@@ -854,6 +927,38 @@ fn exit_costs(
         progress,
     )?;
     let pio = med(&ex, "pio-out", "roundtrip_ns")?;
+    // An MMIO exit is a PIO exit plus the instruction's emulation: the write's exit and
+    // return to userspace are a PIO write's, and what it adds is KVM's decoding and emulating
+    // the store (npf_interception() / handle_ept_misconfig() -> kvm_mmu_page_fault() ->
+    // x86_emulate_instruction()), where a PIO write's exit info gives port, size and value.
+    // Their own run, beside a PIO write of the same run, so the PIO and CPUID exits above are
+    // measured as before. A host whose MMIO exits fail leaves the cost out (priced as PIO).
+    let mmio = run(
+        backend,
+        exits::ExitParams {
+            iterations,
+            ..exits::ExitParams::default()
+        },
+        &["pio-out", "mmio-write"],
+        5,
+        progress,
+    );
+    if let Ok((write, pio)) = mmio.and_then(|m| {
+        Ok((
+            med(&m, "mmio-write", "roundtrip_ns")?,
+            med(&m, "pio-out", "roundtrip_ns")?,
+        ))
+    }) {
+        put_measured(
+            p,
+            "mmio_emulate_ns",
+            write - pio,
+            "ns",
+            tag(
+                "exits mmio-write roundtrip_ns - pio-out roundtrip_ns, the two interleaved in one run",
+            ),
+        );
+    }
     put_measured(
         p,
         "exit_userspace_ns",

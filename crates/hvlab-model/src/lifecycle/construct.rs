@@ -372,6 +372,7 @@ impl Build<'_> {
                 started_ns: boot_thread_start(
                     spawned,
                     spawn_cost,
+                    costs.boot_thread.and_then(|b| b.untied_wait_ns),
                     self.tick_bound,
                     self.phase,
                     costs.jiffy_ns(),
@@ -666,6 +667,41 @@ mod tests {
         assert_eq!(woken.went_on_ns, woken.started_ns.max(ready) + 700_000);
         assert!(woken.went_on_ns > plain.went_on_ns);
         assert_eq!(at_woken - at_plain, woken.went_on_ns - plain.went_on_ns);
+    }
+
+    /// With no idle CPU the boot thread first runs when the vCPU thread is preempted: a
+    /// measured wait from its spawn puts its first run, its sleep and its registrations that
+    /// much later, and leaves the VM's ready time (the spawner went on) as it was.
+    #[test]
+    fn a_measured_wait_for_the_cpu_starts_the_boot_thread_that_late() {
+        let build = |wait: Option<f64>| {
+            let mut p = Profile::load("pvm-epyc").unwrap();
+            p.set("boot_thread_tick_bound", 0.0, "fraction", "test");
+            p.set("boot_thread_pull_ns", 50_000.0, "ns", "test");
+            p.set("boot_sleep_late_ns", 100_000.0, "ns", "test");
+            p.set("boot_exit_wake_ns", 400.0, "ns", "test");
+            if let Some(wait) = wait {
+                p.set("boot_thread_wait_ns", wait, "ns", "test");
+            }
+            let costs = LifecycleCosts::from_profile(&p, None).unwrap();
+            let plan = boot_activation_plan(false, 50);
+            construct(&costs, &plan, &mut rng(3), &mut BackToBack::default())
+        };
+        let (at_once, waited) = (build(None), build(Some(555_000.0)));
+        assert_eq!(at_once.ready_ns, waited.ready_ns);
+        let (a, w) = (at_once.boot_thread.unwrap(), waited.boot_thread.unwrap());
+        assert_eq!(w.started_ns, w.spawned_ns + 555_000);
+        assert!(a.started_ns < w.started_ns);
+        assert_eq!(w.went_on_ns, w.started_ns.max(waited.ready_ns) + 400);
+        // A tick-bound thread still waits for its tick, whatever the untied wait.
+        assert_eq!(
+            boot_thread_start(1_000, 80, Some(555_000), Some(50_000), 3_000, 4_000_000),
+            3_000 + 50_000
+        );
+        assert_eq!(
+            boot_thread_start(1_000, 80, None, None, 3_000, 4_000_000),
+            1_080
+        );
     }
 
     /// boot-activation on pvm-epyc, its builds starting `since_tick` after a tick, its boot
