@@ -129,8 +129,10 @@ fn judged_or_failures_kept(
 
 /// `--count-calls`: per variant that produced samples, one more repetition of it alone,
 /// untimed and unrecorded, with kprobes on `specs` armed only around it (so the timed
-/// repetitions before it never pay for a probe). A repetition that fails leaves its counts
-/// as they are: whatever ran before the failure was counted.
+/// repetitions before it never pay for a probe), and the kernel's own MSR writes and TLB
+/// flushes counted in it too ([`crate::kernel::kprobe::count_events`]), per iteration when the
+/// scenario has them. A repetition that fails leaves its counts as they are: whatever ran
+/// before the failure was counted.
 fn calls_counted(
     backend: &mut dyn hvlab_core::Backend,
     request: &scenario::runner::RunRequest,
@@ -148,12 +150,19 @@ fn calls_counted(
                 warmup: 0,
                 ..request.clone()
             };
-            let (functions, _) = crate::kernel::kprobe::count_calls(specs, || {
-                scenario::run(backend, &once, &crate::scenario::runner::Silent)
+            let (events, (functions, _)) = crate::kernel::kprobe::count_events(|| {
+                crate::kernel::kprobe::count_calls(specs, || {
+                    scenario::run(backend, &once, &crate::scenario::runner::Silent)
+                })
             });
             crate::analysis::calls::VariantCalls {
                 variant: v.name.clone(),
                 functions,
+                events,
+                iterations: record
+                    .params
+                    .get("iterations")
+                    .and_then(serde_json::Value::as_u64),
             }
         })
         .collect()
