@@ -392,4 +392,43 @@ mod tests {
         assert!(!never_ran([Some(&zero), None]));
         assert!(!never_ran([Some(&[]), Some(&[])]));
     }
+
+    /// A run stored before events were counted still loads (no events, no iterations); a
+    /// side's events are summed over its boots and read per iteration; a boot that could not
+    /// count one keeps its reason, never a zero.
+    #[test]
+    fn host_events_load_from_old_runs_and_sum_over_boots() {
+        let old = r#"{"variant":"pio-out","functions":[]}"#;
+        let v: VariantCalls = serde_json::from_str(old).unwrap();
+        assert!(v.events.is_empty() && v.iterations.is_none());
+        assert_eq!(side_events([std::slice::from_ref(&v)], "pio-out"), None);
+        let boot = |msr: EventCounted| VariantCalls {
+            variant: "pio-out".into(),
+            functions: Vec::new(),
+            events: vec![EventCount {
+                event: HostEvent::MsrWrite,
+                counted: msr,
+            }],
+            iterations: Some(1000),
+        };
+        let counted = |n: u64| EventCounted::Counted {
+            count: n,
+            by_key: [("c0000103".to_string(), n)].into_iter().collect(),
+        };
+        let (one, two) = (vec![boot(counted(1008))], vec![boot(counted(1010))]);
+        let side = side_events([one.as_slice(), two.as_slice()], "pio-out").unwrap();
+        assert_eq!(side.iterations, Some(2000));
+        assert_eq!(side.per_unit(HostEvent::MsrWrite), Some(1.009));
+        assert_eq!(side.events[0].by_key["c0000103"], 2018);
+        let missing = vec![boot(EventCounted::NotCounted {
+            why: NotProbed::NoTracepoint {
+                event: "msr:write_msr".into(),
+            },
+        })];
+        let side = side_events([one.as_slice(), missing.as_slice()], "pio-out").unwrap();
+        assert_eq!(side.per_unit(HostEvent::MsrWrite), None);
+        assert!(side.events[0].counted.is_err());
+        let json = serde_json::to_string(&one[0]).unwrap();
+        assert_eq!(serde_json::from_str::<VariantCalls>(&json).unwrap(), one[0]);
+    }
 }

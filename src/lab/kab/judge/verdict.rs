@@ -11,6 +11,7 @@ use crate::analysis::stall::STALL_JIFFIES;
 use crate::lab::kab::BusyBoot;
 use crate::scenario;
 
+use super::events::{EventsBeside, events_beside};
 use super::metric::{MetricAb, MetricOutcome, Trust};
 use super::stall::{StallAb, StallSide};
 use super::{ScenarioAb, SideFailure, VariantAb, both_ran, uncounted};
@@ -219,6 +220,15 @@ pub struct VariantVerdict {
     /// Times whose boots of one side disagree (a finding, whatever the class).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub boots_disagree: Vec<BootsDisagreement>,
+    /// What the instruction clock does not see: the events that moved beside a time judged
+    /// on it (MSR writes, TLB flushes, KVM's statistics).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<EventsBeside>,
+    /// The model's estimate of the instruction delta in wall time on real hosts (an
+    /// estimate, never measured), filled in by the kab from its profiles
+    /// (`crate::lab::kab::predict::price_events`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<crate::lab::kab::predict::EventEstimate>,
 }
 
 fn change(m: &MetricAb, within_jiffy: bool) -> Change {
@@ -341,6 +351,8 @@ impl VariantVerdict {
             reach: None,
             instruction_clock: Vec::new(),
             boots_disagree: Vec::new(),
+            events: None,
+            estimate: None,
         }
     }
 }
@@ -445,6 +457,8 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
             .flatten(),
         instruction_clock: instruction_changes(v),
         boots_disagree: boots_disagree(v),
+        events: events_beside(scenario, v),
+        estimate: None,
     }
 }
 
