@@ -90,7 +90,13 @@ pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
     )?;
     let progress = TermProgress::new(kind.info().name, args.measure.json);
     let mut record = scenario::run_with_baseline(backend.as_mut(), &request, &baseline, &progress)?;
-    if !args.count_calls.is_empty() {
+    // A kernel under test on the instruction clock (QEMU's `-icount` on its command line)
+    // prices an MSR write or a TLB flush at one instruction: where the scenario has
+    // iterations (exits), its host events are counted per iteration even when no patched
+    // function is asked for (a patch whose lines no debug information maps to a function).
+    let events_here = record.host.clock == hvlab_core::host::Clock::Icount
+        && record.params.contains_key("iterations");
+    if !args.count_calls.is_empty() || events_here {
         record.calls = calls_counted(backend.as_mut(), &request, &record, &args.count_calls);
     }
     judged_or_failures_kept(&mut record, run_store.as_mut())?;

@@ -9,8 +9,8 @@ use crate::analysis::quantity::fixed_decimals;
 use crate::kernel::sandbox::Confinement;
 use crate::lab::kab::{
     BusyBoot, Cause, Change, CorrectedP, EventEstimate, EventsBeside, GraceWait, HostEventAb,
-    HostRole, Inconclusive, KabNote, SideFailure, StallAb, StallSide, Unsettled, VariantVerdict,
-    WorseWay,
+    HostRole, Inconclusive, KabNote, MSR_WRITES_METRIC, SideFailure, StallAb, StallSide, Unsettled,
+    VariantVerdict, WorseWay,
 };
 
 impl std::fmt::Display for KabNote {
@@ -546,8 +546,32 @@ fn per_words(v: &VariantVerdict, e: &EventsBeside) -> &'static str {
     }
 }
 
+/// Whether the verdict judged the host's MSR writes (then its change line says them).
+fn msr_writes_judged(v: &VariantVerdict) -> bool {
+    v.regressions
+        .iter()
+        .chain(&v.improvements)
+        .any(|c| c.metric == MSR_WRITES_METRIC)
+}
+
+/// A judged change of the host's MSR writes: `MSR writes per exit 0.00 → 1.00 (+1.00: MSR
+/// 0xc0000103 0.00 → 1.00), each one instruction on the instruction clock`.
+pub(super) fn host_change_words(v: &VariantVerdict, c: &Change) -> Option<String> {
+    if c.metric != MSR_WRITES_METRIC {
+        return None;
+    }
+    let e = v.events.as_ref()?;
+    let msr = e.host.iter().find(|h| h.event == HostEvent::MsrWrite)?;
+    let said = host_event_words(msr)?;
+    let said = said.replacen("MSR writes", &format!("MSR writes {}", per_words(v, e)), 1);
+    Some(format!(
+        "{said}, each one instruction on the instruction clock"
+    ))
+}
+
 /// The events beside an instruction-clock verdict: `events per exit: MSR writes 0.00 → 1.00
-/// (+1.00: MSR 0xc0000103 0.00 → 1.00); exits, host TLB flushes unchanged`.
+/// (+1.00: MSR 0xc0000103 0.00 → 1.00); exits, host TLB flushes unchanged`; and, when the
+/// time they came with was not judged changed, its instructions.
 pub(super) fn events_line(v: &VariantVerdict) -> Option<String> {
     let e = v.events.as_ref()?;
     // Said where the instruction clock judged a time changed, or where an event moved that
@@ -555,7 +579,13 @@ pub(super) fn events_line(v: &VariantVerdict) -> Option<String> {
     if v.instruction_clock.is_empty() && !e.any_moved() {
         return None;
     }
-    let mut parts: Vec<String> = e.host.iter().filter_map(host_event_words).collect();
+    let judged = msr_writes_judged(v);
+    let mut parts: Vec<String> = e
+        .host
+        .iter()
+        .filter(|h| !(judged && h.event == HostEvent::MsrWrite))
+        .filter_map(host_event_words)
+        .collect();
     parts.extend(e.kvm_moved.iter().map(|k| {
         format!(
             "{} {:.2} → {:.2} ({})",
@@ -575,7 +605,21 @@ pub(super) fn events_line(v: &VariantVerdict) -> Option<String> {
     if !unchanged.is_empty() {
         parts.push(format!("{} unchanged", unchanged.join(", ")));
     }
-    (!parts.is_empty()).then(|| format!("events {}: {}", per_words(v, e), parts.join("; ")))
+    let mut out =
+        (!parts.is_empty()).then(|| format!("events {}: {}", per_words(v, e), parts.join("; ")));
+    if v.instruction_clock.is_empty()
+        && let Some((metric, j)) = &e.instructions
+    {
+        let within = format!(
+            "instructions: {}, within its tolerance",
+            instruction_words(metric, j)
+        );
+        out = Some(match out {
+            Some(line) => format!("{within}\n{line}"),
+            None => within,
+        });
+    }
+    out
 }
 
 /// `+≈2,500 ns`, `-≈81 ns`: an estimate, rounded to what it can say.
@@ -640,7 +684,10 @@ pub(super) fn estimate_lines(e: &EventEstimate) -> Vec<String> {
 /// What the instruction clock does not see, beside the verdict: the events that moved and the
 /// model's estimate of the delta in wall time.
 pub(super) fn events_lines(v: &VariantVerdict) -> Vec<String> {
-    let mut out: Vec<String> = events_line(v).into_iter().collect();
+    let mut out: Vec<String> = events_line(v)
+        .iter()
+        .flat_map(|l| l.lines().map(str::to_string))
+        .collect();
     if let Some(e) = &v.estimate {
         out.extend(estimate_lines(e));
     }

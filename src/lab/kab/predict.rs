@@ -314,14 +314,16 @@ pub(super) fn price_events(
 ) {
     let here = this_host_profile(calibrated, clock);
     for v in verdicts.iter_mut() {
-        let Some(change) = v
-            .instruction_clock
-            .iter()
-            .find(|c| c.metric == "roundtrip_ns")
-        else {
+        let Some(events) = v.events.as_ref().filter(|e| e.per_iteration) else {
             continue;
         };
-        let Some(events) = v.events.as_ref().filter(|e| e.per_iteration) else {
+        // Beside a roundtrip judged changed, or one whose events moved.
+        let Some((metric, judged)) = events
+            .instructions
+            .as_ref()
+            .filter(|(m, _)| m == "roundtrip_ns")
+            .filter(|_| !v.instruction_clock.is_empty() || events.any_moved())
+        else {
             continue;
         };
         let msr = events
@@ -332,7 +334,7 @@ pub(super) fn price_events(
         let delta_msr = events
             .delta(crate::analysis::calls::HostEvent::MsrWrite)
             .unwrap_or(0.0);
-        let delta_insn = change.judged.delta_insn;
+        let delta_insn = judged.delta_insn;
         let mut on = Vec::new();
         let thread = thread_host(&v.scenario);
         let profiles = [
@@ -363,7 +365,7 @@ pub(super) fn price_events(
         }
         v.estimate = Some(EventEstimate {
             label: "estimate",
-            metric: change.metric.clone(),
+            metric: metric.clone(),
             delta_insn,
             delta_msr_writes: delta_msr,
             msr_writes_counted,

@@ -7,6 +7,7 @@
 use serde::Serialize;
 
 use crate::analysis::calls::{HostEvent, NotProbed, SideEvents};
+use crate::analysis::icount::IcountAb;
 use crate::analysis::metric_ab::MetricJudgement;
 
 use super::VariantAb;
@@ -84,6 +85,10 @@ pub struct EventsBeside {
     pub kvm_moved: Vec<KvmCountAb>,
     /// The [`KVM_NAMED`] statistics the variant has that did not move.
     pub kvm_unchanged: Vec<String>,
+    /// The time judged on the instruction clock the events are said beside (an exit's
+    /// roundtrip, else the first such time), whatever its outcome: a change within its
+    /// tolerance is still the instructions the events came with.
+    pub instructions: Option<(String, IcountAb)>,
 }
 
 impl EventsBeside {
@@ -99,6 +104,24 @@ impl EventsBeside {
             .find(|e| e.event == event && e.moved)
             .and_then(|e| Some(e.per_unit[1]? - e.per_unit[0]?))
     }
+}
+
+/// The metric a host event's judged change is named by (a count per exit, judged as KVM's
+/// statistics are: B higher is worse).
+pub const MSR_WRITES_METRIC: &str = "host.msr_writes";
+
+/// The host's MSR writes, when they moved: judged as a count (higher is worse, as the
+/// scenario's KVM statistics), since an instruction clock prices each at one instruction
+/// though a real core serializes on it (hundreds of cycles, more under a hypervisor). The
+/// counts are exact (one untimed repetition a boot, deterministic on the instruction
+/// clock); TLB flushes are said, not judged: a task switch's flush follows the scheduler,
+/// not the patched path. Per side, per unit: (A, B).
+pub fn msr_writes_moved(e: &EventsBeside) -> Option<[f64; 2]> {
+    let m = e
+        .host
+        .iter()
+        .find(|h| h.event == HostEvent::MsrWrite && h.moved)?;
+    Some([m.per_unit[0]?, m.per_unit[1]?])
 }
 
 /// Whether `a` and `b` differ by the rule of their unit.
@@ -215,10 +238,21 @@ pub fn events_beside(scenario: &str, v: &VariantAb) -> Option<EventsBeside> {
     if host.is_empty() && kvm_moved.is_empty() && kvm_unchanged.is_empty() {
         return None;
     }
+    let icount = |m: &super::MetricAb| match &m.judgement {
+        MetricJudgement::InstructionClock { judged } => Some((m.metric.clone(), judged.clone())),
+        _ => None,
+    };
+    let instructions = v
+        .metrics
+        .iter()
+        .filter(|m| m.metric == "roundtrip_ns")
+        .chain(&v.metrics)
+        .find_map(icount);
     Some(EventsBeside {
         per_iteration,
         host,
         kvm_moved,
         kvm_unchanged,
+        instructions,
     })
 }

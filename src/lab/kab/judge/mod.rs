@@ -32,7 +32,7 @@ use stall::stalls_ab;
 
 pub(super) use busy::host_busy_during;
 pub(crate) use busy::{busy_during_boot, not_judged_on_a_busy_host};
-pub use events::{EventsBeside, HostEventAb, KeyMoved, KvmCountAb};
+pub use events::{EventsBeside, HostEventAb, KeyMoved, KvmCountAb, MSR_WRITES_METRIC};
 pub use metric::{
     CorrectedP, Inconclusive, MetricAb, MetricOutcome, Trust, Unsettled, WorseWay, correct_family,
 };

@@ -1737,11 +1737,12 @@ fn an_msr_write_per_exit_is_said_beside_the_instruction_delta_and_priced() {
         assert_eq!(msr.keys_moved[0].key, "c0000103");
         let tlb = events.host.iter().find(|e| e.event != msr.event).unwrap();
         assert!(!tlb.moved, "{tlb:?}");
+        assert!(v.regressions.iter().any(|c| c.metric == "host.msr_writes"));
         let lines = crate::export::kab::mechanism(v).join("\n");
         assert!(
             lines.contains("B worse: roundtrip_ns +20")
                 && lines.contains(
-                    "events per exit: MSR writes 0.00 → 1.00 (+1.00: MSR 0xc0000103 0.00 → 1.00)"
+                    "B worse: MSR writes per exit 0.00 → 1.00 (+1.00: MSR 0xc0000103 0.00 → 1.00), each one instruction on the instruction clock"
                 )
                 && lines.contains("host TLB flushes unchanged")
                 && lines.contains("estimate (model, not measured): +≈")
@@ -1764,6 +1765,30 @@ fn an_msr_write_per_exit_is_said_beside_the_instruction_delta_and_priced() {
                 on.profile
             );
         }
+    }
+    // The write alone, with the few instructions around it (within the roundtrip's
+    // tolerance): REGRESSED by the count, the instructions said beside it, and priced. The
+    // same write removed: IMPROVED.
+    let write_only = with_events(&shifted(&b, None, "roundtrip_ns", 28.0), 1);
+    for v in priced_exits(&base, &write_only) {
+        assert_eq!(v.class, VariantClass::Regressed, "{v:?}");
+        assert!(v.instruction_clock.is_empty(), "{v:?}");
+        let lines = crate::export::kab::mechanism(&v).join("\n");
+        assert!(
+            lines.contains("B worse: MSR writes per exit 0.00 → 1.00")
+                && lines.contains("instructions: roundtrip_ns +2")
+                && lines.contains("within its tolerance")
+                && lines.contains("estimate (model, not measured)"),
+            "{lines}"
+        );
+    }
+    for v in priced_exits(&write_only, &base) {
+        assert_eq!(v.class, VariantClass::Improved, "{v:?}");
+        let lines = crate::export::kab::mechanism(&v).join("\n");
+        assert!(
+            lines.contains("B better: MSR writes per exit 1.00 → 0.00 (-1.00"),
+            "{lines}"
+        );
     }
     // The same counts on both kernels of an A/A: no change, nothing said beside it.
     for v in priced_exits(&base, &with_events(&b, 0)) {

@@ -11,7 +11,7 @@ use crate::analysis::stall::STALL_JIFFIES;
 use crate::lab::kab::BusyBoot;
 use crate::scenario;
 
-use super::events::{EventsBeside, events_beside};
+use super::events::{EventsBeside, MSR_WRITES_METRIC, events_beside, msr_writes_moved};
 use super::metric::{MetricAb, MetricOutcome, Trust};
 use super::stall::{StallAb, StallSide};
 use super::{ScenarioAb, SideFailure, VariantAb, both_ran, uncounted};
@@ -370,7 +370,7 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
         };
         [side(0), side(1)]
     });
-    let regressions: Vec<Change> = v
+    let mut regressions: Vec<Change> = v
         .metrics
         .iter()
         .filter(|m| m.outcome == MetricOutcome::Regression)
@@ -382,11 +382,30 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
         .filter(|m| m.outcome == MetricOutcome::Cost)
         .map(|m| change(m, true))
         .collect();
-    let improvements: Vec<Change> = v
+    let mut improvements: Vec<Change> = v
         .metrics
         .iter()
         .filter_map(|m| better(m).map(|within| change(m, within)))
         .collect();
+    // What the instruction clock prices at one instruction: the host's MSR writes, judged as
+    // a count beside it.
+    let events = events_beside(scenario, v);
+    if let Some([a, b]) = events.as_ref().and_then(msr_writes_moved) {
+        let c = Change {
+            metric: MSR_WRITES_METRIC.to_string(),
+            unit: "count".into(),
+            a,
+            b,
+            within_jiffy: false,
+            undeclared: false,
+            tolerance: None,
+        };
+        if b > a {
+            regressions.push(c);
+        } else {
+            improvements.push(c);
+        }
+    }
     let mut undecided: Vec<String> = v
         .metrics
         .iter()
@@ -457,7 +476,7 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
             .flatten(),
         instruction_clock: instruction_changes(v),
         boots_disagree: boots_disagree(v),
-        events: events_beside(scenario, v),
+        events,
         estimate: None,
     }
 }
