@@ -90,7 +90,13 @@ pub(super) fn run(db: Option<&Path>, args: RunArgs) -> Result<ExitCode, Error> {
     )?;
     let progress = TermProgress::new(kind.info().name, args.measure.json);
     let mut record = scenario::run_with_baseline(backend.as_mut(), &request, &baseline, &progress)?;
-    if !args.count_calls.is_empty() {
+    // A kernel under test on the instruction clock (QEMU's `-icount` on its command line)
+    // prices an MSR write or a TLB flush at one instruction: where the scenario has
+    // iterations (exits), its host events are counted per iteration even when no patched
+    // function is asked for (a patch whose lines no debug information maps to a function).
+    let events_here = record.host.clock == hvlab_core::host::Clock::Icount
+        && record.params.contains_key("iterations");
+    if !args.count_calls.is_empty() || events_here {
         record.calls = calls_counted(backend.as_mut(), &request, &record, &args.count_calls);
     }
     judged_or_failures_kept(&mut record, run_store.as_mut())?;
@@ -129,8 +135,10 @@ fn judged_or_failures_kept(
 
 /// `--count-calls`: per variant that produced samples, one more repetition of it alone,
 /// untimed and unrecorded, with kprobes on `specs` armed only around it (so the timed
-/// repetitions before it never pay for a probe). A repetition that fails leaves its counts
-/// as they are: whatever ran before the failure was counted.
+/// repetitions before it never pay for a probe), and the kernel's own MSR writes and TLB
+/// flushes counted in it too ([`crate::kernel::kprobe::count_events`]), per iteration when the
+/// scenario has them. A repetition that fails leaves its counts as they are: whatever ran
+/// before the failure was counted.
 fn calls_counted(
     backend: &mut dyn hvlab_core::Backend,
     request: &scenario::runner::RunRequest,
@@ -148,12 +156,19 @@ fn calls_counted(
                 warmup: 0,
                 ..request.clone()
             };
-            let (functions, _) = crate::kernel::kprobe::count_calls(specs, || {
-                scenario::run(backend, &once, &crate::scenario::runner::Silent)
+            let (events, (functions, _)) = crate::kernel::kprobe::count_events(|| {
+                crate::kernel::kprobe::count_calls(specs, || {
+                    scenario::run(backend, &once, &crate::scenario::runner::Silent)
+                })
             });
             crate::analysis::calls::VariantCalls {
                 variant: v.name.clone(),
                 functions,
+                events,
+                iterations: record
+                    .params
+                    .get("iterations")
+                    .and_then(serde_json::Value::as_u64),
             }
         })
         .collect()

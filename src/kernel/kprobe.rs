@@ -6,11 +6,23 @@
 //!
 //! The probes are armed only around the one untimed repetition the caller runs: a kprobe hit
 //! is a breakpoint trap, which the timed repetitions must never pay.
+//!
+//! In the same repetition, [`count_events`] counts the kernel's own MSR writes and TLB flushes
+//! with a histogram trigger on their tracepoints (`msr:write_msr`, `tlb:tlb_flush`). Not a
+//! kprobe: in Debian's 7.3 the write is `native_write_msr()`, `static inline notrace` in
+//! arch/x86/include/asm/msr.h (out of line only as paravirt's `pv_ops.cpu.write_msr`), and
+//! kprobe events refuse notrace functions (`CONFIG_KPROBE_EVENTS_ON_NOTRACE` is off); the
+//! out-of-line `do_trace_write_msr()` it calls runs only while something is attached to the
+//! tracepoint (`tracepoint_enabled(write_msr)`), which a trigger is. A trigger on an event
+//! that is not enabled keeps it soft-disabled: counted, nothing written to the ring buffer,
+//! and the hits are exact (a histogram drops keys, never hits, when full).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::analysis::calls::{Counted, FunctionCalls, NotProbed};
+use crate::analysis::calls::{
+    Counted, EventCount, EventCounted, FunctionCalls, HostEvent, NotProbed,
+};
 
 /// A bad `--count-calls` item.
 #[derive(Debug, thiserror::Error, displaydoc::Display)]
@@ -239,6 +251,128 @@ pub fn count_calls<T>(specs: &[CallSpec], run: impl FnOnce() -> T) -> (Vec<Funct
     (out, result)
 }
 
+/// The tracepoint an event is counted at (`group/event` under tracefs `events/`) and the
+/// field its histogram is keyed on (msr-trace.h's `msr`; tlb.h's `reason`).
+fn tracepoint(event: HostEvent) -> (&'static str, &'static str) {
+    match event {
+        HostEvent::MsrWrite => ("msr/write_msr", "msr.hex"),
+        HostEvent::TlbFlush => ("tlb/tlb_flush", "reason"),
+    }
+}
+
+/// The histogram trigger hvlab arms on a tracepoint keyed on `key`.
+fn hist_trigger(key: &str) -> String {
+    format!("hist:keys={key}:vals=hitcount:size=2048")
+}
+
+/// Appends one command to an event's `trigger` file.
+fn trigger_command(file: &Path, command: &str) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new().append(true).open(file)?;
+    f.write_all(format!("{command}\n").as_bytes())
+}
+
+/// Counts each of [`HostEvent::ALL`] during `run` (called once, the triggers armed), and
+/// returns the counts with `run`'s result. An event that cannot be counted says why; `run`
+/// runs anyway.
+pub fn count_events<T>(run: impl FnOnce() -> T) -> (Vec<EventCount>, T) {
+    let dir = match tracefs() {
+        Ok(dir) => dir,
+        Err(why) => {
+            let out = HostEvent::ALL
+                .iter()
+                .map(|&event| EventCount {
+                    event,
+                    counted: EventCounted::NotCounted { why: why.clone() },
+                })
+                .collect();
+            return (out, run());
+        }
+    };
+    let armed: Vec<(HostEvent, Result<PathBuf, NotProbed>)> = HostEvent::ALL
+        .iter()
+        .map(|&event| (event, arm_trigger(&dir, event)))
+        .collect();
+    let result = run();
+    let out = armed
+        .into_iter()
+        .map(|(event, armed)| {
+            let (_, key) = tracepoint(event);
+            let counted = match armed {
+                Err(why) => EventCounted::NotCounted { why },
+                Ok(events_dir) => {
+                    let trigger = events_dir.join("trigger");
+                    // Paused before it is read: reading it must not count what hvlab does next.
+                    let _ = trigger_command(&trigger, &format!("{}:pause", hist_trigger(key)));
+                    let read = std::fs::read_to_string(events_dir.join("hist"));
+                    let _ = trigger_command(&trigger, &format!("!{}", hist_trigger(key)));
+                    match read.map(|text| hist_hits(&text)) {
+                        Ok(Some((count, by_key))) => EventCounted::Counted { count, by_key },
+                        Ok(None) => EventCounted::NotCounted {
+                            why: NotProbed::Unreadable {
+                                error: format!(
+                                    "{} has no Totals",
+                                    events_dir.join("hist").display()
+                                ),
+                            },
+                        },
+                        Err(e) => EventCounted::NotCounted {
+                            why: NotProbed::Unreadable {
+                                error: format!("{}: {e}", events_dir.join("hist").display()),
+                            },
+                        },
+                    }
+                }
+            };
+            EventCount { event, counted }
+        })
+        .collect();
+    (out, result)
+}
+
+/// Arms hvlab's histogram trigger on `event`'s tracepoint (first removing one a killed run
+/// left): its directory under `events/`, or why not.
+fn arm_trigger(dir: &Path, event: HostEvent) -> Result<PathBuf, NotProbed> {
+    let (name, key) = tracepoint(event);
+    let events_dir = dir.join("events").join(name);
+    let trigger = events_dir.join("trigger");
+    if !trigger.exists() {
+        return Err(NotProbed::NoTracepoint {
+            event: name.replace('/', ":"),
+        });
+    }
+    let _ = trigger_command(&trigger, &format!("!{}", hist_trigger(key)));
+    trigger_command(&trigger, &hist_trigger(key)).map_err(|e| NotProbed::TriggerRefused {
+        event: name.replace('/', ":"),
+        error: e.to_string(),
+    })?;
+    Ok(events_dir)
+}
+
+/// The hits of a tracepoint's `hist` text: the total (`Totals:` … `Hits: N`) and the hits per
+/// key (`{ msr: 0xc0000103 } hitcount: 20002`); `None` when it has no total.
+pub fn hist_hits(text: &str) -> Option<(u64, std::collections::BTreeMap<String, u64>)> {
+    let mut by_key = std::collections::BTreeMap::new();
+    let mut total = None;
+    for line in text.lines().map(str::trim) {
+        if let Some(entry) = line.strip_prefix('{') {
+            let Some((key, rest)) = entry.split_once('}') else {
+                continue;
+            };
+            let key = key.split_once(':').map_or(key, |(_, k)| k).trim();
+            let hits = rest
+                .trim()
+                .strip_prefix("hitcount:")
+                .and_then(|h| h.trim().parse::<u64>().ok());
+            if let Some(hits) = hits {
+                *by_key.entry(key.to_string()).or_insert(0) += hits;
+            }
+        } else if let Some(hits) = line.strip_prefix("Hits:") {
+            total = hits.trim().parse::<u64>().ok();
+        }
+    }
+    total.map(|t| (t, by_key))
+}
+
 /// A function that was not counted, and why.
 fn not_probed(s: &CallSpec, why: NotProbed) -> FunctionCalls {
     FunctionCalls {
@@ -409,6 +543,31 @@ ffffffffc0a10000 T kvm_io_bus_register_dev\t[kvm]
         for bad in ["kvm:f\n-:x", "kvm:", "f/", "kvm:f g", "../f", "kvm:1f"] {
             assert!(CallSpec::parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    /// A `hist` file as Debian 7.3's kernel writes it for `hist:keys=msr.hex:vals=hitcount`:
+    /// the total and the hits per MSR.
+    #[test]
+    fn histogram_hits_are_read_with_their_keys() {
+        let text = "\
+# event histogram
+#
+# trigger info: hist:keys=msr.hex:vals=hitcount:sort=hitcount:size=2048 [active]
+#
+
+{ msr: 0x6e0 } hitcount:          3
+{ msr: 0xc0000103 } hitcount:      10002
+
+Totals:
+    Hits: 10005
+    Entries: 2
+    Dropped: 0
+";
+        let (total, by_key) = hist_hits(text).expect("has totals");
+        assert_eq!(total, 10005);
+        assert_eq!(by_key.get("0xc0000103"), Some(&10002));
+        assert_eq!(by_key.get("0x6e0"), Some(&3));
+        assert_eq!(hist_hits("# event histogram\n"), None);
     }
 
     #[test]

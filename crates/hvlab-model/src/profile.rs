@@ -228,6 +228,7 @@ const LATER_KEYS: &[(&str, Range)] = &[
     ("pmbirq_latency_ns", Range::Real(0.0, MAX_NS)),
     ("memslot_node_ns", Range::Real(0.0, MAX_NS)),
     ("srcu_local_handoff_ns", Range::Real(0.0, MAX_NS)),
+    ("msr_write_cycles", Range::Real(0.0, 1e9)),
 ];
 
 /// Costs only a measured host has (`hvlab calibrate` writes them): checked when present; the

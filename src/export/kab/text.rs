@@ -5,7 +5,8 @@ use super::details::details;
 use super::prediction::{memory_beside, memory_lines, prediction_lines};
 use super::words::{
     boots_disagree_words, busy_boots, calls_lines, cause_words, change_words, duration,
-    failure_lines, instruction_words, small_change_words, stall_side, stall_words,
+    events_lines, failure_lines, host_change_words, instruction_words, small_change_words,
+    stall_side, stall_words,
 };
 use crate::analysis::class::VariantClass;
 use crate::analysis::quantity::fixed_decimals;
@@ -246,6 +247,9 @@ pub fn mechanism(v: &VariantVerdict) -> Vec<String> {
         );
     }
     out.extend(calls_lines(v));
+    if v.host_busy.is_none() {
+        out.extend(events_lines(v));
+    }
     out.extend(
         v.boots_disagree
             .iter()
@@ -343,6 +347,9 @@ fn moved(v: &VariantVerdict, changes: &[Change], word: &str) -> Vec<String> {
         .map(|c| {
             // On the instruction clock the change is said in instructions, with its tolerance.
             if let Some(words) = instruction_change(v, c) {
+                return format!("{word}: {words}");
+            }
+            if let Some(words) = host_change_words(v, c) {
                 return format!("{word}: {words}");
             }
             match cause_of(v, c) {

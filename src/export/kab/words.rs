@@ -1,15 +1,16 @@
 //! How a kab's figures, changes and stalls are written, the same in the terminal text and in
 //! the cover letter.
 
-use crate::analysis::calls::{Counted, FunctionCalls};
+use crate::analysis::calls::{Counted, FunctionCalls, HostEvent};
 use crate::analysis::class::VariantClass;
 use crate::analysis::direction::change_pct;
 use crate::analysis::icount::{BootsDisagree, IcountAb};
 use crate::analysis::quantity::fixed_decimals;
 use crate::kernel::sandbox::Confinement;
 use crate::lab::kab::{
-    BusyBoot, Cause, Change, CorrectedP, GraceWait, Inconclusive, KabNote, SideFailure, StallAb,
-    StallSide, Unsettled, VariantVerdict, WorseWay,
+    BusyBoot, Cause, Change, CorrectedP, EventEstimate, EventsBeside, GraceWait, HostEventAb,
+    HostRole, Inconclusive, KabNote, MSR_WRITES_METRIC, SideFailure, StallAb, StallSide, Unsettled,
+    VariantVerdict, WorseWay,
 };
 
 impl std::fmt::Display for KabNote {
@@ -467,6 +468,229 @@ pub(super) fn calls_lines(v: &VariantVerdict) -> Vec<String> {
             format!("{} reaches it: --kvm-param {}", r.by, r.kvm_param)
         }
     }));
+    out
+}
+
+/// A host event in words.
+fn host_event_name(e: HostEvent) -> &'static str {
+    match e {
+        HostEvent::MsrWrite => "MSR writes",
+        HostEvent::TlbFlush => "host TLB flushes",
+    }
+}
+
+/// A key of a host event's histogram in words: an MSR by its number (`MSR 0xc0000103`), a
+/// flush by its reason's number (`reason 0`).
+fn event_key_words(e: HostEvent, key: &str) -> String {
+    match e {
+        HostEvent::MsrWrite => format!("MSR 0x{}", key.trim_start_matches("0x")),
+        HostEvent::TlbFlush => format!("reason {key}"),
+    }
+}
+
+/// `+1.00`, `-0.16`: a per-unit change.
+fn signed(x: f64) -> String {
+    let sign = if x < 0.0 { "-" } else { "+" };
+    format!("{sign}{:.2}", x.abs())
+}
+
+/// One host event that moved, or was not counted on a side: `MSR writes 0.00 → 1.00 (+1.00:
+/// MSR 0xc0000103 0.00 → 1.00)`; `None` when it was counted on both sides and did not move.
+fn host_event_words(e: &HostEventAb) -> Option<String> {
+    let name = host_event_name(e.event);
+    if let [Some(a), Some(b)] = e.per_unit {
+        if !e.moved {
+            return None;
+        }
+        let keys: Vec<String> = e
+            .keys_moved
+            .iter()
+            .map(|k| {
+                format!(
+                    "{} {:.2} → {:.2}",
+                    event_key_words(e.event, &k.key),
+                    k.per_unit[0],
+                    k.per_unit[1]
+                )
+            })
+            .collect();
+        let keys = if keys.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", keys.join(", "))
+        };
+        return Some(format!("{name} {a:.2} → {b:.2} ({}{keys})", signed(b - a)));
+    }
+    let why: Vec<String> = e
+        .not_counted
+        .iter()
+        .zip(["A", "B"])
+        .filter_map(|(w, side)| w.as_ref().map(|w| format!("{side}: {w}")))
+        .collect();
+    Some(if why.is_empty() {
+        format!("{name} not counted on both kernels")
+    } else {
+        format!("{name} not counted ({})", why.join("; "))
+    })
+}
+
+/// What the events are counted per, in words.
+fn per_words(v: &VariantVerdict, e: &EventsBeside) -> &'static str {
+    match (
+        e.per_iteration,
+        v.scenario == crate::scenario::Kind::Exits.name(),
+    ) {
+        (true, true) => "per exit",
+        (true, false) => "per iteration",
+        (false, _) => "per repetition",
+    }
+}
+
+/// Whether the verdict judged the host's MSR writes (then its change line says them).
+fn msr_writes_judged(v: &VariantVerdict) -> bool {
+    v.regressions
+        .iter()
+        .chain(&v.improvements)
+        .any(|c| c.metric == MSR_WRITES_METRIC)
+}
+
+/// A judged change of the host's MSR writes: `MSR writes per exit 0.00 → 1.00 (+1.00: MSR
+/// 0xc0000103 0.00 → 1.00), each one instruction on the instruction clock`.
+pub(super) fn host_change_words(v: &VariantVerdict, c: &Change) -> Option<String> {
+    if c.metric != MSR_WRITES_METRIC {
+        return None;
+    }
+    let e = v.events.as_ref()?;
+    let msr = e.host.iter().find(|h| h.event == HostEvent::MsrWrite)?;
+    let said = host_event_words(msr)?;
+    let said = said.replacen("MSR writes", &format!("MSR writes {}", per_words(v, e)), 1);
+    Some(format!(
+        "{said}, each one instruction on the instruction clock"
+    ))
+}
+
+/// The events beside an instruction-clock verdict: `events per exit: MSR writes 0.00 → 1.00
+/// (+1.00: MSR 0xc0000103 0.00 → 1.00); exits, host TLB flushes unchanged`; and, when the
+/// time they came with was not judged changed, its instructions.
+pub(super) fn events_line(v: &VariantVerdict) -> Option<String> {
+    let e = v.events.as_ref()?;
+    // Said where the instruction clock judged a time changed, or where an event moved that
+    // the clock prices at one instruction.
+    if v.instruction_clock.is_empty() && !e.any_moved() {
+        return None;
+    }
+    let judged = msr_writes_judged(v);
+    let mut parts: Vec<String> = e
+        .host
+        .iter()
+        .filter(|h| !(judged && h.event == HostEvent::MsrWrite))
+        .filter_map(host_event_words)
+        .collect();
+    parts.extend(e.kvm_moved.iter().map(|k| {
+        format!(
+            "{} {:.2} → {:.2} ({})",
+            k.metric,
+            k.median[0],
+            k.median[1],
+            signed(k.median[1] - k.median[0])
+        )
+    }));
+    let mut unchanged: Vec<&str> = e.kvm_unchanged.iter().map(String::as_str).collect();
+    unchanged.extend(
+        e.host
+            .iter()
+            .filter(|h| !h.moved && h.per_unit.iter().all(Option::is_some))
+            .map(|h| host_event_name(h.event)),
+    );
+    if !unchanged.is_empty() {
+        parts.push(format!("{} unchanged", unchanged.join(", ")));
+    }
+    let mut out =
+        (!parts.is_empty()).then(|| format!("events {}: {}", per_words(v, e), parts.join("; ")));
+    if v.instruction_clock.is_empty()
+        && let Some((metric, j)) = &e.instructions
+    {
+        let within = format!(
+            "instructions: {}, within its tolerance",
+            instruction_words(metric, j)
+        );
+        out = Some(match out {
+            Some(line) => format!("{within}\n{line}"),
+            None => within,
+        });
+    }
+    out
+}
+
+/// `+≈2,500 ns`, `-≈81 ns`: an estimate, rounded to what it can say.
+fn estimate_ns(ns: f64) -> String {
+    let sign = if ns < 0.0 { "-" } else { "+" };
+    let x = ns.abs();
+    let rounded = if x >= 100.0 {
+        (x / 10.0).round() * 10.0
+    } else {
+        x.round()
+    };
+    format!("{sign}≈{} ns", crate::analysis::quantity::count(rounded))
+}
+
+/// The model's estimate beside an instruction delta, and how it was priced: `estimate (model,
+/// not measured): +≈2,650 ns per exit on this host (pvm-epyc), +≈175 ns on intel-spr-vmx
+/// (thread 003's host)`.
+pub(super) fn estimate_lines(e: &EventEstimate) -> Vec<String> {
+    let hosts: Vec<String> =
+        e.on.iter()
+            .map(|p| match (p.role, &p.thread) {
+                (HostRole::ThisHost, _) => {
+                    format!(
+                        "{} per exit on this host ({})",
+                        estimate_ns(p.ns),
+                        p.profile
+                    )
+                }
+                (HostRole::ThreadHost, Some(t)) => {
+                    format!("{} on {} (thread {t}'s host)", estimate_ns(p.ns), p.profile)
+                }
+                (HostRole::ThreadHost, None) => format!("{} on {}", estimate_ns(p.ns), p.profile),
+            })
+            .collect();
+    let list = |f: &dyn Fn(&crate::lab::kab::PricedOn) -> f64| -> String {
+        e.on.iter()
+            .map(|p| fixed_decimals(f(p)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let plain = e.delta_insn - e.delta_msr_writes;
+    let msr = if e.msr_writes_counted {
+        format!(
+            " + {} MSR write(s) at msr_write_cycles ({} cycles)",
+            signed(e.delta_msr_writes),
+            list(&|p| p.msr_write_cycles)
+        )
+    } else {
+        "; MSR writes not counted, so every instruction is priced as a plain one".to_string()
+    };
+    vec![
+        format!("estimate (model, not measured): {}", hosts.join(", ")),
+        format!(
+            "  priced: {} plain instructions at alu_cycles ({} cycles){msr}, over cpu_ghz ({} GHz) of each profile",
+            insn_words(plain),
+            list(&|p| p.insn_cycles),
+            list(&|p| p.ghz)
+        ),
+    ]
+}
+
+/// What the instruction clock does not see, beside the verdict: the events that moved and the
+/// model's estimate of the delta in wall time.
+pub(super) fn events_lines(v: &VariantVerdict) -> Vec<String> {
+    let mut out: Vec<String> = events_line(v)
+        .iter()
+        .flat_map(|l| l.lines().map(str::to_string))
+        .collect();
+    if let Some(e) = &v.estimate {
+        out.extend(estimate_lines(e));
+    }
     out
 }
 

@@ -33,9 +33,11 @@ pub use judge::{
     ScenarioAb, SideFailure, SideRuns, StallAb, StallReps, StallSide, Trust, Unsettled, VariantAb,
     VariantVerdict, WorseWay, correct_family, judge, judge_pair, judgement, verdict, verdicts,
 };
+pub use judge::{EventsBeside, HostEventAb, KeyMoved, KvmCountAb, MSR_WRITES_METRIC};
 pub(crate) use judge::{busy_during_boot, not_judged_on_a_busy_host};
 pub use predict::{
-    KabPrediction, PredictedWait, ThisHostMissing, ThisHostPrediction, VariantPrediction,
+    EventEstimate, HostRole, KabPrediction, PredictedWait, PricedOn, ThisHostMissing,
+    ThisHostPrediction, VariantPrediction, price,
 };
 pub use request::{GuestScenario, KabRequest, guest_scenarios};
 pub(crate) use run::guest_commands;

@@ -206,6 +206,174 @@ pub(super) fn predict(
     Ok(out)
 }
 
+/// The model's estimate of an instruction delta in wall time, on real hosts: what the
+/// instruction clock cannot say (on it an MSR write costs one instruction). Estimated, never
+/// measured.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventEstimate {
+    /// `estimate`.
+    pub label: &'static str,
+    /// The metric whose delta is priced (`roundtrip_ns`).
+    pub metric: String,
+    /// Its instruction delta (B − A, medians), per exit.
+    pub delta_insn: f64,
+    /// The MSR writes per exit B adds (moved ones only; 0 when unmoved or not counted).
+    pub delta_msr_writes: f64,
+    /// Whether the MSR writes were counted on both sides (else every instruction is priced
+    /// as a plain one).
+    pub msr_writes_counted: bool,
+    /// The delta priced on each host: this host's kind first, then the thread's.
+    pub on: Vec<PricedOn>,
+}
+
+/// Whose host a profile describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostRole {
+    /// This host's kind.
+    ThisHost,
+    /// The host of the thread behind the scenario (its showcase's profile).
+    ThreadHost,
+}
+
+/// The delta priced on one profile.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PricedOn {
+    /// Whose host.
+    pub role: HostRole,
+    /// The profile.
+    pub profile: String,
+    /// The thread whose host it is (`003`), for [`HostRole::ThreadHost`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread: Option<String>,
+    /// The estimate, in ns per exit.
+    pub ns: f64,
+    /// The inputs, as the profile gives them: cycles per plain instruction (`alu_cycles`),
+    /// cycles per MSR write (`msr_write_cycles`), the clock (`cpu_ghz`).
+    pub insn_cycles: f64,
+    /// See `insn_cycles`.
+    pub msr_write_cycles: f64,
+    /// See `insn_cycles`.
+    pub ghz: f64,
+}
+
+/// What the estimate reads from a profile.
+const PRICED_BY: &str = "the instruction-delta estimate";
+
+/// The instruction delta of `delta_insn` per exit, `delta_msr` of them MSR writes, priced
+/// on `profile`: the plain instructions at `alu_cycles` each (a dependent chain of
+/// single-cycle ALU operations, the cheapest code retires no faster than one a cycle when it
+/// is a chain; a patch's added C is priced as such, the lower bound of what it costs with
+/// a cache miss), each MSR write at `msr_write_cycles` (serializing), over `cpu_ghz`. Mirrors
+/// what `native_write_msr()` adds to `svm_vcpu_run()`/`vmx_vcpu_run()` on the host: the
+/// WRMSR instruction, which the instruction clock counts as one.
+pub fn price(
+    profile: &crate::model::profile::Profile,
+    delta_insn: f64,
+    delta_msr: f64,
+) -> Result<(f64, [f64; 3]), crate::model::profile::ProfileError> {
+    let insn_cycles = profile.get("alu_cycles", PRICED_BY)?;
+    let msr_write_cycles = profile.get("msr_write_cycles", PRICED_BY)?;
+    let ghz = profile.get("cpu_ghz", PRICED_BY)?;
+    let plain = delta_insn - delta_msr;
+    let ns = (plain * insn_cycles + delta_msr * msr_write_cycles) / ghz;
+    Ok((ns, [insn_cycles, msr_write_cycles, ghz]))
+}
+
+/// The profile of this host's kind the estimate prices on: the base's calibration when the
+/// kab has one made on the wall clock; else the built-in `pvm-epyc`. A calibration made on
+/// the instruction clock is not used: its `cpu_ghz` is the guest's TSC against instructions
+/// (one instruction a nanosecond), read from the very exits whose delta is priced, so it
+/// would give the delta back as nanoseconds, not a wall time.
+fn this_host_profile(
+    calibrated: Option<&(PathBuf, crate::model::profile::Profile)>,
+    clock: hvlab_core::host::Clock,
+) -> Option<crate::model::profile::Profile> {
+    match calibrated {
+        Some((_, p)) if clock == hvlab_core::host::Clock::Wall => Some(p.clone()),
+        _ => crate::model::profile::Profile::load("pvm-epyc").ok(),
+    }
+}
+
+/// The thread behind `scenario` and its host's profile: the first showcase with a headline.
+fn thread_host(scenario: &str) -> Option<(&'static str, &'static str)> {
+    let kind = scenario::Kind::named(scenario).ok()?;
+    kind.showcases()
+        .into_iter()
+        .find_map(|s| s.headline.map(|h| (h.thread, s.profile)))
+}
+
+/// Prices, beside every verdict whose exit roundtrip moved on the instruction clock, the
+/// instruction delta in wall time on this host's kind and on the scenario's thread's host
+/// (the model's estimate, labelled so). A profile that lacks a key is left out of the
+/// estimate rather than guessed.
+pub(super) fn price_events(
+    verdicts: &mut [super::VariantVerdict],
+    calibrated: Option<&(PathBuf, crate::model::profile::Profile)>,
+    clock: hvlab_core::host::Clock,
+) {
+    let here = this_host_profile(calibrated, clock);
+    for v in verdicts.iter_mut() {
+        let Some(events) = v.events.as_ref().filter(|e| e.per_iteration) else {
+            continue;
+        };
+        // Beside a roundtrip judged changed, or one whose events moved.
+        let Some((metric, judged)) = events
+            .instructions
+            .as_ref()
+            .filter(|(m, _)| m == "roundtrip_ns")
+            .filter(|_| !v.instruction_clock.is_empty() || events.any_moved())
+        else {
+            continue;
+        };
+        let msr = events
+            .host
+            .iter()
+            .find(|e| e.event == crate::analysis::calls::HostEvent::MsrWrite);
+        let msr_writes_counted = msr.is_some_and(|e| e.per_unit.iter().all(Option::is_some));
+        let delta_msr = events
+            .delta(crate::analysis::calls::HostEvent::MsrWrite)
+            .unwrap_or(0.0);
+        let delta_insn = judged.delta_insn;
+        let mut on = Vec::new();
+        let thread = thread_host(&v.scenario);
+        let profiles = [
+            here.clone().map(|p| (HostRole::ThisHost, None, p)),
+            thread.and_then(|(t, name)| {
+                crate::model::profile::Profile::load(name)
+                    .ok()
+                    .map(|p| (HostRole::ThreadHost, Some(t.to_string()), p))
+            }),
+        ];
+        for (role, thread, profile) in profiles.into_iter().flatten() {
+            if let Ok((ns, [insn_cycles, msr_write_cycles, ghz])) =
+                price(&profile, delta_insn, delta_msr)
+            {
+                on.push(PricedOn {
+                    role,
+                    profile: profile.name.clone(),
+                    thread,
+                    ns,
+                    insn_cycles,
+                    msr_write_cycles,
+                    ghz,
+                });
+            }
+        }
+        if on.is_empty() {
+            continue;
+        }
+        v.estimate = Some(EventEstimate {
+            label: "estimate",
+            metric: metric.clone(),
+            delta_insn,
+            delta_msr_writes: delta_msr,
+            msr_writes_counted,
+            on,
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -179,6 +179,11 @@ pub fn run(
         wall,
     );
     outcome.memory_prediction = memory_prediction;
+    super::predict::price_events(
+        &mut outcome.verdicts,
+        calibrated.as_ref(),
+        outcome.accel.clock,
+    );
     // A second boot of each side counts in the headline's boots a side.
     outcome.boots_per_side = u32::try_from(outcome.boots.len() / 2).unwrap_or(u32::MAX);
     Ok(outcome)

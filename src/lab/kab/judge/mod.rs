@@ -3,13 +3,14 @@
 //! stalls; and the judgement a kab's gate reads.
 
 mod busy;
+mod events;
 mod metric;
 mod stall;
 mod verdict;
 
 use serde::Serialize;
 
-use crate::analysis::calls::{FunctionCalls, side_calls};
+use crate::analysis::calls::{FunctionCalls, SideEvents, side_calls, side_events};
 use crate::analysis::class::VariantClass;
 use crate::analysis::direction::Declared;
 use crate::analysis::icount::{self, insn_per};
@@ -31,6 +32,7 @@ use stall::stalls_ab;
 
 pub(super) use busy::host_busy_during;
 pub(crate) use busy::{busy_during_boot, not_judged_on_a_busy_host};
+pub use events::{EventsBeside, HostEventAb, KeyMoved, KvmCountAb, MSR_WRITES_METRIC};
 pub use metric::{
     CorrectedP, Inconclusive, MetricAb, MetricOutcome, Trust, Unsettled, WorseWay, correct_family,
 };
@@ -56,6 +58,10 @@ pub struct VariantAb {
     /// that side counted none).
     #[serde(default, skip_serializing_if = "uncounted")]
     pub calls: [Option<Vec<FunctionCalls>>; 2],
+    /// The host kernel's events on A and on B, counted with the calls (`None`: that side
+    /// counted none).
+    #[serde(default, skip_serializing_if = "no_events")]
+    pub events: [Option<SideEvents>; 2],
     /// Pages the guest touched per pass on A and on B, when the scenario counts its faults
     /// against them (memory's `FaultsPerPage`): what a fault count's mechanism is read from.
     #[serde(skip)]
@@ -64,6 +70,10 @@ pub struct VariantAb {
 
 fn uncounted(calls: &[Option<Vec<FunctionCalls>>; 2]) -> bool {
     calls.iter().all(Option::is_none)
+}
+
+fn no_events(events: &[Option<SideEvents>; 2]) -> bool {
+    events.iter().all(Option::is_none)
 }
 
 /// Why one side of a kab has no samples of a variant.
@@ -213,6 +223,11 @@ fn calls_of(runs: &[&RunRecord], variant: &str) -> Option<Vec<FunctionCalls>> {
     side_calls(runs.iter().map(|r| r.calls.as_slice()), variant)
 }
 
+/// One side's host events of `variant`, summed over its runs.
+fn events_of(runs: &[&RunRecord], variant: &str) -> Option<SideEvents> {
+    side_events(runs.iter().map(|r| r.calls.as_slice()), variant)
+}
+
 pub(super) fn of_scenario<'a>(runs: &'a [RunRecord], scenario: &str) -> Vec<&'a RunRecord> {
     runs.iter().filter(|r| r.scenario == scenario).collect()
 }
@@ -343,6 +358,7 @@ pub fn judge_pair(
                 (a, b) => {
                     variants.push(VariantAb {
                         calls: [calls_of(&ra, &name), calls_of(&rb, &name)],
+                        events: [events_of(&ra, &name), events_of(&rb, &name)],
                         variant: name,
                         metrics: Vec::new(),
                         stalls: Vec::new(),
@@ -427,6 +443,7 @@ pub fn judge_pair(
                 stalls: stalls_ab(&ra, &rb, &v.name),
                 failures: [None, None],
                 calls: [calls_of(&ra, &v.name), calls_of(&rb, &v.name)],
+                events: [events_of(&ra, &v.name), events_of(&rb, &v.name)],
                 pages_touched: [pages_touched(v), pages_touched(vb)],
             });
         }

@@ -191,6 +191,7 @@ fn variant(metrics: Vec<MetricAb>, stalls: Vec<StallAb>) -> VariantAb {
         stalls,
         failures: [None, None],
         calls: [None, None],
+        events: [None, None],
         pages_touched: [None, None],
     }
 }
@@ -1652,4 +1653,148 @@ fn wall_clock_times_with_boots_a_side_are_judged_per_boot() {
     let slower = on_kvm(&side([1.0, 1.02, 0.99]), &side([1.3, 1.31, 1.29]));
     let rt = roundtrip(of_variant(&slower, "pio-out"));
     assert_eq!(rt.outcome, MetricOutcome::Regression, "{rt:?}");
+}
+
+/// `r` with the host events its guest counted in the untimed repetition of each variant: per
+/// 10,000 exits `msr_per_exit` MSR writes of MSR_TSC_AUX each, plus the 8 a VM's
+/// construction made, and 1225 host TLB flushes (what a 7.3 guest counted for 1,000
+/// pio-outs, scaled), with no patched function.
+fn with_events(r: &RunRecord, msr_per_exit: u64) -> RunRecord {
+    use crate::analysis::calls::{EventCount, EventCounted, HostEvent, VariantCalls};
+    let mut r = r.clone();
+    let iterations = r.params["iterations"]
+        .as_u64()
+        .expect("exits has iterations");
+    let counted = |count: u64, key: &str| EventCounted::Counted {
+        count,
+        by_key: [(key.to_string(), count)].into_iter().collect(),
+    };
+    r.calls = r
+        .variants
+        .iter()
+        .map(|v| VariantCalls {
+            variant: v.name.clone(),
+            functions: Vec::new(),
+            events: vec![
+                EventCount {
+                    event: HostEvent::MsrWrite,
+                    counted: counted(msr_per_exit * iterations + 8, "c0000103"),
+                },
+                EventCount {
+                    event: HostEvent::TlbFlush,
+                    counted: counted(12_250, "0"),
+                },
+            ],
+            iterations: Some(iterations),
+        })
+        .collect();
+    r
+}
+
+/// The verdicts of `a` against `b` (exits on the instruction clock) with the model's estimate
+/// priced, the variants both sides ran.
+fn priced_exits(a: &RunRecord, b: &RunRecord) -> Vec<VariantVerdict> {
+    let judged = judge_exits(a, b);
+    let mut v = verdicts(&judged);
+    crate::lab::kab::predict::price_events(&mut v, None, Clock::Icount);
+    v.into_iter()
+        .filter(|v| v.failures.iter().all(Option::is_none))
+        .collect()
+}
+
+/// What instructions do not see, said beside the verdict: the same stored exits with one
+/// more MSR write per exit on B (and the write's own instruction) read REGRESSED with the
+/// instruction delta, the MSR writes per exit 0 → 1 beside it (the MSR named), the host's TLB
+/// flushes and KVM's exits unchanged; the model's estimate on this host's kind and on thread
+/// 003's grows, against the same delta without the write, by exactly msr_write_cycles /
+/// cpu_ghz of each profile. The A/A with the same counts says nothing beside NO CHANGE.
+#[test]
+fn an_msr_write_per_exit_is_said_beside_the_instruction_delta_and_priced() {
+    use crate::model::profile::Profile;
+    let [a, b] = icount_exits();
+    let base = with_events(&a, 0);
+    let with_write = with_events(&shifted(&b, None, "roundtrip_ns", 201.0), 1);
+    let without = with_events(&shifted(&b, None, "roundtrip_ns", 200.0), 0);
+    let v = priced_exits(&base, &with_write);
+    let plain = priced_exits(&base, &without);
+    assert!(v.len() >= 4, "{v:?}");
+    let profiles = [
+        Profile::load("pvm-epyc").unwrap(),
+        Profile::load("intel-spr-vmx").unwrap(),
+    ];
+    for (v, plain) in v.iter().zip(&plain) {
+        assert_eq!(v.class, VariantClass::Regressed, "{v:?}");
+        let events = v.events.as_ref().expect("events beside the verdict");
+        assert!(events.per_iteration);
+        let msr = events
+            .host
+            .iter()
+            .find(|e| e.event == crate::analysis::calls::HostEvent::MsrWrite)
+            .unwrap();
+        assert!(msr.moved, "{msr:?}");
+        let delta = events.delta(msr.event).unwrap();
+        assert!((delta - 1.0).abs() < 1e-9, "{delta}");
+        assert_eq!(msr.keys_moved[0].key, "c0000103");
+        let tlb = events.host.iter().find(|e| e.event != msr.event).unwrap();
+        assert!(!tlb.moved, "{tlb:?}");
+        assert!(v.regressions.iter().any(|c| c.metric == "host.msr_writes"));
+        let lines = crate::export::kab::mechanism(v).join("\n");
+        assert!(
+            lines.contains("B worse: roundtrip_ns +20")
+                && lines.contains(
+                    "B worse: MSR writes per exit 0.00 → 1.00 (+1.00: MSR 0xc0000103 0.00 → 1.00), each one instruction on the instruction clock"
+                )
+                && lines.contains("host TLB flushes unchanged")
+                && lines.contains("estimate (model, not measured): +≈")
+                && lines.contains("per exit on this host (pvm-epyc)")
+                && lines.contains("on intel-spr-vmx (thread 003's host)"),
+            "{lines}"
+        );
+        let est = v.estimate.as_ref().expect("an estimate");
+        let was = plain.estimate.as_ref().expect("an estimate");
+        assert_eq!(est.on.len(), 2);
+        for ((on, before), profile) in est.on.iter().zip(&was.on).zip(&profiles) {
+            assert_eq!(on.profile, profile.name);
+            let per_write = profile.get("msr_write_cycles", "test").unwrap()
+                / profile.get("cpu_ghz", "test").unwrap();
+            assert!(per_write > 0.0);
+            let grew = on.ns - before.ns;
+            assert!(
+                (grew - per_write).abs() < 0.01 * per_write,
+                "{}: {grew} ns, not {per_write}",
+                on.profile
+            );
+        }
+    }
+    // The write alone, with the few instructions around it (within the roundtrip's
+    // tolerance): REGRESSED by the count, the instructions said beside it, and priced. The
+    // same write removed: IMPROVED.
+    let write_only = with_events(&shifted(&b, None, "roundtrip_ns", 28.0), 1);
+    for v in priced_exits(&base, &write_only) {
+        assert_eq!(v.class, VariantClass::Regressed, "{v:?}");
+        assert!(v.instruction_clock.is_empty(), "{v:?}");
+        let lines = crate::export::kab::mechanism(&v).join("\n");
+        assert!(
+            lines.contains("B worse: MSR writes per exit 0.00 → 1.00")
+                && lines.contains("instructions: roundtrip_ns +2")
+                && lines.contains("within its tolerance")
+                && lines.contains("estimate (model, not measured)"),
+            "{lines}"
+        );
+    }
+    for v in priced_exits(&write_only, &base) {
+        assert_eq!(v.class, VariantClass::Improved, "{v:?}");
+        let lines = crate::export::kab::mechanism(&v).join("\n");
+        assert!(
+            lines.contains("B better: MSR writes per exit 1.00 → 0.00 (-1.00"),
+            "{lines}"
+        );
+    }
+    // The same counts on both kernels of an A/A: no change, nothing said beside it.
+    for v in priced_exits(&base, &with_events(&b, 0)) {
+        assert_eq!(v.class, VariantClass::NoChange, "{v:?}");
+        assert!(v.estimate.is_none());
+        let lines = crate::export::kab::mechanism(&v).join("\n");
+        assert!(!lines.contains("events per"), "{lines}");
+    }
 }

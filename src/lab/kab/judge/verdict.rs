@@ -11,6 +11,7 @@ use crate::analysis::stall::STALL_JIFFIES;
 use crate::lab::kab::BusyBoot;
 use crate::scenario;
 
+use super::events::{EventsBeside, MSR_WRITES_METRIC, events_beside, msr_writes_moved};
 use super::metric::{MetricAb, MetricOutcome, Trust};
 use super::stall::{StallAb, StallSide};
 use super::{ScenarioAb, SideFailure, VariantAb, both_ran, uncounted};
@@ -219,6 +220,15 @@ pub struct VariantVerdict {
     /// Times whose boots of one side disagree (a finding, whatever the class).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub boots_disagree: Vec<BootsDisagreement>,
+    /// What the instruction clock does not see: the events that moved beside a time judged
+    /// on it (MSR writes, TLB flushes, KVM's statistics).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<EventsBeside>,
+    /// The model's estimate of the instruction delta in wall time on real hosts (an
+    /// estimate, never measured), filled in by the kab from its profiles
+    /// (`crate::lab::kab::predict::price_events`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<crate::lab::kab::predict::EventEstimate>,
 }
 
 fn change(m: &MetricAb, within_jiffy: bool) -> Change {
@@ -341,6 +351,8 @@ impl VariantVerdict {
             reach: None,
             instruction_clock: Vec::new(),
             boots_disagree: Vec::new(),
+            events: None,
+            estimate: None,
         }
     }
 }
@@ -358,7 +370,7 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
         };
         [side(0), side(1)]
     });
-    let regressions: Vec<Change> = v
+    let mut regressions: Vec<Change> = v
         .metrics
         .iter()
         .filter(|m| m.outcome == MetricOutcome::Regression)
@@ -370,11 +382,30 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
         .filter(|m| m.outcome == MetricOutcome::Cost)
         .map(|m| change(m, true))
         .collect();
-    let improvements: Vec<Change> = v
+    let mut improvements: Vec<Change> = v
         .metrics
         .iter()
         .filter_map(|m| better(m).map(|within| change(m, within)))
         .collect();
+    // What the instruction clock prices at one instruction: the host's MSR writes, judged as
+    // a count beside it.
+    let events = events_beside(scenario, v);
+    if let Some([a, b]) = events.as_ref().and_then(msr_writes_moved) {
+        let c = Change {
+            metric: MSR_WRITES_METRIC.to_string(),
+            unit: "count".into(),
+            a,
+            b,
+            within_jiffy: false,
+            undeclared: false,
+            tolerance: None,
+        };
+        if b > a {
+            regressions.push(c);
+        } else {
+            improvements.push(c);
+        }
+    }
     let mut undecided: Vec<String> = v
         .metrics
         .iter()
@@ -445,6 +476,8 @@ pub fn verdict(scenario: &str, v: &VariantAb) -> VariantVerdict {
             .flatten(),
         instruction_clock: instruction_changes(v),
         boots_disagree: boots_disagree(v),
+        events,
+        estimate: None,
     }
 }
 
