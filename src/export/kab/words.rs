@@ -654,30 +654,38 @@ pub(super) fn estimate_lines(e: &EventEstimate) -> Vec<String> {
                 (HostRole::ThreadHost, None) => format!("{} on {}", estimate_ns(p.ns), p.profile),
             })
             .collect();
-    let list = |f: &dyn Fn(&crate::lab::kab::PricedOn) -> f64| -> String {
+    let count = crate::analysis::quantity::count;
+    let fixed = crate::analysis::quantity::fixed_decimals;
+    // Each profile's inputs: `pvm-epyc 1 and 2,450 cycles at 2.45 GHz`.
+    let inputs: Vec<String> =
         e.on.iter()
-            .map(|p| fixed_decimals(f(p)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+            .map(|p| {
+                let cycles = if e.msr_writes_counted {
+                    format!("{} and {}", count(p.insn_cycles), count(p.msr_write_cycles))
+                } else {
+                    count(p.insn_cycles)
+                };
+                format!("{} {cycles} cycles at {} GHz", p.profile, fixed(p.ghz))
+            })
+            .collect();
     let plain = e.delta_insn - e.delta_msr_writes;
-    let msr = if e.msr_writes_counted {
+    let priced = if e.msr_writes_counted {
         format!(
-            " + {} MSR write(s) at msr_write_cycles ({} cycles)",
+            "{} plain instructions at alu_cycles, {} MSR write(s) at msr_write_cycles, over cpu_ghz: {}",
+            insn_words(plain),
             signed(e.delta_msr_writes),
-            list(&|p| p.msr_write_cycles)
+            inputs.join("; ")
         )
     } else {
-        "; MSR writes not counted, so every instruction is priced as a plain one".to_string()
+        format!(
+            "{} plain instructions at alu_cycles over cpu_ghz: {}; MSR writes not counted, so every instruction is priced as a plain one",
+            insn_words(plain),
+            inputs.join("; ")
+        )
     };
     vec![
         format!("estimate (model, not measured): {}", hosts.join(", ")),
-        format!(
-            "  priced: {} plain instructions at alu_cycles ({} cycles){msr}, over cpu_ghz ({} GHz) of each profile",
-            insn_words(plain),
-            list(&|p| p.insn_cycles),
-            list(&|p| p.ghz)
-        ),
+        format!("  priced: {priced}"),
     ]
 }
 
