@@ -827,6 +827,9 @@ pub fn boot(
     Ok((boot, failure))
 }
 
+/// A boot's outcome: the boot with what ended it early, if anything, or why it never ran.
+pub type BootResult = Result<(Boot, Option<VmError>), VmError>;
+
 /// One boot of [`boot_each`]: a kernel, the commands its guest runs, where its logs go.
 pub struct BootJob<'a> {
     /// The kernel.
@@ -865,11 +868,7 @@ pub fn boots_at_once(clock: Clock, cfg: &VmConfig) -> usize {
 /// Boots `jobs`, `at_once` of them side by side (each on its own thread, which spawns its
 /// QEMU and waits on it: the death signal follows that thread), and returns each boot's
 /// result in the order of `jobs`.
-pub fn boot_each(
-    jobs: &[BootJob<'_>],
-    cfg: &VmConfig,
-    at_once: usize,
-) -> Vec<Result<(Boot, Option<VmError>), VmError>> {
+pub fn boot_each(jobs: &[BootJob<'_>], cfg: &VmConfig, at_once: usize) -> Vec<BootResult> {
     if at_once <= 1 || jobs.len() <= 1 {
         return jobs
             .iter()

@@ -40,8 +40,8 @@ pub use predict::{
     ThisHostPrediction, VariantPrediction, price,
 };
 pub use request::{GuestScenario, KabRequest, guest_scenarios};
-pub(crate) use run::guest_commands;
 pub use run::{abba, logs_dir, run};
+pub(crate) use run::{boot_group, guest_commands};
 
 use std::path::PathBuf;
 

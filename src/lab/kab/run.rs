@@ -82,6 +82,35 @@ pub(crate) fn guest_commands(req: &KabRequest) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Boots `jobs` (`at_once` side by side), saying so on `progress` as boot `n` of `total`
+/// under `labels`, and returns each boot's result in order with the host's noise over them
+/// all (QEMU's TCG thread is each boot's one runnable thread).
+pub(crate) fn boot_group(
+    jobs: &[vm::BootJob<'_>],
+    cfg: &vm::VmConfig,
+    at_once: usize,
+    progress: &dyn KabProgress,
+    (n, total): (usize, usize),
+    labels: &[&str],
+) -> (Vec<vm::BootResult>, hvlab_core::noise::Noise) {
+    if let Some(first) = jobs.first() {
+        let label = match labels {
+            [one] => (*one).to_string(),
+            many => format!("{} side by side (instruction clock)", many.join(", ")),
+        };
+        progress.boot_start(n, total, &label, first.kernel);
+    }
+    let before = hvlab_host::noise::Snapshot::take();
+    let results = vm::boot_each(jobs, cfg, at_once);
+    let noise = hvlab_host::noise::between(
+        &before,
+        &hvlab_host::noise::Snapshot::take(),
+        &[],
+        u32::try_from(jobs.len()).unwrap_or(u32::MAX),
+    );
+    (results, noise)
+}
+
 /// Where a boot's console log goes (the cache keeps successful boots' logs for the last
 /// runs only).
 pub fn logs_dir(release: &str) -> PathBuf {
@@ -461,26 +490,8 @@ impl BootPlan<'_> {
                 })
                 .collect();
             let names: Vec<&str> = group.iter().map(|&side| ["A", "B"][side]).collect();
-            let k0 = &self.kernels.kernels[group[0]];
-            if group.len() == 1 {
-                progress.boot_start(next + 1, total, names[0], k0);
-            } else {
-                progress.boot_start(
-                    next + 1,
-                    total,
-                    &format!("{} side by side (instruction clock)", names.join(" and ")),
-                    k0,
-                );
-            }
-            let before = hvlab_host::noise::Snapshot::take();
-            let results = vm::boot_each(&jobs, &req.vm, at_once);
-            // QEMU's TCG thread is the one runnable thread of each boot.
-            let noise = hvlab_host::noise::between(
-                &before,
-                &hvlab_host::noise::Snapshot::take(),
-                &[],
-                u32::try_from(group.len()).unwrap_or(u32::MAX),
-            );
+            let (results, noise) =
+                boot_group(&jobs, &req.vm, at_once, progress, (next + 1, total), &names);
             for (&side, result) in group.iter().zip(results) {
                 next += 1;
                 let (boot, failure) = result?;

@@ -243,24 +243,13 @@ pub(crate) fn boot_chain(
             .iter()
             .map(|&pos| kernels[chain[pos]].0.as_str())
             .collect();
-        let first = &kernels[chain[group[0]]].1;
-        if group.len() == 1 {
-            progress.boot_start(n + 1, order.len(), labels[0], first);
-        } else {
-            progress.boot_start(
-                n + 1,
-                order.len(),
-                &format!("{} side by side (instruction clock)", labels.join(", ")),
-                first,
-            );
-        }
-        let before = hvlab_host::noise::Snapshot::take();
-        let results = crate::kernel::vm::boot_each(&jobs, &req.vm, at_once);
-        let noise = hvlab_host::noise::between(
-            &before,
-            &hvlab_host::noise::Snapshot::take(),
-            &[],
-            u32::try_from(group.len()).unwrap_or(u32::MAX),
+        let (results, noise) = kab::boot_group(
+            &jobs,
+            &req.vm,
+            at_once,
+            progress,
+            (n + 1, order.len()),
+            &labels,
         );
         for (&pos, result) in group.iter().zip(results) {
             n += 1;
