@@ -1139,8 +1139,31 @@ fn guest_commands(
     }
     let mut runs: Vec<RunRecord> = runs.into_values().collect();
     if choice.clock == Clock::Icount {
-        // After the guest's ids have merged the commands' copies of each run.
-        runs.iter_mut().for_each(|r| restamp(r, booted_at));
+        // After the guest's ids have merged the commands' copies of each run; what the
+        // commands printed of a run (`run --json`, "stored run ID") names it as stored.
+        let mut renamed: Vec<(String, String)> = Vec::new();
+        for r in &mut runs {
+            let was = [
+                r.run_id.clone(),
+                r.started_at.clone(),
+                r.finished_at.clone(),
+            ];
+            restamp(r, booted_at);
+            let now = [
+                r.run_id.clone(),
+                r.started_at.clone(),
+                r.finished_at.clone(),
+            ];
+            renamed.extend(was.into_iter().zip(now).filter(|(a, b)| a != b));
+        }
+        // Ids first: an id begins with its start time.
+        renamed.sort_by_key(|(a, _)| std::cmp::Reverse(a.len()));
+        for c in &mut out {
+            for (was, now) in &renamed {
+                c.stdout = c.stdout.replace(was.as_str(), now);
+                c.stderr = c.stderr.replace(was.as_str(), now);
+            }
+        }
     }
     runs.sort_by(|a, b| a.started_at.cmp(&b.started_at));
     (out, runs)
