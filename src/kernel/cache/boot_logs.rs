@@ -30,15 +30,13 @@ static LAST_STAMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::
 /// Now's stamp, or one past the last given when that is later: two boots of one release
 /// started in the same second (a kab's A and B side by side) get directories of their own.
 fn unique_stamp() -> u64 {
+    use std::sync::atomic::Ordering::SeqCst;
     let now = now_stamp();
-    let previous = LAST_STAMP
-        .fetch_update(
-            std::sync::atomic::Ordering::SeqCst,
-            std::sync::atomic::Ordering::SeqCst,
-            |last| Some(now.max(last + 1)),
-        )
-        .unwrap_or(now);
-    now.max(previous + 1)
+    // The closure never refuses: the stamp stored is the one given.
+    let given = |last: u64| now.max(last + 1);
+    LAST_STAMP
+        .fetch_update(SeqCst, SeqCst, |last| Some(given(last)))
+        .map_or(now, given)
 }
 
 /// The release in a boot log's name (`STAMP-RELEASE-PID`).
