@@ -510,7 +510,18 @@ fn stop_a_build(policy: &str, signal: i32) -> Option<std::process::ExitStatus> {
     let s = scratch(&format!(
         "all:\n\tsh -c 'sleep {secs} & sleep {secs} & wait'\n"
     ));
-    let mut helper = Command::new(std::env::current_exe().expect("the test binary"))
+    let mut helper = Command::new(std::env::current_exe().expect("the test binary"));
+    // hvlab keeps a stop signal ignored when whoever started it ignores it (nohup; a shell's
+    // `&` ignores SIGINT and SIGQUIT), so a CI started in the background would see SIGINT
+    // ignored: the helper gets the default, as from an interactive shell.
+    // SAFETY: signal() with SIG_DFL is async-signal-safe and touches only the child.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut helper, || {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut helper = helper
         .args([
             "sandbox::helper_builds_the_tree_it_is_given",
             "--exact",

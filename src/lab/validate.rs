@@ -96,6 +96,16 @@ impl Validation {
     }
 }
 
+/// The noise of a kvm run whose failures may be the host's: one the busy rule called busy, on a
+/// clock that load can move. On the instruction clock the guest's own probe calls an emulated
+/// vCPU busy (it waits on the emulator), but load cannot move an instruction count: a failure
+/// there is the model's, never the host's noise.
+fn busy_noise(real: &RunRecord, clock: Clock) -> Option<&hvlab_core::noise::Noise> {
+    real.noise
+        .as_ref()
+        .filter(|n| n.is_busy() && clock.load_moves_times())
+}
+
 /// Runs every scenario's validation point on both backends and judges each metric: times
 /// within the kvm side's own spread plus `tolerance` percent (shown, not judged, where this
 /// host's CPU is emulated and timed by the wall clock), counts exactly. `keep` gets every run, to store it.
@@ -128,9 +138,7 @@ pub fn validate<E: From<Error>>(
             ..request
         };
         let mut predicted = scenario::run(model, &model_request, progress).map_err(Error::from)?;
-        if let Some(n) = real.noise.as_ref().filter(|n| n.is_busy()) {
-            busy.push(n.clone());
-        }
+        busy.extend(busy_noise(&real, host.clock).cloned());
         // Internal: left out of the default report, `runs` and the fleet page.
         real.tag = Some(crate::record::RunTag::Validate);
         predicted.tag = Some(crate::record::RunTag::Validate);
@@ -255,6 +263,45 @@ mod tests {
         assert!(below.judged && !below.pass, "{below:?}");
         // The model priced an MMIO read as a PIO exit: 46% below, a failure.
         assert!(!judged(&host, tolerance, 3_490.0).pass);
+    }
+
+    /// What the 6.12 guest's probe said of its run (CI, /tmp/ci55): one other runnable task
+    /// on its one vCPU.
+    fn guest_noise() -> hvlab_core::noise::Noise {
+        hvlab_core::noise::Noise {
+            cores: 1,
+            load1: [1.2, 1.4],
+            runnable_others: [1, 1],
+            cpu_pressure_some_pct: None,
+            cpu_pressure_full_pct: None,
+            steal_pct: None,
+            involuntary_switches: 0,
+            voluntary_switches: 0,
+            migrations: None,
+            involuntary_per_rep: Vec::new(),
+            clocksource: "tsc".into(),
+            clocksource_stable: true,
+            wall_s: 2.0,
+            pinned_cpus: None,
+            quiet_wait: None,
+            own_threads: 1,
+            busy: vec![hvlab_core::noise::BusyReason::Runnable {
+                others: 1,
+                cores: 1,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_busy_probe_makes_a_miss_unjudgeable_on_the_wall_clock_only() {
+        let mut real = exits_run(hvlab_core::BackendKind::Kvm, "mmio-read", &[6_500.0]);
+        real.noise = Some(guest_noise());
+        assert!(busy_noise(&real, Clock::Wall).is_some());
+        assert!(busy_noise(&real, Clock::Icount).is_none());
+        if let Some(n) = real.noise.as_mut() {
+            n.busy.clear();
+        }
+        assert!(busy_noise(&real, Clock::Wall).is_none());
     }
 
     #[test]

@@ -109,6 +109,16 @@ impl Clock {
     /// a real host cannot claim a clock it does not have.
     pub const KERNEL_PARAM: &'static str = "hvlab.clock";
 
+    /// Whether other work on the host can move a time read on this clock: on the wall clock it
+    /// stretches one; on the instruction clock a time is the instructions the guest ran, which
+    /// a busy host slows down but cannot change, so nothing measured on it is "busy".
+    pub fn load_moves_times(self) -> bool {
+        match self {
+            Clock::Wall => true,
+            Clock::Icount => false,
+        }
+    }
+
     /// Its name (`wall`, `icount`).
     pub fn as_str(self) -> &'static str {
         match self {

@@ -56,7 +56,7 @@ pub(crate) fn busy_during_boot(
     noise: &hvlab_core::noise::Noise,
     clock: Clock,
 ) -> Option<Vec<BusyReason>> {
-    if clock == Clock::Icount {
+    if !clock.load_moves_times() {
         return None;
     }
     let reasons: Vec<BusyReason> = noise
