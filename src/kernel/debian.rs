@@ -114,7 +114,12 @@ impl Apt {
             std::fs::create_dir_all(dir.join(sub)).map_err(|e| KernelError::Io(dir.clone(), e))?;
         }
         let io = |e| KernelError::Io(dir.join("etc"), e);
-        std::fs::write(dir.join("etc/sources.list"), SOURCES).map_err(io)?;
+        // Written only when it differs: apt takes a newer sources list for new sources and
+        // rebuilds its 70 MB binary cache of the lists (about 2 s) on the next read.
+        let sources = dir.join("etc/sources.list");
+        if std::fs::read(&sources).ok().as_deref() != Some(SOURCES.as_bytes()) {
+            std::fs::write(&sources, SOURCES).map_err(io)?;
+        }
         let status = dir.join("etc/status");
         if !status.exists() {
             std::fs::write(&status, "").map_err(io)?;
@@ -777,6 +782,30 @@ esac
             *steps.0.borrow(),
             [format!("begin {what}"), format!("end {what}")]
         );
+    }
+
+    /// A second use of the apt state leaves its sources list as it was: a rewrite would make
+    /// apt rebuild its binary cache of the lists on every resolution.
+    #[test]
+    fn the_sources_list_is_not_rewritten_when_it_is_already_there() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = dir.path().join("apt");
+        Apt::at(state.clone(), None).expect("apt state");
+        let sources = state.join("etc/sources.list");
+        let past = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+        std::fs::File::options()
+            .write(true)
+            .open(&sources)
+            .and_then(|f| f.set_modified(past))
+            .expect("age the sources list");
+        Apt::at(state.clone(), None).expect("apt state again");
+        let modified = std::fs::metadata(&sources).and_then(|m| m.modified());
+        assert_eq!(modified.expect("mtime"), past);
+        assert_eq!(std::fs::read(&sources).expect("read"), SOURCES.as_bytes());
+        // Another hvlab's sources (an older release of it) are replaced.
+        std::fs::write(&sources, "deb http://example.invalid/ old main\n").expect("write");
+        Apt::at(state, None).expect("apt state replaced");
+        assert_eq!(std::fs::read(&sources).expect("read"), SOURCES.as_bytes());
     }
 
     /// Two resolutions of `debian:7.3` on one cache whose lists are stale: the second starts

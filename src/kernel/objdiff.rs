@@ -256,6 +256,9 @@ struct Units {
     units: BTreeMap<(UnitKind, String), Body>,
     /// Per section, its named symbols sorted by start: (start, size, name).
     symbols: HashMap<SectionIndex, Vec<(u64, u64, String)>>,
+    /// Per section, the furthest end of its symbols up to each one in `symbols`: where a
+    /// backward search for the symbol covering an offset can stop.
+    reach: HashMap<SectionIndex, Vec<u64>>,
     /// Each section's address: 0 in a relocatable module, where it is placed in a linked
     /// executable (vmlinux), whose symbols and branch targets are addresses.
     addresses: HashMap<SectionIndex, u64>,
@@ -343,9 +346,23 @@ impl Units {
             }
             by_address.sort();
         }
+        let reach = symbols
+            .iter()
+            .map(|(section, list)| {
+                let ends = list
+                    .iter()
+                    .scan(0u64, |furthest, (start, size, _)| {
+                        *furthest = (*furthest).max(start + size);
+                        Some(*furthest)
+                    })
+                    .collect();
+                (*section, ends)
+            })
+            .collect();
         let mut out = Units {
             units: BTreeMap::new(),
             symbols,
+            reach,
             addresses,
             linked: by_address,
         };
@@ -366,7 +383,12 @@ impl Units {
                     .into_owned()
             };
             data_of.insert(section.index(), bytes);
-            relocs_of.insert(section.index(), section.relocations().collect());
+            // Sorted by their place in the section, so a unit finds its own by binary search
+            // (kvm.ko's .text has thousands of functions and tens of thousands of them).
+            let base = out.addresses.get(&section.index()).copied().unwrap_or(0);
+            let mut relocs: Vec<(u64, object::Relocation)> = section.relocations().collect();
+            relocs.sort_by_key(|(offset, _)| offset.wrapping_sub(base));
+            relocs_of.insert(section.index(), relocs);
         }
         let mut seen: HashMap<(UnitKind, String), u32> = HashMap::new();
         for (kind, name, section, start, size) in named {
@@ -459,10 +481,12 @@ impl Units {
         let mut relocs = Vec::new();
         // A linked executable's relocations (`--emit-relocs`) are at addresses.
         let base = self.addresses.get(&section).copied().unwrap_or(0);
-        for (offset, r) in relocs_of.get(&section).into_iter().flatten() {
+        let all = relocs_of.get(&section).map_or(&[][..], Vec::as_slice);
+        let first = all.partition_point(|(offset, _)| offset.wrapping_sub(base) < start);
+        for (offset, r) in &all[first..] {
             let offset = &offset.wrapping_sub(base);
-            if *offset < start || *offset >= start + size {
-                continue;
+            if *offset >= start + size {
+                break;
             }
             let at = offset - start;
             let width = usize::from(r.size() / 8);
@@ -553,10 +577,16 @@ impl Units {
     /// from its start.
     fn symbol_at(&self, section: SectionIndex, offset: i64) -> Option<Target> {
         let list = self.symbols.get(&section)?;
+        let reach = self.reach.get(&section)?;
         let off = u64::try_from(offset).ok()?;
-        list.iter()
+        // The last symbol (in start order) that covers `off`: among those starting at or
+        // before it, walking back until no earlier one reaches past it.
+        let after = list.partition_point(|(start, _, _)| *start <= off);
+        (0..after)
             .rev()
-            .find(|(start, size, _)| *start <= off && (off < start + size || off == *start))
+            .take_while(|&i| reach[i] > off || list[i].0 == off)
+            .map(|i| &list[i])
+            .find(|(start, size, _)| off < start + size || off == *start)
             .map(|(start, _, name)| {
                 Target::Symbol(name.clone(), offset - i64::try_from(*start).unwrap_or(0))
             })

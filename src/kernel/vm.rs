@@ -630,6 +630,40 @@ fn stripped(exe: &Path, workdir: &Path) -> Result<Vec<u8>, VmError> {
     Ok(bytes)
 }
 
+/// hvlab as the guest runs it: its stripped binary and the shared libraries it loads (path,
+/// bytes).
+struct GuestHvlab {
+    binary: Vec<u8>,
+    libraries: Vec<(String, Vec<u8>)>,
+}
+
+/// This process's [`GuestHvlab`], made once: every boot of a kab or a series packs the same
+/// binary, and stripping it and asking `ldd` take most of a second each time.
+fn guest_hvlab(workdir: &Path) -> Result<std::sync::Arc<GuestHvlab>, VmError> {
+    static MADE: std::sync::Mutex<Option<std::sync::Arc<GuestHvlab>>> = std::sync::Mutex::new(None);
+    let mut made = MADE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(g) = made.as_ref() {
+        return Ok(g.clone());
+    }
+    let exe = std::env::current_exe().map_err(|e| VmError::Io(PathBuf::from("hvlab"), e))?;
+    let binary = stripped(&exe, workdir)?;
+    let mut libraries = Vec::new();
+    if let Ok(out) = Command::new("ldd").arg(&exe).output() {
+        for lib in String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .filter(|w| w.starts_with('/'))
+        {
+            let bytes = std::fs::read(lib).map_err(|e| VmError::Io(PathBuf::from(lib), e))?;
+            libraries.push((lib.to_string(), bytes));
+        }
+    }
+    let g = std::sync::Arc::new(GuestHvlab { binary, libraries });
+    *made = Some(g.clone());
+    Ok(g)
+}
+
 /// Builds the initramfs for `commands`.
 fn initramfs(
     kernel: &Kernel,
@@ -670,29 +704,26 @@ fn initramfs(
         let text = std::fs::read(config).map_err(|e| VmError::Io(config.clone(), e))?;
         c.file("etc/kconfig", false, &text);
     }
-    let exe = std::env::current_exe().map_err(|e| VmError::Io(PathBuf::from("hvlab"), e))?;
-    let bin = stripped(&exe, workdir)?;
-    c.file("bin/hvlab", true, &bin);
+    let hvlab = guest_hvlab(workdir)?;
+    c.file("bin/hvlab", true, &hvlab.binary);
     // Its shared libraries, at the paths the loader looks for them.
-    if let Ok(out) = Command::new("ldd").arg(&exe).output() {
-        let mut dirs: Vec<String> = Vec::new();
-        for lib in String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .filter(|w| w.starts_with('/'))
+    let mut dirs: Vec<String> = Vec::new();
+    for (lib, bytes) in &hvlab.libraries {
+        let mut dir = String::new();
+        for part in Path::new(lib)
+            .parent()
+            .iter()
+            .flat_map(|p| p.components())
+            .skip(1)
         {
-            let path = Path::new(lib);
-            let mut dir = String::new();
-            for part in path.parent().iter().flat_map(|p| p.components()).skip(1) {
-                dir.push_str(&part.as_os_str().to_string_lossy());
-                if !dirs.contains(&dir) {
-                    c.dir(&dir);
-                    dirs.push(dir.clone());
-                }
-                dir.push('/');
+            dir.push_str(&part.as_os_str().to_string_lossy());
+            if !dirs.contains(&dir) {
+                c.dir(&dir);
+                dirs.push(dir.clone());
             }
-            let bytes = std::fs::read(path).map_err(|e| VmError::Io(path.to_path_buf(), e))?;
-            c.file(lib, true, &bytes);
+            dir.push('/');
         }
+        c.file(lib, true, bytes);
     }
     let cmds: String = commands.iter().map(|a| a.join("\u{1f}") + "\n").collect();
     c.file("etc/cmds", false, cmds.as_bytes());

@@ -227,11 +227,13 @@ pub struct JudgeArgs {
     /// judge, which take 2 at least: one boot cannot tell a boot's own offset from a commit's]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
     boots: Option<u32>,
-    /// Repetitions per variant in each boot (a bisection's at the first try)
-    // 10, so 20 per side with the default boots: two emulator hiccups on one side sink a rank
-    // test over 6 per side, and a repetition costs far less than a boot.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    reps: u32,
+    /// Repetitions per variant in each boot, a bisection's at the first try [default: 5 on the
+    /// instruction clock, where a repetition's times are instruction counts judged against
+    /// their spread; 10 on the wall clock]
+    // 10 on the wall clock, so 20 per side with the default boots: two emulator hiccups on one
+    // side sink a rank test over 6 per side, and a repetition costs far less than a boot.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    reps: Option<u32>,
     /// Smallest change that counts for judged jiffies and times
     #[arg(long, default_value = "5%")]
     threshold: String,
@@ -305,6 +307,15 @@ impl JudgeArgs {
             .unwrap_or(if icount_by_default(&self.boot) { 1 } else { 2 })
     }
 
+    /// The repetitions per variant and boot asked for, else the clock's default: on the
+    /// instruction clock every time (a lifecycle's jiffies too) is judged against its spread,
+    /// outside the rank test's family, and 5 show a tick phase's reach; the wall clock's rank
+    /// test needs 10 a boot to call anything once a kab's comparisons share the level.
+    fn reps(&self) -> u32 {
+        self.reps
+            .unwrap_or(if icount_by_default(&self.boot) { 5 } else { 10 })
+    }
+
     /// Per-patch and bisect judge a commit from its boots: on the wall clock two a kernel at
     /// least ([`series::at_least_two_boots`]).
     fn check_series_boots(&self) -> Result<(), Error> {
@@ -335,7 +346,7 @@ impl JudgeArgs {
             scenarios,
             variants,
             boots: self.boots(),
-            reps: self.reps,
+            reps: self.reps(),
             threshold,
             vm,
             model_strategy: None,

@@ -4,7 +4,7 @@
 
 use crate::analysis::class::MetricClass;
 use crate::analysis::direction::{Direction, change_pct};
-use crate::analysis::icount::IcountCall;
+use crate::analysis::icount::{IcountAb, IcountCall};
 use crate::analysis::metric_ab::{CountCall, MetricJudgement, RankedCount, Shift};
 use crate::analysis::multilevel::{BootsAb, BootsCall};
 use crate::analysis::quantity::{fixed_decimals, p_equals};
@@ -168,6 +168,9 @@ fn direction_note(m: &MetricAb) -> Option<String> {
 /// A jiffies metric with its rank test, unless it stayed under half a jiffy on both kernels
 /// with no significant change (then it is counted).
 fn jiffies_line(m: &MetricAb, unshown: &mut Unshown) -> Option<String> {
+    if let MetricJudgement::InstructionClock { judged } = &m.judgement {
+        return jiffies_on_instruction_clock_line(m, judged, unshown);
+    }
     let c = m.judgement.comparison();
     let verdict = match c {
         Some(_) if m.outcome.inconclusive().is_some() => "B higher, not established",
@@ -201,6 +204,39 @@ fn jiffies_line(m: &MetricAb, unshown: &mut Unshown) -> Option<String> {
         .map_or(String::new(), |n| format!("; {n}"));
     Some(format!(
         "    [{tag}: {verdict}{p}{note}] {}: A {} → B {}",
+        m.metric,
+        side_text(m, 0),
+        side_text(m, 1)
+    ))
+}
+
+/// A time in virtual ticks on the instruction clock: in jiffies, and the instructions the call
+/// was made on. Quiet under half a jiffy on both kernels unless it moved.
+fn jiffies_on_instruction_clock_line(
+    m: &MetricAb,
+    judged: &IcountAb,
+    unshown: &mut Unshown,
+) -> Option<String> {
+    let verdict = match judged.call {
+        IcountCall::Higher => "B longer",
+        IcountCall::Lower => "B shorter",
+        IcountCall::Same => "within the spread or the tolerance",
+    };
+    if m.median[0].max(m.median[1]) < STALL_JIFFIES && judged.call == IcountCall::Same {
+        unshown.quiet += 1;
+        return None;
+    }
+    let tag = match m.outcome {
+        MetricOutcome::Regression => "REGRESSION, jiffies",
+        MetricOutcome::Inconclusive(_) => "NOT DECIDED, jiffies",
+        MetricOutcome::Improvement
+        | MetricOutcome::Cost
+        | MetricOutcome::WithinTolerance
+        | MetricOutcome::Unmoved => "jiffies",
+    };
+    Some(format!(
+        "    [{tag}, instruction clock: {verdict}; {}] {}: A {} → B {}",
+        instruction_words(&m.metric, judged),
         m.metric,
         side_text(m, 0),
         side_text(m, 1)

@@ -392,6 +392,18 @@ pub(super) fn instruction_clock(
     metric_ab(name, unit, Trust::Time, [xa, xb], judgement, 0.0)
 }
 
+/// A lifecycle time in the guest's jiffies on the instruction clock: judged as any time there
+/// ([`instruction_clock`]), read in virtual ticks, so the stall rule's half a jiffy applies.
+pub(super) fn jiffies_on_instruction_clock(
+    name: &str,
+    xa: Vec<f64>,
+    xb: Vec<f64>,
+    judged: IcountAb,
+) -> MetricAb {
+    let judgement = MetricJudgement::InstructionClock { judged };
+    metric_ab(name, "jiffies", Trust::Jiffies, [xa, xb], judgement, 0.0)
+}
+
 /// A wall-clock time judged with the boot as the unit
 /// ([`crate::analysis::multilevel::judge`]).
 pub(super) fn by_boots(

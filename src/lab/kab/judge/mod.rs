@@ -25,8 +25,8 @@ use hvlab_core::host::Clock;
 use super::{BootSummary, GuestFailure};
 use busy::decided_by_exact_counts;
 use metric::{
-    by_boots, count, declared_as, instruction_clock, jiffies_metric, judge_must_equal,
-    pages_touched, rank,
+    by_boots, count, declared_as, instruction_clock, jiffies_metric, jiffies_on_instruction_clock,
+    judge_must_equal, pages_touched, rank,
 };
 use stall::stalls_ab;
 
@@ -202,12 +202,16 @@ fn costs(runs: [&[&RunRecord]; 2]) -> Costs {
 /// boots agree (a guest that is not deterministic moves between boots what no patch changed).
 /// After the second boot a side's disagreeing boots become a finding
 /// (`VariantVerdict::boots_disagree`) and widen the metric's tolerance, and the kab is judged
-/// again. Pure: the caller decides whether it boots.
+/// again. The lifecycle's times read in jiffies are not asked: the stall rule reads them, and
+/// what it calls is a grace period gained or lost (half a jiffy and more, where the guest's
+/// nondeterminism never moved a time by more than 2.1% before its randomness was fixed) or a
+/// cost beside the verdict. Pure: the caller decides whether it boots.
 pub fn changed_with_one_boot(judged: &[ScenarioAb]) -> Vec<String> {
     judged
         .iter()
         .flat_map(|s| &s.variants)
         .flat_map(|v| v.metrics.iter().map(move |m| (v, m)))
+        .filter(|(_, m)| m.trust != Trust::Jiffies)
         .filter(|(_, m)| match &m.judgement {
             MetricJudgement::InstructionClock { judged } => {
                 (judged.call != icount::IcountCall::Same) && judged.boots.contains(&1)
@@ -399,7 +403,25 @@ pub fn judge_pair(
                     let xa_j: Vec<f64> = xa.iter().map(|x| x / ja).collect();
                     let xb_j: Vec<f64> = xb.iter().map(|x| x / jb).collect();
                     let metric = name.trim_end_matches("_ms").to_string();
-                    let m = jiffies_metric(&metric, xa_j, xb_j, threshold);
+                    let m = match insn_per(&m.unit).filter(|_| icount) {
+                        // A virtual tick is a count of instructions: judged exactly like any
+                        // time there, outside the family, so a few repetitions settle it.
+                        Some(k) => {
+                            let insn = |boots: Vec<Vec<f64>>| -> Vec<Vec<f64>> {
+                                boots
+                                    .into_iter()
+                                    .map(|b| b.into_iter().map(|x| x * k).collect())
+                                    .collect()
+                            };
+                            let judged = icount::judge(
+                                &insn(per_boot(&ra, &v.name, name)),
+                                &insn(per_boot(&rb, &v.name, name)),
+                                declared(name).icount_tolerance,
+                            );
+                            jiffies_on_instruction_clock(&metric, xa_j, xb_j, judged)
+                        }
+                        None => jiffies_metric(&metric, xa_j, xb_j, threshold),
+                    };
                     metrics.push(declared_as(m, declared(name), threshold));
                     if icount {
                         not_judged = Some(NotJudged::JudgedInJiffies);
