@@ -190,14 +190,7 @@ fn jiffies_line(m: &MetricAb, unshown: &mut Unshown) -> Option<String> {
         unshown.quiet += 1;
         return None;
     }
-    let tag = match m.outcome {
-        MetricOutcome::Regression => "REGRESSION, jiffies",
-        MetricOutcome::Inconclusive(_) => "NOT DECIDED, jiffies",
-        MetricOutcome::Improvement
-        | MetricOutcome::Cost
-        | MetricOutcome::WithinTolerance
-        | MetricOutcome::Unmoved => "jiffies",
-    };
+    let tag = jiffies_tag(&m.outcome);
     let note = m
         .judgement
         .not_judged()
@@ -210,6 +203,27 @@ fn jiffies_line(m: &MetricAb, unshown: &mut Unshown) -> Option<String> {
     ))
 }
 
+/// The tag of a jiffies line: what its outcome makes of B.
+fn jiffies_tag(outcome: &MetricOutcome) -> &'static str {
+    match outcome {
+        MetricOutcome::Regression => "REGRESSION, jiffies",
+        MetricOutcome::Inconclusive(_) => "NOT DECIDED, jiffies",
+        MetricOutcome::Improvement
+        | MetricOutcome::Cost
+        | MetricOutcome::WithinTolerance
+        | MetricOutcome::Unmoved => "jiffies",
+    }
+}
+
+/// An instruction-clock call in words.
+fn icount_call_words(call: IcountCall) -> &'static str {
+    match call {
+        IcountCall::Higher => "B longer",
+        IcountCall::Lower => "B shorter",
+        IcountCall::Same => "within the spread or the tolerance",
+    }
+}
+
 /// A time in virtual ticks on the instruction clock: in jiffies, and the instructions the call
 /// was made on. Quiet under half a jiffy on both kernels unless it moved.
 fn jiffies_on_instruction_clock_line(
@@ -217,23 +231,12 @@ fn jiffies_on_instruction_clock_line(
     judged: &IcountAb,
     unshown: &mut Unshown,
 ) -> Option<String> {
-    let verdict = match judged.call {
-        IcountCall::Higher => "B longer",
-        IcountCall::Lower => "B shorter",
-        IcountCall::Same => "within the spread or the tolerance",
-    };
+    let verdict = icount_call_words(judged.call);
     if m.median[0].max(m.median[1]) < STALL_JIFFIES && judged.call == IcountCall::Same {
         unshown.quiet += 1;
         return None;
     }
-    let tag = match m.outcome {
-        MetricOutcome::Regression => "REGRESSION, jiffies",
-        MetricOutcome::Inconclusive(_) => "NOT DECIDED, jiffies",
-        MetricOutcome::Improvement
-        | MetricOutcome::Cost
-        | MetricOutcome::WithinTolerance
-        | MetricOutcome::Unmoved => "jiffies",
-    };
+    let tag = jiffies_tag(&m.outcome);
     Some(format!(
         "    [{tag}, instruction clock: {verdict}; {}] {}: A {} → B {}",
         instruction_words(&m.metric, judged),
@@ -265,11 +268,7 @@ fn time_line(m: &MetricAb, headline: &str, unshown: &mut Unshown) -> Option<Stri
     match &m.judgement {
         MetricJudgement::InstructionClock { judged } => {
             return shown.then(|| {
-                let call = match judged.call {
-                    IcountCall::Higher => "B longer",
-                    IcountCall::Lower => "B shorter",
-                    IcountCall::Same => "within the spread or the tolerance",
-                };
+                let call = icount_call_words(judged.call);
                 format!(
                     "    [time, instruction clock: {call}] {}",
                     instruction_words(&m.metric, judged)

@@ -155,6 +155,24 @@ fn per_boot(runs: &[&RunRecord], variant: &str, metric: &str) -> Vec<Vec<f64>> {
         .collect()
 }
 
+/// `metric` of `variant` judged on the instruction clock from each side's boots, its values
+/// `insn_per_unit` instructions each ([`icount::judge`]).
+fn in_instructions(
+    [ra, rb]: [&[&RunRecord]; 2],
+    variant: &str,
+    metric: &str,
+    insn_per_unit: f64,
+    tolerance: icount::IcountTolerance,
+) -> icount::IcountAb {
+    let insn = |runs: &[&RunRecord]| -> Vec<Vec<f64>> {
+        per_boot(runs, variant, metric)
+            .into_iter()
+            .map(|b| b.into_iter().map(|x| x * insn_per_unit).collect())
+            .collect()
+    };
+    icount::judge(&insn(ra), &insn(rb), tolerance)
+}
+
 /// The boots a side from which a wall-clock time is judged with the boot as the unit. Two a
 /// side give Welch's interval one or two degrees of freedom: its 97.5% quantile is 4.3–12.7
 /// alone and near 100 once the level is divided among a kab's time comparisons, so nothing
@@ -407,15 +425,11 @@ pub fn judge_pair(
                         // A virtual tick is a count of instructions: judged exactly like any
                         // time there, outside the family, so a few repetitions settle it.
                         Some(k) => {
-                            let insn = |boots: Vec<Vec<f64>>| -> Vec<Vec<f64>> {
-                                boots
-                                    .into_iter()
-                                    .map(|b| b.into_iter().map(|x| x * k).collect())
-                                    .collect()
-                            };
-                            let judged = icount::judge(
-                                &insn(per_boot(&ra, &v.name, name)),
-                                &insn(per_boot(&rb, &v.name, name)),
+                            let judged = in_instructions(
+                                [&ra, &rb],
+                                &v.name,
+                                name,
+                                k,
                                 declared(name).icount_tolerance,
                             );
                             jiffies_on_instruction_clock(&metric, xa_j, xb_j, judged)
@@ -431,15 +445,11 @@ pub fn judge_pair(
                     // On the instruction clock: exactly, against the spread and the metric's
                     // tolerance, outside the family.
                     if let Some(k) = insn_per(&m.unit).filter(|_| icount) {
-                        let insn = |boots: Vec<Vec<f64>>| -> Vec<Vec<f64>> {
-                            boots
-                                .into_iter()
-                                .map(|b| b.into_iter().map(|x| x * k).collect())
-                                .collect()
-                        };
-                        let judged = icount::judge(
-                            &insn(per_boot(&ra, &v.name, name)),
-                            &insn(per_boot(&rb, &v.name, name)),
+                        let judged = in_instructions(
+                            [&ra, &rb],
+                            &v.name,
+                            name,
+                            k,
                             declared(name).icount_tolerance,
                         );
                         let m = instruction_clock(name, &m.unit, xa, xb, judged);
