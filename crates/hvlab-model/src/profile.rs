@@ -255,6 +255,10 @@ const OPTIONAL_KEYS: &[(&str, Range)] = &[
     // MMIO exit's instruction emulation.
     ("boot_thread_wait_ns", Range::Real(0.0, MAX_NS)),
     ("mmio_emulate_ns", Range::Real(0.0, MAX_NS)),
+    // Whether the kernel the registering ioctls were measured on synchronizes in
+    // `kvm_io_bus_register_dev()` (1: their costs hold that wait); absent is a kernel that
+    // defers (every built-in profile's were measured on 6.18 or later, or assumed from those).
+    ("registration_synchronizes", Range::Flag),
 ];
 
 /// Built-in profiles: (name, TOML).

@@ -12,6 +12,7 @@ use crate::scenario::runner::{Progress, RunRequest};
 use crate::scenario::{self, Params, exits, lifecycle, memory};
 use hvlab_core::Backend;
 use hvlab_core::host::{HostInfo, KvmFlavour};
+use hvlab_core::ioctl_table::BusRegistration;
 
 mod dirty;
 
@@ -235,8 +236,8 @@ fn base_profile(host: &HostInfo, when: &str) -> Result<Profile, Error> {
     Ok(p)
 }
 
-/// What this host is rather than what it costs: its HZ, and whether creating the first vCPU
-/// adds a memslot on its flavour.
+/// What this host is rather than what it costs: its HZ, whether creating the first vCPU adds a
+/// memslot on its flavour, and whether its kernel's bus registrations synchronize.
 fn host_facts(p: &mut Profile, host: &HostInfo, tag: &dyn Fn(&str) -> String) {
     p.set("hz", f64::from(host.hz), "Hz", tag(&host.hz_source));
     // Which vCPU creation swaps memslots is a property of the flavour's code, not a cost.
@@ -259,6 +260,27 @@ fn host_facts(p: &mut Profile, host: &HostInfo, tag: &dyn Fn(&str) -> String) {
         adds,
         "bool",
         tag(&format!("{} KVM: {why}", host.kvm_flavour)),
+    );
+    // Whether the registering ioctls measured below hold a grace period each: a property of the
+    // kernel's kvm_io_bus_register_dev(), so the model counts that wait once.
+    let (synchronizes, why) = match host.srcu_kernel().registration {
+        BusRegistration::Synchronizes => (
+            1.0,
+            "kvm_io_bus_register_dev() frees the old bus after synchronize_srcu_expedited() \
+             (before 6.18): KVM_CREATE_IRQCHIP, KVM_CREATE_PIT2 and KVM_IOEVENTFD wait for a \
+             grace period per registration inside their measured costs",
+        ),
+        BusRegistration::Defers => (
+            0.0,
+            "kvm_io_bus_register_dev() frees the old bus with call_srcu() (7d9a0273, 6.18): \
+             the registering ioctls wait for no grace period",
+        ),
+    };
+    p.set(
+        "registration_synchronizes",
+        synchronizes,
+        "bool",
+        tag(&format!("Linux {}: {why}", host.kernel)),
     );
     // How dirty pages are logged is the module's setting, not a cost: with Intel PML the CPU
     // logs writes itself and nothing is write-protected, a mechanism the model does not run.

@@ -16,6 +16,12 @@ pub struct LifecycleCosts {
     pub(super) local_handoff_ns: u64,
     pub(super) timer_cpu_busy: f64,
     pub(super) first_vcpu_adds_memslot: bool,
+    /// The registering ioctls' costs (`irqchip`, `pit`, `ioeventfd`) were measured on a kernel
+    /// whose `kvm_io_bus_register_dev()` waits in `synchronize_srcu_expedited()` (before
+    /// 6.18): each holds one expedited grace period on an idle SRCU per registration
+    /// (`registration_synchronizes`; absent: measured on a kernel that defers, as every
+    /// built-in profile's were).
+    pub(super) registration_wait_measured: bool,
     pub(super) create_vm: u64,
     pub(super) tss: u64,
     pub(super) irqchip: u64,
@@ -197,6 +203,8 @@ impl LifecycleCosts {
             },
             timer_cpu_busy: p.get("srcu_timer_cpu_busy", "srcu")?,
             first_vcpu_adds_memslot: ns(p, "first_vcpu_adds_memslot")? != 0,
+            registration_wait_measured: optional_ns(p, "registration_synchronizes")?
+                .is_some_and(|flag| flag != 0),
             create_vm: ns(p, "ioctl_create_vm_ns")?,
             tss: ns(p, "ioctl_tss_ns")?,
             irqchip: ns(p, "ioctl_irqchip_ns")?,
