@@ -611,6 +611,13 @@ fn boot_start_costs(
         &ns_of("boot.exit_wake_us", 1e3)?,
         &|what: &str| tag(&format!("{builds}: {what}")),
     );
+    boot_spawner_costs(
+        p,
+        &ns_of("boot.spawn_us", 1e3)?,
+        &ns_of("boot.thread_wait_ms", 1e6)?,
+        &ns_of("boot.thread_tick_phase_ms", 1e6)?,
+        &|what: &str| tag(&format!("{builds}: {what}")),
+    );
     let starts = boot_thread_starts_ns(200);
     let q = quartiles(&starts);
     put_measured(
@@ -714,6 +721,62 @@ fn boot_thread_costs(
         tag(&format!(
             "boot.exit_wake_us, from when the boot thread could go on (it had run, vCPU 0 had made its first exit) to its going on: {}",
             spread(wake, 1.0, "ns", exit_wakes.len())
+        )),
+    );
+}
+
+/// Whether the boot thread first ran before its spawner went on to `KVM_RUN`, build by build,
+/// among the threads no tick held back (as [`boot_thread_costs`] tells them, from `starts`):
+/// `spawns` from the spawn to the spawner's `KVM_RUN`, `waits` from the spawn to the thread's
+/// first run (ns). On one CPU such a thread preempted its spawner, which went on once the
+/// thread blocked: from that first run to the spawner's `KVM_RUN`.
+fn boot_spawner_costs(
+    p: &mut Profile,
+    spawns: &[f64],
+    waits: &[f64],
+    starts: &[f64],
+    tag: &dyn Fn(&str) -> String,
+) {
+    let untied: Vec<(f64, f64)> = spawns
+        .iter()
+        .zip(waits)
+        .zip(starts)
+        .filter(|((_, wait), start)| wait <= start)
+        .map(|((spawn, wait), _)| (*spawn, *wait))
+        .collect();
+    let n = untied.len();
+    if n == 0 {
+        return;
+    }
+    let resumes: Vec<f64> = untied
+        .iter()
+        .filter(|(spawn, wait)| wait < spawn)
+        .map(|(spawn, wait)| spawn - wait)
+        .collect();
+    put_measured_fraction(
+        p,
+        "boot_thread_first_share",
+        resumes.len() as f64 / n as f64,
+        tag(&format!(
+            "share of the boot threads no tick held back that first ran (boot.thread_wait_ms) before their spawner went on to KVM_RUN (boot.spawn_us): {} of {n}",
+            resumes.len()
+        )),
+    );
+    let q = quartiles(&resumes);
+    let (value, from) = if resumes.is_empty() {
+        (
+            0.0,
+            "no boot thread ran before its spawner went on".to_string(),
+        )
+    } else {
+        (q[1], spread(q, 1.0, "ns", resumes.len()))
+    };
+    p.set(
+        "boot_spawner_resume_ns",
+        value,
+        "ns",
+        tag(&format!(
+            "boot.spawn_us less boot.thread_wait_ms of the threads that ran first (from their first run to the spawner's KVM_RUN): {from}"
         )),
     );
 }

@@ -179,12 +179,20 @@ pub fn construct(
         .boot_thread
         .filter(|_| boots)
         .and_then(|b| (rng.random::<f64>() < b.tick_bound).then_some(b.pull_ns));
+    // Whether a boot thread no tick holds back first runs before its spawner goes on, and
+    // then when the spawner goes on after that first run (drawn only where measured).
+    let runs_first = costs
+        .boot_thread
+        .filter(|_| boots && tick_bound.is_none())
+        .and_then(|b| b.runs_first)
+        .and_then(|(share, resume)| (rng.random::<f64>() < share).then_some(resume));
     let mut build = Build {
         t: Timeline::new(costs, plan.strategy, phase, seed),
         plan,
         boots,
         phase,
         tick_bound,
+        runs_first,
         ready_ns: 0,
         boot_thread: None,
         boot_went_on: false,
@@ -246,6 +254,9 @@ struct Build<'a> {
     phase: u64,
     /// The boot thread's hand-over after a tick, when it waits for one.
     tick_bound: Option<u64>,
+    /// From the boot thread's first run to its spawner's `KVM_RUN`, when it first runs before
+    /// the spawner goes on.
+    runs_first: Option<u64>,
     /// The guest's first exit.
     ready_ns: u64,
     /// The boot thread, once spawned.
@@ -385,16 +396,22 @@ impl Build<'_> {
             None => (0, costs.first_run),
         };
         if self.boots {
+            let started = boot_thread_start(
+                spawned,
+                spawn_cost,
+                costs.boot_thread.and_then(|b| b.untied_wait_ns),
+                self.tick_bound,
+                self.phase,
+                costs.jiffy_ns(),
+            );
+            // A thread that preempted its spawner (`wake_up_new_task()` → `wakeup_preempt()`)
+            // holds the CPU until it blocks: the spawner returns from `clone3()` only then.
+            if let Some(resume) = self.runs_first {
+                self.t.now = self.t.now.max((started + resume).saturating_sub(costs.gap));
+            }
             self.boot_thread = Some(BootThread {
                 spawned_ns: spawned,
-                started_ns: boot_thread_start(
-                    spawned,
-                    spawn_cost,
-                    costs.boot_thread.and_then(|b| b.untied_wait_ns),
-                    self.tick_bound,
-                    self.phase,
-                    costs.jiffy_ns(),
-                ),
+                started_ns: started,
                 went_on_ns: 0,
                 wake_ns: 0,
             });
@@ -560,8 +577,7 @@ mod tests {
                 idle.idle_expedited_ns(),
             )
         };
-        let (irqchip, pit, ioeventfds, ready, costs, idle) =
-            build(Some(1.0), Strategy::AlwaysSync);
+        let (irqchip, pit, ioeventfds, ready, costs, idle) = build(Some(1.0), Strategy::AlwaysSync);
         assert_eq!((irqchip, pit), (costs.irqchip, costs.pit));
         assert_eq!(ioeventfds, vec![costs.ioeventfd; 8]);
         // Measured on a kernel that defers (or saying nothing, as the built-ins): each of the
