@@ -185,6 +185,7 @@ pub fn construct(
         .boot_thread
         .filter(|_| boots && tick_bound.is_none())
         .and_then(|b| b.runs_first)
+        .filter(|(share, _)| *share > 0.0)
         .and_then(|(share, resume)| (rng.random::<f64>() < share).then_some(resume));
     let mut build = Build {
         t: Timeline::new(costs, plan.strategy, phase, seed),
@@ -800,6 +801,45 @@ mod tests {
             boot_thread_start(1_000, 80, None, None, 3_000, 4_000_000),
             1_080
         );
+    }
+
+    /// On one CPU a new boot thread can preempt its spawner (`wake_up_new_task()` →
+    /// `wakeup_preempt()`): where calibrate saw threads run before their spawner went on, the
+    /// spawner's `KVM_RUN` comes the measured resume after the thread's first run, and the VM
+    /// is ready that much later; where it saw none (or measured nothing), the spawner goes on
+    /// once `clone3()` returns.
+    #[test]
+    fn a_boot_thread_that_preempts_its_spawner_holds_back_the_first_run() {
+        let build = |first: Option<(f64, f64)>| {
+            let mut p = Profile::load("pvm-epyc").unwrap();
+            p.set("boot_thread_tick_bound", 0.0, "fraction", "test");
+            p.set("boot_thread_pull_ns", 50_000.0, "ns", "test");
+            p.set("boot_sleep_late_ns", 100_000.0, "ns", "test");
+            p.set("boot_thread_start_ns", 18_000.0, "ns", "test");
+            p.set("first_run_long_mode_ns", 130_000.0, "ns", "test");
+            p.set("boot_thread_wait_ns", 35_000.0, "ns", "test");
+            if let Some((share, resume)) = first {
+                p.set("boot_thread_first_share", share, "fraction", "test");
+                p.set("boot_spawner_resume_ns", resume, "ns", "test");
+            }
+            let costs = LifecycleCosts::from_profile(&p, None).unwrap();
+            let plan = boot_activation_plan(false, 50);
+            let trace = construct(&costs, &plan, &mut rng(3), &mut BackToBack::default());
+            let run = trace.ioctls.iter().find(|e| e.name == "KVM_RUN").unwrap();
+            let boot = trace.boot_thread.unwrap();
+            assert_eq!(boot.started_ns, boot.spawned_ns + 35_000);
+            (run.start_ns - boot.spawned_ns, trace.ready_ns, costs.gap)
+        };
+        let (alone, ready_alone, gap) = build(None);
+        assert_eq!(
+            alone,
+            18_000 + gap,
+            "the spawner goes on once clone3() returns"
+        );
+        assert_eq!(build(Some((0.0, 10_000.0))).0, alone);
+        let (held, ready_held, _) = build(Some((1.0, 10_000.0)));
+        assert_eq!(held, 35_000 + 10_000);
+        assert_eq!(ready_held - ready_alone, held - alone);
     }
 
     /// boot-activation on pvm-epyc, its builds starting `since_tick` after a tick, its boot
