@@ -1104,7 +1104,35 @@ fn pin_costs(p: &mut Profile, tag: &dyn Fn(&str) -> String, pin_bytes: usize) ->
 
 #[cfg(test)]
 mod tests {
-    use super::circular_quartiles;
+    use super::{boot_spawner_costs, circular_quartiles};
+    use crate::model::profile::Profile;
+
+    /// Threads that first ran before their spawner went on give the share and the resume;
+    /// a thread a tick held back is no part of either; none that ran first gives a share of 0.
+    #[test]
+    fn a_boot_thread_that_ran_before_its_spawner_gives_the_share_and_the_resume() {
+        let mut p = Profile::load("pvm-epyc").unwrap();
+        // Three untied builds (waits within their start after the tick), two of which ran
+        // first: spawn 45.6 us against a 35.3 us wait; one tick-bound build (wait 900 us,
+        // 50 us after its tick).
+        let spawns = [45_600.0, 45_700.0, 18_000.0, 18_000.0];
+        let waits = [35_300.0, 35_300.0, 554_000.0, 900_000.0];
+        let starts = [3_000_000.0, 3_100_000.0, 2_900_000.0, 50_000.0];
+        boot_spawner_costs(&mut p, &spawns, &waits, &starts, &|w: &str| w.to_string());
+        let share = p.get("boot_thread_first_share", "test").unwrap();
+        assert!((share - 2.0 / 3.0).abs() < 1e-9, "{share}");
+        let resume = p.get("boot_spawner_resume_ns", "test").unwrap();
+        assert!((10_300.0..=10_400.0).contains(&resume), "{resume}");
+        boot_spawner_costs(
+            &mut p,
+            &[18_000.0],
+            &[554_000.0],
+            &[2_900_000.0],
+            &|w: &str| w.to_string(),
+        );
+        assert_eq!(p.get("boot_thread_first_share", "test").unwrap(), 0.0);
+        assert_eq!(p.get("boot_spawner_resume_ns", "test").unwrap(), 0.0);
+    }
 
     #[test]
     fn phases_that_straddle_the_tick_stay_one_cluster() {

@@ -453,6 +453,17 @@ mod tests {
     use crate::lifecycle::rng;
     use crate::profile::Profile;
 
+    /// The irqchip-first order with its PIT and ioeventfds.
+    const IRQCHIP_FIRST_WITH_DEVICES: [Step; 7] = [
+        Step::CreateVm,
+        Step::Irqchip,
+        Step::Pit,
+        Step::Memslot,
+        Step::Vcpus,
+        Step::Ioeventfds,
+        Step::Run,
+    ];
+
     /// One vCPU, no devices, 16 MiB, no boot time: the plan of the construction tests.
     fn one_vcpu_plan(steps: &[Step], back_to_back: bool) -> ConstructionPlan {
         ConstructionPlan {
@@ -545,18 +556,7 @@ mod tests {
                 p.set("registration_synchronizes", flag, "bool", "test");
             }
             let costs = LifecycleCosts::from_profile(&p, None).unwrap();
-            let mut plan = one_vcpu_plan(
-                &[
-                    Step::CreateVm,
-                    Step::Irqchip,
-                    Step::Pit,
-                    Step::Memslot,
-                    Step::Vcpus,
-                    Step::Ioeventfds,
-                    Step::Run,
-                ],
-                false,
-            );
+            let mut plan = one_vcpu_plan(&IRQCHIP_FIRST_WITH_DEVICES, false);
             (plan.devices, plan.strategy) = (8, strategy);
             let trace = construct(&costs, &plan, &mut rng(4), &mut BackToBack::default());
             let durations = |name: &str| -> Vec<u64> {
@@ -940,16 +940,7 @@ mod tests {
         let p = Profile::load("pvm-epyc").unwrap();
         let costs = LifecycleCosts::from_profile(&p, None).unwrap();
         let plan = ConstructionPlan {
-            // The irqchip-first order.
-            steps: vec![
-                Step::CreateVm,
-                Step::Irqchip,
-                Step::Pit,
-                Step::Memslot,
-                Step::Vcpus,
-                Step::Ioeventfds,
-                Step::Run,
-            ],
+            steps: IRQCHIP_FIRST_WITH_DEVICES.to_vec(),
             vcpus: 1,
             devices: 8,
             mem_bytes: 1 << 24,
