@@ -186,7 +186,7 @@ pub static PARAMS: [Param<LifecycleParams>; 10] = [
     ),
 ];
 
-static METRICS: [MetricInfo; 18] = [
+static METRICS: [MetricInfo; 19] = [
     MetricInfo {
         name: "ready_ms",
         unit: "ms",
@@ -260,6 +260,14 @@ static METRICS: [MetricInfo; 18] = [
         count_tolerance: 0.0,
         icount_tolerance: IcountTolerance::TIME,
         doc: "boot orders: from the VMM's spawn of its boot thread (just before vCPU 0 enters KVM_RUN) to that thread's first run; a thread left behind the vCPU thread on its CPU runs only once that CPU's tick has it pulled to an idle one, per VM",
+    },
+    MetricInfo {
+        name: "boot.spawn_us",
+        unit: "us",
+        better: Direction::LowerIsBetter,
+        count_tolerance: 0.0,
+        icount_tolerance: IcountTolerance::TIME,
+        doc: "boot orders: from the VMM's spawn of its boot thread to vCPU 0's KVM_RUN: the spawner's clone3(), and, where the new thread preempts its spawner on their one CPU, that thread's run until it blocks, per VM",
     },
     MetricInfo {
         name: "boot.thread_tick_phase_ms",
@@ -549,6 +557,10 @@ fn push_timings(series: &mut Series, trace: &ConstructionTrace, jiffy_ns: u64) {
             "ms",
             ms(boot.started_ns.saturating_sub(boot.spawned_ns)),
         );
+        if let Some(run) = trace.ioctls.iter().find(|e| e.name == "KVM_RUN") {
+            let spawn = run.start_ns.saturating_sub(boot.spawned_ns);
+            series.push("boot.spawn_us", "us", spawn as f64 / 1e3);
+        }
         if let Some(phase) = trace.tick_phase_ns
             && jiffy_ns > 0
         {

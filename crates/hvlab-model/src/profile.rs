@@ -254,7 +254,16 @@ const OPTIONAL_KEYS: &[(&str, Range)] = &[
     // Measured on the instruction clock first: where the boot thread's first run falls, and an
     // MMIO exit's instruction emulation.
     ("boot_thread_wait_ns", Range::Real(0.0, MAX_NS)),
+    // The share of boot threads that first ran before their spawner went on to KVM_RUN (on one
+    // CPU: the new thread preempted its spawner), and from that first run to the spawner's
+    // KVM_RUN.
+    ("boot_thread_first_share", Range::Real(0.0, 1.0)),
+    ("boot_spawner_resume_ns", Range::Real(0.0, MAX_NS)),
     ("mmio_emulate_ns", Range::Real(0.0, MAX_NS)),
+    // Whether the kernel the registering ioctls were measured on synchronizes in
+    // `kvm_io_bus_register_dev()` (1: their costs hold that wait); absent is a kernel that
+    // defers (every built-in profile's were measured on 6.18 or later, or assumed from those).
+    ("registration_synchronizes", Range::Flag),
 ];
 
 /// Built-in profiles: (name, TOML).

@@ -12,6 +12,7 @@ use crate::scenario::runner::{Progress, RunRequest};
 use crate::scenario::{self, Params, exits, lifecycle, memory};
 use hvlab_core::Backend;
 use hvlab_core::host::{HostInfo, KvmFlavour};
+use hvlab_core::ioctl_table::BusRegistration;
 
 mod dirty;
 
@@ -235,8 +236,8 @@ fn base_profile(host: &HostInfo, when: &str) -> Result<Profile, Error> {
     Ok(p)
 }
 
-/// What this host is rather than what it costs: its HZ, and whether creating the first vCPU
-/// adds a memslot on its flavour.
+/// What this host is rather than what it costs: its HZ, whether creating the first vCPU adds a
+/// memslot on its flavour, and whether its kernel's bus registrations synchronize.
 fn host_facts(p: &mut Profile, host: &HostInfo, tag: &dyn Fn(&str) -> String) {
     p.set("hz", f64::from(host.hz), "Hz", tag(&host.hz_source));
     // Which vCPU creation swaps memslots is a property of the flavour's code, not a cost.
@@ -259,6 +260,27 @@ fn host_facts(p: &mut Profile, host: &HostInfo, tag: &dyn Fn(&str) -> String) {
         adds,
         "bool",
         tag(&format!("{} KVM: {why}", host.kvm_flavour)),
+    );
+    // Whether the registering ioctls measured below hold a grace period each: a property of the
+    // kernel's kvm_io_bus_register_dev(), so the model counts that wait once.
+    let (synchronizes, why) = match host.srcu_kernel().registration {
+        BusRegistration::Synchronizes => (
+            1.0,
+            "kvm_io_bus_register_dev() frees the old bus after synchronize_srcu_expedited() \
+             (before 6.18): KVM_CREATE_IRQCHIP, KVM_CREATE_PIT2 and KVM_IOEVENTFD wait for a \
+             grace period per registration inside their measured costs",
+        ),
+        BusRegistration::Defers => (
+            0.0,
+            "kvm_io_bus_register_dev() frees the old bus with call_srcu() (7d9a0273, 6.18): \
+             the registering ioctls wait for no grace period",
+        ),
+    };
+    p.set(
+        "registration_synchronizes",
+        synchronizes,
+        "bool",
+        tag(&format!("Linux {}: {why}", host.kernel)),
     );
     // How dirty pages are logged is the module's setting, not a cost: with Intel PML the CPU
     // logs writes itself and nothing is write-protected, a mechanism the model does not run.
@@ -589,6 +611,13 @@ fn boot_start_costs(
         &ns_of("boot.exit_wake_us", 1e3)?,
         &|what: &str| tag(&format!("{builds}: {what}")),
     );
+    boot_spawner_costs(
+        p,
+        &ns_of("boot.spawn_us", 1e3)?,
+        &ns_of("boot.thread_wait_ms", 1e6)?,
+        &ns_of("boot.thread_tick_phase_ms", 1e6)?,
+        &|what: &str| tag(&format!("{builds}: {what}")),
+    );
     let starts = boot_thread_starts_ns(200);
     let q = quartiles(&starts);
     put_measured(
@@ -692,6 +721,62 @@ fn boot_thread_costs(
         tag(&format!(
             "boot.exit_wake_us, from when the boot thread could go on (it had run, vCPU 0 had made its first exit) to its going on: {}",
             spread(wake, 1.0, "ns", exit_wakes.len())
+        )),
+    );
+}
+
+/// Whether the boot thread first ran before its spawner went on to `KVM_RUN`, build by build,
+/// among the threads no tick held back (as [`boot_thread_costs`] tells them, from `starts`):
+/// `spawns` from the spawn to the spawner's `KVM_RUN`, `waits` from the spawn to the thread's
+/// first run (ns). On one CPU such a thread preempted its spawner, which went on once the
+/// thread blocked: from that first run to the spawner's `KVM_RUN`.
+fn boot_spawner_costs(
+    p: &mut Profile,
+    spawns: &[f64],
+    waits: &[f64],
+    starts: &[f64],
+    tag: &dyn Fn(&str) -> String,
+) {
+    let untied: Vec<(f64, f64)> = spawns
+        .iter()
+        .zip(waits)
+        .zip(starts)
+        .filter(|((_, wait), start)| wait <= start)
+        .map(|((spawn, wait), _)| (*spawn, *wait))
+        .collect();
+    let n = untied.len();
+    if n == 0 {
+        return;
+    }
+    let resumes: Vec<f64> = untied
+        .iter()
+        .filter(|(spawn, wait)| wait < spawn)
+        .map(|(spawn, wait)| spawn - wait)
+        .collect();
+    put_measured_fraction(
+        p,
+        "boot_thread_first_share",
+        resumes.len() as f64 / n as f64,
+        tag(&format!(
+            "share of the boot threads no tick held back that first ran (boot.thread_wait_ms) before their spawner went on to KVM_RUN (boot.spawn_us): {} of {n}",
+            resumes.len()
+        )),
+    );
+    let q = quartiles(&resumes);
+    let (value, from) = if resumes.is_empty() {
+        (
+            0.0,
+            "no boot thread ran before its spawner went on".to_string(),
+        )
+    } else {
+        (q[1], spread(q, 1.0, "ns", resumes.len()))
+    };
+    p.set(
+        "boot_spawner_resume_ns",
+        value,
+        "ns",
+        tag(&format!(
+            "boot.spawn_us less boot.thread_wait_ms of the threads that ran first (from their first run to the spawner's KVM_RUN): {from}"
         )),
     );
 }
@@ -1019,7 +1104,35 @@ fn pin_costs(p: &mut Profile, tag: &dyn Fn(&str) -> String, pin_bytes: usize) ->
 
 #[cfg(test)]
 mod tests {
-    use super::circular_quartiles;
+    use super::{boot_spawner_costs, circular_quartiles};
+    use crate::model::profile::Profile;
+
+    /// Threads that first ran before their spawner went on give the share and the resume;
+    /// a thread a tick held back is no part of either; none that ran first gives a share of 0.
+    #[test]
+    fn a_boot_thread_that_ran_before_its_spawner_gives_the_share_and_the_resume() {
+        let mut p = Profile::load("pvm-epyc").unwrap();
+        // Three untied builds (waits within their start after the tick), two of which ran
+        // first: spawn 45.6 us against a 35.3 us wait; one tick-bound build (wait 900 us,
+        // 50 us after its tick).
+        let spawns = [45_600.0, 45_700.0, 18_000.0, 18_000.0];
+        let waits = [35_300.0, 35_300.0, 554_000.0, 900_000.0];
+        let starts = [3_000_000.0, 3_100_000.0, 2_900_000.0, 50_000.0];
+        boot_spawner_costs(&mut p, &spawns, &waits, &starts, &|w: &str| w.to_string());
+        let share = p.get("boot_thread_first_share", "test").unwrap();
+        assert!((share - 2.0 / 3.0).abs() < 1e-9, "{share}");
+        let resume = p.get("boot_spawner_resume_ns", "test").unwrap();
+        assert!((10_300.0..=10_400.0).contains(&resume), "{resume}");
+        boot_spawner_costs(
+            &mut p,
+            &[18_000.0],
+            &[554_000.0],
+            &[2_900_000.0],
+            &|w: &str| w.to_string(),
+        );
+        assert_eq!(p.get("boot_thread_first_share", "test").unwrap(), 0.0);
+        assert_eq!(p.get("boot_spawner_resume_ns", "test").unwrap(), 0.0);
+    }
 
     #[test]
     fn phases_that_straddle_the_tick_stay_one_cluster() {

@@ -79,14 +79,26 @@ impl<'a> Timeline<'a> {
         self.srcu.synchronize_expedited(now)
     }
 
-    /// A memslot swap whose measured base cost already includes one expedited
-    /// synchronization on an idle SRCU: only the wait beyond that is added.
-    fn memslot_swap(&mut self) -> u64 {
+    /// `synchronize_srcu_expedited()` inside an ioctl whose measured cost already holds one
+    /// expedited grace period on an idle SRCU: only the wait beyond that is added, so the
+    /// wait is counted once.
+    fn synchronize_beyond_measured(&mut self) -> u64 {
         let idle = self.srcu.idle_expedited_ns();
         self.synchronize_expedited().saturating_sub(idle)
     }
 
+    /// A memslot swap (`kvm_swap_active_memslots()`): every kernel synchronizes there, so its
+    /// measured base cost holds the idle wait.
+    fn memslot_swap(&mut self) -> u64 {
+        self.synchronize_beyond_measured()
+    }
+
     /// `kvm_io_bus_register_dev()`'s free of the old bus array, per strategy.
+    ///
+    /// Deferring with costs measured on a kernel that synchronizes leaves the measured idle
+    /// wait in the ioctl's cost: the model has no in-kernel price of it apart from the
+    /// registration's own work (the hand-off costs are a user-space ping-pong's, which on the
+    /// instruction clock exceed a whole measured `KVM_IOEVENTFD` on 6.12).
     fn register(&mut self) -> u64 {
         let defer = match self.strategy {
             Strategy::AlwaysDefer => true,
@@ -102,7 +114,13 @@ impl<'a> Timeline<'a> {
         } else {
             // With readers and nothing in flight the wait is a grace period of its own.
             self.effect.own_gp |= self.srcu.has_readers() && !self.srcu.busy(now);
-            self.synchronize_expedited()
+            // Measured on a kernel that synchronizes here, the ioctl's cost holds the idle
+            // wait of each of its registrations; measured on one that defers, it holds none.
+            if self.costs.registration_wait_measured {
+                self.synchronize_beyond_measured()
+            } else {
+                self.synchronize_expedited()
+            }
         }
     }
 
@@ -161,12 +179,21 @@ pub fn construct(
         .boot_thread
         .filter(|_| boots)
         .and_then(|b| (rng.random::<f64>() < b.tick_bound).then_some(b.pull_ns));
+    // Whether a boot thread no tick holds back first runs before its spawner goes on, and
+    // then when the spawner goes on after that first run (drawn only where measured).
+    let runs_first = costs
+        .boot_thread
+        .filter(|_| boots && tick_bound.is_none())
+        .and_then(|b| b.runs_first)
+        .filter(|(share, _)| *share > 0.0)
+        .and_then(|(share, resume)| (rng.random::<f64>() < share).then_some(resume));
     let mut build = Build {
         t: Timeline::new(costs, plan.strategy, phase, seed),
         plan,
         boots,
         phase,
         tick_bound,
+        runs_first,
         ready_ns: 0,
         boot_thread: None,
         boot_went_on: false,
@@ -228,6 +255,9 @@ struct Build<'a> {
     phase: u64,
     /// The boot thread's hand-over after a tick, when it waits for one.
     tick_bound: Option<u64>,
+    /// From the boot thread's first run to its spawner's `KVM_RUN`, when it first runs before
+    /// the spawner goes on.
+    runs_first: Option<u64>,
     /// The guest's first exit.
     ready_ns: u64,
     /// The boot thread, once spawned.
@@ -367,16 +397,22 @@ impl Build<'_> {
             None => (0, costs.first_run),
         };
         if self.boots {
+            let started = boot_thread_start(
+                spawned,
+                spawn_cost,
+                costs.boot_thread.and_then(|b| b.untied_wait_ns),
+                self.tick_bound,
+                self.phase,
+                costs.jiffy_ns(),
+            );
+            // A thread that preempted its spawner (`wake_up_new_task()` → `wakeup_preempt()`)
+            // holds the CPU until it blocks: the spawner returns from `clone3()` only then.
+            if let Some(resume) = self.runs_first {
+                self.t.now = self.t.now.max((started + resume).saturating_sub(costs.gap));
+            }
             self.boot_thread = Some(BootThread {
                 spawned_ns: spawned,
-                started_ns: boot_thread_start(
-                    spawned,
-                    spawn_cost,
-                    costs.boot_thread.and_then(|b| b.untied_wait_ns),
-                    self.tick_bound,
-                    self.phase,
-                    costs.jiffy_ns(),
-                ),
+                started_ns: started,
                 went_on_ns: 0,
                 wake_ns: 0,
             });
@@ -416,6 +452,17 @@ mod tests {
     use super::*;
     use crate::lifecycle::rng;
     use crate::profile::Profile;
+
+    /// The irqchip-first order with its PIT and ioeventfds.
+    const IRQCHIP_FIRST_WITH_DEVICES: [Step; 7] = [
+        Step::CreateVm,
+        Step::Irqchip,
+        Step::Pit,
+        Step::Memslot,
+        Step::Vcpus,
+        Step::Ioeventfds,
+        Step::Run,
+    ];
 
     /// One vCPU, no devices, 16 MiB, no boot time: the plan of the construction tests.
     fn one_vcpu_plan(steps: &[Step], back_to_back: bool) -> ConstructionPlan {
@@ -495,6 +542,58 @@ mod tests {
             plain + 60_000 + 220_000 - costs.first_run
         );
         assert!(!names.contains(&"KVM_GET_REGS".to_string()), "{names:?}");
+    }
+
+    /// On a kernel whose `kvm_io_bus_register_dev()` synchronizes, calibrate measures the
+    /// registering ioctls with their grace periods inside: on an idle SRCU a synchronizing
+    /// registration adds nothing beyond that measured cost (its wait counted once), while costs
+    /// measured on a kernel that defers get each registration's whole wait added.
+    #[test]
+    fn a_synchronizing_registrations_wait_is_counted_once() {
+        let build = |measured_synchronizing: Option<f64>, strategy: Strategy| {
+            let mut p = Profile::load("tcg-icount-epyc").unwrap();
+            if let Some(flag) = measured_synchronizing {
+                p.set("registration_synchronizes", flag, "bool", "test");
+            }
+            let costs = LifecycleCosts::from_profile(&p, None).unwrap();
+            let mut plan = one_vcpu_plan(&IRQCHIP_FIRST_WITH_DEVICES, false);
+            (plan.devices, plan.strategy) = (8, strategy);
+            let trace = construct(&costs, &plan, &mut rng(4), &mut BackToBack::default());
+            let durations = |name: &str| -> Vec<u64> {
+                trace
+                    .ioctls
+                    .iter()
+                    .filter(|e| e.name == name)
+                    .map(|e| e.dur_ns)
+                    .collect()
+            };
+            let mut idle = Srcu::new(costs.jiffy_ns(), 0, costs.wakeup_ns, 0);
+            idle.set_local_handoff(costs.local_handoff_ns);
+            (
+                durations("KVM_CREATE_IRQCHIP")[0],
+                durations("KVM_CREATE_PIT2")[0],
+                durations("KVM_IOEVENTFD"),
+                trace.ready_ns,
+                costs,
+                idle.idle_expedited_ns(),
+            )
+        };
+        let (irqchip, pit, ioeventfds, ready, costs, idle) = build(Some(1.0), Strategy::AlwaysSync);
+        assert_eq!((irqchip, pit), (costs.irqchip, costs.pit));
+        assert_eq!(ioeventfds, vec![costs.ioeventfd; 8]);
+        // Measured on a kernel that defers (or saying nothing, as the built-ins): each of the
+        // 4 + 2 + 8 registrations waits its idle grace period on top.
+        for flag in [Some(0.0), None] {
+            let (irqchip, pit, ioeventfds, plain_ready, _, _) = build(flag, Strategy::AlwaysSync);
+            assert_eq!(irqchip, costs.irqchip + 4 * idle);
+            assert_eq!(pit, costs.pit + 2 * idle);
+            assert_eq!(ioeventfds, vec![costs.ioeventfd + idle; 8]);
+            assert_eq!(plain_ready, ready + 14 * idle);
+        }
+        // Deferring registrations wait for nothing, whatever kernel measured them.
+        let (irqchip, _, ioeventfds, _, _, _) = build(Some(1.0), Strategy::AlwaysDefer);
+        assert_eq!(irqchip, costs.irqchip);
+        assert_eq!(ioeventfds, vec![costs.ioeventfd; 8]);
     }
 
     /// irqchip-first's steps: the irqchip before the memslot, one vCPU, its run.
@@ -704,6 +803,45 @@ mod tests {
         );
     }
 
+    /// On one CPU a new boot thread can preempt its spawner (`wake_up_new_task()` →
+    /// `wakeup_preempt()`): where calibrate saw threads run before their spawner went on, the
+    /// spawner's `KVM_RUN` comes the measured resume after the thread's first run, and the VM
+    /// is ready that much later; where it saw none (or measured nothing), the spawner goes on
+    /// once `clone3()` returns.
+    #[test]
+    fn a_boot_thread_that_preempts_its_spawner_holds_back_the_first_run() {
+        let build = |first: Option<(f64, f64)>| {
+            let mut p = Profile::load("pvm-epyc").unwrap();
+            p.set("boot_thread_tick_bound", 0.0, "fraction", "test");
+            p.set("boot_thread_pull_ns", 50_000.0, "ns", "test");
+            p.set("boot_sleep_late_ns", 100_000.0, "ns", "test");
+            p.set("boot_thread_start_ns", 18_000.0, "ns", "test");
+            p.set("first_run_long_mode_ns", 130_000.0, "ns", "test");
+            p.set("boot_thread_wait_ns", 35_000.0, "ns", "test");
+            if let Some((share, resume)) = first {
+                p.set("boot_thread_first_share", share, "fraction", "test");
+                p.set("boot_spawner_resume_ns", resume, "ns", "test");
+            }
+            let costs = LifecycleCosts::from_profile(&p, None).unwrap();
+            let plan = boot_activation_plan(false, 50);
+            let trace = construct(&costs, &plan, &mut rng(3), &mut BackToBack::default());
+            let run = trace.ioctls.iter().find(|e| e.name == "KVM_RUN").unwrap();
+            let boot = trace.boot_thread.unwrap();
+            assert_eq!(boot.started_ns, boot.spawned_ns + 35_000);
+            (run.start_ns - boot.spawned_ns, trace.ready_ns, costs.gap)
+        };
+        let (alone, ready_alone, gap) = build(None);
+        assert_eq!(
+            alone,
+            18_000 + gap,
+            "the spawner goes on once clone3() returns"
+        );
+        assert_eq!(build(Some((0.0, 10_000.0))).0, alone);
+        let (held, ready_held, _) = build(Some((1.0, 10_000.0)));
+        assert_eq!(held, 35_000 + 10_000);
+        assert_eq!(ready_held - ready_alone, held - alone);
+    }
+
     /// boot-activation on pvm-epyc, its builds starting `since_tick` after a tick, its boot
     /// thread measured as `tick_bound` (share), 50 us from the tick to its first run, 100 us late
     /// from its sleep: per build, the first boot registration's time since the last tick and the
@@ -802,16 +940,7 @@ mod tests {
         let p = Profile::load("pvm-epyc").unwrap();
         let costs = LifecycleCosts::from_profile(&p, None).unwrap();
         let plan = ConstructionPlan {
-            // The irqchip-first order.
-            steps: vec![
-                Step::CreateVm,
-                Step::Irqchip,
-                Step::Pit,
-                Step::Memslot,
-                Step::Vcpus,
-                Step::Ioeventfds,
-                Step::Run,
-            ],
+            steps: IRQCHIP_FIRST_WITH_DEVICES.to_vec(),
             vcpus: 1,
             devices: 8,
             mem_bytes: 1 << 24,

@@ -16,6 +16,12 @@ pub struct LifecycleCosts {
     pub(super) local_handoff_ns: u64,
     pub(super) timer_cpu_busy: f64,
     pub(super) first_vcpu_adds_memslot: bool,
+    /// The registering ioctls' costs (`irqchip`, `pit`, `ioeventfd`) were measured on a kernel
+    /// whose `kvm_io_bus_register_dev()` waits in `synchronize_srcu_expedited()` (before
+    /// 6.18): each holds one expedited grace period on an idle SRCU per registration
+    /// (`registration_synchronizes`; absent: measured on a kernel that defers, as every
+    /// built-in profile's were).
+    pub(super) registration_wait_measured: bool,
     pub(super) create_vm: u64,
     pub(super) tss: u64,
     pub(super) irqchip: u64,
@@ -115,6 +121,14 @@ pub(super) struct BootThreadCosts {
     /// the scheduler preempts it: medians of 0.08-0.26 ms on one emulated CPU (Debian 7.3 under
     /// TCG), 1.4-22 us here (AMD EPYC, Linux 6.18 PVM, 2 CPUs).
     exit_wake_ns: Option<u64>,
+    /// Boot threads that first run before their spawner goes on to `KVM_RUN`: their share,
+    /// and from that first run to the spawner's `KVM_RUN`, ns (`None`: not measured; the
+    /// spawner goes on once `clone3()` returns). With one CPU, `wake_up_new_task()` →
+    /// `wakeup_preempt()` can give the new thread the CPU on the spawner's return from
+    /// `clone3()`, and the spawner runs again only once the new thread blocks (waiting for the
+    /// guest's first exit): measured on Debian 6.12 under TCG in 10 of 10 builds, on 7.3 in
+    /// none (there the new thread waited 0.55 ms for the vCPU thread to be preempted).
+    pub(super) runs_first: Option<(f64, u64)>,
 }
 
 impl BootThreadCosts {
@@ -197,6 +211,8 @@ impl LifecycleCosts {
             },
             timer_cpu_busy: p.get("srcu_timer_cpu_busy", "srcu")?,
             first_vcpu_adds_memslot: ns(p, "first_vcpu_adds_memslot")? != 0,
+            registration_wait_measured: optional_ns(p, "registration_synchronizes")?
+                .is_some_and(|flag| flag != 0),
             create_vm: ns(p, "ioctl_create_vm_ns")?,
             tss: ns(p, "ioctl_tss_ns")?,
             irqchip: ns(p, "ioctl_irqchip_ns")?,
@@ -234,6 +250,16 @@ impl LifecycleCosts {
                     sleep_late_ns,
                     exit_wake_ns: optional_ns(p, "boot_exit_wake_ns")?,
                     untied_wait_ns: optional_ns(p, "boot_thread_wait_ns")?,
+                    runs_first: match (
+                        p.costs
+                            .contains_key("boot_thread_first_share")
+                            .then(|| p.get("boot_thread_first_share", "srcu"))
+                            .transpose()?,
+                        optional_ns(p, "boot_spawner_resume_ns")?,
+                    ) {
+                        (Some(share), Some(resume)) => Some((share, resume)),
+                        _ => None,
+                    },
                 }),
                 _ => None,
             },
