@@ -1431,6 +1431,57 @@ fn the_001_fix_on_the_instruction_clock_is_fixed_with_its_cost_in_jiffies() {
     );
 }
 
+/// The same fixture cut to its first 5 repetitions a side (the instruction clock's default):
+/// the lifecycle's jiffies are judged against their spread in instructions, outside the rank
+/// test's family, so 5 settle what 10 did; and none of them asks for a second boot.
+#[test]
+fn five_repetitions_settle_the_001_fix_on_the_instruction_clock() {
+    let mut runs: Vec<RunRecord> = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/kab-icount-001/runs.jsonl"
+    ))
+    .lines()
+    .map(|l| serde_json::from_str(l).expect("a stored run"))
+    .collect();
+    for r in &mut runs {
+        for v in &mut r.variants {
+            for m in v.metrics.values_mut() {
+                let first: Vec<f64> = m.samples.iter().copied().take(5).collect();
+                *m = crate::record::MetricRecord::new(&m.unit, first, 1);
+            }
+        }
+    }
+    let judged = judge_runs("lifecycle", &runs[..1], &runs[1..]);
+    let v = verdicts(&judged);
+    let of = |name: &str| v.iter().find(|x| x.variant == name).expect(name);
+    for fixed in ["irqchip-first", "qemu-order", "firecracker-order"] {
+        assert_eq!(of(fixed).class, VariantClass::Fixed, "{:?}", of(fixed));
+    }
+    assert_eq!(of("devices-after-vcpus").class, VariantClass::Improved);
+    for name in ["memslots-first", "boot-activation"] {
+        assert_eq!(of(name).class, VariantClass::NoChange, "{:?}", of(name));
+    }
+    let memslots = judged[0]
+        .variants
+        .iter()
+        .find(|x| x.variant == "memslots-first")
+        .expect("memslots-first");
+    let ready = memslots
+        .metrics
+        .iter()
+        .find(|m| m.metric == "ready")
+        .expect("ready in jiffies");
+    assert_eq!(
+        (ready.unit.as_str(), ready.trust),
+        ("jiffies", Trust::Jiffies)
+    );
+    assert_eq!(ready.samples[0].len(), 5);
+    let insn = instructions(ready).expect("judged on the instruction clock");
+    assert_eq!(insn.call, crate::analysis::icount::IcountCall::Higher);
+    assert_eq!(ready.outcome, MetricOutcome::Cost);
+    assert!(changed_with_one_boot(&judged).is_empty());
+}
+
 /// The instruction-clock judgement of `m`, when it was judged so.
 fn instructions(m: &MetricAb) -> Option<&crate::analysis::icount::IcountAb> {
     match &m.judgement {
