@@ -198,17 +198,7 @@ mod tests {
 
     /// An exits run of `backend` whose `variant` has these roundtrip samples, ns.
     fn exits_run(backend: hvlab_core::BackendKind, variant: &str, samples: &[f64]) -> RunRecord {
-        let mut sorted = samples.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        let metric = MetricRecord {
-            unit: "ns".into(),
-            median: sorted[sorted.len() / 2],
-            ci95: [sorted[0], sorted[sorted.len() - 1]],
-            min: sorted[0],
-            max: sorted[sorted.len() - 1],
-            n: sorted.len(),
-            samples: samples.to_vec(),
-        };
+        let metric = MetricRecord::new("ns", samples.to_vec(), DEFAULT_SEED);
         let mut metrics = BTreeMap::new();
         metrics.insert("roundtrip_ns".to_string(), metric);
         RunRecord {
