@@ -323,7 +323,8 @@ const ICOUNT: &str = "shift=0,sleep=off,align=off";
 /// ioctl's instructions (`KVM_CREATE_IRQCHIP`) and 1.3% on a 56 M-instruction memory pass;
 /// with the RTC at the host's time still 2.3%; with both (and the guest's own randomization
 /// off, [`kernel_command_line`]) every time agreed to the instruction (docs/kernels.md). The
-/// guest's runs get the host's time back when they come home ([`restamp`]).
+/// guest's hvlab still stamps its runs with the host's time and ids of their own: its `/init`
+/// gives it the offset to the host's clock and a salt for its ids ([`guest_stamp`]).
 const DETERMINISTIC_GUEST: [&str; 4] = ["-seed", "1", "-rtc", "base=2000-01-01T00:00:00,clock=vm"];
 
 /// The date the guest's RTC starts at on the instruction clock (as in [`DETERMINISTIC_GUEST`]).
@@ -728,12 +729,35 @@ fn initramfs(
     let cmds: String = commands.iter().map(|a| a.join("\u{1f}") + "\n").collect();
     c.file("etc/cmds", false, cmds.as_bytes());
     let init = format!(
-        "#!/bin/sh\nCMD_TIMEOUT={}\n{}",
+        "#!/bin/sh\nCMD_TIMEOUT={}\n{}{}",
         cfg.cmd_timeout.as_secs(),
+        guest_stamp(choice.clock, SystemTime::now()),
         INIT.trim_start_matches("#!/bin/sh\n")
     );
     c.file("init", true, init.as_bytes());
     Ok(c.finish())
+}
+
+/// The `/init` line that tells a guest on the instruction clock what its fixed RTC date
+/// hides: the seconds from its clock to the host's `now` (the boot's start, to the second)
+/// and a salt for its run ids, both of one length on every boot, so two boots still run the
+/// same instructions. On the wall clock the guest's RTC is the host's and nothing is said.
+fn guest_stamp(clock: Clock, now: SystemTime) -> String {
+    if clock != Clock::Icount {
+        return String::new();
+    }
+    let since = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    };
+    let base = humantime::parse_rfc3339(GUEST_RTC_BASE).map_or(0, since);
+    let offset = since(now).saturating_sub(base);
+    format!(
+        "export {}={offset:012} {}={}\n",
+        Clock::GUEST_OFFSET_ENV,
+        Clock::GUEST_ID_SALT_ENV,
+        crate::record::run_id_suffix()
+    )
 }
 
 // ---- running QEMU ----
@@ -843,7 +867,7 @@ pub fn boot(
         .text("release")
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
-    let (out, runs) = guest_commands(commands, &sent, kernel, &choice, run.booted_at);
+    let (out, runs) = guest_commands(commands, &sent, kernel, &choice);
     let failure = boot_failure(&text, run.failure, runs.len(), &sent, run.status, &serial);
     let boot = Boot {
         release,
@@ -1045,8 +1069,6 @@ struct QemuRun {
     failure: Option<VmError>,
     /// Seconds QEMU ran.
     wall_s: f64,
-    /// When QEMU started, by the host's clock.
-    booted_at: SystemTime,
 }
 
 /// Starts QEMU and waits for it to end, stopping it at `limit` or on a stop signal.
@@ -1058,7 +1080,6 @@ fn run_qemu(
 ) -> Result<QemuRun, VmError> {
     let signals = StopSignals::install();
     let start = Instant::now();
-    let booted_at = SystemTime::now();
     let mut child = cmd
         .spawn()
         .map_err(|e| VmError::Io(qemu.to_path_buf(), e))?;
@@ -1104,7 +1125,6 @@ fn run_qemu(
         first_cmd,
         failure,
         wall_s,
-        booted_at,
     })
 }
 
@@ -1138,13 +1158,12 @@ impl SentFiles {
 }
 
 /// Each command's exit code and output, and the runs the guest stored (tagged with the kernel
-/// under test, oldest first). `booted_at`: when QEMU started, by the host's clock.
+/// under test, oldest first).
 fn guest_commands(
     commands: &[Vec<String>],
     sent: &SentFiles,
     kernel: &Kernel,
     choice: &AccelChoice,
-    booted_at: SystemTime,
 ) -> (Vec<GuestCommand>, Vec<RunRecord>) {
     let mut out = Vec::new();
     let mut runs: BTreeMap<String, RunRecord> = BTreeMap::new();
@@ -1169,66 +1188,8 @@ fn guest_commands(
         });
     }
     let mut runs: Vec<RunRecord> = runs.into_values().collect();
-    if choice.clock == Clock::Icount {
-        // After the guest's ids have merged the commands' copies of each run; what the
-        // commands printed of a run (`run --json`, "stored run ID") names it as stored.
-        let mut renamed: Vec<(String, String)> = Vec::new();
-        for r in &mut runs {
-            let was = [
-                r.run_id.clone(),
-                r.started_at.clone(),
-                r.finished_at.clone(),
-            ];
-            restamp(r, booted_at);
-            let now = [
-                r.run_id.clone(),
-                r.started_at.clone(),
-                r.finished_at.clone(),
-            ];
-            renamed.extend(was.into_iter().zip(now).filter(|(a, b)| a != b));
-        }
-        // Ids first: an id begins with its start time.
-        renamed.sort_by_key(|(a, _)| std::cmp::Reverse(a.len()));
-        for c in &mut out {
-            for (was, now) in &renamed {
-                c.stdout = c.stdout.replace(was.as_str(), now);
-                c.stderr = c.stderr.replace(was.as_str(), now);
-            }
-        }
-    }
     runs.sort_by(|a, b| a.started_at.cmp(&b.started_at));
     (out, runs)
-}
-
-/// A run from a guest on the instruction clock, whose RTC started at [`GUEST_RTC_BASE`], given
-/// the host's time: its start and end become the boot's start on the host plus the guest's
-/// virtual time since that base, and its id is made again around them with a fresh random end
-/// (two boots of one kernel make the same runs to the instruction, the guest's random ids
-/// included). A time that does not read as one is left as it is.
-fn restamp(run: &mut RunRecord, booted_at: SystemTime) {
-    let Ok(base) = humantime::parse_rfc3339(GUEST_RTC_BASE) else {
-        return;
-    };
-    let shift = |t: &str| -> Option<String> {
-        let since = humantime::parse_rfc3339(t)
-            .ok()?
-            .duration_since(base)
-            .ok()?;
-        Some(humantime::format_rfc3339_seconds(booted_at + since).to_string())
-    };
-    let (Some(started), Some(finished)) = (shift(&run.started_at), shift(&run.finished_at)) else {
-        return;
-    };
-    // `<started_at>-<scenario>-<backend>-<random>`.
-    if let Some((middle, _)) = run
-        .run_id
-        .strip_prefix(run.started_at.as_str())
-        .and_then(|rest| rest.rsplit_once('-'))
-    {
-        run.run_id = format!("{started}{middle}-{}", crate::record::run_id_suffix());
-    }
-    run.started_at = started;
-    run.finished_at = finished;
 }
 
 /// What went wrong with the boot, if anything: an oops first, then the time limit (with the
@@ -1304,39 +1265,23 @@ pub fn say(text: &str) {
 mod tests {
     use super::*;
 
-    /// A run as the guest on the instruction clock stores it, from a stored fixture.
-    fn guest_run(started: &str, finished: &str) -> RunRecord {
-        let text = include_str!("../../tests/fixtures/kab-icount-exits/runs.jsonl");
-        let mut r: RunRecord = serde_json::from_str(text.lines().next().unwrap_or_default())
-            .expect("the fixture's first line is a run");
-        r.started_at = started.into();
-        r.finished_at = finished.into();
-        r.run_id = format!("{started}-exits-kvm-0123456789abcdef");
-        r
-    }
-
     #[test]
-    fn a_guest_run_on_the_instruction_clock_gets_the_hosts_time_and_an_id_of_its_own() {
-        let booted_at = humantime::parse_rfc3339("2026-11-29T17:00:00Z").expect("a date");
-        let mut one = guest_run("2000-01-01T00:00:05Z", "2000-01-01T00:01:10Z");
-        let mut two = one.clone();
-        restamp(&mut one, booted_at);
-        restamp(&mut two, booted_at);
-        assert_eq!(one.started_at, "2026-11-29T17:00:05Z");
-        assert_eq!(one.finished_at, "2026-11-29T17:01:10Z");
+    fn a_guest_on_the_instruction_clock_is_told_the_hosts_time_in_one_length() {
+        let at = |t: &str| humantime::parse_rfc3339(t).expect("a date");
+        let one = guest_stamp(Clock::Icount, at("2026-11-29T17:00:00Z"));
+        let two = guest_stamp(Clock::Icount, at("2026-11-29T17:00:07Z"));
+        let offset = at("2026-11-29T17:00:00Z")
+            .duration_since(at(GUEST_RTC_BASE))
+            .expect("later")
+            .as_secs();
         assert!(
-            one.run_id.starts_with("2026-11-29T17:00:05Z-exits-kvm-"),
-            "{}",
-            one.run_id
+            one.starts_with(&format!("export HVLAB_CLOCK_OFFSET_S={offset:012} HVLAB_ID_SALT=")),
+            "{one}"
         );
-        assert_eq!(one.run_id.len(), two.run_id.len());
-        // Two boots' identical runs must not be taken for one in the store.
-        assert_ne!(one.run_id, two.run_id);
-        // A time that is not the guest's RTC date is left alone.
-        let mut odd = guest_run("yesterday", "today");
-        let id = odd.run_id.clone();
-        restamp(&mut odd, booted_at);
-        assert_eq!((odd.run_id, odd.started_at), (id, "yesterday".to_string()));
+        // One length, so two boots' /init run the same instructions; salts of their own.
+        assert_eq!(one.len(), two.len());
+        assert_ne!(one.rsplit('=').next(), two.rsplit('=').next());
+        assert_eq!(guest_stamp(Clock::Wall, at("2026-11-29T17:00:00Z")), "");
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use serde::Serialize;
 
 use crate::analysis::class::VariantClass;
-use crate::kernel::build::{self, BuildError};
+use crate::kernel::build;
 use crate::kernel::objdiff::{self, BuildsDelta, LineShift};
 use crate::kernel::reach::{self, Reach, ReachSource};
 use crate::lab::Error;
@@ -160,13 +160,7 @@ pub fn judge(
         Ok(r) => (r.sides, r.source_trees),
         // As a bisection's step: the input's error, or a commit of the candidate's that does
         // not compile (git:PATH@REF has no patch, so its compiler error is a BaseCompile).
-        Err(e)
-            if e.fault() == hvlab_core::error::Fault::BadInput
-                || matches!(
-                    e,
-                    BuildError::BaseCompile { .. } | BuildError::PatchedCompile { .. }
-                ) =>
-        {
+        Err(e) if e.may_be_candidates() => {
             let error = first_error(&e);
             return Ok(done(
                 None,

@@ -132,9 +132,27 @@ pub fn repeat<T, P>(
     Repeated { results: out, reps }
 }
 
-/// Now, as RFC 3339 UTC with second precision.
+/// Now, as RFC 3339 UTC with second precision, by the host's clock: in a kernel under test on
+/// the instruction clock, whose RTC starts at one date on every boot, the guest's clock moved
+/// by the offset its `/init` gives ([`host_time`]).
 pub fn now_rfc3339() -> String {
-    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+    let offset = std::env::var(hvlab_core::host::Clock::GUEST_OFFSET_ENV).ok();
+    humantime::format_rfc3339_seconds(host_time(SystemTime::now(), offset.as_deref())).to_string()
+}
+
+/// `now` moved by `offset` seconds (as [`hvlab_core::host::Clock::GUEST_OFFSET_ENV`] gives
+/// them; `now` itself without one, or with one that does not read as seconds).
+fn host_time(now: SystemTime, offset: Option<&str>) -> SystemTime {
+    let Some(secs) = offset.and_then(|o| o.trim().parse::<i64>().ok()) else {
+        return now;
+    };
+    let by = std::time::Duration::from_secs(secs.unsigned_abs());
+    let moved = if secs >= 0 {
+        now.checked_add(by)
+    } else {
+        now.checked_sub(by)
+    };
+    moved.unwrap_or(now)
 }
 
 pub use crate::record::run_id_suffix;
@@ -174,6 +192,18 @@ pub fn assemble<P>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_guest_clock_moves_by_the_offset_its_init_gives() {
+        let guest = humantime::parse_rfc3339("2000-01-01T00:00:05Z").expect("a date");
+        let host = humantime::parse_rfc3339("2026-11-29T17:00:05Z").expect("a date");
+        let offset = host.duration_since(guest).expect("later").as_secs();
+        assert_eq!(host_time(guest, Some(&offset.to_string())), host);
+        assert_eq!(host_time(host, Some(&format!("-{offset}"))), guest);
+        // None, or one that is not seconds: the clock as it reads.
+        assert_eq!(host_time(guest, None), guest);
+        assert_eq!(host_time(guest, Some("soon")), guest);
+    }
 
     #[test]
     fn warmup_is_discarded_and_variants_interleave() {

@@ -209,6 +209,18 @@ impl BuildError {
             BuildError::Interrupted { signal, .. } => Fault::Interrupted { signal: *signal },
         }
     }
+
+    /// Whether this error, from building a candidate beside a base that builds on its own,
+    /// is the candidate's: bad input, or a compile error. A git commit has no patch, so a
+    /// commit of a range that does not compile fails as "the unpatched source": which side
+    /// it was is known only by building the base alone, which the caller does.
+    pub fn may_be_candidates(&self) -> bool {
+        self.fault() == Fault::BadInput
+            || matches!(
+                self,
+                BuildError::BaseCompile { .. } | BuildError::PatchedCompile { .. }
+            )
+    }
 }
 
 pub(super) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {

@@ -160,7 +160,13 @@ fn build_all(
             notes.extend(r.notes.into_iter().map(SeriesNote::Build));
             r.sides.into_iter().map(Ok).collect()
         }
-        Err(e @ (BuildError::PatchedCompile { .. } | BuildError::DoesNotApply { .. })) => {
+        // Which commit is at fault (a git range's commit fails as the unpatched source),
+        // or whether the base is: each beside the base, the base first.
+        Err(
+            e @ (BuildError::PatchedCompile { .. }
+            | BuildError::DoesNotApply { .. }
+            | BuildError::BaseCompile { .. }),
+        ) => {
             progress.note(&format!(
                 "the series does not build as a whole ({}); building each commit beside the base to find which",
                 first_error(&e)
@@ -192,7 +198,8 @@ fn build_all(
 /// Builds `spec` beside the base (the base alone when `None`), as kab builds a pair, so the
 /// two differ by the commit alone: its build, or the compiler's first error when the commit
 /// is at fault (it does not build, its patch does not apply). A fault of the base or of the
-/// host is the run's error.
+/// host is the run's error: a compile error is the commit's only once the base alone builds
+/// (a git commit has no patch, so its compiler error reads as the unpatched source's).
 pub(crate) fn build_beside_base(
     base: &PatchedSpec,
     spec: Option<&PatchedSpec>,
@@ -207,7 +214,17 @@ pub(crate) fn build_beside_base(
             .into_iter()
             .last()
             .ok_or_else(|| "the build returned no kernel".to_string())),
-        Err(e) if spec.is_some() && e.fault() == hvlab_core::error::Fault::BadInput => {
+        Err(e) if spec.is_some() && e.may_be_candidates() => {
+            if e.fault() != hvlab_core::error::Fault::BadInput {
+                // Cached by now in a bisection, which boots GOOD first: a second or so.
+                crate::kernel::build::resolve_with_config(
+                    std::slice::from_ref(base),
+                    req.sandbox,
+                    config,
+                    progress,
+                )
+                .map_err(VmError::from)?;
+            }
             Ok(Err(first_error(&e)))
         }
         Err(e) => Err(VmError::from(e).into()),
