@@ -1275,7 +1275,9 @@ mod tests {
             .expect("later")
             .as_secs();
         assert!(
-            one.starts_with(&format!("export HVLAB_CLOCK_OFFSET_S={offset:012} HVLAB_ID_SALT=")),
+            one.starts_with(&format!(
+                "export HVLAB_CLOCK_OFFSET_S={offset:012} HVLAB_ID_SALT="
+            )),
             "{one}"
         );
         // One length, so two boots' /init run the same instructions; salts of their own.

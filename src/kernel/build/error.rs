@@ -247,3 +247,35 @@ impl From<journal::ApplyError> for BuildError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A commit of a git range that does not compile fails as the unpatched source does: it
+    /// may be the candidate's (the caller builds the base alone to know); a host that lacks
+    /// its tools never is.
+    #[test]
+    fn a_compile_error_may_be_the_candidates_and_a_missing_tool_never_is() {
+        let compile = |patched: bool| {
+            let (step, errors, log) = ("make".to_string(), "error: x".to_string(), PathBuf::new());
+            if patched {
+                BuildError::PatchedCompile { step, errors, log }
+            } else {
+                BuildError::BaseCompile { step, errors, log }
+            }
+        };
+        assert!(compile(true).may_be_candidates());
+        assert!(compile(false).may_be_candidates());
+        let missing = BuildError::NoPatchFile {
+            spec: "debian:7.3+x.patch".into(),
+            path: "x.patch".into(),
+        };
+        assert!(missing.may_be_candidates());
+        let tools = BuildError::MissingTools {
+            names: "make".into(),
+            packages: "make".into(),
+        };
+        assert!(!tools.may_be_candidates());
+    }
+}
