@@ -323,8 +323,9 @@ const ICOUNT: &str = "shift=0,sleep=off,align=off";
 /// ioctl's instructions (`KVM_CREATE_IRQCHIP`) and 1.3% on a 56 M-instruction memory pass;
 /// with the RTC at the host's time still 2.3%; with both (and the guest's own randomization
 /// off, [`kernel_command_line`]) every time agreed to the instruction (docs/kernels.md). The
-/// guest's hvlab still stamps its runs with the host's time and ids of their own: its `/init`
-/// gives it the offset to the host's clock and a salt for its ids ([`guest_stamp`]).
+/// guest's hvlab still stamps its runs with the host's time: its `/init` gives it the offset to
+/// the host's clock ([`guest_stamp`]). Its run ids repeat from boot to boot, as its random
+/// numbers do, so the host gives them random ends of their own ([`fresh_ids`]).
 const DETERMINISTIC_GUEST: [&str; 4] = ["-seed", "1", "-rtc", "base=2000-01-01T00:00:00,clock=vm"];
 
 /// The date the guest's RTC starts at on the instruction clock (as in [`DETERMINISTIC_GUEST`]).
@@ -739,9 +740,9 @@ fn initramfs(
 }
 
 /// The `/init` line that tells a guest on the instruction clock what its fixed RTC date
-/// hides: the seconds from its clock to the host's `now` (the boot's start, to the second)
-/// and a salt for its run ids, both of one length on every boot, so two boots still run the
-/// same instructions. On the wall clock the guest's RTC is the host's and nothing is said.
+/// hides: the seconds from its clock to the host's `now` (the boot's start, to the second), of
+/// one length on every boot, so two boots still run the same instructions. On the wall clock
+/// the guest's RTC is the host's and nothing is said.
 fn guest_stamp(clock: Clock, now: SystemTime) -> String {
     if clock != Clock::Icount {
         return String::new();
@@ -752,12 +753,7 @@ fn guest_stamp(clock: Clock, now: SystemTime) -> String {
     };
     let base = humantime::parse_rfc3339(GUEST_RTC_BASE).map_or(0, since);
     let offset = since(now).saturating_sub(base);
-    format!(
-        "export {}={offset:012} {}={}\n",
-        Clock::GUEST_OFFSET_ENV,
-        Clock::GUEST_ID_SALT_ENV,
-        crate::record::run_id_suffix()
-    )
+    format!("export {}={offset:012}\n", Clock::GUEST_OFFSET_ENV)
 }
 
 // ---- running QEMU ----
@@ -1188,8 +1184,35 @@ fn guest_commands(
         });
     }
     let mut runs: Vec<RunRecord> = runs.into_values().collect();
+    if choice.clock == Clock::Icount {
+        fresh_ids(&mut runs, &mut out);
+    }
     runs.sort_by(|a, b| a.started_at.cmp(&b.started_at));
     (out, runs)
+}
+
+/// Gives the runs of a guest on the instruction clock random ends of their own, and what the
+/// commands printed of them (`run --json`, "stored run ID") the ids as stored. The guest's
+/// random numbers repeat from boot to boot, so two boots started in the same second make the
+/// same ids, and the store would take the second boot's runs for the first's. The guest cannot
+/// be given a random salt instead: ids of different contents in its store made its memory
+/// scenario's times differ between boots (0.17% on `populated`), where ids of one content
+/// agree to the instruction (docs/kernels.md).
+fn fresh_ids(runs: &mut [RunRecord], out: &mut [GuestCommand]) {
+    let mut renamed: Vec<(String, String)> = Vec::new();
+    for r in runs.iter_mut() {
+        // `<started_at>-<scenario>-<backend>-<random>`.
+        if let Some((stem, _)) = r.run_id.rsplit_once('-') {
+            let fresh = format!("{stem}-{}", crate::record::run_id_suffix());
+            renamed.push((std::mem::replace(&mut r.run_id, fresh.clone()), fresh));
+        }
+    }
+    for c in out {
+        for (was, now) in &renamed {
+            c.stdout = c.stdout.replace(was.as_str(), now);
+            c.stderr = c.stderr.replace(was.as_str(), now);
+        }
+    }
 }
 
 /// What went wrong with the boot, if anything: an oops first, then the time limit (with the
@@ -1274,16 +1297,37 @@ mod tests {
             .duration_since(at(GUEST_RTC_BASE))
             .expect("later")
             .as_secs();
-        assert!(
-            one.starts_with(&format!(
-                "export HVLAB_CLOCK_OFFSET_S={offset:012} HVLAB_ID_SALT="
-            )),
-            "{one}"
-        );
-        // One length, so two boots' /init run the same instructions; salts of their own.
+        assert_eq!(one, format!("export HVLAB_CLOCK_OFFSET_S={offset:012}\n"));
+        // One length, so two boots' /init run the same instructions.
         assert_eq!(one.len(), two.len());
-        assert_ne!(one.rsplit('=').next(), two.rsplit('=').next());
+        assert_ne!(one, two);
         assert_eq!(guest_stamp(Clock::Wall, at("2026-11-29T17:00:00Z")), "");
+    }
+
+    #[test]
+    fn two_boots_identical_runs_come_home_with_ids_of_their_own_and_their_output_says_them() {
+        let text = include_str!("../../tests/fixtures/kab-icount-exits/runs.jsonl");
+        let run: RunRecord = serde_json::from_str(text.lines().next().unwrap_or_default())
+            .expect("the fixture's first line is a run");
+        let id = run.run_id.clone();
+        let command = || GuestCommand {
+            args: vec!["run".into()],
+            rc: Some(0),
+            stdout: format!("stored run {id}\n"),
+            stderr: String::new(),
+        };
+        let (mut one, mut two) = (vec![run.clone()], vec![run]);
+        let (mut out_one, mut out_two) = (vec![command()], vec![command()]);
+        fresh_ids(&mut one, &mut out_one);
+        fresh_ids(&mut two, &mut out_two);
+        assert_ne!(one[0].run_id, two[0].run_id);
+        for (r, out) in [(&one[0], &out_one[0]), (&two[0], &out_two[0])] {
+            assert_ne!(r.run_id, id);
+            assert_eq!(r.run_id.len(), id.len());
+            let stem = id.rsplit_once('-').map(|(s, _)| s).expect("an id");
+            assert!(r.run_id.starts_with(stem), "{}", r.run_id);
+            assert_eq!(out.stdout, format!("stored run {}\n", r.run_id));
+        }
     }
 
     #[test]

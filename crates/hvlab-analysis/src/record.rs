@@ -13,16 +13,10 @@ use hvlab_core::noise::{BusyReason, Noise};
 
 /// The random end of a run id: 64 bits from the OS-seeded generator as 16 hex digits, so two
 /// runs started in the same second do not collide (the store still renames on a collision).
-/// In a kernel under test on the instruction clock the generator repeats from boot to boot,
-/// so the bits are mixed with the salt the boot's `/init` gives ([`Clock::GUEST_ID_SALT_ENV`]).
 pub fn run_id_suffix() -> String {
     use rand::RngExt;
     let bits: u64 = rand::rng().random();
-    let salt = std::env::var(Clock::GUEST_ID_SALT_ENV)
-        .ok()
-        .and_then(|s| u64::from_str_radix(s.trim(), 16).ok())
-        .unwrap_or(0);
-    format!("{:016x}", bits ^ salt)
+    format!("{bits:016x}")
 }
 
 /// One run: scenario × backend × variants × repetitions on one host.

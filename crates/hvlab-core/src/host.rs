@@ -115,11 +115,6 @@ impl Clock {
     /// and its runs' times are still the host's: the guest adds this to its clock.
     pub const GUEST_OFFSET_ENV: &'static str = "HVLAB_CLOCK_OFFSET_S";
 
-    /// The environment variable by which the same `/init` gives the guest 64 random bits (16
-    /// hex digits) that its run ids mix in: its own random numbers repeat from boot to boot,
-    /// and two boots' runs must not share ids.
-    pub const GUEST_ID_SALT_ENV: &'static str = "HVLAB_ID_SALT";
-
     /// Whether other work on the host can move a time read on this clock: on the wall clock it
     /// stretches one; on the instruction clock a time is the instructions the guest ran, which
     /// a busy host slows down but cannot change, so nothing measured on it is "busy".
