@@ -222,6 +222,8 @@ fn base_profile(host: &HostInfo, when: &str) -> Result<Profile, Error> {
         );
     }
     p.name = "this-host".into();
+    // Every time measured below is on this host's clock: instructions on QEMU's.
+    p.clock = host.clock;
     p.mmu = match (host.tdp, host.tdp_mmu) {
         (Some(false), _) => MmuKind::Shadow,
         (_, Some(true)) => MmuKind::TdpMmu,
@@ -1016,22 +1018,27 @@ fn exit_costs(
     // return to userspace are a PIO write's, and what it adds is KVM's decoding and emulating
     // the store (npf_interception() / handle_ept_misconfig() -> kvm_mmu_page_fault() ->
     // x86_emulate_instruction()), where a PIO write's exit info gives port, size and value.
-    // Their own run, beside a PIO write of the same run, so the PIO and CPUID exits above are
-    // measured as before. A host whose MMIO exits fail leaves the cost out (priced as PIO).
+    // A read adds a second pass on re-entry: complete_emulated_mmio() copies the data
+    // userspace gave and complete_emulated_io() emulates the load again
+    // (kvm_emulate_instruction(EMULTYPE_NO_DECODE)) to put it in its register, where a
+    // write's completion returns at once. Their own run, beside a PIO write of the same run,
+    // so the PIO and CPUID exits above are measured as before. A host whose MMIO exits fail
+    // leaves the costs out (priced as PIO).
     let mmio = run(
         backend,
         exits::ExitParams {
             iterations,
             ..exits::ExitParams::default()
         },
-        &["pio-out", "mmio-write"],
+        &["pio-out", "mmio-write", "mmio-read"],
         5,
         progress,
     );
-    if let Ok((write, pio)) = mmio.and_then(|m| {
+    if let Ok((write, pio, read)) = mmio.and_then(|m| {
         Ok((
             med(&m, "mmio-write", "roundtrip_ns")?,
             med(&m, "pio-out", "roundtrip_ns")?,
+            med(&m, "mmio-read", "roundtrip_ns").ok(),
         ))
     }) {
         put_measured(
@@ -1040,9 +1047,20 @@ fn exit_costs(
             write - pio,
             "ns",
             tag(
-                "exits mmio-write roundtrip_ns - pio-out roundtrip_ns, the two interleaved in one run",
+                "exits mmio-write roundtrip_ns - pio-out roundtrip_ns, the three exits interleaved in one run",
             ),
         );
+        if let Some(read) = read {
+            put_measured(
+                p,
+                "mmio_read_complete_ns",
+                read - write,
+                "ns",
+                tag(
+                    "exits mmio-read roundtrip_ns - mmio-write roundtrip_ns, the three exits interleaved in one run (complete_emulated_mmio() -> complete_emulated_io(): the load emulated again on re-entry)",
+                ),
+            );
+        }
     }
     put_measured(
         p,
