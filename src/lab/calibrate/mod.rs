@@ -315,7 +315,7 @@ fn lifecycle_costs(
     // The unstalled order's ioctls and the VMM's gaps from the run of every order
     // interleaved, the run validate, `hvlab run lifecycle` and a kab's boots make: what ran
     // before a build changes its KVM_CREATE_VM (Debian 7.3 under TCG, in instructions:
-    // 235,115 after irqchip-first builds alone, 220,778 with every order interleaved).
+    // 235,115 interleaved with irqchip-first builds only, 220,778 with every order).
     let every = boot_start_costs(backend, progress, p, tag)?;
     let builds = metric(&every, "memslots-first", "ready_ms")?.samples.len();
     ioctl_costs(&every, builds, p, tag)?;
