@@ -897,53 +897,28 @@ mod tests {
 
     /// A run of `backend` on a host of `clock`, one time metric in `unit`, as assembled.
     fn run_on(backend: BackendKind, clock: Clock, unit: &str) -> RunRecord {
-        let mut metrics = BTreeMap::new();
-        metrics.insert(
+        let mut run: RunRecord = serde_json::from_value(serde_json::json!({
+            "run_id": format!("2026-11-29T23:00:00Z-exits-{backend}-{clock}"),
+            "scenario": "exits",
+            "backend": backend,
+            "profile": (backend == BackendKind::Model).then_some("tcg-icount-epyc"),
+            "host": {
+                "kernel": "7.3.4", "cpu": "AMD EPYC", "cores": 1, "kvm_flavour": "svm",
+                "tdp": true, "tdp_mmu": true, "vpmu": false, "hz": 250, "hz_source": "config",
+                "thp": "always", "kvm_access": "ok", "capabilities": {},
+                "hvlab_version": "0", "git_rev": "x", "clock": clock,
+            },
+            "params": {},
+            "started_at": "2026-11-29T23:00:00Z",
+            "finished_at": "2026-11-29T23:00:01Z",
+            "variants": [{"name": "pio-out", "status": "ok", "metrics": {}}],
+        }))
+        .unwrap();
+        run.variants[0].metrics.insert(
             "roundtrip_ns".to_string(),
             MetricRecord::new(unit, vec![3_487.0, 3_487.0, 3_488.0], 1),
         );
-        RunRecord {
-            run_id: format!("2026-11-29T23:00:00Z-exits-{backend}-{clock}"),
-            scenario: "exits".into(),
-            backend,
-            profile: (backend == BackendKind::Model).then(|| "tcg-icount-epyc".into()),
-            host: HostInfo {
-                kernel: "7.3.4".into(),
-                cpu: "AMD EPYC".into(),
-                cores: 1,
-                kvm_flavour: hvlab_core::host::KvmFlavour::Svm,
-                tdp: Some(true),
-                tdp_mmu: Some(true),
-                vpmu: Some(false),
-                hz: 250,
-                hz_source: "config".into(),
-                thp: "always".into(),
-                hypervisor: None,
-                kvm_access: "ok".into(),
-                capabilities: BTreeMap::new(),
-                hvlab_version: "0".into(),
-                git_rev: "x".into(),
-                under_test: None,
-                clock,
-            },
-            params: BTreeMap::new(),
-            started_at: "2026-11-29T23:00:00Z".into(),
-            finished_at: "2026-11-29T23:00:01Z".into(),
-            variants: vec![VariantRecord {
-                name: "pio-out".into(),
-                status: VariantStatus::Ok,
-                metrics,
-                findings: vec![],
-                timeline: Vec::new(),
-                pinned_bytes: Vec::new(),
-            }],
-            verdicts: vec![],
-            noise: None,
-            warnings: vec![],
-            tag: None,
-            baseline: None,
-            calls: Vec::new(),
-        }
+        run
     }
 
     /// A model run is on its profile's clock, which its host carries: labelled in
