@@ -201,3 +201,69 @@ fn a_report_keeps_the_clocks_in_rows_of_their_own() {
         .unwrap();
     assert!(on_icount.contains("M instructions"), "{on_icount}");
 }
+
+/// The model on the instruction-clock profile gives guest instructions, labelled as such and
+/// said to be modelled; such a run is never compared with a wall-clock one, the model's
+/// on a wall-clock profile included.
+#[test]
+fn a_model_run_on_the_instruction_clock_profile_is_in_instructions_and_never_beside_wall() {
+    let (_d, db) = db();
+    let model = |profile: &str| {
+        let out = run(
+            &db,
+            &[
+                "run",
+                "exits",
+                "--backend",
+                "model",
+                "--profile",
+                profile,
+                "--reps",
+                "3",
+                "--variant",
+                "pio-out",
+                "--json",
+            ],
+        );
+        json(&out)
+    };
+    let icount = model("tcg-icount-epyc");
+    assert_eq!(icount["host"]["clock"], "icount", "{}", icount["host"]);
+    let roundtrip = &icount["variants"][0]["metrics"]["roundtrip_ns"];
+    assert_eq!(roundtrip["unit"], "insn", "{roundtrip}");
+    let wall = model("intel-spr-vmx");
+    assert!(wall["host"].get("clock").is_none(), "{}", wall["host"]);
+    assert_eq!(wall["variants"][0]["metrics"]["roundtrip_ns"]["unit"], "ns");
+
+    let (a, b) = (
+        icount["run_id"].as_str().unwrap(),
+        wall["run_id"].as_str().unwrap(),
+    );
+    let shown = String::from_utf8(run(&db, &["show", a]).stdout).unwrap();
+    assert!(shown.contains("modelled, not measured"), "{shown}");
+    assert!(!shown.contains("measured on"), "{shown}");
+    assert!(shown.contains(" insn "), "{shown}");
+    let listed = json(&run(&db, &["runs", "--json"]));
+    let clock_of = |id: &str| {
+        listed["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["run_id"] == id)
+            .map(|r| r["clock"].clone())
+            .unwrap()
+    };
+    assert_eq!(clock_of(a), "icount");
+    assert_eq!(clock_of(b), "wall");
+    assert_exit(
+        &run(&db, &["compare", a, b]),
+        2,
+        &[
+            a,
+            b,
+            "QEMU's instruction clock",
+            "the wall clock",
+            "never compare",
+        ],
+    );
+}

@@ -320,7 +320,15 @@ fn host_lines(s: &mut String, r: &RunRecord) {
     for w in &r.warnings {
         let _ = writeln!(s, "warning: {w}");
     }
-    if r.clock() == hvlab_core::host::Clock::Icount {
+    if let (hvlab_core::host::Clock::Icount, false, Some(profile)) =
+        (r.clock(), r.backend.capabilities().real_time, &r.profile)
+    {
+        // Nothing was measured: the model's times are its profile's, on that profile's clock.
+        let _ = writeln!(
+            s,
+            "note: modelled, not measured: each time is the guest instructions profile {profile} predicts, on the instruction clock it was calibrated on (QEMU's -icount); an instruction is not a cycle"
+        );
+    } else if r.clock() == hvlab_core::host::Clock::Icount {
         let _ = writeln!(
             s,
             "note: measured on {}: one virtual nanosecond per guest instruction, the same whatever else the host runs; an instruction is not a cycle (a world switch or an MSR write counts once); counts are exact",

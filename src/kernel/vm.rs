@@ -1256,10 +1256,10 @@ fn boot_failure(
 /// Marks a run as made on a kernel under test, in its host fingerprint.
 fn tag(run: &mut RunRecord, kernel: &Kernel, choice: &AccelChoice) {
     // The VMM knows the clock it booted the guest on; the guest's own probe read the same from
-    // its command line, and an hvlab too old to read it recorded none.
-    if choice.clock == Clock::Icount && run.host.clock != Clock::Icount {
-        run.host.clock = Clock::Icount;
-        run.label_times();
+    // its command line, and an hvlab too old to read it recorded none. A model run is on its
+    // profile's clock.
+    if choice.clock == Clock::Icount {
+        run.measured_on(Clock::Icount);
     }
     run.host.under_test = Some(hvlab_core::host::UnderTest {
         release: run.host.kernel.clone(),

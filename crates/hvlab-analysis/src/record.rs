@@ -169,13 +169,36 @@ impl RunRecord {
         self.variants.iter().any(VariantRecord::is_ok)
     }
 
-    /// The clock this run's times are on: its host's for a backend that measures real time;
-    /// the wall clock for the model, whose times are its profile's nanoseconds wherever it ran.
+    /// The clock this run's times are on: its host's. A model run's host carries its
+    /// profile's clock (the model computes on that clock wherever it runs), and such a run's
+    /// times were labelled with it when it was assembled; a model run stored before profiles
+    /// had clocks carries the clock of the machine that computed it, with its times in the
+    /// profile's nanoseconds: the wall clock, as it was read then.
     pub fn clock(&self) -> Clock {
-        if self.backend.capabilities().real_time {
+        if self.backend.capabilities().real_time || self.times_in_instructions() {
             self.host.clock
         } else {
             Clock::Wall
+        }
+    }
+
+    /// Whether a time metric of this run is stored in instructions (`insn`, `Minsn`, ...),
+    /// as [`RunRecord::label_times`] leaves a run on the instruction clock.
+    fn times_in_instructions(&self) -> bool {
+        self.variants
+            .iter()
+            .flat_map(|v| v.metrics.values())
+            .any(|m| m.unit.contains("insn"))
+    }
+
+    /// The clock a run is on, told by whoever learnt it after the run was assembled (the VMM
+    /// that booted the kernel it ran in, when that kernel's hvlab recorded none): a run that
+    /// measured real time takes it, and its times are labelled. A model run keeps its
+    /// profile's clock, whatever clock the machine that computed it was on.
+    pub fn measured_on(&mut self, clock: Clock) {
+        if self.backend.capabilities().real_time && self.host.clock != clock {
+            self.host.clock = clock;
+            self.label_times();
         }
     }
 
@@ -183,9 +206,10 @@ impl RunRecord {
     /// assembled: every time metric's unit (and the verdicts' and warnings' on them) becomes
     /// the instruction unit of its clock ([`Clock::unit`]: `ms` → `Minsn`, the values as
     /// measured), and the lifecycle's stall findings carry the clock, so their jiffies read as
-    /// virtual ticks. A run on the wall clock is left as it is.
+    /// virtual ticks. A run on the wall clock is left as it is. Its clock is its host's: the
+    /// measured host's, or the model's profile's.
     pub fn label_times(&mut self) {
-        let clock = self.clock();
+        let clock = self.host.clock;
         if clock.is_wall() {
             return;
         }
@@ -869,6 +893,71 @@ mod tests {
         let t = MetricRecord::new("ms", vec![0.1 + 0.2], 1);
         let j = serde_json::to_string(&t).unwrap();
         assert!(j.contains("0.3,") || j.contains("0.3]"), "{j}");
+    }
+
+    /// A run of `backend` on a host of `clock`, one time metric in `unit`, as assembled.
+    fn run_on(backend: BackendKind, clock: Clock, unit: &str) -> RunRecord {
+        let mut run: RunRecord = serde_json::from_value(serde_json::json!({
+            "run_id": format!("2026-11-29T23:00:00Z-exits-{backend}-{clock}"),
+            "scenario": "exits",
+            "backend": backend,
+            "profile": (backend == BackendKind::Model).then_some("tcg-icount-epyc"),
+            "host": {
+                "kernel": "7.3.4", "cpu": "AMD EPYC", "cores": 1, "kvm_flavour": "svm",
+                "tdp": true, "tdp_mmu": true, "vpmu": false, "hz": 250, "hz_source": "config",
+                "thp": "always", "kvm_access": "ok", "capabilities": {},
+                "hvlab_version": "0", "git_rev": "x", "clock": clock,
+            },
+            "params": {},
+            "started_at": "2026-11-29T23:00:00Z",
+            "finished_at": "2026-11-29T23:00:01Z",
+            "variants": [{"name": "pio-out", "status": "ok", "metrics": {}}],
+        }))
+        .unwrap();
+        run.variants[0].metrics.insert(
+            "roundtrip_ns".to_string(),
+            MetricRecord::new(unit, vec![3_487.0, 3_487.0, 3_488.0], 1),
+        );
+        run
+    }
+
+    /// A model run is on its profile's clock, which its host carries: labelled in
+    /// instructions when assembled on the instruction clock, refused beside a wall-clock run.
+    /// A model run stored before profiles had clocks (its host the instruction-clock guest
+    /// that computed it, its times the profile's nanoseconds) reads as before: the wall
+    /// clock. A VMM's word on the clock moves a measured run, never a model run.
+    #[test]
+    fn a_model_run_is_on_its_profiles_clock_and_an_older_one_stays_wall() {
+        let mut model = run_on(BackendKind::Model, Clock::Icount, "ns");
+        model.label_times();
+        assert_eq!(model.variants[0].metrics["roundtrip_ns"].unit, "insn");
+        assert_eq!(model.clock(), Clock::Icount);
+        let wall = run_on(BackendKind::Kvm, Clock::Wall, "ns");
+        let mixed = one_clock([&model, &wall]).unwrap_err();
+        assert_eq!(mixed.first, (model.run_id.clone(), Clock::Icount));
+        assert_eq!(mixed.other, (wall.run_id.clone(), Clock::Wall));
+        let back: RunRecord =
+            serde_json::from_str(&serde_json::to_string(&model).unwrap()).unwrap();
+        assert_eq!(back.clock(), Clock::Icount);
+
+        let older = run_on(BackendKind::Model, Clock::Icount, "ns");
+        assert_eq!(older.clock(), Clock::Wall);
+        assert_eq!(one_clock([&older, &wall]).unwrap(), Clock::Wall);
+
+        // A wall-clock profile's run in an instruction-clock guest: the model's host is the
+        // profile's (wall); the VMM that booted the guest does not make it an icount run.
+        let mut wall_model = run_on(BackendKind::Model, Clock::Wall, "ns");
+        wall_model.label_times();
+        wall_model.measured_on(Clock::Icount);
+        assert_eq!(wall_model.host.clock, Clock::Wall);
+        assert_eq!(wall_model.variants[0].metrics["roundtrip_ns"].unit, "ns");
+        assert_eq!(wall_model.clock(), Clock::Wall);
+
+        // A measured run from a guest whose hvlab recorded no clock takes the VMM's.
+        let mut kvm = run_on(BackendKind::Kvm, Clock::Wall, "ns");
+        kvm.measured_on(Clock::Icount);
+        assert_eq!(kvm.clock(), Clock::Icount);
+        assert_eq!(kvm.variants[0].metrics["roundtrip_ns"].unit, "insn");
     }
 
     #[test]

@@ -108,6 +108,9 @@ impl ModelBackend {
         }
         host.tdp = Some(profile.mmu != MmuKind::Shadow);
         host.tdp_mmu = Some(profile.mmu == MmuKind::TdpMmu);
+        // Its times are on the profile's clock, not on that of the machine computing them: a
+        // wall-clock profile run in a guest on QEMU's instruction clock gives nanoseconds.
+        host.clock = profile.clock;
         ModelBackend {
             profile,
             profile_hz: (host.hz, host.hz_source.clone()),
@@ -201,12 +204,20 @@ impl Backend for ModelBackend {
             // `kvm_mmu_page_fault()` -> `x86_emulate_instruction()`, where a PIO exit's
             // exit information gives port, size and value. A profile that has not measured
             // the emulation prices it as a PIO exit.
-            ExitKind::MmioWrite | ExitKind::MmioRead => {
-                let emulate = self.profile.costs.contains_key("mmio_emulate_ns");
+            ExitKind::MmioWrite => {
+                g("exit_userspace_ns")? + self.profile.optional("mmio_emulate_ns").unwrap_or(0.0)
+            }
+            // A read cannot finish before userspace gives the data: on the next KVM_RUN,
+            // `complete_emulated_mmio()` copies it and `complete_emulated_io()` emulates the
+            // load a second time (`kvm_emulate_instruction(EMULTYPE_NO_DECODE)`, the read
+            // now served from `mmio_read_completed`) to write its register and advance RIP;
+            // a write's completion returns without emulating. Unmeasured: no second pass.
+            ExitKind::MmioRead => {
                 g("exit_userspace_ns")?
-                    + emulate
-                        .then(|| g("mmio_emulate_ns"))
-                        .transpose()?
+                    + self.profile.optional("mmio_emulate_ns").unwrap_or(0.0)
+                    + self
+                        .profile
+                        .optional("mmio_read_complete_ns")
                         .unwrap_or(0.0)
             }
             _ => g("exit_userspace_ns")?,
@@ -401,5 +412,45 @@ mod tests {
         assert_eq!(roundtrip(&p, ExitKind::PioOut), pio);
         assert_eq!(roundtrip(&p, ExitKind::MmioWrite), pio + 2_635);
         assert_eq!(roundtrip(&p, ExitKind::MmioRead), pio + 2_635);
+    }
+
+    /// A read's second emulation pass on re-entry (complete_emulated_io()) is the read's
+    /// alone: a write, a PIO exit and a CPUID exit are priced as without it.
+    #[test]
+    fn an_mmio_read_adds_its_completion_pass_and_nothing_else_does() {
+        let mut p = Profile::load("intel-spr-vmx").unwrap();
+        p.set("mmio_emulate_ns", 2_635.0, "ns", "test");
+        let before: Vec<u64> = [ExitKind::PioOut, ExitKind::MmioWrite, ExitKind::Cpuid]
+            .into_iter()
+            .map(|k| roundtrip(&p, k))
+            .collect();
+        let read = roundtrip(&p, ExitKind::MmioRead);
+        p.set("mmio_read_complete_ns", 331.0, "ns", "test");
+        let after: Vec<u64> = [ExitKind::PioOut, ExitKind::MmioWrite, ExitKind::Cpuid]
+            .into_iter()
+            .map(|k| roundtrip(&p, k))
+            .collect();
+        assert_eq!(before, after);
+        assert_eq!(roundtrip(&p, ExitKind::MmioRead), read + 331);
+        assert_eq!(roundtrip(&p, ExitKind::MmioRead), after[1] + 331);
+    }
+
+    /// A model run is on its profile's clock, whatever the clock of the machine running it:
+    /// the instruction-clock profile's inside a wall-clock host, the wall clock for a
+    /// wall-clock profile inside a guest on QEMU's instruction clock.
+    #[test]
+    fn the_model_presents_its_profiles_clock() {
+        use hvlab_core::host::Clock;
+        let icount = Profile::load("tcg-icount-epyc").unwrap();
+        assert_eq!(icount.clock, Clock::Icount);
+        assert_eq!(
+            ModelBackend::new(icount, host(), 1).host().clock,
+            Clock::Icount
+        );
+        let mut guest = host();
+        guest.clock = Clock::Icount;
+        let wall = Profile::load("intel-spr-vmx").unwrap();
+        assert_eq!(wall.clock, Clock::Wall);
+        assert_eq!(ModelBackend::new(wall, guest, 1).host().clock, Clock::Wall);
     }
 }

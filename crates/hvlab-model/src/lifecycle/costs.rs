@@ -27,6 +27,9 @@ pub struct LifecycleCosts {
     pub(super) irqchip: u64,
     pub(super) pit: u64,
     pub(super) memslot: u64,
+    /// A boot order's memslot update while vCPU 0 runs, where the profile measured it on a
+    /// kernel where it does not stall (`None`: priced as the first memslot of a VM).
+    pub(super) boot_memslot: Option<u64>,
     pub(super) vcpu: u64,
     pub(super) ioeventfd: u64,
     pub(super) regs: u64,
@@ -218,6 +221,7 @@ impl LifecycleCosts {
             irqchip: ns(p, "ioctl_irqchip_ns")?,
             pit: ns(p, "ioctl_pit_ns")?,
             memslot: ns(p, "ioctl_memslot_ns")?,
+            boot_memslot: optional_ns(p, "boot_memslot_ns")?,
             vcpu: ns(p, "ioctl_vcpu_ns")?,
             ioeventfd: ns(p, "ioctl_ioeventfd_ns")?,
             regs: ns(p, "ioctl_regs_ns")?,
