@@ -249,7 +249,7 @@ impl fmt::Display for crate::record::MixedClocks {
         let ((a, ca), (b, cb)) = (&self.first, &self.other);
         write!(
             f,
-            "run {a} was measured on {} and run {b} on {}: times of two clocks never compare; compare runs of one clock (`hvlab runs` shows each run's clock)",
+            "run {a} is on {} and run {b} on {}: times of two clocks never compare; compare runs of one clock (`hvlab runs` shows each run's clock)",
             clock_words(*ca),
             clock_words(*cb)
         )

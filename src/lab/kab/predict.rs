@@ -281,16 +281,16 @@ pub fn price(
 }
 
 /// The profile of this host's kind the estimate prices on: the base's calibration when the
-/// kab has one made on the wall clock; else the built-in `pvm-epyc`. A calibration made on
-/// the instruction clock is not used: its `cpu_ghz` is the guest's TSC against instructions
-/// (one instruction a nanosecond), read from the very exits whose delta is priced, so it
-/// would give the delta back as nanoseconds, not a wall time.
+/// kab has one made on the wall clock (the kab's and the profile's own); else the built-in
+/// `pvm-epyc`. A calibration made on the instruction clock is not used: its `cpu_ghz` is the
+/// guest's TSC against instructions (one instruction a nanosecond), read from the very exits
+/// whose delta is priced, so it would give the delta back as nanoseconds, not a wall time.
 fn this_host_profile(
     calibrated: Option<&(PathBuf, crate::model::profile::Profile)>,
     clock: hvlab_core::host::Clock,
 ) -> Option<crate::model::profile::Profile> {
     match calibrated {
-        Some((_, p)) if clock == hvlab_core::host::Clock::Wall => Some(p.clone()),
+        Some((_, p)) if clock.is_wall() && p.clock.is_wall() => Some(p.clone()),
         _ => crate::model::profile::Profile::load("pvm-epyc").ok(),
     }
 }
