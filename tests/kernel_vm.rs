@@ -594,6 +594,21 @@ fn kab_judges_the_001_fix_from_its_patch_module_only_on_7_3() {
         let stall = &x["stalls"][0];
         assert_eq!(stall["cause"], "KVM_CREATE_IRQCHIP", "{x}");
         assert!(!stall["a"].is_null() && stall["b"].is_null(), "{x}");
+        // The patched function ran, probed by its own symbol in kvm.ko on both kernels: the
+        // patch changes what a registration waits for, not how many there are.
+        let calls = |side: usize| {
+            let f = x["calls"][side]
+                .as_array()
+                .and_then(|fs| {
+                    fs.iter()
+                        .find(|f| f["function"] == "kvm:kvm_io_bus_register_dev")
+                })
+                .unwrap_or_else(|| panic!("kvm_io_bus_register_dev not counted: {x}"));
+            assert_eq!(f["counted"]["kind"], "probed", "{f}");
+            assert_eq!(f["counted"]["via_callers"], false, "{f}");
+            f["counted"]["calls"].as_u64().unwrap_or(0)
+        };
+        assert!(calls(0) > 0 && calls(0) == calls(1), "{x}");
     }
     // boot-activation registers while a vCPU runs: it still defers, and stalls on both.
     let boot = verdict_of(&v, "boot-activation");
