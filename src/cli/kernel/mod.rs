@@ -338,7 +338,12 @@ impl JudgeArgs {
         let threshold = crate::lab::compare::parse_threshold(&self.threshold)?;
         let vm = self.boot.config()?;
         let config = self.config.checked()?;
-        let scenarios = kab::guest_scenarios(&self.scenarios, &variants, &self.sets)?;
+        let sets = if icount_by_default(&self.boot) {
+            kab::with_instruction_clock_sets(&self.scenarios, &self.sets)
+        } else {
+            self.sets.clone()
+        };
+        let scenarios = kab::guest_scenarios(&self.scenarios, &variants, &sets)?;
         let spec = |text: &str| PatchedSpec::parse(text).map_err(vm::VmError::from);
         Ok(KabRequest {
             base: spec(base)?,

@@ -39,7 +39,7 @@ pub use predict::{
     EventEstimate, HostRole, KabPrediction, PredictedWait, PricedOn, ThisHostMissing,
     ThisHostPrediction, VariantPrediction, price,
 };
-pub use request::{GuestScenario, KabRequest, guest_scenarios};
+pub use request::{GuestScenario, KabRequest, guest_scenarios, with_instruction_clock_sets};
 pub use run::{abba, logs_dir, run};
 pub(crate) use run::{boot_group, guest_commands};
 
